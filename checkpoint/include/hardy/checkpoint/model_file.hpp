@@ -1,0 +1,25 @@
+#pragma once
+// A model file holds a trained model's parameters and normalization statistics, one dataset per
+// tensor under /model, named by layer path (the same layout as a checkpoint's /model group), so
+// that h5ls, h5dump and h5py read it without hardy.
+#include <filesystem>
+#include <functional>
+
+#include "hardy/core/model.hpp"
+
+namespace hardy::checkpoint {
+
+inline constexpr int kModelFileVersion = 1;
+
+// Writes atomically: a temporary file is written, flushed and fsynced, then renamed over `path`.
+void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path);
+// Loads every parameter and buffer; throws InvalidArgument naming the file and the tensor when a
+// tensor is missing or has another shape (a model built with another configuration).
+void load_model(core::DeepLabV3Plus& model, const std::filesystem::path& path);
+
+// Writes `path` by calling `write(temporary_path)` and then, only if that succeeded, fsyncing the
+// file, renaming it over `path` and fsyncing the directory. On failure the temporary file is
+// removed and whatever was at `path` before stays untouched.
+void write_atomically(const std::filesystem::path& path, const std::function<void(const std::filesystem::path&)>& write);
+
+}  // namespace hardy::checkpoint

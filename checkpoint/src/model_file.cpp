@@ -1,0 +1,94 @@
+#include "hardy/checkpoint/model_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "hardy/core/error.hpp"
+#include "hardy/core/hdf5.hpp"
+
+namespace hardy::checkpoint {
+
+namespace {
+
+void fsync_path(const std::filesystem::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) throw IoError(fmt::format("cannot open {} to sync it: {}", path.string(), std::strerror(errno)));
+  const int result = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  if (result != 0) throw IoError(fmt::format("cannot sync {}: {}", path.string(), std::strerror(saved)));
+}
+
+std::vector<std::pair<std::string, core::Tensor*>> model_tensors(core::DeepLabV3Plus& model) {
+  std::vector<std::pair<std::string, core::Tensor*>> tensors;
+  for (auto* p : model.parameters()) tensors.emplace_back(p->name, &p->value);
+  for (auto& entry : model.buffers()) tensors.push_back(entry);
+  return tensors;
+}
+
+}  // namespace
+
+void write_atomically(const std::filesystem::path& path,
+                      const std::function<void(const std::filesystem::path&)>& write) {
+  const std::filesystem::path temporary = path.string() + ".tmp";
+  try {
+    write(temporary);
+    fsync_path(temporary, false);
+    std::error_code error;
+    std::filesystem::rename(temporary, path, error);
+    if (error) throw IoError(fmt::format("cannot rename {} to {}: {}", temporary.string(), path.string(), error.message()));
+    fsync_path(path.parent_path().empty() ? "." : path.parent_path(), true);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw;
+  }
+}
+
+void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
+  write_atomically(path, [&](const std::filesystem::path& temporary) {
+    namespace h5 = core::h5;
+    h5::Handle file = h5::create_file(temporary);
+    h5::write_attribute(file.id(), "format", std::string_view("hardy-model"));
+    h5::write_attribute(file.id(), "format_version", kModelFileVersion);
+    h5::write_attribute(file.id(), "hardy_version", std::string_view(HARDY_VERSION));
+    h5::Handle group = h5::create_groups(file.id(), "model");
+    for (auto& [name, tensor] : model_tensors(model)) {
+      core::Tensor host = core::Tensor::host(tensor->dims(), core::DType::f32, tensor->layout());
+      model.backend().copy(*tensor, host);
+      std::vector<hsize_t> dims(tensor->dims().begin(), tensor->dims().end());
+      h5::write_dataset<float>(group.id(), name, host.f32(), dims);
+    }
+    group.close();
+    file.close();
+  });
+}
+
+void load_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
+  namespace h5 = core::h5;
+  if (!std::filesystem::exists(path)) throw InvalidArgument(fmt::format("model file {} does not exist", path.string()));
+  h5::Handle file = h5::open_file(path);
+  if (!h5::exists(file.id(), "model"))
+    throw InvalidArgument(fmt::format("{} holds no /model group; is it a hardy model or checkpoint?", path.string()));
+  h5::Handle group = h5::open_group(file.id(), "model");
+  for (auto& [name, tensor] : model_tensors(model)) {
+    if (!h5::exists(group.id(), name))
+      throw InvalidArgument(fmt::format("{} has no tensor /model/{}; was it written for another model configuration?",
+                                        path.string(), name));
+    h5::Handle dataset = h5::open_dataset(group.id(), name);
+    const auto dims = h5::dataset_dims(dataset.id());
+    if (!std::equal(dims.begin(), dims.end(), tensor->dims().begin(), tensor->dims().end()))
+      throw InvalidArgument(fmt::format("{}: /model/{} has shape [{}], the model expects {}", path.string(), name,
+                                        fmt::join(dims, ","), tensor->describe()));
+    core::Tensor host = core::Tensor::host(tensor->dims(), core::DType::f32, tensor->layout());
+    h5::read_dataset<float>(group.id(), name, host.f32());
+    model.backend().copy(host, *tensor);
+  }
+}
+
+}  // namespace hardy::checkpoint

@@ -1,0 +1,15 @@
+#pragma once
+// The `hardy` subcommands. Each takes its arguments without the program and subcommand names and
+// returns the process exit status: 0 success, 1 a failed check or job, 2 bad input.
+#include <string>
+#include <vector>
+
+namespace hardy::jobs {
+
+int run_cli(int argc, char** argv);
+
+int train_command(const std::vector<std::string>& args);
+int eval_command(const std::vector<std::string>& args);
+int data_command(const std::vector<std::string>& args);
+
+}  // namespace hardy::jobs

@@ -1,0 +1,93 @@
+#include <omp.h>
+
+#include <iostream>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "data_sources.hpp"
+#include "hardy/checkpoint/model_file.hpp"
+#include "hardy/core/climate_data.hpp"
+#include "hardy/core/dataset.hpp"
+#include "hardy/core/error.hpp"
+#include "hardy/core/evaluation.hpp"
+#include "hardy/jobs/commands.hpp"
+#include "hardy/jobs/run_directory.hpp"
+
+namespace po = boost::program_options;
+
+namespace hardy::jobs {
+
+int eval_command(const std::vector<std::string>& args) {
+  po::options_description options("hardy eval options");
+  options.add_options()("help,h", "print this help")(
+      "run-dir", po::value<std::string>(), "run directory of a finished training job (its config.ini and model.h5)")(
+      "model", po::value<std::string>(), "model or checkpoint file to score instead of RUN_DIR/model.h5")(
+      "dataset", po::value<std::string>(), "score every sample of this dataset directory instead of the held-out set")(
+      "eval-samples", po::value<long>(), "held-out samples to score (default: the job's --eval-samples)")(
+      "threads", po::value<int>()->default_value(0), "CPU threads (0: all cores)")(
+      "json", po::bool_switch(), "print the result as one JSON object");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(options).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InvalidArgument(fmt::format("{} (see hardy eval --help)", e.what()));
+  }
+  if (vm.count("help")) {
+    std::cout << "Usage: hardy eval --run-dir DIR [--model FILE] [--json]\n\n"
+                 "Scores a trained model: intersection over union per class and its mean on samples the job\n"
+                 "did not train on (the held-out samples of its data, or another dataset).\n\n"
+              << options << "\n";
+    return 0;
+  }
+  if (!vm.count("run-dir")) throw InvalidArgument("--run-dir is required (the directory of a training job)");
+  const std::filesystem::path run_path = vm["run-dir"].as<std::string>();
+  if (!std::filesystem::is_directory(run_path))
+    throw InvalidArgument(fmt::format("run directory {} does not exist", run_path.string()));
+  const RunDirectory run_dir(run_path);
+  if (!std::filesystem::exists(run_dir.config()))
+    throw InvalidArgument(fmt::format("{} has no config.ini; is it a hardy run directory?", run_dir.path().string()));
+  TrainSpec spec = load_train_spec(run_dir.config());
+  if (vm.count("eval-samples")) spec.eval_samples = vm["eval-samples"].as<long>();
+  if (spec.eval_samples <= 0 && !vm.count("dataset")) throw InvalidArgument("--eval-samples must be positive");
+  if (const int threads = vm["threads"].as<int>(); threads > 0) omp_set_num_threads(threads);
+  const std::filesystem::path model_file =
+      vm.count("model") ? std::filesystem::path(vm["model"].as<std::string>()) : run_dir.final_model();
+
+  auto backend = core::make_backend(spec.backend);
+  core::DeepLabV3Plus model(*backend, spec.model);
+  checkpoint::load_model(model, model_file);
+
+  std::unique_ptr<core::SampleSource> dataset;
+  DataSources data;
+  const core::SampleSource* source = nullptr;
+  if (vm.count("dataset")) {
+    dataset = std::make_unique<core::Hdf5Dataset>(vm["dataset"].as<std::string>());
+    source = dataset.get();
+  } else {
+    data = open_data(spec);
+    source = data.held_out.get();
+  }
+  const auto confusion = core::evaluate(model, *source, static_cast<std::size_t>(spec.global_batch));
+  const auto iou = confusion.iou();
+  if (vm["json"].as<bool>()) {
+    nlohmann::json result = {{"model", model_file.string()},  {"data", source->describe()},
+                             {"samples", source->size()},      {"mean_iou", confusion.mean_iou()},
+                             {"pixel_accuracy", confusion.pixel_accuracy()}};
+    for (std::size_t c = 0; c < iou.size(); ++c)
+      result["iou"][std::string(core::kClassNames[c])] = std::isnan(iou[c]) ? nlohmann::json(nullptr) : nlohmann::json(iou[c]);
+    std::cout << result.dump(2) << "\n";
+  } else {
+    std::cout << fmt::format("model:          {}\ndata:           {} ({} samples)\n", model_file.string(),
+                             source->describe(), source->size());
+    for (std::size_t c = 0; c < iou.size(); ++c)
+      std::cout << fmt::format("IoU {:<22} {:.4f}\n", std::string(core::kClassNames[c]) + ":", iou[c]);
+    std::cout << fmt::format("mean IoU:       {:.4f}\npixel accuracy: {:.4f}\n", confusion.mean_iou(),
+                             confusion.pixel_accuracy());
+  }
+  return 0;
+}
+
+}  // namespace hardy::jobs

@@ -1,0 +1,273 @@
+#include "hardy/jobs/train_spec.hpp"
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include "hardy/core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace hardy::jobs {
+
+namespace {
+
+// One table of every training option: name, default, help. Types follow the defaults.
+po::options_description train_options() {
+  po::options_description general("Job");
+  general.add_options()
+      ("help,h", "print this help")
+      ("config", po::value<std::string>(), "INI file with any of these options as `name = value` lines; the command line wins")
+      ("run-dir", po::value<std::string>(), "run directory for config.ini, metrics.jsonl, events.jsonl and checkpoints (default: runs/train-<time>)")
+      ("steps", po::value<long>()->default_value(0), "total optimizer steps of the job (0: derive from --epochs)")
+      ("epochs", po::value<long>()->default_value(1), "passes over the training set when --steps is 0")
+      ("global-batch", po::value<long>()->default_value(8), "samples per step over all ranks")
+      ("seed", po::value<std::uint64_t>()->default_value(1), "seed for weights, data order and synthetic data")
+      ("backend", po::value<std::string>()->default_value("cpu"), "kernel backend: cpu (oneDNN) or cuda")
+      ("threads", po::value<int>()->default_value(0), "CPU threads per rank (0: all cores)")
+      ("log-every", po::value<long>()->default_value(10), "print a progress line every N steps");
+  po::options_description data("Data");
+  data.add_options()
+      ("synthetic", po::value<bool>()->implicit_value(true)->zero_tokens(), "generate climate-like samples on the fly (the default when no --dataset is given)")
+      ("dataset", po::value<std::string>(), "directory of HDF5 files written by `hardy data generate`")
+      ("samples", po::value<long>()->default_value(1024), "synthetic training-set size")
+      ("height", po::value<int>()->default_value(64), "synthetic sample height (divisible by 8)")
+      ("width", po::value<int>()->default_value(64), "synthetic sample width (divisible by 8)")
+      ("class-weights", po::value<std::string>()->default_value("auto"), "loss weight per class, e.g. 1,4,4, or auto (inverse square root of class frequency)")
+      ("eval-samples", po::value<long>()->default_value(64), "held-out samples scored for mean IoU at the end (0: skip)");
+  po::options_description model("Model");
+  model.add_options()
+      ("model-width", po::value<int>()->default_value(16), "channels of the first encoder stage (later stages double it)")
+      ("model-depth", po::value<int>()->default_value(1), "3x3 convolution blocks per encoder stage")
+      ("aspp-channels", po::value<int>()->default_value(32), "channels of each pyramid-pooling branch")
+      ("aspp-rates", po::value<std::string>()->default_value("2,4,6"), "dilation rates of the pyramid's 3x3 branches")
+      ("low-level-channels", po::value<int>()->default_value(16), "decoder projection of the stride-4 features")
+      ("decoder-channels", po::value<int>()->default_value(32), "decoder width")
+      ("norm", po::value<std::string>()->default_value("group"), "normalization: group (per sample) or batch (synchronised across ranks)")
+      ("groups", po::value<int>()->default_value(8), "groups of group normalization");
+  po::options_description optim("Optimizer");
+  optim.add_options()
+      ("optimizer", po::value<std::string>()->default_value("adam"), "sgd, lars or adam")
+      ("lr", po::value<float>()->default_value(0.002f), "peak learning rate")
+      ("momentum", po::value<float>()->default_value(0.9f), "SGD/LARS momentum")
+      ("nesterov", po::value<bool>()->default_value(false), "Nesterov momentum for SGD/LARS")
+      ("weight-decay", po::value<float>()->default_value(1e-4f), "L2 weight decay (not applied to biases and normalization parameters)")
+      ("beta1", po::value<float>()->default_value(0.9f), "Adam first-moment decay")
+      ("beta2", po::value<float>()->default_value(0.999f), "Adam second-moment decay")
+      ("lars-eta", po::value<float>()->default_value(0.001f), "LARS trust coefficient")
+      ("larc-clip", po::value<bool>()->default_value(true), "LARC: clip the layer-wise rate at the global rate")
+      ("warmup-steps", po::value<long>()->default_value(0), "linear learning-rate warm-up steps")
+      ("lr-decay", po::value<std::string>()->default_value("cosine"), "learning-rate decay after warm-up: none, cosine, poly or step")
+      ("final-lr-fraction", po::value<float>()->default_value(0.0f), "cosine/poly floor as a fraction of the peak rate");
+  po::options_description all("hardy train options");
+  all.add(general).add(data).add(model).add(optim);
+  return all;
+}
+
+template <class T>
+T get(const po::variables_map& vm, const char* name) {
+  return vm[name].as<T>();
+}
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw InvalidArgument(message);
+}
+
+std::string value_text(const po::variable_value& value) {
+  const auto& v = value.value();
+  if (auto* s = boost::any_cast<std::string>(&v)) return *s;
+  if (auto* i = boost::any_cast<int>(&v)) return std::to_string(*i);
+  if (auto* l = boost::any_cast<long>(&v)) return std::to_string(*l);
+  if (auto* u = boost::any_cast<std::uint64_t>(&v)) return std::to_string(*u);
+  if (auto* f = boost::any_cast<float>(&v)) return fmt::format("{}", *f);
+  if (auto* b = boost::any_cast<bool>(&v)) return *b ? "true" : "false";
+  return "?";
+}
+
+std::string default_run_dir() {
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  return fmt::format("runs/train-{}", stamp);
+}
+
+TrainSpec spec_from(po::variables_map& vm) {
+  TrainSpec spec;
+  spec.run_dir = vm.count("run-dir") ? get<std::string>(vm, "run-dir") : default_run_dir();
+  spec.steps = get<long>(vm, "steps");
+  spec.epochs = get<long>(vm, "epochs");
+  spec.global_batch = get<long>(vm, "global-batch");
+  spec.seed = get<std::uint64_t>(vm, "seed");
+  spec.backend = get<std::string>(vm, "backend");
+  spec.threads = get<int>(vm, "threads");
+  spec.log_every = get<long>(vm, "log-every");
+  require(spec.steps >= 0, "--steps must not be negative");
+  require(spec.epochs > 0, "--epochs must be positive");
+  require(spec.global_batch > 0, "--global-batch must be positive");
+  require(spec.threads >= 0, "--threads must not be negative");
+  require(spec.log_every > 0, "--log-every must be positive");
+
+  // At most one data source survives the merge of command line and file (a source given on
+  // the command line hides the file's), so the choice is simple here.
+  const bool has_dataset = vm.count("dataset") > 0;
+  const bool has_synthetic = vm.count("synthetic") > 0;
+  const bool synthetic_flag = has_synthetic && get<bool>(vm, "synthetic");
+  require(!(synthetic_flag && has_dataset), "synthetic and dataset are exclusive; choose one data source");
+  require(!(has_synthetic && !synthetic_flag && !has_dataset), "synthetic = false needs a dataset directory (--dataset DIR)");
+  spec.synthetic = !has_dataset;
+  if (has_dataset) spec.dataset = get<std::string>(vm, "dataset");
+  spec.samples = get<long>(vm, "samples");
+  spec.height = get<int>(vm, "height");
+  spec.width = get<int>(vm, "width");
+  spec.class_weights = get<std::string>(vm, "class-weights");
+  spec.eval_samples = get<long>(vm, "eval-samples");
+  require(spec.samples > 0, "--samples must be positive");
+  require(spec.eval_samples >= 0, "--eval-samples must not be negative");
+  const int os = core::ModelConfig::output_stride;
+  require(spec.height >= os && spec.height % os == 0 && spec.width >= os && spec.width % os == 0,
+          fmt::format("--height and --width must be positive multiples of {} (got {}x{})", os, spec.height, spec.width));
+  if (spec.class_weights != "auto") {
+    auto weights = parse_float_list(spec.class_weights, "--class-weights");
+    require(weights.size() == static_cast<std::size_t>(spec.model.num_classes),
+            fmt::format("--class-weights needs {} values, got {}", spec.model.num_classes, weights.size()));
+    for (float w : weights) require(w >= 0, "--class-weights must not be negative");
+  }
+
+  auto& m = spec.model;
+  m.width = get<int>(vm, "model-width");
+  m.depth = get<int>(vm, "model-depth");
+  m.aspp_channels = get<int>(vm, "aspp-channels");
+  m.aspp_rates = parse_int_list(get<std::string>(vm, "aspp-rates"), "--aspp-rates");
+  m.low_level_channels = get<int>(vm, "low-level-channels");
+  m.decoder_channels = get<int>(vm, "decoder-channels");
+  m.norm = core::parse_norm_kind(get<std::string>(vm, "norm"));
+  m.groups = get<int>(vm, "groups");
+  m.validate();
+
+  auto& o = spec.optimizer;
+  o.kind = core::parse_optimizer_kind(get<std::string>(vm, "optimizer"));
+  o.momentum = get<float>(vm, "momentum");
+  o.nesterov = get<bool>(vm, "nesterov");
+  o.weight_decay = get<float>(vm, "weight-decay");
+  o.beta1 = get<float>(vm, "beta1");
+  o.beta2 = get<float>(vm, "beta2");
+  o.lars_eta = get<float>(vm, "lars-eta");
+  o.larc_clip = get<bool>(vm, "larc-clip");
+  require(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1)");
+  require(o.weight_decay >= 0, "--weight-decay must not be negative");
+  require(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "--beta1 and --beta2 must be in [0, 1)");
+
+  auto& s = spec.schedule;
+  s.base_lr = get<float>(vm, "lr");
+  require(s.base_lr > 0, "--lr must be positive");
+  s.warmup_steps = get<long>(vm, "warmup-steps");
+  s.decay = core::parse_lr_decay(get<std::string>(vm, "lr-decay"));
+  s.final_fraction = get<float>(vm, "final-lr-fraction");
+  // total_steps is set by the trainer, which knows the dataset size when --steps is 0.
+
+  std::ostringstream ini;
+  ini << "# hardy " << HARDY_VERSION << " effective configuration\n";
+  for (const auto& [name, value] : vm) {
+    if (name == "help" || name == "config" || value.empty()) continue;
+    if (name == "synthetic" || name == "dataset") continue;  // written below, resolved
+    ini << name << " = " << value_text(value) << "\n";
+  }
+  ini << "run-dir = " << spec.run_dir.string() << "\n";
+  if (spec.synthetic)
+    ini << "synthetic = true\n";
+  else
+    ini << "dataset = " << spec.dataset.string() << "\n";
+  spec.config_ini = ini.str();
+  return spec;
+}
+
+void read_config_file(const std::string& path, const po::options_description& options, po::variables_map& vm) {
+  std::ifstream file(path);
+  if (!file) throw InvalidArgument(fmt::format("cannot read configuration file '{}'", path));
+  try {
+    po::store(po::parse_config_file(file, options, /*allow_unregistered=*/false), vm);
+  } catch (const po::error& e) {
+    throw InvalidArgument(fmt::format("configuration file '{}': {}", path, e.what()));
+  }
+}
+
+}  // namespace
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& option) {
+  std::vector<int> values;
+  for (float v : parse_float_list(text, option)) {
+    if (v != static_cast<float>(static_cast<int>(v)))
+      throw InvalidArgument(fmt::format("{} takes whole numbers, got '{}'", option, text));
+    values.push_back(static_cast<int>(v));
+  }
+  return values;
+}
+
+std::vector<float> parse_float_list(const std::string& text, const std::string& option) {
+  std::vector<float> values;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    std::size_t used = 0;
+    try {
+      values.push_back(std::stof(item, &used));
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    while (used < item.size() && std::isspace(static_cast<unsigned char>(item[used]))) ++used;
+    if (used == 0 || used != item.size())
+      throw InvalidArgument(fmt::format("{}: '{}' is not a comma-separated list of numbers", option, text));
+  }
+  if (values.empty()) throw InvalidArgument(fmt::format("{} needs at least one value", option));
+  return values;
+}
+
+std::optional<TrainSpec> parse_train_spec(const std::vector<std::string>& args) {
+  const auto options = train_options();
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(options).run(), vm);
+  } catch (const po::error& e) {
+    throw InvalidArgument(fmt::format("{} (see hardy train --help)", e.what()));
+  }
+  if (vm.count("help")) {
+    std::cout << "Usage: hardy train [--config FILE] [options]\n\n"
+                 "Trains the DeepLabv3+ segmentation model data-parallel over all ranks of the job.\n\n"
+              << options << "\n";
+    return std::nullopt;
+  }
+  const bool dataset_cli = vm.count("dataset") > 0;
+  const bool synthetic_cli = vm.count("synthetic") > 0;
+  if (vm.count("config")) {
+    // Values already stored from the command line are kept: the command line wins. A data
+    // source given on the command line also hides the file's other data source.
+    po::variables_map from_file;
+    read_config_file(vm["config"].as<std::string>(), options, from_file);
+    for (const auto& [name, value] : from_file) {
+      if ((dataset_cli || synthetic_cli) && (name == "dataset" || name == "synthetic")) continue;
+      if (!vm.count(name) || vm[name].defaulted()) vm.erase(name), vm.insert({name, value});
+    }
+  }
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InvalidArgument(e.what());
+  }
+  return spec_from(vm);
+}
+
+TrainSpec load_train_spec(const std::filesystem::path& config_file) {
+  const auto options = train_options();
+  po::variables_map vm;
+  read_config_file(config_file.string(), options, vm);
+  po::notify(vm);
+  return spec_from(vm);
+}
+
+}  // namespace hardy::jobs

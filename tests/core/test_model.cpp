@@ -1,0 +1,188 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <set>
+
+#include "hardy/core/backend.hpp"
+#include "hardy/core/error.hpp"
+#include "hardy/core/model.hpp"
+#include "hardy/core/random.hpp"
+
+using namespace hardy;
+using namespace hardy::core;
+
+namespace {
+
+ModelConfig tiny_config(NormKind norm = NormKind::group) {
+  ModelConfig c;
+  c.width = 4;
+  c.aspp_channels = 4;
+  c.aspp_rates = {1, 2};
+  c.low_level_channels = 4;
+  c.decoder_channels = 4;
+  c.groups = 2;
+  c.norm = norm;
+  return c;
+}
+
+Tensor random_input(Backend& backend, std::vector<std::int64_t> dims, std::uint64_t seed) {
+  Tensor host = Tensor::host(dims, DType::f32, backend.activation_layout());
+  SplitMix64 rng(seed);
+  for (float& v : host.f32()) v = static_cast<float>(rng.normal());
+  Tensor t = backend.empty(dims, DType::f32, backend.activation_layout());
+  backend.copy(host, t);
+  return t;
+}
+
+Tensor random_labels(Backend& backend, std::vector<std::int64_t> dims, std::uint64_t seed) {
+  Tensor labels = backend.empty(dims, DType::i32, backend.activation_layout());
+  SplitMix64 rng(seed);
+  for (std::int64_t i = 0; i < labels.numel(); ++i) labels.data<std::int32_t>()[i] = static_cast<int>(rng.next() % 3);
+  return labels;
+}
+
+double loss_of(DeepLabV3Plus& model, Backend& backend, const Tensor& x, const Tensor& labels, Tensor& dlogits) {
+  const Tensor& logits = model.forward(x, true);
+  if (!dlogits.defined()) dlogits = backend.empty(logits.dims(), DType::f32, logits.layout());
+  const std::vector<float> weights{1.0f, 2.0f, 3.0f};
+  return backend.softmax_cross_entropy(logits, labels, weights, 1.0f, dlogits);
+}
+
+}  // namespace
+
+TEST_CASE("model: logits have the input's spatial size for square and non-square inputs", "[core]") {
+  auto backend = make_backend("cpu");
+  DeepLabV3Plus model(*backend, tiny_config());
+  model.initialize(1);
+  for (auto dims : {std::vector<std::int64_t>{2, 16, 32, 32}, std::vector<std::int64_t>{1, 16, 24, 40}}) {
+    const Tensor& logits = model.forward(random_input(*backend, dims, 3), true);
+    CHECK(logits.dims() == std::vector<std::int64_t>{dims[0], 3, dims[2], dims[3]});
+  }
+}
+
+TEST_CASE("model: inputs whose size does not divide by the output stride are rejected", "[core]") {
+  auto backend = make_backend("cpu");
+  DeepLabV3Plus model(*backend, tiny_config());
+  CHECK_THROWS_AS(model.forward(random_input(*backend, {1, 16, 30, 32}, 3), true), InvalidArgument);
+  CHECK_THROWS_AS(model.forward(random_input(*backend, {1, 8, 32, 32}, 3), true), InvalidArgument);
+}
+
+TEST_CASE("model: invalid configurations name the bad field", "[core]") {
+  auto backend = make_backend("cpu");
+  ModelConfig c = tiny_config();
+  c.aspp_rates = {};
+  CHECK_THROWS_WITH(DeepLabV3Plus(*backend, c), Catch::Contains("aspp rates"));
+  c = tiny_config();
+  c.width = 0;
+  CHECK_THROWS_WITH(DeepLabV3Plus(*backend, c), Catch::Contains("width"));
+}
+
+TEST_CASE("model: the same seed gives the same weights, another seed other weights", "[core]") {
+  auto backend = make_backend("cpu");
+  DeepLabV3Plus a(*backend, tiny_config()), b(*backend, tiny_config()), c(*backend, tiny_config());
+  a.initialize(5);
+  b.initialize(5);
+  c.initialize(6);
+  const auto& pa = a.parameters();
+  bool all_equal = true, any_differs_from_c = false;
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    auto va = pa[i]->value.f32(), vb = b.parameters()[i]->value.f32(), vc = c.parameters()[i]->value.f32();
+    all_equal = all_equal && std::equal(va.begin(), va.end(), vb.begin());
+    any_differs_from_c = any_differs_from_c || !std::equal(va.begin(), va.end(), vc.begin());
+  }
+  CHECK(all_equal);
+  CHECK(any_differs_from_c);
+}
+
+TEST_CASE("model: parameter names are unique layer paths", "[core]") {
+  auto backend = make_backend("cpu");
+  DeepLabV3Plus model(*backend, tiny_config(NormKind::batch));
+  std::set<std::string> names;
+  for (auto* p : model.parameters()) names.insert(p->name);
+  for (auto& [name, tensor] : model.buffers()) names.insert(name);
+  CHECK(names.size() == model.parameters().size() + model.buffers().size());
+  CHECK(names.count("encoder.stem.0.conv.weight") == 1);
+  CHECK(names.count("aspp.image_pool.norm.running_mean") == 1);
+  CHECK(names.count("decoder.classifier.bias") == 1);
+}
+
+TEST_CASE("model: every gradient is announced exactly once, after it is final", "[core]") {
+  auto backend = make_backend("cpu");
+  DeepLabV3Plus model(*backend, tiny_config());
+  model.initialize(2);
+  const Tensor x = random_input(*backend, {2, 16, 16, 16}, 4);
+  const Tensor labels = random_labels(*backend, {2, 1, 16, 16}, 5);
+  Tensor dlogits;
+  loss_of(model, *backend, x, labels, dlogits);
+  std::vector<int> announced(model.parameters().size(), 0);
+  std::vector<std::vector<float>> at_announcement(model.parameters().size());
+  model.backward(dlogits, [&](std::size_t i) {
+    ++announced[i];
+    auto g = model.parameters()[i]->grad.f32();
+    at_announcement[i].assign(g.begin(), g.end());
+  });
+  for (std::size_t i = 0; i < announced.size(); ++i) {
+    INFO(model.parameters()[i]->name);
+    CHECK(announced[i] == 1);
+    auto g = model.parameters()[i]->grad.f32();
+    CHECK(std::equal(g.begin(), g.end(), at_announcement[i].begin()));
+  }
+}
+
+// The whole network against central differences: this checks how the layers are wired (the
+// pyramid's parallel branches, the concatenations, the skip connection whose gradients add up),
+// on top of the per-operation checks of the backend tests.
+TEST_CASE("model: gradients match finite differences through the whole network", "[core]") {
+  for (NormKind norm : {NormKind::group, NormKind::batch}) {
+    DYNAMIC_SECTION("normalization " << to_string(norm)) {
+      auto backend = make_backend("cpu");
+      DeepLabV3Plus model(*backend, tiny_config(norm));
+      model.initialize(11);
+      const Tensor x = random_input(*backend, {2, 16, 16, 16}, 12);
+      const Tensor labels = random_labels(*backend, {2, 1, 16, 16}, 13);
+      Tensor dlogits;
+      loss_of(model, *backend, x, labels, dlogits);
+      model.backward(dlogits);
+
+      SplitMix64 pick(99);
+      int checked = 0;
+      for (auto* p : model.parameters()) {
+        auto values = p->value.f32();
+        auto grads = p->grad.f32();
+        for (int k = 0; k < 2; ++k) {
+          const std::size_t i = pick.next() % values.size();
+          const float saved = values[i];
+          const float h = 1e-2f;
+          Tensor scratch;
+          values[i] = saved + h;
+          const double up = loss_of(model, *backend, x, labels, scratch);
+          values[i] = saved - h;
+          const double down = loss_of(model, *backend, x, labels, scratch);
+          values[i] = saved;
+          const double numeric = (up - down) / (2.0 * h);
+          INFO(p->name << "[" << i << "] analytic " << grads[i] << " numeric " << numeric);
+          CHECK(std::abs(grads[i] - numeric) <= 5e-2 * std::abs(numeric) + 5e-3);
+          ++checked;
+        }
+      }
+      CHECK(checked == static_cast<int>(2 * model.parameters().size()));
+    }
+  }
+}
+
+TEST_CASE("model: batch normalization keeps running statistics for inference", "[core]") {
+  auto backend = make_backend("cpu");
+  DeepLabV3Plus model(*backend, tiny_config(NormKind::batch));
+  model.initialize(3);
+  const Tensor x = random_input(*backend, {4, 16, 16, 16}, 7);
+  auto buffers = model.buffers();
+  REQUIRE(!buffers.empty());
+  std::vector<float> before(buffers[0].second->f32().begin(), buffers[0].second->f32().end());
+  model.forward(x, true);
+  auto after = buffers[0].second->f32();
+  CHECK_FALSE(std::equal(before.begin(), before.end(), after.begin()));
+  // Inference uses the running statistics, so its output differs from training mode's.
+  std::vector<float> train_logits(model.forward(x, true).f32().begin(), model.forward(x, true).f32().end());
+  const auto eval_logits = model.forward(x, false).f32();
+  CHECK_FALSE(std::equal(train_logits.begin(), train_logits.end(), eval_logits.begin()));
+}

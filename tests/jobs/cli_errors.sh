@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Bad input gets a message naming the problem and exit status 2; --help exits 0.
+# Usage: cli_errors.sh HARDY_BINARY
+set -u
+hardy=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+expect() {  # expect STATUS PATTERN -- ARGS...
+  local want=$1 pattern=$2
+  shift 3
+  local output status
+  output=$("$hardy" "$@" 2>&1)
+  status=$?
+  if [ "$status" -ne "$want" ] || ! grep -qi -- "$pattern" <<<"$output"; then
+    echo "FAILED: hardy $* -> status $status (want $want), output:"
+    echo "$output" | head -5
+    failures=$((failures + 1))
+  else
+    echo "ok: hardy $* -> $status"
+  fi
+}
+
+expect 0 "Usage: hardy" -- --help
+expect 0 "global-batch" -- train --help
+expect 0 "run-dir" -- eval --help
+expect 0 "--out" -- data generate --help
+expect 2 "unknown command 'frobnicate'" -- frobnicate
+expect 2 "no command" --
+expect 2 "global-batch" -- train --global-batch 0 --run-dir "$tmp/a"
+expect 2 "unrecognised option\|unknown option\|unrecognized" -- train --bogus
+expect 2 "/nonexistent.ini" -- train --config /nonexistent.ini
+expect 2 "height" -- train --height 30 --run-dir "$tmp/b"
+expect 2 "does not exist" -- eval --run-dir "$tmp/none"
+expect 2 "--out" -- data generate --samples 3
+expect 2 "samples" -- data generate --out "$tmp/d" --samples -4
+expect 2 "$tmp/missing" -- train --dataset "$tmp/missing" --run-dir "$tmp/c" --steps 1
+printf 'steps = 2\nbogus-key = 1\n' >"$tmp/bad.ini"
+expect 2 "bogus-key" -- train --config "$tmp/bad.ini"
+
+# A dataset written by `hardy data generate` trains, and a run directory evaluates.
+"$hardy" data generate --out "$tmp/data" --samples 24 --height 32 --width 32 --seed 3 --samples-per-file 10 >/dev/null ||
+  { echo "FAILED: data generate"; failures=$((failures + 1)); }
+expect 0 "run directory" -- train --dataset "$tmp/data" --height 32 --width 32 --steps 2 --global-batch 4 \
+  --eval-samples 8 --model-width 4 --aspp-channels 8 --decoder-channels 8 --low-level-channels 4 --run-dir "$tmp/run"
+expect 0 "mean IoU" -- eval --run-dir "$tmp/run"
+expect 2 "does not exist" -- eval --run-dir "$tmp/run" --model "$tmp/none.h5"
+
+echo "$((failures == 0 ? 1 : 0)) passed, $failures failed" >/dev/null
+[ "$failures" -eq 0 ] && echo "cli errors: all checks passed"
+exit $((failures > 0))
