@@ -175,7 +175,7 @@ TrainSpec spec_from(po::variables_map& vm) {
   ini << "# hardy " << HARDY_VERSION << " effective configuration\n";
   for (const auto& [name, value] : vm) {
     if (name == "help" || name == "config" || value.empty()) continue;
-    if (name == "synthetic" || name == "dataset") continue;  // written below, resolved
+    if (name == "synthetic" || name == "dataset" || name == "run-dir") continue;  // resolved below
     ini << name << " = " << value_text(value) << "\n";
   }
   ini << "run-dir = " << spec.run_dir.string() << "\n";

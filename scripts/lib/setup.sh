@@ -43,7 +43,9 @@ hardy_make_venv() {
 }
 
 hardy_build() {
-  local cmake_args=(-S "$HARDY_ROOT" -B "$HARDY_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release)
+  # The build runs where it is used, so it may use every instruction of this CPU (AVX-512 here).
+  local cmake_args=(-S "$HARDY_ROOT" -B "$HARDY_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHARDY_NATIVE=ON
+    "${HARDY_MPI_CMAKE_ARGS[@]}")
   if [ -n "${HARDY_CMAKE_ARGS:-}" ]; then
     # shellcheck disable=SC2206
     cmake_args+=($HARDY_CMAKE_ARGS)
@@ -51,8 +53,9 @@ hardy_build() {
   if [ ! -f "$HARDY_BUILD/build.ninja" ]; then
     hardy_log "configuring $HARDY_BUILD"
   fi
-  cmake "${cmake_args[@]}" >"$HARDY_ROOT/.cmake-configure.log" 2>&1 || {
-    cat "$HARDY_ROOT/.cmake-configure.log" >&2
+  mkdir -p "$HARDY_BUILD"
+  cmake "${cmake_args[@]}" >"$HARDY_BUILD/configure.log" 2>&1 || {
+    cat "$HARDY_BUILD/configure.log" >&2
     exit 1
   }
   hardy_log "building (ninja, $(nproc) jobs)"
