@@ -1,0 +1,67 @@
+#pragma once
+// The collectives a data-parallel trainer needs, and the fault-tolerance mechanisms (revoke,
+// agree, shrink) that let the survivors of a process failure continue. What to do after a
+// failure is decided in resilience/, not here.
+//
+// Every collective must be called by every rank of the communicator in the same order. Any of
+// them may throw ProcessFailure when a peer has died or the communicator has been revoked;
+// other failures are hardy::Error.
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hardy::comm {
+
+// A non-blocking operation in flight. Its buffers must stay alive and untouched until it has
+// completed (wait() returned or test() returned true).
+class Request {
+ public:
+  virtual ~Request() = default;
+  // Blocks until the operation completes. Throws ProcessFailure if a peer failed; the request
+  // is complete afterwards either way.
+  virtual void wait() = 0;
+  // Drives progress and returns whether the operation has completed; throws like wait().
+  virtual bool test() = 0;
+  virtual bool done() const = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // ---- collectives ----
+  // In-place element-wise sum over all ranks.
+  virtual void allreduce_sum(std::span<float> data) = 0;
+  virtual void allreduce_sum(std::span<double> data) = 0;
+  // Non-blocking in-place sum; data must stay valid until the request completes.
+  virtual std::unique_ptr<Request> iallreduce_sum(std::span<float> data) = 0;
+  // Copies root's bytes into every other rank's buffer of the same size.
+  virtual void broadcast(std::span<std::byte> data, int root) = 0;
+  virtual void barrier() = 0;
+  // Every rank's host name, indexed by rank (for failure reports and node-aware placement).
+  virtual std::vector<std::string> hostnames() = 0;
+
+  // ---- fault tolerance ----
+  // True when failures are survivable at run time: built with ULFM and launched with it
+  // enabled (Open MPI: `mpirun --with-ft ulfm`). When false, a dead peer usually kills the job.
+  virtual bool fault_tolerant() const = 0;
+  // Interrupts every pending and future operation on this communicator, at every rank (they
+  // raise ProcessFailure), except agree() and shrink(). Throws hardy::Error unless
+  // fault_tolerant().
+  virtual void revoke() = 0;
+  // Bitwise AND of flag over the ranks that are alive, the same result at each of them; works
+  // on a revoked communicator and does not throw for the failures it agrees about. Without
+  // fault tolerance it is a plain allreduce (every rank must be alive).
+  virtual int agree(int flag) = 0;
+  // Ranks that this process knows to have failed, ascending (empty without fault tolerance).
+  virtual std::vector<int> failed_ranks() = 0;
+  // A new communicator of the survivors, ranks renumbered in their old order. Collective over
+  // the survivors; works on a revoked communicator. Throws hardy::Error unless fault_tolerant().
+  virtual std::unique_ptr<Communicator> shrink() = 0;
+};
+
+}  // namespace hardy::comm

@@ -1,0 +1,75 @@
+#pragma once
+// Gradient fusion for data parallelism: gradients are copied into a few flat buckets as backward
+// produces them, and each bucket's allreduce starts as soon as the bucket is full, overlapping
+// communication with the rest of backward (as PyTorch DDP and Horovod do).
+//
+// One step: mark_ready(i) for each parameter as its gradient becomes final, then finish(scale).
+// Buckets are launched in bucket order whatever order mark_ready() is called in, so ranks may
+// finish their gradients in different orders and still match collectives.
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "hardy/comm/communicator.hpp"
+#include "hardy/core/parameter.hpp"
+
+namespace hardy::comm {
+
+class GradientBuckets {
+ public:
+  static constexpr std::size_t kDefaultBucketBytes = 25u << 20;  // PyTorch DDP's default
+
+  // params: in the order their gradients become ready in backward (reverse layer order); the
+  // span must outlive this object. Gradients are host f32 tensors with as many elements as
+  // their values. A parameter larger than bucket_bytes gets a bucket of its own.
+  GradientBuckets(Communicator& comm, std::span<core::Parameter> params,
+                  std::size_t bucket_bytes = kDefaultBucketBytes);
+  ~GradientBuckets();
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
+
+  // Copies params[index].grad into its bucket; starts that bucket's allreduce (and any later
+  // full ones, in order) when it is complete. Also drives earlier allreduces forward. Throws
+  // hardy::Error if the parameter was already marked this step, ProcessFailure as finish().
+  void mark_ready(std::size_t index);
+
+  // Marks every parameter not yet marked, waits for all allreduces and writes
+  // scale * (sum over ranks) back into every params[i].grad. Afterwards the next step may begin.
+  // On ProcessFailure the communicator has been revoked (when fault tolerant) so that no
+  // allreduce is left pending; the gradients are then undefined and the step must be retried
+  // after rebind() to a shrunk communicator.
+  void finish(float scale);
+
+  // Uses comm from the next step on (e.g. the survivors after shrink()) and forgets the current
+  // step; waits for any allreduce still in flight first.
+  void rebind(Communicator& comm);
+
+  std::size_t bucket_count() const { return buckets_.size(); }
+  std::size_t bucket_of(std::size_t index) const { return slots_.at(index).bucket; }
+
+ private:
+  struct Slot {
+    std::size_t bucket = 0;
+    std::size_t offset = 0;  // in floats, within the bucket
+    std::size_t count = 0;
+    bool ready = false;
+  };
+  struct Bucket {
+    std::vector<float> data;
+    std::size_t pending = 0;  // parameters not yet marked this step
+    std::size_t members = 0;
+    std::unique_ptr<Request> request;
+  };
+  void launch_complete_buckets();
+  void progress();
+  void fail_and_drain();  // revokes and completes every request after a ProcessFailure
+
+  Communicator* comm_;
+  std::span<core::Parameter> params_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::size_t next_launch_ = 0;  // buckets are launched strictly in order
+};
+
+}  // namespace hardy::comm

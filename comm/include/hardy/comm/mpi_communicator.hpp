@@ -1,0 +1,73 @@
+#pragma once
+// Communicator over MPI (C API). Errors are returned, never fatal (MPI_ERRORS_RETURN), and every
+// MPI call's status goes through mpi_check().
+#include <mpi.h>
+
+#include <memory>
+
+#include "hardy/comm/communicator.hpp"
+
+namespace hardy::comm {
+
+// The one place MPI status codes become exceptions: MPI_SUCCESS returns; process failures and
+// revoked communicators (ULFM's MPIX_ERR_PROC_FAILED, _PROC_FAILED_PENDING, _REVOKED) throw
+// ProcessFailure; anything else throws hardy::Error. Messages name the call and carry
+// MPI_Error_string. With comm given, ProcessFailure lists the ranks of comm known to have failed.
+void mpi_check(int code, const char* call, MPI_Comm comm = MPI_COMM_NULL);
+
+// Initializes MPI for the lifetime of the object and finalizes it afterwards, unless MPI was
+// already initialized by someone else. Construct one in main(), before any communicator.
+class MpiSession {
+ public:
+  enum class Threads { funneled, serialized };  // only the main thread / one at a time calls MPI
+  MpiSession(int* argc, char*** argv, Threads threads = Threads::funneled);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+ private:
+  bool owned_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // MPI_COMM_WORLD itself (not freed on destruction), with its error handler set to return.
+  static std::unique_ptr<MpiCommunicator> world();
+  // Wraps comm; frees it on destruction when owned.
+  MpiCommunicator(MPI_Comm comm, bool owned);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  MPI_Comm handle() const { return comm_; }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void allreduce_sum(std::span<float> data) override;
+  void allreduce_sum(std::span<double> data) override;
+  std::unique_ptr<Request> iallreduce_sum(std::span<float> data) override;
+  void broadcast(std::span<std::byte> data, int root) override;
+  void barrier() override;
+  std::vector<std::string> hostnames() override;
+
+  bool fault_tolerant() const override { return fault_tolerant_; }
+  void revoke() override;
+  int agree(int flag) override;
+  std::vector<int> failed_ranks() override;
+  std::unique_ptr<Communicator> shrink() override;
+
+ private:
+  void require_fault_tolerance(const char* operation) const;
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0;
+  int size_ = 0;
+  bool fault_tolerant_ = false;
+};
+
+// Whether this process runs with ULFM enabled: built with it, and Open MPI's predefined MPI_FT
+// attribute on MPI_COMM_WORLD is true (it is while `mpirun --with-ft ulfm` sets
+// mpi_ft_enable). MPI must be initialized.
+bool ulfm_enabled();
+
+}  // namespace hardy::comm

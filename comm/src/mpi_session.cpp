@@ -1,0 +1,32 @@
+#include <string>
+
+#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/core/error.hpp"
+
+namespace hardy::comm {
+
+MpiSession::MpiSession(int* argc, char*** argv, Threads threads) {
+  int initialized = 0;
+  mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
+  if (initialized) return;
+  const int required = threads == Threads::funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_SERIALIZED;
+  int provided = MPI_THREAD_SINGLE;
+  mpi_check(MPI_Init_thread(argc, argv, required, &provided), "MPI_Init_thread");
+  owned_ = true;
+  // Errors on MPI_COMM_WORLD (and on communicators derived from it later) are returned to
+  // mpi_check rather than aborting the job.
+  mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  if (provided < required) {
+    MPI_Finalize();
+    owned_ = false;
+    throw hardy::Error("MPI_Init_thread: the MPI library provides thread level " +
+                       std::to_string(provided) + ", hardy needs " + std::to_string(required));
+  }
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 1;
+  if (owned_ && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
+}
+
+}  // namespace hardy::comm

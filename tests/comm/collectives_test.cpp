@@ -1,0 +1,100 @@
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "hardy/comm/errors.hpp"
+#include "hardy/comm/mpi_communicator.hpp"
+
+using hardy::comm::MpiCommunicator;
+using hardy::comm::ProcessFailure;
+
+TEST_CASE("allreduce_sum adds floats and doubles over all ranks", "[mpi]") {
+  auto comm = MpiCommunicator::world();
+  const int n = comm->size();
+  std::vector<float> f(1000);
+  std::vector<double> d(3);
+  for (std::size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(comm->rank() + i);
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = 0.5 * comm->rank() + 1e9 * i;
+  comm->allreduce_sum(f);
+  comm->allreduce_sum(d);
+  const double ranks = n * (n - 1) / 2.0;
+  for (std::size_t i = 0; i < f.size(); ++i) REQUIRE(f[i] == static_cast<float>(ranks + n * i));
+  for (std::size_t i = 0; i < d.size(); ++i) REQUIRE(d[i] == 0.5 * ranks + 1e9 * i * n);
+  comm->allreduce_sum(std::span<float>{});  // empty is fine
+}
+
+TEST_CASE("iallreduce_sum completes through test() and wait()", "[mpi]") {
+  auto comm = MpiCommunicator::world();
+  std::vector<float> a(1 << 16, 1.0f), b(7, 2.0f);
+  auto ra = comm->iallreduce_sum(a);
+  auto rb = comm->iallreduce_sum(b);
+  while (!ra->test()) {
+  }
+  rb->wait();
+  REQUIRE(ra->done());
+  REQUIRE(rb->done());
+  rb->wait();  // again: a no-op
+  REQUIRE(a.front() == comm->size());
+  REQUIRE(a.back() == comm->size());
+  REQUIRE(b[6] == 2.0f * comm->size());
+}
+
+TEST_CASE("broadcast copies the root's bytes to every rank", "[mpi]") {
+  auto comm = MpiCommunicator::world();
+  for (int root = 0; root < comm->size(); ++root) {
+    std::vector<std::byte> data(1000, std::byte{0});
+    if (comm->rank() == root) {
+      for (std::size_t i = 0; i < data.size(); ++i) data[i] = std::byte(i * 7 + root);
+    }
+    comm->broadcast(data, root);
+    for (std::size_t i = 0; i < data.size(); ++i) REQUIRE(data[i] == std::byte(i * 7 + root));
+  }
+  std::vector<std::byte> one(1);
+  REQUIRE_THROWS_AS(comm->broadcast(one, comm->size()), hardy::Error);
+}
+
+TEST_CASE("barrier and hostnames", "[mpi]") {
+  auto comm = MpiCommunicator::world();
+  comm->barrier();
+  const auto names = comm->hostnames();
+  REQUIRE(names.size() == static_cast<std::size_t>(comm->size()));
+  for (const auto& name : names) REQUIRE_FALSE(name.empty());
+}
+
+TEST_CASE("agree is the bitwise AND of every rank's flag", "[mpi]") {
+  auto comm = MpiCommunicator::world();
+  REQUIRE(comm->agree(1) == 1);
+  REQUIRE(comm->agree(comm->rank() == 0 ? 0 : 1) == 0);
+  const int all = 0xff;
+  const int mine = all & ~(1 << comm->rank());
+  REQUIRE(comm->agree(mine) == (all & ~((1 << comm->size()) - 1)));
+}
+
+TEST_CASE("without ULFM at run time, revoke and shrink refuse clearly", "[noft]") {
+  auto comm = MpiCommunicator::world();
+  REQUIRE_FALSE(comm->fault_tolerant());
+  REQUIRE_FALSE(hardy::comm::ulfm_enabled());
+  REQUIRE_THROWS_WITH(comm->revoke(), Catch::Contains("fault tolerance is unavailable"));
+  REQUIRE_THROWS_WITH(comm->shrink(), Catch::Contains("fault tolerance is unavailable"));
+  REQUIRE(comm->failed_ranks().empty());
+}
+
+TEST_CASE("with ULFM: a revoked communicator raises ProcessFailure, agrees and shrinks", "[ft]") {
+  auto world = MpiCommunicator::world();
+  REQUIRE(world->fault_tolerant());
+  REQUIRE(world->failed_ranks().empty());
+  auto comm = world->shrink();  // nobody failed: a copy of world
+  REQUIRE(comm->size() == world->size());
+  REQUIRE(comm->rank() == world->rank());
+  if (comm->rank() == 0) comm->revoke();
+  std::vector<float> x(16, 1.0f);
+  REQUIRE_THROWS_AS(comm->allreduce_sum(x), ProcessFailure);
+  REQUIRE_THROWS_AS(comm->barrier(), ProcessFailure);
+  REQUIRE(comm->agree(comm->rank() == 1 ? 2 : 3) == 2);  // agree works on a revoked communicator
+  auto fresh = comm->shrink();
+  REQUIRE(fresh->size() == world->size());
+  std::vector<float> y(16, 1.0f);
+  fresh->allreduce_sum(y);
+  REQUIRE(y[15] == static_cast<float>(world->size()));
+}
