@@ -8,12 +8,12 @@
 
 namespace hardy::comm {
 
-GradientBuckets::GradientBuckets(Communicator& comm, std::span<core::Parameter> params,
+GradientBuckets::GradientBuckets(Communicator& comm, std::vector<core::Parameter*> params,
                                  std::size_t bucket_bytes)
-    : comm_(&comm), params_(params), slots_(params.size()) {
+    : comm_(&comm), params_(std::move(params)), slots_(params_.size()) {
   std::size_t filled = 0;  // floats in the current (last) bucket
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const core::Tensor& shape = params[i].value.defined() ? params[i].value : params[i].grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const core::Tensor& shape = params_[i]->value.defined() ? params_[i]->value : params_[i]->grad;
     const auto count = static_cast<std::size_t>(shape.defined() ? shape.numel() : 0);
     // A new bucket when the next gradient would overflow a non-empty one.
     if (buckets_.empty() || (filled > 0 && (filled + count) * sizeof(float) > bucket_bytes)) {
@@ -36,7 +36,7 @@ void GradientBuckets::mark_ready(std::size_t index) {
                        " is beyond the " + std::to_string(slots_.size()) + " parameters");
   }
   Slot& slot = slots_[index];
-  const core::Parameter& param = params_[index];
+  const core::Parameter& param = *params_[index];
   if (slot.ready) {
     throw hardy::Error("GradientBuckets: parameter " + param.name +
                        " marked ready twice in a step");
@@ -74,7 +74,7 @@ void GradientBuckets::finish(float scale) {
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     const float* sum = buckets_[slot.bucket].data.data() + slot.offset;
-    std::span<float> grad = params_[i].grad.f32();
+    std::span<float> grad = params_[i]->grad.f32();
     for (std::size_t j = 0; j < slot.count; ++j) grad[j] = sum[j] * scale;
   }
   rebind(*comm_);

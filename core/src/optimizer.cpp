@@ -81,9 +81,7 @@ std::vector<std::pair<std::string, Tensor*>> Optimizer::state_tensors() {
 }
 
 void Optimizer::step(std::span<Parameter> params, float lr) {
-  std::vector<Parameter*> pointers;
-  pointers.reserve(params.size());
-  for (Parameter& param : params) pointers.push_back(&param);
+  const auto pointers = pointers_to(params);
   step(std::span<Parameter* const>(pointers), lr);
 }
 

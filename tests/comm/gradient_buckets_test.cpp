@@ -62,7 +62,7 @@ TEST_CASE("GradientBuckets gives the same sums as a plain allreduce per gradient
   const float scale = 0.5f;
 
   auto params = make_params(counts);
-  GradientBuckets buckets(*comm, params, bucket_bytes);
+  GradientBuckets buckets(*comm, hardy::core::pointers_to(params), bucket_bytes);
   if (bucket_bytes == GradientBuckets::kDefaultBucketBytes) REQUIRE(buckets.bucket_count() == 1);
   if (bucket_bytes == 64) REQUIRE(buckets.bucket_count() >= counts.size() - 1);  // one per tensor
 
@@ -94,7 +94,7 @@ TEST_CASE("GradientBuckets gives the same sums as a plain allreduce per gradient
 TEST_CASE("GradientBuckets rejects misuse and can be rebound", "[mpi]") {
   auto comm = MpiCommunicator::world();
   auto params = make_params({10, 20});
-  GradientBuckets buckets(*comm, params, 1);
+  GradientBuckets buckets(*comm, hardy::core::pointers_to(params), 1);
   REQUIRE(buckets.bucket_count() == 2);
   REQUIRE(buckets.bucket_of(1) == 1);
   buckets.mark_ready(0);

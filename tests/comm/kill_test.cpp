@@ -141,7 +141,7 @@ TEST_CASE("GradientBuckets: a death mid-step raises ProcessFailure, rebinding re
   auto fill = [&](float v) {
     for (auto& p : params) std::ranges::fill(p.grad.f32(), v);
   };
-  hardy::comm::GradientBuckets buckets(*world, params, 16 * 1024);
+  hardy::comm::GradientBuckets buckets(*world, hardy::core::pointers_to(params), 16 * 1024);
   REQUIRE(buckets.bucket_count() > 3);
   fill(1.0f);
   buckets.finish(1.0f);  // one healthy step

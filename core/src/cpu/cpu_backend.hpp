@@ -1,7 +1,9 @@
 #pragma once
-// The CPU backend: oneDNN primitives for convolution, normalization, resampling, pooling and
-// concatenation; OpenMP loops only for point-wise work that oneDNN has no primitive for (group
-// normalization, the loss, optimizer updates). Activations are NHWC, weights OIHW.
+// The CPU backend: oneDNN primitives for convolution, batch-norm application, relu, resampling
+// and concatenation; OpenMP loops for what oneDNN has no primitive for (group normalization, the
+// split batch-norm reductions, global average pooling, the loss, optimizer updates).
+// Activations are NHWC, weights OIHW.
+#include <cstddef>
 #include <memory>
 
 #include "hardy/core/backend.hpp"
@@ -70,6 +72,10 @@ class CpuBackend final : public Backend {
   void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr, float beta1,
                    float beta2, float eps, float weight_decay, long step) override;
   bool has_non_finite(const Tensor& x) override;
+
+  // Number of cached oneDNN primitives (a convolution counts once with its weights reorder);
+  // tests use it to check that repeating a shape creates nothing new.
+  std::size_t cached_primitive_count() const;
 
  private:
   // oneDNN engine, stream and the primitive caches (keyed by shapes and geometry) live here so

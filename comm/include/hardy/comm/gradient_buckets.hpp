@@ -20,10 +20,10 @@ class GradientBuckets {
  public:
   static constexpr std::size_t kDefaultBucketBytes = 25u << 20;  // PyTorch DDP's default
 
-  // params: in the order their gradients become ready in backward (reverse layer order); the
-  // span must outlive this object. Gradients are host f32 tensors with as many elements as
+  // params: the model's parameters (which it owns and which must outlive this object); bucket
+  // order follows this list, so pass it in the order gradients become ready in backward. Gradients are host f32 tensors with as many elements as
   // their values. A parameter larger than bucket_bytes gets a bucket of its own.
-  GradientBuckets(Communicator& comm, std::span<core::Parameter> params,
+  GradientBuckets(Communicator& comm, std::vector<core::Parameter*> params,
                   std::size_t bucket_bytes = kDefaultBucketBytes);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
@@ -66,7 +66,7 @@ class GradientBuckets {
   void fail_and_drain();  // revokes and completes every request after a ProcessFailure
 
   Communicator* comm_;
-  std::span<core::Parameter> params_;
+  std::vector<core::Parameter*> params_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
   std::size_t next_launch_ = 0;  // buckets are launched strictly in order

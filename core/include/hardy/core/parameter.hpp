@@ -1,5 +1,7 @@
 #pragma once
+#include <span>
 #include <string>
+#include <vector>
 
 #include "hardy/core/tensor.hpp"
 
@@ -13,5 +15,13 @@ struct Parameter {
   Tensor grad;
   bool weight_decay = true;  // false for biases and normalization scales/shifts
 };
+
+// Pointers to parameters held by value (tests, benchmarks); models hand out pointers already.
+inline std::vector<Parameter*> pointers_to(std::span<Parameter> params) {
+  std::vector<Parameter*> pointers;
+  pointers.reserve(params.size());
+  for (Parameter& p : params) pointers.push_back(&p);
+  return pointers;
+}
 
 }  // namespace hardy::core

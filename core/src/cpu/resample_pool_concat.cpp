@@ -1,0 +1,246 @@
+// Relu, bilinear resampling and channel concatenation through oneDNN; global average pooling as
+// plain loops (a reduction over H*W per channel, where a pooling primitive gains nothing).
+#include "cpu/dnnl_support.hpp"
+
+namespace hardy::core {
+
+using namespace cpu;  // the backend's internal helpers, declared in dnnl_support.hpp
+
+namespace {
+
+using dnnl::memory;
+
+constexpr auto key_of(PrimitiveKind kind) { return static_cast<std::int64_t>(kind); }
+
+// Relu works on the flat array, so any layout is fine as long as both sides share it.
+void check_elementwise_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
+                            std::string_view role_b, const Tensor& b) {
+  require_host_f32(operation, role_a, a);
+  require_host_f32(operation, role_b, b);
+  require_same_dims(operation, role_a, a, role_b, b);
+  if (a.layout() != b.layout())
+    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) must share a layout", operation,
+                                      role_a, a.describe(), role_b, b.describe()));
+}
+
+// Same batch and channels, any spatial size: the pairs (x, y) of resampling and pooling.
+void check_spatial_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
+                        std::string_view role_b, const Tensor& b) {
+  require_activation(operation, role_a, a);
+  require_activation(operation, role_b, b);
+  if (a.n() != b.n() || a.c() != b.c())
+    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in batch or channels",
+                                      operation, role_a, a.describe(), role_b, b.describe()));
+}
+
+// Inputs of a concatenation (or outputs of a split) against the full tensor.
+template <class TensorPointer>
+void check_channel_slices(std::string_view operation, std::span<TensorPointer const> slices,
+                          std::string_view full_role, const Tensor& full) {
+  require_activation(operation, full_role, full);
+  if (slices.empty()) throw InvalidArgument(fmt::format("{}: no slices given", operation));
+  std::int64_t channels = 0;
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    const std::string role = fmt::format("slice {}", i);
+    if (slices[i] == nullptr) throw InvalidArgument(fmt::format("{}: {} is null", operation, role));
+    const Tensor& slice = *slices[i];
+    require_activation(operation, role, slice);
+    if (slice.n() != full.n() || slice.h() != full.h() || slice.w() != full.w())
+      throw InvalidArgument(fmt::format("{}: {} ({}) does not match {} ({}) in N, H or W",
+                                        operation, role, slice.describe(), full_role,
+                                        full.describe()));
+    channels += slice.c();
+  }
+  if (channels != full.c())
+    throw InvalidArgument(fmt::format("{}: slices have {} channels in total but {} ({}) has {}",
+                                      operation, channels, full_role, full.describe(), full.c()));
+}
+
+}  // namespace
+
+void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
+  constexpr std::string_view operation = "relu_forward";
+  check_elementwise_pair(operation, "x", x, "y", y);
+  dnnl_checked(operation, {&x, &y}, [&] {
+    const memory::desc data = dnnl_flat_desc(x);
+    const auto key = PrimitiveKey{}.add(key_of(PrimitiveKind::relu_forward)).add(x.numel());
+    const CachedPrimitive& relu = impl_->cached(key, [&] {
+      const dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                             dnnl::algorithm::eltwise_relu, data, 0.0f);
+      const dnnl::eltwise_forward::primitive_desc pd(desc, impl_->engine);
+      return CachedPrimitive{dnnl::eltwise_forward(pd), implementation_name(pd)};
+    });
+    impl_->execute(relu.primitive, {{DNNL_ARG_SRC, dnnl_memory(impl_->engine, data, x)},
+                                    {DNNL_ARG_DST, dnnl_memory(impl_->engine, data, y)}});
+  });
+}
+
+void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  constexpr std::string_view operation = "relu_backward";
+  check_elementwise_pair(operation, "y", y, "dy", dy);
+  check_elementwise_pair(operation, "y", y, "dx", dx);
+  dnnl_checked(operation, {&y, &dy, &dx}, [&] {
+    const memory::desc data = dnnl_flat_desc(y);
+    const auto key = PrimitiveKey{}.add(key_of(PrimitiveKind::relu_backward)).add(y.numel());
+    const CachedPrimitive& relu = impl_->cached(key, [&] {
+      // The mask comes from the output, so the forward input need not be kept.
+      const auto algorithm = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
+      const dnnl::eltwise_forward::primitive_desc hint(
+          {dnnl::prop_kind::forward_training, algorithm, data, 0.0f}, impl_->engine);
+      const dnnl::eltwise_backward::desc desc(algorithm, data, data, 0.0f);
+      const dnnl::eltwise_backward::primitive_desc pd(desc, impl_->engine, hint);
+      return CachedPrimitive{dnnl::eltwise_backward(pd), implementation_name(pd)};
+    });
+    impl_->execute(relu.primitive, {{DNNL_ARG_DST, dnnl_memory(impl_->engine, data, y)},
+                                    {DNNL_ARG_DIFF_DST, dnnl_memory(impl_->engine, data, dy)},
+                                    {DNNL_ARG_DIFF_SRC, dnnl_memory(impl_->engine, data, dx)}});
+  });
+}
+
+namespace {
+
+// oneDNN's linear resampling maps output pixel o to source coordinate (o + 0.5) * in / out - 0.5
+// and clamps at the borders, which is PyTorch's align_corners=False.
+dnnl::resampling_forward::primitive_desc resampling_descriptor(const dnnl::engine& engine,
+                                                               const memory::desc& source,
+                                                               const memory::desc& destination) {
+  const dnnl::resampling_forward::desc desc(
+      dnnl::prop_kind::forward_training, dnnl::algorithm::resampling_linear, source, destination);
+  return {desc, engine};
+}
+
+}  // namespace
+
+void CpuBackend::upsample_bilinear_forward(const Tensor& x, Tensor& y) {
+  constexpr std::string_view operation = "upsample_bilinear_forward";
+  check_spatial_pair(operation, "x", x, "y", y);
+  dnnl_checked(operation, {&x, &y}, [&] {
+    const memory::desc source = dnnl_desc(x), destination = dnnl_desc(y);
+    const auto key =
+        PrimitiveKey{}.add(key_of(PrimitiveKind::resample_forward)).add(x.dims()).add(y.dims());
+    const CachedPrimitive& resample = impl_->cached(key, [&] {
+      const auto pd = resampling_descriptor(impl_->engine, source, destination);
+      return CachedPrimitive{dnnl::resampling_forward(pd), implementation_name(pd)};
+    });
+    impl_->execute(resample.primitive,
+                   {{DNNL_ARG_SRC, dnnl_memory(impl_->engine, source, x)},
+                    {DNNL_ARG_DST, dnnl_memory(impl_->engine, destination, y)}});
+  });
+}
+
+void CpuBackend::upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
+  constexpr std::string_view operation = "upsample_bilinear_backward";
+  check_spatial_pair(operation, "dy", dy, "dx", dx);
+  dnnl_checked(operation, {&dy, &dx}, [&] {
+    const memory::desc source = dnnl_desc(dx), destination = dnnl_desc(dy);
+    const auto key =
+        PrimitiveKey{}.add(key_of(PrimitiveKind::resample_backward)).add(dx.dims()).add(dy.dims());
+    const CachedPrimitive& resample = impl_->cached(key, [&] {
+      const auto hint = resampling_descriptor(impl_->engine, source, destination);
+      const dnnl::resampling_backward::desc desc(dnnl::algorithm::resampling_linear, source,
+                                                 destination);
+      const dnnl::resampling_backward::primitive_desc pd(desc, impl_->engine, hint);
+      return CachedPrimitive{dnnl::resampling_backward(pd), implementation_name(pd)};
+    });
+    impl_->execute(resample.primitive,
+                   {{DNNL_ARG_DIFF_DST, dnnl_memory(impl_->engine, destination, dy)},
+                    {DNNL_ARG_DIFF_SRC, dnnl_memory(impl_->engine, source, dx)}});
+  });
+}
+
+void CpuBackend::concat_channels(std::span<const Tensor* const> inputs, Tensor& y) {
+  constexpr std::string_view operation = "concat_channels";
+  check_channel_slices(operation, inputs, "y", y);
+  std::vector<const Tensor*> operands(inputs.begin(), inputs.end());
+  operands.push_back(&y);
+  dnnl_checked(operation, Operands(operands), [&] {
+    PrimitiveKey key = PrimitiveKey{}.add(key_of(PrimitiveKind::concat)).add(y.dims());
+    std::vector<memory::desc> sources;
+    for (const Tensor* input : inputs) {
+      key.add(input->c());
+      sources.push_back(dnnl_desc(*input));
+    }
+    const memory::desc destination = dnnl_desc(y);
+    const CachedPrimitive& concat = impl_->cached(key, [&] {
+      const dnnl::concat::primitive_desc pd(destination, 1, sources, impl_->engine);
+      return CachedPrimitive{dnnl::concat(pd), implementation_name(pd)};
+    });
+    std::unordered_map<int, memory> arguments{
+        {DNNL_ARG_DST, dnnl_memory(impl_->engine, destination, y)}};
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      arguments.emplace(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i),
+                        dnnl_memory(impl_->engine, sources[i], *inputs[i]));
+    impl_->execute(concat.primitive, arguments);
+  });
+}
+
+void CpuBackend::split_channels(const Tensor& dy, std::span<Tensor* const> outputs) {
+  constexpr std::string_view operation = "split_channels";
+  check_channel_slices(operation, outputs, "dy", dy);
+  std::vector<const Tensor*> operands{&dy};
+  operands.insert(operands.end(), outputs.begin(), outputs.end());
+  dnnl_checked(operation, Operands(operands), [&] {
+    const memory::desc whole = dnnl_desc(dy);
+    std::int64_t first_channel = 0;
+    for (Tensor* output : outputs) {
+      // Each output is a reorder out of a channel window of dy, which oneDNN reads in place.
+      const memory::desc window = whole.submemory_desc(output->dims(), {0, first_channel, 0, 0});
+      const memory::desc destination = dnnl_desc(*output);
+      const auto key = PrimitiveKey{}
+                           .add(key_of(PrimitiveKind::split_slice))
+                           .add(dy.dims())
+                           .add(first_channel)
+                           .add(output->c());
+      const CachedPrimitive& slice = impl_->cached(key, [&] {
+        const dnnl::reorder::primitive_desc pd(impl_->engine, window, impl_->engine, destination);
+        return CachedPrimitive{dnnl::reorder(pd), implementation_name(pd)};
+      });
+      impl_->execute(slice.primitive,
+                     {{DNNL_ARG_FROM, dnnl_memory(impl_->engine, window, dy)},
+                      {DNNL_ARG_TO, dnnl_memory(impl_->engine, destination, *output)}});
+      first_channel += output->c();
+    }
+  });
+}
+
+void CpuBackend::global_avg_pool_forward(const Tensor& x, Tensor& y) {
+  constexpr std::string_view operation = "global_avg_pool_forward";
+  check_spatial_pair(operation, "x", x, "y", y);
+  require_dims(operation, "y", y, {x.n(), x.c(), 1, 1});
+  const std::int64_t batch = x.n(), channels = x.c(), pixels = x.h() * x.w();
+  const float* src = x.data<float>();
+  float* dst = y.data<float>();
+  // Blocks of channels give both threads work when the batch is 1.
+  constexpr std::int64_t block = 64;
+  const std::int64_t blocks = (channels + block - 1) / block;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t n = 0; n < batch; ++n)
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::int64_t first = b * block, width = std::min(block, channels - first);
+      double sums[block] = {};
+      for (std::int64_t p = 0; p < pixels; ++p) {
+        const float* row = src + (n * pixels + p) * channels + first;
+        for (std::int64_t j = 0; j < width; ++j) sums[j] += row[j];
+      }
+      for (std::int64_t j = 0; j < width; ++j)
+        dst[n * channels + first + j] = static_cast<float>(sums[j] / static_cast<double>(pixels));
+    }
+}
+
+void CpuBackend::global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
+  constexpr std::string_view operation = "global_avg_pool_backward";
+  check_spatial_pair(operation, "dx", dx, "dy", dy);
+  require_dims(operation, "dy", dy, {dx.n(), dx.c(), 1, 1});
+  const std::int64_t batch = dx.n(), channels = dx.c(), pixels = dx.h() * dx.w();
+  const float* grad = dy.data<float>();
+  float* grad_src = dx.data<float>();
+  const float share = pixels > 0 ? 1.0f / static_cast<float>(pixels) : 0.0f;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t n = 0; n < batch; ++n)
+    for (std::int64_t p = 0; p < pixels; ++p) {
+      float* row = grad_src + (n * pixels + p) * channels;
+      for (std::int64_t c = 0; c < channels; ++c) row[c] = grad[n * channels + c] * share;
+    }
+}
+
+}  // namespace hardy::core

@@ -1,0 +1,154 @@
+#pragma once
+// Naive reference implementations of the backend's forward operations: straight loops over the
+// textbook formulas, accumulating in double, written for clarity rather than speed. They read
+// and write through offset4, so they work for any activation layout.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "hardy/core/backend.hpp"
+#include "hardy/core/tensor.hpp"
+
+namespace hardy::test_reference {
+
+using core::ConvGeometry;
+using core::Layout;
+using core::Tensor;
+
+inline float& at(Tensor& t, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  return t.data<float>()[core::offset4(t.layout(), t.c(), t.h(), t.w(), n, c, h, w)];
+}
+
+inline float at(const Tensor& t, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  return t.data<float>()[core::offset4(t.layout(), t.c(), t.h(), t.w(), n, c, h, w)];
+}
+
+// Weights (O, I, KH, KW) stored row-major.
+inline float weight_at(const Tensor& weight, std::int64_t o, std::int64_t i, std::int64_t kh,
+                       std::int64_t kw) {
+  return weight.data<float>()[((o * weight.dim(1) + i) * weight.dim(2) + kh) * weight.dim(3) + kw];
+}
+
+inline Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                     const ConvGeometry& g) {
+  const std::int64_t kernel_h = weight.dim(2), kernel_w = weight.dim(3);
+  const std::int64_t out_h =
+      core::conv_output_size(static_cast<int>(x.h()), static_cast<int>(kernel_h), g);
+  const std::int64_t out_w =
+      core::conv_output_size(static_cast<int>(x.w()), static_cast<int>(kernel_w), g);
+  Tensor y = Tensor::host({x.n(), weight.dim(0), out_h, out_w});
+  for (std::int64_t n = 0; n < x.n(); ++n)
+    for (std::int64_t o = 0; o < weight.dim(0); ++o)
+      for (std::int64_t oh = 0; oh < out_h; ++oh)
+        for (std::int64_t ow = 0; ow < out_w; ++ow) {
+          double sum = bias != nullptr ? bias->data<float>()[o] : 0.0;
+          for (std::int64_t i = 0; i < x.c(); ++i)
+            for (std::int64_t kh = 0; kh < kernel_h; ++kh)
+              for (std::int64_t kw = 0; kw < kernel_w; ++kw) {
+                const std::int64_t ih = oh * g.stride - g.padding + kh * g.dilation;
+                const std::int64_t iw = ow * g.stride - g.padding + kw * g.dilation;
+                if (ih < 0 || ih >= x.h() || iw < 0 || iw >= x.w()) continue;
+                sum += static_cast<double>(at(x, n, i, ih, iw)) * weight_at(weight, o, i, kh, kw);
+              }
+          at(y, n, o, oh, ow) = static_cast<float>(sum);
+        }
+  return y;
+}
+
+struct GroupNormResult {
+  Tensor y;
+  std::vector<double> mean, rstd;  // (N, groups) row-major
+};
+
+inline GroupNormResult group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                  int groups, float eps, bool relu) {
+  GroupNormResult result{Tensor::host(x.dims()), {}, {}};
+  const std::int64_t group_channels = x.c() / groups;
+  for (std::int64_t n = 0; n < x.n(); ++n)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      double sum = 0.0, count = 0.0;
+      for (std::int64_t c = g * group_channels; c < (g + 1) * group_channels; ++c)
+        for (std::int64_t h = 0; h < x.h(); ++h)
+          for (std::int64_t w = 0; w < x.w(); ++w, count += 1.0) sum += at(x, n, c, h, w);
+      const double mean = sum / count;
+      double squares = 0.0;
+      for (std::int64_t c = g * group_channels; c < (g + 1) * group_channels; ++c)
+        for (std::int64_t h = 0; h < x.h(); ++h)
+          for (std::int64_t w = 0; w < x.w(); ++w)
+            squares += (at(x, n, c, h, w) - mean) * (at(x, n, c, h, w) - mean);
+      const double rstd = 1.0 / std::sqrt(squares / count + eps);
+      result.mean.push_back(mean);
+      result.rstd.push_back(rstd);
+      for (std::int64_t c = g * group_channels; c < (g + 1) * group_channels; ++c)
+        for (std::int64_t h = 0; h < x.h(); ++h)
+          for (std::int64_t w = 0; w < x.w(); ++w) {
+            const double value =
+                (at(x, n, c, h, w) - mean) * rstd * gamma.data<float>()[c] + beta.data<float>()[c];
+            at(result.y, n, c, h, w) = static_cast<float>(relu ? std::max(value, 0.0) : value);
+          }
+    }
+  return result;
+}
+
+inline Tensor batch_norm(const Tensor& x, const Tensor& mean, const Tensor& variance,
+                         const Tensor& gamma, const Tensor& beta, float eps, bool relu) {
+  Tensor y = Tensor::host(x.dims());
+  for (std::int64_t n = 0; n < x.n(); ++n)
+    for (std::int64_t c = 0; c < x.c(); ++c)
+      for (std::int64_t h = 0; h < x.h(); ++h)
+        for (std::int64_t w = 0; w < x.w(); ++w) {
+          const double value = (at(x, n, c, h, w) - static_cast<double>(mean.data<float>()[c])) /
+                                   std::sqrt(static_cast<double>(variance.data<float>()[c]) + eps) *
+                                   gamma.data<float>()[c] +
+                               beta.data<float>()[c];
+          at(y, n, c, h, w) = static_cast<float>(relu ? std::max(value, 0.0) : value);
+        }
+  return y;
+}
+
+// PyTorch's align_corners=False source index along one axis: the two neighbours and the weight
+// of the second.
+struct LinearTap {
+  std::int64_t first, second;
+  double weight;
+};
+
+inline LinearTap linear_tap(std::int64_t out, std::int64_t in_size, std::int64_t out_size) {
+  const double source = std::max(
+      (static_cast<double>(out) + 0.5) * static_cast<double>(in_size) / out_size - 0.5, 0.0);
+  const auto first = std::min(static_cast<std::int64_t>(source), in_size - 1);
+  return {first, std::min(first + 1, in_size - 1), source - static_cast<double>(first)};
+}
+
+inline Tensor upsample_bilinear(const Tensor& x, std::int64_t out_h, std::int64_t out_w) {
+  Tensor y = Tensor::host({x.n(), x.c(), out_h, out_w});
+  for (std::int64_t n = 0; n < x.n(); ++n)
+    for (std::int64_t c = 0; c < x.c(); ++c)
+      for (std::int64_t oh = 0; oh < out_h; ++oh)
+        for (std::int64_t ow = 0; ow < out_w; ++ow) {
+          const LinearTap row = linear_tap(oh, x.h(), out_h);
+          const LinearTap col = linear_tap(ow, x.w(), out_w);
+          const double top = (1 - col.weight) * at(x, n, c, row.first, col.first) +
+                             col.weight * at(x, n, c, row.first, col.second);
+          const double bottom = (1 - col.weight) * at(x, n, c, row.second, col.first) +
+                                col.weight * at(x, n, c, row.second, col.second);
+          at(y, n, c, oh, ow) = static_cast<float>((1 - row.weight) * top + row.weight * bottom);
+        }
+  return y;
+}
+
+inline Tensor global_avg_pool(const Tensor& x) {
+  Tensor y = Tensor::host({x.n(), x.c(), 1, 1});
+  for (std::int64_t n = 0; n < x.n(); ++n)
+    for (std::int64_t c = 0; c < x.c(); ++c) {
+      double sum = 0.0;
+      for (std::int64_t h = 0; h < x.h(); ++h)
+        for (std::int64_t w = 0; w < x.w(); ++w) sum += at(x, n, c, h, w);
+      at(y, n, c, 0, 0) = static_cast<float>(sum / static_cast<double>(x.h() * x.w()));
+    }
+  return y;
+}
+
+}  // namespace hardy::test_reference

@@ -1,0 +1,664 @@
+// The oneDNN CPU backend against naive reference loops (forward) and central finite
+// differences of a scalar objective L = sum(y .* r) (every backward). Shapes are small and
+// deliberately awkward: odd channel counts, non-square images, strides, dilation.
+#include <algorithm>
+#include <array>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../core/src/cpu/cpu_backend.hpp"
+#include "hardy/core/error.hpp"
+#include "reference_ops.hpp"
+
+using namespace hardy::core;
+namespace reference = hardy::test_reference;
+
+namespace {
+
+Tensor random_tensor(std::vector<std::int64_t> dims, unsigned seed, float low = -1.0f,
+                     float high = 1.0f, Layout layout = Layout::nhwc) {
+  Tensor t = Tensor::host(std::move(dims), DType::f32, layout);
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> uniform(low, high);
+  for (float& value : t.f32()) value = uniform(generator);
+  return t;
+}
+
+// Values in +-[min_magnitude, 1]: inputs of a relu stay clear of its kink.
+Tensor away_from_zero(std::vector<std::int64_t> dims, unsigned seed, float min_magnitude) {
+  Tensor t = random_tensor(std::move(dims), seed, min_magnitude, 1.0f);
+  std::mt19937 generator(seed + 1000);
+  for (float& value : t.f32())
+    if (generator() % 2 == 0) value = -value;
+  return t;
+}
+
+Tensor channel_vector(std::int64_t channels, unsigned seed, float low, float high) {
+  return random_tensor({channels}, seed, low, high, Layout::flat);
+}
+
+Tensor values_tensor(std::vector<std::int64_t> dims, const std::vector<float>& values) {
+  Tensor t = Tensor::host(std::move(dims));
+  REQUIRE(t.numel() == static_cast<std::int64_t>(values.size()));
+  std::copy(values.begin(), values.end(), t.f32().begin());
+  return t;
+}
+
+double weighted_sum(const Tensor& y, const Tensor& r) {
+  REQUIRE(y.dims() == r.dims());
+  double sum = 0.0;
+  for (std::size_t i = 0; i < y.f32().size(); ++i)
+    sum += static_cast<double>(y.f32()[i]) * r.f32()[i];
+  return sum;
+}
+
+double min_magnitude(const Tensor& t) {
+  double smallest = INFINITY;
+  for (float value : t.f32()) smallest = std::min(smallest, std::fabs(static_cast<double>(value)));
+  return smallest;
+}
+
+// Element-wise |actual - expected| <= tolerance * (1 + |expected|), reporting the first miss.
+void check_close(const Tensor& actual, const Tensor& expected, double tolerance = 1e-4) {
+  REQUIRE(actual.dims() == expected.dims());
+  REQUIRE(actual.layout() == expected.layout());
+  std::size_t misses = 0;
+  for (std::size_t i = 0; i < actual.f32().size(); ++i) {
+    const double a = actual.f32()[i], e = expected.f32()[i];
+    if (std::fabs(a - e) <= tolerance * (1.0 + std::fabs(e))) continue;
+    if (misses++ == 0)
+      UNSCOPED_INFO("first mismatch at flat index " << i << ": " << a << " vs " << e);
+  }
+  CHECK(misses == 0);
+}
+
+struct GradientComparison {
+  double relative_error;  // ||numeric - analytic|| / max(||numeric||, ||analytic||)
+  double worst_element;   // max |numeric - analytic| / max |analytic|
+  double analytic_norm;
+};
+
+// Larger tensors are checked on this many evenly spread elements, which keeps the number of
+// forward passes (two per element) and so the test time bounded.
+constexpr std::size_t max_checked_elements = 400;
+
+// Central differences of objective() with respect to the elements of input (which the
+// objective reads through a shared tensor handle), against the analytic gradient.
+GradientComparison compare_gradient(Tensor& input, const Tensor& analytic,
+                                    const std::function<double()>& objective, float step) {
+  REQUIRE(input.dims() == analytic.dims());
+  double difference_squares = 0, numeric_squares = 0, analytic_squares = 0;
+  double worst_difference = 0, largest_analytic = 0;
+  const std::size_t count = input.f32().size();
+  const std::size_t checked = std::min(count, max_checked_elements);
+  for (std::size_t k = 0; k < checked; ++k) {
+    const std::size_t i = k * count / checked;
+    float& value = input.f32()[i];
+    const float original = value;
+    // The steps actually taken in f32, which differ from `step` by rounding.
+    value = original + step;
+    const double step_up = static_cast<double>(value) - original;
+    const double up = objective();
+    value = original - step;
+    const double step_down = original - static_cast<double>(value);
+    const double down = objective();
+    value = original;
+    const double numeric = (up - down) / (step_up + step_down);
+    const double exact = analytic.f32()[i];
+    difference_squares += (numeric - exact) * (numeric - exact);
+    numeric_squares += numeric * numeric;
+    analytic_squares += exact * exact;
+    worst_difference = std::max(worst_difference, std::fabs(numeric - exact));
+    largest_analytic = std::max(largest_analytic, std::fabs(exact));
+  }
+  const double scale = std::max(std::sqrt(numeric_squares), std::sqrt(analytic_squares));
+  return {scale > 0 ? std::sqrt(difference_squares) / scale : 0.0,
+          largest_analytic > 0 ? worst_difference / largest_analytic : worst_difference,
+          std::sqrt(analytic_squares)};
+}
+
+// Central differences through f32 forward passes agree with the analytic gradients here to
+// about 2e-4 (measured); 2e-3 leaves headroom and still catches a gradient that is 1 % off.
+constexpr double gradient_tolerance = 2e-3;
+
+void check_gradient(const std::string& what, Tensor& input, const Tensor& analytic,
+                    const std::function<double()>& objective, float step = 1e-2f) {
+  const GradientComparison comparison = compare_gradient(input, analytic, objective, step);
+  INFO(what << ": relative error " << comparison.relative_error << ", worst element "
+            << comparison.worst_element << ", |analytic| " << comparison.analytic_norm);
+  CHECK(comparison.analytic_norm > 1e-3);  // a vanishing gradient would make the check vacuous
+  CHECK(comparison.relative_error < gradient_tolerance);
+  CHECK(comparison.worst_element < 2 * gradient_tolerance);
+}
+
+struct ConvCase {
+  std::int64_t batch, in_channels, out_channels, height, width, kernel;
+  ConvGeometry geometry;
+  bool bias;
+};
+
+const std::vector<ConvCase> conv_cases{
+    {2, 3, 4, 7, 6, 3, {.stride = 1, .padding = 1, .dilation = 1}, true},
+    {1, 5, 8, 9, 7, 3, {.stride = 2, .padding = 1, .dilation = 1}, false},
+    {2, 4, 6, 8, 9, 3, {.stride = 1, .padding = 2, .dilation = 2}, true},
+    {1, 3, 5, 7, 8, 1, {.stride = 2, .padding = 0, .dilation = 1}, true},
+    {1, 2, 3, 11, 10, 3, {.stride = 3, .padding = 1, .dilation = 2}, false},
+    // Atrous pyramids on small maps: the dilated kernel and the padding exceed the image.
+    {1, 3, 4, 3, 4, 3, {.stride = 1, .padding = 4, .dilation = 4}, true},
+    {2, 6, 3, 1, 1, 1, {.stride = 1, .padding = 0, .dilation = 1}, true},
+    // Channel counts the AVX-512 kernels block, so the weights go through a layout reorder.
+    {1, 32, 16, 6, 5, 3, {.stride = 1, .padding = 1, .dilation = 1}, true},
+};
+
+std::string describe_case(const ConvCase& c) {
+  return "conv x=[" + std::to_string(c.batch) + "," + std::to_string(c.in_channels) + "," +
+         std::to_string(c.height) + "," + std::to_string(c.width) +
+         "] O=" + std::to_string(c.out_channels) + " k=" + std::to_string(c.kernel) +
+         " stride=" + std::to_string(c.geometry.stride) +
+         " pad=" + std::to_string(c.geometry.padding) +
+         " dil=" + std::to_string(c.geometry.dilation) + (c.bias ? " bias" : "");
+}
+
+struct ConvTensors {
+  Tensor x, weight, bias, y;
+};
+
+ConvTensors make_conv(const ConvCase& c, unsigned seed) {
+  const auto output = [&](std::int64_t size) {
+    return conv_output_size(static_cast<int>(size), static_cast<int>(c.kernel), c.geometry);
+  };
+  return {random_tensor({c.batch, c.in_channels, c.height, c.width}, seed),
+          random_tensor({c.out_channels, c.in_channels, c.kernel, c.kernel}, seed + 1, -0.5f, 0.5f,
+                        Layout::nchw),
+          channel_vector(c.out_channels, seed + 2, -0.5f, 0.5f),
+          Tensor::host({c.batch, c.out_channels, output(c.height), output(c.width)})};
+}
+
+}  // namespace
+
+TEST_CASE("cpu backend: conv2d forward matches the reference", "[core]") {
+  CpuBackend backend;
+  unsigned seed = 1;
+  for (const ConvCase& c : conv_cases) {
+    INFO(describe_case(c));
+    ConvTensors t = make_conv(c, seed += 10);
+    const Tensor* bias = c.bias ? &t.bias : nullptr;
+    backend.conv2d_forward(t.x, t.weight, bias, c.geometry, t.y);
+    check_close(t.y, reference::conv2d(t.x, t.weight, bias, c.geometry));
+  }
+}
+
+TEST_CASE("cpu backend: conv2d gradients match finite differences", "[core]") {
+  CpuBackend backend;
+  unsigned seed = 100;
+  for (const ConvCase& c : conv_cases) {
+    INFO(describe_case(c));
+    ConvTensors t = make_conv(c, seed += 10);
+    const Tensor* bias = c.bias ? &t.bias : nullptr;
+    const Tensor r = random_tensor(t.y.dims(), seed + 5);
+    const auto objective = [&] {
+      backend.conv2d_forward(t.x, t.weight, bias, c.geometry, t.y);
+      return weighted_sum(t.y, r);
+    };
+    Tensor dx = Tensor::host(t.x.dims());
+    Tensor dweight = Tensor::host(t.weight.dims(), DType::f32, Layout::nchw);
+    Tensor dbias = Tensor::host(t.bias.dims(), DType::f32, Layout::flat);
+    backend.conv2d_backward_data(r, t.weight, c.geometry, dx);
+    backend.conv2d_backward_weights(t.x, r, c.geometry, dweight, c.bias ? &dbias : nullptr);
+    check_gradient("dx", t.x, dx, objective);
+    check_gradient("dweight", t.weight, dweight, objective);
+    if (c.bias) check_gradient("dbias", t.bias, dbias, objective);
+  }
+}
+
+TEST_CASE("cpu backend: repeated shapes reuse cached primitives", "[core]") {
+  CpuBackend backend;
+  const ConvCase c = conv_cases.back();
+  ConvTensors first = make_conv(c, 7);
+  backend.conv2d_forward(first.x, first.weight, &first.bias, c.geometry, first.y);
+  const std::size_t after_first_call = backend.cached_primitive_count();
+  CHECK(after_first_call >= 1);
+  ConvTensors second = make_conv(c, 8);  // fresh buffers, same shapes
+  backend.conv2d_forward(second.x, second.weight, &second.bias, c.geometry, second.y);
+  CHECK(backend.cached_primitive_count() == after_first_call);
+
+  // A whole training step creates nothing the second time round.
+  Tensor dx = Tensor::host(first.x.dims());
+  Tensor dweight = Tensor::host(first.weight.dims(), DType::f32, Layout::nchw);
+  Tensor dbias = Tensor::host(first.bias.dims(), DType::f32, Layout::flat);
+  const auto step = [&] {
+    backend.conv2d_forward(first.x, first.weight, &first.bias, c.geometry, first.y);
+    backend.relu_forward(first.y, first.y);
+    backend.relu_backward(first.y, first.y, first.y);
+    backend.conv2d_backward_data(first.y, first.weight, c.geometry, dx);
+    backend.conv2d_backward_weights(first.x, first.y, c.geometry, dweight, &dbias);
+  };
+  step();
+  const std::size_t after_first_step = backend.cached_primitive_count();
+  step();
+  CHECK(backend.cached_primitive_count() == after_first_step);
+
+  ConvCase strided = c;
+  strided.geometry.stride = 2;
+  ConvTensors other = make_conv(strided, 9);
+  backend.conv2d_forward(other.x, other.weight, nullptr, strided.geometry, other.y);
+  CHECK(backend.cached_primitive_count() == after_first_step + 1);
+}
+
+TEST_CASE("cpu backend: mismatched shapes are rejected with the offending tensors", "[core]") {
+  CpuBackend backend;
+  ConvTensors t = make_conv(conv_cases.front(), 3);
+  Tensor wrong_y = Tensor::host({2, 4, 6, 6});
+  REQUIRE_THROWS_AS(backend.conv2d_forward(t.x, t.weight, nullptr, {}, wrong_y),
+                    hardy::InvalidArgument);
+  REQUIRE_THROWS_WITH(backend.conv2d_forward(t.x, t.weight, nullptr, {}, wrong_y),
+                      Catch::Contains(wrong_y.describe()) && Catch::Contains(t.x.describe()));
+  Tensor wrong_weight = Tensor::host({4, 2, 3, 3}, DType::f32, Layout::nchw);
+  REQUIRE_THROWS_WITH(backend.conv2d_forward(t.x, wrong_weight, nullptr, {}, t.y),
+                      Catch::Contains(wrong_weight.describe()));
+  Tensor nchw_x = Tensor::host(t.x.dims(), DType::f32, Layout::nchw);
+  REQUIRE_THROWS_AS(backend.conv2d_forward(nchw_x, t.weight, nullptr, {}, t.y),
+                    hardy::InvalidArgument);
+
+  Tensor x = random_tensor({1, 6, 2, 2}, 4);
+  Tensor gamma = channel_vector(6, 5, 0.5f, 1.5f), beta = channel_vector(6, 6, -0.5f, 0.5f);
+  Tensor y = Tensor::host(x.dims());
+  Tensor mean = Tensor::host({1, 4}, DType::f32, Layout::flat), rstd = mean.clone();
+  REQUIRE_THROWS_WITH(backend.group_norm_forward(x, gamma, beta, 4, 1e-5f, false, y, mean, rstd),
+                      Catch::Contains("4 groups"));
+  Tensor short_gamma = channel_vector(5, 7, 0.5f, 1.5f);
+  REQUIRE_THROWS_WITH(backend.batch_norm_apply(x, gamma, gamma, short_gamma, beta, 1e-5f, false, y),
+                      Catch::Contains(short_gamma.describe()));
+  Tensor small = Tensor::host({1, 6, 1, 2});
+  REQUIRE_THROWS_AS(backend.relu_forward(x, small), hardy::InvalidArgument);
+}
+
+TEST_CASE("cpu backend: group norm forward matches the reference", "[core]") {
+  CpuBackend backend;
+  for (const bool relu : {false, true}) {
+    for (const float offset : {0.0f, 1000.0f}) {  // a large mean tests the variance numerics
+      INFO("relu " << relu << ", offset " << offset);
+      Tensor x = random_tensor({2, 6, 5, 4}, 11, offset - 1.0f, offset + 1.0f);
+      Tensor gamma = channel_vector(6, 12, 0.5f, 1.5f), beta = channel_vector(6, 13, -0.5f, 0.5f);
+      Tensor y = Tensor::host(x.dims());
+      Tensor mean = Tensor::host({2, 3}, DType::f32, Layout::flat), rstd = mean.clone();
+      backend.group_norm_forward(x, gamma, beta, 3, 1e-5f, relu, y, mean, rstd);
+      const auto expected = reference::group_norm(x, gamma, beta, 3, 1e-5f, relu);
+      check_close(y, expected.y, 2e-4);
+      for (std::size_t i = 0; i < expected.mean.size(); ++i) {
+        CHECK(mean.f32()[i] == Approx(expected.mean[i]).epsilon(1e-6));
+        CHECK(rstd.f32()[i] == Approx(expected.rstd[i]).epsilon(1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu backend: group norm gradients match finite differences", "[core]") {
+  CpuBackend backend;
+  const int groups = 2;
+  const float eps = 1e-5f;
+  for (const bool relu : {false, true}) {
+    INFO("fused relu " << relu);
+    Tensor x, gamma, beta;
+    Tensor y = Tensor::host({2, 4, 3, 3});
+    Tensor mean = Tensor::host({2, groups}, DType::f32, Layout::flat), rstd = mean.clone();
+    // With the relu, draw until no pre-activation lies within reach of a finite-difference step.
+    for (unsigned seed = 20;; seed += 3) {
+      REQUIRE(seed < 2000);
+      x = random_tensor(y.dims(), seed);
+      gamma = channel_vector(4, seed + 1, 0.5f, 1.5f);
+      beta = channel_vector(4, seed + 2, -0.5f, 0.5f);
+      backend.group_norm_forward(x, gamma, beta, groups, eps, false, y, mean, rstd);
+      if (!relu || min_magnitude(y) > 0.02) break;
+    }
+    const Tensor r = random_tensor(y.dims(), 21);
+    const auto objective = [&] {
+      backend.group_norm_forward(x, gamma, beta, groups, eps, relu, y, mean, rstd);
+      return weighted_sum(y, r);
+    };
+    objective();
+    Tensor dx = Tensor::host(x.dims());
+    Tensor dgamma = Tensor::host({4}, DType::f32, Layout::flat), dbeta = dgamma.clone();
+    backend.group_norm_backward(x, y, r, gamma, mean, rstd, groups, relu, dx, dgamma, dbeta);
+    const float step = relu ? 1e-3f : 1e-2f;
+    check_gradient("dx", x, dx, objective, step);
+    check_gradient("dgamma", gamma, dgamma, objective, step);
+    check_gradient("dbeta", beta, dbeta, objective, step);
+  }
+}
+
+TEST_CASE("cpu backend: batch norm statistics and apply match the reference", "[core]") {
+  CpuBackend backend;
+  Tensor x = random_tensor({3, 5, 4, 3}, 30, -2.0f, 3.0f);
+  Tensor sum = Tensor::host({5}, DType::f32, Layout::flat), sum_squares = sum.clone();
+  backend.batch_norm_statistics(x, sum, sum_squares);
+  for (std::int64_t c = 0; c < 5; ++c) {
+    double expected_sum = 0, expected_squares = 0;
+    for (std::int64_t n = 0; n < 3; ++n)
+      for (std::int64_t h = 0; h < 4; ++h)
+        for (std::int64_t w = 0; w < 3; ++w) {
+          const double value = reference::at(x, n, c, h, w);
+          expected_sum += value;
+          expected_squares += value * value;
+        }
+    CHECK(sum.f32()[c] == Approx(expected_sum).epsilon(1e-6).margin(1e-5));
+    CHECK(sum_squares.f32()[c] == Approx(expected_squares).epsilon(1e-6));
+  }
+  Tensor mean = channel_vector(5, 31, -0.5f, 0.5f), variance = channel_vector(5, 32, 0.5f, 2.0f);
+  Tensor gamma = channel_vector(5, 33, 0.5f, 1.5f), beta = channel_vector(5, 34, -0.5f, 0.5f);
+  for (const bool relu : {false, true}) {
+    INFO("relu " << relu);
+    Tensor y = Tensor::host(x.dims());
+    backend.batch_norm_apply(x, mean, variance, gamma, beta, 1e-3f, relu, y);
+    check_close(y, reference::batch_norm(x, mean, variance, gamma, beta, 1e-3f, relu));
+  }
+}
+
+TEST_CASE("cpu backend: batch norm gradients match finite differences", "[core]") {
+  CpuBackend backend;
+  const std::vector<std::int64_t> dims{2, 3, 3, 4};
+  const double count = 2 * 3 * 4;  // N * H * W
+  const float eps = 1e-5f;
+  for (const bool relu : {false, true}) {
+    INFO("fused relu " << relu);
+    Tensor x, gamma, beta, y = Tensor::host(dims);
+    Tensor sum = Tensor::host({3}, DType::f32, Layout::flat), sum_squares = sum.clone();
+    Tensor mean = sum.clone(), variance = sum.clone();
+    // Training-mode batch norm as the trainer chains it: statistics, then apply.
+    const auto forward = [&](bool with_relu) {
+      backend.batch_norm_statistics(x, sum, sum_squares);
+      for (std::int64_t c = 0; c < 3; ++c) {
+        const double m = sum.f32()[c] / count;
+        mean.f32()[c] = static_cast<float>(m);
+        variance.f32()[c] = static_cast<float>(sum_squares.f32()[c] / count - m * m);
+      }
+      backend.batch_norm_apply(x, mean, variance, gamma, beta, eps, with_relu, y);
+    };
+    for (unsigned seed = 40;; seed += 3) {
+      REQUIRE(seed < 2000);
+      x = random_tensor(dims, seed);
+      gamma = channel_vector(3, seed + 1, 0.5f, 1.5f);
+      beta = channel_vector(3, seed + 2, -0.5f, 0.5f);
+      forward(false);
+      if (!relu || min_magnitude(y) > 0.02) break;
+    }
+    const Tensor r = random_tensor(dims, 41);
+    const auto objective = [&] {
+      forward(relu);
+      return weighted_sum(y, r);
+    };
+    objective();
+    Tensor dgamma = Tensor::host({3}, DType::f32, Layout::flat), dbeta = dgamma.clone();
+    Tensor dx = Tensor::host(dims);
+    backend.batch_norm_backward_statistics(x, y, r, mean, variance, eps, relu, dgamma, dbeta);
+    backend.batch_norm_backward_data(x, y, r, mean, variance, gamma, dgamma, dbeta, eps, relu,
+                                     count, dx);
+    const float step = relu ? 1e-3f : 1e-2f;
+    check_gradient("dx", x, dx, objective, step);
+    check_gradient("dgamma", gamma, dgamma, objective, step);
+    check_gradient("dbeta", beta, dbeta, objective, step);
+  }
+}
+
+TEST_CASE("cpu backend: relu forward and backward", "[core]") {
+  CpuBackend backend;
+  Tensor x = away_from_zero({2, 5, 3, 3}, 50, 0.1f);
+  Tensor y = Tensor::host(x.dims());
+  backend.relu_forward(x, y);
+  for (std::size_t i = 0; i < x.f32().size(); ++i) CHECK(y.f32()[i] == std::max(x.f32()[i], 0.0f));
+  const Tensor r = random_tensor(x.dims(), 51);
+  Tensor dx = Tensor::host(x.dims());
+  backend.relu_backward(y, r, dx);
+  check_gradient("dx", x, dx, [&] {
+    backend.relu_forward(x, y);
+    return weighted_sum(y, r);
+  });
+}
+
+TEST_CASE("cpu backend: the gradient check catches a wrong gradient", "[core]") {
+  CpuBackend backend;
+  Tensor x = away_from_zero({1, 4, 3, 3}, 55, 0.1f);
+  Tensor y = Tensor::host(x.dims());
+  const Tensor r = random_tensor(x.dims(), 56);
+  const auto objective = [&] {
+    backend.relu_forward(x, y);
+    return weighted_sum(y, r);
+  };
+  // Forgetting the relu mask, or a gradient off by 1 %, must exceed the tolerance.
+  CHECK(compare_gradient(x, r, objective, 1e-2f).relative_error > gradient_tolerance);
+  ConvTensors t = make_conv(conv_cases.front(), 57);
+  const Tensor dy = random_tensor(t.y.dims(), 58);
+  Tensor dx = Tensor::host(t.x.dims());
+  backend.conv2d_backward_data(dy, t.weight, {.stride = 1, .padding = 1, .dilation = 1}, dx);
+  for (float& value : dx.f32()) value *= 1.01f;
+  const auto conv_objective = [&] {
+    backend.conv2d_forward(t.x, t.weight, nullptr, {.stride = 1, .padding = 1, .dilation = 1}, t.y);
+    return weighted_sum(t.y, dy);
+  };
+  CHECK(compare_gradient(t.x, dx, conv_objective, 1e-2f).relative_error > gradient_tolerance);
+}
+
+TEST_CASE("cpu backend: bilinear upsampling matches PyTorch align_corners=False", "[core]") {
+  CpuBackend backend;
+  // torch.nn.functional.interpolate(x, size=4, mode="bilinear", align_corners=False): output
+  // pixels sample the input at -0.25, 0.25, 0.75, 1.25 (clamped to the border).
+  const Tensor x = values_tensor({1, 1, 2, 2}, {1, 2, 3, 4});
+  Tensor y = Tensor::host({1, 1, 4, 4});
+  backend.upsample_bilinear_forward(x, y);
+  check_close(y,
+              values_tensor({1, 1, 4, 4}, {1.00f, 1.25f, 1.75f, 2.00f,  //
+                                           1.50f, 1.75f, 2.25f, 2.50f,  //
+                                           2.50f, 2.75f, 3.25f, 3.50f,  //
+                                           3.00f, 3.25f, 3.75f, 4.00f}),
+              1e-6);
+  // Upsampling, mixed up/down sampling, and a 1x1 source that broadcasts.
+  for (const auto& [in_h, in_w, out_h, out_w] :
+       std::vector<std::array<std::int64_t, 4>>{{3, 5, 7, 4}, {4, 6, 8, 12}, {1, 1, 3, 5}}) {
+    INFO(in_h << "x" << in_w << " -> " << out_h << "x" << out_w);
+    const Tensor source = random_tensor({2, 5, in_h, in_w}, 60);
+    Tensor resized = Tensor::host({2, 5, out_h, out_w});
+    backend.upsample_bilinear_forward(source, resized);
+    check_close(resized, reference::upsample_bilinear(source, out_h, out_w), 1e-5);
+  }
+}
+
+TEST_CASE("cpu backend: bilinear upsampling gradient matches finite differences", "[core]") {
+  CpuBackend backend;
+  for (const auto& [out_h, out_w] :
+       std::vector<std::array<std::int64_t, 2>>{{7, 9}, {2, 3}, {1, 1}}) {
+    INFO("3x4 -> " << out_h << "x" << out_w);
+    Tensor x = random_tensor({2, 3, 3, 4}, 61);
+    Tensor y = Tensor::host({2, 3, out_h, out_w});
+    const Tensor r = random_tensor(y.dims(), 62);
+    Tensor dx = Tensor::host(x.dims());
+    backend.upsample_bilinear_backward(r, dx);
+    check_gradient("dx", x, dx, [&] {
+      backend.upsample_bilinear_forward(x, y);
+      return weighted_sum(y, r);
+    });
+  }
+  Tensor one_pixel = random_tensor({1, 4, 1, 1}, 63);
+  Tensor broadcast = Tensor::host({1, 4, 5, 3});
+  const Tensor r = random_tensor(broadcast.dims(), 64);
+  Tensor d_one_pixel = Tensor::host(one_pixel.dims());
+  backend.upsample_bilinear_backward(r, d_one_pixel);
+  check_gradient("1x1 broadcast dx", one_pixel, d_one_pixel, [&] {
+    backend.upsample_bilinear_forward(one_pixel, broadcast);
+    return weighted_sum(broadcast, r);
+  });
+}
+
+TEST_CASE("cpu backend: concat and split round-trip and are each other's gradient", "[core]") {
+  CpuBackend backend;
+  Tensor a = random_tensor({2, 3, 4, 5}, 70), b = random_tensor({2, 5, 4, 5}, 71);
+  Tensor c = random_tensor({2, 1, 4, 5}, 72);
+  Tensor y = Tensor::host({2, 9, 4, 5});
+  const std::vector<const Tensor*> inputs{&a, &b, &c};
+  backend.concat_channels(inputs, y);
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t h = 0; h < 4; ++h)
+      for (std::int64_t w = 0; w < 5; ++w) {
+        for (std::int64_t k = 0; k < 3; ++k)
+          CHECK(reference::at(y, n, k, h, w) == reference::at(a, n, k, h, w));
+        for (std::int64_t k = 0; k < 5; ++k)
+          CHECK(reference::at(y, n, 3 + k, h, w) == reference::at(b, n, k, h, w));
+        CHECK(reference::at(y, n, 8, h, w) == reference::at(c, n, 0, h, w));
+      }
+  Tensor a_back = Tensor::host(a.dims()), b_back = Tensor::host(b.dims());
+  Tensor c_back = Tensor::host(c.dims());
+  const std::vector<Tensor*> outputs{&a_back, &b_back, &c_back};
+  backend.split_channels(y, outputs);
+  check_close(a_back, a, 0.0);
+  check_close(b_back, b, 0.0);
+  check_close(c_back, c, 0.0);
+
+  // d/da sum(concat(a, b, c) .* r) = split(r)[0], and d/dy sum(split(y)_i .* r_i) = concat(r_i).
+  const Tensor r = random_tensor(y.dims(), 73);
+  backend.split_channels(r, outputs);
+  const auto concat_objective = [&] {
+    backend.concat_channels(inputs, y);
+    return weighted_sum(y, r);
+  };
+  check_gradient("concat da", a, a_back, concat_objective);
+  check_gradient("concat db", b, b_back, concat_objective);
+  const Tensor ra = random_tensor(a.dims(), 74), rb = random_tensor(b.dims(), 75);
+  const Tensor rc = random_tensor(c.dims(), 76);
+  Tensor dy = Tensor::host(y.dims());
+  backend.concat_channels(std::vector<const Tensor*>{&ra, &rb, &rc}, dy);
+  check_gradient("split dy", y, dy, [&] {
+    backend.split_channels(y, outputs);
+    return weighted_sum(a_back, ra) + weighted_sum(b_back, rb) + weighted_sum(c_back, rc);
+  });
+}
+
+TEST_CASE("cpu backend: global average pooling forward and gradient", "[core]") {
+  CpuBackend backend;
+  Tensor x = random_tensor({2, 70, 3, 4}, 80);  // more channels than one pooling block
+  Tensor y = Tensor::host({2, 70, 1, 1});
+  backend.global_avg_pool_forward(x, y);
+  check_close(y, reference::global_avg_pool(x), 1e-6);
+  const Tensor r = random_tensor(y.dims(), 81);
+  Tensor dx = Tensor::host(x.dims());
+  backend.global_avg_pool_backward(r, dx);
+  check_gradient("dx", x, dx, [&] {
+    backend.global_avg_pool_forward(x, y);
+    return weighted_sum(y, r);
+  });
+}
+
+namespace {
+
+Tensor labels_tensor(std::vector<std::int64_t> dims, const std::vector<std::int32_t>& values) {
+  Tensor labels = Tensor::host(std::move(dims), DType::i32);
+  REQUIRE(labels.numel() == static_cast<std::int64_t>(values.size()));
+  std::copy(values.begin(), values.end(), labels.data<std::int32_t>());
+  return labels;
+}
+
+}  // namespace
+
+TEST_CASE("cpu backend: softmax cross-entropy on a hand-checked case", "[core]") {
+  CpuBackend backend;
+  // Pixel 0: logits (1, 2, 3), label 2, weight 0.5: nll = log(e^1 + e^2 + e^3) - 3 = 0.40760596.
+  // Pixel 1: logits (0, 0, 0), label 0, weight 1: nll = log 3 = 1.09861229.
+  const Tensor logits = values_tensor({1, 3, 1, 2}, {1, 2, 3, 0, 0, 0});
+  const Tensor labels = labels_tensor({1, 1, 1, 2}, {2, 0});
+  const std::vector<float> class_weights{1.0f, 2.0f, 0.5f};
+  Tensor dlogits = Tensor::host(logits.dims());
+  const double loss = backend.softmax_cross_entropy(logits, labels, class_weights, 2.0f, dlogits);
+  CHECK(loss == Approx(0.5 * 0.4076059644443806 + 1.0986122886681098).epsilon(1e-6));
+  // grad_scale 2 * weight * (softmax - onehot); softmax(1, 2, 3) = (0.09003057, 0.24472847,
+  // 0.66524096).
+  const std::vector<double> expected{
+      0.09003057317038046,     0.24472847105479764, 0.6652409557748219 - 1.0,
+      2.0 * (1.0 / 3.0 - 1.0), 2.0 / 3.0,           2.0 / 3.0};
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    CHECK(dlogits.f32()[i] == Approx(expected[i]).epsilon(1e-5));
+}
+
+TEST_CASE("cpu backend: softmax cross-entropy gradient matches finite differences", "[core]") {
+  CpuBackend backend;
+  Tensor logits = random_tensor({2, 4, 3, 3}, 90, -2.0f, 2.0f);
+  std::vector<std::int32_t> values;
+  std::mt19937 generator(91);
+  for (int i = 0; i < 18; ++i) values.push_back(static_cast<std::int32_t>(generator() % 4));
+  const Tensor labels = labels_tensor({2, 1, 3, 3}, values);
+  const std::vector<float> class_weights{1.0f, 0.5f, 2.0f, 1.5f};
+  const float grad_scale = 0.25f;
+  Tensor dlogits = Tensor::host(logits.dims()), scratch = Tensor::host(logits.dims());
+  backend.softmax_cross_entropy(logits, labels, class_weights, grad_scale, dlogits);
+  check_gradient("dlogits", logits, dlogits, [&] {
+    return grad_scale *
+           backend.softmax_cross_entropy(logits, labels, class_weights, grad_scale, scratch);
+  });
+}
+
+TEST_CASE("cpu backend: softmax cross-entropy rejects labels outside the classes", "[core]") {
+  CpuBackend backend;
+  const Tensor logits = random_tensor({1, 4, 1, 3}, 95);
+  Tensor dlogits = Tensor::host(logits.dims());
+  const std::vector<float> class_weights(4, 1.0f);
+  for (const std::int32_t bad : {7, 4, -1}) {
+    const Tensor labels = labels_tensor({1, 1, 1, 3}, {0, bad, 2});
+    REQUIRE_THROWS_AS(backend.softmax_cross_entropy(logits, labels, class_weights, 1.0f, dlogits),
+                      hardy::InvalidArgument);
+    REQUIRE_THROWS_WITH(backend.softmax_cross_entropy(logits, labels, class_weights, 1.0f, dlogits),
+                        Catch::Contains("label " + std::to_string(bad)));
+  }
+  const Tensor labels = labels_tensor({1, 1, 1, 3}, {0, 1, 2});
+  REQUIRE_THROWS_AS(
+      backend.softmax_cross_entropy(logits, labels, std::vector<float>(3, 1.0f), 1.0f, dlogits),
+      hardy::InvalidArgument);
+}
+
+TEST_CASE("cpu backend: argmax over channels", "[core]") {
+  CpuBackend backend;
+  // Three pixels of three classes; the last has a tie, which goes to the first class.
+  const Tensor logits = values_tensor({1, 3, 1, 3}, {0, 5, 1, -2, -3, -1, 4, 1, 4});
+  Tensor labels = Tensor::host({1, 1, 1, 3}, DType::i32);
+  backend.argmax_channels(logits, labels);
+  CHECK(std::vector<std::int32_t>(labels.data<std::int32_t>(), labels.data<std::int32_t>() + 3) ==
+        std::vector<std::int32_t>{1, 2, 0});
+}
+
+TEST_CASE("cpu backend: copy converts layouts and fill sets every element", "[core]") {
+  CpuBackend backend;
+  const Tensor nchw = random_tensor({2, 3, 4, 5}, 100, -1.0f, 1.0f, Layout::nchw);
+  Tensor nhwc = backend.empty(nchw.dims(), DType::f32, Layout::nhwc);
+  backend.copy(nchw, nhwc);
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t c = 0; c < 3; ++c)
+      for (std::int64_t h = 0; h < 4; ++h)
+        for (std::int64_t w = 0; w < 5; ++w)
+          CHECK(reference::at(nhwc, n, c, h, w) == reference::at(nchw, n, c, h, w));
+  Tensor round_trip = backend.empty(nchw.dims(), DType::f32, Layout::nchw);
+  backend.copy(nhwc, round_trip);
+  check_close(round_trip, nchw, 0.0);
+  Tensor same_layout = backend.empty(nchw.dims(), DType::f32, Layout::nchw);
+  backend.copy(nchw, same_layout);
+  check_close(same_layout, nchw, 0.0);
+  Tensor wrong = backend.empty({2, 3, 5, 4}, DType::f32, Layout::nhwc);
+  REQUIRE_THROWS_AS(backend.copy(nchw, wrong), hardy::InvalidArgument);
+
+  Tensor ints = backend.empty({1, 2, 1, 3}, DType::i32, Layout::nchw);
+  for (std::int32_t i = 0; i < 6; ++i) ints.data<std::int32_t>()[i] = i;
+  Tensor ints_nhwc = backend.empty(ints.dims(), DType::i32, Layout::nhwc);
+  backend.copy(ints, ints_nhwc);
+  CHECK(std::vector<std::int32_t>(ints_nhwc.data<std::int32_t>(),
+                                  ints_nhwc.data<std::int32_t>() + 6) ==
+        std::vector<std::int32_t>{0, 3, 1, 4, 2, 5});
+
+  Tensor values = backend.empty({3, 7}, DType::f32, Layout::flat);
+  backend.fill(values, -2.5f);
+  for (float value : values.f32()) CHECK(value == -2.5f);
+  Tensor halves = backend.empty({5}, DType::bf16, Layout::flat);
+  backend.fill(halves, 1.5f);
+  for (int i = 0; i < 5; ++i) CHECK(halves.data<std::uint16_t>()[i] == 0x3FC0);  // bf16 1.5
+  backend.fill(ints, 7.0f);
+  for (int i = 0; i < 6; ++i) CHECK(ints.data<std::int32_t>()[i] == 7);
+}
