@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/error.hpp"
 #include "hardy/jobs/commands.hpp"
 
@@ -27,7 +28,11 @@ int run_cli(int argc, char** argv) {
   std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
   const std::string command = argc >= 2 ? argv[1] : "";
   try {
-    if (command == "train") return train_command(args);
+    if (command == "train") {
+      // Every rank of an MPI job runs `hardy train`; a plain start is a world of one.
+      comm::MpiSession mpi(&argc, &argv);
+      return train_command(args);
+    }
     if (command == "eval") return eval_command(args);
     if (command == "data") return data_command(args);
     if (command == "--help" || command == "-h" || command == "help") {

@@ -30,6 +30,11 @@ po::options_description train_options() {
       ("backend", po::value<std::string>()->default_value("cpu"), "kernel backend: cpu (oneDNN) or cuda")
       ("threads", po::value<int>()->default_value(0), "CPU threads per rank (0: all cores)")
       ("log-every", po::value<long>()->default_value(10), "print a progress line every N steps");
+  po::options_description parallel("Data parallelism (one MPI rank per GPU or CPU socket)");
+  parallel.add_options()
+      ("bucket-mib", po::value<double>()->default_value(25.0), "gradient fusion buffer size in MiB; each full buffer's allreduce starts during backward")
+      ("audit-samples", po::value<bool>()->default_value(false)->implicit_value(true), "rank 0 writes samples.jsonl: the global batch of every committed step")
+      ("verify-replicas-every", po::value<long>()->default_value(0), "every N steps, check that all ranks hold bit-identical parameters (0: never)");
   po::options_description data("Data");
   data.add_options()
       ("synthetic", po::value<bool>()->implicit_value(true)->zero_tokens(), "generate climate-like samples on the fly (the default when no --dataset is given)")
@@ -64,7 +69,7 @@ po::options_description train_options() {
       ("lr-decay", po::value<std::string>()->default_value("cosine"), "learning-rate decay after warm-up: none, cosine, poly or step")
       ("final-lr-fraction", po::value<float>()->default_value(0.0f), "cosine/poly floor as a fraction of the peak rate");
   po::options_description all("hardy train options");
-  all.add(general).add(data).add(model).add(optim);
+  all.add(general).add(parallel).add(data).add(model).add(optim);
   return all;
 }
 
@@ -84,6 +89,7 @@ std::string value_text(const po::variable_value& value) {
   if (auto* l = boost::any_cast<long>(&v)) return std::to_string(*l);
   if (auto* u = boost::any_cast<std::uint64_t>(&v)) return std::to_string(*u);
   if (auto* f = boost::any_cast<float>(&v)) return fmt::format("{}", *f);
+  if (auto* d = boost::any_cast<double>(&v)) return fmt::format("{}", *d);
   if (auto* b = boost::any_cast<bool>(&v)) return *b ? "true" : "false";
   return "?";
 }
@@ -112,6 +118,11 @@ TrainSpec spec_from(po::variables_map& vm) {
   require(spec.global_batch > 0, "--global-batch must be positive");
   require(spec.threads >= 0, "--threads must not be negative");
   require(spec.log_every > 0, "--log-every must be positive");
+  spec.bucket_mib = get<double>(vm, "bucket-mib");
+  spec.audit_samples = get<bool>(vm, "audit-samples");
+  spec.verify_replicas_every = get<long>(vm, "verify-replicas-every");
+  require(spec.bucket_mib > 0, "--bucket-mib must be positive");
+  require(spec.verify_replicas_every >= 0, "--verify-replicas-every must not be negative");
 
   // At most one data source survives the merge of command line and file (a source given on
   // the command line hides the file's), so the choice is simple here.

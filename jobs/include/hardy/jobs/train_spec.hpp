@@ -25,6 +25,11 @@ struct TrainSpec {
   int threads = 0;  // 0 = all cores
   long log_every = 10;
 
+  // Data parallelism.
+  double bucket_mib = 25;          // gradient fusion buffer size
+  bool audit_samples = false;      // rank 0 writes samples.jsonl
+  long verify_replicas_every = 0;  // compare parameter digests across ranks every N steps
+
   // Data: synthetic (generated on the fly) unless a dataset directory is given.
   bool synthetic = true;
   std::filesystem::path dataset;
