@@ -1,28 +1,16 @@
 #include "hardy/checkpoint/model_file.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include <fmt/format.h>
 
 #include "hardy/core/error.hpp"
 #include "hardy/core/hdf5.hpp"
+#include "posix_file.hpp"
 
 namespace hardy::checkpoint {
 
 namespace {
 
-void fsync_path(const std::filesystem::path& path, bool directory) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) throw IoError(fmt::format("cannot open {} to sync it: {}", path.string(), std::strerror(errno)));
-  const int result = ::fsync(fd);
-  const int saved = errno;
-  ::close(fd);
-  if (result != 0) throw IoError(fmt::format("cannot sync {}: {}", path.string(), std::strerror(saved)));
-}
+using detail::fsync_path;
 
 std::vector<std::pair<std::string, core::Tensor*>> model_tensors(core::DeepLabV3Plus& model) {
   std::vector<std::pair<std::string, core::Tensor*>> tensors;

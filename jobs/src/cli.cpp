@@ -16,8 +16,14 @@ Fault-tolerant data-parallel training of a DeepLabv3+ climate-segmentation model
 
 Commands:
   train      train the model (one process, or every rank of an MPI job)
+  run        launch and supervise an MPI training job; relaunch it if it dies
+  simulate   project recovery time to thousands of nodes from a run's measurements
   eval       score a trained model's mean IoU on held-out samples
   data       generate synthetic climate data:  hardy data generate --help
+  ckpt       list, inspect, verify and compare checkpoints:  hardy ckpt --help
+  submit     submit a training job to Slurm or LSF from a batch-script template
+  status     a submitted job's state, step, newest valid checkpoint and failures survived
+  cancel     cancel a submitted job (scancel, bkill)
 
 Run `hardy <command> --help` for the options of a command.
 )";
@@ -34,7 +40,13 @@ int run_cli(int argc, char** argv) {
       return train_command(args);
     }
     if (command == "eval") return eval_command(args);
+    if (command == "run") return run_command(args);
+    if (command == "simulate") return simulate_command(args);
     if (command == "data") return data_command(args);
+    if (command == "ckpt") return ckpt_command(args);
+    if (command == "submit") return submit_command(args);
+    if (command == "status") return status_command(args);
+    if (command == "cancel") return cancel_command(args);
     if (command == "--help" || command == "-h" || command == "help") {
       std::cout << kUsage;
       return 0;

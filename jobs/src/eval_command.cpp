@@ -6,14 +6,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "data_sources.hpp"
 #include "hardy/checkpoint/model_file.hpp"
 #include "hardy/core/climate_data.hpp"
+#include "hardy/core/data_sources.hpp"
 #include "hardy/core/dataset.hpp"
 #include "hardy/core/error.hpp"
 #include "hardy/core/evaluation.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/run_directory.hpp"
+#include "hardy/jobs/train_spec.hpp"
 
 namespace po = boost::program_options;
 
@@ -50,8 +51,13 @@ int eval_command(const std::vector<std::string>& args) {
   if (!std::filesystem::exists(run_dir.config()))
     throw InvalidArgument(fmt::format("{} has no config.ini; is it a hardy run directory?", run_dir.path().string()));
   TrainSpec spec = load_train_spec(run_dir.config());
-  if (vm.count("eval-samples")) spec.eval_samples = vm["eval-samples"].as<long>();
-  if (spec.eval_samples <= 0 && !vm.count("dataset")) throw InvalidArgument("--eval-samples must be positive");
+  if (vm.count("eval-samples")) {
+    const long samples = vm["eval-samples"].as<long>();
+    if (samples <= 0) throw InvalidArgument("--eval-samples must be positive");
+    spec.data.eval_samples = static_cast<std::size_t>(samples);
+  }
+  if (spec.data.eval_samples == 0 && !vm.count("dataset"))
+    throw InvalidArgument("the job held out no samples (eval-samples = 0); give --eval-samples N or --dataset DIR");
   if (const int threads = vm["threads"].as<int>(); threads > 0) omp_set_num_threads(threads);
   const std::filesystem::path model_file =
       vm.count("model") ? std::filesystem::path(vm["model"].as<std::string>()) : run_dir.final_model();
@@ -61,13 +67,13 @@ int eval_command(const std::vector<std::string>& args) {
   checkpoint::load_model(model, model_file);
 
   std::unique_ptr<core::SampleSource> dataset;
-  DataSources data;
+  core::DataSources data;
   const core::SampleSource* source = nullptr;
   if (vm.count("dataset")) {
     dataset = std::make_unique<core::Hdf5Dataset>(vm["dataset"].as<std::string>());
     source = dataset.get();
   } else {
-    data = open_data(spec);
+    data = core::open_data(spec.data);
     source = data.held_out.get();
   }
   const auto confusion = core::evaluate(model, *source, static_cast<std::size_t>(spec.global_batch));

@@ -35,6 +35,24 @@ po::options_description train_options() {
       ("bucket-mib", po::value<double>()->default_value(25.0), "gradient fusion buffer size in MiB; each full buffer's allreduce starts during backward")
       ("audit-samples", po::value<bool>()->default_value(false)->implicit_value(true), "rank 0 writes samples.jsonl: the global batch of every committed step")
       ("verify-replicas-every", po::value<long>()->default_value(0), "every N steps, check that all ranks hold bit-identical parameters (0: never)");
+  po::options_description checkpoints("Checkpoints");
+  checkpoints.add_options()
+      ("checkpoint-every", po::value<long>()->default_value(0), "write a checkpoint every N steps (0: never)")
+      ("checkpoint-every-seconds", po::value<double>()->default_value(0.0), "write a checkpoint when S seconds passed since the last (0: never)")
+      ("keep-last", po::value<int>()->default_value(3), "retention: keep the last K checkpoints ...")
+      ("keep-every", po::value<int>()->default_value(0), "... plus every M-th (by step count; 0: none)")
+      ("checkpoint-mode", po::value<std::string>()->default_value("async"), "async (a background thread writes; training only copies the state) or sync")
+      ("checkpoint-when-busy", po::value<std::string>()->default_value("wait"), "when the previous asynchronous write is still running: wait or skip")
+      ("resume", po::value<std::string>()->default_value(""), "resume from `latest` (the run directory's newest valid checkpoint) or a checkpoint file; --steps stays the job's total");
+  po::options_description resilience("Resilience");
+  resilience.add_options()
+      ("ranks-per-node", po::value<int>()->default_value(1), "ranks per node: losing a node loses all of them at once")
+      ("min-world-size", po::value<int>()->default_value(1), "stop (after a final checkpoint) when fewer ranks survive")
+      ("max-failures", po::value<int>()->default_value(3), "stop (after a final checkpoint) after more failures than this")
+      ("rebalance", po::value<std::string>()->default_value("constant-global-batch"), "after a failure: constant-global-batch (re-split the batch over the survivors) or constant-local-batch (keep each rank's share, scale lr)")
+      ("memory-snapshots", po::value<bool>()->default_value(true), "keep the last committed step in memory and roll back from it when every survivor holds it")
+      ("collective-timeout", po::value<double>()->default_value(300.0), "seconds a step may hang in communication before the watchdog declares a failure")
+      ("inject-failure", po::value<std::vector<std::string>>()->composing(), "testing: kill ranks with SIGKILL, e.g. rank=3@step=40 or node=1@step=40:allreduce (phases forward, allreduce, checkpoint-write, recovery)");
   po::options_description data("Data");
   data.add_options()
       ("synthetic", po::value<bool>()->implicit_value(true)->zero_tokens(), "generate climate-like samples on the fly (the default when no --dataset is given)")
@@ -69,7 +87,7 @@ po::options_description train_options() {
       ("lr-decay", po::value<std::string>()->default_value("cosine"), "learning-rate decay after warm-up: none, cosine, poly or step")
       ("final-lr-fraction", po::value<float>()->default_value(0.0f), "cosine/poly floor as a fraction of the peak rate");
   po::options_description all("hardy train options");
-  all.add(general).add(parallel).add(data).add(model).add(optim);
+  all.add(general).add(parallel).add(checkpoints).add(resilience).add(data).add(model).add(optim);
   return all;
 }
 
@@ -91,6 +109,7 @@ std::string value_text(const po::variable_value& value) {
   if (auto* f = boost::any_cast<float>(&v)) return fmt::format("{}", *f);
   if (auto* d = boost::any_cast<double>(&v)) return fmt::format("{}", *d);
   if (auto* b = boost::any_cast<bool>(&v)) return *b ? "true" : "false";
+  if (auto* list = boost::any_cast<std::vector<std::string>>(&v)) return fmt::format("{}", fmt::join(*list, ","));
   return "?";
 }
 
@@ -131,24 +150,54 @@ TrainSpec spec_from(po::variables_map& vm) {
   const bool synthetic_flag = has_synthetic && get<bool>(vm, "synthetic");
   require(!(synthetic_flag && has_dataset), "synthetic and dataset are exclusive; choose one data source");
   require(!(has_synthetic && !synthetic_flag && !has_dataset), "synthetic = false needs a dataset directory (--dataset DIR)");
-  spec.synthetic = !has_dataset;
-  if (has_dataset) spec.dataset = get<std::string>(vm, "dataset");
-  spec.samples = get<long>(vm, "samples");
-  spec.height = get<int>(vm, "height");
-  spec.width = get<int>(vm, "width");
-  spec.class_weights = get<std::string>(vm, "class-weights");
-  spec.eval_samples = get<long>(vm, "eval-samples");
-  require(spec.samples > 0, "--samples must be positive");
-  require(spec.eval_samples >= 0, "--eval-samples must not be negative");
+  spec.data.synthetic = !has_dataset;
+  if (has_dataset) spec.data.dataset = get<std::string>(vm, "dataset");
+  const long samples = get<long>(vm, "samples"), eval_samples = get<long>(vm, "eval-samples");
+  const int height = get<int>(vm, "height"), width = get<int>(vm, "width");
+  require(samples > 0, "--samples must be positive");
+  require(eval_samples >= 0, "--eval-samples must not be negative");
   const int os = core::ModelConfig::output_stride;
-  require(spec.height >= os && spec.height % os == 0 && spec.width >= os && spec.width % os == 0,
-          fmt::format("--height and --width must be positive multiples of {} (got {}x{})", os, spec.height, spec.width));
-  if (spec.class_weights != "auto") {
-    auto weights = parse_float_list(spec.class_weights, "--class-weights");
+  require(height >= os && height % os == 0 && width >= os && width % os == 0,
+          fmt::format("--height and --width must be positive multiples of {} (got {}x{})", os, height, width));
+  spec.data.samples = static_cast<std::size_t>(samples);
+  spec.data.eval_samples = static_cast<std::size_t>(eval_samples);
+  spec.data.shape = {spec.model.input_channels, height, width};
+  spec.data.seed = spec.seed;
+  if (const auto text = get<std::string>(vm, "class-weights"); text != "auto") {
+    auto weights = parse_float_list(text, "--class-weights");
     require(weights.size() == static_cast<std::size_t>(spec.model.num_classes),
             fmt::format("--class-weights needs {} values, got {}", spec.model.num_classes, weights.size()));
     for (float w : weights) require(w >= 0, "--class-weights must not be negative");
+    spec.class_weights = std::move(weights);
   }
+
+  spec.checkpoint_every = get<long>(vm, "checkpoint-every");
+  spec.checkpoint_every_seconds = get<double>(vm, "checkpoint-every-seconds");
+  spec.keep_last = get<int>(vm, "keep-last");
+  spec.keep_every = get<int>(vm, "keep-every");
+  const auto mode = get<std::string>(vm, "checkpoint-mode");
+  const auto when_busy = get<std::string>(vm, "checkpoint-when-busy");
+  spec.resume = get<std::string>(vm, "resume");
+  require(spec.checkpoint_every >= 0 && spec.checkpoint_every_seconds >= 0, "checkpoint intervals must not be negative");
+  require(spec.keep_last >= 1, "--keep-last must be at least 1");
+  require(spec.keep_every >= 0, "--keep-every must not be negative");
+  require(mode == "async" || mode == "sync", fmt::format("--checkpoint-mode must be async or sync, not '{}'", mode));
+  require(when_busy == "wait" || when_busy == "skip",
+          fmt::format("--checkpoint-when-busy must be wait or skip, not '{}'", when_busy));
+  spec.checkpoint_async = mode == "async";
+  spec.checkpoint_skip_when_busy = when_busy == "skip";
+
+  spec.ranks_per_node = get<int>(vm, "ranks-per-node");
+  spec.min_world_size = get<int>(vm, "min-world-size");
+  spec.max_failures = get<int>(vm, "max-failures");
+  spec.rebalance = resilience::parse_rebalance_policy(get<std::string>(vm, "rebalance"));
+  spec.memory_snapshots = get<bool>(vm, "memory-snapshots");
+  spec.collective_timeout_s = get<double>(vm, "collective-timeout");
+  if (vm.count("inject-failure")) spec.inject_failures = get<std::vector<std::string>>(vm, "inject-failure");
+  require(spec.ranks_per_node >= 1, "--ranks-per-node must be at least 1");
+  require(spec.min_world_size >= 1, "--min-world-size must be at least 1");
+  require(spec.max_failures >= 0, "--max-failures must not be negative");
+  require(spec.collective_timeout_s > 0, "--collective-timeout must be positive");
 
   auto& m = spec.model;
   m.width = get<int>(vm, "model-width");
@@ -186,14 +235,16 @@ TrainSpec spec_from(po::variables_map& vm) {
   ini << "# hardy " << HARDY_VERSION << " effective configuration\n";
   for (const auto& [name, value] : vm) {
     if (name == "help" || name == "config" || value.empty()) continue;
-    if (name == "synthetic" || name == "dataset" || name == "run-dir") continue;  // resolved below
+    // Resolved below; a resume or an injected failure belongs to one launch, not to the job.
+    if (name == "synthetic" || name == "dataset" || name == "run-dir" || name == "resume" || name == "inject-failure")
+      continue;
     ini << name << " = " << value_text(value) << "\n";
   }
   ini << "run-dir = " << spec.run_dir.string() << "\n";
-  if (spec.synthetic)
+  if (spec.data.synthetic)
     ini << "synthetic = true\n";
   else
-    ini << "dataset = " << spec.dataset.string() << "\n";
+    ini << "dataset = " << spec.data.dataset.string() << "\n";
   spec.config_ini = ini.str();
   return spec;
 }

@@ -27,7 +27,7 @@ TrainSpec parse(std::vector<std::string> args) {
 
 TEST_CASE("train spec: defaults give a synthetic job with group normalization", "[jobs]") {
   const TrainSpec spec = parse({"--run-dir", "/tmp/x"});
-  CHECK(spec.synthetic);
+  CHECK(spec.data.synthetic);
   CHECK(spec.global_batch == 8);
   CHECK(spec.model.norm == core::NormKind::group);
   CHECK(spec.model.aspp_rates == std::vector<int>{2, 4, 6});
@@ -46,12 +46,12 @@ TEST_CASE("train spec: the command line overrides the configuration file", "[job
 
 TEST_CASE("train spec: a data source on the command line hides the file's", "[jobs]") {
   const auto with_dataset = write_config("dataset", "dataset = /data/climate\n");
-  CHECK_FALSE(parse({"--config", with_dataset.string()}).synthetic);
-  CHECK(parse({"--config", with_dataset.string(), "--synthetic"}).synthetic);
+  CHECK_FALSE(parse({"--config", with_dataset.string()}).data.synthetic);
+  CHECK(parse({"--config", with_dataset.string(), "--synthetic"}).data.synthetic);
   const auto with_synthetic = write_config("synthetic", "synthetic = true\n");
   const TrainSpec spec = parse({"--config", with_synthetic.string(), "--dataset", "/data/other"});
-  CHECK_FALSE(spec.synthetic);
-  CHECK(spec.dataset == "/data/other");
+  CHECK_FALSE(spec.data.synthetic);
+  CHECK(spec.data.dataset == "/data/other");
   CHECK_THROWS_AS(parse({"--synthetic", "--dataset", "/d"}), InvalidArgument);
 }
 

@@ -11,5 +11,11 @@ int run_cli(int argc, char** argv);
 int train_command(const std::vector<std::string>& args);
 int eval_command(const std::vector<std::string>& args);
 int data_command(const std::vector<std::string>& args);
+int ckpt_command(const std::vector<std::string>& args);
+int submit_command(const std::vector<std::string>& args);
+int status_command(const std::vector<std::string>& args);
+int cancel_command(const std::vector<std::string>& args);
+int run_command(const std::vector<std::string>& args);
+int simulate_command(const std::vector<std::string>& args);
 
 }  // namespace hardy::jobs

@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""Times one CPU training step of hardy's DeepLabv3+ against the same model in PyTorch.
+
+For every model configuration and thread count it runs, in rotating order over several rounds,
+  hardy    build/bin/hardy_step_bench (forward, loss, backward, Adam; NHWC, oneDNN)
+  torch-cl bench/step/torch_deeplab.py with channels_last tensors
+  torch    bench/step/torch_deeplab.py with default contiguous (NCHW) tensors
+each in its own process with OMP_NUM_THREADS (and torch.set_num_threads) set to the thread
+count, on the same batch, image size and model configuration. Each run reports the median of
+its timed steps (warm-up excluded); a variant's result is the best (lowest) of its per-round
+medians, which on a shared machine is the least disturbed estimate. The faster torch variant
+is the baseline; ratio = torch / hardy, so > 1 means hardy is faster.
+
+Prints a table and writes everything, raw runs included, to
+bench/results/step-cpu-<date>.json. Run from anywhere:
+
+    /usr/bin/python3 bench/step/bench_step.py
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+# The model options both benchmarks take, with ModelConfig's defaults filled in per config.
+CONFIGS = {
+    "tiny": {"batch": 8, "height": 64, "width": 64, "model-width": 16, "aspp-channels": 32,
+             "decoder-channels": 32, "low-level-channels": 16},
+    "large": {"batch": 8, "height": 128, "width": 128, "model-width": 32, "aspp-channels": 64,
+              "decoder-channels": 64, "low-level-channels": 16},
+}
+COMMON = {"depth": 1, "aspp-rates": "2,4,6", "groups": 8, "input-channels": 16, "classes": 3}
+
+
+def find_hardy_bench(explicit):
+    if explicit:
+        return explicit
+    for build in ("build", "build-bench"):
+        path = os.path.join(ROOT, build, "bin", "hardy_step_bench")
+        if os.access(path, os.X_OK):
+            return path
+    sys.exit("bench_step.py: no hardy_step_bench in build/bin or build-bench/bin; build the "
+             "hardy_step_bench target or pass --hardy-bench")
+
+
+def option_list(config, threads, warmup, steps):
+    options = dict(COMMON)
+    options.update(config)
+    options.update({"threads": threads, "warmup": warmup, "steps": steps})
+    args = []
+    for key, value in options.items():
+        args += [f"--{key}", str(value)]
+    return args
+
+
+def run_json(command, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"bench_step.py: {' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def variant_commands(hardy_bench, args):
+    torch_script = [sys.executable, os.path.join(HERE, "torch_deeplab.py")]
+    return {
+        "hardy": [hardy_bench] + args,
+        "torch-cl": torch_script + args + ["--memory-format", "channels_last"],
+        "torch": torch_script + args + ["--memory-format", "contiguous"],
+    }
+
+
+def machine_info():
+    info = {"platform": platform.platform(), "python": platform.python_version(),
+            "cpus_online": os.cpu_count(), "load_average_start": os.getloadavg()}
+    try:
+        lscpu = subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True, check=True).stdout
+        fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
+        for key in ("Model name", "Core(s) per socket", "Socket(s)", "Thread(s) per core",
+                    "Flags"):
+            if key in fields:
+                value = fields[key].strip()
+                if key == "Flags":  # only what decides oneDNN's kernels
+                    value = " ".join(f for f in value.split() if f.startswith(("avx", "amx")))
+                info[key.lower().replace("(s)", "s").replace(" ", "_")] = value
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    import torch  # noqa: E402 (only for the version; the timed runs are separate processes)
+    info["torch_version"] = torch.__version__
+    config = torch.__config__.show()
+    info["torch_onednn"] = next((line.split("MKL-DNN")[-1].strip(" -()")
+                                 for line in config.splitlines() if "MKL-DNN" in line), None)
+    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, check=False)
+    info["git_commit"] = git.stdout.strip() or None
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, check=False)
+    info["git_dirty_paths"] = len(dirty.stdout.splitlines())
+    return info
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", default="tiny,large",
+                        help=f"comma-separated, from {', '.join(CONFIGS)}")
+    parser.add_argument("--threads", default=str(os.cpu_count()),
+                        help="comma-separated thread counts (default: all cores)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--hardy-bench", help="path of hardy_step_bench")
+    parser.add_argument("--output", help="JSON file (default bench/results/step-cpu-<date>.json)")
+    args = parser.parse_args()
+    configs = args.configs.split(",")
+    for name in configs:
+        if name not in CONFIGS:
+            parser.error(f"unknown config {name}; choose from {', '.join(CONFIGS)}")
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    hardy_bench = find_hardy_bench(args.hardy_bench)
+
+    info = machine_info()
+    results = []
+    for name in configs:
+        for threads in thread_counts:
+            commands = variant_commands(
+                hardy_bench, option_list(CONFIGS[name], threads, args.warmup, args.steps))
+            runs = {variant: [] for variant in commands}
+            order = list(commands)
+            for round_index in range(args.rounds):
+                # Rotate the order so that no variant always runs first (or right after another).
+                shift = round_index % len(order)
+                for variant in order[shift:] + order[:shift]:
+                    runs[variant].append(run_json(commands[variant], threads))
+            best = {v: min(r["median_s"] for r in rs) for v, rs in runs.items()}
+            best_cpu = {v: min(r["cpu_median_s"] for r in rs) for v, rs in runs.items()}
+            hardy_best = min(runs["hardy"], key=lambda r: r["median_s"])
+            torch_variant = min(("torch-cl", "torch"), key=lambda v: best[v])
+            row = {
+                "config": name, "threads": threads, "options": CONFIGS[name],
+                "hardy_ms": 1e3 * best["hardy"],
+                "torch_channels_last_ms": 1e3 * best["torch-cl"],
+                "torch_contiguous_ms": 1e3 * best["torch"],
+                "torch_baseline": torch_variant,
+                "ratio_torch_over_hardy": best[torch_variant] / best["hardy"],
+                # The same from CPU time (all threads): steadier than wall time on a busy
+                # machine for one thread; with several it also counts OpenMP spin-waiting.
+                "hardy_cpu_ms": 1e3 * best_cpu["hardy"],
+                "torch_cpu_ms": 1e3 * best_cpu[torch_variant],
+                "cpu_ratio_torch_over_hardy": best_cpu[torch_variant] / best_cpu["hardy"],
+                "hardy_phases_ms": {phase: 1e3 * hardy_best[f"{phase}_median_s"]
+                                    for phase in ("forward", "backward", "optimizer")},
+                "parameters": hardy_best["parameters"],
+                "onednn_version_hardy": hardy_best["onednn_version"],
+                "runs": runs,
+            }
+            results.append(row)
+            print(f"{name} threads={threads}: hardy {row['hardy_ms']:.2f} ms, "
+                  f"torch {1e3 * best[torch_variant]:.2f} ms ({torch_variant})", file=sys.stderr)
+
+    info["load_average_end"] = os.getloadavg()
+    header = (f"{'config':<7} {'thr':>3} {'hardy ms':>9} {'torch-cl ms':>11} {'torch ms':>9} "
+              f"{'ratio':>6} {'cpu ratio':>9}  hardy fwd/bwd/opt ms")
+    print(f"best per-round median ms/step over {args.rounds} rounds of {args.steps} steps; "
+          "ratio = faster torch / hardy (> 1: hardy faster); cpu ratio: the same in CPU time")
+    print(header)
+    for row in results:
+        phases = row["hardy_phases_ms"]
+        print(f"{row['config']:<7} {row['threads']:>3} {row['hardy_ms']:>9.2f} "
+              f"{row['torch_channels_last_ms']:>11.2f} {row['torch_contiguous_ms']:>9.2f} "
+              f"{row['ratio_torch_over_hardy']:>6.2f} {row['cpu_ratio_torch_over_hardy']:>9.2f}  "
+              f"{phases['forward']:.1f}/"
+              f"{phases['backward']:.1f}/{phases['optimizer']:.1f}")
+    print(f"{info.get('model_name', '?')}, {info['cpus_online']} cpus, torch "
+          f"{info['torch_version']} (oneDNN {info['torch_onednn']}), hardy oneDNN "
+          f"{results[0]['onednn_version_hardy']}, load average {info['load_average_start'][0]:.1f}"
+          f" -> {info['load_average_end'][0]:.1f}")
+
+    now = datetime.datetime.now()
+    output = args.output or os.path.join(ROOT, "bench", "results",
+                                         f"step-cpu-{now.strftime('%Y-%m-%d')}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w") as f:
+        json.dump({"date": now.isoformat(timespec="seconds"), "machine": info,
+                   "rounds": args.rounds, "warmup": args.warmup, "steps": args.steps,
+                   "hardy_bench": hardy_bench, "results": results}, f, indent=1)
+    print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()

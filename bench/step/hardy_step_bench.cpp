@@ -1,0 +1,388 @@
+// One full training step of hardy's DeepLabv3+ on the CPU backend: forward, weighted softmax
+// cross-entropy, backward, Adam update, on a fixed random batch. Warm-up steps (which create
+// and cache the oneDNN primitives) are excluded; the result is one JSON line on stdout with
+// median and mean step seconds and the median of each phase. bench/step/bench_step.py runs it
+// next to the PyTorch version of the same model (bench/step/torch_deeplab.py).
+//
+//   build-bench/bin/hardy_step_bench --batch 8 --height 64 --width 64 --threads 2
+//
+// --op-profile adds the time per backend operation and shape (bench/step/timing_backend.hpp),
+// summed over the timed steps, to stderr. --dump DIR writes the initial model, the batch, the
+// loss, logits and gradients of one step and the parameters after one Adam update, for
+// tests/core/test_torch_crosscheck.py, and then exits.
+#include <fmt/format.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hardy/checkpoint/model_file.hpp"
+#include "hardy/core/backend.hpp"
+#include "hardy/core/hdf5.hpp"
+#include "hardy/core/model.hpp"
+#include "hardy/core/optimizer.hpp"
+#include "hardy/core/random.hpp"
+#include "timing_backend.hpp"
+
+using namespace hardy;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  int batch = 8, height = 64, width = 64;
+  core::ModelConfig model;
+  int threads = 0;  // 0: leave OpenMP's default (OMP_NUM_THREADS or all cores)
+  int warmup = 3, steps = 20;
+  std::uint64_t seed = 1;
+  float lr = 1e-3f, weight_decay = 1e-4f;
+  bool op_profile = false;
+  std::filesystem::path dump;
+};
+
+void usage(std::FILE* to) {
+  std::fputs(
+      "usage: hardy_step_bench [--batch N] [--height H] [--width W] [--input-channels C]\n"
+      "         [--classes K] [--model-width W] [--depth D] [--aspp-channels A]\n"
+      "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D]\n"
+      "         [--groups G] [--threads T] [--warmup S] [--steps S] [--seed S] [--lr LR]\n"
+      "         [--weight-decay WD] [--op-profile] [--dump DIR]\n",
+      to);
+}
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "hardy_step_bench: %s\n", message.c_str());
+  usage(stderr);
+  std::exit(2);
+}
+
+template <class T>
+T parse_number(std::string_view flag, std::string_view text) {
+  T value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size())
+    fail(fmt::format("{} expects a number, got '{}'", flag, text));
+  return value;
+}
+
+std::vector<int> parse_rates(std::string_view text) {
+  std::vector<int> rates;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    rates.push_back(parse_number<int>("--aspp-rates", text.substr(0, comma)));
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+  }
+  return rates;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      usage(stdout);
+      std::exit(0);
+    }
+    if (flag == "--op-profile") {
+      o.op_profile = true;
+      continue;
+    }
+    if (i + 1 >= argc) fail(fmt::format("{} needs a value", flag));
+    const std::string_view value = argv[++i];
+    auto integer = [&] { return parse_number<int>(flag, value); };
+    if (flag == "--batch")
+      o.batch = integer();
+    else if (flag == "--height")
+      o.height = integer();
+    else if (flag == "--width")
+      o.width = integer();
+    else if (flag == "--input-channels")
+      o.model.input_channels = integer();
+    else if (flag == "--classes")
+      o.model.num_classes = integer();
+    else if (flag == "--model-width")
+      o.model.width = integer();
+    else if (flag == "--depth")
+      o.model.depth = integer();
+    else if (flag == "--aspp-channels")
+      o.model.aspp_channels = integer();
+    else if (flag == "--aspp-rates")
+      o.model.aspp_rates = parse_rates(value);
+    else if (flag == "--low-level-channels")
+      o.model.low_level_channels = integer();
+    else if (flag == "--decoder-channels")
+      o.model.decoder_channels = integer();
+    else if (flag == "--groups")
+      o.model.groups = integer();
+    else if (flag == "--threads")
+      o.threads = integer();
+    else if (flag == "--warmup")
+      o.warmup = integer();
+    else if (flag == "--steps")
+      o.steps = integer();
+    else if (flag == "--seed")
+      o.seed = parse_number<std::uint64_t>(flag, value);
+    else if (flag == "--lr")
+      o.lr = parse_number<float>(flag, value);
+    else if (flag == "--weight-decay")
+      o.weight_decay = parse_number<float>(flag, value);
+    else if (flag == "--dump")
+      o.dump = std::string(value);
+    else
+      fail(fmt::format("unknown option {}", flag));
+  }
+  if (o.batch < 1 || o.height < 1 || o.width < 1 || o.steps < 1 || o.warmup < 0 || o.threads < 0)
+    fail("--batch, --height, --width and --steps must be positive, --warmup and --threads >= 0");
+  return o;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t middle = values.size() / 2;
+  return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+double mean(const std::vector<double>& values) {
+  return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
+}
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// A random standard-normal batch, random labels and fixed, unequal class weights.
+struct Batch {
+  core::Tensor fields, labels;
+  std::vector<float> class_weights;
+};
+
+Batch make_batch(core::Backend& backend, const Options& o) {
+  Batch b;
+  const std::vector<std::int64_t> dims{o.batch, o.model.input_channels, o.height, o.width};
+  core::Tensor host = core::Tensor::host(dims, core::DType::f32, backend.activation_layout());
+  core::SplitMix64 rng(core::mix_seed(o.seed, 0xbe7c4, 0));
+  for (float& v : host.f32()) v = static_cast<float>(rng.normal());
+  b.fields = backend.empty(dims, core::DType::f32, backend.activation_layout());
+  backend.copy(host, b.fields);
+  b.labels =
+      backend.empty({o.batch, 1, o.height, o.width}, core::DType::i32, backend.activation_layout());
+  auto* label = b.labels.data<std::int32_t>();
+  for (std::int64_t i = 0; i < b.labels.numel(); ++i)
+    label[i] =
+        static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(o.model.num_classes));
+  // Unequal weights so that a cross-check notices a loss that ignores them.
+  for (int k = 0; k < o.model.num_classes; ++k)
+    b.class_weights.push_back(0.5f + 1.5f * static_cast<float>(k) /
+                                         static_cast<float>(std::max(1, o.model.num_classes - 1)));
+  return b;
+}
+
+// 1 / (batch * H * W): hardy's per-pixel mean over the (here single-rank) global batch.
+float grad_scale_of(const Options& o) {
+  return 1.0f / static_cast<float>(static_cast<double>(o.batch) * o.height * o.width);
+}
+
+core::OptimizerConfig adam_config(const Options& o) {
+  core::OptimizerConfig config;
+  config.kind = core::OptimizerKind::adam;
+  config.weight_decay = o.weight_decay;
+  return config;
+}
+
+// A host copy of a tensor in (N, C, H, W) order (or flat), as the Python side reads it.
+core::Tensor host_nchw(core::Backend& backend, const core::Tensor& t) {
+  core::Tensor host = core::Tensor::host(t.dims(), t.dtype(),
+                                         t.rank() == 4 ? core::Layout::nchw : core::Layout::flat);
+  backend.copy(t, host);
+  return host;
+}
+
+void write_f32(hid_t parent, const std::string& name, core::Backend& backend,
+               const core::Tensor& t) {
+  const core::Tensor host = host_nchw(backend, t);
+  core::h5::write_dataset<float>(parent, name, host.f32(),
+                                 std::vector<hsize_t>(t.dims().begin(), t.dims().end()));
+}
+
+nlohmann::json config_json(const Options& o) {
+  const auto& m = o.model;
+  return {{"input_channels", m.input_channels},
+          {"num_classes", m.num_classes},
+          {"width", m.width},
+          {"depth", m.depth},
+          {"aspp_channels", m.aspp_channels},
+          {"aspp_rates", m.aspp_rates},
+          {"low_level_channels", m.low_level_channels},
+          {"decoder_channels", m.decoder_channels},
+          {"groups", m.groups},
+          {"norm_eps", m.norm_eps}};
+}
+
+// One step on the initial weights, written for tests/core/test_torch_crosscheck.py:
+//   DIR/model.h5  the initial parameters (checkpoint::save_model, /model/<name>)
+//   DIR/step.h5   /input (N,C,H,W), /labels (N,H,W) i32, /class_weights, /loss (the mean
+//                 loss, hardy's loss_sum * grad_scale), /logits (N,K,H,W), /grads/<name>,
+//                 /after_step/<name> (parameters after one Adam step at --lr), and attributes
+//                 config (JSON), lr, weight_decay.
+int dump_step(const Options& o) {
+  auto backend = core::make_backend("cpu");
+  core::DeepLabV3Plus model(*backend, o.model);
+  model.initialize(o.seed);
+  std::filesystem::create_directories(o.dump);
+  checkpoint::save_model(model, o.dump / "model.h5");
+
+  Batch b = make_batch(*backend, o);
+  const float grad_scale = grad_scale_of(o);
+  const core::Tensor& logits = model.forward(b.fields, /*training=*/true);
+  core::Tensor dlogits;
+  core::ensure_tensor(*backend, dlogits, logits.dims());
+  const double loss_sum =
+      backend->softmax_cross_entropy(logits, b.labels, b.class_weights, grad_scale, dlogits);
+  model.backward(dlogits);
+
+  namespace h5 = core::h5;
+  h5::Handle file = h5::create_file(o.dump / "step.h5");
+  h5::write_attribute(file.id(), "config", config_json(o).dump());
+  h5::write_attribute(file.id(), "lr", static_cast<double>(o.lr));
+  h5::write_attribute(file.id(), "weight_decay", static_cast<double>(o.weight_decay));
+  write_f32(file.id(), "input", *backend, b.fields);
+  std::vector<std::int32_t> labels(b.labels.data<std::int32_t>(),
+                                   b.labels.data<std::int32_t>() + b.labels.numel());
+  h5::write_dataset<std::int32_t>(file.id(), "labels", labels,
+                                  {static_cast<hsize_t>(o.batch), static_cast<hsize_t>(o.height),
+                                   static_cast<hsize_t>(o.width)});
+  h5::write_dataset<float>(file.id(), "class_weights", b.class_weights, {b.class_weights.size()});
+  const double loss = loss_sum * grad_scale;
+  h5::write_dataset<double>(file.id(), "loss", std::span(&loss, 1), {1});
+  write_f32(file.id(), "logits", *backend, logits);
+  {
+    h5::Handle grads = h5::create_groups(file.id(), "grads");
+    for (const core::Parameter* p : model.parameters())
+      write_f32(grads.id(), p->name, *backend, p->grad);
+  }
+  auto optimizer = core::make_optimizer(adam_config(o), *backend);
+  optimizer->step(model.parameters(), o.lr);
+  {
+    h5::Handle after = h5::create_groups(file.id(), "after_step");
+    for (const core::Parameter* p : model.parameters())
+      write_f32(after.id(), p->name, *backend, p->value);
+  }
+  file.close();
+  std::cout << nlohmann::json{{"dump", o.dump.string()}, {"loss", loss}}.dump() << "\n";
+  return 0;
+}
+
+int benchmark(const Options& o) {
+  auto cpu = core::make_backend("cpu");
+  bench::TimingBackend timing(*cpu);
+  // Without --op-profile the model talks to the CPU backend directly, so that the step time
+  // carries no decorator overhead at all.
+  core::Backend& backend = o.op_profile ? static_cast<core::Backend&>(timing) : *cpu;
+  core::DeepLabV3Plus model(backend, o.model);
+  model.initialize(o.seed);
+  Batch b = make_batch(backend, o);
+  const float grad_scale = grad_scale_of(o);
+  auto optimizer = core::make_optimizer(adam_config(o), backend);
+
+  core::Tensor dlogits;
+  std::vector<double> step_s, cpu_s, forward_s, backward_s, optimizer_s, losses;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    if (i == o.warmup) timing.reset();
+    const auto start = Clock::now();
+    const double cpu_start = bench::TimingBackend::process_cpu_seconds();
+    const core::Tensor& logits = model.forward(b.fields, /*training=*/true);
+    core::ensure_tensor(backend, dlogits, logits.dims());
+    const double loss_sum =
+        backend.softmax_cross_entropy(logits, b.labels, b.class_weights, grad_scale, dlogits);
+    backend.synchronize();
+    const auto after_forward = Clock::now();
+    model.backward(dlogits);
+    backend.synchronize();
+    const auto after_backward = Clock::now();
+    optimizer->step(model.parameters(), o.lr);
+    backend.synchronize();
+    const auto end = Clock::now();
+    const double cpu_end = bench::TimingBackend::process_cpu_seconds();
+    losses.push_back(loss_sum * grad_scale);
+    if (i < o.warmup) continue;
+    step_s.push_back(seconds_between(start, end));
+    cpu_s.push_back(cpu_end - cpu_start);
+    forward_s.push_back(seconds_between(start, after_forward));
+    backward_s.push_back(seconds_between(after_forward, after_backward));
+    optimizer_s.push_back(seconds_between(after_backward, end));
+  }
+
+  const dnnl_version_t* dnnl = dnnl_version();
+  nlohmann::json result{
+      {"bench", "hardy_step"},
+      {"backend", std::string(cpu->name())},
+      {"onednn_version", fmt::format("{}.{}.{}", dnnl->major, dnnl->minor, dnnl->patch)},
+      {"threads", omp_get_max_threads()},
+      {"batch", o.batch},
+      {"height", o.height},
+      {"width", o.width},
+      {"model", config_json(o)},
+      {"parameters", model.parameter_count()},
+      {"warmup", o.warmup},
+      {"steps", o.steps},
+      {"median_s", median(step_s)},
+      {"mean_s", mean(step_s)},
+      {"min_s", *std::min_element(step_s.begin(), step_s.end())},
+      // CPU time of all threads per step (spin-waiting OpenMP threads included).
+      {"cpu_median_s", median(cpu_s)},
+      // forward includes the loss; backward and optimizer are the model's backward and Adam.
+      {"forward_median_s", median(forward_s)},
+      {"backward_median_s", median(backward_s)},
+      {"optimizer_median_s", median(optimizer_s)},
+      {"first_loss", losses.front()},
+      {"last_loss", losses.back()}};
+  std::cout << result.dump() << std::endl;
+
+  if (o.op_profile) {
+    // Largest first, per step, with the share of the (median) step.
+    std::vector<std::pair<std::string, bench::TimingBackend::Entry>> rows(timing.entries().begin(),
+                                                                          timing.entries().end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    const double per_step = median(step_s);
+    double total = 0;
+    for (const auto& row : rows) total += row.second.seconds;
+    std::cerr << fmt::format(
+        "{:>9} {:>6} {:>9} {:>6}  operation (per step, {} timed steps; ops sum to {:.2f} ms of a "
+        "{:.2f} ms median step)\n",
+        "wall ms", "%", "cpu ms", "calls", o.steps, 1e3 * total / o.steps, 1e3 * per_step);
+    for (const auto& [key, entry] : rows) {
+      const double ms = 1e3 * entry.seconds / o.steps;
+      std::cerr << fmt::format("{:9.3f} {:6.1f} {:9.3f} {:6.1f}  {}\n", ms,
+                               100 * ms / (1e3 * per_step), 1e3 * entry.cpu_seconds / o.steps,
+                               static_cast<double>(entry.calls) / o.steps, key);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  if (options.threads > 0) omp_set_num_threads(options.threads);
+  try {
+    options.model.validate();
+    return options.dump.empty() ? benchmark(options) : dump_step(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hardy_step_bench: %s\n", e.what());
+    return 1;
+  }
+}

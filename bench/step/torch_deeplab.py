@@ -1,0 +1,309 @@
+#!/usr/bin/python3
+"""hardy's compact DeepLabv3+ (core/src/model.cpp) in PyTorch, for benchmarks and cross-checks.
+
+The module tree mirrors hardy's layer paths, so that every torch parameter name equals the
+hardy parameter name (for example "encoder.stem.0.conv.weight", "encoder.stem.0.norm.gamma",
+"decoder.classifier.bias"), and parameters are registered in hardy's order
+(DeepLabV3Plus::parameters()). load_hardy_model() copies a hardy model.h5 (/model/<name>) in.
+
+Run as a script it times training steps (forward, loss, backward, Adam) on random inputs and
+prints one JSON line, like bench/step/hardy_step_bench.cpp does for hardy:
+
+    /usr/bin/python3 bench/step/torch_deeplab.py --batch 8 --height 64 --width 64 --threads 2
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def group_count(channels, wanted):
+    """The largest group count <= wanted that divides channels (hardy's group_count)."""
+    for g in range(min(wanted, channels), 1, -1):
+        if channels % g == 0:
+            return g
+    return 1
+
+
+class GroupNormRelu(nn.Module):
+    """Group normalization with hardy's parameter names (gamma, beta) and the fused ReLU."""
+
+    def __init__(self, channels, groups, eps):
+        super().__init__()
+        self.groups = group_count(channels, groups)
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.ones(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x):
+        return F.relu(F.group_norm(x, self.groups, self.gamma, self.beta, self.eps))
+
+
+class ConvNormRelu(nn.Module):
+    """hardy's ConvNormRelu: conv without bias -> group norm -> relu."""
+
+    def __init__(self, in_channels, out_channels, kernel, stride, dilation, groups, eps):
+        super().__init__()
+        padding = dilation * (kernel - 1) // 2  # "same" padding, as hardy's same()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel, stride=stride, padding=padding,
+                              dilation=dilation, bias=False)
+        self.norm = GroupNormRelu(out_channels, groups, eps)
+
+    def forward(self, x):
+        return self.norm(self.conv(x))
+
+
+def make_stage(depth, in_channels, out_channels, stride, dilation, groups, eps):
+    return nn.ModuleList(
+        ConvNormRelu(in_channels if i == 0 else out_channels, out_channels, 3,
+                     stride if i == 0 else 1, dilation, groups, eps) for i in range(depth))
+
+
+def run_stage(blocks, x):
+    for block in blocks:
+        x = block(x)
+    return x
+
+
+class Encoder(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        w = c.width
+        self.stem = make_stage(c.depth, c.input_channels, w, 2, 1, c.groups, c.norm_eps)
+        self.stage4x = make_stage(c.depth, w, 2 * w, 2, 1, c.groups, c.norm_eps)
+        self.stage8x = make_stage(c.depth, 2 * w, 4 * w, 2, 1, c.groups, c.norm_eps)
+        self.atrous = make_stage(c.depth, 4 * w, 4 * w, 1, 2, c.groups, c.norm_eps)
+
+    def forward(self, x):
+        low = run_stage(self.stage4x, run_stage(self.stem, x))
+        high = run_stage(self.atrous, run_stage(self.stage8x, low))
+        return low, high
+
+
+class Aspp(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        high, a = 4 * c.width, c.aspp_channels
+        self.rates = list(c.aspp_rates)
+        self.branch1x1 = ConvNormRelu(high, a, 1, 1, 1, c.groups, c.norm_eps)
+        for rate in self.rates:
+            self.add_module(f"rate{rate}", ConvNormRelu(high, a, 3, 1, rate, c.groups, c.norm_eps))
+        self.image_pool = ConvNormRelu(high, a, 1, 1, 1, c.groups, c.norm_eps)
+        self.projection = ConvNormRelu(a * (len(self.rates) + 2), a, 1, 1, 1, c.groups, c.norm_eps)
+
+    def forward(self, high):
+        branches = [self.branch1x1(high)]
+        branches += [getattr(self, f"rate{rate}")(high) for rate in self.rates]
+        pooled = self.image_pool(F.adaptive_avg_pool2d(high, 1))
+        branches.append(F.interpolate(pooled, size=high.shape[-2:], mode="bilinear",
+                                      align_corners=False))
+        return self.projection(torch.cat(branches, dim=1))
+
+
+class Decoder(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.low_level = ConvNormRelu(2 * c.width, c.low_level_channels, 1, 1, 1, c.groups,
+                                      c.norm_eps)
+        self.fuse1 = ConvNormRelu(c.aspp_channels + c.low_level_channels, c.decoder_channels, 3,
+                                  1, 1, c.groups, c.norm_eps)
+        self.fuse2 = ConvNormRelu(c.decoder_channels, c.decoder_channels, 3, 1, 1, c.groups,
+                                  c.norm_eps)
+        self.classifier = nn.Conv2d(c.decoder_channels, c.num_classes, 1, bias=True)
+
+    def forward(self, low, pyramid, size):
+        up = F.interpolate(pyramid, size=low.shape[-2:], mode="bilinear", align_corners=False)
+        fused = self.fuse2(self.fuse1(torch.cat([up, self.low_level(low)], dim=1)))
+        return F.interpolate(self.classifier(fused), size=size, mode="bilinear",
+                             align_corners=False)
+
+
+class DeepLabV3Plus(nn.Module):
+    """Attribute order is hardy's construction order, so parameters() lists the same tensors in
+    the same order as hardy's DeepLabV3Plus::parameters()."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config)
+        self.aspp = Aspp(config)
+        self.decoder = Decoder(config)
+
+    def forward(self, x):
+        low, high = self.encoder(x)
+        return self.decoder(low, self.aspp(high), x.shape[-2:])
+
+    def initialize(self, seed):
+        """Kaiming-normal weights (std sqrt(2 / fan_in)), zero biases, unit scales, as hardy
+        does; the random numbers themselves differ from hardy's."""
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if p.dim() == 4:
+                    fan_in = p.shape[1] * p.shape[2] * p.shape[3]
+                    p.copy_(torch.randn(p.shape, generator=generator) * math.sqrt(2.0 / fan_in))
+                elif name.endswith(".gamma"):
+                    p.fill_(1.0)
+                else:
+                    p.zero_()
+
+
+class ModelConfig:
+    """hardy::core::ModelConfig, with the same defaults."""
+
+    def __init__(self, input_channels=16, num_classes=3, width=16, depth=1, aspp_channels=32,
+                 aspp_rates=(2, 4, 6), low_level_channels=16, decoder_channels=32, groups=8,
+                 norm_eps=1e-5):
+        self.input_channels = input_channels
+        self.num_classes = num_classes
+        self.width = width
+        self.depth = depth
+        self.aspp_channels = aspp_channels
+        self.aspp_rates = list(aspp_rates)
+        self.low_level_channels = low_level_channels
+        self.decoder_channels = decoder_channels
+        self.groups = groups
+        self.norm_eps = norm_eps
+
+    def as_dict(self):
+        return dict(vars(self))
+
+
+def load_hardy_model(model, path):
+    """Copies every /model/<name> dataset of a hardy model file into the parameter of the same
+    name; fails on a missing tensor or a shape mismatch (another model configuration)."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(path, "r") as f:
+        group = f["model"]
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name not in group:
+                    raise KeyError(f"{path} has no /model/{name}")
+                value = torch.from_numpy(np.asarray(group[name], dtype=np.float32))
+                if tuple(value.shape) != tuple(p.shape):
+                    raise ValueError(f"{path}: /model/{name} has shape {tuple(value.shape)}, "
+                                     f"torch expects {tuple(p.shape)}")
+                p.copy_(value)
+        extra = set(group.keys()) - {name for name, _ in model.named_parameters()}
+        if extra:
+            raise ValueError(f"{path} holds tensors the torch model lacks: {sorted(extra)}")
+
+
+def weighted_cross_entropy(logits, labels, class_weights):
+    """hardy's loss: sum over pixels of weight[label] * -log softmax, over (batch * H * W)."""
+    n, _, h, w = logits.shape
+    return F.cross_entropy(logits, labels, weight=class_weights, reduction="sum") / (n * h * w)
+
+
+def make_optimizer(model, lr, weight_decay):
+    """Adam with L2 decay on convolution weights only (hardy's Parameter::weight_decay)."""
+    decayed = [p for p in model.parameters() if p.dim() == 4]
+    others = [p for p in model.parameters() if p.dim() != 4]
+    return torch.optim.Adam([{"params": decayed, "weight_decay": weight_decay},
+                             {"params": others, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.999), eps=1e-8)
+
+
+def benchmark(args):
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    config = ModelConfig(args.input_channels, args.classes, args.model_width, args.depth,
+                         args.aspp_channels, parse_rates(args.aspp_rates),
+                         args.low_level_channels, args.decoder_channels, args.groups)
+    model = DeepLabV3Plus(config)
+    model.initialize(args.seed)
+    model.train()
+    memory_format = (torch.channels_last if args.memory_format == "channels_last"
+                     else torch.contiguous_format)
+    model = model.to(memory_format=memory_format)
+    x = torch.randn(args.batch, args.input_channels, args.height, args.width)
+    x = x.contiguous(memory_format=memory_format)
+    labels = torch.randint(0, args.classes, (args.batch, args.height, args.width))
+    class_weights = torch.linspace(0.5, 2.0, args.classes)
+    optimizer = make_optimizer(model, args.lr, args.weight_decay)
+
+    steps, cpu, forward, backward, update, losses = [], [], [], [], [], []
+    for i in range(args.warmup + args.steps):
+        start = time.perf_counter()
+        cpu_start = time.process_time()
+        optimizer.zero_grad(set_to_none=True)
+        loss = weighted_cross_entropy(model(x), labels, class_weights)
+        after_forward = time.perf_counter()
+        loss.backward()
+        after_backward = time.perf_counter()
+        optimizer.step()
+        end = time.perf_counter()
+        cpu_end = time.process_time()
+        losses.append(loss.item())
+        if i >= args.warmup:
+            steps.append(end - start)
+            cpu.append(cpu_end - cpu_start)
+            forward.append(after_forward - start)
+            backward.append(after_backward - after_forward)
+            update.append(end - after_backward)
+
+    result = {
+        "bench": "torch_step",
+        "torch_version": torch.__version__,
+        "memory_format": args.memory_format,
+        "threads": torch.get_num_threads(),
+        "batch": args.batch, "height": args.height, "width": args.width,
+        "model": config.as_dict(),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "warmup": args.warmup, "steps": args.steps,
+        "median_s": statistics.median(steps), "mean_s": statistics.fmean(steps),
+        "min_s": min(steps),
+        # CPU time of all threads per step (spin-waiting OpenMP threads included).
+        "cpu_median_s": statistics.median(cpu),
+        # forward includes the loss; optimizer includes nothing else (zero_grad is in forward).
+        "forward_median_s": statistics.median(forward),
+        "backward_median_s": statistics.median(backward),
+        "optimizer_median_s": statistics.median(update),
+        "first_loss": losses[0], "last_loss": losses[-1],
+    }
+    print(json.dumps(result))
+
+
+def parse_rates(text):
+    return [int(r) for r in text.split(",") if r]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--height", type=int, default=64)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--input-channels", type=int, default=16)
+    parser.add_argument("--classes", type=int, default=3)
+    parser.add_argument("--model-width", type=int, default=16)
+    parser.add_argument("--depth", type=int, default=1)
+    parser.add_argument("--aspp-channels", type=int, default=32)
+    parser.add_argument("--aspp-rates", default="2,4,6")
+    parser.add_argument("--low-level-channels", type=int, default=16)
+    parser.add_argument("--decoder-channels", type=int, default=32)
+    parser.add_argument("--groups", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--weight-decay", type=float, default=1e-4)
+    parser.add_argument("--memory-format", choices=["channels_last", "contiguous"],
+                        default="channels_last")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        parser.error("--steps must be >= 1 and --warmup >= 0")
+    benchmark(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

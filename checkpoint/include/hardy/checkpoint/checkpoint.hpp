@@ -1,0 +1,14 @@
+#pragma once
+// Everything the checkpoint library offers, for the training loop and the command line:
+//   training_state.hpp       TrainingState, capture(), apply()
+//   checkpoint_file.hpp      write_checkpoint_file(), read_checkpoint(), CorruptCheckpoint
+//   checkpoint_directory.hpp checkpoints/ with `latest`, retention, find_latest_valid()
+//   checkpoint_writer.hpp    CheckpointWriter (asynchronous, skip or wait when busy)
+//   broadcast_state.hpp      broadcast_state() for restoring every rank from rank 0's file
+//   model_file.hpp           save_model(), load_model(), write_atomically()
+#include "hardy/checkpoint/broadcast_state.hpp"
+#include "hardy/checkpoint/checkpoint_directory.hpp"
+#include "hardy/checkpoint/checkpoint_file.hpp"
+#include "hardy/checkpoint/checkpoint_writer.hpp"
+#include "hardy/checkpoint/model_file.hpp"
+#include "hardy/checkpoint/training_state.hpp"

@@ -1,0 +1,132 @@
+#include "hardy/checkpoint/checkpoint_writer.hpp"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "hardy/core/hdf5.hpp"
+
+namespace hardy::checkpoint {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+CheckpointWriter::CheckpointWriter(std::filesystem::path dir, Options options, Report report)
+    : dir_(std::move(dir)), options_(options), report_(std::move(report)) {
+  std::error_code error;
+  std::filesystem::create_directories(dir_, error);
+  if (error) throw IoError(fmt::format("cannot create the checkpoint directory {}: {}", dir_.string(), error.message()));
+  if (options_.asynchronous && core::h5::library_is_thread_safe()) thread_ = std::thread([this] { run_thread(); });
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();  // the thread writes what is queued before it ends
+}
+
+bool CheckpointWriter::busy() const {
+  std::lock_guard lock(mutex_);
+  return queued_.has_value() || writing_;
+}
+
+bool CheckpointWriter::submit(TrainingState&& state, double stall_s, WriteProgress progress) {
+  std::unique_lock lock(mutex_);
+  if (queued_ || writing_) {
+    if (options_.skip_when_busy) {
+      lock.unlock();
+      WriteReport skipped;
+      skipped.step = state.step;
+      skipped.path = checkpoint_path(dir_, state.step);
+      skipped.stall_s = stall_s;
+      skipped.skipped = true;
+      skipped.error = "the previous checkpoint was still being written (policy: skip when busy)";
+      if (report_) {
+        try {
+          report_(skipped);
+        } catch (...) {  // see the header: nobody to give it to
+        }
+      }
+      return false;
+    }
+    changed_.wait(lock, [&] { return !queued_ && !writing_; });
+  }
+  Job job{std::move(state), stall_s, std::move(progress)};
+  if (asynchronous()) {
+    queued_ = std::move(job);
+    changed_.notify_all();
+    return true;
+  }
+  writing_ = true;
+  lock.unlock();
+  write_and_report(job);  // failures are reported, not thrown
+  return true;
+}
+
+void CheckpointWriter::write_now(TrainingState&& state, double stall_s, WriteProgress progress) {
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return !queued_ && !writing_; });
+    writing_ = true;
+  }
+  const Outcome outcome = write_and_report(Job{std::move(state), stall_s, std::move(progress)});
+  if (outcome.error) std::rethrow_exception(outcome.error);
+}
+
+void CheckpointWriter::flush() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return !queued_ && !writing_; });
+}
+
+CheckpointWriter::Outcome CheckpointWriter::write_and_report(const Job& job) {
+  const auto start = Clock::now();
+  Outcome outcome;
+  WriteReport& report = outcome.report;
+  report.step = job.state.step;
+  report.path = checkpoint_path(dir_, job.state.step);
+  report.stall_s = job.stall_s;
+  try {
+    const SavedCheckpoint saved = save_checkpoint(job.state, dir_, options_.retention, job.progress);
+    report.bytes = saved.bytes;
+    report.removed = saved.removed;
+  } catch (const std::exception& e) {
+    report.error = e.what();
+    outcome.error = std::current_exception();
+  }
+  report.write_s = std::chrono::duration<double>(Clock::now() - start).count();
+  // Reported before the next write may start, so reports arrive one at a time and in order.
+  if (report_) {
+    try {
+      report_(report);
+    } catch (...) {  // see the header: nobody to give it to
+    }
+  }
+  {
+    std::lock_guard lock(mutex_);
+    writing_ = false;
+  }
+  changed_.notify_all();
+  return outcome;
+}
+
+void CheckpointWriter::run_thread() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return (queued_ && !writing_) || (!queued_ && stopping_); });
+    if (!queued_) return;
+    const Job job = std::move(*queued_);
+    queued_.reset();
+    writing_ = true;
+    lock.unlock();
+    write_and_report(job);
+    lock.lock();
+  }
+}
+
+}  // namespace hardy::checkpoint

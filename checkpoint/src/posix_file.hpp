@@ -1,0 +1,48 @@
+#pragma once
+// The POSIX side of writing checkpoints: an owned file descriptor whose writes report errno in
+// an IoError, fsync of files and directories, and the write-failure injection that tests use to
+// simulate a full disk in exactly the path a real one takes.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace hardy::checkpoint::detail {
+
+class PosixFile {
+ public:
+  // Creates (or truncates) a file for writing; throws IoError.
+  static PosixFile create(const std::filesystem::path& path);
+  PosixFile(PosixFile&& other) noexcept;
+  PosixFile& operator=(PosixFile&&) = delete;
+  PosixFile(const PosixFile&) = delete;
+  ~PosixFile();
+
+  // Writes all of bytes at offset, retrying short and interrupted writes; throws IoError with
+  // strerror(errno) and `what` (the dataset) on failure. Counts the bytes against the injected
+  // failure budget, if any.
+  void write_at(std::uint64_t offset, std::span<const std::byte> bytes, const std::string& what);
+  // Extends the file to `bytes` (a hole, never written data); never shrinks it.
+  void extend_to(std::uint64_t bytes);
+  void sync();
+  // Closes and throws IoError when close reports an error (NFS reports write errors there).
+  void close();
+
+ private:
+  PosixFile(int fd, std::filesystem::path path);
+  int fd_ = -1;
+  std::filesystem::path path_;
+  std::uint64_t written_ = 0;
+  std::optional<std::uint64_t> fail_after_;  // bytes until the injected ENOSPC
+};
+
+// Opens path (a directory when `directory`) and fsyncs it; throws IoError.
+void fsync_path(const std::filesystem::path& path, bool directory);
+
+// The injected failure budget in force: set by inject_write_failure_after(), else from the
+// environment variable HARDY_CHECKPOINT_FAIL_AFTER_BYTES; nullopt when neither is set.
+std::optional<std::uint64_t> injected_failure_budget();
+
+}  // namespace hardy::checkpoint::detail

@@ -1,0 +1,408 @@
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <map>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "hardy/checkpoint/checkpoint_directory.hpp"
+#include "hardy/checkpoint/checkpoint_file.hpp"
+#include "hardy/core/error.hpp"
+#include "hardy/core/event_log.hpp"
+#include "hardy/jobs/commands.hpp"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace hardy::jobs {
+
+namespace {
+
+using checkpoint::CheckpointContents;
+using checkpoint::NamedTensor;
+using nlohmann::json;
+
+constexpr const char* kUsage = R"(Usage: hardy ckpt <command> [options]
+
+Look into checkpoints without training: every command only reads.
+
+Commands:
+  list RUN_DIR         one line per checkpoint: step, time, size, valid or not, which is latest
+  inspect FILE         step, epoch, world size, loss and every dataset with shape, dtype, checksum
+  verify FILE...       exit status 0 when every file is a valid checkpoint, 1 (with the reason) if not
+  diff A B             per-tensor maximum absolute (and relative) difference between two checkpoints
+
+Run `hardy ckpt <command> --help` for a command's options.
+)";
+
+struct Parsed {
+  po::variables_map options;
+  std::vector<std::string> paths;
+  bool help = false;
+};
+
+// Parses `--help`, the command's own options and its positional paths.
+Parsed parse(const std::string& command, const std::vector<std::string>& args, po::options_description& options) {
+  options.add_options()("help,h", "print this help");
+  po::options_description all;
+  all.add(options).add_options()("path", po::value<std::vector<std::string>>(), "");
+  po::positional_options_description positional;
+  positional.add("path", -1);
+  Parsed parsed;
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), parsed.options);
+    po::notify(parsed.options);
+  } catch (const po::error& e) {
+    throw InvalidArgument(fmt::format("{} (see hardy ckpt {} --help)", e.what(), command));
+  }
+  parsed.help = parsed.options.count("help") > 0;
+  if (parsed.options.count("path")) parsed.paths = parsed.options["path"].as<std::vector<std::string>>();
+  return parsed;
+}
+
+void require_paths(const Parsed& parsed, const std::string& command, std::size_t min, std::size_t max,
+                   const char* what) {
+  if (parsed.paths.size() < min || parsed.paths.size() > max)
+    throw InvalidArgument(fmt::format("{} takes {} (see hardy ckpt {} --help)", command, what, command));
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
+}
+
+std::string shape_text(const std::vector<std::uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
+
+// A reason without the file name that every checkpoint error starts with.
+std::string without_path(std::string reason, const fs::path& path) {
+  const std::string prefix = path.string() + ": ";
+  if (reason.starts_with(prefix)) reason.erase(0, prefix.size());
+  return reason;
+}
+
+double file_time(const fs::path& path) {
+  std::error_code error;
+  const auto written = fs::last_write_time(path, error);
+  if (error) return 0;
+  const auto system = std::chrono::file_clock::to_sys(written);
+  return std::chrono::duration<double>(system.time_since_epoch()).count();
+}
+
+// ---- list ----
+
+int list(const std::vector<std::string>& args) {
+  po::options_description options("hardy ckpt list options");
+  const Parsed parsed = parse("list", args, options);
+  if (parsed.help) {
+    std::cout << "Usage: hardy ckpt list RUN_DIR\n\n"
+                 "Lists the checkpoints of a run directory (RUN_DIR/checkpoints, or RUN_DIR itself when it holds\n"
+                 "them): step, when it was saved, size, and whether it is valid (every checksum is read and\n"
+                 "checked). The one `latest` names is marked.\n\n"
+              << options << "\n";
+    return 0;
+  }
+  require_paths(parsed, "list", 1, 1, "one run directory");
+  const fs::path run_dir = parsed.paths.front();
+  if (!fs::is_directory(run_dir)) throw InvalidArgument(fmt::format("{} is not a directory", run_dir.string()));
+  const fs::path dir = fs::is_directory(run_dir / "checkpoints") ? run_dir / "checkpoints" : run_dir;
+  const auto entries = checkpoint::list_checkpoints(dir);
+  const auto latest = checkpoint::read_latest(dir);
+  if (entries.empty()) {
+    std::cout << fmt::format("no checkpoints in {}\n", dir.string());
+    return 0;
+  }
+  std::cout << fmt::format("checkpoints in {}\n{:>8}  {:<24}  {:>10}  {}\n", dir.string(), "step", "saved (UTC)",
+                           "size", "status");
+  for (const auto& entry : entries) {
+    const bool is_latest = latest && latest->filename() == entry.path.filename();
+    std::string saved, status;
+    std::uint64_t bytes = 0;
+    try {
+      const CheckpointContents contents = checkpoint::read_checkpoint_file(entry.path);
+      saved = core::iso_time(contents.state.unix_time);
+      bytes = contents.file_bytes;
+      status = "valid";
+    } catch (const Error& e) {
+      saved = core::iso_time(file_time(entry.path));
+      std::error_code error;
+      bytes = fs::file_size(entry.path, error);
+      status = "INVALID: " + without_path(e.what(), entry.path);
+    }
+    std::cout << fmt::format("{:>8}  {:<24}  {:>10}  {}{}\n", entry.step, saved, human_bytes(bytes), status,
+                             is_latest ? "  <- latest" : "");
+  }
+  if (latest && !fs::exists(*latest))
+    std::cout << fmt::format("latest names {}, which does not exist\n", latest->filename().string());
+  return 0;
+}
+
+// ---- inspect ----
+
+struct TensorStatistics {
+  double min = 0, max = 0, mean = 0;
+};
+
+TensorStatistics statistics(const NamedTensor& tensor) {
+  if (tensor.values.empty()) return {};
+  TensorStatistics s{std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(), 0};
+  double sum = 0;
+  for (float v : tensor.values) {
+    s.min = std::min(s.min, static_cast<double>(v));
+    s.max = std::max(s.max, static_cast<double>(v));
+    sum += v;
+  }
+  s.mean = sum / static_cast<double>(tensor.values.size());
+  return s;
+}
+
+std::map<std::string, const NamedTensor*> tensors_by_path(const checkpoint::TrainingState& state) {
+  std::map<std::string, const NamedTensor*> tensors;
+  for (const NamedTensor& t : state.model) tensors.emplace("/model/" + t.name, &t);
+  for (const NamedTensor& t : state.optimizer) tensors.emplace("/optimizer/" + t.name, &t);
+  return tensors;
+}
+
+json to_json(const fs::path& path, const CheckpointContents& contents) {
+  const checkpoint::TrainingState& s = contents.state;
+  const core::LrSchedule& lr = s.lr_schedule;
+  json datasets = json::array();
+  const auto tensors = tensors_by_path(s);
+  for (const auto& d : contents.datasets) {
+    json item = {{"path", d.path}, {"dtype", d.dtype}, {"shape", d.shape}, {"checksum", fmt::format("{:016x}", d.checksum)}};
+    if (const auto found = tensors.find(d.path); found != tensors.end()) {
+      const TensorStatistics stats = statistics(*found->second);
+      item["min"] = stats.min;
+      item["max"] = stats.max;
+      item["mean"] = stats.mean;
+    }
+    datasets.push_back(std::move(item));
+  }
+  return {{"file", path.string()},
+          {"bytes", contents.file_bytes},
+          {"format", checkpoint::kFormatName},
+          {"format_version", contents.format_version},
+          {"step", s.step},
+          {"epoch", s.epoch},
+          {"world_size", s.world_size},
+          {"loss", s.loss},
+          {"optimizer", {{"kind", s.optimizer_kind}, {"steps", s.optimizer_steps}}},
+          {"sampler", {{"seed", s.sampler.seed}, {"epoch", s.sampler.epoch}, {"cursor", s.sampler.cursor}}},
+          {"rng_seed", s.rng_seed},
+          {"lr_schedule",
+           {{"base_lr", lr.base_lr},
+            {"warmup_steps", lr.warmup_steps},
+            {"total_steps", lr.total_steps},
+            {"decay", core::to_string(lr.decay)},
+            {"final_fraction", lr.final_fraction},
+            {"poly_power", lr.poly_power},
+            {"step_every", lr.step_every},
+            {"step_gamma", lr.step_gamma}}},
+          {"loss_scale", {{"scale", s.loss_scale}, {"good_steps", s.loss_scale_good_steps}}},
+          {"hardy_version", s.hardy_version},
+          {"hosts", s.hosts},
+          {"unix_time", s.unix_time},
+          {"time", core::iso_time(s.unix_time)},
+          {"config", s.config_ini},
+          {"datasets", std::move(datasets)}};
+}
+
+void print_text(const fs::path& path, const CheckpointContents& contents) {
+  const checkpoint::TrainingState& s = contents.state;
+  const core::LrSchedule& lr = s.lr_schedule;
+  std::vector<std::string> hosts = s.hosts;
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  std::cout << fmt::format(
+      "file:          {} ({})\n"
+      "format:        {} version {}\n"
+      "step:          {}\n"
+      "epoch:         {}\n"
+      "world size:    {}\n"
+      "loss:          {:.6g}\n"
+      "optimizer:     {}, {} steps taken\n"
+      "sampler:       seed {}, epoch {}, cursor {}\n"
+      "lr schedule:   {} decay from {:g}, {} warm-up steps, {} steps in all\n"
+      "loss scale:    {:g} ({} good steps)\n"
+      "saved:         {} by hardy {} on {}\n"
+      "tensors:       {} model, {} optimizer, {} of data\n\n",
+      path.string(), human_bytes(contents.file_bytes), checkpoint::kFormatName, contents.format_version, s.step,
+      s.epoch, s.world_size, s.loss, s.optimizer_kind, s.optimizer_steps, s.sampler.seed, s.sampler.epoch,
+      s.sampler.cursor, core::to_string(lr.decay), lr.base_lr, lr.warmup_steps, lr.total_steps, s.loss_scale,
+      s.loss_scale_good_steps, core::iso_time(s.unix_time), s.hardy_version,
+      hosts.empty() ? "unknown hosts" : fmt::format("{}", fmt::join(hosts, ", ")), s.model.size(),
+      s.optimizer.size(), human_bytes(checkpoint::tensor_bytes(s)));
+  std::size_t width = 7;
+  for (const auto& d : contents.datasets) width = std::max(width, d.path.size());
+  std::cout << fmt::format("{:<{}}  {:<5}  {:<16}  {}\n", "dataset", width, "dtype", "shape", "xxh64");
+  for (const auto& d : contents.datasets)
+    std::cout << fmt::format("{:<{}}  {:<5}  {:<16}  {:016x}\n", d.path, width, d.dtype, shape_text(d.shape),
+                             d.checksum);
+}
+
+int inspect(const std::vector<std::string>& args) {
+  po::options_description options("hardy ckpt inspect options");
+  options.add_options()("json", po::bool_switch(), "print the same as one JSON object (with each tensor's min, max and mean)");
+  const Parsed parsed = parse("inspect", args, options);
+  if (parsed.help) {
+    std::cout << "Usage: hardy ckpt inspect FILE [--json]\n\n"
+                 "Validates a checkpoint and prints where training stood (step, epoch, world size, loss, sampler,\n"
+                 "schedule) and every dataset with its dtype, shape and xxHash64 checksum.\n\n"
+              << options << "\n";
+    return 0;
+  }
+  require_paths(parsed, "inspect", 1, 1, "one checkpoint file");
+  const fs::path path = parsed.paths.front();
+  const CheckpointContents contents = checkpoint::read_checkpoint_file(path);
+  if (parsed.options["json"].as<bool>())
+    std::cout << to_json(path, contents).dump(2) << "\n";
+  else
+    print_text(path, contents);
+  return 0;
+}
+
+// ---- verify ----
+
+int verify(const std::vector<std::string>& args) {
+  po::options_description options("hardy ckpt verify options");
+  const Parsed parsed = parse("verify", args, options);
+  if (parsed.help) {
+    std::cout << "Usage: hardy ckpt verify FILE...\n\n"
+                 "Reads every dataset of each checkpoint and checks the format, the version, the manifest and\n"
+                 "every checksum. Exit status 0 when all are valid, 1 when one is not (the reason goes to stderr),\n"
+                 "2 when a file is missing or is not a checkpoint at all.\n\n"
+              << options << "\n";
+    return 0;
+  }
+  require_paths(parsed, "verify", 1, std::numeric_limits<std::size_t>::max(), "one or more checkpoint files");
+  int status = 0;
+  for (const fs::path path : parsed.paths) {
+    try {
+      const CheckpointContents contents = checkpoint::read_checkpoint_file(path);
+      std::cout << fmt::format("{}: valid (step {}, {} datasets, every checksum matches)\n", path.string(),
+                               contents.state.step, contents.datasets.size());
+    } catch (const checkpoint::CorruptCheckpoint& e) {
+      std::cerr << fmt::format("{}: INVALID: {}\n", path.string(), without_path(e.what(), path));
+      status = 1;
+    }
+  }
+  return status;
+}
+
+// ---- diff ----
+
+struct TensorDifference {
+  std::string path;
+  double max_abs = 0;
+  double max_rel = 0;  // max_abs relative to the largest magnitude in A
+};
+
+TensorDifference compare(const std::string& path, const NamedTensor& a, const NamedTensor& b) {
+  TensorDifference d{path};
+  double largest = 0;
+  for (std::size_t i = 0; i < a.values.size(); ++i) {
+    const double x = a.values[i], y = b.values[i];
+    double difference = std::abs(x - y);
+    if (std::isnan(difference)) difference = std::isnan(x) && std::isnan(y) ? 0 : std::numeric_limits<double>::infinity();
+    d.max_abs = std::max(d.max_abs, difference);
+    largest = std::max(largest, std::abs(x));
+  }
+  d.max_rel = d.max_abs == 0 ? 0 : largest == 0 ? std::numeric_limits<double>::infinity() : d.max_abs / largest;
+  return d;
+}
+
+int diff(const std::vector<std::string>& args) {
+  po::options_description options("hardy ckpt diff options");
+  options.add_options()("json", po::bool_switch(), "print the differences as one JSON object");
+  const Parsed parsed = parse("diff", args, options);
+  if (parsed.help) {
+    std::cout << "Usage: hardy ckpt diff A B [--json]\n\n"
+                 "Compares the tensors of two checkpoints: for each tensor in both, the maximum absolute difference\n"
+                 "and that difference relative to the tensor's largest magnitude in A; tensors in only one of them\n"
+                 "or with other shapes are listed. Exit status 0 whatever the differences.\n\n"
+              << options << "\n";
+    return 0;
+  }
+  require_paths(parsed, "diff", 2, 2, "two checkpoint files");
+  const fs::path path_a = parsed.paths[0], path_b = parsed.paths[1];
+  const CheckpointContents a = checkpoint::read_checkpoint_file(path_a);
+  const CheckpointContents b = checkpoint::read_checkpoint_file(path_b);
+  const auto tensors_a = tensors_by_path(a.state), tensors_b = tensors_by_path(b.state);
+  std::vector<TensorDifference> differences;
+  std::vector<std::string> only_a, only_b, other_shape;
+  for (const auto& [path, tensor] : tensors_a) {
+    const auto found = tensors_b.find(path);
+    if (found == tensors_b.end())
+      only_a.push_back(path);
+    else if (found->second->dims != tensor->dims)
+      other_shape.push_back(path);
+    else
+      differences.push_back(compare(path, *tensor, *found->second));
+  }
+  for (const auto& [path, tensor] : tensors_b)
+    if (!tensors_a.contains(path)) only_b.push_back(path);
+  const auto largest = std::max_element(differences.begin(), differences.end(),
+                                        [](const auto& x, const auto& y) { return x.max_abs < y.max_abs; });
+  const auto identical = std::count_if(differences.begin(), differences.end(), [](const auto& d) { return d.max_abs == 0; });
+
+  if (parsed.options["json"].as<bool>()) {
+    json tensors = json::array();
+    for (const auto& d : differences) tensors.push_back({{"path", d.path}, {"max_abs_diff", d.max_abs}, {"max_rel_diff", d.max_rel}});
+    std::cout << json{{"a", {{"file", path_a.string()}, {"step", a.state.step}}},
+                      {"b", {{"file", path_b.string()}, {"step", b.state.step}}},
+                      {"tensors", std::move(tensors)},
+                      {"identical", identical},
+                      {"max_abs_diff", largest == differences.end() ? 0.0 : largest->max_abs},
+                      {"only_in_a", only_a},
+                      {"only_in_b", only_b},
+                      {"shape_differs", other_shape}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::size_t width = 6;
+  for (const auto& d : differences) width = std::max(width, d.path.size());
+  std::cout << fmt::format("A: {} (step {})\nB: {} (step {})\n\n{:<{}}  {:>12}  {:>12}\n", path_a.string(),
+                           a.state.step, path_b.string(), b.state.step, "tensor", width, "max |a-b|", "relative");
+  for (const auto& d : differences)
+    std::cout << fmt::format("{:<{}}  {:>12.4e}  {:>12.4e}\n", d.path, width, d.max_abs, d.max_rel);
+  for (const auto& path : only_a) std::cout << fmt::format("{}: only in A\n", path);
+  for (const auto& path : only_b) std::cout << fmt::format("{}: only in B\n", path);
+  for (const auto& path : other_shape) std::cout << fmt::format("{}: shapes differ\n", path);
+  std::cout << fmt::format("\n{} tensors compared: {} identical, {} differ", differences.size(), identical,
+                           differences.size() - static_cast<std::size_t>(identical));
+  if (largest != differences.end() && largest->max_abs > 0)
+    std::cout << fmt::format(" (largest difference {:.4e} in {})", largest->max_abs, largest->path);
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int ckpt_command(const std::vector<std::string>& args) {
+  if (args.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string& command = args.front();
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (command == "list") return list(rest);
+  if (command == "inspect") return inspect(rest);
+  if (command == "verify") return verify(rest);
+  if (command == "diff") return diff(rest);
+  throw InvalidArgument(fmt::format("unknown ckpt command '{}'; choose list, inspect, verify or diff", command));
+}
+
+}  // namespace hardy::jobs

@@ -1,0 +1,61 @@
+#include "run_progress.hpp"
+
+#include <algorithm>
+#include <fstream>
+
+#include "hardy/checkpoint/checkpoint_directory.hpp"
+
+namespace hardy::jobs {
+
+namespace {
+
+std::optional<nlohmann::json> parse_line(const std::string& line) {
+  auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (record.is_discarded() || !record.is_object()) return std::nullopt;
+  return record;
+}
+
+// The last complete line, reading only the file's tail: a long job's metrics.jsonl is large.
+std::optional<nlohmann::json> last_record(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file) return std::nullopt;
+  constexpr std::streamoff kTail = 1 << 16;
+  const std::streamoff size = file.tellg();
+  file.seekg(std::max<std::streamoff>(0, size - kTail));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(file, line);) lines.push_back(line);
+  for (auto line = lines.rbegin(); line != lines.rend(); ++line)
+    if (auto record = parse_line(*line)) return record;
+  return std::nullopt;
+}
+
+void read_events(const std::filesystem::path& path, RunProgress& progress) {
+  std::ifstream file(path);
+  for (std::string line; std::getline(file, line);) {
+    const auto record = parse_line(line);
+    if (!record) continue;
+    const std::string event = record->value("event", "");
+    progress.failures_detected += event == "failure_detected";
+    progress.relaunches += event == "job_relaunched";
+    progress.last_event = event;
+  }
+}
+
+}  // namespace
+
+RunProgress read_run_progress(const std::filesystem::path& run_dir) {
+  RunProgress progress;
+  progress.last_metrics = last_record(run_dir / "metrics.jsonl");
+  read_events(run_dir / "events.jsonl", progress);
+  const auto checkpoints = run_dir / "checkpoints";
+  const auto entries = checkpoint::list_checkpoints(checkpoints);
+  progress.checkpoint_files = entries.size();
+  progress.latest = checkpoint::read_latest(checkpoints);
+  progress.latest_valid = checkpoint::find_latest_valid(checkpoints, &progress.skipped);
+  for (const auto& entry : entries)
+    if (progress.latest_valid && entry.path.filename() == progress.latest_valid->filename())
+      progress.latest_valid_step = entry.step;
+  return progress;
+}
+
+}  // namespace hardy::jobs

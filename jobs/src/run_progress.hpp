@@ -1,0 +1,29 @@
+#pragma once
+// Where a run stands, from its run directory alone: the last step logged, the checkpoints, and
+// the failures it survived. `hardy status` adds the scheduler's view.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hardy::jobs {
+
+struct RunProgress {
+  std::optional<nlohmann::json> last_metrics;         // the last complete line of metrics.jsonl
+  std::optional<std::string> last_event;              // the name of the last event in events.jsonl
+  std::size_t checkpoint_files = 0;                   // ckpt-<step>.h5 files, valid or not
+  std::optional<std::filesystem::path> latest;        // what checkpoints/latest names
+  std::optional<std::filesystem::path> latest_valid;  // the newest checkpoint that validates
+  std::optional<long> latest_valid_step;
+  std::vector<std::string> skipped;  // why newer checkpoints were passed over
+  long failures_detected = 0;        // failure_detected events: survived inside the job
+  long relaunches = 0;               // job_relaunched events: the supervisor restarted the job
+};
+
+// Reads metrics.jsonl (from its end), events.jsonl and checkpoints/ (validating checkpoints from
+// the newest down until one is valid). Missing files give empty fields, not errors; a line cut
+// short by a crash is passed over.
+RunProgress read_run_progress(const std::filesystem::path& run_dir);
+
+}  // namespace hardy::jobs

@@ -1,0 +1,65 @@
+#include "submission.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "hardy/core/error.hpp"
+#include "hardy/jobs/run_directory.hpp"
+
+namespace hardy::jobs {
+
+void write_submission(const std::filesystem::path& run_dir, const Submission& submission) {
+  const nlohmann::json record = {{"scheduler", submission.scheduler},
+                                 {"job_id", submission.job_id},
+                                 {"job_name", submission.job_name},
+                                 {"submitted", submission.submitted},
+                                 {"script", submission.script.string()}};
+  RunDirectory(run_dir).write_file(kSubmissionFile, record.dump(2) + "\n");
+}
+
+std::optional<Submission> read_submission(const std::filesystem::path& run_dir) {
+  const auto path = run_dir / kSubmissionFile;
+  std::ifstream file(path);
+  if (!file) return std::nullopt;
+  try {
+    const auto record = nlohmann::json::parse(file);
+    return Submission{.scheduler = record.at("scheduler").get<std::string>(),
+                      .job_id = record.at("job_id").get<std::string>(),
+                      .job_name = record.value("job_name", ""),
+                      .submitted = record.value("submitted", ""),
+                      .script = record.value("script", "")};
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(
+        fmt::format("{} is not a hardy submission record: {}", path.string(), e.what()));
+  }
+}
+
+std::optional<std::filesystem::path> parse_run_dir_command(
+    const std::vector<std::string>& args, boost::program_options::options_description options,
+    const std::string& usage, boost::program_options::variables_map& vm) {
+  namespace po = boost::program_options;
+  options.add_options()("help,h", "print this help")("run-dir", po::value<std::string>(),
+                                                     "the job's run directory");
+  po::positional_options_description positional;
+  positional.add("run-dir", 1);
+  try {
+    po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InvalidArgument(fmt::format("{} (see --help)", e.what()));
+  }
+  if (vm.count("help")) {
+    std::cout << usage << "\n" << options << "\n";
+    return std::nullopt;
+  }
+  if (!vm.count("run-dir")) throw InvalidArgument("a run directory is required (see --help)");
+  const std::filesystem::path run_dir = vm["run-dir"].as<std::string>();
+  if (!std::filesystem::is_directory(run_dir))
+    throw InvalidArgument(fmt::format("run directory {} does not exist", run_dir.string()));
+  return run_dir;
+}
+
+}  // namespace hardy::jobs

@@ -1,0 +1,70 @@
+#pragma once
+// Everything a training job needs to know. jobs/ fills it from the command line and an INI file
+// (where every option is declared once, with its default and help); the effective values are
+// written to the run directory as config.ini.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hardy/core/data_sources.hpp"
+#include "hardy/core/lr_schedule.hpp"
+#include "hardy/core/model.hpp"
+#include "hardy/core/optimizer.hpp"
+
+namespace hardy::resilience {
+
+// After a failure, how the global batch is spread over fewer ranks.
+enum class RebalancePolicy {
+  constant_global_batch,  // re-split the same global batch: results as if nothing happened
+  constant_local_batch,   // keep each rank's batch, shrink the global batch, scale lr linearly
+};
+RebalancePolicy parse_rebalance_policy(const std::string& name);
+std::string to_string(RebalancePolicy policy);
+
+struct TrainingConfig {
+  std::filesystem::path run_dir;
+  long steps = 0;  // the job's total, 0 = derive from epochs
+  long epochs = 1;
+  long global_batch = 8;
+  std::uint64_t seed = 1;
+  std::string backend = "cpu";
+  int threads = 0;  // per rank, 0 = the host's cores shared among its ranks
+  long log_every = 10;
+
+  // Data parallelism.
+  double bucket_mib = 25;
+  bool audit_samples = false;
+  long verify_replicas_every = 0;
+
+  // Data.
+  core::DataSpec data;
+  std::optional<std::vector<float>> class_weights;  // nullopt = from class frequencies
+
+  core::ModelConfig model;
+  core::OptimizerConfig optimizer;
+  core::LrSchedule schedule;
+
+  // Checkpoints.
+  long checkpoint_every = 0;             // steps, 0 = never
+  double checkpoint_every_seconds = 0;   // 0 = never
+  int keep_last = 3;                     // retention: the last K ...
+  int keep_every = 0;                    // ... plus every M-th (0: none)
+  bool checkpoint_async = true;
+  bool checkpoint_skip_when_busy = false;  // false: wait for the previous write
+  std::string resume;                      // "", "latest" or a checkpoint path
+
+  // Resilience.
+  int ranks_per_node = 1;
+  int min_world_size = 1;
+  int max_failures = 3;
+  RebalancePolicy rebalance = RebalancePolicy::constant_global_batch;
+  bool memory_snapshots = true;  // roll back from memory when every survivor holds the copy
+  double collective_timeout_s = 300;
+  std::vector<std::string> inject_failures;
+
+  std::string config_ini;  // the effective configuration, as written to config.ini
+};
+
+}  // namespace hardy::resilience

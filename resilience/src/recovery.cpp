@@ -1,0 +1,196 @@
+// The recovery protocol: revoke, shrink (which agrees on the survivors), learn who failed, roll
+// back to the last committed step, re-split the batch, go on. A failure in the middle of any of
+// this starts the protocol again on what is left.
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "hardy/comm/errors.hpp"
+#include "hardy/core/error.hpp"
+#include "session_state.hpp"
+
+namespace hardy::resilience {
+
+void TrainingSession::State::recover(const std::string& what) {
+  const double detected_at = core::unix_time();
+  const auto started = Clock::now();
+  // The victim of an injected failure wrote down when it died; otherwise (a real failure, an
+  // external kill -9) the last commit bounds the moment from below.
+  const auto kill_time = injector.last_kill_time();
+  const bool injected = kill_time && *kill_time >= last_commit_unix - 1.0;
+  const double latency = detected_at - (injected ? *kill_time : last_commit_unix);
+  for (int attempt = 1;; ++attempt) {
+    try {
+      const int old_size = comm->size();
+      const std::vector<int> old_members = world_rank_of;
+      const auto shrink_start = Clock::now();
+      comm->revoke();
+      comm = comm->shrink();
+      const double shrink_s = seconds_since(shrink_start);
+      rebuild_membership();
+
+      std::vector<int> failed;
+      for (int r : old_members)
+        if (std::find(world_rank_of.begin(), world_rank_of.end(), r) == world_rank_of.end()) failed.push_back(r);
+      std::vector<std::string> failed_hosts;
+      std::set<int> failed_nodes;
+      for (int r : failed) {
+        failed_hosts.push_back(hosts[static_cast<std::size_t>(r)]);
+        failed_nodes.insert(r / config.ranks_per_node);
+      }
+      ++failures;
+      if (lead()) open_lead_logs();  // the new rank 0 takes over the run directory's logs
+      events.emit("failure_detected", {{"failed_ranks", failed},
+                                       {"failed_hosts", failed_hosts},
+                                       {"failed_nodes", std::vector<int>(failed_nodes.begin(), failed_nodes.end())},
+                                       {"detected_by", "process failure error"},
+                                       {"error", what},
+                                       {"step", step + 1},
+                                       {"detection_latency_s", latency},
+                                       {"latency_from", injected ? "injected kill time" : "last committed step"},
+                                       {"attempt", attempt}});
+      events.emit("communicator_shrunk", {{"old_size", old_size}, {"new_size", comm->size()}, {"seconds", shrink_s}});
+      if (lead())
+        std::cerr << fmt::format("hardy: rank(s) {} failed at step {}; continuing with {} ranks\n",
+                                 fmt::join(failed, ","), step + 1, comm->size());
+
+      buckets->rebind(*comm);
+      cross_rank.rebind(*comm);
+      if (comm->size() < config.min_world_size) {
+        write_final_checkpoint("too few ranks");
+        throw SessionStop{kStopped, fmt::format("{} ranks left, fewer than --min-world-size {}; final checkpoint written",
+                                                comm->size(), config.min_world_size)};
+      }
+      if (failures > config.max_failures) {
+        write_final_checkpoint("too many failures");
+        throw SessionStop{kStopped, fmt::format("{} failures, more than --max-failures {}; final checkpoint written",
+                                                failures, config.max_failures)};
+      }
+      // A death here, between the shrink and the restore, makes the survivors start over.
+      injector.at(step + 1, Phase::recovery);
+      restore_after_failure(detected_at);
+      events.emit("recovery_finished", {{"step", step}, {"seconds", seconds_since(started)}, {"attempts", attempt}});
+      return;
+    } catch (const comm::ProcessFailure& again) {
+      // Another rank died while we were recovering: start over on what is left.
+      if (lead()) std::cerr << "hardy: failure during recovery (" << again.what() << "); restarting recovery\n";
+    }
+  }
+}
+
+void TrainingSession::State::rebuild_membership() {
+  std::vector<double> members(static_cast<std::size_t>(original_world_size), -1.0);
+  std::vector<double> mine(static_cast<std::size_t>(original_world_size), 0.0);
+  mine[static_cast<std::size_t>(world_rank)] = static_cast<double>(comm->rank()) + 1.0;
+  comm->allreduce_sum(mine);
+  world_rank_of.assign(static_cast<std::size_t>(comm->size()), -1);
+  for (int r = 0; r < original_world_size; ++r)
+    if (const double position = mine[static_cast<std::size_t>(r)]; position > 0)
+      world_rank_of[static_cast<std::size_t>(position) - 1] = r;
+}
+
+void TrainingSession::State::restore_after_failure(double detected_at) {
+  const auto started = Clock::now();
+  // Memory is the fast path, but only when every survivor holds the same committed step.
+  const long target = snapshot ? snapshot->step : -1;
+  int flag = config.memory_snapshots && snapshot ? 1 : 0;
+  flag = comm->agree(flag);
+  // Every rank holds the same step iff the sum is n*t and the sum of squares n*t^2.
+  const double t = static_cast<double>(target), n = comm->size();
+  std::vector<double> steps{t, t * t};
+  comm->allreduce_sum(steps);
+  std::vector<double> differs{steps[0] == n * t && steps[1] == n * t * t ? 0.0 : 1.0};
+  comm->allreduce_sum(differs);
+  const bool same_step = differs[0] == 0;
+  std::string source;
+  if (flag == 1 && same_step) {
+    apply_state(*snapshot);
+    source = "memory";
+  } else {
+    checkpoint::TrainingState state;
+    std::filesystem::path path;
+    if (lead()) {
+      std::vector<std::string> skipped;
+      if (auto found = checkpoint::find_latest_valid(config.run_dir / "checkpoints", &skipped)) path = *found;
+      for (const auto& reason : skipped) events.emit("checkpoint_rejected", {{"reason", reason}});
+      if (!path.empty()) state = checkpoint::read_checkpoint(path);
+    }
+    std::vector<double> have{lead() && !path.empty() ? 1.0 : 0.0};
+    comm->allreduce_sum(have);
+    if (have[0] == 0) throw Error("cannot recover: no rank holds the last committed step and there is no valid checkpoint");
+    checkpoint::broadcast_state(*comm, state, 0);
+    apply_state(state);
+    source = "checkpoint";
+  }
+  events.emit("state_restored", {{"source", source}, {"step", step}, {"seconds", seconds_since(started)}});
+
+  // The sampler is back at the restored step's cursor; re-splitting the next global batches over
+  // the survivors keeps every sample of the epoch seen exactly once.
+  const std::size_t global_batch = current_global_batch();
+  std::vector<std::size_t> shares;
+  for (int r = 0; r < comm->size(); ++r) shares.push_back(core::shard_of(global_batch, r, comm->size()).size());
+  events.emit("shards_rebalanced", {{"policy", to_string(config.rebalance)},
+                                    {"world_size", comm->size()},
+                                    {"global_batch", global_batch},
+                                    {"per_rank_batch", shares},
+                                    {"lr_scale", static_cast<double>(global_batch) / static_cast<double>(config.global_batch)}});
+  events.emit("training_resumed", {{"step", step}, {"seconds_since_detection", core::unix_time() - detected_at}});
+}
+
+void TrainingSession::State::write_final_checkpoint(const std::string& reason) {
+  if (!lead()) return;
+  if (!snapshot) snapshot = capture_state();
+  // Write the committed state, not whatever a half-done step left in the model.
+  if (writer) writer->flush();
+  writer->write_now(checkpoint::TrainingState(*snapshot), 0.0, nullptr);
+  events.emit("final_checkpoint", {{"step", snapshot->step}, {"reason", reason}});
+}
+
+// ---- watchdog ----------------------------------------------------------------------------------
+
+TrainingSession::State::CommunicationScope::CommunicationScope(State& s, const char* what) : state(s) {
+  state.communication_what.store(what);
+  state.communication_since.store(core::unix_time());
+}
+
+TrainingSession::State::CommunicationScope::~CommunicationScope() { state.communication_since.store(0.0); }
+
+void TrainingSession::State::start_watchdog() {
+  watchdog_running.store(true);
+  watchdog = std::thread([this] {
+    while (watchdog_running.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const double since = communication_since.load();
+      if (since == 0.0 || core::unix_time() - since < config.collective_timeout_s) continue;
+      // A peer that hangs (stopped, stuck in a driver) is not dead, so the MPI reports nothing.
+      // Treat it as a failure of the job: keep the committed state and let the supervisor
+      // relaunch on the healthy nodes.
+      events.emit("failure_detected", {{"detected_by", "watchdog"},
+                                       {"stuck_in", communication_what.load()},
+                                       {"stuck_s", core::unix_time() - since},
+                                       {"step", step + 1},
+                                       {"rank", comm->rank()}});
+      std::cerr << fmt::format("hardy: rank {} stuck in {} for {:.0f} s; ending the job for a relaunch\n",
+                               world_rank, communication_what.load(), core::unix_time() - since);
+      if (lead() && snapshot) {
+        try {
+          writer->flush();
+          writer->write_now(checkpoint::TrainingState(*snapshot), 0.0, nullptr);
+        } catch (const std::exception& e) {
+          std::cerr << "hardy: final checkpoint failed: " << e.what() << "\n";
+        }
+      }
+      std::_Exit(kWatchdog);
+    }
+  });
+}
+
+void TrainingSession::State::stop_watchdog() {
+  watchdog_running.store(false);
+  if (watchdog.joinable()) watchdog.join();
+}
+
+}  // namespace hardy::resilience

@@ -1,0 +1,112 @@
+#pragma once
+// The inside of a TrainingSession, shared by the training loop (training_session.cpp) and the
+// recovery protocol (recovery.cpp).
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hardy/checkpoint/checkpoint.hpp"
+#include "hardy/comm/communicator.hpp"
+#include "hardy/comm/cross_rank_sum.hpp"
+#include "hardy/comm/gradient_buckets.hpp"
+#include "hardy/core/batch.hpp"
+#include "hardy/core/event_log.hpp"
+#include "hardy/core/sampler.hpp"
+#include "hardy/resilience/failure_injection.hpp"
+#include "hardy/resilience/training_session.hpp"
+
+namespace hardy::resilience {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start);
+
+// Raised inside the session when it must stop before its last step (limits reached, preempted).
+struct SessionStop {
+  int status;
+  std::string reason;
+};
+
+struct TrainingSession::State {
+  State(TrainingConfig config, std::unique_ptr<comm::Communicator> world);
+  ~State();
+
+  int run();
+
+  // ---- the training loop (training_session.cpp) ----
+  void announce_ranks();
+  void resume_if_asked();
+  void train_step();
+  void commit_step(const std::function<void()>& log_step);
+  void take_snapshot();
+  void maybe_checkpoint(bool force_sync);
+  void check_same_plan(const core::GlobalBatch& batch);
+  void verify_replicas(long step);
+  void write_metrics(double compute_s, double allreduce_s, double step_s, float lr);
+  void open_lead_logs();  // when this rank becomes rank 0
+  bool lead() const { return comm->rank() == 0; }
+  std::size_t current_global_batch() const;
+  float current_lr(long step) const;
+  checkpoint::TrainingState capture_state() const;
+  void apply_state(const checkpoint::TrainingState& state);
+
+  // ---- recovery (recovery.cpp) ----
+  void recover(const std::string& what);
+  void rebuild_membership();
+  void restore_after_failure(double detected_at);
+  void write_final_checkpoint(const std::string& reason);
+
+  // ---- watchdog (recovery.cpp) ----
+  void start_watchdog();
+  void stop_watchdog();
+  struct CommunicationScope {  // marks a stretch of communication for the watchdog
+    explicit CommunicationScope(State& state, const char* what);
+    ~CommunicationScope();
+    State& state;
+  };
+
+  TrainingConfig config;
+  std::unique_ptr<comm::Communicator> comm;
+  comm::CommunicatorSum cross_rank;
+  int world_rank;                       // rank in the job's original world
+  int original_world_size;
+  std::vector<int> world_rank_of;       // current rank -> original world rank
+  std::vector<std::string> hosts;       // by original world rank
+  std::vector<long> pids;               // by original world rank
+
+  std::unique_ptr<core::Backend> backend;
+  core::DataSources data;
+  core::DeepLabV3Plus model;
+  std::unique_ptr<core::Optimizer> optimizer;
+  core::EpochSampler sampler;
+  core::BatchAssembler assembler;
+  std::optional<comm::GradientBuckets> buckets;
+  std::vector<float> class_weights;
+  FailureInjector injector;
+
+  core::EventLog events;
+  core::JsonLines metrics, audit;
+  std::optional<checkpoint::CheckpointWriter> writer;
+  bool lead_logs_open = false;
+
+  long step = 0;  // steps committed
+  long last_checkpoint_step = -1;
+  double last_loss = 0;
+  std::optional<checkpoint::TrainingState> snapshot;  // the last committed step, in memory
+  core::GlobalBatch current_batch;
+  core::Tensor fields, labels, dlogits;
+  Clock::time_point job_start = Clock::now(), last_checkpoint = Clock::now(), last_commit = Clock::now();
+  double samples_seen = 0;
+  double last_commit_unix = 0;
+  int failures = 0;
+
+  std::atomic<double> communication_since{0};  // unix time, 0 when not communicating
+  std::atomic<const char*> communication_what{""};
+  std::atomic<bool> watchdog_running{false};
+  std::thread watchdog;
+};
+
+}  // namespace hardy::resilience

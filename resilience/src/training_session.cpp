@@ -1,0 +1,448 @@
+#include "hardy/resilience/training_session.hpp"
+
+#include <omp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "hardy/comm/errors.hpp"
+#include "hardy/core/digest.hpp"
+#include "hardy/core/error.hpp"
+#include "hardy/core/evaluation.hpp"
+#include "session_state.hpp"
+
+namespace hardy::resilience {
+
+namespace {
+
+std::atomic<bool> preemption_requested{false};
+
+void on_preemption_signal(int) { preemption_requested.store(true); }
+
+std::string format_duration(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  return fmt::format("{:02d}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
+}
+
+// Ranks sharing a host split its cores, so that an oversubscribed node does not thrash.
+int threads_per_rank(int rank, const std::vector<std::string>& hosts) {
+  const auto local = std::count(hosts.begin(), hosts.end(), hosts[static_cast<std::size_t>(rank)]);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / static_cast<int>(local));
+}
+
+// Bits of the per-step agreement (bitwise AND over the survivors).
+constexpr int kStepDone = 1;
+constexpr int kNotPreempted = 2;
+
+}  // namespace
+
+void install_preemption_handler() {
+  struct sigaction action {};
+  action.sa_handler = on_preemption_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &action, nullptr);
+}
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+TrainingSession::TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world)
+    : state_(std::make_unique<State>(std::move(config), std::move(world))) {}
+TrainingSession::~TrainingSession() = default;
+int TrainingSession::run() { return state_->run(); }
+
+TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Communicator> world)
+    : config(std::move(config_in)),
+      comm(std::move(world)),
+      cross_rank(*comm),
+      world_rank(comm->rank()),
+      original_world_size(comm->size()),
+      hosts(comm->hostnames()),
+      backend(core::make_backend(config.backend)),
+      data(core::open_data(config.data)),
+      model(*backend, config.model),
+      optimizer(core::make_optimizer(config.optimizer, *backend)),
+      sampler(data.train->size(), config.seed),
+      assembler(*backend, data.train->shape()) {
+  if (config.global_batch < comm->size())
+    throw InvalidArgument(fmt::format("--global-batch {} is smaller than the {} ranks of the job; every rank needs "
+                                      "at least one sample per step",
+                                      config.global_batch, comm->size()));
+  if (config.ranks_per_node > 1 && comm->size() % config.ranks_per_node != 0)
+    throw InvalidArgument(fmt::format("{} ranks do not make whole nodes of --ranks-per-node {}", comm->size(),
+                                      config.ranks_per_node));
+  if (config.steps == 0) {
+    const long per_epoch = static_cast<long>((data.train->size() + config.global_batch - 1) / config.global_batch);
+    config.steps = per_epoch * config.epochs;
+  }
+  config.schedule.total_steps = config.steps;
+  config.schedule.validate();
+  world_rank_of.resize(static_cast<std::size_t>(comm->size()));
+  for (int r = 0; r < comm->size(); ++r) world_rank_of[static_cast<std::size_t>(r)] = r;
+  omp_set_num_threads(config.threads > 0 ? config.threads : threads_per_rank(world_rank, hosts));
+  class_weights = core::resolve_class_weights(config.class_weights, *data.train, config.model.num_classes);
+  model.initialize(config.seed);
+  optimizer->initialize_state(model.parameters());
+  // Gradients become ready from the classifier back to the stem: buckets in that order let the
+  // first allreduces start while the encoder's backward pass still runs.
+  const auto& params = model.parameters();
+  buckets.emplace(*comm, std::vector<core::Parameter*>(params.rbegin(), params.rend()),
+                  static_cast<std::size_t>(config.bucket_mib * (1 << 20)));
+  injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node), world_rank,
+                             config.run_dir / "checkpoints");
+  if (lead()) {
+    std::filesystem::create_directories(config.run_dir / "checkpoints");
+    open_lead_logs();
+    checkpoint::write_atomically(config.run_dir / "config.ini", [&](const std::filesystem::path& temporary) {
+      std::ofstream(temporary) << config.config_ini;
+    });
+  }
+}
+
+TrainingSession::State::~State() { stop_watchdog(); }
+
+void TrainingSession::State::open_lead_logs() {
+  if (lead_logs_open) return;
+  events = core::EventLog(config.run_dir / "events.jsonl");
+  metrics = core::JsonLines(config.run_dir / "metrics.jsonl");
+  if (config.audit_samples) audit = core::JsonLines(config.run_dir / "samples.jsonl");
+  checkpoint::CheckpointWriter::Options options;
+  options.asynchronous = config.checkpoint_async;
+  options.skip_when_busy = config.checkpoint_skip_when_busy;
+  options.retention = {config.keep_last, config.keep_every};
+  writer.emplace(config.run_dir / "checkpoints", options, [this](const checkpoint::WriteReport& report) {
+    if (report.error.empty())
+      events.emit("checkpoint_written", {{"step", report.step},
+                                         {"path", report.path.string()},
+                                         {"bytes", report.bytes},
+                                         {"stall_s", report.stall_s},
+                                         {"write_s", report.write_s}});
+    else if (report.skipped)
+      events.emit("checkpoint_skipped", {{"step", report.step}, {"reason", report.error}});
+    else
+      events.emit("checkpoint_failed", {{"step", report.step}, {"error", report.error}});
+  });
+  lead_logs_open = true;
+}
+
+std::size_t TrainingSession::State::current_global_batch() const {
+  if (config.rebalance == RebalancePolicy::constant_global_batch) return static_cast<std::size_t>(config.global_batch);
+  // Each surviving rank keeps the share it had in the original world.
+  const auto per_rank = static_cast<std::size_t>(config.global_batch / original_world_size);
+  return std::max<std::size_t>(1, per_rank) * static_cast<std::size_t>(comm->size());
+}
+
+float TrainingSession::State::current_lr(long at_step) const {
+  const float lr = config.schedule.at(at_step);
+  if (config.rebalance == RebalancePolicy::constant_global_batch) return lr;
+  return lr * static_cast<float>(current_global_batch()) / static_cast<float>(config.global_batch);  // linear scaling
+}
+
+checkpoint::TrainingState TrainingSession::State::capture_state() const {
+  checkpoint::TrainingState state = checkpoint::capture(const_cast<core::DeepLabV3Plus&>(model), *optimizer);
+  state.step = step;
+  state.epoch = sampler.state().epoch;
+  state.sampler = sampler.state();
+  state.loss = last_loss;
+  state.config_ini = config.config_ini;
+  state.rng_seed = config.seed;
+  state.lr_schedule = config.schedule;
+  state.world_size = comm->size();
+  for (int r : world_rank_of) state.hosts.push_back(hosts[static_cast<std::size_t>(r)]);
+  return state;
+}
+
+void TrainingSession::State::apply_state(const checkpoint::TrainingState& state) {
+  checkpoint::apply(state, model, *optimizer);
+  step = state.step;
+  sampler.restore(state.sampler);
+  last_loss = state.loss;
+}
+
+void TrainingSession::State::announce_ranks() {
+  std::vector<double> all(static_cast<std::size_t>(comm->size()), 0.0);
+  all[static_cast<std::size_t>(comm->rank())] = static_cast<double>(::getpid());
+  comm->allreduce_sum(all);
+  pids.assign(all.begin(), all.end());
+  for (int r = 0; r < comm->size(); ++r)
+    events.emit("rank_started", {{"rank", r}, {"pid", pids[static_cast<std::size_t>(r)]}, {"host", hosts[static_cast<std::size_t>(r)]}});
+}
+
+void TrainingSession::State::resume_if_asked() {
+  if (config.resume.empty()) return;
+  const auto started = Clock::now();
+  checkpoint::TrainingState state;
+  std::filesystem::path source;
+  if (lead()) {
+    if (config.resume == "latest") {
+      std::vector<std::string> skipped;
+      auto found = checkpoint::find_latest_valid(config.run_dir / "checkpoints", &skipped);
+      for (const auto& reason : skipped) {
+        std::cerr << "hardy: skipping checkpoint: " << reason << "\n";
+        events.emit("checkpoint_rejected", {{"reason", reason}});
+      }
+      if (found) source = *found;
+    } else {
+      source = config.resume;
+    }
+    if (!source.empty()) state = checkpoint::read_checkpoint(source);
+  }
+  // Rank 0 tells the others whether there is anything to resume from.
+  std::vector<double> have{lead() && !source.empty() ? 1.0 : 0.0};
+  comm->allreduce_sum(have);
+  if (have[0] == 0) {
+    if (config.resume != "latest")
+      throw InvalidArgument(fmt::format("cannot resume from {}", config.resume));
+    events.emit("resume_skipped", {{"reason", "no valid checkpoint in the run directory; starting at step 0"}});
+    return;
+  }
+  checkpoint::broadcast_state(*comm, state, 0);
+  apply_state(state);
+  events.emit("state_restored", {{"source", "checkpoint"},
+                                 {"path", source.string()},
+                                 {"step", step},
+                                 {"saved_world_size", state.world_size},
+                                 {"world_size", comm->size()},
+                                 {"seconds", seconds_since(started)}});
+  if (lead())
+    std::cout << fmt::format("hardy: resumed from {} at step {} (saved by {} ranks, now {})\n", source.string(), step,
+                             state.world_size, comm->size());
+}
+
+void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch) {
+  const std::uint64_t digest = core::xxhash64(std::as_bytes(std::span(batch.samples)));
+  std::vector<double> check{static_cast<double>(digest & 0xffffffu), static_cast<double>((digest >> 24) & 0xffffffu)};
+  const std::vector<double> mine = check;
+  comm->allreduce_sum(check);
+  const double n = comm->size();
+  std::vector<double> disagree{check[0] == mine[0] * n && check[1] == mine[1] * n ? 0.0 : 1.0};
+  comm->allreduce_sum(disagree);
+  if (disagree[0] != 0)
+    throw Error(fmt::format("step {}: the ranks planned different global batches (sampler states diverged)", step + 1));
+}
+
+void TrainingSession::State::train_step() {
+  const auto shape = data.train->shape();
+  const std::size_t global_batch = current_global_batch();
+  const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
+  const long this_step = step + 1;
+  const auto step_start = Clock::now();
+  injector.at(this_step, Phase::forward);
+
+  current_batch = sampler.next(global_batch);
+  if (comm->size() > 1) {
+    CommunicationScope scope(*this, "sample plan check");
+    check_same_plan(current_batch);
+  }
+  const auto shard = core::shard_of(current_batch.samples.size(), comm->rank(), comm->size());
+  assembler.load(*data.train, std::span(current_batch.samples.data() + shard.begin, shard.size()), fields, labels);
+
+  const core::Tensor& logits = model.forward(fields, /*training=*/true, &cross_rank);
+  core::ensure_tensor(*backend, dlogits, logits.dims());
+  std::vector<double> loss{backend->softmax_cross_entropy(logits, labels, class_weights, grad_scale, dlogits)};
+  const std::size_t count = model.parameters().size();
+  std::size_t announced = 0;
+  model.backward(
+      dlogits,
+      [&](std::size_t i) {
+        buckets->mark_ready(count - 1 - i);
+        // Dying here leaves some buckets' allreduces in flight: the hardest moment to fail.
+        if (++announced == count / 2) injector.at(this_step, Phase::allreduce);
+      },
+      &cross_rank);
+  const double compute_s = seconds_since(step_start);
+  const auto reduce_start = Clock::now();
+  {
+    CommunicationScope scope(*this, "gradient allreduce");
+    // The loss scale already divides by the global batch, so the sum over ranks is the mean.
+    buckets->finish(1.0f);
+    comm->allreduce_sum(loss);
+  }
+  const double allreduce_s = seconds_since(reduce_start);
+  const float lr = current_lr(step);
+  optimizer->step(model.parameters(), lr);
+  backend->synchronize();
+  last_loss = loss[0] * grad_scale;
+  if (!std::isfinite(last_loss))
+    throw Error(fmt::format("the loss became {} at step {}; lower --lr or check the data", last_loss, this_step));
+  commit_step([&] { write_metrics(compute_s, allreduce_s, seconds_since(step_start), lr); });
+}
+
+void TrainingSession::State::commit_step(const std::function<void()>& log_step) {
+  const bool preempted_here = preemption_requested.load();
+  int flag = kStepDone | (preempted_here ? 0 : kNotPreempted);
+  {
+    CommunicationScope scope(*this, "step agreement");
+    // Fault tolerant: every survivor gets the same answer, so all of them commit the step or
+    // none does. Without ULFM this is an allreduce, and a failure ends the job.
+    flag = comm->agree(flag);
+  }
+  ++step;
+  last_commit = Clock::now();
+  last_commit_unix = core::unix_time();
+  samples_seen += static_cast<double>(current_batch.samples.size());
+  if (config.memory_snapshots) take_snapshot();
+  if (audit.enabled()) {
+    nlohmann::json line = {{"step", step}, {"epoch", current_batch.epochs.front()}, {"samples", current_batch.samples}};
+    const auto boundary = std::find_if(current_batch.epochs.begin(), current_batch.epochs.end(),
+                                       [&](std::int64_t e) { return e != current_batch.epochs.front(); });
+    if (boundary != current_batch.epochs.end()) line["next_epoch_from"] = boundary - current_batch.epochs.begin();
+    audit.write(line);
+  }
+  if (config.verify_replicas_every > 0 && step % config.verify_replicas_every == 0) verify_replicas(step);
+  log_step();  // before a checkpoint, so that a committed step is logged even if rank 0 dies writing
+  if (!(flag & kNotPreempted)) {
+    events.emit("preemption_requested", {{"step", step}});
+    write_final_checkpoint("preempted by SIGUSR1 (scheduler time limit)");
+    throw SessionStop{kPreempted, "preempted: checkpoint written; resume with --resume latest"};
+  }
+  maybe_checkpoint(false);
+}
+
+void TrainingSession::State::take_snapshot() {
+  // Reuses the previous snapshot's buffers: a copy of the weights and optimizer state each step.
+  if (!snapshot) {
+    snapshot.emplace();
+    snapshot->config_ini = config.config_ini;
+    for (int r : world_rank_of) snapshot->hosts.push_back(hosts[static_cast<std::size_t>(r)]);
+  }
+  checkpoint::capture_into(model, *optimizer, *snapshot);
+  snapshot->step = step;
+  snapshot->epoch = sampler.state().epoch;
+  snapshot->sampler = sampler.state();
+  snapshot->loss = last_loss;
+  snapshot->rng_seed = config.seed;
+  snapshot->lr_schedule = config.schedule;
+  snapshot->world_size = comm->size();
+  snapshot->unix_time = core::unix_time();
+}
+
+void TrainingSession::State::maybe_checkpoint(bool force_sync) {
+  if (!lead()) return;
+  const bool by_steps = config.checkpoint_every > 0 && step % config.checkpoint_every == 0;
+  const bool by_time = config.checkpoint_every_seconds > 0 &&
+                       std::chrono::duration<double>(Clock::now() - last_checkpoint).count() >= config.checkpoint_every_seconds;
+  if (!(by_steps || by_time || force_sync)) return;
+  last_checkpoint_step = step;
+  const auto stall_start = Clock::now();
+  checkpoint::TrainingState state = snapshot && snapshot->step == step ? *snapshot : capture_state();
+  const double stall_s = seconds_since(stall_start);
+  last_checkpoint = Clock::now();
+  auto kill_mid_write = [this, at = step](double) { injector.at(at, Phase::checkpoint_write); };
+  if (force_sync) {
+    writer->write_now(std::move(state), stall_s, kill_mid_write);
+  } else {
+    writer->submit(std::move(state), stall_s, kill_mid_write);
+  }
+}
+
+void TrainingSession::State::verify_replicas(long at_step) {
+  CommunicationScope scope(*this, "replica verification");
+  const std::uint64_t digest = core::parameter_digest(*backend, model.parameters());
+  std::uint64_t reference = digest;
+  comm->broadcast(std::as_writable_bytes(std::span(&reference, 1)), 0);
+  std::vector<double> mismatches{reference != digest ? 1.0 : 0.0};
+  comm->allreduce_sum(mismatches);
+  if (mismatches[0] != 0)
+    throw Error(fmt::format("step {}: {} rank(s) hold parameters that differ from rank 0's", at_step, mismatches[0]));
+  events.emit("replicas_verified", {{"step", at_step}, {"digest", fmt::format("{:016x}", digest)}});
+}
+
+void TrainingSession::State::write_metrics(double compute_s, double allreduce_s, double step_s, float lr) {
+  const auto global_batch = static_cast<double>(current_batch.samples.size());
+  metrics.write({{"step", step},
+                 {"epoch", current_batch.epochs.front()},
+                 {"loss", last_loss},
+                 {"lr", lr},
+                 {"samples_per_s", global_batch / step_s},
+                 {"step_s", step_s},
+                 {"compute_s", compute_s},
+                 {"allreduce_s", allreduce_s},
+                 {"world_size", comm->size()}});
+  if (lead() && (step % config.log_every == 0 || step == config.steps || step == 1)) {
+    const double rate = samples_seen / seconds_since(job_start);
+    const double eta = static_cast<double>(config.steps - step) * global_batch / rate;
+    std::cout << fmt::format("step {:>6}/{} | epoch {:>3} | loss {:.4f} | lr {:.2e} | {:7.1f} samples/s | {} rank(s) | ETA {}\n",
+                             step, config.steps, current_batch.epochs.front(), last_loss, lr, rate, comm->size(),
+                             format_duration(eta))
+              << std::flush;
+  }
+}
+
+int TrainingSession::State::run() {
+  announce_ranks();
+  events.emit("job_started", {{"hardy_version", HARDY_VERSION},
+                              {"world_size", comm->size()},
+                              {"fault_tolerant", comm->fault_tolerant()},
+                              {"ranks_per_node", config.ranks_per_node},
+                              {"backend", backend->name()},
+                              {"threads_per_rank", omp_get_max_threads()},
+                              {"steps", config.steps},
+                              {"global_batch", config.global_batch},
+                              {"parameters", model.parameter_count()},
+                              {"gradient_buckets", buckets->bucket_count()},
+                              {"data", data.train->describe()},
+                              {"resume", config.resume},
+                              {"run_dir", config.run_dir.string()}});
+  if (lead())
+    std::cout << fmt::format("hardy: training {} parameters on {} with {} rank(s) x {} thread(s){}, {} steps of {} samples\n",
+                             model.parameter_count(), data.train->describe(), comm->size(), omp_get_max_threads(),
+                             comm->fault_tolerant() ? " (fault tolerant)" : "", config.steps, config.global_batch);
+  try {
+    resume_if_asked();
+    if (config.memory_snapshots) take_snapshot();
+    start_watchdog();
+    while (step < config.steps) {
+      try {
+        train_step();
+      } catch (const comm::ProcessFailure& failure) {
+        if (!comm->fault_tolerant()) throw;
+        recover(failure.what());
+      }
+    }
+    stop_watchdog();
+    // The job's last state is worth keeping when checkpoints are on: a later job can go on from it.
+    const bool checkpointing = config.checkpoint_every > 0 || config.checkpoint_every_seconds > 0;
+    if (checkpointing && last_checkpoint_step != step) maybe_checkpoint(true);
+    if (lead() && writer) writer->flush();
+    nlohmann::json finished = {{"status", "completed"}, {"steps", step}, {"final_loss", last_loss},
+                               {"world_size", comm->size()}, {"failures", failures}};
+    if (lead()) {
+      checkpoint::save_model(model, config.run_dir / "model.h5");
+      finished["model"] = (config.run_dir / "model.h5").string();
+      if (data.held_out) {
+        const auto confusion = core::evaluate(model, *data.held_out, static_cast<std::size_t>(config.global_batch));
+        finished["mean_iou"] = confusion.mean_iou();
+        finished["iou"] = confusion.iou();
+        std::cout << fmt::format("hardy: held-out mean IoU {:.3f} (IoU per class: {:.3f}) on {}\n", confusion.mean_iou(),
+                                 fmt::join(confusion.iou(), ", "), data.held_out->describe());
+      }
+      std::cout << "hardy: run directory " << config.run_dir.string() << "\n";
+    }
+    events.emit("job_finished", finished);
+    return kCompleted;
+  } catch (const SessionStop& stop) {
+    stop_watchdog();
+    if (lead() && writer) writer->flush();
+    events.emit("job_finished", {{"status", stop.status == kPreempted ? "preempted" : "stopped"},
+                                 {"reason", stop.reason},
+                                 {"steps", step},
+                                 {"world_size", comm->size()},
+                                 {"failures", failures}});
+    if (lead()) std::cerr << "hardy: " << stop.reason << "\n";
+    return stop.status;
+  } catch (const std::exception& e) {
+    stop_watchdog();
+    events.emit("job_finished", {{"status", "failed"}, {"steps", step}, {"error", e.what()}});
+    throw;
+  }
+}
+
+}  // namespace hardy::resilience

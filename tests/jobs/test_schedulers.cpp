@@ -1,0 +1,34 @@
+#include <catch2/catch.hpp>
+
+#include "hardy/core/error.hpp"
+#include "hardy/jobs/schedulers.hpp"
+
+using hardy::batch::Environment;
+using hardy::jobs::detect_allocation;
+using hardy::jobs::make_scheduler;
+
+TEST_CASE("schedulers by name", "[jobs]") {
+  CHECK(make_scheduler("slurm")->name() == "slurm");
+  CHECK(make_scheduler("lsf")->name() == "lsf");
+  CHECK_THROWS_WITH(make_scheduler("pbs"), Catch::Contains("pbs"));
+}
+
+TEST_CASE("detect_allocation finds Slurm, then LSF, else nothing", "[jobs]") {
+  CHECK_FALSE(detect_allocation(Environment({{"HOME", "/root"}})).has_value());
+  const auto slurm =
+      detect_allocation(Environment({{"SLURM_JOB_ID", "12"}, {"SLURM_JOB_NODELIST", "n[1-2]"}}));
+  REQUIRE(slurm);
+  CHECK(slurm->scheduler == "slurm");
+  CHECK(slurm->nodes == std::vector<std::string>{"n1", "n2"});
+  const auto lsf =
+      detect_allocation(Environment({{"LSB_JOBID", "34"}, {"LSB_MCPU_HOSTS", "a 6 b 6"}}));
+  REQUIRE(lsf);
+  CHECK(lsf->scheduler == "lsf");
+  CHECK(lsf->tasks == 12);
+}
+
+TEST_CASE("detect_allocation reports malformed scheduler variables", "[jobs]") {
+  CHECK_THROWS_AS(
+      detect_allocation(Environment({{"SLURM_JOB_ID", "12"}, {"SLURM_JOB_NODELIST", "n[2-1]"}})),
+      hardy::InvalidArgument);
+}

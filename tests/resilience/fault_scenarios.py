@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Fault-injection tests of in-job recovery (CTest label `fault`).
+
+Usage: fault_scenarios.py HARDY SOURCE_DIR SCENARIO MPIRUN [MPIRUN FLAGS...]
+
+Each scenario runs 8 ranks as 4 "nodes" of 2 (--ranks-per-node 2) with --audit-samples, injects
+or causes failures, and checks that the job finishes all its steps, that every epoch in the audit
+covers every sample exactly once (the last line written for a step counts), that the events tell
+what happened, and that the final loss is within 2% of a failure-free run with the same seed.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+hardy, source, scenario, mpirun = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4:]
+STEPS, SAMPLES, RANKS = 24, 40, 8
+COMMON = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
+          "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
+          "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
+          "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--ranks-per-node", "2",
+          "--audit-samples", "--log-every", "100", "--checkpoint-every", "4", "--max-failures", "4"]
+failures = 0
+
+
+def check(condition, message):
+    global failures
+    print(("ok: " if condition else "FAILED: ") + message, flush=True)
+    failures += 0 if condition else 1
+
+
+def read_jsonl(path):
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def train(run, ranks, *options, during=None, timeout=420):
+    command = [*mpirun, "-n", str(ranks), hardy, "train", *COMMON, "--run-dir", str(run), *options]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watcher = threading.Thread(target=during, args=(run,)) if during else None
+    if watcher:
+        watcher.start()
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        print(output[-4000:])
+        raise
+    if watcher:
+        watcher.join()
+    print(output[-2500:] if process.returncode else output[-600:], flush=True)
+    return process.returncode, read_jsonl(run / "events.jsonl"), read_jsonl(run / "metrics.jsonl")
+
+
+def audit_is_exact(run):
+    last = {}
+    for line in read_jsonl(run / "samples.jsonl"):
+        last[line["step"]] = line  # a redone step's last line counts
+    if sorted(last) != list(range(1, STEPS + 1)):
+        return False, f"audit steps {sorted(last)[:5]}... are not 1..{STEPS}"
+    seen = defaultdict(list)
+    for step in sorted(last):
+        line = last[step]
+        boundary = line.get("next_epoch_from", len(line["samples"]))
+        seen[line["epoch"]] += line["samples"][:boundary]
+        seen[line["epoch"] + 1] += line["samples"][boundary:]
+    complete = [e for e, s in seen.items() if len(s) >= SAMPLES]
+    bad = [e for e in complete if sorted(seen[e]) != list(range(SAMPLES))]
+    return (len(complete) >= 2 and not bad), f"complete epochs {complete}, wrong: {bad}"
+
+
+def kill_external(run):
+    """Waits for step 9 in the metrics, then kill -9 the rank 5 process, as an operator might."""
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        metrics = read_jsonl(run / "metrics.jsonl")
+        if metrics and metrics[-1]["step"] >= 9:
+            started = [e for e in read_jsonl(run / "events.jsonl") if e["event"] == "rank_started"]
+            victim = next(e for e in started if e["rank"] == 5)
+            os.kill(victim["pid"], signal.SIGKILL)
+            return
+        time.sleep(0.05)
+
+
+SCENARIOS = {
+    # name: (extra options, watcher, expected failure events, world size at the end)
+    "rank": (["--inject-failure", "rank=3@step=7"], None, 1, 7),
+    "node": (["--inject-failure", "node=1@step=10"], None, 1, 6),
+    "rank0": (["--inject-failure", "rank=0@step=9"], None, 1, 7),
+    "two_failures": (["--inject-failure", "rank=6@step=6,node=0@step=15"], None, 2, 5),
+    "during_checkpoint": (["--inject-failure", "rank=0@step=12:checkpoint-write", "--checkpoint-mode", "sync"], None, 1, 7),
+    "during_recovery": (["--inject-failure", "rank=2@step=8,rank=5@step=8:recovery"], None, 2, 6),
+    "allreduce": (["--inject-failure", "rank=4@step=11:allreduce"], None, 1, 7),
+    "external_kill": ([], kill_external, 1, 7),
+}
+
+with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
+    tmp = Path(tmp)
+    options, during, expected_failures, final_world = SCENARIOS[scenario]
+    status, reference_events, reference = train(tmp / "reference", RANKS)
+    check(status == 0 and len(reference) == STEPS, f"failure-free reference run finished {len(reference)} steps")
+    run = tmp / "faulty"
+    started = time.time()
+    status, events, metrics = train(run, RANKS, *options, during=during)
+    names = [e["event"] for e in events]
+    check(status == 0, f"{scenario}: job exits 0 after its failures ({time.time() - started:.1f} s)")
+    committed = {m["step"]: m for m in metrics}
+    check(sorted(committed) == list(range(1, STEPS + 1)), f"{scenario}: all {STEPS} steps committed")
+    detected = [e for e in events if e["event"] == "failure_detected"]
+    check(len(detected) >= expected_failures, f"{scenario}: {len(detected)} failure_detected event(s) "
+          f"{[e.get('failed_ranks') for e in detected]} (expected {expected_failures})")
+    for event in ("communicator_shrunk", "state_restored", "shards_rebalanced", "training_resumed"):
+        check(event in names, f"{scenario}: {event} event written")
+    check(all(e.get("detection_latency_s", 0) < 30 for e in detected),
+          f"{scenario}: detection latencies {[round(e.get('detection_latency_s', -1), 3) for e in detected]} s")
+    check(metrics[-1]["world_size"] == final_world, f"{scenario}: {metrics[-1]['world_size']} ranks at the end "
+          f"(expected {final_world})")
+    ok, detail = audit_is_exact(run)
+    check(ok, f"{scenario}: every epoch in the audit covers every sample exactly once ({detail})")
+    final, expected = metrics[-1]["loss"], reference[-1]["loss"]
+    check(abs(final - expected) <= 0.02 * abs(expected),
+          f"{scenario}: final loss {final:.5f} within 2% of the failure-free {expected:.5f}")
+    finished = [e for e in events if e["event"] == "job_finished"]
+    check(finished and finished[-1]["status"] == "completed", f"{scenario}: job_finished says completed")
+
+print(f"fault scenario {scenario}: {'all checks passed' if failures == 0 else f'{failures} check(s) failed'}")
+sys.exit(1 if failures else 0)
