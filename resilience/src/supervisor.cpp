@@ -147,7 +147,16 @@ std::vector<std::string> launch_command(const SupervisorConfig& config, const st
   }
   command.insert(command.end(), config.launcher_args.begin(), config.launcher_args.end());
   command.insert(command.end(), {config.hardy.string(), "train"});
-  command.insert(command.end(), config.train_args.begin(), config.train_args.end());
+  // Injected failures belong to the first launch: a relaunch must not kill itself again.
+  for (std::size_t i = 0; i < config.train_args.size(); ++i) {
+    const auto& arg = config.train_args[i];
+    if (resume && arg == "--inject-failure") {
+      ++i;
+      continue;
+    }
+    if (resume && arg.starts_with("--inject-failure=")) continue;
+    command.push_back(arg);
+  }
   command.insert(command.end(), {"--run-dir", config.run_dir.string(), "--ranks-per-node", per_node});
   const bool asked = std::find(config.train_args.begin(), config.train_args.end(), "--resume") != config.train_args.end();
   if (resume && !asked) command.insert(command.end(), {"--resume", "latest"});

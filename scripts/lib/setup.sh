@@ -6,6 +6,7 @@ set -euo pipefail
 HARDY_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HARDY_BUILD=${HARDY_BUILD:-$HARDY_ROOT/build}
 HARDY_VENV=$HARDY_ROOT/.venv
+HARDY_CMAKE_EXTRA=()
 
 hardy_log() { printf '\033[1m[hardy setup]\033[0m %s\n' "$*" >&2; }
 
@@ -14,6 +15,7 @@ HARDY_APT_PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev libhdf5-dev hdf5-tools libboost-program-options-dev catch2
   libfmt-dev libspdlog-dev libxxhash-dev nlohmann-json3-dev
   python3-venv python3-numpy python3-h5py python3-torch python3-matplotlib
+  mpich libmpich-dev
 )
 
 hardy_install_packages() {
@@ -42,10 +44,27 @@ hardy_make_venv() {
   fi
 }
 
+# A second hardy linked against Debian's MPICH (no working ULFM there): the supervisor's relaunch
+# path is tested with it. Only the executable is built.
+hardy_build_mpich() {
+  local dir=$HARDY_ROOT/build-mpich
+  [ -x /usr/bin/mpicxx.mpich ] || return 0
+  mkdir -p "$dir"
+  cmake -S "$HARDY_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHARDY_NATIVE=ON -DHARDY_BUILD_TESTS=OFF \
+    -DHARDY_BUILD_BENCHMARKS=OFF -DMPI_C_COMPILER=/usr/bin/mpicc.mpich -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
+    -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich >"$dir/configure.log" 2>&1 || {
+    cat "$dir/configure.log" >&2
+    exit 1
+  }
+  hardy_log "building hardy against MPICH (build-mpich/)"
+  cmake --build "$dir" -j "$(nproc)" --target hardy
+  HARDY_CMAKE_EXTRA+=("-DHARDY_MPICH_HARDY=$dir/bin/hardy")
+}
+
 hardy_build() {
   # The build runs where it is used, so it may use every instruction of this CPU (AVX-512 here).
   local cmake_args=(-S "$HARDY_ROOT" -B "$HARDY_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHARDY_NATIVE=ON
-    "${HARDY_MPI_CMAKE_ARGS[@]}")
+    "${HARDY_MPI_CMAKE_ARGS[@]}" "${HARDY_CMAKE_EXTRA[@]}")
   if [ -n "${HARDY_CMAKE_ARGS:-}" ]; then
     # shellcheck disable=SC2206
     cmake_args+=($HARDY_CMAKE_ARGS)
@@ -69,5 +88,6 @@ hardy_setup() {
     # shellcheck source=/dev/null
     source "$HARDY_ROOT/scripts/lib/openmpi.sh"
   fi
+  if [ "${1:-}" = "--with-mpich" ]; then hardy_build_mpich; fi
   hardy_build
 }

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""The supervisor relaunches a job that died as a whole (CTest label `fault`).
+
+Usage: supervisor_relaunch.py HARDY [--ulfm true|false] [--launcher NAME --launcher-path PATH]
+
+A job of 4 ranks (2 nodes of 2) runs under `hardy run` without in-job recovery (an MPI without
+ULFM, or ULFM switched off); rank 3 is killed at step 10. The MPI ends the whole job, and the
+supervisor must relaunch it from its latest checkpoint on the node that did not fail, where it
+finishes all its steps; the audit must still cover every sample of every epoch exactly once, and
+the final loss must be within 2% of a failure-free run.
+"""
+import json
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+hardy, launcher_options = sys.argv[1], sys.argv[2:]
+STEPS, SAMPLES = 20, 36
+TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "8",
+         "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
+         "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "11",
+         "--warmup-steps", "2", "--checkpoint-every", "4", "--audit-samples", "--log-every", "100"]
+failures = 0
+
+
+def check(condition, message):
+    global failures
+    print(("ok: " if condition else "FAILED: ") + message, flush=True)
+    failures += 0 if condition else 1
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def supervise(run, *train_extra):
+    command = [hardy, "run", "--nodes", "2", "--ranks-per-node", "2", "--run-dir", str(run), "--backoff", "0.2",
+               *launcher_options, "--", *TRAIN, *train_extra]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=400)
+    print(result.stdout[-800:], result.stderr[-1500:], flush=True)
+    return result.returncode
+
+
+with tempfile.TemporaryDirectory(prefix="hardy-supervisor-") as tmp:
+    tmp = Path(tmp)
+    check(supervise(tmp / "reference") == 0, "failure-free job under the supervisor completes")
+    reference = read_jsonl(tmp / "reference" / "metrics.jsonl")
+    run = tmp / "relaunched"
+    status = supervise(run, "--inject-failure", "rank=3@step=10")
+    events = read_jsonl(run / "events.jsonl")
+    names = [e["event"] for e in events]
+    check(status == 0, f"the supervised job exits 0 (status {status})")
+    relaunches = [e for e in events if e["event"] == "job_relaunched"]
+    check(len(relaunches) == 1, f"one job_relaunched event: {relaunches}")
+    check(relaunches and relaunches[0]["excluded_nodes"] and relaunches[0]["world_size"] == 2,
+          "the relaunch excludes the failed node and runs on the 2 surviving ranks")
+    restored = [e for e in events if e["event"] == "state_restored"]
+    check(restored and restored[-1]["source"] == "checkpoint" and restored[-1]["step"] == 8,
+          f"the relaunched job restored the step-8 checkpoint ({restored[-1] if restored else None})")
+    metrics = read_jsonl(run / "metrics.jsonl")
+    committed = {m["step"]: m for m in metrics}
+    check(sorted(committed) == list(range(1, STEPS + 1)), "every step was committed")
+    last = {}
+    for line in read_jsonl(run / "samples.jsonl"):
+        last[line["step"]] = line
+    seen = defaultdict(list)
+    for step in sorted(last):
+        line = last[step]
+        boundary = line.get("next_epoch_from", len(line["samples"]))
+        seen[line["epoch"]] += line["samples"][:boundary]
+        seen[line["epoch"] + 1] += line["samples"][boundary:]
+    complete = [e for e, s in seen.items() if len(s) >= SAMPLES]
+    check(len(complete) >= 3 and all(sorted(seen[e]) == list(range(SAMPLES)) for e in complete),
+          f"epochs {complete} each cover every sample exactly once")
+    final, expected = committed[STEPS]["loss"], reference[-1]["loss"]
+    check(abs(final - expected) <= 0.02 * abs(expected), f"final loss {final:.5f} within 2% of {expected:.5f}")
+    check(names.count("supervisor_finished") == 1 and events[-1]["event"] == "supervisor_finished",
+          "supervisor_finished closes the log")
+
+print(f"supervisor relaunch: {'all checks passed' if failures == 0 else f'{failures} check(s) failed'}")
+sys.exit(1 if failures else 0)
