@@ -1,12 +1,12 @@
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
 #include <iostream>
 #include <limits>
 #include <map>
-
-#include <boost/program_options.hpp>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "hardy/checkpoint/checkpoint_directory.hpp"
@@ -46,7 +46,8 @@ struct Parsed {
 };
 
 // Parses `--help`, the command's own options and its positional paths.
-Parsed parse(const std::string& command, const std::vector<std::string>& args, po::options_description& options) {
+Parsed parse(const std::string& command, const std::vector<std::string>& args,
+             po::options_description& options) {
   options.add_options()("help,h", "print this help");
   po::options_description all;
   all.add(options).add_options()("path", po::value<std::vector<std::string>>(), "");
@@ -54,20 +55,23 @@ Parsed parse(const std::string& command, const std::vector<std::string>& args, p
   positional.add("path", -1);
   Parsed parsed;
   try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), parsed.options);
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(),
+              parsed.options);
     po::notify(parsed.options);
   } catch (const po::error& e) {
     throw InvalidArgument(fmt::format("{} (see hardy ckpt {} --help)", e.what(), command));
   }
   parsed.help = parsed.options.count("help") > 0;
-  if (parsed.options.count("path")) parsed.paths = parsed.options["path"].as<std::vector<std::string>>();
+  if (parsed.options.count("path"))
+    parsed.paths = parsed.options["path"].as<std::vector<std::string>>();
   return parsed;
 }
 
-void require_paths(const Parsed& parsed, const std::string& command, std::size_t min, std::size_t max,
-                   const char* what) {
+void require_paths(const Parsed& parsed, const std::string& command, std::size_t min,
+                   std::size_t max, const char* what) {
   if (parsed.paths.size() < min || parsed.paths.size() > max)
-    throw InvalidArgument(fmt::format("{} takes {} (see hardy ckpt {} --help)", command, what, command));
+    throw InvalidArgument(
+        fmt::format("{} takes {} (see hardy ckpt {} --help)", command, what, command));
 }
 
 std::string human_bytes(std::uint64_t bytes) {
@@ -81,7 +85,9 @@ std::string human_bytes(std::uint64_t bytes) {
   return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, units[unit]);
 }
 
-std::string shape_text(const std::vector<std::uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
+std::string shape_text(const std::vector<std::uint64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ","));
+}
 
 // A reason without the file name that every checkpoint error starts with.
 std::string without_path(std::string reason, const fs::path& path) {
@@ -105,24 +111,28 @@ int list(const std::vector<std::string>& args) {
   const Parsed parsed = parse("list", args, options);
   if (parsed.help) {
     std::cout << "Usage: hardy ckpt list RUN_DIR\n\n"
-                 "Lists the checkpoints of a run directory (RUN_DIR/checkpoints, or RUN_DIR itself when it holds\n"
-                 "them): step, when it was saved, size, and whether it is valid (every checksum is read and\n"
+                 "Lists the checkpoints of a run directory (RUN_DIR/checkpoints, or RUN_DIR itself "
+                 "when it holds\n"
+                 "them): step, when it was saved, size, and whether it is valid (every checksum is "
+                 "read and\n"
                  "checked). The one `latest` names is marked.\n\n"
               << options << "\n";
     return 0;
   }
   require_paths(parsed, "list", 1, 1, "one run directory");
   const fs::path run_dir = parsed.paths.front();
-  if (!fs::is_directory(run_dir)) throw InvalidArgument(fmt::format("{} is not a directory", run_dir.string()));
-  const fs::path dir = fs::is_directory(run_dir / "checkpoints") ? run_dir / "checkpoints" : run_dir;
+  if (!fs::is_directory(run_dir))
+    throw InvalidArgument(fmt::format("{} is not a directory", run_dir.string()));
+  const fs::path dir =
+      fs::is_directory(run_dir / "checkpoints") ? run_dir / "checkpoints" : run_dir;
   const auto entries = checkpoint::list_checkpoints(dir);
   const auto latest = checkpoint::read_latest(dir);
   if (entries.empty()) {
     std::cout << fmt::format("no checkpoints in {}\n", dir.string());
     return 0;
   }
-  std::cout << fmt::format("checkpoints in {}\n{:>8}  {:<24}  {:>10}  {}\n", dir.string(), "step", "saved (UTC)",
-                           "size", "status");
+  std::cout << fmt::format("checkpoints in {}\n{:>8}  {:<24}  {:>10}  {}\n", dir.string(), "step",
+                           "saved (UTC)", "size", "status");
   for (const auto& entry : entries) {
     const bool is_latest = latest && latest->filename() == entry.path.filename();
     std::string saved, status;
@@ -138,11 +148,12 @@ int list(const std::vector<std::string>& args) {
       bytes = fs::file_size(entry.path, error);
       status = "INVALID: " + without_path(e.what(), entry.path);
     }
-    std::cout << fmt::format("{:>8}  {:<24}  {:>10}  {}{}\n", entry.step, saved, human_bytes(bytes), status,
-                             is_latest ? "  <- latest" : "");
+    std::cout << fmt::format("{:>8}  {:<24}  {:>10}  {}{}\n", entry.step, saved, human_bytes(bytes),
+                             status, is_latest ? "  <- latest" : "");
   }
   if (latest && !fs::exists(*latest))
-    std::cout << fmt::format("latest names {}, which does not exist\n", latest->filename().string());
+    std::cout << fmt::format("latest names {}, which does not exist\n",
+                             latest->filename().string());
   return 0;
 }
 
@@ -154,7 +165,8 @@ struct TensorStatistics {
 
 TensorStatistics statistics(const NamedTensor& tensor) {
   if (tensor.values.empty()) return {};
-  TensorStatistics s{std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(), 0};
+  TensorStatistics s{std::numeric_limits<double>::infinity(),
+                     -std::numeric_limits<double>::infinity(), 0};
   double sum = 0;
   for (float v : tensor.values) {
     s.min = std::min(s.min, static_cast<double>(v));
@@ -178,7 +190,10 @@ json to_json(const fs::path& path, const CheckpointContents& contents) {
   json datasets = json::array();
   const auto tensors = tensors_by_path(s);
   for (const auto& d : contents.datasets) {
-    json item = {{"path", d.path}, {"dtype", d.dtype}, {"shape", d.shape}, {"checksum", fmt::format("{:016x}", d.checksum)}};
+    json item = {{"path", d.path},
+                 {"dtype", d.dtype},
+                 {"shape", d.shape},
+                 {"checksum", fmt::format("{:016x}", d.checksum)}};
     if (const auto found = tensors.find(d.path); found != tensors.end()) {
       const TensorStatistics stats = statistics(*found->second);
       item["min"] = stats.min;
@@ -196,7 +211,8 @@ json to_json(const fs::path& path, const CheckpointContents& contents) {
           {"world_size", s.world_size},
           {"loss", s.loss},
           {"optimizer", {{"kind", s.optimizer_kind}, {"steps", s.optimizer_steps}}},
-          {"sampler", {{"seed", s.sampler.seed}, {"epoch", s.sampler.epoch}, {"cursor", s.sampler.cursor}}},
+          {"sampler",
+           {{"seed", s.sampler.seed}, {"epoch", s.sampler.epoch}, {"cursor", s.sampler.cursor}}},
           {"rng_seed", s.rng_seed},
           {"lr_schedule",
            {{"base_lr", lr.base_lr},
@@ -234,27 +250,31 @@ void print_text(const fs::path& path, const CheckpointContents& contents) {
       "loss scale:    {:g} ({} good steps)\n"
       "saved:         {} by hardy {} on {}\n"
       "tensors:       {} model, {} optimizer, {} of data\n\n",
-      path.string(), human_bytes(contents.file_bytes), checkpoint::kFormatName, contents.format_version, s.step,
-      s.epoch, s.world_size, s.loss, s.optimizer_kind, s.optimizer_steps, s.sampler.seed, s.sampler.epoch,
-      s.sampler.cursor, core::to_string(lr.decay), lr.base_lr, lr.warmup_steps, lr.total_steps, s.loss_scale,
+      path.string(), human_bytes(contents.file_bytes), checkpoint::kFormatName,
+      contents.format_version, s.step, s.epoch, s.world_size, s.loss, s.optimizer_kind,
+      s.optimizer_steps, s.sampler.seed, s.sampler.epoch, s.sampler.cursor,
+      core::to_string(lr.decay), lr.base_lr, lr.warmup_steps, lr.total_steps, s.loss_scale,
       s.loss_scale_good_steps, core::iso_time(s.unix_time), s.hardy_version,
       hosts.empty() ? "unknown hosts" : fmt::format("{}", fmt::join(hosts, ", ")), s.model.size(),
       s.optimizer.size(), human_bytes(checkpoint::tensor_bytes(s)));
   std::size_t width = 7;
   for (const auto& d : contents.datasets) width = std::max(width, d.path.size());
-  std::cout << fmt::format("{:<{}}  {:<5}  {:<16}  {}\n", "dataset", width, "dtype", "shape", "xxh64");
+  std::cout << fmt::format("{:<{}}  {:<5}  {:<16}  {}\n", "dataset", width, "dtype", "shape",
+                           "xxh64");
   for (const auto& d : contents.datasets)
-    std::cout << fmt::format("{:<{}}  {:<5}  {:<16}  {:016x}\n", d.path, width, d.dtype, shape_text(d.shape),
-                             d.checksum);
+    std::cout << fmt::format("{:<{}}  {:<5}  {:<16}  {:016x}\n", d.path, width, d.dtype,
+                             shape_text(d.shape), d.checksum);
 }
 
 int inspect(const std::vector<std::string>& args) {
   po::options_description options("hardy ckpt inspect options");
-  options.add_options()("json", po::bool_switch(), "print the same as one JSON object (with each tensor's min, max and mean)");
+  options.add_options()("json", po::bool_switch(),
+                        "print the same as one JSON object (with each tensor's min, max and mean)");
   const Parsed parsed = parse("inspect", args, options);
   if (parsed.help) {
     std::cout << "Usage: hardy ckpt inspect FILE [--json]\n\n"
-                 "Validates a checkpoint and prints where training stood (step, epoch, world size, loss, sampler,\n"
+                 "Validates a checkpoint and prints where training stood (step, epoch, world size, "
+                 "loss, sampler,\n"
                  "schedule) and every dataset with its dtype, shape and xxHash64 checksum.\n\n"
               << options << "\n";
     return 0;
@@ -276,19 +296,22 @@ int verify(const std::vector<std::string>& args) {
   const Parsed parsed = parse("verify", args, options);
   if (parsed.help) {
     std::cout << "Usage: hardy ckpt verify FILE...\n\n"
-                 "Reads every dataset of each checkpoint and checks the format, the version, the manifest and\n"
-                 "every checksum. Exit status 0 when all are valid, 1 when one is not (the reason goes to stderr),\n"
+                 "Reads every dataset of each checkpoint and checks the format, the version, the "
+                 "manifest and\n"
+                 "every checksum. Exit status 0 when all are valid, 1 when one is not (the reason "
+                 "goes to stderr),\n"
                  "2 when a file is missing or is not a checkpoint at all.\n\n"
               << options << "\n";
     return 0;
   }
-  require_paths(parsed, "verify", 1, std::numeric_limits<std::size_t>::max(), "one or more checkpoint files");
+  require_paths(parsed, "verify", 1, std::numeric_limits<std::size_t>::max(),
+                "one or more checkpoint files");
   int status = 0;
   for (const fs::path path : parsed.paths) {
     try {
       const CheckpointContents contents = checkpoint::read_checkpoint_file(path);
-      std::cout << fmt::format("{}: valid (step {}, {} datasets, every checksum matches)\n", path.string(),
-                               contents.state.step, contents.datasets.size());
+      std::cout << fmt::format("{}: valid (step {}, {} datasets, every checksum matches)\n",
+                               path.string(), contents.state.step, contents.datasets.size());
     } catch (const checkpoint::CorruptCheckpoint& e) {
       std::cerr << fmt::format("{}: INVALID: {}\n", path.string(), without_path(e.what(), path));
       status = 1;
@@ -311,11 +334,14 @@ TensorDifference compare(const std::string& path, const NamedTensor& a, const Na
   for (std::size_t i = 0; i < a.values.size(); ++i) {
     const double x = a.values[i], y = b.values[i];
     double difference = std::abs(x - y);
-    if (std::isnan(difference)) difference = std::isnan(x) && std::isnan(y) ? 0 : std::numeric_limits<double>::infinity();
+    if (std::isnan(difference))
+      difference = std::isnan(x) && std::isnan(y) ? 0 : std::numeric_limits<double>::infinity();
     d.max_abs = std::max(d.max_abs, difference);
     largest = std::max(largest, std::abs(x));
   }
-  d.max_rel = d.max_abs == 0 ? 0 : largest == 0 ? std::numeric_limits<double>::infinity() : d.max_abs / largest;
+  d.max_rel = d.max_abs == 0 ? 0
+              : largest == 0 ? std::numeric_limits<double>::infinity()
+                             : d.max_abs / largest;
   return d;
 }
 
@@ -325,8 +351,10 @@ int diff(const std::vector<std::string>& args) {
   const Parsed parsed = parse("diff", args, options);
   if (parsed.help) {
     std::cout << "Usage: hardy ckpt diff A B [--json]\n\n"
-                 "Compares the tensors of two checkpoints: for each tensor in both, the maximum absolute difference\n"
-                 "and that difference relative to the tensor's largest magnitude in A; tensors in only one of them\n"
+                 "Compares the tensors of two checkpoints: for each tensor in both, the maximum "
+                 "absolute difference\n"
+                 "and that difference relative to the tensor's largest magnitude in A; tensors in "
+                 "only one of them\n"
                  "or with other shapes are listed. Exit status 0 whatever the differences.\n\n"
               << options << "\n";
     return 0;
@@ -349,13 +377,17 @@ int diff(const std::vector<std::string>& args) {
   }
   for (const auto& [path, tensor] : tensors_b)
     if (!tensors_a.contains(path)) only_b.push_back(path);
-  const auto largest = std::max_element(differences.begin(), differences.end(),
-                                        [](const auto& x, const auto& y) { return x.max_abs < y.max_abs; });
-  const auto identical = std::count_if(differences.begin(), differences.end(), [](const auto& d) { return d.max_abs == 0; });
+  const auto largest =
+      std::max_element(differences.begin(), differences.end(),
+                       [](const auto& x, const auto& y) { return x.max_abs < y.max_abs; });
+  const auto identical = std::count_if(differences.begin(), differences.end(),
+                                       [](const auto& d) { return d.max_abs == 0; });
 
   if (parsed.options["json"].as<bool>()) {
     json tensors = json::array();
-    for (const auto& d : differences) tensors.push_back({{"path", d.path}, {"max_abs_diff", d.max_abs}, {"max_rel_diff", d.max_rel}});
+    for (const auto& d : differences)
+      tensors.push_back(
+          {{"path", d.path}, {"max_abs_diff", d.max_abs}, {"max_rel_diff", d.max_rel}});
     std::cout << json{{"a", {{"file", path_a.string()}, {"step", a.state.step}}},
                       {"b", {{"file", path_b.string()}, {"step", b.state.step}}},
                       {"tensors", std::move(tensors)},
@@ -370,15 +402,16 @@ int diff(const std::vector<std::string>& args) {
   }
   std::size_t width = 6;
   for (const auto& d : differences) width = std::max(width, d.path.size());
-  std::cout << fmt::format("A: {} (step {})\nB: {} (step {})\n\n{:<{}}  {:>12}  {:>12}\n", path_a.string(),
-                           a.state.step, path_b.string(), b.state.step, "tensor", width, "max |a-b|", "relative");
+  std::cout << fmt::format("A: {} (step {})\nB: {} (step {})\n\n{:<{}}  {:>12}  {:>12}\n",
+                           path_a.string(), a.state.step, path_b.string(), b.state.step, "tensor",
+                           width, "max |a-b|", "relative");
   for (const auto& d : differences)
     std::cout << fmt::format("{:<{}}  {:>12.4e}  {:>12.4e}\n", d.path, width, d.max_abs, d.max_rel);
   for (const auto& path : only_a) std::cout << fmt::format("{}: only in A\n", path);
   for (const auto& path : only_b) std::cout << fmt::format("{}: only in B\n", path);
   for (const auto& path : other_shape) std::cout << fmt::format("{}: shapes differ\n", path);
-  std::cout << fmt::format("\n{} tensors compared: {} identical, {} differ", differences.size(), identical,
-                           differences.size() - static_cast<std::size_t>(identical));
+  std::cout << fmt::format("\n{} tensors compared: {} identical, {} differ", differences.size(),
+                           identical, differences.size() - static_cast<std::size_t>(identical));
   if (largest != differences.end() && largest->max_abs > 0)
     std::cout << fmt::format(" (largest difference {:.4e} in {})", largest->max_abs, largest->path);
   std::cout << "\n";
@@ -402,7 +435,8 @@ int ckpt_command(const std::vector<std::string>& args) {
   if (command == "inspect") return inspect(rest);
   if (command == "verify") return verify(rest);
   if (command == "diff") return diff(rest);
-  throw InvalidArgument(fmt::format("unknown ckpt command '{}'; choose list, inspect, verify or diff", command));
+  throw InvalidArgument(
+      fmt::format("unknown ckpt command '{}'; choose list, inspect, verify or diff", command));
 }
 
 }  // namespace hardy::jobs
