@@ -9,19 +9,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from hardy_test import Checks  # noqa: E402
 
 hardy = sys.argv[1]
 TRAIN = ["--synthetic", "--samples", "32", "--height", "32", "--width", "32", "--global-batch", "4",
          "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16", "--low-level-channels", "8",
          "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "9", "--steps", "12", "--checkpoint-every", "4",
          "--log-every", "100"]
-failures = 0
-
-
-def check(condition, message):
-    global failures
-    print(("ok: " if condition else "FAILED: ") + message, flush=True)
-    failures += 0 if condition else 1
+check = Checks()
 
 
 with tempfile.TemporaryDirectory(prefix="hardy-crash-") as tmp:
@@ -46,5 +42,4 @@ with tempfile.TemporaryDirectory(prefix="hardy-crash-") as tmp:
         check(resumed.returncode == 0 and restored and restored[-1]["step"] == 4,
               f"{mode}: the job resumed from step 4 and finished")
 
-print(f"checkpoint crash safety: {'all checks passed' if failures == 0 else f'{failures} check(s) failed'}")
-sys.exit(1 if failures else 0)
+check.finish("checkpoint crash safety")

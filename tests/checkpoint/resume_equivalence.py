@@ -20,18 +20,14 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from hardy_test import Checks  # noqa: E402
 
 hardy, mpirun = sys.argv[1], sys.argv[2:]
 TRAIN = ["--synthetic", "--samples", "36", "--height", "64", "--width", "64", "--global-batch", "12",
          "--eval-samples", "0", "--seed", "3", "--warmup-steps", "3", "--lr-decay", "none",
          "--checkpoint-every", "10", "--audit-samples", "--log-every", "100"]
-failures = 0
-
-
-def check(condition, message):
-    global failures
-    print(("ok: " if condition else "FAILED: ") + message, flush=True)
-    failures += 0 if condition else 1
+check = Checks()
 
 
 def train(run, ranks, steps, *extra):
@@ -75,5 +71,4 @@ with tempfile.TemporaryDirectory(prefix="hardy-resume-") as tmp:
             check(worst <= tolerance, f"{name}: parameters within {tolerance} relative (worst {worst:.2e})")
         check(audit(straight) == audit(resumed), f"{name}: the resumed job saw the same samples at every step")
 
-print(f"resume equivalence: {'all checks passed' if failures == 0 else f'{failures} check(s) failed'}")
-sys.exit(1 if failures else 0)
+check.finish("resume equivalence")

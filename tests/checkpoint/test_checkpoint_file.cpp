@@ -205,3 +205,23 @@ TEST_CASE("checkpoint file: HDF5's metadata lies before the tensors and the file
   const std::uint64_t last_end = data_offset(dir / "ckpt-1.h5", "/job/unix_time") + 8;
   CHECK(std::filesystem::file_size(dir / "ckpt-1.h5") - last_end <= 2048);  // a small-data block
 }
+
+TEST_CASE(
+    "model file: save_model and load_model round-trip the weights, with a checksum per tensor",
+    "[checkpoint]") {
+  ScratchDirectory dir("model-file");
+  TrainedModel source(1);
+  save_model(source.model, dir / "model.h5");
+  CHECK_FALSE(std::filesystem::exists(dir / "model.h5.tmp"));
+  TrainedModel target(2, core::OptimizerKind::adam, 0);
+  load_model(target.model, dir / "model.h5");
+  CHECK(capture(target.model, *target.optimizer).model ==
+        capture(source.model, *source.optimizer).model);
+  h5::Handle file = h5::open_file(dir / "model.h5");
+  CHECK(h5::read_string_attribute(file.id(), "format") == "hardy-model");
+  h5::Handle weight =
+      h5::open_dataset(file.id(), "/model/" + source.model.parameters().front()->name);
+  CHECK(h5::read_string_attribute(weight.id(), "checksum_algorithm") == "xxh64");
+  TrainedModel wider(3, core::OptimizerKind::adam, 0, tiny_model_config(8));
+  CHECK_THROWS_WITH(load_model(wider.model, dir / "model.h5"), Catch::Contains("has shape"));
+}

@@ -6,10 +6,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "checkpoint_fixtures.hpp"
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
+#include "hardy/checkpoint/model_file.hpp"
 #include "hardy/core/error.hpp"
 
 using namespace hardy;
@@ -74,18 +76,28 @@ TEST_CASE(
     "[checkpoint]") {
   ScratchDirectory dir("enospc");
   save_checkpoint(synthetic_state(1), dir.path());
-  for (std::uint64_t budget :
-       {0, 1, 4000, 7000}) {  // nothing written, mid-tensor, past the first tensor
+  // A disk that fills up after 0, 1 KiB, 2 KiB, ... bytes of the new file, until the file fits:
+  // failures in HDF5's metadata and in each tensor, every one clean.
+  std::set<std::string> failed_in;
+  for (std::uint64_t budget = 0;; budget = budget == 0 ? 1024 : 2 * budget) {
     InjectedFailure full_disk(budget);
-    CHECK_THROWS_AS(save_checkpoint(synthetic_state(2), dir.path()), IoError);
-    CHECK_THROWS_WITH(save_checkpoint(synthetic_state(2), dir.path()),
-                      Catch::Contains("ckpt-2.h5 was not written") &&
-                          Catch::Contains("No space left on device") &&
-                          Catch::Contains("HARDY_CHECKPOINT_FAIL_AFTER_BYTES"));
-    check_previous_intact(dir.path(), 1);
+    try {
+      save_checkpoint(synthetic_state(2, 100'000), dir.path());
+      break;
+    } catch (const IoError& e) {
+      const std::string message = e.what();
+      CHECK_THAT(message, Catch::Contains("ckpt-2.h5 was not written") &&
+                              Catch::Contains("No space left on device") &&
+                              Catch::Contains("(injected by HARDY_CHECKPOINT_FAIL_AFTER_BYTES)"));
+      const auto what = message.find("writing "), into = message.find(" into ");
+      REQUIRE(what != std::string::npos);
+      failed_in.insert(message.substr(what + 8, into - what - 8));
+      check_previous_intact(dir.path(), 1);
+    }
   }
-  save_checkpoint(synthetic_state(2), dir.path());  // injection off again: writes
-  CHECK(read_latest(dir.path())->filename() == "ckpt-2.h5");
+  CHECK(failed_in == std::set<std::string>{"the HDF5 metadata", "/model/layer.weight",
+                                           "/optimizer/momentum/layer.weight"});
+  CHECK(read_latest(dir.path())->filename() == "ckpt-2.h5");  // the budget that fits writes it
 }
 
 TEST_CASE("write failures: HARDY_CHECKPOINT_FAIL_AFTER_BYTES injects the same failure",
@@ -124,6 +136,10 @@ TEST_CASE("write failures: a real full tmpfs fails the checkpoint cleanly and fr
     for (int i = 0; i < 4000; ++i) state.model.push_back({fmt::format("t{}", i), {1}, {1.0f}});
     return state;
   }();
+  // A model file goes the same way.
+  TrainedModel trained(1, core::OptimizerKind::adam, 0, tiny_model_config(64));  // 4 MB of weights
+  CHECK_THROWS_WITH(save_model(trained.model, dir / "model.h5"),
+                    Catch::Contains("No space left on device"));
   CHECK_THROWS_AS(save_checkpoint(many, dir.path()), IoError);
   CHECK_THROWS_WITH(
       save_checkpoint(many, dir.path()),

@@ -10,25 +10,15 @@ Usage: data_parallel.py HARDY SOURCE_DIR MPIRUN [MPIRUN FLAGS...]
 - the audit log (samples.jsonl) covers every sample of every epoch exactly once, also with an
   uneven split (8 samples over 3 ranks) and batches that straddle epochs.
 """
-import json
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from hardy_test import Checks, complete_epochs_exact, read_jsonl  # noqa: E402
 
 hardy, source, mpirun = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
-failures = 0
-
-
-def check(condition, message):
-    global failures
-    print(("ok: " if condition else "FAILED: ") + message, flush=True)
-    failures += 0 if condition else 1
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+check = Checks()
 
 
 def train(run, ranks, *options):
@@ -69,14 +59,8 @@ with tempfile.TemporaryDirectory(prefix="hardy-dp-") as tmp:
         train(run, 3, "--steps", "13", "--samples", str(samples), "--audit-samples")
         audit = read_jsonl(run / "samples.jsonl")
         check([a["step"] for a in audit] == list(range(1, 14)), f"audit has one line per step ({samples} samples)")
-        seen = defaultdict(list)
-        for line in audit:
-            boundary = line.get("next_epoch_from", len(line["samples"]))
-            seen[line["epoch"]] += line["samples"][:boundary]
-            seen[line["epoch"] + 1] += line["samples"][boundary:]
-        complete = [e for e, s in seen.items() if len(s) >= samples]
-        check(len(complete) >= 4 and all(sorted(seen[e]) == list(range(samples)) for e in complete),
+        complete, wrong = complete_epochs_exact(run, samples)
+        check(len(complete) >= 4 and not wrong,
               f"epochs {complete} each cover all {samples} samples exactly once")
 
-print(f"data parallel: {'all checks passed' if failures == 0 else f'{failures} check(s) failed'}")
-sys.exit(1 if failures else 0)
+check.finish("data parallel")

@@ -9,20 +9,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from hardy_test import Checks, read_jsonl  # noqa: E402
+
 hardy, source, min_iou = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
 
 
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def check(condition, message):
-    if not condition:
-        print("FAILED:", message)
-        sys.exit(1)
-    print("ok:", message)
-
-
+check = Checks()
 with tempfile.TemporaryDirectory(prefix="hardy-tiny-") as tmp:
     run = Path(tmp) / "run"
     subprocess.run([hardy, "train", "--config", str(source / "examples/tiny.ini"), "--run-dir", str(run)],
@@ -49,4 +42,4 @@ with tempfile.TemporaryDirectory(prefix="hardy-tiny-") as tmp:
     scored = json.loads(result.stdout)
     check(abs(scored["mean_iou"] - finished["mean_iou"]) < 1e-9,
           f"hardy eval reproduces the mean IoU ({scored['mean_iou']:.6f})")
-print("tiny job learns: all checks passed")
+check.finish("tiny job learns")

@@ -8,7 +8,6 @@ or causes failures, and checks that the job finishes all its steps, that every e
 covers every sample exactly once (the last line written for a step counts), that the events tell
 what happened, and that the final loss is within 2% of a failure-free run with the same seed.
 """
-import json
 import os
 import signal
 import subprocess
@@ -16,8 +15,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, samples_by_epoch  # noqa: E402
 
 hardy, source, scenario, mpirun = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4:]
 STEPS, SAMPLES, RANKS = 24, 40, 8
@@ -26,19 +26,7 @@ COMMON = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width",
           "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
           "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--ranks-per-node", "2",
           "--audit-samples", "--log-every", "100", "--checkpoint-every", "4", "--max-failures", "4"]
-failures = 0
-
-
-def check(condition, message):
-    global failures
-    print(("ok: " if condition else "FAILED: ") + message, flush=True)
-    failures += 0 if condition else 1
-
-
-def read_jsonl(path):
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+check = Checks()
 
 
 def train(run, ranks, *options, during=None, timeout=420):
@@ -61,20 +49,11 @@ def train(run, ranks, *options, during=None, timeout=420):
 
 
 def audit_is_exact(run):
-    last = {}
-    for line in read_jsonl(run / "samples.jsonl"):
-        last[line["step"]] = line  # a redone step's last line counts
-    if sorted(last) != list(range(1, STEPS + 1)):
-        return False, f"audit steps {sorted(last)[:5]}... are not 1..{STEPS}"
-    seen = defaultdict(list)
-    for step in sorted(last):
-        line = last[step]
-        boundary = line.get("next_epoch_from", len(line["samples"]))
-        seen[line["epoch"]] += line["samples"][:boundary]
-        seen[line["epoch"] + 1] += line["samples"][boundary:]
-    complete = [e for e, s in seen.items() if len(s) >= SAMPLES]
-    bad = [e for e in complete if sorted(seen[e]) != list(range(SAMPLES))]
-    return (len(complete) >= 2 and not bad), f"complete epochs {complete}, wrong: {bad}"
+    steps, _ = samples_by_epoch(run)
+    if steps != list(range(1, STEPS + 1)):
+        return False, f"audit steps {steps[:5]}... are not 1..{STEPS}"
+    complete, wrong = complete_epochs_exact(run, SAMPLES)
+    return (len(complete) >= 2 and not wrong), f"complete epochs {complete}, wrong: {wrong}"
 
 
 def kill_external(run):
@@ -131,5 +110,4 @@ with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
     finished = [e for e in events if e["event"] == "job_finished"]
     check(finished and finished[-1]["status"] == "completed", f"{scenario}: job_finished says completed")
 
-print(f"fault scenario {scenario}: {'all checks passed' if failures == 0 else f'{failures} check(s) failed'}")
-sys.exit(1 if failures else 0)
+check.finish(f"fault scenario {scenario}")

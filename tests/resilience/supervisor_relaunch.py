@@ -9,12 +9,12 @@ supervisor must relaunch it from its latest checkpoint on the node that did not 
 finishes all its steps; the audit must still cover every sample of every epoch exactly once, and
 the final loss must be within 2% of a failure-free run.
 """
-import json
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from hardy_test import Checks, complete_epochs_exact, read_jsonl  # noqa: E402
 
 hardy, launcher_options = sys.argv[1], sys.argv[2:]
 STEPS, SAMPLES = 20, 36
@@ -22,17 +22,7 @@ TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", 
          "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
          "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "11",
          "--warmup-steps", "2", "--checkpoint-every", "4", "--audit-samples", "--log-every", "100"]
-failures = 0
-
-
-def check(condition, message):
-    global failures
-    print(("ok: " if condition else "FAILED: ") + message, flush=True)
-    failures += 0 if condition else 1
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+check = Checks()
 
 
 def supervise(run, *train_extra):
@@ -62,22 +52,11 @@ with tempfile.TemporaryDirectory(prefix="hardy-supervisor-") as tmp:
     metrics = read_jsonl(run / "metrics.jsonl")
     committed = {m["step"]: m for m in metrics}
     check(sorted(committed) == list(range(1, STEPS + 1)), "every step was committed")
-    last = {}
-    for line in read_jsonl(run / "samples.jsonl"):
-        last[line["step"]] = line
-    seen = defaultdict(list)
-    for step in sorted(last):
-        line = last[step]
-        boundary = line.get("next_epoch_from", len(line["samples"]))
-        seen[line["epoch"]] += line["samples"][:boundary]
-        seen[line["epoch"] + 1] += line["samples"][boundary:]
-    complete = [e for e, s in seen.items() if len(s) >= SAMPLES]
-    check(len(complete) >= 3 and all(sorted(seen[e]) == list(range(SAMPLES)) for e in complete),
-          f"epochs {complete} each cover every sample exactly once")
+    complete, wrong = complete_epochs_exact(run, SAMPLES)
+    check(len(complete) >= 3 and not wrong, f"epochs {complete} each cover every sample exactly once")
     final, expected = committed[STEPS]["loss"], reference[-1]["loss"]
     check(abs(final - expected) <= 0.02 * abs(expected), f"final loss {final:.5f} within 2% of {expected:.5f}")
     check(names.count("supervisor_finished") == 1 and events[-1]["event"] == "supervisor_finished",
           "supervisor_finished closes the log")
 
-print(f"supervisor relaunch: {'all checks passed' if failures == 0 else f'{failures} check(s) failed'}")
-sys.exit(1 if failures else 0)
+check.finish("supervisor relaunch")

@@ -1,0 +1,49 @@
+"""What hardy's end-to-end test scripts share: checks that count failures, the run directory's
+JSON-lines logs, and the audit of which samples each step trained on."""
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+class Checks:
+    def __init__(self):
+        self.failures = 0
+
+    def __call__(self, condition, message):
+        print(("ok: " if condition else "FAILED: ") + message, flush=True)
+        self.failures += 0 if condition else 1
+
+    def finish(self, name):
+        print(f"{name}: {'all checks passed' if self.failures == 0 else f'{self.failures} check(s) failed'}")
+        sys.exit(1 if self.failures else 0)
+
+
+def read_jsonl(path):
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def samples_by_epoch(run):
+    """{epoch: [sample, ...]} from samples.jsonl, where the last line written for a step counts
+    (a step redone after a rollback is logged again)."""
+    last = {}
+    for line in read_jsonl(Path(run) / "samples.jsonl"):
+        last[line["step"]] = line
+    seen = defaultdict(list)
+    for step in sorted(last):
+        line = last[step]
+        boundary = line.get("next_epoch_from", len(line["samples"]))
+        seen[line["epoch"]] += line["samples"][:boundary]
+        seen[line["epoch"] + 1] += line["samples"][boundary:]
+    return sorted(last), seen
+
+
+def complete_epochs_exact(run, dataset_size):
+    """(complete epochs, epochs among them that do not hold every sample exactly once)."""
+    _, seen = samples_by_epoch(run)
+    complete = [e for e, s in seen.items() if len(s) >= dataset_size]
+    wrong = [e for e in complete if sorted(seen[e]) != list(range(dataset_size))]
+    return complete, wrong

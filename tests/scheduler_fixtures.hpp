@@ -1,0 +1,63 @@
+#pragma once
+// What the Slurm and LSF template tests share: a job request with every awkward value, golden
+// files, and a shell syntax check.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "hardy/batch/command.hpp"
+#include "hardy/batch/scheduler.hpp"
+
+namespace hardy::testing {
+
+// A name and a run directory that need quoting (a space, an apostrophe), every option given.
+inline batch::JobRequest example_request() {
+  batch::JobRequest request;
+  request.job_name = "climate 01";
+  request.nodes = 2;
+  request.ranks_per_node = 4;
+  request.gpus_per_node = 4;
+  request.time = "02:00:00";
+  request.account = "m4242";
+  request.queue = "regular";
+  request.run_dir = "/scratch/o'neil/runs/climate 01";
+  request.hardy = "/opt/hardy/bin/hardy";
+  request.signal_lead_seconds = 120;
+  return request;
+}
+
+inline std::string render_builtin(const batch::Scheduler& scheduler,
+                                  const batch::JobRequest& request) {
+  batch::validate(request);
+  return batch::render_script(scheduler.builtin_template(request),
+                              scheduler.template_values(request), scheduler.directive_prefix(),
+                              "built-in");
+}
+
+// bash -n: the script parses (nothing runs).
+inline void check_shell_syntax(const std::string& script) {
+  const auto result = batch::run_command({"bash", "-n"}, script);
+  INFO(result.err);
+  CHECK(result.status == 0);
+}
+
+// Golden files: a test renders text and compares it with a file checked in under tests/. Run the
+// test with HARDY_UPDATE_GOLDEN=1 to (re)write the files, then review the diff.
+inline void check_golden(const std::string& relative_path, const std::string& actual) {
+  const std::string path = std::string(HARDY_SOURCE_DIR) + "/tests/" + relative_path;
+  if (std::getenv("HARDY_UPDATE_GOLDEN") != nullptr) {
+    std::ofstream(path) << actual;
+    WARN("rewrote " << path);
+    return;
+  }
+  std::ifstream file(path);
+  INFO("golden file " << path << " (HARDY_UPDATE_GOLDEN=1 rewrites it)");
+  REQUIRE(file.good());
+  std::stringstream expected;
+  expected << file.rdbuf();
+  CHECK(actual == expected.str());
+}
+
+}  // namespace hardy::testing
