@@ -1,7 +1,7 @@
 // What a checkpoint costs, for models of several sizes (DeepLabv3+ with its channel counts scaled
 // up, Adam, so a checkpoint holds three floats per parameter):
-//   capture   the training thread's stall: copying model and optimizer state to host buffers
-//             (fresh buffers, as for a one-off checkpoint, and reused ones, as for a snapshot)
+//   capture   the training thread's stall: copying model and optimizer state to host buffers,
+//             fresh ones (capture) and reused ones (capture_into a CheckpointWriter::take_spare)
 //   write     hardy's checkpoint: save_checkpoint (HDF5 file, checksums, fsync, rename,
 //             directory fsync, `latest`), from the captured state
 //   plain     a plain sequential write of the same number of bytes to the same directory:
@@ -9,13 +9,15 @@
 //   read      read_checkpoint: reading and validating every checksum
 //   step      one training step (forward, loss, backward, Adam) on a small batch, for the stall
 //             relative to a step
-// Each is the median of --repeats runs; write and plain alternate. Prints one JSON object with
+// Each is the best (least disturbed by other load) of --repeats runs, medians and raw runs are
+// in the output too; write and plain alternate their order. Prints one JSON object with
 // a record per size on stdout; bench/checkpoint/bench_checkpoint.py runs it, adds torch.save
 // of the same tensors and prints the table. With --keep DIR the last checkpoint of each size
 // stays in DIR as size-<parameters>.h5 for that comparison.
 //
 //   build/bin/hardy_checkpoint_bench --sizes 0.15,5,50 --repeats 5 --dir /path/on/the/disk
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -26,11 +28,9 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
@@ -52,16 +52,17 @@ struct Options {
   int repeats = 5;
   fs::path dir = fs::temp_directory_path() / "hardy-checkpoint-bench";
   fs::path keep;
-  int step_batch = 4, step_image = 64, step_repeats = 3;
+  int step_batch = 8, step_image = 64, step_repeats = 3;  // hardy train's default batch
   int threads = 0;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr,
-               "hardy_checkpoint_bench: %s\nusage: hardy_checkpoint_bench [--sizes 0.15,5,50] [--repeats N] "
-               "[--dir DIR] [--keep DIR] [--step-batch N] [--step-image PIXELS] [--step-repeats N] "
-               "[--threads T]\n",
-               message.c_str());
+  std::fprintf(
+      stderr,
+      "hardy_checkpoint_bench: %s\nusage: hardy_checkpoint_bench [--sizes 0.15,5,50] [--repeats N] "
+      "[--dir DIR] [--keep DIR] [--step-batch N] [--step-image PIXELS] [--step-repeats N] "
+      "[--threads T]\n",
+      message.c_str());
   std::exit(2);
 }
 
@@ -69,7 +70,8 @@ Options parse(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") usage_error("measures checkpoint costs; see the comment at the top of the source");
+    if (arg == "--help" || arg == "-h")
+      usage_error("measures checkpoint costs; see the comment at the top of the source");
     if (i + 1 >= argc) usage_error(arg + " needs a value");
     const std::string value = argv[++i];
     try {
@@ -105,7 +107,13 @@ Options parse(int argc, char** argv) {
   return options;
 }
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double best(const std::vector<double>& values) {
+  return *std::min_element(values.begin(), values.end());
+}
 
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -117,7 +125,9 @@ double median(std::vector<double> values) {
 // square; counts stay multiples of 8 (the normalization groups).
 core::ModelConfig scaled_model(double millions) {
   const double factor = std::sqrt(millions / 0.151);
-  const auto channels = [&](int base) { return std::max(8, static_cast<int>(std::lround(base * factor / 8)) * 8); };
+  const auto channels = [&](int base) {
+    return std::max(8, static_cast<int>(std::lround(base * factor / 8)) * 8);
+  };
   core::ModelConfig config;
   config.width = channels(16);
   config.aspp_channels = channels(32);
@@ -131,41 +141,50 @@ core::ModelConfig scaled_model(double millions) {
 double plain_write(const fs::path& path, const std::vector<std::byte>& bytes) {
   const auto start = Clock::now();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+  if (fd < 0)
+    throw IoError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
   for (std::size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, std::min<std::size_t>(bytes.size() - done, 64 << 20));
-    if (n < 0) throw IoError(fmt::format("writing {} failed: {}", path.string(), std::strerror(errno)));
+    const ssize_t n =
+        ::write(fd, bytes.data() + done, std::min<std::size_t>(bytes.size() - done, 64 << 20));
+    if (n < 0)
+      throw IoError(fmt::format("writing {} failed: {}", path.string(), std::strerror(errno)));
     done += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) throw IoError(fmt::format("cannot sync {}", path.string()));
+  if (::fsync(fd) != 0 || ::close(fd) != 0)
+    throw IoError(fmt::format("cannot sync {}", path.string()));
   return seconds_since(start);
 }
 
-// Median seconds of one training step on a random batch, after one warm-up step.
+// Best seconds of one training step on a random batch, after one warm-up step.
 double step_seconds(core::Backend& backend, core::DeepLabV3Plus& model, core::Optimizer& optimizer,
                     const Options& options) {
-  const std::vector<std::int64_t> dims{options.step_batch, 16, options.step_image, options.step_image};
+  const std::vector<std::int64_t> dims{options.step_batch, 16, options.step_image,
+                                       options.step_image};
   core::Tensor host = core::Tensor::host(dims, core::DType::f32, backend.activation_layout());
   core::SplitMix64 rng(3);
   for (float& v : host.f32()) v = static_cast<float>(rng.normal());
   core::Tensor x = backend.empty(dims, core::DType::f32, backend.activation_layout());
   backend.copy(host, x);
-  core::Tensor labels = backend.empty({dims[0], 1, dims[2], dims[3]}, core::DType::i32, backend.activation_layout());
-  for (std::int64_t i = 0; i < labels.numel(); ++i) labels.data<std::int32_t>()[i] = static_cast<int>(rng.next() % 3);
+  core::Tensor labels =
+      backend.empty({dims[0], 1, dims[2], dims[3]}, core::DType::i32, backend.activation_layout());
+  for (std::int64_t i = 0; i < labels.numel(); ++i)
+    labels.data<std::int32_t>()[i] = static_cast<int>(rng.next() % 3);
   const std::vector<float> weights{1.0f, 1.0f, 1.0f};
   core::Tensor dlogits;
   std::vector<double> times;
   for (int s = 0; s <= options.step_repeats; ++s) {
     const auto start = Clock::now();
     const core::Tensor& logits = model.forward(x, true);
-    if (!dlogits.defined()) dlogits = backend.empty(logits.dims(), core::DType::f32, logits.layout());
-    backend.softmax_cross_entropy(logits, labels, weights, 1.0f / static_cast<float>(labels.numel()), dlogits);
+    if (!dlogits.defined())
+      dlogits = backend.empty(logits.dims(), core::DType::f32, logits.layout());
+    backend.softmax_cross_entropy(logits, labels, weights,
+                                  1.0f / static_cast<float>(labels.numel()), dlogits);
     model.backward(dlogits);
     optimizer.step(model.parameters(), 1e-4f);
     backend.synchronize();
     if (s > 0) times.push_back(seconds_since(start));  // the first step creates oneDNN's primitives
   }
-  return median(times);
+  return best(times);
 }
 
 nlohmann::json measure(double millions, const Options& options) {
@@ -175,7 +194,8 @@ nlohmann::json measure(double millions, const Options& options) {
   core::OptimizerConfig optimizer_config;
   optimizer_config.kind = core::OptimizerKind::adam;
   auto optimizer = core::make_optimizer(optimizer_config, *backend);
-  const double step_s = options.step_repeats > 0 ? step_seconds(*backend, model, *optimizer, options) : 0.0;
+  const double step_s =
+      options.step_repeats > 0 ? step_seconds(*backend, model, *optimizer, options) : 0.0;
 
   std::vector<double> capture_fresh, capture_reuse, write, plain, read;
   checkpoint::TrainingState state;
@@ -199,7 +219,8 @@ nlohmann::json measure(double millions, const Options& options) {
     state.step = r + 1;
     const auto written = [&] {
       const auto start = Clock::now();
-      const auto saved = checkpoint::save_checkpoint(state, dir, {.keep_last = options.repeats + 1, .keep_every = 0});
+      const auto saved = checkpoint::save_checkpoint(
+          state, dir, {.keep_last = options.repeats + 1, .keep_every = 0});
       write.push_back(seconds_since(start));
       bytes = saved.bytes;
     };
@@ -218,7 +239,8 @@ nlohmann::json measure(double millions, const Options& options) {
     const auto start = Clock::now();
     const auto restored = checkpoint::read_checkpoint(checkpoint::checkpoint_path(dir, state.step));
     read.push_back(seconds_since(start));
-    if (r > 0) fs::remove(checkpoint::checkpoint_path(dir, r));  // keep the disk's fill level steady
+    if (r > 0)
+      fs::remove(checkpoint::checkpoint_path(dir, r));  // keep the disk's fill level steady
   }
   if (!options.keep.empty()) {
     fs::create_directories(options.keep);
@@ -228,31 +250,41 @@ nlohmann::json measure(double millions, const Options& options) {
   }
   fs::remove_all(dir);
 
-  const double write_s = median(write), plain_s = median(plain);
+  const double write_s = best(write), plain_s = best(plain), capture_s = best(capture_fresh),
+               capture_reuse_s = best(capture_reuse);
   return {{"parameters", model.parameter_count()},
-          {"model", {{"width", model.config().width},
-                     {"aspp_channels", model.config().aspp_channels},
-                     {"decoder_channels", model.config().decoder_channels},
-                     {"low_level_channels", model.config().low_level_channels}}},
+          {"model",
+           {{"width", model.config().width},
+            {"aspp_channels", model.config().aspp_channels},
+            {"decoder_channels", model.config().decoder_channels},
+            {"low_level_channels", model.config().low_level_channels}}},
           {"tensors", state.model.size() + state.optimizer.size()},
           {"tensor_bytes", checkpoint::tensor_bytes(state)},
           {"file_bytes", bytes},
-          {"capture_s", median(capture_fresh)},
-          {"capture_reuse_s", median(capture_reuse)},
+          {"capture_s", capture_s},
+          {"capture_reuse_s", capture_reuse_s},
           {"write_s", write_s},
           {"plain_write_s", plain_s},
           {"bandwidth_ratio", plain_s / write_s},
           {"write_mb_per_s", static_cast<double>(bytes) / write_s / 1e6},
           {"plain_mb_per_s", static_cast<double>(bytes) / plain_s / 1e6},
-          {"read_s", median(read)},
+          {"read_s", best(read)},
           {"step_s", step_s},
           {"step", {{"batch", options.step_batch}, {"image", options.step_image}}},
-          {"stall_per_step", step_s > 0 ? median(capture_fresh) / step_s : 0.0},
-          {"raw", {{"capture_s", capture_fresh},
-                   {"capture_reuse_s", capture_reuse},
-                   {"write_s", write},
-                   {"plain_write_s", plain},
-                   {"read_s", read}}}};
+          {"stall_per_step", step_s > 0 ? capture_s / step_s : 0.0},
+          {"stall_reuse_per_step", step_s > 0 ? capture_reuse_s / step_s : 0.0},
+          {"median",
+           {{"capture_s", median(capture_fresh)},
+            {"capture_reuse_s", median(capture_reuse)},
+            {"write_s", median(write)},
+            {"plain_write_s", median(plain)},
+            {"read_s", median(read)}}},
+          {"raw",
+           {{"capture_s", capture_fresh},
+            {"capture_reuse_s", capture_reuse},
+            {"write_s", write},
+            {"plain_write_s", plain},
+            {"read_s", read}}}};
 }
 
 }  // namespace

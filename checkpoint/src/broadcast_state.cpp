@@ -1,11 +1,11 @@
 #include "hardy/checkpoint/broadcast_state.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <type_traits>
-
-#include <fmt/format.h>
 
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/core/digest.hpp"
@@ -27,12 +27,14 @@ constexpr std::size_t kChunkBytes = std::size_t{256} << 20;
 class Writer {
  public:
   template <class T>
-    requires std::is_arithmetic_v<T>
+  requires std::is_arithmetic_v<T>
   void number(T value) {
     const auto* bytes = reinterpret_cast<const std::byte*>(&value);
     out_.insert(out_.end(), bytes, bytes + sizeof(T));
   }
-  void bytes(std::span<const std::byte> bytes) { out_.insert(out_.end(), bytes.begin(), bytes.end()); }
+  void bytes(std::span<const std::byte> bytes) {
+    out_.insert(out_.end(), bytes.begin(), bytes.end());
+  }
   void text(std::string_view text) {
     number<std::uint64_t>(text.size());
     bytes(std::as_bytes(std::span(text.data(), text.size())));
@@ -48,14 +50,14 @@ class Reader {
   explicit Reader(std::span<const std::byte> in) : in_(in) {}
   std::span<const std::byte> take(std::uint64_t count) {
     if (count > in_.size() - offset_)
-      throw CorruptCheckpoint(fmt::format("the serialized state ends after {} bytes, in the middle of a field", in_.size()));
+      throw CorruptCheckpoint(fmt::format(
+          "the serialized state ends after {} bytes, in the middle of a field", in_.size()));
     const auto part = in_.subspan(offset_, static_cast<std::size_t>(count));
     offset_ += static_cast<std::size_t>(count);
     return part;
   }
   template <class T>
-    requires std::is_arithmetic_v<T>
-  T get() {
+  requires std::is_arithmetic_v<T> T get() {
     T value{};
     std::memcpy(&value, take(sizeof(T)).data(), sizeof(T));
     return value;
@@ -100,7 +102,8 @@ std::vector<std::byte> serialize(const TrainingState& state) {
 
 TrainingState deserialize(std::span<const std::byte> bytes) {
   Reader in(bytes);
-  const bool magic = bytes.size() >= 8 + kMagic.size() && in.get<std::uint64_t>() == kMagic.size() &&
+  const bool magic = bytes.size() >= 8 + kMagic.size() &&
+                     in.get<std::uint64_t>() == kMagic.size() &&
                      std::memcmp(in.take(kMagic.size()).data(), kMagic.data(), kMagic.size()) == 0;
   if (!magic) throw CorruptCheckpoint("the bytes are not a serialized hardy training state");
   TrainingState state;
@@ -111,17 +114,21 @@ TrainingState deserialize(std::span<const std::byte> bytes) {
     field.path = in.text();
     const auto type = in.get<std::uint8_t>();
     if (type > static_cast<std::uint8_t>(FieldType::str))
-      throw CorruptCheckpoint(fmt::format("serialized field {} has an unknown type {}", field.path, type));
+      throw CorruptCheckpoint(
+          fmt::format("serialized field {} has an unknown type {}", field.path, type));
     field.type = static_cast<FieldType>(type);
     field.string_size = static_cast<std::size_t>(in.get<std::uint64_t>());
     const auto rank = in.get<std::uint64_t>();
-    if (rank > 32) throw CorruptCheckpoint(fmt::format("serialized field {} claims {} dimensions", field.path, rank));
+    if (rank > 32)
+      throw CorruptCheckpoint(
+          fmt::format("serialized field {} claims {} dimensions", field.path, rank));
     field.shape.resize(static_cast<std::size_t>(rank));
     for (std::uint64_t& extent : field.shape) extent = in.get<std::uint64_t>();
     const auto data = in.take(in.get<std::uint64_t>());
     if (data.size() != field.element_count() * field.element_size())
-      throw CorruptCheckpoint(fmt::format("serialized field {} holds {} bytes, not the {} its shape needs",
-                                          field.path, data.size(), field.element_count() * field.element_size()));
+      throw CorruptCheckpoint(
+          fmt::format("serialized field {} holds {} bytes, not the {} its shape needs", field.path,
+                      data.size(), field.element_count() * field.element_size()));
     if (detail::is_tensor_path(field.path)) {
       if (field.type != FieldType::f32)
         throw CorruptCheckpoint(fmt::format("serialized tensor {} is not f32", field.path));
@@ -158,9 +165,10 @@ void broadcast_state(comm::Communicator& comm, TrainingState& state, int root) {
   std::vector<double> mismatches{core::xxhash64(bytes) != header[1] ? 1.0 : 0.0};
   comm.allreduce_sum(mismatches);
   if (mismatches[0] != 0)
-    throw Error(fmt::format("broadcast_state: {} of {} ranks received a training state whose digest differs from "
-                            "rank {}'s; the state was not restored",
-                            static_cast<long>(mismatches[0]), comm.size(), root));
+    throw Error(fmt::format(
+        "broadcast_state: {} of {} ranks received a training state whose digest differs from "
+        "rank {}'s; the state was not restored",
+        static_cast<long>(mismatches[0]), comm.size(), root));
   if (!is_root) state = deserialize(bytes);
 }
 

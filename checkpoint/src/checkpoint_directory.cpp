@@ -1,10 +1,10 @@
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "posix_file.hpp"
 
@@ -21,10 +21,12 @@ constexpr std::string_view kTemporarySuffix = ".tmp";
 // The step of "ckpt-<step>.h5", nullopt for any other name.
 std::optional<long> step_of(const std::string& name) {
   if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return std::nullopt;
-  const std::string_view digits(name.data() + kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  const std::string_view digits(name.data() + kPrefix.size(),
+                                name.size() - kPrefix.size() - kSuffix.size());
   long step = 0;
   const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() || step < 0) return std::nullopt;
+  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() || step < 0)
+    return std::nullopt;
   return step;
 }
 
@@ -41,7 +43,8 @@ std::vector<CheckpointEntry> list_checkpoints(const fs::path& dir) {
     if (const auto step = step_of(it->path().filename().string()); step && it->is_regular_file())
       entries.push_back({*step, it->path()});
   }
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  std::sort(entries.begin(), entries.end(),
+            [](const auto& a, const auto& b) { return a.step < b.step; });
   return entries;
 }
 
@@ -61,12 +64,14 @@ void set_latest(const fs::path& dir, const fs::path& file) {
   fs::remove(temporary, error);
   fs::create_symlink(file.filename(), temporary, error);
   if (error)
-    throw IoError(fmt::format("cannot create the link {}: {}", temporary.string(), error.message()));
+    throw IoError(
+        fmt::format("cannot create the link {}: {}", temporary.string(), error.message()));
   fs::rename(temporary, link, error);
   if (error) {
     std::error_code ignored;
     fs::remove(temporary, ignored);
-    throw IoError(fmt::format("cannot point {} at {}: {}", link.string(), file.filename().string(), error.message()));
+    throw IoError(fmt::format("cannot point {} at {}: {}", link.string(), file.filename().string(),
+                              error.message()));
   }
   detail::fsync_path(dir, true);
 }
@@ -88,7 +93,8 @@ std::vector<fs::path> apply_retention(const fs::path& dir, const Retention& rete
   std::error_code error;
   for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
-    if (name.ends_with(kTemporarySuffix) && step_of(name.substr(0, name.size() - kTemporarySuffix.size())))
+    if (name.ends_with(kTemporarySuffix) &&
+        step_of(name.substr(0, name.size() - kTemporarySuffix.size())))
       doomed.push_back(it->path());
   }
   std::vector<fs::path> removed;
@@ -99,11 +105,13 @@ std::vector<fs::path> apply_retention(const fs::path& dir, const Retention& rete
   return removed;
 }
 
-SavedCheckpoint save_checkpoint(const TrainingState& state, const fs::path& dir, const Retention& retention,
-                                const WriteProgress& progress) {
+SavedCheckpoint save_checkpoint(const TrainingState& state, const fs::path& dir,
+                                const Retention& retention, const WriteProgress& progress) {
   std::error_code error;
   fs::create_directories(dir, error);
-  if (error) throw IoError(fmt::format("cannot create the checkpoint directory {}: {}", dir.string(), error.message()));
+  if (error)
+    throw IoError(fmt::format("cannot create the checkpoint directory {}: {}", dir.string(),
+                              error.message()));
   SavedCheckpoint saved;
   saved.path = checkpoint_path(dir, state.step);
   saved.bytes = write_checkpoint_file(state, saved.path, progress);
@@ -112,7 +120,8 @@ SavedCheckpoint save_checkpoint(const TrainingState& state, const fs::path& dir,
   return saved;
 }
 
-std::optional<ValidCheckpoint> load_latest_valid(const fs::path& dir, std::vector<std::string>* skipped) {
+std::optional<ValidCheckpoint> load_latest_valid(const fs::path& dir,
+                                                 std::vector<std::string>* skipped) {
   const auto report = [&](std::string reason) {
     if (skipped) skipped->push_back(std::move(reason));
   };
@@ -121,12 +130,14 @@ std::optional<ValidCheckpoint> load_latest_valid(const fs::path& dir, std::vecto
     if (fs::exists(*latest))
       candidates.push_back(*latest);
     else
-      report(fmt::format("{} names {}, which does not exist", (dir / kLatestLink).string(), latest->string()));
+      report(fmt::format("{} names {}, which does not exist", (dir / kLatestLink).string(),
+                         latest->string()));
   }
   const auto entries = list_checkpoints(dir);
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     std::error_code error;
-    if (candidates.empty() || !fs::equivalent(candidates.front(), it->path, error)) candidates.push_back(it->path);
+    if (candidates.empty() || !fs::equivalent(candidates.front(), it->path, error))
+      candidates.push_back(it->path);
   }
   for (const fs::path& candidate : candidates) {
     try {

@@ -1,8 +1,8 @@
 #include "hardy/checkpoint/checkpoint_writer.hpp"
 
-#include <chrono>
-
 #include <fmt/format.h>
+
+#include <chrono>
 
 #include "hardy/core/hdf5.hpp"
 
@@ -18,8 +18,11 @@ CheckpointWriter::CheckpointWriter(std::filesystem::path dir, Options options, R
     : dir_(std::move(dir)), options_(options), report_(std::move(report)) {
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
-  if (error) throw IoError(fmt::format("cannot create the checkpoint directory {}: {}", dir_.string(), error.message()));
-  if (options_.asynchronous && core::h5::library_is_thread_safe()) thread_ = std::thread([this] { run_thread(); });
+  if (error)
+    throw IoError(fmt::format("cannot create the checkpoint directory {}: {}", dir_.string(),
+                              error.message()));
+  if (options_.asynchronous && core::h5::library_is_thread_safe())
+    thread_ = std::thread([this] { run_thread(); });
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -47,12 +50,7 @@ bool CheckpointWriter::submit(TrainingState&& state, double stall_s, WriteProgre
       skipped.stall_s = stall_s;
       skipped.skipped = true;
       skipped.error = "the previous checkpoint was still being written (policy: skip when busy)";
-      if (report_) {
-        try {
-          report_(skipped);
-        } catch (...) {  // see the header: nobody to give it to
-        }
-      }
+      deliver(skipped);
       return false;
     }
     changed_.wait(lock, [&] { return !queued_ && !writing_; });
@@ -69,13 +67,29 @@ bool CheckpointWriter::submit(TrainingState&& state, double stall_s, WriteProgre
   return true;
 }
 
+void CheckpointWriter::deliver(const WriteReport& report) const {
+  if (!report_) return;
+  try {
+    report_(report);
+  } catch (...) {  // see the header: the writer's thread has nobody to give it to
+  }
+}
+
+TrainingState CheckpointWriter::take_spare() {
+  std::lock_guard lock(mutex_);
+  TrainingState spare = spare_ ? std::move(*spare_) : TrainingState{};
+  spare_.reset();
+  return spare;
+}
+
 void CheckpointWriter::write_now(TrainingState&& state, double stall_s, WriteProgress progress) {
   {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return !queued_ && !writing_; });
     writing_ = true;
   }
-  const Outcome outcome = write_and_report(Job{std::move(state), stall_s, std::move(progress)});
+  Job job{std::move(state), stall_s, std::move(progress)};
+  const Outcome outcome = write_and_report(job);
   if (outcome.error) std::rethrow_exception(outcome.error);
 }
 
@@ -84,7 +98,7 @@ void CheckpointWriter::flush() {
   changed_.wait(lock, [&] { return !queued_ && !writing_; });
 }
 
-CheckpointWriter::Outcome CheckpointWriter::write_and_report(const Job& job) {
+CheckpointWriter::Outcome CheckpointWriter::write_and_report(Job& job) {
   const auto start = Clock::now();
   Outcome outcome;
   WriteReport& report = outcome.report;
@@ -92,7 +106,8 @@ CheckpointWriter::Outcome CheckpointWriter::write_and_report(const Job& job) {
   report.path = checkpoint_path(dir_, job.state.step);
   report.stall_s = job.stall_s;
   try {
-    const SavedCheckpoint saved = save_checkpoint(job.state, dir_, options_.retention, job.progress);
+    const SavedCheckpoint saved =
+        save_checkpoint(job.state, dir_, options_.retention, job.progress);
     report.bytes = saved.bytes;
     report.removed = saved.removed;
   } catch (const std::exception& e) {
@@ -100,16 +115,11 @@ CheckpointWriter::Outcome CheckpointWriter::write_and_report(const Job& job) {
     outcome.error = std::current_exception();
   }
   report.write_s = std::chrono::duration<double>(Clock::now() - start).count();
-  // Reported before the next write may start, so reports arrive one at a time and in order.
-  if (report_) {
-    try {
-      report_(report);
-    } catch (...) {  // see the header: nobody to give it to
-    }
-  }
+  deliver(report);  // before the next write may start: reports come one at a time, in order
   {
     std::lock_guard lock(mutex_);
     writing_ = false;
+    if (!spare_) spare_ = std::move(job.state);
   }
   changed_.notify_all();
   return outcome;
@@ -120,7 +130,7 @@ void CheckpointWriter::run_thread() {
   for (;;) {
     changed_.wait(lock, [&] { return (queued_ && !writing_) || (!queued_ && stopping_); });
     if (!queued_) return;
-    const Job job = std::move(*queued_);
+    Job job = std::move(*queued_);
     queued_.reset();
     writing_ = true;
     lock.unlock();

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "hardy/checkpoint/training_state.hpp"
 #include "hardy/core/error.hpp"
 #include "hardy/core/hdf5.hpp"
+#include "hdf5_writer.hpp"
 #include "posix_file.hpp"
 
 namespace hardy::checkpoint {
@@ -11,6 +13,11 @@ namespace hardy::checkpoint {
 namespace {
 
 using detail::fsync_path;
+
+// Model files, like checkpoints, hold 4-D tensors in (N, C, H, W) order whatever the backend's.
+core::Layout canonical_layout(const core::Tensor& tensor) {
+  return tensor.rank() == 4 ? core::Layout::nchw : core::Layout::flat;
+}
 
 std::vector<std::pair<std::string, core::Tensor*>> model_tensors(core::DeepLabV3Plus& model) {
   std::vector<std::pair<std::string, core::Tensor*>> tensors;
@@ -29,7 +36,9 @@ void write_atomically(const std::filesystem::path& path,
     fsync_path(temporary, false);
     std::error_code error;
     std::filesystem::rename(temporary, path, error);
-    if (error) throw IoError(fmt::format("cannot rename {} to {}: {}", temporary.string(), path.string(), error.message()));
+    if (error)
+      throw IoError(fmt::format("cannot rename {} to {}: {}", temporary.string(), path.string(),
+                                error.message()));
     fsync_path(path.parent_path().empty() ? "." : path.parent_path(), true);
   } catch (...) {
     std::error_code ignored;
@@ -39,41 +48,48 @@ void write_atomically(const std::filesystem::path& path,
 }
 
 void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
+  // Written like a checkpoint (detail::write_hdf5_file), so a full disk is a clean IoError here
+  // too, and every dataset carries its checksum.
+  std::vector<NamedTensor> tensors;
+  for (auto& [name, tensor] : model_tensors(model)) {
+    core::Tensor host =
+        core::Tensor::host(tensor->dims(), core::DType::f32, canonical_layout(*tensor));
+    model.backend().copy(*tensor, host);
+    tensors.push_back({name, tensor->dims(), {host.f32().begin(), host.f32().end()}});
+  }
+  std::vector<detail::Field> fields;
+  for (const NamedTensor& tensor : tensors)
+    fields.push_back(detail::tensor_field(detail::kModelGroup, tensor));
+  const detail::RootAttributes root{
+      .text = {{"format", "hardy-model"}, {"hardy_version", HARDY_VERSION}},
+      .numbers = {{"format_version", kModelFileVersion}}};
   write_atomically(path, [&](const std::filesystem::path& temporary) {
-    namespace h5 = core::h5;
-    h5::Handle file = h5::create_file(temporary);
-    h5::write_attribute(file.id(), "format", std::string_view("hardy-model"));
-    h5::write_attribute(file.id(), "format_version", kModelFileVersion);
-    h5::write_attribute(file.id(), "hardy_version", std::string_view(HARDY_VERSION));
-    h5::Handle group = h5::create_groups(file.id(), "model");
-    for (auto& [name, tensor] : model_tensors(model)) {
-      core::Tensor host = core::Tensor::host(tensor->dims(), core::DType::f32, tensor->layout());
-      model.backend().copy(*tensor, host);
-      std::vector<hsize_t> dims(tensor->dims().begin(), tensor->dims().end());
-      h5::write_dataset<float>(group.id(), name, host.f32(), dims);
-    }
-    group.close();
-    file.close();
+    detail::write_hdf5_file(fields, root, temporary);
   });
 }
 
 void load_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
   namespace h5 = core::h5;
-  if (!std::filesystem::exists(path)) throw InvalidArgument(fmt::format("model file {} does not exist", path.string()));
+  if (!std::filesystem::exists(path))
+    throw InvalidArgument(fmt::format("model file {} does not exist", path.string()));
   h5::Handle file = h5::open_file(path);
   if (!h5::exists(file.id(), "model"))
-    throw InvalidArgument(fmt::format("{} holds no /model group; is it a hardy model or checkpoint?", path.string()));
+    throw InvalidArgument(
+        fmt::format("{} holds no /model group; is it a hardy model or checkpoint?", path.string()));
   h5::Handle group = h5::open_group(file.id(), "model");
   for (auto& [name, tensor] : model_tensors(model)) {
     if (!h5::exists(group.id(), name))
-      throw InvalidArgument(fmt::format("{} has no tensor /model/{}; was it written for another model configuration?",
-                                        path.string(), name));
+      throw InvalidArgument(
+          fmt::format("{} has no tensor /model/{}; was it written for another model configuration?",
+                      path.string(), name));
     h5::Handle dataset = h5::open_dataset(group.id(), name);
     const auto dims = h5::dataset_dims(dataset.id());
     if (!std::equal(dims.begin(), dims.end(), tensor->dims().begin(), tensor->dims().end()))
-      throw InvalidArgument(fmt::format("{}: /model/{} has shape [{}], the model expects {}", path.string(), name,
-                                        fmt::join(dims, ","), tensor->describe()));
-    core::Tensor host = core::Tensor::host(tensor->dims(), core::DType::f32, tensor->layout());
+      throw InvalidArgument(fmt::format("{}: /model/{} has shape [{}], the model expects {}",
+                                        path.string(), name, fmt::join(dims, ","),
+                                        tensor->describe()));
+    core::Tensor host =
+        core::Tensor::host(tensor->dims(), core::DType::f32, canonical_layout(*tensor));
     h5::read_dataset<float>(group.id(), name, host.f32());
     model.backend().copy(host, *tensor);
   }

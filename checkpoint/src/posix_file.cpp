@@ -1,16 +1,19 @@
 #include "posix_file.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <utility>
-
-#include <fmt/format.h>
+#include <vector>
 
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/core/error.hpp"
@@ -46,7 +49,8 @@ std::optional<std::uint64_t> injected_failure_budget() {
 
 PosixFile PosixFile::create(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+  if (fd < 0)
+    throw IoError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
   return PosixFile(fd, path);
 }
 
@@ -63,43 +67,69 @@ PosixFile::~PosixFile() {
   if (fd_ >= 0) ::close(fd_);  // an error path: the file is being abandoned anyway
 }
 
-void PosixFile::write_at(std::uint64_t offset, std::span<const std::byte> bytes, const std::string& what) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    std::size_t chunk = bytes.size() - done;
-    bool injected = false;
-    if (fail_after_) {
-      // Write what the budget allows, as a disk that fills up midway would.
-      const std::uint64_t left = *fail_after_ > written_ ? *fail_after_ - written_ : 0;
-      if (left == 0) injected = true;
-      chunk = std::min<std::uint64_t>(chunk, left);
+void PosixFile::write_at(std::uint64_t offset, std::span<const Piece> pieces) {
+  std::size_t first = 0;  // the piece being written
+  std::size_t done = 0;   // bytes of it already written
+  std::vector<iovec> vectors;
+  while (first < pieces.size()) {
+    if (done == pieces[first].bytes.size()) {
+      ++first;
+      done = 0;
+      continue;
     }
+    // Write what the injected budget allows, as a disk that fills up midway would.
+    std::uint64_t allowed = std::numeric_limits<std::uint64_t>::max();
+    if (fail_after_) allowed = *fail_after_ > written_ ? *fail_after_ - written_ : 0;
+    vectors.clear();
+    for (std::size_t i = first, skip = done;
+         i < pieces.size() && vectors.size() < IOV_MAX && allowed > 0; ++i, skip = 0) {
+      const auto bytes = pieces[i].bytes.subspan(skip);
+      const std::size_t length =
+          static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), allowed));
+      vectors.push_back({const_cast<std::byte*>(bytes.data()), length});
+      allowed -= length;
+    }
+    const bool injected = vectors.empty();
     ssize_t result = -1;
-    if (injected) {
+    if (injected)
       errno = ENOSPC;
-    } else {
-      result = ::pwrite(fd_, bytes.data() + done, chunk, static_cast<off_t>(offset + done));
-    }
+    else
+      result = ::pwritev(fd_, vectors.data(), static_cast<int>(vectors.size()),
+                         static_cast<off_t>(offset));
     if (result < 0) {
       if (errno == EINTR) continue;
-      throw IoError(fmt::format("writing {} into {} failed after {} of its {} bytes: {}{}", what, path_.string(),
-                                done, bytes.size(), std::strerror(errno),
-                                injected ? fmt::format(" (injected by {})", kFailAfterVariable) : ""));
+      throw IoError(fmt::format(
+          "writing {} into {} failed after {} of its {} bytes: {}{}", pieces[first].what,
+          path_.string(), done, pieces[first].bytes.size(), std::strerror(errno),
+          injected ? fmt::format(" (injected by {})", kFailAfterVariable) : ""));
     }
-    done += static_cast<std::size_t>(result);
+    offset += static_cast<std::uint64_t>(result);
     written_ += static_cast<std::uint64_t>(result);
+    for (auto left = static_cast<std::size_t>(result); left > 0;) {  // step past what was written
+      const std::size_t step = std::min(left, pieces[first].bytes.size() - done);
+      done += step;
+      left -= step;
+      if (done == pieces[first].bytes.size() && left > 0) {
+        ++first;
+        done = 0;
+      }
+    }
   }
 }
 
 void PosixFile::extend_to(std::uint64_t bytes) {
   struct stat info {};
-  if (::fstat(fd_, &info) != 0) throw IoError(fmt::format("cannot stat {}: {}", path_.string(), std::strerror(errno)));
-  if (static_cast<std::uint64_t>(info.st_size) < bytes && ::ftruncate(fd_, static_cast<off_t>(bytes)) != 0)
-    throw IoError(fmt::format("cannot extend {} to {} bytes: {}", path_.string(), bytes, std::strerror(errno)));
+  if (::fstat(fd_, &info) != 0)
+    throw IoError(fmt::format("cannot stat {}: {}", path_.string(), std::strerror(errno)));
+  if (static_cast<std::uint64_t>(info.st_size) < bytes &&
+      ::ftruncate(fd_, static_cast<off_t>(bytes)) != 0)
+    throw IoError(fmt::format("cannot extend {} to {} bytes: {}", path_.string(), bytes,
+                              std::strerror(errno)));
 }
 
 void PosixFile::sync() {
-  if (::fsync(fd_) != 0) throw IoError(fmt::format("cannot sync {}: {}", path_.string(), std::strerror(errno)));
+  if (::fsync(fd_) != 0)
+    throw IoError(fmt::format("cannot sync {}: {}", path_.string(), std::strerror(errno)));
 }
 
 void PosixFile::close() {
@@ -110,11 +140,14 @@ void PosixFile::close() {
 
 void fsync_path(const std::filesystem::path& path, bool directory) {
   const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) throw IoError(fmt::format("cannot open {} to sync it: {}", path.string(), std::strerror(errno)));
+  if (fd < 0)
+    throw IoError(
+        fmt::format("cannot open {} to sync it: {}", path.string(), std::strerror(errno)));
   const int result = ::fsync(fd);
   const int saved = errno;
   ::close(fd);
-  if (result != 0) throw IoError(fmt::format("cannot sync {}: {}", path.string(), std::strerror(saved)));
+  if (result != 0)
+    throw IoError(fmt::format("cannot sync {}: {}", path.string(), std::strerror(saved)));
 }
 
 }  // namespace detail

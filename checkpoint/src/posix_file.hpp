@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace hardy::checkpoint::detail {
 
@@ -20,10 +21,16 @@ class PosixFile {
   PosixFile(const PosixFile&) = delete;
   ~PosixFile();
 
-  // Writes all of bytes at offset, retrying short and interrupted writes; throws IoError with
-  // strerror(errno) and `what` (the dataset) on failure. Counts the bytes against the injected
-  // failure budget, if any.
-  void write_at(std::uint64_t offset, std::span<const std::byte> bytes, const std::string& what);
+  // Bytes to write and what they are (a dataset's path), for error messages.
+  struct Piece {
+    std::span<const std::byte> bytes;
+    std::string_view what;
+  };
+  // Writes the pieces back to back from offset with as few pwritev calls as the system allows
+  // (one per IOV_MAX pieces: many small writes are measurably slower than one large one),
+  // retrying short and interrupted writes. Throws IoError with strerror(errno) and the piece
+  // being written on failure. Counts the bytes against the injected failure budget, if any.
+  void write_at(std::uint64_t offset, std::span<const Piece> pieces);
   // Extends the file to `bytes` (a hole, never written data); never shrinks it.
   void extend_to(std::uint64_t bytes);
   void sync();

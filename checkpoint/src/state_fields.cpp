@@ -1,11 +1,11 @@
 #include "state_fields.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
 #include <numeric>
-
-#include <fmt/format.h>
 
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/core/digest.hpp"
@@ -58,7 +58,9 @@ Field number(const char* field_path, T value) {
   return field;
 }
 
-Field integer(const char* field_path, long value) { return number<std::int64_t>(field_path, value); }
+Field integer(const char* field_path, long value) {
+  return number<std::int64_t>(field_path, value);
+}
 
 // Fixed-length strings: every element padded with NULs to the longest (at least one byte, as
 // HDF5 requires), so the stored bytes, and with them the checksum, are well defined.
@@ -73,14 +75,8 @@ Field strings(const char* field_path, const std::vector<std::string>& values, bo
   return field;
 }
 
-Field text(const char* field_path, const std::string& value) { return strings(field_path, {value}, true); }
-
-Field tensor(std::string_view group, const NamedTensor& tensor) {
-  Field field(std::string(group) + tensor.name, FieldType::f32,
-              std::vector<std::uint64_t>(tensor.dims.begin(), tensor.dims.end()));
-  field.borrowed = std::as_bytes(std::span(tensor.values));
-  field.borrows = true;
-  return field;
+Field text(const char* field_path, const std::string& value) {
+  return strings(field_path, {value}, true);
 }
 
 // ---- reading ----
@@ -90,13 +86,19 @@ using FieldMap = std::map<std::string, Field, std::less<>>;
 const Field& find(const FieldMap& fields, const char* field_path, FieldType type, bool scalar,
                   std::string_view source) {
   const auto found = fields.find(field_path);
-  if (found == fields.end()) throw CorruptCheckpoint(fmt::format("{}: has no dataset {}", source, field_path));
+  if (found == fields.end())
+    throw CorruptCheckpoint(fmt::format("{}: has no dataset {}", source, field_path));
   const Field& field = found->second;
-  if (field.type != type || (scalar && !field.shape.empty()) || (!scalar && field.shape.size() != 1) ||
-      field.bytes().size() != field.element_count() * field.element_size())
-    throw CorruptCheckpoint(fmt::format("{}: dataset {} is {}{}, expected a {} {}", source, field_path,
-                                        type_name(field.type), field.shape.empty() ? " scalar" : " array",
-                                        scalar ? "scalar" : "list of", type_name(type)));
+  if (field.type != type || (scalar && !field.shape.empty()) ||
+      (!scalar && field.shape.size() != 1))
+    throw CorruptCheckpoint(
+        fmt::format("{}: dataset {} is {} {}, expected {} {}", source, field_path,
+                    field.shape.empty() ? "a scalar" : "an array of", type_name(field.type),
+                    scalar ? "a scalar" : "a list of", type_name(type)));
+  if (field.bytes().size() != field.element_count() * field.element_size())
+    throw CorruptCheckpoint(fmt::format("{}: dataset {} holds {} bytes instead of {}", source,
+                                        field_path, field.bytes().size(),
+                                        field.element_count() * field.element_size()));
   return field;
 }
 
@@ -125,17 +127,23 @@ std::vector<std::string> read_strings(const FieldMap& fields, const char* field_
 
 std::string_view type_name(FieldType type) {
   switch (type) {
-    case FieldType::f32: return "f32";
-    case FieldType::f64: return "f64";
-    case FieldType::i64: return "i64";
-    case FieldType::u64: return "u64";
-    case FieldType::str: return "str";
+    case FieldType::f32:
+      return "f32";
+    case FieldType::f64:
+      return "f64";
+    case FieldType::i64:
+      return "i64";
+    case FieldType::u64:
+      return "u64";
+    case FieldType::str:
+      return "str";
   }
   return "?";
 }
 
 std::optional<FieldType> parse_type_name(std::string_view name) {
-  for (FieldType type : {FieldType::f32, FieldType::f64, FieldType::i64, FieldType::u64, FieldType::str})
+  for (FieldType type :
+       {FieldType::f32, FieldType::f64, FieldType::i64, FieldType::u64, FieldType::str})
     if (type_name(type) == name) return type;
   return std::nullopt;
 }
@@ -146,16 +154,28 @@ std::uint64_t Field::element_count() const {
 
 std::size_t Field::element_size() const {
   switch (type) {
-    case FieldType::f32: return 4;
-    case FieldType::str: return string_size;
-    default: return 8;
+    case FieldType::f32:
+      return 4;
+    case FieldType::str:
+      return string_size;
+    default:
+      return 8;
   }
+}
+
+Field tensor_field(std::string_view group, const NamedTensor& tensor) {
+  Field field(std::string(group) + tensor.name, FieldType::f32,
+              std::vector<std::uint64_t>(tensor.dims.begin(), tensor.dims.end()));
+  field.borrowed = std::as_bytes(std::span(tensor.values));
+  field.borrows = true;
+  field.checksum = core::xxhash64(field.bytes());
+  return field;
 }
 
 std::vector<Field> fields_of(const TrainingState& s) {
   std::vector<Field> fields;
-  for (const NamedTensor& t : s.model) fields.push_back(tensor(kModelGroup, t));
-  for (const NamedTensor& t : s.optimizer) fields.push_back(tensor(kOptimizerGroup, t));
+  for (const NamedTensor& t : s.model) fields.push_back(tensor_field(kModelGroup, t));
+  for (const NamedTensor& t : s.optimizer) fields.push_back(tensor_field(kOptimizerGroup, t));
   const core::LrSchedule& lr = s.lr_schedule;
   fields.push_back(integer(path::step, s.step));
   fields.push_back(integer(path::epoch, s.epoch));
@@ -181,7 +201,8 @@ std::vector<Field> fields_of(const TrainingState& s) {
   fields.push_back(text(path::hardy_version, s.hardy_version));
   fields.push_back(strings(path::hosts, s.hosts, false));
   fields.push_back(number<double>(path::unix_time, s.unix_time));
-  for (Field& field : fields) field.checksum = core::xxhash64(field.bytes());
+  for (Field& field : fields)
+    if (!field.borrows) field.checksum = core::xxhash64(field.bytes());
   return fields;
 }
 

@@ -19,7 +19,8 @@ namespace hardy::checkpoint::detail {
 
 // Fields hold numbers as stored on disk, little-endian; hardy runs on little-endian machines
 // only, so the bytes of a host float are also its stored bytes.
-static_assert(std::endian::native == std::endian::little, "hardy checkpoints assume a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "hardy checkpoints assume a little-endian host");
 
 enum class FieldType : std::uint8_t { f32, f64, i64, u64, str };
 
@@ -28,19 +29,22 @@ std::optional<FieldType> parse_type_name(std::string_view name);
 
 struct Field {
   Field() = default;
-  Field(std::string path, FieldType type, std::vector<std::uint64_t> shape = {}, std::size_t string_size = 0)
+  Field(std::string path, FieldType type, std::vector<std::uint64_t> shape = {},
+        std::size_t string_size = 0)
       : path(std::move(path)), type(type), shape(std::move(shape)), string_size(string_size) {}
 
   std::string path;  // "/train/step"
   FieldType type = FieldType::f32;
-  std::vector<std::uint64_t> shape;  // empty: a scalar
-  std::size_t string_size = 0;       // str: bytes per element (>= 1), NUL-padded
-  std::uint64_t checksum = 0;        // xxHash64 of bytes()
-  std::vector<std::byte> storage;    // the bytes, when the field owns them
+  std::vector<std::uint64_t> shape;     // empty: a scalar
+  std::size_t string_size = 0;          // str: bytes per element (>= 1), NUL-padded
+  std::uint64_t checksum = 0;           // xxHash64 of bytes()
+  std::vector<std::byte> storage;       // the bytes, when the field owns them
   std::span<const std::byte> borrowed;  // the bytes, when they live in a TrainingState's tensor
   bool borrows = false;
 
-  std::span<const std::byte> bytes() const { return borrows ? borrowed : std::span<const std::byte>(storage); }
+  std::span<const std::byte> bytes() const {
+    return borrows ? borrowed : std::span<const std::byte>(storage);
+  }
   std::uint64_t element_count() const;
   std::size_t element_size() const;
 };
@@ -51,6 +55,9 @@ inline constexpr std::string_view kOptimizerGroup = "/optimizer/";
 // Every dataset of a checkpoint, with checksums: the model's tensors, then the optimizer's, then
 // /train and /job. Tensor fields borrow the state's memory: keep the state alive.
 std::vector<Field> fields_of(const TrainingState& state);
+// One tensor as the f32 dataset `group` + name ("/model/..."), with its checksum, borrowing the
+// tensor's memory.
+Field tensor_field(std::string_view group, const NamedTensor& tensor);
 
 // Whether a path names a tensor (/model/... or /optimizer/...), which are f32 and decoded into
 // NamedTensors; everything else is a scalar of /train or /job.

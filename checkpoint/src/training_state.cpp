@@ -1,11 +1,11 @@
 #include "hardy/checkpoint/training_state.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <functional>
 #include <map>
 #include <numeric>
-
-#include <fmt/format.h>
 
 #include "hardy/core/error.hpp"
 #include "hardy/core/event_log.hpp"
@@ -38,7 +38,7 @@ core::Layout canonical_layout(const std::vector<std::int64_t>& dims) {
 
 Tensor host_view(NamedTensor& tensor) {
   auto memory = std::make_shared<BorrowedHostMemory>(tensor.values.data(),
-                                                      tensor.values.size() * sizeof(float));
+                                                     tensor.values.size() * sizeof(float));
   return Tensor(tensor.dims, core::DType::f32, canonical_layout(tensor.dims), std::move(memory));
 }
 
@@ -76,7 +76,8 @@ void copy_out(core::Backend& backend, const LiveTensors& live, std::vector<Named
     out.reserve(live.size());
     for (const auto& [name, tensor] : live) {
       require_f32(name, *tensor);
-      out.push_back({name, tensor->dims(), std::vector<float>(static_cast<std::size_t>(tensor->numel()))});
+      out.push_back(
+          {name, tensor->dims(), std::vector<float>(static_cast<std::size_t>(tensor->numel()))});
     }
   }
   for (std::size_t i = 0; i < live.size(); ++i) {
@@ -91,8 +92,8 @@ std::string shape_of(const std::vector<std::int64_t>& dims) {
 
 // Pairs every live tensor with the saved one of the same name; throws naming the first tensor
 // that is missing, unexpected, or of another shape.
-std::vector<const NamedTensor*> match(const std::vector<NamedTensor>& saved, const LiveTensors& live,
-                                      const char* group) {
+std::vector<const NamedTensor*> match(const std::vector<NamedTensor>& saved,
+                                      const LiveTensors& live, const char* group) {
   std::map<std::string_view, const NamedTensor*> by_name;
   for (const NamedTensor& tensor : saved) by_name.emplace(tensor.name, &tensor);
   std::vector<const NamedTensor*> matched;
@@ -103,9 +104,9 @@ std::vector<const NamedTensor*> match(const std::vector<NamedTensor>& saved, con
           "the checkpoint has no tensor /{}/{}; was it written for another model configuration?",
           group, name));
     if (found->second->dims != tensor->dims())
-      throw InvalidArgument(fmt::format("tensor /{}/{} has shape {} in the checkpoint, but the job's is {}",
-                                        group, name, shape_of(found->second->dims),
-                                        shape_of(tensor->dims())));
+      throw InvalidArgument(
+          fmt::format("tensor /{}/{} has shape {} in the checkpoint, but the job's is {}", group,
+                      name, shape_of(found->second->dims), shape_of(tensor->dims())));
     require_f32(name, *tensor);
     if (found->second->values.size() != static_cast<std::size_t>(tensor->numel()))
       throw InvalidArgument(fmt::format("tensor /{}/{} holds {} values for shape {}", group, name,
@@ -147,16 +148,19 @@ TrainingState capture(core::DeepLabV3Plus& model, core::Optimizer& optimizer) {
 void apply(const TrainingState& state, core::DeepLabV3Plus& model, core::Optimizer& optimizer) {
   const std::string kind = core::to_string(optimizer.config().kind);
   if (state.optimizer_kind != kind)
-    throw InvalidArgument(fmt::format("the checkpoint holds the state of optimizer '{}', but the job uses '{}'",
-                                      state.optimizer_kind, kind));
+    throw InvalidArgument(
+        fmt::format("the checkpoint holds the state of optimizer '{}', but the job uses '{}'",
+                    state.optimizer_kind, kind));
   if (state.optimizer_steps < 0)
-    throw InvalidArgument(fmt::format("the checkpoint's optimizer step count {} is negative", state.optimizer_steps));
+    throw InvalidArgument(
+        fmt::format("the checkpoint's optimizer step count {} is negative", state.optimizer_steps));
   const LiveTensors live_model = model_tensors(model);
   const LiveTensors live_optimizer = optimizer_tensors(model, optimizer);
   const auto saved_model = match(state.model, live_model, "model");
   const auto saved_optimizer = match(state.optimizer, live_optimizer, "optimizer");
   core::Backend& backend = model.backend();
-  for (std::size_t i = 0; i < live_model.size(); ++i) backend.copy(host_view(*saved_model[i]), *live_model[i].second);
+  for (std::size_t i = 0; i < live_model.size(); ++i)
+    backend.copy(host_view(*saved_model[i]), *live_model[i].second);
   for (std::size_t i = 0; i < live_optimizer.size(); ++i)
     backend.copy(host_view(*saved_optimizer[i]), *live_optimizer[i].second);
   backend.synchronize();

@@ -111,11 +111,10 @@ int list(const std::vector<std::string>& args) {
   const Parsed parsed = parse("list", args, options);
   if (parsed.help) {
     std::cout << "Usage: hardy ckpt list RUN_DIR\n\n"
-                 "Lists the checkpoints of a run directory (RUN_DIR/checkpoints, or RUN_DIR itself "
-                 "when it holds\n"
-                 "them): step, when it was saved, size, and whether it is valid (every checksum is "
-                 "read and\n"
-                 "checked). The one `latest` names is marked.\n\n"
+                 "Lists the checkpoints of a run directory (RUN_DIR/checkpoints, or RUN_DIR\n"
+                 "itself when it holds them): step, file, when it was saved, size, and whether\n"
+                 "it is valid (every checksum is read and checked). The one `latest` names is\n"
+                 "marked.\n\n"
               << options << "\n";
     return 0;
   }
@@ -131,8 +130,10 @@ int list(const std::vector<std::string>& args) {
     std::cout << fmt::format("no checkpoints in {}\n", dir.string());
     return 0;
   }
-  std::cout << fmt::format("checkpoints in {}\n{:>8}  {:<24}  {:>10}  {}\n", dir.string(), "step",
-                           "saved (UTC)", "size", "status");
+  std::size_t width = 4;
+  for (const auto& entry : entries) width = std::max(width, entry.path.filename().string().size());
+  std::cout << fmt::format("checkpoints in {}\n{:>8}  {:<{}}  {:<24}  {:>10}  {}\n", dir.string(),
+                           "step", "file", width, "saved (UTC)", "size", "status");
   for (const auto& entry : entries) {
     const bool is_latest = latest && latest->filename() == entry.path.filename();
     std::string saved, status;
@@ -148,7 +149,8 @@ int list(const std::vector<std::string>& args) {
       bytes = fs::file_size(entry.path, error);
       status = "INVALID: " + without_path(e.what(), entry.path);
     }
-    std::cout << fmt::format("{:>8}  {:<24}  {:>10}  {}{}\n", entry.step, saved, human_bytes(bytes),
+    std::cout << fmt::format("{:>8}  {:<{}}  {:<24}  {:>10}  {}{}\n", entry.step,
+                             entry.path.filename().string(), width, saved, human_bytes(bytes),
                              status, is_latest ? "  <- latest" : "");
   }
   if (latest && !fs::exists(*latest))
@@ -273,9 +275,9 @@ int inspect(const std::vector<std::string>& args) {
   const Parsed parsed = parse("inspect", args, options);
   if (parsed.help) {
     std::cout << "Usage: hardy ckpt inspect FILE [--json]\n\n"
-                 "Validates a checkpoint and prints where training stood (step, epoch, world size, "
-                 "loss, sampler,\n"
-                 "schedule) and every dataset with its dtype, shape and xxHash64 checksum.\n\n"
+                 "Validates a checkpoint and prints where training stood (step, epoch, world\n"
+                 "size, loss, sampler, schedule) and every dataset with its dtype, shape and\n"
+                 "xxHash64 checksum.\n\n"
               << options << "\n";
     return 0;
   }
@@ -296,11 +298,10 @@ int verify(const std::vector<std::string>& args) {
   const Parsed parsed = parse("verify", args, options);
   if (parsed.help) {
     std::cout << "Usage: hardy ckpt verify FILE...\n\n"
-                 "Reads every dataset of each checkpoint and checks the format, the version, the "
-                 "manifest and\n"
-                 "every checksum. Exit status 0 when all are valid, 1 when one is not (the reason "
-                 "goes to stderr),\n"
-                 "2 when a file is missing or is not a checkpoint at all.\n\n"
+                 "Reads every dataset of each checkpoint and checks the format, the version, the\n"
+                 "manifest and every checksum. Exit status 0 when all are valid, 1 when one is\n"
+                 "not (the reason goes to stderr), 2 when a file is missing or is not a\n"
+                 "checkpoint at all.\n\n"
               << options << "\n";
     return 0;
   }
@@ -351,11 +352,10 @@ int diff(const std::vector<std::string>& args) {
   const Parsed parsed = parse("diff", args, options);
   if (parsed.help) {
     std::cout << "Usage: hardy ckpt diff A B [--json]\n\n"
-                 "Compares the tensors of two checkpoints: for each tensor in both, the maximum "
-                 "absolute difference\n"
-                 "and that difference relative to the tensor's largest magnitude in A; tensors in "
-                 "only one of them\n"
-                 "or with other shapes are listed. Exit status 0 whatever the differences.\n\n"
+                 "Compares the tensors of two checkpoints: for each tensor in both, the maximum\n"
+                 "absolute difference and that difference relative to the tensor's largest\n"
+                 "magnitude in A; tensors in only one of them or with other shapes are listed.\n"
+                 "Exit status 0 whatever the differences.\n\n"
               << options << "\n";
     return 0;
   }

@@ -377,7 +377,6 @@ void TrainingSession::State::write_metrics(double compute_s, double allreduce_s,
 }
 
 int TrainingSession::State::run() {
-  announce_ranks();
   events.emit("job_started", {{"hardy_version", HARDY_VERSION},
                               {"world_size", comm->size()},
                               {"fault_tolerant", comm->fault_tolerant()},
@@ -391,6 +390,7 @@ int TrainingSession::State::run() {
                               {"data", data.train->describe()},
                               {"resume", config.resume},
                               {"run_dir", config.run_dir.string()}});
+  announce_ranks();
   if (lead())
     std::cout << fmt::format("hardy: training {} parameters on {} with {} rank(s) x {} thread(s){}, {} steps of {} samples\n",
                              model.parameter_count(), data.train->describe(), comm->size(), omp_get_max_threads(),

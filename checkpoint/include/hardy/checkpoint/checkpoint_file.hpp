@@ -40,8 +40,8 @@ std::uint64_t write_checkpoint_file(const TrainingState& state, const std::files
 
 // One dataset as the manifest lists it.
 struct DatasetInfo {
-  std::string path;  // "/model/encoder.stem.conv.weight"
-  std::string dtype;  // "f32", "f64", "i64", "u64" or "str" (fixed-length UTF-8)
+  std::string path;                  // "/model/encoder.stem.conv.weight"
+  std::string dtype;                 // "f32", "f64", "i64", "u64" or "str" (fixed-length UTF-8)
   std::vector<std::uint64_t> shape;  // empty for a scalar
   std::uint64_t checksum = 0;        // xxHash64 of the stored bytes
 };

@@ -7,8 +7,9 @@
 //
 // Every checkpoint handed over ends in exactly one report: written, failed, or skipped. Written
 // and failed reports come from the thread that wrote (the writer's thread in asynchronous mode),
-// one at a time and in order, skipped ones from submit()'s caller; the report callback must not call back into the writer (it would wait for itself),
-// and an exception it throws is dropped (the writer's thread has nobody to give it to).
+// one at a time and in order, skipped ones from submit()'s caller; the report callback must not
+// call back into the writer (it would wait for itself), and an exception it throws is dropped (the
+// writer's thread has nobody to give it to).
 //
 // Asynchronous writing needs an HDF5 built thread-safe (Debian's is), because the training
 // thread may read HDF5 data meanwhile; with any other HDF5 the writer writes synchronously.
@@ -34,8 +35,8 @@ struct WriteReport {
   double stall_s = 0;          // as given to submit(): the training thread's capture time
   double write_s = 0;          // writing, fsyncs, rename, `latest` and retention
   std::vector<std::filesystem::path> removed;  // deleted by retention
-  bool skipped = false;        // dropped by the skip policy; error says why
-  std::string error;           // empty when written
+  bool skipped = false;                        // dropped by the skip policy; error says why
+  std::string error;                           // empty when written
 };
 
 class CheckpointWriter {
@@ -65,6 +66,14 @@ class CheckpointWriter {
   // Returns once no write is queued or running.
   void flush();
 
+  // A state whose buffers the writer no longer needs (the last one written), or an empty state.
+  // Capturing into it with capture_into() reuses its memory: for a large model, allocating and
+  // first touching fresh buffers costs several times the copy itself, and it is all stall.
+  //   TrainingState state = writer.take_spare();
+  //   capture_into(model, optimizer, state);  state.step = ...;  writer.submit(std::move(state),
+  //   ...);
+  TrainingState take_spare();
+
   const std::filesystem::path& directory() const { return dir_; }
   bool asynchronous() const { return thread_.joinable(); }
   // Whether a write is queued or running.
@@ -80,8 +89,10 @@ class CheckpointWriter {
     WriteReport report;
     std::exception_ptr error;
   };
-  // Writes a job; the caller has set writing_. Delivers the report, then clears writing_.
-  Outcome write_and_report(const Job& job);
+  // Writes a job; the caller has set writing_. Delivers the report, then clears writing_ and
+  // keeps the job's state as the spare.
+  Outcome write_and_report(Job& job);
+  void deliver(const WriteReport& report) const;
   void run_thread();
 
   std::filesystem::path dir_;
@@ -91,9 +102,10 @@ class CheckpointWriter {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::optional<Job> queued_;  // handed over, not yet started
-  bool writing_ = false;       // a write is running (on either thread)
+  std::optional<TrainingState> spare_;
+  bool writing_ = false;  // a write is running (on either thread)
   bool stopping_ = false;
-  std::thread thread_;         // only in asynchronous mode
+  std::thread thread_;  // only in asynchronous mode
 };
 
 }  // namespace hardy::checkpoint

@@ -20,6 +20,7 @@ void load_model(core::DeepLabV3Plus& model, const std::filesystem::path& path);
 // Writes `path` by calling `write(temporary_path)` and then, only if that succeeded, fsyncing the
 // file, renaming it over `path` and fsyncing the directory. On failure the temporary file is
 // removed and whatever was at `path` before stays untouched.
-void write_atomically(const std::filesystem::path& path, const std::function<void(const std::filesystem::path&)>& write);
+void write_atomically(const std::filesystem::path& path,
+                      const std::function<void(const std::filesystem::path&)>& write);
 
 }  // namespace hardy::checkpoint

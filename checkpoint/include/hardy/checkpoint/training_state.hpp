@@ -42,13 +42,13 @@ struct TrainingState {
 
   // /train: where the loop stands after `step` completed optimizer steps.
   long step = 0;
-  long epoch = 0;                // epoch of the last batch trained on
-  core::SamplerState sampler;    // resuming continues at sampler.cursor of sampler.epoch
-  std::uint64_t rng_seed = 0;    // the job's seed: the loop has no random state beyond it
-  core::LrSchedule lr_schedule;  // the rate is lr_schedule.at(step): the step is its state
-  float loss_scale = 1.0f;       // mixed-precision loss scale (1 when not in use)
+  long epoch = 0;                  // epoch of the last batch trained on
+  core::SamplerState sampler;      // resuming continues at sampler.cursor of sampler.epoch
+  std::uint64_t rng_seed = 0;      // the job's seed: the loop has no random state beyond it
+  core::LrSchedule lr_schedule;    // the rate is lr_schedule.at(step): the step is its state
+  float loss_scale = 1.0f;         // mixed-precision loss scale (1 when not in use)
   long loss_scale_good_steps = 0;  // steps since the scale last changed
-  double loss = 0;               // loss of the last step
+  double loss = 0;                 // loss of the last step
 
   // /job: who wrote the checkpoint.
   std::string config_ini;  // the effective configuration, as in the run's config.ini
