@@ -332,7 +332,12 @@ void TrainingSession::State::maybe_checkpoint(bool force_sync) {
   if (!(by_steps || by_time || force_sync)) return;
   last_checkpoint_step = step;
   const auto stall_start = Clock::now();
-  checkpoint::TrainingState state = snapshot && snapshot->step == step ? *snapshot : capture_state();
+  // The writer hands back the buffers of the state it wrote last, so this copy allocates nothing.
+  checkpoint::TrainingState state = writer->take_spare();
+  if (snapshot && snapshot->step == step)
+    state = *snapshot;
+  else
+    state = capture_state();
   const double stall_s = seconds_since(stall_start);
   last_checkpoint = Clock::now();
   auto kill_mid_write = [this, at = step](double) { injector.at(at, Phase::checkpoint_write); };
