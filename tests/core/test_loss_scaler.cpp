@@ -1,7 +1,6 @@
 // Dynamic loss scaling: the scaler's decisions (pure logic) and its unscale/overflow check on
 // the CPU backend. tests/gpu/test_loss_scaling_device.cpp runs the same on a GPU in fp16.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -26,7 +25,7 @@ LossScalerConfig small_config() {
 
 Parameter host_parameter(std::vector<float> grad) {
   Parameter p;
-  p.name = "p";
+  p.name = "gradient_under_test";
   p.value = Tensor::host({static_cast<std::int64_t>(grad.size())}, DType::f32, Layout::flat);
   p.grad = Tensor::host({static_cast<std::int64_t>(grad.size())}, DType::f32, Layout::flat);
   std::copy(grad.begin(), grad.end(), p.grad.f32().begin());

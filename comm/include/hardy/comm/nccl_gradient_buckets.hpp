@@ -1,0 +1,83 @@
+#pragma once
+// GradientBuckets (gradient_buckets.hpp) for device gradients over NCCL: the same buckets,
+// bucket order and interface, but the buckets live in device memory and everything runs on
+// the NCCL communicator's own stream. mark_ready(i) makes that stream wait (on the device) for
+// the backend's stream to reach the point where gradient i is final, copies it into its bucket
+// and starts the bucket's allreduce once the bucket is complete, so communication overlaps the
+// rest of the backward pass without blocking the host. finish(scale) waits (with a timeout)
+// and writes scale * sum back into the gradients on the backend's stream.
+#ifndef HARDY_HAVE_NCCL
+#error "hardy/comm/nccl_gradient_buckets.hpp needs a build with the CUDA backend"
+#endif
+#include <chrono>
+#include <cstddef>
+#include <vector>
+
+#include "hardy/comm/nccl_communicator.hpp"
+#include "hardy/core/cuda_backend.hpp"
+#include "hardy/core/cuda_runtime.hpp"
+#include "hardy/core/parameter.hpp"
+
+namespace hardy::comm {
+
+class NcclGradientBuckets {
+ public:
+  static constexpr std::size_t kDefaultBucketBytes = 25u << 20;  // PyTorch DDP's default
+
+  // params: device f32 gradients (the model's parameters, which must outlive this object), in
+  // the order they become ready in backward. A parameter larger than bucket_bytes gets a bucket
+  // of its own. `timeout` bounds finish()'s wait for the allreduces.
+  NcclGradientBuckets(NcclCommunicator& comm, core::CudaBackend& backend,
+                      std::vector<core::Parameter*> params,
+                      std::size_t bucket_bytes = kDefaultBucketBytes,
+                      std::chrono::milliseconds timeout = NcclCommunicator::kDefaultTimeout);
+  // Waits for allreduces still in flight (the buckets' memory must not be freed under NCCL).
+  ~NcclGradientBuckets();
+  NcclGradientBuckets(const NcclGradientBuckets&) = delete;
+  NcclGradientBuckets& operator=(const NcclGradientBuckets&) = delete;
+
+  // As GradientBuckets::mark_ready; queues work and returns without waiting.
+  void mark_ready(std::size_t index);
+  // Marks every parameter not yet marked, waits for all allreduces and writes scale * (sum over
+  // ranks) into every gradient. On ProcessFailure (a peer died or NCCL hung; the communicator
+  // is aborted) the gradients are undefined; retry the step after rebind() to the shrunk
+  // communicator.
+  void finish(float scale);
+  // After finish(): whether any reduced gradient holds an Inf or NaN (loss-scaling overflow),
+  // one check per bucket instead of one per parameter.
+  bool has_non_finite();
+  // Uses comm from the next step on (after NcclCommunicator::shrink) and forgets the current
+  // step; waits for work still in flight on the old communicator if it is usable.
+  void rebind(NcclCommunicator& comm);
+
+  std::size_t bucket_count() const { return buckets_.size(); }
+  std::size_t bucket_of(std::size_t index) const { return slots_.at(index).bucket; }
+
+ private:
+  struct Slot {
+    std::size_t bucket = 0;
+    std::size_t offset = 0;  // in floats, within the bucket
+    std::size_t count = 0;
+    bool ready = false;
+  };
+  struct Bucket {
+    core::Tensor data;  // device f32
+    std::size_t pending = 0;
+    std::size_t members = 0;
+  };
+  void launch_complete_buckets();
+  void reset();
+  float* bucket_data(std::size_t bucket) { return buckets_[bucket].data.data<float>(); }
+
+  NcclCommunicator* comm_;
+  core::CudaBackend& backend_;
+  std::vector<core::Parameter*> params_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::size_t next_launch_ = 0;  // buckets are launched strictly in order
+  bool in_flight_ = false;       // work queued on comm_ since the last finish/reset
+  std::chrono::milliseconds timeout_;
+  core::cuda::Event gradient_ready_;
+};
+
+}  // namespace hardy::comm

@@ -1,0 +1,539 @@
+// The CUDA backend against the CPU backend (the reference): every operation in f32, bf16 and
+// f16 on the same inputs (the CPU gets the device inputs rounded through the device's type),
+// then a whole DeepLabv3+ step (loss, logits, every parameter gradient) and a short training
+// run. Tolerances: gpu_test_support.hpp.
+#include <fmt/format.h>
+
+#include <array>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+
+#include "gpu_test_support.hpp"
+#include "hardy/core/error.hpp"
+#include "hardy/core/layers.hpp"
+#include "hardy/core/model.hpp"
+#include "hardy/core/optimizer.hpp"
+
+using namespace hardy;
+using namespace hardy::core;
+using namespace hardy::gpu_test;
+
+namespace {
+
+const DType kPrecisions[] = {DType::f32, DType::bf16, DType::f16};
+
+CudaOptions options_for(DType dtype) {
+  CudaOptions options;
+  options.activation_dtype = dtype;
+  return options;
+}
+
+// A host f32 vector/weight tensor and its device copy (parameters are f32 on both sides).
+struct Param {
+  Tensor host, device;
+};
+
+Param parameter(CudaBackend& cuda, std::vector<std::int64_t> dims, std::uint64_t seed,
+                float scale = 1.0f) {
+  const Layout layout = dims.size() == 4 ? Layout::nchw : Layout::flat;
+  Param p;
+  p.host = random_host(dims, seed, scale, layout);
+  p.device = cuda.empty(dims, DType::f32, layout);
+  cuda.copy(p.host, p.device);
+  return p;
+}
+
+Param zeros(CudaBackend& cuda, std::vector<std::int64_t> dims) {
+  const Layout layout = dims.size() == 4 ? Layout::nchw : Layout::flat;
+  return {Tensor::host(dims, DType::f32, layout), cuda.empty(dims, DType::f32, layout)};
+}
+
+Tensor device_activation(CudaBackend& cuda, std::vector<std::int64_t> dims, DType dtype) {
+  return cuda.empty(std::move(dims), dtype, Layout::nhwc);
+}
+
+}  // namespace
+
+TEST_CASE("cuda backend: convolutions match the cpu backend", "[gpu]") {
+  auto cpu = make_backend("cpu");
+  struct Case {
+    int kernel, stride, padding, dilation;
+    bool bias;
+  };
+  // 3x3 dense, strided and dilated go through cuDNN; the 1x1 stride-1 ones through cuBLAS; the
+  // strided 1x1 through cuDNN again.
+  const Case cases[] = {{3, 1, 1, 1, false},
+                        {3, 2, 1, 1, true},
+                        {3, 1, 2, 2, false},
+                        {1, 1, 0, 1, true},
+                        {1, 2, 0, 1, false}};
+  for (DType dtype : kPrecisions) {
+    CudaBackend cuda(options_for(dtype));
+    const double tolerance = tolerance_for(dtype);
+    std::uint64_t seed = 10;
+    for (const Case& c : cases) {
+      const ConvGeometry g{c.stride, c.padding, c.dilation};
+      const std::int64_t n = 2, in = 16, h = 12, w = 10, out = 24;
+      const std::int64_t oh = conv_output_size(static_cast<int>(h), c.kernel, g);
+      const std::int64_t ow = conv_output_size(static_cast<int>(w), c.kernel, g);
+      const std::string what = fmt::format("{} k{} s{} p{} d{}", precision_name(dtype), c.kernel,
+                                           c.stride, c.padding, c.dilation);
+      const Twin x = twin(cuda, random_host({n, in, h, w}, ++seed), dtype);
+      const Param weight =
+          parameter(cuda, {out, in, c.kernel, c.kernel}, ++seed,
+                    std::sqrt(2.0f / static_cast<float>(in * c.kernel * c.kernel)));
+      const Param bias = parameter(cuda, {out}, ++seed);
+
+      Tensor y_cpu = Tensor::host({n, out, oh, ow});
+      Tensor y = device_activation(cuda, {n, out, oh, ow}, dtype);
+      cpu->conv2d_forward(x.host, weight.host, c.bias ? &bias.host : nullptr, g, y_cpu);
+      cuda.conv2d_forward(x.device, weight.device, c.bias ? &bias.device : nullptr, g, y);
+      check_close(cuda, y, y_cpu, tolerance, what + " forward");
+
+      const Twin dy = twin(cuda, random_host({n, out, oh, ow}, ++seed), dtype);
+      Tensor dx_cpu = Tensor::host({n, in, h, w});
+      Tensor dx = device_activation(cuda, {n, in, h, w}, dtype);
+      cpu->conv2d_backward_data(dy.host, weight.host, g, dx_cpu);
+      cuda.conv2d_backward_data(dy.device, weight.device, g, dx);
+      check_close(cuda, dx, dx_cpu, tolerance, what + " backward data");
+
+      Param dweight = zeros(cuda, {out, in, c.kernel, c.kernel});
+      Param dbias = zeros(cuda, {out});
+      cpu->conv2d_backward_weights(x.host, dy.host, g, dweight.host,
+                                   c.bias ? &dbias.host : nullptr);
+      cuda.conv2d_backward_weights(x.device, dy.device, g, dweight.device,
+                                   c.bias ? &dbias.device : nullptr);
+      check_close(cuda, dweight.device, dweight.host, tolerance, what + " backward weights");
+      if (c.bias) check_close(cuda, dbias.device, dbias.host, tolerance, what + " bias gradient");
+    }
+    // Every shape and pass was planned once; running them again plans nothing new.
+    const std::size_t plans = cuda.cached_convolution_count();
+    CHECK(plans > 0);
+    const Twin x = twin(cuda, random_host({2, 16, 12, 10}, 1), dtype);
+    const Param weight = parameter(cuda, {24, 16, 3, 3}, 2);
+    Tensor y = device_activation(cuda, {2, 24, 12, 10}, dtype);
+    cuda.conv2d_forward(x.device, weight.device, nullptr, {1, 1, 1}, y);
+    CHECK(cuda.cached_convolution_count() == plans);
+  }
+}
+
+TEST_CASE("cuda backend: convolution arguments are checked", "[gpu]") {
+  CudaBackend cuda;
+  Tensor x = device_activation(cuda, {1, 8, 6, 6}, DType::bf16);
+  Tensor y = device_activation(cuda, {1, 4, 6, 6}, DType::bf16);
+  Tensor weight = cuda.empty({4, 8, 3, 3}, DType::f32, Layout::nchw);
+  Tensor host_weight = Tensor::host({4, 8, 3, 3}, DType::f32, Layout::nchw);
+  CHECK_THROWS_AS(cuda.conv2d_forward(x, host_weight, nullptr, {1, 1, 1}, y), InvalidArgument);
+  Tensor wrong = device_activation(cuda, {1, 4, 5, 5}, DType::bf16);
+  CHECK_THROWS_AS(cuda.conv2d_forward(x, weight, nullptr, {1, 1, 1}, wrong), InvalidArgument);
+  Tensor other_type = device_activation(cuda, {1, 4, 6, 6}, DType::f16);
+  CHECK_THROWS_AS(cuda.conv2d_forward(x, weight, nullptr, {1, 1, 1}, other_type), InvalidArgument);
+  cuda.conv2d_forward(x, weight, nullptr, {1, 1, 1}, y);
+  cuda.synchronize();
+}
+
+TEST_CASE("cuda backend: normalization matches the cpu backend", "[gpu]") {
+  auto cpu = make_backend("cpu");
+  for (DType dtype : kPrecisions) {
+    CudaBackend cuda(options_for(dtype));
+    const double tolerance = tolerance_for(dtype);
+    const std::int64_t n = 3, c = 24, h = 9, w = 11;
+    for (bool relu : {false, true}) {
+      const std::string what = fmt::format("{} relu {}", precision_name(dtype), relu);
+      // Inputs with a mean far from zero, which a one-pass variance would get wrong.
+      Tensor values = random_host({n, c, h, w}, relu ? 21 : 22);
+      for (float& v : values.f32()) v = 3.0f + 0.5f * v;
+      const Twin x = twin(cuda, values, dtype);
+      const Param gamma = parameter(cuda, {c}, 23), beta = parameter(cuda, {c}, 24);
+      const Twin dy = twin(cuda, random_host({n, c, h, w}, 25), dtype);
+
+      // Group normalization, forward and backward.
+      const int groups = 6;
+      Tensor y_cpu = Tensor::host({n, c, h, w});
+      Param mean = zeros(cuda, {n, groups}), rstd = zeros(cuda, {n, groups});
+      Tensor y = device_activation(cuda, {n, c, h, w}, dtype);
+      cpu->group_norm_forward(x.host, gamma.host, beta.host, groups, 1e-5f, relu, y_cpu, mean.host,
+                              rstd.host);
+      cuda.group_norm_forward(x.device, gamma.device, beta.device, groups, 1e-5f, relu, y,
+                              mean.device, rstd.device);
+      check_close(cuda, y, y_cpu, tolerance, what + " group norm forward");
+      check_close(cuda, mean.device, mean.host, 1e-5, what + " group norm mean");
+      check_close(cuda, rstd.device, rstd.host, 1e-5, what + " group norm rstd");
+      Tensor dx_cpu = Tensor::host({n, c, h, w});
+      Tensor dx = device_activation(cuda, {n, c, h, w}, dtype);
+      Param dgamma = zeros(cuda, {c}), dbeta = zeros(cuda, {c});
+      cpu->group_norm_backward(x.host, y_cpu, dy.host, gamma.host, mean.host, rstd.host, groups,
+                               relu, dx_cpu, dgamma.host, dbeta.host);
+      cuda.group_norm_backward(x.device, y, dy.device, gamma.device, mean.device, rstd.device,
+                               groups, relu, dx, dgamma.device, dbeta.device);
+      check_close(cuda, dx, dx_cpu, tolerance, what + " group norm dx");
+      check_close(cuda, dgamma.device, dgamma.host, tolerance, what + " group norm dgamma");
+      check_close(cuda, dbeta.device, dbeta.host, tolerance, what + " group norm dbeta");
+
+      // Batch normalization's split API with the CPU's statistics fed to both.
+      Param sum = zeros(cuda, {c}), squares = zeros(cuda, {c});
+      cpu->batch_norm_statistics(x.host, sum.host, squares.host);
+      cuda.batch_norm_statistics(x.device, sum.device, squares.device);
+      check_close(cuda, sum.device, sum.host, 1e-5, what + " batch norm sum");
+      check_close(cuda, squares.device, squares.host, 1e-5, what + " batch norm sum of squares");
+      const double count = static_cast<double>(n * h * w);
+      Param bn_mean = zeros(cuda, {c}), bn_var = zeros(cuda, {c});
+      for (std::int64_t k = 0; k < c; ++k) {
+        const double m = sum.host.f32()[k] / count;
+        bn_mean.host.f32()[k] = static_cast<float>(m);
+        bn_var.host.f32()[k] =
+            static_cast<float>(std::max(0.0, squares.host.f32()[k] / count - m * m));
+      }
+      cuda.copy(bn_mean.host, bn_mean.device);
+      cuda.copy(bn_var.host, bn_var.device);
+      cpu->batch_norm_apply(x.host, bn_mean.host, bn_var.host, gamma.host, beta.host, 1e-5f, relu,
+                            y_cpu);
+      cuda.batch_norm_apply(x.device, bn_mean.device, bn_var.device, gamma.device, beta.device,
+                            1e-5f, relu, y);
+      check_close(cuda, y, y_cpu, tolerance, what + " batch norm apply");
+      cpu->batch_norm_backward_statistics(x.host, y_cpu, dy.host, bn_mean.host, bn_var.host, 1e-5f,
+                                          relu, dgamma.host, dbeta.host);
+      cuda.batch_norm_backward_statistics(x.device, y, dy.device, bn_mean.device, bn_var.device,
+                                          1e-5f, relu, dgamma.device, dbeta.device);
+      check_close(cuda, dgamma.device, dgamma.host, tolerance, what + " batch norm dgamma");
+      check_close(cuda, dbeta.device, dbeta.host, tolerance, what + " batch norm dbeta");
+      cpu->batch_norm_backward_data(x.host, y_cpu, dy.host, bn_mean.host, bn_var.host, gamma.host,
+                                    dgamma.host, dbeta.host, 1e-5f, relu, count, dx_cpu);
+      cuda.batch_norm_backward_data(x.device, y, dy.device, bn_mean.device, bn_var.device,
+                                    gamma.device, dgamma.device, dbeta.device, 1e-5f, relu, count,
+                                    dx);
+      check_close(cuda, dx, dx_cpu, tolerance, what + " batch norm dx");
+    }
+  }
+}
+
+TEST_CASE("cuda backend: relu, resampling, concatenation and pooling match the cpu backend",
+          "[gpu]") {
+  auto cpu = make_backend("cpu");
+  for (DType dtype : kPrecisions) {
+    CudaBackend cuda(options_for(dtype));
+    const double tolerance = tolerance_for(dtype);
+    const std::string name = precision_name(dtype);
+
+    const Twin x = twin(cuda, random_host({2, 5, 6, 7}, 31), dtype);
+    const Twin dy = twin(cuda, random_host({2, 5, 6, 7}, 32), dtype);
+    Tensor y_cpu = Tensor::host({2, 5, 6, 7}), dx_cpu = Tensor::host({2, 5, 6, 7});
+    Tensor y = device_activation(cuda, {2, 5, 6, 7}, dtype);
+    Tensor dx = device_activation(cuda, {2, 5, 6, 7}, dtype);
+    cpu->relu_forward(x.host, y_cpu);
+    cuda.relu_forward(x.device, y);
+    check_close(cuda, y, y_cpu, 0.0, name + " relu forward");
+    cpu->relu_backward(y_cpu, dy.host, dx_cpu);
+    cuda.relu_backward(y, dy.device, dx);
+    check_close(cuda, dx, dx_cpu, 0.0, name + " relu backward");
+
+    // Up by two (the decoder), from 1x1 (the image-pooling branch), by a non-integer factor, down.
+    const std::vector<std::array<std::int64_t, 4>> sizes{
+        {6, 6, 12, 12}, {1, 1, 6, 8}, {5, 7, 7, 5}, {8, 8, 3, 5}};
+    for (const auto& [ih, iw, oh, ow] : sizes) {
+      const std::string what = fmt::format("{} upsample {}x{} -> {}x{}", name, ih, iw, oh, ow);
+      const Twin in = twin(cuda, random_host({2, 6, ih, iw}, 33), dtype);
+      Tensor out_cpu = Tensor::host({2, 6, oh, ow});
+      Tensor out = device_activation(cuda, {2, 6, oh, ow}, dtype);
+      cpu->upsample_bilinear_forward(in.host, out_cpu);
+      cuda.upsample_bilinear_forward(in.device, out);
+      check_close(cuda, out, out_cpu, tolerance, what + " forward");
+      const Twin grad = twin(cuda, random_host({2, 6, oh, ow}, 34), dtype);
+      Tensor back_cpu = Tensor::host({2, 6, ih, iw});
+      Tensor back = device_activation(cuda, {2, 6, ih, iw}, dtype);
+      cpu->upsample_bilinear_backward(grad.host, back_cpu);
+      cuda.upsample_bilinear_backward(grad.device, back);
+      check_close(cuda, back, back_cpu, tolerance, what + " backward");
+    }
+
+    // Concatenation of three slices and the split back; exact (pure copies).
+    std::vector<Twin> parts;
+    for (std::int64_t channels : {3, 5, 8})
+      parts.push_back(twin(cuda, random_host({2, channels, 4, 3}, 35 + channels), dtype));
+    Tensor whole_cpu = Tensor::host({2, 16, 4, 3});
+    Tensor whole = device_activation(cuda, {2, 16, 4, 3}, dtype);
+    std::vector<const Tensor*> host_parts, device_parts;
+    for (const Twin& p : parts) {
+      host_parts.push_back(&p.host);
+      device_parts.push_back(&p.device);
+    }
+    cpu->concat_channels(host_parts, whole_cpu);
+    cuda.concat_channels(device_parts, whole);
+    check_close(cuda, whole, whole_cpu, 0.0, name + " concat");
+    std::vector<Tensor> split;
+    std::vector<Tensor*> split_pointers;
+    for (std::int64_t channels : {3, 5, 8})
+      split.push_back(device_activation(cuda, {2, channels, 4, 3}, dtype));
+    for (Tensor& t : split) split_pointers.push_back(&t);
+    cuda.split_channels(whole, split_pointers);
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      check_close(cuda, split[i], parts[i].host, 0.0, name + " split");
+
+    // Global average pooling.
+    Tensor pooled_cpu = Tensor::host({2, 5, 1, 1});
+    Tensor pooled = device_activation(cuda, {2, 5, 1, 1}, dtype);
+    cpu->global_avg_pool_forward(x.host, pooled_cpu);
+    cuda.global_avg_pool_forward(x.device, pooled);
+    check_close(cuda, pooled, pooled_cpu, tolerance, name + " pool forward");
+    const Twin pooled_grad = twin(cuda, random_host({2, 5, 1, 1}, 36), dtype);
+    cpu->global_avg_pool_backward(pooled_grad.host, dx_cpu);
+    cuda.global_avg_pool_backward(pooled_grad.device, dx);
+    check_close(cuda, dx, dx_cpu, tolerance, name + " pool backward");
+  }
+}
+
+TEST_CASE("cuda backend: the loss and argmax match the cpu backend", "[gpu]") {
+  auto cpu = make_backend("cpu");
+  for (DType dtype : kPrecisions) {
+    CudaBackend cuda(options_for(dtype));
+    const std::int64_t n = 2, classes = 3, h = 16, w = 12;
+    const Twin logits = twin(cuda, random_host({n, classes, h, w}, 41, 3.0f), dtype);
+    Tensor labels_host = Tensor::host({n, 1, h, w}, DType::i32, Layout::nhwc);
+    SplitMix64 rng(42);
+    for (std::int64_t i = 0; i < labels_host.numel(); ++i)
+      labels_host.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next() % classes);
+    Tensor labels = cuda.empty({n, 1, h, w}, DType::i32, Layout::nhwc);
+    cuda.copy(labels_host, labels);
+    const std::vector<float> weights{0.5f, 1.0f, 2.0f};
+    const float grad_scale = 1.0f / static_cast<float>(n * h * w);
+    Tensor dlogits_cpu = Tensor::host({n, classes, h, w});
+    Tensor dlogits = device_activation(cuda, {n, classes, h, w}, dtype);
+    const double loss_cpu =
+        cpu->softmax_cross_entropy(logits.host, labels_host, weights, grad_scale, dlogits_cpu);
+    const double loss =
+        cuda.softmax_cross_entropy(logits.device, labels, weights, grad_scale, dlogits);
+    // Both start from the same (rounded) logits and compute in fp32 with double sums.
+    CHECK(loss == Approx(loss_cpu).epsilon(1e-5));
+    check_close(cuda, dlogits, dlogits_cpu, tolerance_for(dtype),
+                precision_name(dtype) + " dlogits");
+
+    Tensor argmax_cpu = Tensor::host({n, 1, h, w}, DType::i32, Layout::nhwc);
+    Tensor argmax = cuda.empty({n, 1, h, w}, DType::i32, Layout::nhwc);
+    cpu->argmax_channels(logits.host, argmax_cpu);
+    cuda.argmax_channels(logits.device, argmax);
+    Tensor argmax_back = Tensor::host({n, 1, h, w}, DType::i32, Layout::nhwc);
+    cuda.copy(argmax, argmax_back);
+    for (std::int64_t i = 0; i < argmax_back.numel(); ++i)
+      REQUIRE(argmax_back.data<std::int32_t>()[i] == argmax_cpu.data<std::int32_t>()[i]);
+
+    // A label outside [0, classes) is reported like the CPU backend does.
+    labels_host.data<std::int32_t>()[37] = 7;
+    cuda.copy(labels_host, labels);
+    CHECK_THROWS_AS(cuda.softmax_cross_entropy(logits.device, labels, weights, grad_scale, dlogits),
+                    InvalidArgument);
+  }
+}
+
+TEST_CASE("cuda backend: optimizer and gradient kernels match the cpu backend", "[gpu]") {
+  auto cpu = make_backend("cpu");
+  CudaBackend cuda;
+  const std::int64_t count = 100003;  // not a multiple of any block size
+  for (bool nesterov : {false, true}) {
+    Param p = parameter(cuda, {count}, 51), g = parameter(cuda, {count}, 52),
+          v = parameter(cuda, {count}, 53);
+    cpu->sgd_update(p.host, g.host, v.host, 0.1f, 0.9f, 1e-4f, nesterov);
+    cuda.sgd_update(p.device, g.device, v.device, 0.1f, 0.9f, 1e-4f, nesterov);
+    check_close(cuda, p.device, p.host, 1e-6, "sgd parameters");
+    check_close(cuda, v.device, v.host, 1e-6, "sgd velocity");
+  }
+  Param p = parameter(cuda, {count}, 54), g = parameter(cuda, {count}, 55);
+  Param m = zeros(cuda, {count}), v = zeros(cuda, {count});
+  cuda.fill(m.device, 0.0f);
+  cuda.fill(v.device, 0.0f);
+  for (long step = 1; step <= 3; ++step) {
+    cpu->adam_update(p.host, g.host, m.host, v.host, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, step);
+    cuda.adam_update(p.device, g.device, m.device, v.device, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f,
+                     step);
+  }
+  check_close(cuda, p.device, p.host, 1e-6, "adam parameters");
+  check_close(cuda, m.device, m.host, 1e-6, "adam first moment");
+  check_close(cuda, v.device, v.host, 1e-6, "adam second moment");
+
+  CHECK(cuda.sum_squares(g.device) == Approx(cpu->sum_squares(g.host)).epsilon(1e-9));
+  cpu->axpy(-0.25f, g.host, p.host);
+  cuda.axpy(-0.25f, g.device, p.device);
+  cpu->scale(p.host, 3.0f);
+  cuda.scale(p.device, 3.0f);
+  check_close(cuda, p.device, p.host, 1e-6, "axpy and scale");
+
+  CHECK_FALSE(cuda.has_non_finite(g.device));
+  for (float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    Tensor host = g.host.clone();
+    host.f32()[count - 1] = bad;
+    cuda.copy(host, g.device);
+    CHECK(cuda.has_non_finite(g.device));
+  }
+
+  // Activations: the model accumulates gradients of bf16/f16 tensors with axpy.
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    const Twin x = twin(cuda, random_host({2, 4, 5, 6}, 56), dtype);
+    Twin y = twin(cuda, random_host({2, 4, 5, 6}, 57), dtype);
+    Tensor y_cpu = y.host.clone();
+    cpu->axpy(0.5f, x.host, y_cpu);
+    cuda.axpy(0.5f, x.device, y.device);
+    check_close(cuda, y.device, y_cpu, tolerance_for(dtype), precision_name(dtype) + " axpy");
+  }
+}
+
+TEST_CASE("cuda backend: copies convert layouts and types between host and device", "[gpu]") {
+  CudaBackend cuda;
+  const Tensor nchw = random_host({2, 3, 4, 5}, 61, 1.0f, Layout::nchw);
+  for (DType dtype : kPrecisions) {
+    Tensor device = cuda.empty({2, 3, 4, 5}, dtype, Layout::nhwc);
+    cuda.copy(nchw, device);
+    Tensor back = Tensor::host({2, 3, 4, 5}, DType::f32, Layout::nchw);
+    cuda.copy(device, back);
+    // Exact for f32; one rounding to the device type otherwise.
+    const double bound = dtype == DType::f32 ? 0.0 : dtype == DType::bf16 ? 4e-3 : 5e-4;
+    INFO(precision_name(dtype));
+    CHECK(relative_error(back, nchw) <= bound);
+    Tensor nhwc_back = Tensor::host({2, 3, 4, 5}, DType::f32, Layout::nhwc);
+    cuda.copy(device, nhwc_back);
+    for (std::int64_t n = 0; n < 2; ++n)
+      for (std::int64_t c = 0; c < 3; ++c)
+        for (std::int64_t h = 0; h < 4; ++h)
+          for (std::int64_t w = 0; w < 5; ++w)
+            REQUIRE(nhwc_back.data<float>()[offset4(Layout::nhwc, 3, 4, 5, n, c, h, w)] ==
+                    back.data<float>()[offset4(Layout::nchw, 3, 4, 5, n, c, h, w)]);
+    cuda.fill(device, 0.75f);
+    cuda.copy(device, back);
+    for (float v : back.f32()) REQUIRE(v == 0.75f);
+  }
+  Tensor labels = Tensor::host({2, 1, 3, 3}, DType::i32, Layout::nhwc);
+  for (std::int64_t i = 0; i < labels.numel(); ++i)
+    labels.data<std::int32_t>()[i] = static_cast<int>(i);
+  Tensor device_labels = cuda.empty({2, 1, 3, 3}, DType::i32, Layout::nhwc);
+  cuda.copy(labels, device_labels);
+  Tensor labels_back = Tensor::host({2, 1, 3, 3}, DType::i32, Layout::nhwc);
+  cuda.copy(device_labels, labels_back);
+  for (std::int64_t i = 0; i < labels.numel(); ++i)
+    REQUIRE(labels_back.data<std::int32_t>()[i] == i);
+  Tensor as_float = Tensor::host({2, 1, 3, 3}, DType::f32, Layout::nhwc);
+  CHECK_THROWS_AS(cuda.copy(device_labels, as_float), InvalidArgument);
+}
+
+namespace {
+
+ModelConfig small_model(NormKind norm) {
+  ModelConfig c;
+  c.width = 8;
+  c.aspp_channels = 8;
+  c.aspp_rates = {1, 2};
+  c.low_level_channels = 8;
+  c.decoder_channels = 8;
+  c.groups = 2;
+  c.norm = norm;
+  return c;
+}
+
+// A fixed batch on both backends: the device input in whatever dtype the model's layers
+// allocate activations (ensure_tensor decides, as for the model's own tensors), the CPU input
+// rounded through it.
+struct Batch {
+  Tensor x_cpu, x_cuda, labels_cpu, labels_cuda;
+};
+
+Batch make_batch(CudaBackend& cuda, std::uint64_t seed) {
+  Batch b;
+  const std::vector<std::int64_t> dims{2, 16, 32, 40};
+  Tensor values = random_host(dims, seed);
+  ensure_tensor(cuda, b.x_cuda, dims);
+  cuda.copy(values, b.x_cuda);
+  b.x_cpu = to_host_f32(cuda, b.x_cuda);
+  b.labels_cpu = Tensor::host({2, 1, 32, 40}, DType::i32, Layout::nhwc);
+  SplitMix64 rng(seed + 1);
+  for (std::int64_t i = 0; i < b.labels_cpu.numel(); ++i)
+    b.labels_cpu.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next() % 3);
+  ensure_tensor(cuda, b.labels_cuda, {2, 1, 32, 40}, DType::i32);
+  cuda.copy(b.labels_cpu, b.labels_cuda);
+  return b;
+}
+
+double model_tolerance(DType activations) {
+  switch (activations) {
+    case DType::bf16:
+      return 8e-2;
+    case DType::f16:
+      return 2e-2;
+    default:
+      return 1e-3;
+  }
+}
+
+double train_step(Backend& backend, DeepLabV3Plus& model, const Tensor& x, const Tensor& labels,
+                  Tensor& dlogits) {
+  const Tensor& logits = model.forward(x, /*training=*/true);
+  ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
+  const std::vector<float> weights{1.0f, 2.0f, 3.0f};
+  const float grad_scale = 1.0f / static_cast<float>(logits.n() * logits.h() * logits.w());
+  const double loss = backend.softmax_cross_entropy(logits, labels, weights, grad_scale, dlogits);
+  model.backward(dlogits);
+  return loss * grad_scale;
+}
+
+}  // namespace
+
+TEST_CASE("cuda backend: a model step matches the cpu backend", "[gpu]") {
+  for (NormKind kind : {NormKind::group, NormKind::batch}) {
+    auto cpu = make_backend("cpu");
+    CudaBackend cuda;  // bf16 activations where the model allocates them so
+    DeepLabV3Plus cpu_model(*cpu, small_model(kind)), cuda_model(cuda, small_model(kind));
+    cpu_model.initialize(7);
+    cuda_model.initialize(7);
+    Batch b = make_batch(cuda, 70);
+    Tensor dlogits_cpu, dlogits_cuda;
+    const double loss_cpu = train_step(*cpu, cpu_model, b.x_cpu, b.labels_cpu, dlogits_cpu);
+    const double loss_cuda = train_step(cuda, cuda_model, b.x_cuda, b.labels_cuda, dlogits_cuda);
+    const DType activations = b.x_cuda.dtype();
+    const double tolerance = model_tolerance(activations);
+    INFO(to_string(kind) << " norm, " << precision_name(activations) << " activations, loss cuda "
+                         << loss_cuda << " cpu " << loss_cpu);
+    CHECK(std::abs(loss_cuda - loss_cpu) <= tolerance * std::abs(loss_cpu));
+
+    // Every parameter's gradient; parameters whose gradient is tiny against the largest are
+    // compared at the scale of the largest.
+    double largest = 0.0;
+    for (const Parameter* p : cpu_model.parameters()) largest = std::max(largest, norm(p->grad));
+    const auto& cuda_params = cuda_model.parameters();
+    for (std::size_t i = 0; i < cuda_params.size(); ++i) {
+      const Parameter& reference = *cpu_model.parameters()[i];
+      check_close(cuda, cuda_params[i]->grad, reference.grad, tolerance,
+                  to_string(kind) + " gradient of " + reference.name, 1e-3 * largest);
+    }
+  }
+}
+
+TEST_CASE("cuda backend: training on a fixed batch lowers the loss as on the cpu backend",
+          "[gpu]") {
+  auto cpu = make_backend("cpu");
+  CudaBackend cuda;
+  DeepLabV3Plus cpu_model(*cpu, small_model(NormKind::group)),
+      cuda_model(cuda, small_model(NormKind::group));
+  cpu_model.initialize(3);
+  cuda_model.initialize(3);
+  Batch b = make_batch(cuda, 30);
+  OptimizerConfig config;
+  config.kind = OptimizerKind::adam;
+  auto cpu_optimizer = make_optimizer(config, *cpu);
+  auto cuda_optimizer = make_optimizer(config, cuda);
+  cpu_optimizer->initialize_state(cpu_model.parameters());
+  cuda_optimizer->initialize_state(cuda_model.parameters());
+  Tensor dlogits_cpu, dlogits_cuda;
+  double first_cpu = 0, first_cuda = 0, last_cpu = 0, last_cuda = 0;
+  for (int step = 0; step < 30; ++step) {
+    last_cpu = train_step(*cpu, cpu_model, b.x_cpu, b.labels_cpu, dlogits_cpu);
+    last_cuda = train_step(cuda, cuda_model, b.x_cuda, b.labels_cuda, dlogits_cuda);
+    if (step == 0) {
+      first_cpu = last_cpu;
+      first_cuda = last_cuda;
+    }
+    cpu_optimizer->step(cpu_model.parameters(), 1e-2f);
+    cuda_optimizer->step(cuda_model.parameters(), 1e-2f);
+  }
+  INFO("cpu " << first_cpu << " -> " << last_cpu << ", cuda " << first_cuda << " -> " << last_cuda);
+  CHECK(last_cpu < 0.8 * first_cpu);
+  CHECK(last_cuda < 0.8 * first_cuda);
+  // Adam amplifies early differences, so the runs are compared loosely: they learn alike.
+  CHECK(std::abs(last_cuda - last_cpu) <= 0.25 * last_cpu);
+}

@@ -1,0 +1,155 @@
+// The NCCL communicator on one rank (the GPU machines have one GPU, and NCCL puts at most one
+// rank on a GPU): bootstrap, allreduce and broadcast on device memory, bucketed gradient
+// allreduce with scaling and the overflow check, the restore broadcast, shrink and abort. The
+// bootstrap is a single-process Communicator, standing in for the MPI one (which only has to
+// broadcast the ncclUniqueId and, for shrink, sum a vector).
+#include <catch2/catch.hpp>
+#include <limits>
+
+#include "gpu_test_support.hpp"
+#include "hardy/comm/errors.hpp"
+#include "hardy/comm/nccl_communicator.hpp"
+#include "hardy/comm/nccl_gradient_buckets.hpp"
+#include "hardy/core/error.hpp"
+#include "hardy/core/model.hpp"
+
+using namespace hardy;
+using namespace hardy::core;
+using namespace hardy::gpu_test;
+
+namespace {
+
+class DoneRequest final : public comm::Request {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+  bool done() const override { return true; }
+};
+
+// A world of one process: every collective is the identity.
+class SingleProcess final : public comm::Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce_sum(std::span<float>) override {}
+  void allreduce_sum(std::span<double>) override {}
+  std::unique_ptr<comm::Request> iallreduce_sum(std::span<float>) override {
+    return std::make_unique<DoneRequest>();
+  }
+  void broadcast(std::span<std::byte>, int) override {}
+  void barrier() override {}
+  std::vector<std::string> hostnames() override { return {"localhost"}; }
+  bool fault_tolerant() const override { return false; }
+  void revoke() override { throw hardy::Error("single process: no revoke"); }
+  int agree(int flag) override { return flag; }
+  std::vector<int> failed_ranks() override { return {}; }
+  std::unique_ptr<comm::Communicator> shrink() override {
+    throw hardy::Error("single process: no shrink");
+  }
+};
+
+Tensor device_values(CudaBackend& cuda, const Tensor& host) {
+  Tensor t = cuda.empty(host.dims(), DType::f32, host.layout());
+  cuda.copy(host, t);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("nccl: a one-rank communicator allreduces and broadcasts device memory", "[gpu]") {
+  CudaBackend cuda;  // makes its device current, as the trainer's backend does
+  SingleProcess bootstrap;
+  auto nccl = comm::NcclCommunicator::create(bootstrap);
+  CHECK(nccl->rank() == 0);
+  CHECK(nccl->size() == 1);
+  CHECK(nccl->device() == cuda.device_index());
+
+  const Tensor values = random_host({1000}, 91, 1.0f, Layout::flat);
+  Tensor data = device_values(cuda, values);
+  cuda.synchronize();
+  nccl->allreduce_sum(data.data<float>(), static_cast<std::size_t>(data.numel()));
+  nccl->broadcast(data.raw(), data.bytes(), 0);
+  nccl->synchronize();
+  check_close(cuda, data, values, 0.0, "allreduce and broadcast over one rank");
+  CHECK_THROWS_AS(nccl->broadcast(data.raw(), data.bytes(), 1), InvalidArgument);
+
+  // The restore broadcast: every tensor arrives unchanged.
+  Tensor other = device_values(cuda, random_host({7, 3}, 92, 1.0f, Layout::flat));
+  const Tensor other_values = to_host_f32(cuda, other);
+  Tensor* tensors[] = {&data, &other};
+  comm::broadcast_tensors(*nccl, cuda, tensors, 0);
+  check_close(cuda, data, values, 0.0, "broadcast_tensors (first)");
+  check_close(cuda, other, other_values, 0.0, "broadcast_tensors (second)");
+  Tensor host_tensor = values.clone();
+  Tensor* host_tensors[] = {&host_tensor};
+  CHECK_THROWS_AS(comm::broadcast_tensors(*nccl, cuda, host_tensors, 0), InvalidArgument);
+}
+
+TEST_CASE("nccl: bucketed gradient allreduce writes scaled sums and finds overflows", "[gpu]") {
+  CudaBackend cuda;
+  SingleProcess bootstrap;
+  auto nccl = comm::NcclCommunicator::create(bootstrap);
+  ModelConfig config;
+  config.width = 8;
+  config.aspp_channels = 8;
+  config.decoder_channels = 8;
+  config.low_level_channels = 8;
+  DeepLabV3Plus model(cuda, config);
+  const auto& params = model.parameters();
+  // Reverse order, as the trainer passes them; small buckets so that there are several.
+  std::vector<Parameter*> reversed(params.rbegin(), params.rend());
+  comm::NcclGradientBuckets buckets(*nccl, cuda, reversed, 16 << 10);
+  CHECK(buckets.bucket_count() > 2);
+
+  std::vector<Tensor> expected;
+  for (std::size_t i = 0; i < reversed.size(); ++i) {
+    const Tensor values =
+        random_host(reversed[i]->grad.dims(), 100 + i, 1.0f, reversed[i]->grad.layout());
+    cuda.copy(values, reversed[i]->grad);
+    expected.push_back(values);
+  }
+  // Ready in an order other than bucket order, as backward may produce them.
+  for (std::size_t i = reversed.size(); i-- > 0;)
+    if (i % 2 == 0) buckets.mark_ready(i);
+  CHECK_THROWS_AS(buckets.mark_ready(0), hardy::Error);  // twice in one step
+  buckets.finish(0.5f);
+  for (std::size_t i = 0; i < reversed.size(); ++i) {
+    Tensor half = expected[i].clone();
+    for (float& v : half.f32()) v *= 0.5f;
+    check_close(cuda, reversed[i]->grad, half, 0.0, "scaled sum of " + reversed[i]->name);
+  }
+  CHECK_FALSE(buckets.has_non_finite());
+
+  // A loss-scaling overflow in one gradient is seen after the allreduce.
+  Tensor bad = expected[3].clone();
+  bad.f32()[0] = std::numeric_limits<float>::infinity();
+  cuda.copy(bad, reversed[3]->grad);
+  buckets.finish(1.0f);
+  CHECK(buckets.has_non_finite());
+}
+
+TEST_CASE("nccl: the survivors' list, shrink and abort", "[gpu]") {
+  SingleProcess survivors;
+  // Rank 0 of a former world of 3 is the only survivor: ranks 1 and 2 are gone.
+  CHECK(comm::ranks_lost_in_shrink(survivors, 0, 3) == std::vector<int>{1, 2});
+  CHECK(comm::ranks_lost_in_shrink(survivors, 0, 1).empty());
+
+  CudaBackend cuda;
+  SingleProcess bootstrap;
+  auto nccl = comm::NcclCommunicator::create(bootstrap);
+  const int self[] = {0};
+  CHECK_THROWS_AS(nccl->shrink(self), InvalidArgument);  // a rank cannot exclude itself
+  // Excluding nobody keeps the one rank: the path a survivor takes, with the abort flag.
+  auto shrunk = nccl->shrink({}, /*abort_in_flight=*/true);
+  CHECK_FALSE(nccl->usable());
+  CHECK(shrunk->size() == 1);
+  Tensor data = device_values(cuda, random_host({64}, 93, 1.0f, Layout::flat));
+  CHECK_THROWS_AS(nccl->allreduce_sum(data.data<float>(), 64), hardy::Error);
+  cuda.synchronize();
+  shrunk->allreduce_sum(data.data<float>(), 64);
+  shrunk->synchronize();
+
+  shrunk->abort();
+  CHECK_FALSE(shrunk->usable());
+  CHECK_THROWS_AS(shrunk->allreduce_sum(data.data<float>(), 64), hardy::Error);
+}
