@@ -63,13 +63,16 @@ po::options_description submit_options() {
 
 std::string placeholder_help() {
   std::string help =
-      "Template placeholders ({{name}}; a directive line naming an unset optional one is left "
-      "out):\n";
+      "Template placeholders, each replaced by one whole word: quoted for the shell, or checked "
+      "and\n"
+      "double-quoted when it has spaces in a #SBATCH/#BSUB line (so never put one inside quotes).\n"
+      "A directive line that names an optional setting not given is left out.\n";
   for (const auto& [name, meaning] : batch::placeholders())
-    help += fmt::format("  {{{{{:<20}}}}} {}\n", name, meaning);
+    help += fmt::format("  {:<24} {}\n", fmt::format("{{{{{}}}}}", name), meaning);
   return help +
-         "In a template, the launcher of LSF scripts can be replaced at run time with "
-         "HARDY_LSF_LAUNCHER.\n";
+         "The built-in LSF scripts take the launcher from HARDY_LSF_LAUNCHER (mpirun, mpiexec, "
+         "srun or\n"
+         "jsrun) when it is set in the job's environment.\n";
 }
 
 std::string read_text(const std::filesystem::path& path, const std::string& option) {

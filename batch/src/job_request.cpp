@@ -1,0 +1,110 @@
+#include "hardy/batch/job_request.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <regex>
+
+#include "hardy/batch/environment.hpp"
+#include "hardy/batch/shell.hpp"
+#include "hardy/core/error.hpp"
+
+namespace hardy::batch {
+
+namespace {
+
+constexpr std::array kPlaceholders = {
+    Placeholder{"job_name", "--job-name"},
+    Placeholder{"nodes", "--nodes"},
+    Placeholder{"ranks_per_node", "--ranks-per-node"},
+    Placeholder{"tasks", "nodes x ranks per node"},
+    Placeholder{"gpus_per_node", "--gpus-per-node; not given when 0"},
+    Placeholder{"time", "--time, HH:MM:SS"},
+    Placeholder{"time_hhmm", "--time rounded up to minutes, HH:MM (LSF -W)"},
+    Placeholder{"account", "--account; optional"},
+    Placeholder{"queue", "--queue (Slurm partition, LSF queue); optional"},
+    Placeholder{"run_dir", "the absolute run directory"},
+    Placeholder{"config", "RUN_DIR/job.ini, the copy of --config the job trains with"},
+    Placeholder{"output", "RUN_DIR/job.out, the batch script's standard output"},
+    Placeholder{"error", "RUN_DIR/job.err, the batch script's standard error"},
+    Placeholder{"hardy", "the absolute path of this hardy executable"},
+    Placeholder{"signal_lead_seconds",
+                "--signal-lead: SIGUSR1 comes this long before the time limit"},
+    Placeholder{"signal_lead_minutes", "--signal-lead rounded up to minutes (LSF -wt)"},
+    Placeholder{"requeue_exit_status",
+                "the exit status of `hardy run` that asks for a requeue (4)"},
+    Placeholder{"launcher", "LSF only: --lsf-launcher, jsrun or mpirun"},
+};
+
+long minutes_rounded_up(long seconds) { return (seconds + 59) / 60; }
+
+void require_positive(long value, std::string_view option) {
+  if (value <= 0) throw InvalidArgument(fmt::format("{} must be positive, not {}", option, value));
+}
+
+}  // namespace
+
+long parse_time_limit(std::string_view text) {
+  static const std::regex pattern(R"((\d+):([0-5]\d):([0-5]\d))");
+  std::cmatch parts;
+  if (!std::regex_match(text.begin(), text.end(), parts, pattern))
+    throw InvalidArgument(
+        fmt::format("--time '{}' is not HH:MM:SS (e.g. 02:00:00 or 36:30:00)", text));
+  const long hours = parse_count(parts.str(1), "--time hours");
+  if (hours > 100000) throw InvalidArgument(fmt::format("--time '{}' is too long", text));
+  const long seconds = hours * 3600 + std::stol(parts.str(2)) * 60 + std::stol(parts.str(3));
+  if (seconds == 0) throw InvalidArgument("--time 00:00:00 gives the job no time");
+  return seconds;
+}
+
+void validate(const JobRequest& request) {
+  directive_value(request.job_name, "--job-name");
+  require_positive(request.nodes, "--nodes");
+  require_positive(request.ranks_per_node, "--ranks-per-node");
+  if (request.gpus_per_node < 0)
+    throw InvalidArgument(
+        fmt::format("--gpus-per-node must be 0 or more, not {}", request.gpus_per_node));
+  const long limit = parse_time_limit(request.time);
+  if (request.account) directive_value(*request.account, "--account");
+  if (request.queue) directive_value(*request.queue, "--queue");
+  if (!request.run_dir.is_absolute())
+    throw InvalidArgument(
+        fmt::format("the run directory '{}' must be absolute", request.run_dir.string()));
+  directive_value(request.run_dir.string(), "--run-dir");
+  require_positive(request.signal_lead_seconds, "--signal-lead");
+  if (request.signal_lead_seconds >= limit)
+    throw InvalidArgument(
+        fmt::format("--signal-lead {} s is not shorter than --time {}: the job would be warned "
+                    "before it starts",
+                    request.signal_lead_seconds, request.time));
+}
+
+std::span<const Placeholder> placeholders() { return kPlaceholders; }
+
+TemplateValues template_values(const JobRequest& request) {
+  const long limit_minutes = minutes_rounded_up(parse_time_limit(request.time));
+  const auto number = [](long value) { return std::optional<std::string>(std::to_string(value)); };
+  TemplateValues values = {
+      {"job_name", request.job_name},
+      {"nodes", number(request.nodes)},
+      {"ranks_per_node", number(request.ranks_per_node)},
+      {"tasks", number(static_cast<long>(request.nodes) * request.ranks_per_node)},
+      {"gpus_per_node", request.gpus_per_node > 0 ? number(request.gpus_per_node) : std::nullopt},
+      {"time", request.time},
+      {"time_hhmm", fmt::format("{:02d}:{:02d}", limit_minutes / 60, limit_minutes % 60)},
+      {"account", request.account},
+      {"queue", request.queue},
+      {"run_dir", request.run_dir.string()},
+      {"config", request.config().string()},
+      {"output", request.output().string()},
+      {"error", request.error().string()},
+      {"hardy", request.hardy.string()},
+      {"signal_lead_seconds", number(request.signal_lead_seconds)},
+      {"signal_lead_minutes", number(minutes_rounded_up(request.signal_lead_seconds))},
+      {"requeue_exit_status", number(kRequeueExitStatus)},
+      {"launcher", std::nullopt},
+  };
+  return values;
+}
+
+}  // namespace hardy::batch

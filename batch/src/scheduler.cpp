@@ -1,0 +1,40 @@
+#include "hardy/batch/scheduler.hpp"
+
+namespace hardy::batch {
+
+std::string supervised_launch(std::string_view extra_run_options,
+                              std::string_view on_requeue_status) {
+  // Why in the background: a shell runs a trap only between commands, so a foreground `hardy
+  // run` would never see the warning; `wait` is the one command a trapped signal interrupts.
+  constexpr std::string_view start = R"sh(
+# The scheduler warns this shell with SIGUSR1 {{signal_lead_seconds}} s before the time limit;
+# the shell passes it on to `hardy run`, which writes a checkpoint, stops the ranks and exits
+# with status {{requeue_exit_status}}. The job then goes back to the queue and resumes from that
+# checkpoint (--resume latest), as it does after a requeue for a failed node.
+set -u
+echo "hardy: batch script started on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+child=
+trap 'echo "hardy: SIGUSR1, passed on to hardy run" >&2; [ -n "$child" ] && kill -USR1 "$child"' USR1
+{{hardy}} run )sh";
+  constexpr std::string_view wait =
+      R"sh(--nodes {{nodes}} --ranks-per-node {{ranks_per_node}} --run-dir {{run_dir}} \
+  -- --config {{config}} --resume latest &
+child=$!
+status=0
+wait "$child" || status=$?
+# A trapped signal interrupts `wait` while hardy run goes on: wait again for its exit status.
+while kill -0 "$child" 2>/dev/null; do
+  status=0
+  wait "$child" || status=$?
+done
+if [ "$status" -eq {{requeue_exit_status}} ]; then
+)sh";
+  constexpr std::string_view end = R"sh(
+fi
+exit "$status"
+)sh";
+  return std::string(start) + std::string(extra_run_options) + std::string(wait) +
+         std::string(on_requeue_status) + std::string(end);
+}
+
+}  // namespace hardy::batch
