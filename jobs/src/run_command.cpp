@@ -5,6 +5,7 @@
 
 #include "hardy/core/error.hpp"
 #include "hardy/jobs/commands.hpp"
+#include "hardy/jobs/schedulers.hpp"
 #include "hardy/resilience/supervisor.hpp"
 
 namespace po = boost::program_options;
@@ -59,9 +60,22 @@ int run_command(const std::vector<std::string>& args) {
     throw InvalidArgument("give --run-dir to hardy run, not after --");
   resilience::SupervisorConfig config;
   config.ranks_per_node = vm["ranks-per-node"].as<int>();
-  const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : 1;
+  // Inside a Slurm or LSF job the nodes are the allocation's; outside, every node is this host.
+  const auto allocation = detect_allocation();
+  const int available = allocation ? static_cast<int>(allocation->nodes.size()) : 0;
+  const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : std::max(available, 1);
   if (nodes < 1 || config.ranks_per_node < 1) throw InvalidArgument("--nodes and --ranks-per-node must be positive");
-  config.nodes.assign(static_cast<std::size_t>(nodes), "localhost");
+  if (allocation && nodes > available)
+    throw InvalidArgument(fmt::format("--nodes {} but the {} allocation {} has {} node(s)", nodes, allocation->scheduler,
+                                      allocation->job_id, available));
+  if (allocation) {
+    config.nodes.assign(allocation->nodes.begin(), allocation->nodes.begin() + nodes);
+    config.scheduler = allocation->scheduler;
+    config.scheduler_job_id = allocation->job_id;
+    config.scheduler_restart_count = allocation->restart_count;
+  } else {
+    config.nodes.assign(static_cast<std::size_t>(nodes), "localhost");
+  }
   config.launcher = resilience::parse_launcher(vm["launcher"].as<std::string>());
   config.launcher_path = vm.count("launcher-path") ? vm["launcher-path"].as<std::string>()
                          : config.launcher == resilience::Launcher::mpirun || config.launcher == resilience::Launcher::mpiexec

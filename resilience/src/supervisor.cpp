@@ -116,7 +116,9 @@ std::vector<std::string> launch_command(const SupervisorConfig& config, const st
                                         bool resume) {
   const int world = static_cast<int>(nodes.size()) * config.ranks_per_node;
   const std::string ranks = std::to_string(world), per_node = std::to_string(config.ranks_per_node);
-  const bool local = std::all_of(nodes.begin(), nodes.end(), [](const auto& n) { return n == "localhost"; });
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const bool local = std::all_of(nodes.begin(), nodes.end(), [&](const auto& n) { return n == "localhost" || n == host; });
   std::string host_list;
   for (const auto& node : nodes) host_list += (host_list.empty() ? "" : ",") + node;
   std::vector<std::string> command{config.launcher_path.string()};
@@ -173,6 +175,9 @@ int supervise(const SupervisorConfig& config) {
                                      {"ranks_per_node", config.ranks_per_node},
                                      {"launcher", to_string(config.launcher)},
                                      {"ulfm", config.ulfm},
+                                     {"scheduler", config.scheduler},
+                                     {"scheduler_job_id", config.scheduler_job_id},
+                                     {"scheduler_restart_count", config.scheduler_restart_count},
                                      {"pid", ::getpid()}});
   double backoff = config.backoff_s;
   for (int attempt = 0;; ++attempt) {

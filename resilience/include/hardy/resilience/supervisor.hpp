@@ -28,6 +28,9 @@ struct SupervisorConfig {
   int max_restarts = 3;
   double backoff_s = 2.0;                     // doubled after each relaunch, at most 60 s
   int min_world_size = 1;
+  // The batch job this runs in, if any, for the events.
+  std::string scheduler, scheduler_job_id;
+  int scheduler_restart_count = 0;
 };
 
 // The command line of one launch of `world` ranks on `nodes`.
