@@ -1,3 +1,4 @@
+#include <atomic>
 #include <string>
 
 #include "hardy/comm/mpi_communicator.hpp"
@@ -24,7 +25,17 @@ MpiSession::MpiSession(int* argc, char*** argv, Threads threads) {
   }
 }
 
+namespace {
+std::atomic<bool> peers_failed{false};
+}  // namespace
+
+void note_peer_failure() { peers_failed.store(true); }
+
 MpiSession::~MpiSession() {
+  // After a peer died, Open MPI 5's MPI_Finalize can wait forever in a PMIx fence that still
+  // counts the dead process (open-mpi/ompi#11404). Survivors have finished their work and
+  // flushed their files by now, so they leave without it; ULFM's launcher accepts that.
+  if (peers_failed.load()) return;
   int finalized = 1;
   if (owned_ && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
 }

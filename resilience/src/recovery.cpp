@@ -9,12 +9,14 @@
 #include <fmt/format.h>
 
 #include "hardy/comm/errors.hpp"
+#include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/error.hpp"
 #include "session_state.hpp"
 
 namespace hardy::resilience {
 
 void TrainingSession::State::recover(const std::string& what) {
+  comm::note_peer_failure();
   const double detected_at = core::unix_time();
   const auto started = Clock::now();
   // The victim of an injected failure wrote down when it died; otherwise (a real failure, an

@@ -79,6 +79,8 @@ SCENARIOS = {
     "during_recovery": (["--inject-failure", "rank=2@step=8,rank=5@step=8:recovery"], None, 2, 6),
     "allreduce": (["--inject-failure", "rank=4@step=11:allreduce"], None, 1, 7),
     "external_kill": ([], kill_external, 1, 7),
+    # Without the in-memory copy, the new rank 0 reads the step-8 checkpoint and broadcasts it.
+    "checkpoint_restore": (["--inject-failure", "rank=3@step=10", "--memory-snapshots", "false"], None, 1, 7),
 }
 
 with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
@@ -98,6 +100,9 @@ with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
           f"{[e.get('failed_ranks') for e in detected]} (expected {expected_failures})")
     for event in ("communicator_shrunk", "state_restored", "shards_rebalanced", "training_resumed"):
         check(event in names, f"{scenario}: {event} event written")
+    sources = {e["source"] for e in events if e["event"] == "state_restored"}
+    expected_source = "checkpoint" if scenario == "checkpoint_restore" else "memory"
+    check(sources == {expected_source}, f"{scenario}: state restored from {sources} (expected {expected_source})")
     check(all(e.get("detection_latency_s", 0) < 30 for e in detected),
           f"{scenario}: detection latencies {[round(e.get('detection_latency_s', -1), 3) for e in detected]} s")
     check(metrics[-1]["world_size"] == final_world, f"{scenario}: {metrics[-1]['world_size']} ranks at the end "

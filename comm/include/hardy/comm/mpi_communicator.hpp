@@ -29,6 +29,10 @@ class MpiSession {
   bool owned_ = false;
 };
 
+// Tells the MpiSession that peers of this process died, so that it must not call MPI_Finalize
+// (which can hang on the dead peers in Open MPI 5; see mpi_session.cpp).
+void note_peer_failure();
+
 class MpiCommunicator final : public Communicator {
  public:
   // MPI_COMM_WORLD itself (not freed on destruction), with its error handler set to return.
