@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../common/bench_support.hpp"
 #include "conv_profile_backend.hpp"
 #include "hardy/core/batch.hpp"
 #include "hardy/core/climate_data.hpp"
@@ -47,12 +48,14 @@
 
 using namespace hardy;
 using Clock = std::chrono::steady_clock;
+using bench::median;
+using bench::parse_number;
+using bench::seconds_between;
 
 namespace {
 
-struct Options {
-  int batch = 16, height = 256, width = 256;
-  core::ModelConfig model;
+struct Options : bench::ModelShape {
+  Options() : ModelShape{16, 256, 256, {}} {}
   std::string precision;                         // empty: HARDY_CUDA_PRECISION or bf16
   int warmup = 5, steps = 0, profile_steps = 5;  // steps 0: 20, or 300 with --converge
   std::uint64_t seed = 1;
@@ -80,16 +83,7 @@ void usage(std::FILE* to) {
   std::exit(2);
 }
 
-template <class T>
-T parse_number(std::string_view flag, std::string_view text) {
-  T value{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc{} || end != text.data() + text.size())
-    fail(fmt::format("{} expects a number, got '{}'", flag, text));
-  return value;
-}
-
-Options parse(int argc, char** argv) {
+Options parse(int argc, char** argv) try {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
@@ -108,29 +102,8 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) fail(fmt::format("{} needs a value", flag));
     const std::string_view value = argv[++i];
     auto integer = [&] { return parse_number<int>(flag, value); };
-    if (flag == "--batch")
-      o.batch = integer();
-    else if (flag == "--height")
-      o.height = integer();
-    else if (flag == "--width")
-      o.width = integer();
-    else if (flag == "--input-channels")
-      o.model.input_channels = integer();
-    else if (flag == "--classes")
-      o.model.num_classes = integer();
-    else if (flag == "--model-width")
-      o.model.width = integer();
-    else if (flag == "--depth")
-      o.model.depth = integer();
-    else if (flag == "--aspp-channels")
-      o.model.aspp_channels = integer();
-    else if (flag == "--low-level-channels")
-      o.model.low_level_channels = integer();
-    else if (flag == "--decoder-channels")
-      o.model.decoder_channels = integer();
-    else if (flag == "--groups")
-      o.model.groups = integer();
-    else if (flag == "--norm")
+    if (bench::apply_shape_flag(flag, value, o)) continue;
+    if (flag == "--norm")
       o.model.norm = core::parse_norm_kind(std::string(value));
     else if (flag == "--precision")
       o.precision = std::string(value);
@@ -146,17 +119,8 @@ Options parse(int argc, char** argv) {
       o.lr = parse_number<float>(flag, value);
     else if (flag == "--peak-size")
       o.peak_size = integer();
-    else if (flag == "--aspp-rates") {
-      o.model.aspp_rates.clear();
-      std::string_view rest = value;
-      while (!rest.empty()) {
-        const auto comma = rest.find(',');
-        o.model.aspp_rates.push_back(parse_number<int>(flag, rest.substr(0, comma)));
-        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-      }
-    } else {
+    else
       fail(fmt::format("unknown option {}", flag));
-    }
   }
   if (o.steps == 0) o.steps = o.converge ? 300 : 20;
   if (o.batch < 1 || o.height < 1 || o.width < 1 || o.steps < 1 || o.warmup < 0 ||
@@ -165,16 +129,8 @@ Options parse(int argc, char** argv) {
         "sizes and --steps must be positive, --warmup and --profile-steps >= 0, --peak-size >= "
         "256");
   return o;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t middle = values.size() / 2;
-  return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-}
-
-double seconds_between(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double>(to - from).count();
+} catch (const bench::UsageError& e) {
+  fail(e.what());
 }
 
 // Dense BF16 throughput of this device: C = A * B with n x n bf16 matrices, fp32 accumulation.

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../common/bench_support.hpp"
 #include "hardy/checkpoint/model_file.hpp"
 #include "hardy/core/backend.hpp"
 #include "hardy/core/hdf5.hpp"
@@ -38,12 +39,14 @@
 
 using namespace hardy;
 using Clock = std::chrono::steady_clock;
+using bench::median;
+using bench::parse_number;
+using bench::seconds_between;
 
 namespace {
 
-struct Options {
-  int batch = 8, height = 64, width = 64;
-  core::ModelConfig model;
+struct Options : bench::ModelShape {
+  Options() : ModelShape{8, 64, 64, {}} {}
   int threads = 0;  // 0: leave OpenMP's default (OMP_NUM_THREADS or all cores)
   int warmup = 3, steps = 20;
   std::uint64_t seed = 1;
@@ -68,26 +71,7 @@ void usage(std::FILE* to) {
   std::exit(2);
 }
 
-template <class T>
-T parse_number(std::string_view flag, std::string_view text) {
-  T value{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc{} || end != text.data() + text.size())
-    fail(fmt::format("{} expects a number, got '{}'", flag, text));
-  return value;
-}
-
-std::vector<int> parse_rates(std::string_view text) {
-  std::vector<int> rates;
-  while (!text.empty()) {
-    const auto comma = text.find(',');
-    rates.push_back(parse_number<int>("--aspp-rates", text.substr(0, comma)));
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
-  }
-  return rates;
-}
-
-Options parse(int argc, char** argv) {
+Options parse(int argc, char** argv) try {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
@@ -102,31 +86,8 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) fail(fmt::format("{} needs a value", flag));
     const std::string_view value = argv[++i];
     auto integer = [&] { return parse_number<int>(flag, value); };
-    if (flag == "--batch")
-      o.batch = integer();
-    else if (flag == "--height")
-      o.height = integer();
-    else if (flag == "--width")
-      o.width = integer();
-    else if (flag == "--input-channels")
-      o.model.input_channels = integer();
-    else if (flag == "--classes")
-      o.model.num_classes = integer();
-    else if (flag == "--model-width")
-      o.model.width = integer();
-    else if (flag == "--depth")
-      o.model.depth = integer();
-    else if (flag == "--aspp-channels")
-      o.model.aspp_channels = integer();
-    else if (flag == "--aspp-rates")
-      o.model.aspp_rates = parse_rates(value);
-    else if (flag == "--low-level-channels")
-      o.model.low_level_channels = integer();
-    else if (flag == "--decoder-channels")
-      o.model.decoder_channels = integer();
-    else if (flag == "--groups")
-      o.model.groups = integer();
-    else if (flag == "--threads")
+    if (bench::apply_shape_flag(flag, value, o)) continue;
+    if (flag == "--threads")
       o.threads = integer();
     else if (flag == "--warmup")
       o.warmup = integer();
@@ -146,20 +107,12 @@ Options parse(int argc, char** argv) {
   if (o.batch < 1 || o.height < 1 || o.width < 1 || o.steps < 1 || o.warmup < 0 || o.threads < 0)
     fail("--batch, --height, --width and --steps must be positive, --warmup and --threads >= 0");
   return o;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t middle = values.size() / 2;
-  return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+} catch (const bench::UsageError& e) {
+  fail(e.what());
 }
 
 double mean(const std::vector<double>& values) {
   return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
-}
-
-double seconds_between(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double>(to - from).count();
 }
 
 // A random standard-normal batch, random labels and fixed, unequal class weights.
