@@ -442,6 +442,13 @@ int TrainingSession::State::run() {
                                  {"world_size", comm->size()},
                                  {"failures", failures}});
     if (lead()) std::cerr << "hardy: " << stop.reason << "\n";
+    // A launcher kills the whole job once any rank exits non-zero, so nobody leaves before the
+    // lead has written its final checkpoint and log lines.
+    try {
+      comm->barrier();
+    } catch (const comm::ProcessFailure&) {
+      // Another death now changes nothing: the final checkpoint is already on disk.
+    }
     return stop.status;
   } catch (const std::exception& e) {
     stop_watchdog();
