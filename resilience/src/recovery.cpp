@@ -166,7 +166,11 @@ void TrainingSession::State::start_watchdog() {
     while (watchdog_running.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       const double since = communication_since.load();
-      if (since == 0.0 || core::unix_time() - since < config.collective_timeout_s) continue;
+      // The launcher ends the whole job as soon as one rank exits, so the other ranks give the
+      // lead a second timeout to write its checkpoint first; a stuck lead still ends the job.
+      if (since == 0.0) continue;
+      const double timeout = lead() ? config.collective_timeout_s : 2 * config.collective_timeout_s;
+      if (core::unix_time() - since < timeout) continue;
       // A peer that hangs (stopped, stuck in a driver) is not dead, so the MPI reports nothing.
       // Treat it as a failure of the job: keep the committed state and let the supervisor
       // relaunch on the healthy nodes.
