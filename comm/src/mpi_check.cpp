@@ -45,6 +45,7 @@ void mpi_check(int code, const char* call, MPI_Comm comm) {
       }
     }
     if (!failed.empty()) message += " (failed ranks: " + ranks_text(failed) + ")";
+    note_peer_failure();  // whoever catches this, this process must now skip MPI_Finalize
     throw ProcessFailure(message, std::move(failed));
   }
   throw hardy::Error(message);

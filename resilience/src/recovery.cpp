@@ -16,7 +16,7 @@
 namespace hardy::resilience {
 
 void TrainingSession::State::recover(const std::string& what) {
-  comm::note_peer_failure();
+  comm::note_peer_failure();  // mpi_check did already; an NCCL failure reaches here too
   const double detected_at = core::unix_time();
   const auto started = Clock::now();
   // The victim of an injected failure wrote down when it died; otherwise (a real failure, an

@@ -7,7 +7,8 @@
 set -u
 survivors=$1
 shift
-output=$("$@" 2>&1)
+# Bounded below CTest's timeout, so that a hang still shows what the ranks printed.
+output=$(timeout --kill-after=5 45 "$@" 2>&1)
 rc=$?
 printf '%s\n' "$output"
 successes=$(grep -c ': SUCCESS' <<<"$output")

@@ -9,6 +9,7 @@ covers every sample exactly once (the last line written for a step counts), that
 what happened, and that the final loss is within 2% of a failure-free run with the same seed.
 """
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -69,9 +70,16 @@ def kill_external(run):
         time.sleep(0.05)
 
 
+# The "rank" scenario kills a random rank at a random step; HARDY_FAULT_SEED replays a run.
+seed = int(os.environ.get("HARDY_FAULT_SEED", time.time_ns() % 1_000_000))
+chosen = random.Random(seed)
+random_victim, random_step = chosen.randrange(1, RANKS), chosen.randrange(2, STEPS)
+if scenario == "rank":
+    print(f"rank {random_victim} dies at step {random_step} (HARDY_FAULT_SEED={seed} replays this)", flush=True)
+
 SCENARIOS = {
     # name: (extra options, watcher, expected failure events, world size at the end)
-    "rank": (["--inject-failure", "rank=3@step=7"], None, 1, 7),
+    "rank": (["--inject-failure", f"rank={random_victim}@step={random_step}"], None, 1, 7),
     "node": (["--inject-failure", "node=1@step=10"], None, 1, 6),
     "rank0": (["--inject-failure", "rank=0@step=9"], None, 1, 7),
     "two_failures": (["--inject-failure", "rank=6@step=6,node=0@step=15"], None, 2, 5),

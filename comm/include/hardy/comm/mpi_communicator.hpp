@@ -30,7 +30,8 @@ class MpiSession {
 };
 
 // Tells the MpiSession that peers of this process died, so that it must not call MPI_Finalize
-// (which can hang on the dead peers in Open MPI 5; see mpi_session.cpp).
+// (which can hang on the dead peers in Open MPI 5; see mpi_session.cpp). mpi_check calls it
+// whenever it raises ProcessFailure.
 void note_peer_failure();
 
 class MpiCommunicator final : public Communicator {
