@@ -27,6 +27,7 @@ void TrainingSession::State::recover(const std::string& what) {
   for (int attempt = 1;; ++attempt) {
     try {
       const int old_size = comm->size();
+      const int old_rank = comm->rank();
       const std::vector<int> old_members = world_rank_of;
       const auto shrink_start = Clock::now();
       comm->revoke();
@@ -59,7 +60,7 @@ void TrainingSession::State::recover(const std::string& what) {
         std::cerr << fmt::format("hardy: rank(s) {} failed at step {}; continuing with {} ranks\n",
                                  fmt::join(failed, ","), step + 1, comm->size());
 
-      buckets->rebind(*comm);
+      rebind_gradients(old_rank, old_size);
       cross_rank.rebind(*comm);
       if (comm->size() < config.min_world_size) {
         write_final_checkpoint("too few ranks");
@@ -81,6 +82,29 @@ void TrainingSession::State::recover(const std::string& what) {
       if (lead()) std::cerr << "hardy: failure during recovery (" << again.what() << "); restarting recovery\n";
     }
   }
+}
+
+void TrainingSession::State::rebind_gradients(int old_rank, int old_size) {
+#ifdef HARDY_HAVE_NCCL
+  if (nccl) {
+    // The survivors agreed on the failed ranks through ULFM; NCCL drops the same ones, aborting
+    // what was stuck on them. If any survivor's NCCL communicator was aborted already (a
+    // collective timed out), all of them start a fresh one over the shrunk MPI communicator.
+    const std::vector<int> lost = comm::ranks_lost_in_shrink(*comm, old_rank, old_size);
+    const bool shrinkable = comm->agree(nccl->usable() ? 1 : 0) == 1;
+    std::unique_ptr<comm::NcclCommunicator> next;
+    if (shrinkable) {
+      next = nccl->shrink(lost);
+    } else {
+      nccl->abort();
+      next = comm::NcclCommunicator::create(*comm);
+    }
+    device_buckets->rebind(*next);  // before the old communicator goes away
+    nccl = std::move(next);
+    return;
+  }
+#endif
+  buckets->rebind(*comm);
 }
 
 void TrainingSession::State::rebuild_membership() {
@@ -123,8 +147,7 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
     std::vector<double> have{lead() && !path.empty() ? 1.0 : 0.0};
     comm->allreduce_sum(have);
     if (have[0] == 0) throw Error("cannot recover: no rank holds the last committed step and there is no valid checkpoint");
-    checkpoint::broadcast_state(*comm, state, 0);
-    apply_state(state);
+    broadcast_restored(state);
     source = "checkpoint";
   }
   events.emit("state_restored", {{"source", source}, {"step", step}, {"seconds", seconds_since(started)}});

@@ -15,9 +15,14 @@
 #include "hardy/comm/gradient_buckets.hpp"
 #include "hardy/core/batch.hpp"
 #include "hardy/core/event_log.hpp"
+#include "hardy/core/loss_scaler.hpp"
 #include "hardy/core/sampler.hpp"
 #include "hardy/resilience/failure_injection.hpp"
 #include "hardy/resilience/training_session.hpp"
+#ifdef HARDY_HAVE_NCCL
+#include "hardy/comm/nccl_communicator.hpp"
+#include "hardy/comm/nccl_gradient_buckets.hpp"
+#endif
 
 namespace hardy::resilience {
 
@@ -52,10 +57,20 @@ struct TrainingSession::State {
   float current_lr(long step) const;
   checkpoint::TrainingState capture_state() const;
   void apply_state(const checkpoint::TrainingState& state);
+  // Rank 0's `state` (read from a checkpoint) to every rank, applied everywhere; with NCCL the
+  // tensors go GPU to GPU and `state` keeps only the loop's scalars afterwards.
+  void broadcast_restored(checkpoint::TrainingState& state);
+  // The gradient allreduce: NCCL buckets for device gradients, MPI buckets for host ones.
+  void mark_gradient_ready(std::size_t index);
+  void finish_gradients(float scale);  // writes scale * (sum over ranks) into the gradients
+  bool gradients_non_finite();         // after finish_gradients: a loss-scale overflow
+  std::size_t gradient_bucket_count() const;
 
   // ---- recovery (recovery.cpp) ----
   void recover(const std::string& what);
   void rebuild_membership();
+  // After the MPI shrink: the gradient buckets follow the survivors (NCCL shrinks too).
+  void rebind_gradients(int old_rank, int old_size);
   void restore_after_failure(double detected_at);
   void write_final_checkpoint(const std::string& reason);
 
@@ -83,7 +98,14 @@ struct TrainingSession::State {
   std::unique_ptr<core::Optimizer> optimizer;
   core::EpochSampler sampler;
   core::BatchAssembler assembler;
-  std::optional<comm::GradientBuckets> buckets;
+  // fp16: dynamic loss scaling; bf16 and f32: a static scale of 1 (still skips non-finite steps).
+  core::LossScaler scaler;
+  std::optional<comm::GradientBuckets> buckets;  // host gradients (the cpu backend)
+#ifdef HARDY_HAVE_NCCL
+  // Device gradients (the cuda backend): NCCL next to MPI, bootstrapped and shrunk through it.
+  std::unique_ptr<comm::NcclCommunicator> nccl;
+  std::optional<comm::NcclGradientBuckets> device_buckets;
+#endif
   std::vector<float> class_weights;
   FailureInjector injector;
 

@@ -70,7 +70,8 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       model(*backend, config.model),
       optimizer(core::make_optimizer(config.optimizer, *backend)),
       sampler(data.train->size(), config.seed),
-      assembler(*backend, data.train->shape()) {
+      assembler(*backend, data.train->shape()),
+      scaler(core::LossScalerConfig::for_activations(backend->activation_dtype())) {
   if (config.global_batch < comm->size())
     throw InvalidArgument(fmt::format("--global-batch {} is smaller than the {} ranks of the job; every rank needs "
                                       "at least one sample per step",
@@ -93,8 +94,16 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   // Gradients become ready from the classifier back to the stem: buckets in that order let the
   // first allreduces start while the encoder's backward pass still runs.
   const auto& params = model.parameters();
-  buckets.emplace(*comm, std::vector<core::Parameter*>(params.rbegin(), params.rend()),
-                  static_cast<std::size_t>(config.bucket_mib * (1 << 20)));
+  const std::vector<core::Parameter*> ready_order(params.rbegin(), params.rend());
+  const auto bucket_bytes = static_cast<std::size_t>(config.bucket_mib * (1 << 20));
+#ifdef HARDY_HAVE_NCCL
+  if (backend->device() == core::Device::cuda) {
+    nccl = comm::NcclCommunicator::create(*comm);
+    device_buckets.emplace(*nccl, dynamic_cast<core::CudaBackend&>(*backend), ready_order,
+                           bucket_bytes);
+  }
+#endif
+  if (backend->device() == core::Device::host) buckets.emplace(*comm, ready_order, bucket_bytes);
   injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node), world_rank,
                              config.run_dir / "checkpoints");
   if (lead()) {
@@ -151,6 +160,8 @@ checkpoint::TrainingState TrainingSession::State::capture_state() const {
   state.epoch = sampler.state().epoch;
   state.sampler = sampler.state();
   state.loss = last_loss;
+  state.loss_scale = scaler.scale();
+  state.loss_scale_good_steps = scaler.state().good_steps;
   state.config_ini = config.config_ini;
   state.rng_seed = config.seed;
   state.lr_schedule = config.schedule;
@@ -164,6 +175,84 @@ void TrainingSession::State::apply_state(const checkpoint::TrainingState& state)
   step = state.step;
   sampler.restore(state.sampler);
   last_loss = state.loss;
+  if (scaler.config().dynamic)
+    scaler.restore({state.loss_scale, state.loss_scale_good_steps, scaler.state().skipped_steps});
+}
+
+void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state) {
+#ifdef HARDY_HAVE_NCCL
+  if (nccl) {
+    // Rank 0 applies the state first, so that a checkpoint that does not fit fails everywhere
+    // before any rank waits in NCCL for tensors that will not come.
+    std::string error;
+    if (lead()) {
+      try {
+        apply_state(state);
+      } catch (const InvalidArgument& e) {
+        error = e.what();
+      }
+    }
+    std::vector<double> failed{error.empty() ? 0.0 : 1.0};
+    comm->allreduce_sum(failed);
+    if (failed[0] != 0) throw InvalidArgument(lead() ? error : "rank 0 could not apply the checkpoint");
+    // The loop's scalars over MPI, the tensors GPU to GPU over NCCL.
+    checkpoint::TrainingState scalars;
+    if (lead()) {
+      scalars = state;
+      scalars.model.clear();
+      scalars.optimizer.clear();
+    }
+    checkpoint::broadcast_state(*comm, scalars, 0);
+    if (!lead()) {
+      optimizer->initialize_state(model.parameters());
+      optimizer->set_steps_taken(scalars.optimizer_steps);
+      step = scalars.step;
+      sampler.restore(scalars.sampler);
+      last_loss = scalars.loss;
+      if (scaler.config().dynamic)
+        scaler.restore({scalars.loss_scale, scalars.loss_scale_good_steps, scaler.state().skipped_steps});
+    }
+    std::vector<core::Tensor*> tensors;
+    for (core::Parameter* p : model.parameters()) tensors.push_back(&p->value);
+    for (auto& entry : model.buffers()) tensors.push_back(entry.second);
+    for (auto& entry : optimizer->state_tensors()) tensors.push_back(entry.second);
+    comm::broadcast_tensors(*nccl, dynamic_cast<core::CudaBackend&>(*backend), tensors, 0);
+    state = std::move(scalars);
+    return;
+  }
+#endif
+  checkpoint::broadcast_state(*comm, state, 0);
+  apply_state(state);
+}
+
+void TrainingSession::State::mark_gradient_ready(std::size_t index) {
+#ifdef HARDY_HAVE_NCCL
+  if (device_buckets) return device_buckets->mark_ready(index);
+#endif
+  buckets->mark_ready(index);
+}
+
+void TrainingSession::State::finish_gradients(float scale) {
+#ifdef HARDY_HAVE_NCCL
+  if (device_buckets) return device_buckets->finish(scale);
+#endif
+  buckets->finish(scale);
+}
+
+bool TrainingSession::State::gradients_non_finite() {
+#ifdef HARDY_HAVE_NCCL
+  if (device_buckets) return device_buckets->has_non_finite();  // one check per bucket
+#endif
+  for (const core::Parameter* p : model.parameters())
+    if (backend->has_non_finite(p->grad)) return true;
+  return false;
+}
+
+std::size_t TrainingSession::State::gradient_bucket_count() const {
+#ifdef HARDY_HAVE_NCCL
+  if (device_buckets) return device_buckets->bucket_count();
+#endif
+  return buckets->bucket_count();
 }
 
 void TrainingSession::State::announce_ranks() {
@@ -203,8 +292,7 @@ void TrainingSession::State::resume_if_asked() {
     events.emit("resume_skipped", {{"reason", "no valid checkpoint in the run directory; starting at step 0"}});
     return;
   }
-  checkpoint::broadcast_state(*comm, state, 0);
-  apply_state(state);
+  broadcast_restored(state);
   events.emit("state_restored", {{"source", "checkpoint"},
                                  {"path", source.string()},
                                  {"step", step},
@@ -246,13 +334,16 @@ void TrainingSession::State::train_step() {
 
   const core::Tensor& logits = model.forward(fields, /*training=*/true, &cross_rank);
   core::ensure_tensor(*backend, dlogits, logits.dims());
-  std::vector<double> loss{backend->softmax_cross_entropy(logits, labels, class_weights, grad_scale, dlogits)};
+  // fp16 scales the loss gradient up so that small gradients survive; unscaled below.
+  const float loss_scale = scaler.scale();
+  std::vector<double> loss{
+      backend->softmax_cross_entropy(logits, labels, class_weights, grad_scale * loss_scale, dlogits)};
   const std::size_t count = model.parameters().size();
   std::size_t announced = 0;
   model.backward(
       dlogits,
       [&](std::size_t i) {
-        buckets->mark_ready(count - 1 - i);
+        mark_gradient_ready(count - 1 - i);
         // Dying here leaves some buckets' allreduces in flight: the hardest moment to fail.
         if (++announced == count / 2) injector.at(this_step, Phase::allreduce);
       },
@@ -261,13 +352,21 @@ void TrainingSession::State::train_step() {
   const auto reduce_start = Clock::now();
   {
     CommunicationScope scope(*this, "gradient allreduce");
-    // The loss scale already divides by the global batch, so the sum over ranks is the mean.
-    buckets->finish(1.0f);
+    // grad_scale already divides by the global batch, so the sum over ranks is the mean; the
+    // loss scale (1 unless fp16) comes off here.
+    finish_gradients(1.0f / loss_scale);
     comm->allreduce_sum(loss);
   }
   const double allreduce_s = seconds_since(reduce_start);
   const float lr = current_lr(step);
-  optimizer->step(model.parameters(), lr);
+  // Every rank holds the same reduced gradients, so every rank takes the same decision.
+  if (scaler.update(gradients_non_finite()))
+    optimizer->step(model.parameters(), lr);
+  else
+    events.emit("step_skipped", {{"step", this_step},
+                                 {"reason", "non-finite gradients (loss-scale overflow)"},
+                                 {"loss_scale", loss_scale},
+                                 {"new_loss_scale", scaler.scale()}});
   backend->synchronize();
   last_loss = loss[0] * grad_scale;
   if (!std::isfinite(last_loss))
@@ -318,6 +417,8 @@ void TrainingSession::State::take_snapshot() {
   snapshot->epoch = sampler.state().epoch;
   snapshot->sampler = sampler.state();
   snapshot->loss = last_loss;
+  snapshot->loss_scale = scaler.scale();
+  snapshot->loss_scale_good_steps = scaler.state().good_steps;
   snapshot->rng_seed = config.seed;
   snapshot->lr_schedule = config.schedule;
   snapshot->world_size = comm->size();
@@ -392,7 +493,7 @@ int TrainingSession::State::run() {
                               {"steps", config.steps},
                               {"global_batch", config.global_batch},
                               {"parameters", model.parameter_count()},
-                              {"gradient_buckets", buckets->bucket_count()},
+                              {"gradient_buckets", gradient_bucket_count()},
                               {"data", data.train->describe()},
                               {"resume", config.resume},
                               {"run_dir", config.run_dir.string()}});

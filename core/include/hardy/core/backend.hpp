@@ -35,6 +35,9 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual Layout activation_layout() const = 0;
   virtual Device device() const = 0;
+  // The dtype activations (4-D tensors and their gradients) are kept in: f32 on the CPU, bf16
+  // or f16 on a GPU in mixed precision (parameters, gradients and statistics stay f32).
+  virtual DType activation_dtype() const { return DType::f32; }
 
   // ---- memory ----
   virtual Tensor empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) = 0;

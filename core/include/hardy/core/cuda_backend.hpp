@@ -63,7 +63,7 @@ class CudaBackend final : public Backend {
   Layout activation_layout() const override { return Layout::nhwc; }
   Device device() const override { return Device::cuda; }
   // The dtype the model should allocate activations in (CudaOptions::activation_dtype).
-  DType activation_dtype() const;
+  DType activation_dtype() const override;
 
   const CudaOptions& options() const;
   int device_index() const;
