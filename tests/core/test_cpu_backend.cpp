@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "../../core/src/cpu/cpu_backend.hpp"
 #include "hardy/core/error.hpp"
 #include "reference_ops.hpp"
@@ -661,4 +663,34 @@ TEST_CASE("cpu backend: copy converts layouts and fill sets every element", "[co
   for (int i = 0; i < 5; ++i) CHECK(halves.data<std::uint16_t>()[i] == 0x3FC0);  // bf16 1.5
   backend.fill(ints, 7.0f);
   for (int i = 0; i < 6; ++i) CHECK(ints.data<std::int32_t>()[i] == 7);
+}
+
+// The model's shapes are big enough for the threaded path: the backward must still be the
+// forward's exact adjoint, and a sample's gradient must not depend on the batch it came in or on
+// the thread count (data-parallel runs split batches; ranks run different thread counts).
+TEST_CASE("cpu backend: bilinear upsampling backward is batch- and thread-independent", "[core]") {
+  CpuBackend backend;
+  const int threads = omp_get_max_threads();
+  for (const auto& [channels, in_size, out_size] :
+       std::vector<std::array<std::int64_t, 3>>{{3, 16, 64}, {32, 8, 16}, {32, 1, 8}}) {
+    INFO(channels << " channels, " << in_size << "^2 -> " << out_size << "^2");
+    const Tensor r = random_tensor({8, channels, out_size, out_size}, 90);
+    const Tensor x = random_tensor({8, channels, in_size, in_size}, 91);
+    Tensor y = Tensor::host(r.dims()), dx = Tensor::host(x.dims());
+    backend.upsample_bilinear_forward(x, y);
+    backend.upsample_bilinear_backward(r, dx);
+    const double forward = weighted_sum(y, r), adjoint = weighted_sum(x, dx);
+    CHECK(std::abs(forward - adjoint) <= 1e-5 * std::abs(forward) + 1e-4);
+
+    omp_set_num_threads(1);
+    const std::int64_t per_sample_in = channels * in_size * in_size, per_sample_out = channels * out_size * out_size;
+    for (int part = 0; part < 4; ++part) {  // the batch of 8 as 4 batches of 2, on one thread
+      Tensor r_part = Tensor::host({2, channels, out_size, out_size});
+      std::copy_n(r.f32().begin() + part * 2 * per_sample_out, 2 * per_sample_out, r_part.f32().begin());
+      Tensor dx_part = Tensor::host({2, channels, in_size, in_size});
+      backend.upsample_bilinear_backward(r_part, dx_part);
+      CHECK(std::equal(dx_part.f32().begin(), dx_part.f32().end(), dx.f32().begin() + part * 2 * per_sample_in));
+    }
+    omp_set_num_threads(threads);
+  }
 }
