@@ -1,8 +1,8 @@
 #include "hardy/core/layers.hpp"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "hardy/core/error.hpp"
 
@@ -24,7 +24,8 @@ int group_count(int channels, int wanted) {
 
 Tensor& ensure_tensor(Backend& backend, Tensor& t, const std::vector<std::int64_t>& dims,
                       std::optional<DType> requested) {
-  const DType dtype = requested.value_or(dims.size() == 4 ? backend.activation_dtype() : DType::f32);
+  const DType dtype =
+      requested.value_or(dims.size() == 4 ? backend.activation_dtype() : DType::f32);
   if (!t.defined() || t.dims() != dims || t.dtype() != dtype) {
     const Layout layout = dims.size() == 4 ? backend.activation_layout() : Layout::flat;
     t = backend.empty(dims, dtype, layout);
@@ -56,7 +57,8 @@ Conv2d::Conv2d(Backend& backend, std::string name, int in_channels, int out_chan
       kernel_(kernel),
       geometry_(geometry),
       has_bias_(bias) {
-  weight_ = make_parameter(backend, name + ".weight", {out_channels, in_channels, kernel, kernel}, true);
+  weight_ =
+      make_parameter(backend, name + ".weight", {out_channels, in_channels, kernel, kernel}, true);
   if (has_bias_) bias_ = make_parameter(backend, name + ".bias", {out_channels}, false);
 }
 
@@ -73,7 +75,8 @@ const Tensor& Conv2d::forward(const Tensor& x) {
 }
 
 const Tensor* Conv2d::backward(const Tensor& dy, bool need_input_grad) {
-  backend_.conv2d_backward_weights(input_, dy, geometry_, weight_.grad, has_bias_ ? &bias_.grad : nullptr);
+  backend_.conv2d_backward_weights(input_, dy, geometry_, weight_.grad,
+                                   has_bias_ ? &bias_.grad : nullptr);
   if (!need_input_grad) return nullptr;
   ensure_tensor(backend_, input_grad_, input_.dims());
   backend_.conv2d_backward_data(dy, weight_.value, geometry_, input_grad_);
@@ -87,7 +90,8 @@ std::vector<Parameter*> Conv2d::parameters() {
 }
 
 // ---------------------------------------------------------------------------------------------
-Norm::Norm(Backend& backend, std::string name, int channels, NormKind kind, int groups, float eps, bool relu)
+Norm::Norm(Backend& backend, std::string name, int channels, NormKind kind, int groups, float eps,
+           bool relu)
     : backend_(backend),
       name_(std::move(name)),
       channels_(channels),
@@ -125,7 +129,8 @@ void assign_values(Backend& backend, std::span<const double> values, Tensor& t) 
 
 const Tensor& Norm::forward(const Tensor& x, bool training, CrossRankSum* cross_rank) {
   if (x.c() != channels_)
-    throw InvalidArgument(fmt::format("{}: expected {} channels, got {}", name_, channels_, x.describe()));
+    throw InvalidArgument(
+        fmt::format("{}: expected {} channels, got {}", name_, channels_, x.describe()));
   training_ = training;
   input_ = x;
   ensure_tensor(backend_, output_, x.dims());
@@ -139,7 +144,8 @@ const Tensor& Norm::forward(const Tensor& x, bool training, CrossRankSum* cross_
   ensure_tensor(backend_, mean_, {channels_});
   ensure_tensor(backend_, second_stat_, {channels_});
   if (!training) {
-    backend_.batch_norm_apply(x, running_mean_, running_var_, gamma_.value, beta_.value, eps_, relu_, output_);
+    backend_.batch_norm_apply(x, running_mean_, running_var_, gamma_.value, beta_.value, eps_,
+                              relu_, output_);
     return output_;
   }
   // Batch statistics over the *global* batch: local sums, summed across ranks, then moments.
@@ -161,7 +167,8 @@ const Tensor& Norm::forward(const Tensor& x, bool training, CrossRankSum* cross_
   }
   assign_values(backend_, std::span(moments).first(channels_), mean_);
   assign_values(backend_, std::span(moments).subspan(channels_), second_stat_);
-  backend_.batch_norm_apply(x, mean_, second_stat_, gamma_.value, beta_.value, eps_, relu_, output_);
+  backend_.batch_norm_apply(x, mean_, second_stat_, gamma_.value, beta_.value, eps_, relu_,
+                            output_);
 
   // Running statistics as in PyTorch: momentum 0.1, unbiased variance.
   constexpr double momentum = 0.1;
@@ -171,7 +178,8 @@ const Tensor& Norm::forward(const Tensor& x, bool training, CrossRankSum* cross_
   backend_.copy(running_var_, host_var);
   const double unbias = count_ > 1 ? count_ / (count_ - 1) : 1.0;
   for (int c = 0; c < channels_; ++c) {
-    host_mean.f32()[c] = static_cast<float>((1 - momentum) * host_mean.f32()[c] + momentum * moments[c]);
+    host_mean.f32()[c] =
+        static_cast<float>((1 - momentum) * host_mean.f32()[c] + momentum * moments[c]);
     host_var.f32()[c] = static_cast<float>((1 - momentum) * host_var.f32()[c] +
                                            momentum * moments[channels_ + c] * unbias);
   }
@@ -183,8 +191,8 @@ const Tensor& Norm::forward(const Tensor& x, bool training, CrossRankSum* cross_
 const Tensor& Norm::backward(const Tensor& dy, CrossRankSum* cross_rank) {
   ensure_tensor(backend_, input_grad_, input_.dims());
   if (kind_ == NormKind::group) {
-    backend_.group_norm_backward(input_, output_, dy, gamma_.value, mean_, second_stat_, groups_, relu_,
-                                 input_grad_, gamma_.grad, beta_.grad);
+    backend_.group_norm_backward(input_, output_, dy, gamma_.value, mean_, second_stat_, groups_,
+                                 relu_, input_grad_, gamma_.grad, beta_.grad);
     return input_grad_;
   }
   if (!training_) throw Error(fmt::format("{}: backward after an inference-mode forward", name_));
@@ -205,8 +213,9 @@ const Tensor& Norm::backward(const Tensor& dy, CrossRankSum* cross_rank) {
     assign_values(backend_, std::span(sums).first(channels_), global_dgamma_);
     assign_values(backend_, std::span(sums).subspan(channels_), global_dbeta_);
   }
-  backend_.batch_norm_backward_data(input_, output_, dy, mean_, second_stat_, gamma_.value, global_dgamma_,
-                                    global_dbeta_, eps_, relu_, count_, input_grad_);
+  backend_.batch_norm_backward_data(input_, output_, dy, mean_, second_stat_, gamma_.value,
+                                    global_dgamma_, global_dbeta_, eps_, relu_, count_,
+                                    input_grad_);
   return input_grad_;
 }
 
@@ -218,8 +227,9 @@ std::vector<std::pair<std::string, Tensor*>> Norm::buffers() {
 }
 
 // ---------------------------------------------------------------------------------------------
-ConvNormRelu::ConvNormRelu(Backend& backend, const std::string& name, int in_channels, int out_channels,
-                           int kernel, ConvGeometry geometry, NormKind norm, int groups, float eps)
+ConvNormRelu::ConvNormRelu(Backend& backend, const std::string& name, int in_channels,
+                           int out_channels, int kernel, ConvGeometry geometry, NormKind norm,
+                           int groups, float eps)
     : conv_(backend, name + ".conv", in_channels, out_channels, kernel, geometry, false),
       norm_(backend, name + ".norm", out_channels, norm, groups, eps, true) {}
 
@@ -227,7 +237,8 @@ const Tensor& ConvNormRelu::forward(const Tensor& x, bool training, CrossRankSum
   return norm_.forward(conv_.forward(x), training, cross_rank);
 }
 
-const Tensor* ConvNormRelu::backward(const Tensor& dy, bool need_input_grad, CrossRankSum* cross_rank) {
+const Tensor* ConvNormRelu::backward(const Tensor& dy, bool need_input_grad,
+                                     CrossRankSum* cross_rank) {
   return conv_.backward(norm_.backward(dy, cross_rank), need_input_grad);
 }
 

@@ -1,12 +1,12 @@
 // The recovery protocol: revoke, shrink (which agrees on the survivors), learn who failed, roll
 // back to the last committed step, re-split the batch, go on. A failure in the middle of any of
 // this starts the protocol again on what is left.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/mpi_communicator.hpp"
@@ -37,7 +37,8 @@ void TrainingSession::State::recover(const std::string& what) {
 
       std::vector<int> failed;
       for (int r : old_members)
-        if (std::find(world_rank_of.begin(), world_rank_of.end(), r) == world_rank_of.end()) failed.push_back(r);
+        if (std::find(world_rank_of.begin(), world_rank_of.end(), r) == world_rank_of.end())
+          failed.push_back(r);
       std::vector<std::string> failed_hosts;
       std::set<int> failed_nodes;
       for (int r : failed) {
@@ -46,16 +47,18 @@ void TrainingSession::State::recover(const std::string& what) {
       }
       ++failures;
       if (lead()) open_lead_logs();  // the new rank 0 takes over the run directory's logs
-      events.emit("failure_detected", {{"failed_ranks", failed},
-                                       {"failed_hosts", failed_hosts},
-                                       {"failed_nodes", std::vector<int>(failed_nodes.begin(), failed_nodes.end())},
-                                       {"detected_by", "process failure error"},
-                                       {"error", what},
-                                       {"step", step + 1},
-                                       {"detection_latency_s", latency},
-                                       {"latency_from", injected ? "injected kill time" : "last committed step"},
-                                       {"attempt", attempt}});
-      events.emit("communicator_shrunk", {{"old_size", old_size}, {"new_size", comm->size()}, {"seconds", shrink_s}});
+      events.emit("failure_detected",
+                  {{"failed_ranks", failed},
+                   {"failed_hosts", failed_hosts},
+                   {"failed_nodes", std::vector<int>(failed_nodes.begin(), failed_nodes.end())},
+                   {"detected_by", "process failure error"},
+                   {"error", what},
+                   {"step", step + 1},
+                   {"detection_latency_s", latency},
+                   {"latency_from", injected ? "injected kill time" : "last committed step"},
+                   {"attempt", attempt}});
+      events.emit("communicator_shrunk",
+                  {{"old_size", old_size}, {"new_size", comm->size()}, {"seconds", shrink_s}});
       if (lead())
         std::cerr << fmt::format("hardy: rank(s) {} failed at step {}; continuing with {} ranks\n",
                                  fmt::join(failed, ","), step + 1, comm->size());
@@ -64,22 +67,29 @@ void TrainingSession::State::recover(const std::string& what) {
       cross_rank.rebind(*comm);
       if (comm->size() < config.min_world_size) {
         write_final_checkpoint("too few ranks");
-        throw SessionStop{kStopped, fmt::format("{} ranks left, fewer than --min-world-size {}; final checkpoint written",
-                                                comm->size(), config.min_world_size)};
+        throw SessionStop{
+            kStopped,
+            fmt::format("{} ranks left, fewer than --min-world-size {}; final checkpoint written",
+                        comm->size(), config.min_world_size)};
       }
       if (failures > config.max_failures) {
         write_final_checkpoint("too many failures");
-        throw SessionStop{kStopped, fmt::format("{} failures, more than --max-failures {}; final checkpoint written",
-                                                failures, config.max_failures)};
+        throw SessionStop{
+            kStopped,
+            fmt::format("{} failures, more than --max-failures {}; final checkpoint written",
+                        failures, config.max_failures)};
       }
       // A death here, between the shrink and the restore, makes the survivors start over.
       injector.at(step + 1, Phase::recovery);
       restore_after_failure(detected_at);
-      events.emit("recovery_finished", {{"step", step}, {"seconds", seconds_since(started)}, {"attempts", attempt}});
+      events.emit("recovery_finished",
+                  {{"step", step}, {"seconds", seconds_since(started)}, {"attempts", attempt}});
       return;
     } catch (const comm::ProcessFailure& again) {
       // Another rank died while we were recovering: start over on what is left.
-      if (lead()) std::cerr << "hardy: failure during recovery (" << again.what() << "); restarting recovery\n";
+      if (lead())
+        std::cerr << "hardy: failure during recovery (" << again.what()
+                  << "); restarting recovery\n";
     }
   }
 }
@@ -140,29 +150,36 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
     std::filesystem::path path;
     if (lead()) {
       std::vector<std::string> skipped;
-      if (auto found = checkpoint::find_latest_valid(config.run_dir / "checkpoints", &skipped)) path = *found;
+      if (auto found = checkpoint::find_latest_valid(config.run_dir / "checkpoints", &skipped))
+        path = *found;
       for (const auto& reason : skipped) events.emit("checkpoint_rejected", {{"reason", reason}});
       if (!path.empty()) state = checkpoint::read_checkpoint(path);
     }
     std::vector<double> have{lead() && !path.empty() ? 1.0 : 0.0};
     comm->allreduce_sum(have);
-    if (have[0] == 0) throw Error("cannot recover: no rank holds the last committed step and there is no valid checkpoint");
+    if (have[0] == 0)
+      throw Error(
+          "cannot recover: no rank holds the last committed step and there is no valid checkpoint");
     broadcast_restored(state);
     source = "checkpoint";
   }
-  events.emit("state_restored", {{"source", source}, {"step", step}, {"seconds", seconds_since(started)}});
+  events.emit("state_restored",
+              {{"source", source}, {"step", step}, {"seconds", seconds_since(started)}});
 
   // The sampler is back at the restored step's cursor; re-splitting the next global batches over
   // the survivors keeps every sample of the epoch seen exactly once.
   const std::size_t global_batch = current_global_batch();
   std::vector<std::size_t> shares;
-  for (int r = 0; r < comm->size(); ++r) shares.push_back(core::shard_of(global_batch, r, comm->size()).size());
+  for (int r = 0; r < comm->size(); ++r)
+    shares.push_back(core::shard_of(global_batch, r, comm->size()).size());
   events.emit("shards_rebalanced", {{"policy", to_string(config.rebalance)},
                                     {"world_size", comm->size()},
                                     {"global_batch", global_batch},
                                     {"per_rank_batch", shares},
-                                    {"lr_scale", static_cast<double>(global_batch) / static_cast<double>(config.global_batch)}});
-  events.emit("training_resumed", {{"step", step}, {"seconds_since_detection", core::unix_time() - detected_at}});
+                                    {"lr_scale", static_cast<double>(global_batch) /
+                                                     static_cast<double>(config.global_batch)}});
+  events.emit("training_resumed",
+              {{"step", step}, {"seconds_since_detection", core::unix_time() - detected_at}});
 }
 
 void TrainingSession::State::write_final_checkpoint(const std::string& reason) {
@@ -176,12 +193,15 @@ void TrainingSession::State::write_final_checkpoint(const std::string& reason) {
 
 // ---- watchdog ----------------------------------------------------------------------------------
 
-TrainingSession::State::CommunicationScope::CommunicationScope(State& s, const char* what) : state(s) {
+TrainingSession::State::CommunicationScope::CommunicationScope(State& s, const char* what)
+    : state(s) {
   state.communication_what.store(what);
   state.communication_since.store(core::unix_time());
 }
 
-TrainingSession::State::CommunicationScope::~CommunicationScope() { state.communication_since.store(0.0); }
+TrainingSession::State::CommunicationScope::~CommunicationScope() {
+  state.communication_since.store(0.0);
+}
 
 void TrainingSession::State::start_watchdog() {
   watchdog_running.store(true);
@@ -202,8 +222,9 @@ void TrainingSession::State::start_watchdog() {
                                        {"stuck_s", core::unix_time() - since},
                                        {"step", step + 1},
                                        {"rank", comm->rank()}});
-      std::cerr << fmt::format("hardy: rank {} stuck in {} for {:.0f} s; ending the job for a relaunch\n",
-                               world_rank, communication_what.load(), core::unix_time() - since);
+      std::cerr << fmt::format(
+          "hardy: rank {} stuck in {} for {:.0f} s; ending the job for a relaunch\n", world_rank,
+          communication_what.load(), core::unix_time() - since);
       if (lead() && snapshot) {
         try {
           writer->flush();

@@ -86,11 +86,11 @@ struct TrainingSession::State {
   TrainingConfig config;
   std::unique_ptr<comm::Communicator> comm;
   comm::CommunicatorSum cross_rank;
-  int world_rank;                       // rank in the job's original world
+  int world_rank;  // rank in the job's original world
   int original_world_size;
-  std::vector<int> world_rank_of;       // current rank -> original world rank
-  std::vector<std::string> hosts;       // by original world rank
-  std::vector<long> pids;               // by original world rank
+  std::vector<int> world_rank_of;  // current rank -> original world rank
+  std::vector<std::string> hosts;  // by original world rank
+  std::vector<long> pids;          // by original world rank
 
   std::unique_ptr<core::Backend> backend;
   core::DataSources data;
@@ -120,7 +120,8 @@ struct TrainingSession::State {
   std::optional<checkpoint::TrainingState> snapshot;  // the last committed step, in memory
   core::GlobalBatch current_batch;
   core::Tensor fields, labels, dlogits;
-  Clock::time_point job_start = Clock::now(), last_checkpoint = Clock::now(), last_commit = Clock::now();
+  Clock::time_point job_start = Clock::now(), last_checkpoint = Clock::now(),
+                    last_commit = Clock::now();
   double samples_seen = 0;
   double last_commit_unix = 0;
   int failures = 0;

@@ -1,5 +1,6 @@
 #include "hardy/resilience/training_session.hpp"
 
+#include <fmt/format.h>
 #include <omp.h>
 #include <signal.h>
 #include <unistd.h>
@@ -8,8 +9,6 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
-
-#include <fmt/format.h>
 
 #include "hardy/comm/errors.hpp"
 #include "hardy/core/digest.hpp"
@@ -51,7 +50,9 @@ void install_preemption_handler() {
   sigaction(SIGUSR1, &action, nullptr);
 }
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 TrainingSession::TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world)
     : state_(std::make_unique<State>(std::move(config), std::move(world))) {}
@@ -73,14 +74,16 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       assembler(*backend, data.train->shape()),
       scaler(core::LossScalerConfig::for_activations(backend->activation_dtype())) {
   if (config.global_batch < comm->size())
-    throw InvalidArgument(fmt::format("--global-batch {} is smaller than the {} ranks of the job; every rank needs "
-                                      "at least one sample per step",
-                                      config.global_batch, comm->size()));
+    throw InvalidArgument(
+        fmt::format("--global-batch {} is smaller than the {} ranks of the job; every rank needs "
+                    "at least one sample per step",
+                    config.global_batch, comm->size()));
   if (config.ranks_per_node > 1 && comm->size() % config.ranks_per_node != 0)
-    throw InvalidArgument(fmt::format("{} ranks do not make whole nodes of --ranks-per-node {}", comm->size(),
-                                      config.ranks_per_node));
+    throw InvalidArgument(fmt::format("{} ranks do not make whole nodes of --ranks-per-node {}",
+                                      comm->size(), config.ranks_per_node));
   if (config.steps == 0) {
-    const long per_epoch = static_cast<long>((data.train->size() + config.global_batch - 1) / config.global_batch);
+    const long per_epoch =
+        static_cast<long>((data.train->size() + config.global_batch - 1) / config.global_batch);
     config.steps = per_epoch * config.epochs;
   }
   config.schedule.total_steps = config.steps;
@@ -88,7 +91,8 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   world_rank_of.resize(static_cast<std::size_t>(comm->size()));
   for (int r = 0; r < comm->size(); ++r) world_rank_of[static_cast<std::size_t>(r)] = r;
   omp_set_num_threads(config.threads > 0 ? config.threads : threads_per_rank(world_rank, hosts));
-  class_weights = core::resolve_class_weights(config.class_weights, *data.train, config.model.num_classes);
+  class_weights =
+      core::resolve_class_weights(config.class_weights, *data.train, config.model.num_classes);
   model.initialize(config.seed);
   optimizer->initialize_state(model.parameters());
   // Gradients become ready from the classifier back to the stem: buckets in that order let the
@@ -104,14 +108,15 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   }
 #endif
   if (backend->device() == core::Device::host) buckets.emplace(*comm, ready_order, bucket_bytes);
-  injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node), world_rank,
-                             config.run_dir / "checkpoints");
+  injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node),
+                             world_rank, config.run_dir / "checkpoints");
   if (lead()) {
     std::filesystem::create_directories(config.run_dir / "checkpoints");
     open_lead_logs();
-    checkpoint::write_atomically(config.run_dir / "config.ini", [&](const std::filesystem::path& temporary) {
-      std::ofstream(temporary) << config.config_ini;
-    });
+    checkpoint::write_atomically(config.run_dir / "config.ini",
+                                 [&](const std::filesystem::path& temporary) {
+                                   std::ofstream(temporary) << config.config_ini;
+                                 });
   }
 }
 
@@ -126,23 +131,25 @@ void TrainingSession::State::open_lead_logs() {
   options.asynchronous = config.checkpoint_async;
   options.skip_when_busy = config.checkpoint_skip_when_busy;
   options.retention = {config.keep_last, config.keep_every};
-  writer.emplace(config.run_dir / "checkpoints", options, [this](const checkpoint::WriteReport& report) {
-    if (report.error.empty())
-      events.emit("checkpoint_written", {{"step", report.step},
-                                         {"path", report.path.string()},
-                                         {"bytes", report.bytes},
-                                         {"stall_s", report.stall_s},
-                                         {"write_s", report.write_s}});
-    else if (report.skipped)
-      events.emit("checkpoint_skipped", {{"step", report.step}, {"reason", report.error}});
-    else
-      events.emit("checkpoint_failed", {{"step", report.step}, {"error", report.error}});
-  });
+  writer.emplace(
+      config.run_dir / "checkpoints", options, [this](const checkpoint::WriteReport& report) {
+        if (report.error.empty())
+          events.emit("checkpoint_written", {{"step", report.step},
+                                             {"path", report.path.string()},
+                                             {"bytes", report.bytes},
+                                             {"stall_s", report.stall_s},
+                                             {"write_s", report.write_s}});
+        else if (report.skipped)
+          events.emit("checkpoint_skipped", {{"step", report.step}, {"reason", report.error}});
+        else
+          events.emit("checkpoint_failed", {{"step", report.step}, {"error", report.error}});
+      });
   lead_logs_open = true;
 }
 
 std::size_t TrainingSession::State::current_global_batch() const {
-  if (config.rebalance == RebalancePolicy::constant_global_batch) return static_cast<std::size_t>(config.global_batch);
+  if (config.rebalance == RebalancePolicy::constant_global_batch)
+    return static_cast<std::size_t>(config.global_batch);
   // Each surviving rank keeps the share it had in the original world.
   const auto per_rank = static_cast<std::size_t>(config.global_batch / original_world_size);
   return std::max<std::size_t>(1, per_rank) * static_cast<std::size_t>(comm->size());
@@ -151,11 +158,13 @@ std::size_t TrainingSession::State::current_global_batch() const {
 float TrainingSession::State::current_lr(long at_step) const {
   const float lr = config.schedule.at(at_step);
   if (config.rebalance == RebalancePolicy::constant_global_batch) return lr;
-  return lr * static_cast<float>(current_global_batch()) / static_cast<float>(config.global_batch);  // linear scaling
+  return lr * static_cast<float>(current_global_batch()) /
+         static_cast<float>(config.global_batch);  // linear scaling
 }
 
 checkpoint::TrainingState TrainingSession::State::capture_state() const {
-  checkpoint::TrainingState state = checkpoint::capture(const_cast<core::DeepLabV3Plus&>(model), *optimizer);
+  checkpoint::TrainingState state =
+      checkpoint::capture(const_cast<core::DeepLabV3Plus&>(model), *optimizer);
   state.step = step;
   state.epoch = sampler.state().epoch;
   state.sampler = sampler.state();
@@ -194,7 +203,8 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
     }
     std::vector<double> failed{error.empty() ? 0.0 : 1.0};
     comm->allreduce_sum(failed);
-    if (failed[0] != 0) throw InvalidArgument(lead() ? error : "rank 0 could not apply the checkpoint");
+    if (failed[0] != 0)
+      throw InvalidArgument(lead() ? error : "rank 0 could not apply the checkpoint");
     // The loop's scalars over MPI, the tensors GPU to GPU over NCCL.
     checkpoint::TrainingState scalars;
     if (lead()) {
@@ -210,7 +220,8 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
       sampler.restore(scalars.sampler);
       last_loss = scalars.loss;
       if (scaler.config().dynamic)
-        scaler.restore({scalars.loss_scale, scalars.loss_scale_good_steps, scaler.state().skipped_steps});
+        scaler.restore(
+            {scalars.loss_scale, scalars.loss_scale_good_steps, scaler.state().skipped_steps});
     }
     std::vector<core::Tensor*> tensors;
     for (core::Parameter* p : model.parameters()) tensors.push_back(&p->value);
@@ -261,7 +272,9 @@ void TrainingSession::State::announce_ranks() {
   comm->allreduce_sum(all);
   pids.assign(all.begin(), all.end());
   for (int r = 0; r < comm->size(); ++r)
-    events.emit("rank_started", {{"rank", r}, {"pid", pids[static_cast<std::size_t>(r)]}, {"host", hosts[static_cast<std::size_t>(r)]}});
+    events.emit("rank_started", {{"rank", r},
+                                 {"pid", pids[static_cast<std::size_t>(r)]},
+                                 {"host", hosts[static_cast<std::size_t>(r)]}});
 }
 
 void TrainingSession::State::resume_if_asked() {
@@ -289,7 +302,8 @@ void TrainingSession::State::resume_if_asked() {
   if (have[0] == 0) {
     if (config.resume != "latest")
       throw InvalidArgument(fmt::format("cannot resume from {}", config.resume));
-    events.emit("resume_skipped", {{"reason", "no valid checkpoint in the run directory; starting at step 0"}});
+    events.emit("resume_skipped",
+                {{"reason", "no valid checkpoint in the run directory; starting at step 0"}});
     return;
   }
   broadcast_restored(state);
@@ -300,20 +314,22 @@ void TrainingSession::State::resume_if_asked() {
                                  {"world_size", comm->size()},
                                  {"seconds", seconds_since(started)}});
   if (lead())
-    std::cout << fmt::format("hardy: resumed from {} at step {} (saved by {} ranks, now {})\n", source.string(), step,
-                             state.world_size, comm->size());
+    std::cout << fmt::format("hardy: resumed from {} at step {} (saved by {} ranks, now {})\n",
+                             source.string(), step, state.world_size, comm->size());
 }
 
 void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch) {
   const std::uint64_t digest = core::xxhash64(std::as_bytes(std::span(batch.samples)));
-  std::vector<double> check{static_cast<double>(digest & 0xffffffu), static_cast<double>((digest >> 24) & 0xffffffu)};
+  std::vector<double> check{static_cast<double>(digest & 0xffffffu),
+                            static_cast<double>((digest >> 24) & 0xffffffu)};
   const std::vector<double> mine = check;
   comm->allreduce_sum(check);
   const double n = comm->size();
   std::vector<double> disagree{check[0] == mine[0] * n && check[1] == mine[1] * n ? 0.0 : 1.0};
   comm->allreduce_sum(disagree);
   if (disagree[0] != 0)
-    throw Error(fmt::format("step {}: the ranks planned different global batches (sampler states diverged)", step + 1));
+    throw Error(fmt::format(
+        "step {}: the ranks planned different global batches (sampler states diverged)", step + 1));
 }
 
 void TrainingSession::State::train_step() {
@@ -330,14 +346,15 @@ void TrainingSession::State::train_step() {
     check_same_plan(current_batch);
   }
   const auto shard = core::shard_of(current_batch.samples.size(), comm->rank(), comm->size());
-  assembler.load(*data.train, std::span(current_batch.samples.data() + shard.begin, shard.size()), fields, labels);
+  assembler.load(*data.train, std::span(current_batch.samples.data() + shard.begin, shard.size()),
+                 fields, labels);
 
   const core::Tensor& logits = model.forward(fields, /*training=*/true, &cross_rank);
   core::ensure_tensor(*backend, dlogits, logits.dims());
   // fp16 scales the loss gradient up so that small gradients survive; unscaled below.
   const float loss_scale = scaler.scale();
-  std::vector<double> loss{
-      backend->softmax_cross_entropy(logits, labels, class_weights, grad_scale * loss_scale, dlogits)};
+  std::vector<double> loss{backend->softmax_cross_entropy(logits, labels, class_weights,
+                                                          grad_scale * loss_scale, dlogits)};
   const std::size_t count = model.parameters().size();
   std::size_t announced = 0;
   model.backward(
@@ -370,7 +387,8 @@ void TrainingSession::State::train_step() {
   backend->synchronize();
   last_loss = loss[0] * grad_scale;
   if (!std::isfinite(last_loss))
-    throw Error(fmt::format("the loss became {} at step {}; lower --lr or check the data", last_loss, this_step));
+    throw Error(fmt::format("the loss became {} at step {}; lower --lr or check the data",
+                            last_loss, this_step));
   commit_step([&] { write_metrics(compute_s, allreduce_s, seconds_since(step_start), lr); });
 }
 
@@ -389,14 +407,20 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
   samples_seen += static_cast<double>(current_batch.samples.size());
   if (config.memory_snapshots) take_snapshot();
   if (audit.enabled()) {
-    nlohmann::json line = {{"step", step}, {"epoch", current_batch.epochs.front()}, {"samples", current_batch.samples}};
-    const auto boundary = std::find_if(current_batch.epochs.begin(), current_batch.epochs.end(),
-                                       [&](std::int64_t e) { return e != current_batch.epochs.front(); });
-    if (boundary != current_batch.epochs.end()) line["next_epoch_from"] = boundary - current_batch.epochs.begin();
+    nlohmann::json line = {{"step", step},
+                           {"epoch", current_batch.epochs.front()},
+                           {"samples", current_batch.samples}};
+    const auto boundary =
+        std::find_if(current_batch.epochs.begin(), current_batch.epochs.end(),
+                     [&](std::int64_t e) { return e != current_batch.epochs.front(); });
+    if (boundary != current_batch.epochs.end())
+      line["next_epoch_from"] = boundary - current_batch.epochs.begin();
     audit.write(line);
   }
-  if (config.verify_replicas_every > 0 && step % config.verify_replicas_every == 0) verify_replicas(step);
-  log_step();  // before a checkpoint, so that a committed step is logged even if rank 0 dies writing
+  if (config.verify_replicas_every > 0 && step % config.verify_replicas_every == 0)
+    verify_replicas(step);
+  log_step();  // before a checkpoint, so that a committed step is logged even if rank 0 dies
+               // writing
   if (!(flag & kNotPreempted)) {
     events.emit("preemption_requested", {{"step", step}});
     write_final_checkpoint("preempted by SIGUSR1 (scheduler time limit)");
@@ -429,7 +453,8 @@ void TrainingSession::State::maybe_checkpoint(bool force_sync) {
   if (!lead()) return;
   const bool by_steps = config.checkpoint_every > 0 && step % config.checkpoint_every == 0;
   const bool by_time = config.checkpoint_every_seconds > 0 &&
-                       std::chrono::duration<double>(Clock::now() - last_checkpoint).count() >= config.checkpoint_every_seconds;
+                       std::chrono::duration<double>(Clock::now() - last_checkpoint).count() >=
+                           config.checkpoint_every_seconds;
   if (!(by_steps || by_time || force_sync)) return;
   last_checkpoint_step = step;
   const auto stall_start = Clock::now();
@@ -457,11 +482,13 @@ void TrainingSession::State::verify_replicas(long at_step) {
   std::vector<double> mismatches{reference != digest ? 1.0 : 0.0};
   comm->allreduce_sum(mismatches);
   if (mismatches[0] != 0)
-    throw Error(fmt::format("step {}: {} rank(s) hold parameters that differ from rank 0's", at_step, mismatches[0]));
+    throw Error(fmt::format("step {}: {} rank(s) hold parameters that differ from rank 0's",
+                            at_step, mismatches[0]));
   events.emit("replicas_verified", {{"step", at_step}, {"digest", fmt::format("{:016x}", digest)}});
 }
 
-void TrainingSession::State::write_metrics(double compute_s, double allreduce_s, double step_s, float lr) {
+void TrainingSession::State::write_metrics(double compute_s, double allreduce_s, double step_s,
+                                           float lr) {
   const auto global_batch = static_cast<double>(current_batch.samples.size());
   metrics.write({{"step", step},
                  {"epoch", current_batch.epochs.front()},
@@ -476,9 +503,11 @@ void TrainingSession::State::write_metrics(double compute_s, double allreduce_s,
   if (lead() && (step % config.log_every == 0 || step == config.steps || step == 1)) {
     const double rate = samples_seen / seconds_since(job_start);
     const double eta = static_cast<double>(config.steps - step) * global_batch / rate;
-    std::cout << fmt::format("step {:>6}/{} | epoch {:>3} | loss {:.4f} | lr {:.2e} | {:7.1f} samples/s | {} rank(s) | ETA {}\n",
-                             step, config.steps, current_batch.epochs.front(), last_loss, lr, rate, comm->size(),
-                             format_duration(eta))
+    std::cout << fmt::format(
+                     "step {:>6}/{} | epoch {:>3} | loss {:.4f} | lr {:.2e} | {:7.1f} samples/s | "
+                     "{} rank(s) | ETA {}\n",
+                     step, config.steps, current_batch.epochs.front(), last_loss, lr, rate,
+                     comm->size(), format_duration(eta))
               << std::flush;
   }
 }
@@ -499,9 +528,11 @@ int TrainingSession::State::run() {
                               {"run_dir", config.run_dir.string()}});
   announce_ranks();
   if (lead())
-    std::cout << fmt::format("hardy: training {} parameters on {} with {} rank(s) x {} thread(s){}, {} steps of {} samples\n",
-                             model.parameter_count(), data.train->describe(), comm->size(), omp_get_max_threads(),
-                             comm->fault_tolerant() ? " (fault tolerant)" : "", config.steps, config.global_batch);
+    std::cout << fmt::format(
+        "hardy: training {} parameters on {} with {} rank(s) x {} thread(s){}, {} steps of {} "
+        "samples\n",
+        model.parameter_count(), data.train->describe(), comm->size(), omp_get_max_threads(),
+        comm->fault_tolerant() ? " (fault tolerant)" : "", config.steps, config.global_batch);
   try {
     resume_if_asked();
     if (config.memory_snapshots) take_snapshot();
@@ -519,17 +550,22 @@ int TrainingSession::State::run() {
     const bool checkpointing = config.checkpoint_every > 0 || config.checkpoint_every_seconds > 0;
     if (checkpointing && last_checkpoint_step != step) maybe_checkpoint(true);
     if (lead() && writer) writer->flush();
-    nlohmann::json finished = {{"status", "completed"}, {"steps", step}, {"final_loss", last_loss},
-                               {"world_size", comm->size()}, {"failures", failures}};
+    nlohmann::json finished = {{"status", "completed"},
+                               {"steps", step},
+                               {"final_loss", last_loss},
+                               {"world_size", comm->size()},
+                               {"failures", failures}};
     if (lead()) {
       checkpoint::save_model(model, config.run_dir / "model.h5");
       finished["model"] = (config.run_dir / "model.h5").string();
       if (data.held_out) {
-        const auto confusion = core::evaluate(model, *data.held_out, static_cast<std::size_t>(config.global_batch));
+        const auto confusion =
+            core::evaluate(model, *data.held_out, static_cast<std::size_t>(config.global_batch));
         finished["mean_iou"] = confusion.mean_iou();
         finished["iou"] = confusion.iou();
-        std::cout << fmt::format("hardy: held-out mean IoU {:.3f} (IoU per class: {:.3f}) on {}\n", confusion.mean_iou(),
-                                 fmt::join(confusion.iou(), ", "), data.held_out->describe());
+        std::cout << fmt::format("hardy: held-out mean IoU {:.3f} (IoU per class: {:.3f}) on {}\n",
+                                 confusion.mean_iou(), fmt::join(confusion.iou(), ", "),
+                                 data.held_out->describe());
       }
       std::cout << "hardy: run directory " << config.run_dir.string() << "\n";
     }

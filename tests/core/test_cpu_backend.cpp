@@ -1,6 +1,8 @@
 // The oneDNN CPU backend against naive reference loops (forward) and central finite
 // differences of a scalar objective L = sum(y .* r) (every backward). Shapes are small and
 // deliberately awkward: odd channel counts, non-square images, strides, dilation.
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
@@ -10,8 +12,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <omp.h>
 
 #include "../../core/src/cpu/cpu_backend.hpp"
 #include "hardy/core/error.hpp"
@@ -683,13 +683,16 @@ TEST_CASE("cpu backend: bilinear upsampling backward is batch- and thread-indepe
     CHECK(std::abs(forward - adjoint) <= 1e-5 * std::abs(forward) + 1e-4);
 
     omp_set_num_threads(1);
-    const std::int64_t per_sample_in = channels * in_size * in_size, per_sample_out = channels * out_size * out_size;
+    const std::int64_t per_sample_in = channels * in_size * in_size,
+                       per_sample_out = channels * out_size * out_size;
     for (int part = 0; part < 4; ++part) {  // the batch of 8 as 4 batches of 2, on one thread
       Tensor r_part = Tensor::host({2, channels, out_size, out_size});
-      std::copy_n(r.f32().begin() + part * 2 * per_sample_out, 2 * per_sample_out, r_part.f32().begin());
+      std::copy_n(r.f32().begin() + part * 2 * per_sample_out, 2 * per_sample_out,
+                  r_part.f32().begin());
       Tensor dx_part = Tensor::host({2, channels, in_size, in_size});
       backend.upsample_bilinear_backward(r_part, dx_part);
-      CHECK(std::equal(dx_part.f32().begin(), dx_part.f32().end(), dx.f32().begin() + part * 2 * per_sample_in));
+      CHECK(std::equal(dx_part.f32().begin(), dx_part.f32().end(),
+                       dx.f32().begin() + part * 2 * per_sample_in));
     }
     omp_set_num_threads(threads);
   }

@@ -59,41 +59,6 @@ memory dnnl_memory(const dnnl::engine& engine, const memory::desc& desc, const T
 
 std::string implementation_name(const dnnl::primitive_desc_base& pd) { return pd.impl_info_str(); }
 
-namespace {
-
-std::string tensor_error(std::string_view operation, std::string_view role, const Tensor& t,
-                         std::string_view expectation) {
-  return fmt::format("{}: {} is {}, expected {}", operation, role, t.describe(), expectation);
-}
-
-}  // namespace
-
-void require_host_f32(std::string_view operation, std::string_view role, const Tensor& t) {
-  if (!t.defined()) throw InvalidArgument(fmt::format("{}: {} is undefined", operation, role));
-  if (t.device() != Device::host || t.dtype() != DType::f32)
-    throw InvalidArgument(tensor_error(operation, role, t, "a host f32 tensor"));
-}
-
-void require_activation(std::string_view operation, std::string_view role, const Tensor& t) {
-  require_host_f32(operation, role, t);
-  if (t.rank() != 4 || t.layout() != Layout::nhwc)
-    throw InvalidArgument(tensor_error(operation, role, t, "a 4-D nhwc tensor"));
-}
-
-void require_dims(std::string_view operation, std::string_view role, const Tensor& t,
-                  const std::vector<std::int64_t>& expected) {
-  if (t.dims() != expected)
-    throw InvalidArgument(
-        tensor_error(operation, role, t, fmt::format("dims [{}]", fmt::join(expected, ","))));
-}
-
-void require_same_dims(std::string_view operation, std::string_view role_a, const Tensor& a,
-                       std::string_view role_b, const Tensor& b) {
-  if (a.dims() != b.dims())
-    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) must have the same dims", operation,
-                                      role_a, a.describe(), role_b, b.describe()));
-}
-
 }  // namespace cpu
 
 CpuBackend::CpuBackend()
@@ -117,13 +82,6 @@ bool same_memory_order(const Tensor& a, const Tensor& b) {
   const auto effective = [](Layout layout) { return layout == Layout::nhwc ? 1 : 0; };
   if (effective(a.layout()) == effective(b.layout())) return true;
   return a.c() == 1 || a.h() * a.w() == 1;
-}
-
-void require_host(std::string_view operation, std::string_view role, const Tensor& t) {
-  if (!t.defined()) throw InvalidArgument(fmt::format("{}: {} is undefined", operation, role));
-  if (t.device() != Device::host)
-    throw InvalidArgument(fmt::format("{}: {} is {}; the cpu backend works on host tensors only",
-                                      operation, role, t.describe()));
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 
 #include "cpu/cpu_backend.hpp"
 #include "hardy/core/error.hpp"
+#include "operand_checks.hpp"
 
 namespace hardy::core {
 
@@ -145,15 +146,38 @@ dnnl::memory dnnl_memory(const dnnl::engine& engine, const dnnl::memory::desc& d
 // CachedPrimitive::implementation of a primitive descriptor, kept for diagnostics.
 std::string implementation_name(const dnnl::primitive_desc_base& pd);
 
-// ---- argument validation (all throw InvalidArgument naming the operation and the tensors) ----
+// ---- argument validation (operand_checks.hpp, bound to the cpu backend's rules) ----
 // A host f32 4-D tensor in the backend's NHWC layout.
-void require_activation(std::string_view operation, std::string_view role, const Tensor& t);
+inline void require_activation(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_activation(operands::cpu_rules, operation, role, t);
+}
 // A host f32 tensor of any layout (parameters, statistics).
-void require_host_f32(std::string_view operation, std::string_view role, const Tensor& t);
-void require_dims(std::string_view operation, std::string_view role, const Tensor& t,
-                  const std::vector<std::int64_t>& expected);
-void require_same_dims(std::string_view operation, std::string_view role_a, const Tensor& a,
-                       std::string_view role_b, const Tensor& b);
+inline void require_host_f32(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_f32(operands::cpu_rules, operation, role, t);
+}
+inline void require_host(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_on(operands::cpu_rules, operation, role, t);
+}
+inline void check_group_norm(std::string_view operation, const Tensor& x, const Tensor& gamma,
+                             const Tensor& mean, const Tensor& rstd, int groups) {
+  operands::check_group_norm(operands::cpu_rules, operation, x, gamma, mean, rstd, groups);
+}
+inline void check_channel_vector(std::string_view operation, std::string_view role, const Tensor& t,
+                                 const Tensor& x) {
+  operands::check_channel_vector(operands::cpu_rules, operation, role, t, x);
+}
+inline void check_spatial_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
+                               std::string_view role_b, const Tensor& b) {
+  operands::check_spatial_pair(operands::cpu_rules, operation, role_a, a, role_b, b);
+}
+template <class TensorPointer>
+void check_channel_slices(std::string_view operation, std::span<TensorPointer const> slices,
+                          std::string_view full_role, const Tensor& full) {
+  operands::check_channel_slices(operands::cpu_rules, operation, slices, full_role, full);
+}
+using operands::require_dims;
+using operands::require_same_dims;
+using operands::require_same_numel;
 
 // ---- reproducible reductions ----
 // Each sample's pixels are cut into a fixed number of chunks, independent of the thread count;

@@ -10,9 +10,12 @@
 #include <string_view>
 
 #include "cpu/cpu_backend.hpp"
+#include "cpu/dnnl_support.hpp"
 #include "hardy/core/error.hpp"
 
 namespace hardy::core {
+
+using namespace cpu;  // the backend's internal helpers, declared in dnnl_support.hpp
 
 namespace {
 
@@ -20,27 +23,12 @@ namespace {
 // and normalization parameters (tens to hundreds of elements) stay on the calling thread.
 constexpr std::int64_t parallel_threshold = 1 << 15;
 
-void require_host_f32(const Tensor& t, std::string_view operation, std::string_view role) {
-  if (!t.defined())
-    throw InvalidArgument(fmt::format("{}: {} is an undefined tensor", operation, role));
-  if (t.dtype() != DType::f32 || t.device() != Device::host)
-    throw InvalidArgument(
-        fmt::format("{}: {} must be a host f32 tensor, got {}", operation, role, t.describe()));
-}
-
-void require_same_numel(const Tensor& reference, const Tensor& t, std::string_view operation,
-                        std::string_view reference_role, std::string_view role) {
-  if (t.numel() != reference.numel())
-    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in element count", operation,
-                                      reference_role, reference.describe(), role, t.describe()));
-}
-
 }  // namespace
 
 void CpuBackend::axpy(float alpha, const Tensor& x, Tensor& y) {
-  require_host_f32(x, "axpy", "x");
-  require_host_f32(y, "axpy", "y");
-  require_same_numel(x, y, "axpy", "x", "y");
+  require_host_f32("axpy", "x", x);
+  require_host_f32("axpy", "y", y);
+  require_same_numel("axpy", "x", x, "y", y);
   const float* __restrict xs = x.data<float>();
   float* __restrict ys = y.data<float>();
   const std::int64_t n = y.numel();
@@ -49,7 +37,7 @@ void CpuBackend::axpy(float alpha, const Tensor& x, Tensor& y) {
 }
 
 void CpuBackend::scale(Tensor& x, float alpha) {
-  require_host_f32(x, "scale", "x");
+  require_host_f32("scale", "x", x);
   float* xs = x.data<float>();
   const std::int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static) if (parallel : n >= parallel_threshold)
@@ -57,7 +45,7 @@ void CpuBackend::scale(Tensor& x, float alpha) {
 }
 
 double CpuBackend::sum_squares(const Tensor& x) {
-  require_host_f32(x, "sum_squares", "x");
+  require_host_f32("sum_squares", "x", x);
   const float* xs = x.data<float>();
   const std::int64_t n = x.numel();
   double total = 0.0;
@@ -71,11 +59,11 @@ double CpuBackend::sum_squares(const Tensor& x) {
 
 void CpuBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity, float lr,
                             float momentum, float weight_decay, bool nesterov) {
-  require_host_f32(param, "sgd_update", "param");
-  require_host_f32(grad, "sgd_update", "grad");
-  require_host_f32(velocity, "sgd_update", "velocity");
-  require_same_numel(param, grad, "sgd_update", "param", "grad");
-  require_same_numel(param, velocity, "sgd_update", "param", "velocity");
+  require_host_f32("sgd_update", "param", param);
+  require_host_f32("sgd_update", "grad", grad);
+  require_host_f32("sgd_update", "velocity", velocity);
+  require_same_numel("sgd_update", "param", param, "grad", grad);
+  require_same_numel("sgd_update", "param", param, "velocity", velocity);
   float* __restrict p = param.data<float>();
   const float* __restrict g = grad.data<float>();
   float* __restrict v = velocity.data<float>();
@@ -95,13 +83,13 @@ void CpuBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity,
 
 void CpuBackend::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
                              float beta1, float beta2, float eps, float weight_decay, long step) {
-  require_host_f32(param, "adam_update", "param");
-  require_host_f32(grad, "adam_update", "grad");
-  require_host_f32(m, "adam_update", "m");
-  require_host_f32(v, "adam_update", "v");
-  require_same_numel(param, grad, "adam_update", "param", "grad");
-  require_same_numel(param, m, "adam_update", "param", "m");
-  require_same_numel(param, v, "adam_update", "param", "v");
+  require_host_f32("adam_update", "param", param);
+  require_host_f32("adam_update", "grad", grad);
+  require_host_f32("adam_update", "m", m);
+  require_host_f32("adam_update", "v", v);
+  require_same_numel("adam_update", "param", param, "grad", grad);
+  require_same_numel("adam_update", "param", param, "m", m);
+  require_same_numel("adam_update", "param", param, "v", v);
   if (step < 1) throw InvalidArgument(fmt::format("adam_update: step counts from 1, got {}", step));
   // Without -fno-math-errno the compilers keep std::sqrt's errno path and run this loop
   // scalar; it still stays a single pass over the four tensors.
@@ -130,7 +118,7 @@ void CpuBackend::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tenso
 }
 
 bool CpuBackend::has_non_finite(const Tensor& x) {
-  require_host_f32(x, "has_non_finite", "x");
+  require_host_f32("has_non_finite", "x", x);
   const float* xs = x.data<float>();
   const std::int64_t n = x.numel();
   // std::isfinite rather than testing exponent bits: GCC and Clang both vectorise it, while

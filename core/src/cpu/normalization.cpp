@@ -15,31 +15,10 @@ using namespace cpu;  // the backend's internal helpers, declared in dnnl_suppor
 
 namespace {
 
-// Validates the per-channel vectors and (n, group) statistics of group normalization.
-void check_group_norm(std::string_view operation, const Tensor& x, const Tensor& gamma,
-                      const Tensor& mean, const Tensor& rstd, int groups) {
-  require_activation(operation, "x", x);
-  if (groups < 1 || x.c() % groups != 0)
-    throw InvalidArgument(fmt::format("{}: {} channels of x ({}) do not split into {} groups",
-                                      operation, x.c(), x.describe(), groups));
-  require_host_f32(operation, "gamma", gamma);
-  require_dims(operation, "gamma", gamma, {x.c()});
-  require_host_f32(operation, "mean", mean);
-  require_dims(operation, "mean", mean, {x.n(), groups});
-  require_host_f32(operation, "rstd", rstd);
-  require_dims(operation, "rstd", rstd, {x.n(), groups});
-}
-
 void check_activation_like(std::string_view operation, std::string_view role, const Tensor& t,
                            const Tensor& x) {
   require_activation(operation, role, t);
   require_same_dims(operation, role, t, "x", x);
-}
-
-void check_channel_vector(std::string_view operation, std::string_view role, const Tensor& t,
-                          const Tensor& x) {
-  require_host_f32(operation, role, t);
-  require_dims(operation, role, t, {x.c()});
 }
 
 // Runs kernel(std::true_type) or kernel(std::false_type), so that the relu mask is a

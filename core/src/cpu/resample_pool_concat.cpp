@@ -23,39 +23,6 @@ void check_elementwise_pair(std::string_view operation, std::string_view role_a,
                                       role_a, a.describe(), role_b, b.describe()));
 }
 
-// Same batch and channels, any spatial size: the pairs (x, y) of resampling and pooling.
-void check_spatial_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
-                        std::string_view role_b, const Tensor& b) {
-  require_activation(operation, role_a, a);
-  require_activation(operation, role_b, b);
-  if (a.n() != b.n() || a.c() != b.c())
-    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in batch or channels",
-                                      operation, role_a, a.describe(), role_b, b.describe()));
-}
-
-// Inputs of a concatenation (or outputs of a split) against the full tensor.
-template <class TensorPointer>
-void check_channel_slices(std::string_view operation, std::span<TensorPointer const> slices,
-                          std::string_view full_role, const Tensor& full) {
-  require_activation(operation, full_role, full);
-  if (slices.empty()) throw InvalidArgument(fmt::format("{}: no slices given", operation));
-  std::int64_t channels = 0;
-  for (std::size_t i = 0; i < slices.size(); ++i) {
-    const std::string role = fmt::format("slice {}", i);
-    if (slices[i] == nullptr) throw InvalidArgument(fmt::format("{}: {} is null", operation, role));
-    const Tensor& slice = *slices[i];
-    require_activation(operation, role, slice);
-    if (slice.n() != full.n() || slice.h() != full.h() || slice.w() != full.w())
-      throw InvalidArgument(fmt::format("{}: {} ({}) does not match {} ({}) in N, H or W",
-                                        operation, role, slice.describe(), full_role,
-                                        full.describe()));
-    channels += slice.c();
-  }
-  if (channels != full.c())
-    throw InvalidArgument(fmt::format("{}: slices have {} channels in total but {} ({}) has {}",
-                                      operation, channels, full_role, full.describe(), full.c()));
-}
-
 }  // namespace
 
 void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {

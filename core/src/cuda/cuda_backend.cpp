@@ -184,26 +184,6 @@ void CudaBackend::fill(Tensor& t, float value) {
 
 namespace {
 
-void check_group_norm(std::string_view operation, const Tensor& x, const Tensor& gamma,
-                      const Tensor& mean, const Tensor& rstd, int groups) {
-  require_activation(operation, "x", x);
-  if (groups < 1 || x.c() % groups != 0)
-    throw InvalidArgument(fmt::format("{}: {} channels of x ({}) do not split into {} groups",
-                                      operation, x.c(), x.describe(), groups));
-  require_device_f32(operation, "gamma", gamma);
-  require_dims(operation, "gamma", gamma, {x.c()});
-  require_device_f32(operation, "mean", mean);
-  require_dims(operation, "mean", mean, {x.n(), groups});
-  require_device_f32(operation, "rstd", rstd);
-  require_dims(operation, "rstd", rstd, {x.n(), groups});
-}
-
-void check_channel_vector(std::string_view operation, std::string_view role, const Tensor& t,
-                          const Tensor& x) {
-  require_device_f32(operation, role, t);
-  require_dims(operation, role, t, {x.c()});
-}
-
 // A reduction's scratch: float partials and `extra` doubles after the 2 * batches * C results.
 struct ReductionScratch {
   float* partials;
@@ -389,39 +369,6 @@ void check_elementwise_pair(std::string_view operation, std::string_view role_a,
         operation, role_a, a.describe(), role_b, b.describe()));
 }
 
-// Same batch, channels and dtype, any spatial size: the pairs of resampling and pooling.
-void check_spatial_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
-                        std::string_view role_b, const Tensor& b) {
-  require_activation(operation, role_a, a);
-  require_activation(operation, role_b, b);
-  if (a.n() != b.n() || a.c() != b.c() || a.dtype() != b.dtype())
-    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in batch, channels or dtype",
-                                      operation, role_a, a.describe(), role_b, b.describe()));
-}
-
-template <class TensorPointer>
-void check_channel_slices(std::string_view operation, std::span<TensorPointer const> slices,
-                          std::string_view full_role, const Tensor& full) {
-  require_activation(operation, full_role, full);
-  if (slices.empty()) throw InvalidArgument(fmt::format("{}: no slices given", operation));
-  std::int64_t channels = 0;
-  for (std::size_t i = 0; i < slices.size(); ++i) {
-    const std::string role = fmt::format("slice {}", i);
-    if (slices[i] == nullptr) throw InvalidArgument(fmt::format("{}: {} is null", operation, role));
-    const Tensor& slice = *slices[i];
-    require_activation(operation, role, slice);
-    if (slice.n() != full.n() || slice.h() != full.h() || slice.w() != full.w() ||
-        slice.dtype() != full.dtype())
-      throw InvalidArgument(fmt::format("{}: {} ({}) does not match {} ({}) in N, H, W or dtype",
-                                        operation, role, slice.describe(), full_role,
-                                        full.describe()));
-    channels += slice.c();
-  }
-  if (channels != full.c())
-    throw InvalidArgument(fmt::format("{}: slices have {} channels in total but {} ({}) has {}",
-                                      operation, channels, full_role, full.describe(), full.c()));
-}
-
 // Runs copy_channel_slices over the slices, max_slices_per_launch at a time.
 template <class TensorPointer>
 void copy_slices(const Tensor& whole, std::span<TensorPointer const> slices, bool to_whole,
@@ -577,23 +524,7 @@ void CudaBackend::argmax_channels(const Tensor& logits, Tensor& labels) {
 
 // ---- element-wise operations for optimizers and gradient handling ----
 
-namespace {
-
-void require_float(std::string_view operation, std::string_view role, const Tensor& t) {
-  require_device(operation, role, t);
-  if (!is_float_type(t.dtype()))
-    throw InvalidArgument(
-        fmt::format("{}: {} is {}, expected f32, bf16 or f16", operation, role, t.describe()));
-}
-
-void require_same_numel(std::string_view operation, std::string_view reference_role,
-                        const Tensor& reference, std::string_view role, const Tensor& t) {
-  if (t.numel() != reference.numel())
-    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in element count", operation,
-                                      reference_role, reference.describe(), role, t.describe()));
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void CudaBackend::axpy(float alpha, const Tensor& x, Tensor& y) {
   constexpr std::string_view operation = "axpy";

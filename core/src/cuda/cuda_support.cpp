@@ -166,52 +166,6 @@ std::size_t ConvKeyHash::operator()(const ConvKey& key) const noexcept {
   return seed;
 }
 
-// ---- validation ----
-
-bool is_float_type(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
-}
-
-void require_device(std::string_view operation, std::string_view role, const Tensor& t) {
-  if (!t.defined()) throw InvalidArgument(fmt::format("{}: {} is undefined", operation, role));
-  if (t.device() != Device::cuda)
-    throw InvalidArgument(fmt::format(
-        "{}: {} is {}; the cuda backend computes on device tensors (copy host data in first)",
-        operation, role, t.describe()));
-}
-
-void require_device_f32(std::string_view operation, std::string_view role, const Tensor& t) {
-  require_device(operation, role, t);
-  if (t.dtype() != DType::f32)
-    throw InvalidArgument(
-        fmt::format("{}: {} is {}, expected an f32 tensor (parameters, "
-                    "gradients and statistics stay f32)",
-                    operation, role, t.describe()));
-}
-
-void require_activation(std::string_view operation, std::string_view role, const Tensor& t) {
-  require_device(operation, role, t);
-  if (t.rank() != 4 || t.layout() != Layout::nhwc || !is_float_type(t.dtype()))
-    throw InvalidArgument(fmt::format("{}: {} is {}, expected a 4-D nhwc f32, bf16 or f16 tensor",
-                                      operation, role, t.describe()));
-}
-
-void require_dims(std::string_view operation, std::string_view role, const Tensor& t,
-                  const std::vector<std::int64_t>& expected) {
-  if (t.dims() != expected)
-    throw InvalidArgument(fmt::format("{}: {} is {}, expected dims [{}]", operation, role,
-                                      t.describe(), fmt::join(expected, ",")));
-}
-
-void require_like(std::string_view operation, std::string_view role, const Tensor& t,
-                  std::string_view reference_role, const Tensor& reference) {
-  require_activation(operation, role, t);
-  if (t.dims() != reference.dims() || t.dtype() != reference.dtype())
-    throw InvalidArgument(fmt::format("{}: {} ({}) must have the dims and dtype of {} ({})",
-                                      operation, role, t.describe(), reference_role,
-                                      reference.describe()));
-}
-
 }  // namespace hardy::core::cuda
 
 namespace hardy::core {

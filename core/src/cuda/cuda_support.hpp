@@ -20,6 +20,7 @@
 #include "hardy/core/cuda_backend.hpp"
 #include "hardy/core/cuda_runtime.hpp"
 #include "kernels.hpp"
+#include "operand_checks.hpp"
 
 namespace hardy::core::cuda {
 
@@ -163,19 +164,48 @@ struct DeviceTaps {
   LinearTaps taps{};
 };
 
-// ---- argument validation (all throw InvalidArgument naming the operation and the tensors) ----
-bool is_float_type(DType dtype);
+// ---- argument validation (operand_checks.hpp, bound to the cuda backend's rules) ----
+using operands::is_float_type;
+using operands::require_dims;
+using operands::require_same_numel;
 // A device tensor that is defined.
-void require_device(std::string_view operation, std::string_view role, const Tensor& t);
+inline void require_device(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_on(operands::cuda_rules, operation, role, t);
+}
 // A device f32 tensor of any shape (parameters, statistics, optimizer state).
-void require_device_f32(std::string_view operation, std::string_view role, const Tensor& t);
+inline void require_device_f32(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_f32(operands::cuda_rules, operation, role, t);
+}
+// A device tensor of a floating-point type.
+inline void require_float(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_float(operands::cuda_rules, operation, role, t);
+}
 // A 4-D NHWC device tensor of a floating-point type.
-void require_activation(std::string_view operation, std::string_view role, const Tensor& t);
-void require_dims(std::string_view operation, std::string_view role, const Tensor& t,
-                  const std::vector<std::int64_t>& expected);
+inline void require_activation(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_activation(operands::cuda_rules, operation, role, t);
+}
 // Same dims and dtype as the reference activation.
-void require_like(std::string_view operation, std::string_view role, const Tensor& t,
-                  std::string_view reference_role, const Tensor& reference);
+inline void require_like(std::string_view operation, std::string_view role, const Tensor& t,
+                         std::string_view reference_role, const Tensor& reference) {
+  operands::require_like(operands::cuda_rules, operation, role, t, reference_role, reference);
+}
+inline void check_group_norm(std::string_view operation, const Tensor& x, const Tensor& gamma,
+                             const Tensor& mean, const Tensor& rstd, int groups) {
+  operands::check_group_norm(operands::cuda_rules, operation, x, gamma, mean, rstd, groups);
+}
+inline void check_channel_vector(std::string_view operation, std::string_view role, const Tensor& t,
+                                 const Tensor& x) {
+  operands::check_channel_vector(operands::cuda_rules, operation, role, t, x);
+}
+inline void check_spatial_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
+                               std::string_view role_b, const Tensor& b) {
+  operands::check_spatial_pair(operands::cuda_rules, operation, role_a, a, role_b, b);
+}
+template <class TensorPointer>
+void check_channel_slices(std::string_view operation, std::span<TensorPointer const> slices,
+                          std::string_view full_role, const Tensor& full) {
+  operands::check_channel_slices(operands::cuda_rules, operation, slices, full_role, full);
+}
 
 }  // namespace hardy::core::cuda
 

@@ -75,15 +75,14 @@ class Backend {
   // y = gamma * (x - mean) / sqrt(var + eps) + beta [then relu]; used for training (batch
   // statistics) and inference (running statistics) alike.
   virtual void batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& variance,
-                                const Tensor& gamma, const Tensor& beta, float eps,
-                                bool fuse_relu, Tensor& y) = 0;
+                                const Tensor& gamma, const Tensor& beta, float eps, bool fuse_relu,
+                                Tensor& y) = 0;
   // Local per-channel sums for backward: sum(dy') and sum(dy' * xhat), where dy' is dy masked by
   // the fused relu (taken from y). Written into dbeta and dgamma, which are exactly the
   // parameter gradients once summed across ranks.
   virtual void batch_norm_backward_statistics(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                              const Tensor& mean, const Tensor& variance,
-                                              float eps, bool fuse_relu, Tensor& dgamma,
-                                              Tensor& dbeta) = 0;
+                                              const Tensor& mean, const Tensor& variance, float eps,
+                                              bool fuse_relu, Tensor& dgamma, Tensor& dbeta) = 0;
   // dx from the globally summed dgamma/dbeta; count is the global number of elements per
   // channel (N_global * H * W).
   virtual void batch_norm_backward_data(const Tensor& x, const Tensor& y, const Tensor& dy,
@@ -126,8 +125,7 @@ class Backend {
                           float momentum, float weight_decay, bool nesterov) = 0;
   // Adam (Kingma & Ba) with L2 weight decay added to the gradient; step counts from 1.
   virtual void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
-                           float beta1, float beta2, float eps, float weight_decay,
-                           long step) = 0;
+                           float beta1, float beta2, float eps, float weight_decay, long step) = 0;
   // True when any element is Inf or NaN (loss-scaling overflow check).
   virtual bool has_non_finite(const Tensor& x) = 0;
 };
