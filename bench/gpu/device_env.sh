@@ -1,11 +1,16 @@
 # shellcheck shell=bash
 # Sourced on the GPU machine before running the kit of bench/gpu/make_kit.sh:
-#   source bench/gpu/device_env.sh [KIT_DIR]      (default build-cuda/gpu-kit)
+#   source bench/gpu/device_env.sh [KIT_DIR | KIT.tar.xz]      (default build-cuda/gpu-kit)
 # Puts the kit's libraries and the CUDA 13 libraries of the machine's Python packages (cuDNN,
 # cuBLAS, NCCL from the nvidia-* wheels PyTorch depends on) on LD_LIBRARY_PATH, and lists any
-# library a kit binary still cannot find.
+# library a kit binary still cannot find. Leaves $hardy_kit naming the (unpacked) kit.
 
 hardy_kit="${1:-build-cuda/gpu-kit}"
+if [[ "$hardy_kit" == *.tar.xz ]]; then
+  # The compressed kit (what a device call carries) unpacks next to the machine's temp files.
+  mkdir -p "${TMPDIR:-/tmp}/hardy-kit" && tar -C "${TMPDIR:-/tmp}/hardy-kit" -xJf "$hardy_kit"
+  hardy_kit="${TMPDIR:-/tmp}/hardy-kit/gpu-kit"
+fi
 hardy_kit="$(cd "$hardy_kit" && pwd)"
 hardy_nvidia_libs="$("${HARDY_PYTHON:-python3}" - <<'EOF'
 import glob, os, site

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Packs what a GPU machine needs to run hardy's GPU tests and benchmarks without building:
-#   BUILD/gpu-kit/bin       hardy_gpu_tests, hardy_gpu_bench, hardy_nccl_bench
+#   BUILD/gpu-kit/bin       hardy (for `hardy train --backend cuda`), hardy_gpu_tests,
+#                           hardy_gpu_bench, hardy_nccl_bench
 #   BUILD/gpu-kit/lib       the shared libraries they need that such a machine lacks (oneDNN,
 #                           fmt, libstdc++, the CUDA runtime...), copied from this machine
-#   BUILD/gpu-kit/lib-mpi   Open MPI's libraries (hardy_nccl_bench only)
+#   BUILD/gpu-kit/lib-mpi   Open MPI's libraries (hardy and hardy_nccl_bench)
+#   BUILD/gpu-kit.tar.xz    all of it, compressed: what a device call carries (oneDNN alone is
+#                           40 MB, more than half of the 64 MiB a call may carry uncompressed);
+#                           device_env.sh unpacks it
 # Left out on purpose: glibc (the GPU machine's is used), the driver (libcuda), and cuDNN,
 # cuBLAS and NCCL (hundreds of MB; the GPU machine has the same CUDA 13 builds as PyTorch's pip
 # packages, which bench/gpu/device_env.sh puts on LD_LIBRARY_PATH).
@@ -14,7 +18,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${1:-$root/build-cuda}"
 kit="$build/gpu-kit"
-binaries=(hardy_gpu_tests hardy_gpu_bench hardy_nccl_bench)
+binaries=(hardy hardy_gpu_tests hardy_gpu_bench hardy_nccl_bench)
 
 for binary in "${binaries[@]}"; do
   [[ -x "$build/bin/$binary" ]] || { echo "make_kit.sh: $build/bin/$binary is missing; build first" >&2; exit 1; }
@@ -47,3 +51,5 @@ done
 
 echo "make_kit.sh: $(du -sh "$kit" | cut -f1) in $kit ($(du -sh "$kit/bin" "$kit/lib" "$kit/lib-mpi" | awk '{printf "%s %s; ", $1, $2}'))"
 echo "make_kit.sh: expected from the GPU machine's nvidia pip packages: ${!provided_on_device[*]}"
+tar -C "$build" -cJf "$build/gpu-kit.tar.xz" gpu-kit
+echo "make_kit.sh: $(du -sh "$build/gpu-kit.tar.xz" | cut -f1) compressed in $build/gpu-kit.tar.xz (carry that)"
