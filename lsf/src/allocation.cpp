@@ -12,24 +12,35 @@ namespace hardy::lsf {
 
 namespace {
 
-// The host file lists a host once per slot, in rank order; nodes are its distinct names.
-void add_slots(batch::Allocation& allocation, const std::string& host, int slots) {
-  if (std::find(allocation.nodes.begin(), allocation.nodes.end(), host) == allocation.nodes.end())
-    allocation.nodes.push_back(host);
-  allocation.tasks += slots;
-}
+using HostSlots = std::vector<std::pair<std::string, int>>;
 
-void read_host_file(batch::Allocation& allocation, const std::string& path) {
+// The host file lists a host once per slot, in rank order: (host, slots) in first-seen order.
+HostSlots read_host_file(const std::string& path) {
   std::ifstream file(path);
   if (!file)
     throw InvalidArgument(fmt::format("LSB_DJOB_HOSTFILE names {}, which cannot be read", path));
+  HostSlots hosts;
   std::string host;
-  while (file >> host) add_slots(allocation, host, 1);
-  if (allocation.tasks == 0)
+  while (file >> host) {
+    const auto seen =
+        std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == host; });
+    if (seen == hosts.end())
+      hosts.emplace_back(host, 1);
+    else
+      ++seen->second;
+  }
+  if (hosts.empty())
     throw InvalidArgument(fmt::format("LSB_DJOB_HOSTFILE {} lists no hosts", path));
+  return hosts;
 }
 
 }  // namespace
+
+bool first_host_is_launch_node(const std::vector<std::pair<std::string, int>>& hosts) {
+  return hosts.size() > 1 && hosts.front().second == 1 &&
+         std::all_of(hosts.begin() + 1, hosts.end(),
+                     [](const auto& host) { return host.second > 1; });
+}
 
 std::vector<std::pair<std::string, int>> parse_mcpu_hosts(std::string_view text) {
   std::vector<std::pair<std::string, int>> hosts;
@@ -53,14 +64,22 @@ std::optional<batch::Allocation> read_allocation(const batch::Environment& envir
   const auto job_id = environment.get("LSB_JOBID");
   if (!job_id) return std::nullopt;
   batch::Allocation allocation{.scheduler = "lsf", .job_id = *job_id};
+  HostSlots hosts;
   if (const auto host_file = environment.get("LSB_DJOB_HOSTFILE")) {
-    read_host_file(allocation, *host_file);
+    hosts = read_host_file(*host_file);
   } else if (const auto mcpu_hosts = environment.get("LSB_MCPU_HOSTS")) {
-    for (const auto& [host, slots] : parse_mcpu_hosts(*mcpu_hosts))
-      add_slots(allocation, host, slots);
+    hosts = parse_mcpu_hosts(*mcpu_hosts);
   } else {
     throw InvalidArgument(fmt::format(
         "LSB_JOBID is {} but neither LSB_DJOB_HOSTFILE nor LSB_MCPU_HOSTS is set", *job_id));
+  }
+  // On CSM machines (Summit, Sierra) the batch script runs on a shared launch node that LSF
+  // lists first, with one slot; no rank may land there.
+  if (first_host_is_launch_node(hosts)) hosts.erase(hosts.begin());
+  for (const auto& [host, slots] : hosts) {
+    if (std::find(allocation.nodes.begin(), allocation.nodes.end(), host) == allocation.nodes.end())
+      allocation.nodes.push_back(host);
+    allocation.tasks += slots;
   }
   allocation.restart_count = environment.get("LSB_RESTART") == "Y" ? 1 : 0;
   return allocation;

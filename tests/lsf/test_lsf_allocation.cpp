@@ -50,6 +50,31 @@ TEST_CASE("LSB_MCPU_HOSTS when there is no host file; LSB_RESTART marks a rerun"
   CHECK(allocation->restart_count == 1);
 }
 
+TEST_CASE("a Summit-style launch node is not a node of the job", "[lsf]") {
+  // jsrun jobs list the launch node first with one slot, then 42 slots per compute node.
+  std::string lines = "batch3\n";
+  for (const char* host : {"a01n01", "a01n02"})
+    for (int slot = 0; slot < 42; ++slot) lines += std::string(host) + "\n";
+  const auto file = write_host_file(lines);
+  const auto from_file =
+      read_allocation(Environment({{"LSB_JOBID", "7"}, {"LSB_DJOB_HOSTFILE", file}}));
+  std::filesystem::remove(file);
+  CHECK(from_file->nodes == Hosts{"a01n01", "a01n02"});
+  CHECK(from_file->tasks == 84);
+  const auto from_variable = read_allocation(
+      Environment({{"LSB_JOBID", "7"}, {"LSB_MCPU_HOSTS", "batch3 1 a01n01 42 a01n02 42"}}));
+  CHECK(from_variable->nodes == Hosts{"a01n01", "a01n02"});
+  CHECK(from_variable->tasks == 84);
+  // One slot per host everywhere, or a single host, is an ordinary job: nothing is dropped.
+  CHECK(
+      read_allocation(Environment({{"LSB_JOBID", "7"}, {"LSB_MCPU_HOSTS", "h1 1 h2 1"}}))->nodes ==
+      Hosts{"h1", "h2"});
+  CHECK(read_allocation(Environment({{"LSB_JOBID", "7"}, {"LSB_MCPU_HOSTS", "h1 1"}}))->nodes ==
+        Hosts{"h1"});
+  CHECK(read_allocation(Environment({{"LSB_JOBID", "7"}, {"LSB_MCPU_HOSTS", "h1 4 h2 1 h3 4"}}))
+            ->nodes == Hosts{"h1", "h2", "h3"});
+}
+
 TEST_CASE("LSB_MCPU_HOSTS pairs", "[lsf]") {
   CHECK(parse_mcpu_hosts(" a 1  b 42 ") ==
         std::vector<std::pair<std::string, int>>{{"a", 1}, {"b", 42}});
