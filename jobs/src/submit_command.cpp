@@ -173,12 +173,24 @@ int submit_command(const std::vector<std::string>& args) {
     return 0;
   }
 
+  const bool run_dir_existed = std::filesystem::exists(request.run_dir);
   const RunDirectory run_dir(request.run_dir);
   run_dir.write_file(request.config().filename(), config_text);
   const auto script_path = run_dir.path() / scheduler->script_name();
   run_dir.write_file(script_path.filename(), script);
   ::chmod(script_path.c_str(), 0755);  // runnable by hand too (`bash job.sbatch` inside salloc)
-  const std::string job_id = scheduler->submit(script_path);
+  std::string job_id;
+  try {
+    job_id = scheduler->submit(script_path);
+  } catch (const std::exception&) {
+    // Nothing was queued: a run directory this call created holds only its own two files, and
+    // leaving it would make the next attempt look like a resubmission of an existing run.
+    if (!run_dir_existed) {
+      std::error_code ignored;
+      std::filesystem::remove_all(run_dir.path(), ignored);
+    }
+    throw;
+  }
   write_submission(run_dir.path(), Submission{.scheduler = std::string(scheduler->name()),
                                               .job_id = job_id,
                                               .job_name = request.job_name,

@@ -39,6 +39,20 @@ expect 2 "$tmp/missing" -- train --dataset "$tmp/missing" --run-dir "$tmp/c" --s
 printf 'steps = 2\nbogus-key = 1\n' >"$tmp/bad.ini"
 expect 2 "bogus-key" -- train --config "$tmp/bad.ini"
 
+# A submission that cannot reach the scheduler (no sbatch on PATH) fails naming it and leaves
+# no run directory behind.
+printf 'steps = 2\n' >"$tmp/job.ini"
+output=$(PATH=/nonexistent "$hardy" submit --scheduler slurm --time 00:10:00 --config "$tmp/job.ini" \
+  --run-dir "$tmp/never" 2>&1)
+status=$?
+if [ "$status" -eq 0 ] || ! grep -q "sbatch" <<<"$output" || [ -e "$tmp/never" ]; then
+  echo "FAILED: submit without sbatch -> status $status, run directory left: $([ -e "$tmp/never" ] && echo yes || echo no)"
+  echo "$output" | head -3
+  failures=$((failures + 1))
+else
+  echo "ok: submit without sbatch -> $status, no run directory left"
+fi
+
 # A dataset written by `hardy data generate` trains, and a run directory evaluates.
 "$hardy" data generate --out "$tmp/data" --samples 24 --height 32 --width 32 --seed 3 --samples-per-file 10 >/dev/null ||
   { echo "FAILED: data generate"; failures=$((failures + 1)); }
