@@ -19,8 +19,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "step"))
-from torch_deeplab import (DeepLabV3Plus, ModelConfig, make_optimizer, parse_rates,  # noqa: E402
-                           weighted_cross_entropy)
+from torch_deeplab import (DeepLabV3Plus, ModelConfig, add_model_arguments, make_optimizer,  # noqa: E402
+                           parse_rates, weighted_cross_entropy)
 
 
 def benchmark(args):
@@ -91,18 +91,7 @@ def benchmark(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--height", type=int, default=256)
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--input-channels", type=int, default=16)
-    parser.add_argument("--classes", type=int, default=3)
-    parser.add_argument("--model-width", type=int, default=16)
-    parser.add_argument("--depth", type=int, default=1)
-    parser.add_argument("--aspp-channels", type=int, default=32)
-    parser.add_argument("--aspp-rates", default="2,4,6")
-    parser.add_argument("--low-level-channels", type=int, default=16)
-    parser.add_argument("--decoder-channels", type=int, default=32)
-    parser.add_argument("--groups", type=int, default=8)
+    add_model_arguments(parser, batch=16, height=256, width=256)
     parser.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)

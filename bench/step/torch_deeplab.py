@@ -277,11 +277,11 @@ def parse_rates(text):
     return [int(r) for r in text.split(",") if r]
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--height", type=int, default=64)
-    parser.add_argument("--width", type=int, default=64)
+def add_model_arguments(parser, batch, height, width):
+    """The batch and model-shape flags, the same as hardy's benchmarks take (bench/common)."""
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--height", type=int, default=height)
+    parser.add_argument("--width", type=int, default=width)
     parser.add_argument("--input-channels", type=int, default=16)
     parser.add_argument("--classes", type=int, default=3)
     parser.add_argument("--model-width", type=int, default=16)
@@ -291,6 +291,11 @@ def main(argv=None):
     parser.add_argument("--low-level-channels", type=int, default=16)
     parser.add_argument("--decoder-channels", type=int, default=32)
     parser.add_argument("--groups", type=int, default=8)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_model_arguments(parser, batch=8, height=64, width=64)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
