@@ -102,6 +102,17 @@ void check_channel_vector(const OperandRules& rules, std::string_view operation,
   require_dims(operation, role, t, {x.c()});
 }
 
+void check_normalization(const OperandRules& rules, std::string_view operation, const Tensor& x,
+                         std::initializer_list<Operand> like_x,
+                         std::initializer_list<Operand> per_channel) {
+  require_activation(rules, operation, "x", x);
+  for (const Operand& operand : like_x)
+    if (operand.tensor != nullptr)
+      require_like(rules, operation, operand.role, *operand.tensor, "x", x);
+  for (const Operand& operand : per_channel)
+    check_channel_vector(rules, operation, operand.role, *operand.tensor, x);
+}
+
 void check_spatial_pair(const OperandRules& rules, std::string_view operation,
                         std::string_view role_a, const Tensor& a, std::string_view role_b,
                         const Tensor& b) {

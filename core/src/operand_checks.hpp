@@ -4,6 +4,7 @@
 // operands against that; every check throws InvalidArgument naming the operation, the tensor's
 // role, the tensor and what was expected.
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -56,6 +57,16 @@ void check_group_norm(const OperandRules& rules, std::string_view operation, con
 // An f32 vector with one value per channel of x.
 void check_channel_vector(const OperandRules& rules, std::string_view operation,
                           std::string_view role, const Tensor& t, const Tensor& x);
+// A role and its tensor; a null tensor is an operand switched off (the y of an unfused relu).
+struct Operand {
+  std::string_view role;
+  const Tensor* tensor;
+};
+// The operands of a normalization around the activation x: `like_x` are activations with x's
+// dims and dtype, `per_channel` are f32 vectors with one value per channel of x.
+void check_normalization(const OperandRules& rules, std::string_view operation, const Tensor& x,
+                         std::initializer_list<Operand> like_x,
+                         std::initializer_list<Operand> per_channel);
 // Two activations with the same batch, channels and dtype, any spatial size: the pairs of
 // resampling and pooling.
 void check_spatial_pair(const OperandRules& rules, std::string_view operation,

@@ -166,6 +166,11 @@ inline void check_channel_vector(std::string_view operation, std::string_view ro
                                  const Tensor& x) {
   operands::check_channel_vector(operands::cpu_rules, operation, role, t, x);
 }
+inline void check_normalization(std::string_view operation, const Tensor& x,
+                                std::initializer_list<operands::Operand> like_x,
+                                std::initializer_list<operands::Operand> per_channel) {
+  operands::check_normalization(operands::cpu_rules, operation, x, like_x, per_channel);
+}
 inline void check_spatial_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
                                std::string_view role_b, const Tensor& b) {
   operands::check_spatial_pair(operands::cpu_rules, operation, role_a, a, role_b, b);

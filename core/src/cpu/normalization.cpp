@@ -15,12 +15,6 @@ using namespace cpu;  // the backend's internal helpers, declared in dnnl_suppor
 
 namespace {
 
-void check_activation_like(std::string_view operation, std::string_view role, const Tensor& t,
-                           const Tensor& x) {
-  require_activation(operation, role, t);
-  require_same_dims(operation, role, t, "x", x);
-}
-
 // Runs kernel(std::true_type) or kernel(std::false_type), so that the relu mask is a
 // compile-time choice and the loops vectorise without a branch.
 template <class Kernel>
@@ -72,8 +66,7 @@ void CpuBackend::group_norm_forward(const Tensor& x, const Tensor& gamma, const 
                                     Tensor& rstd) {
   constexpr std::string_view operation = "group_norm_forward";
   check_group_norm(operation, x, gamma, mean, rstd, groups);
-  check_channel_vector(operation, "beta", beta, x);
-  check_activation_like(operation, "y", y, x);
+  check_normalization(operation, x, {{"y", &y}}, {{"beta", &beta}});
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels, group_channels = channels / groups;
   const double group_size = static_cast<double>(group_channels * extent.pixels);
@@ -140,11 +133,8 @@ void CpuBackend::group_norm_backward(const Tensor& x, const Tensor& y, const Ten
                                      Tensor& dbeta) {
   constexpr std::string_view operation = "group_norm_backward";
   check_group_norm(operation, x, gamma, mean, rstd, groups);
-  if (fuse_relu) check_activation_like(operation, "y", y, x);
-  check_activation_like(operation, "dy", dy, x);
-  check_activation_like(operation, "dx", dx, x);
-  check_channel_vector(operation, "dgamma", dgamma, x);
-  check_channel_vector(operation, "dbeta", dbeta, x);
+  check_normalization(operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}, {"dx", &dx}},
+                      {{"dgamma", &dgamma}, {"dbeta", &dbeta}});
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels, group_channels = channels / groups;
   const double group_size = static_cast<double>(group_channels * extent.pixels);
@@ -218,9 +208,7 @@ void CpuBackend::group_norm_backward(const Tensor& x, const Tensor& y, const Ten
 
 void CpuBackend::batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) {
   constexpr std::string_view operation = "batch_norm_statistics";
-  require_activation(operation, "x", x);
-  check_channel_vector(operation, "sum", sum, x);
-  check_channel_vector(operation, "sum_squares", sum_squares, x);
+  check_normalization(operation, x, {}, {{"sum", &sum}, {"sum_squares", &sum_squares}});
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
   const float* src = x.data<float>();
@@ -242,12 +230,9 @@ void CpuBackend::batch_norm_apply(const Tensor& x, const Tensor& mean, const Ten
                                   const Tensor& gamma, const Tensor& beta, float eps,
                                   bool fuse_relu, Tensor& y) {
   constexpr std::string_view operation = "batch_norm_apply";
-  require_activation(operation, "x", x);
-  check_activation_like(operation, "y", y, x);
-  check_channel_vector(operation, "mean", mean, x);
-  check_channel_vector(operation, "variance", variance, x);
-  check_channel_vector(operation, "gamma", gamma, x);
-  check_channel_vector(operation, "beta", beta, x);
+  check_normalization(
+      operation, x, {{"y", &y}},
+      {{"mean", &mean}, {"variance", &variance}, {"gamma", &gamma}, {"beta", &beta}});
   dnnl_checked(operation, {&x, &mean, &variance, &gamma, &beta, &y}, [&] {
     const dnnl::memory::desc data = dnnl_desc(x);
     const auto key = PrimitiveKey{}
@@ -292,13 +277,9 @@ void CpuBackend::batch_norm_backward_statistics(const Tensor& x, const Tensor& y
                                                 float eps, bool fuse_relu, Tensor& dgamma,
                                                 Tensor& dbeta) {
   constexpr std::string_view operation = "batch_norm_backward_statistics";
-  require_activation(operation, "x", x);
-  if (fuse_relu) check_activation_like(operation, "y", y, x);
-  check_activation_like(operation, "dy", dy, x);
-  check_channel_vector(operation, "mean", mean, x);
-  check_channel_vector(operation, "variance", variance, x);
-  check_channel_vector(operation, "dgamma", dgamma, x);
-  check_channel_vector(operation, "dbeta", dbeta, x);
+  check_normalization(
+      operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}},
+      {{"mean", &mean}, {"variance", &variance}, {"dgamma", &dgamma}, {"dbeta", &dbeta}});
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
   const std::vector<float> rstd = channel_rstd(variance, eps);
@@ -330,14 +311,12 @@ void CpuBackend::batch_norm_backward_data(const Tensor& x, const Tensor& y, cons
                                           const Tensor& dbeta, float eps, bool fuse_relu,
                                           double count, Tensor& dx) {
   constexpr std::string_view operation = "batch_norm_backward_data";
-  require_activation(operation, "x", x);
-  if (fuse_relu) check_activation_like(operation, "y", y, x);
-  check_activation_like(operation, "dy", dy, x);
-  check_activation_like(operation, "dx", dx, x);
-  for (const auto& [role, t] :
-       {std::pair{"mean", &mean}, std::pair{"variance", &variance}, std::pair{"gamma", &gamma},
-        std::pair{"dgamma", &dgamma}, std::pair{"dbeta", &dbeta}})
-    check_channel_vector(operation, role, *t, x);
+  check_normalization(operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}, {"dx", &dx}},
+                      {{"mean", &mean},
+                       {"variance", &variance},
+                       {"gamma", &gamma},
+                       {"dgamma", &dgamma},
+                       {"dbeta", &dbeta}});
   if (!(count > 0))
     throw InvalidArgument(fmt::format("{}: count must be positive, got {}", operation, count));
   const NhwcExtent extent(x);

@@ -205,8 +205,7 @@ void CudaBackend::group_norm_forward(const Tensor& x, const Tensor& gamma, const
                                      Tensor& rstd) {
   constexpr std::string_view operation = "group_norm_forward";
   check_group_norm(operation, x, gamma, mean, rstd, groups);
-  check_channel_vector(operation, "beta", beta, x);
-  require_like(operation, "y", y, "x", x);
+  check_normalization(operation, x, {{"y", &y}}, {{"beta", &beta}});
   const Index batch = x.n(), channels = x.c(), pixels = x.h() * x.w();
   const double group_size = static_cast<double>(channels / groups * pixels);
   if (group_size == 0) return;
@@ -237,11 +236,8 @@ void CudaBackend::group_norm_backward(const Tensor& x, const Tensor& y, const Te
                                       Tensor& dbeta) {
   constexpr std::string_view operation = "group_norm_backward";
   check_group_norm(operation, x, gamma, mean, rstd, groups);
-  if (fuse_relu) require_like(operation, "y", y, "x", x);
-  require_like(operation, "dy", dy, "x", x);
-  require_like(operation, "dx", dx, "x", x);
-  check_channel_vector(operation, "dgamma", dgamma, x);
-  check_channel_vector(operation, "dbeta", dbeta, x);
+  check_normalization(operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}, {"dx", &dx}},
+                      {{"dgamma", &dgamma}, {"dbeta", &dbeta}});
   const Index batch = x.n(), channels = x.c(), pixels = x.h() * x.w();
   const double group_size = static_cast<double>(channels / groups * pixels);
   const ReductionScratch scratch =
@@ -271,9 +267,7 @@ void CudaBackend::group_norm_backward(const Tensor& x, const Tensor& y, const Te
 
 void CudaBackend::batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) {
   constexpr std::string_view operation = "batch_norm_statistics";
-  require_activation(operation, "x", x);
-  check_channel_vector(operation, "sum", sum, x);
-  check_channel_vector(operation, "sum_squares", sum_squares, x);
+  check_normalization(operation, x, {}, {{"sum", &sum}, {"sum_squares", &sum_squares}});
   const Index channels = x.c(), rows = x.n() * x.h() * x.w();
   const ReductionScratch scratch = reduction_scratch(*impl_, 1, rows, channels);
   ChannelSumInput input;
@@ -289,12 +283,9 @@ void CudaBackend::batch_norm_apply(const Tensor& x, const Tensor& mean, const Te
                                    const Tensor& gamma, const Tensor& beta, float eps,
                                    bool fuse_relu, Tensor& y) {
   constexpr std::string_view operation = "batch_norm_apply";
-  require_activation(operation, "x", x);
-  require_like(operation, "y", y, "x", x);
-  check_channel_vector(operation, "mean", mean, x);
-  check_channel_vector(operation, "variance", variance, x);
-  check_channel_vector(operation, "gamma", gamma, x);
-  check_channel_vector(operation, "beta", beta, x);
+  check_normalization(
+      operation, x, {{"y", &y}},
+      {{"mean", &mean}, {"variance", &variance}, {"gamma", &gamma}, {"beta", &beta}});
   cuda::batch_norm_apply(x.raw(), x.dtype(), mean.data<float>(), variance.data<float>(),
                          gamma.data<float>(), beta.data<float>(), eps, fuse_relu,
                          x.n() * x.h() * x.w(), x.c(), y.raw(), impl_->s());
@@ -305,13 +296,9 @@ void CudaBackend::batch_norm_backward_statistics(const Tensor& x, const Tensor& 
                                                  float eps, bool fuse_relu, Tensor& dgamma,
                                                  Tensor& dbeta) {
   constexpr std::string_view operation = "batch_norm_backward_statistics";
-  require_activation(operation, "x", x);
-  if (fuse_relu) require_like(operation, "y", y, "x", x);
-  require_like(operation, "dy", dy, "x", x);
-  check_channel_vector(operation, "mean", mean, x);
-  check_channel_vector(operation, "variance", variance, x);
-  check_channel_vector(operation, "dgamma", dgamma, x);
-  check_channel_vector(operation, "dbeta", dbeta, x);
+  check_normalization(
+      operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}},
+      {{"mean", &mean}, {"variance", &variance}, {"dgamma", &dgamma}, {"dbeta", &dbeta}});
   const Index channels = x.c(), rows = x.n() * x.h() * x.w();
   float* rstd = impl_->small.get_as<float>(static_cast<std::size_t>(channels));
   rstd_from_variance(variance.data<float>(), eps, channels, rstd, impl_->s());
@@ -335,14 +322,12 @@ void CudaBackend::batch_norm_backward_data(const Tensor& x, const Tensor& y, con
                                            const Tensor& dbeta, float eps, bool fuse_relu,
                                            double count, Tensor& dx) {
   constexpr std::string_view operation = "batch_norm_backward_data";
-  require_activation(operation, "x", x);
-  if (fuse_relu) require_like(operation, "y", y, "x", x);
-  require_like(operation, "dy", dy, "x", x);
-  require_like(operation, "dx", dx, "x", x);
-  for (const auto& [role, t] :
-       {std::pair{"mean", &mean}, std::pair{"variance", &variance}, std::pair{"gamma", &gamma},
-        std::pair{"dgamma", &dgamma}, std::pair{"dbeta", &dbeta}})
-    check_channel_vector(operation, role, *t, x);
+  check_normalization(operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}, {"dx", &dx}},
+                      {{"mean", &mean},
+                       {"variance", &variance},
+                       {"gamma", &gamma},
+                       {"dgamma", &dgamma},
+                       {"dbeta", &dbeta}});
   if (!(count > 0))
     throw InvalidArgument(fmt::format("{}: count must be positive, got {}", operation, count));
   const Index channels = x.c();
