@@ -43,7 +43,9 @@ po::options_description train_options() {
       ("keep-every", po::value<int>()->default_value(0), "... plus every M-th (by step count; 0: none)")
       ("checkpoint-mode", po::value<std::string>()->default_value("async"), "async (a background thread writes; training only copies the state) or sync")
       ("checkpoint-when-busy", po::value<std::string>()->default_value("wait"), "when the previous asynchronous write is still running: wait or skip")
-      ("resume", po::value<std::string>()->default_value(""), "resume from `latest` (the run directory's newest valid checkpoint) or a checkpoint file; --steps stays the job's total");
+      ("resume", po::value<std::string>()->default_value(""), "resume from `latest` (the newest valid checkpoint, or node-local snapshot when newer) or a checkpoint file; --steps stays the job's total")
+      ("snapshot-every", po::value<long>()->default_value(1), "every N committed steps, the lowest rank of each node copies the committed state to --snapshot-dir in the background, so that a relaunch loses no committed steps (0: never)")
+      ("snapshot-dir", po::value<std::string>()->default_value("/dev/shm/hardy"), "node-local directory for those snapshots (one subdirectory per run and host, removed when the job completes or stops)");
   po::options_description resilience("Resilience");
   resilience.add_options()
       ("ranks-per-node", po::value<int>()->default_value(1), "ranks per node: losing a node loses all of them at once")
@@ -178,8 +180,12 @@ TrainSpec spec_from(po::variables_map& vm) {
   const auto mode = get<std::string>(vm, "checkpoint-mode");
   const auto when_busy = get<std::string>(vm, "checkpoint-when-busy");
   spec.resume = get<std::string>(vm, "resume");
+  spec.snapshot_every = get<long>(vm, "snapshot-every");
+  spec.snapshot_dir = get<std::string>(vm, "snapshot-dir");
   require(spec.checkpoint_every >= 0 && spec.checkpoint_every_seconds >= 0, "checkpoint intervals must not be negative");
   require(spec.keep_last >= 1, "--keep-last must be at least 1");
+  require(spec.snapshot_every >= 0, "--snapshot-every must not be negative");
+  require(!spec.snapshot_dir.empty(), "--snapshot-dir must not be empty");
   require(spec.keep_every >= 0, "--keep-every must not be negative");
   require(mode == "async" || mode == "sync", fmt::format("--checkpoint-mode must be async or sync, not '{}'", mode));
   require(when_busy == "wait" || when_busy == "skip",

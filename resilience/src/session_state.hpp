@@ -57,14 +57,29 @@ struct TrainingSession::State {
   float current_lr(long step) const;
   checkpoint::TrainingState capture_state() const;
   void apply_state(const checkpoint::TrainingState& state);
-  // Rank 0's `state` (read from a checkpoint) to every rank, applied everywhere; with NCCL the
-  // tensors go GPU to GPU and `state` keeps only the loop's scalars afterwards.
-  void broadcast_restored(checkpoint::TrainingState& state);
+  // Root's `state` (read from a checkpoint or a node-local snapshot) to every rank, applied
+  // everywhere; with NCCL the tensors go GPU to GPU and `state` keeps only the loop's scalars
+  // afterwards.
+  void broadcast_restored(checkpoint::TrainingState& state, int root = 0);
   // The gradient allreduce: NCCL buckets for device gradients, MPI buckets for host ones.
   void mark_gradient_ready(std::size_t index);
   void finish_gradients(float scale);  // writes scale * (sum over ranks) into the gradients
   bool gradients_non_finite();         // after finish_gradients: a loss-scale overflow
   std::size_t gradient_bucket_count() const;
+
+  // ---- the node-local tier (node_snapshots.cpp) ----
+  // Whether this rank is the lowest current rank on its host, the one that writes and reads the
+  // host's snapshots (changes when the communicator shrinks).
+  bool writes_node_snapshots() const;
+  // Every --snapshot-every committed steps: hands the committed state to the host's writer and
+  // sets last_snapshot_s to the stall. Never throws for a write that fails (snapshot_failed).
+  void write_node_snapshot();
+  // `--resume latest`: restores every rank from the newest node-local snapshot of any host when
+  // it is newer than rank 0's checkpoint at `checkpoint_step` (-1: none). False when none is.
+  bool resume_from_node_snapshot(long checkpoint_step, Clock::time_point started);
+  // At the end of a job that completed, stopped or was preempted: the host's writer removes them.
+  void remove_node_snapshots();
+  void report_snapshot_failure(long at_step, const std::string& error);
 
   // ---- recovery (recovery.cpp) ----
   void recover(const std::string& what);
@@ -118,6 +133,10 @@ struct TrainingSession::State {
   long last_checkpoint_step = -1;
   double last_loss = 0;
   std::optional<checkpoint::TrainingState> snapshot;  // the last committed step, in memory
+  std::optional<checkpoint::NodeLocalSnapshots> node_snapshots;  // on each host's writer rank
+  bool node_snapshots_unavailable = false;  // the directory could not be created: tier off
+  std::atomic<bool> snapshot_failure_reported{false};  // the writer's thread reports too
+  double last_snapshot_s = 0;  // the training thread's stall for this step's node-local copy
   core::GlobalBatch current_batch;
   core::Tensor fields, labels, dlogits;
   Clock::time_point job_start = Clock::now(), last_checkpoint = Clock::now(),

@@ -188,13 +188,14 @@ void TrainingSession::State::apply_state(const checkpoint::TrainingState& state)
     scaler.restore({state.loss_scale, state.loss_scale_good_steps, scaler.state().skipped_steps});
 }
 
-void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state) {
+void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state, int root) {
 #ifdef HARDY_HAVE_NCCL
   if (nccl) {
-    // Rank 0 applies the state first, so that a checkpoint that does not fit fails everywhere
+    // The root applies the state first, so that a checkpoint that does not fit fails everywhere
     // before any rank waits in NCCL for tensors that will not come.
+    const bool is_root = comm->rank() == root;
     std::string error;
-    if (lead()) {
+    if (is_root) {
       try {
         apply_state(state);
       } catch (const InvalidArgument& e) {
@@ -204,16 +205,17 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
     std::vector<double> failed{error.empty() ? 0.0 : 1.0};
     comm->allreduce_sum(failed);
     if (failed[0] != 0)
-      throw InvalidArgument(lead() ? error : "rank 0 could not apply the checkpoint");
-    // The loop's scalars over MPI, the tensors GPU to GPU over NCCL.
+      throw InvalidArgument(is_root ? error
+                                    : fmt::format("rank {} could not apply the checkpoint", root));
+    // The loop's scalars over MPI, the tensors GPU to GPU over NCCL (whose ranks are MPI's).
     checkpoint::TrainingState scalars;
-    if (lead()) {
+    if (is_root) {
       scalars = state;
       scalars.model.clear();
       scalars.optimizer.clear();
     }
-    checkpoint::broadcast_state(*comm, scalars, 0);
-    if (!lead()) {
+    checkpoint::broadcast_state(*comm, scalars, root);
+    if (!is_root) {
       optimizer->initialize_state(model.parameters());
       optimizer->set_steps_taken(scalars.optimizer_steps);
       step = scalars.step;
@@ -227,12 +229,12 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
     for (core::Parameter* p : model.parameters()) tensors.push_back(&p->value);
     for (auto& entry : model.buffers()) tensors.push_back(entry.second);
     for (auto& entry : optimizer->state_tensors()) tensors.push_back(entry.second);
-    comm::broadcast_tensors(*nccl, dynamic_cast<core::CudaBackend&>(*backend), tensors, 0);
+    comm::broadcast_tensors(*nccl, dynamic_cast<core::CudaBackend&>(*backend), tensors, root);
     state = std::move(scalars);
     return;
   }
 #endif
-  checkpoint::broadcast_state(*comm, state, 0);
+  checkpoint::broadcast_state(*comm, state, root);
   apply_state(state);
 }
 
@@ -285,17 +287,25 @@ void TrainingSession::State::resume_if_asked() {
   if (lead()) {
     if (config.resume == "latest") {
       std::vector<std::string> skipped;
-      auto found = checkpoint::find_latest_valid(config.run_dir / "checkpoints", &skipped);
+      auto found = checkpoint::load_latest_valid(config.run_dir / "checkpoints", &skipped);
       for (const auto& reason : skipped) {
         std::cerr << "hardy: skipping checkpoint: " << reason << "\n";
         events.emit("checkpoint_rejected", {{"reason", reason}});
       }
-      if (found) source = *found;
+      if (found) {
+        source = std::move(found->path);
+        state = std::move(found->state);
+      }
     } else {
       source = config.resume;
+      state = checkpoint::read_checkpoint(source);
     }
-    if (!source.empty()) state = checkpoint::read_checkpoint(source);
   }
+  // A relaunch after the job died as a whole: the nodes' copies may be newer than any checkpoint.
+  // Only with `latest`: a checkpoint the user names is what they asked for.
+  if (config.resume == "latest" && config.snapshot_every > 0 &&
+      resume_from_node_snapshot(!source.empty() ? state.step : -1, started))
+    return;
   // Rank 0 tells the others whether there is anything to resume from.
   std::vector<double> have{lead() && !source.empty() ? 1.0 : 0.0};
   comm->allreduce_sum(have);
@@ -406,6 +416,7 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
   last_commit_unix = core::unix_time();
   samples_seen += static_cast<double>(current_batch.samples.size());
   if (config.memory_snapshots) take_snapshot();
+  write_node_snapshot();
   if (audit.enabled()) {
     nlohmann::json line = {{"step", step},
                            {"epoch", current_batch.epochs.front()},
@@ -434,6 +445,9 @@ void TrainingSession::State::take_snapshot() {
   if (!snapshot) {
     snapshot.emplace();
     snapshot->config_ini = config.config_ini;
+  }
+  if (snapshot->hosts.size() != world_rank_of.size()) {  // the first time, and after a shrink
+    snapshot->hosts.clear();
     for (int r : world_rank_of) snapshot->hosts.push_back(hosts[static_cast<std::size_t>(r)]);
   }
   checkpoint::capture_into(model, *optimizer, *snapshot);
@@ -499,7 +513,9 @@ void TrainingSession::State::write_metrics(double compute_s, double allreduce_s,
                  {"step_s", step_s},
                  {"compute_s", compute_s},
                  {"allreduce_s", allreduce_s},
-                 {"world_size", comm->size()}});
+                 {"snapshot_s", last_snapshot_s},
+                 {"world_size", comm->size()},
+                 {"unix_time", core::unix_time()}});
   if (lead() && (step % config.log_every == 0 || step == config.steps || step == 1)) {
     const double rate = samples_seen / seconds_since(job_start);
     const double eta = static_cast<double>(config.steps - step) * global_batch / rate;
@@ -550,6 +566,7 @@ int TrainingSession::State::run() {
     const bool checkpointing = config.checkpoint_every > 0 || config.checkpoint_every_seconds > 0;
     if (checkpointing && last_checkpoint_step != step) maybe_checkpoint(true);
     if (lead() && writer) writer->flush();
+    remove_node_snapshots();  // after the final checkpoint: nothing needs them any more
     nlohmann::json finished = {{"status", "completed"},
                                {"steps", step},
                                {"final_loss", last_loss},
@@ -574,6 +591,9 @@ int TrainingSession::State::run() {
   } catch (const SessionStop& stop) {
     stop_watchdog();
     if (lead() && writer) writer->flush();
+    // The final checkpoint holds the last committed step, so a later `--resume latest` (perhaps
+    // on other nodes) starts from it; the node-local copies would only be left behind.
+    remove_node_snapshots();
     events.emit("job_finished", {{"status", stop.status == kPreempted ? "preempted" : "stopped"},
                                  {"reason", stop.reason},
                                  {"steps", step},

@@ -5,9 +5,10 @@ Usage: supervisor_relaunch.py HARDY [--ulfm true|false] [--launcher NAME --launc
 
 A job of 4 ranks (2 nodes of 2) runs under `hardy run` without in-job recovery (an MPI without
 ULFM, or ULFM switched off); rank 3 is killed at step 10. The MPI ends the whole job, and the
-supervisor must relaunch it from its latest checkpoint on the node that did not fail, where it
-finishes all its steps; the audit must still cover every sample of every epoch exactly once, and
-the final loss must be within 2% of a failure-free run.
+supervisor must relaunch it from its latest checkpoint on the node that did not fail (node-local
+snapshots are off here: resilience/node_local_relaunch tests those), where it finishes all its
+steps; the audit must still cover every sample of every epoch exactly once, and the final loss
+must be within 2% of a failure-free run.
 """
 import subprocess
 import sys
@@ -21,7 +22,8 @@ STEPS, SAMPLES = 20, 36
 TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "8",
          "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
          "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "11",
-         "--warmup-steps", "2", "--checkpoint-every", "4", "--audit-samples", "--log-every", "100"]
+         "--warmup-steps", "2", "--checkpoint-every", "4", "--audit-samples", "--log-every", "100",
+         "--snapshot-every", "0"]
 check = Checks()
 
 

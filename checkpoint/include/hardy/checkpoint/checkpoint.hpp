@@ -5,10 +5,12 @@
 //   checkpoint_directory.hpp checkpoints/ with `latest`, retention, find_latest_valid()
 //   checkpoint_writer.hpp    CheckpointWriter (asynchronous, skip or wait when busy)
 //   broadcast_state.hpp      broadcast_state() for restoring every rank from rank 0's file
+//   node_local_snapshots.hpp the node-local tier: each node's copy of the last committed step
 //   model_file.hpp           save_model(), load_model(), write_atomically()
 #include "hardy/checkpoint/broadcast_state.hpp"
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/checkpoint/checkpoint_writer.hpp"
 #include "hardy/checkpoint/model_file.hpp"
+#include "hardy/checkpoint/node_local_snapshots.hpp"
 #include "hardy/checkpoint/training_state.hpp"

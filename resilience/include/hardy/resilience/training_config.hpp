@@ -47,13 +47,17 @@ struct TrainingConfig {
   core::LrSchedule schedule;
 
   // Checkpoints.
-  long checkpoint_every = 0;             // steps, 0 = never
-  double checkpoint_every_seconds = 0;   // 0 = never
-  int keep_last = 3;                     // retention: the last K ...
-  int keep_every = 0;                    // ... plus every M-th (0: none)
+  long checkpoint_every = 0;            // steps, 0 = never
+  double checkpoint_every_seconds = 0;  // 0 = never
+  int keep_last = 3;                    // retention: the last K ...
+  int keep_every = 0;                   // ... plus every M-th (0: none)
   bool checkpoint_async = true;
   bool checkpoint_skip_when_busy = false;  // false: wait for the previous write
   std::string resume;                      // "", "latest" or a checkpoint path
+  // The node-local tier (docs/resilience.md): every N committed steps each node's lowest rank
+  // writes the committed state under snapshot_dir, and `--resume latest` prefers it when newer.
+  long snapshot_every = 1;  // 0 = off
+  std::filesystem::path snapshot_dir = "/dev/shm/hardy";
 
   // Resilience.
   int ranks_per_node = 1;

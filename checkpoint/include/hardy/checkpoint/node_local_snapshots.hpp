@@ -1,0 +1,69 @@
+#pragma once
+// The node-local tier of the committed state. When a whole node dies, the MPI runtime may end the
+// job and the supervisor relaunches it; a copy of the last committed step in each surviving node's
+// own memory (/dev/shm by default) lets the relaunch resume from there instead of from the last
+// periodic checkpoint. The files are ordinary checkpoints (docs/checkpoint-format.md), written by
+// the same atomic, asynchronous CheckpointWriter into
+//
+//   ROOT/<run_key(run directory)>/<host>/ckpt-<step>.h5   and `latest`
+//
+// keyed by the run so that jobs sharing a node never read each other's state, and by host so that
+// emulated nodes sharing one /dev/shm each read only their own directory.
+#include <filesystem>
+#include <string>
+
+#include "hardy/checkpoint/checkpoint_writer.hpp"
+
+namespace hardy::checkpoint {
+
+// 16 hexadecimal digits: the xxHash64 of the run directory made absolute and lexically normal
+// ("runs/x", "./runs/x/" and "/cwd/runs/x" give the same key).
+std::string run_key(const std::filesystem::path& run_dir);
+
+// ROOT/<run_key(run_dir)>/<host>. A host name that could not be a directory name ("", ".", "..",
+// one holding '/') is replaced by a safe spelling, so it never escapes the run's directory.
+std::filesystem::path node_snapshot_directory(const std::filesystem::path& root,
+                                              const std::filesystem::path& run_dir,
+                                              const std::string& host);
+
+// Removes a host's snapshot directory and then the run's directory under ROOT if no other host's
+// directory remains in it (ROOT itself stays). Throws IoError naming what could not be removed.
+void remove_node_snapshots(const std::filesystem::path& root, const std::filesystem::path& run_dir,
+                           const std::string& host);
+
+// One host's writer of the tier. Keeps the last two snapshots: the newest may be cut short by the
+// job's end, and then the one before it is complete (see submit()).
+class NodeLocalSnapshots {
+ public:
+  static constexpr int kKeepLast = 2;
+
+  // Creates the host's directory; throws IoError when it cannot (a read-only or full /dev/shm).
+  NodeLocalSnapshots(const std::filesystem::path& root, const std::filesystem::path& run_dir,
+                     const std::string& host, CheckpointWriter::Report report = {});
+
+  // The buffers of the last snapshot written, to capture the next one into without allocating.
+  TrainingState take_spare() { return writer_.take_spare(); }
+  // Hands a committed state to the background writer. When the previous snapshot is still being
+  // written this waits for it rather than dropping the new one: so at any moment the newest
+  // complete snapshot is the last committed step or the one before it, never older. The wait is
+  // part of the caller's stall (writes to node memory normally finish well within a step).
+  // Write failures are reported, not thrown.
+  void submit(TrainingState&& state, double stall_s);
+  // Deletes the snapshots of steps after `step`: left by an earlier job in the same run directory
+  // or by a timeline that was rolled back, they must neither win a later restore nor crowd the
+  // new ones out of the retention. Call it before the first submit(); best effort.
+  void discard_newer_than(long step);
+  // Returns once the snapshot handed over last is written (or failed).
+  void flush() { writer_.flush(); }
+  // Waits for the write in progress, then removes this host's directory (remove_node_snapshots).
+  void remove();
+
+  const std::filesystem::path& directory() const { return writer_.directory(); }
+
+ private:
+  std::filesystem::path root_, run_dir_;
+  std::string host_;
+  CheckpointWriter writer_;
+};
+
+}  // namespace hardy::checkpoint

@@ -1,0 +1,83 @@
+#include "hardy/checkpoint/node_local_snapshots.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "hardy/core/digest.hpp"
+#include "hardy/core/error.hpp"
+
+namespace hardy::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string directory_name_for(const std::string& host) {
+  if (host.empty() || host == "." || host == "..")
+    return "host-" + (host.empty() ? "unnamed" : host);
+  std::string name = host;
+  std::replace(name.begin(), name.end(), '/', '_');
+  return name;
+}
+
+CheckpointWriter::Options writer_options() {
+  CheckpointWriter::Options options;
+  options.asynchronous = true;
+  options.skip_when_busy = false;  // see submit() in the header
+  options.retention = {NodeLocalSnapshots::kKeepLast, 0};
+  return options;
+}
+
+}  // namespace
+
+std::string run_key(const fs::path& run_dir) {
+  fs::path normal = fs::absolute(run_dir).lexically_normal();
+  // "/a/b/" normalizes to "/a/b/" (an empty last element); the key must not depend on it.
+  if (!normal.has_filename() && normal.has_parent_path() && normal != normal.root_path())
+    normal = normal.parent_path();
+  const std::string text = normal.string();
+  return fmt::format("{:016x}", core::xxhash64(std::as_bytes(std::span(text.data(), text.size()))));
+}
+
+fs::path node_snapshot_directory(const fs::path& root, const fs::path& run_dir,
+                                 const std::string& host) {
+  return root / run_key(run_dir) / directory_name_for(host);
+}
+
+void remove_node_snapshots(const fs::path& root, const fs::path& run_dir, const std::string& host) {
+  const fs::path dir = node_snapshot_directory(root, run_dir, host);
+  std::error_code error;
+  fs::remove_all(dir, error);
+  if (error)
+    throw IoError(fmt::format("cannot remove the node-local snapshots {}: {}", dir.string(),
+                              error.message()));
+  // Other hosts' directories (on a node that shares this file system) keep it: not an error.
+  const fs::path run = dir.parent_path();
+  if (fs::is_empty(run, error) && !error) fs::remove(run, error);
+}
+
+NodeLocalSnapshots::NodeLocalSnapshots(const fs::path& root, const fs::path& run_dir,
+                                       const std::string& host, CheckpointWriter::Report report)
+    : root_(root),
+      run_dir_(run_dir),
+      host_(host),
+      writer_(node_snapshot_directory(root, run_dir, host), writer_options(), std::move(report)) {}
+
+void NodeLocalSnapshots::submit(TrainingState&& state, double stall_s) {
+  writer_.submit(std::move(state), stall_s);
+}
+
+void NodeLocalSnapshots::discard_newer_than(long step) {
+  for (const CheckpointEntry& entry : list_checkpoints(directory())) {
+    std::error_code ignored;
+    if (entry.step > step) fs::remove(entry.path, ignored);
+  }
+}
+
+void NodeLocalSnapshots::remove() {
+  writer_.flush();
+  remove_node_snapshots(root_, run_dir_, host_);
+}
+
+}  // namespace hardy::checkpoint
