@@ -48,6 +48,28 @@ void mpi_check(int code, const char* call, MPI_Comm comm) {
     note_peer_failure();  // whoever catches this, this process must now skip MPI_Finalize
     throw ProcessFailure(message, std::move(failed));
   }
+  // A non-blocking collective whose peer died over TCP ends with a generic error: Open MPI's
+  // libnbc aborts its schedule ("NBC_Progress: an error 75 was found") and completes the request
+  // with MPI_ERR_INTERN, not a failure class. With a failure known on the communicator (or the
+  // communicator revoked), the error is that failure, and recovery is the right answer to it.
+  if (comm != MPI_COMM_NULL && ulfm_enabled()) {
+    std::vector<int> failed;
+    bool revoked = false;
+    try {
+      failed = known_failed_ranks(comm);
+#if HARDY_HAVE_ULFM && defined(OPEN_MPI)
+      int flag = 0;
+      revoked = MPIX_Comm_is_revoked(comm, &flag) == MPI_SUCCESS && flag != 0;
+#endif
+    } catch (const hardy::Error&) {  // the query failed too: report the original error
+    }
+    if (!failed.empty() || revoked) {
+      message += failed.empty() ? " (the communicator was revoked)"
+                                : " after a peer failed (failed ranks: " + ranks_text(failed) + ")";
+      note_peer_failure();
+      throw ProcessFailure(message, std::move(failed));
+    }
+  }
   throw hardy::Error(message);
 }
 

@@ -1,12 +1,16 @@
-#include <iostream>
+#include <fmt/format.h>
 
 #include <boost/program_options.hpp>
-#include <fmt/format.h>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
 
 #include "hardy/core/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/schedulers.hpp"
 #include "hardy/resilience/supervisor.hpp"
+#include "hardy/slurm/hostlist.hpp"
 
 namespace po = boost::program_options;
 
@@ -20,26 +24,90 @@ std::filesystem::path this_executable() {
   return error ? std::filesystem::path("hardy") : path;
 }
 
+// One host per line as Open MPI and MPICH host files have them: the first word counts
+// ("node1 slots=4" is node1), `#` starts a comment.
+std::vector<std::string> read_hostfile(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw InvalidArgument(fmt::format("--hostfile {}: cannot read it", path));
+  std::vector<std::string> hosts;
+  std::string line;
+  while (std::getline(file, line)) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string host;
+    if (words >> host) hosts.push_back(host.substr(0, host.find(':')));
+  }
+  if (hosts.empty()) throw InvalidArgument(fmt::format("--hostfile {} names no host", path));
+  return hosts;
+}
+
+void require_distinct(const std::vector<std::string>& hosts, const char* option) {
+  std::set<std::string> seen;
+  for (const auto& host : hosts)
+    if (!seen.insert(host).second)
+      throw InvalidArgument(
+          fmt::format("{} names {} twice; give each node once and set "
+                      "--ranks-per-node for several ranks on a node",
+                      option, host));
+}
+
 }  // namespace
 
 int run_command(const std::vector<std::string>& args) {
   // Everything after `--` belongs to `hardy train`.
   const auto separator = std::find(args.begin(), args.end(), "--");
   const std::vector<std::string> own(args.begin(), separator);
-  const std::vector<std::string> train_args(separator == args.end() ? separator : separator + 1, args.end());
+  const std::vector<std::string> train_args(separator == args.end() ? separator : separator + 1,
+                                            args.end());
+  const resilience::SupervisorConfig defaults;
+  const auto& detection = defaults.detection;
 
-  po::options_description options("hardy run options");
-  options.add_options()("help,h", "print this help")(
-      "nodes", po::value<int>(), "nodes of the job (default: the allocation's, or 1 outside a scheduler)")(
-      "ranks-per-node", po::value<int>()->default_value(1), "MPI ranks per node (one per GPU or CPU socket)")(
-      "run-dir", po::value<std::string>(), "the job's run directory (required)")(
+  po::options_description placement("Where the ranks run");
+  placement.add_options()("help,h", "print this help")("run-dir", po::value<std::string>(),
+                                                       "the job's run directory (required)")(
+      "nodes", po::value<int>(),
+      "nodes the ranks run on (default: every host given or allocated, less the spares; 1 on "
+      "this host alone)")("ranks-per-node", po::value<int>()->default_value(1),
+                          "MPI ranks per node (one per GPU or CPU socket)")(
+      "hosts", po::value<std::string>(),
+      "the nodes, outside a Slurm or LSF allocation: h1,h2 or a hostlist such as node[01-08]")(
+      "hostfile", po::value<std::string>(), "the nodes, one per line (`node1 slots=4` is node1)")(
+      "spare-nodes", po::value<int>()->default_value(0),
+      "keep the last K hosts idle; a relaunch puts them in place of lost nodes")(
       "launcher", po::value<std::string>()->default_value(HARDY_DEFAULT_LAUNCHER),
       "mpirun (Open MPI), mpiexec (MPICH), srun or jsrun")(
-      "launcher-path", po::value<std::string>(), "the launcher executable (default: the MPI hardy was built with)")(
-      "ulfm", po::value<bool>(), "launch with Open MPI's --with-ft ulfm (default: when this build has ULFM)")(
-      "max-restarts", po::value<int>()->default_value(3), "relaunches after the job died, before giving up")(
-      "backoff", po::value<double>()->default_value(2.0), "seconds before the first relaunch, doubled each time")(
-      "min-world-size", po::value<int>()->default_value(1), "do not relaunch on fewer ranks than this");
+      "launcher-path", po::value<std::string>(),
+      "the launcher executable (default: the MPI hardy was built with)")(
+      "launch-agent", po::value<std::string>()->default_value(""),
+      "command that starts a daemon on another node instead of ssh, called as `AGENT HOST "
+      "COMMAND...` (mpirun, mpiexec)")("ulfm", po::value<bool>(),
+                                       "launch with Open MPI's --with-ft ulfm (default: when this "
+                                       "build has ULFM)");
+  po::options_description recovery("Failure detection and relaunch");
+  recovery.add_options()("heartbeat-timeout",
+                         po::value<double>()->default_value(detection.heartbeat_timeout_s),
+                         "seconds without a heartbeat before Open MPI's detector declares a rank "
+                         "dead and the job shrinks around it (ULFM; 0: off, the default: Open MPI "
+                         "5.0's detector misfires while a multi-node job starts)")(
+      "heartbeat-period", po::value<double>()->default_value(detection.heartbeat_period_s),
+      "seconds between heartbeats")(
+      "keepalive", po::value<int>()->default_value(detection.keepalive_time_s),
+      "seconds of silence before the runtime probes a daemon's connection (then every second, 3 "
+      "times) and ends the job when its node is gone, for a relaunch (Open MPI; 0: its default "
+      "of 8 minutes)")("max-restarts", po::value<int>()->default_value(defaults.max_restarts),
+                       "relaunches after the job died, before giving up")(
+      "backoff", po::value<double>()->default_value(defaults.backoff_s),
+      "seconds before the first relaunch, doubled each time")(
+      "min-world-size", po::value<int>()->default_value(defaults.min_world_size),
+      "do not relaunch on fewer ranks than this")(
+      "probe-timeout", po::value<double>()->default_value(defaults.probe_timeout_s),
+      "before a relaunch, leave out nodes that do not run `true` through the launch path within "
+      "this many seconds")("finish-grace",
+                           po::value<double>()->default_value(defaults.finish_grace_s),
+                           "seconds the launcher may wait after the job logged job_finished "
+                           "(for ranks it left behind) before it is ended");
+  po::options_description options("hardy run options");
+  options.add(placement).add(recovery);
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(own).options(options).run(), vm);
@@ -48,47 +116,106 @@ int run_command(const std::vector<std::string>& args) {
     throw InvalidArgument(fmt::format("{} (see hardy run --help)", e.what()));
   }
   if (vm.count("help")) {
-    std::cout << "Usage: hardy run --nodes N --ranks-per-node R --run-dir DIR -- <hardy train options>\n\n"
-                 "Launches the training job over MPI and watches it. Failures inside the job are survived by the\n"
-                 "job itself (with ULFM); when the job dies as a whole, it is relaunched from its latest\n"
-                 "checkpoint on the nodes that did not fail.\n\n"
-              << options << "\n";
+    std::cout
+        << "Usage: hardy run [--nodes N] --ranks-per-node R --run-dir DIR [--hosts LIST] -- "
+           "<hardy train options>\n\n"
+           "Launches the training job over MPI and watches it. Failures inside the job are "
+           "survived by the\njob itself (with ULFM); when the job dies as a whole, it is "
+           "relaunched from its newest committed\nstate on the nodes that did not fail. A launch "
+           "counts as completed only when the job logged that\nit finished its last step. Inside a "
+           "Slurm or LSF job the nodes are the allocation's.\n\n"
+        << options << "\n";
     return 0;
   }
   if (!vm.count("run-dir")) throw InvalidArgument("--run-dir is required");
   if (std::find(train_args.begin(), train_args.end(), "--run-dir") != train_args.end())
     throw InvalidArgument("give --run-dir to hardy run, not after --");
+  if (vm.count("hosts") && vm.count("hostfile"))
+    throw InvalidArgument("give --hosts or --hostfile, not both");
   resilience::SupervisorConfig config;
   config.ranks_per_node = vm["ranks-per-node"].as<int>();
-  // Inside a Slurm or LSF job the nodes are the allocation's; outside, every node is this host.
+  const int spares = vm["spare-nodes"].as<int>();
+  if (config.ranks_per_node < 1) throw InvalidArgument("--ranks-per-node must be positive");
+  if (spares < 0) throw InvalidArgument("--spare-nodes must not be negative");
+
+  // The hosts: given explicitly, else the allocation's, else this host alone.
+  std::vector<std::string> hosts;
+  std::string source;
   const auto allocation = detect_allocation();
-  const int available = allocation ? static_cast<int>(allocation->nodes.size()) : 0;
-  const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : std::max(available, 1);
-  if (nodes < 1 || config.ranks_per_node < 1) throw InvalidArgument("--nodes and --ranks-per-node must be positive");
-  if (allocation && nodes > available)
-    throw InvalidArgument(fmt::format("--nodes {} but the {} allocation {} has {} node(s)", nodes, allocation->scheduler,
-                                      allocation->job_id, available));
+  if (vm.count("hosts")) {
+    hosts = slurm::expand_hostlist(vm["hosts"].as<std::string>());
+    source = "--hosts";
+  } else if (vm.count("hostfile")) {
+    hosts = read_hostfile(vm["hostfile"].as<std::string>());
+    source = "--hostfile";
+  } else if (allocation) {
+    hosts = allocation->nodes;
+    source = fmt::format("the {} allocation {}", allocation->scheduler, allocation->job_id);
+  }
+  if (!hosts.empty()) {
+    require_distinct(hosts, source.c_str());
+    const int available = static_cast<int>(hosts.size());
+    const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : available - spares;
+    if (nodes < 1)
+      throw InvalidArgument(
+          fmt::format("{} has {} host(s): none left for the job after "
+                      "--spare-nodes {}",
+                      source, available, spares));
+    if (nodes + spares > available)
+      throw InvalidArgument(
+          fmt::format("--nodes {} and --spare-nodes {} need {} hosts but {} has {}", nodes, spares,
+                      nodes + spares, source, available));
+    config.nodes.assign(hosts.begin(), hosts.begin() + nodes);
+    config.spare_nodes.assign(hosts.begin() + nodes, hosts.begin() + nodes + spares);
+  } else {
+    // This host alone plays every node (and every spare).
+    const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : 1;
+    if (nodes < 1) throw InvalidArgument("--nodes must be positive");
+    config.nodes.assign(static_cast<std::size_t>(nodes), "localhost");
+    config.spare_nodes.assign(static_cast<std::size_t>(spares), "localhost");
+  }
   if (allocation) {
-    config.nodes.assign(allocation->nodes.begin(), allocation->nodes.begin() + nodes);
     config.scheduler = allocation->scheduler;
     config.scheduler_job_id = allocation->job_id;
     config.scheduler_restart_count = allocation->restart_count;
-  } else {
-    config.nodes.assign(static_cast<std::size_t>(nodes), "localhost");
   }
   config.launcher = resilience::parse_launcher(vm["launcher"].as<std::string>());
+  const bool mpi_launcher = config.launcher == resilience::Launcher::mpirun ||
+                            config.launcher == resilience::Launcher::mpiexec;
   config.launcher_path = vm.count("launcher-path") ? vm["launcher-path"].as<std::string>()
-                         : config.launcher == resilience::Launcher::mpirun || config.launcher == resilience::Launcher::mpiexec
-                             ? std::string(HARDY_MPIEXEC)
-                             : resilience::to_string(config.launcher);
-  config.ulfm = vm.count("ulfm") ? vm["ulfm"].as<bool>() : HARDY_BUILT_WITH_ULFM && config.launcher == resilience::Launcher::mpirun;
+                         : mpi_launcher            ? std::string(HARDY_MPIEXEC)
+                                                   : resilience::to_string(config.launcher);
+  config.launch_agent = vm["launch-agent"].as<std::string>();
+  if (!config.launch_agent.empty() && !mpi_launcher)
+    throw InvalidArgument(fmt::format("--launch-agent works with mpirun and mpiexec, not {}",
+                                      resilience::to_string(config.launcher)));
+  config.ulfm = vm.count("ulfm")
+                    ? vm["ulfm"].as<bool>()
+                    : HARDY_BUILT_WITH_ULFM && config.launcher == resilience::Launcher::mpirun;
+  config.detection.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
+  config.detection.heartbeat_period_s = vm["heartbeat-period"].as<double>();
+  config.detection.keepalive_time_s = vm["keepalive"].as<int>();
+  if (config.detection.heartbeat_timeout_s < 0 || config.detection.keepalive_time_s < 0)
+    throw InvalidArgument("--heartbeat-timeout and --keepalive must not be negative");
+  if (config.detection.heartbeat_timeout_s > 0 &&
+      !(config.detection.heartbeat_period_s > 0 &&
+        config.detection.heartbeat_period_s < config.detection.heartbeat_timeout_s))
+    throw InvalidArgument(fmt::format(
+        "--heartbeat-period {} must be positive and shorter than --heartbeat-timeout {}",
+        config.detection.heartbeat_period_s, config.detection.heartbeat_timeout_s));
   config.hardy = this_executable();
   config.train_args = train_args;
   config.run_dir = vm["run-dir"].as<std::string>();
   config.max_restarts = vm["max-restarts"].as<int>();
   config.backoff_s = vm["backoff"].as<double>();
   config.min_world_size = vm["min-world-size"].as<int>();
-  if (config.max_restarts < 0 || config.backoff_s < 0) throw InvalidArgument("--max-restarts and --backoff must not be negative");
+  config.probe_timeout_s = vm["probe-timeout"].as<double>();
+  config.finish_grace_s = vm["finish-grace"].as<double>();
+  if (config.max_restarts < 0 || config.backoff_s < 0 || config.probe_timeout_s <= 0 ||
+      config.finish_grace_s < 0)
+    throw InvalidArgument(
+        "--max-restarts, --backoff and --finish-grace must not be negative, --probe-timeout "
+        "must be positive");
   return resilience::supervise(config);
 }
 

@@ -1,95 +1,108 @@
 #include "hardy/resilience/supervisor.hpp"
 
-#include <signal.h>
-#include <sys/wait.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cmath>
-#include <cstring>
-#include <fstream>
 #include <iostream>
-#include <set>
 #include <thread>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "hardy/core/error.hpp"
 #include "hardy/core/event_log.hpp"
+#include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/training_session.hpp"
+#include "launched_job.hpp"
 
 namespace hardy::resilience {
 
 namespace {
 
-std::atomic<pid_t> running_child{0};
+using std::chrono::milliseconds;
 
-// Signals for the job (a scheduler's time-limit warning, a cancel) go to the whole launch.
-void forward_signal(int signal) {
-  if (const pid_t child = running_child.load(); child > 0) ::kill(-child, signal);
+milliseconds to_ms(double seconds) { return milliseconds(static_cast<long>(seconds * 1000.0)); }
+
+bool all_local(const std::vector<std::string>& nodes) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::all_of(nodes.begin(), nodes.end(),
+                     [&](const auto& n) { return n == "localhost" || n == host; });
 }
 
-void install_forwarding() {
-  struct sigaction action {};
-  action.sa_handler = forward_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  for (int signal : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT}) sigaction(signal, &action, nullptr);
+std::uintmax_t file_size_or_zero(const std::filesystem::path& path) {
+  std::error_code error;
+  const auto size = std::filesystem::file_size(path, error);
+  return error ? 0 : size;
 }
 
-struct LaunchResult {
-  int status = 0;   // exit status, or 128 + signal
-  std::string how;  // for events
+int status_of(LaunchVerdict verdict) {
+  switch (verdict) {
+    case LaunchVerdict::completed:
+      return kCompleted;
+    case LaunchVerdict::bad_input:
+      return kBadInput;
+    case LaunchVerdict::stopped:
+      return kStopped;
+    case LaunchVerdict::preempted:
+      return kPreempted;
+    case LaunchVerdict::failed:
+      return kFailed;
+  }
+  return kFailed;
+}
+
+nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes) {
+  auto list = nlohmann::json::array();
+  for (const auto& node : nodes) {
+    nlohmann::json entry = {{"host", node.host}, {"evidence", node.evidence}};
+    if (node.replaced_by) entry["replaced_by"] = *node.replaced_by;
+    list.push_back(entry);
+  }
+  return list;
+}
+
+// One launch from start to end: relays its output and, once the job has logged job_finished,
+// gives the launcher finish_grace_s to return before ending it (it may wait for ranks the job
+// already left behind, a frozen node's).
+struct LaunchOutcome {
+  int exit_status = 0;
+  std::string how;
+  std::string output;
+  LaunchEvents events;
+  double ended_unix = 0;
 };
 
-LaunchResult launch(const std::vector<std::string>& command) {
-  std::vector<char*> argv;
-  for (const auto& word : command) argv.push_back(const_cast<char*>(word.c_str()));
-  argv.push_back(nullptr);
-  const pid_t child = ::fork();
-  if (child < 0) throw Error(fmt::format("cannot start {}: {}", command.front(), std::strerror(errno)));
-  if (child == 0) {
-    ::setpgid(0, 0);  // its own process group, so that a forwarded signal reaches every rank
-    ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "hardy run: cannot execute %s: %s\n", argv[0], std::strerror(errno));
-    std::_Exit(127);
-  }
-  ::setpgid(child, child);
-  running_child.store(child);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  running_child.store(0);
-  if (WIFEXITED(status)) return {WEXITSTATUS(status), fmt::format("exit status {}", WEXITSTATUS(status))};
-  const int signal = WTERMSIG(status);
-  return {128 + signal, fmt::format("killed by signal {} ({})", signal, strsignal(signal))};
-}
-
-// Nodes that this launch lost, by their index in the launch: from the job's own failure events,
-// and from injected kills (whose victims record themselves).
-std::set<int> failed_nodes_since(const std::filesystem::path& run_dir, double since, int ranks_per_node) {
-  std::set<int> failed;
-  std::ifstream events(run_dir / "events.jsonl");
-  std::string line;
-  while (std::getline(events, line)) {
-    const auto record = nlohmann::json::parse(line, nullptr, false);
-    if (record.is_discarded() || record.value("unix_time", 0.0) < since) continue;
-    if (record.value("event", "") == "failure_detected" && record.contains("failed_nodes"))
-      for (int node : record["failed_nodes"]) failed.insert(node);
-  }
-  const auto checkpoints = run_dir / "checkpoints";
-  if (std::filesystem::is_directory(checkpoints))
-    for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) {
-      const auto name = entry.path().filename().string();
-      if (!name.starts_with("injected-kill-")) continue;
-      double time = 0;
-      if (!(std::ifstream(entry.path()) >> time) || time < since) continue;
-      failed.insert(std::stoi(name.substr(std::strlen("injected-kill-"))) / ranks_per_node);
+LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::string>& command,
+                         const std::filesystem::path& log_file) {
+  const auto events_file = config.run_dir / "events.jsonl";
+  const std::uintmax_t offset = file_size_or_zero(events_file);
+  const double started = core::unix_time();
+  LaunchedJob job(command, log_file);
+  std::optional<int> status;
+  double finished_seen = 0;
+  while (!(status = job.wait_for(milliseconds(250)))) {
+    if (finished_seen == 0) {
+      if (read_launch_events(config.run_dir, offset, started, config.ranks_per_node)
+              .finished_status)
+        finished_seen = core::unix_time();
+    } else if (core::unix_time() - finished_seen > config.finish_grace_s) {
+      std::cerr << fmt::format(
+          "hardy run: the job logged job_finished {:.0f} s ago but the launcher still waits; "
+          "ending it\n",
+          config.finish_grace_s);
+      status = job.terminate(milliseconds(3000));
+      break;
     }
-  return failed;
+  }
+  LaunchOutcome outcome;
+  outcome.exit_status = *status;
+  outcome.how = finished_seen > 0 && core::unix_time() - finished_seen > config.finish_grace_s
+                    ? fmt::format("ended by the supervisor {:.0f} s after job_finished ({})",
+                                  config.finish_grace_s, job.how())
+                    : job.how();
+  outcome.output = job.output();
+  outcome.events = read_launch_events(config.run_dir, offset, started, config.ranks_per_node);
+  outcome.ended_unix = core::unix_time();
+  return outcome;
 }
 
 }  // namespace
@@ -99,52 +112,83 @@ Launcher parse_launcher(const std::string& name) {
   if (name == "mpiexec") return Launcher::mpiexec;
   if (name == "srun") return Launcher::srun;
   if (name == "jsrun") return Launcher::jsrun;
-  throw InvalidArgument(fmt::format("unknown launcher '{}' (choose mpirun, mpiexec, srun or jsrun)", name));
+  throw InvalidArgument(
+      fmt::format("unknown launcher '{}' (choose mpirun, mpiexec, srun or jsrun)", name));
 }
 
 std::string to_string(Launcher launcher) {
   switch (launcher) {
-    case Launcher::mpirun: return "mpirun";
-    case Launcher::mpiexec: return "mpiexec";
-    case Launcher::srun: return "srun";
-    case Launcher::jsrun: return "jsrun";
+    case Launcher::mpirun:
+      return "mpirun";
+    case Launcher::mpiexec:
+      return "mpiexec";
+    case Launcher::srun:
+      return "srun";
+    case Launcher::jsrun:
+      return "jsrun";
   }
   return "?";
 }
 
-std::vector<std::string> launch_command(const SupervisorConfig& config, const std::vector<std::string>& nodes,
-                                        bool resume) {
+std::vector<std::string> launch_command(const SupervisorConfig& config,
+                                        const std::vector<std::string>& nodes, bool resume) {
   const int world = static_cast<int>(nodes.size()) * config.ranks_per_node;
   const std::string ranks = std::to_string(world), per_node = std::to_string(config.ranks_per_node);
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  const bool local = std::all_of(nodes.begin(), nodes.end(), [&](const auto& n) { return n == "localhost" || n == host; });
+  const bool local = all_local(nodes);
   std::string host_list;
   for (const auto& node : nodes) host_list += (host_list.empty() ? "" : ",") + node;
+  const auto& detection = config.detection;
   std::vector<std::string> command{config.launcher_path.string()};
   switch (config.launcher) {
     case Launcher::mpirun:  // Open MPI
       command.insert(command.end(), {"-n", ranks});
-      if (config.ulfm) command.insert(command.end(), {"--with-ft", "ulfm"});
+      if (config.ulfm) {
+        command.insert(command.end(), {"--with-ft", "ulfm"});
+        if (detection.heartbeat_timeout_s > 0)
+          command.insert(
+              command.end(),
+              {"--mca", "mpi_ft_detector", "true", "--mca", "mpi_ft_detector_thread", "true",
+               "--mca", "mpi_ft_detector_period", fmt::format("{}", detection.heartbeat_period_s),
+               "--mca", "mpi_ft_detector_timeout",
+               fmt::format("{}", detection.heartbeat_timeout_s)});
+      }
       if (local) {
         command.insert(command.end(), {"--oversubscribe", "--bind-to", "none"});
       } else {
         std::string slots;
         for (const auto& node : nodes) slots += (slots.empty() ? "" : ",") + node + ":" + per_node;
         command.insert(command.end(), {"--host", slots});
+        if (detection.keepalive_time_s > 0)
+          command.insert(
+              command.end(),
+              {"--prtemca", "oob_tcp_keepalive_time", std::to_string(detection.keepalive_time_s),
+               "--prtemca", "oob_tcp_keepalive_intvl",
+               std::to_string(detection.keepalive_interval_s), "--prtemca",
+               "oob_tcp_keepalive_probes", std::to_string(detection.keepalive_probes)});
+        if (!config.launch_agent.empty())
+          command.insert(command.end(), {"--prtemca", "plm_ssh_agent", config.launch_agent});
       }
       if (::geteuid() == 0) command.push_back("--allow-run-as-root");
       break;
     case Launcher::mpiexec:  // MPICH's hydra
       command.insert(command.end(), {"-n", ranks});
-      if (!local) command.insert(command.end(), {"-hosts", host_list, "-ppn", per_node});
+      if (!local) {
+        command.insert(command.end(), {"-hosts", host_list, "-ppn", per_node});
+        if (!config.launch_agent.empty())
+          command.insert(command.end(),
+                         {"-launcher", "ssh", "-launcher-exec", config.launch_agent});
+      }
       break;
     case Launcher::srun:
-      command.insert(command.end(), {"--ntasks", ranks, "--ntasks-per-node", per_node, "--kill-on-bad-exit=1"});
-      if (!local) command.insert(command.end(), {"--nodelist", host_list, "--nodes", std::to_string(nodes.size())});
+      command.insert(command.end(),
+                     {"--ntasks", ranks, "--ntasks-per-node", per_node, "--kill-on-bad-exit=1"});
+      if (!local)
+        command.insert(command.end(),
+                       {"--nodelist", host_list, "--nodes", std::to_string(nodes.size())});
       break;
     case Launcher::jsrun:  // LSF on Summit-like machines: one resource set per rank
-      command.insert(command.end(), {"--nrs", ranks, "--tasks_per_rs", "1", "--rs_per_host", per_node});
+      command.insert(command.end(),
+                     {"--nrs", ranks, "--tasks_per_rs", "1", "--rs_per_host", per_node});
       break;
   }
   command.insert(command.end(), config.launcher_args.begin(), config.launcher_args.end());
@@ -159,62 +203,131 @@ std::vector<std::string> launch_command(const SupervisorConfig& config, const st
     if (resume && arg.starts_with("--inject-failure=")) continue;
     command.push_back(arg);
   }
-  command.insert(command.end(), {"--run-dir", config.run_dir.string(), "--ranks-per-node", per_node});
-  const bool asked = std::find(config.train_args.begin(), config.train_args.end(), "--resume") != config.train_args.end();
+  command.insert(command.end(),
+                 {"--run-dir", config.run_dir.string(), "--ranks-per-node", per_node});
+  const bool asked = std::find(config.train_args.begin(), config.train_args.end(), "--resume") !=
+                     config.train_args.end();
   if (resume && !asked) command.insert(command.end(), {"--resume", "latest"});
   return command;
+}
+
+std::vector<std::string> probe_command(const SupervisorConfig& config,
+                                       const std::vector<std::string>& nodes) {
+  if (all_local(nodes)) return {};
+  if (!config.launch_agent.empty()) return {config.launch_agent, "{host}", "true"};
+  const auto timeout = fmt::format("{}", std::max(1, static_cast<int>(config.probe_timeout_s)));
+  switch (config.launcher) {
+    case Launcher::srun:
+      return {
+          config.launcher_path.string(), "--nodes", "1", "--ntasks", "1", "--nodelist", "{host}",
+          "--immediate=" + timeout,      "true"};
+    case Launcher::jsrun:
+      return {};  // LSF's CSM health checks decide; jsrun cannot target a host
+    default:
+      return {"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=" + timeout, "{host}", "true"};
+  }
 }
 
 int supervise(const SupervisorConfig& config) {
   if (config.nodes.empty()) throw InvalidArgument("the supervisor needs at least one node");
   std::filesystem::create_directories(config.run_dir);
   core::EventLog events(config.run_dir / "events.jsonl");
-  install_forwarding();
-  std::vector<std::string> nodes = config.nodes;
-  events.emit("supervisor_started", {{"nodes", nodes},
+  NodeSet nodes{config.nodes, config.spare_nodes};
+  events.emit("supervisor_started", {{"nodes", nodes.active},
+                                     {"spare_nodes", nodes.spares},
                                      {"ranks_per_node", config.ranks_per_node},
                                      {"launcher", to_string(config.launcher)},
+                                     {"launch_agent", config.launch_agent},
                                      {"ulfm", config.ulfm},
+                                     {"heartbeat_timeout_s", config.detection.heartbeat_timeout_s},
+                                     {"keepalive_time_s", config.detection.keepalive_time_s},
                                      {"scheduler", config.scheduler},
                                      {"scheduler_job_id", config.scheduler_job_id},
                                      {"scheduler_restart_count", config.scheduler_restart_count},
                                      {"pid", ::getpid()}});
   double backoff = config.backoff_s;
   for (int attempt = 0;; ++attempt) {
-    const auto command = launch_command(config, nodes, attempt > 0);
-    const double started = core::unix_time();
-    std::cerr << fmt::format("hardy run: launch {} with {} ranks: {}\n", attempt + 1,
-                             nodes.size() * static_cast<std::size_t>(config.ranks_per_node), fmt::join(command, " "));
-    const LaunchResult result = launch(command);
-    const double ended = core::unix_time();
-    const bool final = result.status == kCompleted || result.status == kBadInput || result.status == kStopped ||
-                       result.status == kPreempted;
+    const auto command = launch_command(config, nodes.active, attempt > 0);
+    std::cerr << fmt::format("hardy run: launch {} with {} ranks on {}: {}\n", attempt + 1,
+                             nodes.active.size() * static_cast<std::size_t>(config.ranks_per_node),
+                             fmt::join(nodes.active, ","), fmt::join(command, " "));
+    const auto launch =
+        run_launch(config, command, config.run_dir / fmt::format("launch-{}.log", attempt + 1));
+    const Verdict verdict = judge_launch(launch.exit_status, launch.events);
+    events.emit("launch_ended",
+                {{"launch", attempt + 1},
+                 {"how", launch.how},
+                 {"exit_status", launch.exit_status},
+                 {"verdict", verdict.reason},
+                 {"last_committed_step", launch.events.last_committed_step
+                                             ? nlohmann::json(*launch.events.last_committed_step)
+                                             : nlohmann::json(nullptr)}});
+    const bool final = verdict.kind != LaunchVerdict::failed;
     if (final || attempt >= config.max_restarts) {
-      events.emit("supervisor_finished", {{"status", result.status},
-                                          {"how", result.how},
+      events.emit("supervisor_finished", {{"status", status_of(verdict.kind)},
+                                          {"how", verdict.reason},
                                           {"launches", attempt + 1},
                                           {"gave_up", !final}});
-      if (!final) std::cerr << fmt::format("hardy run: giving up after {} relaunches\n", config.max_restarts);
-      return final ? result.status : kFailed;
+      if (!final)
+        std::cerr << fmt::format("hardy run: giving up after {} relaunches: {}\n",
+                                 config.max_restarts, verdict.reason);
+      return status_of(verdict.kind);
     }
-    // Relaunch without the nodes that failed, from the newest valid checkpoint.
-    const auto failed = failed_nodes_since(config.run_dir, started, config.ranks_per_node);
-    std::vector<std::string> excluded, survivors;
-    for (std::size_t i = 0; i < nodes.size(); ++i)
-      (failed.count(static_cast<int>(i)) ? excluded : survivors).push_back(nodes[i]);
-    if (static_cast<int>(survivors.size()) * config.ranks_per_node < config.min_world_size) {
-      events.emit("supervisor_finished", {{"status", kStopped}, {"how", result.how}, {"launches", attempt + 1},
+    std::cerr << fmt::format("hardy run: launch {} failed: {}\n", attempt + 1, verdict.reason);
+
+    // Which nodes are gone: the launcher's word, the job's own failure events, and a probe of
+    // every node through the launch path.
+    const auto decide_start = core::unix_time();
+    auto active_evidence = launch.events.failed_nodes;
+    for (const auto& host : hosts_reported_lost(launch.output))
+      for (std::size_t i : indices_of(nodes.active, host))
+        active_evidence[i].push_back(
+            fmt::format("launcher: {} reported the node lost", to_string(config.launcher)));
+    std::map<std::size_t, std::vector<std::string>> spare_evidence;
+    if (const auto probe = probe_command(config, nodes.active); !probe.empty()) {
+      std::vector<std::string> all = nodes.active;
+      all.insert(all.end(), nodes.spares.begin(), nodes.spares.end());
+      const auto answers = probe_hosts(probe, all, to_ms(config.probe_timeout_s));
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        if (!answers[i]) continue;
+        auto& evidence =
+            i < nodes.active.size() ? active_evidence[i] : spare_evidence[i - nodes.active.size()];
+        evidence.push_back("probe: " + *answers[i]);
+      }
+    }
+    const RelaunchPlan plan = plan_relaunch(nodes, active_evidence, spare_evidence);
+    const auto world = plan.nodes.active.size() * static_cast<std::size_t>(config.ranks_per_node);
+    if (static_cast<int>(world) < config.min_world_size || plan.nodes.active.empty()) {
+      events.emit("supervisor_finished", {{"status", kStopped},
+                                          {"how", verdict.reason},
+                                          {"launches", attempt + 1},
+                                          {"excluded_nodes", excluded_json(plan.excluded)},
                                           {"reason", "too few healthy nodes left"}});
+      std::cerr << fmt::format("hardy run: only {} healthy rank(s) left, fewer than {}; stopping\n",
+                               world, config.min_world_size);
       return kStopped;
     }
+    for (const auto& lost : plan.excluded)
+      std::cerr << fmt::format("hardy run: leaving out {} ({}){}\n", lost.host,
+                               fmt::join(lost.evidence, "; "),
+                               lost.replaced_by ? " for spare " + *lost.replaced_by : "");
+    const double decide_s = core::unix_time() - decide_start;
     std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+    std::vector<std::string> excluded_hosts;
+    for (const auto& lost : plan.excluded) excluded_hosts.push_back(lost.host);
     events.emit("job_relaunched", {{"attempt", attempt + 1},
-                                   {"previous_end", result.how},
-                                   {"excluded_nodes", excluded},
-                                   {"world_size", survivors.size() * static_cast<std::size_t>(config.ranks_per_node)},
+                                   {"previous_end", launch.how},
+                                   {"verdict", verdict.reason},
+                                   {"excluded_nodes", excluded_hosts},
+                                   {"excluded", excluded_json(plan.excluded)},
+                                   {"spares_lost", excluded_json(plan.spares_lost)},
+                                   {"nodes", plan.nodes.active},
+                                   {"spare_nodes", plan.nodes.spares},
+                                   {"world_size", world},
+                                   {"decide_s", decide_s},
                                    {"backoff_s", backoff},
-                                   {"seconds_since_end", core::unix_time() - ended}});
-    nodes = survivors;
+                                   {"seconds_since_end", core::unix_time() - launch.ended_unix}});
+    nodes = plan.nodes;
     backoff = std::min(60.0, backoff * 2);
   }
 }

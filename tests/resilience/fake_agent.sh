@@ -1,0 +1,10 @@
+#!/bin/sh
+# A stand-in for ssh as `hardy run --launch-agent` calls it (`AGENT HOST COMMAND...`), for
+# supervisor_judgement.py: hosts listed in FAKE_AGENT_DEAD (comma-separated) never answer, the
+# others run the command here.
+host=$1
+shift
+case ",${FAKE_AGENT_DEAD:-}," in
+  *",$host,"*) exec sleep 60 ;;
+esac
+exec "$@"

@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""The supervisor is never fooled by its launcher (CTest labels `fault`, `e2e`).
+
+Usage: supervisor_judgement.py HARDY
+
+`hardy run` drives fake_launcher.py in place of mpirun and fake_agent.sh in place of ssh, so each
+misbehaviour is exact and takes seconds:
+  - a launcher that exits 0 although the job never logged job_finished is a failure, relaunched
+    and finally reported as one (exit status 1), never as completed;
+  - the node the launcher names in Open MPI's "lost communication with a remote daemon" message,
+    and a node that does not answer the probe, are left out of the relaunch, each with its
+    evidence; a spare that does not answer is passed over and the next spare takes the place;
+  - a launcher that goes on waiting after the job logged job_finished is ended after
+    --finish-grace, and the job counts as completed.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "lib"))
+from hardy_test import Checks, read_jsonl  # noqa: E402
+
+hardy = sys.argv[1]
+check = Checks()
+
+
+def supervise(run, plan, *options, dead=""):
+    env = {**os.environ, "FAKE_LAUNCHER_PLAN": plan, "FAKE_AGENT_DEAD": dead}
+    command = [hardy, "run", "--run-dir", str(run), "--launcher-path", str(HERE / "fake_launcher.py"),
+               "--backoff", "0", *options, "--", "--steps", "5"]
+    started = time.time()
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    print(result.stderr[-2500:], flush=True)
+    return result.returncode, time.time() - started, read_jsonl(run / "events.jsonl")
+
+
+with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
+    tmp = Path(tmp)
+
+    status, _, events = supervise(tmp / "exit0", "exit0", "--max-restarts", "1")
+    ended = [e for e in events if e["event"] == "launch_ended"]
+    finished = [e for e in events if e["event"] == "supervisor_finished"]
+    check(status == 1, f"a launcher that exits 0 without job_finished is a failure (hardy run exit {status})")
+    check(len(ended) == 2 and all("no job_finished" in e["verdict"] for e in ended),
+          f"both launches judged failed: {[e['verdict'] for e in ended]}")
+    check(finished and finished[-1]["gave_up"] and finished[-1]["status"] == 1,
+          f"supervisor_finished gives up with status 1: {finished}")
+
+    hosts = "n0,n1,n2,s0,s1"
+    status, _, events = supervise(tmp / "lost", "lost:n1,finish", "--hosts", hosts, "--spare-nodes", "2",
+                                  "--launch-agent", str(HERE / "fake_agent.sh"), "--probe-timeout", "1",
+                                  dead="n2,s0")
+    relaunched = [e for e in events if e["event"] == "job_relaunched"]
+    check(status == 0, f"after the relaunch the job completes (exit {status})")
+    check(len(relaunched) == 1, f"one relaunch: {len(relaunched)}")
+    if relaunched:
+        r = relaunched[0]
+        excluded = {x["host"]: x for x in r["excluded"]}
+        check(sorted(excluded) == ["n1", "n2"], f"n1 and n2 left out: {r['excluded']}")
+        check(any("launcher" in e for e in excluded.get("n1", {}).get("evidence", [])),
+              f"n1 on the launcher's word: {excluded.get('n1')}")
+        check(any("probe" in e for e in excluded.get("n2", {}).get("evidence", [])),
+              f"n2 on the probe's: {excluded.get('n2')}")
+        check([x["host"] for x in r["spares_lost"]] == ["s0"], f"the silent spare s0 is passed over: {r['spares_lost']}")
+        check(excluded.get("n1", {}).get("replaced_by") == "s1" and r["nodes"] == ["n0", "s1"],
+              f"s1 takes n1's place in rank order, n2 has no spare left: {r['nodes']} {r['excluded']}")
+        check(r["world_size"] == 2, f"world size {r['world_size']}: two healthy nodes left (one spare used)")
+        check("last committed step 3 of 5" in r["verdict"], f"the verdict names the progress: {r['verdict']}")
+    args = json.loads((tmp / "lost" / "fake-launch-2.args").read_text())
+    check(args[args.index("--host") + 1] == "n0:1,s1:1", f"the relaunch runs on n0 and s1: {args[args.index('--host') + 1]}")
+    check(args[args.index("--prtemca") + 1:].count("plm_ssh_agent") == 1 and "--resume" in args,
+          "the relaunch goes through the launch agent and resumes")
+
+    status, elapsed, events = supervise(tmp / "hang", "finish-and-hang", "--finish-grace", "1")
+    ended = [e for e in events if e["event"] == "launch_ended"]
+    check(status == 0, f"a launcher that hangs after job_finished: the job completed (exit {status})")
+    check(ended and "ended by the supervisor" in ended[0]["how"], f"the supervisor ended it: {ended}")
+    check(elapsed < 15, f"within the grace period ({elapsed:.1f} s)")
+
+check.finish("supervisor judgement")

@@ -1,0 +1,149 @@
+// The supervisor's decisions (resilience/relaunch_plan.hpp): a launch is completed only when the
+// run directory says so, lost nodes are named from the launcher's output and the job's events,
+// and spares take the places of lost nodes.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "hardy/resilience/relaunch_plan.hpp"
+
+using namespace hardy::resilience;
+
+namespace {
+
+struct TemporaryRun {
+  std::filesystem::path dir;
+  TemporaryRun() {
+    dir = std::filesystem::temp_directory_path() /
+          ("hardy-relaunch-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::create_directories(dir / "checkpoints");
+  }
+  ~TemporaryRun() { std::filesystem::remove_all(dir); }
+  void append(const std::string& file, const std::string& lines) {
+    std::ofstream(dir / file, std::ios::app) << lines;
+  }
+  std::uintmax_t size(const std::string& file) const {
+    return std::filesystem::file_size(dir / file);
+  }
+  static inline int counter = 0;
+};
+
+LaunchEvents finished(const std::string& status, long steps, long total) {
+  LaunchEvents events;
+  events.total_steps = total;
+  events.finished_status = status;
+  events.finished_steps = steps;
+  events.last_committed_step = steps;
+  return events;
+}
+
+}  // namespace
+
+TEST_CASE("a launch completed only when the job logged its last step", "[relaunch]") {
+  CHECK(judge_launch(0, finished("completed", 600, 600)).kind == LaunchVerdict::completed);
+  // The runtime lost a node's daemon, ended the job and exited 0: never a success.
+  LaunchEvents died;
+  died.total_steps = 600;
+  died.last_committed_step = 10;
+  const Verdict verdict = judge_launch(0, died);
+  CHECK(verdict.kind == LaunchVerdict::failed);
+  CHECK_THAT(verdict.reason, Catch::Contains("exit status 0") &&
+                                 Catch::Contains("no job_finished") &&
+                                 Catch::Contains("last committed step 10 of 600"));
+  CHECK(judge_launch(0, finished("completed", 599, 600)).kind == LaunchVerdict::failed);
+  CHECK(judge_launch(0, LaunchEvents{}).kind == LaunchVerdict::failed);
+  // The job finished, then the supervisor ended a launcher that waited on a frozen node.
+  CHECK(judge_launch(143, finished("completed", 600, 600)).kind == LaunchVerdict::completed);
+  CHECK(judge_launch(3, finished("stopped", 40, 600)).kind == LaunchVerdict::stopped);
+  CHECK(judge_launch(4, finished("preempted", 40, 600)).kind == LaunchVerdict::preempted);
+  CHECK(judge_launch(3, LaunchEvents{}).kind == LaunchVerdict::failed);
+  CHECK(judge_launch(2, LaunchEvents{}).kind == LaunchVerdict::bad_input);
+  CHECK(judge_launch(75, died).kind == LaunchVerdict::failed);  // the watchdog
+}
+
+TEST_CASE("the launch's own events are read from where it started", "[relaunch]") {
+  TemporaryRun run;
+  run.append("events.jsonl",
+             R"({"event":"job_started","steps":100}
+{"event":"job_finished","status":"completed","steps":100}
+)");
+  const auto offset = run.size("events.jsonl");
+  run.append("events.jsonl",
+             R"({"event":"job_started","steps":300}
+{"event":"failure_detected","failed_ranks":[4,5],"failed_nodes":[2],"step":17,"detected_by":"process failure error"}
+{"event":"failure_detected","detected_by":"watchdog","step":30}
+{"event":"job_fini)");
+  run.append("metrics.jsonl", "{\"step\":28}\n{\"step\":29}\n{\"ste");
+  const auto events = read_launch_events(run.dir, offset, 0.0, 2);
+  CHECK(events.total_steps == 300);
+  CHECK_FALSE(events.finished_status);  // the earlier launch's job_finished does not count
+  CHECK(events.last_committed_step == 29);
+  REQUIRE(events.failed_nodes.size() == 1);
+  CHECK_THAT(events.failed_nodes.at(2).front(), Catch::Contains("ranks [4, 5] failed at step 17"));
+  CHECK(judge_launch(0, events).kind == LaunchVerdict::failed);
+}
+
+TEST_CASE("injected kills of this launch name their nodes", "[relaunch]") {
+  TemporaryRun run;
+  run.append("checkpoints/injected-kill-5.time", "200.5\n");
+  run.append("checkpoints/injected-kill-1.time", "50.0\n");  // an earlier launch's
+  const auto events = read_launch_events(run.dir, 0, 100.0, 2);
+  REQUIRE(events.failed_nodes.size() == 1);
+  CHECK(events.failed_nodes.count(2) == 1);
+}
+
+TEST_CASE("the nodes the launcher reports lost", "[relaunch]") {
+  const std::string prrte =
+      R"(--------------------------------------------------------------------------
+PRTE has lost communication with a remote daemon.
+
+  HNP daemon   : [prterun-vm-12345@0,0] on node vm
+  Remote daemon: [prterun-vm-12345@0,3] on node hdy-node2
+
+This is usually due to either a failure of the TCP network
+connection to the node, or possibly an internal failure of
+the daemon itself. We cannot recover from this failure, and
+therefore will terminate the job.
+--------------------------------------------------------------------------
+)";
+  CHECK(hosts_reported_lost(prrte) == std::vector<std::string>{"hdy-node2"});
+  CHECK(hosts_reported_lost("srun: error: Node failure on nid0007\n"
+                            "srun: error: nid0003: task 5: Killed\n"
+                            "srun: error: nid0003: tasks 6-7: Killed\n") ==
+        std::vector<std::string>{"nid0007", "nid0003"});
+  CHECK(hosts_reported_lost("step 10/600 | loss 0.5\nRemote daemon: x on node y\n").empty());
+}
+
+TEST_CASE("spares take the places of lost nodes in rank order", "[relaunch]") {
+  const NodeSet nodes{{"n0", "n1", "n2", "n3"}, {"s0", "s1"}};
+  SECTION("one lost node, one spare in its place") {
+    const auto plan = plan_relaunch(nodes, {{1, {"launcher: lost"}}}, {});
+    CHECK(plan.nodes.active == std::vector<std::string>{"n0", "s0", "n2", "n3"});
+    CHECK(plan.nodes.spares == std::vector<std::string>{"s1"});
+    REQUIRE(plan.excluded.size() == 1);
+    CHECK(plan.excluded[0].host == "n1");
+    CHECK(plan.excluded[0].replaced_by == "s0");
+  }
+  SECTION("a spare that fails its probe is not used") {
+    const auto plan =
+        plan_relaunch(nodes, {{1, {"lost"}}, {3, {"lost"}}}, {{0, {"probe: no answer"}}});
+    CHECK(plan.nodes.active == std::vector<std::string>{"n0", "s1", "n2"});
+    CHECK(plan.nodes.spares.empty());
+    REQUIRE(plan.spares_lost.size() == 1);
+    CHECK(plan.spares_lost[0].host == "s0");
+    CHECK(plan.excluded[1].host == "n3");
+    CHECK_FALSE(plan.excluded[1].replaced_by);
+  }
+  SECTION("no evidence, same nodes") {
+    const auto plan = plan_relaunch(nodes, {{2, {}}}, {});
+    CHECK(plan.nodes.active == nodes.active);
+    CHECK(plan.excluded.empty());
+  }
+}
+
+TEST_CASE("a host name maps to its places in the node list", "[relaunch]") {
+  CHECK(indices_of({"a", "b", "a"}, "a") == std::vector<std::size_t>{0, 2});
+  CHECK(indices_of({"a", "b"}, "c").empty());
+}
