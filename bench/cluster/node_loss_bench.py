@@ -39,7 +39,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     args = parser.parse_args()
-    results = {}
+    results, failures = {}, {}
     with tempfile.TemporaryDirectory(prefix="hardy-node-loss-bench-") as tmp:
         for scenario in args.scenarios.split(","):
             runs = []
@@ -51,10 +51,16 @@ def main():
                 if done.returncode == 77:
                     sys.exit(done.stdout.strip())
                 if done.returncode != 0 or not out.exists():
-                    print(done.stdout[-3000:], file=sys.stderr)
-                    sys.exit(f"{scenario}: the scenario failed (status {done.returncode})")
+                    # A run whose checks failed is no data point; the table counts it.
+                    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+                    print(f"{scenario} #{repeat + 1}: the scenario failed (status {done.returncode}): {failed}",
+                          flush=True)
+                    failures.setdefault(scenario, []).append(failed)
+                    continue
                 runs.append(json.loads(out.read_text()))
                 print(f"{scenario} #{repeat + 1}: {json.dumps(runs[-1]['phases'])}", flush=True)
+            if not runs:
+                continue
             summary = {}
             for phase in PHASES:
                 values = [r["phases"][phase] for r in runs if isinstance(r["phases"].get(phase), (int, float))]
@@ -62,21 +68,24 @@ def main():
                     summary[phase] = statistics.median(values)
             summary["restored_from"] = sorted({r["phases"].get("restored_from", "?") for r in runs})
             summary["relaunches"] = statistics.median(r["relaunches"] for r in runs)
+            summary["failed_runs"] = len(failures.get(scenario, []))
             results[scenario] = {"median": summary, "runs": runs}
 
-    header = ["scenario"] + [p.replace("_s", "") for p in PHASES] + ["relaunches", "restored from"]
+    header = ["scenario"] + [p.replace("_s", "") for p in PHASES] + ["relaunches", "restored from", "failed runs"]
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for scenario, result in results.items():
         m = result["median"]
         cells = [scenario] + [(f"{m[p]:.2f}" if p.endswith("_s") else f"{m[p]:.0f}") if p in m else "-"
-                              for p in PHASES] + [f"{m['relaunches']:.0f}", "/".join(m["restored_from"])]
+                              for p in PHASES] + [f"{m['relaunches']:.0f}", "/".join(m["restored_from"]),
+                                                  str(m["failed_runs"])]
         print("| " + " | ".join(cells) + " |")
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     out = ROOT / "bench/results" / f"cluster-node-loss-{date.today().isoformat()}.json"
     out.write_text(json.dumps({"machine": {"cpu": platform.processor() or platform.machine(),
                                            "cores": os.cpu_count()},
-                               "commit": commit, "repeats": args.repeats, "results": results}, indent=1))
+                               "commit": commit, "repeats": args.repeats, "results": results,
+                               "failed_runs": failures}, indent=1))
     print(f"\nwritten to {out}")
 
 

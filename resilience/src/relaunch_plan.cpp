@@ -114,11 +114,16 @@ std::vector<std::string> hosts_reported_lost(std::string_view launcher_output) {
   // srun: "srun: error: Node failure on node3", "srun: error: node3: task 2: Killed".
   static const std::regex srun_node(R"(srun: error: Node failure on ([A-Za-z0-9._-]+))");
   static const std::regex srun_task(R"(srun: error: ([A-Za-z0-9._-]+): tasks? [0-9,-]+: )");
+  // PRRTE, a daemon that could not start: "A daemon failed to report back ..." then "Remote
+  // host: NAME".
+  static const std::regex prrte_start(R"(Remote host:\s+([A-Za-z0-9._-]+))");
   std::vector<std::string> hosts;
   const std::string text(launcher_output);
   const bool prrte_lost = text.find("lost communication with a remote daemon") != std::string::npos;
-  for (const auto* pattern : {&prrte, &srun_node, &srun_task}) {
-    if (pattern == &prrte && !prrte_lost) continue;
+  const bool prrte_unstarted = text.find("daemon failed to report back") != std::string::npos;
+  for (const auto* pattern : {&prrte, &prrte_start, &srun_node, &srun_task}) {
+    if ((pattern == &prrte && !prrte_lost) || (pattern == &prrte_start && !prrte_unstarted))
+      continue;
     for (auto it = std::sregex_iterator(text.begin(), text.end(), *pattern);
          it != std::sregex_iterator(); ++it) {
       const std::string host = (*it)[1].str();

@@ -79,6 +79,7 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
   LaunchedJob job(command, log_file);
   std::optional<int> status;
   double finished_seen = 0;
+  bool ended_by_supervisor = false;
   while (!(status = job.wait_for(milliseconds(250)))) {
     if (finished_seen == 0) {
       if (read_launch_events(config.run_dir, offset, started, config.ranks_per_node)
@@ -90,12 +91,13 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
           "ending it\n",
           config.finish_grace_s);
       status = job.terminate(milliseconds(3000));
+      ended_by_supervisor = true;
       break;
     }
   }
   LaunchOutcome outcome;
   outcome.exit_status = *status;
-  outcome.how = finished_seen > 0 && core::unix_time() - finished_seen > config.finish_grace_s
+  outcome.how = ended_by_supervisor
                     ? fmt::format("ended by the supervisor {:.0f} s after job_finished ({})",
                                   config.finish_grace_s, job.how())
                     : job.how();

@@ -1,7 +1,9 @@
 """What hardy's end-to-end test scripts share: checks that count failures, the run directory's
 JSON-lines logs, and the audit of which samples each step trained on."""
 import json
+import subprocess
 import sys
+import threading
 from collections import defaultdict
 from pathlib import Path
 
@@ -47,3 +49,23 @@ def complete_epochs_exact(run, dataset_size):
     complete = [e for e, s in seen.items() if len(s) >= dataset_size]
     wrong = [e for e in complete if sorted(seen[e]) != list(range(dataset_size))]
     return complete, wrong
+
+
+def run_watched(command, watch=None, timeout=None, **popen):
+    """Runs command, its stdout and stderr captured together, while watch() (a fault injector)
+    runs on a thread. Returns (exit status, output); the status is None when the command ran past
+    timeout and was killed."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+    watcher = threading.Thread(target=watch, daemon=True) if watch else None
+    if watcher:
+        watcher.start()
+    try:
+        output, _ = process.communicate(timeout=timeout)
+        status = process.returncode
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        status = None
+    if watcher:
+        watcher.join(timeout=10)
+    return status, output

@@ -14,11 +14,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, samples_by_epoch  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, run_watched, samples_by_epoch  # noqa: E402
 
 hardy, source, scenario, mpirun = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4:]
 STEPS, SAMPLES, RANKS = 24, 40, 8
@@ -32,21 +31,12 @@ check = Checks()
 
 def train(run, ranks, *options, during=None, timeout=420):
     command = [*mpirun, "-n", str(ranks), hardy, "train", *COMMON, "--run-dir", str(run), *options]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    watcher = threading.Thread(target=during, args=(run,)) if during else None
-    if watcher:
-        watcher.start()
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        output, _ = process.communicate()
+    status, output = run_watched(command, (lambda: during(run)) if during else None, timeout)
+    if status is None:
         print(output[-4000:])
-        raise
-    if watcher:
-        watcher.join()
-    print(output[-2500:] if process.returncode else output[-600:], flush=True)
-    return process.returncode, read_jsonl(run / "events.jsonl"), read_jsonl(run / "metrics.jsonl")
+        raise subprocess.TimeoutExpired(command, timeout)
+    print(output[-2500:] if status else output[-600:], flush=True)
+    return status, read_jsonl(run / "events.jsonl"), read_jsonl(run / "metrics.jsonl")
 
 
 def audit_is_exact(run):

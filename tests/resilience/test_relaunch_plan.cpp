@@ -113,7 +113,14 @@ therefore will terminate the job.
                             "srun: error: nid0003: task 5: Killed\n"
                             "srun: error: nid0003: tasks 6-7: Killed\n") ==
         std::vector<std::string>{"nid0007", "nid0003"});
-  CHECK(hosts_reported_lost("step 10/600 | loss 0.5\nRemote daemon: x on node y\n").empty());
+  CHECK(hosts_reported_lost(R"(A daemon failed to report back after being spawned.
+
+  Local host:    vm
+  Remote host:   hdy-node2
+  Daemon exit status: 255
+)") == std::vector<std::string>{"hdy-node2"});
+  CHECK(hosts_reported_lost("step 10/600 | loss 0.5\nRemote daemon: x on node y\nRemote host: z\n")
+            .empty());
 }
 
 TEST_CASE("spares take the places of lost nodes in rank order", "[relaunch]") {

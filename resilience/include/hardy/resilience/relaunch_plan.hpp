@@ -44,7 +44,8 @@ Verdict judge_launch(int exit_status, const LaunchEvents& events);
 
 // Host names the launcher's own output reports lost, in order of first mention: Open MPI's
 // runtime ("PRTE has lost communication with a remote daemon" ... "Remote daemon: [...] on node
-// NAME") and Slurm's srun ("srun: error: Node failure on NAME", "srun: error: NAME: task N:").
+// NAME"; "A daemon failed to report back" ... "Remote host: NAME") and Slurm's srun ("srun:
+// error: Node failure on NAME", "srun: error: NAME: task N:").
 std::vector<std::string> hosts_reported_lost(std::string_view launcher_output);
 
 // The nodes of a job: those its ranks run on, in rank order, and idle spares.
