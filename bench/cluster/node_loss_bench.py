@@ -71,7 +71,7 @@ def main():
             summary["failed_runs"] = len(failures.get(scenario, []))
             results[scenario] = {"median": summary, "runs": runs}
 
-    header = ["scenario"] + [p.replace("_s", "") for p in PHASES] + ["relaunches", "restored from", "failed runs"]
+    header = ["scenario"] + [p.removesuffix("_s") for p in PHASES] + ["relaunches", "restored from", "failed runs"]
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for scenario, result in results.items():
         m = result["median"]

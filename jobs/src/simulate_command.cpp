@@ -90,11 +90,11 @@ int simulate_command(const std::vector<std::string>& args) {
   std::cout << "\n";
   std::cout << fmt::format("projected to {} nodes x {} ranks = {} ranks:\n", a.nodes,
                            a.ranks_per_node, static_cast<long>(a.nodes) * a.ranks_per_node);
-  std::cout << fmt::format("  {:<28} {:>9} {:>18} {:>9} {:>10} {:>9}\n", "path", "detect s",
+  std::cout << fmt::format("  {:<30} {:>9} {:>18} {:>9} {:>10} {:>9}\n", "path", "detect s",
                            "shrink or launch s", "restore s", "1st step s", "total s");
   const auto projections = resilience::project(measured, a);
   for (const auto& p : projections)
-    std::cout << fmt::format("  {:<28} {:>9.3f} {:>18.3f} {:>9.3f} {:>10.3f} {:>9.2f}\n", p.path,
+    std::cout << fmt::format("  {:<30} {:>9.3f} {:>18.3f} {:>9.3f} {:>10.3f} {:>9.2f}\n", p.path,
                              p.detect_s, p.shrink_s, p.restore_s, p.first_step_s, p.total());
   if (projections.size() == 4)
     std::cout << fmt::format(

@@ -122,7 +122,7 @@ def timeline(job, faults):
     first = lambda name: next((e for e in after if e["event"] == name), None)  # noqa: E731
     detected, ended, relaunched = first("failure_detected"), first("launch_ended"), first("job_relaunched")
     phases = {"fault": faults[0]["kind"]}
-    if detected:
+    if detected and (not ended or detected["unix_time"] <= ended["unix_time"]):  # this fault's, not a later one's
         phases["detect_in_job_s"] = detected["unix_time"] - fault_time
     if relaunched:
         restarted = next(e for e in after if e["event"] == "job_started" and e["unix_time"] > relaunched["unix_time"])
