@@ -29,6 +29,31 @@ std::optional<nlohmann::json> last_record(const std::filesystem::path& path) {
   return std::nullopt;
 }
 
+// The `excluded` entries of job_relaunched and the `excluded_nodes` of supervisor_finished have
+// the same shape: {host, evidence: [...], replaced_by?}. Anything else is passed over, so that a
+// run directory of an older hardy still reads.
+void read_lost_nodes(const nlohmann::json& record, const char* key, bool stopped,
+                     RunProgress& progress) {
+  const auto found = record.find(key);
+  if (found == record.end() || !found->is_array()) return;
+  for (const auto& entry : *found) {
+    if (!entry.is_object() || !entry.contains("host") || !entry["host"].is_string()) continue;
+    LostNode node{.host = entry["host"].get<std::string>()};
+    if (const auto evidence = entry.find("evidence");
+        evidence != entry.end() && evidence->is_array())
+      for (const auto& item : *evidence)
+        if (item.is_string()) node.evidence.push_back(item.get<std::string>());
+    const auto spare = entry.find("replaced_by");
+    node.outcome = stopped ? "stopped: too few nodes left"
+                   : spare != entry.end() && spare->is_string()
+                       ? "replaced by " + spare->get<std::string>()
+                       : "relaunched without it";
+    if (record.contains("time") && record["time"].is_string())
+      node.time = record["time"].get<std::string>();
+    progress.lost_nodes.push_back(std::move(node));
+  }
+}
+
 void read_events(const std::filesystem::path& path, RunProgress& progress) {
   std::ifstream file(path);
   for (std::string line; std::getline(file, line);) {
@@ -37,6 +62,8 @@ void read_events(const std::filesystem::path& path, RunProgress& progress) {
     const std::string event = record->value("event", "");
     progress.failures_detected += event == "failure_detected";
     progress.relaunches += event == "job_relaunched";
+    if (event == "job_relaunched") read_lost_nodes(*record, "excluded", false, progress);
+    if (event == "supervisor_finished") read_lost_nodes(*record, "excluded_nodes", true, progress);
     progress.last_event = event;
   }
 }

@@ -9,6 +9,16 @@
 
 namespace hardy::jobs {
 
+// A node `hardy run` left out of the job: from a job_relaunched event's `excluded` list (the job
+// went on without it, or on a spare in its place) or a supervisor_finished event's
+// `excluded_nodes` (too few nodes were left, and the supervisor stopped).
+struct LostNode {
+  std::string host;
+  std::vector<std::string> evidence;  // why: the launcher's words, the job's events, the probe
+  std::string outcome;                // "relaunched without it", "replaced by SPARE", "stopped"
+  std::optional<std::string> time;    // the event's ISO-8601 time
+};
+
 struct RunProgress {
   std::optional<nlohmann::json> last_metrics;         // the last complete line of metrics.jsonl
   std::optional<std::string> last_event;              // the name of the last event in events.jsonl
@@ -19,6 +29,7 @@ struct RunProgress {
   std::vector<std::string> skipped;  // why newer checkpoints were passed over
   long failures_detected = 0;        // failure_detected events: survived inside the job
   long relaunches = 0;               // job_relaunched events: the supervisor restarted the job
+  std::vector<LostNode> lost_nodes;  // in the order the supervisor left them out
 };
 
 // Reads metrics.jsonl (from its end), events.jsonl and checkpoints/ (validating checkpoints from

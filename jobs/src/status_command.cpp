@@ -18,8 +18,9 @@ namespace {
 constexpr const char* kStatusUsage = R"(Usage: hardy status RUN_DIR [--json]
 
 Where a job stands: its scheduler job id and state (for a job started with `hardy submit`), the
-last step it logged, its newest valid checkpoint, and the failures it survived (failure_detected
-events: recovered inside the job; job_relaunched events: restarted by `hardy run`).
+last step it logged, its newest valid checkpoint, the failures it survived (failure_detected
+events: recovered inside the job; job_relaunched events: restarted by `hardy run`), and the nodes
+`hardy run` left out, with its evidence and what it did.
 )";
 
 nlohmann::json optional_json(const auto& value) {
@@ -41,6 +42,16 @@ nlohmann::json scheduler_status(const std::optional<Submission>& submission) {
           {"detail", state.detail},
           {"restart_count", optional_json(state.restart_count)},
           {"submitted", submission->submitted}};
+}
+
+nlohmann::json lost_nodes_json(const std::vector<LostNode>& nodes) {
+  auto list = nlohmann::json::array();
+  for (const auto& node : nodes)
+    list.push_back({{"host", node.host},
+                    {"evidence", node.evidence},
+                    {"outcome", node.outcome},
+                    {"time", optional_json(node.time)}});
+  return list;
 }
 
 nlohmann::json status_json(const std::filesystem::path& run_dir) {
@@ -68,7 +79,8 @@ nlohmann::json status_json(const std::filesystem::path& run_dir) {
           {"failures",
            {{"failure_detected", progress.failures_detected},
             {"job_relaunched", progress.relaunches},
-            {"survived", progress.failures_detected + progress.relaunches}}}};
+            {"survived", progress.failures_detected + progress.relaunches}}},
+          {"lost_nodes", lost_nodes_json(progress.lost_nodes)}};
 }
 
 std::string text_or(const nlohmann::json& value, const std::string& otherwise) {
@@ -109,6 +121,10 @@ void print_text(const nlohmann::json& status) {
                            failures["survived"].get<long>(),
                            failures["failure_detected"].get<long>(),
                            failures["job_relaunched"].get<long>());
+  for (const auto& node : status["lost_nodes"])
+    std::cout << fmt::format("lost node      {} at {}: {} ({})\n", node["host"].get<std::string>(),
+                             text_or(node["time"], "?"), node["outcome"].get<std::string>(),
+                             fmt::join(node["evidence"].get<std::vector<std::string>>(), "; "));
 }
 
 }  // namespace

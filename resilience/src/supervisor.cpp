@@ -169,6 +169,12 @@ std::vector<std::string> launch_command(const SupervisorConfig& config,
                "oob_tcp_keepalive_probes", std::to_string(detection.keepalive_probes)});
         if (!config.launch_agent.empty())
           command.insert(command.end(), {"--prtemca", "plm_ssh_agent", config.launch_agent});
+        // Slurm keeps a dead node's step of daemons RUNNING (the node never reports its end),
+        // which holds the job's CPUs on the surviving nodes too: without --overlap the daemons of
+        // a relaunch wait for them forever. (PRTE_MCA_plm_slurm_args in the environment is not
+        // read; the option is.)
+        if (config.scheduler == "slurm")
+          command.insert(command.end(), {"--prtemca", "plm_slurm_args", "--overlap"});
       }
       if (::geteuid() == 0) command.push_back("--allow-run-as-root");
       break;
@@ -182,8 +188,9 @@ std::vector<std::string> launch_command(const SupervisorConfig& config,
       }
       break;
     case Launcher::srun:
-      command.insert(command.end(),
-                     {"--ntasks", ranks, "--ntasks-per-node", per_node, "--kill-on-bad-exit=1"});
+      // --overlap: beside a step Slurm may still count as running on a dead node (see mpirun).
+      command.insert(command.end(), {"--ntasks", ranks, "--ntasks-per-node", per_node,
+                                     "--kill-on-bad-exit=1", "--overlap"});
       if (!local)
         command.insert(command.end(),
                        {"--nodelist", host_list, "--nodes", std::to_string(nodes.size())});
@@ -217,12 +224,15 @@ std::vector<std::string> probe_command(const SupervisorConfig& config,
                                        const std::vector<std::string>& nodes) {
   if (all_local(nodes)) return {};
   if (!config.launch_agent.empty()) return {config.launch_agent, "{host}", "true"};
+  // Inside a Slurm allocation the launch path is srun (Open MPI starts its daemons with it too)
+  // and the nodes need not run sshd; --overlap as in launch_command.
+  if (config.scheduler == "slurm" || config.launcher == Launcher::srun) {
+    const std::string srun =
+        config.launcher == Launcher::srun ? config.launcher_path.string() : std::string("srun");
+    return {srun, "--overlap", "--nodes=1", "--ntasks=1", "--nodelist={host}", "true"};
+  }
   const auto timeout = fmt::format("{}", std::max(1, static_cast<int>(config.probe_timeout_s)));
   switch (config.launcher) {
-    case Launcher::srun:
-      return {
-          config.launcher_path.string(), "--nodes", "1", "--ntasks", "1", "--nodelist", "{host}",
-          "--immediate=" + timeout,      "true"};
     case Launcher::jsrun:
       return {};  // LSF's CSM health checks decide; jsrun cannot target a host
     default:

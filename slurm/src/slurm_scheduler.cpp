@@ -14,6 +14,10 @@ namespace hardy::slurm {
 namespace {
 
 // --open-mode=append keeps the output of every run of a requeued job (Slurm truncates by default).
+// --no-kill: without it Slurm ends the whole allocation when one of its nodes fails (and requeues
+// it, to wait in the queue for a whole set of healthy nodes); with it the allocation stays, so
+// `hardy run` relaunches the job on the nodes that remain, within seconds. The comment lines
+// between the directives are fine: sbatch reads #SBATCH lines up to the first command.
 constexpr std::string_view kDirectives = R"sh(#!/bin/bash
 # A hardy training job for Slurm, written by `hardy submit`.
 #SBATCH --job-name={{job_name}}
@@ -27,6 +31,7 @@ constexpr std::string_view kDirectives = R"sh(#!/bin/bash
 #SBATCH --error={{error}}
 #SBATCH --open-mode=append
 #SBATCH --requeue
+#SBATCH --no-kill
 #SBATCH --signal=B:USR1@{{signal_lead_seconds}}
 )sh";
 

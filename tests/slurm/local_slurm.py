@@ -9,6 +9,10 @@ submitting user and SlurmUser is root. Everything it started is stopped by pid w
 block ends, also on failure; the private cluster's jobs are cancelled first, because job steps
 (slurmstepd) outlive slurmd by design.
 
+PrivateSlurm holds what every private cluster shares (munged, slurmctld, the common slurm.conf,
+the helpers tests use, the teardown); LocalSlurm is this host as its one node, and
+tests/slurm/cluster_slurm.py's ClusterSlurm runs a slurmd in every node of an emulated cluster.
+
 As a library:
     with LocalSlurm() as slurm:
         subprocess.run(["sbatch", ...], env=slurm.env)
@@ -18,6 +22,7 @@ From the shell (starts the cluster, runs the command with SLURM_CONF set, stops 
 A test that cannot run here (not root, packages missing) gets SkipTest; `skip_unless_available()`
 turns that into exit status 77, CTest's SKIP_RETURN_CODE for these tests.
 """
+import ctypes
 import os
 import shutil
 import signal
@@ -64,8 +69,13 @@ def sbin(name):
     return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 
 
-class LocalSlurm:
-    """One node (this host, all its CPUs) in one partition, `debug`, that jobs may oversubscribe."""
+class PrivateSlurm:
+    """What every private cluster shares: munged with its own key and socket, slurmctld, the
+    common slurm.conf, the helpers tests use, and a teardown by pid. A subclass says where the
+    controller listens (`controller_host`), which nodes there are (`node_lines`, `node_names`)
+    and how its slurmd daemons start (`_start_slurmds`)."""
+
+    partition = "debug"
 
     def __init__(self, start_timeout=60, requeue_delay=10):
         self.start_timeout = start_timeout
@@ -116,18 +126,20 @@ class LocalSlurm:
 
         conf = d / "slurm.conf"
         conf.write_text(self.configuration())
+        self.conf = conf
         self.env = dict(os.environ, SLURM_CONF=str(conf))
         self._spawn("slurmctld", [sbin("slurmctld"), "-D", "-i", "-f", str(conf)])
         self._wait(lambda: self._query(["scontrol", "ping"]).endswith("is UP"), "slurmctld to answer",
                    d / "slurmctld.log")
-        self._spawn("slurmd", [sbin("slurmd"), "-D", "-f", str(conf)])
-        self._wait(self.node_idle, f"node {self.host} to become idle", d / "slurmd.log")
+        self._start_slurmds()
+        self._wait(self.all_nodes_idle, f"node(s) {','.join(self.node_names())} to become idle",
+                   self.slurmd_log(self.node_names()[0]))
 
     def configuration(self):
         d = self.dir
-        return f"""# Written by tests/slurm/local_slurm.py: a private one-node cluster.
+        return f"""# Written by tests/slurm/{type(self).__name__} ({Path(__file__).name}): a private cluster.
 ClusterName=hardytest
-SlurmctldHost={self.host}
+SlurmctldHost={self.controller_host()}
 SlurmctldPort={free_port()}
 SlurmdPort={free_port()}
 AuthType=auth/munge
@@ -138,11 +150,8 @@ AuthInfo=socket={self.socket},cred_expire={self.requeue_delay}
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={d / 'state'}
-SlurmdSpoolDir={d / 'spool'}
 SlurmctldPidFile={d / 'slurmctld.pid'}
-SlurmdPidFile={d / 'slurmd.pid'}
 SlurmctldLogFile={d / 'slurmctld.log'}
-SlurmdLogFile={d / 'slurmd.log'}
 # No cgroups: processes are tracked by their parent ids and tasks are not bound.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -160,9 +169,26 @@ JobRequeue=1
 KillWait=5
 # Finished jobs stay visible to `scontrol show job` this long (there is no slurmdbd for sacct).
 MinJobAge=600
-NodeName={self.host} CPUs={self.cpus} State=UNKNOWN
-PartitionName=debug Default=YES Nodes={self.host} OverSubscribe=FORCE MaxTime=INFINITE State=UP
+{self.node_settings()}
+PartitionName={self.partition} Default=YES Nodes={','.join(self.node_names())} OverSubscribe=FORCE MaxTime=INFINITE State=UP
 """
+
+    # -- what a subclass provides ----------------------------------------------------------------
+    def controller_host(self):
+        return self.host
+
+    def node_names(self):
+        raise NotImplementedError
+
+    def node_settings(self):
+        """slurmd's paths and the NodeName lines of slurm.conf."""
+        raise NotImplementedError
+
+    def slurmd_log(self, node):
+        raise NotImplementedError
+
+    def _start_slurmds(self):
+        raise NotImplementedError
 
     # -- helpers for tests -----------------------------------------------------------------------
     def run(self, args, check=True, **kwargs):
@@ -194,10 +220,25 @@ PartitionName=debug Default=YES Nodes={self.host} OverSubscribe=FORCE MaxTime=IN
             time.sleep(0.5)
         raise TimeoutError(f"job {job_id} not in {states} after {timeout} s: {fields.get('JobState')}")
 
+    def node_states(self):
+        """{node: sinfo's compact state} (idle, alloc, mix, down*, drain, ...)."""
+        out = self._query(["sinfo", "-h", "-N", "-o", "%N %t"])
+        return dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+
+    def node_idle(self, node=None):
+        """True when the node runs nothing and has finished cleaning up after every job."""
+        return self.node_states().get(node or self.node_names()[0]) == "idle"
+
+    def all_nodes_idle(self):
+        states = self.node_states()
+        return all(states.get(node) == "idle" for node in self.node_names())
+
     def logs(self):
         """The daemons' logs, for a failing test's output."""
         text = []
-        for name in ("slurmctld.log", "slurmd.log", "munge/log"):
+        names = ["slurmctld.log", *(str(self.slurmd_log(n).relative_to(self.dir)) for n in self.node_names()),
+                 "munge/log"]
+        for name in names:
             path = self.dir / name
             if path.exists():
                 text.append(f"--- {path}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-40:]))
@@ -206,8 +247,10 @@ PartitionName=debug Default=YES Nodes={self.host} OverSubscribe=FORCE MaxTime=IN
     # -- internals -------------------------------------------------------------------------------
     def _spawn(self, name, args):
         log = open(self.dir / f"{name}.stdout", "w")
+        # PR_SET_PDEATHSIG: a test killed by CTest's timeout takes its daemons with it.
         self._daemons.append((name, subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                                     stdin=subprocess.DEVNULL, env=self.env)))
+                                                     stdin=subprocess.DEVNULL, env=self.env,
+                                                     preexec_fn=_die_with_parent)))
         log.close()
 
     def _running(self, name):
@@ -218,10 +261,6 @@ PartitionName=debug Default=YES Nodes={self.host} OverSubscribe=FORCE MaxTime=IN
             return self.run(args, check=False, timeout=10).stdout.strip()
         except subprocess.TimeoutExpired:
             return ""
-
-    def node_idle(self):
-        """True when the node runs nothing and has finished cleaning up after every job."""
-        return self._query(["sinfo", "-h", "-n", self.host, "-o", "%t"]) == "idle"
 
     def _wait(self, ready, what, log):
         deadline = time.monotonic() + self.start_timeout
@@ -238,7 +277,7 @@ PartitionName=debug Default=YES Nodes={self.host} OverSubscribe=FORCE MaxTime=IN
 
     def _cancel_all_jobs(self):
         # The cluster is private, so every job in it is ours.
-        self.run(["scancel", "--full", "--partition", "debug"], check=False, timeout=20)
+        self.run(["scancel", "--full", "--partition", self.partition], check=False, timeout=20)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and self._query(["squeue", "-h", "-o", "%i"]):
             time.sleep(0.5)
@@ -253,6 +292,32 @@ PartitionName=debug Default=YES Nodes={self.host} OverSubscribe=FORCE MaxTime=IN
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _die_with_parent():
+    """In a daemon's child before exec: SIGKILL it when the process that started it dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class LocalSlurm(PrivateSlurm):
+    """One node (this host, all its CPUs) in one partition, `debug`, that jobs may oversubscribe."""
+
+    def node_names(self):
+        return [self.host]
+
+    def node_settings(self):
+        d = self.dir
+        return f"""SlurmdSpoolDir={d / 'spool'}
+SlurmdPidFile={d / 'slurmd.pid'}
+SlurmdLogFile={d / 'slurmd.log'}
+NodeName={self.host} CPUs={self.cpus} State=UNKNOWN"""
+
+    def slurmd_log(self, node):
+        return self.dir / "slurmd.log"
+
+    def _start_slurmds(self):
+        self._spawn("slurmd", [sbin("slurmd"), "-D", "-f", str(self.conf)])
 
 
 def main(argv):
