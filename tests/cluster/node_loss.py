@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, run_watched  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, relaunch_restores, run_watched  # noqa: E402
 
 NODES, RANKS_PER_NODE, STEPS, SAMPLES, FAULT_STEP = 4, 2, 600, 48, 150
 TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
@@ -280,12 +280,9 @@ def main():
             check(restored and restored[0]["source"] in ("node-local", "memory"),
                   f"{scenario}: the first restore comes from node-local snapshots or memory: "
                   f"{[e['source'] for e in restored]}")
-            for ended in (e for e in events if e["event"] == "launch_ended" and e.get("last_committed_step")):
-                later = [e for e in restored if e["unix_time"] > ended["unix_time"]]
-                if later:
-                    lost = ended["last_committed_step"] - later[0]["step"]
-                    check(lost <= 1, f"{scenario}: {lost} committed step(s) lost across launch {ended['launch']} "
-                          f"(ended at {ended['last_committed_step']}, restored {later[0]['step']})")
+            for launch, ended_at, restored_at, _ in relaunch_restores(events):
+                check(ended_at - restored_at <= 1, f"{scenario}: {ended_at - restored_at} committed step(s) lost "
+                      f"across launch {launch} (ended at {ended_at}, restored {restored_at})")
             expected_world = {"node_crash_spare": 8, "two_nodes": 4, "during_relaunch": 4}.get(scenario, 6)
             check(metrics[-1]["world_size"] == expected_world,
                   f"{scenario}: {metrics[-1]['world_size']} ranks at the end (expected {expected_world})")

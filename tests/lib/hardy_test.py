@@ -69,3 +69,18 @@ def run_watched(command, watch=None, timeout=None, **popen):
     if watcher:
         watcher.join(timeout=10)
     return status, output
+
+
+def relaunch_restores(events):
+    """For every launch that ended after committing steps and was followed by a restore:
+    (launch, its last committed step, the step restored next, where that came from). The
+    difference of the two steps is the committed work a relaunch lost."""
+    restored = [e for e in events if e["event"] == "state_restored"]
+    found = []
+    for ended in events:
+        if ended["event"] != "launch_ended" or not ended.get("last_committed_step"):
+            continue
+        later = [e for e in restored if e["unix_time"] > ended["unix_time"]]
+        if later:
+            found.append((ended["launch"], ended["last_committed_step"], later[0]["step"], later[0]["source"]))
+    return found

@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parent / "cluster"))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from cluster_slurm import ClusterSlurm, missing_requirements  # noqa: E402
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, complete_epochs_exact, read_jsonl  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, relaunch_restores  # noqa: E402
 from scheduler_test_lib import Hardy  # noqa: E402
 
 SKIP = 77
@@ -237,14 +237,11 @@ def node_crash(s):
           f"relaunched on the others: {relaunches[-1]['nodes'] if relaunches else None}")
     metrics = read_jsonl(run / "metrics.jsonl")
     check(metrics[-1]["world_size"] == (NODES - 1) * RANKS_PER_NODE, f"{metrics[-1]['world_size']} ranks at the end")
-    restored = [e for e in events if e["event"] == "state_restored"]
     lost = None
-    for ended in (e for e in events if e["event"] == "launch_ended" and e.get("last_committed_step")):
-        later = [e for e in restored if e["unix_time"] > ended["unix_time"]]
-        if later:
-            lost = ended["last_committed_step"] - later[0]["step"]
-            check(lost <= 1, f"{lost} committed step(s) lost across launch {ended['launch']} "
-                  f"(ended at {ended['last_committed_step']}, restored {later[0]['step']} from {later[0]['source']})")
+    for launch, ended_at, restored_at, source in relaunch_restores(events):
+        lost = ended_at - restored_at
+        check(lost <= 1, f"{lost} committed step(s) lost across launch {launch} "
+              f"(ended at {ended_at}, restored {restored_at} from {source})")
     status = s.status(run)
     check(status["failures"]["job_relaunched"] >= 1 and status["scheduler"]["state"] == "COMPLETED",
           f"hardy status: {status['scheduler']['state']}, failures {status['failures']}")
