@@ -112,18 +112,7 @@ bool TrainingSession::State::resume_from_node_snapshot(long checkpoint_step,
       hosts[static_cast<std::size_t>(world_rank_of[static_cast<std::size_t>(root)])];
   const auto path = checkpoint::checkpoint_path(
       checkpoint::node_snapshot_directory(config.snapshot_dir, config.run_dir, host), newest);
-  events.emit("state_restored", {{"source", "node-local"},
-                                 {"host", host},
-                                 {"path", path.string()},
-                                 {"step", step},
-                                 {"saved_world_size", state.world_size},
-                                 {"world_size", comm->size()},
-                                 {"seconds", seconds_since(started)}});
-  if (lead())
-    std::cout << fmt::format(
-        "hardy: resumed from the node-local snapshot {} of {} at step {} (saved by {} ranks, now "
-        "{})\n",
-        path.string(), host, step, state.world_size, comm->size());
+  report_resumed("node-local", path, host, state.world_size, started);
   return true;
 }
 

@@ -80,6 +80,10 @@ struct TrainingSession::State {
   // At the end of a job that completed, stopped or was preempted: the host's writer removes them.
   void remove_node_snapshots();
   void report_snapshot_failure(long at_step, const std::string& error);
+  // After a resume: the state_restored event (`host` only for a node-local snapshot) and, on the
+  // lead, the console line.
+  void report_resumed(const std::string& source, const std::filesystem::path& path,
+                      const std::string& host, int saved_world_size, Clock::time_point started);
 
   // ---- recovery (recovery.cpp) ----
   void recover(const std::string& what);

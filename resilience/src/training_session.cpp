@@ -317,15 +317,27 @@ void TrainingSession::State::resume_if_asked() {
     return;
   }
   broadcast_restored(state);
-  events.emit("state_restored", {{"source", "checkpoint"},
-                                 {"path", source.string()},
-                                 {"step", step},
-                                 {"saved_world_size", state.world_size},
-                                 {"world_size", comm->size()},
-                                 {"seconds", seconds_since(started)}});
+  report_resumed("checkpoint", source, "", state.world_size, started);
+}
+
+void TrainingSession::State::report_resumed(const std::string& source,
+                                            const std::filesystem::path& path,
+                                            const std::string& host, int saved_world_size,
+                                            Clock::time_point started) {
+  nlohmann::json fields = {{"source", source},
+                           {"path", path.string()},
+                           {"step", step},
+                           {"saved_world_size", saved_world_size},
+                           {"world_size", comm->size()},
+                           {"seconds", seconds_since(started)}};
+  if (!host.empty()) fields["host"] = host;
+  events.emit("state_restored", fields);
   if (lead())
-    std::cout << fmt::format("hardy: resumed from {} at step {} (saved by {} ranks, now {})\n",
-                             source.string(), step, state.world_size, comm->size());
+    std::cout << fmt::format(
+        "hardy: resumed from {} at step {} (saved by {} ranks, now {})\n",
+        host.empty() ? path.string()
+                     : fmt::format("the node-local snapshot {} of {}", path.string(), host),
+        step, saved_world_size, comm->size());
 }
 
 void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch) {
