@@ -27,6 +27,7 @@
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/comm/nccl_communicator.hpp"
 #include "hardy/comm/nccl_gradient_buckets.hpp"
+#include "hardy/comm/self_communicator.hpp"
 #include "hardy/core/cuda_backend.hpp"
 #include "hardy/core/error.hpp"
 #include "hardy/core/model.hpp"
@@ -35,35 +36,6 @@
 using namespace hardy;
 
 namespace {
-
-class DoneRequest final : public comm::Request {
- public:
-  void wait() override {}
-  bool test() override { return true; }
-  bool done() const override { return true; }
-};
-
-// The bootstrap of a run started without a launcher: one process, identity collectives.
-class SingleProcess final : public comm::Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void allreduce_sum(std::span<float>) override {}
-  void allreduce_sum(std::span<double>) override {}
-  std::unique_ptr<comm::Request> iallreduce_sum(std::span<float>) override {
-    return std::make_unique<DoneRequest>();
-  }
-  void broadcast(std::span<std::byte>, int) override {}
-  void barrier() override {}
-  std::vector<std::string> hostnames() override { return {"localhost"}; }
-  bool fault_tolerant() const override { return false; }
-  void revoke() override { throw hardy::Error("single process: no revoke"); }
-  int agree(int flag) override { return flag; }
-  std::vector<int> failed_ranks() override { return {}; }
-  std::unique_ptr<comm::Communicator> shrink() override {
-    throw hardy::Error("single process: no shrink");
-  }
-};
 
 bool launched_by_mpi() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"})
@@ -113,7 +85,7 @@ int run(int argc, char** argv) {
     mpi = std::make_unique<comm::MpiSession>(&argc, &argv);
     bootstrap = comm::MpiCommunicator::world();
   } else {
-    bootstrap = std::make_unique<SingleProcess>();
+    bootstrap = std::make_unique<comm::SelfCommunicator>();
   }
   core::CudaBackend cuda;  // one GPU per node-local rank
   auto nccl = comm::NcclCommunicator::create(*bootstrap);

@@ -162,13 +162,13 @@ void broadcast_state(comm::Communicator& comm, TrainingState& state, int root) {
   comm.broadcast(std::as_writable_bytes(std::span(header)), root);
   if (!is_root) bytes.resize(static_cast<std::size_t>(header[0]));
   broadcast_in_chunks(comm, bytes, root);
-  std::vector<double> mismatches{core::xxhash64(bytes) != header[1] ? 1.0 : 0.0};
-  comm.allreduce_sum(mismatches);
-  if (mismatches[0] != 0)
+  const std::int64_t mismatches =
+      comm::allreduce(comm, core::xxhash64(bytes) != header[1] ? 1 : 0, comm::ReduceOp::sum);
+  if (mismatches != 0)
     throw Error(fmt::format(
         "broadcast_state: {} of {} ranks received a training state whose digest differs from "
         "rank {}'s; the state was not restored",
-        static_cast<long>(mismatches[0]), comm.size(), root));
+        mismatches, comm.size(), root));
   if (!is_root) state = deserialize(bytes);
 }
 

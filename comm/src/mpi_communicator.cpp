@@ -83,6 +83,20 @@ void MpiCommunicator::allreduce_sum(std::span<double> data) {
             "MPI_Allreduce", comm_);
 }
 
+void MpiCommunicator::allreduce(std::span<std::int64_t> data, ReduceOp op) {
+  const MPI_Op mpi_op = op == ReduceOp::sum ? MPI_SUM : op == ReduceOp::min ? MPI_MIN : MPI_MAX;
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, data.data(), checked_count(data.size(), "MPI_Allreduce"),
+                          MPI_INT64_T, mpi_op, comm_),
+            "MPI_Allreduce", comm_);
+}
+
+std::vector<std::int64_t> MpiCommunicator::allgather(std::int64_t value) {
+  std::vector<std::int64_t> all(static_cast<std::size_t>(size_));
+  mpi_check(MPI_Allgather(&value, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, comm_),
+            "MPI_Allgather", comm_);
+  return all;
+}
+
 std::unique_ptr<Request> MpiCommunicator::iallreduce_sum(std::span<float> data) {
   MPI_Request request = MPI_REQUEST_NULL;
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), checked_count(data.size(), "MPI_Iallreduce"),
@@ -157,19 +171,33 @@ std::vector<int> MpiCommunicator::failed_ranks() {
   return fault_tolerant_ ? known_failed_ranks(comm_) : std::vector<int>{};
 }
 
-std::unique_ptr<Communicator> MpiCommunicator::shrink() {
+Survivors MpiCommunicator::shrink() {
   require_fault_tolerance("shrink");
-  MPI_Comm survivors = MPI_COMM_NULL;
+  MPI_Comm shrunk = MPI_COMM_NULL;
 #if HARDY_HAVE_ULFM
-  mpi_check(MPIX_Comm_shrink(comm_, &survivors), "MPIX_Comm_shrink", comm_);
+  mpi_check(MPIX_Comm_shrink(comm_, &shrunk), "MPIX_Comm_shrink", comm_);
 #endif
-  auto result = std::make_unique<MpiCommunicator>(survivors, true);
+  Survivors survivors{std::make_unique<MpiCommunicator>(shrunk, true), {}};
+  // The survivors' old ranks come from the two groups, locally: no collective that a further
+  // failure could break between the shrink and the agreement on who is left.
+  MPI_Group old_group = MPI_GROUP_NULL, new_group = MPI_GROUP_NULL;
+  mpi_check(MPI_Comm_group(comm_, &old_group), "MPI_Comm_group");
+  mpi_check(MPI_Comm_group(shrunk, &new_group), "MPI_Comm_group");
+  const int count = survivors.comm->size();
+  std::vector<int> new_ranks(static_cast<std::size_t>(count));
+  for (int r = 0; r < count; ++r) new_ranks[static_cast<std::size_t>(r)] = r;
+  survivors.old_ranks.resize(new_ranks.size());
+  mpi_check(MPI_Group_translate_ranks(new_group, count, new_ranks.data(), old_group,
+                                      survivors.old_ranks.data()),
+            "MPI_Group_translate_ranks");
+  mpi_check(MPI_Group_free(&new_group), "MPI_Group_free");
+  mpi_check(MPI_Group_free(&old_group), "MPI_Group_free");
   // Open MPI 5.0.11 crashes (in ompi_comm_revoke_local) when a revoke of the new communicator
   // reaches a rank still activating it inside MPIX_Comm_shrink. An agreement is a fence that
   // holds every survivor until all have returned from the shrink; unlike a barrier it ends
   // the same way everywhere, even if another rank dies meanwhile.
-  result->agree(1);
-  return result;
+  survivors.comm->agree(1);
+  return survivors;
 }
 
 }  // namespace hardy::comm

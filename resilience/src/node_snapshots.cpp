@@ -87,23 +87,19 @@ bool TrainingSession::State::resume_from_node_snapshot(long checkpoint_step,
       mine.reset();
     }
   }
-  // One slot per rank: its snapshot's step + 1 (0: none); the last slot: rank 0's checkpoint.
-  // Steps are far below 2^53, so the sums are exact.
-  const auto size = static_cast<std::size_t>(comm->size());
-  std::vector<double> steps(size + 1, 0.0);
-  if (mine)
-    steps[static_cast<std::size_t>(comm->rank())] = static_cast<double>(mine->state.step + 1);
-  if (lead()) steps[size] = static_cast<double>(checkpoint_step + 1);
-  comm->allreduce_sum(steps);
+  // Every rank's snapshot step (-1: none) and rank 0's checkpoint step.
+  const auto steps = comm->allgather(mine ? mine->state.step : -1);
+  const long checkpoint_at =
+      comm::allreduce(*comm, lead() ? checkpoint_step : -1, comm::ReduceOp::max);
   int root = -1;
   long newest = -1;
-  for (std::size_t r = 0; r < size; ++r)  // strictly newer: the lowest rank wins a tie
-    if (const long at = static_cast<long>(steps[r]) - 1; at > newest) {
-      newest = at;
+  for (std::size_t r = 0; r < steps.size(); ++r)  // strictly newer: the lowest rank wins a tie
+    if (steps[r] > newest) {
+      newest = steps[r];
       root = static_cast<int>(r);
     }
   // At equal steps the checkpoint wins: it is on shared storage and was validated by rank 0.
-  if (root < 0 || newest <= static_cast<long>(steps[size]) - 1) return false;
+  if (root < 0 || newest <= checkpoint_at) return false;
 
   checkpoint::TrainingState state;
   if (comm->rank() == root) state = std::move(mine->state);

@@ -11,6 +11,7 @@
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/error.hpp"
+#include "hardy/resilience/recovery_protocol.hpp"
 #include "session_state.hpp"
 
 namespace hardy::resilience {
@@ -24,84 +25,73 @@ void TrainingSession::State::recover(const std::string& what) {
   const auto kill_time = injector.last_kill_time();
   const bool injected = kill_time && *kill_time >= last_commit_unix - 1.0;
   const double latency = detected_at - (injected ? *kill_time : last_commit_unix);
-  for (int attempt = 1;; ++attempt) {
-    try {
-      const int old_size = comm->size();
-      const int old_rank = comm->rank();
-      const std::vector<int> old_members = world_rank_of;
-      const auto shrink_start = Clock::now();
-      comm->revoke();
-      comm = comm->shrink();
-      const double shrink_s = seconds_since(shrink_start);
-      rebuild_membership();
-
-      std::vector<int> failed;
-      for (int r : old_members)
-        if (std::find(world_rank_of.begin(), world_rank_of.end(), r) == world_rank_of.end())
-          failed.push_back(r);
-      std::vector<std::string> failed_hosts;
-      std::set<int> failed_nodes;
-      for (int r : failed) {
-        failed_hosts.push_back(hosts[static_cast<std::size_t>(r)]);
-        failed_nodes.insert(r / config.ranks_per_node);
-      }
-      ++failures;
-      if (lead()) open_lead_logs();  // the new rank 0 takes over the run directory's logs
-      events.emit("failure_detected",
-                  {{"failed_ranks", failed},
-                   {"failed_hosts", failed_hosts},
-                   {"failed_nodes", std::vector<int>(failed_nodes.begin(), failed_nodes.end())},
-                   {"detected_by", "process failure error"},
-                   {"error", what},
-                   {"step", step + 1},
-                   {"detection_latency_s", latency},
-                   {"latency_from", injected ? "injected kill time" : "last committed step"},
-                   {"attempt", attempt}});
-      events.emit("communicator_shrunk",
-                  {{"old_size", old_size}, {"new_size", comm->size()}, {"seconds", shrink_s}});
-      if (lead())
-        std::cerr << fmt::format("hardy: rank(s) {} failed at step {}; continuing with {} ranks\n",
-                                 fmt::join(failed, ","), step + 1, comm->size());
-
-      rebind_gradients(old_rank, old_size);
-      cross_rank.rebind(*comm);
-      if (comm->size() < config.min_world_size) {
-        write_final_checkpoint("too few ranks");
-        throw SessionStop{
-            kStopped,
-            fmt::format("{} ranks left, fewer than --min-world-size {}; final checkpoint written",
-                        comm->size(), config.min_world_size)};
-      }
-      if (failures > config.max_failures) {
-        write_final_checkpoint("too many failures");
-        throw SessionStop{
-            kStopped,
-            fmt::format("{} failures, more than --max-failures {}; final checkpoint written",
-                        failures, config.max_failures)};
-      }
-      // A death here, between the shrink and the restore, makes the survivors start over.
-      injector.at(step + 1, Phase::recovery);
-      restore_after_failure(detected_at);
-      events.emit("recovery_finished",
-                  {{"step", step}, {"seconds", seconds_since(started)}, {"attempts", attempt}});
-      return;
-    } catch (const comm::ProcessFailure& again) {
-      // Another rank died while we were recovering: start over on what is left.
-      if (lead())
-        std::cerr << "hardy: failure during recovery (" << again.what()
-                  << "); restarting recovery\n";
+  recover_until_agreed(comm, [&](const Shrink& shrink) {
+    if (shrink.attempt > 1 && lead())
+      std::cerr << "hardy: another failure during recovery; restarting recovery\n";
+    const std::vector<int> old_members = world_rank_of;
+    world_rank_of.clear();
+    for (int old_rank : shrink.old_ranks)
+      world_rank_of.push_back(old_members[static_cast<std::size_t>(old_rank)]);
+    const std::vector<int> lost = comm::ranks_lost(shrink.old_ranks, shrink.old_size);
+    std::vector<int> failed;
+    std::vector<std::string> failed_hosts;
+    std::set<int> failed_nodes;
+    for (int old_rank : lost) {
+      const int r = old_members[static_cast<std::size_t>(old_rank)];
+      failed.push_back(r);
+      failed_hosts.push_back(hosts[static_cast<std::size_t>(r)]);
+      failed_nodes.insert(r / config.ranks_per_node);
     }
-  }
+    ++failures;
+    if (lead()) open_lead_logs();  // the new rank 0 takes over the run directory's logs
+    events.emit("failure_detected",
+                {{"failed_ranks", failed},
+                 {"failed_hosts", failed_hosts},
+                 {"failed_nodes", std::vector<int>(failed_nodes.begin(), failed_nodes.end())},
+                 {"detected_by", "process failure error"},
+                 {"error", what},
+                 {"step", step + 1},
+                 {"detection_latency_s", latency},
+                 {"latency_from", injected ? "injected kill time" : "last committed step"},
+                 {"attempt", shrink.attempt}});
+    events.emit("communicator_shrunk", {{"old_size", shrink.old_size},
+                                        {"new_size", comm->size()},
+                                        {"seconds", seconds_since(started)}});
+    if (lead())
+      std::cerr << fmt::format("hardy: rank(s) {} failed at step {}; continuing with {} ranks\n",
+                               fmt::join(failed, ","), step + 1, comm->size());
+    // Every survivor sees the same size and count, before any collective of this attempt.
+    if (comm->size() < config.min_world_size) {
+      write_final_checkpoint("too few ranks");
+      throw SessionStop{
+          kStopped,
+          fmt::format("{} ranks left, fewer than --min-world-size {}; final checkpoint written",
+                      comm->size(), config.min_world_size)};
+    }
+    if (failures > config.max_failures) {
+      write_final_checkpoint("too many failures");
+      throw SessionStop{kStopped,
+                        fmt::format("{} failures, more than --max-failures {}; final checkpoint "
+                                    "written",
+                                    failures, config.max_failures)};
+    }
+    rebind_gradients(lost);
+    cross_rank.rebind(*comm);
+    // A death here, between the shrink and the restore, makes the survivors start over.
+    injector.at(step + 1, Phase::recovery);
+    restore_after_failure(detected_at);
+  });
+  events.emit("recovery_finished", {{"step", step}, {"seconds", seconds_since(started)}});
 }
 
-void TrainingSession::State::rebind_gradients(int old_rank, int old_size) {
+void TrainingSession::State::rebind_gradients(const std::vector<int>& lost) {
 #ifdef HARDY_HAVE_NCCL
   if (nccl) {
     // The survivors agreed on the failed ranks through ULFM; NCCL drops the same ones, aborting
     // what was stuck on them. If any survivor's NCCL communicator was aborted already (a
     // collective timed out), all of them start a fresh one over the shrunk MPI communicator.
-    const std::vector<int> lost = comm::ranks_lost_in_shrink(*comm, old_rank, old_size);
-    const bool shrinkable = comm->agree(nccl->usable() ? 1 : 0) == 1;
+    const bool shrinkable =
+        comm::allreduce(*comm, nccl->usable() ? 1 : 0, comm::ReduceOp::min) == 1;
     std::unique_ptr<comm::NcclCommunicator> next;
     if (shrinkable) {
       next = nccl->shrink(lost);
@@ -114,35 +104,19 @@ void TrainingSession::State::rebind_gradients(int old_rank, int old_size) {
     return;
   }
 #endif
+  (void)lost;
   buckets->rebind(*comm);
-}
-
-void TrainingSession::State::rebuild_membership() {
-  std::vector<double> members(static_cast<std::size_t>(original_world_size), -1.0);
-  std::vector<double> mine(static_cast<std::size_t>(original_world_size), 0.0);
-  mine[static_cast<std::size_t>(world_rank)] = static_cast<double>(comm->rank()) + 1.0;
-  comm->allreduce_sum(mine);
-  world_rank_of.assign(static_cast<std::size_t>(comm->size()), -1);
-  for (int r = 0; r < original_world_size; ++r)
-    if (const double position = mine[static_cast<std::size_t>(r)]; position > 0)
-      world_rank_of[static_cast<std::size_t>(position) - 1] = r;
 }
 
 void TrainingSession::State::restore_after_failure(double detected_at) {
   const auto started = Clock::now();
   // Memory is the fast path, but only when every survivor holds the same committed step.
-  const long target = snapshot ? snapshot->step : -1;
-  int flag = config.memory_snapshots && snapshot ? 1 : 0;
-  flag = comm->agree(flag);
-  // Every rank holds the same step iff the sum is n*t and the sum of squares n*t^2.
-  const double t = static_cast<double>(target), n = comm->size();
-  std::vector<double> steps{t, t * t};
-  comm->allreduce_sum(steps);
-  std::vector<double> differs{steps[0] == n * t && steps[1] == n * t * t ? 0.0 : 1.0};
-  comm->allreduce_sum(differs);
-  const bool same_step = differs[0] == 0;
+  const bool in_memory = config.memory_snapshots && snapshot;
+  const bool everyone_has_it =
+      comm::allreduce(*comm, in_memory ? 1 : 0, comm::ReduceOp::min) == 1 &&
+      comm::all_equal(*comm, in_memory ? snapshot->step : -1);
   std::string source;
-  if (flag == 1 && same_step) {
+  if (everyone_has_it) {
     apply_state(*snapshot);
     source = "memory";
   } else {
@@ -155,9 +129,7 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
       for (const auto& reason : skipped) events.emit("checkpoint_rejected", {{"reason", reason}});
       if (!path.empty()) state = checkpoint::read_checkpoint(path);
     }
-    std::vector<double> have{lead() && !path.empty() ? 1.0 : 0.0};
-    comm->allreduce_sum(have);
-    if (have[0] == 0)
+    if (comm::allreduce(*comm, lead() && !path.empty() ? 1 : 0, comm::ReduceOp::max) == 0)
       throw Error(
           "cannot recover: no rank holds the last committed step and there is no valid checkpoint");
     broadcast_restored(state);

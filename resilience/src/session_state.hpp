@@ -86,10 +86,12 @@ struct TrainingSession::State {
                       const std::string& host, int saved_world_size, Clock::time_point started);
 
   // ---- recovery (recovery.cpp) ----
+  // After a ProcessFailure, or a step that some survivor did not finish: shrink to the
+  // survivors, roll back to the last committed step, re-split the batch (recovery_protocol.hpp).
   void recover(const std::string& what);
-  void rebuild_membership();
-  // After the MPI shrink: the gradient buckets follow the survivors (NCCL shrinks too).
-  void rebind_gradients(int old_rank, int old_size);
+  // After the MPI shrink: the gradient buckets follow the survivors (NCCL drops `lost`, ranks of
+  // the communicator before the shrink).
+  void rebind_gradients(const std::vector<int>& lost);
   void restore_after_failure(double detected_at);
   void write_final_checkpoint(const std::string& reason);
 

@@ -14,6 +14,7 @@
 #include "hardy/core/digest.hpp"
 #include "hardy/core/error.hpp"
 #include "hardy/core/evaluation.hpp"
+#include "hardy/resilience/recovery_protocol.hpp"
 #include "session_state.hpp"
 
 namespace hardy::resilience {
@@ -35,10 +36,6 @@ int threads_per_rank(int rank, const std::vector<std::string>& hosts) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / static_cast<int>(local));
 }
-
-// Bits of the per-step agreement (bitwise AND over the survivors).
-constexpr int kStepDone = 1;
-constexpr int kNotPreempted = 2;
 
 }  // namespace
 
@@ -202,9 +199,7 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
         error = e.what();
       }
     }
-    std::vector<double> failed{error.empty() ? 0.0 : 1.0};
-    comm->allreduce_sum(failed);
-    if (failed[0] != 0)
+    if (comm::allreduce(*comm, error.empty() ? 0 : 1, comm::ReduceOp::max) != 0)
       throw InvalidArgument(is_root ? error
                                     : fmt::format("rank {} could not apply the checkpoint", root));
     // The loop's scalars over MPI, the tensors GPU to GPU over NCCL (whose ranks are MPI's).
@@ -269,9 +264,7 @@ std::size_t TrainingSession::State::gradient_bucket_count() const {
 }
 
 void TrainingSession::State::announce_ranks() {
-  std::vector<double> all(static_cast<std::size_t>(comm->size()), 0.0);
-  all[static_cast<std::size_t>(comm->rank())] = static_cast<double>(::getpid());
-  comm->allreduce_sum(all);
+  const auto all = comm->allgather(::getpid());
   pids.assign(all.begin(), all.end());
   for (int r = 0; r < comm->size(); ++r)
     events.emit("rank_started", {{"rank", r},
@@ -307,9 +300,7 @@ void TrainingSession::State::resume_if_asked() {
       resume_from_node_snapshot(!source.empty() ? state.step : -1, started))
     return;
   // Rank 0 tells the others whether there is anything to resume from.
-  std::vector<double> have{lead() && !source.empty() ? 1.0 : 0.0};
-  comm->allreduce_sum(have);
-  if (have[0] == 0) {
+  if (comm::allreduce(*comm, lead() && !source.empty() ? 1 : 0, comm::ReduceOp::max) == 0) {
     if (config.resume != "latest")
       throw InvalidArgument(fmt::format("cannot resume from {}", config.resume));
     events.emit("resume_skipped",
@@ -342,14 +333,7 @@ void TrainingSession::State::report_resumed(const std::string& source,
 
 void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch) {
   const std::uint64_t digest = core::xxhash64(std::as_bytes(std::span(batch.samples)));
-  std::vector<double> check{static_cast<double>(digest & 0xffffffu),
-                            static_cast<double>((digest >> 24) & 0xffffffu)};
-  const std::vector<double> mine = check;
-  comm->allreduce_sum(check);
-  const double n = comm->size();
-  std::vector<double> disagree{check[0] == mine[0] * n && check[1] == mine[1] * n ? 0.0 : 1.0};
-  comm->allreduce_sum(disagree);
-  if (disagree[0] != 0)
+  if (!comm::all_equal(*comm, static_cast<std::int64_t>(digest)))
     throw Error(fmt::format(
         "step {}: the ranks planned different global batches (sampler states diverged)", step + 1));
 }
@@ -415,13 +399,17 @@ void TrainingSession::State::train_step() {
 }
 
 void TrainingSession::State::commit_step(const std::function<void()>& log_step) {
-  const bool preempted_here = preemption_requested.load();
-  int flag = kStepDone | (preempted_here ? 0 : kNotPreempted);
+  StepOutcome outcome;
   {
     CommunicationScope scope(*this, "step agreement");
     // Fault tolerant: every survivor gets the same answer, so all of them commit the step or
     // none does. Without ULFM this is an allreduce, and a failure ends the job.
-    flag = comm->agree(flag);
+    outcome = agree_on_step(*comm, /*finished=*/true, preemption_requested.load());
+  }
+  if (!outcome.committed) {
+    // A survivor's step failed under it: nobody commits, everybody recovers.
+    recover(fmt::format("step {} did not finish on every rank (a peer failed)", step + 1));
+    return;
   }
   ++step;
   last_commit = Clock::now();
@@ -444,7 +432,7 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
     verify_replicas(step);
   log_step();  // before a checkpoint, so that a committed step is logged even if rank 0 dies
                // writing
-  if (!(flag & kNotPreempted)) {
+  if (outcome.preempt) {
     events.emit("preemption_requested", {{"step", step}});
     write_final_checkpoint("preempted by SIGUSR1 (scheduler time limit)");
     throw SessionStop{kPreempted, "preempted: checkpoint written; resume with --resume latest"};
@@ -503,13 +491,13 @@ void TrainingSession::State::maybe_checkpoint(bool force_sync) {
 void TrainingSession::State::verify_replicas(long at_step) {
   CommunicationScope scope(*this, "replica verification");
   const std::uint64_t digest = core::parameter_digest(*backend, model.parameters());
-  std::uint64_t reference = digest;
-  comm->broadcast(std::as_writable_bytes(std::span(&reference, 1)), 0);
-  std::vector<double> mismatches{reference != digest ? 1.0 : 0.0};
-  comm->allreduce_sum(mismatches);
-  if (mismatches[0] != 0)
+  const auto all = comm->allgather(static_cast<std::int64_t>(digest));
+  const auto differ = std::count_if(all.begin(), all.end(), [&](std::int64_t d) {
+    return static_cast<std::uint64_t>(d) != static_cast<std::uint64_t>(all.front());
+  });
+  if (differ != 0)
     throw Error(fmt::format("step {}: {} rank(s) hold parameters that differ from rank 0's",
-                            at_step, mismatches[0]));
+                            at_step, differ));
   events.emit("replicas_verified", {{"step", at_step}, {"digest", fmt::format("{:016x}", digest)}});
 }
 
@@ -570,6 +558,10 @@ int TrainingSession::State::run() {
         train_step();
       } catch (const comm::ProcessFailure& failure) {
         if (!comm->fault_tolerant()) throw;
+        // The other survivors may have finished this step and wait in its agreement: meet them
+        // there (after the revoke has freed those still inside a collective), then recover.
+        comm->revoke();
+        agree_on_step(*comm, /*finished=*/false, preemption_requested.load());
         recover(failure.what());
       }
     }

@@ -3,11 +3,12 @@
 #include "checkpoint_fixtures.hpp"
 #include "hardy/checkpoint/broadcast_state.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
-#include "thread_communicator.hpp"
+#include "in_process_world.hpp"
 
 using namespace hardy;
 using namespace hardy::checkpoint;
 using namespace hardy::checkpoint::testing;
+using hardy::testing::InProcessWorld;
 
 TEST_CASE("broadcast state: serialize and deserialize round-trip every field", "[checkpoint]") {
   TrainedModel trained(1);
@@ -37,14 +38,15 @@ TEST_CASE("broadcast state: every rank receives root's state and agrees on its d
   TrainingState root_state = capture(trained.model, *trained.optimizer);
   set_scalars(root_state, 10);
   const auto expected = serialize(root_state);
-  ThreadWorld world(4);
+  InProcessWorld world(4);
   std::vector<TrainingState> states(4);
   states[1] = root_state;
-  const auto errors = world.run([&](int rank) {
-    ThreadCommunicator comm(world, rank);
-    broadcast_state(comm, states[static_cast<std::size_t>(rank)], 1);
+  const auto errors = world.run([&](std::unique_ptr<comm::Communicator> comm) {
+    broadcast_state(*comm, states[static_cast<std::size_t>(comm->rank())], 1);
   });
   for (int rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank << ": "
+                 << hardy::testing::describe(errors[static_cast<std::size_t>(rank)]));
     CHECK_FALSE(errors[static_cast<std::size_t>(rank)]);
     CHECK(serialize(states[static_cast<std::size_t>(rank)]) == expected);
   }
@@ -53,15 +55,14 @@ TEST_CASE("broadcast state: every rank receives root's state and agrees on its d
 TEST_CASE("broadcast state: a rank that received damaged bytes makes every rank throw",
           "[checkpoint]") {
   const TrainingState root_state = synthetic_state(4);
-  ThreadWorld world(3);
+  InProcessWorld world(3);
   std::vector<TrainingState> states(3);
   states[0] = root_state;
-  const auto errors = world.run([&](int rank) {
-    auto damage = [rank](std::span<std::byte> bytes) {
-      if (rank == 2 && bytes.size() > 100) bytes[bytes.size() / 2] ^= std::byte{1};
-    };
-    ThreadCommunicator comm(world, rank, damage);
-    broadcast_state(comm, states[static_cast<std::size_t>(rank)], 0);
+  world.on_broadcast_received([](int rank, std::span<std::byte> bytes) {
+    if (rank == 2 && bytes.size() > 100) bytes[bytes.size() / 2] ^= std::byte{1};
+  });
+  const auto errors = world.run([&](std::unique_ptr<comm::Communicator> comm) {
+    broadcast_state(*comm, states[static_cast<std::size_t>(comm->rank())], 0);
   });
   for (const auto& error : errors) {
     REQUIRE(error);

@@ -24,6 +24,26 @@ TEST_CASE("allreduce_sum adds floats and doubles over all ranks", "[mpi]") {
   comm->allreduce_sum(std::span<float>{});  // empty is fine
 }
 
+TEST_CASE("64-bit reductions, allgather and all_equal", "[mpi]") {
+  auto comm = MpiCommunicator::world();
+  const std::int64_t r = comm->rank(), n = comm->size();
+  const std::int64_t big = std::int64_t{1} << 40;  // beyond what a float sum keeps exact
+  std::vector<std::int64_t> values{big + r, -r, r};
+  comm->allreduce(values, hardy::comm::ReduceOp::sum);
+  REQUIRE(values ==
+          std::vector<std::int64_t>{n * big + n * (n - 1) / 2, -n * (n - 1) / 2, n * (n - 1) / 2});
+  REQUIRE(hardy::comm::allreduce(*comm, big + r, hardy::comm::ReduceOp::min) == big);
+  REQUIRE(hardy::comm::allreduce(*comm, -r, hardy::comm::ReduceOp::max) == 0);
+  const auto all = comm->allgather(100 + r);
+  REQUIRE(all.size() == static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k) REQUIRE(all[static_cast<std::size_t>(k)] == 100 + k);
+  // Digests are 64-bit patterns: the extremes compare like any other value.
+  REQUIRE(hardy::comm::all_equal(*comm, INT64_MIN));
+  REQUIRE(hardy::comm::all_equal(*comm, INT64_MAX));
+  REQUIRE_FALSE(hardy::comm::all_equal(*comm, r == n - 1 ? INT64_MIN : INT64_MAX));
+  REQUIRE_FALSE(hardy::comm::all_equal(*comm, r == 0 ? 1 : 0));
+}
+
 TEST_CASE("iallreduce_sum completes through test() and wait()", "[mpi]") {
   auto comm = MpiCommunicator::world();
   std::vector<float> a(1 << 16, 1.0f), b(7, 2.0f);
@@ -84,15 +104,18 @@ TEST_CASE("with ULFM: a revoked communicator raises ProcessFailure, agrees and s
   auto world = MpiCommunicator::world();
   REQUIRE(world->fault_tolerant());
   REQUIRE(world->failed_ranks().empty());
-  auto comm = world->shrink();  // nobody failed: a copy of world
+  auto shrunk = world->shrink();  // nobody failed: a copy of world
+  auto& comm = shrunk.comm;
   REQUIRE(comm->size() == world->size());
+  REQUIRE(shrunk.old_ranks.size() == static_cast<std::size_t>(world->size()));
+  REQUIRE(shrunk.old_ranks[static_cast<std::size_t>(comm->rank())] == world->rank());
   REQUIRE(comm->rank() == world->rank());
   if (comm->rank() == 0) comm->revoke();
   std::vector<float> x(16, 1.0f);
   REQUIRE_THROWS_AS(comm->allreduce_sum(x), ProcessFailure);
   REQUIRE_THROWS_AS(comm->barrier(), ProcessFailure);
   REQUIRE(comm->agree(comm->rank() == 1 ? 2 : 3) == 2);  // agree works on a revoked communicator
-  auto fresh = comm->shrink();
+  auto fresh = std::move(comm->shrink().comm);
   REQUIRE(fresh->size() == world->size());
   std::vector<float> y(16, 1.0f);
   fresh->allreduce_sum(y);

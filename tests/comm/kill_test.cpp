@@ -108,9 +108,11 @@ TEST_CASE("survivors of a SIGKILL get ProcessFailure, shrink and continue", "[.]
   world->revoke();  // so that every survivor leaves its pending operations
   REQUIRE(world->agree(1) == 1);
   REQUIRE(world->failed_ranks() == std::vector<int>{victim});
-  auto survivors = world->shrink();
+  auto shrunk = world->shrink();
+  auto& survivors = shrunk.comm;
   REQUIRE(survivors->size() == world->size() - 1);
   REQUIRE(survivors->rank() == world->rank());
+  REQUIRE(hardy::comm::ranks_lost(shrunk.old_ranks, world->size()) == std::vector<int>{victim});
   std::vector<double> value{static_cast<double>(world->rank() + 1)};
   survivors->allreduce_sum(value);
   const int n = survivors->size();
@@ -166,7 +168,7 @@ TEST_CASE("GradientBuckets: a death mid-step raises ProcessFailure, rebinding re
               1e3 * (detected - read_stamp(stamp, after_barrier)), failure.c_str());
 
   REQUIRE(world->agree(1) == 1);  // finish() has revoked world already
-  auto survivors = world->shrink();
+  auto survivors = std::move(world->shrink().comm);
   REQUIRE(survivors->size() == world->size() - 1);
   buckets.rebind(*survivors);
   fill(2.0f);

@@ -10,6 +10,7 @@
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/nccl_communicator.hpp"
 #include "hardy/comm/nccl_gradient_buckets.hpp"
+#include "hardy/comm/self_communicator.hpp"
 #include "hardy/core/error.hpp"
 #include "hardy/core/model.hpp"
 
@@ -18,35 +19,6 @@ using namespace hardy::core;
 using namespace hardy::gpu_test;
 
 namespace {
-
-class DoneRequest final : public comm::Request {
- public:
-  void wait() override {}
-  bool test() override { return true; }
-  bool done() const override { return true; }
-};
-
-// A world of one process: every collective is the identity.
-class SingleProcess final : public comm::Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void allreduce_sum(std::span<float>) override {}
-  void allreduce_sum(std::span<double>) override {}
-  std::unique_ptr<comm::Request> iallreduce_sum(std::span<float>) override {
-    return std::make_unique<DoneRequest>();
-  }
-  void broadcast(std::span<std::byte>, int) override {}
-  void barrier() override {}
-  std::vector<std::string> hostnames() override { return {"localhost"}; }
-  bool fault_tolerant() const override { return false; }
-  void revoke() override { throw hardy::Error("single process: no revoke"); }
-  int agree(int flag) override { return flag; }
-  std::vector<int> failed_ranks() override { return {}; }
-  std::unique_ptr<comm::Communicator> shrink() override {
-    throw hardy::Error("single process: no shrink");
-  }
-};
 
 Tensor device_values(CudaBackend& cuda, const Tensor& host) {
   Tensor t = cuda.empty(host.dims(), DType::f32, host.layout());
@@ -58,7 +30,7 @@ Tensor device_values(CudaBackend& cuda, const Tensor& host) {
 
 TEST_CASE("nccl: a one-rank communicator allreduces and broadcasts device memory", "[gpu]") {
   CudaBackend cuda;  // makes its device current, as the trainer's backend does
-  SingleProcess bootstrap;
+  comm::SelfCommunicator bootstrap;
   auto nccl = comm::NcclCommunicator::create(bootstrap);
   CHECK(nccl->rank() == 0);
   CHECK(nccl->size() == 1);
@@ -87,7 +59,7 @@ TEST_CASE("nccl: a one-rank communicator allreduces and broadcasts device memory
 
 TEST_CASE("nccl: bucketed gradient allreduce writes scaled sums and finds overflows", "[gpu]") {
   CudaBackend cuda;
-  SingleProcess bootstrap;
+  comm::SelfCommunicator bootstrap;
   auto nccl = comm::NcclCommunicator::create(bootstrap);
   ModelConfig config;
   config.width = 8;
@@ -129,13 +101,12 @@ TEST_CASE("nccl: bucketed gradient allreduce writes scaled sums and finds overfl
 }
 
 TEST_CASE("nccl: the survivors' list, shrink and abort", "[gpu]") {
-  SingleProcess survivors;
   // Rank 0 of a former world of 3 is the only survivor: ranks 1 and 2 are gone.
-  CHECK(comm::ranks_lost_in_shrink(survivors, 0, 3) == std::vector<int>{1, 2});
-  CHECK(comm::ranks_lost_in_shrink(survivors, 0, 1).empty());
+  CHECK(comm::ranks_lost({0}, 3) == std::vector<int>{1, 2});
+  CHECK(comm::ranks_lost({0}, 1).empty());
 
   CudaBackend cuda;
-  SingleProcess bootstrap;
+  comm::SelfCommunicator bootstrap;
   auto nccl = comm::NcclCommunicator::create(bootstrap);
   const int self[] = {0};
   CHECK_THROWS_AS(nccl->shrink(self), InvalidArgument);  // a rank cannot exclude itself

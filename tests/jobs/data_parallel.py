@@ -39,7 +39,12 @@ with tempfile.TemporaryDirectory(prefix="hardy-dp-") as tmp:
     # differences between summation orders cross a ReLU kink somewhere and grow to 1e-3..1e-2 in
     # 20 steps for some seeds (5 of 9 seeds tried), with either resampling kernel. At 0.002 the
     # worst of 5 seeds was 6e-6 after 20 steps; a missing or wrong cross-rank sum is 1e-2 or more.
-    for norm, optimizer in (("group", ["--optimizer", "adam"]), ("batch", ["--optimizer", "sgd", "--lr", "0.002"])):
+    # Group normalization runs SGD at 0.01: 4e-8 for seeds 7, 13 and 21. With Adam at 0.003 the
+    # answer depended on the CPU: 7e-9 where oneDNN ran its AVX-512 kernels, 1.5e-4 (seed 7) and
+    # 4e-4 (seed 13) on an AVX2-only EPYC, a jump of 100x at a single step, as rounding noise
+    # in a near-zero gradient becomes a full-size Adam step. That is Adam, not data parallelism.
+    for norm, optimizer in (("group", ["--optimizer", "sgd", "--lr", "0.01"]),
+                            ("batch", ["--optimizer", "sgd", "--lr", "0.002"])):
         one, _ = train(tmp / f"{norm}-1", 1, "--steps", "20", "--norm", norm, *optimizer)
         four, events = train(tmp / f"{norm}-4", 4, "--steps", "20", "--norm", norm, *optimizer,
                              "--verify-replicas-every", "1")

@@ -140,32 +140,6 @@ void NcclCommunicator::abort() {
   usable_ = false;
 }
 
-std::vector<int> ranks_lost_in_shrink(Communicator& survivors, int old_rank, int old_size) {
-  if (old_rank < 0 || old_rank >= old_size)
-    throw InvalidArgument(
-        fmt::format("ranks_lost_in_shrink: old rank {} outside [0, {})", old_rank, old_size));
-  std::vector<double> alive(static_cast<std::size_t>(old_size), 0.0);
-  alive[static_cast<std::size_t>(old_rank)] = 1.0;
-  survivors.allreduce_sum(alive);
-  std::vector<int> lost;
-  int present = 0;
-  for (int r = 0; r < old_size; ++r) {
-    const double count = alive[static_cast<std::size_t>(r)];
-    if (count == 0.0)
-      lost.push_back(r);
-    else if (count != 1.0)
-      throw hardy::Error(
-          fmt::format("ranks_lost_in_shrink: {} survivors claim old rank {}", count, r));
-    else
-      ++present;
-  }
-  if (present != survivors.size())
-    throw hardy::Error(
-        fmt::format("ranks_lost_in_shrink: {} survivors reported, communicator has {}", present,
-                    survivors.size()));
-  return lost;
-}
-
 void broadcast_tensors(NcclCommunicator& comm, core::CudaBackend& backend,
                        std::span<core::Tensor* const> tensors, int root,
                        std::chrono::milliseconds timeout) {

@@ -7,6 +7,7 @@
 // them may throw ProcessFailure when a peer has died or the communicator has been revoked;
 // other failures are hardy::Error.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -27,6 +28,17 @@ class Request {
   virtual bool done() const = 0;
 };
 
+enum class ReduceOp { sum, min, max };
+
+class Communicator;
+
+// What shrink() returns: the survivors' communicator and, for each of its ranks, that rank in
+// the communicator it was shrunk from. Every survivor gets the same list without communicating.
+struct Survivors {
+  std::unique_ptr<Communicator> comm;
+  std::vector<int> old_ranks;  // old_ranks[new rank] = old rank, ascending
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -37,6 +49,10 @@ class Communicator {
   // In-place element-wise sum over all ranks.
   virtual void allreduce_sum(std::span<float> data) = 0;
   virtual void allreduce_sum(std::span<double> data) = 0;
+  // In-place element-wise reduction of 64-bit integers (counts, steps, flags, digests).
+  virtual void allreduce(std::span<std::int64_t> data, ReduceOp op) = 0;
+  // Every rank's value, indexed by rank.
+  virtual std::vector<std::int64_t> allgather(std::int64_t value) = 0;
   // Non-blocking in-place sum; data must stay valid until the request completes.
   virtual std::unique_ptr<Request> iallreduce_sum(std::span<float> data) = 0;
   // Copies root's bytes into every other rank's buffer of the same size.
@@ -61,7 +77,15 @@ class Communicator {
   virtual std::vector<int> failed_ranks() = 0;
   // A new communicator of the survivors, ranks renumbered in their old order. Collective over
   // the survivors; works on a revoked communicator. Throws hardy::Error unless fault_tolerant().
-  virtual std::unique_ptr<Communicator> shrink() = 0;
+  // An MPI may run agreements of its own inside: never let one rank shrink while another agrees.
+  virtual Survivors shrink() = 0;
 };
+
+// One value reduced over every rank.
+std::int64_t allreduce(Communicator& comm, std::int64_t value, ReduceOp op);
+// Whether value is the same at every rank (one reduction of its minimum and maximum).
+bool all_equal(Communicator& comm, std::int64_t value);
+// The ranks of a communicator of old_size that are not among a shrink's survivors (old_ranks).
+std::vector<int> ranks_lost(const std::vector<int>& old_ranks, int old_size);
 
 }  // namespace hardy::comm

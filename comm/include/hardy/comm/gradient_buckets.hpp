@@ -21,8 +21,9 @@ class GradientBuckets {
   static constexpr std::size_t kDefaultBucketBytes = 25u << 20;  // PyTorch DDP's default
 
   // params: the model's parameters (which it owns and which must outlive this object); bucket
-  // order follows this list, so pass it in the order gradients become ready in backward. Gradients are host f32 tensors with as many elements as
-  // their values. A parameter larger than bucket_bytes gets a bucket of its own.
+  // order follows this list, so pass it in the order gradients become ready in backward. Gradients
+  // are host f32 tensors with as many elements as their values. A parameter larger than
+  // bucket_bytes gets a bucket of its own.
   GradientBuckets(Communicator& comm, std::vector<core::Parameter*> params,
                   std::size_t bucket_bytes = kDefaultBucketBytes);
   ~GradientBuckets();

@@ -50,6 +50,8 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   void allreduce_sum(std::span<float> data) override;
   void allreduce_sum(std::span<double> data) override;
+  void allreduce(std::span<std::int64_t> data, ReduceOp op) override;
+  std::vector<std::int64_t> allgather(std::int64_t value) override;
   std::unique_ptr<Request> iallreduce_sum(std::span<float> data) override;
   void broadcast(std::span<std::byte> data, int root) override;
   void barrier() override;
@@ -59,7 +61,7 @@ class MpiCommunicator final : public Communicator {
   void revoke() override;
   int agree(int flag) override;
   std::vector<int> failed_ranks() override;
-  std::unique_ptr<Communicator> shrink() override;
+  Survivors shrink() override;
 
  private:
   void require_fault_tolerance(const char* operation) const;

@@ -78,9 +78,9 @@ class NcclCommunicator {
   void synchronize(std::chrono::milliseconds timeout = kDefaultTimeout);
 
   // The survivors' communicator without `excluded_ranks` (ranks of this communicator, e.g.
-  // from ranks_lost_in_shrink), renumbered in their old order like MPIX_Comm_shrink. Collective
-  // over the survivors. With abort_in_flight (NCCL_SHRINK_ABORT), operations still stuck on the
-  // dead ranks are terminated first. This communicator is unusable afterwards.
+  // comm::ranks_lost() of the MPI shrink), renumbered in their old order like MPIX_Comm_shrink.
+  // Collective over the survivors. With abort_in_flight (NCCL_SHRINK_ABORT), operations still stuck
+  // on the dead ranks are terminated first. This communicator is unusable afterwards.
   std::unique_ptr<NcclCommunicator> shrink(std::span<const int> excluded_ranks,
                                            bool abort_in_flight = true);
   // ncclCommAbort: frees the communicator and kills its kernels, whatever state peers are in.
@@ -99,11 +99,6 @@ class NcclCommunicator {
   int device_ = 0;
   bool usable_ = true;
 };
-
-// The ranks of the communicator before a ULFM shrink that are missing from `survivors` (the
-// shrunk MPI communicator): every survivor reports its old rank through one allreduce, so that
-// all of them pass the same list to NcclCommunicator::shrink. Collective over survivors.
-std::vector<int> ranks_lost_in_shrink(Communicator& survivors, int old_rank, int old_size);
 
 // Broadcasts device tensors (a restored checkpoint's weights, optimizer state, buffers) from
 // root to every rank, in one NCCL group after the backend's queued work; returns when done.
