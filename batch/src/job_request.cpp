@@ -33,6 +33,11 @@ constexpr std::array kPlaceholders = {
     Placeholder{"signal_lead_minutes", "--signal-lead rounded up to minutes (LSF -wt)"},
     Placeholder{"requeue_exit_status",
                 "the exit status of `hardy run` that asks for a requeue (4)"},
+    Placeholder{"min_world_size",
+                "--min-nodes x ranks per node: fewer healthy ranks and the job is requeued"},
+    Placeholder{"max_requeues", "--max-requeues"},
+    Placeholder{"exclude_nodes_file",
+                "RUN_DIR/exclude-nodes, the nodes the job lost, one per line, to exclude"},
     Placeholder{"launcher", "LSF only: --lsf-launcher, jsrun or mpirun"},
 };
 
@@ -72,6 +77,14 @@ void validate(const JobRequest& request) {
         fmt::format("the run directory '{}' must be absolute", request.run_dir.string()));
   directive_value(request.run_dir.string(), "--run-dir");
   require_positive(request.signal_lead_seconds, "--signal-lead");
+  require_positive(request.min_nodes, "--min-nodes");
+  if (request.min_nodes > request.nodes)
+    throw InvalidArgument(
+        fmt::format("--min-nodes {} is more than --nodes {}: the job could never run",
+                    request.min_nodes, request.nodes));
+  if (request.max_requeues < 0)
+    throw InvalidArgument(
+        fmt::format("--max-requeues must be 0 or more, not {}", request.max_requeues));
   if (request.signal_lead_seconds >= limit)
     throw InvalidArgument(
         fmt::format("--signal-lead {} s is not shorter than --time {}: the job would be warned "
@@ -102,6 +115,9 @@ TemplateValues template_values(const JobRequest& request) {
       {"signal_lead_seconds", number(request.signal_lead_seconds)},
       {"signal_lead_minutes", number(minutes_rounded_up(request.signal_lead_seconds))},
       {"requeue_exit_status", number(kRequeueExitStatus)},
+      {"min_world_size", number(static_cast<long>(request.min_nodes) * request.ranks_per_node)},
+      {"max_requeues", number(request.max_requeues)},
+      {"exclude_nodes_file", request.exclude_nodes().string()},
       {"launcher", std::nullopt},
   };
   return values;

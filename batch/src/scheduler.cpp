@@ -10,7 +10,9 @@ std::string supervised_launch(std::string_view extra_run_options,
 # The scheduler warns this shell with SIGUSR1 {{signal_lead_seconds}} s before the time limit;
 # the shell passes it on to `hardy run`, which writes a checkpoint, stops the ranks and exits
 # with status {{requeue_exit_status}}. The job then goes back to the queue and resumes from that
-# checkpoint (--resume latest), as it does after a requeue for a failed node.
+# checkpoint (--resume latest). `hardy run` exits the same way when a node failure leaves fewer
+# than {{min_world_size}} healthy ranks, after listing the lost nodes in {{exclude_nodes_file}}
+# for the requeue to leave out; it resumes from the newest node-local snapshot or checkpoint.
 set -u
 echo "hardy: batch script started on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 child=
@@ -18,6 +20,7 @@ trap 'echo "hardy: SIGUSR1, passed on to hardy run" >&2; [ -n "$child" ] && kill
 {{hardy}} run )sh";
   constexpr std::string_view wait =
       R"sh(--nodes {{nodes}} --ranks-per-node {{ranks_per_node}} --run-dir {{run_dir}} \
+  --min-world-size {{min_world_size}} --max-requeues {{max_requeues}} \
   -- --config {{config}} --resume latest &
 child=$!
 status=0

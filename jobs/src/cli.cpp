@@ -1,6 +1,6 @@
-#include <iostream>
-
 #include <fmt/format.h>
+
+#include <iostream>
 
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/error.hpp"

@@ -1,8 +1,8 @@
-#include <chrono>
-#include <iostream>
+#include <fmt/format.h>
 
 #include <boost/program_options.hpp>
-#include <fmt/format.h>
+#include <chrono>
+#include <iostream>
 
 #include "hardy/core/climate_data.hpp"
 #include "hardy/core/dataset.hpp"
@@ -15,11 +15,13 @@ namespace hardy::jobs {
 
 int data_command(const std::vector<std::string>& args) {
   po::options_description options("hardy data generate options");
-  options.add_options()("help,h", "print this help")("out", po::value<std::string>(), "output directory (created)")(
+  options.add_options()("help,h", "print this help")("out", po::value<std::string>(),
+                                                     "output directory (created)")(
       "samples", po::value<long>()->default_value(256), "number of samples")(
       "height", po::value<int>()->default_value(64), "sample height in pixels")(
       "width", po::value<int>()->default_value(64), "sample width in pixels")(
-      "seed", po::value<std::uint64_t>()->default_value(1), "seed; the same seed gives the same files")(
+      "seed", po::value<std::uint64_t>()->default_value(1),
+      "seed; the same seed gives the same files")(
       "samples-per-file", po::value<long>()->default_value(256), "samples in each HDF5 file");
   const bool generate = !args.empty() && args.front() == "generate";
   const std::vector<std::string> rest(args.begin() + (generate ? 1 : 0), args.end());
@@ -31,25 +33,35 @@ int data_command(const std::vector<std::string>& args) {
     throw InvalidArgument(fmt::format("{} (see hardy data generate --help)", e.what()));
   }
   if (vm.count("help") || args.empty()) {
-    std::cout << "Usage: hardy data generate --out DIR [--samples N] [--height H] [--width W] [--seed S]\n\n"
-                 "Writes synthetic climate-like samples (16 channels, with tropical-cyclone and atmospheric-river\n"
+    std::cout << "Usage: hardy data generate --out DIR [--samples N] [--height H] [--width W] "
+                 "[--seed S]\n\n"
+                 "Writes synthetic climate-like samples (16 channels, with tropical-cyclone and "
+                 "atmospheric-river\n"
                  "masks) into HDF5 files, the same for the same seed.\n\n"
               << options << "\n";
     return args.empty() ? 2 : 0;
   }
-  if (!generate) throw InvalidArgument(fmt::format("unknown data command '{}'; the one command is 'generate'", args.front()));
+  if (!generate)
+    throw InvalidArgument(
+        fmt::format("unknown data command '{}'; the one command is 'generate'", args.front()));
   if (!vm.count("out")) throw InvalidArgument("--out DIR is required");
   const long samples = vm["samples"].as<long>(), per_file = vm["samples-per-file"].as<long>();
   const int height = vm["height"].as<int>(), width = vm["width"].as<int>();
   if (samples <= 0) throw InvalidArgument("--samples must be positive");
   if (per_file <= 0) throw InvalidArgument("--samples-per-file must be positive");
-  if (height < 16 || width < 16) throw InvalidArgument(fmt::format("--height and --width must be at least 16 (got {}x{})", height, width));
+  if (height < 16 || width < 16)
+    throw InvalidArgument(
+        fmt::format("--height and --width must be at least 16 (got {}x{})", height, width));
   const std::filesystem::path out = vm["out"].as<std::string>();
-  const core::SyntheticClimate source({16, height, width}, static_cast<std::size_t>(samples), vm["seed"].as<std::uint64_t>());
+  const core::SyntheticClimate source({16, height, width}, static_cast<std::size_t>(samples),
+                                      vm["seed"].as<std::uint64_t>());
   const auto start = std::chrono::steady_clock::now();
-  core::write_dataset(source, 0, static_cast<std::size_t>(samples), out, static_cast<std::size_t>(per_file));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << fmt::format("wrote {} samples of 16x{}x{} to {} in {:.1f} s\n", samples, height, width, out.string(), seconds);
+  core::write_dataset(source, 0, static_cast<std::size_t>(samples), out,
+                      static_cast<std::size_t>(per_file));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << fmt::format("wrote {} samples of 16x{}x{} to {} in {:.1f} s\n", samples, height,
+                           width, out.string(), seconds);
   return 0;
 }
 

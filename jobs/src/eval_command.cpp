@@ -1,9 +1,8 @@
+#include <fmt/format.h>
 #include <omp.h>
 
-#include <iostream>
-
 #include <boost/program_options.hpp>
-#include <fmt/format.h>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "hardy/checkpoint/model_file.hpp"
@@ -23,10 +22,14 @@ namespace hardy::jobs {
 int eval_command(const std::vector<std::string>& args) {
   po::options_description options("hardy eval options");
   options.add_options()("help,h", "print this help")(
-      "run-dir", po::value<std::string>(), "run directory of a finished training job (its config.ini and model.h5)")(
-      "model", po::value<std::string>(), "model or checkpoint file to score instead of RUN_DIR/model.h5")(
-      "dataset", po::value<std::string>(), "score every sample of this dataset directory instead of the held-out set")(
-      "eval-samples", po::value<long>(), "held-out samples to score (default: the job's --eval-samples)")(
+      "run-dir", po::value<std::string>(),
+      "run directory of a finished training job (its config.ini and model.h5)")(
+      "model", po::value<std::string>(),
+      "model or checkpoint file to score instead of RUN_DIR/model.h5")(
+      "dataset", po::value<std::string>(),
+      "score every sample of this dataset directory instead of the held-out set")(
+      "eval-samples", po::value<long>(),
+      "held-out samples to score (default: the job's --eval-samples)")(
       "threads", po::value<int>()->default_value(0), "CPU threads (0: all cores)")(
       "json", po::bool_switch(), "print the result as one JSON object");
   po::variables_map vm;
@@ -38,18 +41,21 @@ int eval_command(const std::vector<std::string>& args) {
   }
   if (vm.count("help")) {
     std::cout << "Usage: hardy eval --run-dir DIR [--model FILE] [--json]\n\n"
-                 "Scores a trained model: intersection over union per class and its mean on samples the job\n"
+                 "Scores a trained model: intersection over union per class and its mean on "
+                 "samples the job\n"
                  "did not train on (the held-out samples of its data, or another dataset).\n\n"
               << options << "\n";
     return 0;
   }
-  if (!vm.count("run-dir")) throw InvalidArgument("--run-dir is required (the directory of a training job)");
+  if (!vm.count("run-dir"))
+    throw InvalidArgument("--run-dir is required (the directory of a training job)");
   const std::filesystem::path run_path = vm["run-dir"].as<std::string>();
   if (!std::filesystem::is_directory(run_path))
     throw InvalidArgument(fmt::format("run directory {} does not exist", run_path.string()));
   const RunDirectory run_dir(run_path);
   if (!std::filesystem::exists(run_dir.config()))
-    throw InvalidArgument(fmt::format("{} has no config.ini; is it a hardy run directory?", run_dir.path().string()));
+    throw InvalidArgument(
+        fmt::format("{} has no config.ini; is it a hardy run directory?", run_dir.path().string()));
   TrainSpec spec = load_train_spec(run_dir.config());
   if (vm.count("eval-samples")) {
     const long samples = vm["eval-samples"].as<long>();
@@ -57,10 +63,12 @@ int eval_command(const std::vector<std::string>& args) {
     spec.data.eval_samples = static_cast<std::size_t>(samples);
   }
   if (spec.data.eval_samples == 0 && !vm.count("dataset"))
-    throw InvalidArgument("the job held out no samples (eval-samples = 0); give --eval-samples N or --dataset DIR");
+    throw InvalidArgument(
+        "the job held out no samples (eval-samples = 0); give --eval-samples N or --dataset DIR");
   if (const int threads = vm["threads"].as<int>(); threads > 0) omp_set_num_threads(threads);
   const std::filesystem::path model_file =
-      vm.count("model") ? std::filesystem::path(vm["model"].as<std::string>()) : run_dir.final_model();
+      vm.count("model") ? std::filesystem::path(vm["model"].as<std::string>())
+                        : run_dir.final_model();
 
   auto backend = core::make_backend(spec.backend);
   core::DeepLabV3Plus model(*backend, spec.model);
@@ -76,22 +84,27 @@ int eval_command(const std::vector<std::string>& args) {
     data = core::open_data(spec.data);
     source = data.held_out.get();
   }
-  const auto confusion = core::evaluate(model, *source, static_cast<std::size_t>(spec.global_batch));
+  const auto confusion =
+      core::evaluate(model, *source, static_cast<std::size_t>(spec.global_batch));
   const auto iou = confusion.iou();
   if (vm["json"].as<bool>()) {
-    nlohmann::json result = {{"model", model_file.string()},  {"data", source->describe()},
-                             {"samples", source->size()},      {"mean_iou", confusion.mean_iou()},
+    nlohmann::json result = {{"model", model_file.string()},
+                             {"data", source->describe()},
+                             {"samples", source->size()},
+                             {"mean_iou", confusion.mean_iou()},
                              {"pixel_accuracy", confusion.pixel_accuracy()}};
     for (std::size_t c = 0; c < iou.size(); ++c)
-      result["iou"][std::string(core::kClassNames[c])] = std::isnan(iou[c]) ? nlohmann::json(nullptr) : nlohmann::json(iou[c]);
+      result["iou"][std::string(core::kClassNames[c])] =
+          std::isnan(iou[c]) ? nlohmann::json(nullptr) : nlohmann::json(iou[c]);
     std::cout << result.dump(2) << "\n";
   } else {
-    std::cout << fmt::format("model:          {}\ndata:           {} ({} samples)\n", model_file.string(),
-                             source->describe(), source->size());
+    std::cout << fmt::format("model:          {}\ndata:           {} ({} samples)\n",
+                             model_file.string(), source->describe(), source->size());
     for (std::size_t c = 0; c < iou.size(); ++c)
-      std::cout << fmt::format("IoU {:<22} {:.4f}\n", std::string(core::kClassNames[c]) + ":", iou[c]);
-    std::cout << fmt::format("mean IoU:       {:.4f}\npixel accuracy: {:.4f}\n", confusion.mean_iou(),
-                             confusion.pixel_accuracy());
+      std::cout << fmt::format("IoU {:<22} {:.4f}\n", std::string(core::kClassNames[c]) + ":",
+                               iou[c]);
+    std::cout << fmt::format("mean IoU:       {:.4f}\npixel accuracy: {:.4f}\n",
+                             confusion.mean_iou(), confusion.pixel_accuracy());
   }
   return 0;
 }

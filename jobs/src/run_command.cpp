@@ -99,7 +99,11 @@ int run_command(const std::vector<std::string>& args) {
       "backoff", po::value<double>()->default_value(defaults.backoff_s),
       "seconds before the first relaunch, doubled each time")(
       "min-world-size", po::value<int>()->default_value(defaults.min_world_size),
-      "do not relaunch on fewer ranks than this")(
+      "do not relaunch on fewer ranks than this; inside a Slurm or LSF job, ask the scheduler to "
+      "requeue the job without the lost nodes instead (exit status 4)")(
+      "max-requeues", po::value<int>()->default_value(defaults.max_requeues),
+      "inside a batch job: requeues to ask for without the job committing a new step in "
+      "between, before stopping instead")(
       "probe-timeout", po::value<double>()->default_value(defaults.probe_timeout_s),
       "before a relaunch, leave out nodes that do not run `true` through the launch path within "
       "this many seconds")("finish-grace",
@@ -209,13 +213,14 @@ int run_command(const std::vector<std::string>& args) {
   config.max_restarts = vm["max-restarts"].as<int>();
   config.backoff_s = vm["backoff"].as<double>();
   config.min_world_size = vm["min-world-size"].as<int>();
+  config.max_requeues = vm["max-requeues"].as<int>();
   config.probe_timeout_s = vm["probe-timeout"].as<double>();
   config.finish_grace_s = vm["finish-grace"].as<double>();
-  if (config.max_restarts < 0 || config.backoff_s < 0 || config.probe_timeout_s <= 0 ||
-      config.finish_grace_s < 0)
+  if (config.max_restarts < 0 || config.max_requeues < 0 || config.backoff_s < 0 ||
+      config.probe_timeout_s <= 0 || config.finish_grace_s < 0)
     throw InvalidArgument(
-        "--max-restarts, --backoff and --finish-grace must not be negative, --probe-timeout "
-        "must be positive");
+        "--max-restarts, --max-requeues, --backoff and --finish-grace must not be negative, "
+        "--probe-timeout must be positive");
   return resilience::supervise(config);
 }
 

@@ -32,7 +32,8 @@ std::optional<nlohmann::json> last_record(const std::filesystem::path& path) {
 // The `excluded` entries of job_relaunched and the `excluded_nodes` of supervisor_finished have
 // the same shape: {host, evidence: [...], replaced_by?}. Anything else is passed over, so that a
 // run directory of an older hardy still reads.
-void read_lost_nodes(const nlohmann::json& record, const char* key, bool stopped,
+// `ended`: what happened to the lost nodes when the supervisor ended there, empty for a relaunch.
+void read_lost_nodes(const nlohmann::json& record, const char* key, const std::string& ended,
                      RunProgress& progress) {
   const auto found = record.find(key);
   if (found == record.end() || !found->is_array()) return;
@@ -44,7 +45,7 @@ void read_lost_nodes(const nlohmann::json& record, const char* key, bool stopped
       for (const auto& item : *evidence)
         if (item.is_string()) node.evidence.push_back(item.get<std::string>());
     const auto spare = entry.find("replaced_by");
-    node.outcome = stopped ? "stopped: too few nodes left"
+    node.outcome = !ended.empty() ? ended
                    : spare != entry.end() && spare->is_string()
                        ? "replaced by " + spare->get<std::string>()
                        : "relaunched without it";
@@ -62,8 +63,12 @@ void read_events(const std::filesystem::path& path, RunProgress& progress) {
     const std::string event = record->value("event", "");
     progress.failures_detected += event == "failure_detected";
     progress.relaunches += event == "job_relaunched";
-    if (event == "job_relaunched") read_lost_nodes(*record, "excluded", false, progress);
-    if (event == "supervisor_finished") read_lost_nodes(*record, "excluded_nodes", true, progress);
+    if (event == "job_relaunched") read_lost_nodes(*record, "excluded", "", progress);
+    if (event == "supervisor_finished")  // status 4: the job asked its scheduler for a requeue
+      read_lost_nodes(*record, "excluded_nodes",
+                      record->value("status", 0) == 4 ? "requeued without it"
+                                                      : "stopped: too few nodes left",
+                      progress);
     progress.last_event = event;
   }
 }

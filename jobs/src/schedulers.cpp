@@ -4,6 +4,7 @@
 
 #include "hardy/core/error.hpp"
 #include "hardy/lsf/lsf_scheduler.hpp"
+#include "hardy/resilience/supervisor.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "hardy/slurm/slurm_scheduler.hpp"
 
@@ -11,6 +12,7 @@ namespace hardy::jobs {
 
 // The batch scripts requeue a job when `hardy run` exits with the status of a preempted job.
 static_assert(batch::kRequeueExitStatus == resilience::kPreempted);
+static_assert(batch::kExcludeNodesFile == resilience::kExcludeNodesFile);
 
 std::unique_ptr<batch::Scheduler> make_scheduler(std::string_view name) {
   if (name == "slurm") return std::make_unique<slurm::SlurmScheduler>();

@@ -55,6 +55,11 @@ po::options_description submit_options() {
       "lsf-launcher", po::value<std::string>(), "LSF: jsrun (the default; Summit-like) or mpirun")(
       "signal-lead", po::value<int>()->default_value(120),
       "seconds before the time limit at which the job checkpoints and requeues itself")(
+      "min-nodes", po::value<int>()->default_value(1),
+      "after a node failure, relaunch inside the allocation while this many nodes are healthy; "
+      "with fewer, requeue the job without the lost nodes")(
+      "max-requeues", po::value<int>()->default_value(10),
+      "requeues the job may ask for in a row without committing a new step, before it stops")(
       "dry-run", po::bool_switch(), "print the script and stop: nothing is created or submitted")(
       "print-template", po::bool_switch(),
       "print the built-in template of --scheduler, to start a --template from");
@@ -119,6 +124,8 @@ batch::JobRequest request_from(const po::variables_map& vm, const batch::Schedul
     request.run_dir = request.run_dir.parent_path();  // no trailing slash: it shows in every path
   request.hardy = std::filesystem::read_symlink("/proc/self/exe");
   request.signal_lead_seconds = vm["signal-lead"].as<int>();
+  request.min_nodes = vm["min-nodes"].as<int>();
+  request.max_requeues = vm["max-requeues"].as<int>();
   if (vm.count("lsf-launcher"))
     request.launcher = vm["lsf-launcher"].as<std::string>();
   else if (scheduler.name() == "lsf")

@@ -1,12 +1,12 @@
 #include "hardy/jobs/train_spec.hpp"
 
+#include <fmt/format.h>
+
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <sstream>
-
-#include <boost/program_options.hpp>
-#include <fmt/format.h>
 
 #include "hardy/core/error.hpp"
 
@@ -19,75 +19,115 @@ namespace {
 // One table of every training option: name, default, help. Types follow the defaults.
 po::options_description train_options() {
   po::options_description general("Job");
-  general.add_options()
-      ("help,h", "print this help")
-      ("config", po::value<std::string>(), "INI file with any of these options as `name = value` lines; the command line wins")
-      ("run-dir", po::value<std::string>(), "run directory for config.ini, metrics.jsonl, events.jsonl and checkpoints (default: runs/train-<time>)")
-      ("steps", po::value<long>()->default_value(0), "total optimizer steps of the job (0: derive from --epochs)")
-      ("epochs", po::value<long>()->default_value(1), "passes over the training set when --steps is 0")
-      ("global-batch", po::value<long>()->default_value(8), "samples per step over all ranks")
-      ("seed", po::value<std::uint64_t>()->default_value(1), "seed for weights, data order and synthetic data")
-      ("backend", po::value<std::string>()->default_value("cpu"), "kernel backend: cpu (oneDNN) or cuda")
-      ("threads", po::value<int>()->default_value(0), "CPU threads per rank (0: all cores)")
-      ("log-every", po::value<long>()->default_value(10), "print a progress line every N steps");
+  general.add_options()("help,h", "print this help")(
+      "config", po::value<std::string>(),
+      "INI file with any of these options as `name = value` lines; the command line wins")(
+      "run-dir", po::value<std::string>(),
+      "run directory for config.ini, metrics.jsonl, events.jsonl and checkpoints (default: "
+      "runs/train-<time>)")("steps", po::value<long>()->default_value(0),
+                            "total optimizer steps of the job (0: derive from --epochs)")(
+      "epochs", po::value<long>()->default_value(1),
+      "passes over the training set when --steps is 0")(
+      "global-batch", po::value<long>()->default_value(8), "samples per step over all ranks")(
+      "seed", po::value<std::uint64_t>()->default_value(1),
+      "seed for weights, data order and synthetic data")(
+      "backend", po::value<std::string>()->default_value("cpu"),
+      "kernel backend: cpu (oneDNN) or cuda")("threads", po::value<int>()->default_value(0),
+                                              "CPU threads per rank (0: all cores)")(
+      "log-every", po::value<long>()->default_value(10), "print a progress line every N steps");
   po::options_description parallel("Data parallelism (one MPI rank per GPU or CPU socket)");
-  parallel.add_options()
-      ("bucket-mib", po::value<double>()->default_value(25.0), "gradient fusion buffer size in MiB; each full buffer's allreduce starts during backward")
-      ("audit-samples", po::value<bool>()->default_value(false)->implicit_value(true), "rank 0 writes samples.jsonl: the global batch of every committed step")
-      ("verify-replicas-every", po::value<long>()->default_value(0), "every N steps, check that all ranks hold bit-identical parameters (0: never)");
+  parallel.add_options()(
+      "bucket-mib", po::value<double>()->default_value(25.0),
+      "gradient fusion buffer size in MiB; each full buffer's allreduce starts during backward")(
+      "audit-samples", po::value<bool>()->default_value(false)->implicit_value(true),
+      "rank 0 writes samples.jsonl: the global batch of every committed step")(
+      "verify-replicas-every", po::value<long>()->default_value(0),
+      "every N steps, check that all ranks hold bit-identical parameters (0: never)");
   po::options_description checkpoints("Checkpoints");
-  checkpoints.add_options()
-      ("checkpoint-every", po::value<long>()->default_value(0), "write a checkpoint every N steps (0: never)")
-      ("checkpoint-every-seconds", po::value<double>()->default_value(0.0), "write a checkpoint when S seconds passed since the last (0: never)")
-      ("keep-last", po::value<int>()->default_value(3), "retention: keep the last K checkpoints ...")
-      ("keep-every", po::value<int>()->default_value(0), "... plus every M-th (by step count; 0: none)")
-      ("checkpoint-mode", po::value<std::string>()->default_value("async"), "async (a background thread writes; training only copies the state) or sync")
-      ("checkpoint-when-busy", po::value<std::string>()->default_value("wait"), "when the previous asynchronous write is still running: wait or skip")
-      ("resume", po::value<std::string>()->default_value(""), "resume from `latest` (the newest valid checkpoint, or node-local snapshot when newer) or a checkpoint file; --steps stays the job's total")
-      ("snapshot-every", po::value<long>()->default_value(1), "every N committed steps, the lowest rank of each node copies the committed state to --snapshot-dir in the background, so that a relaunch loses no committed steps (0: never)")
-      ("snapshot-dir", po::value<std::string>()->default_value("/dev/shm/hardy"), "node-local directory for those snapshots (one subdirectory per run and host, removed when the job completes or stops)");
+  checkpoints.add_options()("checkpoint-every", po::value<long>()->default_value(0),
+                            "write a checkpoint every N steps (0: never)")(
+      "checkpoint-every-seconds", po::value<double>()->default_value(0.0),
+      "write a checkpoint when S seconds passed since the last (0: never)")(
+      "keep-last", po::value<int>()->default_value(3),
+      "retention: keep the last K checkpoints ...")("keep-every",
+                                                    po::value<int>()->default_value(0),
+                                                    "... plus every M-th (by step count; 0: none)")(
+      "checkpoint-mode", po::value<std::string>()->default_value("async"),
+      "async (a background thread writes; training only copies the state) or sync")(
+      "checkpoint-when-busy", po::value<std::string>()->default_value("wait"),
+      "when the previous asynchronous write is still running: wait or skip")(
+      "resume", po::value<std::string>()->default_value(""),
+      "resume from `latest` (the newest valid checkpoint, or node-local snapshot when newer) or a "
+      "checkpoint file; --steps stays the job's total")(
+      "snapshot-every", po::value<long>()->default_value(1),
+      "every N committed steps, the lowest rank of each node copies the committed state to "
+      "--snapshot-dir in the background, so that a relaunch loses no committed steps (0: never)")(
+      "snapshot-dir", po::value<std::string>()->default_value("/dev/shm/hardy"),
+      "node-local directory for those snapshots (one subdirectory per run and host, removed when "
+      "the job completes or stops)");
   po::options_description resilience("Resilience");
-  resilience.add_options()
-      ("ranks-per-node", po::value<int>()->default_value(1), "ranks per node: losing a node loses all of them at once")
-      ("min-world-size", po::value<int>()->default_value(1), "stop (after a final checkpoint) when fewer ranks survive")
-      ("max-failures", po::value<int>()->default_value(3), "stop (after a final checkpoint) after more failures than this")
-      ("rebalance", po::value<std::string>()->default_value("constant-global-batch"), "after a failure: constant-global-batch (re-split the batch over the survivors) or constant-local-batch (keep each rank's share, scale lr)")
-      ("memory-snapshots", po::value<bool>()->default_value(true), "keep the last committed step in memory and roll back from it when every survivor holds it")
-      ("collective-timeout", po::value<double>()->default_value(300.0), "seconds a step may hang in communication before the watchdog declares a failure")
-      ("inject-failure", po::value<std::vector<std::string>>()->composing(), "testing: kill ranks with SIGKILL, e.g. rank=3@step=40 or node=1@step=40:allreduce (phases forward, allreduce, checkpoint-write, recovery)");
+  resilience.add_options()("ranks-per-node", po::value<int>()->default_value(1),
+                           "ranks per node: losing a node loses all of them at once")(
+      "min-world-size", po::value<int>()->default_value(1),
+      "stop (after a final checkpoint) when fewer ranks survive")(
+      "max-failures", po::value<int>()->default_value(3),
+      "stop (after a final checkpoint) after more failures than this")(
+      "rebalance", po::value<std::string>()->default_value("constant-global-batch"),
+      "after a failure: constant-global-batch (re-split the batch over the survivors) or "
+      "constant-local-batch (keep each rank's share, scale lr)")(
+      "memory-snapshots", po::value<bool>()->default_value(true),
+      "keep the last committed step in memory and roll back from it when every survivor holds it")(
+      "collective-timeout", po::value<double>()->default_value(300.0),
+      "seconds a step may hang in communication before the watchdog declares a failure")(
+      "inject-failure", po::value<std::vector<std::string>>()->composing(),
+      "testing: kill ranks with SIGKILL, e.g. rank=3@step=40 or node=1@step=40:allreduce (phases "
+      "forward, allreduce, checkpoint-write, recovery)");
   po::options_description data("Data");
-  data.add_options()
-      ("synthetic", po::value<bool>()->implicit_value(true)->zero_tokens(), "generate climate-like samples on the fly (the default when no --dataset is given)")
-      ("dataset", po::value<std::string>(), "directory of HDF5 files written by `hardy data generate`")
-      ("samples", po::value<long>()->default_value(1024), "synthetic training-set size")
-      ("height", po::value<int>()->default_value(64), "synthetic sample height (divisible by 8)")
-      ("width", po::value<int>()->default_value(64), "synthetic sample width (divisible by 8)")
-      ("class-weights", po::value<std::string>()->default_value("auto"), "loss weight per class, e.g. 1,4,4, or auto (inverse square root of class frequency)")
-      ("eval-samples", po::value<long>()->default_value(64), "held-out samples scored for mean IoU at the end (0: skip)");
+  data.add_options()(
+      "synthetic", po::value<bool>()->implicit_value(true)->zero_tokens(),
+      "generate climate-like samples on the fly (the default when no --dataset is given)")(
+      "dataset", po::value<std::string>(),
+      "directory of HDF5 files written by `hardy data generate`")(
+      "samples", po::value<long>()->default_value(1024), "synthetic training-set size")(
+      "height", po::value<int>()->default_value(64), "synthetic sample height (divisible by 8)")(
+      "width", po::value<int>()->default_value(64), "synthetic sample width (divisible by 8)")(
+      "class-weights", po::value<std::string>()->default_value("auto"),
+      "loss weight per class, e.g. 1,4,4, or auto (inverse square root of class frequency)")(
+      "eval-samples", po::value<long>()->default_value(64),
+      "held-out samples scored for mean IoU at the end (0: skip)");
   po::options_description model("Model");
-  model.add_options()
-      ("model-width", po::value<int>()->default_value(16), "channels of the first encoder stage (later stages double it)")
-      ("model-depth", po::value<int>()->default_value(1), "3x3 convolution blocks per encoder stage")
-      ("aspp-channels", po::value<int>()->default_value(32), "channels of each pyramid-pooling branch")
-      ("aspp-rates", po::value<std::string>()->default_value("2,4,6"), "dilation rates of the pyramid's 3x3 branches")
-      ("low-level-channels", po::value<int>()->default_value(16), "decoder projection of the stride-4 features")
-      ("decoder-channels", po::value<int>()->default_value(32), "decoder width")
-      ("norm", po::value<std::string>()->default_value("group"), "normalization: group (per sample) or batch (synchronised across ranks)")
-      ("groups", po::value<int>()->default_value(8), "groups of group normalization");
+  model.add_options()("model-width", po::value<int>()->default_value(16),
+                      "channels of the first encoder stage (later stages double it)")(
+      "model-depth", po::value<int>()->default_value(1),
+      "3x3 convolution blocks per encoder stage")("aspp-channels",
+                                                  po::value<int>()->default_value(32),
+                                                  "channels of each pyramid-pooling branch")(
+      "aspp-rates", po::value<std::string>()->default_value("2,4,6"),
+      "dilation rates of the pyramid's 3x3 branches")(
+      "low-level-channels", po::value<int>()->default_value(16),
+      "decoder projection of the stride-4 features")(
+      "decoder-channels", po::value<int>()->default_value(32), "decoder width")(
+      "norm", po::value<std::string>()->default_value("group"),
+      "normalization: group (per sample) or batch (synchronised across ranks)")(
+      "groups", po::value<int>()->default_value(8), "groups of group normalization");
   po::options_description optim("Optimizer");
-  optim.add_options()
-      ("optimizer", po::value<std::string>()->default_value("adam"), "sgd, lars or adam")
-      ("lr", po::value<float>()->default_value(0.002f), "peak learning rate")
-      ("momentum", po::value<float>()->default_value(0.9f), "SGD/LARS momentum")
-      ("nesterov", po::value<bool>()->default_value(false), "Nesterov momentum for SGD/LARS")
-      ("weight-decay", po::value<float>()->default_value(1e-4f), "L2 weight decay (not applied to biases and normalization parameters)")
-      ("beta1", po::value<float>()->default_value(0.9f), "Adam first-moment decay")
-      ("beta2", po::value<float>()->default_value(0.999f), "Adam second-moment decay")
-      ("lars-eta", po::value<float>()->default_value(0.001f), "LARS trust coefficient")
-      ("larc-clip", po::value<bool>()->default_value(true), "LARC: clip the layer-wise rate at the global rate")
-      ("warmup-steps", po::value<long>()->default_value(0), "linear learning-rate warm-up steps")
-      ("lr-decay", po::value<std::string>()->default_value("cosine"), "learning-rate decay after warm-up: none, cosine, poly or step")
-      ("final-lr-fraction", po::value<float>()->default_value(0.0f), "cosine/poly floor as a fraction of the peak rate");
+  optim.add_options()("optimizer", po::value<std::string>()->default_value("adam"),
+                      "sgd, lars or adam")("lr", po::value<float>()->default_value(0.002f),
+                                           "peak learning rate")(
+      "momentum", po::value<float>()->default_value(0.9f), "SGD/LARS momentum")(
+      "nesterov", po::value<bool>()->default_value(false), "Nesterov momentum for SGD/LARS")(
+      "weight-decay", po::value<float>()->default_value(1e-4f),
+      "L2 weight decay (not applied to biases and normalization parameters)")(
+      "beta1", po::value<float>()->default_value(0.9f), "Adam first-moment decay")(
+      "beta2", po::value<float>()->default_value(0.999f), "Adam second-moment decay")(
+      "lars-eta", po::value<float>()->default_value(0.001f), "LARS trust coefficient")(
+      "larc-clip", po::value<bool>()->default_value(true),
+      "LARC: clip the layer-wise rate at the global rate")(
+      "warmup-steps", po::value<long>()->default_value(0), "linear learning-rate warm-up steps")(
+      "lr-decay", po::value<std::string>()->default_value("cosine"),
+      "learning-rate decay after warm-up: none, cosine, poly or step")(
+      "final-lr-fraction", po::value<float>()->default_value(0.0f),
+      "cosine/poly floor as a fraction of the peak rate");
   po::options_description all("hardy train options");
   all.add(general).add(parallel).add(checkpoints).add(resilience).add(data).add(model).add(optim);
   return all;
@@ -111,7 +151,8 @@ std::string value_text(const po::variable_value& value) {
   if (auto* f = boost::any_cast<float>(&v)) return fmt::format("{}", *f);
   if (auto* d = boost::any_cast<double>(&v)) return fmt::format("{}", *d);
   if (auto* b = boost::any_cast<bool>(&v)) return *b ? "true" : "false";
-  if (auto* list = boost::any_cast<std::vector<std::string>>(&v)) return fmt::format("{}", fmt::join(*list, ","));
+  if (auto* list = boost::any_cast<std::vector<std::string>>(&v))
+    return fmt::format("{}", fmt::join(*list, ","));
   return "?";
 }
 
@@ -150,8 +191,10 @@ TrainSpec spec_from(po::variables_map& vm) {
   const bool has_dataset = vm.count("dataset") > 0;
   const bool has_synthetic = vm.count("synthetic") > 0;
   const bool synthetic_flag = has_synthetic && get<bool>(vm, "synthetic");
-  require(!(synthetic_flag && has_dataset), "synthetic and dataset are exclusive; choose one data source");
-  require(!(has_synthetic && !synthetic_flag && !has_dataset), "synthetic = false needs a dataset directory (--dataset DIR)");
+  require(!(synthetic_flag && has_dataset),
+          "synthetic and dataset are exclusive; choose one data source");
+  require(!(has_synthetic && !synthetic_flag && !has_dataset),
+          "synthetic = false needs a dataset directory (--dataset DIR)");
   spec.data.synthetic = !has_dataset;
   if (has_dataset) spec.data.dataset = get<std::string>(vm, "dataset");
   const long samples = get<long>(vm, "samples"), eval_samples = get<long>(vm, "eval-samples");
@@ -160,7 +203,8 @@ TrainSpec spec_from(po::variables_map& vm) {
   require(eval_samples >= 0, "--eval-samples must not be negative");
   const int os = core::ModelConfig::output_stride;
   require(height >= os && height % os == 0 && width >= os && width % os == 0,
-          fmt::format("--height and --width must be positive multiples of {} (got {}x{})", os, height, width));
+          fmt::format("--height and --width must be positive multiples of {} (got {}x{})", os,
+                      height, width));
   spec.data.samples = static_cast<std::size_t>(samples);
   spec.data.eval_samples = static_cast<std::size_t>(eval_samples);
   spec.data.shape = {spec.model.input_channels, height, width};
@@ -168,7 +212,8 @@ TrainSpec spec_from(po::variables_map& vm) {
   if (const auto text = get<std::string>(vm, "class-weights"); text != "auto") {
     auto weights = parse_float_list(text, "--class-weights");
     require(weights.size() == static_cast<std::size_t>(spec.model.num_classes),
-            fmt::format("--class-weights needs {} values, got {}", spec.model.num_classes, weights.size()));
+            fmt::format("--class-weights needs {} values, got {}", spec.model.num_classes,
+                        weights.size()));
     for (float w : weights) require(w >= 0, "--class-weights must not be negative");
     spec.class_weights = std::move(weights);
   }
@@ -182,12 +227,14 @@ TrainSpec spec_from(po::variables_map& vm) {
   spec.resume = get<std::string>(vm, "resume");
   spec.snapshot_every = get<long>(vm, "snapshot-every");
   spec.snapshot_dir = get<std::string>(vm, "snapshot-dir");
-  require(spec.checkpoint_every >= 0 && spec.checkpoint_every_seconds >= 0, "checkpoint intervals must not be negative");
+  require(spec.checkpoint_every >= 0 && spec.checkpoint_every_seconds >= 0,
+          "checkpoint intervals must not be negative");
   require(spec.keep_last >= 1, "--keep-last must be at least 1");
   require(spec.snapshot_every >= 0, "--snapshot-every must not be negative");
   require(!spec.snapshot_dir.empty(), "--snapshot-dir must not be empty");
   require(spec.keep_every >= 0, "--keep-every must not be negative");
-  require(mode == "async" || mode == "sync", fmt::format("--checkpoint-mode must be async or sync, not '{}'", mode));
+  require(mode == "async" || mode == "sync",
+          fmt::format("--checkpoint-mode must be async or sync, not '{}'", mode));
   require(when_busy == "wait" || when_busy == "skip",
           fmt::format("--checkpoint-when-busy must be wait or skip, not '{}'", when_busy));
   spec.checkpoint_async = mode == "async";
@@ -199,7 +246,8 @@ TrainSpec spec_from(po::variables_map& vm) {
   spec.rebalance = resilience::parse_rebalance_policy(get<std::string>(vm, "rebalance"));
   spec.memory_snapshots = get<bool>(vm, "memory-snapshots");
   spec.collective_timeout_s = get<double>(vm, "collective-timeout");
-  if (vm.count("inject-failure")) spec.inject_failures = get<std::vector<std::string>>(vm, "inject-failure");
+  if (vm.count("inject-failure"))
+    spec.inject_failures = get<std::vector<std::string>>(vm, "inject-failure");
   require(spec.ranks_per_node >= 1, "--ranks-per-node must be at least 1");
   require(spec.min_world_size >= 1, "--min-world-size must be at least 1");
   require(spec.max_failures >= 0, "--max-failures must not be negative");
@@ -227,7 +275,8 @@ TrainSpec spec_from(po::variables_map& vm) {
   o.larc_clip = get<bool>(vm, "larc-clip");
   require(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1)");
   require(o.weight_decay >= 0, "--weight-decay must not be negative");
-  require(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "--beta1 and --beta2 must be in [0, 1)");
+  require(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
+          "--beta1 and --beta2 must be in [0, 1)");
 
   auto& s = spec.schedule;
   s.base_lr = get<float>(vm, "lr");
@@ -242,7 +291,8 @@ TrainSpec spec_from(po::variables_map& vm) {
   for (const auto& [name, value] : vm) {
     if (name == "help" || name == "config" || value.empty()) continue;
     // Resolved below; a resume or an injected failure belongs to one launch, not to the job.
-    if (name == "synthetic" || name == "dataset" || name == "run-dir" || name == "resume" || name == "inject-failure")
+    if (name == "synthetic" || name == "dataset" || name == "run-dir" || name == "resume" ||
+        name == "inject-failure")
       continue;
     ini << name << " = " << value_text(value) << "\n";
   }
@@ -255,7 +305,8 @@ TrainSpec spec_from(po::variables_map& vm) {
   return spec;
 }
 
-void read_config_file(const std::string& path, const po::options_description& options, po::variables_map& vm) {
+void read_config_file(const std::string& path, const po::options_description& options,
+                      po::variables_map& vm) {
   std::ifstream file(path);
   if (!file) throw InvalidArgument(fmt::format("cannot read configuration file '{}'", path));
   try {
@@ -290,7 +341,8 @@ std::vector<float> parse_float_list(const std::string& text, const std::string& 
     }
     while (used < item.size() && std::isspace(static_cast<unsigned char>(item[used]))) ++used;
     if (used == 0 || used != item.size())
-      throw InvalidArgument(fmt::format("{}: '{}' is not a comma-separated list of numbers", option, text));
+      throw InvalidArgument(
+          fmt::format("{}: '{}' is not a comma-separated list of numbers", option, text));
   }
   if (values.empty()) throw InvalidArgument(fmt::format("{} needs at least one value", option));
   return values;
@@ -305,9 +357,10 @@ std::optional<TrainSpec> parse_train_spec(const std::vector<std::string>& args) 
     throw InvalidArgument(fmt::format("{} (see hardy train --help)", e.what()));
   }
   if (vm.count("help")) {
-    std::cout << "Usage: hardy train [--config FILE] [options]\n\n"
-                 "Trains the DeepLabv3+ segmentation model data-parallel over all ranks of the job.\n\n"
-              << options << "\n";
+    std::cout
+        << "Usage: hardy train [--config FILE] [options]\n\n"
+           "Trains the DeepLabv3+ segmentation model data-parallel over all ranks of the job.\n\n"
+        << options << "\n";
     return std::nullopt;
   }
   const bool dataset_cli = vm.count("dataset") > 0;

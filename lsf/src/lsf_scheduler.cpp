@@ -47,8 +47,16 @@ constexpr std::string_view kCommonDirectives = R"sh(#BSUB -W {{time_hhmm}}
 launcher=${HARDY_LSF_LAUNCHER:-{{launcher}}}
 )sh";
 
+// A requeued job runs again on hosts that satisfy its select string: the lost ones are left out
+// through it (bmod -R), as Slurm's ExcNodeList does.
 constexpr std::string_view kRequeue =
-    R"sh(  echo "hardy: LSF requeues the job (bsub -Q); it resumes from the checkpoint just written" >&2)sh";
+    R"sh(  if [ -s {{exclude_nodes_file}} ]; then
+    select=$(awk -v q="'" 'NF { printf "%shname!=%s%s%s", (n++ ? " && " : ""), q, $1, q }' {{exclude_nodes_file}})
+    echo "hardy: excluding $(paste -sd, {{exclude_nodes_file}}) from job $LSB_JOBID" >&2
+    bmod -R "select[$select]" "$LSB_JOBID" ||
+      echo "hardy: bmod could not exclude them; LSF requeues the job anyway" >&2
+  fi
+  echo "hardy: LSF requeues the job (bsub -Q); it resumes from its newest committed step" >&2)sh";
 
 }  // namespace
 

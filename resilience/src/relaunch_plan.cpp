@@ -78,7 +78,7 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
     double time = 0;
     if (!(std::ifstream(entry.path()) >> time) || time < launch_started_unix) continue;
     const int rank = std::atoi(name.c_str() + std::strlen("injected-kill-"));
-    add_evidence(launch.failed_nodes, static_cast<std::size_t>(rank / ranks_per_node),
+    add_evidence(launch.killed_nodes, static_cast<std::size_t>(rank / ranks_per_node),
                  fmt::format("job: rank {} was killed by --inject-failure", rank));
   }
   return launch;
@@ -139,6 +139,22 @@ std::vector<std::size_t> indices_of(const std::vector<std::string>& hosts,
   for (std::size_t i = 0; i < hosts.size(); ++i)
     if (hosts[i] == host) found.push_back(i);
   return found;
+}
+
+WeighedEvidence weigh_evidence(const std::map<std::size_t, std::vector<std::string>>& conclusive,
+                               const std::map<std::size_t, std::vector<std::string>>& job_reports) {
+  WeighedEvidence weighed;
+  for (const auto& [node, evidence] : conclusive)
+    for (const auto& what : evidence) add_evidence(weighed.against, node, what);
+  const bool any_conclusive = std::any_of(conclusive.begin(), conclusive.end(),
+                                          [](const auto& entry) { return !entry.second.empty(); });
+  for (const auto& [node, evidence] : job_reports) {
+    const auto found = weighed.against.find(node);
+    const bool named = found != weighed.against.end() && !found->second.empty();
+    for (const auto& what : evidence)
+      add_evidence(named || !any_conclusive ? weighed.against : weighed.doubted, node, what);
+  }
+  return weighed;
 }
 
 RelaunchPlan plan_relaunch(const NodeSet& current,

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -107,7 +108,48 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
   return outcome;
 }
 
+// How many requeues this job asked for while its last committed step was `step`: requests that
+// made no progress since (an earlier request at the same step, or none committed at all).
+long requeues_without_progress(const std::filesystem::path& events_file, long step) {
+  std::ifstream file(events_file);
+  long count = 0;
+  for (std::string line; std::getline(file, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, false);
+    if (record.is_object() && record.value("event", "") == "requeue_requested" &&
+        record.value("step", -1L) == step)
+      ++count;
+  }
+  return count;
+}
+
+// Adds `lost` to the run directory's exclusion list (keeping what earlier runs of the job put
+// there) and returns the whole list.
+std::vector<std::string> record_excluded_nodes(const std::filesystem::path& run_dir,
+                                               const std::vector<std::string>& lost) {
+  std::vector<std::string> all;
+  {
+    std::ifstream file(exclude_nodes_file(run_dir));
+    for (std::string host; file >> host;)
+      if (std::find(all.begin(), all.end(), host) == all.end()) all.push_back(host);
+  }
+  for (const auto& host : lost)
+    if (std::find(all.begin(), all.end(), host) == all.end()) all.push_back(host);
+  const auto path = exclude_nodes_file(run_dir);
+  const auto temporary = path.string() + ".tmp";
+  {
+    std::ofstream file(temporary, std::ios::trunc);
+    for (const auto& host : all) file << host << "\n";
+    if (!file) throw Error(fmt::format("cannot write {}", temporary));
+  }
+  std::filesystem::rename(temporary, path);
+  return all;
+}
+
 }  // namespace
+
+std::filesystem::path exclude_nodes_file(const std::filesystem::path& run_dir) {
+  return run_dir / kExcludeNodesFile;
+}
 
 Launcher parse_launcher(const std::string& name) {
   if (name == "mpirun") return Launcher::mpirun;
@@ -257,6 +299,45 @@ int supervise(const SupervisorConfig& config) {
                                      {"scheduler_job_id", config.scheduler_job_id},
                                      {"scheduler_restart_count", config.scheduler_restart_count},
                                      {"pid", ::getpid()}});
+  // Inside a batch job: hand the job back to the scheduler to run again (on other nodes, or
+  // after its time limit), unless it has asked for that too often already.
+  const auto request_requeue = [&](const std::string& why, const std::vector<std::string>& lost,
+                                   const LaunchEvents& launch, int launches,
+                                   nlohmann::json excluded = nlohmann::json::array()) {
+    const long step = launch.last_committed_step.value_or(0);
+    const long stuck = requeues_without_progress(config.run_dir / "events.jsonl", step);
+    if (stuck >= config.max_requeues) {
+      const auto reason = fmt::format(
+          "{}; the job asked for {} requeue(s) already without committing a step past {} "
+          "(--max-requeues {}): stopping instead of asking again",
+          why, stuck, step, config.max_requeues);
+      events.emit("supervisor_finished", {{"status", kStopped},
+                                          {"how", why},
+                                          {"launches", launches},
+                                          {"excluded_nodes", excluded},
+                                          {"reason", reason}});
+      std::cerr << "hardy run: " << reason << "\n";
+      return static_cast<int>(kStopped);
+    }
+    const auto exclude = record_excluded_nodes(config.run_dir, lost);
+    events.emit("requeue_requested", {{"reason", why},
+                                      {"step", step},
+                                      {"scheduler", config.scheduler},
+                                      {"scheduler_job_id", config.scheduler_job_id},
+                                      {"scheduler_restart_count", config.scheduler_restart_count},
+                                      {"newly_lost", lost},
+                                      {"exclude_nodes", exclude}});
+    events.emit("supervisor_finished", {{"status", kPreempted},
+                                        {"how", why},
+                                        {"launches", launches},
+                                        {"excluded_nodes", excluded},
+                                        {"reason", "asking the scheduler to requeue the job"}});
+    std::cerr << fmt::format(
+        "hardy run: {}; asking {} to requeue job {}{}\n", why, config.scheduler,
+        config.scheduler_job_id,
+        exclude.empty() ? std::string() : fmt::format(" without {}", fmt::join(exclude, ",")));
+    return static_cast<int>(kPreempted);
+  };
   double backoff = config.backoff_s;
   for (int attempt = 0;; ++attempt) {
     const auto command = launch_command(config, nodes.active, attempt > 0);
@@ -275,6 +356,8 @@ int supervise(const SupervisorConfig& config) {
                                              ? nlohmann::json(*launch.events.last_committed_step)
                                              : nlohmann::json(nullptr)}});
     const bool final = verdict.kind != LaunchVerdict::failed;
+    if (verdict.kind == LaunchVerdict::preempted && !config.scheduler.empty())
+      return request_requeue(verdict.reason, {}, launch.events, attempt + 1);
     if (final || attempt >= config.max_restarts) {
       events.emit("supervisor_finished", {{"status", status_of(verdict.kind)},
                                           {"how", verdict.reason},
@@ -287,13 +370,13 @@ int supervise(const SupervisorConfig& config) {
     }
     std::cerr << fmt::format("hardy run: launch {} failed: {}\n", attempt + 1, verdict.reason);
 
-    // Which nodes are gone: the launcher's word, the job's own failure events, and a probe of
-    // every node through the launch path.
+    // Which nodes are gone: the launcher's word, a probe of every node through the launch path,
+    // injected kills, and (weighed against those) the job's own failure events.
     const auto decide_start = core::unix_time();
-    auto active_evidence = launch.events.failed_nodes;
+    auto conclusive = launch.events.killed_nodes;
     for (const auto& host : hosts_reported_lost(launch.output))
       for (std::size_t i : indices_of(nodes.active, host))
-        active_evidence[i].push_back(
+        conclusive[i].push_back(
             fmt::format("launcher: {} reported the node lost", to_string(config.launcher)));
     std::map<std::size_t, std::vector<std::string>> spare_evidence;
     if (const auto probe = probe_command(config, nodes.active); !probe.empty()) {
@@ -303,13 +386,32 @@ int supervise(const SupervisorConfig& config) {
       for (std::size_t i = 0; i < all.size(); ++i) {
         if (!answers[i]) continue;
         auto& evidence =
-            i < nodes.active.size() ? active_evidence[i] : spare_evidence[i - nodes.active.size()];
+            i < nodes.active.size() ? conclusive[i] : spare_evidence[i - nodes.active.size()];
         evidence.push_back("probe: " + *answers[i]);
       }
+    }
+    const WeighedEvidence weighed = weigh_evidence(conclusive, launch.events.failed_nodes);
+    const auto& active_evidence = weighed.against;
+    nlohmann::json kept = nlohmann::json::array();
+    for (const auto& [i, evidence] : weighed.doubted) {
+      if (weighed.against.count(i)) continue;
+      kept.push_back({{"host", nodes.active[i]}, {"evidence", evidence}});
+      std::cerr << fmt::format(
+          "hardy run: keeping {}: the job reported {}, but the node answers and the launcher "
+          "did not lose it (the runtime's teardown after another node's loss)\n",
+          nodes.active[i], fmt::join(evidence, "; "));
     }
     const RelaunchPlan plan = plan_relaunch(nodes, active_evidence, spare_evidence);
     const auto world = plan.nodes.active.size() * static_cast<std::size_t>(config.ranks_per_node);
     if (static_cast<int>(world) < config.min_world_size || plan.nodes.active.empty()) {
+      if (!config.scheduler.empty()) {
+        std::vector<std::string> lost;
+        for (const auto& node : plan.excluded) lost.push_back(node.host);
+        return request_requeue(
+            fmt::format("{}; {} healthy rank(s) left, fewer than --min-world-size {}",
+                        verdict.reason, world, config.min_world_size),
+            lost, launch.events, attempt + 1, excluded_json(plan.excluded));
+      }
       events.emit("supervisor_finished", {{"status", kStopped},
                                           {"how", verdict.reason},
                                           {"launches", attempt + 1},
@@ -332,6 +434,7 @@ int supervise(const SupervisorConfig& config) {
                                    {"verdict", verdict.reason},
                                    {"excluded_nodes", excluded_hosts},
                                    {"excluded", excluded_json(plan.excluded)},
+                                   {"kept_despite_reports", kept},
                                    {"spares_lost", excluded_json(plan.spares_lost)},
                                    {"nodes", plan.nodes.active},
                                    {"spare_nodes", plan.nodes.spares},

@@ -35,9 +35,22 @@ constexpr std::string_view kDirectives = R"sh(#!/bin/bash
 #SBATCH --signal=B:USR1@{{signal_lead_seconds}}
 )sh";
 
+// Slurm keeps a requeued job off nodes that are still DOWN, but not off one that comes back
+// half-repaired: the job's own exclusion list does that. Slurm takes a new ExcNodeList only from a
+// pending job, so the script requeues first, ignoring the SIGTERM the requeue sends it, and
+// excludes the lost nodes while the job waits for its begin time.
 constexpr std::string_view kRequeue =
-    R"sh(  echo "hardy: requeueing job $SLURM_JOB_ID; it resumes from the checkpoint just written" >&2
-  scontrol requeue "$SLURM_JOB_ID")sh";
+    R"sh(  trap '' TERM
+  echo "hardy: requeueing job $SLURM_JOB_ID; it resumes from its newest committed step" >&2
+  scontrol requeue "$SLURM_JOB_ID"
+  if [ -s {{exclude_nodes_file}} ]; then
+    exclude=$(paste -sd, {{exclude_nodes_file}})
+    if scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$exclude"; then
+      echo "hardy: job $SLURM_JOB_ID will not run on $exclude again" >&2
+    else
+      echo "hardy: scontrol could not exclude $exclude from job $SLURM_JOB_ID" >&2
+    fi
+  fi)sh";
 
 // `scontrol show job -o` prints one line of Key=Value words. The job's name comes first and may
 // hold spaces (and anything else), so fields are read from UserId= on.

@@ -39,6 +39,9 @@ esac
     "bkill": f"""echo "$*" > "$LSF_STAND_IN/bkill.args"
 echo "Job <{JOB_ID}> is being terminated"
 """,
+    "bmod": """printf '%s\\n' "$@" > "$LSF_STAND_IN/bmod.args"
+echo "Parameters of job <$2> are being changed"
+""",
 }
 
 
@@ -104,6 +107,15 @@ def commands(hardy, tmp, _launcher):
     second = read_jsonl(run / "fake_runs.jsonl")[-1]
     check(rerun == 0 and second["outcome"] == "completed", "the rerun completes")
     check(second["argv"][second["argv"].index("--launcher") + 1] == "jsrun", "without the variable: jsrun")
+
+    # Too few healthy nodes: hardy run lists the lost ones and asks for the requeue; the script
+    # takes them out of the job's host selection before LSF requeues it.
+    lost = run_script(script, job_environment(env, tmp, HARDY_FAKE_MODE="lost"), tmp / "lost.log")
+    log = (tmp / "lost.log").read_text()
+    check(lost == PREEMPTED, f"the script passes the requeue status on ({lost})", log)
+    bmod = (tmp / "lsf-bin" / "bmod.args").read_text().splitlines() if (tmp / "lsf-bin" / "bmod.args").exists() else []
+    check(bmod == ["-R", "select[hname!='a01n02' && hname!='a01n05']", JOB_ID],
+          f"bmod leaves the lost hosts out of the requeued job: {bmod}", log)
 
 
 def job_completes(hardy, tmp, launcher):

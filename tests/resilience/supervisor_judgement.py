@@ -11,7 +11,11 @@ misbehaviour is exact and takes seconds:
     and a node that does not answer the probe, are left out of the relaunch, each with its
     evidence; a spare that does not answer is passed over and the next spare takes the place;
   - a launcher that goes on waiting after the job logged job_finished is ended after
-    --finish-grace, and the job counts as completed.
+    --finish-grace, and the job counts as completed;
+  - inside a Slurm job, a node loss that leaves fewer than --min-world-size ranks makes hardy run
+    ask for a requeue (exit status 4, requeue_requested, the lost node in RUN_DIR/exclude-nodes for
+    the batch script to exclude); a requeued run that loses a node again without committing a new
+    step stops once --max-requeues such requests were made (exit status 3), not for ever.
 """
 import json
 import os
@@ -29,8 +33,8 @@ hardy = sys.argv[1]
 check = Checks()
 
 
-def supervise(run, plan, *options, dead=""):
-    env = {**os.environ, "FAKE_LAUNCHER_PLAN": plan, "FAKE_AGENT_DEAD": dead}
+def supervise(run, plan, *options, dead="", env_extra=None):
+    env = {**os.environ, "FAKE_LAUNCHER_PLAN": plan, "FAKE_AGENT_DEAD": dead, **(env_extra or {})}
     command = [hardy, "run", "--run-dir", str(run), "--launcher-path", str(HERE / "fake_launcher.py"),
                "--backoff", "0", *options, "--", "--steps", "5"]
     started = time.time()
@@ -81,5 +85,27 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
     check(status == 0, f"a launcher that hangs after job_finished: the job completed (exit {status})")
     check(ended and "ended by the supervisor" in ended[0]["how"], f"the supervisor ended it: {ended}")
     check(elapsed < 15, f"within the grace period ({elapsed:.1f} s)")
+
+    # Inside a Slurm job of three nodes that needs all three.
+    slurm = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[0-2]", "SLURM_NTASKS_PER_NODE": "1"}
+    requeue = ("--min-world-size", "3", "--max-requeues", "1", "--launch-agent", str(HERE / "fake_agent.sh"),
+               "--probe-timeout", "1")
+    status, _, events = supervise(tmp / "requeue", "lost:n1", *requeue, env_extra=slurm)
+    asked = [e for e in events if e["event"] == "requeue_requested"]
+    finished = [e for e in events if e["event"] == "supervisor_finished"]
+    check(status == 4, f"too few nodes inside a Slurm job: hardy run asks for a requeue (exit {status})")
+    check(len(asked) == 1 and asked[0]["exclude_nodes"] == ["n1"] and asked[0]["scheduler_job_id"] == "77"
+          and asked[0]["step"] == 3, f"requeue_requested names the node to exclude and the step: {asked}")
+    check((tmp / "requeue" / "exclude-nodes").read_text() == "n1\n", "RUN_DIR/exclude-nodes lists n1")
+    check(finished and finished[-1]["status"] == 4, f"supervisor_finished status 4: {finished[-1:]}")
+    # The requeued run loses the node again at the same step: one request without progress is
+    # all --max-requeues 1 allows.
+    status, _, events = supervise(tmp / "requeue", "lost:n1", *requeue,
+                                  env_extra={**slurm, "SLURM_RESTART_COUNT": "1"})
+    finished = [e for e in events if e["event"] == "supervisor_finished"]
+    check(status == 3, f"no progress since the last requeue: hardy run stops (exit {status})")
+    check(finished and "--max-requeues 1" in finished[-1]["reason"] and "step past 3" in finished[-1]["reason"],
+          f"supervisor_finished says why: {finished[-1:]}")
+    check(len([e for e in events if e["event"] == "requeue_requested"]) == 1, "no second requeue request")
 
 check.finish("supervisor judgement")

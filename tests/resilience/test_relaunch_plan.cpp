@@ -90,8 +90,36 @@ TEST_CASE("injected kills of this launch name their nodes", "[relaunch]") {
   run.append("checkpoints/injected-kill-5.time", "200.5\n");
   run.append("checkpoints/injected-kill-1.time", "50.0\n");  // an earlier launch's
   const auto events = read_launch_events(run.dir, 0, 100.0, 2);
-  REQUIRE(events.failed_nodes.size() == 1);
-  CHECK(events.failed_nodes.count(2) == 1);
+  CHECK(events.failed_nodes.empty());
+  REQUIRE(events.killed_nodes.size() == 1);
+  CHECK(events.killed_nodes.count(2) == 1);
+}
+
+TEST_CASE("the job's own failure reports count only where nothing conclusive names a node",
+          "[relaunch]") {
+  // Seen on the emulated cluster: node 3 crashed, and before the runtime's teardown had killed
+  // everything the survivors logged ranks of node 2 as failed too (the teardown's first kills).
+  const std::map<std::size_t, std::vector<std::string>> job{{2, {"job: ranks [3, 4, 5] failed"}},
+                                                            {3, {"job: ranks [3, 4, 5] failed"}}};
+  SECTION("the launcher lost node 3: node 2 is kept, node 3 left out with both reports") {
+    const auto weighed = weigh_evidence({{3, {"launcher: lost"}}}, job);
+    CHECK(weighed.against.size() == 1);
+    CHECK(weighed.against.at(3) ==
+          std::vector<std::string>{"launcher: lost", "job: ranks [3, 4, 5] failed"});
+    CHECK(weighed.doubted.size() == 1);
+    CHECK(weighed.doubted.count(2) == 1);
+  }
+  SECTION("a node that fails its probe is conclusive too") {
+    const auto weighed = weigh_evidence({{2, {"probe: no answer"}}}, job);
+    CHECK(weighed.against.size() == 1);
+    CHECK(weighed.against.count(2) == 1);
+    CHECK(weighed.doubted.count(3) == 1);
+  }
+  SECTION("with nothing conclusive, the job's word is all there is") {
+    const auto weighed = weigh_evidence({{1, {}}}, job);
+    CHECK(weighed.against.size() == 2);
+    CHECK(weighed.doubted.empty());
+  }
 }
 
 TEST_CASE("the nodes the launcher reports lost", "[relaunch]") {

@@ -8,6 +8,8 @@ it saw, what happened), and behaves as HARDY_FAKE_MODE says:
   preempt  the first run (no SLURM_RESTART_COUNT, no LSB_RESTART) waits up to 100 s for SIGUSR1
            and exits 4, as `hardy run` does after its preemption checkpoint; later runs exit 0
   sleep    logs a failure_detected event, then a metrics line every 0.2 s until it is killed
+  lost     lists two lost nodes in RUN_DIR/exclude-nodes and exits 4, as `hardy run` does when
+           too few healthy nodes are left in the allocation
   exit0    exits 0 at once
 """
 import json
@@ -51,6 +53,9 @@ def main(argv):
         if got_usr1:
             finish(f"SIGUSR1 after {got_usr1[0] - record['start']:.1f} s", PREEMPTED)
         finish("no SIGUSR1 within 100 s", 1)
+    if mode == "lost":
+        (run_dir / "exclude-nodes").write_text("a01n02\na01n05\n")
+        finish("lost two nodes", PREEMPTED)
     if mode == "sleep":
         with open(run_dir / "events.jsonl", "a") as events:
             events.write(json.dumps({"event": "failure_detected", "failed_ranks": [1]}) + "\n")

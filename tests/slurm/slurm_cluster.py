@@ -15,6 +15,15 @@ Usage: slurm_cluster.py HARDY_BINARY SOURCE_DIR SCENARIO
                 marks it DOWN, `hardy run` relaunches inside the same allocation on the 3 others
                 and the job completes with exact coverage, at most one committed step lost and
                 the dead node named; prints the time from the node's death to training again
+  time_limit    Slurm's warning before the time limit (SIGUSR1 to the batch shell, sent here with
+                `scancel --signal=USR1 --batch`, as --signal=B:USR1@lead does) reaches every rank on
+                all 4 nodes: they stop at the same step, the final checkpoint is written, the job
+                requeues itself and resumes from it on 4 nodes, losing no committed step
+  requeue       a 4-node job on a 5-node cluster that needs all 4 (--min-nodes 4): a node dies,
+                `hardy run` asks for a requeue without it (RUN_DIR/exclude-nodes), the batch script
+                requeues the job and excludes the node (ExcNodeList), Slurm runs it again on the
+                4 healthy nodes and it completes from its node-local snapshots, at most one
+                committed step lost; prints the time from the node's death to training again
 Exit status 77 (skip) where it cannot run: not root, no namespaces, no slurm-wlm/munge, no
 supervisor in this build.
 """
@@ -37,6 +46,7 @@ from scheduler_test_lib import Hardy  # noqa: E402
 
 SKIP = 77
 NODES, RANKS_PER_NODE, SAMPLES, GLOBAL_BATCH = 4, 2, 48, 16
+CLUSTER_NODES = {"requeue": NODES + 1}  # emulated nodes, where a scenario needs more than NODES
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
@@ -222,6 +232,18 @@ def node_crash(s):
     down_after = slurm.wait_for_node_state(host, ("down",), timeout=60)
     reason = slurm.run(["sinfo", "-h", "-n", host, "-o", "%E"], check=False).stdout.strip()
     check(True, f"Slurm marked {host} DOWN {down_after:.1f} s after it died (reason {reason!r})")
+    # Once the job runs without it, the node comes back (repaired, slurmd registers again, Slurm
+    # returns it to service): the job goes on where it is, and the node is free for others.
+    deadline = time.monotonic() + 120
+    while not [e for e in read_jsonl(run / "events.jsonl") if e["event"] == "job_relaunched"] \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    cluster.heal(victim)
+    slurm.start_slurmd(victim)
+    back_at_step = s.step(run)
+    state = slurm.job_fields(job_id).get("JobState")
+    check(state == "RUNNING", f"{host} back in service ({slurm.node_states().get(host)}) at step {back_at_step} "
+          f"while the job runs ({state})")
     fields = slurm.wait_for_state(job_id, FINAL_STATES, timeout=400)
     check(fields["JobState"] == "COMPLETED" and fields.get("ExitCode") == "0:0",
           f"the job completed in its allocation ({fields['JobState']}, exit {fields.get('ExitCode')}, "
@@ -268,6 +290,98 @@ def node_crash(s):
         print(f"TIMELINE node_crash: {json.dumps(timeline)}", flush=True)
     check(first is not None, "training resumed after the relaunch")
     left = _wait(s.job_processes, 20)
+    check(not left, f"nothing of the job left on any node, the one that came back included: {left}")
+    check(slurm.node_states().get(host, "").rstrip("*") in ("idle",), f"{host} idle for other jobs: "
+          f"{slurm.node_states()}")
+
+
+def time_limit(s):
+    check, slurm, tmp = s.check, s.slurm, s.tmp
+    steps, warn_step = 400, 100
+    run = tmp / "run"
+    job_id = s.submit(run, job_ini(tmp / "job.ini", steps, **{"snapshot-dir": tmp / "node-local"}))
+    if not s.wait_for_step(run, job_id, warn_step, timeout=240):
+        return
+    slurm.run(["scancel", "--signal=USR1", "--batch", job_id])
+    warned_at = s.step(run)
+    print(f"--- SIGUSR1 to the batch shell of job {job_id} at step {warned_at}", flush=True)
+    fields = slurm.wait_for_state(job_id, FINAL_STATES, timeout=400)
+    check(fields["JobState"] == "COMPLETED" and fields.get("Restarts") == "1",
+          f"the warned job requeued itself once and completed ({fields['JobState']}, restarts "
+          f"{fields.get('Restarts')})")
+    if fields["JobState"] != "COMPLETED":
+        s.dump(run)
+    events = s.audit(run, steps, "time_limit")
+    stopped = [e for e in events if e["event"] == "job_finished" and e["status"] == "preempted"]
+    check(len(stopped) == 1 and stopped[0]["world_size"] == NODES * RANKS_PER_NODE,
+          f"all {NODES * RANKS_PER_NODE} ranks stopped together: {stopped}")
+    final = [e for e in events if e["event"] == "final_checkpoint"]
+    restored = [e for e in events if e["event"] == "state_restored"]
+    check(stopped and final and final[0]["step"] == stopped[0]["steps"] and restored
+          and restored[0]["step"] == stopped[0]["steps"] and restored[0]["source"] == "checkpoint",
+          f"the final checkpoint of step {stopped[0]['steps'] if stopped else None} is where the requeued "
+          f"run resumed: {final} {restored[:1]}")
+    asked = [e for e in events if e["event"] == "requeue_requested"]
+    check(len(asked) == 1 and not asked[0]["exclude_nodes"], f"a requeue without excluded nodes: {asked}")
+    started = [e for e in events if e["event"] == "supervisor_started"]
+    check(len(started) == 2 and len(started[-1]["nodes"]) == NODES, f"both runs on {NODES} nodes")
+    err = (run / "job.err").read_text()
+    check("passed on to hardy run" in err and f"requeueing job {job_id}" in err,
+          "job.err shows the forwarded signal and the requeue")
+
+
+def requeue(s):
+    check, slurm, cluster, tmp = s.check, s.slurm, s.cluster, s.tmp
+    steps, fault_step = 600, 150
+    run = tmp / "run"
+    config = job_ini(tmp / "job.ini", steps, **{"checkpoint-every": 100, "snapshot-dir": tmp / "node-local"})
+    job_id = s.submit(run, config, "--min-nodes", NODES, "--max-requeues", 2)
+    if not s.wait_for_step(run, job_id, fault_step, timeout=240):
+        return
+    first_nodes = read_jsonl(run / "events.jsonl")[0]["nodes"]  # supervisor_started
+    host = first_nodes[1]
+    fault_step = s.step(run)
+    died = time.time()
+    cluster.crash(cluster.hosts.index(host), link_down=True)
+    print(f"--- crashed {host} (slurmd included, link down) at step {fault_step}", flush=True)
+    fields = slurm.wait_for_state(job_id, FINAL_STATES, timeout=400)
+    check(fields["JobState"] == "COMPLETED" and fields.get("ExitCode") == "0:0",
+          f"the requeued job completed ({fields['JobState']}, exit {fields.get('ExitCode')})")
+    if fields["JobState"] != "COMPLETED":
+        s.dump(run)
+    check(fields.get("Restarts") == "1", f"after one requeue (Restarts {fields.get('Restarts')})")
+    check(fields.get("ExcNodeList") == host, f"Slurm's ExcNodeList holds {host} ({fields.get('ExcNodeList')})")
+    check((run / "exclude-nodes").read_text().split() == [host], "RUN_DIR/exclude-nodes lists it")
+    events = s.audit(run, steps, "requeue")
+    asked = [e for e in events if e["event"] == "requeue_requested"]
+    check(len(asked) == 1 and asked[0]["exclude_nodes"] == [host] and asked[0]["scheduler_job_id"] == job_id,
+          f"hardy run asked for the requeue without {host}: {asked}")
+    started = [e for e in events if e["event"] == "supervisor_started"]
+    second = started[-1]["nodes"] if len(started) == 2 else []
+    check(len(started) == 2 and host not in second and len(second) == NODES
+          and started[-1]["scheduler_restart_count"] == 1,
+          f"the requeued run has {NODES} nodes without {host}: {second}")
+    metrics = read_jsonl(run / "metrics.jsonl")
+    check(metrics[-1]["world_size"] == NODES * RANKS_PER_NODE, f"{metrics[-1]['world_size']} ranks at the end")
+    restored = [e for e in events if e["event"] == "state_restored" and started and e["unix_time"] > started[-1]["unix_time"]]
+    lost = asked[0]["step"] - restored[0]["step"] if asked and restored else None
+    check(lost is not None and 0 <= lost <= 1 and restored[0]["source"] == "node-local",
+          f"{lost} committed step(s) lost across the requeue (asked at {asked[0]['step'] if asked else None}, "
+          f"restored {restored[0]['step'] if restored else None} from {restored[0]['source'] if restored else None})")
+    status = s.status(run)
+    lost_nodes = status.get("lost_nodes", [])
+    check([(n["host"], n["outcome"]) for n in lost_nodes] == [(host, "requeued without it")],
+          f"hardy status names the node the requeue left out: {lost_nodes}")
+    first = next((m for m in metrics if restored and m["unix_time"] > restored[0]["unix_time"]), None)
+    if asked and restored and first:
+        timeline = {"requeue_requested_s": round(asked[0]["unix_time"] - died, 2),
+                    "started_again_s": round(started[-1]["unix_time"] - died, 2),
+                    "restored_s": round(restored[0]["unix_time"] - died, 2),
+                    "training_again_s": round(first["unix_time"] - died, 2), "steps_lost": lost,
+                    "requeue_delay_s": slurm.requeue_delay}
+        print(f"TIMELINE requeue: {json.dumps(timeline)}", flush=True)
+    check(first is not None, "training resumed after the requeue")
+    left = _wait(s.job_processes, 20)
     check(not [line for line in left if not line.startswith(host)], f"nothing of the job left on a live node: {left}")
 
 
@@ -281,7 +395,7 @@ def _wait(what, timeout):
     return value
 
 
-SCENARIOS = {f.__name__: f for f in (smoke, job, node_crash)}
+SCENARIOS = {f.__name__: f for f in (smoke, job, node_crash, time_limit, requeue)}
 
 
 def main(argv):
@@ -299,7 +413,7 @@ def main(argv):
         hardy.skip_without_supervisor()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"hardy-slurm-cluster-{scenario}-") as tmp, \
-            EmulatedCluster(nodes=NODES) as cluster, ClusterSlurm(cluster) as slurm:
+            EmulatedCluster(nodes=CLUSTER_NODES.get(scenario, NODES)) as cluster, ClusterSlurm(cluster) as slurm:
         s = Scenario(hardy, cluster, slurm, Path(tmp))
         print(f"private Slurm on {','.join(cluster.hosts)} up in {time.monotonic() - started:.1f} s", flush=True)
         try:

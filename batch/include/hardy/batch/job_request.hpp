@@ -16,6 +16,9 @@ namespace hardy::batch {
 // (resilience::kPreempted; jobs/ checks at compile time that the two agree). The batch scripts
 // requeue the job on it (Slurm: scontrol requeue; LSF: bsub -Q).
 inline constexpr int kRequeueExitStatus = 4;
+// The file in the run directory where `hardy run` lists the nodes a job lost, one per line, for
+// the batch script to exclude when it requeues the job (resilience::exclude_nodes_file).
+inline constexpr std::string_view kExcludeNodesFile = "exclude-nodes";
 
 struct JobRequest {
   std::string job_name = "hardy";
@@ -28,12 +31,17 @@ struct JobRequest {
   std::filesystem::path run_dir;       // absolute
   std::filesystem::path hardy;         // absolute path of the hardy executable the job runs
   int signal_lead_seconds = 120;       // warn (SIGUSR1) this long before the time limit
-  std::string launcher;                // LSF only: jsrun or mpirun
+  // Fewer healthy nodes than this and the job asks to be requeued (without the lost ones)
+  // instead of relaunching inside its allocation; 1: relaunch on whatever is left.
+  int min_nodes = 1;
+  int max_requeues = 10;  // requeues in a row without progress before the job stops
+  std::string launcher;   // LSF only: jsrun or mpirun
 
   // Files inside the run directory that the scripts name.
   std::filesystem::path config() const { return run_dir / "job.ini"; }  // the submitted --config
   std::filesystem::path output() const { return run_dir / "job.out"; }  // the batch shell's stdout
   std::filesystem::path error() const { return run_dir / "job.err"; }   // and stderr
+  std::filesystem::path exclude_nodes() const { return run_dir / kExcludeNodesFile; }
 };
 
 // Seconds in an HH:MM:SS time limit (hours may exceed 24; minutes and seconds below 60; more than

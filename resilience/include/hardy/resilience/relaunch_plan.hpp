@@ -24,8 +24,10 @@ struct LaunchEvents {
   std::optional<long> finished_steps;          // job_finished "steps"
   std::optional<long> last_committed_step;     // the last line of metrics.jsonl
   // Nodes (by index in the launch's node list) that the job itself saw fail, each with the
-  // evidence in words: in-job failure_detected events and injected kills.
+  // evidence in words: in-job failure_detected events. Circumstantial: see weigh_evidence().
   std::map<std::size_t, std::vector<std::string>> failed_nodes;
+  // Nodes whose ranks --inject-failure killed in this launch: the test's own word.
+  std::map<std::size_t, std::vector<std::string>> killed_nodes;
 };
 
 // Reads them; missing files and lines cut short by a crash give empty fields, not errors.
@@ -63,6 +65,20 @@ struct RelaunchPlan {
   std::vector<ExcludedNode> excluded;     // active nodes left out, in their old order
   std::vector<ExcludedNode> spares_lost;  // spares that failed their probe
 };
+// Which reports against active nodes the relaunch acts on. `conclusive`: the launcher lost the
+// node, the node failed its probe, or fault injection killed it. `job_reports`: the job's own
+// failure_detected events, which are circumstantial once there is conclusive evidence against
+// some node: a runtime that ends the job after losing one node kills the ranks of healthy nodes
+// as well, and survivors still recovering log those deaths as failures too. So a node named
+// only by the job is left out only when nothing conclusive names any node (a rank that died on
+// a node that still answers); otherwise it is kept, and its reports go to `doubted`.
+struct WeighedEvidence {
+  std::map<std::size_t, std::vector<std::string>> against;  // these nodes are left out
+  std::map<std::size_t, std::vector<std::string>> doubted;  // these are kept all the same
+};
+WeighedEvidence weigh_evidence(const std::map<std::size_t, std::vector<std::string>>& conclusive,
+                               const std::map<std::size_t, std::vector<std::string>>& job_reports);
+
 // Active nodes with evidence against them are left out; each is replaced, in order, by the
 // first healthy spare, so the world size and every rank's batch stay as they were while spares
 // last. Evidence is by index into current.active and current.spares.

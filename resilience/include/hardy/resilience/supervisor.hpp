@@ -8,6 +8,7 @@
 // `supervisor_finished` events into the run directory.
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hardy::resilience {
@@ -59,10 +60,23 @@ struct SupervisorConfig {
   // Before a relaunch every node is asked to run `true` through the launch path; a node that
   // does not answer within this many seconds is left out.
   double probe_timeout_s = 5.0;
-  // The batch job this runs in, if any, for the events.
+  // The batch job this runs in, if any. Inside one, a job left with fewer than min_world_size
+  // healthy ranks asks its batch script for a requeue (exit status kPreempted) instead of
+  // stopping: the dead nodes are written to exclude_nodes_file() for the script to exclude, and
+  // the job resumes from its newest state wherever the scheduler puts it. A preempted job
+  // (SIGUSR1 before the time limit) asks the same way. After max_requeues requests that made no
+  // progress (requeue_requested events at the same last committed step) it stops instead, so a
+  // job that cannot get going does not cycle through the queue for ever; requeues that move the
+  // job forward (a time limit at a time) do not count.
   std::string scheduler, scheduler_job_id;
   int scheduler_restart_count = 0;
+  int max_requeues = 10;
 };
+
+// RUN_DIR/exclude-nodes: the hosts this job lost, one per line, accumulated over its requeues;
+// the batch scripts pass them to the scheduler (Slurm's ExcNodeList) before requeueing.
+inline constexpr std::string_view kExcludeNodesFile = "exclude-nodes";
+std::filesystem::path exclude_nodes_file(const std::filesystem::path& run_dir);
 
 // The command line of one launch on `nodes`.
 std::vector<std::string> launch_command(const SupervisorConfig& config,
