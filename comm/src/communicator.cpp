@@ -28,8 +28,7 @@ bool all_equal(Communicator& comm, std::int64_t value) {
 std::vector<int> ranks_lost(const std::vector<int>& old_ranks, int old_size) {
   std::vector<int> lost;
   for (int r = 0; r < old_size; ++r)
-    if (!std::binary_search(old_ranks.begin(), old_ranks.end(), r))
-      lost.push_back(r);
+    if (!std::binary_search(old_ranks.begin(), old_ranks.end(), r)) lost.push_back(r);
   return lost;
 }
 

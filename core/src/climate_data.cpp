@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "hardy/core/error.hpp"
+#include "hardy/core/random.hpp"
 
 // Bit-identical samples everywhere need identical rounding: forbid the fused multiply-adds that
 // compilers otherwise form when the target has them (-march=native), which change last bits.
@@ -24,24 +25,19 @@ constexpr double kPi = 3.14159265358979323846;
 // ---- portable arithmetic: only +, -, *, /, sqrt and integer rounding, which IEEE 754 pins
 // down, instead of libm's exp and sin, whose last bits differ between libraries ----
 
-// splitmix64 (Steele, Lea & Flood): a counter-based stream, so any (seed, index, stream) triple
-// gives an independent, reproducible sequence without state shared between samples.
+// A counter-based stream of core::SplitMix64, so that any (seed, index, stream) triple gives an
+// independent, reproducible sequence without state shared between samples.
 class Random {
  public:
-  Random(std::uint64_t seed, std::uint64_t index, std::uint64_t stream) : state_(seed) {
-    state_ = next() ^ index;
-    state_ = next() ^ stream;
-    state_ = next();
+  Random(std::uint64_t seed, std::uint64_t index, std::uint64_t stream) : generator_(seed) {
+    generator_ = SplitMix64(generator_.next() ^ index);
+    generator_ = SplitMix64(generator_.next() ^ stream);
+    generator_ = SplitMix64(generator_.next());
   }
 
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double uniform(double low, double high) { return low + (high - low) * uniform(); }
+  std::uint64_t next() { return generator_.next(); }
+  double uniform() { return generator_.uniform(); }  // [0, 1)
+  double uniform(double low, double high) { return generator_.uniform(low, high); }
   int integer(int low, int high) {  // inclusive
     return low + static_cast<int>(uniform() * (high - low + 1));
   }
@@ -55,7 +51,7 @@ class Random {
   }
 
  private:
-  std::uint64_t state_;
+  SplitMix64 generator_;
 };
 
 // 1/n and 1/(n (n + 1)), rounded once at compile time: multiplying by them is as portable as

@@ -13,7 +13,7 @@ int cancel_command(const std::vector<std::string>& args) {
   boost::program_options::options_description options("hardy cancel options");
   boost::program_options::variables_map vm;
   const auto run_dir =
-      parse_run_dir_command(args, options,
+      parse_run_dir_command(args, options, "hardy cancel",
                             "Usage: hardy cancel RUN_DIR\n\nCancels the scheduler job `hardy "
                             "submit` recorded in RUN_DIR/scheduler.json "
                             "(scancel or bkill).\n",

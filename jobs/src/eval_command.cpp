@@ -5,6 +5,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "command_line.hpp"
 #include "hardy/checkpoint/model_file.hpp"
 #include "hardy/core/climate_data.hpp"
 #include "hardy/core/data_sources.hpp"
@@ -33,20 +34,15 @@ int eval_command(const std::vector<std::string>& args) {
       "threads", po::value<int>()->default_value(0), "CPU threads (0: all cores)")(
       "json", po::bool_switch(), "print the result as one JSON object");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(options).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InvalidArgument(fmt::format("{} (see hardy eval --help)", e.what()));
-  }
-  if (vm.count("help")) {
-    std::cout << "Usage: hardy eval --run-dir DIR [--model FILE] [--json]\n\n"
-                 "Scores a trained model: intersection over union per class and its mean on "
-                 "samples the job\n"
-                 "did not train on (the held-out samples of its data, or another dataset).\n\n"
-              << options << "\n";
+  if (!parse_command_line(args, options,
+                          {"hardy eval",
+                           "Usage: hardy eval --run-dir DIR [--model FILE] [--json]\n\n"
+                           "Scores a trained model: intersection over union per class and its mean "
+                           "on samples the job\n"
+                           "did not train on (the held-out samples of its data, or another "
+                           "dataset).\n"},
+                          vm))
     return 0;
-  }
   if (!vm.count("run-dir"))
     throw InvalidArgument("--run-dir is required (the directory of a training job)");
   const std::filesystem::path run_path = vm["run-dir"].as<std::string>();

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "command_line.hpp"
 #include "hardy/core/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/schedulers.hpp"
@@ -113,24 +114,18 @@ int run_command(const std::vector<std::string>& args) {
   po::options_description options("hardy run options");
   options.add(placement).add(recovery);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(own).options(options).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InvalidArgument(fmt::format("{} (see hardy run --help)", e.what()));
-  }
-  if (vm.count("help")) {
-    std::cout
-        << "Usage: hardy run [--nodes N] --ranks-per-node R --run-dir DIR [--hosts LIST] -- "
+  if (!parse_command_line(
+          own, options,
+          {"hardy run",
+           "Usage: hardy run [--nodes N] --ranks-per-node R --run-dir DIR [--hosts LIST] -- "
            "<hardy train options>\n\n"
            "Launches the training job over MPI and watches it. Failures inside the job are "
            "survived by the\njob itself (with ULFM); when the job dies as a whole, it is "
            "relaunched from its newest committed\nstate on the nodes that did not fail. A launch "
            "counts as completed only when the job logged that\nit finished its last step. Inside a "
-           "Slurm or LSF job the nodes are the allocation's.\n\n"
-        << options << "\n";
+           "Slurm or LSF job the nodes are the allocation's.\n"},
+          vm))
     return 0;
-  }
   if (!vm.count("run-dir")) throw InvalidArgument("--run-dir is required");
   if (std::find(train_args.begin(), train_args.end(), "--run-dir") != train_args.end())
     throw InvalidArgument("give --run-dir to hardy run, not after --");

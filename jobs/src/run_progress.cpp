@@ -65,10 +65,10 @@ void read_events(const std::filesystem::path& path, RunProgress& progress) {
     progress.relaunches += event == "job_relaunched";
     if (event == "job_relaunched") read_lost_nodes(*record, "excluded", "", progress);
     if (event == "supervisor_finished")  // status 4: the job asked its scheduler for a requeue
-      read_lost_nodes(*record, "excluded_nodes",
-                      record->value("status", 0) == 4 ? "requeued without it"
-                                                      : "stopped: too few nodes left",
-                      progress);
+      read_lost_nodes(
+          *record, "excluded_nodes",
+          record->value("status", 0) == 4 ? "requeued without it" : "stopped: too few nodes left",
+          progress);
     progress.last_event = event;
   }
 }

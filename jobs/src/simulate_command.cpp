@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 
+#include "command_line.hpp"
 #include "hardy/core/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/resilience/scale_model.hpp"
@@ -38,21 +39,15 @@ int simulate_command(const std::vector<std::string>& args) {
                                               po::value<double>(&a.step_s)->default_value(0),
                                               "training step time at scale (0: measured)");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(options).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InvalidArgument(fmt::format("{} (see hardy simulate --help)", e.what()));
-  }
-  if (vm.count("help")) {
-    std::cout
-        << "Usage: hardy simulate --from-run RUN_DIR [--nodes 4560 --ranks-per-node 6 ...]\n\n"
+  if (!parse_command_line(
+          args, options,
+          {"hardy simulate",
+           "Usage: hardy simulate --from-run RUN_DIR [--nodes 4560 --ranks-per-node 6 ...]\n\n"
            "Projects recovery time to a large machine from the costs measured in a run that "
            "survived a\n"
-           "failure, under the assumptions in docs/scale-model.md.\n\n"
-        << options << "\n";
+           "failure, under the assumptions in docs/scale-model.md.\n"},
+          vm))
     return 0;
-  }
   if (!vm.count("from-run")) throw InvalidArgument("--from-run RUN_DIR is required");
   if (a.nodes < 1 || a.ranks_per_node < 1)
     throw InvalidArgument("--nodes and --ranks-per-node must be positive");

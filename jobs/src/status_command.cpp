@@ -133,7 +133,7 @@ int status_command(const std::vector<std::string>& args) {
   po::options_description options("hardy status options");
   options.add_options()("json", po::bool_switch(), "print one JSON object");
   po::variables_map vm;
-  const auto run_dir = parse_run_dir_command(args, options, kStatusUsage, vm);
+  const auto run_dir = parse_run_dir_command(args, options, "hardy status", kStatusUsage, vm);
   if (!run_dir) return 0;
   const auto status = status_json(*run_dir);
   if (vm["json"].as<bool>())

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "command_line.hpp"
 #include "hardy/core/error.hpp"
 #include "hardy/jobs/run_directory.hpp"
 
@@ -39,23 +40,16 @@ std::optional<Submission> read_submission(const std::filesystem::path& run_dir) 
 
 std::optional<std::filesystem::path> parse_run_dir_command(
     const std::vector<std::string>& args, boost::program_options::options_description options,
-    const std::string& usage, boost::program_options::variables_map& vm) {
+    const std::string& command, const std::string& usage,
+    boost::program_options::variables_map& vm) {
   namespace po = boost::program_options;
   options.add_options()("help,h", "print this help")("run-dir", po::value<std::string>(),
                                                      "the job's run directory");
   po::positional_options_description positional;
   positional.add("run-dir", 1);
-  try {
-    po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InvalidArgument(fmt::format("{} (see --help)", e.what()));
-  }
-  if (vm.count("help")) {
-    std::cout << usage << "\n" << options << "\n";
-    return std::nullopt;
-  }
-  if (!vm.count("run-dir")) throw InvalidArgument("a run directory is required (see --help)");
+  if (!parse_command_line(args, options, {command, usage, &positional}, vm)) return std::nullopt;
+  if (!vm.count("run-dir"))
+    throw InvalidArgument(fmt::format("a run directory is required (see {} --help)", command));
   const std::filesystem::path run_dir = vm["run-dir"].as<std::string>();
   if (!std::filesystem::is_directory(run_dir))
     throw InvalidArgument(fmt::format("run directory {} does not exist", run_dir.string()));

@@ -25,11 +25,12 @@ void write_submission(const std::filesystem::path& run_dir, const Submission& su
 // throws InvalidArgument naming the file when it is not what `hardy submit` writes.
 std::optional<Submission> read_submission(const std::filesystem::path& run_dir);
 
-// Parses `hardy <command> RUN_DIR [options]` (RUN_DIR also as --run-dir) into `vm`, checking that
-// RUN_DIR exists. Prints `usage` and the options and returns nullopt for --help; throws
-// InvalidArgument for anything wrong.
+// Parses `hardy <command> RUN_DIR [options]` (`command`: "hardy status") (RUN_DIR also as
+// --run-dir) into `vm`, checking that RUN_DIR exists. Prints `usage` and the options and returns
+// nullopt for --help; throws InvalidArgument for anything wrong.
 std::optional<std::filesystem::path> parse_run_dir_command(
     const std::vector<std::string>& args, boost::program_options::options_description options,
-    const std::string& usage, boost::program_options::variables_map& vm);
+    const std::string& command, const std::string& usage,
+    boost::program_options::variables_map& vm);
 
 }  // namespace hardy::jobs

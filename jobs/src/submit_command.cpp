@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "command_line.hpp"
 #include "hardy/batch/script_template.hpp"
 #include "hardy/core/error.hpp"
 #include "hardy/core/event_log.hpp"
@@ -139,16 +140,8 @@ batch::JobRequest request_from(const po::variables_map& vm, const batch::Schedul
 int submit_command(const std::vector<std::string>& args) {
   const auto options = submit_options();
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(options).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InvalidArgument(fmt::format("{} (see hardy submit --help)", e.what()));
-  }
-  if (vm.count("help")) {
-    std::cout << kSubmitUsage << "\n" << options << "\n" << placeholder_help();
+  if (!parse_command_line(args, options, {"hardy submit", kSubmitUsage}, vm, placeholder_help()))
     return 0;
-  }
   if (!vm.count("scheduler"))
     throw InvalidArgument("--scheduler is required (see hardy submit --help)");
   const auto scheduler = make_scheduler(vm["scheduler"].as<std::string>());

@@ -1,5 +1,6 @@
 #include "hardy/resilience/failure_injection.hpp"
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -7,8 +8,6 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "hardy/core/error.hpp"
 #include "hardy/core/event_log.hpp"
@@ -20,21 +19,27 @@ Phase parse_phase(const std::string& name) {
   if (name == "allreduce") return Phase::allreduce;
   if (name == "checkpoint-write") return Phase::checkpoint_write;
   if (name == "recovery") return Phase::recovery;
-  throw InvalidArgument(
-      fmt::format("unknown failure phase '{}' (choose forward, allreduce, checkpoint-write or recovery)", name));
+  throw InvalidArgument(fmt::format(
+      "unknown failure phase '{}' (choose forward, allreduce, checkpoint-write or recovery)",
+      name));
 }
 
 std::string to_string(Phase phase) {
   switch (phase) {
-    case Phase::forward: return "forward";
-    case Phase::allreduce: return "allreduce";
-    case Phase::checkpoint_write: return "checkpoint-write";
-    case Phase::recovery: return "recovery";
+    case Phase::forward:
+      return "forward";
+    case Phase::allreduce:
+      return "allreduce";
+    case Phase::checkpoint_write:
+      return "checkpoint-write";
+    case Phase::recovery:
+      return "recovery";
   }
   return "?";
 }
 
-std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::string>& specs, int ranks_per_node) {
+std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::string>& specs,
+                                                     int ranks_per_node) {
   static const std::regex pattern(R"(^(rank|node)=(\d+)@step=(\d+)(?::([a-z-]+))?$)");
   std::vector<InjectedFailure> failures;
   for (const auto& option : specs) {
@@ -49,12 +54,14 @@ std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::stri
       failure.spec = spec;
       const int target = std::stoi(match[2]);
       failure.step = std::stol(match[3]);
-      if (failure.step < 1) throw InvalidArgument(fmt::format("--inject-failure '{}': steps count from 1", spec));
+      if (failure.step < 1)
+        throw InvalidArgument(fmt::format("--inject-failure '{}': steps count from 1", spec));
       if (match[4].matched) failure.phase = parse_phase(match[4]);
       if (match[1] == "rank") {
         failure.world_ranks = {target};
       } else {
-        for (int r = 0; r < ranks_per_node; ++r) failure.world_ranks.push_back(target * ranks_per_node + r);
+        for (int r = 0; r < ranks_per_node; ++r)
+          failure.world_ranks.push_back(target * ranks_per_node + r);
       }
       failures.push_back(std::move(failure));
     }
@@ -69,10 +76,12 @@ FailureInjector::FailureInjector(std::vector<InjectedFailure> failures, int worl
 void FailureInjector::at(long step, Phase phase) const {
   for (const auto& failure : failures_) {
     if (failure.step != step || failure.phase != phase) continue;
-    if (std::find(failure.world_ranks.begin(), failure.world_ranks.end(), world_rank_) == failure.world_ranks.end())
+    if (std::find(failure.world_ranks.begin(), failure.world_ranks.end(), world_rank_) ==
+        failure.world_ranks.end())
       continue;
     if (!record_dir_.empty()) {
-      std::ofstream(record_dir_ / fmt::format("injected-kill-{}.time", world_rank_)) << fmt::format("{:.6f}\n", core::unix_time());
+      std::ofstream(record_dir_ / fmt::format("injected-kill-{}.time", world_rank_))
+          << fmt::format("{:.6f}\n", core::unix_time());
     }
     ::kill(::getpid(), SIGKILL);
   }

@@ -75,37 +75,13 @@ void TrainingSession::State::recover(const std::string& what) {
                                     "written",
                                     failures, config.max_failures)};
     }
-    rebind_gradients(lost);
+    reducer->rebind(*comm, lost);  // NCCL drops the same ranks
     cross_rank.rebind(*comm);
     // A death here, between the shrink and the restore, makes the survivors start over.
     injector.at(step + 1, Phase::recovery);
     restore_after_failure(detected_at);
   });
   events.emit("recovery_finished", {{"step", step}, {"seconds", seconds_since(started)}});
-}
-
-void TrainingSession::State::rebind_gradients(const std::vector<int>& lost) {
-#ifdef HARDY_HAVE_NCCL
-  if (nccl) {
-    // The survivors agreed on the failed ranks through ULFM; NCCL drops the same ones, aborting
-    // what was stuck on them. If any survivor's NCCL communicator was aborted already (a
-    // collective timed out), all of them start a fresh one over the shrunk MPI communicator.
-    const bool shrinkable =
-        comm::allreduce(*comm, nccl->usable() ? 1 : 0, comm::ReduceOp::min) == 1;
-    std::unique_ptr<comm::NcclCommunicator> next;
-    if (shrinkable) {
-      next = nccl->shrink(lost);
-    } else {
-      nccl->abort();
-      next = comm::NcclCommunicator::create(*comm);
-    }
-    device_buckets->rebind(*next);  // before the old communicator goes away
-    nccl = std::move(next);
-    return;
-  }
-#endif
-  (void)lost;
-  buckets->rebind(*comm);
 }
 
 void TrainingSession::State::restore_after_failure(double detected_at) {

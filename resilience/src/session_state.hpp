@@ -12,17 +12,13 @@
 #include "hardy/checkpoint/checkpoint.hpp"
 #include "hardy/comm/communicator.hpp"
 #include "hardy/comm/cross_rank_sum.hpp"
-#include "hardy/comm/gradient_buckets.hpp"
+#include "hardy/comm/gradient_reducer.hpp"
 #include "hardy/core/batch.hpp"
 #include "hardy/core/event_log.hpp"
 #include "hardy/core/loss_scaler.hpp"
 #include "hardy/core/sampler.hpp"
 #include "hardy/resilience/failure_injection.hpp"
 #include "hardy/resilience/training_session.hpp"
-#ifdef HARDY_HAVE_NCCL
-#include "hardy/comm/nccl_communicator.hpp"
-#include "hardy/comm/nccl_gradient_buckets.hpp"
-#endif
 
 namespace hardy::resilience {
 
@@ -58,14 +54,9 @@ struct TrainingSession::State {
   checkpoint::TrainingState capture_state() const;
   void apply_state(const checkpoint::TrainingState& state);
   // Root's `state` (read from a checkpoint or a node-local snapshot) to every rank, applied
-  // everywhere; with NCCL the tensors go GPU to GPU and `state` keeps only the loop's scalars
-  // afterwards.
+  // everywhere; when the gradient reducer moves device tensors (NCCL) they go GPU to GPU and
+  // `state` keeps only the loop's scalars afterwards.
   void broadcast_restored(checkpoint::TrainingState& state, int root = 0);
-  // The gradient allreduce: NCCL buckets for device gradients, MPI buckets for host ones.
-  void mark_gradient_ready(std::size_t index);
-  void finish_gradients(float scale);  // writes scale * (sum over ranks) into the gradients
-  bool gradients_non_finite();         // after finish_gradients: a loss-scale overflow
-  std::size_t gradient_bucket_count() const;
 
   // ---- the node-local tier (node_snapshots.cpp) ----
   // Whether this rank is the lowest current rank on its host, the one that writes and reads the
@@ -89,9 +80,6 @@ struct TrainingSession::State {
   // After a ProcessFailure, or a step that some survivor did not finish: shrink to the
   // survivors, roll back to the last committed step, re-split the batch (recovery_protocol.hpp).
   void recover(const std::string& what);
-  // After the MPI shrink: the gradient buckets follow the survivors (NCCL drops `lost`, ranks of
-  // the communicator before the shrink).
-  void rebind_gradients(const std::vector<int>& lost);
   void restore_after_failure(double detected_at);
   void write_final_checkpoint(const std::string& reason);
 
@@ -121,12 +109,8 @@ struct TrainingSession::State {
   core::BatchAssembler assembler;
   // fp16: dynamic loss scaling; bf16 and f32: a static scale of 1 (still skips non-finite steps).
   core::LossScaler scaler;
-  std::optional<comm::GradientBuckets> buckets;  // host gradients (the cpu backend)
-#ifdef HARDY_HAVE_NCCL
-  // Device gradients (the cuda backend): NCCL next to MPI, bootstrapped and shrunk through it.
-  std::unique_ptr<comm::NcclCommunicator> nccl;
-  std::optional<comm::NcclGradientBuckets> device_buckets;
-#endif
+  // The gradient allreduce: MPI buckets for host gradients, NCCL for device ones.
+  std::unique_ptr<comm::GradientReducer> reducer;
   std::vector<float> class_weights;
   FailureInjector injector;
 

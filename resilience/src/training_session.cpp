@@ -97,14 +97,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   const auto& params = model.parameters();
   const std::vector<core::Parameter*> ready_order(params.rbegin(), params.rend());
   const auto bucket_bytes = static_cast<std::size_t>(config.bucket_mib * (1 << 20));
-#ifdef HARDY_HAVE_NCCL
-  if (backend->device() == core::Device::cuda) {
-    nccl = comm::NcclCommunicator::create(*comm);
-    device_buckets.emplace(*nccl, dynamic_cast<core::CudaBackend&>(*backend), ready_order,
-                           bucket_bytes);
-  }
-#endif
-  if (backend->device() == core::Device::host) buckets.emplace(*comm, ready_order, bucket_bytes);
+  reducer = comm::make_gradient_reducer(*comm, *backend, ready_order, bucket_bytes);
   injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node),
                              world_rank, config.run_dir / "checkpoints");
   if (lead()) {
@@ -186,81 +179,49 @@ void TrainingSession::State::apply_state(const checkpoint::TrainingState& state)
 }
 
 void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state, int root) {
-#ifdef HARDY_HAVE_NCCL
-  if (nccl) {
-    // The root applies the state first, so that a checkpoint that does not fit fails everywhere
-    // before any rank waits in NCCL for tensors that will not come.
-    const bool is_root = comm->rank() == root;
-    std::string error;
-    if (is_root) {
-      try {
-        apply_state(state);
-      } catch (const InvalidArgument& e) {
-        error = e.what();
-      }
-    }
-    if (comm::allreduce(*comm, error.empty() ? 0 : 1, comm::ReduceOp::max) != 0)
-      throw InvalidArgument(is_root ? error
-                                    : fmt::format("rank {} could not apply the checkpoint", root));
-    // The loop's scalars over MPI, the tensors GPU to GPU over NCCL (whose ranks are MPI's).
-    checkpoint::TrainingState scalars;
-    if (is_root) {
-      scalars = state;
-      scalars.model.clear();
-      scalars.optimizer.clear();
-    }
-    checkpoint::broadcast_state(*comm, scalars, root);
-    if (!is_root) {
-      optimizer->initialize_state(model.parameters());
-      optimizer->set_steps_taken(scalars.optimizer_steps);
-      step = scalars.step;
-      sampler.restore(scalars.sampler);
-      last_loss = scalars.loss;
-      if (scaler.config().dynamic)
-        scaler.restore(
-            {scalars.loss_scale, scalars.loss_scale_good_steps, scaler.state().skipped_steps});
-    }
-    std::vector<core::Tensor*> tensors;
-    for (core::Parameter* p : model.parameters()) tensors.push_back(&p->value);
-    for (auto& entry : model.buffers()) tensors.push_back(entry.second);
-    for (auto& entry : optimizer->state_tensors()) tensors.push_back(entry.second);
-    comm::broadcast_tensors(*nccl, dynamic_cast<core::CudaBackend&>(*backend), tensors, root);
-    state = std::move(scalars);
+  if (!reducer->broadcasts_tensors()) {
+    checkpoint::broadcast_state(*comm, state, root);
+    apply_state(state);
     return;
   }
-#endif
-  checkpoint::broadcast_state(*comm, state, root);
-  apply_state(state);
-}
-
-void TrainingSession::State::mark_gradient_ready(std::size_t index) {
-#ifdef HARDY_HAVE_NCCL
-  if (device_buckets) return device_buckets->mark_ready(index);
-#endif
-  buckets->mark_ready(index);
-}
-
-void TrainingSession::State::finish_gradients(float scale) {
-#ifdef HARDY_HAVE_NCCL
-  if (device_buckets) return device_buckets->finish(scale);
-#endif
-  buckets->finish(scale);
-}
-
-bool TrainingSession::State::gradients_non_finite() {
-#ifdef HARDY_HAVE_NCCL
-  if (device_buckets) return device_buckets->has_non_finite();  // one check per bucket
-#endif
-  for (const core::Parameter* p : model.parameters())
-    if (backend->has_non_finite(p->grad)) return true;
-  return false;
-}
-
-std::size_t TrainingSession::State::gradient_bucket_count() const {
-#ifdef HARDY_HAVE_NCCL
-  if (device_buckets) return device_buckets->bucket_count();
-#endif
-  return buckets->bucket_count();
+  // The root applies the state first, so that a checkpoint that does not fit fails everywhere
+  // before any rank waits in NCCL for tensors that will not come.
+  const bool is_root = comm->rank() == root;
+  std::string error;
+  if (is_root) {
+    try {
+      apply_state(state);
+    } catch (const InvalidArgument& e) {
+      error = e.what();
+    }
+  }
+  if (comm::allreduce(*comm, error.empty() ? 0 : 1, comm::ReduceOp::max) != 0)
+    throw InvalidArgument(is_root ? error
+                                  : fmt::format("rank {} could not apply the checkpoint", root));
+  // The loop's scalars over MPI, the tensors device to device (whose ranks are MPI's).
+  checkpoint::TrainingState scalars;
+  if (is_root) {
+    scalars = state;
+    scalars.model.clear();
+    scalars.optimizer.clear();
+  }
+  checkpoint::broadcast_state(*comm, scalars, root);
+  if (!is_root) {
+    optimizer->initialize_state(model.parameters());
+    optimizer->set_steps_taken(scalars.optimizer_steps);
+    step = scalars.step;
+    sampler.restore(scalars.sampler);
+    last_loss = scalars.loss;
+    if (scaler.config().dynamic)
+      scaler.restore(
+          {scalars.loss_scale, scalars.loss_scale_good_steps, scaler.state().skipped_steps});
+  }
+  std::vector<core::Tensor*> tensors;
+  for (core::Parameter* p : model.parameters()) tensors.push_back(&p->value);
+  for (auto& entry : model.buffers()) tensors.push_back(entry.second);
+  for (auto& entry : optimizer->state_tensors()) tensors.push_back(entry.second);
+  reducer->broadcast(tensors, root);
+  state = std::move(scalars);
 }
 
 void TrainingSession::State::announce_ranks() {
@@ -366,7 +327,7 @@ void TrainingSession::State::train_step() {
   model.backward(
       dlogits,
       [&](std::size_t i) {
-        mark_gradient_ready(count - 1 - i);
+        reducer->mark_ready(count - 1 - i);
         // Dying here leaves some buckets' allreduces in flight: the hardest moment to fail.
         if (++announced == count / 2) injector.at(this_step, Phase::allreduce);
       },
@@ -377,13 +338,13 @@ void TrainingSession::State::train_step() {
     CommunicationScope scope(*this, "gradient allreduce");
     // grad_scale already divides by the global batch, so the sum over ranks is the mean; the
     // loss scale (1 unless fp16) comes off here.
-    finish_gradients(1.0f / loss_scale);
+    reducer->finish(1.0f / loss_scale);
     comm->allreduce_sum(loss);
   }
   const double allreduce_s = seconds_since(reduce_start);
   const float lr = current_lr(step);
   // Every rank holds the same reduced gradients, so every rank takes the same decision.
-  if (scaler.update(gradients_non_finite()))
+  if (scaler.update(reducer->has_non_finite()))
     optimizer->step(model.parameters(), lr);
   else
     events.emit("step_skipped", {{"step", this_step},
@@ -538,7 +499,7 @@ int TrainingSession::State::run() {
                               {"steps", config.steps},
                               {"global_batch", config.global_batch},
                               {"parameters", model.parameter_count()},
-                              {"gradient_buckets", gradient_bucket_count()},
+                              {"gradient_buckets", reducer->bucket_count()},
                               {"data", data.train->describe()},
                               {"resume", config.resume},
                               {"run_dir", config.run_dir.string()}});

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "../bucket_plan.hpp"
 #include "hardy/comm/errors.hpp"
 #include "hardy/core/error.hpp"
 
@@ -14,29 +15,15 @@ NcclGradientBuckets::NcclGradientBuckets(NcclCommunicator& comm, core::CudaBacke
     : comm_(&comm),
       backend_(backend),
       params_(std::move(params)),
-      slots_(params_.size()),
+      plan_(std::make_unique<detail::BucketPlan>(params_, bucket_bytes, "NcclGradientBuckets")),
       timeout_(timeout) {
-  // The same packing as GradientBuckets, so that both paths make the same buckets.
-  std::vector<std::size_t> sizes;
-  std::size_t filled = 0;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const core::Tensor& shape = params_[i]->value.defined() ? params_[i]->value : params_[i]->grad;
-    const auto count = static_cast<std::size_t>(shape.defined() ? shape.numel() : 0);
-    if (sizes.empty() || (filled > 0 && (filled + count) * sizeof(float) > bucket_bytes)) {
-      sizes.push_back(0);
-      buckets_.emplace_back();
-      filled = 0;
-    }
-    slots_[i] = Slot{buckets_.size() - 1, filled, count, false};
-    filled += count;
-    sizes.back() = filled;
-    buckets_.back().members += 1;
-  }
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    buckets_[b].data =
-        backend_.empty({static_cast<std::int64_t>(sizes[b])}, core::DType::f32, core::Layout::flat);
-    buckets_[b].pending = buckets_[b].members;
-  }
+  for (std::size_t b = 0; b < plan_->bucket_count(); ++b)
+    buckets_.push_back(backend_.empty({static_cast<std::int64_t>(plan_->bucket_floats(b))},
+                                      core::DType::f32, core::Layout::flat));
+}
+
+std::size_t NcclGradientBuckets::bucket_of(std::size_t index) const {
+  return plan_->slot(index).bucket;
 }
 
 NcclGradientBuckets::~NcclGradientBuckets() {
@@ -49,16 +36,8 @@ NcclGradientBuckets::~NcclGradientBuckets() {
 }
 
 void NcclGradientBuckets::mark_ready(std::size_t index) {
-  if (index >= slots_.size())
-    throw hardy::Error(
-        fmt::format("NcclGradientBuckets::mark_ready: index {} is beyond the {} "
-                    "parameters",
-                    index, slots_.size()));
-  Slot& slot = slots_[index];
+  const auto& slot = plan_->check_mark(index, index < params_.size() ? params_[index]->name : "");
   const core::Parameter& param = *params_[index];
-  if (slot.ready)
-    throw hardy::Error("NcclGradientBuckets: parameter " + param.name +
-                       " marked ready twice in a step");
   const core::Tensor& grad = param.grad;
   if (!grad.defined() || grad.device() != core::Device::cuda || grad.dtype() != core::DType::f32 ||
       static_cast<std::size_t>(grad.numel()) != slot.count)
@@ -75,52 +54,47 @@ void NcclGradientBuckets::mark_ready(std::size_t index) {
                                        slot.count * sizeof(float), cudaMemcpyDeviceToDevice,
                                        comm_->stream()));
     in_flight_ = true;
-    slot.ready = true;
-    buckets_[slot.bucket].pending -= 1;
-    launch_complete_buckets();
+    plan_->mark(index);
+    launch_due_buckets();
   } catch (const ProcessFailure&) {
-    reset();
+    plan_->reset();
     throw;
   }
 }
 
-void NcclGradientBuckets::launch_complete_buckets() {
-  // Strictly in bucket order, so that every rank issues the same sequence of collectives.
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    const core::Tensor& data = buckets_[next_launch_].data;
-    if (data.numel() > 0)
-      comm_->allreduce_sum(bucket_data(next_launch_), static_cast<std::size_t>(data.numel()));
-    ++next_launch_;
-  }
+void NcclGradientBuckets::launch_due_buckets() {
+  for (std::size_t b = plan_->next_due(); b != detail::BucketPlan::npos; b = plan_->next_due())
+    if (buckets_[b].numel() > 0)
+      comm_->allreduce_sum(bucket_data(b), static_cast<std::size_t>(buckets_[b].numel()));
 }
 
 void NcclGradientBuckets::finish(float scale) {
   try {
-    for (std::size_t i = 0; i < slots_.size(); ++i)
-      if (!slots_[i].ready) mark_ready(i);
+    for (std::size_t i = 0; i < plan_->parameter_count(); ++i)
+      if (!plan_->ready(i)) mark_ready(i);
     comm_->synchronize(timeout_);
   } catch (const ProcessFailure&) {
-    reset();
+    plan_->reset();
     throw;
   }
   in_flight_ = false;
   // The sums are complete (the host waited), so the backend's stream may read them directly.
   if (scale != 1.0f)
-    for (Bucket& bucket : buckets_)
-      if (bucket.data.numel() > 0) backend_.scale(bucket.data, scale);
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    const Slot& slot = slots_[i];
+    for (core::Tensor& bucket : buckets_)
+      if (bucket.numel() > 0) backend_.scale(bucket, scale);
+  for (std::size_t i = 0; i < plan_->parameter_count(); ++i) {
+    const auto& slot = plan_->slot(i);
     if (slot.count == 0) continue;
     HARDY_CUDA_CHECK(cudaMemcpyAsync(params_[i]->grad.raw(), bucket_data(slot.bucket) + slot.offset,
                                      slot.count * sizeof(float), cudaMemcpyDeviceToDevice,
                                      backend_.stream()));
   }
-  reset();
+  plan_->reset();
 }
 
 bool NcclGradientBuckets::has_non_finite() {
-  for (Bucket& bucket : buckets_)
-    if (bucket.data.numel() > 0 && backend_.has_non_finite(bucket.data)) return true;
+  for (core::Tensor& bucket : buckets_)
+    if (bucket.numel() > 0 && backend_.has_non_finite(bucket)) return true;
   return false;
 }
 
@@ -133,14 +107,8 @@ void NcclGradientBuckets::rebind(NcclCommunicator& comm) {
     }
   }
   in_flight_ = false;
-  reset();
+  plan_->reset();
   comm_ = &comm;
-}
-
-void NcclGradientBuckets::reset() {
-  for (Bucket& bucket : buckets_) bucket.pending = bucket.members;
-  for (Slot& slot : slots_) slot.ready = false;
-  next_launch_ = 0;
 }
 
 }  // namespace hardy::comm

@@ -16,6 +16,10 @@
 
 namespace hardy::comm {
 
+namespace detail {
+class BucketPlan;
+}
+
 class GradientBuckets {
  public:
   static constexpr std::size_t kDefaultBucketBytes = 25u << 20;  // PyTorch DDP's default
@@ -47,30 +51,21 @@ class GradientBuckets {
   void rebind(Communicator& comm);
 
   std::size_t bucket_count() const { return buckets_.size(); }
-  std::size_t bucket_of(std::size_t index) const { return slots_.at(index).bucket; }
+  std::size_t bucket_of(std::size_t index) const;
 
  private:
-  struct Slot {
-    std::size_t bucket = 0;
-    std::size_t offset = 0;  // in floats, within the bucket
-    std::size_t count = 0;
-    bool ready = false;
-  };
   struct Bucket {
     std::vector<float> data;
-    std::size_t pending = 0;  // parameters not yet marked this step
-    std::size_t members = 0;
     std::unique_ptr<Request> request;
   };
-  void launch_complete_buckets();
+  void launch_due_buckets();
   void progress();
   void fail_and_drain();  // revokes and completes every request after a ProcessFailure
 
   Communicator* comm_;
   std::vector<core::Parameter*> params_;
-  std::vector<Slot> slots_;
+  std::unique_ptr<detail::BucketPlan> plan_;
   std::vector<Bucket> buckets_;
-  std::size_t next_launch_ = 0;  // buckets are launched strictly in order
 };
 
 }  // namespace hardy::comm

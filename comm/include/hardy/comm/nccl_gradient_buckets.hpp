@@ -11,6 +11,7 @@
 #endif
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "hardy/comm/nccl_communicator.hpp"
@@ -19,6 +20,10 @@
 #include "hardy/core/parameter.hpp"
 
 namespace hardy::comm {
+
+namespace detail {
+class BucketPlan;
+}
 
 class NcclGradientBuckets {
  public:
@@ -51,31 +56,18 @@ class NcclGradientBuckets {
   void rebind(NcclCommunicator& comm);
 
   std::size_t bucket_count() const { return buckets_.size(); }
-  std::size_t bucket_of(std::size_t index) const { return slots_.at(index).bucket; }
+  std::size_t bucket_of(std::size_t index) const;
 
  private:
-  struct Slot {
-    std::size_t bucket = 0;
-    std::size_t offset = 0;  // in floats, within the bucket
-    std::size_t count = 0;
-    bool ready = false;
-  };
-  struct Bucket {
-    core::Tensor data;  // device f32
-    std::size_t pending = 0;
-    std::size_t members = 0;
-  };
-  void launch_complete_buckets();
-  void reset();
-  float* bucket_data(std::size_t bucket) { return buckets_[bucket].data.data<float>(); }
+  void launch_due_buckets();
+  float* bucket_data(std::size_t bucket) { return buckets_[bucket].data<float>(); }
 
   NcclCommunicator* comm_;
   core::CudaBackend& backend_;
   std::vector<core::Parameter*> params_;
-  std::vector<Slot> slots_;
-  std::vector<Bucket> buckets_;
-  std::size_t next_launch_ = 0;  // buckets are launched strictly in order
-  bool in_flight_ = false;       // work queued on comm_ since the last finish/reset
+  std::unique_ptr<detail::BucketPlan> plan_;
+  std::vector<core::Tensor> buckets_;  // device f32
+  bool in_flight_ = false;             // work queued on comm_ since the last finish/reset
   std::chrono::milliseconds timeout_;
   core::cuda::Event gradient_ready_;
 };

@@ -1,0 +1,44 @@
+#pragma once
+// The gradient allreduce of a data-parallel step, whichever transport carries it: MPI buckets
+// for host gradients (gradient_buckets.hpp), NCCL buckets for device gradients (started and
+// shrunk through the MPI communicator). The training session holds one and never asks which.
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "hardy/comm/communicator.hpp"
+#include "hardy/core/backend.hpp"
+#include "hardy/core/parameter.hpp"
+
+namespace hardy::comm {
+
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  // One step, as GradientBuckets: mark_ready(i) as gradient i becomes final in backward, then
+  // finish(scale) writes scale * (sum over ranks) into every gradient. ProcessFailure when a
+  // peer died; the gradients are then undefined until rebind().
+  virtual void mark_ready(std::size_t index) = 0;
+  virtual void finish(float scale) = 0;
+  // After finish(): whether a reduced gradient holds an Inf or NaN (a loss-scale overflow).
+  virtual bool has_non_finite() = 0;
+  // The MPI communicator was shrunk to `survivors`; `lost` are ranks of the one before. From the
+  // next step on, reduce over the survivors. Collective over them.
+  virtual void rebind(Communicator& survivors, std::span<const int> lost) = 0;
+  // Whether restored tensors should travel over this reducer's transport (device to device)
+  // rather than as bytes through MPI; broadcast() sends them then (collective).
+  virtual bool broadcasts_tensors() const = 0;
+  virtual void broadcast(std::span<core::Tensor* const> tensors, int root) = 0;
+  virtual std::size_t bucket_count() const = 0;
+};
+
+// Host gradients: MPI buckets over comm. Device gradients (the cuda backend): NCCL buckets over
+// an NCCL communicator that this call creates through comm (collective). params are the model's
+// parameters in the order backward makes their gradients final; they and the backend must
+// outlive the reducer.
+std::unique_ptr<GradientReducer> make_gradient_reducer(Communicator& comm, core::Backend& backend,
+                                                       std::vector<core::Parameter*> params,
+                                                       std::size_t bucket_bytes);
+
+}  // namespace hardy::comm

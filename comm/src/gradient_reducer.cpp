@@ -1,0 +1,56 @@
+#include "hardy/comm/gradient_reducer.hpp"
+
+#include "hardy/comm/gradient_buckets.hpp"
+#include "hardy/core/error.hpp"
+#ifdef HARDY_HAVE_NCCL
+#include "nccl/nccl_gradient_reducer.hpp"
+#endif
+
+namespace hardy::comm {
+
+namespace {
+
+class MpiGradientReducer final : public GradientReducer {
+ public:
+  MpiGradientReducer(Communicator& comm, core::Backend& backend,
+                     std::vector<core::Parameter*> params, std::size_t bucket_bytes)
+      : backend_(backend), params_(params), buckets_(comm, std::move(params), bucket_bytes) {}
+
+  void mark_ready(std::size_t index) override { buckets_.mark_ready(index); }
+  void finish(float scale) override { buckets_.finish(scale); }
+  bool has_non_finite() override {
+    for (const core::Parameter* p : params_)
+      if (backend_.has_non_finite(p->grad)) return true;
+    return false;
+  }
+  void rebind(Communicator& survivors, std::span<const int>) override {
+    buckets_.rebind(survivors);
+  }
+  bool broadcasts_tensors() const override { return false; }
+  void broadcast(std::span<core::Tensor* const>, int) override {
+    throw Error("MpiGradientReducer: host tensors travel through MPI (broadcast_state)");
+  }
+  std::size_t bucket_count() const override { return buckets_.bucket_count(); }
+
+ private:
+  core::Backend& backend_;
+  std::vector<core::Parameter*> params_;
+  GradientBuckets buckets_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradientReducer> make_gradient_reducer(Communicator& comm, core::Backend& backend,
+                                                       std::vector<core::Parameter*> params,
+                                                       std::size_t bucket_bytes) {
+  if (backend.device() == core::Device::host)
+    return std::make_unique<MpiGradientReducer>(comm, backend, std::move(params), bucket_bytes);
+#ifdef HARDY_HAVE_NCCL
+  return detail::make_nccl_gradient_reducer(comm, backend, std::move(params), bucket_bytes);
+#else
+  throw Error(
+      "make_gradient_reducer: device gradients need NCCL, and this build has no CUDA backend");
+#endif
+}
+
+}  // namespace hardy::comm
