@@ -46,7 +46,8 @@ def main():
             for repeat in range(args.repeats):
                 out = Path(tmp) / f"{scenario}-{repeat}.json"
                 done = subprocess.run([sys.executable, str(ROOT / "tests/cluster/node_loss.py"), args.hardy, scenario,
-                                       str(Path(tmp) / "reference"), "--json", str(out)],
+                                       str(Path(tmp) / "reference"), "--json", str(out),
+                                       "--steps", "600", "--fault-step", "150"],
                                       capture_output=True, text=True)
                 if done.returncode == 77:
                     sys.exit(done.stdout.strip())

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Losing whole nodes on an emulated cluster (CTest label `cluster`).
 
-Usage: node_loss.py HARDY SCENARIO REFERENCE_DIR [--json FILE] [--keep DIR]
+Usage: node_loss.py HARDY SCENARIO REFERENCE_DIR [--json FILE] [--keep DIR] [--steps N]
+                    [--fault-step S]
 
 `hardy run --hosts ... --launch-agent ...` trains on 4 emulated nodes x 2 ranks (network
 namespaces, emulated_cluster.py) from the host namespace, as from a batch node, and a fault is
@@ -41,7 +42,15 @@ sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
 from hardy_test import Checks, complete_epochs_exact, read_jsonl, relaunch_restores, run_watched  # noqa: E402
 
-NODES, RANKS_PER_NODE, STEPS, SAMPLES, FAULT_STEP = 4, 2, 600, 48, 150
+def _count_option(name, default):
+    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+
+# The tests run 400 steps with the fault at step 120, between checkpoints (every 100);
+# bench/cluster/node_loss_bench.py asks for the 600 and 150 that docs/resilience.md's table was
+# measured with.
+NODES, RANKS_PER_NODE, SAMPLES = 4, 2, 48
+STEPS, FAULT_STEP = _count_option("--steps", 400), _count_option("--fault-step", 120)
 TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
          "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
          "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",

@@ -165,6 +165,9 @@ MailProg=/bin/true
 ReturnToService=2
 # Batch jobs may be requeued (--requeue, `scontrol requeue`): hardy's restart path.
 JobRequeue=1
+# A requeued job becomes eligible once its begin time passes, and Slurm's main scheduling loop
+# looks at pending jobs every 60 s by default: every 2 s keeps requeue tests short.
+SchedulerParameters=sched_interval=2
 # Seconds between SIGTERM and SIGKILL at a time limit or cancel; short keeps tests short.
 KillWait=5
 # Finished jobs stay visible to `scontrol show job` this long (there is no slurmdbd for sacct).

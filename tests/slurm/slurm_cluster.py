@@ -216,7 +216,7 @@ def job(s):
 
 def node_crash(s):
     check, slurm, cluster, tmp = s.check, s.slurm, s.cluster, s.tmp
-    steps, fault_step, victim = 600, 150, 2
+    steps, fault_step, victim = 400, 120, 2
     host = cluster.hosts[victim]
     run = tmp / "run"
     # Node-local snapshots (a directory per node) let a relaunch resume from the newest
@@ -332,7 +332,7 @@ def time_limit(s):
 
 def requeue(s):
     check, slurm, cluster, tmp = s.check, s.slurm, s.cluster, s.tmp
-    steps, fault_step = 600, 150
+    steps, fault_step = 400, 120
     run = tmp / "run"
     config = job_ini(tmp / "job.ini", steps, **{"checkpoint-every": 100, "snapshot-dir": tmp / "node-local"})
     job_id = s.submit(run, config, "--min-nodes", NODES, "--max-requeues", 2)
