@@ -1,4 +1,4 @@
-# Decides whether this build has the CUDA backend (core/src/cuda) and the NCCL communicator
+# Decides whether this build has the CUDA backend (core/src/compute/cuda) and the NCCL communicator
 # (comm/src/nccl), from the HARDY_CUDA cache variable:
 #   AUTO (default)  on when CMake's check_language(CUDA) finds nvcc AND cuDNN AND NCCL are found,
 #                   off otherwise (with a status line naming what is missing)

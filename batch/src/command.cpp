@@ -13,7 +13,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 extern char** environ;
 

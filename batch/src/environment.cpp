@@ -5,7 +5,7 @@
 #include <charconv>
 #include <utility>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 extern char** environ;
 

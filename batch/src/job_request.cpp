@@ -7,7 +7,7 @@
 
 #include "hardy/batch/environment.hpp"
 #include "hardy/batch/shell.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::batch {
 

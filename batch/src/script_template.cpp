@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "hardy/batch/shell.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::batch {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::batch {
 

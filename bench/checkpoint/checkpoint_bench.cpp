@@ -35,11 +35,11 @@
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/checkpoint/training_state.hpp"
-#include "hardy/core/backend.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/model.hpp"
-#include "hardy/core/optimizer.hpp"
-#include "hardy/core/random.hpp"
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/optimizer.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/random.hpp"
 
 using namespace hardy;
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hardy/core/model.hpp"
+#include "hardy/core/nn/model.hpp"
 
 namespace hardy::bench {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "hardy/core/cuda_backend.hpp"
-#include "hardy/core/cuda_runtime.hpp"
+#include "hardy/core/compute/cuda_backend.hpp"
+#include "hardy/core/compute/cuda_runtime.hpp"
 
 namespace hardy::bench {
 

@@ -28,10 +28,10 @@
 #include "hardy/comm/nccl_communicator.hpp"
 #include "hardy/comm/nccl_gradient_buckets.hpp"
 #include "hardy/comm/self_communicator.hpp"
-#include "hardy/core/cuda_backend.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/model.hpp"
-#include "hardy/core/optimizer.hpp"
+#include "hardy/core/compute/cuda_backend.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/optimizer.hpp"
+#include "hardy/core/support/error.hpp"
 
 using namespace hardy;
 

@@ -30,11 +30,11 @@
 
 #include "../common/bench_support.hpp"
 #include "hardy/checkpoint/model_file.hpp"
-#include "hardy/core/backend.hpp"
-#include "hardy/core/hdf5.hpp"
-#include "hardy/core/model.hpp"
-#include "hardy/core/optimizer.hpp"
-#include "hardy/core/random.hpp"
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/optimizer.hpp"
+#include "hardy/core/support/hdf5.hpp"
+#include "hardy/core/support/random.hpp"
 #include "timing_backend.hpp"
 
 using namespace hardy;

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "hardy/core/backend.hpp"
+#include "hardy/core/compute/backend.hpp"
 
 namespace hardy::bench {
 

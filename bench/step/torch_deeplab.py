@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""hardy's compact DeepLabv3+ (core/src/model.cpp) in PyTorch, for benchmarks and cross-checks.
+"""hardy's compact DeepLabv3+ (core/src/nn/model.cpp) in PyTorch, for benchmarks and cross-checks.
 
 The module tree mirrors hardy's layer paths, so that every torch parameter name equals the
 hardy parameter name (for example "encoder.stem.0.conv.weight", "encoder.stem.0.norm.gamma",

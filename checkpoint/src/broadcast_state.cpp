@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "hardy/checkpoint/checkpoint_file.hpp"
-#include "hardy/core/digest.hpp"
+#include "hardy/core/support/digest.hpp"
 #include "state_fields.hpp"
 
 namespace hardy::checkpoint {

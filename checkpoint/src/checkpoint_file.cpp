@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "hardy/checkpoint/model_file.hpp"
-#include "hardy/core/digest.hpp"
-#include "hardy/core/hdf5.hpp"
+#include "hardy/core/support/digest.hpp"
+#include "hardy/core/support/hdf5.hpp"
 #include "hdf5_writer.hpp"
 #include "state_fields.hpp"
 

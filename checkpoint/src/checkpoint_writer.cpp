@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "hardy/core/hdf5.hpp"
+#include "hardy/core/support/hdf5.hpp"
 
 namespace hardy::checkpoint {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <map>
 
-#include "hardy/core/hdf5.hpp"
+#include "hardy/core/support/hdf5.hpp"
 #include "posix_file.hpp"
 
 namespace hardy::checkpoint::detail {

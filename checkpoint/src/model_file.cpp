@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "hardy/checkpoint/training_state.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/hdf5.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/hdf5.hpp"
 #include "hdf5_writer.hpp"
 #include "posix_file.hpp"
 

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "hardy/core/digest.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/digest.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::checkpoint {
 

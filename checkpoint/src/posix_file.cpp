@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "hardy/checkpoint/checkpoint_file.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::checkpoint {
 

@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "hardy/checkpoint/checkpoint_file.hpp"
-#include "hardy/core/digest.hpp"
+#include "hardy/core/support/digest.hpp"
 
 namespace hardy::checkpoint::detail {
 

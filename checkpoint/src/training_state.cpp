@@ -7,8 +7,8 @@
 #include <map>
 #include <numeric>
 
-#include "hardy/core/error.hpp"
-#include "hardy/core/event_log.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/event_log.hpp"
 
 namespace hardy::checkpoint {
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::comm::detail {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hardy/core/parameter.hpp"
+#include "hardy/core/nn/parameter.hpp"
 
 namespace hardy::comm::detail {
 

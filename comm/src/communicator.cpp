@@ -8,7 +8,7 @@
 #include <string>
 
 #include "hardy/comm/self_communicator.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::comm {
 

@@ -1,7 +1,7 @@
 #include "hardy/comm/gradient_reducer.hpp"
 
 #include "hardy/comm/gradient_buckets.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #ifdef HARDY_HAVE_NCCL
 #include "nccl/nccl_gradient_reducer.hpp"
 #endif

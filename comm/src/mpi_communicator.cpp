@@ -4,7 +4,7 @@
 #include <string>
 
 #include "hardy/comm/errors.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "mpi_ulfm.hpp"
 
 namespace hardy::comm {

@@ -2,7 +2,7 @@
 #include <string>
 
 #include "hardy/comm/mpi_communicator.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::comm {
 

@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/schedulers.hpp"
 #include "submission.hpp"

@@ -11,8 +11,8 @@
 
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/event_log.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/event_log.hpp"
 #include "hardy/jobs/commands.hpp"
 
 namespace po = boost::program_options;

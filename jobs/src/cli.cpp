@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "hardy/comm/mpi_communicator.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 
 namespace hardy::jobs {

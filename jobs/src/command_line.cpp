@@ -4,7 +4,7 @@
 
 #include <iostream>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::jobs {
 

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <iostream>
 
-#include "hardy/core/climate_data.hpp"
-#include "hardy/core/dataset.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/dataset.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 
 namespace po = boost::program_options;

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "command_line.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/schedulers.hpp"
 #include "hardy/resilience/supervisor.hpp"

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::jobs {
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/lsf/lsf_scheduler.hpp"
 #include "hardy/resilience/supervisor.hpp"
 #include "hardy/resilience/training_session.hpp"

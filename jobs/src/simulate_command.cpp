@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "command_line.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/resilience/scale_model.hpp"
 

@@ -3,7 +3,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/schedulers.hpp"
 #include "run_progress.hpp"

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command_line.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/jobs/run_directory.hpp"
 
 namespace hardy::jobs {

@@ -10,8 +10,8 @@
 
 #include "command_line.hpp"
 #include "hardy/batch/script_template.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/event_log.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/event_log.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/run_directory.hpp"
 #include "hardy/jobs/schedulers.hpp"

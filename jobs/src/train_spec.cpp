@@ -8,7 +8,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace po = boost::program_options;
 

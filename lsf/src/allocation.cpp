@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::lsf {
 

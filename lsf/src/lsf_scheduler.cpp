@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "hardy/batch/command.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/lsf/allocation.hpp"
 
 namespace hardy::lsf {

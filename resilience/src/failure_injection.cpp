@@ -9,8 +9,8 @@
 #include <regex>
 #include <sstream>
 
-#include "hardy/core/error.hpp"
-#include "hardy/core/event_log.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/event_log.hpp"
 
 namespace hardy::resilience {
 

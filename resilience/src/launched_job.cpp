@@ -14,7 +14,7 @@
 #include <cstring>
 #include <thread>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::resilience {
 

@@ -6,7 +6,7 @@
 
 #include <iostream>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "session_state.hpp"
 
 namespace hardy::resilience {

@@ -10,7 +10,7 @@
 
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/mpi_communicator.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
 #include "session_state.hpp"
 

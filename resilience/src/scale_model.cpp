@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::resilience {
 

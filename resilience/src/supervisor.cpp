@@ -8,8 +8,8 @@
 #include <iostream>
 #include <thread>
 
-#include "hardy/core/error.hpp"
-#include "hardy/core/event_log.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/event_log.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "launched_job.hpp"

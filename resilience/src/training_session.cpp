@@ -11,9 +11,9 @@
 #include <iostream>
 
 #include "hardy/comm/errors.hpp"
-#include "hardy/core/digest.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/evaluation.hpp"
+#include "hardy/core/nn/evaluation.hpp"
+#include "hardy/core/support/digest.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
 #include "session_state.hpp"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "hardy/batch/environment.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::slurm {
 

@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "hardy/batch/command.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 using hardy::batch::first_line;
 using hardy::batch::run_command;

@@ -2,7 +2,7 @@
 #include <set>
 
 #include "hardy/batch/job_request.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 using hardy::InvalidArgument;
 using namespace hardy::batch;

@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "hardy/batch/script_template.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 using hardy::InvalidArgument;
 using hardy::batch::render_script;

@@ -2,7 +2,7 @@
 
 #include "hardy/batch/command.hpp"
 #include "hardy/batch/shell.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 using hardy::InvalidArgument;
 using hardy::batch::directive_value;

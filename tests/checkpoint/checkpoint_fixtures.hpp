@@ -11,11 +11,11 @@
 #include <string>
 
 #include "hardy/checkpoint/training_state.hpp"
-#include "hardy/core/backend.hpp"
-#include "hardy/core/hdf5.hpp"
-#include "hardy/core/model.hpp"
-#include "hardy/core/optimizer.hpp"
-#include "hardy/core/random.hpp"
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/optimizer.hpp"
+#include "hardy/core/support/hdf5.hpp"
+#include "hardy/core/support/random.hpp"
 
 namespace hardy::checkpoint::testing {
 

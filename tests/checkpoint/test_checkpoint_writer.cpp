@@ -8,7 +8,7 @@
 #include "checkpoint_fixtures.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/checkpoint/checkpoint_writer.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 using namespace hardy;
 using namespace hardy::checkpoint;

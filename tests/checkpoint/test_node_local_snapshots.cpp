@@ -5,7 +5,7 @@
 #include "checkpoint_fixtures.hpp"
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/node_local_snapshots.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 using namespace hardy;
 using namespace hardy::checkpoint;

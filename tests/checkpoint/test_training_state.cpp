@@ -2,7 +2,7 @@
 
 #include "checkpoint_fixtures.hpp"
 #include "hardy/checkpoint/training_state.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 using namespace hardy;
 using namespace hardy::checkpoint;

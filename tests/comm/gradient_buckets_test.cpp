@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "hardy/comm/mpi_communicator.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 using hardy::comm::GradientBuckets;
 using hardy::comm::MpiCommunicator;

@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "hardy/core/backend.hpp"
-#include "hardy/core/tensor.hpp"
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/compute/tensor.hpp"
 
 namespace hardy::test_reference {
 

@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "hardy/core/climate_data.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/support/error.hpp"
 
 using hardy::core::SampleShape;
 using hardy::core::SyntheticClimate;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "../../core/src/cpu/cpu_backend.hpp"
-#include "hardy/core/error.hpp"
+#include "../../core/src/compute/cpu/cpu_backend.hpp"
+#include "hardy/core/support/error.hpp"
 #include "reference_ops.hpp"
 
 using namespace hardy::core;

@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "hardy/core/climate_data.hpp"
-#include "hardy/core/dataset.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/hdf5.hpp"
+#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/dataset.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/hdf5.hpp"
 
 namespace fs = std::filesystem;
 namespace h5 = hardy::core::h5;

@@ -5,9 +5,9 @@
 #include <limits>
 #include <vector>
 
-#include "hardy/core/backend.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/loss_scaler.hpp"
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/nn/loss_scaler.hpp"
+#include "hardy/core/support/error.hpp"
 
 using namespace hardy;
 using namespace hardy::core;

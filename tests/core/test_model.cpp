@@ -1,12 +1,11 @@
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <set>
 
-#include "hardy/core/backend.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/model.hpp"
-#include "hardy/core/random.hpp"
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/random.hpp"
 
 using namespace hardy;
 using namespace hardy::core;
@@ -37,11 +36,13 @@ Tensor random_input(Backend& backend, std::vector<std::int64_t> dims, std::uint6
 Tensor random_labels(Backend& backend, std::vector<std::int64_t> dims, std::uint64_t seed) {
   Tensor labels = backend.empty(dims, DType::i32, backend.activation_layout());
   SplitMix64 rng(seed);
-  for (std::int64_t i = 0; i < labels.numel(); ++i) labels.data<std::int32_t>()[i] = static_cast<int>(rng.next() % 3);
+  for (std::int64_t i = 0; i < labels.numel(); ++i)
+    labels.data<std::int32_t>()[i] = static_cast<int>(rng.next() % 3);
   return labels;
 }
 
-double loss_of(DeepLabV3Plus& model, Backend& backend, const Tensor& x, const Tensor& labels, Tensor& dlogits) {
+double loss_of(DeepLabV3Plus& model, Backend& backend, const Tensor& x, const Tensor& labels,
+               Tensor& dlogits) {
   const Tensor& logits = model.forward(x, true);
   if (!dlogits.defined()) dlogits = backend.empty(logits.dims(), DType::f32, logits.layout());
   const std::vector<float> weights{1.0f, 2.0f, 3.0f};
@@ -50,11 +51,13 @@ double loss_of(DeepLabV3Plus& model, Backend& backend, const Tensor& x, const Te
 
 }  // namespace
 
-TEST_CASE("model: logits have the input's spatial size for square and non-square inputs", "[core]") {
+TEST_CASE("model: logits have the input's spatial size for square and non-square inputs",
+          "[core]") {
   auto backend = make_backend("cpu");
   DeepLabV3Plus model(*backend, tiny_config());
   model.initialize(1);
-  for (auto dims : {std::vector<std::int64_t>{2, 16, 32, 32}, std::vector<std::int64_t>{1, 16, 24, 40}}) {
+  for (auto dims :
+       {std::vector<std::int64_t>{2, 16, 32, 32}, std::vector<std::int64_t>{1, 16, 24, 40}}) {
     const Tensor& logits = model.forward(random_input(*backend, dims, 3), true);
     CHECK(logits.dims() == std::vector<std::int64_t>{dims[0], 3, dims[2], dims[3]});
   }
@@ -86,7 +89,8 @@ TEST_CASE("model: the same seed gives the same weights, another seed other weigh
   const auto& pa = a.parameters();
   bool all_equal = true, any_differs_from_c = false;
   for (std::size_t i = 0; i < pa.size(); ++i) {
-    auto va = pa[i]->value.f32(), vb = b.parameters()[i]->value.f32(), vc = c.parameters()[i]->value.f32();
+    auto va = pa[i]->value.f32(), vb = b.parameters()[i]->value.f32(),
+         vc = c.parameters()[i]->value.f32();
     all_equal = all_equal && std::equal(va.begin(), va.end(), vb.begin());
     any_differs_from_c = any_differs_from_c || !std::equal(va.begin(), va.end(), vc.begin());
   }
@@ -147,7 +151,8 @@ TEST_CASE("model: gradients match finite differences through the whole network",
       // the gradient's norm. Moving whole tensors keeps the signal far above the f32 noise of
       // a single-element difference, so one tolerance fits every layer.
       double largest_norm = 0;
-      for (auto* p : model.parameters()) largest_norm = std::max(largest_norm, std::sqrt(backend->sum_squares(p->grad)));
+      for (auto* p : model.parameters())
+        largest_norm = std::max(largest_norm, std::sqrt(backend->sum_squares(p->grad)));
       int checked = 0;
       for (auto* p : model.parameters()) {
         auto values = p->value.f32();
@@ -189,7 +194,8 @@ TEST_CASE("model: batch normalization keeps running statistics for inference", "
   auto after = buffers[0].second->f32();
   CHECK_FALSE(std::equal(before.begin(), before.end(), after.begin()));
   // Inference uses the running statistics, so its output differs from training mode's.
-  std::vector<float> train_logits(model.forward(x, true).f32().begin(), model.forward(x, true).f32().end());
+  std::vector<float> train_logits(model.forward(x, true).f32().begin(),
+                                  model.forward(x, true).f32().end());
   const auto eval_logits = model.forward(x, false).f32();
   CHECK_FALSE(std::equal(train_logits.begin(), train_logits.end(), eval_logits.begin()));
 }

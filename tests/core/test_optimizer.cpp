@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "hardy/core/backend.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/lr_schedule.hpp"
-#include "hardy/core/optimizer.hpp"
-#include "hardy/core/parameter.hpp"
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/nn/lr_schedule.hpp"
+#include "hardy/core/nn/optimizer.hpp"
+#include "hardy/core/nn/parameter.hpp"
+#include "hardy/core/support/error.hpp"
 
 using namespace hardy::core;
 

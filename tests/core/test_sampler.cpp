@@ -1,16 +1,16 @@
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <map>
 
-#include "hardy/core/error.hpp"
-#include "hardy/core/sampler.hpp"
-#include "hardy/core/segmentation_metrics.hpp"
+#include "hardy/core/data/sampler.hpp"
+#include "hardy/core/nn/segmentation_metrics.hpp"
+#include "hardy/core/support/error.hpp"
 
 using namespace hardy;
 using namespace hardy::core;
 
-TEST_CASE("sampler: shards are contiguous, cover the batch once, and differ by at most one", "[core]") {
+TEST_CASE("sampler: shards are contiguous, cover the batch once, and differ by at most one",
+          "[core]") {
   for (std::size_t batch : {1u, 7u, 8u, 13u}) {
     for (int world : {1, 3, 4, 8}) {
       std::size_t next = 0, smallest = batch, largest = 0;
@@ -28,7 +28,8 @@ TEST_CASE("sampler: shards are contiguous, cover the batch once, and differ by a
   CHECK_THROWS_AS(shard_of(8, 4, 4), InvalidArgument);
 }
 
-TEST_CASE("sampler: every epoch sees every sample exactly once, also across batch boundaries", "[core]") {
+TEST_CASE("sampler: every epoch sees every sample exactly once, also across batch boundaries",
+          "[core]") {
   EpochSampler sampler(10, 42);
   std::map<std::int64_t, std::vector<std::size_t>> seen;
   for (int step = 0; step < 9; ++step) {  // 9 batches of 4 = 3.6 epochs, batches straddle epochs

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "hardy/core/cuda_runtime.hpp"
+#include "hardy/core/compute/cuda_runtime.hpp"
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "hardy/core/backend.hpp"
-#include "hardy/core/cuda_backend.hpp"
-#include "hardy/core/random.hpp"
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/compute/cuda_backend.hpp"
+#include "hardy/core/support/random.hpp"
 
 namespace hardy::gpu_test {
 

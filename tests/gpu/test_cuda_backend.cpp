@@ -10,10 +10,10 @@
 #include <limits>
 
 #include "gpu_test_support.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/layers.hpp"
-#include "hardy/core/model.hpp"
-#include "hardy/core/optimizer.hpp"
+#include "hardy/core/nn/layers.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/optimizer.hpp"
+#include "hardy/core/support/error.hpp"
 
 using namespace hardy;
 using namespace hardy::core;

@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "gpu_test_support.hpp"
-#include "hardy/core/loss_scaler.hpp"
-#include "hardy/core/optimizer.hpp"
+#include "hardy/core/nn/loss_scaler.hpp"
+#include "hardy/core/nn/optimizer.hpp"
 
 using namespace hardy;
 using namespace hardy::core;

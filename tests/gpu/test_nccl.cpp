@@ -11,8 +11,8 @@
 #include "hardy/comm/nccl_communicator.hpp"
 #include "hardy/comm/nccl_gradient_buckets.hpp"
 #include "hardy/comm/self_communicator.hpp"
-#include "hardy/core/error.hpp"
-#include "hardy/core/model.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/support/error.hpp"
 
 using namespace hardy;
 using namespace hardy::core;

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/jobs/schedulers.hpp"
 
 using hardy::batch::Environment;

@@ -1,9 +1,8 @@
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/jobs/train_spec.hpp"
 
 using namespace hardy;
@@ -35,7 +34,8 @@ TEST_CASE("train spec: defaults give a synthetic job with group normalization", 
 }
 
 TEST_CASE("train spec: the command line overrides the configuration file", "[jobs]") {
-  const auto config = write_config("override", "steps = 30\nlr = 0.5\nglobal-batch = 4\naspp-rates = 1,3\n");
+  const auto config =
+      write_config("override", "steps = 30\nlr = 0.5\nglobal-batch = 4\naspp-rates = 1,3\n");
   const TrainSpec spec = parse({"--config", config.string(), "--lr", "0.25"});
   CHECK(spec.steps == 30);
   CHECK(spec.global_batch == 4);
@@ -56,7 +56,8 @@ TEST_CASE("train spec: a data source on the command line hides the file's", "[jo
 }
 
 TEST_CASE("train spec: the effective configuration reads back to the same job", "[jobs]") {
-  const TrainSpec first = parse({"--steps", "12", "--optimizer", "lars", "--model-width", "8", "--norm", "batch"});
+  const TrainSpec first =
+      parse({"--steps", "12", "--optimizer", "lars", "--model-width", "8", "--norm", "batch"});
   const auto config = write_config("roundtrip", first.config_ini);
   const TrainSpec second = load_train_spec(config);
   CHECK(second.steps == 12);
@@ -75,7 +76,8 @@ TEST_CASE("train spec: bad values are rejected with a message naming the option"
   CHECK_THROWS_WITH(parse({"--class-weights", "1,2"}), Catch::Contains("3 values"));
   CHECK_THROWS_WITH(parse({"--lr", "-1"}), Catch::Contains("--lr"));
   CHECK_THROWS_WITH(parse({"--no-such-option"}), Catch::Contains("no-such-option"));
-  CHECK_THROWS_WITH(parse({"--config", "/nonexistent/job.ini"}), Catch::Contains("/nonexistent/job.ini"));
+  CHECK_THROWS_WITH(parse({"--config", "/nonexistent/job.ini"}),
+                    Catch::Contains("/nonexistent/job.ini"));
   const auto unknown = write_config("unknown", "stepz = 3\n");
   CHECK_THROWS_WITH(parse({"--config", unknown.string()}), Catch::Contains("stepz"));
 }

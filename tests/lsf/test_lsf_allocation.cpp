@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/lsf/allocation.hpp"
 
 using hardy::InvalidArgument;

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "hardy/comm/errors.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::testing {
 

@@ -4,7 +4,7 @@
 
 #include "../bucket_plan.hpp"
 #include "hardy/comm/errors.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::comm {
 

@@ -4,8 +4,8 @@
 
 #include "hardy/comm/nccl_communicator.hpp"
 #include "hardy/comm/nccl_gradient_buckets.hpp"
-#include "hardy/core/cuda_backend.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/compute/cuda_backend.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::comm::detail {
 

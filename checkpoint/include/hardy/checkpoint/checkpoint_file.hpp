@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "hardy/checkpoint/training_state.hpp"
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::checkpoint {
 

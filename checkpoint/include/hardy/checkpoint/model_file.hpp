@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "hardy/core/model.hpp"
+#include "hardy/core/nn/model.hpp"
 
 namespace hardy::checkpoint {
 

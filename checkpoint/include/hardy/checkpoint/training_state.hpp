@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "hardy/core/lr_schedule.hpp"
-#include "hardy/core/model.hpp"
-#include "hardy/core/optimizer.hpp"
-#include "hardy/core/sampler.hpp"
+#include "hardy/core/data/sampler.hpp"
+#include "hardy/core/nn/lr_schedule.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/optimizer.hpp"
 
 namespace hardy::checkpoint {
 

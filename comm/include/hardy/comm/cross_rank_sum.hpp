@@ -1,6 +1,6 @@
 #pragma once
 #include "hardy/comm/communicator.hpp"
-#include "hardy/core/layers.hpp"
+#include "hardy/core/nn/layers.hpp"
 
 namespace hardy::comm {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "hardy/core/error.hpp"
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::comm {
 

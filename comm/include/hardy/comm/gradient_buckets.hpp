@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "hardy/comm/communicator.hpp"
-#include "hardy/core/parameter.hpp"
+#include "hardy/core/nn/parameter.hpp"
 
 namespace hardy::comm {
 

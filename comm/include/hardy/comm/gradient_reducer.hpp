@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "hardy/comm/communicator.hpp"
-#include "hardy/core/backend.hpp"
-#include "hardy/core/parameter.hpp"
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/nn/parameter.hpp"
 
 namespace hardy::comm {
 

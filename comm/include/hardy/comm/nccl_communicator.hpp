@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "hardy/comm/communicator.hpp"
-#include "hardy/core/cuda_backend.hpp"
-#include "hardy/core/cuda_runtime.hpp"
-#include "hardy/core/tensor.hpp"
+#include "hardy/core/compute/cuda_backend.hpp"
+#include "hardy/core/compute/cuda_runtime.hpp"
+#include "hardy/core/compute/tensor.hpp"
 
 namespace hardy::comm {
 

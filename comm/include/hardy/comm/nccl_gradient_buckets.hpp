@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "hardy/comm/nccl_communicator.hpp"
-#include "hardy/core/cuda_backend.hpp"
-#include "hardy/core/cuda_runtime.hpp"
-#include "hardy/core/parameter.hpp"
+#include "hardy/core/compute/cuda_backend.hpp"
+#include "hardy/core/compute/cuda_runtime.hpp"
+#include "hardy/core/nn/parameter.hpp"
 
 namespace hardy::comm {
 

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "hardy/core/data_sources.hpp"
-#include "hardy/core/lr_schedule.hpp"
-#include "hardy/core/model.hpp"
-#include "hardy/core/optimizer.hpp"
+#include "hardy/core/data/data_sources.hpp"
+#include "hardy/core/nn/lr_schedule.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/optimizer.hpp"
 
 namespace hardy::resilience {
 

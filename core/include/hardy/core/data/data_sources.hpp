@@ -1,0 +1,38 @@
+#pragma once
+// The training and held-out samples a job reads.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "hardy/core/data/climate_data.hpp"
+
+namespace hardy::core {
+
+struct DataSpec {
+  bool synthetic = true;
+  std::filesystem::path dataset;  // when not synthetic
+  std::size_t samples = 1024;     // synthetic training-set size
+  std::size_t eval_samples = 64;  // held out
+  SampleShape shape;              // synthetic sample shape
+  std::uint64_t seed = 1;
+};
+
+struct DataSources {
+  std::unique_ptr<SampleSource> storage;   // owns the samples
+  std::unique_ptr<SampleSource> train;     // a view of storage
+  std::unique_ptr<SampleSource> held_out;  // null when eval_samples is 0
+};
+
+// Synthetic: samples [0, samples) train and the next eval_samples are held out (each sample is
+// a pure function of seed and index, so these are unseen). Dataset directory: the last
+// eval_samples samples are held out. Throws InvalidArgument when nothing would be left to train.
+DataSources open_data(const DataSpec& spec);
+
+// Given weights are used as they are; without, the inverse square root of each class's frequency
+// over the first samples, normalised so that the average pixel weight is 1.
+std::vector<float> resolve_class_weights(const std::optional<std::vector<float>>& given,
+                                         const SampleSource& source, int classes);
+
+}  // namespace hardy::core

@@ -1,0 +1,14 @@
+#pragma once
+#include <cstddef>
+
+#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/segmentation_metrics.hpp"
+
+namespace hardy::core {
+
+// Runs the model in inference mode over every sample of `source` and counts predicted against
+// true labels.
+ConfusionMatrix evaluate(DeepLabV3Plus& model, const SampleSource& source, std::size_t batch_size);
+
+}  // namespace hardy::core

@@ -1,0 +1,27 @@
+#pragma once
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hardy/core/compute/tensor.hpp"
+
+namespace hardy::core {
+
+// A trainable tensor and its gradient, named by its path in the model ("encoder.stem.conv.weight")
+// so that checkpoints and optimizers can address it.
+struct Parameter {
+  std::string name;
+  Tensor value;
+  Tensor grad;
+  bool weight_decay = true;  // false for biases and normalization scales/shifts
+};
+
+// Pointers to parameters held by value (tests, benchmarks); models hand out pointers already.
+inline std::vector<Parameter*> pointers_to(std::span<Parameter> params) {
+  std::vector<Parameter*> pointers;
+  pointers.reserve(params.size());
+  for (Parameter& p : params) pointers.push_back(&p);
+  return pointers;
+}
+
+}  // namespace hardy::core

@@ -1,0 +1,50 @@
+#pragma once
+// JSON-lines logs in the run directory: events.jsonl (what happened: job start and end,
+// failures, shrinks, restores, checkpoints) and metrics.jsonl (one line per step). Every layer
+// of hardy reports through these, so the writer lives at the bottom of the stack. Each line is
+// written whole and flushed at once, so a crash loses at most the line being written.
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+namespace hardy::core {
+
+// Seconds since the Unix epoch, with sub-millisecond resolution.
+double unix_time();
+// ISO-8601 UTC time with milliseconds, e.g. 2026-11-21T10:15:02.123Z.
+std::string iso_time(double unix_seconds);
+
+class JsonLines {
+ public:
+  JsonLines() = default;  // a disabled log: write() does nothing (non-zero ranks)
+  explicit JsonLines(const std::filesystem::path& path);  // appends; throws IoError
+  ~JsonLines();
+  JsonLines(JsonLines&&) noexcept;
+  JsonLines& operator=(JsonLines&&) noexcept;
+  JsonLines(const JsonLines&) = delete;
+  JsonLines& operator=(const JsonLines&) = delete;
+
+  bool enabled() const { return file_ != nullptr; }
+  void write(const nlohmann::json& record);
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* file_ = nullptr;
+  std::mutex mutex_;  // the checkpoint writer thread logs too
+};
+
+// events.jsonl: every record gets "time" (ISO-8601), "unix_time" and "event".
+class EventLog {
+ public:
+  EventLog() = default;
+  explicit EventLog(const std::filesystem::path& path) : lines_(path) {}
+  void emit(const std::string& event, nlohmann::json fields = nlohmann::json::object());
+  bool enabled() const { return lines_.enabled(); }
+
+ private:
+  JsonLines lines_;
+};
+
+}  // namespace hardy::core

@@ -1,0 +1,375 @@
+// Convolutions on the GPU. NHWC activations in f32, bf16 or f16; weights are the f32 (O, I, KH,
+// KW) master copy, converted on the device into cuDNN's NHWC filter layout (O, KH, KW, I) in the
+// activation type before each use (a few MB per step, against GB of activations).
+//
+// cuDNN's legacy convolution API (still in cuDNN 9): per shape and pass, descriptors are built
+// once and the algorithm is chosen once, by timing every algorithm on the real tensors
+// (cudnnFind*AlgorithmEx, like PyTorch's cudnn.benchmark) or by cuDNN's heuristics (cudnnGet*_v7),
+// within CudaOptions::workspace_limit_bytes; the plan is cached. bf16/f16 run with tensor-op
+// math and fp32 accumulation (compute type CUDNN_DATA_FLOAT); f32 runs with CUDNN_FMA_MATH
+// (true fp32) unless TF32 is allowed.
+//
+// 1x1 convolutions with stride 1 and no padding are plain matrix products over the N*H*W rows
+// of an NHWC tensor, so they go to cuBLAS (cublasGemmEx), which also writes the weight gradient
+// straight into the f32 master gradient (bf16 inputs, fp32 output) without a bf16 round trip.
+#include <fmt/format.h>
+
+#include <climits>
+
+#include "compute/cuda/cuda_support.hpp"
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::core {
+
+using namespace cuda;  // the backend's internal helpers, declared in cuda_support.hpp
+
+namespace {
+
+// Sizes of one convolution, validated: x (N, C, H, W), weight (O, C, KH, KW), y (N, O, OH, OW).
+struct ConvShape {
+  Index n, c, h, w, o, kh, kw, oh, ow;
+  ConvGeometry g;
+  DType type;
+
+  Index rows() const { return n * h * w; }  // of x; equals n * oh * ow for a GEMM convolution
+  Index weight_count() const { return o * c * kh * kw; }
+  bool gemm() const {
+    return kh == 1 && kw == 1 && g.stride == 1 && g.padding == 0 && rows() <= INT_MAX &&
+           c <= INT_MAX && o <= INT_MAX;
+  }
+};
+
+struct ConvRoles {
+  std::string_view input, weight, output;
+};
+
+ConvShape check_convolution(std::string_view operation, const ConvRoles& roles, const Tensor& x,
+                            const Tensor& weight, const Tensor& y, const ConvGeometry& g) {
+  require_activation(operation, roles.input, x);
+  require_activation(operation, roles.output, y);
+  require_device_f32(operation, roles.weight, weight);
+  if (g.stride < 1 || g.dilation < 1 || g.padding < 0)
+    throw InvalidArgument(fmt::format("{}: invalid geometry stride {}, padding {}, dilation {}",
+                                      operation, g.stride, g.padding, g.dilation));
+  if (x.dtype() != y.dtype())
+    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in dtype", operation,
+                                      roles.input, x.describe(), roles.output, y.describe()));
+  if (weight.layout() == Layout::nhwc)
+    throw InvalidArgument(fmt::format("{}: {} is {}; weights are (O, I, KH, KW) row-major (nchw)",
+                                      operation, roles.weight, weight.describe()));
+  if (weight.rank() != 4 || weight.dim(1) != x.c())
+    throw InvalidArgument(fmt::format("{}: {} {} does not fit {} {} (expected [O,{},KH,KW])",
+                                      operation, roles.weight, weight.describe(), roles.input,
+                                      x.describe(), x.c()));
+  const std::vector<std::int64_t> expected{
+      x.n(), weight.dim(0),
+      conv_output_size(static_cast<int>(x.h()), static_cast<int>(weight.dim(2)), g),
+      conv_output_size(static_cast<int>(x.w()), static_cast<int>(weight.dim(3)), g)};
+  if (expected[2] < 1 || expected[3] < 1 || y.dims() != expected)
+    throw InvalidArgument(fmt::format(
+        "{}: {} {} does not match {} {}, {} {}, stride {}, padding {}, dilation {} (expected [{}])",
+        operation, roles.output, y.describe(), roles.input, x.describe(), roles.weight,
+        weight.describe(), g.stride, g.padding, g.dilation, fmt::join(expected, ",")));
+  return {.n = x.n(),
+          .c = x.c(),
+          .h = x.h(),
+          .w = x.w(),
+          .o = weight.dim(0),
+          .kh = weight.dim(2),
+          .kw = weight.dim(3),
+          .oh = expected[2],
+          .ow = expected[3],
+          .g = g,
+          .type = x.dtype()};
+}
+
+cudnnDataType_t cudnn_type(DType type) {
+  switch (type) {
+    case DType::f32:
+      return CUDNN_DATA_FLOAT;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      throw InvalidArgument("cuDNN convolutions take f32, bf16 or f16 tensors, not " +
+                            to_string(type));
+  }
+}
+
+cudaDataType_t blas_type(DType type) {
+  switch (type) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      throw InvalidArgument("cuBLAS products take f32, bf16 or f16 tensors, not " +
+                            to_string(type));
+  }
+}
+
+ConvKey key_of(ConvKind kind, const ConvShape& s) {
+  const auto pass = static_cast<std::int64_t>(kind), type = static_cast<std::int64_t>(s.type);
+  ConvKey key;
+  key.values = {pass, type, s.n,  s.c,        s.h,         s.w,          s.o, s.kh,
+                s.kw, s.oh, s.ow, s.g.stride, s.g.padding, s.g.dilation, 0};
+  return key;
+}
+
+const char* kind_name(ConvKind kind) {
+  switch (kind) {
+    case ConvKind::forward:
+      return "forward";
+    case ConvKind::backward_data:
+      return "backward data";
+    case ConvKind::backward_weights:
+      return "backward weights";
+  }
+  return "?";
+}
+
+// The first (fastest, for Find; best ranked, for Get) algorithm that worked and fits the
+// workspace limit. For strict fp32 only true-fp32 (FMA) results qualify when there are any.
+template <class Perf>
+bool choose_algorithm(const Perf* results, int count, std::size_t limit, bool strict_fp32,
+                      ConvPlan& plan) {
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < count; ++i) {
+      const Perf& r = results[i];
+      if (r.status != CUDNN_STATUS_SUCCESS || r.memory > limit) continue;
+      if (pass == 0 && strict_fp32 && r.mathType != CUDNN_FMA_MATH) continue;
+      plan.algorithm = static_cast<int>(r.algo);
+      plan.workspace_bytes = r.memory;
+      plan.math = r.mathType;
+      return true;
+    }
+    if (!strict_fp32) break;
+  }
+  return false;
+}
+
+// The operands a plan is searched with, in the pass's own order: forward (x, w, y), backward
+// data (w, dy, dx), backward weights (x, dy, dw). The search writes into the last one, which
+// the pass overwrites right after anyway.
+struct SearchOperands {
+  const void* a;
+  const void* b;
+  void* out;
+};
+
+ConvPlan& plan_for(CudaBackend::Impl& impl, ConvKind kind, const ConvShape& s,
+                   const SearchOperands& operands) {
+  const ConvKey key = key_of(kind, s);
+  if (auto found = impl.conv_plans.find(key); found != impl.conv_plans.end()) return found->second;
+
+  ConvPlan plan;
+  const cudnnDataType_t type = cudnn_type(s.type);
+  const auto as_int = [](Index v) { return static_cast<int>(v); };
+  HARDY_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.x.get(), CUDNN_TENSOR_NHWC, type, as_int(s.n),
+                                               as_int(s.c), as_int(s.h), as_int(s.w)));
+  HARDY_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.y.get(), CUDNN_TENSOR_NHWC, type, as_int(s.n),
+                                               as_int(s.o), as_int(s.oh), as_int(s.ow)));
+  HARDY_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan.w.get(), type, CUDNN_TENSOR_NHWC, as_int(s.o),
+                                               as_int(s.c), as_int(s.kh), as_int(s.kw)));
+  HARDY_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      plan.conv.get(), s.g.padding, s.g.padding, s.g.stride, s.g.stride, s.g.dilation, s.g.dilation,
+      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  const bool strict_fp32 = s.type == DType::f32 && !impl.options.allow_tf32;
+  const cudnnMathType_t requested = s.type != DType::f32 ? CUDNN_TENSOR_OP_MATH
+                                    : strict_fp32        ? CUDNN_FMA_MATH
+                                                         : CUDNN_DEFAULT_MATH;
+  HARDY_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv.get(), requested));
+  // cuDNN must agree with hardy about the output size, or the descriptors are wrong.
+  int out_n = 0, out_c = 0, out_h = 0, out_w = 0;
+  HARDY_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(
+      plan.conv.get(), plan.x.get(), plan.w.get(), &out_n, &out_c, &out_h, &out_w));
+  if (out_n != s.n || out_c != s.o || out_h != s.oh || out_w != s.ow)
+    throw BackendError(
+        fmt::format("cuDNN computes output [{},{},{},{}] for a convolution hardy "
+                    "sizes [{},{},{},{}]",
+                    out_n, out_c, out_h, out_w, s.n, s.o, s.oh, s.ow));
+
+  const std::size_t limit = impl.options.workspace_limit_bytes;
+  const bool benchmark = impl.options.benchmark_algorithms;
+  void* workspace = benchmark ? impl.workspace.get(limit) : nullptr;
+  constexpr int max_results = 16;
+  int returned = 0;
+  bool chosen = false;
+  cudnnHandle_t handle = impl.cudnn.get();
+  switch (kind) {
+    case ConvKind::forward: {
+      cudnnConvolutionFwdAlgoPerf_t results[max_results];
+      if (benchmark)
+        HARDY_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+            handle, plan.x.get(), operands.a, plan.w.get(), operands.b, plan.conv.get(),
+            plan.y.get(), operands.out, max_results, &returned, results, workspace, limit));
+      else
+        HARDY_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, plan.x.get(), plan.w.get(),
+                                                                 plan.conv.get(), plan.y.get(),
+                                                                 max_results, &returned, results));
+      chosen = choose_algorithm(results, returned, limit, strict_fp32, plan);
+      break;
+    }
+    case ConvKind::backward_data: {
+      cudnnConvolutionBwdDataAlgoPerf_t results[max_results];
+      if (benchmark)
+        HARDY_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            handle, plan.w.get(), operands.a, plan.y.get(), operands.b, plan.conv.get(),
+            plan.x.get(), operands.out, max_results, &returned, results, workspace, limit));
+      else
+        HARDY_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            handle, plan.w.get(), plan.y.get(), plan.conv.get(), plan.x.get(), max_results,
+            &returned, results));
+      chosen = choose_algorithm(results, returned, limit, strict_fp32, plan);
+      break;
+    }
+    case ConvKind::backward_weights: {
+      cudnnConvolutionBwdFilterAlgoPerf_t results[max_results];
+      if (benchmark)
+        HARDY_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            handle, plan.x.get(), operands.a, plan.y.get(), operands.b, plan.conv.get(),
+            plan.w.get(), operands.out, max_results, &returned, results, workspace, limit));
+      else
+        HARDY_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            handle, plan.x.get(), plan.y.get(), plan.conv.get(), plan.w.get(), max_results,
+            &returned, results));
+      chosen = choose_algorithm(results, returned, limit, strict_fp32, plan);
+      break;
+    }
+  }
+  if (!chosen)
+    throw BackendError(fmt::format(
+        "cuDNN has no {} algorithm for a {} convolution x [{},{},{},{}], weight [{},{},{},{}], "
+        "stride {}, padding {}, dilation {} within a {} MiB workspace (of {} tried)",
+        kind_name(kind), to_string(s.type), s.n, s.c, s.h, s.w, s.o, s.c, s.kh, s.kw, s.g.stride,
+        s.g.padding, s.g.dilation, limit >> 20, returned));
+  HARDY_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv.get(), plan.math));
+  return impl.conv_plans.emplace(key, std::move(plan)).first->second;
+}
+
+// Weights in the layout and type a pass reads: cuDNN's (O, KH, KW, I) in the activation type.
+// For a 1x1 kernel that layout is the (O, I) matrix itself, so f32 GEMMs read the master copy.
+const void* weights_for(CudaBackend::Impl& impl, const Tensor& weight, const ConvShape& s) {
+  if (s.type == DType::f32 && s.kh == 1 && s.kw == 1) return weight.raw();
+  void* converted =
+      impl.weights.get(static_cast<std::size_t>(s.weight_count()) * dtype_size(s.type));
+  weights_to_ohwi(weight.data<float>(), converted, s.type, s.o, s.c, s.kh, s.kw, impl.s());
+  return converted;
+}
+
+cublasComputeType_t gemm_compute(const CudaBackend::Impl& impl, DType type) {
+  return type == DType::f32 && impl.options.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                       : CUBLAS_COMPUTE_32F;
+}
+
+// cuBLAS is column-major: an NHWC activation with R rows of K channels is a K x R matrix (ld K),
+// and (O, I) weights are an I x O matrix (ld I).
+void gemm(CudaBackend::Impl& impl, cublasOperation_t op_a, cublasOperation_t op_b, Index m, Index n,
+          Index k, const void* a, DType a_type, Index lda, const void* b, Index ldb, void* c,
+          DType c_type, Index ldc, DType input_type) {
+  const float one = 1.0f, zero = 0.0f;
+  const auto as_int = [](Index v) { return static_cast<int>(v); };
+  HARDY_CUBLAS_CHECK(cublasGemmEx(impl.cublas.get(), op_a, op_b, as_int(m), as_int(n), as_int(k),
+                                  &one, a, blas_type(a_type), as_int(lda), b, blas_type(input_type),
+                                  as_int(ldb), &zero, c, blas_type(c_type), as_int(ldc),
+                                  gemm_compute(impl, input_type), CUBLAS_GEMM_DEFAULT));
+}
+
+void add_bias_gradient(CudaBackend::Impl& impl, const Tensor& dy, Tensor& dbias) {
+  const Index rows = dy.n() * dy.h() * dy.w(), channels = dy.c();
+  float* partials = impl.partials.get_as<float>(
+      static_cast<std::size_t>(std::max<Index>(channel_sums_scratch(1, rows, channels), 1)));
+  double* sums = impl.sums.get_as<double>(static_cast<std::size_t>(2 * channels));
+  ChannelSumInput input;
+  input.x = dy.raw();
+  channel_sums(ChannelSum::values, input, dy.dtype(), 1, rows, channels, partials, sums, impl.s());
+  doubles_to_floats(sums, 1, dbias.data<float>(), channels, 1.0, impl.s());
+}
+
+}  // namespace
+
+void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                 const ConvGeometry& geometry, Tensor& y) {
+  constexpr std::string_view operation = "conv2d_forward";
+  const ConvShape s = check_convolution(operation, {"x", "weight", "y"}, x, weight, y, geometry);
+  if (bias != nullptr) {
+    require_device_f32(operation, "bias", *bias);
+    require_dims(operation, "bias", *bias, {s.o});
+  }
+  Impl& impl = *impl_;
+  const void* w = weights_for(impl, weight, s);
+  if (s.gemm()) {
+    // y (O x R) = W^T (O x C) * x (C x R)
+    gemm(impl, CUBLAS_OP_T, CUBLAS_OP_N, s.o, s.rows(), s.c, w, s.type, s.c, x.raw(), s.c, y.raw(),
+         s.type, s.o, s.type);
+  } else {
+    const ConvPlan& plan = plan_for(impl, ConvKind::forward, s, {x.raw(), w, y.raw()});
+    const float one = 1.0f, zero = 0.0f;
+    void* workspace = impl.workspace.get(plan.workspace_bytes);
+    HARDY_CUDNN_CHECK(cudnnConvolutionForward(
+        impl.cudnn.get(), &one, plan.x.get(), x.raw(), plan.w.get(), w, plan.conv.get(),
+        static_cast<cudnnConvolutionFwdAlgo_t>(plan.algorithm), workspace, plan.workspace_bytes,
+        &zero, plan.y.get(), y.raw()));
+  }
+  if (bias != nullptr)
+    add_channel_bias(y.raw(), s.type, bias->data<float>(), s.n * s.oh * s.ow, s.o, impl.s());
+}
+
+void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& weight,
+                                       const ConvGeometry& geometry, Tensor& dx) {
+  constexpr std::string_view operation = "conv2d_backward_data";
+  const ConvShape s =
+      check_convolution(operation, {"dx", "weight", "dy"}, dx, weight, dy, geometry);
+  Impl& impl = *impl_;
+  const void* w = weights_for(impl, weight, s);
+  if (s.gemm()) {
+    // dx (C x R) = W (C x O) * dy (O x R)
+    gemm(impl, CUBLAS_OP_N, CUBLAS_OP_N, s.c, s.rows(), s.o, w, s.type, s.c, dy.raw(), s.o,
+         dx.raw(), s.type, s.c, s.type);
+    return;
+  }
+  const ConvPlan& plan = plan_for(impl, ConvKind::backward_data, s, {w, dy.raw(), dx.raw()});
+  const float one = 1.0f, zero = 0.0f;
+  void* workspace = impl.workspace.get(plan.workspace_bytes);
+  HARDY_CUDNN_CHECK(cudnnConvolutionBackwardData(
+      impl.cudnn.get(), &one, plan.w.get(), w, plan.y.get(), dy.raw(), plan.conv.get(),
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algorithm), workspace, plan.workspace_bytes,
+      &zero, plan.x.get(), dx.raw()));
+}
+
+void CudaBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy,
+                                          const ConvGeometry& geometry, Tensor& dweight,
+                                          Tensor* dbias) {
+  constexpr std::string_view operation = "conv2d_backward_weights";
+  const ConvShape s =
+      check_convolution(operation, {"x", "dweight", "dy"}, x, dweight, dy, geometry);
+  if (dbias != nullptr) {
+    require_device_f32(operation, "dbias", *dbias);
+    require_dims(operation, "dbias", *dbias, {s.o});
+  }
+  Impl& impl = *impl_;
+  if (s.gemm()) {
+    // dW (C x O) = x (C x R) * dy^T (R x O), accumulated in fp32 and written as f32 directly.
+    gemm(impl, CUBLAS_OP_N, CUBLAS_OP_T, s.c, s.o, s.rows(), x.raw(), s.type, s.c, dy.raw(), s.o,
+         dweight.raw(), DType::f32, s.c, s.type);
+  } else {
+    // cuDNN writes the gradient in the activation type and (O, KH, KW, I) layout.
+    void* converted =
+        impl.weights.get(static_cast<std::size_t>(s.weight_count()) * dtype_size(s.type));
+    const ConvPlan& plan =
+        plan_for(impl, ConvKind::backward_weights, s, {x.raw(), dy.raw(), converted});
+    const float one = 1.0f, zero = 0.0f;
+    void* workspace = impl.workspace.get(plan.workspace_bytes);
+    HARDY_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        impl.cudnn.get(), &one, plan.x.get(), x.raw(), plan.y.get(), dy.raw(), plan.conv.get(),
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algorithm), workspace,
+        plan.workspace_bytes, &zero, plan.w.get(), converted));
+    weights_from_ohwi(converted, s.type, dweight.data<float>(), s.o, s.c, s.kh, s.kw, impl.s());
+  }
+  if (dbias != nullptr) add_bias_gradient(impl, dy, *dbias);
+}
+
+}  // namespace hardy::core

@@ -1,0 +1,249 @@
+#pragma once
+// Shared by the CUDA backend's C++ translation units: the cuDNN and cuBLAS status checks, RAII
+// owners of every library handle and descriptor, device memory (tensor storage and the scratch
+// pools), the convolution plan cache, CudaBackend::Impl, and argument validation.
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "compute/operand_checks.hpp"
+#include "hardy/core/compute/cuda_backend.hpp"
+#include "hardy/core/compute/cuda_runtime.hpp"
+#include "kernels.hpp"
+
+namespace hardy::core::cuda {
+
+// ---- status checks: the one place each library's status becomes an exception ----
+// Both throw BackendError naming the call and carrying the library's own error text.
+void cudnn_check(cudnnStatus_t status, const char* call);
+void cublas_check(cublasStatus_t status, const char* call);
+#define HARDY_CUDNN_CHECK(call) ::hardy::core::cuda::cudnn_check((call), #call)
+#define HARDY_CUBLAS_CHECK(call) ::hardy::core::cuda::cublas_check((call), #call)
+
+// ---- RAII for library handles and descriptors ----
+// Owns one cuDNN object created by Create and destroyed by Destroy. Move-only.
+template <class Handle, cudnnStatus_t (*Create)(Handle*), cudnnStatus_t (*Destroy)(Handle)>
+class CudnnObject {
+ public:
+  CudnnObject() { cudnn_check(Create(&handle_), "creating a cuDNN object"); }
+  ~CudnnObject() {
+    if (handle_ != nullptr) Destroy(handle_);
+  }
+  CudnnObject(CudnnObject&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  CudnnObject& operator=(CudnnObject&& other) noexcept {
+    std::swap(handle_, other.handle_);
+    return *this;
+  }
+  CudnnObject(const CudnnObject&) = delete;
+  CudnnObject& operator=(const CudnnObject&) = delete;
+  Handle get() const { return handle_; }
+
+ private:
+  Handle handle_ = nullptr;
+};
+
+using CudnnHandle = CudnnObject<cudnnHandle_t, cudnnCreate, cudnnDestroy>;
+using TensorDescriptor =
+    CudnnObject<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDescriptor =
+    CudnnObject<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvolutionDescriptor =
+    CudnnObject<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                cudnnDestroyConvolutionDescriptor>;
+
+class CublasHandle {
+ public:
+  CublasHandle();
+  ~CublasHandle();
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+// ---- device memory ----
+// Tensor storage: cudaMalloc'd, zero-filled on the backend's stream, freed after that stream
+// has drained (cudaFree only "may" synchronise). The stream is shared so that it outlives
+// every buffer, even buffers that outlive the backend.
+class DeviceBuffer final : public Buffer {
+ public:
+  DeviceBuffer(std::size_t bytes, std::shared_ptr<const Stream> stream);
+  ~DeviceBuffer() override;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() override { return data_; }
+  std::size_t bytes() const override { return bytes_; }
+  Device device() const override { return Device::cuda; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::shared_ptr<const Stream> stream_;
+};
+
+// A grow-only device allocation reused by every call that needs temporary memory of one kind
+// (the cuDNN workspace, converted weights, reduction partials...). Work is stream-ordered, so
+// reuse is safe; growing waits for the stream before freeing the old block.
+class DeviceScratch {
+ public:
+  explicit DeviceScratch(std::shared_ptr<const Stream> stream) : stream_(std::move(stream)) {}
+  ~DeviceScratch();
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  // At least `bytes` (valid until the next call of get() on this scratch).
+  void* get(std::size_t bytes);
+  template <class T>
+  T* get_as(std::size_t count) {
+    return static_cast<T*>(get(count * sizeof(T)));
+  }
+  std::size_t capacity() const { return capacity_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t capacity_ = 0;
+  std::shared_ptr<const Stream> stream_;
+};
+
+// Page-locked host memory for the small results copied back (loss partials, flags).
+class PinnedBuffer {
+ public:
+  explicit PinnedBuffer(std::size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  template <class T>
+  T* as() {
+    return static_cast<T*>(data_);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// ---- convolution plans ----
+enum class ConvKind : int { forward, backward_data, backward_weights };
+
+// One convolution problem: pass, activation type and every size and geometry parameter.
+struct ConvKey {
+  std::array<std::int64_t, 15> values{};
+  bool operator==(const ConvKey&) const = default;
+};
+struct ConvKeyHash {
+  std::size_t operator()(const ConvKey& key) const noexcept;
+};
+
+// Descriptors and the algorithm chosen for one ConvKey (cuDNN convolutions only: 1x1 stride-1
+// unpadded ones are matrix products and go to cuBLAS without a plan).
+struct ConvPlan {
+  TensorDescriptor x, y;  // x: the input (or dx), y: the output (or dy)
+  FilterDescriptor w;
+  ConvolutionDescriptor conv;
+  int algorithm = 0;
+  std::size_t workspace_bytes = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
+// Per (input size, output size) of one resampled dimension: LinearTaps' arrays on the device.
+struct DeviceTaps {
+  std::unique_ptr<DeviceBuffer> storage;
+  LinearTaps taps{};
+};
+
+// ---- argument validation (operand_checks.hpp, bound to the cuda backend's rules) ----
+using operands::is_float_type;
+using operands::require_dims;
+using operands::require_same_numel;
+// A device tensor that is defined.
+inline void require_device(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_on(operands::cuda_rules, operation, role, t);
+}
+// A device f32 tensor of any shape (parameters, statistics, optimizer state).
+inline void require_device_f32(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_f32(operands::cuda_rules, operation, role, t);
+}
+// A device tensor of a floating-point type.
+inline void require_float(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_float(operands::cuda_rules, operation, role, t);
+}
+// A 4-D NHWC device tensor of a floating-point type.
+inline void require_activation(std::string_view operation, std::string_view role, const Tensor& t) {
+  operands::require_activation(operands::cuda_rules, operation, role, t);
+}
+// Same dims and dtype as the reference activation.
+inline void require_like(std::string_view operation, std::string_view role, const Tensor& t,
+                         std::string_view reference_role, const Tensor& reference) {
+  operands::require_like(operands::cuda_rules, operation, role, t, reference_role, reference);
+}
+inline void check_group_norm(std::string_view operation, const Tensor& x, const Tensor& gamma,
+                             const Tensor& mean, const Tensor& rstd, int groups) {
+  operands::check_group_norm(operands::cuda_rules, operation, x, gamma, mean, rstd, groups);
+}
+inline void check_channel_vector(std::string_view operation, std::string_view role, const Tensor& t,
+                                 const Tensor& x) {
+  operands::check_channel_vector(operands::cuda_rules, operation, role, t, x);
+}
+inline void check_normalization(std::string_view operation, const Tensor& x,
+                                std::initializer_list<operands::Operand> like_x,
+                                std::initializer_list<operands::Operand> per_channel) {
+  operands::check_normalization(operands::cuda_rules, operation, x, like_x, per_channel);
+}
+inline void check_spatial_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
+                               std::string_view role_b, const Tensor& b) {
+  operands::check_spatial_pair(operands::cuda_rules, operation, role_a, a, role_b, b);
+}
+template <class TensorPointer>
+void check_channel_slices(std::string_view operation, std::span<TensorPointer const> slices,
+                          std::string_view full_role, const Tensor& full) {
+  operands::check_channel_slices(operands::cuda_rules, operation, slices, full_role, full);
+}
+
+}  // namespace hardy::core::cuda
+
+namespace hardy::core {
+
+struct CudaBackend::Impl {
+  explicit Impl(CudaOptions options);
+  ~Impl();
+
+  CudaOptions options;
+  int device = 0;
+  cudaDeviceProp properties{};
+  std::shared_ptr<const cuda::Stream> stream;
+  cuda::CudnnHandle cudnn;
+  cuda::CublasHandle cublas;
+  std::unordered_map<cuda::ConvKey, cuda::ConvPlan, cuda::ConvKeyHash> conv_plans;
+  std::map<std::pair<std::int64_t, std::int64_t>, cuda::DeviceTaps> taps;
+  // One pool per kind of temporary, so that the temporaries of one call never share memory.
+  cuda::DeviceScratch workspace;    // cuDNN's
+  cuda::DeviceScratch weights;      // weights converted for a convolution
+  cuda::DeviceScratch staging;      // copy(): source uploaded from the host / upsample rows
+  cuda::DeviceScratch staging_out;  // copy(): converted result before it goes to the host
+  cuda::DeviceScratch partials;     // float partial sums of channel reductions
+  cuda::DeviceScratch sums;         // double results of channel reductions, group terms
+  cuda::DeviceScratch small;        // flags, class weights, per-block partials, coefficients
+  cuda::PinnedBuffer pinned;        // small results on their way to the host
+
+  cudaStream_t s() const { return stream->get(); }
+  // cudaMemcpyAsync on the stream, checked.
+  void copy_async(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
+  // Waits for the stream; `why` names the operation in an error message.
+  void wait(const char* why) { stream->synchronize(why); }
+  const cuda::LinearTaps& linear_taps(std::int64_t in_size, std::int64_t out_size);
+};
+
+}  // namespace hardy::core

@@ -1,0 +1,136 @@
+#include "hardy/core/compute/tensor.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::core {
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+    case DType::i32:
+      return 4;
+    case DType::f16:
+    case DType::bf16:
+      return 2;
+    case DType::u8:
+      return 1;
+  }
+  throw Error("unknown dtype");
+}
+
+std::string to_string(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::u8:
+      return "u8";
+  }
+  return "?";
+}
+
+std::string to_string(Layout layout) {
+  switch (layout) {
+    case Layout::nchw:
+      return "nchw";
+    case Layout::nhwc:
+      return "nhwc";
+    case Layout::flat:
+      return "flat";
+  }
+  return "?";
+}
+
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(std::size_t bytes) : bytes_(bytes) {
+    constexpr std::size_t alignment = 64;
+    const std::size_t rounded =
+        (std::max<std::size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
+    data_ = std::aligned_alloc(alignment, rounded);
+    if (data_ == nullptr)
+      throw Error(fmt::format("cannot allocate {} bytes of host memory", bytes));
+    std::memset(data_, 0, rounded);
+  }
+  ~HostBuffer() override { std::free(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() override { return data_; }
+  std::size_t bytes() const override { return bytes_; }
+  Device device() const override { return Device::host; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Buffer> allocate_host(std::size_t bytes) {
+  return std::make_shared<HostBuffer>(bytes);
+}
+
+Tensor::Tensor(std::vector<std::int64_t> dims, DType dtype, Layout layout,
+               std::shared_ptr<Buffer> buffer)
+    : dims_(std::move(dims)), dtype_(dtype), layout_(layout), buffer_(std::move(buffer)) {
+  for (auto d : dims_)
+    if (d < 0) throw InvalidArgument(fmt::format("negative tensor dimension in {}", describe()));
+  if (buffer_ && buffer_->bytes() < bytes())
+    throw Error(
+        fmt::format("buffer of {} bytes is too small for {}", buffer_->bytes(), describe()));
+}
+
+Tensor Tensor::host(std::vector<std::int64_t> dims, DType dtype, Layout layout) {
+  std::int64_t count = 1;
+  for (auto d : dims) count *= d;
+  return Tensor(std::move(dims), dtype, layout,
+                allocate_host(static_cast<std::size_t>(count) * dtype_size(dtype)));
+}
+
+std::int64_t Tensor::numel() const {
+  return std::accumulate(dims_.begin(), dims_.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+std::int64_t Tensor::dim4(std::size_t i) const {
+  if (dims_.size() != 4) throw Error(fmt::format("expected a 4-D tensor, got {}", describe()));
+  return dims_[i];
+}
+
+std::span<float> Tensor::f32() {
+  if (dtype_ != DType::f32 || device() != Device::host)
+    throw Error(fmt::format("expected a host f32 tensor, got {}", describe()));
+  return {data<float>(), static_cast<std::size_t>(numel())};
+}
+
+std::span<const float> Tensor::f32() const {
+  if (dtype_ != DType::f32 || device() != Device::host)
+    throw Error(fmt::format("expected a host f32 tensor, got {}", describe()));
+  return {data<float>(), static_cast<std::size_t>(numel())};
+}
+
+Tensor Tensor::clone() const {
+  if (device() != Device::host) throw Error("Tensor::clone works on host tensors only");
+  Tensor copy = host(dims_, dtype_, layout_);
+  if (bytes() > 0) std::memcpy(copy.raw(), raw(), bytes());
+  return copy;
+}
+
+std::string Tensor::describe() const {
+  return fmt::format("{} {} [{}]{}", to_string(dtype_), to_string(layout_), fmt::join(dims_, ","),
+                     device() == Device::cuda ? " on cuda" : "");
+}
+
+}  // namespace hardy::core

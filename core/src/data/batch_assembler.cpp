@@ -1,0 +1,68 @@
+#include "hardy/core/data/batch_assembler.hpp"
+
+#include <fmt/format.h>
+
+#include "hardy/core/nn/layers.hpp"
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::core {
+
+BatchAssembler::BatchAssembler(Backend& backend, SampleShape shape)
+    : backend_(backend),
+      shape_(shape),
+      sample_fields_(static_cast<std::size_t>(shape.channels) * shape.height * shape.width) {}
+
+void BatchAssembler::load(const SampleSource& source, std::span<const std::size_t> indices,
+                          Tensor& fields, Tensor& labels) {
+  const auto s = source.shape();
+  if (s.channels != shape_.channels || s.height != shape_.height || s.width != shape_.width)
+    throw InvalidArgument(fmt::format("{} has samples of {}x{}x{}, expected {}x{}x{}",
+                                      source.describe(), s.channels, s.height, s.width,
+                                      shape_.channels, shape_.height, shape_.width));
+  const std::int64_t n = static_cast<std::int64_t>(indices.size()), C = s.channels, H = s.height,
+                     W = s.width;
+  const Layout layout = backend_.activation_layout();
+  if (!host_fields_.defined() || host_fields_.n() != n) {
+    host_fields_ = Tensor::host({n, C, H, W}, DType::f32, layout);
+    host_labels_ = Tensor::host({n, 1, H, W}, DType::i32, layout);
+  }
+  ensure_tensor(backend_, fields, {n, C, H, W});
+  ensure_tensor(backend_, labels, {n, 1, H, W}, DType::i32);
+  float* out = host_fields_.data<float>();
+  const std::size_t plane = static_cast<std::size_t>(H * W);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::span<std::int32_t> sample_labels(host_labels_.data<std::int32_t>() + i * H * W, plane);
+    source.load(indices[static_cast<std::size_t>(i)], sample_fields_, sample_labels);
+    // Samples are stored channel-major (C, H, W); the backend wants its own layout.
+    for (std::int64_t c = 0; c < C; ++c)
+      for (std::int64_t p = 0; p < H * W; ++p)
+        out[offset4(layout, C, H, W, i, c, p / W, p % W)] =
+            sample_fields_[static_cast<std::size_t>(c) * plane + p];
+  }
+  backend_.copy(host_fields_, fields);
+  backend_.copy(host_labels_, labels);
+}
+
+}  // namespace hardy::core
+
+namespace hardy::core {
+
+SampleRange::SampleRange(const SampleSource& source, std::size_t first, std::size_t count)
+    : source_(source), first_(first), count_(count) {
+  if (first + count > source.size())
+    throw InvalidArgument(fmt::format("samples [{}, {}) are outside {} ({} samples)", first,
+                                      first + count, source.describe(), source.size()));
+}
+
+void SampleRange::load(std::size_t index, std::span<float> fields_chw,
+                       std::span<std::int32_t> labels_hw) const {
+  if (index >= count_)
+    throw InvalidArgument(fmt::format("sample {} is outside {}", index, describe()));
+  source_.load(first_ + index, fields_chw, labels_hw);
+}
+
+std::string SampleRange::describe() const {
+  return fmt::format("samples {}..{} of {}", first_, first_ + count_ - 1, source_.describe());
+}
+
+}  // namespace hardy::core

@@ -1,0 +1,54 @@
+#include "hardy/core/data/data_sources.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "hardy/core/data/batch_assembler.hpp"
+#include "hardy/core/data/dataset.hpp"
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::core {
+
+DataSources open_data(const DataSpec& spec) {
+  DataSources data;
+  const std::size_t held_out = spec.eval_samples;
+  std::size_t train_count = 0;
+  if (spec.synthetic) {
+    train_count = spec.samples;
+    data.storage =
+        std::make_unique<SyntheticClimate>(spec.shape, train_count + held_out, spec.seed);
+  } else {
+    data.storage = std::make_unique<Hdf5Dataset>(spec.dataset);
+    if (data.storage->size() <= held_out)
+      throw InvalidArgument(
+          fmt::format("{} has {} samples; holding out {} (--eval-samples) leaves none to train on",
+                      spec.dataset.string(), data.storage->size(), held_out));
+    train_count = data.storage->size() - held_out;
+    if (data.storage->shape().channels != spec.shape.channels)
+      throw InvalidArgument(fmt::format("{} has {} channels; the model takes {}",
+                                        spec.dataset.string(), data.storage->shape().channels,
+                                        spec.shape.channels));
+  }
+  data.train = std::make_unique<SampleRange>(*data.storage, 0, train_count);
+  if (held_out > 0)
+    data.held_out = std::make_unique<SampleRange>(*data.storage, train_count, held_out);
+  return data;
+}
+
+std::vector<float> resolve_class_weights(const std::optional<std::vector<float>>& given,
+                                         const SampleSource& source, int classes) {
+  if (given) return *given;
+  const auto frequencies = class_frequencies(source, 64);
+  std::vector<float> weights(static_cast<std::size_t>(classes));
+  double mean_weight = 0;
+  for (int c = 0; c < classes; ++c) {
+    const double f = std::max(frequencies[static_cast<std::size_t>(c)], 1e-4);
+    weights[static_cast<std::size_t>(c)] = static_cast<float>(1.0 / std::sqrt(f));
+    mean_weight += f / std::sqrt(f);
+  }
+  for (auto& w : weights) w = static_cast<float>(w / mean_weight);
+  return weights;
+}
+
+}  // namespace hardy::core

@@ -1,0 +1,91 @@
+#include "hardy/core/nn/lr_schedule.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numbers>
+#include <utility>
+#include <vector>
+
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::core {
+
+namespace {
+
+constexpr std::array decay_names{
+    std::pair{LrSchedule::Decay::none, "none"}, std::pair{LrSchedule::Decay::cosine, "cosine"},
+    std::pair{LrSchedule::Decay::poly, "poly"}, std::pair{LrSchedule::Decay::step, "step"}};
+
+}  // namespace
+
+LrSchedule::Decay parse_lr_decay(std::string_view name) {
+  for (const auto& [decay, decay_name] : decay_names)
+    if (name == decay_name) return decay;
+  std::vector<std::string_view> choices;
+  for (const auto& entry : decay_names) choices.emplace_back(entry.second);
+  throw InvalidArgument(fmt::format("unknown learning-rate decay '{}'; choose one of: {}", name,
+                                    fmt::join(choices, ", ")));
+}
+
+std::string to_string(LrSchedule::Decay decay) {
+  for (const auto& [known_decay, decay_name] : decay_names)
+    if (decay == known_decay) return decay_name;
+  throw Error(fmt::format("unknown LrSchedule::Decay {}", static_cast<int>(decay)));
+}
+
+void LrSchedule::validate() const {
+  // Negated comparisons so that NaN fails them too.
+  if (!(base_lr >= 0.0f) || std::isinf(base_lr))
+    throw InvalidArgument(
+        fmt::format("base learning rate must be finite and >= 0, got {}", base_lr));
+  if (total_steps <= 0)
+    throw InvalidArgument(fmt::format("total steps must be > 0, got {}", total_steps));
+  if (warmup_steps < 0 || warmup_steps > total_steps)
+    throw InvalidArgument(fmt::format("warm-up steps must be in [0, total steps = {}], got {}",
+                                      total_steps, warmup_steps));
+  if (!(final_fraction >= 0.0f && final_fraction <= 1.0f))
+    throw InvalidArgument(
+        fmt::format("learning-rate final fraction must be in [0, 1], got {}", final_fraction));
+  if (decay == Decay::poly && (!(poly_power > 0.0f) || std::isinf(poly_power)))
+    throw InvalidArgument(
+        fmt::format("poly decay power must be finite and > 0, got {}", poly_power));
+  if (decay == Decay::step && step_every <= 0)
+    throw InvalidArgument(fmt::format("step decay period must be > 0 steps, got {}", step_every));
+  if (decay == Decay::step && !(step_gamma > 0.0f && step_gamma <= 1.0f))
+    throw InvalidArgument(fmt::format("step decay gamma must be in (0, 1], got {}", step_gamma));
+}
+
+float LrSchedule::at(long step) const {
+  validate();
+  if (step < 0) throw InvalidArgument(fmt::format("learning-rate step must be >= 0, got {}", step));
+  const double base = base_lr;
+  if (step < warmup_steps)
+    return static_cast<float>(base * static_cast<double>(step + 1) /
+                              static_cast<double>(warmup_steps));
+
+  const long steps_after_warmup = std::min(step, total_steps) - warmup_steps;
+  const long decay_steps = total_steps - warmup_steps;
+  const double progress =
+      decay_steps == 0 ? 1.0
+                       : static_cast<double>(steps_after_warmup) / static_cast<double>(decay_steps);
+  const double floor_lr = static_cast<double>(final_fraction) * base;
+  switch (decay) {
+    case Decay::none:
+      return base_lr;
+    case Decay::cosine:
+      return static_cast<float>(floor_lr + (base - floor_lr) * 0.5 *
+                                               (1.0 + std::cos(std::numbers::pi * progress)));
+    case Decay::poly:
+      return static_cast<float>(floor_lr +
+                                (base - floor_lr) * std::pow(1.0 - progress, poly_power));
+    case Decay::step:
+      return static_cast<float>(
+          base * std::pow(static_cast<double>(step_gamma), steps_after_warmup / step_every));
+  }
+  throw Error(fmt::format("unknown LrSchedule::Decay {}", static_cast<int>(decay)));
+}
+
+}  // namespace hardy::core

@@ -1,0 +1,72 @@
+#include "hardy/core/support/event_log.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::core {
+
+double unix_time() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string iso_time(double unix_seconds) {
+  const auto whole = static_cast<std::time_t>(unix_seconds);
+  const int millis = static_cast<int>((unix_seconds - static_cast<double>(whole)) * 1000.0);
+  std::tm utc{};
+  gmtime_r(&whole, &utc);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &utc);
+  return fmt::format("{}.{:03d}Z", buffer, millis);
+}
+
+JsonLines::JsonLines(const std::filesystem::path& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "a");
+  if (file_ == nullptr)
+    throw IoError(
+        fmt::format("cannot open {} for appending: {}", path.string(), std::strerror(errno)));
+}
+
+JsonLines::~JsonLines() {
+  if (file_) std::fclose(file_);
+}
+
+JsonLines::JsonLines(JsonLines&& other) noexcept
+    : path_(std::move(other.path_)), file_(other.file_) {
+  other.file_ = nullptr;
+}
+
+JsonLines& JsonLines::operator=(JsonLines&& other) noexcept {
+  if (this != &other) {
+    if (file_) std::fclose(file_);
+    path_ = std::move(other.path_);
+    file_ = other.file_;
+    other.file_ = nullptr;
+  }
+  return *this;
+}
+
+void JsonLines::write(const nlohmann::json& record) {
+  if (!file_) return;
+  const std::string line =
+      record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::lock_guard lock(mutex_);
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
+    throw IoError(fmt::format("cannot write to {}: {}", path_.string(), std::strerror(errno)));
+}
+
+void EventLog::emit(const std::string& event, nlohmann::json fields) {
+  if (!lines_.enabled()) return;
+  const double now = unix_time();
+  nlohmann::json record = {{"time", iso_time(now)}, {"unix_time", now}, {"event", event}};
+  for (auto& [key, value] : fields.items()) record[key] = std::move(value);
+  lines_.write(record);
+}
+
+}  // namespace hardy::core
