@@ -117,6 +117,18 @@ class Scenario:
                 print(f"--- {name}:\n{path.read_text(errors='replace')[-4000:]}")
         print(self.slurm.logs())
 
+    def completed(self, job_id, run, steps, label, requeues, timeout=400):
+        """Waits for the job's end, checks that Slurm saw it complete after `requeues` requeues,
+        and audits its run directory (audit()); returns Slurm's fields and the events."""
+        fields = self.slurm.wait_for_state(job_id, FINAL_STATES, timeout=timeout)
+        self.check(fields["JobState"] == "COMPLETED" and fields.get("ExitCode") == "0:0"
+                   and fields.get("Restarts") == str(requeues),
+                   f"{label}: the job completed after {requeues} requeue(s) ({fields['JobState']}, exit "
+                   f"{fields.get('ExitCode')}, restarts {fields.get('Restarts')})")
+        if fields["JobState"] != "COMPLETED":
+            self.dump(run)
+        return fields, self.audit(run, steps, label)
+
     def audit(self, run, steps, label):
         """What every finished job must show: completed at its last step, every step committed,
         every complete epoch covering every sample exactly once."""
@@ -181,12 +193,7 @@ def job(s):
     status = s.status(run)
     check(status["scheduler"]["state"] == "RUNNING" and status["scheduler"]["job_id"] == job_id,
           f"hardy status: job {job_id} RUNNING ({status['scheduler']})")
-    fields = slurm.wait_for_state(job_id, FINAL_STATES, timeout=300)
-    check(fields["JobState"] == "COMPLETED" and fields.get("ExitCode") == "0:0",
-          f"the job completed ({fields['JobState']}, exit {fields.get('ExitCode')})")
-    if fields["JobState"] != "COMPLETED":
-        s.dump(run)
-    events = s.audit(run, steps, "job")
+    _, events = s.completed(job_id, run, steps, "job", requeues=0, timeout=300)
     started = [e for e in events if e["event"] == "supervisor_started"]
     check(started and started[0]["scheduler"] == "slurm" and started[0]["scheduler_job_id"] == job_id
           and started[0]["nodes"] == cluster.hosts, f"hardy run took the allocation's nodes: {started[:1]}")
@@ -244,14 +251,7 @@ def node_crash(s):
     state = slurm.job_fields(job_id).get("JobState")
     check(state == "RUNNING", f"{host} back in service ({slurm.node_states().get(host)}) at step {back_at_step} "
           f"while the job runs ({state})")
-    fields = slurm.wait_for_state(job_id, FINAL_STATES, timeout=400)
-    check(fields["JobState"] == "COMPLETED" and fields.get("ExitCode") == "0:0",
-          f"the job completed in its allocation ({fields['JobState']}, exit {fields.get('ExitCode')}, "
-          f"restarts {fields.get('Restarts')})")
-    if fields["JobState"] != "COMPLETED":
-        s.dump(run)
-    check(fields.get("Restarts") == "0", "without a requeue")
-    events = s.audit(run, steps, "node_crash")
+    _, events = s.completed(job_id, run, steps, "node_crash", requeues=0)  # inside its allocation
     relaunches = [e for e in events if e["event"] == "job_relaunched"]
     excluded = {x["host"]: x["evidence"] for r in relaunches for x in r.get("excluded", [])}
     check(list(excluded) == [host], f"hardy run left out {host} alone: {excluded}")
@@ -305,13 +305,7 @@ def time_limit(s):
     slurm.run(["scancel", "--signal=USR1", "--batch", job_id])
     warned_at = s.step(run)
     print(f"--- SIGUSR1 to the batch shell of job {job_id} at step {warned_at}", flush=True)
-    fields = slurm.wait_for_state(job_id, FINAL_STATES, timeout=400)
-    check(fields["JobState"] == "COMPLETED" and fields.get("Restarts") == "1",
-          f"the warned job requeued itself once and completed ({fields['JobState']}, restarts "
-          f"{fields.get('Restarts')})")
-    if fields["JobState"] != "COMPLETED":
-        s.dump(run)
-    events = s.audit(run, steps, "time_limit")
+    _, events = s.completed(job_id, run, steps, "time_limit", requeues=1)
     stopped = [e for e in events if e["event"] == "job_finished" and e["status"] == "preempted"]
     check(len(stopped) == 1 and stopped[0]["world_size"] == NODES * RANKS_PER_NODE,
           f"all {NODES * RANKS_PER_NODE} ranks stopped together: {stopped}")
@@ -344,15 +338,9 @@ def requeue(s):
     died = time.time()
     cluster.crash(cluster.hosts.index(host), link_down=True)
     print(f"--- crashed {host} (slurmd included, link down) at step {fault_step}", flush=True)
-    fields = slurm.wait_for_state(job_id, FINAL_STATES, timeout=400)
-    check(fields["JobState"] == "COMPLETED" and fields.get("ExitCode") == "0:0",
-          f"the requeued job completed ({fields['JobState']}, exit {fields.get('ExitCode')})")
-    if fields["JobState"] != "COMPLETED":
-        s.dump(run)
-    check(fields.get("Restarts") == "1", f"after one requeue (Restarts {fields.get('Restarts')})")
+    fields, events = s.completed(job_id, run, steps, "requeue", requeues=1)
     check(fields.get("ExcNodeList") == host, f"Slurm's ExcNodeList holds {host} ({fields.get('ExcNodeList')})")
     check((run / "exclude-nodes").read_text().split() == [host], "RUN_DIR/exclude-nodes lists it")
-    events = s.audit(run, steps, "requeue")
     asked = [e for e in events if e["event"] == "requeue_requested"]
     check(len(asked) == 1 and asked[0]["exclude_nodes"] == [host] and asked[0]["scheduler_job_id"] == job_id,
           f"hardy run asked for the requeue without {host}: {asked}")
