@@ -25,7 +25,7 @@ void TrainingSession::State::recover(const std::string& what) {
   const auto kill_time = injector.last_kill_time();
   const bool injected = kill_time && *kill_time >= last_commit_unix - 1.0;
   const double latency = detected_at - (injected ? *kill_time : last_commit_unix);
-  recover_until_agreed(comm, [&](const Shrink& shrink) {
+  const int attempts = recover_until_agreed(comm, [&](const Shrink& shrink) {
     if (shrink.attempt > 1 && lead())
       std::cerr << "hardy: another failure during recovery; restarting recovery\n";
     const std::vector<int> old_members = world_rank_of;
@@ -54,9 +54,9 @@ void TrainingSession::State::recover(const std::string& what) {
                  {"detection_latency_s", latency},
                  {"latency_from", injected ? "injected kill time" : "last committed step"},
                  {"attempt", shrink.attempt}});
-    events.emit("communicator_shrunk", {{"old_size", shrink.old_size},
-                                        {"new_size", comm->size()},
-                                        {"seconds", seconds_since(started)}});
+    events.emit(
+        "communicator_shrunk",
+        {{"old_size", shrink.old_size}, {"new_size", comm->size()}, {"seconds", shrink.seconds}});
     if (lead())
       std::cerr << fmt::format("hardy: rank(s) {} failed at step {}; continuing with {} ranks\n",
                                fmt::join(failed, ","), step + 1, comm->size());
@@ -81,7 +81,8 @@ void TrainingSession::State::recover(const std::string& what) {
     injector.at(step + 1, Phase::recovery);
     restore_after_failure(detected_at);
   });
-  events.emit("recovery_finished", {{"step", step}, {"seconds", seconds_since(started)}});
+  events.emit("recovery_finished",
+              {{"step", step}, {"seconds", seconds_since(started)}, {"attempts", attempts}});
 }
 
 void TrainingSession::State::restore_after_failure(double detected_at) {

@@ -1,5 +1,7 @@
 #include "hardy/resilience/recovery_protocol.hpp"
 
+#include <chrono>
+
 #include "hardy/comm/errors.hpp"
 
 namespace hardy::resilience {
@@ -17,23 +19,25 @@ StepOutcome agree_on_step(comm::Communicator& comm, bool finished, bool preempt_
   return {(flag & kFinished) != 0, (flag & kNotPreempted) == 0};
 }
 
-void recover_until_agreed(std::unique_ptr<comm::Communicator>& comm,
-                          const std::function<void(const Shrink&)>& attempt) {
+int recover_until_agreed(std::unique_ptr<comm::Communicator>& comm,
+                         const std::function<void(const Shrink&)>& attempt) {
   for (int number = 1;; ++number) {
+    const auto started = std::chrono::steady_clock::now();
     comm->revoke();  // anyone still inside a collective on it leaves with a ProcessFailure
     const int old_size = comm->size();
     comm::Survivors survivors = comm->shrink();
     comm = std::move(survivors.comm);
+    const std::chrono::duration<double> shrink_time = std::chrono::steady_clock::now() - started;
     bool finished = true;
     try {
-      attempt(Shrink{std::move(survivors.old_ranks), old_size, number});
+      attempt(Shrink{std::move(survivors.old_ranks), old_size, number, shrink_time.count()});
     } catch (const comm::ProcessFailure&) {
       // Peers still inside one of the attempt's collectives may wait on this rank, not on the
       // dead one: the revoke lets them out, and the agreement below tells everyone.
       comm->revoke();
       finished = false;
     }
-    if (comm->agree(finished ? 1 : 0) == 1) return;
+    if (comm->agree(finished ? 1 : 0) == 1) return number;
   }
 }
 

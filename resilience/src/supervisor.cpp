@@ -8,6 +8,7 @@
 #include <iostream>
 #include <thread>
 
+#include "hardy/checkpoint/model_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
@@ -134,14 +135,12 @@ std::vector<std::string> record_excluded_nodes(const std::filesystem::path& run_
   }
   for (const auto& host : lost)
     if (std::find(all.begin(), all.end(), host) == all.end()) all.push_back(host);
-  const auto path = exclude_nodes_file(run_dir);
-  const auto temporary = path.string() + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::trunc);
-    for (const auto& host : all) file << host << "\n";
-    if (!file) throw Error(fmt::format("cannot write {}", temporary));
-  }
-  std::filesystem::rename(temporary, path);
+  checkpoint::write_atomically(
+      exclude_nodes_file(run_dir), [&](const std::filesystem::path& temporary) {
+        std::ofstream file(temporary);
+        for (const auto& host : all) file << host << "\n";
+        if (!file) throw IoError(fmt::format("cannot write {}", temporary.string()));
+      });
   return all;
 }
 
@@ -394,7 +393,6 @@ int supervise(const SupervisorConfig& config) {
     const auto& active_evidence = weighed.against;
     nlohmann::json kept = nlohmann::json::array();
     for (const auto& [i, evidence] : weighed.doubted) {
-      if (weighed.against.count(i)) continue;
       kept.push_back({{"host", nodes.active[i]}, {"evidence", evidence}});
       std::cerr << fmt::format(
           "hardy run: keeping {}: the job reported {}, but the node answers and the launcher "

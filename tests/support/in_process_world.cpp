@@ -174,15 +174,9 @@ class InProcessCommunicator final : public comm::Communicator {
     shared_->changed.notify_all();
   }
   int agree(int flag) override {
-    if (!shared_->fault_tolerant) {
-      std::int64_t value = flag;
-      // Bitwise AND over non-negative flags, bit by bit (the minimum of the flags is not it).
-      std::vector<std::int64_t> bits(31);
-      for (int b = 0; b < 31; ++b) bits[static_cast<std::size_t>(b)] = (value >> b) & 1;
-      reduce(std::span(bits), comm::ReduceOp::min, "i64");
-      int result = 0;
-      for (int b = 0; b < 31; ++b)
-        result |= static_cast<int>(bits[static_cast<std::size_t>(b)]) << b;
+    if (!shared_->fault_tolerant) {  // a plain collective, as MpiCommunicator's allreduce
+      int result = ~0;
+      for (std::int64_t value : allgather(flag)) result &= static_cast<int>(value);
       return result;
     }
     return agreement("agree", flag).agreed;

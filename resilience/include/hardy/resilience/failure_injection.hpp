@@ -19,19 +19,21 @@ struct InjectedFailure {
   std::vector<int> world_ranks;  // ranks of the original world to kill
   long step = 0;                 // 1-based step at which they die
   Phase phase = Phase::forward;
-  std::string spec;              // as given, for events
+  std::string spec;  // as given, for events
 };
 
 // Parses "rank=R@step=S[:phase]" or "node=N@step=S[:phase]"; several specs are separated by
 // commas or given as repeated options. Throws InvalidArgument naming the bad part.
-std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::string>& specs, int ranks_per_node);
+std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::string>& specs,
+                                                     int ranks_per_node);
 
 class FailureInjector {
  public:
   FailureInjector() = default;
   // `record_dir`: where a victim notes the time it died, so that survivors can report the
   // detection latency (rank 0 of the run directory's checkpoints/.. is fine).
-  FailureInjector(std::vector<InjectedFailure> failures, int world_rank, std::filesystem::path record_dir);
+  FailureInjector(std::vector<InjectedFailure> failures, int world_rank,
+                  std::filesystem::path record_dir);
   // Kills this process (SIGKILL, after recording the time) if a failure is due at this point.
   void at(long step, Phase phase) const;
   // The time the most recent injected victim recorded, if any (Unix seconds).

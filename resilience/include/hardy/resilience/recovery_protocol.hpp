@@ -33,6 +33,7 @@ struct Shrink {
   std::vector<int> old_ranks;
   int old_size = 0;
   int attempt = 1;
+  double seconds = 0;  // the revoke and the shrink
 };
 
 // Revokes and shrinks `comm` (replacing it with the survivors) and runs attempt() until one
@@ -40,7 +41,8 @@ struct Shrink {
 // revokes the new communicator and starts over on what is left. attempt() may throw anything
 // else to end the recovery, but only for a reason every survivor sees alike before its first
 // collective (the new size, the failure count): the others would wait in the agreement.
-void recover_until_agreed(std::unique_ptr<comm::Communicator>& comm,
-                          const std::function<void(const Shrink&)>& attempt);
+// Returns the number of attempts.
+int recover_until_agreed(std::unique_ptr<comm::Communicator>& comm,
+                         const std::function<void(const Shrink&)>& attempt);
 
 }  // namespace hardy::resilience

@@ -17,9 +17,9 @@ enum ExitStatus : int {
   kCompleted = 0,
   kFailed = 1,
   kBadInput = 2,
-  kStopped = 3,     // too few ranks left or too many failures; a final checkpoint was written
-  kPreempted = 4,   // SIGUSR1 (a scheduler's time-limit warning): checkpoint written, resume later
-  kWatchdog = 75,   // a collective hung past --collective-timeout
+  kStopped = 3,    // too few ranks left or too many failures; a final checkpoint was written
+  kPreempted = 4,  // SIGUSR1 (a scheduler's time-limit warning): checkpoint written, resume later
+  kWatchdog = 75,  // a collective hung past --collective-timeout
 };
 
 class TrainingSession {
