@@ -113,7 +113,7 @@ int run(int argc, char** argv) {
   config.decoder_channels = 2 * model_width;
   core::DeepLabV3Plus model(cuda, config);
   const auto& params = model.parameters();
-  comm::NcclGradientBuckets buckets(*nccl, cuda, {params.rbegin(), params.rend()});
+  comm::NcclGradientBuckets buckets(*nccl, cuda, cuda.stream(), {params.rbegin(), params.rend()});
   double gradient_bytes = 0;
   for (const core::Parameter* p : params) gradient_bytes += static_cast<double>(p->grad.bytes());
   std::vector<double> bucket_seconds;
@@ -142,7 +142,7 @@ int run(int argc, char** argv) {
   std::vector<double> broadcast_seconds;
   for (int i = 0; i < iterations + 3; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    comm::broadcast_tensors(*nccl, cuda, state, 0);
+    comm::broadcast_tensors(*nccl, cuda.stream(), state, 0);
     if (i >= 3)
       broadcast_seconds.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

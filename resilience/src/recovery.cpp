@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
-#include <set>
 
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/mpi_communicator.hpp"
@@ -25,62 +24,53 @@ void TrainingSession::State::recover(const std::string& what) {
   const auto kill_time = injector.last_kill_time();
   const bool injected = kill_time && *kill_time >= last_commit_unix - 1.0;
   const double latency = detected_at - (injected ? *kill_time : last_commit_unix);
-  const int attempts = recover_until_agreed(comm, [&](const Shrink& shrink) {
-    if (shrink.attempt > 1 && lead())
-      std::cerr << "hardy: another failure during recovery; restarting recovery\n";
-    const std::vector<int> old_members = world_rank_of;
-    world_rank_of.clear();
-    for (int old_rank : shrink.old_ranks)
-      world_rank_of.push_back(old_members[static_cast<std::size_t>(old_rank)]);
-    const std::vector<int> lost = comm::ranks_lost(shrink.old_ranks, shrink.old_size);
-    std::vector<int> failed;
-    std::vector<std::string> failed_hosts;
-    std::set<int> failed_nodes;
-    for (int old_rank : lost) {
-      const int r = old_members[static_cast<std::size_t>(old_rank)];
-      failed.push_back(r);
-      failed_hosts.push_back(hosts[static_cast<std::size_t>(r)]);
-      failed_nodes.insert(r / config.ranks_per_node);
-    }
-    ++failures;
-    if (lead()) open_lead_logs();  // the new rank 0 takes over the run directory's logs
-    events.emit("failure_detected",
-                {{"failed_ranks", failed},
-                 {"failed_hosts", failed_hosts},
-                 {"failed_nodes", std::vector<int>(failed_nodes.begin(), failed_nodes.end())},
-                 {"detected_by", "process failure error"},
-                 {"error", what},
-                 {"step", step + 1},
-                 {"detection_latency_s", latency},
-                 {"latency_from", injected ? "injected kill time" : "last committed step"},
-                 {"attempt", shrink.attempt}});
-    events.emit(
-        "communicator_shrunk",
-        {{"old_size", shrink.old_size}, {"new_size", comm->size()}, {"seconds", shrink.seconds}});
-    if (lead())
-      std::cerr << fmt::format("hardy: rank(s) {} failed at step {}; continuing with {} ranks\n",
-                               fmt::join(failed, ","), step + 1, comm->size());
-    // Every survivor sees the same size and count, before any collective of this attempt.
-    if (comm->size() < config.min_world_size) {
-      write_final_checkpoint("too few ranks");
-      throw SessionStop{
-          kStopped,
-          fmt::format("{} ranks left, fewer than --min-world-size {}; final checkpoint written",
-                      comm->size(), config.min_world_size)};
-    }
-    if (failures > config.max_failures) {
-      write_final_checkpoint("too many failures");
-      throw SessionStop{kStopped,
-                        fmt::format("{} failures, more than --max-failures {}; final checkpoint "
+  const int attempts =
+      recover_until_agreed(membership.communicator_slot(), [&](const Shrink& shrink) {
+        if (shrink.attempt > 1 && lead())
+          std::cerr << "hardy: another failure during recovery; restarting recovery\n";
+        const Departure departed = membership.survivors_are(shrink.old_ranks);
+        const std::vector<int> lost = comm::ranks_lost(shrink.old_ranks, shrink.old_size);
+        ++failures;
+        if (lead()) open_lead_logs();  // the new rank 0 takes over the run directory's logs
+        events.emit("failure_detected",
+                    {{"failed_ranks", departed.world_ranks},
+                     {"failed_hosts", departed.hosts},
+                     {"failed_nodes", departed.nodes},
+                     {"detected_by", "process failure error"},
+                     {"error", what},
+                     {"step", step + 1},
+                     {"detection_latency_s", latency},
+                     {"latency_from", injected ? "injected kill time" : "last committed step"},
+                     {"attempt", shrink.attempt}});
+        events.emit("communicator_shrunk", {{"old_size", shrink.old_size},
+                                            {"new_size", comm().size()},
+                                            {"seconds", shrink.seconds}});
+        if (lead())
+          std::cerr << fmt::format(
+              "hardy: rank(s) {} failed at step {}; continuing with {} ranks\n",
+              fmt::join(departed.world_ranks, ","), step + 1, comm().size());
+        // Every survivor sees the same size and count, before any collective of this attempt.
+        if (comm().size() < config.min_world_size) {
+          store.write_final_checkpoint("too few ranks");
+          throw SessionStop{
+              kStopped,
+              fmt::format("{} ranks left, fewer than --min-world-size {}; final checkpoint written",
+                          comm().size(), config.min_world_size)};
+        }
+        if (failures > config.max_failures) {
+          store.write_final_checkpoint("too many failures");
+          throw SessionStop{
+              kStopped, fmt::format("{} failures, more than --max-failures {}; final checkpoint "
                                     "written",
                                     failures, config.max_failures)};
-    }
-    reducer->rebind(*comm, lost);  // NCCL drops the same ranks
-    cross_rank.rebind(*comm);
-    // A death here, between the shrink and the restore, makes the survivors start over.
-    injector.at(step + 1, Phase::recovery);
-    restore_after_failure(detected_at);
-  });
+        }
+        reducer->rebind(comm(), lost);  // NCCL drops the same ranks
+        cross_rank.rebind(comm());
+        // A death here, between the shrink and the restore, makes the survivors start over.
+        injector.at(step + 1, Phase::recovery);
+        restore_after_failure(detected_at);
+      });
+  publish_to_watchdog();
   events.emit("recovery_finished",
               {{"step", step}, {"seconds", seconds_since(started)}, {"attempts", attempts}});
 }
@@ -88,13 +78,13 @@ void TrainingSession::State::recover(const std::string& what) {
 void TrainingSession::State::restore_after_failure(double detected_at) {
   const auto started = Clock::now();
   // Memory is the fast path, but only when every survivor holds the same committed step.
-  const bool in_memory = config.memory_snapshots && snapshot;
+  const checkpoint::TrainingState* in_memory = store.in_memory();
   const bool everyone_has_it =
-      comm::allreduce(*comm, in_memory ? 1 : 0, comm::ReduceOp::min) == 1 &&
-      comm::all_equal(*comm, in_memory ? snapshot->step : -1);
+      comm::allreduce(comm(), in_memory ? 1 : 0, comm::ReduceOp::min) == 1 &&
+      comm::all_equal(comm(), in_memory ? in_memory->step : -1);
   std::string source;
   if (everyone_has_it) {
-    apply_state(*snapshot);
+    apply_state(*in_memory);
     source = "memory";
   } else {
     checkpoint::TrainingState state;
@@ -106,7 +96,7 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
       for (const auto& reason : skipped) events.emit("checkpoint_rejected", {{"reason", reason}});
       if (!path.empty()) state = checkpoint::read_checkpoint(path);
     }
-    if (comm::allreduce(*comm, lead() && !path.empty() ? 1 : 0, comm::ReduceOp::max) == 0)
+    if (comm::allreduce(comm(), lead() && !path.empty() ? 1 : 0, comm::ReduceOp::max) == 0)
       throw Error(
           "cannot recover: no rank holds the last committed step and there is no valid checkpoint");
     broadcast_restored(state);
@@ -119,10 +109,10 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
   // the survivors keeps every sample of the epoch seen exactly once.
   const std::size_t global_batch = current_global_batch();
   std::vector<std::size_t> shares;
-  for (int r = 0; r < comm->size(); ++r)
-    shares.push_back(core::shard_of(global_batch, r, comm->size()).size());
+  for (int r = 0; r < comm().size(); ++r)
+    shares.push_back(core::shard_of(global_batch, r, comm().size()).size());
   events.emit("shards_rebalanced", {{"policy", to_string(config.rebalance)},
-                                    {"world_size", comm->size()},
+                                    {"world_size", comm().size()},
                                     {"global_batch", global_batch},
                                     {"per_rank_batch", shares},
                                     {"lr_scale", static_cast<double>(global_batch) /
@@ -131,65 +121,19 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
               {{"step", step}, {"seconds_since_detection", core::unix_time() - detected_at}});
 }
 
-void TrainingSession::State::write_final_checkpoint(const std::string& reason) {
-  if (!lead()) return;
-  if (!snapshot) snapshot = capture_state();
-  // Write the committed state, not whatever a half-done step left in the model.
-  if (writer) writer->flush();
-  writer->write_now(checkpoint::TrainingState(*snapshot), 0.0, nullptr);
-  events.emit("final_checkpoint", {{"step", snapshot->step}, {"reason", reason}});
-}
-
-// ---- watchdog ----------------------------------------------------------------------------------
-
-TrainingSession::State::CommunicationScope::CommunicationScope(State& s, const char* what)
-    : state(s) {
-  state.communication_what.store(what);
-  state.communication_since.store(core::unix_time());
-}
-
-TrainingSession::State::CommunicationScope::~CommunicationScope() {
-  state.communication_since.store(0.0);
-}
-
-void TrainingSession::State::start_watchdog() {
-  watchdog_running.store(true);
-  watchdog = std::thread([this] {
-    while (watchdog_running.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      const double since = communication_since.load();
-      // The launcher ends the whole job as soon as one rank exits, so the other ranks give the
-      // lead a second timeout to write its checkpoint first; a stuck lead still ends the job.
-      if (since == 0.0) continue;
-      const double timeout = lead() ? config.collective_timeout_s : 2 * config.collective_timeout_s;
-      if (core::unix_time() - since < timeout) continue;
-      // A peer that hangs (stopped, stuck in a driver) is not dead, so the MPI reports nothing.
-      // Treat it as a failure of the job: keep the committed state and let the supervisor
-      // relaunch on the healthy nodes.
-      events.emit("failure_detected", {{"detected_by", "watchdog"},
-                                       {"stuck_in", communication_what.load()},
-                                       {"stuck_s", core::unix_time() - since},
-                                       {"step", step + 1},
-                                       {"rank", comm->rank()}});
-      std::cerr << fmt::format(
-          "hardy: rank {} stuck in {} for {:.0f} s; ending the job for a relaunch\n", world_rank,
-          communication_what.load(), core::unix_time() - since);
-      if (lead() && snapshot) {
-        try {
-          writer->flush();
-          writer->write_now(checkpoint::TrainingState(*snapshot), 0.0, nullptr);
-        } catch (const std::exception& e) {
-          std::cerr << "hardy: final checkpoint failed: " << e.what() << "\n";
-        }
-      }
-      std::_Exit(kWatchdog);
-    }
-  });
-}
-
-void TrainingSession::State::stop_watchdog() {
-  watchdog_running.store(false);
-  if (watchdog.joinable()) watchdog.join();
+void TrainingSession::State::end_stuck_job(const Watchdog::Stuck& stuck) {
+  // A peer that hangs is not dead, so the MPI reports nothing. Treat it as a failure of the job:
+  // keep the committed state and let the supervisor relaunch on the healthy nodes.
+  events.emit("failure_detected", {{"detected_by", "watchdog"},
+                                   {"stuck_in", stuck.in},
+                                   {"stuck_s", stuck.seconds},
+                                   {"step", stuck.committed.step + 1},
+                                   {"rank", stuck.committed.rank}});
+  std::cerr << fmt::format(
+      "hardy: rank {} stuck in {} for {:.0f} s; ending the job for a relaunch\n",
+      membership.world_rank(), stuck.in, stuck.seconds);
+  store.write_emergency_checkpoint();
+  std::_Exit(kWatchdog);
 }
 
 }  // namespace hardy::resilience

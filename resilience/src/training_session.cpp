@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "hardy/comm/errors.hpp"
 #include "hardy/core/nn/evaluation.hpp"
@@ -58,26 +59,33 @@ int TrainingSession::run() { return state_->run(); }
 
 TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Communicator> world)
     : config(std::move(config_in)),
-      comm(std::move(world)),
-      cross_rank(*comm),
-      world_rank(comm->rank()),
-      original_world_size(comm->size()),
-      hosts(comm->hostnames()),
+      membership(std::move(world), config.ranks_per_node),
+      cross_rank(membership.comm()),
       backend(core::make_backend(config.backend)),
       data(core::open_data(config.data)),
       model(*backend, config.model),
       optimizer(core::make_optimizer(config.optimizer, *backend)),
       sampler(data.train->size(), config.seed),
       assembler(*backend, data.train->shape()),
-      scaler(core::LossScalerConfig::for_activations(backend->activation_dtype())) {
-  if (config.global_batch < comm->size())
+      scaler(core::LossScalerConfig::for_activations(backend->activation_dtype())),
+      store(config, membership, events, *this, injector),
+      watchdog(
+          // The launcher ends the whole job as soon as one rank exits, so the other ranks give
+          // the lead a second timeout to write its checkpoint first; a stuck lead still ends it.
+          [this](const Watchdog::Committed& committed) {
+            return committed.rank == 0 ? config.collective_timeout_s
+                                       : 2 * config.collective_timeout_s;
+          },
+          [this](const Watchdog::Stuck& stuck) { end_stuck_job(stuck); }) {
+  const int world_size = membership.size();
+  if (config.global_batch < world_size)
     throw InvalidArgument(
         fmt::format("--global-batch {} is smaller than the {} ranks of the job; every rank needs "
                     "at least one sample per step",
-                    config.global_batch, comm->size()));
-  if (config.ranks_per_node > 1 && comm->size() % config.ranks_per_node != 0)
+                    config.global_batch, world_size));
+  if (config.ranks_per_node > 1 && world_size % config.ranks_per_node != 0)
     throw InvalidArgument(fmt::format("{} ranks do not make whole nodes of --ranks-per-node {}",
-                                      comm->size(), config.ranks_per_node));
+                                      world_size, config.ranks_per_node));
   if (config.steps == 0) {
     const long per_epoch =
         static_cast<long>((data.train->size() + config.global_batch - 1) / config.global_batch);
@@ -85,9 +93,9 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   }
   config.schedule.total_steps = config.steps;
   config.schedule.validate();
-  world_rank_of.resize(static_cast<std::size_t>(comm->size()));
-  for (int r = 0; r < comm->size(); ++r) world_rank_of[static_cast<std::size_t>(r)] = r;
-  omp_set_num_threads(config.threads > 0 ? config.threads : threads_per_rank(world_rank, hosts));
+  omp_set_num_threads(config.threads > 0
+                          ? config.threads
+                          : threads_per_rank(membership.world_rank(), membership.original_hosts()));
   class_weights =
       core::resolve_class_weights(config.class_weights, *data.train, config.model.num_classes);
   model.initialize(config.seed);
@@ -97,9 +105,9 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   const auto& params = model.parameters();
   const std::vector<core::Parameter*> ready_order(params.rbegin(), params.rend());
   const auto bucket_bytes = static_cast<std::size_t>(config.bucket_mib * (1 << 20));
-  reducer = comm::make_gradient_reducer(*comm, *backend, ready_order, bucket_bytes);
+  reducer = comm::make_gradient_reducer(membership.comm(), *backend, ready_order, bucket_bytes);
   injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node),
-                             world_rank, config.run_dir / "checkpoints");
+                             membership.world_rank(), config.run_dir / "checkpoints");
   if (lead()) {
     std::filesystem::create_directories(config.run_dir / "checkpoints");
     open_lead_logs();
@@ -110,30 +118,14 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   }
 }
 
-TrainingSession::State::~State() { stop_watchdog(); }
+TrainingSession::State::~State() { watchdog.stop(); }
 
 void TrainingSession::State::open_lead_logs() {
   if (lead_logs_open) return;
   events = core::EventLog(config.run_dir / "events.jsonl");
   metrics = core::JsonLines(config.run_dir / "metrics.jsonl");
   if (config.audit_samples) audit = core::JsonLines(config.run_dir / "samples.jsonl");
-  checkpoint::CheckpointWriter::Options options;
-  options.asynchronous = config.checkpoint_async;
-  options.skip_when_busy = config.checkpoint_skip_when_busy;
-  options.retention = {config.keep_last, config.keep_every};
-  writer.emplace(
-      config.run_dir / "checkpoints", options, [this](const checkpoint::WriteReport& report) {
-        if (report.error.empty())
-          events.emit("checkpoint_written", {{"step", report.step},
-                                             {"path", report.path.string()},
-                                             {"bytes", report.bytes},
-                                             {"stall_s", report.stall_s},
-                                             {"write_s", report.write_s}});
-        else if (report.skipped)
-          events.emit("checkpoint_skipped", {{"step", report.step}, {"reason", report.error}});
-        else
-          events.emit("checkpoint_failed", {{"step", report.step}, {"error", report.error}});
-      });
+  store.open_checkpoint_writer();
   lead_logs_open = true;
 }
 
@@ -141,8 +133,8 @@ std::size_t TrainingSession::State::current_global_batch() const {
   if (config.rebalance == RebalancePolicy::constant_global_batch)
     return static_cast<std::size_t>(config.global_batch);
   // Each surviving rank keeps the share it had in the original world.
-  const auto per_rank = static_cast<std::size_t>(config.global_batch / original_world_size);
-  return std::max<std::size_t>(1, per_rank) * static_cast<std::size_t>(comm->size());
+  const auto per_rank = static_cast<std::size_t>(config.global_batch / membership.original_size());
+  return std::max<std::size_t>(1, per_rank) * static_cast<std::size_t>(membership.size());
 }
 
 float TrainingSession::State::current_lr(long at_step) const {
@@ -152,9 +144,8 @@ float TrainingSession::State::current_lr(long at_step) const {
          static_cast<float>(config.global_batch);  // linear scaling
 }
 
-checkpoint::TrainingState TrainingSession::State::capture_state() const {
-  checkpoint::TrainingState state =
-      checkpoint::capture(const_cast<core::DeepLabV3Plus&>(model), *optimizer);
+void TrainingSession::State::capture_into(checkpoint::TrainingState& state) const {
+  checkpoint::capture_into(const_cast<core::DeepLabV3Plus&>(model), *optimizer, state);
   state.step = step;
   state.epoch = sampler.state().epoch;
   state.sampler = sampler.state();
@@ -164,9 +155,8 @@ checkpoint::TrainingState TrainingSession::State::capture_state() const {
   state.config_ini = config.config_ini;
   state.rng_seed = config.seed;
   state.lr_schedule = config.schedule;
-  state.world_size = comm->size();
-  for (int r : world_rank_of) state.hosts.push_back(hosts[static_cast<std::size_t>(r)]);
-  return state;
+  state.world_size = membership.size();
+  state.hosts = membership.current_hosts();
 }
 
 void TrainingSession::State::apply_state(const checkpoint::TrainingState& state) {
@@ -180,13 +170,13 @@ void TrainingSession::State::apply_state(const checkpoint::TrainingState& state)
 
 void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state, int root) {
   if (!reducer->broadcasts_tensors()) {
-    checkpoint::broadcast_state(*comm, state, root);
+    checkpoint::broadcast_state(comm(), state, root);
     apply_state(state);
     return;
   }
   // The root applies the state first, so that a checkpoint that does not fit fails everywhere
   // before any rank waits in NCCL for tensors that will not come.
-  const bool is_root = comm->rank() == root;
+  const bool is_root = comm().rank() == root;
   std::string error;
   if (is_root) {
     try {
@@ -195,7 +185,7 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
       error = e.what();
     }
   }
-  if (comm::allreduce(*comm, error.empty() ? 0 : 1, comm::ReduceOp::max) != 0)
+  if (comm::allreduce(comm(), error.empty() ? 0 : 1, comm::ReduceOp::max) != 0)
     throw InvalidArgument(is_root ? error
                                   : fmt::format("rank {} could not apply the checkpoint", root));
   // The loop's scalars over MPI, the tensors device to device (whose ranks are MPI's).
@@ -205,7 +195,7 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
     scalars.model.clear();
     scalars.optimizer.clear();
   }
-  checkpoint::broadcast_state(*comm, scalars, root);
+  checkpoint::broadcast_state(comm(), scalars, root);
   if (!is_root) {
     optimizer->initialize_state(model.parameters());
     optimizer->set_steps_taken(scalars.optimizer_steps);
@@ -222,15 +212,6 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
   for (auto& entry : optimizer->state_tensors()) tensors.push_back(entry.second);
   reducer->broadcast(tensors, root);
   state = std::move(scalars);
-}
-
-void TrainingSession::State::announce_ranks() {
-  const auto all = comm->allgather(::getpid());
-  pids.assign(all.begin(), all.end());
-  for (int r = 0; r < comm->size(); ++r)
-    events.emit("rank_started", {{"rank", r},
-                                 {"pid", pids[static_cast<std::size_t>(r)]},
-                                 {"host", hosts[static_cast<std::size_t>(r)]}});
 }
 
 void TrainingSession::State::resume_if_asked() {
@@ -261,7 +242,7 @@ void TrainingSession::State::resume_if_asked() {
       resume_from_node_snapshot(!source.empty() ? state.step : -1, started))
     return;
   // Rank 0 tells the others whether there is anything to resume from.
-  if (comm::allreduce(*comm, lead() && !source.empty() ? 1 : 0, comm::ReduceOp::max) == 0) {
+  if (comm::allreduce(comm(), lead() && !source.empty() ? 1 : 0, comm::ReduceOp::max) == 0) {
     if (config.resume != "latest")
       throw InvalidArgument(fmt::format("cannot resume from {}", config.resume));
     events.emit("resume_skipped",
@@ -272,6 +253,46 @@ void TrainingSession::State::resume_if_asked() {
   report_resumed("checkpoint", source, "", state.world_size, started);
 }
 
+bool TrainingSession::State::resume_from_node_snapshot(long checkpoint_step,
+                                                       Clock::time_point started) {
+  std::optional<checkpoint::ValidCheckpoint> mine;
+  // Whatever goes wrong here must not leave the other ranks waiting below: it only means that
+  // this host has nothing to offer.
+  try {
+    mine = store.load_node_snapshot();
+    // It must fit this job's model and optimizer (checked before anything is copied); the
+    // restore below overwrites all of it, whichever source wins.
+    if (mine) checkpoint::apply(mine->state, model, *optimizer);
+  } catch (const std::exception& e) {
+    std::cerr << "hardy: skipping node-local snapshots of " << membership.host() << ": " << e.what()
+              << "\n";
+    events.emit("snapshot_rejected", {{"host", membership.host()}, {"reason", e.what()}});
+    mine.reset();
+  }
+  // Every rank's snapshot step (-1: none) and rank 0's checkpoint step.
+  const auto steps = comm().allgather(mine ? mine->state.step : -1);
+  const long checkpoint_at =
+      comm::allreduce(comm(), lead() ? checkpoint_step : -1, comm::ReduceOp::max);
+  int root = -1;
+  long newest = -1;
+  for (std::size_t r = 0; r < steps.size(); ++r)  // strictly newer: the lowest rank wins a tie
+    if (steps[r] > newest) {
+      newest = steps[r];
+      root = static_cast<int>(r);
+    }
+  // At equal steps the checkpoint wins: it is on shared storage and was validated by rank 0.
+  if (root < 0 || newest <= checkpoint_at) return false;
+
+  checkpoint::TrainingState state;
+  if (comm().rank() == root) state = std::move(mine->state);
+  broadcast_restored(state, root);
+  const std::string& host = membership.host_of(root);
+  const auto path = checkpoint::checkpoint_path(
+      checkpoint::node_snapshot_directory(config.snapshot_dir, config.run_dir, host), newest);
+  report_resumed("node-local", path, host, state.world_size, started);
+  return true;
+}
+
 void TrainingSession::State::report_resumed(const std::string& source,
                                             const std::filesystem::path& path,
                                             const std::string& host, int saved_world_size,
@@ -280,7 +301,7 @@ void TrainingSession::State::report_resumed(const std::string& source,
                            {"path", path.string()},
                            {"step", step},
                            {"saved_world_size", saved_world_size},
-                           {"world_size", comm->size()},
+                           {"world_size", comm().size()},
                            {"seconds", seconds_since(started)}};
   if (!host.empty()) fields["host"] = host;
   events.emit("state_restored", fields);
@@ -289,12 +310,12 @@ void TrainingSession::State::report_resumed(const std::string& source,
         "hardy: resumed from {} at step {} (saved by {} ranks, now {})\n",
         host.empty() ? path.string()
                      : fmt::format("the node-local snapshot {} of {}", path.string(), host),
-        step, saved_world_size, comm->size());
+        step, saved_world_size, comm().size());
 }
 
 void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch) {
   const std::uint64_t digest = core::xxhash64(std::as_bytes(std::span(batch.samples)));
-  if (!comm::all_equal(*comm, static_cast<std::int64_t>(digest)))
+  if (!comm::all_equal(comm(), static_cast<std::int64_t>(digest)))
     throw Error(fmt::format(
         "step {}: the ranks planned different global batches (sampler states diverged)", step + 1));
 }
@@ -308,11 +329,11 @@ void TrainingSession::State::train_step() {
   injector.at(this_step, Phase::forward);
 
   current_batch = sampler.next(global_batch);
-  if (comm->size() > 1) {
-    CommunicationScope scope(*this, "sample plan check");
+  if (comm().size() > 1) {
+    Watchdog::Scope scope(watchdog, "sample plan check");
     check_same_plan(current_batch);
   }
-  const auto shard = core::shard_of(current_batch.samples.size(), comm->rank(), comm->size());
+  const auto shard = core::shard_of(current_batch.samples.size(), comm().rank(), comm().size());
   assembler.load(*data.train, std::span(current_batch.samples.data() + shard.begin, shard.size()),
                  fields, labels);
 
@@ -335,11 +356,11 @@ void TrainingSession::State::train_step() {
   const double compute_s = seconds_since(step_start);
   const auto reduce_start = Clock::now();
   {
-    CommunicationScope scope(*this, "gradient allreduce");
+    Watchdog::Scope scope(watchdog, "gradient allreduce");
     // grad_scale already divides by the global batch, so the sum over ranks is the mean; the
     // loss scale (1 unless fp16) comes off here.
     reducer->finish(1.0f / loss_scale);
-    comm->allreduce_sum(loss);
+    comm().allreduce_sum(loss);
   }
   const double allreduce_s = seconds_since(reduce_start);
   const float lr = current_lr(step);
@@ -362,10 +383,10 @@ void TrainingSession::State::train_step() {
 void TrainingSession::State::commit_step(const std::function<void()>& log_step) {
   StepOutcome outcome;
   {
-    CommunicationScope scope(*this, "step agreement");
+    Watchdog::Scope scope(watchdog, "step agreement");
     // Fault tolerant: every survivor gets the same answer, so all of them commit the step or
     // none does. Without ULFM this is an allreduce, and a failure ends the job.
-    outcome = agree_on_step(*comm, /*finished=*/true, preemption_requested.load());
+    outcome = agree_on_step(comm(), /*finished=*/true, preemption_requested.load());
   }
   if (!outcome.committed) {
     // A survivor's step failed under it: nobody commits, everybody recovers.
@@ -376,8 +397,9 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
   last_commit = Clock::now();
   last_commit_unix = core::unix_time();
   samples_seen += static_cast<double>(current_batch.samples.size());
-  if (config.memory_snapshots) take_snapshot();
-  write_node_snapshot();
+  if (config.memory_snapshots) store.keep_in_memory();
+  last_snapshot_s = store.write_node_snapshot();
+  publish_to_watchdog();
   if (audit.enabled()) {
     nlohmann::json line = {{"step", step},
                            {"epoch", current_batch.epochs.front()},
@@ -395,64 +417,16 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
                // writing
   if (outcome.preempt) {
     events.emit("preemption_requested", {{"step", step}});
-    write_final_checkpoint("preempted by SIGUSR1 (scheduler time limit)");
+    store.write_final_checkpoint("preempted by SIGUSR1 (scheduler time limit)");
     throw SessionStop{kPreempted, "preempted: checkpoint written; resume with --resume latest"};
   }
-  maybe_checkpoint(false);
-}
-
-void TrainingSession::State::take_snapshot() {
-  // Reuses the previous snapshot's buffers: a copy of the weights and optimizer state each step.
-  if (!snapshot) {
-    snapshot.emplace();
-    snapshot->config_ini = config.config_ini;
-  }
-  if (snapshot->hosts.size() != world_rank_of.size()) {  // the first time, and after a shrink
-    snapshot->hosts.clear();
-    for (int r : world_rank_of) snapshot->hosts.push_back(hosts[static_cast<std::size_t>(r)]);
-  }
-  checkpoint::capture_into(model, *optimizer, *snapshot);
-  snapshot->step = step;
-  snapshot->epoch = sampler.state().epoch;
-  snapshot->sampler = sampler.state();
-  snapshot->loss = last_loss;
-  snapshot->loss_scale = scaler.scale();
-  snapshot->loss_scale_good_steps = scaler.state().good_steps;
-  snapshot->rng_seed = config.seed;
-  snapshot->lr_schedule = config.schedule;
-  snapshot->world_size = comm->size();
-  snapshot->unix_time = core::unix_time();
-}
-
-void TrainingSession::State::maybe_checkpoint(bool force_sync) {
-  if (!lead()) return;
-  const bool by_steps = config.checkpoint_every > 0 && step % config.checkpoint_every == 0;
-  const bool by_time = config.checkpoint_every_seconds > 0 &&
-                       std::chrono::duration<double>(Clock::now() - last_checkpoint).count() >=
-                           config.checkpoint_every_seconds;
-  if (!(by_steps || by_time || force_sync)) return;
-  last_checkpoint_step = step;
-  const auto stall_start = Clock::now();
-  // The writer hands back the buffers of the state it wrote last, so this copy allocates nothing.
-  checkpoint::TrainingState state = writer->take_spare();
-  if (snapshot && snapshot->step == step)
-    state = *snapshot;
-  else
-    state = capture_state();
-  const double stall_s = seconds_since(stall_start);
-  last_checkpoint = Clock::now();
-  auto kill_mid_write = [this, at = step](double) { injector.at(at, Phase::checkpoint_write); };
-  if (force_sync) {
-    writer->write_now(std::move(state), stall_s, kill_mid_write);
-  } else {
-    writer->submit(std::move(state), stall_s, kill_mid_write);
-  }
+  store.checkpoint_if_due(false);
 }
 
 void TrainingSession::State::verify_replicas(long at_step) {
-  CommunicationScope scope(*this, "replica verification");
+  Watchdog::Scope scope(watchdog, "replica verification");
   const std::uint64_t digest = core::parameter_digest(*backend, model.parameters());
-  const auto all = comm->allgather(static_cast<std::int64_t>(digest));
+  const auto all = comm().allgather(static_cast<std::int64_t>(digest));
   const auto differ = std::count_if(all.begin(), all.end(), [&](std::int64_t d) {
     return static_cast<std::uint64_t>(d) != static_cast<std::uint64_t>(all.front());
   });
@@ -475,7 +449,7 @@ void TrainingSession::State::write_metrics(double compute_s, double allreduce_s,
                  {"compute_s", compute_s},
                  {"allreduce_s", allreduce_s},
                  {"snapshot_s", last_snapshot_s},
-                 {"world_size", comm->size()},
+                 {"world_size", comm().size()},
                  {"unix_time", core::unix_time()}});
   if (lead() && (step % config.log_every == 0 || step == config.steps || step == 1)) {
     const double rate = samples_seen / seconds_since(job_start);
@@ -484,15 +458,15 @@ void TrainingSession::State::write_metrics(double compute_s, double allreduce_s,
                      "step {:>6}/{} | epoch {:>3} | loss {:.4f} | lr {:.2e} | {:7.1f} samples/s | "
                      "{} rank(s) | ETA {}\n",
                      step, config.steps, current_batch.epochs.front(), last_loss, lr, rate,
-                     comm->size(), format_duration(eta))
+                     comm().size(), format_duration(eta))
               << std::flush;
   }
 }
 
 int TrainingSession::State::run() {
   events.emit("job_started", {{"hardy_version", HARDY_VERSION},
-                              {"world_size", comm->size()},
-                              {"fault_tolerant", comm->fault_tolerant()},
+                              {"world_size", comm().size()},
+                              {"fault_tolerant", comm().fault_tolerant()},
                               {"ranks_per_node", config.ranks_per_node},
                               {"backend", backend->name()},
                               {"threads_per_rank", omp_get_max_threads()},
@@ -503,39 +477,40 @@ int TrainingSession::State::run() {
                               {"data", data.train->describe()},
                               {"resume", config.resume},
                               {"run_dir", config.run_dir.string()}});
-  announce_ranks();
+  membership.announce(events);
   if (lead())
     std::cout << fmt::format(
         "hardy: training {} parameters on {} with {} rank(s) x {} thread(s){}, {} steps of {} "
         "samples\n",
-        model.parameter_count(), data.train->describe(), comm->size(), omp_get_max_threads(),
-        comm->fault_tolerant() ? " (fault tolerant)" : "", config.steps, config.global_batch);
+        model.parameter_count(), data.train->describe(), comm().size(), omp_get_max_threads(),
+        comm().fault_tolerant() ? " (fault tolerant)" : "", config.steps, config.global_batch);
   try {
     resume_if_asked();
-    if (config.memory_snapshots) take_snapshot();
-    start_watchdog();
+    if (config.memory_snapshots) store.keep_in_memory();
+    publish_to_watchdog();
+    watchdog.start();
     while (step < config.steps) {
       try {
         train_step();
       } catch (const comm::ProcessFailure& failure) {
-        if (!comm->fault_tolerant()) throw;
+        if (!comm().fault_tolerant()) throw;
         // The other survivors may have finished this step and wait in its agreement: meet them
         // there (after the revoke has freed those still inside a collective), then recover.
-        comm->revoke();
-        agree_on_step(*comm, /*finished=*/false, preemption_requested.load());
+        comm().revoke();
+        agree_on_step(comm(), /*finished=*/false, preemption_requested.load());
         recover(failure.what());
       }
     }
-    stop_watchdog();
+    watchdog.stop();
     // The job's last state is worth keeping when checkpoints are on: a later job can go on from it.
     const bool checkpointing = config.checkpoint_every > 0 || config.checkpoint_every_seconds > 0;
-    if (checkpointing && last_checkpoint_step != step) maybe_checkpoint(true);
-    if (lead() && writer) writer->flush();
-    remove_node_snapshots();  // after the final checkpoint: nothing needs them any more
+    if (checkpointing && store.last_checkpoint_step() != step) store.checkpoint_if_due(true);
+    store.flush();
+    store.remove_node_snapshots();  // after the final checkpoint: nothing needs them any more
     nlohmann::json finished = {{"status", "completed"},
                                {"steps", step},
                                {"final_loss", last_loss},
-                               {"world_size", comm->size()},
+                               {"world_size", comm().size()},
                                {"failures", failures}};
     if (lead()) {
       checkpoint::save_model(model, config.run_dir / "model.h5");
@@ -554,27 +529,27 @@ int TrainingSession::State::run() {
     events.emit("job_finished", finished);
     return kCompleted;
   } catch (const SessionStop& stop) {
-    stop_watchdog();
-    if (lead() && writer) writer->flush();
+    watchdog.stop();
+    store.flush();
     // The final checkpoint holds the last committed step, so a later `--resume latest` (perhaps
     // on other nodes) starts from it; the node-local copies would only be left behind.
-    remove_node_snapshots();
+    store.remove_node_snapshots();
     events.emit("job_finished", {{"status", stop.status == kPreempted ? "preempted" : "stopped"},
                                  {"reason", stop.reason},
                                  {"steps", step},
-                                 {"world_size", comm->size()},
+                                 {"world_size", comm().size()},
                                  {"failures", failures}});
     if (lead()) std::cerr << "hardy: " << stop.reason << "\n";
     // A launcher kills the whole job once any rank exits non-zero, so nobody leaves before the
     // lead has written its final checkpoint and log lines.
     try {
-      comm->barrier();
+      comm().barrier();
     } catch (const comm::ProcessFailure&) {
       // Another death now changes nothing: the final checkpoint is already on disk.
     }
     return stop.status;
   } catch (const std::exception& e) {
-    stop_watchdog();
+    watchdog.stop();
     events.emit("job_finished", {{"status", "failed"}, {"steps", step}, {"error", e.what()}});
     throw;
   }

@@ -49,12 +49,12 @@ TEST_CASE("nccl: a one-rank communicator allreduces and broadcasts device memory
   Tensor other = device_values(cuda, random_host({7, 3}, 92, 1.0f, Layout::flat));
   const Tensor other_values = to_host_f32(cuda, other);
   Tensor* tensors[] = {&data, &other};
-  comm::broadcast_tensors(*nccl, cuda, tensors, 0);
+  comm::broadcast_tensors(*nccl, cuda.stream(), tensors, 0);
   check_close(cuda, data, values, 0.0, "broadcast_tensors (first)");
   check_close(cuda, other, other_values, 0.0, "broadcast_tensors (second)");
   Tensor host_tensor = values.clone();
   Tensor* host_tensors[] = {&host_tensor};
-  CHECK_THROWS_AS(comm::broadcast_tensors(*nccl, cuda, host_tensors, 0), InvalidArgument);
+  CHECK_THROWS_AS(comm::broadcast_tensors(*nccl, cuda.stream(), host_tensors, 0), InvalidArgument);
 }
 
 TEST_CASE("nccl: bucketed gradient allreduce writes scaled sums and finds overflows", "[gpu]") {
@@ -70,7 +70,7 @@ TEST_CASE("nccl: bucketed gradient allreduce writes scaled sums and finds overfl
   const auto& params = model.parameters();
   // Reverse order, as the trainer passes them; small buckets so that there are several.
   std::vector<Parameter*> reversed(params.rbegin(), params.rend());
-  comm::NcclGradientBuckets buckets(*nccl, cuda, reversed, 16 << 10);
+  comm::NcclGradientBuckets buckets(*nccl, cuda, cuda.stream(), reversed, 16 << 10);
   CHECK(buckets.bucket_count() > 2);
 
   std::vector<Tensor> expected;

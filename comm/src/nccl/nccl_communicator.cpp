@@ -140,7 +140,7 @@ void NcclCommunicator::abort() {
   usable_ = false;
 }
 
-void broadcast_tensors(NcclCommunicator& comm, core::CudaBackend& backend,
+void broadcast_tensors(NcclCommunicator& comm, cudaStream_t writers,
                        std::span<core::Tensor* const> tensors, int root,
                        std::chrono::milliseconds timeout) {
   for (const core::Tensor* t : tensors)
@@ -149,7 +149,7 @@ void broadcast_tensors(NcclCommunicator& comm, core::CudaBackend& backend,
                                         t == nullptr ? "a null pointer" : t->describe()));
   // The tensors may still be being written by the backend (a restore's copies).
   core::cuda::Event ready;
-  ready.record(backend.stream());
+  ready.record(writers);
   ready.make_wait(comm.stream());
   comm.group([&] {
     for (core::Tensor* t : tensors)

@@ -8,15 +8,22 @@
 
 namespace hardy::comm {
 
-NcclGradientBuckets::NcclGradientBuckets(NcclCommunicator& comm, core::CudaBackend& backend,
+NcclGradientBuckets::NcclGradientBuckets(NcclCommunicator& comm, core::Backend& backend,
+                                         cudaStream_t compute_stream,
                                          std::vector<core::Parameter*> params,
                                          std::size_t bucket_bytes,
                                          std::chrono::milliseconds timeout)
     : comm_(&comm),
       backend_(backend),
+      compute_stream_(compute_stream),
       params_(std::move(params)),
       plan_(std::make_unique<detail::BucketPlan>(params_, bucket_bytes, "NcclGradientBuckets")),
       timeout_(timeout) {
+  if (backend_.device() != core::Device::cuda)
+    throw InvalidArgument(fmt::format(
+        "NcclGradientBuckets: the {} backend keeps its gradients on the host; NCCL reduces device "
+        "memory (use the MPI GradientBuckets)",
+        backend_.name()));
   for (std::size_t b = 0; b < plan_->bucket_count(); ++b)
     buckets_.push_back(backend_.empty({static_cast<std::int64_t>(plan_->bucket_floats(b))},
                                       core::DType::f32, core::Layout::flat));
@@ -47,7 +54,7 @@ void NcclGradientBuckets::mark_ready(std::size_t index) {
                     param.name, grad.defined() ? grad.describe() : "undefined", slot.count));
   try {
     // The NCCL stream waits on the device for the backward pass to have produced this gradient.
-    gradient_ready_.record(backend_.stream());
+    gradient_ready_.record(compute_stream_);
     gradient_ready_.make_wait(comm_->stream());
     if (slot.count > 0)
       HARDY_CUDA_CHECK(cudaMemcpyAsync(bucket_data(slot.bucket) + slot.offset, grad.raw(),
@@ -87,7 +94,7 @@ void NcclGradientBuckets::finish(float scale) {
     if (slot.count == 0) continue;
     HARDY_CUDA_CHECK(cudaMemcpyAsync(params_[i]->grad.raw(), bucket_data(slot.bucket) + slot.offset,
                                      slot.count * sizeof(float), cudaMemcpyDeviceToDevice,
-                                     backend_.stream()));
+                                     compute_stream_));
   }
   plan_->reset();
 }

@@ -16,7 +16,7 @@ class NcclGradientReducer final : public GradientReducer {
   NcclGradientReducer(Communicator& comm, core::CudaBackend& backend,
                       std::vector<core::Parameter*> params, std::size_t bucket_bytes)
       : backend_(backend), nccl_(NcclCommunicator::create(comm)) {
-    buckets_.emplace(*nccl_, backend_, std::move(params), bucket_bytes);
+    buckets_.emplace(*nccl_, backend_, backend_.stream(), std::move(params), bucket_bytes);
   }
 
   void mark_ready(std::size_t index) override { buckets_->mark_ready(index); }
@@ -41,7 +41,7 @@ class NcclGradientReducer final : public GradientReducer {
 
   bool broadcasts_tensors() const override { return true; }
   void broadcast(std::span<core::Tensor* const> tensors, int root) override {
-    broadcast_tensors(*nccl_, backend_, tensors, root);
+    broadcast_tensors(*nccl_, backend_.stream(), tensors, root);
   }
   std::size_t bucket_count() const override { return buckets_->bucket_count(); }
 

@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "hardy/comm/communicator.hpp"
-#include "hardy/core/compute/cuda_backend.hpp"
 #include "hardy/core/compute/cuda_runtime.hpp"
 #include "hardy/core/compute/tensor.hpp"
 
@@ -101,8 +100,9 @@ class NcclCommunicator {
 };
 
 // Broadcasts device tensors (a restored checkpoint's weights, optimizer state, buffers) from
-// root to every rank, in one NCCL group after the backend's queued work; returns when done.
-void broadcast_tensors(NcclCommunicator& comm, core::CudaBackend& backend,
+// root to every rank, in one NCCL group after the work queued so far on `writers` (the stream
+// that wrote them: the backend's); returns when done.
+void broadcast_tensors(NcclCommunicator& comm, cudaStream_t writers,
                        std::span<core::Tensor* const> tensors, int root,
                        std::chrono::milliseconds timeout = NcclCommunicator::kDefaultTimeout);
 

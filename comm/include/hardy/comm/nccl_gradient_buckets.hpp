@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "hardy/comm/nccl_communicator.hpp"
-#include "hardy/core/compute/cuda_backend.hpp"
+#include "hardy/core/compute/backend.hpp"
 #include "hardy/core/compute/cuda_runtime.hpp"
 #include "hardy/core/nn/parameter.hpp"
 
@@ -30,9 +30,11 @@ class NcclGradientBuckets {
   static constexpr std::size_t kDefaultBucketBytes = 25u << 20;  // PyTorch DDP's default
 
   // params: device f32 gradients (the model's parameters, which must outlive this object), in
-  // the order they become ready in backward. A parameter larger than bucket_bytes gets a bucket
-  // of its own. `timeout` bounds finish()'s wait for the allreduces.
-  NcclGradientBuckets(NcclCommunicator& comm, core::CudaBackend& backend,
+  // the order they become ready in backward, computed by `backend` on `compute_stream` (the
+  // backend's stream: a bucket's copy waits for it, the scaled sums go back on it). A parameter
+  // larger than bucket_bytes gets a bucket of its own. `timeout` bounds finish()'s wait for the
+  // allreduces.
+  NcclGradientBuckets(NcclCommunicator& comm, core::Backend& backend, cudaStream_t compute_stream,
                       std::vector<core::Parameter*> params,
                       std::size_t bucket_bytes = kDefaultBucketBytes,
                       std::chrono::milliseconds timeout = NcclCommunicator::kDefaultTimeout);
@@ -63,7 +65,8 @@ class NcclGradientBuckets {
   float* bucket_data(std::size_t bucket) { return buckets_[bucket].data<float>(); }
 
   NcclCommunicator* comm_;
-  core::CudaBackend& backend_;
+  core::Backend& backend_;
+  cudaStream_t compute_stream_;
   std::vector<core::Parameter*> params_;
   std::unique_ptr<detail::BucketPlan> plan_;
   std::vector<core::Tensor> buckets_;  // device f32

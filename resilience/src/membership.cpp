@@ -1,0 +1,70 @@
+#include "membership.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+
+namespace hardy::resilience {
+
+Departure apply_shrink(std::vector<int>& members, std::span<const int> survivors,
+                       std::span<const std::string> hosts_by_world_rank, int ranks_per_node) {
+  std::vector<bool> stayed(members.size(), false);
+  std::vector<int> next;
+  next.reserve(survivors.size());
+  for (int old_rank : survivors) {
+    stayed[static_cast<std::size_t>(old_rank)] = true;
+    next.push_back(members[static_cast<std::size_t>(old_rank)]);
+  }
+  Departure departure;
+  std::set<int> nodes;
+  for (std::size_t old_rank = 0; old_rank < members.size(); ++old_rank) {
+    if (stayed[old_rank]) continue;
+    const int world_rank = members[old_rank];
+    departure.world_ranks.push_back(world_rank);
+    departure.hosts.push_back(hosts_by_world_rank[static_cast<std::size_t>(world_rank)]);
+    nodes.insert(world_rank / std::max(1, ranks_per_node));
+  }
+  departure.nodes.assign(nodes.begin(), nodes.end());
+  members = std::move(next);
+  return departure;
+}
+
+Membership::Membership(std::unique_ptr<comm::Communicator> world, int ranks_per_node)
+    : comm_(std::move(world)),
+      ranks_per_node_(ranks_per_node),
+      world_rank_(comm_->rank()),
+      hosts_(comm_->hostnames()) {
+  world_rank_of_.resize(hosts_.size());
+  for (std::size_t r = 0; r < world_rank_of_.size(); ++r) world_rank_of_[r] = static_cast<int>(r);
+}
+
+const std::string& Membership::host_of(int rank) const {
+  return hosts_[static_cast<std::size_t>(world_rank_of_[static_cast<std::size_t>(rank)])];
+}
+
+std::vector<std::string> Membership::current_hosts() const {
+  std::vector<std::string> current;
+  current.reserve(world_rank_of_.size());
+  for (int r : world_rank_of_) current.push_back(hosts_[static_cast<std::size_t>(r)]);
+  return current;
+}
+
+bool Membership::first_on_host() const {
+  for (int r = 0; r < rank(); ++r)
+    if (host_of(r) == host()) return false;
+  return true;
+}
+
+void Membership::announce(core::EventLog& events) {
+  const auto pids = comm_->allgather(::getpid());
+  for (int r = 0; r < size(); ++r)
+    events.emit("rank_started",
+                {{"rank", r}, {"pid", pids[static_cast<std::size_t>(r)]}, {"host", host_of(r)}});
+}
+
+Departure Membership::survivors_are(std::span<const int> old_ranks) {
+  return apply_shrink(world_rank_of_, old_ranks, hosts_, ranks_per_node_);
+}
+
+}  // namespace hardy::resilience

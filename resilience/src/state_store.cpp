@@ -1,0 +1,170 @@
+#include "state_store.hpp"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::resilience {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+StateStore::StateStore(const TrainingConfig& config, const Membership& membership,
+                       core::EventLog& events, const StateSource& source, FailureInjector& injector)
+    : config_(config),
+      membership_(membership),
+      events_(events),
+      source_(source),
+      injector_(injector) {}
+
+void StateStore::keep_in_memory() {
+  // Reuses the previous copy's buffers: a copy of the weights and optimizer state each step.
+  if (!memory_) memory_.emplace();
+  source_.capture_into(*memory_);
+}
+
+void StateStore::committed_into(checkpoint::TrainingState& into) const {
+  if (memory_ && memory_->step == source_.committed_step())
+    into = *memory_;
+  else
+    source_.capture_into(into);  // --memory-snapshots false
+}
+
+void StateStore::open_checkpoint_writer() {
+  if (writer_) return;
+  checkpoint::CheckpointWriter::Options options;
+  options.asynchronous = config_.checkpoint_async;
+  options.skip_when_busy = config_.checkpoint_skip_when_busy;
+  options.retention = {config_.keep_last, config_.keep_every};
+  writer_.emplace(
+      config_.run_dir / "checkpoints", options, [this](const checkpoint::WriteReport& report) {
+        if (report.error.empty())
+          events_.emit("checkpoint_written", {{"step", report.step},
+                                              {"path", report.path.string()},
+                                              {"bytes", report.bytes},
+                                              {"stall_s", report.stall_s},
+                                              {"write_s", report.write_s}});
+        else if (report.skipped)
+          events_.emit("checkpoint_skipped", {{"step", report.step}, {"reason", report.error}});
+        else
+          events_.emit("checkpoint_failed", {{"step", report.step}, {"error", report.error}});
+      });
+}
+
+void StateStore::checkpoint_if_due(bool force_sync) {
+  if (!membership_.lead()) return;
+  const long step = source_.committed_step();
+  const bool by_steps = config_.checkpoint_every > 0 && step % config_.checkpoint_every == 0;
+  const bool by_time = config_.checkpoint_every_seconds > 0 &&
+                       seconds_since(last_checkpoint_) >= config_.checkpoint_every_seconds;
+  if (!(by_steps || by_time || force_sync)) return;
+  last_checkpoint_step_ = step;
+  const auto stall_start = std::chrono::steady_clock::now();
+  // The writer hands back the buffers of the state it wrote last, so this copy allocates nothing.
+  checkpoint::TrainingState state = writer_->take_spare();
+  committed_into(state);
+  const double stall_s = seconds_since(stall_start);
+  last_checkpoint_ = std::chrono::steady_clock::now();
+  auto kill_mid_write = [this, step](double) { injector_.at(step, Phase::checkpoint_write); };
+  if (force_sync)
+    writer_->write_now(std::move(state), stall_s, kill_mid_write);
+  else
+    writer_->submit(std::move(state), stall_s, kill_mid_write);
+}
+
+void StateStore::write_final_checkpoint(const std::string& reason) {
+  if (!membership_.lead()) return;
+  // The committed state, not whatever a half-done step left in the model.
+  if (!memory_) keep_in_memory();
+  writer_->flush();
+  writer_->write_now(checkpoint::TrainingState(*memory_), 0.0, nullptr);
+  events_.emit("final_checkpoint", {{"step", memory_->step}, {"reason", reason}});
+}
+
+void StateStore::write_emergency_checkpoint() noexcept {
+  if (!membership_.lead() || !memory_ || !writer_) return;
+  try {
+    writer_->flush();
+    writer_->write_now(checkpoint::TrainingState(*memory_), 0.0, nullptr);
+  } catch (const std::exception& e) {
+    std::cerr << "hardy: final checkpoint failed: " << e.what() << "\n";
+  }
+}
+
+void StateStore::flush() {
+  if (writer_) writer_->flush();
+}
+
+void StateStore::report_snapshot_failure(long at_step, const std::string& error) {
+  // Once per rank: a full /dev/shm fails every later write the same way. Only rank 0's events
+  // reach the run's log (the others' go nowhere), so every rank also says it on stderr.
+  if (snapshot_failure_reported_.exchange(true)) return;
+  events_.emit("snapshot_failed",
+               {{"step", at_step}, {"host", membership_.host()}, {"error", error}});
+  std::cerr << fmt::format(
+      "hardy: node-local snapshot of step {} on {} failed, training goes on without it: {}\n",
+      at_step, membership_.host(), error);
+}
+
+double StateStore::write_node_snapshot() {
+  const long step = source_.committed_step();
+  if (config_.snapshot_every <= 0 || step % config_.snapshot_every != 0) return 0;
+  if (!membership_.first_on_host() || node_snapshots_unavailable_) return 0;
+  const auto stall_start = std::chrono::steady_clock::now();
+  if (!node_snapshots_) {
+    // A rank becomes its host's writer at the start or when a lower rank on the host died.
+    try {
+      node_snapshots_.emplace(config_.snapshot_dir, config_.run_dir, membership_.host(),
+                              [this](const checkpoint::WriteReport& report) {
+                                if (!report.error.empty())
+                                  report_snapshot_failure(report.step, report.error);
+                              });
+      node_snapshots_->discard_newer_than(step);
+    } catch (const Error& e) {
+      node_snapshots_unavailable_ = true;
+      report_snapshot_failure(step, e.what());
+      return 0;
+    }
+  }
+  // Into the buffers of the snapshot written last: a copy from memory, no allocation.
+  checkpoint::TrainingState state = node_snapshots_->take_spare();
+  committed_into(state);
+  const double copy_s = seconds_since(stall_start);
+  node_snapshots_->submit(std::move(state), copy_s);  // waits while the previous one is written
+  return seconds_since(stall_start);
+}
+
+std::optional<checkpoint::ValidCheckpoint> StateStore::load_node_snapshot() {
+  if (!membership_.first_on_host()) return std::nullopt;
+  const std::string& host = membership_.host();
+  const auto dir = checkpoint::node_snapshot_directory(config_.snapshot_dir, config_.run_dir, host);
+  std::vector<std::string> skipped;
+  auto found = checkpoint::load_latest_valid(dir, &skipped);
+  for (const auto& reason : skipped) {
+    std::cerr << "hardy: skipping node-local snapshot: " << reason << "\n";
+    events_.emit("snapshot_rejected", {{"host", host}, {"reason", reason}});
+  }
+  return found;
+}
+
+void StateStore::remove_node_snapshots() {
+  if (config_.snapshot_every <= 0 || !membership_.first_on_host()) return;
+  try {
+    if (node_snapshots_)
+      node_snapshots_->remove();
+    else  // a writer that took over and never wrote may still find its predecessor's files
+      checkpoint::remove_node_snapshots(config_.snapshot_dir, config_.run_dir, membership_.host());
+  } catch (const std::exception& e) {
+    // The job's work is done; stale copies cost node memory, not correctness.
+    std::cerr << "hardy: " << e.what() << "\n";
+  }
+}
+
+}  // namespace hardy::resilience

@@ -1,0 +1,85 @@
+#pragma once
+// Where a session keeps its committed state, in three tiers (docs/resilience.md): a copy in
+// memory on every rank (what a shrink restores from), a node-local copy on each host's first rank
+// (what a relaunch of a job that died as a whole resumes from, when newer than a checkpoint) and
+// the checkpoints rank 0 writes into the run directory. The store decides when and into which
+// buffers the state is captured; the session says how (StateSource).
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "hardy/checkpoint/checkpoint.hpp"
+#include "hardy/core/support/event_log.hpp"
+#include "hardy/resilience/failure_injection.hpp"
+#include "hardy/resilience/training_config.hpp"
+#include "membership.hpp"
+
+namespace hardy::resilience {
+
+class StateSource {
+ public:
+  // The committed state into `state`, reusing its buffers; all of it, scalars included.
+  virtual void capture_into(checkpoint::TrainingState& state) const = 0;
+  virtual long committed_step() const = 0;
+
+ protected:
+  ~StateSource() = default;
+};
+
+class StateStore {
+ public:
+  StateStore(const TrainingConfig& config, const Membership& membership, core::EventLog& events,
+             const StateSource& source, FailureInjector& injector);
+
+  // ---- in memory, every rank ----
+  // Captures the committed step (every step with --memory-snapshots).
+  void keep_in_memory();
+  // The in-memory copy, when there is one.
+  const checkpoint::TrainingState* in_memory() const { return memory_ ? &*memory_ : nullptr; }
+
+  // ---- checkpoints, rank 0 ----
+  // Starts the writer; when this rank becomes rank 0.
+  void open_checkpoint_writer();
+  // Every --checkpoint-every steps or seconds, or now with force_sync (written before it
+  // returns).
+  void checkpoint_if_due(bool force_sync);
+  long last_checkpoint_step() const { return last_checkpoint_step_; }
+  // Rank 0: the committed state written now, e.g. before the job stops. Throws when it fails.
+  void write_final_checkpoint(const std::string& reason);
+  // The watchdog's last act: the last committed step, best effort. Must run while the training
+  // thread is parked (Watchdog's guarantee).
+  void write_emergency_checkpoint() noexcept;
+  void flush();
+
+  // ---- node-local, each host's first rank ----
+  // Every --snapshot-every committed steps; returns the training thread's stall. Never throws
+  // for a write that fails (snapshot_failed).
+  double write_node_snapshot();
+  // This host's newest valid snapshot (rejections are logged); nothing when there is none or
+  // this rank does not keep the host's snapshots.
+  std::optional<checkpoint::ValidCheckpoint> load_node_snapshot();
+  // At the end of a job that completed, stopped or was preempted.
+  void remove_node_snapshots();
+
+ private:
+  // The committed state, from memory when that copy is current, else captured into `into`.
+  void committed_into(checkpoint::TrainingState& into) const;
+  void report_snapshot_failure(long at_step, const std::string& error);
+
+  const TrainingConfig& config_;
+  const Membership& membership_;
+  core::EventLog& events_;
+  const StateSource& source_;
+  FailureInjector& injector_;
+
+  std::optional<checkpoint::TrainingState> memory_;
+  std::optional<checkpoint::CheckpointWriter> writer_;
+  long last_checkpoint_step_ = -1;
+  std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
+  std::optional<checkpoint::NodeLocalSnapshots> node_snapshots_;
+  bool node_snapshots_unavailable_ = false;  // the directory could not be created: tier off
+  std::atomic<bool> snapshot_failure_reported_{false};  // the writer's thread reports too
+};
+
+}  // namespace hardy::resilience

@@ -1,0 +1,94 @@
+// The parts of a training session that need no communicator to test: who left after a shrink,
+// in the original world's terms, and the watchdog's view and timing.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "membership.hpp"
+#include "watchdog.hpp"
+
+using namespace hardy::resilience;
+using namespace std::chrono_literals;
+
+TEST_CASE("a shrink names the departed ranks, hosts and nodes in the original world's terms") {
+  const std::vector<std::string> hosts{"n0", "n0", "n1", "n1", "n2", "n2"};
+  std::vector<int> members{0, 1, 2, 3, 4, 5};  // two ranks per node
+
+  // Node 1 dies: the survivors were old ranks 0, 1, 4 and 5.
+  const std::vector<int> first{0, 1, 4, 5};
+  Departure departed = apply_shrink(members, first, hosts, 2);
+  CHECK(departed.world_ranks == std::vector<int>{2, 3});
+  CHECK(departed.hosts == std::vector<std::string>{"n1", "n1"});
+  CHECK(departed.nodes == std::vector<int>{1});
+  CHECK(members == std::vector<int>{0, 1, 4, 5});
+
+  // Then the rank that is now rank 1 (world rank 1) dies: ranks are renumbered, names are not.
+  const std::vector<int> second{0, 2, 3};
+  departed = apply_shrink(members, second, hosts, 2);
+  CHECK(departed.world_ranks == std::vector<int>{1});
+  CHECK(departed.hosts == std::vector<std::string>{"n0"});
+  CHECK(departed.nodes == std::vector<int>{0});
+  CHECK(members == std::vector<int>{0, 4, 5});
+
+  // Nobody left (a shrink after a failure that was healed by a previous one).
+  const std::vector<int> all{0, 1, 2};
+  departed = apply_shrink(members, all, hosts, 2);
+  CHECK(departed.world_ranks.empty());
+  CHECK(departed.nodes.empty());
+  CHECK(members == std::vector<int>{0, 4, 5});
+}
+
+TEST_CASE("the watchdog acts on a stretch of communication longer than the timeout, once") {
+  std::atomic<int> calls{0};
+  Watchdog::Stuck seen{};
+  Watchdog watchdog([](const Watchdog::Committed& c) { return c.rank == 0 ? 0.3 : 0.6; },
+                    [&](const Watchdog::Stuck& stuck) {
+                      seen = stuck;
+                      ++calls;
+                      std::this_thread::sleep_for(300ms);  // the session would end the process
+                    });
+  watchdog.publish({41, 0});
+  watchdog.start();
+  // Short stretches, each well under the timeout, never add up to a hang.
+  for (int i = 0; i < 20; ++i) {
+    Watchdog::Scope scope(watchdog, "step agreement");
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(calls == 0);
+
+  watchdog.publish({42, 0});
+  std::chrono::steady_clock::time_point left;
+  const auto entered = std::chrono::steady_clock::now();
+  {
+    Watchdog::Scope scope(watchdog, "gradient allreduce");
+    while (calls == 0 && std::chrono::steady_clock::now() - entered < 5s)
+      std::this_thread::sleep_for(10ms);
+  }  // parked here until on_stuck returned
+  left = std::chrono::steady_clock::now();
+  REQUIRE(calls == 1);
+  CHECK(seen.committed.step == 42);
+  CHECK(std::string(seen.in) == "gradient allreduce");
+  CHECK(seen.seconds >= 0.3);
+  CHECK(left - entered >= 550ms);  // the timeout, then the whole of on_stuck
+  {
+    Watchdog::Scope scope(watchdog, "step agreement");
+    std::this_thread::sleep_for(500ms);
+  }
+  watchdog.stop();
+  CHECK(calls == 1);
+}
+
+TEST_CASE("the watchdog gives ranks other than the lead their own timeout") {
+  std::atomic<int> calls{0};
+  Watchdog watchdog([](const Watchdog::Committed& c) { return c.rank == 0 ? 0.2 : 1.0; },
+                    [&](const Watchdog::Stuck&) { ++calls; });
+  watchdog.publish({3, 2});
+  watchdog.start();
+  {
+    Watchdog::Scope scope(watchdog, "sample plan check");
+    std::this_thread::sleep_for(500ms);
+  }
+  CHECK(calls == 0);  // 0.5 s is past the lead's timeout, not rank 2's
+  watchdog.stop();
+}
