@@ -33,18 +33,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-
-
-def find_bench(explicit):
-    if explicit:
-        return explicit
-    for build in ("build", "build-bench", "build-ckpt"):
-        path = os.path.join(ROOT, build, "bin", "hardy_checkpoint_bench")
-        if os.access(path, os.X_OK):
-            return path
-    sys.exit("bench_checkpoint.py: no hardy_checkpoint_bench in build/bin; build the hardy_checkpoint_bench "
-             "target or pass --bench")
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+from benchlib import ROOT, find_binary, git_commit, write_results  # noqa: E402
 
 
 def torch_save_seconds(checkpoint, directory, repeats):
@@ -69,12 +59,6 @@ def torch_save_seconds(checkpoint, directory, repeats):
     return min(times), size, times, len(tensors)
 
 
-def git_commit():
-    done = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, text=True, check=False)
-    return done.stdout.strip() or None
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="0.15,5,50", help="millions of parameters, comma-separated")
@@ -85,7 +69,8 @@ def main():
     parser.add_argument("--out", help="results file (default bench/results/checkpoint-<date>.json)")
     args = parser.parse_args()
 
-    bench = find_bench(args.bench)
+    bench = find_binary("hardy_checkpoint_bench", args.bench, "bench_checkpoint.py",
+                        ("build", "build-bench", "build-ckpt"), "build it or pass --bench")
     scratch = os.path.abspath(args.dir) if args.dir else tempfile.mkdtemp(prefix="hardy-checkpoint-bench-")
     keep = os.path.join(scratch, "kept")
     os.makedirs(scratch, exist_ok=True)
@@ -108,7 +93,7 @@ def main():
 
     import torch
     results["machine"] = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                          "python": platform.python_version(), "git_commit": git_commit(),
+                          "python": platform.python_version(), "git_commit": git_commit(short=True),
                           "date": datetime.datetime.now().isoformat(timespec="seconds")}
     header = (f"{'params':>8} {'file':>9} {'capture':>9} {'reused':>9} {'step':>9} {'stall/step':>11} "
               f"{'write':>9} {'plain':>9} {'ratio':>6} {'MB/s':>7} {'read':>9} {'torch':>9} {'torch/hardy':>11}")
@@ -123,10 +108,7 @@ def main():
               f"{ms(s['read_s'])} {ms(s['torch_save_s'])} {s['torch_ratio']:11.2f}")
     print("stall/step: capture with fresh / reused buffers over one training step (batch 8, 64x64); ratio: "
           "plain write time / hardy write time; torch/hardy > 1: hardy is faster")
-    out = args.out or os.path.join(ROOT, "bench", "results", f"checkpoint-{datetime.date.today().isoformat()}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as stream:
-        json.dump(results, stream, indent=1)
+    out = write_results(results, args.out, f"checkpoint-{datetime.date.today().isoformat()}.json")
     print(f"results: {os.path.relpath(out, ROOT)}")
 
 

@@ -19,15 +19,15 @@ On the GPU machine, from the checkout with the kit of bench/gpu/make_kit.sh:
 """
 import argparse
 import datetime
-import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+from benchlib import ROOT, option_list, write_results  # noqa: E402
+import benchlib  # noqa: E402
 
 # Model configurations both benchmarks take (ModelConfig's fields); sizes for one H200.
 CONFIGS = {
@@ -44,28 +44,13 @@ COMMON = {"depth": 1, "aspp-rates": "2,4,6", "groups": 8, "input-channels": 16, 
 ASSUMED_PEAK_TFLOPS = 790.0  # the H200's measured dense BF16 rate quoted in the issue
 
 
-def option_list(config, precision, warmup, steps):
-    options = dict(COMMON)
-    options.update(config)
-    options.update({"precision": precision, "warmup": warmup, "steps": steps})
-    args = []
-    for key, value in options.items():
-        args += [f"--{key}", str(value)]
-    return args
-
-
 def run_json(command, log):
     log.append(" ".join(shlex.quote(part) for part in command))
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          check=False)
-    if done.returncode != 0:
-        sys.exit(f"bench_gpu.py: {' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return benchlib.run_json(command, "bench_gpu.py")
 
 
 def machine_info():
-    info = {"platform": platform.platform(), "python": platform.python_version(),
-            "hostname": platform.node(), "cpus_online": os.cpu_count()}
+    info = benchlib.machine_info()
     query = "name,memory.total,driver_version,clocks.max.sm,power.limit"
     smi = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False)
@@ -78,9 +63,6 @@ def machine_info():
         info["torch_nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
     except ImportError:
         info["torch_version"] = None
-    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True, check=False)
-    info["git_commit"] = git.stdout.strip() or None
     info["ld_library_path"] = os.environ.get("LD_LIBRARY_PATH")
     return info
 
@@ -123,7 +105,8 @@ def main():
               f"{'step TF/s':>9} {'conv TF/s':>9} {'% peak':>6} {'act':>5}")
         for name in configs:
             for precision in args.precisions.split(","):
-                options = option_list(CONFIGS[name], precision, args.warmup, args.steps)
+                options = option_list(COMMON, CONFIGS[name], {"precision": precision, "warmup": args.warmup,
+                                                           "steps": args.steps})
                 commands = {"hardy": [hardy_bench] + options, "torch": torch_step + options}
                 runs = {variant: [] for variant in commands}
                 order = list(commands)
@@ -169,11 +152,7 @@ def main():
                       f"{r['last_10_mean_loss']:.4f}, held-out mIoU {r['held_out_mean_iou']:.3f}, "
                       f"{r['skipped_steps']} skipped steps, {r['seconds']:.1f} s")
 
-    output = args.output or os.path.join(
-        ROOT, "bench", "results", f"gpu-{datetime.date.today().isoformat()}.json")
-    os.makedirs(os.path.dirname(output), exist_ok=True)
-    with open(output, "w") as f:
-        json.dump(report, f, indent=1)
+    output = write_results(report, args.output, f"gpu-{datetime.date.today().isoformat()}.json")
     print(f"wrote {output}")
 
 

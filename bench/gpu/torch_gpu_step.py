@@ -19,8 +19,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "step"))
-from torch_deeplab import (DeepLabV3Plus, ModelConfig, add_model_arguments, make_optimizer,  # noqa: E402
-                           parse_rates, weighted_cross_entropy)
+from torch_deeplab import (add_model_arguments, make_optimizer, model_from_arguments,  # noqa: E402
+                           weighted_cross_entropy)
 
 
 def benchmark(args):
@@ -30,11 +30,7 @@ def benchmark(args):
     torch.backends.cudnn.benchmark = True
     device = torch.device("cuda")
     torch.manual_seed(args.seed)
-    config = ModelConfig(args.input_channels, args.classes, args.model_width, args.depth,
-                         args.aspp_channels, parse_rates(args.aspp_rates),
-                         args.low_level_channels, args.decoder_channels, args.groups)
-    model = DeepLabV3Plus(config)
-    model.initialize(args.seed)
+    model = model_from_arguments(args)
     model = model.to(device=device, memory_format=torch.channels_last).train()
     x = torch.randn(args.batch, args.input_channels, args.height, args.width, device=device)
     x = x.contiguous(memory_format=torch.channels_last)
@@ -77,7 +73,7 @@ def benchmark(args):
         "memory_format": "channels_last",
         "cudnn_benchmark": True,
         "batch": args.batch, "height": args.height, "width": args.width,
-        "model": config.as_dict(),
+        "model": model.config.as_dict(),
         "parameters": sum(p.numel() for p in model.parameters()),
         "warmup": args.warmup, "steps": args.steps,
         "median_s": statistics.median(steps), "min_s": min(steps),

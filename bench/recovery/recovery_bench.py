@@ -10,7 +10,6 @@ steps, and the ratio; then projects both to 4,560 nodes x 6 GPUs with `hardy sim
     bench/recovery/recovery_bench.py [--hardy build/bin/hardy] [--repeats 3]
 """
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -18,12 +17,11 @@ import tempfile
 from datetime import date
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from benchlib import read_jsonl, write_results  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 KILL_STEP, CHECKPOINT_EVERY = 100, 40
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def run_job(hardy, run, ulfm):
@@ -79,9 +77,8 @@ def main():
         simulate = subprocess.run([args.hardy, "simulate", "--from-run", str(Path(tmp) / "ulfm-0"),
                                    "--relaunch-run", str(Path(tmp) / "relaunch-0")], capture_output=True, text=True)
         print(simulate.stdout or simulate.stderr)
-    out = ROOT / "bench/results" / f"recovery-{date.today().isoformat()}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"median": median, "runs": results, "ratio": ratio, "projection": simulate.stdout}, indent=2))
+    out = write_results({"median": median, "runs": results, "ratio": ratio, "projection": simulate.stdout}, None,
+                        f"recovery-{date.today().isoformat()}.json")
     print(f"results: {out}")
 
 

@@ -26,7 +26,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+from benchlib import ROOT, find_binary, read_jsonl  # noqa: E402
 TINY = os.path.join(ROOT, "examples", "tiny.ini")
 
 CONFIGS = {
@@ -35,21 +36,6 @@ CONFIGS = {
               "--decoder-channels", "64"],
 }
 DEFAULT_STEPS = {"tiny": 60, "large": 15}
-
-
-def find_hardy(explicit):
-    if explicit:
-        return explicit
-    for build in ("build", "build-snap"):
-        path = os.path.join(ROOT, build, "bin", "hardy")
-        if os.access(path, os.X_OK):
-            return path
-    sys.exit("bench_snapshot.py: no build/bin/hardy; build hardy or pass --hardy")
-
-
-def read_jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def train(hardy, config, steps, snapshot_every, scratch, label):
@@ -75,7 +61,8 @@ def main():
     parser.add_argument("--every", type=int, default=1, help="--snapshot-every of the runs with snapshots")
     parser.add_argument("--json", help="also write the results and raw per-step times here")
     args = parser.parse_args()
-    hardy = find_hardy(args.hardy)
+    hardy = find_binary("hardy", args.hardy, "bench_snapshot.py", ("build", "build-snap"),
+                        "build hardy or pass --hardy")
     steps = dict(DEFAULT_STEPS)
     for item in filter(None, args.steps.split(",")):
         name, _, value = item.partition("=")

@@ -18,14 +18,14 @@ bench/results/step-cpu-<date>.json. Run from anywhere:
 """
 import argparse
 import datetime
-import json
 import os
-import platform
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+from benchlib import ROOT, find_binary, option_list, run_json, write_results  # noqa: E402
+import benchlib  # noqa: E402
 
 # The model options both benchmarks take, with ModelConfig's defaults filled in per config.
 CONFIGS = {
@@ -35,36 +35,6 @@ CONFIGS = {
               "decoder-channels": 64, "low-level-channels": 16},
 }
 COMMON = {"depth": 1, "aspp-rates": "2,4,6", "groups": 8, "input-channels": 16, "classes": 3}
-
-
-def find_hardy_bench(explicit):
-    if explicit:
-        return explicit
-    for build in ("build", "build-bench"):
-        path = os.path.join(ROOT, build, "bin", "hardy_step_bench")
-        if os.access(path, os.X_OK):
-            return path
-    sys.exit("bench_step.py: no hardy_step_bench in build/bin or build-bench/bin; build the "
-             "hardy_step_bench target or pass --hardy-bench")
-
-
-def option_list(config, threads, warmup, steps):
-    options = dict(COMMON)
-    options.update(config)
-    options.update({"threads": threads, "warmup": warmup, "steps": steps})
-    args = []
-    for key, value in options.items():
-        args += [f"--{key}", str(value)]
-    return args
-
-
-def run_json(command, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"bench_step.py: {' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def variant_commands(hardy_bench, args):
@@ -77,8 +47,7 @@ def variant_commands(hardy_bench, args):
 
 
 def machine_info():
-    info = {"platform": platform.platform(), "python": platform.python_version(),
-            "cpus_online": os.cpu_count(), "load_average_start": os.getloadavg()}
+    info = dict(benchlib.machine_info(), load_average_start=os.getloadavg())
     try:
         lscpu = subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True, check=True).stdout
         fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
@@ -96,9 +65,6 @@ def machine_info():
     config = torch.__config__.show()
     info["torch_onednn"] = next((line.split("MKL-DNN")[-1].strip(" -()")
                                  for line in config.splitlines() if "MKL-DNN" in line), None)
-    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True, check=False)
-    info["git_commit"] = git.stdout.strip() or None
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain"], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True, check=False)
     info["git_dirty_paths"] = len(dirty.stdout.splitlines())
@@ -122,21 +88,24 @@ def main():
         if name not in CONFIGS:
             parser.error(f"unknown config {name}; choose from {', '.join(CONFIGS)}")
     thread_counts = [int(t) for t in args.threads.split(",")]
-    hardy_bench = find_hardy_bench(args.hardy_bench)
+    hardy_bench = find_binary("hardy_step_bench", args.hardy_bench, "bench_step.py",
+                              ("build", "build-bench"), "build it or pass --hardy-bench")
 
     info = machine_info()
     results = []
     for name in configs:
         for threads in thread_counts:
             commands = variant_commands(
-                hardy_bench, option_list(CONFIGS[name], threads, args.warmup, args.steps))
+                hardy_bench, option_list(COMMON, CONFIGS[name], {"threads": threads, "warmup": args.warmup,
+                                                                 "steps": args.steps}))
             runs = {variant: [] for variant in commands}
             order = list(commands)
             for round_index in range(args.rounds):
                 # Rotate the order so that no variant always runs first (or right after another).
                 shift = round_index % len(order)
                 for variant in order[shift:] + order[:shift]:
-                    runs[variant].append(run_json(commands[variant], threads))
+                    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+                    runs[variant].append(run_json(commands[variant], "bench_step.py", env))
             best = {v: min(r["median_s"] for r in rs) for v, rs in runs.items()}
             best_cpu = {v: min(r["cpu_median_s"] for r in rs) for v, rs in runs.items()}
             hardy_best = min(runs["hardy"], key=lambda r: r["median_s"])
@@ -182,13 +151,10 @@ def main():
           f" -> {info['load_average_end'][0]:.1f}")
 
     now = datetime.datetime.now()
-    output = args.output or os.path.join(ROOT, "bench", "results",
-                                         f"step-cpu-{now.strftime('%Y-%m-%d')}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output, "w") as f:
-        json.dump({"date": now.isoformat(timespec="seconds"), "machine": info,
-                   "rounds": args.rounds, "warmup": args.warmup, "steps": args.steps,
-                   "hardy_bench": hardy_bench, "results": results}, f, indent=1)
+    output = write_results({"date": now.isoformat(timespec="seconds"), "machine": info,
+                            "rounds": args.rounds, "warmup": args.warmup, "steps": args.steps,
+                            "hardy_bench": hardy_bench, "results": results},
+                           args.output, f"step-cpu-{now.strftime('%Y-%m-%d')}.json")
     print(f"wrote {output}")
 
 

@@ -216,11 +216,7 @@ def make_optimizer(model, lr, weight_decay):
 def benchmark(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    config = ModelConfig(args.input_channels, args.classes, args.model_width, args.depth,
-                         args.aspp_channels, parse_rates(args.aspp_rates),
-                         args.low_level_channels, args.decoder_channels, args.groups)
-    model = DeepLabV3Plus(config)
-    model.initialize(args.seed)
+    model = model_from_arguments(args)
     model.train()
     memory_format = (torch.channels_last if args.memory_format == "channels_last"
                      else torch.contiguous_format)
@@ -257,7 +253,7 @@ def benchmark(args):
         "memory_format": args.memory_format,
         "threads": torch.get_num_threads(),
         "batch": args.batch, "height": args.height, "width": args.width,
-        "model": config.as_dict(),
+        "model": model.config.as_dict(),
         "parameters": sum(p.numel() for p in model.parameters()),
         "warmup": args.warmup, "steps": args.steps,
         "median_s": statistics.median(steps), "mean_s": statistics.fmean(steps),
@@ -271,6 +267,16 @@ def benchmark(args):
         "first_loss": losses[0], "last_loss": losses[-1],
     }
     print(json.dumps(result))
+
+
+def model_from_arguments(args):
+    """The model that add_model_arguments() describes, initialised as hardy initialises it."""
+    config = ModelConfig(args.input_channels, args.classes, args.model_width, args.depth,
+                         args.aspp_channels, parse_rates(args.aspp_rates),
+                         args.low_level_channels, args.decoder_channels, args.groups)
+    model = DeepLabV3Plus(config)
+    model.initialize(args.seed)
+    return model
 
 
 def parse_rates(text):
