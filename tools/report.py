@@ -108,6 +108,8 @@ def collect_marks(events, clock):
         elif name == "job_relaunched":
             excluded = e.get("excluded_nodes") or [x.get("host") for x in e.get("excluded", []) if isinstance(x, dict)]
             label = f"relaunch on {e.get('world_size', '?')} ranks" + (f" without {excluded}" if excluded else "")
+            if open_failure:  # drawn where the job died, not at the last step logged before it
+                step = max(step, open_failure[2])
             marks.append(("relaunch", step, label))
             resumed = clock.first_after(t)
             began = last_launch_end if last_launch_end is not None else t
@@ -200,12 +202,12 @@ def draw(run_dir, out):
         cluster_end = step
         ax_loss.text(step, 0.98 - 0.5 * (in_cluster // 2), label + " ", transform=ax_loss.get_xaxis_transform(),
                      rotation=90, va="top", ha="right" if in_cluster % 2 == 0 else "left", fontsize=8.5,
-                     color=colour)
+                     color=colour, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.75, "pad": 1})
 
     lines = ax_loss.get_legend_handles_labels()[0] + ax_lr.get_legend_handles_labels()[0]
     ax_loss.legend(lines, [l.get_label() for l in lines], loc="upper right", fontsize=8)
     if seen:
-        ax_world.legend(loc="lower left", fontsize=8, ncol=len(seen))
+        ax_world.legend(loc="upper right", fontsize=8, ncol=len(seen) + 1)
     ax_loss.set_title(summary(run_dir, events, metrics), fontsize=11)
     ax_loss.grid(alpha=0.25)
     ax_world.grid(alpha=0.25)
