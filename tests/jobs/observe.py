@@ -155,6 +155,24 @@ with tempfile.TemporaryDirectory() as tmp:
     check(r.returncode == 1 and "not running" in r.stdout,
           f"status --follow on a dead run exits 1 saying it is not running (exit {r.returncode}: {r.stdout[-200:]})")
 
+    # A job id names the run directory whose scheduler.json records it; a job its scheduler does not
+    # run (here LSF, whose bjobs is missing: state UNKNOWN) ends --follow at once, saying so.
+    submitted = tmp / "runs" / "job-1"
+    submitted.mkdir(parents=True)
+    (submitted / "scheduler.json").write_text(json.dumps({"scheduler": "lsf", "job_id": "4242", "job_name": "x"}))
+    append(submitted / "events.jsonl", events[:2])
+    append(submitted / "metrics.jsonl", metrics[:5])
+    r = subprocess.run([hardy, "status", "4242", "--runs", str(tmp / "runs"), "--json"], capture_output=True,
+                       text=True, timeout=60)
+    status = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(status.get("run_dir") == str(submitted) and status.get("step") == 5,
+          f"hardy status JOB_ID finds the run directory of job 4242 (exit {r.returncode}: {r.stderr.strip()})")
+    r = subprocess.run([hardy, "status", "4242", "--runs", str(tmp / "runs"), "--follow", "--interval", "0.2"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "the job is not running (UNKNOWN" in r.stdout,
+          f"status --follow on a job its scheduler does not run exits 1 saying so (exit {r.returncode}: "
+          f"{r.stdout[-300:]})")
+
     # ---- hardy completion bash ----
     script = subprocess.run([hardy, "completion", "bash"], capture_output=True, text=True, timeout=30).stdout
     known = {"train": "--global-batch", "run": "--spare-nodes", "simulate": "--from-run", "eval": "--eval-samples",
