@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <vector>
 
 #include "command_line.hpp"
 #include "hardy/batch/command.hpp"
@@ -24,7 +25,8 @@ Draws one picture of a run (PNG, SVG or PDF by the extension of --out; HTML embe
 learning rate against step, world size against step, a vertical mark for every failure, shrink,
 relaunch, preemption and checkpoint labelled from the event log, and the recovery time of each
 failure. Reads RUN_DIR/events.jsonl and RUN_DIR/metrics.jsonl; needs Python 3 with matplotlib
-($HARDY_PYTHON, else the source tree's .venv/bin/python, else python3 on PATH).
+($HARDY_PYTHON, else the first of the source tree's .venv/bin/python, python3 on PATH and
+/usr/bin/python3 that imports matplotlib).
 )";
 
 fs::path this_executable() {
@@ -33,33 +35,54 @@ fs::path this_executable() {
   return error ? fs::path("hardy") : path;
 }
 
-struct Helper {
-  fs::path script;
-  fs::path python;
-};
-
 // The helper next to an installed hardy (PREFIX/bin/hardy, PREFIX/share/hardy/tools/report.py),
-// else in the source tree this hardy was built from; Python likewise.
-Helper find_helper() {
-  const fs::path prefix = this_executable().parent_path().parent_path();
-  const fs::path installed = prefix / "share/hardy/tools/report.py";
-  const fs::path source = fs::path(HARDY_SOURCE_DIR);
-  Helper helper;
-  if (fs::exists(installed))
-    helper.script = installed;
-  else if (fs::exists(source / "tools/report.py"))
-    helper.script = source / "tools/report.py";
-  else
-    throw InvalidArgument(fmt::format("the report helper is missing: neither {} nor {} exists",
-                                      installed.string(), (source / "tools/report.py").string()));
-  if (const char* python = std::getenv("HARDY_PYTHON"); python != nullptr && *python != '\0')
-    helper.python = python;
-  else if (helper.script.parent_path() == source / "tools" &&
-           fs::exists(source / ".venv/bin/python"))
-    helper.python = source / ".venv/bin/python";
-  else
-    helper.python = "python3";
-  return helper;
+// else in the source tree this hardy was built from.
+fs::path find_helper() {
+  const fs::path installed =
+      this_executable().parent_path().parent_path() / "share/hardy/tools/report.py";
+  const fs::path source = fs::path(HARDY_SOURCE_DIR) / "tools/report.py";
+  if (fs::exists(installed)) return installed;
+  if (fs::exists(source)) return source;
+  throw InvalidArgument(fmt::format("the report helper is missing: neither {} nor {} exists",
+                                    installed.string(), source.string()));
+}
+
+// The last line a command wrote to stderr: Python's exception ("No module named 'matplotlib'").
+std::string last_error_line(const batch::CommandResult& result) {
+  std::string text = result.err.empty() ? result.out : result.err;
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  const auto newline = text.rfind('\n');
+  return newline == std::string::npos ? text : text.substr(newline + 1);
+}
+
+// The first Python that imports matplotlib: $HARDY_PYTHON alone when set, else the checkout's
+// .venv (for a hardy run from its build tree), python3 on PATH, and the system's /usr/bin/python3
+// (a PATH python3 of pyenv or conda often lacks matplotlib where the system's has it).
+fs::path find_python(const fs::path& helper) {
+  std::vector<fs::path> candidates;
+  if (const char* python = std::getenv("HARDY_PYTHON"); python != nullptr && *python != '\0') {
+    candidates.push_back(python);
+  } else {
+    const fs::path venv = helper.parent_path().parent_path() / ".venv/bin/python";
+    if (fs::exists(venv)) candidates.push_back(venv);
+    candidates.push_back("python3");
+    if (fs::exists("/usr/bin/python3")) candidates.push_back("/usr/bin/python3");
+  }
+  std::vector<std::string> tried;
+  for (const auto& python : candidates) {
+    try {
+      const auto check = batch::run_command({python.string(), "-c", "import matplotlib"});
+      if (check.status == 0) return python;
+      tried.push_back(fmt::format("{}: {}", python.string(), last_error_line(check)));
+    } catch (const Error&) {
+      tried.push_back(fmt::format("{}: cannot be started", python.string()));
+    }
+  }
+  throw InvalidArgument(fmt::format(
+      "hardy report needs Python 3 with matplotlib, and none was found ({}); install it (apt "
+      "install python3-matplotlib, or pip install matplotlib) or set HARDY_PYTHON to a Python "
+      "that has it",
+      fmt::join(tried, "; ")));
 }
 
 }  // namespace
@@ -78,27 +101,14 @@ int report_command(const std::vector<std::string>& args) {
   if (!run_dir) return 0;
   const fs::path out =
       vm.count("out") ? fs::path(vm["out"].as<std::string>()) : *run_dir / "report.png";
-  const auto helper = find_helper();
-  batch::CommandResult check;
-  try {
-    check = batch::run_command({helper.python.string(), "-c", "import matplotlib"});
-  } catch (const Error&) {
-    throw InvalidArgument(fmt::format(
-        "hardy report needs Python 3 with matplotlib, and {} cannot be started (set HARDY_PYTHON "
-        "to a Python that has matplotlib)",
-        helper.python.string()));
-  }
-  if (check.status != 0)
-    throw InvalidArgument(fmt::format(
-        "hardy report needs matplotlib, which {} cannot import ({}); install it (apt install "
-        "python3-matplotlib, or pip install matplotlib) or set HARDY_PYTHON",
-        helper.python.string(), batch::first_line(check)));
+  const fs::path helper = find_helper();
+  const fs::path python = find_python(helper);
   const auto result = batch::run_command(
-      {helper.python.string(), helper.script.string(), run_dir->string(), "--out", out.string()});
+      {python.string(), helper.string(), run_dir->string(), "--out", out.string()});
   std::cout << result.out;
   std::cerr << result.err;
   if (result.status != 0)
-    throw Error(fmt::format("{} failed (exit status {})", helper.script.string(), result.status));
+    throw Error(fmt::format("{} failed (exit status {})", helper.string(), result.status));
   return 0;
 }
 

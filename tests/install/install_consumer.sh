@@ -30,6 +30,11 @@ echo "ok: installed into $prefix"
 checkpoint=$tmp/run/checkpoints/ckpt-3.h5
 [ -f "$checkpoint" ] || { ls -R "$tmp/run"; fail "no $checkpoint"; }
 
+# hardy report from the install: its helper comes from PREFIX/share/hardy/tools, not the checkout.
+"$prefix/bin/hardy" report "$tmp/run" --out "$tmp/run.svg" >/dev/null || fail "the installed hardy report"
+grep -q "ckpt 3" "$tmp/run.svg" || fail "the installed hardy report did not mark the checkpoint at step 3"
+echo "ok: the installed hardy report drew $tmp/run.svg"
+
 cmake -S "$source/tests/install/consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release "$@" >"$tmp/configure.log" 2>&1 \
   || { cat "$tmp/configure.log"; fail "configuring the consumer with find_package(hardy CONFIG)"; }
