@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "command_line.hpp"
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/core/support/error.hpp"
@@ -42,26 +43,22 @@ Run `hardy ckpt <command> --help` for a command's options.
 struct Parsed {
   po::variables_map options;
   std::vector<std::string> paths;
-  bool help = false;
+  bool help = false;  // --help was asked for and printed
 };
 
-// Parses `--help`, the command's own options and its positional paths.
+// Parses the command's options (its table from ckpt_<command>_options) and its positional paths;
+// prints `usage` and the options for --help.
 Parsed parse(const std::string& command, const std::vector<std::string>& args,
-             po::options_description& options) {
-  options.add_options()("help,h", "print this help");
-  po::options_description all;
-  all.add(options).add_options()("path", po::value<std::vector<std::string>>(), "");
+             const po::options_description& options, std::string_view usage) {
+  po::options_description paths;
+  paths.add_options()("path", po::value<std::vector<std::string>>(), "");
   po::positional_options_description positional;
   positional.add("path", -1);
+  const std::string name = "hardy ckpt " + command;
   Parsed parsed;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(),
-              parsed.options);
-    po::notify(parsed.options);
-  } catch (const po::error& e) {
-    throw InvalidArgument(fmt::format("{} (see hardy ckpt {} --help)", e.what(), command));
-  }
-  parsed.help = parsed.options.count("help") > 0;
+  parsed.help = !parse_command_line(
+      args, options, {.command = name, .usage = usage, .positional = &positional, .hidden = &paths},
+      parsed.options);
   if (parsed.options.count("path"))
     parsed.paths = parsed.options["path"].as<std::vector<std::string>>();
   return parsed;
@@ -106,18 +103,16 @@ double file_time(const fs::path& path) {
 
 // ---- list ----
 
+constexpr const char* kListUsage =
+    "Usage: hardy ckpt list RUN_DIR\n\n"
+    "Lists the checkpoints of a run directory (RUN_DIR/checkpoints, or RUN_DIR\n"
+    "itself when it holds them): step, file, when it was saved, size, and whether\n"
+    "it is valid (every checksum is read and checked). The one `latest` names is\n"
+    "marked.\n";
+
 int list(const std::vector<std::string>& args) {
-  po::options_description options("hardy ckpt list options");
-  const Parsed parsed = parse("list", args, options);
-  if (parsed.help) {
-    std::cout << "Usage: hardy ckpt list RUN_DIR\n\n"
-                 "Lists the checkpoints of a run directory (RUN_DIR/checkpoints, or RUN_DIR\n"
-                 "itself when it holds them): step, file, when it was saved, size, and whether\n"
-                 "it is valid (every checksum is read and checked). The one `latest` names is\n"
-                 "marked.\n\n"
-              << options << "\n";
-    return 0;
-  }
+  const Parsed parsed = parse("list", args, ckpt_list_options(), kListUsage);
+  if (parsed.help) return 0;
   require_paths(parsed, "list", 1, 1, "one run directory");
   const fs::path run_dir = parsed.paths.front();
   if (!fs::is_directory(run_dir))
@@ -268,19 +263,15 @@ void print_text(const fs::path& path, const CheckpointContents& contents) {
                              shape_text(d.shape), d.checksum);
 }
 
+constexpr const char* kInspectUsage =
+    "Usage: hardy ckpt inspect FILE [--json]\n\n"
+    "Validates a checkpoint and prints where training stood (step, epoch, world\n"
+    "size, loss, sampler, schedule) and every dataset with its dtype, shape and\n"
+    "xxHash64 checksum.\n";
+
 int inspect(const std::vector<std::string>& args) {
-  po::options_description options("hardy ckpt inspect options");
-  options.add_options()("json", po::bool_switch(),
-                        "print the same as one JSON object (with each tensor's min, max and mean)");
-  const Parsed parsed = parse("inspect", args, options);
-  if (parsed.help) {
-    std::cout << "Usage: hardy ckpt inspect FILE [--json]\n\n"
-                 "Validates a checkpoint and prints where training stood (step, epoch, world\n"
-                 "size, loss, sampler, schedule) and every dataset with its dtype, shape and\n"
-                 "xxHash64 checksum.\n\n"
-              << options << "\n";
-    return 0;
-  }
+  const Parsed parsed = parse("inspect", args, ckpt_inspect_options(), kInspectUsage);
+  if (parsed.help) return 0;
   require_paths(parsed, "inspect", 1, 1, "one checkpoint file");
   const fs::path path = parsed.paths.front();
   const CheckpointContents contents = checkpoint::read_checkpoint_file(path);
@@ -293,18 +284,16 @@ int inspect(const std::vector<std::string>& args) {
 
 // ---- verify ----
 
+constexpr const char* kVerifyUsage =
+    "Usage: hardy ckpt verify FILE...\n\n"
+    "Reads every dataset of each checkpoint and checks the format, the version, the\n"
+    "manifest and every checksum. Exit status 0 when all are valid, 1 when one is\n"
+    "not (the reason goes to stderr), 2 when a file is missing or is not a\n"
+    "checkpoint at all.\n";
+
 int verify(const std::vector<std::string>& args) {
-  po::options_description options("hardy ckpt verify options");
-  const Parsed parsed = parse("verify", args, options);
-  if (parsed.help) {
-    std::cout << "Usage: hardy ckpt verify FILE...\n\n"
-                 "Reads every dataset of each checkpoint and checks the format, the version, the\n"
-                 "manifest and every checksum. Exit status 0 when all are valid, 1 when one is\n"
-                 "not (the reason goes to stderr), 2 when a file is missing or is not a\n"
-                 "checkpoint at all.\n\n"
-              << options << "\n";
-    return 0;
-  }
+  const Parsed parsed = parse("verify", args, ckpt_verify_options(), kVerifyUsage);
+  if (parsed.help) return 0;
   require_paths(parsed, "verify", 1, std::numeric_limits<std::size_t>::max(),
                 "one or more checkpoint files");
   int status = 0;
@@ -346,19 +335,16 @@ TensorDifference compare(const std::string& path, const NamedTensor& a, const Na
   return d;
 }
 
+constexpr const char* kDiffUsage =
+    "Usage: hardy ckpt diff A B [--json]\n\n"
+    "Compares the tensors of two checkpoints: for each tensor in both, the maximum\n"
+    "absolute difference and that difference relative to the tensor's largest\n"
+    "magnitude in A; tensors in only one of them or with other shapes are listed.\n"
+    "Exit status 0 whatever the differences.\n";
+
 int diff(const std::vector<std::string>& args) {
-  po::options_description options("hardy ckpt diff options");
-  options.add_options()("json", po::bool_switch(), "print the differences as one JSON object");
-  const Parsed parsed = parse("diff", args, options);
-  if (parsed.help) {
-    std::cout << "Usage: hardy ckpt diff A B [--json]\n\n"
-                 "Compares the tensors of two checkpoints: for each tensor in both, the maximum\n"
-                 "absolute difference and that difference relative to the tensor's largest\n"
-                 "magnitude in A; tensors in only one of them or with other shapes are listed.\n"
-                 "Exit status 0 whatever the differences.\n\n"
-              << options << "\n";
-    return 0;
-  }
+  const Parsed parsed = parse("diff", args, ckpt_diff_options(), kDiffUsage);
+  if (parsed.help) return 0;
   require_paths(parsed, "diff", 2, 2, "two checkpoint files");
   const fs::path path_a = parsed.paths[0], path_b = parsed.paths[1];
   const CheckpointContents a = checkpoint::read_checkpoint_file(path_a);
@@ -419,6 +405,33 @@ int diff(const std::vector<std::string>& args) {
 }
 
 }  // namespace
+
+po::options_description ckpt_list_options() {
+  po::options_description options("hardy ckpt list options");
+  options.add_options()("help,h", "print this help");
+  return options;
+}
+
+po::options_description ckpt_inspect_options() {
+  po::options_description options("hardy ckpt inspect options");
+  options.add_options()("help,h", "print this help")(
+      "json", po::bool_switch(),
+      "print the same as one JSON object (with each tensor's min, max and mean)");
+  return options;
+}
+
+po::options_description ckpt_verify_options() {
+  po::options_description options("hardy ckpt verify options");
+  options.add_options()("help,h", "print this help");
+  return options;
+}
+
+po::options_description ckpt_diff_options() {
+  po::options_description options("hardy ckpt diff options");
+  options.add_options()("help,h", "print this help")("json", po::bool_switch(),
+                                                     "print the differences as one JSON object");
+  return options;
+}
 
 int ckpt_command(const std::vector<std::string>& args) {
   if (args.empty()) {

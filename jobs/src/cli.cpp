@@ -22,8 +22,10 @@ Commands:
   data       generate synthetic climate data:  hardy data generate --help
   ckpt       list, inspect, verify and compare checkpoints:  hardy ckpt --help
   submit     submit a training job to Slurm or LSF from a batch-script template
-  status     a submitted job's state, step, newest valid checkpoint and failures survived
+  status     a job's state, step, newest valid checkpoint and failures; --follow watches it live
   cancel     cancel a submitted job (scancel, bkill)
+  report     one picture of a run: loss, learning rate, world size, failures and recoveries
+  completion print a bash completion script:  source <(hardy completion bash)
 
 Run `hardy <command> --help` for the options of a command.
 )";
@@ -47,6 +49,8 @@ int run_cli(int argc, char** argv) {
     if (command == "submit") return submit_command(args);
     if (command == "status") return status_command(args);
     if (command == "cancel") return cancel_command(args);
+    if (command == "report") return report_command(args);
+    if (command == "completion") return completion_command(args);
     if (command == "--help" || command == "-h" || command == "help") {
       std::cout << kUsage;
       return 0;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "command_line.hpp"
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/data/dataset.hpp"
 #include "hardy/core/support/error.hpp"
@@ -13,7 +14,17 @@ namespace po = boost::program_options;
 
 namespace hardy::jobs {
 
-int data_command(const std::vector<std::string>& args) {
+namespace {
+
+constexpr const char* kDataUsage =
+    "Usage: hardy data generate --out DIR [--samples N] [--height H] [--width W] [--seed S]\n\n"
+    "Writes synthetic climate-like samples (16 channels, with tropical-cyclone and "
+    "atmospheric-river\n"
+    "masks) into HDF5 files, the same for the same seed.\n";
+
+}  // namespace
+
+po::options_description data_generate_options() {
   po::options_description options("hardy data generate options");
   options.add_options()("help,h", "print this help")("out", po::value<std::string>(),
                                                      "output directory (created)")(
@@ -23,24 +34,19 @@ int data_command(const std::vector<std::string>& args) {
       "seed", po::value<std::uint64_t>()->default_value(1),
       "seed; the same seed gives the same files")(
       "samples-per-file", po::value<long>()->default_value(256), "samples in each HDF5 file");
-  const bool generate = !args.empty() && args.front() == "generate";
+  return options;
+}
+
+int data_command(const std::vector<std::string>& args) {
+  const auto options = data_generate_options();
+  if (args.empty()) {
+    std::cout << kDataUsage << "\n" << options << "\n";
+    return 2;
+  }
+  const bool generate = args.front() == "generate";
   const std::vector<std::string> rest(args.begin() + (generate ? 1 : 0), args.end());
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(rest).options(options).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InvalidArgument(fmt::format("{} (see hardy data generate --help)", e.what()));
-  }
-  if (vm.count("help") || args.empty()) {
-    std::cout << "Usage: hardy data generate --out DIR [--samples N] [--height H] [--width W] "
-                 "[--seed S]\n\n"
-                 "Writes synthetic climate-like samples (16 channels, with tropical-cyclone and "
-                 "atmospheric-river\n"
-                 "masks) into HDF5 files, the same for the same seed.\n\n"
-              << options << "\n";
-    return args.empty() ? 2 : 0;
-  }
+  if (!parse_command_line(rest, options, {"hardy data generate", kDataUsage}, vm)) return 0;
   if (!generate)
     throw InvalidArgument(
         fmt::format("unknown data command '{}'; the one command is 'generate'", args.front()));

@@ -20,7 +20,7 @@ namespace po = boost::program_options;
 
 namespace hardy::jobs {
 
-int eval_command(const std::vector<std::string>& args) {
+po::options_description eval_options() {
   po::options_description options("hardy eval options");
   options.add_options()("help,h", "print this help")(
       "run-dir", po::value<std::string>(),
@@ -33,6 +33,11 @@ int eval_command(const std::vector<std::string>& args) {
       "held-out samples to score (default: the job's --eval-samples)")(
       "threads", po::value<int>()->default_value(0), "CPU threads (0: all cores)")(
       "json", po::bool_switch(), "print the result as one JSON object");
+  return options;
+}
+
+int eval_command(const std::vector<std::string>& args) {
+  const auto options = eval_options();
   po::variables_map vm;
   if (!parse_command_line(args, options,
                           {"hardy eval",

@@ -54,12 +54,7 @@ void require_distinct(const std::vector<std::string>& hosts, const char* option)
 
 }  // namespace
 
-int run_command(const std::vector<std::string>& args) {
-  // Everything after `--` belongs to `hardy train`.
-  const auto separator = std::find(args.begin(), args.end(), "--");
-  const std::vector<std::string> own(args.begin(), separator);
-  const std::vector<std::string> train_args(separator == args.end() ? separator : separator + 1,
-                                            args.end());
+po::options_description run_options() {
   const resilience::SupervisorConfig defaults;
   const auto& detection = defaults.detection;
 
@@ -113,6 +108,16 @@ int run_command(const std::vector<std::string>& args) {
                            "(for ranks it left behind) before it is ended");
   po::options_description options("hardy run options");
   options.add(placement).add(recovery);
+  return options;
+}
+
+int run_command(const std::vector<std::string>& args) {
+  // Everything after `--` belongs to `hardy train`.
+  const auto separator = std::find(args.begin(), args.end(), "--");
+  const std::vector<std::string> own(args.begin(), separator);
+  const std::vector<std::string> train_args(separator == args.end() ? separator : separator + 1,
+                                            args.end());
+  const auto options = run_options();
   po::variables_map vm;
   if (!parse_command_line(
           own, options,

@@ -15,7 +15,8 @@ std::optional<nlohmann::json> parse_line(const std::string& line) {
   return record;
 }
 
-// The last complete line, reading only the file's tail: a long job's metrics.jsonl is large.
+}  // namespace
+
 std::optional<nlohmann::json> last_record(const std::filesystem::path& path) {
   std::ifstream file(path, std::ios::binary | std::ios::ate);
   if (!file) return std::nullopt;
@@ -28,6 +29,16 @@ std::optional<nlohmann::json> last_record(const std::filesystem::path& path) {
     if (auto record = parse_line(*line)) return record;
   return std::nullopt;
 }
+
+std::vector<nlohmann::json> read_records(const std::filesystem::path& path) {
+  std::vector<nlohmann::json> records;
+  std::ifstream file(path);
+  for (std::string line; std::getline(file, line);)
+    if (auto record = parse_line(line)) records.push_back(std::move(*record));
+  return records;
+}
+
+namespace {
 
 // The `excluded` entries of job_relaunched and the `excluded_nodes` of supervisor_finished have
 // the same shape: {host, evidence: [...], replaced_by?}. Anything else is passed over, so that a

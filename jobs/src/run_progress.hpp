@@ -32,6 +32,12 @@ struct RunProgress {
   std::vector<LostNode> lost_nodes;  // in the order the supervisor left them out
 };
 
+// The last complete line of a JSON-lines file (events.jsonl, metrics.jsonl), reading only the
+// file's tail: a long job's metrics.jsonl is large. nullopt when there is none.
+std::optional<nlohmann::json> last_record(const std::filesystem::path& path);
+// Every complete line that is a JSON object; a line cut short by a crash is passed over.
+std::vector<nlohmann::json> read_records(const std::filesystem::path& path);
+
 // Reads metrics.jsonl (from its end), events.jsonl and checkpoints/ (validating checkpoints from
 // the newest down until one is valid). Missing files give empty fields, not errors; a line cut
 // short by a crash is passed over.

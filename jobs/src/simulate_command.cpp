@@ -12,32 +12,33 @@ namespace po = boost::program_options;
 
 namespace hardy::jobs {
 
-int simulate_command(const std::vector<std::string>& args) {
-  resilience::ScaleAssumptions a;
+po::options_description simulate_options() {
+  const resilience::ScaleAssumptions a;
   po::options_description options("hardy simulate options");
   options.add_options()("help,h", "print this help")(
       "from-run", po::value<std::string>(),
       "run directory of a job that recovered from a failure (required)")(
       "relaunch-run", po::value<std::string>(),
       "run directory of a job that the supervisor relaunched (optional)")(
-      "nodes", po::value<int>(&a.nodes)->default_value(a.nodes), "nodes of the projected machine")(
-      "ranks-per-node", po::value<int>(&a.ranks_per_node)->default_value(a.ranks_per_node),
-      "ranks (GPUs) per node")("latency-us",
-                               po::value<double>()->default_value(a.network_latency_s * 1e6),
-                               "network latency per message")(
+      "nodes", po::value<int>()->default_value(a.nodes), "nodes of the projected machine")(
+      "ranks-per-node", po::value<int>()->default_value(a.ranks_per_node), "ranks (GPUs) per node")(
+      "latency-us", po::value<double>()->default_value(a.network_latency_s * 1e6),
+      "network latency per message")(
       "bandwidth-gbs", po::value<double>()->default_value(a.network_bandwidth_bytes_s / 1e9),
       "link bandwidth, GB/s")(
       "pfs-read-gbs", po::value<double>()->default_value(a.pfs_read_bandwidth_bytes_s / 1e9),
       "one reader's parallel-file-system bandwidth, GB/s")(
-      "launch-s-per-1000-nodes",
-      po::value<double>(&a.launch_s_per_1000_nodes)->default_value(a.launch_s_per_1000_nodes),
+      "launch-s-per-1000-nodes", po::value<double>()->default_value(a.launch_s_per_1000_nodes),
       "job launch and MPI_Init time per 1000 nodes")(
       "node-local-read-gbs", po::value<double>()->default_value(a.node_local_read_bytes_s / 1e9),
       "reading a node-local snapshot from node memory, GB/s")(
-      "detection-s", po::value<double>(&a.failure_detection_s)->default_value(0),
-      "failure detection time (0: measured)")("step-s",
-                                              po::value<double>(&a.step_s)->default_value(0),
-                                              "training step time at scale (0: measured)");
+      "detection-s", po::value<double>()->default_value(0), "failure detection time (0: measured)")(
+      "step-s", po::value<double>()->default_value(0), "training step time at scale (0: measured)");
+  return options;
+}
+
+int simulate_command(const std::vector<std::string>& args) {
+  const auto options = simulate_options();
   po::variables_map vm;
   if (!parse_command_line(
           args, options,
@@ -49,6 +50,12 @@ int simulate_command(const std::vector<std::string>& args) {
           vm))
     return 0;
   if (!vm.count("from-run")) throw InvalidArgument("--from-run RUN_DIR is required");
+  resilience::ScaleAssumptions a;
+  a.nodes = vm["nodes"].as<int>();
+  a.ranks_per_node = vm["ranks-per-node"].as<int>();
+  a.launch_s_per_1000_nodes = vm["launch-s-per-1000-nodes"].as<double>();
+  a.failure_detection_s = vm["detection-s"].as<double>();
+  a.step_s = vm["step-s"].as<double>();
   if (a.nodes < 1 || a.ranks_per_node < 1)
     throw InvalidArgument("--nodes and --ranks-per-node must be positive");
   a.network_latency_s = vm["latency-us"].as<double>() * 1e-6;

@@ -1,8 +1,15 @@
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
+#include "command_line.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/schedulers.hpp"
@@ -15,12 +22,21 @@ namespace hardy::jobs {
 
 namespace {
 
-constexpr const char* kStatusUsage = R"(Usage: hardy status RUN_DIR [--json]
+constexpr const char* kStatusUsage =
+    R"(Usage: hardy status RUN_DIR|JOB_ID [--json] [--follow [--interval S]]
 
 Where a job stands: its scheduler job id and state (for a job started with `hardy submit`), the
 last step it logged, its newest valid checkpoint, the failures it survived (failure_detected
 events: recovered inside the job; job_relaunched events: restarted by `hardy run`), and the nodes
 `hardy run` left out, with its evidence and what it did.
+
+A Slurm or LSF job id instead of RUN_DIR names the run directory whose scheduler.json (written by
+`hardy submit`) records that job; it is looked for under --runs.
+
+--follow refreshes a compact view (step, ETA, world size, samples/s, the last failure and its
+recovery, the newest checkpoint and its age) every --interval seconds until the job ends, then
+prints the final state. Exit status 0 when the job finished its last step, 1 when it ended
+otherwise (failed, cancelled, or no longer running without having finished).
 )";
 
 nlohmann::json optional_json(const auto& value) {
@@ -127,15 +143,229 @@ void print_text(const nlohmann::json& status) {
                              fmt::join(node["evidence"].get<std::vector<std::string>>(), "; "));
 }
 
+// ---- RUN_DIR or a job id ----
+
+bool looks_like_job_id(const std::string& text) {
+  return !text.empty() && std::isdigit(static_cast<unsigned char>(text.front())) &&
+         std::all_of(text.begin(), text.end(), [](char c) {
+           return std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '[' ||
+                  c == ']';
+         });
+}
+
+// A run directory as given, or the one under `runs` whose scheduler.json records job `target`.
+std::filesystem::path resolve_run_dir(const std::string& target,
+                                      const std::filesystem::path& runs) {
+  if (std::filesystem::is_directory(target)) return target;
+  if (!looks_like_job_id(target))
+    throw InvalidArgument(fmt::format("run directory {} does not exist", target));
+  std::error_code error;
+  if (std::filesystem::is_directory(runs, error))
+    for (const auto& entry : std::filesystem::directory_iterator(runs, error)) {
+      if (!entry.is_directory()) continue;
+      try {
+        const auto submission = read_submission(entry.path());
+        if (submission && submission->job_id == target) return entry.path();
+      } catch (const InvalidArgument&) {
+        // another kind of scheduler.json: not this job's
+      }
+    }
+  throw InvalidArgument(fmt::format(
+      "{} is neither a run directory nor the job id of a run under {}/ (hardy submit records "
+      "it in RUN_DIR/{}; give the run directory, or --runs DIR)",
+      target, runs.string(), kSubmissionFile));
+}
+
+// ---- --follow ----
+
+// What the compact view shows, from events.jsonl, the tail of metrics.jsonl and the scheduler.
+struct LiveView {
+  std::optional<nlohmann::json> metrics;  // the last metrics line
+  long total_steps = 0;                   // job_started's `steps`
+  std::optional<nlohmann::json> last_failure, last_recovery, last_checkpoint, finished;
+  bool supervised = false;            // supervisor_started was logged: wait for supervisor_finished
+  std::optional<nlohmann::json> end;  // job_finished (unsupervised) or supervisor_finished
+  long failures = 0, relaunches = 0;
+  nlohmann::json scheduler;  // null when not submitted
+  std::optional<long> pid;   // the supervisor's, else rank 0's: to tell a local run that died
+};
+
+LiveView read_live_view(const std::filesystem::path& run_dir) {
+  LiveView view;
+  view.metrics = last_record(run_dir / "metrics.jsonl");
+  for (auto& event : read_records(run_dir / "events.jsonl")) {
+    const std::string name = event.value("event", "");
+    if (name == "supervisor_started") view.supervised = true, view.pid = event.value("pid", 0L);
+    if (name == "rank_started" && event.value("rank", -1) == 0 && !view.supervised)
+      view.pid = event.value("pid", 0L);
+    if (name == "job_started") view.total_steps = event.value("steps", 0L);
+    if (name == "failure_detected")
+      ++view.failures, view.last_failure = event, view.last_recovery.reset();
+    if (name == "recovery_finished") view.last_recovery = event;
+    if (name == "job_relaunched") ++view.relaunches, view.last_recovery = event;
+    if (name == "checkpoint_written" || name == "final_checkpoint") view.last_checkpoint = event;
+    if (name == "job_finished") view.finished = event;
+    if (name == "supervisor_finished" || (name == "job_finished" && !view.supervised))
+      view.end = event;
+  }
+  view.scheduler = scheduler_status(read_submission(run_dir));
+  return view;
+}
+
+// Seconds since the run last wrote its events or metrics.
+double seconds_since_written(const std::filesystem::path& run_dir, double now) {
+  double newest = 0;
+  for (const char* name : {"events.jsonl", "metrics.jsonl"}) {
+    std::error_code error;
+    const auto written = std::filesystem::last_write_time(run_dir / name, error);
+    if (error) continue;
+    newest = std::max(newest, std::chrono::duration<double>(
+                                  std::chrono::file_clock::to_sys(written).time_since_epoch())
+                                  .count());
+  }
+  return newest > 0 ? now - newest : INFINITY;
+}
+
+// A run with no scheduler died unseen when its process is gone from this host and it has written
+// nothing for a while (the silence guards against a pid that belongs to another host).
+bool local_process_gone(const std::filesystem::path& run_dir, const LiveView& view, double now) {
+  constexpr double kSilentS = 30;
+  if (!view.pid || *view.pid <= 0 || !view.scheduler.is_null()) return false;
+  return kill(static_cast<pid_t>(*view.pid), 0) != 0 && errno == ESRCH &&
+         seconds_since_written(run_dir, now) > kSilentS;
+}
+
+// Scheduler states in which the job may still train (Slurm's and LSF's words).
+bool scheduler_running(const nlohmann::json& scheduler) {
+  if (scheduler.is_null()) return true;
+  const auto state = scheduler["state"].get<std::string>();
+  for (const char* live : {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED",
+                           "RESIZING", "SUSPENDED", "PEND", "RUN", "PSUSP", "USUSP", "SSUSP"})
+    if (state == live) return true;
+  return false;
+}
+
+std::string duration_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-";
+  const long s = std::lround(seconds);
+  return fmt::format("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
+}
+
+double number(const nlohmann::json& record, const char* key, double otherwise = NAN) {
+  const auto found = record.find(key);
+  return found != record.end() && found->is_number() ? found->get<double>() : otherwise;
+}
+
+std::string compact_text(const std::filesystem::path& run_dir, const LiveView& view, double now) {
+  std::string text =
+      fmt::format("hardy status {}  ({})\n", run_dir.string(),
+                  view.scheduler.is_null()
+                      ? std::string("local run")
+                      : fmt::format("{} job {}: {}", view.scheduler["name"].get<std::string>(),
+                                    view.scheduler["job_id"].get<std::string>(),
+                                    view.scheduler["state"].get<std::string>()));
+  if (!view.metrics) {
+    text += "step      none logged yet\n";
+  } else {
+    const auto& m = *view.metrics;
+    const double step = number(m, "step", 0), rate = number(m, "samples_per_s");
+    const double batch = number(m, "global_batch");
+    const double eta = view.total_steps > 0 && rate > 0 && batch > 0
+                           ? (view.total_steps - step) * batch / rate
+                           : NAN;
+    text += fmt::format(
+        "step      {:.0f}/{}  ETA {}  loss {:.4f}\nworld     {:.0f} ranks  {:.1f} samples/s\n",
+        step, view.total_steps > 0 ? std::to_string(view.total_steps) : "?",
+        view.end ? "done" : duration_text(eta), number(m, "loss"), number(m, "world_size"), rate);
+  }
+  if (!view.last_failure) {
+    text += fmt::format(
+        "failure   none{}\n",
+        view.relaunches ? fmt::format(" in the job; {} relaunch(es)", view.relaunches) : "");
+  } else {
+    const auto& f = *view.last_failure;
+    const std::string recovery =
+        !view.last_recovery ? "recovering"
+        : view.last_recovery->value("event", "") == "job_relaunched"
+            ? "relaunched by hardy run"
+            : fmt::format("recovered in {:.3f} s", number(*view.last_recovery, "seconds"));
+    text += fmt::format("failure   {} of {} at step {:.0f} ({}): {}\n", view.failures,
+                        view.failures + view.relaunches, number(f, "step"),
+                        f.value("detected_by", "detected"), recovery);
+  }
+  if (!view.last_checkpoint)
+    text += "ckpt      none written yet\n";
+  else
+    text +=
+        fmt::format("ckpt      step {:.0f}, {} old  {}\n", number(*view.last_checkpoint, "step"),
+                    duration_text(now - number(*view.last_checkpoint, "unix_time")),
+                    view.last_checkpoint->value("path", ""));
+  return text;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+int follow(const std::filesystem::path& run_dir, double interval_s) {
+  const bool terminal = isatty(STDOUT_FILENO) != 0;
+  for (;;) {
+    const LiveView view = read_live_view(run_dir);
+    const double now = unix_now();
+    const bool gone = local_process_gone(run_dir, view, now);
+    const bool running = scheduler_running(view.scheduler) && !gone;
+    // A terminal gets the view redrawn in place; a file or pipe gets one block per refresh.
+    std::cout << (terminal ? "\033[H\033[J" : "") << compact_text(run_dir, view, now);
+    if (view.end || !running) {
+      const bool completed = view.finished && view.finished->value("status", "") == "completed" &&
+                             (!view.end || view.end->value("event", "") != "supervisor_finished" ||
+                              number(*view.end, "status", 1) == 0);
+      if (view.end)
+        std::cout << fmt::format("ended     {}\n",
+                                 view.end->value("event", "") == "supervisor_finished"
+                                     ? view.end->value("how", "supervisor finished")
+                                     : view.end->value("status", "job finished"));
+      else if (gone)
+        std::cout << fmt::format(
+            "ended     the job is not running: process {} is gone and it "
+            "logged no end\n",
+            *view.pid);
+      else
+        std::cout << fmt::format("ended     the job is not running ({}: {}) and logged no end\n",
+                                 view.scheduler["state"].get<std::string>(),
+                                 view.scheduler["detail"].get<std::string>());
+      std::cout << std::flush;
+      return completed ? 0 : 1;
+    }
+    std::cout << (terminal ? "" : "\n") << std::flush;
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+  }
+}
+
 }  // namespace
 
+po::options_description status_options() {
+  auto options = run_dir_options("hardy status options");
+  options.add_options()("json", po::bool_switch(), "print one JSON object")(
+      "follow,f", po::bool_switch(), "refresh a compact live view until the job ends")(
+      "interval", po::value<double>()->default_value(5.0), "seconds between --follow refreshes")(
+      "runs", po::value<std::string>()->default_value("runs"),
+      "where to look for the run directory of a JOB_ID");
+  return options;
+}
+
 int status_command(const std::vector<std::string>& args) {
-  po::options_description options("hardy status options");
-  options.add_options()("json", po::bool_switch(), "print one JSON object");
   po::variables_map vm;
-  const auto run_dir = parse_run_dir_command(args, options, "hardy status", kStatusUsage, vm);
-  if (!run_dir) return 0;
-  const auto status = status_json(*run_dir);
+  const auto target =
+      parse_run_dir_command(args, status_options(), "hardy status", kStatusUsage, vm);
+  if (!target) return 0;
+  const auto run_dir = resolve_run_dir(*target, vm["runs"].as<std::string>());
+  if (vm["follow"].as<bool>()) {
+    const double interval = vm["interval"].as<double>();
+    if (!(interval > 0)) throw InvalidArgument("--interval must be positive");
+    return follow(run_dir, interval);
+  }
+  const auto status = status_json(run_dir);
   if (vm["json"].as<bool>())
     std::cout << status.dump(2) << "\n";
   else

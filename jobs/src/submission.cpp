@@ -38,22 +38,35 @@ std::optional<Submission> read_submission(const std::filesystem::path& run_dir) 
   }
 }
 
-std::optional<std::filesystem::path> parse_run_dir_command(
-    const std::vector<std::string>& args, boost::program_options::options_description options,
-    const std::string& command, const std::string& usage,
-    boost::program_options::variables_map& vm) {
+boost::program_options::options_description run_dir_options(const std::string& caption) {
   namespace po = boost::program_options;
+  po::options_description options(caption);
   options.add_options()("help,h", "print this help")("run-dir", po::value<std::string>(),
                                                      "the job's run directory");
-  po::positional_options_description positional;
+  return options;
+}
+
+std::optional<std::string> parse_run_dir_command(
+    const std::vector<std::string>& args,
+    const boost::program_options::options_description& options, const std::string& command,
+    const std::string& usage, boost::program_options::variables_map& vm) {
+  boost::program_options::positional_options_description positional;
   positional.add("run-dir", 1);
   if (!parse_command_line(args, options, {command, usage, &positional}, vm)) return std::nullopt;
   if (!vm.count("run-dir"))
     throw InvalidArgument(fmt::format("a run directory is required (see {} --help)", command));
-  const std::filesystem::path run_dir = vm["run-dir"].as<std::string>();
-  if (!std::filesystem::is_directory(run_dir))
-    throw InvalidArgument(fmt::format("run directory {} does not exist", run_dir.string()));
-  return run_dir;
+  return vm["run-dir"].as<std::string>();
+}
+
+std::optional<std::filesystem::path> parse_existing_run_dir_command(
+    const std::vector<std::string>& args,
+    const boost::program_options::options_description& options, const std::string& command,
+    const std::string& usage, boost::program_options::variables_map& vm) {
+  const auto run_dir = parse_run_dir_command(args, options, command, usage, vm);
+  if (!run_dir) return std::nullopt;
+  if (!std::filesystem::is_directory(*run_dir))
+    throw InvalidArgument(fmt::format("run directory {} does not exist", *run_dir));
+  return std::filesystem::path(*run_dir);
 }
 
 }  // namespace hardy::jobs

@@ -25,12 +25,21 @@ void write_submission(const std::filesystem::path& run_dir, const Submission& su
 // throws InvalidArgument naming the file when it is not what `hardy submit` writes.
 std::optional<Submission> read_submission(const std::filesystem::path& run_dir);
 
-// Parses `hardy <command> RUN_DIR [options]` (`command`: "hardy status") (RUN_DIR also as
-// --run-dir) into `vm`, checking that RUN_DIR exists. Prints `usage` and the options and returns
-// nullopt for --help; throws InvalidArgument for anything wrong.
-std::optional<std::filesystem::path> parse_run_dir_command(
-    const std::vector<std::string>& args, boost::program_options::options_description options,
-    const std::string& command, const std::string& usage,
-    boost::program_options::variables_map& vm);
+// The options of a command on one run directory: --help and --run-dir (also given as the one
+// positional argument), under `caption`; the command adds its own.
+boost::program_options::options_description run_dir_options(const std::string& caption);
+
+// Parses `hardy <command> RUN_DIR [options]` (`command`: "hardy cancel") against `options` (from
+// run_dir_options) into `vm`. Prints `usage` and the options and returns nullopt for --help;
+// returns the run directory (which must exist when `must_exist`), and throws InvalidArgument for
+// anything wrong.
+std::optional<std::string> parse_run_dir_command(
+    const std::vector<std::string>& args,
+    const boost::program_options::options_description& options, const std::string& command,
+    const std::string& usage, boost::program_options::variables_map& vm);
+std::optional<std::filesystem::path> parse_existing_run_dir_command(
+    const std::vector<std::string>& args,
+    const boost::program_options::options_description& options, const std::string& command,
+    const std::string& usage, boost::program_options::variables_map& vm);
 
 }  // namespace hardy::jobs

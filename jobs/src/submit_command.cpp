@@ -34,6 +34,8 @@ it on failures; the scheduler requeues it after a node failure or, after a check
 time limit, and every run resumes from the newest checkpoint. Watch it with `hardy status RUN_DIR`.
 )";
 
+}  // namespace
+
 po::options_description submit_options() {
   po::options_description options("hardy submit options");
   options.add_options()("help,h", "print this help, with the template placeholders")(
@@ -66,6 +68,8 @@ po::options_description submit_options() {
       "print the built-in template of --scheduler, to start a --template from");
   return options;
 }
+
+namespace {
 
 std::string placeholder_help() {
   std::string help =

@@ -8,13 +8,12 @@
 #include <iostream>
 #include <sstream>
 
+#include "command_line.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace po = boost::program_options;
 
 namespace hardy::jobs {
-
-namespace {
 
 // One table of every training option: name, default, help. Types follow the defaults.
 po::options_description train_options() {
@@ -132,6 +131,8 @@ po::options_description train_options() {
   all.add(general).add(parallel).add(checkpoints).add(resilience).add(data).add(model).add(optim);
   return all;
 }
+
+namespace {
 
 template <class T>
 T get(const po::variables_map& vm, const char* name) {
@@ -351,18 +352,15 @@ std::vector<float> parse_float_list(const std::string& text, const std::string& 
 std::optional<TrainSpec> parse_train_spec(const std::vector<std::string>& args) {
   const auto options = train_options();
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(options).run(), vm);
-  } catch (const po::error& e) {
-    throw InvalidArgument(fmt::format("{} (see hardy train --help)", e.what()));
-  }
-  if (vm.count("help")) {
-    std::cout
-        << "Usage: hardy train [--config FILE] [options]\n\n"
-           "Trains the DeepLabv3+ segmentation model data-parallel over all ranks of the job.\n\n"
-        << options << "\n";
+  if (!parse_command_line(
+          args, options,
+          {.command = "hardy train",
+           .usage = "Usage: hardy train [--config FILE] [options]\n\n"
+                    "Trains the DeepLabv3+ segmentation model data-parallel over all ranks of the "
+                    "job.\n",
+           .notify = false},
+          vm))
     return std::nullopt;
-  }
   const bool dataset_cli = vm.count("dataset") > 0;
   const bool synthetic_cli = vm.count("synthetic") > 0;
   if (vm.count("config")) {

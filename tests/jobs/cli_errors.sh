@@ -28,6 +28,11 @@ expect 0 "run-dir" -- eval --help
 expect 0 "--out" -- data generate --help
 expect 2 "unknown command 'frobnicate'" -- frobnicate
 expect 2 "no command" --
+expect 0 "picture" -- report --help
+expect 2 "run directory is required" -- report
+expect 2 "bash only" -- completion zsh
+expect 2 "interval must be positive" -- status "$tmp" --follow --interval 0
+expect 2 "neither a run directory nor the job id" -- status 99999999 --runs "$tmp"
 expect 2 "global-batch" -- train --global-batch 0 --run-dir "$tmp/a"
 expect 2 "unrecognised option\|unknown option\|unrecognized" -- train --bogus
 expect 2 "/nonexistent.ini" -- train --config /nonexistent.ini

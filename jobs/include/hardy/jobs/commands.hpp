@@ -17,5 +17,7 @@ int status_command(const std::vector<std::string>& args);
 int cancel_command(const std::vector<std::string>& args);
 int run_command(const std::vector<std::string>& args);
 int simulate_command(const std::vector<std::string>& args);
+int report_command(const std::vector<std::string>& args);
+int completion_command(const std::vector<std::string>& args);
 
 }  // namespace hardy::jobs
