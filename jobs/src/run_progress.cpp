@@ -50,7 +50,8 @@ void read_lost_nodes(const nlohmann::json& record, const char* key, const std::s
   if (found == record.end() || !found->is_array()) return;
   for (const auto& entry : *found) {
     if (!entry.is_object() || !entry.contains("host") || !entry["host"].is_string()) continue;
-    LostNode node{.host = entry["host"].get<std::string>()};
+    LostNode node;
+    node.host = entry["host"].get<std::string>();
     if (const auto evidence = entry.find("evidence");
         evidence != entry.end() && evidence->is_array())
       for (const auto& item : *evidence)
