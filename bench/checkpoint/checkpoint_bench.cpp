@@ -177,8 +177,11 @@ double step_seconds(core::Backend& backend, core::DeepLabV3Plus& model, core::Op
     const core::Tensor& logits = model.forward(x, true);
     if (!dlogits.defined())
       dlogits = backend.empty(logits.dims(), core::DType::f32, logits.layout());
-    backend.softmax_cross_entropy(logits, labels, weights,
-                                  1.0f / static_cast<float>(labels.numel()), dlogits);
+    backend.softmax_cross_entropy({.logits = logits,
+                                   .labels = labels,
+                                   .class_weights = weights,
+                                   .grad_scale = 1.0f / static_cast<float>(labels.numel())},
+                                  dlogits);
     model.backward(dlogits);
     optimizer.step(model.parameters(), 1e-4f);
     backend.synchronize();

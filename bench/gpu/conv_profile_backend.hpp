@@ -1,6 +1,7 @@
 #pragma once
-// A Backend decorator for the GPU step benchmark: forwards every call to a CudaBackend and, while
-// enabled, brackets each convolution pass with CUDA events on the backend's stream, so that
+// A Backend decorator for the GPU step benchmark: forwards every operation to a CudaBackend (a
+// ForwardingBackend overriding the convolution hooks) and, while enabled, brackets each
+// convolution pass with CUDA events on the backend's stream, so that
 // the GPU time of every convolution inside a real training step is measured without
 // synchronising between operations. Each pass is counted at 2 * N * OH * OW * O * I * KH * KW
 // floating-point operations (multiply and add), the convention of PyTorch's and NVIDIA's
@@ -13,10 +14,11 @@
 
 #include "hardy/core/compute/cuda_backend.hpp"
 #include "hardy/core/compute/cuda_runtime.hpp"
+#include "hardy/core/compute/forwarding_backend.hpp"
 
 namespace hardy::bench {
 
-class ConvProfileBackend final : public core::Backend {
+class ConvProfileBackend final : public core::ForwardingBackend {
  public:
   struct Entry {
     double flops = 0;    // per call
@@ -24,7 +26,8 @@ class ConvProfileBackend final : public core::Backend {
     long calls = 0;
   };
 
-  explicit ConvProfileBackend(core::CudaBackend& inner) : inner_(inner) {}
+  explicit ConvProfileBackend(core::CudaBackend& inner)
+      : core::ForwardingBackend(inner), inner_(inner) {}
 
   void enable(bool on) { enabled_ = on; }
   // Waits for the stream and adds the timed convolutions of the last step(s) to the entries.
@@ -57,112 +60,25 @@ class ConvProfileBackend final : public core::Backend {
     pending_.clear();
   }
 
-  std::string_view name() const override { return inner_.name(); }
-  core::Layout activation_layout() const override { return inner_.activation_layout(); }
-  core::Device device() const override { return inner_.device(); }
-  core::Tensor empty(std::vector<std::int64_t> dims, core::DType dtype,
-                     core::Layout layout) override {
-    return inner_.empty(std::move(dims), dtype, layout);
-  }
-  void copy(const core::Tensor& src, core::Tensor& dst) override { inner_.copy(src, dst); }
-  void fill(core::Tensor& t, float value) override { inner_.fill(t, value); }
-  void synchronize() override { inner_.synchronize(); }
+ protected:
+  using Base = core::ForwardingBackend;
 
-  void conv2d_forward(const core::Tensor& x, const core::Tensor& weight, const core::Tensor* bias,
-                      const core::ConvGeometry& g, core::Tensor& y) override {
-    timed("forward", x, weight, g, y, [&] { inner_.conv2d_forward(x, weight, bias, g, y); });
+  // Only the convolutions are timed; every other hook is ForwardingBackend's.
+  void do_conv2d_forward(const core::Tensor& x, const core::Tensor& weight,
+                         const core::Tensor* bias, const core::ConvGeometry& g,
+                         core::Tensor& y) override {
+    timed("forward", x, weight, g, y, [&] { Base::do_conv2d_forward(x, weight, bias, g, y); });
   }
-  void conv2d_backward_data(const core::Tensor& dy, const core::Tensor& weight,
-                            const core::ConvGeometry& g, core::Tensor& dx) override {
-    timed("bwd-data", dx, weight, g, dy, [&] { inner_.conv2d_backward_data(dy, weight, g, dx); });
+  void do_conv2d_backward_data(const core::Tensor& dy, const core::Tensor& weight,
+                               const core::ConvGeometry& g, core::Tensor& dx) override {
+    timed("bwd-data", dx, weight, g, dy, [&] { Base::do_conv2d_backward_data(dy, weight, g, dx); });
   }
-  void conv2d_backward_weights(const core::Tensor& x, const core::Tensor& dy,
-                               const core::ConvGeometry& g, core::Tensor& dweight,
-                               core::Tensor* dbias) override {
+  void do_conv2d_backward_weights(const core::Tensor& x, const core::Tensor& dy,
+                                  const core::ConvGeometry& g, core::Tensor& dweight,
+                                  core::Tensor* dbias) override {
     timed("bwd-weights", x, dweight, g, dy,
-          [&] { inner_.conv2d_backward_weights(x, dy, g, dweight, dbias); });
+          [&] { Base::do_conv2d_backward_weights(x, dy, g, dweight, dbias); });
   }
-
-  void group_norm_forward(const core::Tensor& x, const core::Tensor& gamma,
-                          const core::Tensor& beta, int groups, float eps, bool fuse_relu,
-                          core::Tensor& y, core::Tensor& mean, core::Tensor& rstd) override {
-    inner_.group_norm_forward(x, gamma, beta, groups, eps, fuse_relu, y, mean, rstd);
-  }
-  void group_norm_backward(const core::Tensor& x, const core::Tensor& y, const core::Tensor& dy,
-                           const core::Tensor& gamma, const core::Tensor& mean,
-                           const core::Tensor& rstd, int groups, bool fuse_relu, core::Tensor& dx,
-                           core::Tensor& dgamma, core::Tensor& dbeta) override {
-    inner_.group_norm_backward(x, y, dy, gamma, mean, rstd, groups, fuse_relu, dx, dgamma, dbeta);
-  }
-  void batch_norm_statistics(const core::Tensor& x, core::Tensor& sum,
-                             core::Tensor& sum_squares) override {
-    inner_.batch_norm_statistics(x, sum, sum_squares);
-  }
-  void batch_norm_apply(const core::Tensor& x, const core::Tensor& mean,
-                        const core::Tensor& variance, const core::Tensor& gamma,
-                        const core::Tensor& beta, float eps, bool fuse_relu,
-                        core::Tensor& y) override {
-    inner_.batch_norm_apply(x, mean, variance, gamma, beta, eps, fuse_relu, y);
-  }
-  void batch_norm_backward_statistics(const core::Tensor& x, const core::Tensor& y,
-                                      const core::Tensor& dy, const core::Tensor& mean,
-                                      const core::Tensor& variance, float eps, bool fuse_relu,
-                                      core::Tensor& dgamma, core::Tensor& dbeta) override {
-    inner_.batch_norm_backward_statistics(x, y, dy, mean, variance, eps, fuse_relu, dgamma, dbeta);
-  }
-  void batch_norm_backward_data(const core::Tensor& x, const core::Tensor& y,
-                                const core::Tensor& dy, const core::Tensor& mean,
-                                const core::Tensor& variance, const core::Tensor& gamma,
-                                const core::Tensor& dgamma, const core::Tensor& dbeta, float eps,
-                                bool fuse_relu, double count, core::Tensor& dx) override {
-    inner_.batch_norm_backward_data(x, y, dy, mean, variance, gamma, dgamma, dbeta, eps, fuse_relu,
-                                    count, dx);
-  }
-  void relu_forward(const core::Tensor& x, core::Tensor& y) override { inner_.relu_forward(x, y); }
-  void relu_backward(const core::Tensor& y, const core::Tensor& dy, core::Tensor& dx) override {
-    inner_.relu_backward(y, dy, dx);
-  }
-  void upsample_bilinear_forward(const core::Tensor& x, core::Tensor& y) override {
-    inner_.upsample_bilinear_forward(x, y);
-  }
-  void upsample_bilinear_backward(const core::Tensor& dy, core::Tensor& dx) override {
-    inner_.upsample_bilinear_backward(dy, dx);
-  }
-  void concat_channels(std::span<const core::Tensor* const> inputs, core::Tensor& y) override {
-    inner_.concat_channels(inputs, y);
-  }
-  void split_channels(const core::Tensor& dy, std::span<core::Tensor* const> outputs) override {
-    inner_.split_channels(dy, outputs);
-  }
-  void global_avg_pool_forward(const core::Tensor& x, core::Tensor& y) override {
-    inner_.global_avg_pool_forward(x, y);
-  }
-  void global_avg_pool_backward(const core::Tensor& dy, core::Tensor& dx) override {
-    inner_.global_avg_pool_backward(dy, dx);
-  }
-  double softmax_cross_entropy(const core::Tensor& logits, const core::Tensor& labels,
-                               std::span<const float> class_weights, float grad_scale,
-                               core::Tensor& dlogits) override {
-    return inner_.softmax_cross_entropy(logits, labels, class_weights, grad_scale, dlogits);
-  }
-  void argmax_channels(const core::Tensor& logits, core::Tensor& labels) override {
-    inner_.argmax_channels(logits, labels);
-  }
-  void axpy(float alpha, const core::Tensor& x, core::Tensor& y) override {
-    inner_.axpy(alpha, x, y);
-  }
-  void scale(core::Tensor& x, float alpha) override { inner_.scale(x, alpha); }
-  double sum_squares(const core::Tensor& x) override { return inner_.sum_squares(x); }
-  void sgd_update(core::Tensor& param, const core::Tensor& grad, core::Tensor& velocity, float lr,
-                  float momentum, float weight_decay, bool nesterov) override {
-    inner_.sgd_update(param, grad, velocity, lr, momentum, weight_decay, nesterov);
-  }
-  void adam_update(core::Tensor& param, const core::Tensor& grad, core::Tensor& m, core::Tensor& v,
-                   float lr, float beta1, float beta2, float eps, float weight_decay,
-                   long step) override {
-    inner_.adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step);
-  }
-  bool has_non_finite(const core::Tensor& x) override { return inner_.has_non_finite(x); }
 
  private:
   struct Pending {
@@ -188,7 +104,7 @@ class ConvProfileBackend final : public core::Backend {
                         flops});
   }
 
-  core::CudaBackend& inner_;
+  core::CudaBackend& inner_;  // the same backend as ForwardingBackend::inner(), for its stream
   bool enabled_ = false;
   std::vector<core::cuda::Event> events_;
   std::vector<Pending> pending_;

@@ -244,8 +244,11 @@ nlohmann::json train_tiny_job(core::Backend& backend, long steps) {
     if (!scaler) scaler.emplace(core::LossScalerConfig::for_activations(fields.dtype()));
     const core::Tensor& logits = model.forward(fields, /*training=*/true);
     core::ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
-    const double loss = backend.softmax_cross_entropy(logits, labels, class_weights,
-                                                      grad_scale * scaler->scale(), dlogits);
+    const double loss = backend.softmax_cross_entropy({.logits = logits,
+                                                       .labels = labels,
+                                                       .class_weights = class_weights,
+                                                       .grad_scale = grad_scale * scaler->scale()},
+                                                      dlogits);
     model.backward(dlogits);
     const bool overflow = scaler->unscale(backend, model.parameters());
     if (scaler->update(overflow))
@@ -334,8 +337,11 @@ int step_benchmark(const Options& o) {
     const core::Tensor& logits = model.forward(fields, /*training=*/true);
     core::ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
     // The loss comes back to the host, which waits for the forward pass.
-    const double loss_sum =
-        backend.softmax_cross_entropy(logits, labels, class_weights, grad_scale, dlogits);
+    const double loss_sum = backend.softmax_cross_entropy({.logits = logits,
+                                                           .labels = labels,
+                                                           .class_weights = class_weights,
+                                                           .grad_scale = grad_scale},
+                                                          dlogits);
     const auto after_forward = Clock::now();
     model.backward(dlogits);
     backend.synchronize();

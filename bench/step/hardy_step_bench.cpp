@@ -201,8 +201,11 @@ int dump_step(const Options& o) {
   const core::Tensor& logits = model.forward(b.fields, /*training=*/true);
   core::Tensor dlogits;
   core::ensure_tensor(*backend, dlogits, logits.dims());
-  const double loss_sum =
-      backend->softmax_cross_entropy(logits, b.labels, b.class_weights, grad_scale, dlogits);
+  const double loss_sum = backend->softmax_cross_entropy({.logits = logits,
+                                                          .labels = b.labels,
+                                                          .class_weights = b.class_weights,
+                                                          .grad_scale = grad_scale},
+                                                         dlogits);
   model.backward(dlogits);
 
   namespace h5 = core::h5;
@@ -257,8 +260,11 @@ int benchmark(const Options& o) {
     const double cpu_start = bench::TimingBackend::process_cpu_seconds();
     const core::Tensor& logits = model.forward(b.fields, /*training=*/true);
     core::ensure_tensor(backend, dlogits, logits.dims());
-    const double loss_sum =
-        backend.softmax_cross_entropy(logits, b.labels, b.class_weights, grad_scale, dlogits);
+    const double loss_sum = backend.softmax_cross_entropy({.logits = logits,
+                                                           .labels = b.labels,
+                                                           .class_weights = b.class_weights,
+                                                           .grad_scale = grad_scale},
+                                                          dlogits);
     backend.synchronize();
     const auto after_forward = Clock::now();
     model.backward(dlogits);

@@ -341,8 +341,11 @@ void TrainingSession::State::train_step() {
   core::ensure_tensor(*backend, dlogits, logits.dims());
   // fp16 scales the loss gradient up so that small gradients survive; unscaled below.
   const float loss_scale = scaler.scale();
-  std::vector<double> loss{backend->softmax_cross_entropy(logits, labels, class_weights,
-                                                          grad_scale * loss_scale, dlogits)};
+  std::vector<double> loss{backend->softmax_cross_entropy({.logits = logits,
+                                                           .labels = labels,
+                                                           .class_weights = class_weights,
+                                                           .grad_scale = grad_scale * loss_scale},
+                                                          dlogits)};
   const std::size_t count = model.parameters().size();
   std::size_t announced = 0;
   model.backward(

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../../core/src/compute/cpu/cpu_backend.hpp"
+#include "hardy/core/compute/forwarding_backend.hpp"
 #include "hardy/core/support/error.hpp"
 #include "reference_ops.hpp"
 
@@ -271,13 +272,66 @@ TEST_CASE("cpu backend: mismatched shapes are rejected with the offending tensor
   Tensor gamma = channel_vector(6, 5, 0.5f, 1.5f), beta = channel_vector(6, 6, -0.5f, 0.5f);
   Tensor y = Tensor::host(x.dims());
   Tensor mean = Tensor::host({1, 4}, DType::f32, Layout::flat), rstd = mean.clone();
-  REQUIRE_THROWS_WITH(backend.group_norm_forward(x, gamma, beta, 4, 1e-5f, false, y, mean, rstd),
-                      Catch::Contains("4 groups"));
+  REQUIRE_THROWS_WITH(
+      backend.group_norm_forward(
+          {.x = x, .gamma = gamma, .beta = beta, .groups = 4, .eps = 1e-5f, .fuse_relu = false}, y,
+          mean, rstd),
+      Catch::Contains("4 groups"));
   Tensor short_gamma = channel_vector(5, 7, 0.5f, 1.5f);
-  REQUIRE_THROWS_WITH(backend.batch_norm_apply(x, gamma, gamma, short_gamma, beta, 1e-5f, false, y),
+  REQUIRE_THROWS_WITH(backend.batch_norm_apply({.x = x,
+                                                .mean = gamma,
+                                                .variance = gamma,
+                                                .gamma = short_gamma,
+                                                .beta = beta,
+                                                .eps = 1e-5f,
+                                                .fuse_relu = false},
+                                               y),
                       Catch::Contains(short_gamma.describe()));
   Tensor small = Tensor::host({1, 6, 1, 2});
   REQUIRE_THROWS_AS(backend.relu_forward(x, small), hardy::InvalidArgument);
+}
+
+namespace {
+
+// Counts the relu hooks that reach the inner backend.
+class CountingBackend final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  int relu_calls = 0;
+
+ protected:
+  void do_relu_forward(const Tensor& x, Tensor& y) override {
+    ++relu_calls;
+    ForwardingBackend::do_relu_forward(x, y);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("backend: operands are checked before the hook, also through a decorator", "[core]") {
+  CpuBackend cpu;
+  CountingBackend counting(cpu);
+  CHECK(counting.name() == "cpu");
+  CHECK(counting.operand_rules().device == Device::host);
+  Tensor x = random_tensor({1, 6, 2, 2}, 4, -1.0f, 1.0f);
+  Tensor small = Tensor::host({1, 6, 1, 2});
+  REQUIRE_THROWS_WITH(counting.relu_forward(x, small), Catch::Contains("relu_forward") &&
+                                                           Catch::Contains(x.describe()) &&
+                                                           Catch::Contains(small.describe()));
+  CHECK(counting.relu_calls == 0);
+  Tensor through_decorator = Tensor::host(x.dims()), direct = Tensor::host(x.dims());
+  counting.relu_forward(x, through_decorator);
+  cpu.relu_forward(x, direct);
+  CHECK(counting.relu_calls == 1);
+  CHECK(std::vector<float>(through_decorator.f32().begin(), through_decorator.f32().end()) ==
+        std::vector<float>(direct.f32().begin(), direct.f32().end()));
+  // Operations the decorator does not override reach the inner backend's hook unchanged.
+  Tensor flat = Tensor::host({4}, DType::f32, Layout::flat);
+  counting.fill(flat, 2.5f);
+  CHECK(counting.sum_squares(flat) == 25.0);
+  Tensor integers = Tensor::host({4}, DType::i32, Layout::flat);
+  REQUIRE_THROWS_WITH(counting.sum_squares(integers),
+                      Catch::Contains("sum_squares") && Catch::Contains(integers.describe()));
 }
 
 TEST_CASE("cpu backend: group norm forward matches the reference", "[core]") {
@@ -289,7 +343,9 @@ TEST_CASE("cpu backend: group norm forward matches the reference", "[core]") {
       Tensor gamma = channel_vector(6, 12, 0.5f, 1.5f), beta = channel_vector(6, 13, -0.5f, 0.5f);
       Tensor y = Tensor::host(x.dims());
       Tensor mean = Tensor::host({2, 3}, DType::f32, Layout::flat), rstd = mean.clone();
-      backend.group_norm_forward(x, gamma, beta, 3, 1e-5f, relu, y, mean, rstd);
+      backend.group_norm_forward(
+          {.x = x, .gamma = gamma, .beta = beta, .groups = 3, .eps = 1e-5f, .fuse_relu = relu}, y,
+          mean, rstd);
       const auto expected = reference::group_norm(x, gamma, beta, 3, 1e-5f, relu);
       check_close(y, expected.y, 2e-4);
       for (std::size_t i = 0; i < expected.mean.size(); ++i) {
@@ -315,18 +371,30 @@ TEST_CASE("cpu backend: group norm gradients match finite differences", "[core]"
       x = random_tensor(y.dims(), seed);
       gamma = channel_vector(4, seed + 1, 0.5f, 1.5f);
       beta = channel_vector(4, seed + 2, -0.5f, 0.5f);
-      backend.group_norm_forward(x, gamma, beta, groups, eps, false, y, mean, rstd);
+      backend.group_norm_forward(
+          {.x = x, .gamma = gamma, .beta = beta, .groups = groups, .eps = eps, .fuse_relu = false},
+          y, mean, rstd);
       if (!relu || min_magnitude(y) > 0.02) break;
     }
     const Tensor r = random_tensor(y.dims(), 21);
     const auto objective = [&] {
-      backend.group_norm_forward(x, gamma, beta, groups, eps, relu, y, mean, rstd);
+      backend.group_norm_forward(
+          {.x = x, .gamma = gamma, .beta = beta, .groups = groups, .eps = eps, .fuse_relu = relu},
+          y, mean, rstd);
       return weighted_sum(y, r);
     };
     objective();
     Tensor dx = Tensor::host(x.dims());
     Tensor dgamma = Tensor::host({4}, DType::f32, Layout::flat), dbeta = dgamma.clone();
-    backend.group_norm_backward(x, y, r, gamma, mean, rstd, groups, relu, dx, dgamma, dbeta);
+    backend.group_norm_backward({.x = x,
+                                 .y = y,
+                                 .dy = r,
+                                 .gamma = gamma,
+                                 .mean = mean,
+                                 .rstd = rstd,
+                                 .groups = groups,
+                                 .fuse_relu = relu},
+                                dx, dgamma, dbeta);
     const float step = relu ? 1e-3f : 1e-2f;
     check_gradient("dx", x, dx, objective, step);
     check_gradient("dgamma", gamma, dgamma, objective, step);
@@ -356,7 +424,14 @@ TEST_CASE("cpu backend: batch norm statistics and apply match the reference", "[
   for (const bool relu : {false, true}) {
     INFO("relu " << relu);
     Tensor y = Tensor::host(x.dims());
-    backend.batch_norm_apply(x, mean, variance, gamma, beta, 1e-3f, relu, y);
+    backend.batch_norm_apply({.x = x,
+                              .mean = mean,
+                              .variance = variance,
+                              .gamma = gamma,
+                              .beta = beta,
+                              .eps = 1e-3f,
+                              .fuse_relu = relu},
+                             y);
     check_close(y, reference::batch_norm(x, mean, variance, gamma, beta, 1e-3f, relu));
   }
 }
@@ -379,7 +454,14 @@ TEST_CASE("cpu backend: batch norm gradients match finite differences", "[core]"
         mean.f32()[c] = static_cast<float>(m);
         variance.f32()[c] = static_cast<float>(sum_squares.f32()[c] / count - m * m);
       }
-      backend.batch_norm_apply(x, mean, variance, gamma, beta, eps, with_relu, y);
+      backend.batch_norm_apply({.x = x,
+                                .mean = mean,
+                                .variance = variance,
+                                .gamma = gamma,
+                                .beta = beta,
+                                .eps = eps,
+                                .fuse_relu = with_relu},
+                               y);
     };
     for (unsigned seed = 40;; seed += 3) {
       REQUIRE(seed < 2000);
@@ -397,9 +479,26 @@ TEST_CASE("cpu backend: batch norm gradients match finite differences", "[core]"
     objective();
     Tensor dgamma = Tensor::host({3}, DType::f32, Layout::flat), dbeta = dgamma.clone();
     Tensor dx = Tensor::host(dims);
-    backend.batch_norm_backward_statistics(x, y, r, mean, variance, eps, relu, dgamma, dbeta);
-    backend.batch_norm_backward_data(x, y, r, mean, variance, gamma, dgamma, dbeta, eps, relu,
-                                     count, dx);
+    backend.batch_norm_backward_statistics({.x = x,
+                                            .y = y,
+                                            .dy = r,
+                                            .mean = mean,
+                                            .variance = variance,
+                                            .eps = eps,
+                                            .fuse_relu = relu},
+                                           dgamma, dbeta);
+    backend.batch_norm_backward_data({.x = x,
+                                      .y = y,
+                                      .dy = r,
+                                      .mean = mean,
+                                      .variance = variance,
+                                      .gamma = gamma,
+                                      .dgamma = dgamma,
+                                      .dbeta = dbeta,
+                                      .eps = eps,
+                                      .fuse_relu = relu,
+                                      .count = count},
+                                     dx);
     const float step = relu ? 1e-3f : 1e-2f;
     check_gradient("dx", x, dx, objective, step);
     check_gradient("dgamma", gamma, dgamma, objective, step);
@@ -572,7 +671,9 @@ TEST_CASE("cpu backend: softmax cross-entropy on a hand-checked case", "[core]")
   const Tensor labels = labels_tensor({1, 1, 1, 2}, {2, 0});
   const std::vector<float> class_weights{1.0f, 2.0f, 0.5f};
   Tensor dlogits = Tensor::host(logits.dims());
-  const double loss = backend.softmax_cross_entropy(logits, labels, class_weights, 2.0f, dlogits);
+  const double loss = backend.softmax_cross_entropy(
+      {.logits = logits, .labels = labels, .class_weights = class_weights, .grad_scale = 2.0f},
+      dlogits);
   CHECK(loss == Approx(0.5 * 0.4076059644443806 + 1.0986122886681098).epsilon(1e-6));
   // grad_scale 2 * weight * (softmax - onehot); softmax(1, 2, 3) = (0.09003057, 0.24472847,
   // 0.66524096).
@@ -593,10 +694,17 @@ TEST_CASE("cpu backend: softmax cross-entropy gradient matches finite difference
   const std::vector<float> class_weights{1.0f, 0.5f, 2.0f, 1.5f};
   const float grad_scale = 0.25f;
   Tensor dlogits = Tensor::host(logits.dims()), scratch = Tensor::host(logits.dims());
-  backend.softmax_cross_entropy(logits, labels, class_weights, grad_scale, dlogits);
+  backend.softmax_cross_entropy({.logits = logits,
+                                 .labels = labels,
+                                 .class_weights = class_weights,
+                                 .grad_scale = grad_scale},
+                                dlogits);
   check_gradient("dlogits", logits, dlogits, [&] {
-    return grad_scale *
-           backend.softmax_cross_entropy(logits, labels, class_weights, grad_scale, scratch);
+    return grad_scale * backend.softmax_cross_entropy({.logits = logits,
+                                                       .labels = labels,
+                                                       .class_weights = class_weights,
+                                                       .grad_scale = grad_scale},
+                                                      scratch);
   });
 }
 
@@ -607,15 +715,26 @@ TEST_CASE("cpu backend: softmax cross-entropy rejects labels outside the classes
   const std::vector<float> class_weights(4, 1.0f);
   for (const std::int32_t bad : {7, 4, -1}) {
     const Tensor labels = labels_tensor({1, 1, 1, 3}, {0, bad, 2});
-    REQUIRE_THROWS_AS(backend.softmax_cross_entropy(logits, labels, class_weights, 1.0f, dlogits),
+    REQUIRE_THROWS_AS(backend.softmax_cross_entropy({.logits = logits,
+                                                     .labels = labels,
+                                                     .class_weights = class_weights,
+                                                     .grad_scale = 1.0f},
+                                                    dlogits),
                       hardy::InvalidArgument);
-    REQUIRE_THROWS_WITH(backend.softmax_cross_entropy(logits, labels, class_weights, 1.0f, dlogits),
+    REQUIRE_THROWS_WITH(backend.softmax_cross_entropy({.logits = logits,
+                                                       .labels = labels,
+                                                       .class_weights = class_weights,
+                                                       .grad_scale = 1.0f},
+                                                      dlogits),
                         Catch::Contains("label " + std::to_string(bad)));
   }
   const Tensor labels = labels_tensor({1, 1, 1, 3}, {0, 1, 2});
-  REQUIRE_THROWS_AS(
-      backend.softmax_cross_entropy(logits, labels, std::vector<float>(3, 1.0f), 1.0f, dlogits),
-      hardy::InvalidArgument);
+  REQUIRE_THROWS_AS(backend.softmax_cross_entropy({.logits = logits,
+                                                   .labels = labels,
+                                                   .class_weights = std::vector<float>(3, 1.0f),
+                                                   .grad_scale = 1.0f},
+                                                  dlogits),
+                    hardy::InvalidArgument);
 }
 
 TEST_CASE("cpu backend: argmax over channels", "[core]") {

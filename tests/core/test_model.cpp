@@ -46,7 +46,8 @@ double loss_of(DeepLabV3Plus& model, Backend& backend, const Tensor& x, const Te
   const Tensor& logits = model.forward(x, true);
   if (!dlogits.defined()) dlogits = backend.empty(logits.dims(), DType::f32, logits.layout());
   const std::vector<float> weights{1.0f, 2.0f, 3.0f};
-  return backend.softmax_cross_entropy(logits, labels, weights, 1.0f, dlogits);
+  return backend.softmax_cross_entropy(
+      {.logits = logits, .labels = labels, .class_weights = weights, .grad_scale = 1.0f}, dlogits);
 }
 
 }  // namespace

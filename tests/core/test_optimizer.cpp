@@ -606,13 +606,27 @@ TEST_CASE("optimizer: element-wise kernels reject mismatched tensors", "[core]")
   Tensor undefined;
   CHECK_THROWS_AS(backend->has_non_finite(undefined), hardy::InvalidArgument);
   Tensor velocity = flat_tensor(std::vector<float>(6, 0.0f));
-  CHECK_THROWS_AS(backend->sgd_update(five, five, velocity, 0.1f, 0.9f, 0.0f, false),
-                  hardy::InvalidArgument);
+  CHECK_THROWS_AS(
+      backend->sgd_update(five, five, velocity,
+                          {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.0f, .nesterov = false}),
+      hardy::InvalidArgument);
   Tensor m = flat_tensor(std::vector<float>(5, 0.0f));
   Tensor v = flat_tensor(std::vector<float>(5, 0.0f));
-  CHECK_THROWS_AS(backend->adam_update(five, five, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 0),
+  CHECK_THROWS_AS(backend->adam_update(five, five, m, v,
+                                       {.lr = 0.1f,
+                                        .beta1 = 0.9f,
+                                        .beta2 = 0.999f,
+                                        .eps = 1e-8f,
+                                        .weight_decay = 0.0f,
+                                        .step = 0}),
                   hardy::InvalidArgument);
-  CHECK_THROWS_AS(backend->adam_update(five, six, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1),
+  CHECK_THROWS_AS(backend->adam_update(five, six, m, v,
+                                       {.lr = 0.1f,
+                                        .beta1 = 0.9f,
+                                        .beta2 = 0.999f,
+                                        .eps = 1e-8f,
+                                        .weight_decay = 0.0f,
+                                        .step = 1}),
                   hardy::InvalidArgument);
 }
 

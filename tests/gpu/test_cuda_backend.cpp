@@ -153,20 +153,44 @@ TEST_CASE("cuda backend: normalization matches the cpu backend", "[gpu]") {
       Tensor y_cpu = Tensor::host({n, c, h, w});
       Param mean = zeros(cuda, {n, groups}), rstd = zeros(cuda, {n, groups});
       Tensor y = device_activation(cuda, {n, c, h, w}, dtype);
-      cpu->group_norm_forward(x.host, gamma.host, beta.host, groups, 1e-5f, relu, y_cpu, mean.host,
-                              rstd.host);
-      cuda.group_norm_forward(x.device, gamma.device, beta.device, groups, 1e-5f, relu, y,
-                              mean.device, rstd.device);
+      cpu->group_norm_forward({.x = x.host,
+                               .gamma = gamma.host,
+                               .beta = beta.host,
+                               .groups = groups,
+                               .eps = 1e-5f,
+                               .fuse_relu = relu},
+                              y_cpu, mean.host, rstd.host);
+      cuda.group_norm_forward({.x = x.device,
+                               .gamma = gamma.device,
+                               .beta = beta.device,
+                               .groups = groups,
+                               .eps = 1e-5f,
+                               .fuse_relu = relu},
+                              y, mean.device, rstd.device);
       check_close(cuda, y, y_cpu, tolerance, what + " group norm forward");
       check_close(cuda, mean.device, mean.host, 1e-5, what + " group norm mean");
       check_close(cuda, rstd.device, rstd.host, 1e-5, what + " group norm rstd");
       Tensor dx_cpu = Tensor::host({n, c, h, w});
       Tensor dx = device_activation(cuda, {n, c, h, w}, dtype);
       Param dgamma = zeros(cuda, {c}), dbeta = zeros(cuda, {c});
-      cpu->group_norm_backward(x.host, y_cpu, dy.host, gamma.host, mean.host, rstd.host, groups,
-                               relu, dx_cpu, dgamma.host, dbeta.host);
-      cuda.group_norm_backward(x.device, y, dy.device, gamma.device, mean.device, rstd.device,
-                               groups, relu, dx, dgamma.device, dbeta.device);
+      cpu->group_norm_backward({.x = x.host,
+                                .y = y_cpu,
+                                .dy = dy.host,
+                                .gamma = gamma.host,
+                                .mean = mean.host,
+                                .rstd = rstd.host,
+                                .groups = groups,
+                                .fuse_relu = relu},
+                               dx_cpu, dgamma.host, dbeta.host);
+      cuda.group_norm_backward({.x = x.device,
+                                .y = y,
+                                .dy = dy.device,
+                                .gamma = gamma.device,
+                                .mean = mean.device,
+                                .rstd = rstd.device,
+                                .groups = groups,
+                                .fuse_relu = relu},
+                               dx, dgamma.device, dbeta.device);
       check_close(cuda, dx, dx_cpu, tolerance, what + " group norm dx");
       check_close(cuda, dgamma.device, dgamma.host, tolerance, what + " group norm dgamma");
       check_close(cuda, dbeta.device, dbeta.host, tolerance, what + " group norm dbeta");
@@ -187,21 +211,64 @@ TEST_CASE("cuda backend: normalization matches the cpu backend", "[gpu]") {
       }
       cuda.copy(bn_mean.host, bn_mean.device);
       cuda.copy(bn_var.host, bn_var.device);
-      cpu->batch_norm_apply(x.host, bn_mean.host, bn_var.host, gamma.host, beta.host, 1e-5f, relu,
+      cpu->batch_norm_apply({.x = x.host,
+                             .mean = bn_mean.host,
+                             .variance = bn_var.host,
+                             .gamma = gamma.host,
+                             .beta = beta.host,
+                             .eps = 1e-5f,
+                             .fuse_relu = relu},
                             y_cpu);
-      cuda.batch_norm_apply(x.device, bn_mean.device, bn_var.device, gamma.device, beta.device,
-                            1e-5f, relu, y);
+      cuda.batch_norm_apply({.x = x.device,
+                             .mean = bn_mean.device,
+                             .variance = bn_var.device,
+                             .gamma = gamma.device,
+                             .beta = beta.device,
+                             .eps = 1e-5f,
+                             .fuse_relu = relu},
+                            y);
       check_close(cuda, y, y_cpu, tolerance, what + " batch norm apply");
-      cpu->batch_norm_backward_statistics(x.host, y_cpu, dy.host, bn_mean.host, bn_var.host, 1e-5f,
-                                          relu, dgamma.host, dbeta.host);
-      cuda.batch_norm_backward_statistics(x.device, y, dy.device, bn_mean.device, bn_var.device,
-                                          1e-5f, relu, dgamma.device, dbeta.device);
+      cpu->batch_norm_backward_statistics({.x = x.host,
+                                           .y = y_cpu,
+                                           .dy = dy.host,
+                                           .mean = bn_mean.host,
+                                           .variance = bn_var.host,
+                                           .eps = 1e-5f,
+                                           .fuse_relu = relu},
+                                          dgamma.host, dbeta.host);
+      cuda.batch_norm_backward_statistics({.x = x.device,
+                                           .y = y,
+                                           .dy = dy.device,
+                                           .mean = bn_mean.device,
+                                           .variance = bn_var.device,
+                                           .eps = 1e-5f,
+                                           .fuse_relu = relu},
+                                          dgamma.device, dbeta.device);
       check_close(cuda, dgamma.device, dgamma.host, tolerance, what + " batch norm dgamma");
       check_close(cuda, dbeta.device, dbeta.host, tolerance, what + " batch norm dbeta");
-      cpu->batch_norm_backward_data(x.host, y_cpu, dy.host, bn_mean.host, bn_var.host, gamma.host,
-                                    dgamma.host, dbeta.host, 1e-5f, relu, count, dx_cpu);
-      cuda.batch_norm_backward_data(x.device, y, dy.device, bn_mean.device, bn_var.device,
-                                    gamma.device, dgamma.device, dbeta.device, 1e-5f, relu, count,
+      cpu->batch_norm_backward_data({.x = x.host,
+                                     .y = y_cpu,
+                                     .dy = dy.host,
+                                     .mean = bn_mean.host,
+                                     .variance = bn_var.host,
+                                     .gamma = gamma.host,
+                                     .dgamma = dgamma.host,
+                                     .dbeta = dbeta.host,
+                                     .eps = 1e-5f,
+                                     .fuse_relu = relu,
+                                     .count = count},
+                                    dx_cpu);
+      cuda.batch_norm_backward_data({.x = x.device,
+                                     .y = y,
+                                     .dy = dy.device,
+                                     .mean = bn_mean.device,
+                                     .variance = bn_var.device,
+                                     .gamma = gamma.device,
+                                     .dgamma = dgamma.device,
+                                     .dbeta = dbeta.device,
+                                     .eps = 1e-5f,
+                                     .fuse_relu = relu,
+                                     .count = count},
                                     dx);
       check_close(cuda, dx, dx_cpu, tolerance, what + " batch norm dx");
     }
@@ -299,10 +366,16 @@ TEST_CASE("cuda backend: the loss and argmax match the cpu backend", "[gpu]") {
     const float grad_scale = 1.0f / static_cast<float>(n * h * w);
     Tensor dlogits_cpu = Tensor::host({n, classes, h, w});
     Tensor dlogits = device_activation(cuda, {n, classes, h, w}, dtype);
-    const double loss_cpu =
-        cpu->softmax_cross_entropy(logits.host, labels_host, weights, grad_scale, dlogits_cpu);
-    const double loss =
-        cuda.softmax_cross_entropy(logits.device, labels, weights, grad_scale, dlogits);
+    const double loss_cpu = cpu->softmax_cross_entropy({.logits = logits.host,
+                                                        .labels = labels_host,
+                                                        .class_weights = weights,
+                                                        .grad_scale = grad_scale},
+                                                       dlogits_cpu);
+    const double loss = cuda.softmax_cross_entropy({.logits = logits.device,
+                                                    .labels = labels,
+                                                    .class_weights = weights,
+                                                    .grad_scale = grad_scale},
+                                                   dlogits);
     // Both start from the same (rounded) logits and compute in fp32 with double sums.
     CHECK(loss == Approx(loss_cpu).epsilon(1e-5));
     check_close(cuda, dlogits, dlogits_cpu, tolerance_for(dtype),
@@ -320,7 +393,11 @@ TEST_CASE("cuda backend: the loss and argmax match the cpu backend", "[gpu]") {
     // A label outside [0, classes) is reported like the CPU backend does.
     labels_host.data<std::int32_t>()[37] = 7;
     cuda.copy(labels_host, labels);
-    CHECK_THROWS_AS(cuda.softmax_cross_entropy(logits.device, labels, weights, grad_scale, dlogits),
+    CHECK_THROWS_AS(cuda.softmax_cross_entropy({.logits = logits.device,
+                                                .labels = labels,
+                                                .class_weights = weights,
+                                                .grad_scale = grad_scale},
+                                               dlogits),
                     InvalidArgument);
   }
 }
@@ -332,8 +409,10 @@ TEST_CASE("cuda backend: optimizer and gradient kernels match the cpu backend", 
   for (bool nesterov : {false, true}) {
     Param p = parameter(cuda, {count}, 51), g = parameter(cuda, {count}, 52),
           v = parameter(cuda, {count}, 53);
-    cpu->sgd_update(p.host, g.host, v.host, 0.1f, 0.9f, 1e-4f, nesterov);
-    cuda.sgd_update(p.device, g.device, v.device, 0.1f, 0.9f, 1e-4f, nesterov);
+    cpu->sgd_update(p.host, g.host, v.host,
+                    {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = nesterov});
+    cuda.sgd_update(p.device, g.device, v.device,
+                    {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f, .nesterov = nesterov});
     check_close(cuda, p.device, p.host, 1e-6, "sgd parameters");
     check_close(cuda, v.device, v.host, 1e-6, "sgd velocity");
   }
@@ -342,9 +421,20 @@ TEST_CASE("cuda backend: optimizer and gradient kernels match the cpu backend", 
   cuda.fill(m.device, 0.0f);
   cuda.fill(v.device, 0.0f);
   for (long step = 1; step <= 3; ++step) {
-    cpu->adam_update(p.host, g.host, m.host, v.host, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f, step);
-    cuda.adam_update(p.device, g.device, m.device, v.device, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-4f,
-                     step);
+    cpu->adam_update(p.host, g.host, m.host, v.host,
+                     {.lr = 1e-3f,
+                      .beta1 = 0.9f,
+                      .beta2 = 0.999f,
+                      .eps = 1e-8f,
+                      .weight_decay = 1e-4f,
+                      .step = step});
+    cuda.adam_update(p.device, g.device, m.device, v.device,
+                     {.lr = 1e-3f,
+                      .beta1 = 0.9f,
+                      .beta2 = 0.999f,
+                      .eps = 1e-8f,
+                      .weight_decay = 1e-4f,
+                      .step = step});
   }
   check_close(cuda, p.device, p.host, 1e-6, "adam parameters");
   check_close(cuda, m.device, m.host, 1e-6, "adam first moment");
@@ -467,7 +557,9 @@ double train_step(Backend& backend, DeepLabV3Plus& model, const Tensor& x, const
   ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
   const std::vector<float> weights{1.0f, 2.0f, 3.0f};
   const float grad_scale = 1.0f / static_cast<float>(logits.n() * logits.h() * logits.w());
-  const double loss = backend.softmax_cross_entropy(logits, labels, weights, grad_scale, dlogits);
+  const double loss = backend.softmax_cross_entropy(
+      {.logits = logits, .labels = labels, .class_weights = weights, .grad_scale = grad_scale},
+      dlogits);
   model.backward(dlogits);
   return loss * grad_scale;
 }

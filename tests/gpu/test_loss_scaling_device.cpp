@@ -47,7 +47,11 @@ TEST_CASE("loss scaling on the device: an fp16 overflow skips the step and lower
   Tensor dlogits_cpu = Tensor::host({n, classes, h, w});
   Tensor grad_cpu = Tensor::host({classes, in, 1, 1}, DType::f32, Layout::nchw);
   cpu->conv2d_forward(x.host, weight_host, nullptr, g, logits_cpu);
-  cpu->softmax_cross_entropy(logits_cpu, labels_host, class_weights, per_pixel, dlogits_cpu);
+  cpu->softmax_cross_entropy({.logits = logits_cpu,
+                              .labels = labels_host,
+                              .class_weights = class_weights,
+                              .grad_scale = per_pixel},
+                             dlogits_cpu);
   cpu->conv2d_backward_weights(x.host, dlogits_cpu, g, grad_cpu, nullptr);
 
   LossScalerConfig config;
@@ -65,7 +69,11 @@ TEST_CASE("loss scaling on the device: an fp16 overflow skips the step and lower
   bool applied = false;
   for (int attempt = 0; attempt < 30 && !applied; ++attempt) {
     const float scale = scaler.scale();
-    cuda.softmax_cross_entropy(logits, labels, class_weights, per_pixel * scale, dlogits);
+    cuda.softmax_cross_entropy({.logits = logits,
+                                .labels = labels,
+                                .class_weights = class_weights,
+                                .grad_scale = per_pixel * scale},
+                               dlogits);
     cuda.conv2d_backward_weights(x.device, dlogits, g, p.grad, nullptr);
     const bool overflow = scaler.unscale(cuda, params);
     applied = scaler.update(overflow);

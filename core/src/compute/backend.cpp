@@ -1,14 +1,20 @@
+// Backend's public operations: each checks its operands once, against the backend's
+// OperandRules (compute/operand_checks.hpp), then runs the backend's do_* hook.
 #include "hardy/core/compute/backend.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "compute/cpu/cpu_backend.hpp"
+#include "compute/operand_checks.hpp"
 #include "hardy/core/support/error.hpp"
 #ifdef HARDY_HAVE_CUDA
 #include "compute/cuda/cuda_backend.hpp"
 #endif
 
 namespace hardy::core {
+
+using namespace operands;
 
 int conv_output_size(int input, int kernel, const ConvGeometry& g) {
   return (input + 2 * g.padding - g.dilation * (kernel - 1) - 1) / g.stride + 1;
@@ -29,6 +35,229 @@ std::unique_ptr<Backend> make_backend(std::string_view name) {
 #endif
   throw InvalidArgument(fmt::format("unknown backend '{}'; this build has: {}", name,
                                     fmt::join(available_backends(), ", ")));
+}
+
+// ---- memory ----
+
+Tensor Backend::empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) {
+  for (std::int64_t d : dims)
+    if (d < 0)
+      throw InvalidArgument(fmt::format("empty: negative dimension in [{}]", fmt::join(dims, ",")));
+  return do_empty(std::move(dims), dtype, layout);
+}
+
+void Backend::copy(const Tensor& src, Tensor& dst) {
+  check_copy(rules_, src, dst);
+  do_copy(src, dst);
+}
+
+void Backend::fill(Tensor& t, float value) {
+  require_on(rules_, "fill", "t", t);
+  do_fill(t, value);
+}
+
+// ---- convolution ----
+
+void Backend::conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                             const ConvGeometry& geometry, Tensor& y) {
+  constexpr std::string_view operation = "conv2d_forward";
+  check_convolution(rules_, operation, {"x", "weight", "y"}, x, weight, y, geometry);
+  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight);
+  do_conv2d_forward(x, weight, bias, geometry, y);
+}
+
+void Backend::conv2d_backward_data(const Tensor& dy, const Tensor& weight,
+                                   const ConvGeometry& geometry, Tensor& dx) {
+  check_convolution(rules_, "conv2d_backward_data", {"dx", "weight", "dy"}, dx, weight, dy,
+                    geometry);
+  do_conv2d_backward_data(dy, weight, geometry, dx);
+}
+
+void Backend::conv2d_backward_weights(const Tensor& x, const Tensor& dy,
+                                      const ConvGeometry& geometry, Tensor& dweight,
+                                      Tensor* dbias) {
+  constexpr std::string_view operation = "conv2d_backward_weights";
+  check_convolution(rules_, operation, {"x", "dweight", "dy"}, x, dweight, dy, geometry);
+  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight);
+  do_conv2d_backward_weights(x, dy, geometry, dweight, dbias);
+}
+
+// ---- group normalization ----
+
+void Backend::group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
+                                 Tensor& rstd) {
+  constexpr std::string_view operation = "group_norm_forward";
+  check_group_norm(rules_, operation, args.x, args.gamma, mean, rstd, args.groups);
+  check_normalization(rules_, operation, args.x, {{"y", &y}}, {{"beta", &args.beta}});
+  do_group_norm_forward(args, y, mean, rstd);
+}
+
+void Backend::group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
+                                  Tensor& dbeta) {
+  constexpr std::string_view operation = "group_norm_backward";
+  check_group_norm(rules_, operation, args.x, args.gamma, args.mean, args.rstd, args.groups);
+  check_normalization(rules_, operation, args.x,
+                      {{"y", args.fuse_relu ? &args.y : nullptr}, {"dy", &args.dy}, {"dx", &dx}},
+                      {{"dgamma", &dgamma}, {"dbeta", &dbeta}});
+  do_group_norm_backward(args, dx, dgamma, dbeta);
+}
+
+// ---- batch normalization ----
+
+void Backend::batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) {
+  check_normalization(rules_, "batch_norm_statistics", x, {},
+                      {{"sum", &sum}, {"sum_squares", &sum_squares}});
+  do_batch_norm_statistics(x, sum, sum_squares);
+}
+
+void Backend::batch_norm_apply(const BatchNormApply& args, Tensor& y) {
+  check_normalization(rules_, "batch_norm_apply", args.x, {{"y", &y}},
+                      {{"mean", &args.mean},
+                       {"variance", &args.variance},
+                       {"gamma", &args.gamma},
+                       {"beta", &args.beta}});
+  do_batch_norm_apply(args, y);
+}
+
+void Backend::batch_norm_backward_statistics(const BatchNormBackwardStatistics& args,
+                                             Tensor& dgamma, Tensor& dbeta) {
+  check_normalization(
+      rules_, "batch_norm_backward_statistics", args.x,
+      {{"y", args.fuse_relu ? &args.y : nullptr}, {"dy", &args.dy}},
+      {{"mean", &args.mean}, {"variance", &args.variance}, {"dgamma", &dgamma}, {"dbeta", &dbeta}});
+  do_batch_norm_backward_statistics(args, dgamma, dbeta);
+}
+
+void Backend::batch_norm_backward_data(const BatchNormBackwardData& args, Tensor& dx) {
+  constexpr std::string_view operation = "batch_norm_backward_data";
+  check_normalization(rules_, operation, args.x,
+                      {{"y", args.fuse_relu ? &args.y : nullptr}, {"dy", &args.dy}, {"dx", &dx}},
+                      {{"mean", &args.mean},
+                       {"variance", &args.variance},
+                       {"gamma", &args.gamma},
+                       {"dgamma", &args.dgamma},
+                       {"dbeta", &args.dbeta}});
+  if (!(args.count > 0))
+    throw InvalidArgument(fmt::format("{}: count must be positive, got {}", operation, args.count));
+  do_batch_norm_backward_data(args, dx);
+}
+
+// ---- activations and shape operations ----
+
+void Backend::relu_forward(const Tensor& x, Tensor& y) {
+  check_elementwise_pair(rules_, "relu_forward", "x", x, "y", y);
+  do_relu_forward(x, y);
+}
+
+void Backend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  check_elementwise_pair(rules_, "relu_backward", "y", y, "dy", dy);
+  check_elementwise_pair(rules_, "relu_backward", "y", y, "dx", dx);
+  do_relu_backward(y, dy, dx);
+}
+
+void Backend::upsample_bilinear_forward(const Tensor& x, Tensor& y) {
+  check_spatial_pair(rules_, "upsample_bilinear_forward", "x", x, "y", y);
+  do_upsample_bilinear_forward(x, y);
+}
+
+void Backend::upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
+  check_spatial_pair(rules_, "upsample_bilinear_backward", "dy", dy, "dx", dx);
+  do_upsample_bilinear_backward(dy, dx);
+}
+
+void Backend::concat_channels(std::span<const Tensor* const> inputs, Tensor& y) {
+  check_channel_slices(rules_, "concat_channels", inputs, "y", y);
+  do_concat_channels(inputs, y);
+}
+
+void Backend::split_channels(const Tensor& dy, std::span<Tensor* const> outputs) {
+  check_channel_slices(rules_, "split_channels", outputs, "dy", dy);
+  do_split_channels(dy, outputs);
+}
+
+void Backend::global_avg_pool_forward(const Tensor& x, Tensor& y) {
+  constexpr std::string_view operation = "global_avg_pool_forward";
+  check_spatial_pair(rules_, operation, "x", x, "y", y);
+  require_dims(operation, "y", y, {x.n(), x.c(), 1, 1});
+  do_global_avg_pool_forward(x, y);
+}
+
+void Backend::global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
+  constexpr std::string_view operation = "global_avg_pool_backward";
+  check_spatial_pair(rules_, operation, "dx", dx, "dy", dy);
+  require_dims(operation, "dy", dy, {dx.n(), dx.c(), 1, 1});
+  do_global_avg_pool_backward(dy, dx);
+}
+
+// ---- loss ----
+
+double Backend::softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
+  constexpr std::string_view operation = "softmax_cross_entropy";
+  check_labels(rules_, operation, args.logits, args.labels);
+  require_like(rules_, operation, "dlogits", dlogits, "logits", args.logits);
+  if (args.class_weights.size() != static_cast<std::size_t>(args.logits.c()))
+    throw InvalidArgument(fmt::format("{}: {} class weights for {} classes in logits {}", operation,
+                                      args.class_weights.size(), args.logits.c(),
+                                      args.logits.describe()));
+  return do_softmax_cross_entropy(args, dlogits);
+}
+
+void Backend::argmax_channels(const Tensor& logits, Tensor& labels) {
+  check_labels(rules_, "argmax_channels", logits, labels);
+  do_argmax_channels(logits, labels);
+}
+
+// ---- element-wise operations ----
+
+void Backend::axpy(float alpha, const Tensor& x, Tensor& y) {
+  constexpr std::string_view operation = "axpy";
+  require_float(rules_, operation, "x", x);
+  require_float(rules_, operation, "y", y);
+  require_same_numel(operation, "x", x, "y", y);
+  if (x.dtype() != y.dtype())
+    throw InvalidArgument(fmt::format("{}: x ({}) and y ({}) differ in dtype", operation,
+                                      x.describe(), y.describe()));
+  do_axpy(alpha, x, y);
+}
+
+void Backend::scale(Tensor& x, float alpha) {
+  require_float(rules_, "scale", "x", x);
+  do_scale(x, alpha);
+}
+
+double Backend::sum_squares(const Tensor& x) {
+  require_float(rules_, "sum_squares", "x", x);
+  return do_sum_squares(x);
+}
+
+void Backend::sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity, const SgdStep& step) {
+  constexpr std::string_view operation = "sgd_update";
+  require_f32(rules_, operation, "param", param);
+  require_f32(rules_, operation, "grad", grad);
+  require_f32(rules_, operation, "velocity", velocity);
+  require_same_numel(operation, "param", param, "grad", grad);
+  require_same_numel(operation, "param", param, "velocity", velocity);
+  do_sgd_update(param, grad, velocity, step);
+}
+
+void Backend::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                          const AdamStep& step) {
+  constexpr std::string_view operation = "adam_update";
+  require_f32(rules_, operation, "param", param);
+  require_f32(rules_, operation, "grad", grad);
+  require_f32(rules_, operation, "m", m);
+  require_f32(rules_, operation, "v", v);
+  require_same_numel(operation, "param", param, "grad", grad);
+  require_same_numel(operation, "param", param, "m", m);
+  require_same_numel(operation, "param", param, "v", v);
+  if (step.step < 1)
+    throw InvalidArgument(fmt::format("{}: step counts from 1, got {}", operation, step.step));
+  do_adam_update(param, grad, m, v, step);
+}
+
+bool Backend::has_non_finite(const Tensor& x) {
+  require_float(rules_, "has_non_finite", "x", x);
+  return do_has_non_finite(x);
 }
 
 }  // namespace hardy::core

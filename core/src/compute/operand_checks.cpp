@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <string>
+#include <utility>
 
 #include "hardy/core/support/error.hpp"
 
@@ -151,6 +152,84 @@ void check_channel_slices(const OperandRules& rules, std::string_view operation,
                           const Tensor& full) {
   const std::vector<const Tensor*> readonly(slices.begin(), slices.end());
   check_channel_slices(rules, operation, std::span<const Tensor* const>(readonly), full_role, full);
+}
+
+void check_copy(const OperandRules& rules, const Tensor& src, const Tensor& dst) {
+  constexpr std::string_view operation = "copy";
+  for (const auto& [role, t] : {std::pair<std::string_view, const Tensor*>{"src", &src},
+                                std::pair<std::string_view, const Tensor*>{"dst", &dst}}) {
+    // A backend's copy() is also how data enters and leaves it, so host tensors are welcome.
+    if (t->defined() && t->device() == Device::host) continue;
+    require_on(rules, operation, role, *t);
+  }
+  require_same_dims(operation, "src", src, "dst", dst);
+  if (src.dtype() == dst.dtype()) return;
+  if (!rules.copy_converts_float_types)
+    throw InvalidArgument(fmt::format("{}: src {} and dst {} differ in dtype", operation,
+                                      src.describe(), dst.describe()));
+  if (!is_float_type(src.dtype()) || !is_float_type(dst.dtype()))
+    throw InvalidArgument(
+        fmt::format("{}: src {} and dst {} differ in dtype (only f32, bf16 and f16 convert into "
+                    "each other)",
+                    operation, src.describe(), dst.describe()));
+}
+
+void check_convolution(const OperandRules& rules, std::string_view operation,
+                       const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                       const Tensor& y, const ConvGeometry& g) {
+  require_activation(rules, operation, roles.input, x);
+  require_activation(rules, operation, roles.output, y);
+  require_f32(rules, operation, roles.weight, weight);
+  if (g.stride < 1 || g.dilation < 1 || g.padding < 0)
+    throw InvalidArgument(fmt::format("{}: invalid geometry stride {}, padding {}, dilation {}",
+                                      operation, g.stride, g.padding, g.dilation));
+  if (x.dtype() != y.dtype())
+    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in dtype", operation,
+                                      roles.input, x.describe(), roles.output, y.describe()));
+  if (rules.oihw_weights_only && weight.layout() == Layout::nhwc)
+    throw InvalidArgument(fmt::format("{}: {} is {}; weights are (O, I, KH, KW) row-major (nchw)",
+                                      operation, roles.weight, weight.describe()));
+  if (weight.rank() != 4 || weight.dim(1) != x.c())
+    throw InvalidArgument(fmt::format("{}: {} {} does not fit {} {} (expected [O,{},KH,KW])",
+                                      operation, roles.weight, weight.describe(), roles.input,
+                                      x.describe(), x.c()));
+  const std::vector<std::int64_t> expected{
+      x.n(), weight.dim(0),
+      conv_output_size(static_cast<int>(x.h()), static_cast<int>(weight.dim(2)), g),
+      conv_output_size(static_cast<int>(x.w()), static_cast<int>(weight.dim(3)), g)};
+  if (expected[2] < 1 || expected[3] < 1 || y.dims() != expected)
+    throw InvalidArgument(fmt::format(
+        "{}: {} {} does not match {} {}, {} {}, stride {}, padding {}, dilation {} (expected [{}])",
+        operation, roles.output, y.describe(), roles.input, x.describe(), roles.weight,
+        weight.describe(), g.stride, g.padding, g.dilation, fmt::join(expected, ",")));
+}
+
+void check_bias(const OperandRules& rules, std::string_view operation, std::string_view role,
+                const Tensor& bias, const Tensor& weight) {
+  require_f32(rules, operation, role, bias);
+  require_dims(operation, role, bias, {weight.dim(0)});
+}
+
+void check_elementwise_pair(const OperandRules& rules, std::string_view operation,
+                            std::string_view role_a, const Tensor& a, std::string_view role_b,
+                            const Tensor& b) {
+  require_float(rules, operation, role_a, a);
+  require_float(rules, operation, role_b, b);
+  if (a.dtype() != b.dtype() || a.dims() != b.dims() || a.layout() != b.layout())
+    throw InvalidArgument(
+        fmt::format("{}: {} ({}) and {} ({}) must have equal dims, dtype and layout", operation,
+                    role_a, a.describe(), role_b, b.describe()));
+}
+
+void check_labels(const OperandRules& rules, std::string_view operation, const Tensor& logits,
+                  const Tensor& labels) {
+  require_activation(rules, operation, "logits", logits);
+  require_on(rules, operation, "labels", labels);
+  if (labels.dtype() != DType::i32)
+    throw tensor_error(operation, "labels", labels,
+                       fmt::format("a {} i32 tensor", rules.device_name));
+  // With a single channel every layout addresses the same bytes.
+  require_dims(operation, "labels", labels, {logits.n(), 1, logits.h(), logits.w()});
 }
 
 }  // namespace hardy::core::operands

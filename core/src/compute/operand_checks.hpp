@@ -1,30 +1,34 @@
 #pragma once
-// Argument validation shared by the backends. Each backend states once what it accepts (an
-// OperandRules: its device, and whether activations may be bf16/f16), and its kernels check their
-// operands against that; every check throws InvalidArgument naming the operation, the tensor's
-// role, the tensor and what was expected.
+// Argument validation for Backend's public operations (backend.cpp). Each backend states once
+// what it accepts (an OperandRules: its device, whether activations may be bf16/f16, ...), and
+// every operation checks its operands against that before it calls the backend's do_* hook;
+// every check throws InvalidArgument naming the operation, the tensor's role, the tensor and
+// what was expected.
 #include <cstdint>
 #include <initializer_list>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "hardy/core/compute/backend.hpp"
 #include "hardy/core/compute/tensor.hpp"
 
 namespace hardy::core::operands {
 
-struct OperandRules {
-  Device device;                    // where the backend computes
-  std::string_view device_name;     // "host" or "device", for messages
-  std::string_view elsewhere_hint;  // why a tensor on another device is refused
-  bool reduced_precision;           // activations may be bf16 or f16
-};
-
-inline constexpr OperandRules cpu_rules{Device::host, "host",
-                                        "the cpu backend works on host tensors only", false};
+inline constexpr OperandRules cpu_rules{
+    .device = Device::host,
+    .device_name = "host",
+    .elsewhere_hint = "the cpu backend works on host tensors only",
+    .reduced_precision = false,
+    .copy_converts_float_types = false,
+    .oihw_weights_only = false};
 inline constexpr OperandRules cuda_rules{
-    Device::cuda, "device", "the cuda backend computes on device tensors (copy host data in first)",
-    true};
+    .device = Device::cuda,
+    .device_name = "device",
+    .elsewhere_hint = "the cuda backend computes on device tensors (copy host data in first)",
+    .reduced_precision = true,
+    .copy_converts_float_types = true,
+    .oihw_weights_only = true};
 
 bool is_float_type(DType dtype);
 
@@ -79,5 +83,28 @@ void check_channel_slices(const OperandRules& rules, std::string_view operation,
 void check_channel_slices(const OperandRules& rules, std::string_view operation,
                           std::span<Tensor* const> slices, std::string_view full_role,
                           const Tensor& full);
+
+// copy(): both defined, each on the backend's device or the host, equal dims, and equal dtypes
+// unless the backend converts between floating-point types.
+void check_copy(const OperandRules& rules, const Tensor& src, const Tensor& dst);
+// x (N, I, H, W), weight (O, I, KH, KW) and y (N, O, OH, OW) against each other and the
+// geometry; the same relation holds for dx/dy in the backward passes, whose roles are given.
+struct ConvRoles {
+  std::string_view input, weight, output;
+};
+void check_convolution(const OperandRules& rules, std::string_view operation,
+                       const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                       const Tensor& y, const ConvGeometry& geometry);
+// A convolution's bias (or its gradient): f32 with one value per output channel of weight.
+void check_bias(const OperandRules& rules, std::string_view operation, std::string_view role,
+                const Tensor& bias, const Tensor& weight);
+// Two tensors of a floating-point type with equal dims, dtype and layout, any shape: relu works
+// on the flat array.
+void check_elementwise_pair(const OperandRules& rules, std::string_view operation,
+                            std::string_view role_a, const Tensor& a, std::string_view role_b,
+                            const Tensor& b);
+// The logits (an activation) and i32 labels (N, 1, H, W) of the loss and of argmax.
+void check_labels(const OperandRules& rules, std::string_view operation, const Tensor& logits,
+                  const Tensor& labels);
 
 }  // namespace hardy::core::operands

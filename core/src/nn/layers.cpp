@@ -137,15 +137,26 @@ const Tensor& Norm::forward(const Tensor& x, bool training, CrossRankSum* cross_
   if (kind_ == NormKind::group) {
     ensure_tensor(backend_, mean_, {x.n(), groups_});
     ensure_tensor(backend_, second_stat_, {x.n(), groups_});
-    backend_.group_norm_forward(x, gamma_.value, beta_.value, groups_, eps_, relu_, output_, mean_,
-                                second_stat_);
+    backend_.group_norm_forward({.x = x,
+                                 .gamma = gamma_.value,
+                                 .beta = beta_.value,
+                                 .groups = groups_,
+                                 .eps = eps_,
+                                 .fuse_relu = relu_},
+                                output_, mean_, second_stat_);
     return output_;
   }
   ensure_tensor(backend_, mean_, {channels_});
   ensure_tensor(backend_, second_stat_, {channels_});
   if (!training) {
-    backend_.batch_norm_apply(x, running_mean_, running_var_, gamma_.value, beta_.value, eps_,
-                              relu_, output_);
+    backend_.batch_norm_apply({.x = x,
+                               .mean = running_mean_,
+                               .variance = running_var_,
+                               .gamma = gamma_.value,
+                               .beta = beta_.value,
+                               .eps = eps_,
+                               .fuse_relu = relu_},
+                              output_);
     return output_;
   }
   // Batch statistics over the *global* batch: local sums, summed across ranks, then moments.
@@ -167,7 +178,13 @@ const Tensor& Norm::forward(const Tensor& x, bool training, CrossRankSum* cross_
   }
   assign_values(backend_, std::span(moments).first(channels_), mean_);
   assign_values(backend_, std::span(moments).subspan(channels_), second_stat_);
-  backend_.batch_norm_apply(x, mean_, second_stat_, gamma_.value, beta_.value, eps_, relu_,
+  backend_.batch_norm_apply({.x = x,
+                             .mean = mean_,
+                             .variance = second_stat_,
+                             .gamma = gamma_.value,
+                             .beta = beta_.value,
+                             .eps = eps_,
+                             .fuse_relu = relu_},
                             output_);
 
   // Running statistics as in PyTorch: momentum 0.1, unbiased variance.
@@ -191,12 +208,25 @@ const Tensor& Norm::forward(const Tensor& x, bool training, CrossRankSum* cross_
 const Tensor& Norm::backward(const Tensor& dy, CrossRankSum* cross_rank) {
   ensure_tensor(backend_, input_grad_, input_.dims());
   if (kind_ == NormKind::group) {
-    backend_.group_norm_backward(input_, output_, dy, gamma_.value, mean_, second_stat_, groups_,
-                                 relu_, input_grad_, gamma_.grad, beta_.grad);
+    backend_.group_norm_backward({.x = input_,
+                                  .y = output_,
+                                  .dy = dy,
+                                  .gamma = gamma_.value,
+                                  .mean = mean_,
+                                  .rstd = second_stat_,
+                                  .groups = groups_,
+                                  .fuse_relu = relu_},
+                                 input_grad_, gamma_.grad, beta_.grad);
     return input_grad_;
   }
   if (!training_) throw Error(fmt::format("{}: backward after an inference-mode forward", name_));
-  backend_.batch_norm_backward_statistics(input_, output_, dy, mean_, second_stat_, eps_, relu_,
+  backend_.batch_norm_backward_statistics({.x = input_,
+                                           .y = output_,
+                                           .dy = dy,
+                                           .mean = mean_,
+                                           .variance = second_stat_,
+                                           .eps = eps_,
+                                           .fuse_relu = relu_},
                                           gamma_.grad, beta_.grad);
   // The parameter gradients stay local (the gradient allreduce sums them once); the input
   // gradient needs the global sums.
@@ -213,8 +243,17 @@ const Tensor& Norm::backward(const Tensor& dy, CrossRankSum* cross_rank) {
     assign_values(backend_, std::span(sums).first(channels_), global_dgamma_);
     assign_values(backend_, std::span(sums).subspan(channels_), global_dbeta_);
   }
-  backend_.batch_norm_backward_data(input_, output_, dy, mean_, second_stat_, gamma_.value,
-                                    global_dgamma_, global_dbeta_, eps_, relu_, count_,
+  backend_.batch_norm_backward_data({.x = input_,
+                                     .y = output_,
+                                     .dy = dy,
+                                     .mean = mean_,
+                                     .variance = second_stat_,
+                                     .gamma = gamma_.value,
+                                     .dgamma = global_dgamma_,
+                                     .dbeta = global_dbeta_,
+                                     .eps = eps_,
+                                     .fuse_relu = relu_,
+                                     .count = count_},
                                     input_grad_);
   return input_grad_;
 }

@@ -152,8 +152,11 @@ class SgdOptimizer final : public Optimizer {
     begin_step(params, lr);
     for (Parameter* p : params) {
       Parameter& param = *p;
-      backend_.sgd_update(param.value, param.grad, state_of(param)[0], lr, config_.momentum,
-                          decay_for(param), config_.nesterov);
+      backend_.sgd_update(param.value, param.grad, state_of(param)[0],
+                          {.lr = lr,
+                           .momentum = config_.momentum,
+                           .weight_decay = decay_for(param),
+                           .nesterov = config_.nesterov});
     }
     end_step();
   }
@@ -170,8 +173,13 @@ class AdamOptimizer final : public Optimizer {
     for (Parameter* p : params) {
       Parameter& param = *p;
       std::span<Tensor> moments = state_of(param);
-      backend_.adam_update(param.value, param.grad, moments[0], moments[1], lr, config_.beta1,
-                           config_.beta2, config_.eps, decay_for(param), adam_step);
+      backend_.adam_update(param.value, param.grad, moments[0], moments[1],
+                           {.lr = lr,
+                            .beta1 = config_.beta1,
+                            .beta2 = config_.beta2,
+                            .eps = config_.eps,
+                            .weight_decay = decay_for(param),
+                            .step = adam_step});
     }
     end_step();
   }
@@ -194,8 +202,11 @@ class LarsOptimizer final : public Optimizer {
       Tensor& scaled_grad = scratch_for(param.grad.numel());
       backend_.fill(scaled_grad, 0.0f);
       backend_.axpy(local_lr, param.grad, scaled_grad);
-      backend_.sgd_update(param.value, scaled_grad, state_of(param)[0], 1.0f, config_.momentum,
-                          local_lr * weight_decay, config_.nesterov);
+      backend_.sgd_update(param.value, scaled_grad, state_of(param)[0],
+                          {.lr = 1.0f,
+                           .momentum = config_.momentum,
+                           .weight_decay = local_lr * weight_decay,
+                           .nesterov = config_.nesterov});
     }
     end_step();
   }

@@ -25,41 +25,11 @@ struct ConvProblem {
   }
 };
 
-void check_geometry(std::string_view operation, const ConvGeometry& g) {
-  if (g.stride < 1 || g.dilation < 1 || g.padding < 0)
-    throw InvalidArgument(fmt::format("{}: invalid geometry stride {}, padding {}, dilation {}",
-                                      operation, g.stride, g.padding, g.dilation));
-}
-
-// How the three operands are named in error messages, e.g. (dx, weight, dy) for backward data.
-struct ConvRoles {
-  std::string_view input, weight, output;
-};
-
-// Checks x (N, I, H, W), weight (O, I, KH, KW) and y (N, O, OH, OW) against each other and the
-// geometry; the same relation holds for dx/dy in the backward passes.
-ConvProblem make_problem(std::string_view operation, PrimitiveKind kind, const ConvRoles& roles,
-                         const Tensor& x, const Tensor& weight, const Tensor& y,
+// The descriptors of x (N, I, H, W), weight (O, I, KH, KW) and y (N, O, OH, OW), which Backend
+// has checked against each other and the geometry; the same relation holds for dx/dy in the
+// backward passes.
+ConvProblem make_problem(PrimitiveKind kind, const Tensor& x, const Tensor& weight, const Tensor& y,
                          const ConvGeometry& g, bool with_bias) {
-  require_activation(operation, roles.input, x);
-  require_activation(operation, roles.output, y);
-  require_host_f32(operation, roles.weight, weight);
-  check_geometry(operation, g);
-  if (weight.rank() != 4 || weight.dim(1) != x.c())
-    throw InvalidArgument(fmt::format("{}: {} {} does not fit {} {} (expected [O,{},KH,KW])",
-                                      operation, roles.weight, weight.describe(), roles.input,
-                                      x.describe(), x.c()));
-  const std::vector<std::int64_t> expected_output{
-      x.n(), weight.dim(0),
-      conv_output_size(static_cast<int>(x.h()), static_cast<int>(weight.dim(2)), g),
-      conv_output_size(static_cast<int>(x.w()), static_cast<int>(weight.dim(3)), g)};
-  if (expected_output[2] < 1 || expected_output[3] < 1 || y.dims() != expected_output)
-    throw InvalidArgument(fmt::format(
-        "{}: {} {} does not match {} {}, {} {}, stride {}, padding {}, dilation {} "
-        "(expected [{}])",
-        operation, roles.output, y.describe(), roles.input, x.describe(), roles.weight,
-        weight.describe(), g.stride, g.padding, g.dilation, fmt::join(expected_output, ",")));
-
   ConvProblem problem;
   problem.source = dnnl_desc(x);
   problem.destination = dnnl_desc(y);
@@ -115,16 +85,12 @@ memory weights_for_reading(dnnl::stream& stream, const CachedPrimitive& cached,
 
 }  // namespace
 
-void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                const ConvGeometry& geometry, Tensor& y) {
+void CpuBackend::do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                   const ConvGeometry& geometry, Tensor& y) {
   constexpr std::string_view operation = "conv2d_forward";
   const bool with_bias = bias != nullptr;
-  const ConvProblem problem = make_problem(operation, PrimitiveKind::conv_forward,
-                                           {"x", "weight", "y"}, x, weight, y, geometry, with_bias);
-  if (with_bias) {
-    require_host_f32(operation, "bias", *bias);
-    require_dims(operation, "bias", *bias, {weight.dim(0)});
-  }
+  const ConvProblem problem =
+      make_problem(PrimitiveKind::conv_forward, x, weight, y, geometry, with_bias);
   dnnl_checked(operation, {&x, &weight, bias, &y}, [&] {
     const CachedPrimitive& conv = impl_->cached(problem.key, [&] {
       const auto pd = forward_descriptor(impl_->engine, problem, with_bias);
@@ -144,11 +110,11 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& weight, const Ten
   });
 }
 
-void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& weight,
-                                      const ConvGeometry& geometry, Tensor& dx) {
+void CpuBackend::do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
+                                         const ConvGeometry& geometry, Tensor& dx) {
   constexpr std::string_view operation = "conv2d_backward_data";
-  const ConvProblem problem = make_problem(operation, PrimitiveKind::conv_backward_data,
-                                           {"dx", "weight", "dy"}, dx, weight, dy, geometry, false);
+  const ConvProblem problem =
+      make_problem(PrimitiveKind::conv_backward_data, dx, weight, dy, geometry, false);
   dnnl_checked(operation, {&dy, &weight, &dx}, [&] {
     const CachedPrimitive& conv = impl_->cached(problem.key, [&] {
       const auto hint = forward_descriptor(impl_->engine, problem, false);
@@ -169,18 +135,13 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& weight,
   });
 }
 
-void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy,
-                                         const ConvGeometry& geometry, Tensor& dweight,
-                                         Tensor* dbias) {
+void CpuBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
+                                            const ConvGeometry& geometry, Tensor& dweight,
+                                            Tensor* dbias) {
   constexpr std::string_view operation = "conv2d_backward_weights";
   const bool with_bias = dbias != nullptr;
   const ConvProblem problem =
-      make_problem(operation, PrimitiveKind::conv_backward_weights, {"x", "dweight", "dy"}, x,
-                   dweight, dy, geometry, with_bias);
-  if (with_bias) {
-    require_host_f32(operation, "dbias", *dbias);
-    require_dims(operation, "dbias", *dbias, {dweight.dim(0)});
-  }
+      make_problem(PrimitiveKind::conv_backward_weights, x, dweight, dy, geometry, with_bias);
   dnnl_checked(operation, {&x, &dy, &dweight, dbias}, [&] {
     const CachedPrimitive& conv = impl_->cached(problem.key, [&] {
       const auto hint = forward_descriptor(impl_->engine, problem, with_bias);

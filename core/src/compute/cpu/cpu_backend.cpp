@@ -62,14 +62,15 @@ std::string implementation_name(const dnnl::primitive_desc_base& pd) { return pd
 }  // namespace cpu
 
 CpuBackend::CpuBackend()
-    : impl_(dnnl_checked("creating the oneDNN CPU engine", {},
-                         [] { return std::make_unique<Impl>(); })) {}
+    : Backend(operands::cpu_rules), impl_(dnnl_checked("creating the oneDNN CPU engine", {}, [] {
+        return std::make_unique<Impl>();
+      })) {}
 
 CpuBackend::~CpuBackend() = default;
 
 std::size_t CpuBackend::cached_primitive_count() const { return impl_->primitives.size(); }
 
-Tensor CpuBackend::empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) {
+Tensor CpuBackend::do_empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) {
   return Tensor::host(std::move(dims), dtype, layout);
 }
 
@@ -86,13 +87,7 @@ bool same_memory_order(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-void CpuBackend::copy(const Tensor& src, Tensor& dst) {
-  require_host("copy", "src", src);
-  require_host("copy", "dst", dst);
-  require_same_dims("copy", "src", src, "dst", dst);
-  if (src.dtype() != dst.dtype())
-    throw InvalidArgument(
-        fmt::format("copy: src {} and dst {} differ in dtype", src.describe(), dst.describe()));
+void CpuBackend::do_copy(const Tensor& src, Tensor& dst) {
   if (src.raw() == dst.raw() && src.layout() == dst.layout()) return;
   if (same_memory_order(src, dst)) {
     if (src.bytes() > 0) std::memcpy(dst.raw(), src.raw(), src.bytes());
@@ -127,8 +122,7 @@ void fill_with(Tensor& t, T value) {
 
 }  // namespace
 
-void CpuBackend::fill(Tensor& t, float value) {
-  require_host("fill", "t", t);
+void CpuBackend::do_fill(Tensor& t, float value) {
   switch (t.dtype()) {
     case DType::f32:
       return fill_with(t, value);

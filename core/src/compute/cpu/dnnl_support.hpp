@@ -1,7 +1,8 @@
 #pragma once
 // Shared by the CPU backend's translation units only: the oneDNN engine and primitive cache
-// behind CpuBackend::Impl, the single place where oneDNN errors become hardy errors, argument
-// validation, and the reproducible parallel reductions used by the hand-written kernels.
+// behind CpuBackend::Impl, the single place where oneDNN errors become hardy errors, and the
+// reproducible parallel reductions used by the hand-written kernels. (Operands arrive checked:
+// Backend's public operations check them against operands::cpu_rules.)
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
@@ -145,44 +146,6 @@ dnnl::memory dnnl_memory(const dnnl::engine& engine, const dnnl::memory::desc& d
                          const Tensor& t);
 // CachedPrimitive::implementation of a primitive descriptor, kept for diagnostics.
 std::string implementation_name(const dnnl::primitive_desc_base& pd);
-
-// ---- argument validation (operand_checks.hpp, bound to the cpu backend's rules) ----
-// A host f32 4-D tensor in the backend's NHWC layout.
-inline void require_activation(std::string_view operation, std::string_view role, const Tensor& t) {
-  operands::require_activation(operands::cpu_rules, operation, role, t);
-}
-// A host f32 tensor of any layout (parameters, statistics).
-inline void require_host_f32(std::string_view operation, std::string_view role, const Tensor& t) {
-  operands::require_f32(operands::cpu_rules, operation, role, t);
-}
-inline void require_host(std::string_view operation, std::string_view role, const Tensor& t) {
-  operands::require_on(operands::cpu_rules, operation, role, t);
-}
-inline void check_group_norm(std::string_view operation, const Tensor& x, const Tensor& gamma,
-                             const Tensor& mean, const Tensor& rstd, int groups) {
-  operands::check_group_norm(operands::cpu_rules, operation, x, gamma, mean, rstd, groups);
-}
-inline void check_channel_vector(std::string_view operation, std::string_view role, const Tensor& t,
-                                 const Tensor& x) {
-  operands::check_channel_vector(operands::cpu_rules, operation, role, t, x);
-}
-inline void check_normalization(std::string_view operation, const Tensor& x,
-                                std::initializer_list<operands::Operand> like_x,
-                                std::initializer_list<operands::Operand> per_channel) {
-  operands::check_normalization(operands::cpu_rules, operation, x, like_x, per_channel);
-}
-inline void check_spatial_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
-                               std::string_view role_b, const Tensor& b) {
-  operands::check_spatial_pair(operands::cpu_rules, operation, role_a, a, role_b, b);
-}
-template <class TensorPointer>
-void check_channel_slices(std::string_view operation, std::span<TensorPointer const> slices,
-                          std::string_view full_role, const Tensor& full) {
-  operands::check_channel_slices(operands::cpu_rules, operation, slices, full_role, full);
-}
-using operands::require_dims;
-using operands::require_same_dims;
-using operands::require_same_numel;
 
 // ---- reproducible reductions ----
 // Each sample's pixels are cut into a fixed number of chunks, independent of the thread count;

@@ -25,10 +25,7 @@ constexpr std::int64_t parallel_threshold = 1 << 15;
 
 }  // namespace
 
-void CpuBackend::axpy(float alpha, const Tensor& x, Tensor& y) {
-  require_host_f32("axpy", "x", x);
-  require_host_f32("axpy", "y", y);
-  require_same_numel("axpy", "x", x, "y", y);
+void CpuBackend::do_axpy(float alpha, const Tensor& x, Tensor& y) {
   const float* __restrict xs = x.data<float>();
   float* __restrict ys = y.data<float>();
   const std::int64_t n = y.numel();
@@ -36,16 +33,14 @@ void CpuBackend::axpy(float alpha, const Tensor& x, Tensor& y) {
   for (std::int64_t i = 0; i < n; ++i) ys[i] += alpha * xs[i];
 }
 
-void CpuBackend::scale(Tensor& x, float alpha) {
-  require_host_f32("scale", "x", x);
+void CpuBackend::do_scale(Tensor& x, float alpha) {
   float* xs = x.data<float>();
   const std::int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static) if (parallel : n >= parallel_threshold)
   for (std::int64_t i = 0; i < n; ++i) xs[i] *= alpha;
 }
 
-double CpuBackend::sum_squares(const Tensor& x) {
-  require_host_f32("sum_squares", "x", x);
+double CpuBackend::do_sum_squares(const Tensor& x) {
   const float* xs = x.data<float>();
   const std::int64_t n = x.numel();
   double total = 0.0;
@@ -57,21 +52,17 @@ double CpuBackend::sum_squares(const Tensor& x) {
   return total;
 }
 
-void CpuBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity, float lr,
-                            float momentum, float weight_decay, bool nesterov) {
-  require_host_f32("sgd_update", "param", param);
-  require_host_f32("sgd_update", "grad", grad);
-  require_host_f32("sgd_update", "velocity", velocity);
-  require_same_numel("sgd_update", "param", param, "grad", grad);
-  require_same_numel("sgd_update", "param", param, "velocity", velocity);
+void CpuBackend::do_sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity,
+                               const SgdStep& step) {
+  const float lr = step.lr, momentum = step.momentum, weight_decay = step.weight_decay;
   float* __restrict p = param.data<float>();
   const float* __restrict g = grad.data<float>();
   float* __restrict v = velocity.data<float>();
   const std::int64_t n = param.numel();
   // The step is gradient_weight * g' + velocity_weight * v: (0, 1) gives v, (1, momentum) gives
   // Nesterov's g' + momentum * v, so one branch-free loop serves both.
-  const float gradient_weight = nesterov ? 1.0f : 0.0f;
-  const float velocity_weight = nesterov ? momentum : 1.0f;
+  const float gradient_weight = step.nesterov ? 1.0f : 0.0f;
+  const float velocity_weight = step.nesterov ? momentum : 1.0f;
 #pragma omp parallel for simd schedule(static) if (parallel : n >= parallel_threshold)
   for (std::int64_t i = 0; i < n; ++i) {
     const float decayed_grad = g[i] + weight_decay * p[i];
@@ -81,23 +72,18 @@ void CpuBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity,
   }
 }
 
-void CpuBackend::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
-                             float beta1, float beta2, float eps, float weight_decay, long step) {
-  require_host_f32("adam_update", "param", param);
-  require_host_f32("adam_update", "grad", grad);
-  require_host_f32("adam_update", "m", m);
-  require_host_f32("adam_update", "v", v);
-  require_same_numel("adam_update", "param", param, "grad", grad);
-  require_same_numel("adam_update", "param", param, "m", m);
-  require_same_numel("adam_update", "param", param, "v", v);
-  if (step < 1) throw InvalidArgument(fmt::format("adam_update: step counts from 1, got {}", step));
+void CpuBackend::do_adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                const AdamStep& adam) {
+  const float beta1 = adam.beta1, beta2 = adam.beta2, eps = adam.eps;
+  const float weight_decay = adam.weight_decay;
+  const long step = adam.step;
   // Without -fno-math-errno the compilers keep std::sqrt's errno path and run this loop
   // scalar; it still stays a single pass over the four tensors.
   // Bias corrections folded into two scalars, as in PyTorch:
   // p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
   const double bias_correction1 = 1.0 - std::pow(static_cast<double>(beta1), step);
   const double bias_correction2 = 1.0 - std::pow(static_cast<double>(beta2), step);
-  const float step_size = static_cast<float>(lr / bias_correction1);
+  const float step_size = static_cast<float>(adam.lr / bias_correction1);
   const float inverse_sqrt_bias_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
   const float one_minus_beta1 = 1.0f - beta1;
   const float one_minus_beta2 = 1.0f - beta2;
@@ -117,8 +103,7 @@ void CpuBackend::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tenso
   }
 }
 
-bool CpuBackend::has_non_finite(const Tensor& x) {
-  require_host_f32("has_non_finite", "x", x);
+bool CpuBackend::do_has_non_finite(const Tensor& x) {
   const float* xs = x.data<float>();
   const std::int64_t n = x.numel();
   // std::isfinite rather than testing exponent bits: GCC and Clang both vectorise it, while

@@ -11,15 +11,6 @@ using namespace cpu;  // the backend's internal helpers, declared in dnnl_suppor
 
 namespace {
 
-void check_labels(std::string_view operation, const Tensor& logits, const Tensor& labels) {
-  require_activation(operation, "logits", logits);
-  if (!labels.defined() || labels.device() != Device::host || labels.dtype() != DType::i32)
-    throw InvalidArgument(fmt::format("{}: labels are {}, expected a host i32 tensor", operation,
-                                      labels.defined() ? labels.describe() : "undefined"));
-  // With a single channel every layout addresses the same bytes.
-  require_dims(operation, "labels", labels, {logits.n(), 1, logits.h(), logits.w()});
-}
-
 // Labels come from data files, so they are checked before any arithmetic depends on them.
 void check_label_range(const Tensor& labels, std::int64_t classes) {
   const std::int32_t* label = labels.data<std::int32_t>();
@@ -35,17 +26,12 @@ void check_label_range(const Tensor& labels, std::int64_t classes) {
 
 }  // namespace
 
-double CpuBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
-                                         std::span<const float> class_weights, float grad_scale,
-                                         Tensor& dlogits) {
-  constexpr std::string_view operation = "softmax_cross_entropy";
-  check_labels(operation, logits, labels);
-  require_activation(operation, "dlogits", dlogits);
-  require_same_dims(operation, "logits", logits, "dlogits", dlogits);
+double CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
+  const Tensor& logits = args.logits;
+  const Tensor& labels = args.labels;
+  const std::span<const float> class_weights = args.class_weights;
+  const float grad_scale = args.grad_scale;
   const std::int64_t classes = logits.c();
-  if (class_weights.size() != static_cast<std::size_t>(classes))
-    throw InvalidArgument(fmt::format("{}: {} class weights for {} classes in logits {}", operation,
-                                      class_weights.size(), classes, logits.describe()));
   check_label_range(labels, classes);
   const float* scores = logits.data<float>();
   const std::int32_t* label = labels.data<std::int32_t>();
@@ -73,9 +59,7 @@ double CpuBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& lab
   return loss[0];
 }
 
-void CpuBackend::argmax_channels(const Tensor& logits, Tensor& labels) {
-  constexpr std::string_view operation = "argmax_channels";
-  check_labels(operation, logits, labels);
+void CpuBackend::do_argmax_channels(const Tensor& logits, Tensor& labels) {
   const std::int64_t classes = logits.c(), pixels = labels.numel();
   const float* scores = logits.data<float>();
   std::int32_t* label = labels.data<std::int32_t>();

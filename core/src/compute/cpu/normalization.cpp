@@ -61,12 +61,14 @@ ChannelStatistics per_channel(const NhwcExtent& extent, int groups, const float*
 
 }  // namespace
 
-void CpuBackend::group_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                    int groups, float eps, bool fuse_relu, Tensor& y, Tensor& mean,
-                                    Tensor& rstd) {
-  constexpr std::string_view operation = "group_norm_forward";
-  check_group_norm(operation, x, gamma, mean, rstd, groups);
-  check_normalization(operation, x, {{"y", &y}}, {{"beta", &beta}});
+void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
+                                       Tensor& rstd) {
+  const Tensor& x = args.x;
+  const Tensor& gamma = args.gamma;
+  const Tensor& beta = args.beta;
+  const int groups = args.groups;
+  const float eps = args.eps;
+  const bool fuse_relu = args.fuse_relu;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels, group_channels = channels / groups;
   const double group_size = static_cast<double>(group_channels * extent.pixels);
@@ -127,14 +129,16 @@ void CpuBackend::group_norm_forward(const Tensor& x, const Tensor& gamma, const 
   });
 }
 
-void CpuBackend::group_norm_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                     const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
-                                     int groups, bool fuse_relu, Tensor& dx, Tensor& dgamma,
-                                     Tensor& dbeta) {
-  constexpr std::string_view operation = "group_norm_backward";
-  check_group_norm(operation, x, gamma, mean, rstd, groups);
-  check_normalization(operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}, {"dx", &dx}},
-                      {{"dgamma", &dgamma}, {"dbeta", &dbeta}});
+void CpuBackend::do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
+                                        Tensor& dbeta) {
+  const Tensor& x = args.x;
+  const Tensor& y = args.y;
+  const Tensor& dy = args.dy;
+  const Tensor& gamma = args.gamma;
+  const Tensor& mean = args.mean;
+  const Tensor& rstd = args.rstd;
+  const int groups = args.groups;
+  const bool fuse_relu = args.fuse_relu;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels, group_channels = channels / groups;
   const double group_size = static_cast<double>(group_channels * extent.pixels);
@@ -206,9 +210,7 @@ void CpuBackend::group_norm_backward(const Tensor& x, const Tensor& y, const Ten
   });
 }
 
-void CpuBackend::batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) {
-  constexpr std::string_view operation = "batch_norm_statistics";
-  check_normalization(operation, x, {}, {{"sum", &sum}, {"sum_squares", &sum_squares}});
+void CpuBackend::do_batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) {
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
   const float* src = x.data<float>();
@@ -226,13 +228,15 @@ void CpuBackend::batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum
   }
 }
 
-void CpuBackend::batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& variance,
-                                  const Tensor& gamma, const Tensor& beta, float eps,
-                                  bool fuse_relu, Tensor& y) {
+void CpuBackend::do_batch_norm_apply(const BatchNormApply& args, Tensor& y) {
   constexpr std::string_view operation = "batch_norm_apply";
-  check_normalization(
-      operation, x, {{"y", &y}},
-      {{"mean", &mean}, {"variance", &variance}, {"gamma", &gamma}, {"beta", &beta}});
+  const Tensor& x = args.x;
+  const Tensor& mean = args.mean;
+  const Tensor& variance = args.variance;
+  const Tensor& gamma = args.gamma;
+  const Tensor& beta = args.beta;
+  const float eps = args.eps;
+  const bool fuse_relu = args.fuse_relu;
   dnnl_checked(operation, {&x, &mean, &variance, &gamma, &beta, &y}, [&] {
     const dnnl::memory::desc data = dnnl_desc(x);
     const auto key = PrimitiveKey{}
@@ -272,14 +276,15 @@ std::vector<float> channel_rstd(const Tensor& variance, float eps) {
 
 }  // namespace
 
-void CpuBackend::batch_norm_backward_statistics(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                                const Tensor& mean, const Tensor& variance,
-                                                float eps, bool fuse_relu, Tensor& dgamma,
-                                                Tensor& dbeta) {
-  constexpr std::string_view operation = "batch_norm_backward_statistics";
-  check_normalization(
-      operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}},
-      {{"mean", &mean}, {"variance", &variance}, {"dgamma", &dgamma}, {"dbeta", &dbeta}});
+void CpuBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatistics& args,
+                                                   Tensor& dgamma, Tensor& dbeta) {
+  const Tensor& x = args.x;
+  const Tensor& y = args.y;
+  const Tensor& dy = args.dy;
+  const Tensor& mean = args.mean;
+  const Tensor& variance = args.variance;
+  const float eps = args.eps;
+  const bool fuse_relu = args.fuse_relu;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
   const std::vector<float> rstd = channel_rstd(variance, eps);
@@ -305,20 +310,18 @@ void CpuBackend::batch_norm_backward_statistics(const Tensor& x, const Tensor& y
   });
 }
 
-void CpuBackend::batch_norm_backward_data(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                          const Tensor& mean, const Tensor& variance,
-                                          const Tensor& gamma, const Tensor& dgamma,
-                                          const Tensor& dbeta, float eps, bool fuse_relu,
-                                          double count, Tensor& dx) {
-  constexpr std::string_view operation = "batch_norm_backward_data";
-  check_normalization(operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}, {"dx", &dx}},
-                      {{"mean", &mean},
-                       {"variance", &variance},
-                       {"gamma", &gamma},
-                       {"dgamma", &dgamma},
-                       {"dbeta", &dbeta}});
-  if (!(count > 0))
-    throw InvalidArgument(fmt::format("{}: count must be positive, got {}", operation, count));
+void CpuBackend::do_batch_norm_backward_data(const BatchNormBackwardData& args, Tensor& dx) {
+  const Tensor& x = args.x;
+  const Tensor& y = args.y;
+  const Tensor& dy = args.dy;
+  const Tensor& mean = args.mean;
+  const Tensor& variance = args.variance;
+  const Tensor& gamma = args.gamma;
+  const Tensor& dgamma = args.dgamma;
+  const Tensor& dbeta = args.dbeta;
+  const float eps = args.eps;
+  const bool fuse_relu = args.fuse_relu;
+  const double count = args.count;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
   const std::vector<float> rstd = channel_rstd(variance, eps);

@@ -12,22 +12,10 @@ using dnnl::memory;
 
 constexpr auto key_of(PrimitiveKind kind) { return static_cast<std::int64_t>(kind); }
 
-// Relu works on the flat array, so any layout is fine as long as both sides share it.
-void check_elementwise_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
-                            std::string_view role_b, const Tensor& b) {
-  require_host_f32(operation, role_a, a);
-  require_host_f32(operation, role_b, b);
-  require_same_dims(operation, role_a, a, role_b, b);
-  if (a.layout() != b.layout())
-    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) must share a layout", operation,
-                                      role_a, a.describe(), role_b, b.describe()));
-}
-
 }  // namespace
 
-void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
+void CpuBackend::do_relu_forward(const Tensor& x, Tensor& y) {
   constexpr std::string_view operation = "relu_forward";
-  check_elementwise_pair(operation, "x", x, "y", y);
   dnnl_checked(operation, {&x, &y}, [&] {
     const memory::desc data = dnnl_flat_desc(x);
     const auto key = PrimitiveKey{}.add(key_of(PrimitiveKind::relu_forward)).add(x.numel());
@@ -42,10 +30,8 @@ void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
   });
 }
 
-void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+void CpuBackend::do_relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   constexpr std::string_view operation = "relu_backward";
-  check_elementwise_pair(operation, "y", y, "dy", dy);
-  check_elementwise_pair(operation, "y", y, "dx", dx);
   dnnl_checked(operation, {&y, &dy, &dx}, [&] {
     const memory::desc data = dnnl_flat_desc(y);
     const auto key = PrimitiveKey{}.add(key_of(PrimitiveKind::relu_backward)).add(y.numel());
@@ -78,9 +64,8 @@ dnnl::resampling_forward::primitive_desc resampling_descriptor(const dnnl::engin
 
 }  // namespace
 
-void CpuBackend::upsample_bilinear_forward(const Tensor& x, Tensor& y) {
+void CpuBackend::do_upsample_bilinear_forward(const Tensor& x, Tensor& y) {
   constexpr std::string_view operation = "upsample_bilinear_forward";
-  check_spatial_pair(operation, "x", x, "y", y);
   dnnl_checked(operation, {&x, &y}, [&] {
     const memory::desc source = dnnl_desc(x), destination = dnnl_desc(y);
     const auto key =
@@ -124,9 +109,7 @@ std::vector<LinearTaps> linear_taps(std::int64_t in_size, std::int64_t out_size)
 // dx. Each output row is written by one thread, in a fixed order, so the result does not depend
 // on the thread count. oneDNN 2.6's resampling backward gathers per dx pixel and runs several
 // times slower than its forward, worst for few channels (the logits: 7x for C = 3).
-void CpuBackend::upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
-  constexpr std::string_view operation = "upsample_bilinear_backward";
-  check_spatial_pair(operation, "dy", dy, "dx", dx);
+void CpuBackend::do_upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
   const std::int64_t batch = dx.n(), channels = dx.c();
   const std::int64_t in_h = dx.h(), in_w = dx.w(), out_h = dy.h(), out_w = dy.w();
   const std::vector<LinearTaps> rows = linear_taps(in_h, out_h);
@@ -172,9 +155,8 @@ void CpuBackend::upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
     }
 }
 
-void CpuBackend::concat_channels(std::span<const Tensor* const> inputs, Tensor& y) {
+void CpuBackend::do_concat_channels(std::span<const Tensor* const> inputs, Tensor& y) {
   constexpr std::string_view operation = "concat_channels";
-  check_channel_slices(operation, inputs, "y", y);
   std::vector<const Tensor*> operands(inputs.begin(), inputs.end());
   operands.push_back(&y);
   dnnl_checked(operation, Operands(operands), [&] {
@@ -198,9 +180,8 @@ void CpuBackend::concat_channels(std::span<const Tensor* const> inputs, Tensor& 
   });
 }
 
-void CpuBackend::split_channels(const Tensor& dy, std::span<Tensor* const> outputs) {
+void CpuBackend::do_split_channels(const Tensor& dy, std::span<Tensor* const> outputs) {
   constexpr std::string_view operation = "split_channels";
-  check_channel_slices(operation, outputs, "dy", dy);
   std::vector<const Tensor*> operands{&dy};
   operands.insert(operands.end(), outputs.begin(), outputs.end());
   dnnl_checked(operation, Operands(operands), [&] {
@@ -227,10 +208,7 @@ void CpuBackend::split_channels(const Tensor& dy, std::span<Tensor* const> outpu
   });
 }
 
-void CpuBackend::global_avg_pool_forward(const Tensor& x, Tensor& y) {
-  constexpr std::string_view operation = "global_avg_pool_forward";
-  check_spatial_pair(operation, "x", x, "y", y);
-  require_dims(operation, "y", y, {x.n(), x.c(), 1, 1});
+void CpuBackend::do_global_avg_pool_forward(const Tensor& x, Tensor& y) {
   const std::int64_t batch = x.n(), channels = x.c(), pixels = x.h() * x.w();
   const float* src = x.data<float>();
   float* dst = y.data<float>();
@@ -251,10 +229,7 @@ void CpuBackend::global_avg_pool_forward(const Tensor& x, Tensor& y) {
     }
 }
 
-void CpuBackend::global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
-  constexpr std::string_view operation = "global_avg_pool_backward";
-  check_spatial_pair(operation, "dx", dx, "dy", dy);
-  require_dims(operation, "dy", dy, {dx.n(), dx.c(), 1, 1});
+void CpuBackend::do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
   const std::int64_t batch = dx.n(), channels = dx.c(), pixels = dx.h() * dx.w();
   const float* grad = dy.data<float>();
   float* grad_src = dx.data<float>();

@@ -39,37 +39,10 @@ struct ConvShape {
   }
 };
 
-struct ConvRoles {
-  std::string_view input, weight, output;
-};
-
-ConvShape check_convolution(std::string_view operation, const ConvRoles& roles, const Tensor& x,
-                            const Tensor& weight, const Tensor& y, const ConvGeometry& g) {
-  require_activation(operation, roles.input, x);
-  require_activation(operation, roles.output, y);
-  require_device_f32(operation, roles.weight, weight);
-  if (g.stride < 1 || g.dilation < 1 || g.padding < 0)
-    throw InvalidArgument(fmt::format("{}: invalid geometry stride {}, padding {}, dilation {}",
-                                      operation, g.stride, g.padding, g.dilation));
-  if (x.dtype() != y.dtype())
-    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in dtype", operation,
-                                      roles.input, x.describe(), roles.output, y.describe()));
-  if (weight.layout() == Layout::nhwc)
-    throw InvalidArgument(fmt::format("{}: {} is {}; weights are (O, I, KH, KW) row-major (nchw)",
-                                      operation, roles.weight, weight.describe()));
-  if (weight.rank() != 4 || weight.dim(1) != x.c())
-    throw InvalidArgument(fmt::format("{}: {} {} does not fit {} {} (expected [O,{},KH,KW])",
-                                      operation, roles.weight, weight.describe(), roles.input,
-                                      x.describe(), x.c()));
-  const std::vector<std::int64_t> expected{
-      x.n(), weight.dim(0),
-      conv_output_size(static_cast<int>(x.h()), static_cast<int>(weight.dim(2)), g),
-      conv_output_size(static_cast<int>(x.w()), static_cast<int>(weight.dim(3)), g)};
-  if (expected[2] < 1 || expected[3] < 1 || y.dims() != expected)
-    throw InvalidArgument(fmt::format(
-        "{}: {} {} does not match {} {}, {} {}, stride {}, padding {}, dilation {} (expected [{}])",
-        operation, roles.output, y.describe(), roles.input, x.describe(), roles.weight,
-        weight.describe(), g.stride, g.padding, g.dilation, fmt::join(expected, ",")));
+// The sizes of x (N, C, H, W), weight (O, C, KH, KW) and y (N, O, OH, OW), which Backend has
+// checked against each other and the geometry (operands::check_convolution).
+ConvShape conv_shape(const Tensor& x, const Tensor& weight, const Tensor& y,
+                     const ConvGeometry& g) {
   return {.n = x.n(),
           .c = x.c(),
           .h = x.h(),
@@ -77,8 +50,8 @@ ConvShape check_convolution(std::string_view operation, const ConvRoles& roles, 
           .o = weight.dim(0),
           .kh = weight.dim(2),
           .kw = weight.dim(3),
-          .oh = expected[2],
-          .ow = expected[3],
+          .oh = y.h(),
+          .ow = y.w(),
           .g = g,
           .type = x.dtype()};
 }
@@ -291,14 +264,9 @@ void add_bias_gradient(CudaBackend::Impl& impl, const Tensor& dy, Tensor& dbias)
 
 }  // namespace
 
-void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                 const ConvGeometry& geometry, Tensor& y) {
-  constexpr std::string_view operation = "conv2d_forward";
-  const ConvShape s = check_convolution(operation, {"x", "weight", "y"}, x, weight, y, geometry);
-  if (bias != nullptr) {
-    require_device_f32(operation, "bias", *bias);
-    require_dims(operation, "bias", *bias, {s.o});
-  }
+void CudaBackend::do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                    const ConvGeometry& geometry, Tensor& y) {
+  const ConvShape s = conv_shape(x, weight, y, geometry);
   Impl& impl = *impl_;
   const void* w = weights_for(impl, weight, s);
   if (s.gemm()) {
@@ -318,11 +286,9 @@ void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& weight, const Te
     add_channel_bias(y.raw(), s.type, bias->data<float>(), s.n * s.oh * s.ow, s.o, impl.s());
 }
 
-void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& weight,
-                                       const ConvGeometry& geometry, Tensor& dx) {
-  constexpr std::string_view operation = "conv2d_backward_data";
-  const ConvShape s =
-      check_convolution(operation, {"dx", "weight", "dy"}, dx, weight, dy, geometry);
+void CudaBackend::do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
+                                          const ConvGeometry& geometry, Tensor& dx) {
+  const ConvShape s = conv_shape(dx, weight, dy, geometry);
   Impl& impl = *impl_;
   const void* w = weights_for(impl, weight, s);
   if (s.gemm()) {
@@ -340,16 +306,10 @@ void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& weight,
       &zero, plan.x.get(), dx.raw()));
 }
 
-void CudaBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy,
-                                          const ConvGeometry& geometry, Tensor& dweight,
-                                          Tensor* dbias) {
-  constexpr std::string_view operation = "conv2d_backward_weights";
-  const ConvShape s =
-      check_convolution(operation, {"x", "dweight", "dy"}, x, dweight, dy, geometry);
-  if (dbias != nullptr) {
-    require_device_f32(operation, "dbias", *dbias);
-    require_dims(operation, "dbias", *dbias, {s.o});
-  }
+void CudaBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
+                                             const ConvGeometry& geometry, Tensor& dweight,
+                                             Tensor* dbias) {
+  const ConvShape s = conv_shape(x, dweight, dy, geometry);
   Impl& impl = *impl_;
   if (s.gemm()) {
     // dW (C x O) = x (C x R) * dy^T (R x O), accumulated in fp32 and written as f32 directly.

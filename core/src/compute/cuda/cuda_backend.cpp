@@ -1,6 +1,7 @@
 // CudaBackend: options, memory (allocation, copies with layout and type conversion, fill), and
-// every operation except convolution (cuda/convolution.cpp). Each operation validates its
-// tensors here, on the host, then queues kernels (kernels.hpp) on the backend's stream.
+// every operation except convolution (cuda/convolution.cpp). Operands arrive checked (Backend's
+// public operations check them against operands::cuda_rules); each hook queues kernels
+// (kernels.hpp) on the backend's stream.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -76,7 +77,8 @@ std::unique_ptr<Backend> make_cuda_backend() {
 
 // ---- lifetime and properties ----
 
-CudaBackend::CudaBackend(CudaOptions options) : impl_(std::make_unique<Impl>(options)) {}
+CudaBackend::CudaBackend(CudaOptions options)
+    : Backend(operands::cuda_rules), impl_(std::make_unique<Impl>(options)) {}
 CudaBackend::~CudaBackend() = default;
 
 DType CudaBackend::activation_dtype() const { return impl_->options.activation_dtype; }
@@ -91,17 +93,13 @@ std::string CudaBackend::device_description() const {
                      static_cast<double>(p.totalGlobalMem) / (1 << 30), p.multiProcessorCount);
 }
 
-void CudaBackend::synchronize() { impl_->wait("synchronize"); }
+void CudaBackend::do_synchronize() { impl_->wait("synchronize"); }
 
 // ---- memory ----
 
-Tensor CudaBackend::empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) {
+Tensor CudaBackend::do_empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) {
   std::int64_t count = 1;
-  for (std::int64_t d : dims) {
-    if (d < 0)
-      throw InvalidArgument(fmt::format("empty: negative dimension in [{}]", fmt::join(dims, ",")));
-    count *= d;
-  }
+  for (std::int64_t d : dims) count *= d;
   // Another thread (a checkpoint writer) may have another device current.
   HARDY_CUDA_CHECK(cudaSetDevice(impl_->device));
   auto buffer = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(count) * dtype_size(dtype),
@@ -127,20 +125,9 @@ cudaMemcpyKind copy_kind(const Tensor& src, const Tensor& dst) {
 
 }  // namespace
 
-void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+void CudaBackend::do_copy(const Tensor& src, Tensor& dst) {
   constexpr std::string_view operation = "copy";
-  if (!src.defined() || !dst.defined())
-    throw InvalidArgument(
-        fmt::format("{}: {} is undefined", operation, src.defined() ? "dst" : "src"));
-  if (src.dims() != dst.dims())
-    throw InvalidArgument(fmt::format("{}: src {} and dst {} differ in dims", operation,
-                                      src.describe(), dst.describe()));
   const bool convert = src.dtype() != dst.dtype();
-  if (convert && !(is_float_type(src.dtype()) && is_float_type(dst.dtype())))
-    throw InvalidArgument(
-        fmt::format("{}: src {} and dst {} differ in dtype (only f32, bf16 and "
-                    "f16 convert into each other)",
-                    operation, src.describe(), dst.describe()));
   const bool reorder = !same_memory_order(src, dst);
   if (src.raw() == dst.raw() && src.numel() > 0) {
     if (!convert && !reorder) return;
@@ -175,8 +162,7 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   }
 }
 
-void CudaBackend::fill(Tensor& t, float value) {
-  require_device("fill", "t", t);
+void CudaBackend::do_fill(Tensor& t, float value) {
   cuda::fill(t.raw(), t.dtype(), value, t.numel(), impl_->s());
 }
 
@@ -200,12 +186,10 @@ ReductionScratch reduction_scratch(CudaBackend::Impl& impl, Index batches, Index
 
 }  // namespace
 
-void CudaBackend::group_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                     int groups, float eps, bool fuse_relu, Tensor& y, Tensor& mean,
-                                     Tensor& rstd) {
-  constexpr std::string_view operation = "group_norm_forward";
-  check_group_norm(operation, x, gamma, mean, rstd, groups);
-  check_normalization(operation, x, {{"y", &y}}, {{"beta", &beta}});
+void CudaBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
+                                        Tensor& rstd) {
+  const Tensor& x = args.x;
+  const int groups = args.groups;
   const Index batch = x.n(), channels = x.c(), pixels = x.h() * x.w();
   const double group_size = static_cast<double>(channels / groups * pixels);
   if (group_size == 0) return;
@@ -223,21 +207,23 @@ void CudaBackend::group_norm_forward(const Tensor& x, const Tensor& gamma, const
   input.channels_per_stat = channels / groups;
   channel_sums(ChannelSum::centred_squares, input, x.dtype(), batch, pixels, channels,
                scratch.partials, scratch.sums, impl_->s());
-  group_norm_rstd(scratch.sums, batch, channels, groups, group_size, eps, rstd.data<float>(),
+  group_norm_rstd(scratch.sums, batch, channels, groups, group_size, args.eps, rstd.data<float>(),
                   impl_->s());
-  cuda::group_norm_apply(x.raw(), x.dtype(), gamma.data<float>(), beta.data<float>(),
+  cuda::group_norm_apply(x.raw(), x.dtype(), args.gamma.data<float>(), args.beta.data<float>(),
                          mean.data<float>(), rstd.data<float>(), batch, pixels, channels, groups,
-                         fuse_relu, y.raw(), impl_->s());
+                         args.fuse_relu, y.raw(), impl_->s());
 }
 
-void CudaBackend::group_norm_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                      const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
-                                      int groups, bool fuse_relu, Tensor& dx, Tensor& dgamma,
-                                      Tensor& dbeta) {
-  constexpr std::string_view operation = "group_norm_backward";
-  check_group_norm(operation, x, gamma, mean, rstd, groups);
-  check_normalization(operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}, {"dx", &dx}},
-                      {{"dgamma", &dgamma}, {"dbeta", &dbeta}});
+void CudaBackend::do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
+                                         Tensor& dbeta) {
+  const Tensor& x = args.x;
+  const Tensor& y = args.y;
+  const Tensor& dy = args.dy;
+  const Tensor& gamma = args.gamma;
+  const Tensor& mean = args.mean;
+  const Tensor& rstd = args.rstd;
+  const int groups = args.groups;
+  const bool fuse_relu = args.fuse_relu;
   const Index batch = x.n(), channels = x.c(), pixels = x.h() * x.w();
   const double group_size = static_cast<double>(channels / groups * pixels);
   const ReductionScratch scratch =
@@ -265,9 +251,7 @@ void CudaBackend::group_norm_backward(const Tensor& x, const Tensor& y, const Te
 
 // ---- batch normalization ----
 
-void CudaBackend::batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) {
-  constexpr std::string_view operation = "batch_norm_statistics";
-  check_normalization(operation, x, {}, {{"sum", &sum}, {"sum_squares", &sum_squares}});
+void CudaBackend::do_batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) {
   const Index channels = x.c(), rows = x.n() * x.h() * x.w();
   const ReductionScratch scratch = reduction_scratch(*impl_, 1, rows, channels);
   ChannelSumInput input;
@@ -279,26 +263,22 @@ void CudaBackend::batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& su
                     impl_->s());
 }
 
-void CudaBackend::batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& variance,
-                                   const Tensor& gamma, const Tensor& beta, float eps,
-                                   bool fuse_relu, Tensor& y) {
-  constexpr std::string_view operation = "batch_norm_apply";
-  check_normalization(
-      operation, x, {{"y", &y}},
-      {{"mean", &mean}, {"variance", &variance}, {"gamma", &gamma}, {"beta", &beta}});
-  cuda::batch_norm_apply(x.raw(), x.dtype(), mean.data<float>(), variance.data<float>(),
-                         gamma.data<float>(), beta.data<float>(), eps, fuse_relu,
-                         x.n() * x.h() * x.w(), x.c(), y.raw(), impl_->s());
+void CudaBackend::do_batch_norm_apply(const BatchNormApply& args, Tensor& y) {
+  const Tensor& x = args.x;
+  cuda::batch_norm_apply(x.raw(), x.dtype(), args.mean.data<float>(), args.variance.data<float>(),
+                         args.gamma.data<float>(), args.beta.data<float>(), args.eps,
+                         args.fuse_relu, x.n() * x.h() * x.w(), x.c(), y.raw(), impl_->s());
 }
 
-void CudaBackend::batch_norm_backward_statistics(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                                 const Tensor& mean, const Tensor& variance,
-                                                 float eps, bool fuse_relu, Tensor& dgamma,
-                                                 Tensor& dbeta) {
-  constexpr std::string_view operation = "batch_norm_backward_statistics";
-  check_normalization(
-      operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}},
-      {{"mean", &mean}, {"variance", &variance}, {"dgamma", &dgamma}, {"dbeta", &dbeta}});
+void CudaBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatistics& args,
+                                                    Tensor& dgamma, Tensor& dbeta) {
+  const Tensor& x = args.x;
+  const Tensor& y = args.y;
+  const Tensor& dy = args.dy;
+  const Tensor& mean = args.mean;
+  const Tensor& variance = args.variance;
+  const float eps = args.eps;
+  const bool fuse_relu = args.fuse_relu;
   const Index channels = x.c(), rows = x.n() * x.h() * x.w();
   float* rstd = impl_->small.get_as<float>(static_cast<std::size_t>(channels));
   rstd_from_variance(variance.data<float>(), eps, channels, rstd, impl_->s());
@@ -316,43 +296,21 @@ void CudaBackend::batch_norm_backward_statistics(const Tensor& x, const Tensor& 
   doubles_to_floats(scratch.sums + channels, 1, dbeta.data<float>(), channels, 1.0, impl_->s());
 }
 
-void CudaBackend::batch_norm_backward_data(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                           const Tensor& mean, const Tensor& variance,
-                                           const Tensor& gamma, const Tensor& dgamma,
-                                           const Tensor& dbeta, float eps, bool fuse_relu,
-                                           double count, Tensor& dx) {
-  constexpr std::string_view operation = "batch_norm_backward_data";
-  check_normalization(operation, x, {{"y", fuse_relu ? &y : nullptr}, {"dy", &dy}, {"dx", &dx}},
-                      {{"mean", &mean},
-                       {"variance", &variance},
-                       {"gamma", &gamma},
-                       {"dgamma", &dgamma},
-                       {"dbeta", &dbeta}});
-  if (!(count > 0))
-    throw InvalidArgument(fmt::format("{}: count must be positive, got {}", operation, count));
+void CudaBackend::do_batch_norm_backward_data(const BatchNormBackwardData& args, Tensor& dx) {
+  const Tensor& x = args.x;
+  const bool fuse_relu = args.fuse_relu;
   const Index channels = x.c();
   float* coefficients = impl_->small.get_as<float>(static_cast<std::size_t>(3 * channels));
   cuda::batch_norm_backward_data(
-      x.raw(), fuse_relu ? y.raw() : nullptr, dy.raw(), x.dtype(), fuse_relu, mean.data<float>(),
-      variance.data<float>(), gamma.data<float>(), dgamma.data<float>(), dbeta.data<float>(), eps,
-      count, x.n() * x.h() * x.w(), channels, coefficients, dx.raw(), impl_->s());
+      x.raw(), fuse_relu ? args.y.raw() : nullptr, args.dy.raw(), x.dtype(), fuse_relu,
+      args.mean.data<float>(), args.variance.data<float>(), args.gamma.data<float>(),
+      args.dgamma.data<float>(), args.dbeta.data<float>(), args.eps, args.count,
+      x.n() * x.h() * x.w(), channels, coefficients, dx.raw(), impl_->s());
 }
 
 // ---- activations and shape operations ----
 
 namespace {
-
-// Relu works on the flat array: any shape, as long as both sides agree in dims, dtype, layout.
-void check_elementwise_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
-                            std::string_view role_b, const Tensor& b) {
-  require_device(operation, role_a, a);
-  require_device(operation, role_b, b);
-  if (!is_float_type(a.dtype()) || a.dtype() != b.dtype() || a.dims() != b.dims() ||
-      a.layout() != b.layout())
-    throw InvalidArgument(fmt::format(
-        "{}: {} ({}) and {} ({}) must be floating-point tensors of equal dims, dtype and layout",
-        operation, role_a, a.describe(), role_b, b.describe()));
-}
 
 // Runs copy_channel_slices over the slices, max_slices_per_launch at a time.
 template <class TensorPointer>
@@ -378,27 +336,22 @@ void copy_slices(const Tensor& whole, std::span<TensorPointer const> slices, boo
 
 }  // namespace
 
-void CudaBackend::relu_forward(const Tensor& x, Tensor& y) {
-  check_elementwise_pair("relu_forward", "x", x, "y", y);
+void CudaBackend::do_relu_forward(const Tensor& x, Tensor& y) {
   cuda::relu_forward(x.raw(), y.raw(), x.dtype(), x.numel(), impl_->s());
 }
 
-void CudaBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
-  check_elementwise_pair("relu_backward", "y", y, "dy", dy);
-  check_elementwise_pair("relu_backward", "y", y, "dx", dx);
+void CudaBackend::do_relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   cuda::relu_backward(y.raw(), dy.raw(), dx.raw(), y.dtype(), y.numel(), impl_->s());
 }
 
-void CudaBackend::upsample_bilinear_forward(const Tensor& x, Tensor& y) {
-  check_spatial_pair("upsample_bilinear_forward", "x", x, "y", y);
+void CudaBackend::do_upsample_bilinear_forward(const Tensor& x, Tensor& y) {
   const LinearTaps rows = impl_->linear_taps(x.h(), y.h());
   const LinearTaps columns = impl_->linear_taps(x.w(), y.w());
   cuda::upsample_bilinear_forward(x.raw(), x.dtype(), x.n(), x.c(), x.h(), x.w(), y.h(), y.w(),
                                   rows, columns, y.raw(), impl_->s());
 }
 
-void CudaBackend::upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
-  check_spatial_pair("upsample_bilinear_backward", "dy", dy, "dx", dx);
+void CudaBackend::do_upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
   const LinearTaps rows = impl_->linear_taps(dx.h(), dy.h());
   const LinearTaps columns = impl_->linear_taps(dx.w(), dy.w());
   const Index staged = dx.n() * dy.h() * dx.w() * dx.c();
@@ -408,20 +361,15 @@ void CudaBackend::upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
                                    dy.w(), rows, columns, along_w, dx.raw(), impl_->s());
 }
 
-void CudaBackend::concat_channels(std::span<const Tensor* const> inputs, Tensor& y) {
-  check_channel_slices("concat_channels", inputs, "y", y);
+void CudaBackend::do_concat_channels(std::span<const Tensor* const> inputs, Tensor& y) {
   copy_slices(y, inputs, /*to_whole=*/true, impl_->s());
 }
 
-void CudaBackend::split_channels(const Tensor& dy, std::span<Tensor* const> outputs) {
-  check_channel_slices("split_channels", outputs, "dy", dy);
+void CudaBackend::do_split_channels(const Tensor& dy, std::span<Tensor* const> outputs) {
   copy_slices(dy, outputs, /*to_whole=*/false, impl_->s());
 }
 
-void CudaBackend::global_avg_pool_forward(const Tensor& x, Tensor& y) {
-  constexpr std::string_view operation = "global_avg_pool_forward";
-  check_spatial_pair(operation, "x", x, "y", y);
-  require_dims(operation, "y", y, {x.n(), x.c(), 1, 1});
+void CudaBackend::do_global_avg_pool_forward(const Tensor& x, Tensor& y) {
   const Index batch = x.n(), channels = x.c(), pixels = x.h() * x.w();
   const ReductionScratch scratch = reduction_scratch(*impl_, batch, pixels, channels);
   ChannelSumInput input;
@@ -432,40 +380,20 @@ void CudaBackend::global_avg_pool_forward(const Tensor& x, Tensor& y) {
                          y.dtype(), impl_->s());
 }
 
-void CudaBackend::global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
-  constexpr std::string_view operation = "global_avg_pool_backward";
-  check_spatial_pair(operation, "dx", dx, "dy", dy);
-  require_dims(operation, "dy", dy, {dx.n(), dx.c(), 1, 1});
+void CudaBackend::do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
   cuda::global_avg_pool_backward(dy.raw(), dy.dtype(), dx.n(), dx.h() * dx.w(), dx.c(), dx.raw(),
                                  impl_->s());
 }
 
 // ---- loss ----
 
-namespace {
-
-void check_labels(std::string_view operation, const Tensor& logits, const Tensor& labels) {
-  require_activation(operation, "logits", logits);
-  require_device(operation, "labels", labels);
-  if (labels.dtype() != DType::i32)
-    throw InvalidArgument(
-        fmt::format("{}: labels are {}, expected an i32 tensor", operation, labels.describe()));
-  // With a single channel every layout addresses the same bytes.
-  require_dims(operation, "labels", labels, {logits.n(), 1, logits.h(), logits.w()});
-}
-
-}  // namespace
-
-double CudaBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
-                                          std::span<const float> class_weights, float grad_scale,
-                                          Tensor& dlogits) {
+double CudaBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
   constexpr std::string_view operation = "softmax_cross_entropy";
-  check_labels(operation, logits, labels);
-  require_like(operation, "dlogits", dlogits, "logits", logits);
+  const Tensor& logits = args.logits;
+  const Tensor& labels = args.labels;
+  const std::span<const float> class_weights = args.class_weights;
+  const float grad_scale = args.grad_scale;
   const Index classes = logits.c(), pixels = labels.numel();
-  if (class_weights.size() != static_cast<std::size_t>(classes))
-    throw InvalidArgument(fmt::format("{}: {} class weights for {} classes in logits {}", operation,
-                                      class_weights.size(), classes, logits.describe()));
   // small: [max_reduction_blocks partials][first bad pixel][class weights]
   constexpr std::size_t partial_bytes = std::size_t{max_reduction_blocks} * sizeof(double);
   auto* base = static_cast<char*>(
@@ -501,34 +429,22 @@ double CudaBackend::softmax_cross_entropy(const Tensor& logits, const Tensor& la
   return total;
 }
 
-void CudaBackend::argmax_channels(const Tensor& logits, Tensor& labels) {
-  check_labels("argmax_channels", logits, labels);
+void CudaBackend::do_argmax_channels(const Tensor& logits, Tensor& labels) {
   cuda::argmax_channels(logits.raw(), logits.dtype(), labels.data<std::int32_t>(), labels.numel(),
                         static_cast<int>(logits.c()), impl_->s());
 }
 
 // ---- element-wise operations for optimizers and gradient handling ----
 
-namespace {}  // namespace
-
-void CudaBackend::axpy(float alpha, const Tensor& x, Tensor& y) {
-  constexpr std::string_view operation = "axpy";
-  require_float(operation, "x", x);
-  require_float(operation, "y", y);
-  require_same_numel(operation, "x", x, "y", y);
-  if (x.dtype() != y.dtype())
-    throw InvalidArgument(fmt::format("{}: x ({}) and y ({}) differ in dtype", operation,
-                                      x.describe(), y.describe()));
+void CudaBackend::do_axpy(float alpha, const Tensor& x, Tensor& y) {
   cuda::axpy(alpha, x.raw(), y.raw(), y.dtype(), y.numel(), impl_->s());
 }
 
-void CudaBackend::scale(Tensor& x, float alpha) {
-  require_float("scale", "x", x);
+void CudaBackend::do_scale(Tensor& x, float alpha) {
   cuda::scale(x.raw(), x.dtype(), alpha, x.numel(), impl_->s());
 }
 
-double CudaBackend::sum_squares(const Tensor& x) {
-  require_float("sum_squares", "x", x);
+double CudaBackend::do_sum_squares(const Tensor& x) {
   auto* partials = impl_->small.get_as<double>(max_reduction_blocks);
   const int blocks = sum_squares_partials(x.raw(), x.dtype(), x.numel(), partials, impl_->s());
   impl_->copy_async(impl_->pinned.as<double>(), partials,
@@ -538,40 +454,24 @@ double CudaBackend::sum_squares(const Tensor& x) {
   return std::accumulate(host, host + blocks, 0.0);
 }
 
-void CudaBackend::sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity, float lr,
-                             float momentum, float weight_decay, bool nesterov) {
-  constexpr std::string_view operation = "sgd_update";
-  require_device_f32(operation, "param", param);
-  require_device_f32(operation, "grad", grad);
-  require_device_f32(operation, "velocity", velocity);
-  require_same_numel(operation, "param", param, "grad", grad);
-  require_same_numel(operation, "param", param, "velocity", velocity);
+void CudaBackend::do_sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity,
+                                const SgdStep& step) {
   cuda::sgd_update(param.data<float>(), grad.data<float>(), velocity.data<float>(), param.numel(),
-                   lr, momentum, weight_decay, nesterov, impl_->s());
+                   step.lr, step.momentum, step.weight_decay, step.nesterov, impl_->s());
 }
 
-void CudaBackend::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
-                              float beta1, float beta2, float eps, float weight_decay, long step) {
-  constexpr std::string_view operation = "adam_update";
-  require_device_f32(operation, "param", param);
-  require_device_f32(operation, "grad", grad);
-  require_device_f32(operation, "m", m);
-  require_device_f32(operation, "v", v);
-  require_same_numel(operation, "param", param, "grad", grad);
-  require_same_numel(operation, "param", param, "m", m);
-  require_same_numel(operation, "param", param, "v", v);
-  if (step < 1) throw InvalidArgument(fmt::format("adam_update: step counts from 1, got {}", step));
+void CudaBackend::do_adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                 const AdamStep& step) {
   // Bias corrections folded into two scalars on the host, exactly as the CPU backend does.
-  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(beta1), step);
-  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(beta2), step);
+  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(step.beta1), step.step);
+  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(step.beta2), step.step);
   cuda::adam_update(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
-                    param.numel(), static_cast<float>(lr / bias_correction1),
-                    static_cast<float>(1.0 / std::sqrt(bias_correction2)), beta1, beta2, eps,
-                    weight_decay, impl_->s());
+                    param.numel(), static_cast<float>(step.lr / bias_correction1),
+                    static_cast<float>(1.0 / std::sqrt(bias_correction2)), step.beta1, step.beta2,
+                    step.eps, step.weight_decay, impl_->s());
 }
 
-bool CudaBackend::has_non_finite(const Tensor& x) {
-  require_float("has_non_finite", "x", x);
+bool CudaBackend::do_has_non_finite(const Tensor& x) {
   int* flag = impl_->small.get_as<int>(1);
   HARDY_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), impl_->s()));
   find_non_finite(x.raw(), x.dtype(), x.numel(), flag, impl_->s());

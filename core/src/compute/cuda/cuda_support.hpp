@@ -164,53 +164,8 @@ struct DeviceTaps {
   LinearTaps taps{};
 };
 
-// ---- argument validation (operand_checks.hpp, bound to the cuda backend's rules) ----
+// Operands arrive checked (operand_checks.hpp, applied by Backend against operands::cuda_rules).
 using operands::is_float_type;
-using operands::require_dims;
-using operands::require_same_numel;
-// A device tensor that is defined.
-inline void require_device(std::string_view operation, std::string_view role, const Tensor& t) {
-  operands::require_on(operands::cuda_rules, operation, role, t);
-}
-// A device f32 tensor of any shape (parameters, statistics, optimizer state).
-inline void require_device_f32(std::string_view operation, std::string_view role, const Tensor& t) {
-  operands::require_f32(operands::cuda_rules, operation, role, t);
-}
-// A device tensor of a floating-point type.
-inline void require_float(std::string_view operation, std::string_view role, const Tensor& t) {
-  operands::require_float(operands::cuda_rules, operation, role, t);
-}
-// A 4-D NHWC device tensor of a floating-point type.
-inline void require_activation(std::string_view operation, std::string_view role, const Tensor& t) {
-  operands::require_activation(operands::cuda_rules, operation, role, t);
-}
-// Same dims and dtype as the reference activation.
-inline void require_like(std::string_view operation, std::string_view role, const Tensor& t,
-                         std::string_view reference_role, const Tensor& reference) {
-  operands::require_like(operands::cuda_rules, operation, role, t, reference_role, reference);
-}
-inline void check_group_norm(std::string_view operation, const Tensor& x, const Tensor& gamma,
-                             const Tensor& mean, const Tensor& rstd, int groups) {
-  operands::check_group_norm(operands::cuda_rules, operation, x, gamma, mean, rstd, groups);
-}
-inline void check_channel_vector(std::string_view operation, std::string_view role, const Tensor& t,
-                                 const Tensor& x) {
-  operands::check_channel_vector(operands::cuda_rules, operation, role, t, x);
-}
-inline void check_normalization(std::string_view operation, const Tensor& x,
-                                std::initializer_list<operands::Operand> like_x,
-                                std::initializer_list<operands::Operand> per_channel) {
-  operands::check_normalization(operands::cuda_rules, operation, x, like_x, per_channel);
-}
-inline void check_spatial_pair(std::string_view operation, std::string_view role_a, const Tensor& a,
-                               std::string_view role_b, const Tensor& b) {
-  operands::check_spatial_pair(operands::cuda_rules, operation, role_a, a, role_b, b);
-}
-template <class TensorPointer>
-void check_channel_slices(std::string_view operation, std::span<TensorPointer const> slices,
-                          std::string_view full_role, const Tensor& full) {
-  operands::check_channel_slices(operands::cuda_rules, operation, slices, full_role, full);
-}
 
 }  // namespace hardy::core::cuda
 

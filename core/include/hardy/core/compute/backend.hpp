@@ -4,6 +4,14 @@
 // library directly. Implementations describe an operation once per shape (oneDNN primitive
 // descriptors, cuDNN algorithm choices), cache it, and execute it many times.
 //
+// Describe, check, execute (the split of oneDNN's primitive API): the public operations of
+// Backend are non-virtual. Each takes its operands (the long ones as a small argument struct,
+// written with designated initialisers at the call site), checks them once against the
+// backend's OperandRules, and then calls the matching protected do_* hook, which an
+// implementation overrides and which may assume valid operands. So every backend rejects a bad
+// operand with the same message (naming the operation, the operand's role, the tensor and what
+// was expected), and a backend holds kernel code only.
+//
 // Conventions, shared by every implementation:
 // - Activations are 4-D (N, C, H, W) in the backend's activation_layout().
 // - Convolution weights are (O, I, KH, KW), biases (O); normalization parameters (C).
@@ -29,105 +37,247 @@ struct ConvGeometry {
 // Spatial output size of a convolution, as in PyTorch.
 int conv_output_size(int input, int kernel, const ConvGeometry& geometry);
 
+// What a backend accepts, stated once by the backend and checked by Backend's public operations.
+struct OperandRules {
+  Device device;                    // where the backend computes
+  std::string_view device_name;     // "host" or "device", for messages
+  std::string_view elsewhere_hint;  // why a tensor on another device is refused
+  bool reduced_precision;           // activations (and axpy/scale operands) may be bf16 or f16
+  bool copy_converts_float_types;   // copy() converts between f32, bf16 and f16
+  bool oihw_weights_only;           // convolution weights must be laid out (O, I, KH, KW) (nchw)
+};
+
+// ---- operation arguments: the inputs and settings of the operations with many of them ----
+// They hold references: build them in the call, e.g.
+//   backend.group_norm_forward({.x = x, .gamma = gamma, .beta = beta, .groups = 8, .eps = 1e-5f},
+//                              y, mean, rstd);
+
+// y = gamma * (x - mean) * rstd + beta per (sample, group) [then relu].
+struct GroupNormForward {
+  const Tensor& x;
+  const Tensor& gamma;
+  const Tensor& beta;
+  int groups;
+  float eps;
+  bool fuse_relu = false;
+};
+
+// y is read only with fuse_relu (the relu mask).
+struct GroupNormBackward {
+  const Tensor& x;
+  const Tensor& y;
+  const Tensor& dy;
+  const Tensor& gamma;
+  const Tensor& mean;  // as written by group_norm_forward
+  const Tensor& rstd;
+  int groups;
+  bool fuse_relu = false;
+};
+
+// y = gamma * (x - mean) / sqrt(variance + eps) + beta [then relu].
+struct BatchNormApply {
+  const Tensor& x;
+  const Tensor& mean;
+  const Tensor& variance;
+  const Tensor& gamma;
+  const Tensor& beta;
+  float eps;
+  bool fuse_relu = false;
+};
+
+// y is read only with fuse_relu (the relu mask).
+struct BatchNormBackwardStatistics {
+  const Tensor& x;
+  const Tensor& y;
+  const Tensor& dy;
+  const Tensor& mean;
+  const Tensor& variance;
+  float eps;
+  bool fuse_relu = false;
+};
+
+// dgamma and dbeta are the globally summed ones; count is the global number of elements per
+// channel (N_global * H * W).
+struct BatchNormBackwardData {
+  const Tensor& x;
+  const Tensor& y;
+  const Tensor& dy;
+  const Tensor& mean;
+  const Tensor& variance;
+  const Tensor& gamma;
+  const Tensor& dgamma;
+  const Tensor& dbeta;
+  float eps;
+  bool fuse_relu = false;
+  double count;
+};
+
+// labels: i32 (N, 1, H, W); class_weights: one per channel of logits.
+struct SoftmaxCrossEntropy {
+  const Tensor& logits;
+  const Tensor& labels;
+  std::span<const float> class_weights;
+  float grad_scale;
+};
+
+// v = momentum * v + (g + weight_decay * p);  p -= lr * (nesterov ? g' + momentum * v : v)
+struct SgdStep {
+  float lr;
+  float momentum;
+  float weight_decay;
+  bool nesterov = false;
+};
+
+// Adam (Kingma & Ba) with L2 weight decay added to the gradient; step counts from 1.
+struct AdamStep {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;
+  long step;
+};
+
 class Backend {
  public:
+  explicit Backend(const OperandRules& rules) : rules_(rules) {}
   virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
   virtual std::string_view name() const = 0;
   virtual Layout activation_layout() const = 0;
   virtual Device device() const = 0;
   // The dtype activations (4-D tensors and their gradients) are kept in: f32 on the CPU, bf16
   // or f16 on a GPU in mixed precision (parameters, gradients and statistics stay f32).
   virtual DType activation_dtype() const { return DType::f32; }
+  // What the operations below accept (a decorator takes over its inner backend's rules).
+  const OperandRules& operand_rules() const { return rules_; }
 
   // ---- memory ----
-  virtual Tensor empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) = 0;
-  // Copies between tensors of equal dims and dtype; converts between layouts (nchw <-> nhwc)
-  // and between host and device.
-  virtual void copy(const Tensor& src, Tensor& dst) = 0;
-  virtual void fill(Tensor& t, float value) = 0;
+  Tensor empty(std::vector<std::int64_t> dims, DType dtype, Layout layout);
+  // Copies between tensors of equal dims and dtype; converts between layouts (nchw <-> nhwc),
+  // between host and device, and (where the rules say so) between f32, bf16 and f16.
+  void copy(const Tensor& src, Tensor& dst);
+  void fill(Tensor& t, float value);
   // Waits until all queued work is done (a no-op on the CPU).
-  virtual void synchronize() {}
+  void synchronize() { do_synchronize(); }
 
   // ---- convolution ----
-  virtual void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                              const ConvGeometry& geometry, Tensor& y) = 0;
-  virtual void conv2d_backward_data(const Tensor& dy, const Tensor& weight,
-                                    const ConvGeometry& geometry, Tensor& dx) = 0;
+  void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                      const ConvGeometry& geometry, Tensor& y);
+  void conv2d_backward_data(const Tensor& dy, const Tensor& weight, const ConvGeometry& geometry,
+                            Tensor& dx);
   // dbias may be null when the convolution has no bias.
-  virtual void conv2d_backward_weights(const Tensor& x, const Tensor& dy,
-                                       const ConvGeometry& geometry, Tensor& dweight,
-                                       Tensor* dbias) = 0;
+  void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
+                               Tensor& dweight, Tensor* dbias);
 
   // ---- group normalization (per sample, so independent of how a batch is split) ----
   // mean and rstd are (N, groups) f32 scratch written by forward and read by backward.
   // With fuse_relu, y = relu(gn(x)) and backward takes the mask from y.
-  virtual void group_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                  int groups, float eps, bool fuse_relu, Tensor& y, Tensor& mean,
-                                  Tensor& rstd) = 0;
-  virtual void group_norm_backward(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                   const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
-                                   int groups, bool fuse_relu, Tensor& dx, Tensor& dgamma,
-                                   Tensor& dbeta) = 0;
+  void group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean, Tensor& rstd);
+  void group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
+                           Tensor& dbeta);
 
   // ---- batch normalization, split so that statistics can be summed across ranks ----
   // Per-channel sums over (N, H, W): sum and sum of squares, each (C) f32.
-  virtual void batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) = 0;
-  // y = gamma * (x - mean) / sqrt(var + eps) + beta [then relu]; used for training (batch
-  // statistics) and inference (running statistics) alike.
-  virtual void batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& variance,
-                                const Tensor& gamma, const Tensor& beta, float eps, bool fuse_relu,
-                                Tensor& y) = 0;
+  void batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares);
+  // Used for training (batch statistics) and inference (running statistics) alike.
+  void batch_norm_apply(const BatchNormApply& args, Tensor& y);
   // Local per-channel sums for backward: sum(dy') and sum(dy' * xhat), where dy' is dy masked by
   // the fused relu (taken from y). Written into dbeta and dgamma, which are exactly the
   // parameter gradients once summed across ranks.
-  virtual void batch_norm_backward_statistics(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                              const Tensor& mean, const Tensor& variance, float eps,
-                                              bool fuse_relu, Tensor& dgamma, Tensor& dbeta) = 0;
-  // dx from the globally summed dgamma/dbeta; count is the global number of elements per
-  // channel (N_global * H * W).
-  virtual void batch_norm_backward_data(const Tensor& x, const Tensor& y, const Tensor& dy,
-                                        const Tensor& mean, const Tensor& variance,
-                                        const Tensor& gamma, const Tensor& dgamma,
-                                        const Tensor& dbeta, float eps, bool fuse_relu,
-                                        double count, Tensor& dx) = 0;
+  void batch_norm_backward_statistics(const BatchNormBackwardStatistics& args, Tensor& dgamma,
+                                      Tensor& dbeta);
+  // dx from the globally summed dgamma/dbeta.
+  void batch_norm_backward_data(const BatchNormBackwardData& args, Tensor& dx);
 
   // ---- activations and shape operations ----
-  virtual void relu_forward(const Tensor& x, Tensor& y) = 0;
-  virtual void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  void relu_forward(const Tensor& x, Tensor& y);
+  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
   // Bilinear resize to y's spatial size, half-pixel centres (PyTorch align_corners=False).
-  virtual void upsample_bilinear_forward(const Tensor& x, Tensor& y) = 0;
-  virtual void upsample_bilinear_backward(const Tensor& dy, Tensor& dx) = 0;
+  void upsample_bilinear_forward(const Tensor& x, Tensor& y);
+  void upsample_bilinear_backward(const Tensor& dy, Tensor& dx);
   // Concatenates along channels; backward splits dy into slices of the inputs' channel counts.
-  virtual void concat_channels(std::span<const Tensor* const> inputs, Tensor& y) = 0;
-  virtual void split_channels(const Tensor& dy, std::span<Tensor* const> outputs) = 0;
+  void concat_channels(std::span<const Tensor* const> inputs, Tensor& y);
+  void split_channels(const Tensor& dy, std::span<Tensor* const> outputs);
   // (N, C, H, W) -> (N, C, 1, 1) mean; backward spreads dy evenly.
-  virtual void global_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
-  virtual void global_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;
+  void global_avg_pool_forward(const Tensor& x, Tensor& y);
+  void global_avg_pool_backward(const Tensor& dy, Tensor& dx);
 
   // ---- loss ----
-  // Per-pixel softmax cross-entropy over channels against i32 labels (N, 1, H, W), each pixel
-  // weighted by class_weights[label]. Returns the weighted sum of negative log-likelihoods over
-  // all local pixels, and writes dlogits = grad_scale * d(sum)/d(logits). A data-parallel caller
-  // passes grad_scale = 1 / (global batch * H * W) so that the gradient does not depend on how
-  // the batch is split.
-  virtual double softmax_cross_entropy(const Tensor& logits, const Tensor& labels,
-                                       std::span<const float> class_weights, float grad_scale,
-                                       Tensor& dlogits) = 0;
+  // Per-pixel softmax cross-entropy over channels, each pixel weighted by
+  // class_weights[label]. Returns the weighted sum of negative log-likelihoods over all local
+  // pixels, and writes dlogits = grad_scale * d(sum)/d(logits). A data-parallel caller passes
+  // grad_scale = 1 / (global batch * H * W) so that the gradient does not depend on how the
+  // batch is split.
+  double softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits);
   // Per-pixel argmax over channels into i32 (N, 1, H, W).
-  virtual void argmax_channels(const Tensor& logits, Tensor& labels) = 0;
+  void argmax_channels(const Tensor& logits, Tensor& labels);
 
   // ---- element-wise operations for optimizers and gradient handling (flat f32) ----
-  virtual void axpy(float alpha, const Tensor& x, Tensor& y) = 0;  // y += alpha * x
-  virtual void scale(Tensor& x, float alpha) = 0;                  // x *= alpha
-  virtual double sum_squares(const Tensor& x) = 0;
-  // v = momentum * v + (g + weight_decay * p);  p -= lr * (nesterov ? g' + momentum * v : v)
-  virtual void sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity, float lr,
-                          float momentum, float weight_decay, bool nesterov) = 0;
-  // Adam (Kingma & Ba) with L2 weight decay added to the gradient; step counts from 1.
-  virtual void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, float lr,
-                           float beta1, float beta2, float eps, float weight_decay, long step) = 0;
+  void axpy(float alpha, const Tensor& x, Tensor& y);  // y += alpha * x
+  void scale(Tensor& x, float alpha);                  // x *= alpha
+  double sum_squares(const Tensor& x);
+  void sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity, const SgdStep& step);
+  void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamStep& step);
   // True when any element is Inf or NaN (loss-scaling overflow check).
-  virtual bool has_non_finite(const Tensor& x) = 0;
+  bool has_non_finite(const Tensor& x);
+
+ protected:
+  // The implementation of each public operation, called with checked operands. A decorator
+  // (ForwardingBackend) overrides them to wrap another backend's.
+  virtual Tensor do_empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) = 0;
+  virtual void do_copy(const Tensor& src, Tensor& dst) = 0;
+  virtual void do_fill(Tensor& t, float value) = 0;
+  virtual void do_synchronize() {}
+
+  virtual void do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                 const ConvGeometry& geometry, Tensor& y) = 0;
+  virtual void do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
+                                       const ConvGeometry& geometry, Tensor& dx) = 0;
+  virtual void do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
+                                          const ConvGeometry& geometry, Tensor& dweight,
+                                          Tensor* dbias) = 0;
+
+  virtual void do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
+                                     Tensor& rstd) = 0;
+  virtual void do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
+                                      Tensor& dbeta) = 0;
+
+  virtual void do_batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) = 0;
+  virtual void do_batch_norm_apply(const BatchNormApply& args, Tensor& y) = 0;
+  virtual void do_batch_norm_backward_statistics(const BatchNormBackwardStatistics& args,
+                                                 Tensor& dgamma, Tensor& dbeta) = 0;
+  virtual void do_batch_norm_backward_data(const BatchNormBackwardData& args, Tensor& dx) = 0;
+
+  virtual void do_relu_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void do_relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;
+  virtual void do_upsample_bilinear_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void do_upsample_bilinear_backward(const Tensor& dy, Tensor& dx) = 0;
+  virtual void do_concat_channels(std::span<const Tensor* const> inputs, Tensor& y) = 0;
+  virtual void do_split_channels(const Tensor& dy, std::span<Tensor* const> outputs) = 0;
+  virtual void do_global_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
+  virtual void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;
+
+  virtual double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) = 0;
+  virtual void do_argmax_channels(const Tensor& logits, Tensor& labels) = 0;
+
+  virtual void do_axpy(float alpha, const Tensor& x, Tensor& y) = 0;
+  virtual void do_scale(Tensor& x, float alpha) = 0;
+  virtual double do_sum_squares(const Tensor& x) = 0;
+  virtual void do_sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity,
+                             const SgdStep& step) = 0;
+  virtual void do_adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                              const AdamStep& step) = 0;
+  virtual bool do_has_non_finite(const Tensor& x) = 0;
+
+ private:
+  // Calls another backend's hooks directly: its operands were checked by the decorator's own
+  // public operation, against the same rules.
+  friend class ForwardingBackend;
+
+  OperandRules rules_;
 };
 
 // "cpu" (oneDNN, always built) or "cuda" (when built with HARDY_CUDA). Throws InvalidArgument

@@ -1,0 +1,118 @@
+#pragma once
+// The base of Backend decorators (profilers, tracers): a Backend with the inner backend's name,
+// layout, dtype and operand rules whose every do_* hook calls the inner backend's hook. A
+// decorator overrides the hooks it wraps and calls ForwardingBackend::do_*() inside. Operands
+// are checked once, by the decorator's public operation, against the inner backend's rules, so
+// the inner backend's hooks are called directly rather than through its public operations.
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "hardy/core/compute/backend.hpp"
+
+namespace hardy::core {
+
+class ForwardingBackend : public Backend {
+ public:
+  explicit ForwardingBackend(Backend& inner) : Backend(inner.operand_rules()), inner_(inner) {}
+
+  std::string_view name() const override { return inner_.name(); }
+  Layout activation_layout() const override { return inner_.activation_layout(); }
+  Device device() const override { return inner_.device(); }
+  DType activation_dtype() const override { return inner_.activation_dtype(); }
+
+  Backend& inner() { return inner_; }
+
+ protected:
+  Tensor do_empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) override {
+    return inner_.do_empty(std::move(dims), dtype, layout);
+  }
+  void do_copy(const Tensor& src, Tensor& dst) override { inner_.do_copy(src, dst); }
+  void do_fill(Tensor& t, float value) override { inner_.do_fill(t, value); }
+  void do_synchronize() override { inner_.do_synchronize(); }
+
+  void do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                         const ConvGeometry& geometry, Tensor& y) override {
+    inner_.do_conv2d_forward(x, weight, bias, geometry, y);
+  }
+  void do_conv2d_backward_data(const Tensor& dy, const Tensor& weight, const ConvGeometry& geometry,
+                               Tensor& dx) override {
+    inner_.do_conv2d_backward_data(dy, weight, geometry, dx);
+  }
+  void do_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
+                                  Tensor& dweight, Tensor* dbias) override {
+    inner_.do_conv2d_backward_weights(x, dy, geometry, dweight, dbias);
+  }
+
+  void do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
+                             Tensor& rstd) override {
+    inner_.do_group_norm_forward(args, y, mean, rstd);
+  }
+  void do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
+                              Tensor& dbeta) override {
+    inner_.do_group_norm_backward(args, dx, dgamma, dbeta);
+  }
+
+  void do_batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) override {
+    inner_.do_batch_norm_statistics(x, sum, sum_squares);
+  }
+  void do_batch_norm_apply(const BatchNormApply& args, Tensor& y) override {
+    inner_.do_batch_norm_apply(args, y);
+  }
+  void do_batch_norm_backward_statistics(const BatchNormBackwardStatistics& args, Tensor& dgamma,
+                                         Tensor& dbeta) override {
+    inner_.do_batch_norm_backward_statistics(args, dgamma, dbeta);
+  }
+  void do_batch_norm_backward_data(const BatchNormBackwardData& args, Tensor& dx) override {
+    inner_.do_batch_norm_backward_data(args, dx);
+  }
+
+  void do_relu_forward(const Tensor& x, Tensor& y) override { inner_.do_relu_forward(x, y); }
+  void do_relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override {
+    inner_.do_relu_backward(y, dy, dx);
+  }
+  void do_upsample_bilinear_forward(const Tensor& x, Tensor& y) override {
+    inner_.do_upsample_bilinear_forward(x, y);
+  }
+  void do_upsample_bilinear_backward(const Tensor& dy, Tensor& dx) override {
+    inner_.do_upsample_bilinear_backward(dy, dx);
+  }
+  void do_concat_channels(std::span<const Tensor* const> inputs, Tensor& y) override {
+    inner_.do_concat_channels(inputs, y);
+  }
+  void do_split_channels(const Tensor& dy, std::span<Tensor* const> outputs) override {
+    inner_.do_split_channels(dy, outputs);
+  }
+  void do_global_avg_pool_forward(const Tensor& x, Tensor& y) override {
+    inner_.do_global_avg_pool_forward(x, y);
+  }
+  void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) override {
+    inner_.do_global_avg_pool_backward(dy, dx);
+  }
+
+  double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override {
+    return inner_.do_softmax_cross_entropy(args, dlogits);
+  }
+  void do_argmax_channels(const Tensor& logits, Tensor& labels) override {
+    inner_.do_argmax_channels(logits, labels);
+  }
+
+  void do_axpy(float alpha, const Tensor& x, Tensor& y) override { inner_.do_axpy(alpha, x, y); }
+  void do_scale(Tensor& x, float alpha) override { inner_.do_scale(x, alpha); }
+  double do_sum_squares(const Tensor& x) override { return inner_.do_sum_squares(x); }
+  void do_sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity,
+                     const SgdStep& step) override {
+    inner_.do_sgd_update(param, grad, velocity, step);
+  }
+  void do_adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                      const AdamStep& step) override {
+    inner_.do_adam_update(param, grad, m, v, step);
+  }
+  bool do_has_non_finite(const Tensor& x) override { return inner_.do_has_non_finite(x); }
+
+ private:
+  Backend& inner_;
+};
+
+}  // namespace hardy::core
