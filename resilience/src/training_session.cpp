@@ -152,30 +152,43 @@ float TrainingSession::State::current_lr(long at_step) const {
          static_cast<float>(config.global_batch);  // linear scaling
 }
 
-checkpoint::TrainingState TrainingSession::State::capture_state() const {
-  checkpoint::TrainingState state =
-      checkpoint::capture(const_cast<core::DeepLabV3Plus&>(model), *optimizer);
+// The scalars that the loop, not capture(), knows: where training stands and who runs it. A
+// snapshot reuses its strings' and host list's memory, so this allocates nothing per step.
+void TrainingSession::State::store_loop_scalars(checkpoint::TrainingState& state) const {
   state.step = step;
   state.epoch = sampler.state().epoch;
   state.sampler = sampler.state();
-  state.loss = last_loss;
-  state.loss_scale = scaler.scale();
-  state.loss_scale_good_steps = scaler.state().good_steps;
-  state.config_ini = config.config_ini;
   state.rng_seed = config.seed;
   state.lr_schedule = config.schedule;
+  state.loss_scale = scaler.scale();
+  state.loss_scale_good_steps = scaler.state().good_steps;
+  state.loss = last_loss;
+  state.config_ini = config.config_ini;
   state.world_size = comm->size();
-  for (int r : world_rank_of) state.hosts.push_back(hosts[static_cast<std::size_t>(r)]);
-  return state;
+  state.hosts.resize(world_rank_of.size());
+  for (std::size_t i = 0; i < world_rank_of.size(); ++i)
+    state.hosts[i] = hosts[static_cast<std::size_t>(world_rank_of[i])];
 }
 
-void TrainingSession::State::apply_state(const checkpoint::TrainingState& state) {
-  checkpoint::apply(state, model, *optimizer);
+// The other way: the loop continues where `state` stood (the tensors are checkpoint::apply's).
+void TrainingSession::State::restore_loop_scalars(const checkpoint::TrainingState& state) {
   step = state.step;
   sampler.restore(state.sampler);
   last_loss = state.loss;
   if (scaler.config().dynamic)
     scaler.restore({state.loss_scale, state.loss_scale_good_steps, scaler.state().skipped_steps});
+}
+
+checkpoint::TrainingState TrainingSession::State::capture_state() const {
+  checkpoint::TrainingState state =
+      checkpoint::capture(const_cast<core::DeepLabV3Plus&>(model), *optimizer);
+  store_loop_scalars(state);
+  return state;
+}
+
+void TrainingSession::State::apply_state(const checkpoint::TrainingState& state) {
+  checkpoint::apply(state, model, *optimizer);
+  restore_loop_scalars(state);
 }
 
 void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state, int root) {
@@ -209,12 +222,7 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
   if (!is_root) {
     optimizer->initialize_state(model.parameters());
     optimizer->set_steps_taken(scalars.optimizer_steps);
-    step = scalars.step;
-    sampler.restore(scalars.sampler);
-    last_loss = scalars.loss;
-    if (scaler.config().dynamic)
-      scaler.restore(
-          {scalars.loss_scale, scalars.loss_scale_good_steps, scaler.state().skipped_steps});
+    restore_loop_scalars(scalars);
   }
   std::vector<core::Tensor*> tensors;
   for (core::Parameter* p : model.parameters()) tensors.push_back(&p->value);
@@ -403,25 +411,9 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
 
 void TrainingSession::State::take_snapshot() {
   // Reuses the previous snapshot's buffers: a copy of the weights and optimizer state each step.
-  if (!snapshot) {
-    snapshot.emplace();
-    snapshot->config_ini = config.config_ini;
-  }
-  if (snapshot->hosts.size() != world_rank_of.size()) {  // the first time, and after a shrink
-    snapshot->hosts.clear();
-    for (int r : world_rank_of) snapshot->hosts.push_back(hosts[static_cast<std::size_t>(r)]);
-  }
-  checkpoint::capture_into(model, *optimizer, *snapshot);
-  snapshot->step = step;
-  snapshot->epoch = sampler.state().epoch;
-  snapshot->sampler = sampler.state();
-  snapshot->loss = last_loss;
-  snapshot->loss_scale = scaler.scale();
-  snapshot->loss_scale_good_steps = scaler.state().good_steps;
-  snapshot->rng_seed = config.seed;
-  snapshot->lr_schedule = config.schedule;
-  snapshot->world_size = comm->size();
-  snapshot->unix_time = core::unix_time();
+  if (!snapshot) snapshot.emplace();
+  checkpoint::capture_into(model, *optimizer, *snapshot);  // also stamps unix_time
+  store_loop_scalars(*snapshot);
 }
 
 void TrainingSession::State::maybe_checkpoint(bool force_sync) {
