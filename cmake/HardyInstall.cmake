@@ -17,8 +17,9 @@ foreach(library core comm checkpoint resilience batch slurm lsf jobs)
   endif()
 endforeach()
 
-# hardy_warnings is linked privately, but static libraries carry it into the export as LINK_ONLY.
-install(TARGETS ${_hardy_libraries} hardy_warnings EXPORT hardyTargets
+# hardy_warnings and hardy_hdf5 (HDF5's headers and library for the sources that call it) are
+# linked privately, but static libraries carry them into the export as LINK_ONLY.
+install(TARGETS ${_hardy_libraries} hardy_warnings hardy_hdf5 EXPORT hardyTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -162,11 +162,11 @@ core::Tensor host_nchw(core::Backend& backend, const core::Tensor& t) {
   return host;
 }
 
-void write_f32(hid_t parent, const std::string& name, core::Backend& backend,
+void write_f32(core::h5::Id parent, const std::string& name, core::Backend& backend,
                const core::Tensor& t) {
   const core::Tensor host = host_nchw(backend, t);
   core::h5::write_dataset<float>(parent, name, host.f32(),
-                                 std::vector<hsize_t>(t.dims().begin(), t.dims().end()));
+                                 std::vector<core::h5::Extent>(t.dims().begin(), t.dims().end()));
 }
 
 nlohmann::json config_json(const Options& o) {
@@ -216,9 +216,10 @@ int dump_step(const Options& o) {
   write_f32(file.id(), "input", *backend, b.fields);
   std::vector<std::int32_t> labels(b.labels.data<std::int32_t>(),
                                    b.labels.data<std::int32_t>() + b.labels.numel());
-  h5::write_dataset<std::int32_t>(file.id(), "labels", labels,
-                                  {static_cast<hsize_t>(o.batch), static_cast<hsize_t>(o.height),
-                                   static_cast<hsize_t>(o.width)});
+  h5::write_dataset<std::int32_t>(
+      file.id(), "labels", labels,
+      {static_cast<core::h5::Extent>(o.batch), static_cast<core::h5::Extent>(o.height),
+       static_cast<core::h5::Extent>(o.width)});
   h5::write_dataset<float>(file.id(), "class_weights", b.class_weights, {b.class_weights.size()});
   const double loss = loss_sum * grad_scale;
   h5::write_dataset<double>(file.id(), "loss", std::span(&loss, 1), {1});

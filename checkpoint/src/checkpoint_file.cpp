@@ -1,6 +1,7 @@
 #include "hardy/checkpoint/checkpoint_file.hpp"
 
 #include <fmt/format.h>
+#include <hdf5.h>
 
 #include <map>
 #include <nlohmann/json.hpp>

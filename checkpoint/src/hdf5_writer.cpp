@@ -1,6 +1,7 @@
 #include "hdf5_writer.hpp"
 
 #include <fmt/format.h>
+#include <hdf5.h>
 
 #include <algorithm>
 #include <cstdlib>

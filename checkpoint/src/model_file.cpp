@@ -59,7 +59,7 @@ void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
   }
   std::vector<detail::Field> fields;
   for (const NamedTensor& tensor : tensors)
-    fields.push_back(detail::tensor_field(detail::kModelGroup, tensor));
+    fields.push_back(detail::tensor_field(kModelGroup, tensor));
   const detail::RootAttributes root{
       .text = {{"format", "hardy-model"}, {"hardy_version", HARDY_VERSION}},
       .numbers = {{"format_version", kModelFileVersion}}};

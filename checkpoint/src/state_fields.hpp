@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "hardy/checkpoint/scalar_fields.hpp"
 #include "hardy/checkpoint/training_state.hpp"
 
 namespace hardy::checkpoint::detail {
@@ -49,11 +50,9 @@ struct Field {
   std::size_t element_size() const;
 };
 
-inline constexpr std::string_view kModelGroup = "/model/";
-inline constexpr std::string_view kOptimizerGroup = "/optimizer/";
-
 // Every dataset of a checkpoint, with checksums: the model's tensors, then the optimizer's, then
-// /train and /job. Tensor fields borrow the state's memory: keep the state alive.
+// /train and /job as scalar_fields() lists them. Tensor fields borrow the state's memory: keep
+// the state alive.
 std::vector<Field> fields_of(const TrainingState& state);
 // One tensor as the f32 dataset `group` + name ("/model/..."), with its checksum, borrowing the
 // tensor's memory.
@@ -65,7 +64,8 @@ bool is_tensor_path(std::string_view path);
 // Adds a tensor read from `path` to the right list of state.
 void add_tensor(TrainingState& state, std::string_view path, NamedTensor tensor);
 
-// Sets the scalar members of state from the /train and /job fields, keyed by path. Throws
+// Sets the scalar members of state from the /train and /job fields (scalar_fields()), keyed by
+// path; fields the table does not know are ignored. Throws
 // CorruptCheckpoint "<source>: ..." naming a missing dataset or one of the wrong type or shape.
 void read_scalars(const std::map<std::string, Field, std::less<>>& fields, TrainingState& state,
                   std::string_view source);

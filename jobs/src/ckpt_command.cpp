@@ -1,3 +1,4 @@
+#include <fmt/args.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,10 +9,13 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <type_traits>
+#include <variant>
 
 #include "command_line.hpp"
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
+#include "hardy/checkpoint/scalar_fields.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/jobs/commands.hpp"
@@ -176,14 +180,17 @@ TensorStatistics statistics(const NamedTensor& tensor) {
 
 std::map<std::string, const NamedTensor*> tensors_by_path(const checkpoint::TrainingState& state) {
   std::map<std::string, const NamedTensor*> tensors;
-  for (const NamedTensor& t : state.model) tensors.emplace("/model/" + t.name, &t);
-  for (const NamedTensor& t : state.optimizer) tensors.emplace("/optimizer/" + t.name, &t);
+  for (const NamedTensor& t : state.model)
+    tensors.emplace(std::string(checkpoint::kModelGroup) + t.name, &t);
+  for (const NamedTensor& t : state.optimizer)
+    tensors.emplace(std::string(checkpoint::kOptimizerGroup) + t.name, &t);
   return tensors;
 }
 
+// Every scalar of the checkpoint (checkpoint::scalar_fields()) at its JSON pointer, so that the
+// JSON cannot miss one.
 json to_json(const fs::path& path, const CheckpointContents& contents) {
   const checkpoint::TrainingState& s = contents.state;
-  const core::LrSchedule& lr = s.lr_schedule;
   json datasets = json::array();
   const auto tensors = tensors_by_path(s);
   for (const auto& d : contents.datasets) {
@@ -199,61 +206,105 @@ json to_json(const fs::path& path, const CheckpointContents& contents) {
     }
     datasets.push_back(std::move(item));
   }
-  return {{"file", path.string()},
-          {"bytes", contents.file_bytes},
-          {"format", checkpoint::kFormatName},
-          {"format_version", contents.format_version},
-          {"step", s.step},
-          {"epoch", s.epoch},
-          {"world_size", s.world_size},
-          {"loss", s.loss},
-          {"optimizer", {{"kind", s.optimizer_kind}, {"steps", s.optimizer_steps}}},
-          {"sampler",
-           {{"seed", s.sampler.seed}, {"epoch", s.sampler.epoch}, {"cursor", s.sampler.cursor}}},
-          {"rng_seed", s.rng_seed},
-          {"lr_schedule",
-           {{"base_lr", lr.base_lr},
-            {"warmup_steps", lr.warmup_steps},
-            {"total_steps", lr.total_steps},
-            {"decay", core::to_string(lr.decay)},
-            {"final_fraction", lr.final_fraction},
-            {"poly_power", lr.poly_power},
-            {"step_every", lr.step_every},
-            {"step_gamma", lr.step_gamma}}},
-          {"loss_scale", {{"scale", s.loss_scale}, {"good_steps", s.loss_scale_good_steps}}},
-          {"hardy_version", s.hardy_version},
-          {"hosts", s.hosts},
-          {"unix_time", s.unix_time},
-          {"time", core::iso_time(s.unix_time)},
-          {"config", s.config_ini},
-          {"datasets", std::move(datasets)}};
+  json report = {{"file", path.string()},
+                 {"bytes", contents.file_bytes},
+                 {"format", checkpoint::kFormatName},
+                 {"format_version", contents.format_version},
+                 {"time", core::iso_time(s.unix_time)},
+                 {"datasets", std::move(datasets)}};
+  for (const checkpoint::ScalarField& scalar : checkpoint::scalar_fields())
+    std::visit(
+        [&](const auto& value) {
+          report[json::json_pointer(std::string(scalar.json_pointer))] = value;
+        },
+        scalar.get(s));
+  return report;
+}
+
+// The text's summary lines. A pattern names scalar fields by their key (the JSON pointer without
+// the leading '/' and with '_' for '/': /lr_schedule/base_lr is {lr_schedule_base_lr}), with
+// fmt's format specifications.
+struct SummaryLine {
+  const char* label;
+  const char* pattern;
+};
+constexpr SummaryLine kSummary[] = {
+    {"step", "{step}"},
+    {"epoch", "{epoch}"},
+    {"world size", "{world_size}"},
+    {"loss", "{loss:.6g}"},
+    {"optimizer", "{optimizer_kind}, {optimizer_steps} steps taken"},
+    {"sampler", "seed {sampler_seed}, epoch {sampler_epoch}, cursor {sampler_cursor}"},
+    {"rng seed", "{rng_seed}"},
+    {"lr schedule",
+     "{lr_schedule_decay} decay from {lr_schedule_base_lr:g}, {lr_schedule_warmup_steps} warm-up "
+     "steps, {lr_schedule_total_steps} steps in all (final fraction "
+     "{lr_schedule_final_fraction:g}, poly power {lr_schedule_poly_power:g}, step decay "
+     "x{lr_schedule_step_gamma:g} every {lr_schedule_step_every} steps)"},
+    {"loss scale", "{loss_scale_scale:g} ({loss_scale_good_steps} good steps)"},
+    {"saved", "{unix_time} by hardy {hardy_version} on {hosts}"},
+};
+// Scalars that only --json shows: the configuration is dozens of lines.
+constexpr std::string_view kOnlyInJson[] = {"/job/config"};
+
+std::string summary_key(std::string_view json_pointer) {
+  std::string key(json_pointer.substr(1));
+  std::replace(key.begin(), key.end(), '/', '_');
+  return key;
+}
+
+// Every scalar as a named argument for the summary's patterns; throws Error when a scalar has no
+// place in the summary (a field added to the table but not here).
+fmt::dynamic_format_arg_store<fmt::format_context> summary_arguments(
+    const checkpoint::TrainingState& s) {
+  fmt::dynamic_format_arg_store<fmt::format_context> arguments;
+  for (const checkpoint::ScalarField& scalar : checkpoint::scalar_fields()) {
+    const std::string key = summary_key(scalar.json_pointer);
+    const bool shown = std::any_of(std::begin(kSummary), std::end(kSummary), [&](const auto& line) {
+      const std::string_view pattern = line.pattern;
+      return pattern.find("{" + key + "}") != std::string_view::npos ||
+             pattern.find("{" + key + ":") != std::string_view::npos;
+    });
+    const bool only_in_json = std::find(std::begin(kOnlyInJson), std::end(kOnlyInJson),
+                                        scalar.path) != std::end(kOnlyInJson);
+    if (!shown && !only_in_json)
+      throw Error(fmt::format("hardy ckpt inspect has no place for {} in its text ({{{}}})",
+                              scalar.path, key));
+    std::visit(
+        [&](const auto& value) {
+          using T = std::decay_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, std::vector<std::string>>) {  // hosts, once each
+            std::vector<std::string> names = value;
+            names.erase(std::unique(names.begin(), names.end()), names.end());
+            arguments.push_back(
+                fmt::arg(key.c_str(), names.empty() ? "unknown hosts"
+                                                    : fmt::format("{}", fmt::join(names, ", "))));
+          } else if constexpr (std::is_same_v<T, double>) {
+            if (key == "unix_time")
+              arguments.push_back(fmt::arg(key.c_str(), core::iso_time(value)));
+            else
+              arguments.push_back(fmt::arg(key.c_str(), value));
+          } else {
+            arguments.push_back(fmt::arg(key.c_str(), value));
+          }
+        },
+        scalar.get(s));
+  }
+  return arguments;
 }
 
 void print_text(const fs::path& path, const CheckpointContents& contents) {
   const checkpoint::TrainingState& s = contents.state;
-  const core::LrSchedule& lr = s.lr_schedule;
-  std::vector<std::string> hosts = s.hosts;
-  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
-  std::cout << fmt::format(
-      "file:          {} ({})\n"
-      "format:        {} version {}\n"
-      "step:          {}\n"
-      "epoch:         {}\n"
-      "world size:    {}\n"
-      "loss:          {:.6g}\n"
-      "optimizer:     {}, {} steps taken\n"
-      "sampler:       seed {}, epoch {}, cursor {}\n"
-      "lr schedule:   {} decay from {:g}, {} warm-up steps, {} steps in all\n"
-      "loss scale:    {:g} ({} good steps)\n"
-      "saved:         {} by hardy {} on {}\n"
-      "tensors:       {} model, {} optimizer, {} of data\n\n",
-      path.string(), human_bytes(contents.file_bytes), checkpoint::kFormatName,
-      contents.format_version, s.step, s.epoch, s.world_size, s.loss, s.optimizer_kind,
-      s.optimizer_steps, s.sampler.seed, s.sampler.epoch, s.sampler.cursor,
-      core::to_string(lr.decay), lr.base_lr, lr.warmup_steps, lr.total_steps, s.loss_scale,
-      s.loss_scale_good_steps, core::iso_time(s.unix_time), s.hardy_version,
-      hosts.empty() ? "unknown hosts" : fmt::format("{}", fmt::join(hosts, ", ")), s.model.size(),
-      s.optimizer.size(), human_bytes(checkpoint::tensor_bytes(s)));
+  const auto arguments = summary_arguments(s);
+  std::cout << fmt::format("{:<15}{} ({})\n{:<15}{} version {}\n", "file:", path.string(),
+                           human_bytes(contents.file_bytes), "format:", checkpoint::kFormatName,
+                           contents.format_version);
+  for (const SummaryLine& line : kSummary)
+    std::cout << fmt::format("{:<15}{}\n", fmt::format("{}:", line.label),
+                             fmt::vformat(line.pattern, arguments));
+  std::cout << fmt::format("{:<15}{} model, {} optimizer, {} of data\n\n",
+                           "tensors:", s.model.size(), s.optimizer.size(),
+                           human_bytes(checkpoint::tensor_bytes(s)));
   std::size_t width = 7;
   for (const auto& d : contents.datasets) width = std::max(width, d.path.size());
   std::cout << fmt::format("{:<{}}  {:<5}  {:<16}  {}\n", "dataset", width, "dtype", "shape",

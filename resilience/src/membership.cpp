@@ -43,13 +43,6 @@ const std::string& Membership::host_of(int rank) const {
   return hosts_[static_cast<std::size_t>(world_rank_of_[static_cast<std::size_t>(rank)])];
 }
 
-std::vector<std::string> Membership::current_hosts() const {
-  std::vector<std::string> current;
-  current.reserve(world_rank_of_.size());
-  for (int r : world_rank_of_) current.push_back(hosts_[static_cast<std::size_t>(r)]);
-  return current;
-}
-
 bool Membership::first_on_host() const {
   for (int r = 0; r < rank(); ++r)
     if (host_of(r) == host()) return false;

@@ -42,8 +42,6 @@ class Membership {
   const std::string& host() const { return hosts_[static_cast<std::size_t>(world_rank_)]; }
   // The host of the rank that is `rank` now.
   const std::string& host_of(int rank) const;
-  // Hosts by current rank (what a checkpoint records of who saved it).
-  std::vector<std::string> current_hosts() const;
   const std::vector<std::string>& original_hosts() const { return hosts_; }
   // Whether this rank is the lowest current rank on its host: the one that keeps the host's
   // node-local snapshots. Changes when a lower rank on the host dies.

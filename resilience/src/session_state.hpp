@@ -63,6 +63,8 @@ struct TrainingSession::State final : StateSource {
   void capture_into(checkpoint::TrainingState& state) const override;
   long committed_step() const override { return step; }
   void apply_state(const checkpoint::TrainingState& state);
+  void store_loop_scalars(checkpoint::TrainingState& state) const;  // step, sampler, loss, ...
+  void restore_loop_scalars(const checkpoint::TrainingState& state);
   // Root's `state` (read from a checkpoint or a node-local snapshot) to every rank, applied
   // everywhere; when the gradient reducer moves device tensors (NCCL) they go GPU to GPU and
   // `state` keeps only the loop's scalars afterwards.

@@ -146,26 +146,39 @@ float TrainingSession::State::current_lr(long at_step) const {
 
 void TrainingSession::State::capture_into(checkpoint::TrainingState& state) const {
   checkpoint::capture_into(const_cast<core::DeepLabV3Plus&>(model), *optimizer, state);
+  store_loop_scalars(state);
+}
+
+// The scalars that the loop, not capture(), knows: where training stands and who runs it. A
+// snapshot reuses its strings' and host list's memory, so this allocates nothing per step.
+void TrainingSession::State::store_loop_scalars(checkpoint::TrainingState& state) const {
   state.step = step;
   state.epoch = sampler.state().epoch;
   state.sampler = sampler.state();
-  state.loss = last_loss;
-  state.loss_scale = scaler.scale();
-  state.loss_scale_good_steps = scaler.state().good_steps;
-  state.config_ini = config.config_ini;
   state.rng_seed = config.seed;
   state.lr_schedule = config.schedule;
+  state.loss_scale = scaler.scale();
+  state.loss_scale_good_steps = scaler.state().good_steps;
+  state.loss = last_loss;
+  state.config_ini = config.config_ini;
   state.world_size = membership.size();
-  state.hosts = membership.current_hosts();
+  state.hosts.resize(static_cast<std::size_t>(membership.size()));
+  for (int r = 0; r < membership.size(); ++r)
+    state.hosts[static_cast<std::size_t>(r)] = membership.host_of(r);
 }
 
-void TrainingSession::State::apply_state(const checkpoint::TrainingState& state) {
-  checkpoint::apply(state, model, *optimizer);
+// The other way: the loop continues where `state` stood (the tensors are checkpoint::apply's).
+void TrainingSession::State::restore_loop_scalars(const checkpoint::TrainingState& state) {
   step = state.step;
   sampler.restore(state.sampler);
   last_loss = state.loss;
   if (scaler.config().dynamic)
     scaler.restore({state.loss_scale, state.loss_scale_good_steps, scaler.state().skipped_steps});
+}
+
+void TrainingSession::State::apply_state(const checkpoint::TrainingState& state) {
+  checkpoint::apply(state, model, *optimizer);
+  restore_loop_scalars(state);
 }
 
 void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state, int root) {
@@ -199,12 +212,7 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
   if (!is_root) {
     optimizer->initialize_state(model.parameters());
     optimizer->set_steps_taken(scalars.optimizer_steps);
-    step = scalars.step;
-    sampler.restore(scalars.sampler);
-    last_loss = scalars.loss;
-    if (scaler.config().dynamic)
-      scaler.restore(
-          {scalars.loss_scale, scalars.loss_scale_good_steps, scaler.state().skipped_steps});
+    restore_loop_scalars(scalars);
   }
   std::vector<core::Tensor*> tensors;
   for (core::Parameter* p : model.parameters()) tensors.push_back(&p->value);

@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the checkpoint tests: a small trained model with optimizer state, states with every
 // scalar set, scratch directories, and byte-level damage to files.
+#include <hdf5.h>
 #include <unistd.h>
 
 #include <atomic>

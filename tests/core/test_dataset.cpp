@@ -1,3 +1,5 @@
+#include <hdf5.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -42,12 +44,12 @@ class TemporaryDirectory {
 };
 
 // A file with /fields and /labels of the given dimensions, labels all `label`.
-void write_raw_file(const fs::path& path, const std::vector<hsize_t>& fields_dims,
-                    const std::vector<hsize_t>& labels_dims, std::uint8_t label = 0) {
+void write_raw_file(const fs::path& path, const std::vector<h5::Extent>& fields_dims,
+                    const std::vector<h5::Extent>& labels_dims, std::uint8_t label = 0) {
   h5::Handle file = h5::create_file(path);
   std::size_t fields_count = 1, labels_count = 1;
-  for (hsize_t extent : fields_dims) fields_count *= extent;
-  for (hsize_t extent : labels_dims) labels_count *= extent;
+  for (h5::Extent extent : fields_dims) fields_count *= extent;
+  for (h5::Extent extent : labels_dims) labels_count *= extent;
   h5::write_dataset<float>(file.id(), "fields", std::vector<float>(fields_count, 0.5f),
                            fields_dims);
   h5::write_dataset<std::uint8_t>(file.id(), "labels",
@@ -132,7 +134,7 @@ TEST_CASE("data: dataset files have the documented layout for any HDF5 reader", 
   REQUIRE(H5Sget_simple_extent_ndims(space.id()) == 4);
   H5Sget_simple_extent_dims(space.id(), dims, nullptr);
   CHECK(std::vector<hsize_t>(dims, dims + 4) == std::vector<hsize_t>{4, 16, 16, 20});
-  CHECK(h5::dataset_dims(labels.id()) == std::vector<hsize_t>{4, 16, 20});
+  CHECK(h5::dataset_dims(labels.id()) == std::vector<h5::Extent>{4, 16, 20});
 
   h5::Handle creation{H5Dget_create_plist(fields.id()), "H5Dget_create_plist", "/fields"};
   hsize_t chunk[4] = {};

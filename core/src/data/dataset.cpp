@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <hdf5.h>  // the stored types of /fields and /labels
 
 #include <algorithm>
 #include <fstream>
@@ -40,10 +41,10 @@ void write_atomically(const fs::path& path, Write&& write) {
 void write_file(const SampleSource& source, std::size_t first, std::size_t count,
                 const fs::path& path) {
   const SampleShape shape = source.shape();
-  const auto C = static_cast<hsize_t>(shape.channels), H = static_cast<hsize_t>(shape.height),
-             W = static_cast<hsize_t>(shape.width);
+  const auto C = static_cast<h5::Extent>(shape.channels), H = static_cast<h5::Extent>(shape.height),
+             W = static_cast<h5::Extent>(shape.width);
   h5::Handle file = h5::create_file(path);
-  const hid_t root = file.id();
+  const h5::Id root = file.id();
   h5::write_attribute(root, "format", kDatasetFormat);
   h5::write_attribute(root, "format_version", kDatasetFormatVersion);
   h5::write_attribute(root, "class_names",
@@ -171,7 +172,7 @@ Hdf5Dataset::File Hdf5Dataset::open_and_validate(const fs::path& path, SampleSha
   File file;
   file.path = path;
   file.file = h5::open_file(path);
-  const hid_t root = file.file.id();
+  const h5::Id root = file.file.id();
   if (h5::has_attribute(root, "format")) {
     const std::string format = h5::read_string_attribute(root, "format");
     if (format != kDatasetFormat)
@@ -192,8 +193,8 @@ Hdf5Dataset::File Hdf5Dataset::open_and_validate(const fs::path& path, SampleSha
                       quoted(path), name));
   file.fields = h5::open_dataset(root, "fields");
   file.labels = h5::open_dataset(root, "labels");
-  const std::vector<hsize_t> fields = h5::dataset_dims(file.fields.id());
-  const std::vector<hsize_t> labels = h5::dataset_dims(file.labels.id());
+  const std::vector<h5::Extent> fields = h5::dataset_dims(file.fields.id());
+  const std::vector<h5::Extent> labels = h5::dataset_dims(file.labels.id());
   const bool shapes_fit = fields.size() == 4 && labels.size() == 3 && fields[0] == labels[0] &&
                           fields[2] == labels[1] && fields[3] == labels[2] && fields[1] > 0 &&
                           fields[2] > 0 && fields[3] > 0 && fields[1] <= 1u << 20 &&
@@ -203,8 +204,8 @@ Hdf5Dataset::File Hdf5Dataset::open_and_validate(const fs::path& path, SampleSha
         "{} has /fields of shape [{}] and /labels of shape [{}]; expected (N, C, H, W) and "
         "(N, H, W) with the same N, H and W",
         quoted(path), fmt::join(fields, ", "), fmt::join(labels, ", ")));
-  if (h5::dataset_type_class(file.fields.id()) != H5T_FLOAT ||
-      h5::dataset_type_class(file.labels.id()) != H5T_INTEGER)
+  if (h5::dataset_type_class(file.fields.id()) != h5::TypeClass::floating_point ||
+      h5::dataset_type_class(file.labels.id()) != h5::TypeClass::integer)
     throw InvalidArgument(
         fmt::format("{} must hold floating-point /fields and integer /labels", quoted(path)));
   file.count = static_cast<std::size_t>(fields[0]);
@@ -244,7 +245,7 @@ void Hdf5Dataset::load(std::size_t index, std::span<float> fields_chw,
       std::upper_bound(files_.begin(), files_.end(), index,
                        [](std::size_t i, const File& file) { return i < file.first; });
   const File& file = *std::prev(after);
-  const hsize_t row = index - file.first;
+  const h5::Extent row = index - file.first;
   h5::read_rows<float>(file.fields.id(), row, 1, fields_chw);
   h5::read_rows<std::int32_t>(file.labels.id(), row, 1, labels_hw);
   for (std::size_t p = 0; p < labels_hw.size(); ++p) {

@@ -1,13 +1,24 @@
 #include "hardy/core/support/hdf5.hpp"
 
 #include <fmt/format.h>
+#include <hdf5.h>
 
 #include <algorithm>
 #include <numeric>
+#include <type_traits>
 
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core::h5 {
+
+// The header's stand-ins for HDF5's types (it does not include <hdf5.h>).
+static_assert(std::is_same_v<Id, hid_t>, "h5::Id must be HDF5's hid_t (HDF5 1.10 or later)");
+static_assert(sizeof(Extent) == sizeof(hsize_t) && std::is_unsigned_v<hsize_t>,
+              "h5::Extent must hold an hsize_t");
+static_assert(kInvalidId == H5I_INVALID_HID);
+static_assert(std::is_same_v<herr_t, int> && std::is_same_v<htri_t, int>,
+              "h5::check(int) takes herr_t and htri_t");
+
 namespace {
 
 // The main thread is quiet before anyone can make a failing call through the raw C API.
@@ -66,7 +77,8 @@ std::string describe(hid_t parent, std::string_view name) {
   return fmt::format("'{}' in '{}'", name, file_name(parent));
 }
 
-std::size_t element_count(const std::vector<hsize_t>& dims) {
+template <class Extents>
+std::size_t element_count(const Extents& dims) {
   return std::accumulate(dims.begin(), dims.end(), std::size_t{1}, std::multiplies<>());
 }
 
@@ -88,7 +100,8 @@ void require_count(std::size_t expected, std::size_t given, std::string_view wha
 std::pair<Handle, std::vector<hsize_t>> select_rows(hid_t dataset, hsize_t first, hsize_t rows) {
   const std::string what = "dataset " + describe(dataset);
   Handle space{H5Dget_space(dataset), "H5Dget_space", what};
-  std::vector<hsize_t> dims = dataset_dims(dataset);
+  const std::vector<Extent> extents = dataset_dims(dataset);
+  std::vector<hsize_t> dims(extents.begin(), extents.end());
   if (dims.empty() || first + rows > dims[0])
     throw InvalidArgument(fmt::format("rows [{}, {}) are outside {} with {} rows", first,
                                       first + rows, what, dims.empty() ? 0 : dims[0]));
@@ -283,10 +296,11 @@ std::vector<std::string> list_children(hid_t group) {
 }
 
 Handle create_dataset(hid_t parent, std::string_view name, hid_t file_type,
-                      const std::vector<hsize_t>& dims, const std::vector<hsize_t>& chunk_dims) {
+                      const std::vector<Extent>& dims, const std::vector<Extent>& chunk_extents) {
   quiet_errors();
   const std::string key(name);
-  Handle space = simple_space(dims);
+  Handle space = simple_space(std::vector<hsize_t>(dims.begin(), dims.end()));
+  const std::vector<hsize_t> chunk_dims(chunk_extents.begin(), chunk_extents.end());
   Handle properties{H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "dataset creation properties"};
   if (!chunk_dims.empty())
     check(H5Pset_chunk(properties.id(), static_cast<int>(chunk_dims.size()), chunk_dims.data()),
@@ -302,19 +316,54 @@ Handle open_dataset(hid_t parent, std::string_view name) {
   return {H5Dopen2(parent, key.c_str(), H5P_DEFAULT), "H5Dopen2", describe(parent, name)};
 }
 
-std::vector<hsize_t> dataset_dims(hid_t dataset) {
+std::vector<Extent> dataset_dims(hid_t dataset) {
   const std::string what = "dataset " + describe(dataset);
   Handle space{H5Dget_space(dataset), "H5Dget_space", what};
   int rank = check(H5Sget_simple_extent_ndims(space.id()), "H5Sget_simple_extent_ndims", what);
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
   check(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr), "H5Sget_simple_extent_dims",
         what);
-  return dims;
+  return {dims.begin(), dims.end()};
 }
 
-H5T_class_t dataset_type_class(hid_t dataset) {
+TypeClass dataset_type_class(hid_t dataset) {
   Handle type{H5Dget_type(dataset), "H5Dget_type", "dataset " + describe(dataset)};
-  return H5Tget_class(type.id());
+  switch (H5Tget_class(type.id())) {
+    case H5T_INTEGER:
+      return TypeClass::integer;
+    case H5T_FLOAT:
+      return TypeClass::floating_point;
+    case H5T_STRING:
+      return TypeClass::string;
+    default:
+      return TypeClass::other;
+  }
+}
+
+hid_t native_type(NumberType type) {
+  switch (type) {
+    case NumberType::f32:
+      return H5T_NATIVE_FLOAT;
+    case NumberType::f64:
+      return H5T_NATIVE_DOUBLE;
+    case NumberType::i8:
+      return H5T_NATIVE_INT8;
+    case NumberType::u8:
+      return H5T_NATIVE_UINT8;
+    case NumberType::i16:
+      return H5T_NATIVE_INT16;
+    case NumberType::u16:
+      return H5T_NATIVE_UINT16;
+    case NumberType::i32:
+      return H5T_NATIVE_INT32;
+    case NumberType::u32:
+      return H5T_NATIVE_UINT32;
+    case NumberType::i64:
+      return H5T_NATIVE_INT64;
+    case NumberType::u64:
+      return H5T_NATIVE_UINT64;
+  }
+  throw InvalidArgument(fmt::format("no HDF5 type for number type {}", static_cast<int>(type)));
 }
 
 namespace detail {
@@ -331,7 +380,7 @@ void read_all(hid_t dataset, hid_t memory_type, void* data, std::size_t count) {
   check(H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dread", what);
 }
 
-void write_rows(hid_t dataset, hsize_t first, hsize_t rows, hid_t memory_type, const void* data,
+void write_rows(hid_t dataset, Extent first, Extent rows, hid_t memory_type, const void* data,
                 std::size_t count) {
   const std::string what =
       fmt::format("rows [{}, {}) of dataset {}", first, first + rows, describe(dataset));
@@ -342,7 +391,7 @@ void write_rows(hid_t dataset, hsize_t first, hsize_t rows, hid_t memory_type, c
         "H5Dwrite", what);
 }
 
-void read_rows(hid_t dataset, hsize_t first, hsize_t rows, hid_t memory_type, void* data,
+void read_rows(hid_t dataset, Extent first, Extent rows, hid_t memory_type, void* data,
                std::size_t count) {
   const std::string what =
       fmt::format("rows [{}, {}) of dataset {}", first, first + rows, describe(dataset));

@@ -7,10 +7,13 @@
 //   broadcast_state.hpp      broadcast_state() for restoring every rank from rank 0's file
 //   node_local_snapshots.hpp the node-local tier: each node's copy of the last committed step
 //   model_file.hpp           save_model(), load_model(), write_atomically()
+//   scalar_fields.hpp        scalar_fields(): the one list of a checkpoint's /train and /job
+//   datasets
 #include "hardy/checkpoint/broadcast_state.hpp"
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/checkpoint/checkpoint_writer.hpp"
 #include "hardy/checkpoint/model_file.hpp"
 #include "hardy/checkpoint/node_local_snapshots.hpp"
+#include "hardy/checkpoint/scalar_fields.hpp"
 #include "hardy/checkpoint/training_state.hpp"
