@@ -85,7 +85,7 @@ TEST_CASE("in-process world: ranks that meet in different operations fail loudly
 
 TEST_CASE("in-process world: collectives, a death, revoke, agree and shrink", "[recovery]") {
   InProcessWorld world(4, 2);
-  world.plan({.victim = 2, .at_call = 2});
+  world.plan({.victim = 2, .at_call = 2, .kind = {}, .after_contributing = false, .unaware = {}});
   Stories stories;
   const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
     const int me = comm->rank();
@@ -170,7 +170,11 @@ TEST_CASE("a step that failed on one survivor is committed by none, and all reco
 TEST_CASE("a second death during recovery starts it over on what is left", "[recovery]") {
   InProcessWorld world(5);
   world.deadlock_timeout = std::chrono::seconds(10);
-  world.plan({.victim = 4, .at_call = 1, .kind = "allreduce f32"});
+  world.plan({.victim = 4,
+              .at_call = 1,
+              .kind = "allreduce f32",
+              .after_contributing = false,
+              .unaware = {}});
   // Rank 1 dies in the first attempt's collective, after only rank 0 saw its contribution.
   world.plan({.victim = 1,
               .at_call = 1,
