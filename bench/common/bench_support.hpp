@@ -6,9 +6,15 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hardy/core/nn/model.hpp"
@@ -89,6 +95,67 @@ inline double median(std::vector<double> values) {
 inline double seconds_between(std::chrono::steady_clock::time_point from,
                               std::chrono::steady_clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
+}
+
+// --warmup, --steps, --seed and --lr, which every model benchmark takes; false for other flags.
+template <class Options>
+bool apply_run_flag(std::string_view flag, std::string_view value, Options& o) {
+  if (flag == "--warmup")
+    o.warmup = parse_number<int>(flag, value);
+  else if (flag == "--steps")
+    o.steps = parse_number<int>(flag, value);
+  else if (flag == "--seed")
+    o.seed = parse_number<std::uint64_t>(flag, value);
+  else if (flag == "--lr")
+    o.lr = parse_number<float>(flag, value);
+  else
+    return false;
+  return true;
+}
+
+// A benchmark's name and usage text, for --help and for every mistake on its command line.
+struct Command {
+  const char* program;
+  const char* usage;
+};
+
+// Prints the message and the usage text and exits with status 2.
+[[noreturn]] inline void usage_error(const Command& command, const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n", command.program, message.c_str());
+  std::fputs(command.usage, stderr);
+  std::exit(2);
+}
+
+// Walks a model benchmark's command line: --help prints the usage and exits 0; a flag named in
+// `switches` sets its bool; every other flag takes a value, which the shape flags
+// (apply_shape_flag), the run flags (apply_run_flag) and then `own` consume (`own` returns false
+// for a flag it does not know). Every mistake ends in usage_error().
+template <class Options>
+void parse_flags(int argc, char** argv, const Command& command, Options& options,
+                 std::initializer_list<std::pair<std::string_view, bool Options::*>> switches,
+                 const std::function<bool(std::string_view flag, std::string_view value)>& own) {
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view flag = argv[i];
+      if (flag == "--help" || flag == "-h") {
+        std::fputs(command.usage, stdout);
+        std::exit(0);
+      }
+      const auto is_switch = std::find_if(switches.begin(), switches.end(),
+                                          [&](const auto& s) { return s.first == flag; });
+      if (is_switch != switches.end()) {
+        options.*(is_switch->second) = true;
+        continue;
+      }
+      if (i + 1 >= argc) usage_error(command, fmt::format("{} needs a value", flag));
+      const std::string_view value = argv[++i];
+      if (!apply_shape_flag(flag, value, options) && !apply_run_flag(flag, value, options) &&
+          !own(flag, value))
+        usage_error(command, fmt::format("unknown option {}", flag));
+    }
+  } catch (const UsageError& e) {
+    usage_error(command, e.what());
+  }
 }
 
 }  // namespace hardy::bench

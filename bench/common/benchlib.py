@@ -33,6 +33,23 @@ def option_list(*option_sets):
     return args
 
 
+def add_round_arguments(parser, configs, default_configs, warmup):
+    """--configs, --rounds, --warmup and --steps, as every model benchmark takes them."""
+    parser.add_argument("--configs", default=default_configs,
+                        help=f"comma-separated, from {', '.join(configs)}")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--steps", type=int, default=20)
+
+
+def chosen_configs(parser, args, configs):
+    chosen = args.configs.split(",")
+    for name in chosen:
+        if name not in configs:
+            parser.error(f"unknown config {name}; choose from {', '.join(configs)}")
+    return chosen
+
+
 def run_json(command, script, env=None):
     """Runs a measurement and returns the JSON object on the last line of its output."""
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

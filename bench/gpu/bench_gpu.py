@@ -71,19 +71,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bin", default=os.path.join(ROOT, "build-cuda", "bin"),
                         help="folder with hardy_gpu_bench and hardy_nccl_bench")
-    parser.add_argument("--configs", default="small,medium,climate",
-                        help=f"comma-separated, from {', '.join(CONFIGS)}")
+    benchlib.add_round_arguments(parser, CONFIGS, "small,medium,climate", warmup=5)
     parser.add_argument("--precisions", default="bf16,fp16")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--parts", default="peak,step,nccl,converge")
     parser.add_argument("--output", help="JSON file (default bench/results/gpu-<date>.json)")
     args = parser.parse_args()
-    configs = args.configs.split(",")
-    for name in configs:
-        if name not in CONFIGS:
-            parser.error(f"unknown config {name}; choose from {', '.join(CONFIGS)}")
+    configs = benchlib.chosen_configs(parser, args, CONFIGS)
     parts = set(args.parts.split(","))
     hardy_bench = os.path.join(args.bin, "hardy_gpu_bench")
     nccl_bench = os.path.join(args.bin, "hardy_nccl_bench")

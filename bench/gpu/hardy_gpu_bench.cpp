@@ -65,72 +65,41 @@ struct Options : bench::ModelShape {
   int peak_size = 8192;
 };
 
-void usage(std::FILE* to) {
-  std::fputs(
-      "usage: hardy_gpu_bench [--batch N] [--height H] [--width W] [--input-channels C]\n"
-      "         [--classes K] [--model-width W] [--depth D] [--aspp-channels A]\n"
-      "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D]\n"
-      "         [--groups G] [--norm group|batch] [--precision bf16|fp16|fp32]\n"
-      "         [--warmup S] [--steps S] [--profile-steps S] [--seed S] [--lr LR]\n"
-      "       hardy_gpu_bench --peak [--peak-size N]\n"
-      "       hardy_gpu_bench --converge [--steps S] [--precision P]\n",
-      to);
-}
+constexpr bench::Command kCommand{
+    "hardy_gpu_bench",
+    "usage: hardy_gpu_bench [--batch N] [--height H] [--width W] [--input-channels C]\n"
+    "         [--classes K] [--model-width W] [--depth D] [--aspp-channels A]\n"
+    "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D]\n"
+    "         [--groups G] [--norm group|batch] [--precision bf16|fp16|fp32]\n"
+    "         [--warmup S] [--steps S] [--profile-steps S] [--seed S] [--lr LR]\n"
+    "       hardy_gpu_bench --peak [--peak-size N]\n"
+    "       hardy_gpu_bench --converge [--steps S] [--precision P]\n"};
 
-[[noreturn]] void fail(const std::string& message) {
-  std::fprintf(stderr, "hardy_gpu_bench: %s\n", message.c_str());
-  usage(stderr);
-  std::exit(2);
-}
-
-Options parse(int argc, char** argv) try {
+Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      usage(stdout);
-      std::exit(0);
-    }
-    if (flag == "--peak") {
-      o.peak = true;
-      continue;
-    }
-    if (flag == "--converge") {
-      o.converge = true;
-      continue;
-    }
-    if (i + 1 >= argc) fail(fmt::format("{} needs a value", flag));
-    const std::string_view value = argv[++i];
-    auto integer = [&] { return parse_number<int>(flag, value); };
-    if (bench::apply_shape_flag(flag, value, o)) continue;
-    if (flag == "--norm")
-      o.model.norm = core::parse_norm_kind(std::string(value));
-    else if (flag == "--precision")
-      o.precision = std::string(value);
-    else if (flag == "--warmup")
-      o.warmup = integer();
-    else if (flag == "--steps")
-      o.steps = integer();
-    else if (flag == "--profile-steps")
-      o.profile_steps = integer();
-    else if (flag == "--seed")
-      o.seed = parse_number<std::uint64_t>(flag, value);
-    else if (flag == "--lr")
-      o.lr = parse_number<float>(flag, value);
-    else if (flag == "--peak-size")
-      o.peak_size = integer();
-    else
-      fail(fmt::format("unknown option {}", flag));
-  }
+  bench::parse_flags(argc, argv, kCommand, o,
+                     {{"--peak", &Options::peak}, {"--converge", &Options::converge}},
+                     [&](std::string_view flag, std::string_view value) {
+                       using bench::parse_number;
+                       if (flag == "--norm")
+                         o.model.norm = core::parse_norm_kind(std::string(value));
+                       else if (flag == "--precision")
+                         o.precision = std::string(value);
+                       else if (flag == "--profile-steps")
+                         o.profile_steps = parse_number<int>(flag, value);
+                       else if (flag == "--peak-size")
+                         o.peak_size = parse_number<int>(flag, value);
+                       else
+                         return false;
+                       return true;
+                     });
   if (o.steps == 0) o.steps = o.converge ? 300 : 20;
   if (o.batch < 1 || o.height < 1 || o.width < 1 || o.steps < 1 || o.warmup < 0 ||
       o.profile_steps < 0 || o.peak_size < 256)
-    fail(
-        "sizes and --steps must be positive, --warmup and --profile-steps >= 0, --peak-size >= "
-        "256");
+    bench::usage_error(kCommand,
+                       "sizes and --steps must be positive, --warmup and --profile-steps >= 0, "
+                       "--peak-size >= 256");
   return o;
-} catch (const bench::UsageError& e) {
-  fail(e.what());
 }
 
 // Dense BF16 throughput of this device: C = A * B with n x n bf16 matrices, fp32 accumulation.
@@ -189,7 +158,7 @@ core::CudaOptions cuda_options(const Options& o) {
   else if (o.precision == "fp32")
     options.activation_dtype = core::DType::f32;
   else
-    fail("--precision must be bf16, fp16 or fp32");
+    bench::usage_error(kCommand, "--precision must be bf16, fp16 or fp32");
   return options;
 }
 

@@ -73,20 +73,13 @@ def machine_info():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configs", default="tiny,large",
-                        help=f"comma-separated, from {', '.join(CONFIGS)}")
+    benchlib.add_round_arguments(parser, CONFIGS, "tiny,large", warmup=3)
     parser.add_argument("--threads", default=str(os.cpu_count()),
                         help="comma-separated thread counts (default: all cores)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--hardy-bench", help="path of hardy_step_bench")
     parser.add_argument("--output", help="JSON file (default bench/results/step-cpu-<date>.json)")
     args = parser.parse_args()
-    configs = args.configs.split(",")
-    for name in configs:
-        if name not in CONFIGS:
-            parser.error(f"unknown config {name}; choose from {', '.join(CONFIGS)}")
+    configs = benchlib.chosen_configs(parser, args, CONFIGS)
     thread_counts = [int(t) for t in args.threads.split(",")]
     hardy_bench = find_binary("hardy_step_bench", args.hardy_bench, "bench_step.py",
                               ("build", "build-bench"), "build it or pass --hardy-bench")

@@ -55,60 +55,34 @@ struct Options : bench::ModelShape {
   std::filesystem::path dump;
 };
 
-void usage(std::FILE* to) {
-  std::fputs(
-      "usage: hardy_step_bench [--batch N] [--height H] [--width W] [--input-channels C]\n"
-      "         [--classes K] [--model-width W] [--depth D] [--aspp-channels A]\n"
-      "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D]\n"
-      "         [--groups G] [--threads T] [--warmup S] [--steps S] [--seed S] [--lr LR]\n"
-      "         [--weight-decay WD] [--op-profile] [--dump DIR]\n",
-      to);
-}
+constexpr bench::Command kCommand{
+    "hardy_step_bench",
+    "usage: hardy_step_bench [--batch N] [--height H] [--width W] [--input-channels C]\n"
+    "         [--classes K] [--model-width W] [--depth D] [--aspp-channels A]\n"
+    "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D]\n"
+    "         [--groups G] [--threads T] [--warmup S] [--steps S] [--seed S] [--lr LR]\n"
+    "         [--weight-decay WD] [--op-profile] [--dump DIR]\n"};
 
-[[noreturn]] void fail(const std::string& message) {
-  std::fprintf(stderr, "hardy_step_bench: %s\n", message.c_str());
-  usage(stderr);
-  std::exit(2);
-}
-
-Options parse(int argc, char** argv) try {
+Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      usage(stdout);
-      std::exit(0);
-    }
-    if (flag == "--op-profile") {
-      o.op_profile = true;
-      continue;
-    }
-    if (i + 1 >= argc) fail(fmt::format("{} needs a value", flag));
-    const std::string_view value = argv[++i];
-    auto integer = [&] { return parse_number<int>(flag, value); };
-    if (bench::apply_shape_flag(flag, value, o)) continue;
-    if (flag == "--threads")
-      o.threads = integer();
-    else if (flag == "--warmup")
-      o.warmup = integer();
-    else if (flag == "--steps")
-      o.steps = integer();
-    else if (flag == "--seed")
-      o.seed = parse_number<std::uint64_t>(flag, value);
-    else if (flag == "--lr")
-      o.lr = parse_number<float>(flag, value);
-    else if (flag == "--weight-decay")
-      o.weight_decay = parse_number<float>(flag, value);
-    else if (flag == "--dump")
-      o.dump = std::string(value);
-    else
-      fail(fmt::format("unknown option {}", flag));
-  }
+  bench::parse_flags(argc, argv, kCommand, o, {{"--op-profile", &Options::op_profile}},
+                     [&](std::string_view flag, std::string_view value) {
+                       using bench::parse_number;
+                       if (flag == "--threads")
+                         o.threads = parse_number<int>(flag, value);
+                       else if (flag == "--weight-decay")
+                         o.weight_decay = parse_number<float>(flag, value);
+                       else if (flag == "--dump")
+                         o.dump = std::string(value);
+                       else
+                         return false;
+                       return true;
+                     });
   if (o.batch < 1 || o.height < 1 || o.width < 1 || o.steps < 1 || o.warmup < 0 || o.threads < 0)
-    fail("--batch, --height, --width and --steps must be positive, --warmup and --threads >= 0");
+    bench::usage_error(
+        kCommand,
+        "--batch, --height, --width and --steps must be positive, --warmup and --threads >= 0");
   return o;
-} catch (const bench::UsageError& e) {
-  fail(e.what());
 }
 
 double mean(const std::vector<double>& values) {

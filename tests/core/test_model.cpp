@@ -6,6 +6,7 @@
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/random.hpp"
+#include "model_fixtures.hpp"
 
 using namespace hardy;
 using namespace hardy::core;
@@ -13,15 +14,7 @@ using namespace hardy::core;
 namespace {
 
 ModelConfig tiny_config(NormKind norm = NormKind::group) {
-  ModelConfig c;
-  c.width = 4;
-  c.aspp_channels = 4;
-  c.aspp_rates = {1, 2};
-  c.low_level_channels = 4;
-  c.decoder_channels = 4;
-  c.groups = 2;
-  c.norm = norm;
-  return c;
+  return testing::small_model_config(4, norm);
 }
 
 Tensor random_input(Backend& backend, std::vector<std::int64_t> dims, std::uint64_t seed) {

@@ -14,6 +14,7 @@
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/nn/optimizer.hpp"
 #include "hardy/core/support/error.hpp"
+#include "model_fixtures.hpp"
 
 using namespace hardy;
 using namespace hardy::core;
@@ -505,17 +506,7 @@ TEST_CASE("cuda backend: copies convert layouts and types between host and devic
 
 namespace {
 
-ModelConfig small_model(NormKind norm) {
-  ModelConfig c;
-  c.width = 8;
-  c.aspp_channels = 8;
-  c.aspp_rates = {1, 2};
-  c.low_level_channels = 8;
-  c.decoder_channels = 8;
-  c.groups = 2;
-  c.norm = norm;
-  return c;
-}
+ModelConfig small_model(NormKind norm) { return testing::small_model_config(8, norm); }
 
 // A fixed batch on both backends: the device input in whatever dtype the model's layers
 // allocate activations (ensure_tensor decides, as for the model's own tensors), the CPU input

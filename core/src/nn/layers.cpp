@@ -148,15 +148,18 @@ const Tensor& Norm::forward(const Tensor& x, bool training, CrossRankSum* cross_
   }
   ensure_tensor(backend_, mean_, {channels_});
   ensure_tensor(backend_, second_stat_, {channels_});
-  if (!training) {
+  auto normalize = [&](const Tensor& mean, const Tensor& variance) {
     backend_.batch_norm_apply({.x = x,
-                               .mean = running_mean_,
-                               .variance = running_var_,
+                               .mean = mean,
+                               .variance = variance,
                                .gamma = gamma_.value,
                                .beta = beta_.value,
                                .eps = eps_,
                                .fuse_relu = relu_},
                               output_);
+  };
+  if (!training) {
+    normalize(running_mean_, running_var_);
     return output_;
   }
   // Batch statistics over the *global* batch: local sums, summed across ranks, then moments.
@@ -178,14 +181,7 @@ const Tensor& Norm::forward(const Tensor& x, bool training, CrossRankSum* cross_
   }
   assign_values(backend_, std::span(moments).first(channels_), mean_);
   assign_values(backend_, std::span(moments).subspan(channels_), second_stat_);
-  backend_.batch_norm_apply({.x = x,
-                             .mean = mean_,
-                             .variance = second_stat_,
-                             .gamma = gamma_.value,
-                             .beta = beta_.value,
-                             .eps = eps_,
-                             .fuse_relu = relu_},
-                            output_);
+  normalize(mean_, second_stat_);
 
   // Running statistics as in PyTorch: momentum 0.1, unbiased variance.
   constexpr double momentum = 0.1;

@@ -380,26 +380,36 @@ void read_all(hid_t dataset, hid_t memory_type, void* data, std::size_t count) {
   check(H5Dread(dataset, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dread", what);
 }
 
-void write_rows(hid_t dataset, Extent first, Extent rows, hid_t memory_type, const void* data,
-                std::size_t count) {
-  const std::string what =
+// Rows [first, first + rows) of a dataset, checked to hold `count` elements: the file's selection
+// and a memory space of the same shape, for one H5Dread or H5Dwrite.
+struct RowTransfer {
+  std::string what;
+  Handle file_space, memory_space;
+};
+
+RowTransfer select_rows_of(hid_t dataset, Extent first, Extent rows, std::size_t count) {
+  std::string what =
       fmt::format("rows [{}, {}) of dataset {}", first, first + rows, describe(dataset));
   auto [file_space, selected] = select_rows(dataset, first, rows);
   require_count(element_count(selected), count, what);
   Handle memory_space = simple_space(selected);
-  check(H5Dwrite(dataset, memory_type, memory_space.id(), file_space.id(), H5P_DEFAULT, data),
-        "H5Dwrite", what);
+  return {std::move(what), std::move(file_space), std::move(memory_space)};
+}
+
+void write_rows(hid_t dataset, Extent first, Extent rows, hid_t memory_type, const void* data,
+                std::size_t count) {
+  const RowTransfer rows_of = select_rows_of(dataset, first, rows, count);
+  check(H5Dwrite(dataset, memory_type, rows_of.memory_space.id(), rows_of.file_space.id(),
+                 H5P_DEFAULT, data),
+        "H5Dwrite", rows_of.what);
 }
 
 void read_rows(hid_t dataset, Extent first, Extent rows, hid_t memory_type, void* data,
                std::size_t count) {
-  const std::string what =
-      fmt::format("rows [{}, {}) of dataset {}", first, first + rows, describe(dataset));
-  auto [file_space, selected] = select_rows(dataset, first, rows);
-  require_count(element_count(selected), count, what);
-  Handle memory_space = simple_space(selected);
-  check(H5Dread(dataset, memory_type, memory_space.id(), file_space.id(), H5P_DEFAULT, data),
-        "H5Dread", what);
+  const RowTransfer rows_of = select_rows_of(dataset, first, rows, count);
+  check(H5Dread(dataset, memory_type, rows_of.memory_space.id(), rows_of.file_space.id(),
+                H5P_DEFAULT, data),
+        "H5Dread", rows_of.what);
 }
 
 void write_scalar_attribute(hid_t object, std::string_view name, hid_t type, const void* value) {

@@ -153,6 +153,19 @@ std::string implementation_name(const dnnl::primitive_desc_base& pd);
 // same result however many OpenMP threads run it.
 inline constexpr std::int64_t chunks_per_sample = 64;
 
+// The per-chunk partial sums (sample-major, then chunk, then row_width values) added in chunk
+// order into one row per sample.
+inline std::vector<double> add_chunks_in_order(const std::vector<double>& partial,
+                                               std::int64_t batch, std::int64_t chunks,
+                                               std::int64_t row_width) {
+  std::vector<double> total(static_cast<std::size_t>(batch * row_width), 0.0);
+  for (std::int64_t sample = 0; sample < batch; ++sample)
+    for (std::int64_t chunk = 0; chunk < chunks; ++chunk)
+      for (std::int64_t i = 0; i < row_width; ++i)
+        total[sample * row_width + i] += partial[(sample * chunks + chunk) * row_width + i];
+  return total;
+}
+
 // Sums over the pixels of each sample: accumulate(sample, pixel, sums) adds one pixel's
 // contribution to a row of row_width doubles. Returns batch rows, sample-major. Pass batch = 1
 // and pixels = N * H * W to reduce over the whole batch.
@@ -169,12 +182,7 @@ std::vector<double> sum_over_pixels(std::int64_t batch, std::int64_t pixels, std
     for (std::int64_t pixel = pixels * chunk / chunks; pixel < end; ++pixel)
       accumulate(sample, pixel, sums);
   }
-  std::vector<double> total(static_cast<std::size_t>(batch * row_width), 0.0);
-  for (std::int64_t sample = 0; sample < batch; ++sample)
-    for (std::int64_t chunk = 0; chunk < chunks; ++chunk)
-      for (std::int64_t i = 0; i < row_width; ++i)
-        total[sample * row_width + i] += partial[(sample * chunks + chunk) * row_width + i];
-  return total;
+  return add_chunks_in_order(partial, batch, chunks, row_width);
 }
 
 // sum_over_pixels for the element-wise statistics of normalization layers, where the per-pixel
@@ -207,12 +215,7 @@ std::vector<double> sum_over_pixels_blocked(std::int64_t batch, std::int64_t pix
       for (std::int64_t i = 0; i < row_width; ++i) sums[i] += block[i];
     }
   }
-  std::vector<double> total(static_cast<std::size_t>(batch * row_width), 0.0);
-  for (std::int64_t sample = 0; sample < batch; ++sample)
-    for (std::int64_t chunk = 0; chunk < chunks; ++chunk)
-      for (std::int64_t i = 0; i < row_width; ++i)
-        total[sample * row_width + i] += partial[(sample * chunks + chunk) * row_width + i];
-  return total;
+  return add_chunks_in_order(partial, batch, chunks, row_width);
 }
 
 }  // namespace cpu

@@ -27,10 +27,7 @@ void check_label_range(const Tensor& labels, std::int64_t classes) {
 }  // namespace
 
 double CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
-  const Tensor& logits = args.logits;
-  const Tensor& labels = args.labels;
-  const std::span<const float> class_weights = args.class_weights;
-  const float grad_scale = args.grad_scale;
+  const auto& [logits, labels, class_weights, grad_scale] = args;
   const std::int64_t classes = logits.c();
   check_label_range(labels, classes);
   const float* scores = logits.data<float>();

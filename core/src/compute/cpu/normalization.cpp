@@ -63,12 +63,7 @@ ChannelStatistics per_channel(const NhwcExtent& extent, int groups, const float*
 
 void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
                                        Tensor& rstd) {
-  const Tensor& x = args.x;
-  const Tensor& gamma = args.gamma;
-  const Tensor& beta = args.beta;
-  const int groups = args.groups;
-  const float eps = args.eps;
-  const bool fuse_relu = args.fuse_relu;
+  const auto& [x, gamma, beta, groups, eps, fuse_relu] = args;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels, group_channels = channels / groups;
   const double group_size = static_cast<double>(group_channels * extent.pixels);
@@ -131,14 +126,7 @@ void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, 
 
 void CpuBackend::do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
                                         Tensor& dbeta) {
-  const Tensor& x = args.x;
-  const Tensor& y = args.y;
-  const Tensor& dy = args.dy;
-  const Tensor& gamma = args.gamma;
-  const Tensor& mean = args.mean;
-  const Tensor& rstd = args.rstd;
-  const int groups = args.groups;
-  const bool fuse_relu = args.fuse_relu;
+  const auto& [x, y, dy, gamma, mean, rstd, groups, fuse_relu] = args;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels, group_channels = channels / groups;
   const double group_size = static_cast<double>(group_channels * extent.pixels);
@@ -230,13 +218,7 @@ void CpuBackend::do_batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& 
 
 void CpuBackend::do_batch_norm_apply(const BatchNormApply& args, Tensor& y) {
   constexpr std::string_view operation = "batch_norm_apply";
-  const Tensor& x = args.x;
-  const Tensor& mean = args.mean;
-  const Tensor& variance = args.variance;
-  const Tensor& gamma = args.gamma;
-  const Tensor& beta = args.beta;
-  const float eps = args.eps;
-  const bool fuse_relu = args.fuse_relu;
+  const auto& [x, mean, variance, gamma, beta, eps, fuse_relu] = args;
   dnnl_checked(operation, {&x, &mean, &variance, &gamma, &beta, &y}, [&] {
     const dnnl::memory::desc data = dnnl_desc(x);
     const auto key = PrimitiveKey{}
@@ -278,13 +260,7 @@ std::vector<float> channel_rstd(const Tensor& variance, float eps) {
 
 void CpuBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatistics& args,
                                                    Tensor& dgamma, Tensor& dbeta) {
-  const Tensor& x = args.x;
-  const Tensor& y = args.y;
-  const Tensor& dy = args.dy;
-  const Tensor& mean = args.mean;
-  const Tensor& variance = args.variance;
-  const float eps = args.eps;
-  const bool fuse_relu = args.fuse_relu;
+  const auto& [x, y, dy, mean, variance, eps, fuse_relu] = args;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
   const std::vector<float> rstd = channel_rstd(variance, eps);
@@ -311,17 +287,7 @@ void CpuBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatis
 }
 
 void CpuBackend::do_batch_norm_backward_data(const BatchNormBackwardData& args, Tensor& dx) {
-  const Tensor& x = args.x;
-  const Tensor& y = args.y;
-  const Tensor& dy = args.dy;
-  const Tensor& mean = args.mean;
-  const Tensor& variance = args.variance;
-  const Tensor& gamma = args.gamma;
-  const Tensor& dgamma = args.dgamma;
-  const Tensor& dbeta = args.dbeta;
-  const float eps = args.eps;
-  const bool fuse_relu = args.fuse_relu;
-  const double count = args.count;
+  const auto& [x, y, dy, mean, variance, gamma, dgamma, dbeta, eps, fuse_relu, count] = args;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
   const std::vector<float> rstd = channel_rstd(variance, eps);

@@ -184,6 +184,20 @@ ReductionScratch reduction_scratch(CudaBackend::Impl& impl, Index batches, Index
       impl.sums.get_as<double>(static_cast<std::size_t>(2 * batches * channels + extra_doubles))};
 }
 
+// What the backward sums of a normalization read: x, dy (masked by the fused relu's output y)
+// and the forward statistics.
+ChannelSumInput backward_sums_input(const Tensor& x, const Tensor& y, const Tensor& dy,
+                                    bool fuse_relu, const Tensor& mean, const float* rstd) {
+  ChannelSumInput input;
+  input.x = x.raw();
+  input.dy = dy.raw();
+  input.y = fuse_relu ? y.raw() : nullptr;
+  input.relu_mask = fuse_relu;
+  input.mean = mean.data<float>();
+  input.rstd = rstd;
+  return input;
+}
+
 }  // namespace
 
 void CudaBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
@@ -216,25 +230,12 @@ void CudaBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y,
 
 void CudaBackend::do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
                                          Tensor& dbeta) {
-  const Tensor& x = args.x;
-  const Tensor& y = args.y;
-  const Tensor& dy = args.dy;
-  const Tensor& gamma = args.gamma;
-  const Tensor& mean = args.mean;
-  const Tensor& rstd = args.rstd;
-  const int groups = args.groups;
-  const bool fuse_relu = args.fuse_relu;
+  const auto& [x, y, dy, gamma, mean, rstd, groups, fuse_relu] = args;
   const Index batch = x.n(), channels = x.c(), pixels = x.h() * x.w();
   const double group_size = static_cast<double>(channels / groups * pixels);
   const ReductionScratch scratch =
       reduction_scratch(*impl_, batch, pixels, channels, 2 * batch * groups);
-  ChannelSumInput input;
-  input.x = x.raw();
-  input.dy = dy.raw();
-  input.y = fuse_relu ? y.raw() : nullptr;
-  input.relu_mask = fuse_relu;
-  input.mean = mean.data<float>();
-  input.rstd = rstd.data<float>();
+  ChannelSumInput input = backward_sums_input(x, y, dy, fuse_relu, mean, rstd.data<float>());
   input.stat_batch_stride = groups;
   input.channels_per_stat = channels / groups;
   channel_sums(ChannelSum::backward, input, x.dtype(), batch, pixels, channels, scratch.partials,
@@ -272,24 +273,12 @@ void CudaBackend::do_batch_norm_apply(const BatchNormApply& args, Tensor& y) {
 
 void CudaBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatistics& args,
                                                     Tensor& dgamma, Tensor& dbeta) {
-  const Tensor& x = args.x;
-  const Tensor& y = args.y;
-  const Tensor& dy = args.dy;
-  const Tensor& mean = args.mean;
-  const Tensor& variance = args.variance;
-  const float eps = args.eps;
-  const bool fuse_relu = args.fuse_relu;
+  const auto& [x, y, dy, mean, variance, eps, fuse_relu] = args;
   const Index channels = x.c(), rows = x.n() * x.h() * x.w();
   float* rstd = impl_->small.get_as<float>(static_cast<std::size_t>(channels));
   rstd_from_variance(variance.data<float>(), eps, channels, rstd, impl_->s());
   const ReductionScratch scratch = reduction_scratch(*impl_, 1, rows, channels);
-  ChannelSumInput input;
-  input.x = x.raw();
-  input.dy = dy.raw();
-  input.y = fuse_relu ? y.raw() : nullptr;
-  input.relu_mask = fuse_relu;
-  input.mean = mean.data<float>();
-  input.rstd = rstd;
+  const ChannelSumInput input = backward_sums_input(x, y, dy, fuse_relu, mean, rstd);
   channel_sums(ChannelSum::backward, input, x.dtype(), 1, rows, channels, scratch.partials,
                scratch.sums, impl_->s());
   doubles_to_floats(scratch.sums, 1, dgamma.data<float>(), channels, 1.0, impl_->s());
@@ -389,10 +378,7 @@ void CudaBackend::do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
 
 double CudaBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
   constexpr std::string_view operation = "softmax_cross_entropy";
-  const Tensor& logits = args.logits;
-  const Tensor& labels = args.labels;
-  const std::span<const float> class_weights = args.class_weights;
-  const float grad_scale = args.grad_scale;
+  const auto& [logits, labels, class_weights, grad_scale] = args;
   const Index classes = logits.c(), pixels = labels.numel();
   // small: [max_reduction_blocks partials][first bad pixel][class weights]
   constexpr std::size_t partial_bytes = std::size_t{max_reduction_blocks} * sizeof(double);

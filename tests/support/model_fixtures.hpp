@@ -1,0 +1,21 @@
+#pragma once
+// A DeepLabV3+ small enough for unit tests on either backend (every part of the model is there:
+// encoder, ASPP with two rates, decoder), `width` channels wide.
+#include "hardy/core/nn/model.hpp"
+
+namespace hardy::testing {
+
+inline core::ModelConfig small_model_config(int width,
+                                            core::NormKind norm = core::NormKind::group) {
+  core::ModelConfig c;
+  c.width = width;
+  c.aspp_channels = width;
+  c.aspp_rates = {1, 2};
+  c.low_level_channels = width;
+  c.decoder_channels = width;
+  c.groups = 2;
+  c.norm = norm;
+  return c;
+}
+
+}  // namespace hardy::testing
