@@ -26,7 +26,6 @@
 namespace hardy::resilience {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start);
 
 // Raised inside the session when it must stop before its last step (limits reached, preempted).
 struct SessionStop {

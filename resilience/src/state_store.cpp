@@ -8,13 +8,9 @@
 
 namespace hardy::resilience {
 
-namespace {
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
-
-}  // namespace
 
 StateStore::StateStore(const TrainingConfig& config, const Membership& membership,
                        core::EventLog& events, const StateSource& source, FailureInjector& injector)

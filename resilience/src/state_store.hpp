@@ -17,6 +17,9 @@
 
 namespace hardy::resilience {
 
+// Seconds on the steady clock since `start`.
+double seconds_since(std::chrono::steady_clock::time_point start);
+
 class StateSource {
  public:
   // The committed state into `state`, reusing its buffers; all of it, scalars included.

@@ -48,10 +48,6 @@ void install_preemption_handler() {
   sigaction(SIGUSR1, &action, nullptr);
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 TrainingSession::TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world)
     : state_(std::make_unique<State>(std::move(config), std::move(world))) {}
 TrainingSession::~TrainingSession() = default;
