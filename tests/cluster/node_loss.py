@@ -46,11 +46,11 @@ def _count_option(name, default):
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
 
 
-# The tests run 400 steps with the fault at step 120, between checkpoints (every 100);
+# The tests run 240 steps with the fault at step 80, between checkpoints (every 100);
 # bench/cluster/node_loss_bench.py asks for the 600 and 150 that docs/resilience.md's table was
 # measured with.
 NODES, RANKS_PER_NODE, SAMPLES = 4, 2, 48
-STEPS, FAULT_STEP = _count_option("--steps", 400), _count_option("--fault-step", 120)
+STEPS, FAULT_STEP = _count_option("--steps", 240), _count_option("--fault-step", 80)
 TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
          "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
          "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
@@ -218,7 +218,7 @@ def main():
                 fault("partition", 2)
             if scenario == "two_nodes":
                 # After the relaunch has trained a while, a second node goes.
-                if job.wait(lambda: job.events("state_restored") and job.step() >= FAULT_STEP + 200,
+                if job.wait(lambda: job.events("state_restored") and job.step() >= FAULT_STEP + 80,
                             "the relaunch to train"):
                     fault("crash", 3)
             elif scenario == "during_relaunch":

@@ -223,7 +223,7 @@ def job(s):
 
 def node_crash(s):
     check, slurm, cluster, tmp = s.check, s.slurm, s.cluster, s.tmp
-    steps, fault_step, victim = 400, 120, 2
+    steps, fault_step, victim = 240, 80, 2
     host = cluster.hosts[victim]
     run = tmp / "run"
     # Node-local snapshots (a directory per node) let a relaunch resume from the newest
@@ -297,7 +297,7 @@ def node_crash(s):
 
 def time_limit(s):
     check, slurm, tmp = s.check, s.slurm, s.tmp
-    steps, warn_step = 400, 100
+    steps, warn_step = 240, 60
     run = tmp / "run"
     job_id = s.submit(run, job_ini(tmp / "job.ini", steps, **{"snapshot-dir": tmp / "node-local"}))
     if not s.wait_for_step(run, job_id, warn_step, timeout=240):
@@ -326,7 +326,7 @@ def time_limit(s):
 
 def requeue(s):
     check, slurm, cluster, tmp = s.check, s.slurm, s.cluster, s.tmp
-    steps, fault_step = 400, 120
+    steps, fault_step = 240, 80
     run = tmp / "run"
     config = job_ini(tmp / "job.ini", steps, **{"checkpoint-every": 100, "snapshot-dir": tmp / "node-local"})
     job_id = s.submit(run, config, "--min-nodes", NODES, "--max-requeues", 2)
