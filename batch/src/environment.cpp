@@ -42,4 +42,12 @@ long parse_count(std::string_view text, std::string_view what) {
   return value;
 }
 
+int parse_task_count(std::string_view text, std::string_view what) {
+  const long value = parse_count(text, what);
+  if (value < 1 || value > kMaxTasks)
+    throw InvalidArgument(
+        fmt::format("{} must be between 1 and {}, not '{}'", what, kMaxTasks, text));
+  return static_cast<int>(value);
+}
+
 }  // namespace hardy::batch

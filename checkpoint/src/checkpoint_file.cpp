@@ -125,8 +125,27 @@ void read_field(const ManifestEntry& entry, hid_t dataset, hid_t type, std::span
                     source, entry.path, hex(actual), hex(entry.checksum)));
 }
 
+// A dataset's shape is a claim until its bytes are in the file: refuses, before anything is
+// allocated for it, a shape whose size overflows or that the file does not store (hardy writes
+// every dataset whole and uncompressed; HDF5 would read missing parts as zeros).
+void check_stored(const ManifestEntry& entry, hid_t dataset, std::uint64_t file_bytes,
+                  const std::string& source) {
+  const h5::StoredData stored = h5::stored_data(dataset);
+  std::uint64_t needed = stored.element_bytes;
+  bool overflow = false;
+  for (const std::uint64_t extent : entry.shape)
+    overflow |= __builtin_mul_overflow(needed, extent, &needed);
+  if (overflow || stored.filtered || stored.bytes < needed || needed > file_bytes)
+    throw CorruptCheckpoint(fmt::format(
+        "{}: dataset {} has shape {}{}, but the file stores {} bytes of it{}", source, entry.path,
+        shape_text(entry.shape),
+        overflow ? " (too large to address)" : fmt::format(" ({} bytes)", needed), stored.bytes,
+        stored.filtered ? ", compressed (hardy writes checkpoints uncompressed)" : ""));
+}
+
 CheckpointContents read_validated(const std::filesystem::path& path) {
   const std::string source = path.string();
+  const std::uint64_t file_bytes = std::filesystem::file_size(path);
   h5::Handle file;
   try {
     file = h5::open_file(path);
@@ -178,6 +197,7 @@ CheckpointContents read_validated(const std::filesystem::path& path) {
       throw CorruptCheckpoint(fmt::format("{}: dataset {} is stored as {}, the manifest says {}",
                                           source, entry.path, stored,
                                           detail::type_name(entry.type)));
+    check_stored(entry, dataset.id(), file_bytes, source);
     Field field(entry.path, entry.type, entry.shape, string_size);
     if (detail::is_tensor_path(entry.path)) {
       if (entry.type != FieldType::f32)

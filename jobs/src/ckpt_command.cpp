@@ -27,6 +27,12 @@ namespace hardy::jobs {
 
 namespace {
 
+// A checkpoint's strings (hosts, the configuration) are bytes as the writer stored them, checked
+// by checksum but not as UTF-8: JSON output shows invalid bytes as U+FFFD instead of failing.
+std::string json_text(const nlohmann::json& value) {
+  return value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 using checkpoint::CheckpointContents;
 using checkpoint::NamedTensor;
 using nlohmann::json;
@@ -327,7 +333,7 @@ int inspect(const std::vector<std::string>& args) {
   const fs::path path = parsed.paths.front();
   const CheckpointContents contents = checkpoint::read_checkpoint_file(path);
   if (parsed.options["json"].as<bool>())
-    std::cout << to_json(path, contents).dump(2) << "\n";
+    std::cout << json_text(to_json(path, contents)) << "\n";
   else
     print_text(path, contents);
   return 0;
@@ -425,15 +431,15 @@ int diff(const std::vector<std::string>& args) {
     for (const auto& d : differences)
       tensors.push_back(
           {{"path", d.path}, {"max_abs_diff", d.max_abs}, {"max_rel_diff", d.max_rel}});
-    std::cout << json{{"a", {{"file", path_a.string()}, {"step", a.state.step}}},
-                      {"b", {{"file", path_b.string()}, {"step", b.state.step}}},
-                      {"tensors", std::move(tensors)},
-                      {"identical", identical},
-                      {"max_abs_diff", largest == differences.end() ? 0.0 : largest->max_abs},
-                      {"only_in_a", only_a},
-                      {"only_in_b", only_b},
-                      {"shape_differs", other_shape}}
-                     .dump(2)
+    std::cout << json_text(
+                     json{{"a", {{"file", path_a.string()}, {"step", a.state.step}}},
+                          {"b", {{"file", path_b.string()}, {"step", b.state.step}}},
+                          {"tensors", std::move(tensors)},
+                          {"identical", identical},
+                          {"max_abs_diff", largest == differences.end() ? 0.0 : largest->max_abs},
+                          {"only_in_a", only_a},
+                          {"only_in_b", only_b},
+                          {"shape_differs", other_shape}})
               << "\n";
     return 0;
   }

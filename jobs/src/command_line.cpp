@@ -8,11 +8,22 @@
 
 namespace hardy::jobs {
 
+void reject_option_placeholders(std::string_view text, std::string_view where) {
+  for (const std::string_view token :
+       {"%canonical_option%", "%value%", "%prefix_option%", "%option%", "%original_token%"})
+    if (text.find(token) != std::string_view::npos)
+      throw InvalidArgument(fmt::format(
+          "{} contains '{}', which hardy does not accept in an option or value (its option "
+          "parser, Boost.Program_options, hangs when it reports an error about such text)",
+          where, token));
+}
+
 bool parse_command_line(const std::vector<std::string>& args,
                         const boost::program_options::options_description& options,
                         const CommandLine& command, boost::program_options::variables_map& vm,
                         std::string_view help_epilogue) {
   namespace po = boost::program_options;
+  for (const auto& arg : args) reject_option_placeholders(arg, fmt::format("argument '{}'", arg));
   try {
     po::options_description parsed;
     parsed.add(options);

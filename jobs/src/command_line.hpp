@@ -24,6 +24,11 @@ struct CommandLine {
 
 // Parses args into vm. Returns false when --help was asked for (the usage and options are
 // printed then, with `help_epilogue` after them), true otherwise. `options` must declare --help.
+// Boost.Program_options 1.74 loops forever formatting an error about text that holds one of
+// its own message placeholders ("%value%", ...), so such text is refused before it reaches the
+// parser: InvalidArgument naming `where`.
+void reject_option_placeholders(std::string_view text, std::string_view where);
+
 bool parse_command_line(const std::vector<std::string>& args,
                         const boost::program_options::options_description& options,
                         const CommandLine& command, boost::program_options::variables_map& vm,

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "hardy/checkpoint/checkpoint_directory.hpp"
+#include "hardy/core/support/event_log.hpp"
 
 namespace hardy::jobs {
 
@@ -18,16 +19,7 @@ std::optional<nlohmann::json> parse_line(const std::string& line) {
 }  // namespace
 
 std::optional<nlohmann::json> last_record(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file) return std::nullopt;
-  constexpr std::streamoff kTail = 1 << 16;
-  const std::streamoff size = file.tellg();
-  file.seekg(std::max<std::streamoff>(0, size - kTail));
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(file, line);) lines.push_back(line);
-  for (auto line = lines.rbegin(); line != lines.rend(); ++line)
-    if (auto record = parse_line(*line)) return record;
-  return std::nullopt;
+  return core::last_json_record(path);
 }
 
 std::vector<nlohmann::json> read_records(const std::filesystem::path& path) {
@@ -72,15 +64,15 @@ void read_events(const std::filesystem::path& path, RunProgress& progress) {
   for (std::string line; std::getline(file, line);) {
     const auto record = parse_line(line);
     if (!record) continue;
-    const std::string event = record->value("event", "");
+    const std::string event = core::read_field<std::string>(*record, "event").value_or("");
     progress.failures_detected += event == "failure_detected";
     progress.relaunches += event == "job_relaunched";
     if (event == "job_relaunched") read_lost_nodes(*record, "excluded", "", progress);
     if (event == "supervisor_finished")  // status 4: the job asked its scheduler for a requeue
-      read_lost_nodes(
-          *record, "excluded_nodes",
-          record->value("status", 0) == 4 ? "requeued without it" : "stopped: too few nodes left",
-          progress);
+      read_lost_nodes(*record, "excluded_nodes",
+                      core::read_field<int>(*record, "status") == 4 ? "requeued without it"
+                                                                    : "stopped: too few nodes left",
+                      progress);
     progress.last_event = event;
   }
 }

@@ -11,6 +11,7 @@
 
 #include "command_line.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/event_log.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/schedulers.hpp"
 #include "run_progress.hpp"
@@ -194,11 +195,13 @@ LiveView read_live_view(const std::filesystem::path& run_dir) {
   LiveView view;
   view.metrics = last_record(run_dir / "metrics.jsonl");
   for (auto& event : read_records(run_dir / "events.jsonl")) {
-    const std::string name = event.value("event", "");
-    if (name == "supervisor_started") view.supervised = true, view.pid = event.value("pid", 0L);
-    if (name == "rank_started" && event.value("rank", -1) == 0 && !view.supervised)
-      view.pid = event.value("pid", 0L);
-    if (name == "job_started") view.total_steps = event.value("steps", 0L);
+    const std::string name = core::read_field<std::string>(event, "event").value_or("");
+    if (name == "supervisor_started")
+      view.supervised = true, view.pid = core::read_field<long>(event, "pid").value_or(0);
+    if (name == "rank_started" && core::read_field<int>(event, "rank") == 0 && !view.supervised)
+      view.pid = core::read_field<long>(event, "pid").value_or(0);
+    if (name == "job_started")
+      view.total_steps = core::read_field<long>(event, "steps").value_or(0);
     if (name == "failure_detected")
       ++view.failures, view.last_failure = event, view.last_recovery.reset();
     if (name == "recovery_finished") view.last_recovery = event;
@@ -286,12 +289,13 @@ std::string compact_text(const std::filesystem::path& run_dir, const LiveView& v
     const auto& f = *view.last_failure;
     const std::string recovery =
         !view.last_recovery ? "recovering"
-        : view.last_recovery->value("event", "") == "job_relaunched"
+        : core::read_field<std::string>(*view.last_recovery, "event") == "job_relaunched"
             ? "relaunched by hardy run"
             : fmt::format("recovered in {:.3f} s", number(*view.last_recovery, "seconds"));
-    text += fmt::format("failure   {} of {} at step {:.0f} ({}): {}\n", view.failures,
-                        view.failures + view.relaunches, number(f, "step"),
-                        f.value("detected_by", "detected"), recovery);
+    text +=
+        fmt::format("failure   {} of {} at step {:.0f} ({}): {}\n", view.failures,
+                    view.failures + view.relaunches, number(f, "step"),
+                    core::read_field<std::string>(f, "detected_by").value_or("detected"), recovery);
   }
   if (!view.last_checkpoint)
     text += "ckpt      none written yet\n";

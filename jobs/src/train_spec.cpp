@@ -4,8 +4,10 @@
 
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 
 #include "command_line.hpp"
@@ -310,8 +312,11 @@ void read_config_file(const std::string& path, const po::options_description& op
                       po::variables_map& vm) {
   std::ifstream file(path);
   if (!file) throw InvalidArgument(fmt::format("cannot read configuration file '{}'", path));
+  const std::string text{std::istreambuf_iterator<char>(file), {}};
+  reject_option_placeholders(text, fmt::format("configuration file '{}'", path));
+  std::istringstream lines(text);
   try {
-    po::store(po::parse_config_file(file, options, /*allow_unregistered=*/false), vm);
+    po::store(po::parse_config_file(lines, options, /*allow_unregistered=*/false), vm);
   } catch (const po::error& e) {
     throw InvalidArgument(fmt::format("configuration file '{}': {}", path, e.what()));
   }
@@ -322,7 +327,8 @@ void read_config_file(const std::string& path, const po::options_description& op
 std::vector<int> parse_int_list(const std::string& text, const std::string& option) {
   std::vector<int> values;
   for (float v : parse_float_list(text, option)) {
-    if (v != static_cast<float>(static_cast<int>(v)))
+    // Range first: converting a float outside int's range is undefined behaviour.
+    if (!(std::abs(v) < 2e9f) || v != std::trunc(v))
       throw InvalidArgument(fmt::format("{} takes whole numbers, got '{}'", option, text));
     values.push_back(static_cast<int>(v));
   }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "hardy/core/support/error.hpp"
@@ -20,14 +22,17 @@ HostSlots read_host_file(const std::string& path) {
   if (!file)
     throw InvalidArgument(fmt::format("LSB_DJOB_HOSTFILE names {}, which cannot be read", path));
   HostSlots hosts;
+  std::map<std::string, std::size_t> index;  // host -> its place in `hosts`
   std::string host;
-  while (file >> host) {
-    const auto seen =
-        std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == host; });
-    if (seen == hosts.end())
+  for (long lines = 1; file >> host; ++lines) {
+    if (lines > batch::kMaxTasks)
+      throw InvalidArgument(
+          fmt::format("LSB_DJOB_HOSTFILE {} lists more than {} slots", path, batch::kMaxTasks));
+    const auto [seen, added] = index.try_emplace(host, hosts.size());
+    if (added)
       hosts.emplace_back(host, 1);
     else
-      ++seen->second;
+      ++hosts[seen->second].second;
   }
   if (hosts.empty())
     throw InvalidArgument(fmt::format("LSB_DJOB_HOSTFILE {} lists no hosts", path));
@@ -50,11 +55,8 @@ std::vector<std::pair<std::string, int>> parse_mcpu_hosts(std::string_view text)
     if (!(words >> slots))
       throw InvalidArgument(
           fmt::format("LSB_MCPU_HOSTS '{}' is not pairs of host and slot count", text));
-    const long count =
-        batch::parse_count(slots, fmt::format("LSB_MCPU_HOSTS: the slots of {}", host));
-    if (count == 0)
-      throw InvalidArgument(fmt::format("LSB_MCPU_HOSTS '{}' gives {} no slots", text, host));
-    hosts.emplace_back(host, static_cast<int>(count));
+    hosts.emplace_back(
+        host, batch::parse_task_count(slots, fmt::format("LSB_MCPU_HOSTS: the slots of {}", host)));
   }
   if (hosts.empty()) throw InvalidArgument("LSB_MCPU_HOSTS lists no hosts");
   return hosts;
@@ -76,11 +78,16 @@ std::optional<batch::Allocation> read_allocation(const batch::Environment& envir
   // On CSM machines (Summit, Sierra) the batch script runs on a shared launch node that LSF
   // lists first, with one slot; no rank may land there.
   if (first_host_is_launch_node(hosts)) hosts.erase(hosts.begin());
+  std::set<std::string> seen;
+  long tasks = 0;
   for (const auto& [host, slots] : hosts) {
-    if (std::find(allocation.nodes.begin(), allocation.nodes.end(), host) == allocation.nodes.end())
-      allocation.nodes.push_back(host);
-    allocation.tasks += slots;
+    if (seen.insert(host).second) allocation.nodes.push_back(host);
+    tasks += slots;
   }
+  if (tasks > batch::kMaxTasks)
+    throw InvalidArgument(
+        fmt::format("the LSF hosts give {} slots, more than {}", tasks, batch::kMaxTasks));
+  allocation.tasks = static_cast<int>(tasks);
   allocation.restart_count = environment.get("LSB_RESTART") == "Y" ? 1 : 0;
   return allocation;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/mpi_communicator.hpp"
@@ -24,6 +25,7 @@ void TrainingSession::State::recover(const std::string& what) {
   const auto kill_time = injector.last_kill_time();
   const bool injected = kill_time && *kill_time >= last_commit_unix - 1.0;
   const double latency = detected_at - (injected ? *kill_time : last_commit_unix);
+  const bool was_lead = lead_logs_open;
   const int attempts =
       recover_until_agreed(membership.communicator_slot(), [&](const Shrink& shrink) {
         if (shrink.attempt > 1 && lead())
@@ -70,6 +72,7 @@ void TrainingSession::State::recover(const std::string& what) {
         injector.at(step + 1, Phase::recovery);
         restore_after_failure(detected_at);
       });
+  if (lead() && !was_lead) log_committed_step_if_missing();
   publish_to_watchdog();
   events.emit("recovery_finished",
               {{"step", step}, {"seconds", seconds_since(started)}, {"attempts", attempts}});
@@ -119,6 +122,19 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
                                                      static_cast<double>(config.global_batch)}});
   events.emit("training_resumed",
               {{"step", step}, {"seconds_since_detection", core::unix_time() - detected_at}});
+}
+
+void TrainingSession::State::log_committed_step_if_missing() {
+  // Rank 0 logs a step after the step's agreement (and its in-memory and node-local copies).
+  // Dying in between, it leaves a step that every survivor committed, and restored from memory,
+  // but that neither metrics.jsonl nor the audit shows. Its successor holds the same lines.
+  const auto missing = [&](const nlohmann::json& line, const core::JsonLines& log) {
+    return log.enabled() && line.is_object() && line.value("step", -1L) == step &&
+           core::read_field<long>(core::last_json_record(log.path()).value_or(nullptr), "step")
+                   .value_or(-1) < step;
+  };
+  if (missing(committed_audit_line, audit)) audit.write(committed_audit_line);
+  if (missing(committed_metrics_line, metrics)) metrics.write(committed_metrics_line);
 }
 
 void TrainingSession::State::end_stuck_job(const Watchdog::Stuck& stuck) {

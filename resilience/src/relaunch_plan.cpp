@@ -9,6 +9,8 @@
 #include <regex>
 #include <set>
 
+#include "hardy/core/support/event_log.hpp"
+
 namespace hardy::resilience {
 
 namespace {
@@ -17,27 +19,6 @@ void add_evidence(std::map<std::size_t, std::vector<std::string>>& evidence, std
                   std::string what) {
   auto& list = evidence[node];
   if (std::find(list.begin(), list.end(), what) == list.end()) list.push_back(std::move(what));
-}
-
-// The last complete line of a JSON-lines file, read from its end (metrics grow with the job).
-std::optional<nlohmann::json> last_json_line(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file) return std::nullopt;
-  const std::streamoff size = file.tellg();
-  const std::streamoff tail = std::min<std::streamoff>(size, 1 << 16);
-  std::string text(static_cast<std::size_t>(tail), '\0');
-  file.seekg(size - tail);
-  file.read(text.data(), tail);
-  std::size_t end = text.size();
-  while (end > 0) {
-    const std::size_t begin = text.rfind('\n', end - 1);
-    const std::size_t from = begin == std::string::npos ? 0 : begin + 1;
-    auto record = nlohmann::json::parse(text.substr(from, end - from), nullptr, false);
-    if (!record.is_discarded() && record.is_object()) return record;
-    if (begin == std::string::npos) break;
-    end = begin;
-  }
-  return std::nullopt;
 }
 
 }  // namespace
@@ -51,24 +32,30 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
   while (std::getline(events, line)) {
     const auto record = nlohmann::json::parse(line, nullptr, false);
     if (record.is_discarded() || !record.is_object()) continue;
-    const std::string event = record.value("event", "");
-    if (event == "job_started" && record.contains("steps")) {
-      launch.total_steps = record["steps"].get<long>();
+    // Fields of another type or range count as missing (core::read_field): a damaged line must
+    // not stop the supervisor.
+    const std::string event = core::read_field<std::string>(record, "event").value_or("");
+    if (event == "job_started") {
+      if (const auto steps = core::read_field<long>(record, "steps")) launch.total_steps = steps;
     } else if (event == "job_finished") {
-      launch.finished_status = record.value("status", "");
-      if (record.contains("steps")) launch.finished_steps = record["steps"].get<long>();
-    } else if (event == "failure_detected" && record.contains("failed_nodes")) {
-      const auto ranks = record.value("failed_ranks", std::vector<int>{});
-      for (int node : record["failed_nodes"])
-        add_evidence(launch.failed_nodes, static_cast<std::size_t>(node),
-                     fmt::format("job: ranks [{}] failed at step {} ({})", fmt::join(ranks, ", "),
-                                 record.value("step", 0L),
-                                 record.value("detected_by", std::string("in-job detection"))));
+      launch.finished_status = core::read_field<std::string>(record, "status").value_or("");
+      launch.finished_steps = core::read_field<long>(record, "steps");
+    } else if (event == "failure_detected") {
+      const auto ranks =
+          core::read_field<std::vector<long>>(record, "failed_ranks").value_or(std::vector<long>{});
+      for (const std::size_t node :
+           core::read_field<std::vector<std::size_t>>(record, "failed_nodes")
+               .value_or(std::vector<std::size_t>{}))
+        add_evidence(
+            launch.failed_nodes, node,
+            fmt::format(
+                "job: ranks [{}] failed at step {} ({})", fmt::join(ranks, ", "),
+                core::read_field<long>(record, "step").value_or(0),
+                core::read_field<std::string>(record, "detected_by").value_or("in-job detection")));
     }
   }
-  if (const auto metrics = last_json_line(run_dir / "metrics.jsonl");
-      metrics && metrics->contains("step"))
-    launch.last_committed_step = (*metrics)["step"].get<long>();
+  if (const auto metrics = core::last_json_record(run_dir / "metrics.jsonl"))
+    launch.last_committed_step = core::read_field<long>(*metrics, "step");
   // Victims of injected failures note when they died (FailureInjector); their nodes are lost too.
   const auto records = run_dir / "checkpoints";
   std::error_code error;
@@ -82,6 +69,11 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
                  fmt::format("job: rank {} was killed by --inject-failure", rank));
   }
   return launch;
+}
+
+void restrict_to_launch(LaunchEvents& events, std::size_t node_count) {
+  for (auto* nodes : {&events.failed_nodes, &events.killed_nodes})
+    std::erase_if(*nodes, [&](const auto& entry) { return entry.first >= node_count; });
 }
 
 Verdict judge_launch(int exit_status, const LaunchEvents& events) {

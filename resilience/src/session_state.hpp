@@ -54,6 +54,9 @@ struct TrainingSession::State final : StateSource {
   void verify_replicas(long step);
   void write_metrics(double compute_s, double allreduce_s, double step_s, float lr);
   void open_lead_logs();  // when this rank becomes rank 0
+  // A new rank 0 after a recovery: writes the last committed step's metrics and audit lines when
+  // its predecessor died between the step's agreement and logging it (recovery.cpp).
+  void log_committed_step_if_missing();
   bool lead() const { return membership.lead(); }
   comm::Communicator& comm() const { return membership.comm(); }
   std::size_t current_global_batch() const;
@@ -102,6 +105,8 @@ struct TrainingSession::State final : StateSource {
   Watchdog watchdog;
 
   long step = 0;  // steps committed
+  // The log lines of the last committed step, kept by every rank for log_committed_step_if_missing.
+  nlohmann::json committed_metrics_line, committed_audit_line;
   double last_loss = 0;
   double last_snapshot_s = 0;  // the training thread's stall for this step's node-local copy
   core::GlobalBatch current_batch;

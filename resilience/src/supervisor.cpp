@@ -116,8 +116,8 @@ long requeues_without_progress(const std::filesystem::path& events_file, long st
   long count = 0;
   for (std::string line; std::getline(file, line);) {
     const auto record = nlohmann::json::parse(line, nullptr, false);
-    if (record.is_object() && record.value("event", "") == "requeue_requested" &&
-        record.value("step", -1L) == step)
+    if (core::read_field<std::string>(record, "event") == "requeue_requested" &&
+        core::read_field<long>(record, "step") == step)
       ++count;
   }
   return count;
@@ -343,8 +343,9 @@ int supervise(const SupervisorConfig& config) {
     std::cerr << fmt::format("hardy run: launch {} with {} ranks on {}: {}\n", attempt + 1,
                              nodes.active.size() * static_cast<std::size_t>(config.ranks_per_node),
                              fmt::join(nodes.active, ","), fmt::join(command, " "));
-    const auto launch =
+    auto launch =
         run_launch(config, command, config.run_dir / fmt::format("launch-{}.log", attempt + 1));
+    restrict_to_launch(launch.events, nodes.active.size());
     const Verdict verdict = judge_launch(launch.exit_status, launch.events);
     events.emit("launch_ended",
                 {{"launch", attempt + 1},

@@ -407,7 +407,7 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
   if (config.memory_snapshots) store.keep_in_memory();
   last_snapshot_s = store.write_node_snapshot();
   publish_to_watchdog();
-  if (audit.enabled()) {
+  if (config.audit_samples) {  // every rank keeps the line; rank 0 writes it
     nlohmann::json line = {{"step", step},
                            {"epoch", current_batch.epochs.front()},
                            {"samples", current_batch.samples}};
@@ -416,6 +416,7 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
                      [&](std::int64_t e) { return e != current_batch.epochs.front(); });
     if (boundary != current_batch.epochs.end())
       line["next_epoch_from"] = boundary - current_batch.epochs.begin();
+    committed_audit_line = line;
     audit.write(line);
   }
   if (config.verify_replicas_every > 0 && step % config.verify_replicas_every == 0)
@@ -446,18 +447,19 @@ void TrainingSession::State::verify_replicas(long at_step) {
 void TrainingSession::State::write_metrics(double compute_s, double allreduce_s, double step_s,
                                            float lr) {
   const auto global_batch = static_cast<double>(current_batch.samples.size());
-  metrics.write({{"step", step},
-                 {"epoch", current_batch.epochs.front()},
-                 {"loss", last_loss},
-                 {"lr", lr},
-                 {"global_batch", current_batch.samples.size()},
-                 {"samples_per_s", global_batch / step_s},
-                 {"step_s", step_s},
-                 {"compute_s", compute_s},
-                 {"allreduce_s", allreduce_s},
-                 {"snapshot_s", last_snapshot_s},
-                 {"world_size", comm().size()},
-                 {"unix_time", core::unix_time()}});
+  committed_metrics_line = {{"step", step},
+                            {"epoch", current_batch.epochs.front()},
+                            {"loss", last_loss},
+                            {"lr", lr},
+                            {"global_batch", current_batch.samples.size()},
+                            {"samples_per_s", global_batch / step_s},
+                            {"step_s", step_s},
+                            {"compute_s", compute_s},
+                            {"allreduce_s", allreduce_s},
+                            {"snapshot_s", last_snapshot_s},
+                            {"world_size", comm().size()},
+                            {"unix_time", core::unix_time()}};
+  metrics.write(committed_metrics_line);
   if (lead() && (step % config.log_every == 0 || step == config.steps || step == 1)) {
     const double rate = samples_seen / seconds_since(job_start);
     const double eta = static_cast<double>(config.steps - step) * global_batch / rate;

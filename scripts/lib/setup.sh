@@ -80,7 +80,8 @@ hardy_build() {
     exit 1
   }
   hardy_log "building (ninja, $(nproc) jobs)"
-  cmake --build "$HARDY_BUILD" -j "$(nproc)"
+  # shellcheck disable=SC2086
+  cmake --build "$HARDY_BUILD" -j "$(nproc)" ${HARDY_BUILD_TARGETS:+--target $HARDY_BUILD_TARGETS}
 }
 
 hardy_setup() {
@@ -92,4 +93,31 @@ hardy_setup() {
   fi
   if [ "${1:-}" = "--with-mpich" ]; then hardy_build_mpich; fi
   hardy_build
+}
+
+# An instrumented copy of hardy in build-sanitize-<names>/ (scripts/test --sanitize, scripts/fuzz):
+# no CUDA (nvcc's host code and the driver do not mix with the sanitizers' runtimes), no
+# benchmarks, -O1 with assertions. Clang builds it: its sanitizers and libFuzzer come from one
+# Debian package, and an address build also carries the fuzz targets. Exports the sanitizers'
+# options, with the suppressions for third-party libraries in tests/sanitizers/.
+hardy_sanitizer_setup() {
+  local sanitize=$1
+  HARDY_APT_PACKAGES+=(clang libclang-rt-14-dev)
+  HARDY_BUILD="$HARDY_ROOT/build-sanitize-${sanitize//,/-}"
+  HARDY_CMAKE_ARGS="${HARDY_CMAKE_ARGS:-} -DHARDY_SANITIZE=$sanitize -DHARDY_CUDA=OFF
+    -DHARDY_BUILD_BENCHMARKS=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O1
+    -DCMAKE_C_FLAGS_RELEASE=-O1 -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++"
+  if [[ ",$sanitize," == *",address,"* ]]; then HARDY_CMAKE_ARGS+=" -DHARDY_FUZZ=ON"; fi
+  hardy_setup
+  local supp="$HARDY_ROOT/tests/sanitizers"
+  # fast_unwind_on_malloc=0: the frame-pointer unwinder stops in libc (vasprintf and friends),
+  # before the library that allocated, so lsan.supp could not name Open MPI's allocations.
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:fast_unwind_on_malloc=0"
+  export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+  export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
+  # PMIx (Open MPI's runtime) maps its shared-memory store at a fixed address, which falls in
+  # the sanitizers' reserved ranges: every rank's MPI_Init then fails. Its hash store has no such
+  # address.
+  export PMIX_MCA_gds=hash
 }

@@ -9,9 +9,9 @@ namespace hardy::slurm {
 
 namespace {
 
-int count_variable(const batch::Environment& environment, const std::string& name, int otherwise) {
+std::optional<int> task_count(const batch::Environment& environment, const std::string& name) {
   const auto value = environment.get(name);
-  return value ? static_cast<int>(batch::parse_count(*value, name)) : otherwise;
+  return value ? std::optional(batch::parse_task_count(*value, name)) : std::nullopt;
 }
 
 }  // namespace
@@ -29,10 +29,23 @@ std::optional<batch::Allocation> read_allocation(const batch::Environment& envir
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("SLURM_JOB_NODELIST: {}", e.what()));
   }
-  const int nodes = static_cast<int>(allocation.nodes.size());
-  allocation.tasks = count_variable(
-      environment, "SLURM_NTASKS", nodes * count_variable(environment, "SLURM_NTASKS_PER_NODE", 1));
-  allocation.restart_count = count_variable(environment, "SLURM_RESTART_COUNT", 0);
+  if (const auto tasks = task_count(environment, "SLURM_NTASKS")) {
+    allocation.tasks = *tasks;
+  } else {
+    const long per_node = task_count(environment, "SLURM_NTASKS_PER_NODE").value_or(1);
+    const long total = static_cast<long>(allocation.nodes.size()) * per_node;
+    if (total > batch::kMaxTasks)
+      throw InvalidArgument(
+          fmt::format("SLURM_NTASKS_PER_NODE {} on {} nodes makes more than {} tasks", per_node,
+                      allocation.nodes.size(), batch::kMaxTasks));
+    allocation.tasks = static_cast<int>(total);
+  }
+  if (const auto restarts = environment.get("SLURM_RESTART_COUNT")) {
+    const long count = batch::parse_count(*restarts, "SLURM_RESTART_COUNT");
+    if (count > batch::kMaxTasks)
+      throw InvalidArgument(fmt::format("SLURM_RESTART_COUNT '{}' is out of range", *restarts));
+    allocation.restart_count = static_cast<int>(count);
+  }
   return allocation;
 }
 

@@ -14,6 +14,9 @@ namespace {
 // Far beyond any machine (Frontier has 9,408 nodes); stops a typo like [1-99999999] from
 // exhausting memory.
 constexpr std::size_t kMaxHosts = 1'000'000;
+// And at most this many bytes of names: a million hosts of long names with many groups each
+// would otherwise take gigabytes (and minutes) to spell out.
+constexpr std::size_t kMaxNameBytes = std::size_t{32} << 20;
 
 class Expander {
  public:
@@ -27,6 +30,7 @@ class Expander {
       const auto expanded = expand_name(name);
       hosts.insert(hosts.end(), expanded.begin(), expanded.end());
       if (hosts.size() > kMaxHosts) fail(fmt::format("it names more than {} hosts", kMaxHosts));
+      name_bytes_ += expanded.empty() ? 0 : expanded.size() * expanded.front().size();
     }
     return hosts;
   }
@@ -72,6 +76,11 @@ class Expander {
       const auto numbers = expand_group(name.substr(open + 1, close - open - 1));
       if (prefixes.size() * numbers.size() > kMaxHosts)
         fail(fmt::format("it names more than {} hosts", kMaxHosts));
+      // Names in one product have about the same length: the first one's stands for all.
+      if (name_bytes_ + prefixes.size() * numbers.size() *
+                            (prefixes.front().size() + numbers.front().size()) >
+          kMaxNameBytes)
+        fail(fmt::format("its host names take more than {} MiB", kMaxNameBytes >> 20));
       std::vector<std::string> longer;
       longer.reserve(prefixes.size() * numbers.size());
       for (const auto& prefix : prefixes)
@@ -112,6 +121,7 @@ class Expander {
   }
 
   std::string_view expression_;
+  std::size_t name_bytes_ = 0;  // of the names expanded so far
 };
 
 }  // namespace

@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, relaunch_restores, run_watched  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, read_jsonl_tail, relaunch_restores, run_watched  # noqa: E402
 
 def _count_option(name, default):
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
@@ -85,22 +85,6 @@ class Job:
     def rank_pid(self, rank):
         started = [e for e in self.events("rank_started") if e["rank"] == rank]
         return started[-1]["pid"] if started else None
-
-
-def read_jsonl_tail(path):
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 4096))
-            lines = f.read().decode(errors="replace").splitlines()
-    except FileNotFoundError:
-        return None
-    for line in reversed(lines):
-        try:
-            return json.loads(line)
-        except ValueError:
-            continue
-    return None
 
 
 def reference_loss(hardy, cache_dir):

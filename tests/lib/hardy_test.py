@@ -1,6 +1,7 @@
 """What hardy's end-to-end test scripts share: checks that count failures, the run directory's
 JSON-lines logs, and the audit of which samples each step trained on."""
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -26,6 +27,23 @@ def read_jsonl(path):
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_jsonl_tail(path):
+    """The last complete JSON line of a file, read from its last 4 KiB (a growing metrics.jsonl)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode(errors="replace").splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
 
 
 def samples_by_epoch(run):

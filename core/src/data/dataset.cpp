@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/json_fields.hpp"
 
 namespace hardy::core {
 namespace fs = std::filesystem;
@@ -92,20 +94,27 @@ std::vector<fs::path> files_from_index(const fs::path& dir, std::vector<std::siz
     throw InvalidArgument(
         fmt::format("{} is not valid JSON: {}", quoted(index_path), error.what()));
   }
-  if (index.value("format", std::string(kDatasetFormat)) != kDatasetFormat ||
+  if (!index.is_object() ||
+      read_field<std::string>(index, "format").value_or(std::string(kDatasetFormat)) !=
+          kDatasetFormat ||
       !index.contains("files") || !index["files"].is_array())
     throw InvalidArgument(fmt::format("{} is not a {} index (no \"files\" list)",
                                       quoted(index_path), kDatasetFormat));
   std::vector<fs::path> paths;
   for (const nlohmann::json& entry : index["files"]) {
-    if (!entry.contains("name") || !entry["name"].is_string())
+    const auto name = read_field<std::string>(entry, "name");
+    if (!name)
       throw InvalidArgument(fmt::format("{} has a file entry without a name", quoted(index_path)));
-    const fs::path path = dir / entry["name"].get<std::string>();
+    const fs::path path = dir / *name;
     if (!fs::is_regular_file(path))
       throw InvalidArgument(
           fmt::format("{} lists {}, which does not exist", quoted(index_path), quoted(path)));
     paths.push_back(path);
-    counts.push_back(entry.value("samples", std::size_t{0}));
+    const auto samples = read_field<std::size_t>(entry, "samples");
+    if (entry.contains("samples") && !samples)
+      throw InvalidArgument(fmt::format("{}: the entry of {} has a \"samples\" that is not a count",
+                                        quoted(index_path), *name));
+    counts.push_back(samples.value_or(0));
   }
   return paths;
 }
@@ -208,6 +217,29 @@ Hdf5Dataset::File Hdf5Dataset::open_and_validate(const fs::path& path, SampleSha
       h5::dataset_type_class(file.labels.id()) != h5::TypeClass::integer)
     throw InvalidArgument(
         fmt::format("{} must hold floating-point /fields and integer /labels", quoted(path)));
+  const std::uint64_t sample_values = fields[1] * fields[2] * fields[3];  // each <= 2^20
+  if (sample_values * sizeof(float) > kMaxSampleBytes)
+    throw InvalidArgument(fmt::format(
+        "{} has samples of {} x {} x {} values ({:.1f} GiB each as float); hardy reads samples "
+        "of up to {} GiB",
+        quoted(path), fields[1], fields[2], fields[3],
+        static_cast<double>(sample_values) * sizeof(float) / (1u << 30), kMaxSampleBytes >> 30));
+  // The shapes are claims until the bytes are in the file: HDF5 reads parts never written as
+  // zeros, and the sampler allocates by the sample count.
+  for (const auto& [name, dataset, row_values] :
+       {std::tuple{"fields", file.fields.id(), sample_values},
+        std::tuple{"labels", file.labels.id(), fields[2] * fields[3]}}) {
+    const h5::StoredData stored = h5::stored_data(dataset);
+    std::uint64_t needed = 0;
+    const bool overflow =
+        __builtin_mul_overflow(fields[0], row_values * stored.element_bytes, &needed);
+    // Compressed data may be smaller than its shape, but not below a byte a sample.
+    if (overflow || (stored.filtered ? stored.bytes < fields[0] : stored.bytes < needed))
+      throw InvalidArgument(
+          fmt::format("{} declares {} samples in /{} but stores only {} bytes of them: the file is "
+                      "truncated or was never completely written",
+                      quoted(path), fields[0], name, stored.bytes));
+  }
   file.count = static_cast<std::size_t>(fields[0]);
   shape = {static_cast<int>(fields[1]), static_cast<int>(fields[2]), static_cast<int>(fields[3])};
   return file;

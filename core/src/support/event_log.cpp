@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <string>
 
 #include "hardy/core/support/error.hpp"
 
@@ -67,6 +70,26 @@ void EventLog::emit(const std::string& event, nlohmann::json fields) {
   nlohmann::json record = {{"time", iso_time(now)}, {"unix_time", now}, {"event", event}};
   for (auto& [key, value] : fields.items()) record[key] = std::move(value);
   lines_.write(record);
+}
+
+std::optional<nlohmann::json> last_json_record(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary | std::ios::ate);
+  if (!file) return std::nullopt;
+  const std::streamoff size = file.tellg();
+  const std::streamoff tail = std::min<std::streamoff>(size, 1 << 16);
+  std::string text(static_cast<std::size_t>(tail), '\0');
+  file.seekg(size - tail);
+  file.read(text.data(), tail);
+  std::size_t end = text.size();
+  while (end > 0) {
+    const std::size_t begin = text.rfind('\n', end - 1);
+    const std::size_t from = begin == std::string::npos ? 0 : begin + 1;
+    auto record = nlohmann::json::parse(text.substr(from, end - from), nullptr, false);
+    if (!record.is_discarded() && record.is_object()) return record;
+    if (begin == std::string::npos) break;
+    end = begin;
+  }
+  return std::nullopt;
 }
 
 }  // namespace hardy::core

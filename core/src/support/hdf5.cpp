@@ -340,6 +340,16 @@ TypeClass dataset_type_class(hid_t dataset) {
   }
 }
 
+StoredData stored_data(hid_t dataset) {
+  Handle properties{H5Dget_create_plist(dataset), "H5Dget_create_plist",
+                    "dataset " + describe(dataset)};
+  const int filters = check(H5Pget_nfilters(properties.id()), "H5Pget_nfilters", describe(dataset));
+  Handle type{H5Dget_type(dataset), "H5Dget_type", "dataset " + describe(dataset)};
+  return {.bytes = H5Dget_storage_size(dataset),
+          .filtered = filters > 0,
+          .element_bytes = H5Tget_size(type.id())};
+}
+
 hid_t native_type(NumberType type) {
   switch (type) {
     case NumberType::f32:

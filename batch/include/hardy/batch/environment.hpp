@@ -25,7 +25,13 @@ class Environment {
   std::map<std::string, std::string> variables_;
 };
 
+// More task slots than any machine has: a scheduler's count above it is a malformed value, and
+// a bound on what hardy allocates and launches for one.
+inline constexpr long kMaxTasks = 1L << 24;
+
 // A non-negative decimal integer; throws InvalidArgument naming `what` and the text otherwise.
 long parse_count(std::string_view text, std::string_view what);
+// The same, from 1 to kMaxTasks: a count of tasks, slots or nodes.
+int parse_task_count(std::string_view text, std::string_view what);
 
 }  // namespace hardy::batch

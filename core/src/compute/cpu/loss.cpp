@@ -27,7 +27,12 @@ void check_label_range(const Tensor& labels, std::int64_t classes) {
 }  // namespace
 
 double CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
-  const auto& [logits, labels, class_weights, grad_scale] = args;
+  // Named references, not a structured binding: Clang before 16 cannot capture bindings in
+  // the OpenMP regions below.
+  const auto& logits = args.logits;
+  const auto& labels = args.labels;
+  const auto& class_weights = args.class_weights;
+  const auto& grad_scale = args.grad_scale;
   const std::int64_t classes = logits.c();
   check_label_range(labels, classes);
   const float* scores = logits.data<float>();

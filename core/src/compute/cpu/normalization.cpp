@@ -63,7 +63,14 @@ ChannelStatistics per_channel(const NhwcExtent& extent, int groups, const float*
 
 void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
                                        Tensor& rstd) {
-  const auto& [x, gamma, beta, groups, eps, fuse_relu] = args;
+  // Named references, not structured bindings (here and below): Clang before 16 cannot capture
+  // bindings in OpenMP regions.
+  const auto& x = args.x;
+  const auto& gamma = args.gamma;
+  const auto& beta = args.beta;
+  const auto& groups = args.groups;
+  const auto& eps = args.eps;
+  const auto& fuse_relu = args.fuse_relu;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels, group_channels = channels / groups;
   const double group_size = static_cast<double>(group_channels * extent.pixels);
@@ -126,7 +133,14 @@ void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, 
 
 void CpuBackend::do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
                                         Tensor& dbeta) {
-  const auto& [x, y, dy, gamma, mean, rstd, groups, fuse_relu] = args;
+  const auto& x = args.x;
+  const auto& y = args.y;
+  const auto& dy = args.dy;
+  const auto& gamma = args.gamma;
+  const auto& mean = args.mean;
+  const auto& rstd = args.rstd;
+  const auto& groups = args.groups;
+  const auto& fuse_relu = args.fuse_relu;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels, group_channels = channels / groups;
   const double group_size = static_cast<double>(group_channels * extent.pixels);
@@ -218,7 +232,13 @@ void CpuBackend::do_batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& 
 
 void CpuBackend::do_batch_norm_apply(const BatchNormApply& args, Tensor& y) {
   constexpr std::string_view operation = "batch_norm_apply";
-  const auto& [x, mean, variance, gamma, beta, eps, fuse_relu] = args;
+  const auto& x = args.x;
+  const auto& mean = args.mean;
+  const auto& variance = args.variance;
+  const auto& gamma = args.gamma;
+  const auto& beta = args.beta;
+  const auto& eps = args.eps;
+  const auto& fuse_relu = args.fuse_relu;
   dnnl_checked(operation, {&x, &mean, &variance, &gamma, &beta, &y}, [&] {
     const dnnl::memory::desc data = dnnl_desc(x);
     const auto key = PrimitiveKey{}
@@ -260,7 +280,13 @@ std::vector<float> channel_rstd(const Tensor& variance, float eps) {
 
 void CpuBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatistics& args,
                                                    Tensor& dgamma, Tensor& dbeta) {
-  const auto& [x, y, dy, mean, variance, eps, fuse_relu] = args;
+  const auto& x = args.x;
+  const auto& y = args.y;
+  const auto& dy = args.dy;
+  const auto& mean = args.mean;
+  const auto& variance = args.variance;
+  const auto& eps = args.eps;
+  const auto& fuse_relu = args.fuse_relu;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
   const std::vector<float> rstd = channel_rstd(variance, eps);
@@ -287,7 +313,17 @@ void CpuBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatis
 }
 
 void CpuBackend::do_batch_norm_backward_data(const BatchNormBackwardData& args, Tensor& dx) {
-  const auto& [x, y, dy, mean, variance, gamma, dgamma, dbeta, eps, fuse_relu, count] = args;
+  const auto& x = args.x;
+  const auto& y = args.y;
+  const auto& dy = args.dy;
+  const auto& mean = args.mean;
+  const auto& variance = args.variance;
+  const auto& gamma = args.gamma;
+  const auto& dgamma = args.dgamma;
+  const auto& dbeta = args.dbeta;
+  const auto& eps = args.eps;
+  const auto& fuse_relu = args.fuse_relu;
+  const auto& count = args.count;
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
   const std::vector<float> rstd = channel_rstd(variance, eps);

@@ -34,6 +34,9 @@ struct LaunchEvents {
 LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintmax_t events_offset,
                                 double launch_started_unix, int ranks_per_node);
 
+// Drops what the events say about nodes at or past `node_count` (the launch's node list): a
+// damaged or stale log may name nodes this launch never had.
+void restrict_to_launch(LaunchEvents& events, std::size_t node_count);
 enum class LaunchVerdict { completed, bad_input, stopped, preempted, failed };
 struct Verdict {
   LaunchVerdict kind = LaunchVerdict::failed;

@@ -10,6 +10,7 @@
 //                      hardy_version
 //   dir/index.json  {"format", "format_version", "shape", "samples", "source",
 //                    "files": [{"name", "samples", "first_sample"}, ...]}
+#include <cstdint>
 #include <filesystem>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,9 @@ namespace hardy::core {
 
 inline constexpr std::string_view kDatasetFormat = "hardy-climate";
 inline constexpr int kDatasetFormatVersion = 1;
+// The largest sample hardy reads (its fields as float): a bound on what a file's claimed shape
+// can make it allocate. A full-size CAM5 sample (16 x 768 x 1152) is 54 MiB.
+inline constexpr std::uint64_t kMaxSampleBytes = std::uint64_t{1} << 30;
 
 // Writes samples [first, first + count) of source into dir (created if missing), at most
 // samples_per_file per file. Each file is written under a ".tmp" name and renamed when complete,

@@ -7,6 +7,10 @@
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "hardy/core/support/json_fields.hpp"  // for the readers of these logs
 
 namespace hardy::core {
 
@@ -46,5 +50,10 @@ class EventLog {
  private:
   JsonLines lines_;
 };
+
+// Reading a log back: its last complete line that is a JSON object, from the file's last 64 KiB
+// (a long job's metrics.jsonl is large); a line cut short by a crash is passed over. nullopt when
+// there is none or the file cannot be read.
+std::optional<nlohmann::json> last_json_record(const std::filesystem::path& path);
 
 }  // namespace hardy::core

@@ -116,6 +116,15 @@ Handle open_dataset(Id parent, std::string_view name);
 std::vector<Extent> dataset_dims(Id dataset);
 enum class TypeClass { integer, floating_point, string, other };  // H5T_INTEGER, H5T_FLOAT, ...
 TypeClass dataset_type_class(Id dataset);
+// What the file holds of a dataset's data: HDF5 stores nothing for parts never written (it reads
+// them back as the fill value), so a shape is only a claim until the bytes are there. `filtered`:
+// compression sits between the stored bytes and the data, so they may be fewer than the shape's.
+struct StoredData {
+  std::uint64_t bytes = 0;
+  bool filtered = false;
+  std::size_t element_bytes = 0;  // of the stored type
+};
+StoredData stored_data(Id dataset);
 
 namespace detail {
 void write_all(Id dataset, Id memory_type, const void* data, std::size_t count);
