@@ -254,9 +254,9 @@ std::string duration_text(double seconds) {
   return fmt::format("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
 }
 
+// A numeric field of a log record, or `otherwise` when it is missing or not a number.
 double number(const nlohmann::json& record, const char* key, double otherwise = NAN) {
-  const auto found = record.find(key);
-  return found != record.end() && found->is_number() ? found->get<double>() : otherwise;
+  return core::read_field<double>(record, key).value_or(otherwise);
 }
 
 std::string compact_text(const std::filesystem::path& run_dir, const LiveView& view, double now) {
