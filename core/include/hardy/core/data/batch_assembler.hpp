@@ -36,6 +36,8 @@ class SampleRange final : public SampleSource {
   void load(std::size_t index, std::span<float> fields_chw,
             std::span<std::int32_t> labels_hw) const override;
   std::string describe() const override;
+  std::vector<std::string> channel_names() const override { return source_.channel_names(); }
+  int load_concurrency() const override { return source_.load_concurrency(); }
 
  private:
   const SampleSource& source_;

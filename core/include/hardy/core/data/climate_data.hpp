@@ -27,6 +27,9 @@ inline constexpr int kNumClasses = 3;
 inline constexpr int kBackground = 0;
 inline constexpr int kTropicalCyclone = 1;
 inline constexpr int kAtmosphericRiver = 2;
+// A pixel that counts for nothing: not in the loss, its gradient or the metrics (the pixels of a
+// sample skipped under --bad-samples skip).
+inline constexpr std::int32_t kIgnoreLabel = -1;
 inline constexpr std::array<std::string_view, kNumClasses> kClassNames = {
     "background", "tropical_cyclone", "atmospheric_river"};
 
@@ -48,6 +51,10 @@ class SampleSource {
   virtual std::string describe() const = 0;
   // One name per channel; "channel_0", ... unless the source knows better.
   virtual std::vector<std::string> channel_names() const;
+  // How many threads may be inside load() at once and actually overlap: 0 when only the thread
+  // that owns the source may call it, 1 when any one thread at a time may (a library lock
+  // serializes them anyway), more when loads run in parallel.
+  virtual int load_concurrency() const { return 0; }
 
  protected:
   void check_load_arguments(std::size_t index, std::span<float> fields_chw,
@@ -79,6 +86,7 @@ class SyntheticClimate final : public SampleSource {
             std::span<std::int32_t> labels_hw) const override;
   std::string describe() const override;
   std::vector<std::string> channel_names() const override;
+  int load_concurrency() const override { return 1 << 20; }
   std::uint64_t seed() const { return seed_; }
 
  private:

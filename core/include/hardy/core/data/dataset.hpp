@@ -55,6 +55,7 @@ class Hdf5Dataset final : public SampleSource {
             std::span<std::int32_t> labels_hw) const override;
   std::string describe() const override;
   std::vector<std::string> channel_names() const override;
+  int load_concurrency() const override { return h5::library_is_thread_safe() ? 1 : 0; }
   std::vector<std::filesystem::path> files() const;
 
  private:

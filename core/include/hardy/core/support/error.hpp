@@ -2,6 +2,7 @@
 // One exception hierarchy for all of hardy. Recovery code catches exactly the type it can
 // handle: comm::ProcessFailure (declared in comm/) for dead peers, InvalidArgument for bad user
 // input (the CLI turns it into exit status 2), everything else is a bug or an environment fault.
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,21 @@ class InvalidArgument : public Error {
 class IoError : public Error {
  public:
   using Error::Error;
+};
+
+// One sample of a dataset cannot be used (a missing or mis-shaped dataset in its file, a truncated
+// file, non-finite fields, labels outside the classes). Whether that ends the job or only skips
+// the sample is the job's policy (--bad-samples), so readers throw this and never decide.
+class BadSample : public InvalidArgument {
+ public:
+  BadSample(std::size_t index, std::string file, const std::string& reason)
+      : InvalidArgument(file + ": " + reason), index_(index), file_(std::move(file)) {}
+  std::size_t index() const { return index_; }
+  const std::string& file() const { return file_; }
+
+ private:
+  std::size_t index_;
+  std::string file_;
 };
 
 // A kernel library (oneDNN, cuDNN, cuBLAS) rejected an operation.
