@@ -15,6 +15,7 @@
 
 #include "../../core/src/compute/cpu/cpu_backend.hpp"
 #include "hardy/core/compute/forwarding_backend.hpp"
+#include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/support/error.hpp"
 #include "reference_ops.hpp"
 
@@ -713,7 +714,7 @@ TEST_CASE("cpu backend: softmax cross-entropy rejects labels outside the classes
   const Tensor logits = random_tensor({1, 4, 1, 3}, 95);
   Tensor dlogits = Tensor::host(logits.dims());
   const std::vector<float> class_weights(4, 1.0f);
-  for (const std::int32_t bad : {7, 4, -1}) {
+  for (const std::int32_t bad : {7, 4, -2}) {
     const Tensor labels = labels_tensor({1, 1, 1, 3}, {0, bad, 2});
     REQUIRE_THROWS_AS(backend.softmax_cross_entropy({.logits = logits,
                                                      .labels = labels,
@@ -735,6 +736,22 @@ TEST_CASE("cpu backend: softmax cross-entropy rejects labels outside the classes
                                                    .grad_scale = 1.0f},
                                                   dlogits),
                     hardy::InvalidArgument);
+}
+
+TEST_CASE("cpu backend: ignored pixels add no loss and get no gradient", "[core]") {
+  CpuBackend backend;
+  // The hand-checked case above with a third pixel whose label is kIgnoreLabel.
+  const Tensor logits = values_tensor({1, 3, 1, 3}, {1, 2, 3, 0, 0, 0, 5, -4, 9});
+  const Tensor labels = labels_tensor({1, 1, 1, 3}, {2, 0, hardy::core::kIgnoreLabel});
+  const std::vector<float> class_weights{1.0f, 2.0f, 0.5f};
+  Tensor dlogits = Tensor::host(logits.dims());
+  std::fill_n(dlogits.f32().begin(), 9, 123.0f);  // must be overwritten, not left
+  const double loss = backend.softmax_cross_entropy(
+      {.logits = logits, .labels = labels, .class_weights = class_weights, .grad_scale = 2.0f},
+      dlogits);
+  CHECK(loss == Approx(0.5 * 0.4076059644443806 + 1.0986122886681098).epsilon(1e-6));
+  for (std::size_t i = 6; i < 9; ++i) CHECK(dlogits.f32()[i] == 0.0f);
+  CHECK(dlogits.f32()[0] == Approx(0.09003057317038046).epsilon(1e-5));
 }
 
 TEST_CASE("cpu backend: argmax over channels", "[core]") {

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 
+#include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/nn/segmentation_metrics.hpp"
 #include "hardy/core/support/error.hpp"
@@ -68,6 +69,11 @@ TEST_CASE("metrics: IoU per class against a hand-counted confusion matrix", "[co
   CHECK(iou[0] == Approx(2.0 / 3.0));  // tp 2, fn 1, fp 0
   CHECK(iou[1] == Approx(1.0 / 3.0));  // tp 1, fn 1, fp 1
   CHECK(iou[2] == Approx(1.0 / 2.0));  // tp 1, fn 0, fp 1
+  CHECK(m.mean_iou() == Approx((2.0 / 3 + 1.0 / 3 + 0.5) / 3));
+  CHECK(m.pixel_accuracy() == Approx(4.0 / 6.0));
+  // A skipped sample's pixels (kIgnoreLabel) change nothing.
+  const std::vector<std::int32_t> ignored(4, hardy::core::kIgnoreLabel), any{0, 1, 2, 0};
+  m.add(ignored, any);
   CHECK(m.mean_iou() == Approx((2.0 / 3 + 1.0 / 3 + 0.5) / 3));
   CHECK(m.pixel_accuracy() == Approx(4.0 / 6.0));
   const std::vector<std::int32_t> bad{3};

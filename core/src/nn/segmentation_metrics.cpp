@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {
@@ -19,6 +20,7 @@ void ConfusionMatrix::add(std::span<const std::int32_t> truth,
         fmt::format("{} labels against {} predictions", truth.size(), predicted.size()));
   for (std::size_t i = 0; i < truth.size(); ++i) {
     const auto t = truth[i], p = predicted[i];
+    if (t == kIgnoreLabel) continue;  // a skipped sample's pixel
     if (t < 0 || t >= classes_ || p < 0 || p >= classes_)
       throw InvalidArgument(
           fmt::format("label {} or prediction {} outside [0, {})", t, p, classes_));

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "compute/cpu/dnnl_support.hpp"
+#include "hardy/core/data/climate_data.hpp"
 
 namespace hardy::core {
 
@@ -12,11 +13,12 @@ using namespace cpu;  // the backend's internal helpers, declared in dnnl_suppor
 namespace {
 
 // Labels come from data files, so they are checked before any arithmetic depends on them.
+// kIgnoreLabel marks pixels that count for nothing (a skipped sample's).
 void check_label_range(const Tensor& labels, std::int64_t classes) {
   const std::int32_t* label = labels.data<std::int32_t>();
   const std::int64_t pixels = labels.numel();
   for (std::int64_t i = 0; i < pixels; ++i)
-    if (label[i] < 0 || label[i] >= classes) {
+    if ((label[i] < 0 && label[i] != kIgnoreLabel) || label[i] >= classes) {
       const std::int64_t plane = labels.h() * labels.w();
       throw InvalidArgument(
           fmt::format("softmax_cross_entropy: label {} at (n={}, h={}, w={}) is outside [0, {})",
@@ -43,6 +45,10 @@ double CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Ten
         const float* row = scores + pixel * classes;
         float* grad_row = grad + pixel * classes;
         const std::int32_t target = label[pixel];
+        if (target == kIgnoreLabel) {
+          std::fill(grad_row, grad_row + classes, 0.0f);
+          return;
+        }
         const float target_score = row[target];  // read first: dlogits may alias logits
         // log-sum-exp shifted by the maximum so that no exponential overflows; the
         // exponentials wait in grad_row until their sum is known.

@@ -198,6 +198,9 @@ __global__ void adam_kernel(float* param, const float* grad, float* m, float* v,
 
 // ---- loss ----
 
+// core::kIgnoreLabel (climate_data.hpp is host code; the value is part of the label format).
+constexpr std::int32_t kIgnoredPixel = -1;
+
 template <class T>
 __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t* labels,
                                              const float* class_weights, Index pixels, int classes,
@@ -208,6 +211,10 @@ __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t
     const T* row = logits + pixel * classes;
     T* grad_row = dlogits + pixel * classes;
     const std::int32_t target = labels[pixel];
+    if (target == kIgnoredPixel) {  // a skipped sample's pixel: no loss, no gradient
+      for (int c = 0; c < classes; ++c) grad_row[c] = from_float<T>(0.0f);
+      continue;
+    }
     if (target < 0 || target >= classes) {
       atomicMin(first_bad_pixel, static_cast<unsigned long long>(pixel));
       continue;
