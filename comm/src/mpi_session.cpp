@@ -1,5 +1,7 @@
 #include <atomic>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/support/error.hpp"
@@ -10,6 +12,16 @@ MpiSession::MpiSession(int* argc, char*** argv, Threads threads) {
   int initialized = 0;
   mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
   if (initialized) return;
+#if HARDY_HAVE_ULFM && defined(OPEN_MPI)
+  // coll/han (hierarchical collectives) is not fault tolerant in Open MPI 5.0: when a second
+  // rank dies during a recovery, survivors segfault in mca_coll_han_comm_create while the
+  // shrunken communicator is built (one random-fault soak run in six); tuned's collectives
+  // recover. Only under `--with-ft ulfm` (which exports mpi_ft_enable), and only when the user
+  // has not chosen the collective components himself. Set here, not on the launch line, so that
+  // every launch path (hardy run, mpirun, srun) gets it.
+  if (const char* ft = std::getenv("OMPI_MCA_mpi_ft_enable"); ft && std::string_view(ft) == "1")
+    ::setenv("OMPI_MCA_coll", "^han", /*overwrite=*/0);
+#endif
   const int required = threads == Threads::funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_SERIALIZED;
   int provided = MPI_THREAD_SINGLE;
   mpi_check(MPI_Init_thread(argc, argv, required, &provided), "MPI_Init_thread");
