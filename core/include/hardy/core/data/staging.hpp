@@ -1,0 +1,70 @@
+#pragma once
+// Node-local staging of sample files (--stage-to): the input of a step comes from fast local
+// storage (NVMe, /tmp, /dev/shm) instead of the shared file system that thousands of nodes read
+// at once, without giving up the global, exactly-once sampling order.
+//
+// Every file has a home node, chosen by rendezvous hashing over the live nodes; each node copies
+// the files homed on it. Within every global batch (drawn by the EpochSampler as before, so the
+// epochs, the audit and the resume equivalences do not change) the samples are handed to ranks
+// of their home node as far as the node's share of the batch allows; the rest are read from the
+// shared file system. When a node is lost, only its files get new homes, so each survivor
+// fetches only what it newly owns; a relaunch on other nodes keeps what the survivors hold.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace hardy::core {
+
+// The index into `nodes` (opaque keys, e.g. hashes of host names) of the home of `file` (a name
+// that every rank spells the same way, e.g. the file's name in its split directory): the node of
+// the highest hash of (node, file). Removing a node moves only the files homed on it. Throws
+// InvalidArgument for an empty node list.
+std::size_t home_node(std::string_view file, std::span<const std::uint64_t> nodes);
+
+// Which ranks take which samples of a global batch. home_of_sample[i] is the node (an index)
+// where sample i of the batch is staged, or -1 when it is staged nowhere; node_of_rank[r] the
+// node of rank r. Rank r takes exactly shard_of(batch, r, world).size() samples, as without
+// staging (so the batch stays split the same way); first the samples homed on its node, in
+// batch order and over the node's ranks in rank order, then what no home could take, in batch
+// order over the ranks with room left. Returns, per rank, positions into the batch, ascending.
+// A pure function of its arguments: every rank computes the same placement.
+std::vector<std::vector<std::size_t>> place_batch(std::span<const int> home_of_sample,
+                                                  std::span<const int> node_of_rank);
+
+// A copy is current when it has the source's size and modification time (the copy is given the
+// source's time when it is made): the check rsync makes by default, and one stat() each.
+bool is_current_copy(const std::filesystem::path& source, const std::filesystem::path& copy);
+
+struct StageCopy {
+  std::filesystem::path source, destination;
+};
+
+struct StageProgress {
+  std::size_t files_done = 0, files_total = 0;
+  std::uint64_t bytes_copied = 0;
+  double seconds = 0;
+};
+
+struct StageReport {
+  std::size_t copied = 0;   // files copied now
+  std::size_t current = 0;  // files already staged and unchanged
+  std::uint64_t bytes_copied = 0;
+  double seconds = 0;
+  double bytes_per_second() const { return seconds > 0 ? bytes_copied / seconds : 0; }
+};
+
+// Copies every source whose destination is not current, on `threads` threads (the copies of a
+// node run in parallel; a parallel file system serves several streams better than one). Each
+// copy is written as DESTINATION.part, given the source's modification time and renamed, so an
+// interrupted copy is never taken for a staged file, and readers on other ranks see either no
+// file or a complete one. progress (optional) is called from one thread at a time, about once
+// a second and at the end. Throws IoError naming the file for a read or write failure
+// (the .part file is removed).
+StageReport stage_files(std::span<const StageCopy> copies, int threads,
+                        const std::function<void(const StageProgress&)>& progress = {});
+
+}  // namespace hardy::core

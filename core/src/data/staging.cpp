@@ -1,0 +1,247 @@
+#include "hardy/core/data/staging.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "hardy/core/data/sampler.hpp"
+#include "hardy/core/support/digest.hpp"
+#include "hardy/core/support/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace hardy::core {
+
+std::size_t home_node(std::string_view file, std::span<const std::uint64_t> nodes) {
+  if (nodes.empty()) throw InvalidArgument("home_node: no nodes to place " + std::string(file));
+  const std::uint64_t file_hash = xxhash64(std::as_bytes(std::span(file.data(), file.size())));
+  std::size_t best = 0;
+  std::uint64_t best_weight = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const std::uint64_t key[2] = {nodes[i], file_hash};
+    const std::uint64_t weight = xxhash64(std::as_bytes(std::span(key)));
+    if (i == 0 || weight > best_weight || (weight == best_weight && nodes[i] < nodes[best])) {
+      best = i;
+      best_weight = weight;
+    }
+  }
+  return best;
+}
+
+std::vector<std::vector<std::size_t>> place_batch(std::span<const int> home_of_sample,
+                                                  std::span<const int> node_of_rank) {
+  const int world = static_cast<int>(node_of_rank.size());
+  if (world == 0) throw InvalidArgument("place_batch: no ranks");
+  std::vector<std::size_t> room(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    room[static_cast<std::size_t>(r)] = shard_of(home_of_sample.size(), r, world).size();
+  std::vector<std::vector<std::size_t>> placed(static_cast<std::size_t>(world));
+  std::vector<std::size_t> homeless;
+  for (std::size_t i = 0; i < home_of_sample.size(); ++i) {
+    bool taken = false;
+    for (int r = 0; r < world && home_of_sample[i] >= 0 && !taken; ++r) {
+      const auto rank = static_cast<std::size_t>(r);
+      if (node_of_rank[rank] == home_of_sample[i] && room[rank] > 0) {
+        placed[rank].push_back(i);
+        --room[rank];
+        taken = true;
+      }
+    }
+    if (!taken) homeless.push_back(i);
+  }
+  std::size_t next_rank = 0;
+  for (std::size_t i : homeless) {
+    while (room[next_rank] == 0) ++next_rank;  // the rooms add up to the batch: never past world
+    placed[next_rank].push_back(i);
+    --room[next_rank];
+  }
+  for (auto& positions : placed) std::sort(positions.begin(), positions.end());
+  return placed;
+}
+
+namespace {
+
+struct FileStatus {
+  bool exists = false;
+  std::uint64_t size = 0;
+  timespec modified{};
+};
+
+FileStatus status_of(const fs::path& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return {};
+  return {true, static_cast<std::uint64_t>(info.st_size), info.st_mtim};
+}
+
+// A file descriptor closed when it goes out of scope.
+class Descriptor {
+ public:
+  Descriptor(const fs::path& path, int flags, const char* what)
+      : fd_(::open(path.c_str(), flags | O_CLOEXEC, 0644)) {
+    if (fd_ < 0)
+      throw IoError(
+          fmt::format("cannot open {} {}: {}", what, path.string(), std::strerror(errno)));
+  }
+  ~Descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  int get() const { return fd_; }
+  // close() reports a failed write-back that a destructor would have to swallow.
+  void close(const fs::path& path) {
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0)
+      throw IoError(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
+  }
+
+ private:
+  int fd_;
+};
+
+// Copies in the kernel where it can (copy_file_range: no trip through user memory, and server
+// side on NFS 4.2 and Lustre), otherwise through a buffer. Returns the bytes copied.
+std::uint64_t copy_contents(int from, int to, std::uint64_t size, const StageCopy& copy) {
+  std::uint64_t done = 0;
+  bool in_kernel = true;
+  std::vector<char> buffer;
+  while (done < size) {
+    const std::size_t chunk =
+        static_cast<std::size_t>(std::min<std::uint64_t>(size - done, 64u << 20));
+    ssize_t moved = -1;
+    if (in_kernel) {
+      moved = ::copy_file_range(from, nullptr, to, nullptr, chunk, 0);
+      if (moved < 0 &&
+          (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+        in_kernel = false;
+        continue;
+      }
+    } else {
+      buffer.resize(8u << 20);
+      moved = ::read(from, buffer.data(), std::min(chunk, buffer.size()));
+      for (ssize_t written = 0; moved > 0 && written < moved;) {
+        const ssize_t n =
+            ::write(to, buffer.data() + written, static_cast<std::size_t>(moved - written));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+          throw IoError(
+              fmt::format("cannot write {}: {}", copy.destination.string(), std::strerror(errno)));
+        written += n;
+      }
+    }
+    if (moved < 0 && errno == EINTR) continue;
+    if (moved < 0)
+      throw IoError(fmt::format("cannot copy {} to {}: {}", copy.source.string(),
+                                copy.destination.string(), std::strerror(errno)));
+    if (moved == 0)
+      throw IoError(
+          fmt::format("{} ended after {} of {} bytes while it was copied (changed "
+                      "under the copy?)",
+                      copy.source.string(), done, size));
+    done += static_cast<std::uint64_t>(moved);
+  }
+  return done;
+}
+
+// Copies one file unless its copy is current; returns the bytes copied, nothing when current.
+std::optional<std::uint64_t> stage_one(const StageCopy& copy) {
+  const FileStatus source = status_of(copy.source);
+  if (!source.exists)
+    throw IoError(fmt::format("cannot stage {}: {}", copy.source.string(), std::strerror(ENOENT)));
+  if (is_current_copy(copy.source, copy.destination)) return std::nullopt;
+  fs::path part = copy.destination;
+  part += ".part";
+  std::error_code ignored;
+  fs::create_directories(copy.destination.parent_path(), ignored);
+  try {
+    Descriptor from(copy.source, O_RDONLY, "the source");
+    Descriptor to(part, O_WRONLY | O_CREAT | O_TRUNC, "the staging file");
+    const std::uint64_t bytes = copy_contents(from.get(), to.get(), source.size, copy);
+    const timespec times[2] = {source.modified, source.modified};
+    if (::futimens(to.get(), times) != 0)
+      throw IoError(
+          fmt::format("cannot set the time of {}: {}", part.string(), std::strerror(errno)));
+    to.close(part);
+    fs::rename(part, copy.destination);
+    return bytes;
+  } catch (...) {
+    fs::remove(part, ignored);
+    throw;
+  }
+}
+
+}  // namespace
+
+bool is_current_copy(const fs::path& source, const fs::path& copy) {
+  const FileStatus a = status_of(source), b = status_of(copy);
+  return a.exists && b.exists && a.size == b.size && a.modified.tv_sec == b.modified.tv_sec &&
+         a.modified.tv_nsec == b.modified.tv_nsec;
+}
+
+StageReport stage_files(std::span<const StageCopy> copies, int threads,
+                        const std::function<void(const StageProgress&)>& progress) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  std::atomic<std::size_t> next{0}, done{0}, copied{0};
+  std::atomic<std::uint64_t> bytes{0};
+  std::mutex report_mutex;
+  std::exception_ptr failure;
+  auto last_report = start;
+  const auto report = [&](bool final) {
+    if (!progress) return;
+    std::unique_lock lock(report_mutex, std::defer_lock);
+    if (final)
+      lock.lock();
+    else if (!lock.try_lock())
+      return;
+    const auto now = Clock::now();
+    if (!final && now - last_report < std::chrono::seconds(1)) return;
+    last_report = now;
+    progress({done.load(), copies.size(), bytes.load(),
+              std::chrono::duration<double>(now - start).count()});
+  };
+  const auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < copies.size();) {
+      try {
+        if (const auto copied_bytes = stage_one(copies[i])) {
+          bytes += *copied_bytes;
+          ++copied;
+        }
+      } catch (...) {
+        std::lock_guard lock(report_mutex);
+        if (!failure) failure = std::current_exception();
+        next.store(copies.size());  // the others stop after their current file
+      }
+      ++done;
+      report(false);
+    }
+  };
+  const int count =
+      std::clamp<int>(threads, 1, static_cast<int>(std::max<std::size_t>(copies.size(), 1)));
+  std::vector<std::jthread> workers;
+  for (int t = 1; t < count; ++t) workers.emplace_back(work);
+  work();
+  workers.clear();
+  if (failure) std::rethrow_exception(failure);
+  report(true);
+  StageReport result;
+  result.copied = copied.load();
+  result.current = copies.size() - result.copied;
+  result.bytes_copied = bytes.load();
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+}  // namespace hardy::core
