@@ -1,0 +1,121 @@
+#include "node_staging.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "hardy/core/support/digest.hpp"
+#include "hardy/core/support/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace hardy::resilience {
+
+namespace {
+
+std::uint64_t hash_of(std::string_view text) {
+  return core::xxhash64(std::as_bytes(std::span(text.data(), text.size())));
+}
+
+}  // namespace
+
+NodeStaging::NodeStaging(fs::path stage_dir, const fs::path& dataset_root,
+                         std::vector<fs::path> files, int copy_threads)
+    : root_(fs::weakly_canonical(dataset_root)),
+      files_(std::move(files)),
+      copy_threads_(std::max(1, copy_threads)) {
+  // Two datasets of the same name in one staging directory must not mix.
+  const auto name = root_.filename().empty() ? root_.parent_path().filename() : root_.filename();
+  directory_ =
+      stage_dir / fmt::format("{}-{:08x}", name.string(), hash_of(root_.string()) & 0xffffffffu);
+  // Relative paths as the dataset spells them: a split directory that is a symlink stays a
+  // directory of the copy, not the path it points to.
+  const auto given_root = dataset_root.lexically_normal();
+  for (const auto& file : files_) {
+    auto relative = file.lexically_normal().lexically_relative(given_root);
+    if (relative.empty() || *relative.begin() == "..") relative = file.filename();
+    relative_[file.string()] = relative;
+  }
+}
+
+NodeStaging::~NodeStaging() { join(); }
+
+void NodeStaging::join() {
+  if (background_.joinable()) background_.join();
+}
+
+std::string NodeStaging::background_error() const {
+  std::lock_guard lock(error_mutex_);
+  return background_error_;
+}
+
+NodeStagingPlan NodeStaging::plan(const std::vector<std::string>& hosts, int rank, bool copier,
+                                  bool wait,
+                                  const std::function<void(const core::StageProgress&)>& progress) {
+  join();
+  // Nodes are identified by host name, in first-seen order; their keys by hash, so that the
+  // homes do not depend on that order.
+  std::vector<std::string> nodes;
+  node_of_rank_.assign(hosts.size(), 0);
+  for (std::size_t r = 0; r < hosts.size(); ++r) {
+    auto at = std::find(nodes.begin(), nodes.end(), hosts[r]);
+    if (at == nodes.end()) at = nodes.insert(nodes.end(), hosts[r]);
+    node_of_rank_[r] = static_cast<int>(at - nodes.begin());
+  }
+  std::vector<std::uint64_t> keys;
+  for (const auto& node : nodes) keys.push_back(hash_of(node));
+  const int mine = node_of_rank_.at(static_cast<std::size_t>(rank));
+  NodeStagingPlan result;
+  std::vector<int> homes(files_.size());
+  std::vector<core::StageCopy> copies;
+  for (std::size_t i = 0; i < files_.size(); ++i) {
+    const auto& relative = relative_.at(files_[i].string());
+    homes[i] = static_cast<int>(core::home_node(relative.string(), keys));
+    if (homes[i] == mine) {
+      ++result.homed_here;
+      copies.push_back({files_[i], directory_ / relative});
+    }
+  }
+  if (home_hosts_.empty()) {
+    result.moved = files_.size();
+  } else {
+    for (std::size_t i = 0; i < files_.size(); ++i)
+      result.moved += home_hosts_[i] != nodes[static_cast<std::size_t>(homes[i])];
+  }
+  home_hosts_.resize(files_.size());
+  for (std::size_t i = 0; i < files_.size(); ++i)
+    home_hosts_[i] = nodes[static_cast<std::size_t>(homes[i])];
+  home_of_file_ = std::move(homes);
+  report_ = {};
+  if (!copier || copies.empty()) return result;
+  if (wait) {
+    report_ = core::stage_files(copies, copy_threads_, progress);
+    return result;
+  }
+  background_ = std::thread([this, copies = std::move(copies)] {
+    try {
+      core::stage_files(copies, copy_threads_);
+    } catch (const std::exception& e) {
+      std::lock_guard lock(error_mutex_);
+      background_error_ = e.what();
+    }
+  });
+  return result;
+}
+
+std::vector<std::size_t> NodeStaging::local_positions(const core::GlobalBatch& batch,
+                                                      int rank) const {
+  std::vector<int> home(batch.samples.size());
+  for (std::size_t i = 0; i < home.size(); ++i) home[i] = home_of_file_.at(batch.samples[i]);
+  return core::place_batch(home, node_of_rank_).at(static_cast<std::size_t>(rank));
+}
+
+fs::path NodeStaging::locate(const fs::path& source) const {
+  const auto relative = relative_.find(source.string());
+  if (relative == relative_.end()) return source;
+  fs::path copy = directory_ / relative->second;
+  std::error_code error;
+  return fs::exists(copy, error) ? copy : source;
+}
+
+}  // namespace hardy::resilience

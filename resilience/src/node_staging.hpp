@@ -1,0 +1,70 @@
+#pragma once
+// --stage-to: the job's side of node-local staging (core/data/staging.hpp has the rules). Every
+// rank knows every file's home node (a pure function of the live hosts), so every rank computes
+// the same placement of each global batch; the lowest rank on each host copies the files homed
+// there. Before training the copy is complete; after a shrink, each node fetches the files that
+// moved to it on a background thread while its ranks read them from the shared file system.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "hardy/core/data/sampler.hpp"
+#include "hardy/core/data/staging.hpp"
+
+namespace hardy::resilience {
+
+struct NodeStagingPlan {
+  std::size_t homed_here = 0;  // files homed on this rank's node
+  std::size_t moved = 0;       // files whose home changed since the previous plan (all: first)
+};
+
+class NodeStaging {
+ public:
+  // files[i] is sample i's file below dataset_root; copies go below stage_dir/<dataset name>-<hash
+  // of its path>/ with the same relative path.
+  NodeStaging(std::filesystem::path stage_dir, const std::filesystem::path& dataset_root,
+              std::vector<std::filesystem::path> files, int copy_threads);
+  ~NodeStaging();  // waits for a background copy
+  NodeStaging(const NodeStaging&) = delete;
+  NodeStaging& operator=(const NodeStaging&) = delete;
+
+  // The hosts of the current ranks (hosts[r] for rank r) decide every file's home. When `copier`
+  // (the lowest rank on its host) is true this rank copies its node's files: before returning
+  // when `wait`, otherwise in the background (an earlier background copy is finished first).
+  // Throws IoError from a failed copy when waiting; a failed background copy only leaves its
+  // files to be read from the shared file system (reported by background_error()).
+  NodeStagingPlan plan(const std::vector<std::string>& hosts, int rank, bool copier, bool wait,
+                       const std::function<void(const core::StageProgress&)>& progress = {});
+  // What the last waited-for copy did (zero when this rank copies nothing).
+  const core::StageReport& last_report() const { return report_; }
+  std::string background_error() const;
+
+  // This rank's positions in `batch` (see core::place_batch), under the current plan.
+  std::vector<std::size_t> local_positions(const core::GlobalBatch& batch, int rank) const;
+  // The staged copy of `source` when it exists (copies appear complete or not at all), else
+  // `source`. Thread-safe.
+  std::filesystem::path locate(const std::filesystem::path& source) const;
+  const std::filesystem::path& directory() const { return directory_; }
+
+ private:
+  void join();
+
+  std::filesystem::path root_, directory_;
+  std::vector<std::filesystem::path> files_;                         // canonical
+  std::unordered_map<std::string, std::filesystem::path> relative_;  // as the dataset names them
+  int copy_threads_;
+  std::vector<int> home_of_file_;        // node index into the current plan's hosts
+  std::vector<std::string> home_hosts_;  // by host name, to count the files a plan moves
+  std::vector<int> node_of_rank_;
+  core::StageReport report_;
+  std::thread background_;
+  mutable std::mutex error_mutex_;
+  std::string background_error_;
+};
+
+}  // namespace hardy::resilience

@@ -1,0 +1,124 @@
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "hardy/core/data/sampler.hpp"
+#include "node_staging.hpp"
+
+namespace fs = std::filesystem;
+using hardy::resilience::NodeStaging;
+
+namespace {
+
+class ScratchDirectory {
+ public:
+  ScratchDirectory() {
+    std::random_device entropy;
+    path_ = fs::temp_directory_path() / ("hardy-test-node-staging-" + std::to_string(entropy()));
+    fs::create_directories(path_);
+  }
+  ~ScratchDirectory() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// A dataset of `count` one-sample files below root/train (a symlink to root/real-train, as
+// published data sets often have).
+std::vector<fs::path> make_files(const fs::path& root, int count) {
+  fs::create_directories(root / "real-train");
+  fs::create_directory_symlink(root / "real-train", root / "train");
+  std::vector<fs::path> files;
+  for (int i = 0; i < count; ++i) {
+    files.push_back(root / "train" /
+                    fmt::format("data-2016-01-{:02}-{:02}-1.h5", i / 8 + 1, i % 8));
+    std::ofstream(files.back()) << std::string(100 + i, 'x');
+  }
+  return files;
+}
+
+std::size_t files_below(const fs::path& dir) {
+  std::size_t count = 0;
+  if (!fs::exists(dir)) return 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) count += entry.is_regular_file();
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("node staging: each node copies its share; a lost node's share moves, nothing else",
+          "[resilience]") {
+  ScratchDirectory scratch;
+  const auto files = make_files(scratch.path() / "data", 64);
+  const std::vector<std::string> hosts{"n0", "n0", "n1", "n1", "n2", "n2"};
+  // One NodeStaging per rank, each with its own staging directory (node-local storage).
+  std::vector<std::unique_ptr<NodeStaging>> ranks;
+  std::size_t homed = 0;
+  for (int r = 0; r < 6; ++r) {
+    ranks.push_back(
+        std::make_unique<NodeStaging>(scratch.path() / "local" / hosts[static_cast<std::size_t>(r)],
+                                      scratch.path() / "data", files, 2));
+    const auto plan = ranks.back()->plan(hosts, r, /*copier=*/r % 2 == 0, /*wait=*/true);
+    CHECK(plan.moved == files.size());
+    if (r % 2 == 0) homed += plan.homed_here;
+  }
+  CHECK(homed == files.size());
+  std::size_t staged = 0;
+  for (const char* host : {"n0", "n1", "n2"})
+    staged += files_below(scratch.path() / "local" / host);
+  CHECK(staged == files.size());
+  // The copies keep the split's directory (not the symlink's target) and are found.
+  const auto& directory = ranks[0]->directory();
+  CHECK(directory.parent_path() == scratch.path() / "local" / "n0");
+  std::size_t local_reads = 0;
+  for (const auto& file : files) {
+    const auto located = ranks[0]->locate(file);
+    if (located != file) {
+      ++local_reads;
+      CHECK(located.parent_path().filename() == "train");
+      CHECK(located.string().find("local/n0") != std::string::npos);
+    }
+  }
+  CHECK(local_reads == files_below(scratch.path() / "local" / "n0"));
+
+  // Every rank places each batch the same way: every sample once, each rank its share.
+  hardy::core::EpochSampler sampler(files.size(), 7);
+  for (int step = 0; step < 20; ++step) {
+    const auto batch = sampler.next(12);
+    std::multiset<std::size_t> seen;
+    for (int r = 0; r < 6; ++r) {
+      const auto mine = ranks[static_cast<std::size_t>(r)]->local_positions(batch, r);
+      CHECK(mine.size() == hardy::core::shard_of(12, r, 6).size());
+      CHECK(mine == ranks[0]->local_positions(batch, r));  // the same plan everywhere
+      seen.insert(mine.begin(), mine.end());
+    }
+    for (std::size_t i = 0; i < 12; ++i) CHECK(seen.count(i) == 1);
+  }
+
+  // n2 is lost: its files move to n0 and n1, which copy only those.
+  const std::vector<std::string> survivors{"n0", "n0", "n1", "n1"};
+  const std::size_t before_n0 = files_below(scratch.path() / "local" / "n0");
+  const std::size_t before_n1 = files_below(scratch.path() / "local" / "n1");
+  const std::size_t lost = files_below(scratch.path() / "local" / "n2");
+  std::size_t moved = 0;
+  for (int r = 0; r < 4; ++r) {
+    const auto plan =
+        ranks[static_cast<std::size_t>(r)]->plan(survivors, r, r % 2 == 0, /*wait=*/false);
+    moved = plan.moved;
+  }
+  for (auto& rank : ranks) rank.reset();  // waits for the background copies
+  CHECK(moved == lost);
+  CHECK(files_below(scratch.path() / "local" / "n0") +
+            files_below(scratch.path() / "local" / "n1") ==
+        before_n0 + before_n1 + lost);
+}
