@@ -7,9 +7,11 @@
 
 #include "command_line.hpp"
 #include "hardy/checkpoint/model_file.hpp"
+#include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/data/dataset.hpp"
+#include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/nn/evaluation.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
@@ -29,6 +31,9 @@ po::options_description eval_options() {
       "model or checkpoint file to score instead of RUN_DIR/model.h5")(
       "dataset", po::value<std::string>(),
       "score every sample of this dataset directory instead of the held-out set")(
+      "split", po::value<std::string>(),
+      "a job on a DeepCAM-layout dataset: score this split of it (validation, test or train), "
+      "every sample unless --eval-samples")(
       "eval-samples", po::value<long>(),
       "held-out samples to score (default: the job's --eval-samples)")(
       "threads", po::value<int>()->default_value(0), "CPU threads (0: all cores)")(
@@ -39,14 +44,15 @@ po::options_description eval_options() {
 int eval_command(const std::vector<std::string>& args) {
   const auto options = eval_options();
   po::variables_map vm;
-  if (!parse_command_line(args, options,
-                          {"hardy eval",
-                           "Usage: hardy eval --run-dir DIR [--model FILE] [--json]\n\n"
-                           "Scores a trained model: intersection over union per class and its mean "
-                           "on samples the job\n"
-                           "did not train on (the held-out samples of its data, or another "
-                           "dataset).\n"},
-                          vm))
+  if (!parse_command_line(
+          args, options,
+          {"hardy eval",
+           "Usage: hardy eval --run-dir DIR [--model FILE] [--split validation] [--json]\n\n"
+           "Scores a trained model: intersection over union per class and its mean "
+           "on samples the job\n"
+           "did not train on (the held-out samples of its data, or another "
+           "dataset).\n"},
+          vm))
     return 0;
   if (!vm.count("run-dir"))
     throw InvalidArgument("--run-dir is required (the directory of a training job)");
@@ -63,7 +69,13 @@ int eval_command(const std::vector<std::string>& args) {
     if (samples <= 0) throw InvalidArgument("--eval-samples must be positive");
     spec.data.eval_samples = static_cast<std::size_t>(samples);
   }
-  if (spec.data.eval_samples == 0 && !vm.count("dataset"))
+  if (vm.count("split") && vm.count("dataset"))
+    throw InvalidArgument("--split and --dataset are exclusive");
+  if (vm.count("split") && (spec.data.synthetic || !core::is_deepcam_layout(spec.data.dataset)))
+    throw InvalidArgument(
+        "--split needs a job trained on a DeepCAM-layout dataset (ROOT/stats.h5, ROOT/train/, "
+        "ROOT/validation/)");
+  if (spec.data.eval_samples == 0 && !vm.count("dataset") && !vm.count("split"))
     throw InvalidArgument(
         "the job held out no samples (eval-samples = 0); give --eval-samples N or --dataset DIR");
   if (const int threads = vm["threads"].as<int>(); threads > 0) omp_set_num_threads(threads);
@@ -78,9 +90,21 @@ int eval_command(const std::vector<std::string>& args) {
   std::unique_ptr<core::SampleSource> dataset;
   core::DataSources data;
   const core::SampleSource* source = nullptr;
+  std::unique_ptr<core::SampleSource> subset;
   if (vm.count("dataset")) {
     dataset = std::make_unique<core::Hdf5Dataset>(vm["dataset"].as<std::string>());
     source = dataset.get();
+  } else if (vm.count("split")) {
+    const auto split = vm["split"].as<std::string>();
+    if (split != "validation" && split != "test" && split != "train")
+      throw InvalidArgument(
+          fmt::format("--split must be validation, test or train, not '{}'", split));
+    dataset = std::make_unique<core::DeepCamDataset>(spec.data.dataset, split, spec.data.deepcam);
+    source = dataset.get();
+    if (vm.count("eval-samples"))
+      source = (subset = std::make_unique<core::SampleRange>(
+                    *dataset, 0, std::min(spec.data.eval_samples, dataset->size())))
+                   .get();
   } else {
     data = core::open_data(spec.data);
     source = data.held_out.get();
@@ -88,12 +112,16 @@ int eval_command(const std::vector<std::string>& args) {
   const auto confusion =
       core::evaluate(model, *source, static_cast<std::size_t>(spec.global_batch));
   const auto iou = confusion.iou();
+  // The score of a model that predicts background everywhere, on the same pixels.
+  const auto baseline = confusion.with_constant_prediction(core::kBackground);
   if (vm["json"].as<bool>()) {
     nlohmann::json result = {{"model", model_file.string()},
                              {"data", source->describe()},
                              {"samples", source->size()},
                              {"mean_iou", confusion.mean_iou()},
-                             {"pixel_accuracy", confusion.pixel_accuracy()}};
+                             {"pixel_accuracy", confusion.pixel_accuracy()},
+                             {"all_background_mean_iou", baseline.mean_iou()},
+                             {"all_background_pixel_accuracy", baseline.pixel_accuracy()}};
     for (std::size_t c = 0; c < iou.size(); ++c)
       result["iou"][std::string(core::kClassNames[c])] =
           std::isnan(iou[c]) ? nlohmann::json(nullptr) : nlohmann::json(iou[c]);
@@ -104,8 +132,11 @@ int eval_command(const std::vector<std::string>& args) {
     for (std::size_t c = 0; c < iou.size(); ++c)
       std::cout << fmt::format("IoU {:<22} {:.4f}\n", std::string(core::kClassNames[c]) + ":",
                                iou[c]);
-    std::cout << fmt::format("mean IoU:       {:.4f}\npixel accuracy: {:.4f}\n",
-                             confusion.mean_iou(), confusion.pixel_accuracy());
+    std::cout << fmt::format(
+        "mean IoU:       {:.4f}   (all background: {:.4f})\npixel accuracy: {:.4f}   (all "
+        "background: {:.4f})\n",
+        confusion.mean_iou(), baseline.mean_iou(), confusion.pixel_accuracy(),
+        baseline.pixel_accuracy());
   }
   return 0;
 }

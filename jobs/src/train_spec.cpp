@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "command_line.hpp"
+#include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace po = boost::program_options;
@@ -95,7 +96,28 @@ po::options_description train_options() {
       "class-weights", po::value<std::string>()->default_value("auto"),
       "loss weight per class, e.g. 1,4,4, or auto (inverse square root of class frequency)")(
       "eval-samples", po::value<long>()->default_value(64),
-      "held-out samples scored for mean IoU at the end (0: skip)");
+      "held-out samples scored for mean IoU at the end (0: skip); of validation/ for a "
+      "DeepCAM-layout dataset")(
+      "labels", po::value<int>()->default_value(0),
+      "DeepCAM layout: label set 0 (labels_0) or 1 (labels_1, relaxed thresholds)")(
+      "channels", po::value<std::string>()->default_value("all"),
+      "DeepCAM layout: input channels by name or index, e.g. TMQ,U850,V850,PRECT (all: the 16)")(
+      "crop", po::value<std::string>()->default_value("none"),
+      "DeepCAM layout: train on an H,W window of each sample, e.g. 384,576 (its position is "
+      "fixed per sample, so a resumed job sees the same data)")(
+      "downsample", po::value<int>()->default_value(1),
+      "DeepCAM layout: average KxK blocks of the fields (labels: the block's majority class)")(
+      "bad-samples", po::value<std::string>()->default_value("fail"),
+      "a sample that cannot be read or holds NaNs: fail (end the job naming the file) or skip "
+      "(its pixels count for nothing; logged as sample_skipped)")(
+      "stage-to", po::value<std::string>()->default_value(""),
+      "node-local directory (NVMe, /tmp, /dev/shm): each node copies its share of the dataset's "
+      "files there before training and reads them from there (DeepCAM layout)")(
+      "stage-threads", po::value<int>()->default_value(4), "parallel copies per node when staging")(
+      "prefetch-batches", po::value<int>()->default_value(2),
+      "batches loaded ahead on background threads, overlapped with compute (0: load in the "
+      "step)")("loader-threads", po::value<int>()->default_value(2),
+               "threads loading those batches");
   po::options_description model("Model");
   model.add_options()("model-width", po::value<int>()->default_value(16),
                       "channels of the first encoder stage (later stages double it)")(
@@ -212,6 +234,43 @@ TrainSpec spec_from(po::variables_map& vm) {
   spec.data.eval_samples = static_cast<std::size_t>(eval_samples);
   spec.data.shape = {spec.model.input_channels, height, width};
   spec.data.seed = spec.seed;
+  auto& deepcam = spec.data.deepcam;
+  deepcam.seed = spec.seed;
+  deepcam.label_set = get<int>(vm, "labels");
+  require(deepcam.label_set == 0 || deepcam.label_set == 1,
+          fmt::format("--labels must be 0 or 1, not {}", deepcam.label_set));
+  if (const auto channels = get<std::string>(vm, "channels"); channels != "all")
+    deepcam.channels = core::parse_channel_selection(channels);
+  if (const auto crop = get<std::string>(vm, "crop"); crop != "none") {
+    const auto size = parse_int_list(crop, "--crop");
+    require(size.size() == 2 && size[0] > 0 && size[1] > 0,
+            fmt::format("--crop takes a height and a width, e.g. 384,576 (got '{}')", crop));
+    deepcam.crop_height = size[0];
+    deepcam.crop_width = size[1];
+  }
+  deepcam.downsample = get<int>(vm, "downsample");
+  require(deepcam.downsample >= 1, "--downsample must be at least 1");
+  const bool deepcam_layout = has_dataset && core::is_deepcam_layout(spec.data.dataset);
+  for (const char* option : {"labels", "channels", "crop", "downsample", "stage-to"})
+    require(vm[option].defaulted() || deepcam_layout,
+            fmt::format("--{} needs a dataset in the DeepCAM layout (--dataset ROOT with "
+                        "ROOT/stats.h5 and ROOT/train/)",
+                        option));
+  if (!deepcam.channels.empty()) {
+    spec.model.input_channels = static_cast<int>(deepcam.channels.size());
+    spec.data.shape.channels = spec.model.input_channels;
+  }
+  const auto bad_samples = get<std::string>(vm, "bad-samples");
+  require(bad_samples == "fail" || bad_samples == "skip",
+          fmt::format("--bad-samples must be fail or skip, not '{}'", bad_samples));
+  spec.skip_bad_samples = bad_samples == "skip";
+  spec.stage_to = get<std::string>(vm, "stage-to");
+  spec.stage_threads = get<int>(vm, "stage-threads");
+  require(spec.stage_threads >= 1, "--stage-threads must be at least 1");
+  spec.prefetch_batches = get<int>(vm, "prefetch-batches");
+  spec.loader_threads = get<int>(vm, "loader-threads");
+  require(spec.prefetch_batches >= 0, "--prefetch-batches must not be negative");
+  require(spec.loader_threads >= 1, "--loader-threads must be at least 1");
   if (const auto text = get<std::string>(vm, "class-weights"); text != "auto") {
     auto weights = parse_float_list(text, "--class-weights");
     require(weights.size() == static_cast<std::size_t>(spec.model.num_classes),

@@ -120,6 +120,7 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
                                     {"per_rank_batch", shares},
                                     {"lr_scale", static_cast<double>(global_batch) /
                                                      static_cast<double>(config.global_batch)}});
+  restage(/*wait=*/false, "membership changed");
   events.emit("training_resumed",
               {{"step", step}, {"seconds_since_detection", core::unix_time() - detected_at}});
 }

@@ -20,6 +20,7 @@
 #include "hardy/resilience/failure_injection.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "membership.hpp"
+#include "node_staging.hpp"
 #include "state_store.hpp"
 #include "watchdog.hpp"
 
@@ -73,6 +74,16 @@ struct TrainingSession::State final : StateSource {
   void broadcast_restored(checkpoint::TrainingState& state, int root = 0);
   void publish_to_watchdog() { watchdog.publish({step, membership.rank()}); }
 
+  // ---- node-local staging (session_staging.cpp) ----
+  // --stage-to: each node copies its share before training (collective).
+  void start_staging();
+  // The hosts changed: recompute the homes; `wait` copies now and reports every node's figures
+  // (collective), otherwise each node fetches what moved to it in the background.
+  void restage(bool wait, const std::string& reason);
+  // This rank's positions in a global batch: its node's staged samples first when staging,
+  // else its contiguous slice (core::shard_of).
+  std::vector<std::size_t> local_positions(const core::GlobalBatch& batch) const;
+
   // ---- recovery (recovery.cpp) ----
   // After a ProcessFailure, or a step that some survivor did not finish: shrink to the
   // survivors, roll back to the last committed step, re-split the batch (recovery_protocol.hpp).
@@ -97,6 +108,8 @@ struct TrainingSession::State final : StateSource {
   std::unique_ptr<comm::GradientReducer> reducer;
   std::vector<float> class_weights;
   FailureInjector injector;
+
+  std::unique_ptr<NodeStaging> staging;  // with --stage-to
 
   core::EventLog events;
   core::JsonLines metrics, audit;

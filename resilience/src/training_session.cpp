@@ -337,9 +337,10 @@ void TrainingSession::State::train_step() {
     Watchdog::Scope scope(watchdog, "sample plan check");
     check_same_plan(current_batch);
   }
-  const auto shard = core::shard_of(current_batch.samples.size(), comm().rank(), comm().size());
-  assembler.load(*data.train, std::span(current_batch.samples.data() + shard.begin, shard.size()),
-                 fields, labels);
+  std::vector<std::size_t> mine;
+  for (std::size_t position : local_positions(current_batch))
+    mine.push_back(current_batch.samples[position]);
+  assembler.load(*data.train, mine, fields, labels);
 
   const core::Tensor& logits = model.forward(fields, /*training=*/true, &cross_rank);
   core::ensure_tensor(*backend, dlogits, logits.dims());
@@ -487,6 +488,7 @@ int TrainingSession::State::run() {
                               {"resume", config.resume},
                               {"run_dir", config.run_dir.string()}});
   membership.announce(events);
+  start_staging();
   if (lead())
     std::cout << fmt::format(
         "hardy: training {} parameters on {} with {} rank(s) x {} thread(s){}, {} steps of {} "

@@ -71,6 +71,10 @@ TEST_CASE("metrics: IoU per class against a hand-counted confusion matrix", "[co
   CHECK(iou[2] == Approx(1.0 / 2.0));  // tp 1, fn 0, fp 1
   CHECK(m.mean_iou() == Approx((2.0 / 3 + 1.0 / 3 + 0.5) / 3));
   CHECK(m.pixel_accuracy() == Approx(4.0 / 6.0));
+  // Predicting background everywhere: IoU 3/6 for it, 0 for the others.
+  const auto baseline = m.with_constant_prediction(0);
+  CHECK(baseline.mean_iou() == Approx(0.5 / 3));
+  CHECK(baseline.pixel_accuracy() == Approx(3.0 / 6.0));
   // A skipped sample's pixels (kIgnoreLabel) change nothing.
   const std::vector<std::int32_t> ignored(4, hardy::core::kIgnoreLabel), any{0, 1, 2, 0};
   m.add(ignored, any);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "hardy/core/data/batch_assembler.hpp"
@@ -18,6 +19,15 @@ DataSources open_data(const DataSpec& spec) {
     train_count = spec.samples;
     data.storage =
         std::make_unique<SyntheticClimate>(spec.shape, train_count + held_out, spec.seed);
+  } else if (is_deepcam_layout(spec.dataset)) {
+    data.storage = std::make_unique<DeepCamDataset>(spec.dataset, "train", spec.deepcam);
+    train_count = data.storage->size();
+    if (held_out > 0) {
+      data.held_out_storage =
+          std::make_unique<DeepCamDataset>(spec.dataset, "validation", spec.deepcam);
+      data.held_out = std::make_unique<SampleRange>(
+          *data.held_out_storage, 0, std::min(held_out, data.held_out_storage->size()));
+    }
   } else {
     data.storage = std::make_unique<Hdf5Dataset>(spec.dataset);
     if (data.storage->size() <= held_out)
@@ -25,13 +35,13 @@ DataSources open_data(const DataSpec& spec) {
           fmt::format("{} has {} samples; holding out {} (--eval-samples) leaves none to train on",
                       spec.dataset.string(), data.storage->size(), held_out));
     train_count = data.storage->size() - held_out;
-    if (data.storage->shape().channels != spec.shape.channels)
-      throw InvalidArgument(fmt::format("{} has {} channels; the model takes {}",
-                                        spec.dataset.string(), data.storage->shape().channels,
-                                        spec.shape.channels));
   }
+  if (!spec.synthetic && data.storage->shape().channels != spec.shape.channels)
+    throw InvalidArgument(fmt::format("{} has {} channels; the model takes {}",
+                                      spec.dataset.string(), data.storage->shape().channels,
+                                      spec.shape.channels));
   data.train = std::make_unique<SampleRange>(*data.storage, 0, train_count);
-  if (held_out > 0)
+  if (held_out > 0 && !data.held_out)
     data.held_out = std::make_unique<SampleRange>(*data.storage, train_count, held_out);
   return data;
 }

@@ -28,6 +28,17 @@ void ConfusionMatrix::add(std::span<const std::int32_t> truth,
   }
 }
 
+ConfusionMatrix ConfusionMatrix::with_constant_prediction(int predicted) const {
+  if (predicted < 0 || predicted >= classes_)
+    throw InvalidArgument(fmt::format("class {} outside [0, {})", predicted, classes_));
+  ConfusionMatrix baseline(classes_);
+  for (int t = 0; t < classes_; ++t)
+    for (int p = 0; p < classes_; ++p)
+      baseline.counts_[static_cast<std::size_t>(t * classes_ + predicted)] +=
+          counts_[static_cast<std::size_t>(t * classes_ + p)];
+  return baseline;
+}
+
 std::vector<double> ConfusionMatrix::iou() const {
   std::vector<double> result(static_cast<std::size_t>(classes_));
   for (int c = 0; c < classes_; ++c) {

@@ -41,6 +41,9 @@ struct TrainingConfig {
   // Data.
   core::DataSpec data;
   std::optional<std::vector<float>> class_weights;  // nullopt = from class frequencies
+  // Node-local staging (core/data/staging.hpp): empty = read the dataset where it is.
+  std::filesystem::path stage_to;
+  int stage_threads = 4;
 
   core::ModelConfig model;
   core::OptimizerConfig optimizer;

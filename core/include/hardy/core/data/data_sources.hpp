@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/deepcam.hpp"
 
 namespace hardy::core {
 
@@ -17,17 +18,23 @@ struct DataSpec {
   std::size_t eval_samples = 64;  // held out
   SampleShape shape;              // synthetic sample shape
   std::uint64_t seed = 1;
+  // A dataset in the published DeepCAM layout (ROOT/stats.h5, ROOT/train/, ROOT/validation/):
+  // label set, channels, crop and downsampling. Ignored for the other sources.
+  DeepCamOptions deepcam;
 };
 
 struct DataSources {
-  std::unique_ptr<SampleSource> storage;   // owns the samples
-  std::unique_ptr<SampleSource> train;     // a view of storage
-  std::unique_ptr<SampleSource> held_out;  // null when eval_samples is 0
+  std::unique_ptr<SampleSource> storage;           // owns the samples
+  std::unique_ptr<SampleSource> train;             // a view of storage
+  std::unique_ptr<SampleSource> held_out;          // null when eval_samples is 0
+  std::unique_ptr<SampleSource> held_out_storage;  // when held out from another split
 };
 
 // Synthetic: samples [0, samples) train and the next eval_samples are held out (each sample is
-// a pure function of seed and index, so these are unseen). Dataset directory: the last
-// eval_samples samples are held out. Throws InvalidArgument when nothing would be left to train.
+// a pure function of seed and index, so these are unseen). A DeepCAM-layout dataset: train/
+// trains and the first eval_samples of validation/ are held out. Another dataset directory: the
+// last eval_samples samples are held out. Throws InvalidArgument when nothing would be left to
+// train, or when the samples do not have the channels the model takes.
 DataSources open_data(const DataSpec& spec);
 
 // Given weights are used as they are; without, the inverse square root of each class's frequency

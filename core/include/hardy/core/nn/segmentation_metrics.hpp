@@ -16,6 +16,9 @@ class ConfusionMatrix {
   double mean_iou() const;
   double pixel_accuracy() const;
   void merge(const ConfusionMatrix& other);
+  // The same pixels scored against a model that predicts `predicted` everywhere: the baseline
+  // a trained model must beat (all background, for the rare-event classes of climate data).
+  ConfusionMatrix with_constant_prediction(int predicted) const;
   std::span<const std::uint64_t> counts() const { return counts_; }  // row = truth, col = predicted
   std::span<std::uint64_t> counts() { return counts_; }
   int classes() const { return classes_; }

@@ -1,0 +1,116 @@
+// --stage-to inside the session: stage before training, place each batch's samples, and fetch
+// what moves to this node after a shrink (node_staging.hpp).
+#include <fmt/format.h>
+
+#include <iostream>
+#include <numeric>
+
+#include "hardy/comm/communicator.hpp"
+#include "hardy/core/data/deepcam.hpp"
+#include "hardy/core/support/error.hpp"
+#include "session_state.hpp"
+
+namespace hardy::resilience {
+
+void TrainingSession::State::start_staging() {
+  if (config.stage_to.empty()) return;
+  auto* dataset = dynamic_cast<core::DeepCamDataset*>(data.storage.get());
+  if (dataset == nullptr)
+    throw InvalidArgument(fmt::format(
+        "--stage-to needs a dataset in the DeepCAM layout (one file per sample); {} is not",
+        data.storage->describe()));
+  staging = std::make_unique<NodeStaging>(config.stage_to, config.data.dataset, dataset->files(),
+                                          config.stage_threads);
+  restage(/*wait=*/true, "job start");
+  // From now on loads read a node's own copies; files it does not hold come from the source.
+  dataset->set_file_locator([staged = staging.get()](const std::filesystem::path& source) {
+    return staged->locate(source);
+  });
+}
+
+void TrainingSession::State::restage(bool wait, const std::string& reason) {
+  if (!staging) return;
+  const auto started = Clock::now();
+  std::vector<std::string> hosts;
+  for (int r = 0; r < comm().size(); ++r) hosts.push_back(membership.host_of(r));
+  const bool show_progress = lead() && wait;
+  NodeStagingPlan plan;
+  std::string failure;
+  try {
+    plan = staging->plan(
+        hosts, comm().rank(), membership.first_on_host(), wait, [&](const core::StageProgress& p) {
+          if (!show_progress) return;
+          std::cout << fmt::format(
+                           "hardy: staging to {}: {}/{} files of this node, {:.2f} GB copied, "
+                           "{:.2f} GB/s\n",
+                           staging->directory().string(), p.files_done, p.files_total,
+                           static_cast<double>(p.bytes_copied) / 1e9,
+                           p.seconds > 0 ? static_cast<double>(p.bytes_copied) / p.seconds / 1e9
+                                         : 0.0)
+                    << std::flush;
+        });
+  } catch (const IoError& e) {
+    // A full or missing local disk costs speed, not the job: what is not staged is read from
+    // the source.
+    failure = e.what();
+    std::cerr << fmt::format("hardy: staging on {} failed, reading from the source instead: {}\n",
+                             membership.host(), failure);
+  }
+  if (!wait) {
+    // Each node fetches in the background what moved to it; until then its ranks read those
+    // files from the source.
+    events.emit("data_restaging", {{"reason", reason},
+                                   {"files_moved", plan.moved},
+                                   {"world_size", comm().size()},
+                                   {"directory", staging->directory().string()}});
+    return;
+  }
+  if (comm::allreduce(comm(), failure.empty() ? 0 : 1, comm::ReduceOp::max) == 1)
+    events.emit("data_staging_failed", {{"reason", reason},
+                                        {"lead_error", failure},
+                                        {"directory", staging->directory().string()}});
+  // Every node's figures to the lead (the copies above were each node's own).
+  const auto& report = staging->last_report();
+  const auto copied = comm().allgather(static_cast<std::int64_t>(report.copied));
+  const auto current = comm().allgather(static_cast<std::int64_t>(report.current));
+  const auto bytes = comm().allgather(static_cast<std::int64_t>(report.bytes_copied));
+  const auto homed =
+      comm().allgather(static_cast<std::int64_t>(membership.first_on_host() ? plan.homed_here : 0));
+  const auto sum = [](const std::vector<std::int64_t>& v) {
+    return std::accumulate(v.begin(), v.end(), std::int64_t{0});
+  };
+  const double seconds = seconds_since(started);
+  nlohmann::json nodes = nlohmann::json::array();
+  for (int r = 0; r < comm().size(); ++r)
+    if (homed[static_cast<std::size_t>(r)] > 0)
+      nodes.push_back({{"host", hosts[static_cast<std::size_t>(r)]},
+                       {"files", homed[static_cast<std::size_t>(r)]},
+                       {"copied", copied[static_cast<std::size_t>(r)]},
+                       {"bytes", bytes[static_cast<std::size_t>(r)]}});
+  events.emit("data_staged", {{"reason", reason},
+                              {"directory", staging->directory().string()},
+                              {"files", sum(homed)},
+                              {"copied", sum(copied)},
+                              {"already_current", sum(current)},
+                              {"bytes", sum(bytes)},
+                              {"seconds", seconds},
+                              {"gb_per_s", static_cast<double>(sum(bytes)) / 1e9 / seconds},
+                              {"nodes", nodes}});
+  if (lead())
+    std::cout << fmt::format(
+        "hardy: staged {} files on {} node(s) in {:.1f} s: {} copied ({:.2f} GB, {:.2f} GB/s "
+        "in all), {} already current\n",
+        sum(homed), nodes.size(), seconds, sum(copied), static_cast<double>(sum(bytes)) / 1e9,
+        static_cast<double>(sum(bytes)) / 1e9 / seconds, sum(current));
+}
+
+std::vector<std::size_t> TrainingSession::State::local_positions(
+    const core::GlobalBatch& batch) const {
+  if (staging) return staging->local_positions(batch, comm().rank());
+  const auto shard = core::shard_of(batch.samples.size(), comm().rank(), comm().size());
+  std::vector<std::size_t> positions(shard.size());
+  std::iota(positions.begin(), positions.end(), shard.begin);
+  return positions;
+}
+
+}  // namespace hardy::resilience
