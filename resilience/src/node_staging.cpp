@@ -4,30 +4,17 @@
 
 #include <algorithm>
 
-#include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace fs = std::filesystem;
 
 namespace hardy::resilience {
 
-namespace {
-
-std::uint64_t hash_of(std::string_view text) {
-  return core::xxhash64(std::as_bytes(std::span(text.data(), text.size())));
-}
-
-}  // namespace
-
 NodeStaging::NodeStaging(fs::path stage_dir, const fs::path& dataset_root,
                          std::vector<fs::path> files, int copy_threads)
-    : root_(fs::weakly_canonical(dataset_root)),
+    : directory_(core::staging_directory(stage_dir, dataset_root)),
       files_(std::move(files)),
       copy_threads_(std::max(1, copy_threads)) {
-  // Two datasets of the same name in one staging directory must not mix.
-  const auto name = root_.filename().empty() ? root_.parent_path().filename() : root_.filename();
-  directory_ =
-      stage_dir / fmt::format("{}-{:08x}", name.string(), hash_of(root_.string()) & 0xffffffffu);
   // Relative paths as the dataset spells them: a split directory that is a symlink stays a
   // directory of the copy, not the path it points to.
   const auto given_root = dataset_root.lexically_normal();
@@ -63,7 +50,7 @@ NodeStagingPlan NodeStaging::plan(const std::vector<std::string>& hosts, int ran
     node_of_rank_[r] = static_cast<int>(at - nodes.begin());
   }
   std::vector<std::uint64_t> keys;
-  for (const auto& node : nodes) keys.push_back(hash_of(node));
+  for (const auto& node : nodes) keys.push_back(core::node_key(node));
   const int mine = node_of_rank_.at(static_cast<std::size_t>(rank));
   NodeStagingPlan result;
   std::vector<int> homes(files_.size());

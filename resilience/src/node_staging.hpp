@@ -54,7 +54,7 @@ class NodeStaging {
  private:
   void join();
 
-  std::filesystem::path root_, directory_;
+  std::filesystem::path directory_;
   std::vector<std::filesystem::path> files_;                         // canonical
   std::unordered_map<std::string, std::filesystem::path> relative_;  // as the dataset names them
   int copy_threads_;

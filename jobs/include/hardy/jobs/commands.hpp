@@ -11,6 +11,7 @@ int run_cli(int argc, char** argv);
 int train_command(const std::vector<std::string>& args);
 int eval_command(const std::vector<std::string>& args);
 int data_command(const std::vector<std::string>& args);
+int data_stage_command(const std::vector<std::string>& args);  // `hardy data stage`
 int ckpt_command(const std::vector<std::string>& args);
 int submit_command(const std::vector<std::string>& args);
 int status_command(const std::vector<std::string>& args);

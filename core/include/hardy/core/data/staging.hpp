@@ -19,7 +19,16 @@
 
 namespace hardy::core {
 
-// The index into `nodes` (opaque keys, e.g. hashes of host names) of the home of `file` (a name
+// A node's key for home_node(): a hash of its host name.
+std::uint64_t node_key(std::string_view host);
+
+// Where the copies of a dataset go inside a staging directory: STAGE_DIR/<dataset name>-<hash of
+// its canonical path>, so that two datasets of one name do not mix, and the same dataset is found
+// again by a later job (or by `hardy data stage` in a job's prologue).
+std::filesystem::path staging_directory(const std::filesystem::path& stage_dir,
+                                        const std::filesystem::path& dataset_root);
+
+// The index into `nodes` (opaque keys, e.g. node_key of host names) of the home of `file` (a name
 // that every rank spells the same way, e.g. the file's name in its split directory): the node of
 // the highest hash of (node, file). Removing a node moves only the files homed on it. Throws
 // InvalidArgument for an empty node list.
