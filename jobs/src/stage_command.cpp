@@ -90,7 +90,7 @@ int data_stage_command(const std::vector<std::string>& args) {
     if (!found)
       throw InvalidArgument(fmt::format("this host, {}, is not in --hosts {}", host, list));
   }
-  const auto directory = core::staging_directory(to, root);
+  const auto directory = core::staging_directory(to, root, this_host());
   std::vector<core::StageCopy> copies;
   for (const auto& name : splits) {
     const core::DeepCamDataset dataset(root, name, {});

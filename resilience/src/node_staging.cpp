@@ -10,9 +10,9 @@ namespace fs = std::filesystem;
 
 namespace hardy::resilience {
 
-NodeStaging::NodeStaging(fs::path stage_dir, const fs::path& dataset_root,
-                         std::vector<fs::path> files, int copy_threads)
-    : directory_(core::staging_directory(stage_dir, dataset_root)),
+NodeStaging::NodeStaging(const fs::path& stage_dir, const fs::path& dataset_root,
+                         std::vector<fs::path> files, const std::string& host, int copy_threads)
+    : directory_(core::staging_directory(stage_dir, dataset_root, host)),
       files_(std::move(files)),
       copy_threads_(std::max(1, copy_threads)) {
   // Relative paths as the dataset spells them: a split directory that is a symlink stays a

@@ -25,10 +25,10 @@ struct NodeStagingPlan {
 
 class NodeStaging {
  public:
-  // files[i] is sample i's file below dataset_root; copies go below stage_dir/<dataset name>-<hash
-  // of its path>/ with the same relative path.
-  NodeStaging(std::filesystem::path stage_dir, const std::filesystem::path& dataset_root,
-              std::vector<std::filesystem::path> files, int copy_threads);
+  // files[i] is sample i's file below dataset_root; this host's copies go below
+  // core::staging_directory(stage_dir, dataset_root, host) with the same relative path.
+  NodeStaging(const std::filesystem::path& stage_dir, const std::filesystem::path& dataset_root,
+              std::vector<std::filesystem::path> files, const std::string& host, int copy_threads);
   ~NodeStaging();  // waits for a background copy
   NodeStaging(const NodeStaging&) = delete;
   NodeStaging& operator=(const NodeStaging&) = delete;

@@ -20,7 +20,7 @@ void TrainingSession::State::start_staging() {
         "--stage-to needs a dataset in the DeepCAM layout (one file per sample); {} is not",
         data.storage->describe()));
   staging = std::make_unique<NodeStaging>(config.stage_to, config.data.dataset, dataset->files(),
-                                          config.stage_threads);
+                                          membership.host(), config.stage_threads);
   restage(/*wait=*/true, "job start");
   // From now on loads read a node's own copies; files it does not hold come from the source.
   dataset->set_file_locator([staged = staging.get()](const std::filesystem::path& source) {

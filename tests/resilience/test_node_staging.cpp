@@ -65,9 +65,8 @@ TEST_CASE("node staging: each node copies its share; a lost node's share moves, 
   std::vector<std::unique_ptr<NodeStaging>> ranks;
   std::size_t homed = 0;
   for (int r = 0; r < 6; ++r) {
-    ranks.push_back(
-        std::make_unique<NodeStaging>(scratch.path() / "local" / hosts[static_cast<std::size_t>(r)],
-                                      scratch.path() / "data", files, 2));
+    ranks.push_back(std::make_unique<NodeStaging>(scratch.path() / "local", scratch.path() / "data",
+                                                  files, hosts[static_cast<std::size_t>(r)], 2));
     const auto plan = ranks.back()->plan(hosts, r, /*copier=*/r % 2 == 0, /*wait=*/true);
     CHECK(plan.moved == files.size());
     if (r % 2 == 0) homed += plan.homed_here;

@@ -28,12 +28,14 @@ std::uint64_t node_key(std::string_view host) {
   return xxhash64(std::as_bytes(std::span(host.data(), host.size())));
 }
 
-fs::path staging_directory(const fs::path& stage_dir, const fs::path& dataset_root) {
+fs::path staging_directory(const fs::path& stage_dir, const fs::path& dataset_root,
+                           std::string_view host) {
   const auto root = fs::weakly_canonical(dataset_root);
   const auto name = root.filename().empty() ? root.parent_path().filename() : root.filename();
   const std::string text = root.string();
   const auto hash = xxhash64(std::as_bytes(std::span(text.data(), text.size())));
-  return stage_dir / fmt::format("{}-{:08x}", name.string(), hash & 0xffffffffu);
+  return stage_dir / std::string(host) /
+         fmt::format("{}-{:08x}", name.string(), hash & 0xffffffffu);
 }
 
 std::size_t home_node(std::string_view file, std::span<const std::uint64_t> nodes) {

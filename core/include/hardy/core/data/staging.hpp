@@ -22,11 +22,13 @@ namespace hardy::core {
 // A node's key for home_node(): a hash of its host name.
 std::uint64_t node_key(std::string_view host);
 
-// Where the copies of a dataset go inside a staging directory: STAGE_DIR/<dataset name>-<hash of
-// its canonical path>, so that two datasets of one name do not mix, and the same dataset is found
-// again by a later job (or by `hardy data stage` in a job's prologue).
+// Where a host's copies of a dataset go inside a staging directory:
+// STAGE_DIR/<host>/<dataset name>-<hash of its canonical path>. The host keeps nodes apart when
+// STAGE_DIR is (by mistake, or in a test) shared; the hash keeps two datasets of one name apart;
+// and a later job (or `hardy data stage` in a job's prologue) finds the same copies again.
 std::filesystem::path staging_directory(const std::filesystem::path& stage_dir,
-                                        const std::filesystem::path& dataset_root);
+                                        const std::filesystem::path& dataset_root,
+                                        std::string_view host);
 
 // The index into `nodes` (opaque keys, e.g. node_key of host names) of the home of `file` (a name
 // that every rank spells the same way, e.g. the file's name in its split directory): the node of
