@@ -81,6 +81,9 @@ SCENARIOS = {
     "checkpoint_restore": (["--inject-failure", "rank=3@step=10", "--memory-snapshots", "false"], None, 1, 7),
     # The survivors keep their 2 samples each: a global batch of 14 and the learning rate x 14/16.
     "constant_local_batch": (["--inject-failure", "rank=3@step=7", "--rebalance", "constant-local-batch"], None, 1, 7),
+    # A node lost on the published DeepCAM layout, staged to node-local storage: its files get new
+    # homes and the survivors fetch them in the background.
+    "deepcam_node": (["--inject-failure", "node=1@step=10"], None, 1, 6),
 }
 # A smaller global batch after the failure changes the trajectory, not whether it converges.
 LOSS_TOLERANCE = {"constant_local_batch": 0.10}
@@ -88,6 +91,20 @@ LOSS_TOLERANCE = {"constant_local_batch": 0.10}
 with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
     tmp = Path(tmp)
     options, during, expected_failures, final_world = SCENARIOS[scenario]
+    if scenario.startswith("deepcam"):
+        root = tmp / "deepcam"
+        subprocess.run([hardy, "data", "generate", "--format", "deepcam", "--out", str(root), "--samples",
+                        str(SAMPLES), "--validation-samples", "1", "--height", "32", "--width", "32"], check=True)
+        synthetic = {"--synthetic": 0, "--samples": 1, "--height": 1, "--width": 1}
+        kept, skip = [], 0
+        for word in COMMON:
+            if skip:
+                skip -= 1
+            elif word in synthetic:
+                skip = synthetic[word]
+            else:
+                kept.append(word)
+        COMMON = kept + ["--dataset", str(root), "--stage-to", str(tmp / "stage")]
     status, reference_events, reference = train(tmp / "reference", RANKS)
     check(status == 0 and len(reference) == STEPS, f"failure-free reference run finished {len(reference)} steps")
     run = tmp / "faulty"
@@ -128,6 +145,12 @@ with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
         check(all(e["global_batch"] == 16 and sum(e["per_rank_batch"]) == 16 for e in rebalanced)
               and all(m["global_batch"] == 16 for m in metrics),
               f"{scenario}: the global batch stays 16 over the survivors: {[e['per_rank_batch'] for e in rebalanced]}")
+    if scenario.startswith("deepcam"):
+        staged = [e for e in events if e["event"] == "data_staged"]
+        moved = [e for e in events if e["event"] == "data_restaging"]
+        check(staged and staged[0]["files"] == SAMPLES, f"{scenario}: every file staged at the start: {staged}")
+        check(moved and 0 < moved[-1]["files_moved"] < SAMPLES,
+              f"{scenario}: after the node loss only its files moved: {moved}")
     finished = [e for e in events if e["event"] == "job_finished"]
     check(finished and finished[-1]["status"] == "completed", f"{scenario}: job_finished says completed")
 
