@@ -1,5 +1,6 @@
 #include "membership.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,20 @@ Membership::Membership(std::unique_ptr<comm::Communicator> world, int ranks_per_
       hosts_(comm_->hostnames()) {
   world_rank_of_.resize(hosts_.size());
   for (std::size_t r = 0; r < world_rank_of_.size(); ++r) world_rank_of_[r] = static_cast<int>(r);
+}
+
+std::string Membership::node_name_of(int rank) const {
+  const int world_rank = world_rank_of_[static_cast<std::size_t>(rank)];
+  const auto& host = hosts_[static_cast<std::size_t>(world_rank)];
+  const int node = world_rank / ranks_per_node_;
+  // Count the distinct nodes of the original world on this host before this one.
+  int place = 0, previous = -1;
+  for (int r = 0; r < node * ranks_per_node_; ++r)
+    if (hosts_[static_cast<std::size_t>(r)] == host && r / ranks_per_node_ != previous) {
+      previous = r / ranks_per_node_;
+      ++place;
+    }
+  return fmt::format("{}/{}", host, place);
 }
 
 const std::string& Membership::host_of(int rank) const {

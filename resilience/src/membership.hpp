@@ -42,6 +42,10 @@ class Membership {
   const std::string& host() const { return hosts_[static_cast<std::size_t>(world_rank_)]; }
   // The host of the rank that is `rank` now.
   const std::string& host_of(int rank) const;
+  // The node (in --ranks-per-node terms) of the rank that is `rank` now, named by its host and,
+  // where one host runs several such nodes (an emulated cluster), its place among them:
+  // "host/0" on an ordinary cluster, stable across relaunches.
+  std::string node_name_of(int rank) const;
   const std::vector<std::string>& original_hosts() const { return hosts_; }
   // Whether this rank is the lowest current rank on its host: the one that keeps the host's
   // node-local snapshots. Changes when a lower rank on the host dies.

@@ -2,6 +2,7 @@
 // what moves to this node after a shrink (node_staging.hpp).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <numeric>
 
@@ -31,8 +32,14 @@ void TrainingSession::State::start_staging() {
 void TrainingSession::State::restage(bool wait, const std::string& reason) {
   if (!staging) return;
   const auto started = Clock::now();
-  std::vector<std::string> hosts;
-  for (int r = 0; r < comm().size(); ++r) hosts.push_back(membership.host_of(r));
+  // Homes go to nodes (in --ranks-per-node terms), named by host, so that they stay put across
+  // relaunches on the same hosts; the lowest rank of each node copies.
+  std::vector<std::string> nodes;
+  for (int r = 0; r < comm().size(); ++r) nodes.push_back(membership.node_name_of(r));
+  const bool copier =
+      std::find(nodes.begin(), nodes.end(), nodes[static_cast<std::size_t>(comm().rank())]) -
+          nodes.begin() ==
+      comm().rank();
   const bool show_progress = lead() && wait;
   NodeStagingPlan plan;
   std::string failure;
@@ -80,13 +87,13 @@ void TrainingSession::State::restage(bool wait, const std::string& reason) {
     return std::accumulate(v.begin(), v.end(), std::int64_t{0});
   };
   const double seconds = seconds_since(started);
-  nlohmann::json nodes = nlohmann::json::array();
+  nlohmann::json per_node = nlohmann::json::array();
   for (int r = 0; r < comm().size(); ++r)
     if (homed[static_cast<std::size_t>(r)] > 0)
-      nodes.push_back({{"host", hosts[static_cast<std::size_t>(r)]},
-                       {"files", homed[static_cast<std::size_t>(r)]},
-                       {"copied", copied[static_cast<std::size_t>(r)]},
-                       {"bytes", bytes[static_cast<std::size_t>(r)]}});
+      per_node.push_back({{"node", nodes[static_cast<std::size_t>(r)]},
+                          {"files", homed[static_cast<std::size_t>(r)]},
+                          {"copied", copied[static_cast<std::size_t>(r)]},
+                          {"bytes", bytes[static_cast<std::size_t>(r)]}});
   events.emit("data_staged", {{"reason", reason},
                               {"directory", staging->directory().string()},
                               {"files", sum(homed)},
@@ -95,12 +102,12 @@ void TrainingSession::State::restage(bool wait, const std::string& reason) {
                               {"bytes", sum(bytes)},
                               {"seconds", seconds},
                               {"gb_per_s", static_cast<double>(sum(bytes)) / 1e9 / seconds},
-                              {"nodes", nodes}});
+                              {"nodes", per_node}});
   if (lead())
     std::cout << fmt::format(
         "hardy: staged {} files on {} node(s) in {:.1f} s: {} copied ({:.2f} GB, {:.2f} GB/s "
         "in all), {} already current\n",
-        sum(homed), nodes.size(), seconds, sum(copied), static_cast<double>(sum(bytes)) / 1e9,
+        sum(homed), per_node.size(), seconds, sum(copied), static_cast<double>(sum(bytes)) / 1e9,
         static_cast<double>(sum(bytes)) / 1e9 / seconds, sum(current));
 }
 
