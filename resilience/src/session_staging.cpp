@@ -45,7 +45,7 @@ void TrainingSession::State::restage(bool wait, const std::string& reason) {
   std::string failure;
   try {
     plan = staging->plan(
-        hosts, comm().rank(), membership.first_on_host(), wait, [&](const core::StageProgress& p) {
+        nodes, comm().rank(), copier, wait, [&](const core::StageProgress& p) {
           if (!show_progress) return;
           std::cout << fmt::format(
                            "hardy: staging to {}: {}/{} files of this node, {:.2f} GB copied, "
