@@ -36,17 +36,17 @@ std::string NodeStaging::background_error() const {
   return background_error_;
 }
 
-NodeStagingPlan NodeStaging::plan(const std::vector<std::string>& hosts, int rank, bool copier,
-                                  bool wait,
+NodeStagingPlan NodeStaging::plan(const std::vector<std::string>& node_of_rank, int rank,
+                                  bool copier, bool wait,
                                   const std::function<void(const core::StageProgress&)>& progress) {
   join();
   // Nodes are identified by host name, in first-seen order; their keys by hash, so that the
   // homes do not depend on that order.
   std::vector<std::string> nodes;
-  node_of_rank_.assign(hosts.size(), 0);
-  for (std::size_t r = 0; r < hosts.size(); ++r) {
-    auto at = std::find(nodes.begin(), nodes.end(), hosts[r]);
-    if (at == nodes.end()) at = nodes.insert(nodes.end(), hosts[r]);
+  node_of_rank_.assign(node_of_rank.size(), 0);
+  for (std::size_t r = 0; r < node_of_rank.size(); ++r) {
+    auto at = std::find(nodes.begin(), nodes.end(), node_of_rank[r]);
+    if (at == nodes.end()) at = nodes.insert(nodes.end(), node_of_rank[r]);
     node_of_rank_[r] = static_cast<int>(at - nodes.begin());
   }
   std::vector<std::uint64_t> keys;
@@ -63,15 +63,15 @@ NodeStagingPlan NodeStaging::plan(const std::vector<std::string>& hosts, int ran
       copies.push_back({files_[i], directory_ / relative});
     }
   }
-  if (home_hosts_.empty()) {
+  if (home_nodes_.empty()) {
     result.moved = files_.size();
   } else {
     for (std::size_t i = 0; i < files_.size(); ++i)
-      result.moved += home_hosts_[i] != nodes[static_cast<std::size_t>(homes[i])];
+      result.moved += home_nodes_[i] != nodes[static_cast<std::size_t>(homes[i])];
   }
-  home_hosts_.resize(files_.size());
+  home_nodes_.resize(files_.size());
   for (std::size_t i = 0; i < files_.size(); ++i)
-    home_hosts_[i] = nodes[static_cast<std::size_t>(homes[i])];
+    home_nodes_[i] = nodes[static_cast<std::size_t>(homes[i])];
   home_of_file_ = std::move(homes);
   report_ = {};
   if (!copier || copies.empty()) return result;

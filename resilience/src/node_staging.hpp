@@ -33,12 +33,12 @@ class NodeStaging {
   NodeStaging(const NodeStaging&) = delete;
   NodeStaging& operator=(const NodeStaging&) = delete;
 
-  // The hosts of the current ranks (hosts[r] for rank r) decide every file's home. When `copier`
-  // (the lowest rank on its host) is true this rank copies its node's files: before returning
-  // when `wait`, otherwise in the background (an earlier background copy is finished first).
-  // Throws IoError from a failed copy when waiting; a failed background copy only leaves its
-  // files to be read from the shared file system (reported by background_error()).
-  NodeStagingPlan plan(const std::vector<std::string>& hosts, int rank, bool copier, bool wait,
+  // The nodes of the current ranks (nodes[r] names rank r's node) decide every file's home. When
+  // `copier` (the lowest rank on its host) is true this rank copies its node's files: before
+  // returning when `wait`, otherwise in the background (an earlier background copy is finished
+  // first). Throws IoError from a failed copy when waiting; a failed background copy only leaves
+  // its files to be read from the shared file system (reported by background_error()).
+  NodeStagingPlan plan(const std::vector<std::string>& nodes, int rank, bool copier, bool wait,
                        const std::function<void(const core::StageProgress&)>& progress = {});
   // What the last waited-for copy did (zero when this rank copies nothing).
   const core::StageReport& last_report() const { return report_; }
@@ -59,7 +59,7 @@ class NodeStaging {
   std::unordered_map<std::string, std::filesystem::path> relative_;  // as the dataset names them
   int copy_threads_;
   std::vector<int> home_of_file_;        // node index into the current plan's hosts
-  std::vector<std::string> home_hosts_;  // by host name, to count the files a plan moves
+  std::vector<std::string> home_nodes_;  // by host name, to count the files a plan moves
   std::vector<int> node_of_rank_;
   core::StageReport report_;
   std::thread background_;
