@@ -114,7 +114,7 @@ po::options_description train_options() {
       "node-local directory (NVMe, /tmp, /dev/shm): each node copies its share of the dataset's "
       "files there before training and reads them from there (DeepCAM layout)")(
       "stage-threads", po::value<int>()->default_value(4), "parallel copies per node when staging")(
-      "prefetch-batches", po::value<int>()->default_value(2),
+      "prefetch-batches", po::value<long>()->default_value(2),
       "batches loaded ahead on background threads, overlapped with compute (0: load in the "
       "step)")("loader-threads", po::value<int>()->default_value(2),
                "threads loading those batches");
@@ -263,11 +263,12 @@ TrainSpec spec_from(po::variables_map& vm) {
   const auto bad_samples = get<std::string>(vm, "bad-samples");
   require(bad_samples == "fail" || bad_samples == "skip",
           fmt::format("--bad-samples must be fail or skip, not '{}'", bad_samples));
-  spec.skip_bad_samples = bad_samples == "skip";
+  spec.bad_samples =
+      bad_samples == "skip" ? core::BadSamplePolicy::skip : core::BadSamplePolicy::fail;
   spec.stage_to = get<std::string>(vm, "stage-to");
   spec.stage_threads = get<int>(vm, "stage-threads");
   require(spec.stage_threads >= 1, "--stage-threads must be at least 1");
-  spec.prefetch_batches = get<int>(vm, "prefetch-batches");
+  spec.prefetch_batches = get<long>(vm, "prefetch-batches");
   spec.loader_threads = get<int>(vm, "loader-threads");
   require(spec.prefetch_batches >= 0, "--prefetch-batches must not be negative");
   require(spec.loader_threads >= 1, "--loader-threads must be at least 1");

@@ -44,18 +44,16 @@ void TrainingSession::State::restage(bool wait, const std::string& reason) {
   NodeStagingPlan plan;
   std::string failure;
   try {
-    plan = staging->plan(
-        nodes, comm().rank(), copier, wait, [&](const core::StageProgress& p) {
-          if (!show_progress) return;
-          std::cout << fmt::format(
-                           "hardy: staging to {}: {}/{} files of this node, {:.2f} GB copied, "
-                           "{:.2f} GB/s\n",
-                           staging->directory().string(), p.files_done, p.files_total,
-                           static_cast<double>(p.bytes_copied) / 1e9,
-                           p.seconds > 0 ? static_cast<double>(p.bytes_copied) / p.seconds / 1e9
-                                         : 0.0)
-                    << std::flush;
-        });
+    plan = staging->plan(nodes, comm().rank(), copier, wait, [&](const core::StageProgress& p) {
+      if (!show_progress) return;
+      std::cout << fmt::format(
+                       "hardy: staging to {}: {}/{} files of this node, {:.2f} GB copied, "
+                       "{:.2f} GB/s\n",
+                       staging->directory().string(), p.files_done, p.files_total,
+                       static_cast<double>(p.bytes_copied) / 1e9,
+                       p.seconds > 0 ? static_cast<double>(p.bytes_copied) / p.seconds / 1e9 : 0.0)
+                << std::flush;
+    });
   } catch (const IoError& e) {
     // A full or missing local disk costs speed, not the job: what is not staged is read from
     // the source.
@@ -111,13 +109,17 @@ void TrainingSession::State::restage(bool wait, const std::string& reason) {
         static_cast<double>(sum(bytes)) / 1e9 / seconds, sum(current));
 }
 
-std::vector<std::size_t> TrainingSession::State::local_positions(
+std::vector<std::size_t> TrainingSession::State::local_samples(
     const core::GlobalBatch& batch) const {
-  if (staging) return staging->local_positions(batch, comm().rank());
+  if (staging) {
+    std::vector<std::size_t> mine;
+    for (std::size_t position : staging->local_positions(batch, comm().rank()))
+      mine.push_back(batch.samples[position]);
+    return mine;
+  }
   const auto shard = core::shard_of(batch.samples.size(), comm().rank(), comm().size());
-  std::vector<std::size_t> positions(shard.size());
-  std::iota(positions.begin(), positions.end(), shard.begin);
-  return positions;
+  const auto first = batch.samples.begin() + static_cast<std::ptrdiff_t>(shard.begin);
+  return {first, first + static_cast<std::ptrdiff_t>(shard.size())};
 }
 
 }  // namespace hardy::resilience

@@ -6,6 +6,7 @@
 // reduction and the step loop.
 #include <chrono>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "hardy/comm/cross_rank_sum.hpp"
 #include "hardy/comm/gradient_reducer.hpp"
 #include "hardy/core/data/batch_assembler.hpp"
+#include "hardy/core/data/prefetcher.hpp"
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/nn/loss_scaler.hpp"
 #include "hardy/core/support/event_log.hpp"
@@ -35,7 +37,7 @@ struct SessionStop {
 };
 
 struct TrainingSession::State final : StateSource {
-  State(TrainingConfig config, std::unique_ptr<comm::Communicator> world);
+  State(TrainingConfig config, std::unique_ptr<comm::Communicator> world, core::DataSources data);
   ~State();
 
   int run();
@@ -50,10 +52,21 @@ struct TrainingSession::State final : StateSource {
   void report_resumed(const std::string& source, const std::filesystem::path& path,
                       const std::string& host, int saved_world_size, Clock::time_point started);
   void train_step();
+  // This rank's samples of a global batch, in the order it loads them. The one place that maps
+  // samples to ranks: the step and the prefetcher's look-ahead both ask it. Its contiguous slice
+  // (core::shard_of), or with --stage-to its node's staged samples first (session_staging.cpp).
+  std::vector<std::size_t> local_samples(const core::GlobalBatch& batch) const;
+  // Tells the prefetcher this step's samples and those of the next prefetch_batches steps, read
+  // from a copy of the sampler (the real one moves only when a step draws its batch).
+  void announce_ahead(const std::vector<std::size_t>& mine, std::size_t global_batch);
+  // Every rank's samples skipped this step (under --bad-samples skip), gathered on every rank:
+  // one sample_skipped event per sample of the job, whichever rank met it.
+  void report_skipped(const std::vector<core::SkippedSample>& mine, long this_step);
   void commit_step(const std::function<void()>& log_step);
   void check_same_plan(const core::GlobalBatch& batch);
   void verify_replicas(long step);
-  void write_metrics(double compute_s, double allreduce_s, double step_s, float lr);
+  void write_metrics(double compute_s, double allreduce_s, double data_wait_s, double step_s,
+                     float lr, long skipped);
   void open_lead_logs();  // when this rank becomes rank 0
   // A new rank 0 after a recovery: writes the last committed step's metrics and audit lines when
   // its predecessor died between the step's agreement and logging it (recovery.cpp).
@@ -80,9 +93,6 @@ struct TrainingSession::State final : StateSource {
   // The hosts changed: recompute the homes; `wait` copies now and reports every node's figures
   // (collective), otherwise each node fetches what moved to it in the background.
   void restage(bool wait, const std::string& reason);
-  // This rank's positions in a global batch: its node's staged samples first when staging,
-  // else its contiguous slice (core::shard_of).
-  std::vector<std::size_t> local_positions(const core::GlobalBatch& batch) const;
 
   // ---- recovery (recovery.cpp) ----
   // After a ProcessFailure, or a step that some survivor did not finish: shrink to the
@@ -102,6 +112,9 @@ struct TrainingSession::State final : StateSource {
   std::unique_ptr<core::Optimizer> optimizer;
   core::EpochSampler sampler;
   core::BatchAssembler assembler;
+  // Reads data.train only (never state that recovery changes), so recovery leaves it alone: the
+  // next step's announcement follows the restored sampler and the new world size.
+  core::SamplePrefetcher prefetcher;
   // fp16: dynamic loss scaling; bf16 and f32: a static scale of 1 (still skips non-finite steps).
   core::LossScaler scaler;
   // The gradient allreduce: MPI buckets for host gradients, NCCL for device ones.
@@ -128,6 +141,9 @@ struct TrainingSession::State final : StateSource {
   double samples_seen = 0;
   double last_commit_unix = 0;
   int failures = 0;
+  // The input pipeline over the job's committed steps (this rank's waits).
+  double data_wait_total_s = 0, step_total_s = 0;
+  std::set<std::size_t> skipped_samples;  // every rank holds the same set
 };
 
 }  // namespace hardy::resilience

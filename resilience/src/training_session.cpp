@@ -48,21 +48,28 @@ void install_preemption_handler() {
   sigaction(SIGUSR1, &action, nullptr);
 }
 
-TrainingSession::TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world)
-    : state_(std::make_unique<State>(std::move(config), std::move(world))) {}
+TrainingSession::TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world) {
+  core::DataSources data = core::open_data(config.data);
+  state_ = std::make_unique<State>(std::move(config), std::move(world), std::move(data));
+}
+TrainingSession::TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world,
+                                 core::DataSources data)
+    : state_(std::make_unique<State>(std::move(config), std::move(world), std::move(data))) {}
 TrainingSession::~TrainingSession() = default;
 int TrainingSession::run() { return state_->run(); }
 
-TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Communicator> world)
+TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Communicator> world,
+                              core::DataSources data_in)
     : config(std::move(config_in)),
       membership(std::move(world), config.ranks_per_node),
       cross_rank(membership.comm()),
       backend(core::make_backend(config.backend)),
-      data(core::open_data(config.data)),
+      data(std::move(data_in)),
       model(*backend, config.model),
       optimizer(core::make_optimizer(config.optimizer, *backend)),
       sampler(data.train->size(), config.seed),
       assembler(*backend, data.train->shape()),
+      prefetcher(*data.train, config.prefetch_batches > 0 ? config.loader_threads : 0, 0),
       scaler(core::LossScalerConfig::for_activations(backend->activation_dtype())),
       store(config, membership, events, *this, injector),
       watchdog(
@@ -79,6 +86,9 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
         fmt::format("--global-batch {} is smaller than the {} ranks of the job; every rank needs "
                     "at least one sample per step",
                     config.global_batch, world_size));
+  if (config.prefetch_batches < 0)
+    throw InvalidArgument(
+        fmt::format("--prefetch-batches {} is negative", config.prefetch_batches));
   if (config.ranks_per_node > 1 && world_size % config.ranks_per_node != 0)
     throw InvalidArgument(fmt::format("{} ranks do not make whole nodes of --ranks-per-node {}",
                                       world_size, config.ranks_per_node));
@@ -324,6 +334,42 @@ void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch) {
         "step {}: the ranks planned different global batches (sampler states diverged)", step + 1));
 }
 
+void TrainingSession::State::announce_ahead(const std::vector<std::size_t>& mine,
+                                            std::size_t global_batch) {
+  if (config.prefetch_batches == 0) return;
+  // A shrink makes this rank's share larger; the depth follows, in whole steps.
+  prefetcher.set_depth(static_cast<std::size_t>(config.prefetch_batches) * mine.size());
+  std::vector<std::size_t> plan = mine;
+  core::EpochSampler ahead = sampler;
+  for (long k = 0; k < config.prefetch_batches; ++k) {
+    const auto next = local_samples(ahead.next(global_batch));
+    plan.insert(plan.end(), next.begin(), next.end());
+  }
+  prefetcher.announce(plan);
+}
+
+void TrainingSession::State::report_skipped(const std::vector<core::SkippedSample>& mine,
+                                            long this_step) {
+  nlohmann::json records = nlohmann::json::array();
+  for (const auto& s : mine)
+    records.push_back({{"sample", s.index},
+                       {"file", s.file},
+                       {"reason", s.reason},
+                       {"rank", comm().rank()},
+                       {"step", this_step}});
+  std::string text = mine.empty() ? std::string() : records.dump();
+  const auto lengths = comm().allgather(static_cast<std::int64_t>(text.size()));
+  for (int r = 0; r < comm().size(); ++r) {
+    const auto length = static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]);
+    if (length == 0) continue;
+    std::string theirs = r == comm().rank() ? text : std::string(length, '\0');
+    comm().broadcast(std::as_writable_bytes(std::span(theirs.data(), theirs.size())), r);
+    for (auto& record : nlohmann::json::parse(theirs))
+      if (skipped_samples.insert(record["sample"].get<std::size_t>()).second)
+        events.emit("sample_skipped", std::move(record));
+  }
+}
+
 void TrainingSession::State::train_step() {
   const auto shape = data.train->shape();
   const std::size_t global_batch = current_global_batch();
@@ -337,20 +383,22 @@ void TrainingSession::State::train_step() {
     Watchdog::Scope scope(watchdog, "sample plan check");
     check_same_plan(current_batch);
   }
-  std::vector<std::size_t> mine;
-  for (std::size_t position : local_positions(current_batch))
-    mine.push_back(current_batch.samples[position]);
-  assembler.load(*data.train, mine, fields, labels);
+  const std::vector<std::size_t> mine = local_samples(current_batch);
+  announce_ahead(mine, global_batch);
+  const core::BatchLoad input =
+      assembler.load(prefetcher, mine, fields, labels, config.bad_samples);
 
   const core::Tensor& logits = model.forward(fields, /*training=*/true, &cross_rank);
   core::ensure_tensor(*backend, dlogits, logits.dims());
   // fp16 scales the loss gradient up so that small gradients survive; unscaled below.
   const float loss_scale = scaler.scale();
+  // The loss, and the samples every rank skipped (summed with it: no collective of its own).
   std::vector<double> loss{backend->softmax_cross_entropy({.logits = logits,
                                                            .labels = labels,
                                                            .class_weights = class_weights,
                                                            .grad_scale = grad_scale * loss_scale},
-                                                          dlogits)};
+                                                          dlogits),
+                           static_cast<double>(input.skipped.size())};
   const std::size_t count = model.parameters().size();
   std::size_t announced = 0;
   model.backward(
@@ -369,6 +417,7 @@ void TrainingSession::State::train_step() {
     // loss scale (1 unless fp16) comes off here.
     reducer->finish(1.0f / loss_scale);
     comm().allreduce_sum(loss);
+    if (loss[1] > 0) report_skipped(input.skipped, this_step);
   }
   const double allreduce_s = seconds_since(reduce_start);
   const float lr = current_lr(step);
@@ -385,7 +434,12 @@ void TrainingSession::State::train_step() {
   if (!std::isfinite(last_loss))
     throw Error(fmt::format("the loss became {} at step {}; lower --lr or check the data",
                             last_loss, this_step));
-  commit_step([&] { write_metrics(compute_s, allreduce_s, seconds_since(step_start), lr); });
+  commit_step([&] {
+    const double step_s = seconds_since(step_start);
+    data_wait_total_s += input.data_wait_s;
+    step_total_s += step_s;
+    write_metrics(compute_s, allreduce_s, input.data_wait_s, step_s, lr, std::lround(loss[1]));
+  });
 }
 
 void TrainingSession::State::commit_step(const std::function<void()>& log_step) {
@@ -445,8 +499,8 @@ void TrainingSession::State::verify_replicas(long at_step) {
   events.emit("replicas_verified", {{"step", at_step}, {"digest", fmt::format("{:016x}", digest)}});
 }
 
-void TrainingSession::State::write_metrics(double compute_s, double allreduce_s, double step_s,
-                                           float lr) {
+void TrainingSession::State::write_metrics(double compute_s, double allreduce_s, double data_wait_s,
+                                           double step_s, float lr, long skipped) {
   const auto global_batch = static_cast<double>(current_batch.samples.size());
   committed_metrics_line = {{"step", step},
                             {"epoch", current_batch.epochs.front()},
@@ -456,8 +510,10 @@ void TrainingSession::State::write_metrics(double compute_s, double allreduce_s,
                             {"samples_per_s", global_batch / step_s},
                             {"step_s", step_s},
                             {"compute_s", compute_s},
+                            {"data_wait_s", data_wait_s},
                             {"allreduce_s", allreduce_s},
                             {"snapshot_s", last_snapshot_s},
+                            {"skipped_samples", skipped},
                             {"world_size", comm().size()},
                             {"unix_time", core::unix_time()}};
   metrics.write(committed_metrics_line);
@@ -518,11 +574,16 @@ int TrainingSession::State::run() {
     if (checkpointing && store.last_checkpoint_step() != step) store.checkpoint_if_due(true);
     store.flush();
     store.remove_node_snapshots();  // after the final checkpoint: nothing needs them any more
+    // The lead's share of its steps' time spent waiting for data (its steps since it started).
+    const double wait_fraction = step_total_s > 0 ? data_wait_total_s / step_total_s : 0;
     nlohmann::json finished = {{"status", "completed"},
                                {"steps", step},
                                {"final_loss", last_loss},
                                {"world_size", comm().size()},
-                               {"failures", failures}};
+                               {"failures", failures},
+                               {"data_wait_s", data_wait_total_s},
+                               {"data_wait_fraction", wait_fraction},
+                               {"skipped_samples", skipped_samples.size()}};
     if (lead()) {
       checkpoint::save_model(model, config.run_dir / "model.h5");
       finished["model"] = (config.run_dir / "model.h5").string();
@@ -535,6 +596,13 @@ int TrainingSession::State::run() {
                                  confusion.mean_iou(), fmt::join(confusion.iou(), ", "),
                                  data.held_out->describe());
       }
+      std::cout << fmt::format(
+          "hardy: waited for data {:.1f} s, {:.1f}% of the step time ({} loader thread(s), {} "
+          "steps ahead){}\n",
+          data_wait_total_s, 100 * wait_fraction, prefetcher.workers(), config.prefetch_batches,
+          skipped_samples.empty()
+              ? std::string()
+              : fmt::format("; {} bad sample(s) skipped", skipped_samples.size()));
       std::cout << "hardy: run directory " << config.run_dir.string() << "\n";
     }
     events.emit("job_finished", finished);

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "hardy/core/nn/layers.hpp"
 #include "hardy/core/support/error.hpp"
 
@@ -12,14 +15,25 @@ BatchAssembler::BatchAssembler(Backend& backend, SampleShape shape)
       shape_(shape),
       sample_fields_(static_cast<std::size_t>(shape.channels) * shape.height * shape.width) {}
 
-void BatchAssembler::load(const SampleSource& source, std::span<const std::size_t> indices,
-                          Tensor& fields, Tensor& labels) {
+BadSamplePolicy parse_bad_sample_policy(const std::string& name) {
+  if (name == "fail") return BadSamplePolicy::fail;
+  if (name == "skip") return BadSamplePolicy::skip;
+  throw InvalidArgument(fmt::format("unknown bad-sample policy '{}' (choose fail or skip)", name));
+}
+
+std::string to_string(BadSamplePolicy policy) {
+  return policy == BadSamplePolicy::skip ? "skip" : "fail";
+}
+
+template <class LoadSample>
+void BatchAssembler::assemble(const SampleSource& source, std::size_t count, Tensor& fields,
+                              Tensor& labels, LoadSample&& load_sample) {
   const auto s = source.shape();
   if (s.channels != shape_.channels || s.height != shape_.height || s.width != shape_.width)
     throw InvalidArgument(fmt::format("{} has samples of {}x{}x{}, expected {}x{}x{}",
                                       source.describe(), s.channels, s.height, s.width,
                                       shape_.channels, shape_.height, shape_.width));
-  const std::int64_t n = static_cast<std::int64_t>(indices.size()), C = s.channels, H = s.height,
+  const std::int64_t n = static_cast<std::int64_t>(count), C = s.channels, H = s.height,
                      W = s.width;
   const Layout layout = backend_.activation_layout();
   if (!host_fields_.defined() || host_fields_.n() != n) {
@@ -32,7 +46,7 @@ void BatchAssembler::load(const SampleSource& source, std::span<const std::size_
   const std::size_t plane = static_cast<std::size_t>(H * W);
   for (std::int64_t i = 0; i < n; ++i) {
     std::span<std::int32_t> sample_labels(host_labels_.data<std::int32_t>() + i * H * W, plane);
-    source.load(indices[static_cast<std::size_t>(i)], sample_fields_, sample_labels);
+    load_sample(static_cast<std::size_t>(i), std::span<float>(sample_fields_), sample_labels);
     // Samples are stored channel-major (C, H, W); the backend wants its own layout.
     for (std::int64_t c = 0; c < C; ++c)
       for (std::int64_t p = 0; p < H * W; ++p)
@@ -41,6 +55,39 @@ void BatchAssembler::load(const SampleSource& source, std::span<const std::size_
   }
   backend_.copy(host_fields_, fields);
   backend_.copy(host_labels_, labels);
+}
+
+void BatchAssembler::load(const SampleSource& source, std::span<const std::size_t> indices,
+                          Tensor& fields, Tensor& labels) {
+  assemble(
+      source, indices.size(), fields, labels,
+      [&](std::size_t i, std::span<float> sample_fields, std::span<std::int32_t> sample_labels) {
+        source.load(indices[i], sample_fields, sample_labels);
+      });
+}
+
+BatchLoad BatchAssembler::load(SamplePrefetcher& prefetcher, std::span<const std::size_t> indices,
+                               Tensor& fields, Tensor& labels, BadSamplePolicy policy) {
+  BatchLoad result;
+  assemble(
+      prefetcher.source(), indices.size(), fields, labels,
+      [&](std::size_t i, std::span<float> sample_fields, std::span<std::int32_t> sample_labels) {
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          result.data_wait_s += prefetcher.take(indices[i], sample_fields, sample_labels);
+        } catch (const BadSample& bad) {
+          result.data_wait_s +=
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (policy == BadSamplePolicy::fail) throw;
+          std::fill(sample_fields.begin(), sample_fields.end(), 0.0f);
+          std::fill(sample_labels.begin(), sample_labels.end(), kIgnoreLabel);
+          // BadSample's message is "file: reason".
+          std::string reason = bad.what();
+          if (reason.starts_with(bad.file() + ": ")) reason.erase(0, bad.file().size() + 2);
+          result.skipped.push_back({indices[i], bad.file(), std::move(reason)});
+        }
+      });
+  return result;
 }
 
 }  // namespace hardy::core

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/nn/lr_schedule.hpp"
 #include "hardy/core/nn/model.hpp"
@@ -44,6 +45,11 @@ struct TrainingConfig {
   // Node-local staging (core/data/staging.hpp): empty = read the dataset where it is.
   std::filesystem::path stage_to;
   int stage_threads = 4;
+  // The input pipeline: each step announces this rank's samples of the next prefetch_batches
+  // steps to loader_threads background threads (0 steps: every sample loads in the step).
+  long prefetch_batches = 2;
+  int loader_threads = 1;
+  core::BadSamplePolicy bad_samples = core::BadSamplePolicy::fail;
 
   core::ModelConfig model;
   core::OptimizerConfig optimizer;

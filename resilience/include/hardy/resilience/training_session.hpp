@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "hardy/comm/communicator.hpp"
+#include "hardy/core/data/data_sources.hpp"
 #include "hardy/resilience/training_config.hpp"
 
 namespace hardy::resilience {
@@ -24,7 +25,11 @@ enum ExitStatus : int {
 
 class TrainingSession {
  public:
+  // Opens the samples that config.data describes.
   TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world);
+  // Trains on samples the caller opened (tests, readers that DataSpec does not know).
+  TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world,
+                  core::DataSources data);
   ~TrainingSession();
   TrainingSession(const TrainingSession&) = delete;
   TrainingSession& operator=(const TrainingSession&) = delete;

@@ -1,21 +1,52 @@
 #pragma once
 #include <span>
+#include <string>
 #include <vector>
 
 #include "hardy/core/compute/backend.hpp"
 #include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/prefetcher.hpp"
 
 namespace hardy::core {
+
+// What a sample that a reader rejects (BadSample) does to the job: end it with the reader's
+// message, or leave the sample out (its pixels labelled kIgnoreLabel) and go on.
+enum class BadSamplePolicy { fail, skip };
+BadSamplePolicy parse_bad_sample_policy(const std::string& name);  // "fail" | "skip"
+std::string to_string(BadSamplePolicy policy);
+
+// A sample left out under BadSamplePolicy::skip.
+struct SkippedSample {
+  std::size_t index;
+  std::string file;
+  std::string reason;
+};
+
+struct BatchLoad {
+  double data_wait_s = 0;  // how long the caller waited for the batch's samples
+  std::vector<SkippedSample> skipped;
+};
 
 // Gathers samples by index into the backend's input tensors: fields (N, C, H, W) in the
 // backend's activation layout and labels i32 (N, 1, H, W).
 class BatchAssembler {
  public:
   BatchAssembler(Backend& backend, SampleShape shape);
+  // Loads every sample on this thread (evaluation, tests).
   void load(const SampleSource& source, std::span<const std::size_t> indices, Tensor& fields,
             Tensor& labels);
+  // Takes the samples from `prefetcher` (training). Under `skip`, a BadSample leaves its sample
+  // with fields 0 and labels kIgnoreLabel, and is reported; any other error propagates.
+  BatchLoad load(SamplePrefetcher& prefetcher, std::span<const std::size_t> indices, Tensor& fields,
+                 Tensor& labels, BadSamplePolicy policy = BadSamplePolicy::fail);
 
  private:
+  // Fills every sample i through load_sample(i, fields_chw, labels_hw), converts to the
+  // backend's layout and copies to the backend's tensors.
+  template <class LoadSample>
+  void assemble(const SampleSource& source, std::size_t n, Tensor& fields, Tensor& labels,
+                LoadSample&& load_sample);
+
   Backend& backend_;
   SampleShape shape_;
   std::vector<float> sample_fields_;

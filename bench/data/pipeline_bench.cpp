@@ -1,0 +1,229 @@
+// The input pipeline against the training step that consumes it, on the CPU:
+//   load       samples/s of SampleSource::load on one thread (what the step did before),
+//   pipeline   samples/s that a SamplePrefetcher with T loader threads delivers to a consumer
+//              that does nothing else (the pipeline's capacity),
+//   step       samples/s that training steps of the model consume (CPU backend, fixed batch),
+//   overlap    training steps fed through the prefetcher, as TrainingSession feeds them: the
+//              step time and the share of it spent waiting for data, per loader thread count.
+// The pipeline keeps up when pipeline >= step and overlap's wait share is near 0. Each
+// measurement prints one JSON line.
+//
+//   build/bin/hardy_pipeline_bench --source synthetic --height 64 --width 64 --batch 8
+//       --loader-threads 1,2 --steps 4   (one command line)
+//
+// --source picks the SampleSource (open_source below): `synthetic` (SyntheticClimate of
+// --input-channels x --height x --width) today; a reader of DeepCAM files goes there as
+// `deepcam --data DIR`, with the shape read from the files.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../common/bench_support.hpp"
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/data/batch_assembler.hpp"
+#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/prefetcher.hpp"
+#include "hardy/core/data/sampler.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/optimizer.hpp"
+
+using namespace hardy;
+using Clock = std::chrono::steady_clock;
+using bench::seconds_between;
+
+namespace {
+
+struct Options : bench::ModelShape {
+  Options() : ModelShape{8, 64, 64, {}} {}
+  std::string source = "synthetic";
+  std::size_t samples = 256;      // the source's size (synthetic)
+  std::size_t load_samples = 32;  // loaded by the load and pipeline measurements
+  std::vector<int> loader_threads{1, 2};
+  int prefetch_batches = 2;
+  int threads = 0;  // OpenMP threads of the step, 0: OpenMP's default
+  int warmup = 1, steps = 4;
+  std::uint64_t seed = 1;
+  float lr = 1e-3f;
+};
+
+constexpr bench::Command kCommand{
+    "hardy_pipeline_bench",
+    "usage: hardy_pipeline_bench [--source synthetic] [--samples N] [--load-samples N]\n"
+    "         [--batch N] [--height H] [--width W] [--input-channels C] [--model-width W]\n"
+    "         [--aspp-channels A] [--decoder-channels D] [--low-level-channels L]\n"
+    "         [--loader-threads 1,2] [--prefetch-batches K] [--threads T] [--warmup S]\n"
+    "         [--steps S] [--seed S]\n"};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  bench::parse_flags(argc, argv, kCommand, o, {},
+                     [&](std::string_view flag, std::string_view value) {
+                       using bench::parse_number;
+                       if (flag == "--source")
+                         o.source = std::string(value);
+                       else if (flag == "--samples")
+                         o.samples = parse_number<std::size_t>(flag, value);
+                       else if (flag == "--load-samples")
+                         o.load_samples = parse_number<std::size_t>(flag, value);
+                       else if (flag == "--loader-threads")
+                         o.loader_threads = bench::parse_rates(flag, value);
+                       else if (flag == "--prefetch-batches")
+                         o.prefetch_batches = parse_number<int>(flag, value);
+                       else if (flag == "--threads")
+                         o.threads = parse_number<int>(flag, value);
+                       else
+                         return false;
+                       return true;
+                     });
+  if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.threads < 0 || o.prefetch_batches < 1 ||
+      o.load_samples < 1 || o.samples < static_cast<std::size_t>(o.batch))
+    bench::usage_error(kCommand,
+                       "--batch, --steps, --prefetch-batches and --load-samples must be positive, "
+                       "--samples at least --batch");
+  return o;
+}
+
+// The one place that knows the sources; DeepCAM's reader joins here.
+std::unique_ptr<core::SampleSource> open_source(const Options& o) {
+  if (o.source == "synthetic")
+    return std::make_unique<core::SyntheticClimate>(
+        core::SampleShape{o.model.input_channels, o.height, o.width}, o.samples, o.seed);
+  bench::usage_error(kCommand, fmt::format("unknown --source {} (available: synthetic)", o.source));
+}
+
+nlohmann::json common_fields(const Options& o, const core::SampleSource& source,
+                             const std::string& measurement) {
+  return {{"bench", "hardy_pipeline"},
+          {"measurement", measurement},
+          {"source", source.describe()},
+          {"sample_shape", core::to_string(source.shape())},
+          {"sample_mib", static_cast<double>(source.shape().field_elements() * sizeof(float) +
+                                             source.shape().label_elements() * 4) /
+                             (1 << 20)},
+          {"batch", o.batch}};
+}
+
+// Sample indices in the order an epoch sampler hands them out, batch after batch.
+std::vector<std::size_t> planned_samples(const core::SampleSource& source, std::size_t count,
+                                         std::uint64_t seed) {
+  core::EpochSampler sampler(source.size(), seed);
+  return sampler.next(count).samples;
+}
+
+void measure_load(const Options& o, const core::SampleSource& source) {
+  const auto plan = planned_samples(source, o.load_samples, o.seed);
+  std::vector<float> fields(source.shape().field_elements());
+  std::vector<std::int32_t> labels(source.shape().label_elements());
+  const auto start = Clock::now();
+  for (std::size_t index : plan) source.load(index, fields, labels);
+  const double seconds = seconds_between(start, Clock::now());
+  auto line = common_fields(o, source, "load");
+  line["samples"] = plan.size();
+  line["samples_per_s"] = static_cast<double>(plan.size()) / seconds;
+  std::cout << line.dump() << std::endl;
+}
+
+void measure_pipeline(const Options& o, const core::SampleSource& source, int threads) {
+  const auto plan = planned_samples(source, o.load_samples, o.seed);
+  core::SamplePrefetcher prefetcher(source, threads,
+                                    static_cast<std::size_t>(o.prefetch_batches * o.batch));
+  std::vector<float> fields(source.shape().field_elements());
+  std::vector<std::int32_t> labels(source.shape().label_elements());
+  const auto start = Clock::now();
+  prefetcher.announce(plan);
+  for (std::size_t index : plan) prefetcher.take(index, fields, labels);
+  const double seconds = seconds_between(start, Clock::now());
+  auto line = common_fields(o, source, "pipeline");
+  line["loader_threads"] = prefetcher.workers();
+  line["samples"] = plan.size();
+  line["samples_per_s"] = static_cast<double>(plan.size()) / seconds;
+  std::cout << line.dump() << std::endl;
+}
+
+// Training steps as TrainingSession takes them on one rank: draw the batch, announce it and the
+// next prefetch_batches batches (loader_threads 0: load in the step), assemble, forward, loss,
+// backward, Adam.
+void measure_steps(const Options& o, const core::SampleSource& source, int loader_threads) {
+  auto backend = core::make_backend("cpu");
+  core::DeepLabV3Plus model(*backend, o.model);
+  model.initialize(o.seed);
+  auto optimizer = core::make_optimizer(core::OptimizerConfig{}, *backend);
+  optimizer->initialize_state(model.parameters());
+  core::BatchAssembler assembler(*backend, source.shape());
+  const auto batch = static_cast<std::size_t>(o.batch);
+  core::SamplePrefetcher prefetcher(source, loader_threads,
+                                    static_cast<std::size_t>(o.prefetch_batches) * batch);
+  core::EpochSampler sampler(source.size(), o.seed);
+  const std::vector<float> class_weights(static_cast<std::size_t>(o.model.num_classes), 1.0f);
+  const float grad_scale = 1.0f / static_cast<float>(batch * o.height * o.width);
+  core::Tensor fields, labels, dlogits;
+  double step_total = 0, wait_total = 0;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    const auto start = Clock::now();
+    const auto current = sampler.next(batch);
+    std::vector<std::size_t> plan = current.samples;
+    core::EpochSampler ahead = sampler;
+    for (int k = 0; k < o.prefetch_batches; ++k) {
+      const auto next = ahead.next(batch).samples;
+      plan.insert(plan.end(), next.begin(), next.end());
+    }
+    prefetcher.announce(plan);
+    const auto input = assembler.load(prefetcher, current.samples, fields, labels);
+    const core::Tensor& logits = model.forward(fields, /*training=*/true);
+    core::ensure_tensor(*backend, dlogits, logits.dims());
+    backend->softmax_cross_entropy({.logits = logits,
+                                    .labels = labels,
+                                    .class_weights = class_weights,
+                                    .grad_scale = grad_scale},
+                                   dlogits);
+    model.backward(dlogits);
+    optimizer->step(model.parameters(), o.lr);
+    backend->synchronize();
+    if (i < o.warmup) continue;
+    step_total += seconds_between(start, Clock::now());
+    wait_total += input.data_wait_s;
+  }
+  auto line = common_fields(o, source, loader_threads == 0 ? "step_loading_inline" : "overlap");
+  line["loader_threads"] = prefetcher.workers();
+  line["omp_threads"] = omp_get_max_threads();
+  line["model_width"] = o.model.width;
+  line["steps"] = o.steps;
+  line["step_s"] = step_total / o.steps;
+  line["data_wait_s"] = wait_total / o.steps;
+  line["data_wait_fraction"] = wait_total / step_total;
+  // The step's consumption without its wait for data: what the pipeline must deliver.
+  line["compute_samples_per_s"] =
+      static_cast<double>(o.batch) * o.steps / (step_total - wait_total);
+  line["samples_per_s"] = static_cast<double>(o.batch) * o.steps / step_total;
+  std::cout << line.dump() << std::endl;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  if (options.threads > 0) omp_set_num_threads(options.threads);
+  try {
+    options.model.validate();
+    const auto source = open_source(options);
+    if (source->shape().channels != options.model.input_channels)
+      throw std::runtime_error(fmt::format("{} has {} channels, the model takes {}",
+                                           source->describe(), source->shape().channels,
+                                           options.model.input_channels));
+    measure_load(options, *source);
+    for (int threads : options.loader_threads) measure_pipeline(options, *source, threads);
+    measure_steps(options, *source, 0);
+    for (int threads : options.loader_threads) measure_steps(options, *source, threads);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hardy_pipeline_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,201 @@
+#include "hardy/core/data/prefetcher.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::core {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+SamplePrefetcher::SamplePrefetcher(const SampleSource& source, int threads, std::size_t depth)
+    : source_(source), concurrency_(std::max(1, source.load_concurrency())), depth_(depth) {
+  if (threads < 0)
+    throw InvalidArgument(fmt::format("{} loader threads: expected 0 or more", threads));
+  const int count = std::min(threads, std::max(0, source.load_concurrency()));
+  workers_.reserve(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) workers_.emplace_back([this] { work(); });
+}
+
+SamplePrefetcher::~SamplePrefetcher() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  sample_done_.notify_all();
+  for (auto& worker : workers_) worker.join();
+}
+
+std::size_t SamplePrefetcher::depth() const {
+  std::lock_guard lock(mutex_);
+  return depth_;
+}
+
+void SamplePrefetcher::set_depth(std::size_t depth) {
+  {
+    std::lock_guard lock(mutex_);
+    if (depth == depth_) return;
+    depth_ = depth;
+    if (free_buffers_.size() + buffers_in_use_ > depth_)
+      free_buffers_.resize(depth_ > buffers_in_use_ ? depth_ - buffers_in_use_ : 0);
+  }
+  work_ready_.notify_all();
+}
+
+void SamplePrefetcher::announce(std::span<const std::size_t> indices) {
+  if (workers_.empty()) return;  // nothing loads ahead: take() loads every sample itself
+  {
+    std::lock_guard lock(mutex_);
+    plan_.assign(indices.begin(), indices.end());
+    // A plan of a few steps' samples: a sorted copy answers "still wanted?" cheaply.
+    std::vector<std::size_t> wanted(indices.begin(), indices.end());
+    std::sort(wanted.begin(), wanted.end());
+    for (auto it = slots_.begin(); it != slots_.end();) {
+      Slot& slot = it->second;
+      slot.wanted = std::binary_search(wanted.begin(), wanted.end(), it->first);
+      if (!slot.wanted && !slot.loading) {
+        release_buffer(std::move(slot.buffer));
+        it = slots_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  work_ready_.notify_all();
+}
+
+std::deque<std::size_t>::iterator SamplePrefetcher::next_to_load() {
+  const auto window = plan_.begin() + static_cast<std::ptrdiff_t>(std::min(depth_, plan_.size()));
+  return std::find_if(plan_.begin(), window,
+                      [&](std::size_t index) { return !slots_.contains(index); });
+}
+
+SamplePrefetcher::Buffer SamplePrefetcher::acquire_buffer() {
+  ++buffers_in_use_;
+  if (free_buffers_.empty()) return {};  // allocated by the worker, outside the lock
+  Buffer buffer = std::move(free_buffers_.back());
+  free_buffers_.pop_back();
+  return buffer;
+}
+
+void SamplePrefetcher::release_buffer(Buffer&& buffer) {
+  --buffers_in_use_;
+  if (buffers_in_use_ + free_buffers_.size() < depth_) free_buffers_.push_back(std::move(buffer));
+}
+
+void SamplePrefetcher::work() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    std::deque<std::size_t>::iterator next;
+    work_ready_.wait(lock, [&] {
+      if (stopping_) return true;
+      if (buffers_in_use_ >= depth_ || loads_running_ >= concurrency_) return false;
+      next = next_to_load();
+      return next != plan_.end();
+    });
+    if (stopping_) return;
+    const std::size_t index = *next;
+    slots_[index];  // loading, its buffer with this worker until the load ends
+    Buffer buffer = acquire_buffer();
+    ++loads_running_;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      buffer.fields.resize(source_.shape().field_elements());
+      buffer.labels.resize(source_.shape().label_elements());
+      source_.load(index, buffer.fields, buffer.labels);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    --loads_running_;
+    // The slot is still there: only take() (which waits while it loads) and announce() (which
+    // keeps loading slots) remove slots.
+    Slot& slot = slots_.at(index);
+    slot.loading = false;
+    if (slot.wanted) {
+      slot.buffer = std::move(buffer);
+      slot.error = error;
+    } else {
+      release_buffer(std::move(buffer));
+      slots_.erase(index);
+    }
+    sample_done_.notify_all();
+    work_ready_.notify_all();  // a load slot (and maybe a buffer) is free again
+  }
+}
+
+void SamplePrefetcher::load_synchronously(std::size_t index, std::span<float> fields_chw,
+                                          std::span<std::int32_t> labels_hw) {
+  if (workers_.empty()) {  // no worker can be inside load(): this thread owns the source
+    source_.load(index, fields_chw, labels_hw);
+    return;
+  }
+  {
+    std::unique_lock lock(mutex_);
+    work_ready_.wait(lock, [&] { return loads_running_ < concurrency_; });
+    ++loads_running_;
+  }
+  struct Done {
+    SamplePrefetcher& self;
+    ~Done() {
+      {
+        std::lock_guard lock(self.mutex_);
+        --self.loads_running_;
+      }
+      self.work_ready_.notify_all();
+    }
+  } done{*this};
+  source_.load(index, fields_chw, labels_hw);
+}
+
+double SamplePrefetcher::take(std::size_t index, std::span<float> fields_chw,
+                              std::span<std::int32_t> labels_hw) {
+  const auto start = std::chrono::steady_clock::now();
+  if (fields_chw.size() != source_.shape().field_elements() ||
+      labels_hw.size() != source_.shape().label_elements())
+    throw InvalidArgument(
+        fmt::format("sample {} of {}: spans of {} and {} elements, expected {} "
+                    "and {}",
+                    index, source_.describe(), fields_chw.size(), labels_hw.size(),
+                    source_.shape().field_elements(), source_.shape().label_elements()));
+  std::unique_lock lock(mutex_);
+  const auto planned = std::find(plan_.begin(), plan_.end(), index);
+  const auto slot_it = slots_.find(index);
+  if (planned == plan_.end() || slot_it == slots_.end() || !slot_it->second.wanted) {
+    // Never announced, or announced but not started: this thread loads it.
+    if (planned != plan_.end()) plan_.erase(planned);
+    lock.unlock();
+    work_ready_.notify_all();  // the plan's window moved on
+    load_synchronously(index, fields_chw, labels_hw);
+    return seconds_since(start);
+  }
+  plan_.erase(planned);
+  sample_done_.wait(lock, [&] { return stopping_ || !slots_.at(index).loading; });
+  if (stopping_) throw Error("the sample prefetcher is shutting down");
+  auto node = slots_.extract(index);
+  lock.unlock();
+  Slot& slot = node.mapped();
+  if (!slot.error) {  // copied outside the lock: the workers go on meanwhile
+    std::copy(slot.buffer.fields.begin(), slot.buffer.fields.end(), fields_chw.begin());
+    std::copy(slot.buffer.labels.begin(), slot.buffer.labels.end(), labels_hw.begin());
+  }
+  lock.lock();
+  release_buffer(std::move(slot.buffer));
+  lock.unlock();
+  work_ready_.notify_all();
+  if (slot.error) std::rethrow_exception(slot.error);
+  return seconds_since(start);
+}
+
+}  // namespace hardy::core

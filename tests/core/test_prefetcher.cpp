@@ -1,0 +1,297 @@
+// The sample prefetcher against fake sources that count, sleep, throw and note their threads.
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "hardy/core/compute/backend.hpp"
+#include "hardy/core/data/batch_assembler.hpp"
+#include "hardy/core/data/prefetcher.hpp"
+#include "hardy/core/support/error.hpp"
+
+using namespace hardy;
+using namespace hardy::core;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr SampleShape kShape{2, 4, 4};
+
+// Sample i: every field value i + c / 10, every label i % 3. Loads take `delay`; the source
+// counts loads started and finished and notes the threads that called it.
+class FakeSource final : public SampleSource {
+ public:
+  explicit FakeSource(int concurrency = 4, std::chrono::milliseconds delay = 0ms,
+                      std::set<std::size_t> bad = {})
+      : concurrency_(concurrency), delay_(delay), bad_(std::move(bad)) {}
+  std::size_t size() const override { return 1000; }
+  SampleShape shape() const override { return kShape; }
+  std::string describe() const override { return "fake"; }
+  int load_concurrency() const override { return concurrency_; }
+  void load(std::size_t index, std::span<float> fields,
+            std::span<std::int32_t> labels) const override {
+    check_load_arguments(index, fields, labels);
+    started.fetch_add(1);
+    const int inside_now = inside.fetch_add(1) + 1;
+    {
+      std::lock_guard lock(mutex_);
+      threads_.insert(std::this_thread::get_id());
+      most_inside_ = std::max(most_inside_, inside_now);
+      order_.push_back(index);
+    }
+    std::this_thread::sleep_for(delay_);
+    inside.fetch_sub(1);
+    finished.fetch_add(1);
+    if (bad_.contains(index)) throw BadSample(index, "file.h5", "fields are NaN");
+    if (index == 999) throw IoError("disk gone");
+    for (std::size_t k = 0; k < fields.size(); ++k)
+      fields[k] = static_cast<float>(index) + static_cast<float>(k / 16) / 10.0f;
+    std::fill(labels.begin(), labels.end(), static_cast<std::int32_t>(index % 3));
+  }
+  std::set<std::thread::id> threads() const {
+    std::lock_guard lock(mutex_);
+    return threads_;
+  }
+  std::vector<std::size_t> order() const {
+    std::lock_guard lock(mutex_);
+    return order_;
+  }
+  int most_inside() const {
+    std::lock_guard lock(mutex_);
+    return most_inside_;
+  }
+  mutable std::atomic<int> started{0}, finished{0}, inside{0};
+
+ private:
+  int concurrency_;
+  std::chrono::milliseconds delay_;
+  std::set<std::size_t> bad_;
+  mutable std::mutex mutex_;
+  mutable std::set<std::thread::id> threads_;
+  mutable std::vector<std::size_t> order_;
+  mutable int most_inside_ = 0;
+};
+
+struct Sample {
+  std::vector<float> fields = std::vector<float>(kShape.field_elements());
+  std::vector<std::int32_t> labels = std::vector<std::int32_t>(kShape.label_elements());
+  bool operator==(const Sample&) const = default;
+};
+
+// Sample `index` loaded directly, from a source of its own (the sources under test count).
+Sample direct(std::size_t index) {
+  static const FakeSource reference;
+  Sample s;
+  reference.load(index, s.fields, s.labels);
+  return s;
+}
+
+double take(SamplePrefetcher& prefetcher, std::size_t index, Sample& out) {
+  return prefetcher.take(index, out.fields, out.labels);
+}
+
+// Waits (up to 10 s) until `condition` holds.
+template <class Condition>
+bool eventually(Condition condition) {
+  for (int i = 0; i < 1000 && !condition(); ++i) std::this_thread::sleep_for(10ms);
+  return condition();
+}
+
+}  // namespace
+
+TEST_CASE("prefetcher: samples are those of direct loads, announced or not", "[core]") {
+  const FakeSource source;
+  for (int threads : {0, 1, 3}) {
+    SamplePrefetcher prefetcher(source, threads, 4);
+    CHECK(prefetcher.workers() == std::min(threads, 4));
+    const std::vector<std::size_t> plan{5, 3, 8, 3, 1, 9};  // 3 twice: once per epoch
+    prefetcher.announce(plan);
+    for (std::size_t index : plan) {
+      Sample s;
+      take(prefetcher, index, s);
+      CHECK(s == direct(index));
+    }
+    Sample never_announced;
+    take(prefetcher, 42, never_announced);
+    CHECK(never_announced == direct(42));
+  }
+}
+
+TEST_CASE("prefetcher: loading overlaps with the consumer's work", "[core]") {
+  const FakeSource source(4, 50ms);
+  SamplePrefetcher prefetcher(source, 2, 4);
+  const std::vector<std::size_t> plan{1, 2, 3, 4};
+  prefetcher.announce(plan);
+  // The "step": long enough for two threads to load all four samples (200 ms of loads).
+  REQUIRE(eventually([&] { return source.finished.load() == 4; }));
+  double waited = 0;
+  for (std::size_t index : plan) {
+    Sample s;
+    waited += take(prefetcher, index, s);
+    CHECK(s == direct(index));
+  }
+  CHECK(waited < 0.04);  // a synchronous load alone takes 0.05 s
+  Sample s;
+  CHECK(take(prefetcher, 7, s) >= 0.045);  // not announced: loaded while the caller waits
+}
+
+TEST_CASE("prefetcher: never more than the depth loads ahead of consumption", "[core]") {
+  const FakeSource source(8, 5ms);
+  const std::size_t depth = 3;
+  SamplePrefetcher prefetcher(source, 4, depth);
+  std::vector<std::size_t> plan(40);
+  for (std::size_t i = 0; i < plan.size(); ++i) plan[i] = i;
+  prefetcher.announce(plan);
+  int taken = 0, most_ahead = 0;
+  for (std::size_t index : plan) {
+    std::this_thread::sleep_for(10ms);  // slower than the workers: they would race ahead
+    most_ahead = std::max(most_ahead, source.started.load() - taken);
+    Sample s;
+    take(prefetcher, index, s);
+    ++taken;
+  }
+  CHECK(most_ahead <= static_cast<int>(depth));
+  CHECK(most_ahead >= 2);  // it does load ahead
+  auto order = source.order();
+  std::sort(order.begin(), order.end());
+  CHECK(order == plan);  // each sample once
+}
+
+TEST_CASE("prefetcher: a new plan drops queued work no longer wanted and keeps the rest",
+          "[core]") {
+  const FakeSource source(4, 20ms);
+  SamplePrefetcher prefetcher(source, 1, 2);
+  prefetcher.announce(std::vector<std::size_t>{10, 11, 12, 13, 14, 15});
+  REQUIRE(eventually([&] { return source.finished.load() == 2; }));  // 10 and 11 loaded
+  // A "rebalance": this rank now needs 11, 20 and 21; 10 is no longer wanted, 12.. never start.
+  prefetcher.announce(std::vector<std::size_t>{11, 20, 21});
+  REQUIRE(eventually([&] { return source.finished.load() == 3; }));
+  std::this_thread::sleep_for(100ms);  // time enough to load anything else it (wrongly) queued
+  Sample s;
+  take(prefetcher, 11, s);  // kept from the first plan: not loaded again (below)
+  CHECK(s == direct(11));
+  take(prefetcher, 20, s);
+  take(prefetcher, 21, s);
+  CHECK(s == direct(21));
+  const auto order = source.order();
+  CHECK(std::vector<std::size_t>(order.begin(), order.begin() + 4) ==
+        std::vector<std::size_t>{10, 11, 20, 21});
+  CHECK(std::count(order.begin(), order.end(), 12) == 0);
+  CHECK(std::count(order.begin(), order.end(), 11) == 1);
+}
+
+TEST_CASE("prefetcher: a background load's exception comes out of that sample's take()", "[core]") {
+  const FakeSource source(4, 0ms, {6});
+  SamplePrefetcher prefetcher(source, 2, 4);
+  prefetcher.announce(std::vector<std::size_t>{5, 6, 7, 999});
+  REQUIRE(eventually([&] { return source.finished.load() == 4; }));
+  Sample s;
+  CHECK_NOTHROW(take(prefetcher, 5, s));
+  try {
+    take(prefetcher, 6, s);
+    FAIL("no exception");
+  } catch (const BadSample& bad) {
+    CHECK(bad.index() == 6);
+    CHECK(bad.file() == "file.h5");
+    CHECK(std::string(bad.what()) == "file.h5: fields are NaN");
+  }
+  CHECK_NOTHROW(take(prefetcher, 7, s));
+  CHECK(s == direct(7));
+  CHECK_THROWS_AS(take(prefetcher, 999, s), IoError);
+}
+
+TEST_CASE("prefetcher: destroyed while loads run, with work queued", "[core]") {
+  const FakeSource source(4, 100ms);
+  {
+    SamplePrefetcher prefetcher(source, 2, 8);
+    prefetcher.announce(std::vector<std::size_t>{1, 2, 3, 4, 5, 6});
+    REQUIRE(eventually([&] { return source.inside.load() == 2; }));
+  }  // joins after the two running loads; the queued ones never start
+  CHECK(source.inside.load() == 0);
+  CHECK(source.started.load() < 6);
+  {
+    SamplePrefetcher prefetcher(source, 2, 8);
+    prefetcher.announce(std::vector<std::size_t>{1, 2, 3});
+    Sample s;
+    take(prefetcher, 1, s);  // then the consumer leaves (an exception mid-step)
+  }
+}
+
+TEST_CASE("prefetcher: a source that only its owner may call loads on the caller's thread",
+          "[core]") {
+  const FakeSource source(0);
+  SamplePrefetcher prefetcher(source, 4, 8);
+  CHECK(prefetcher.workers() == 0);
+  prefetcher.announce(std::vector<std::size_t>{1, 2, 3});
+  std::this_thread::sleep_for(20ms);
+  CHECK(source.started.load() == 0);
+  Sample s;
+  for (std::size_t index : {1, 2, 3}) {
+    take(prefetcher, index, s);
+    CHECK(s == direct(index));
+  }
+  CHECK(source.threads() == std::set<std::thread::id>{std::this_thread::get_id()});
+}
+
+TEST_CASE("prefetcher: a source of concurrency 1 is never entered by two threads", "[core]") {
+  const FakeSource source(1, 2ms);
+  SamplePrefetcher prefetcher(source, 3, 6);
+  CHECK(prefetcher.workers() == 1);
+  std::vector<std::size_t> plan;
+  for (std::size_t i = 0; i < 30; ++i) plan.push_back(i % 2 == 0 ? i : 500 + i);
+  // Every other sample is announced: the consumer loads those itself, beside the worker.
+  std::vector<std::size_t> announced;
+  for (std::size_t index : plan)
+    if (index < 500) announced.push_back(index);
+  prefetcher.announce(announced);
+  std::vector<Sample> taken(plan.size());
+  for (std::size_t i = 0; i < plan.size(); ++i) take(prefetcher, plan[i], taken[i]);
+  CHECK(source.most_inside() == 1);
+  for (std::size_t i = 0; i < plan.size(); ++i) CHECK(taken[i] == direct(plan[i]));
+}
+
+TEST_CASE("batch assembler: skip fills a bad sample with ignored pixels and reports it", "[core]") {
+  const FakeSource source(4, 0ms, {6});
+  auto backend = make_backend("cpu");
+  BatchAssembler assembler(*backend, kShape);
+  SamplePrefetcher prefetcher(source, 1, 4);
+  const std::vector<std::size_t> batch{5, 6, 7};
+  prefetcher.announce(batch);
+  Tensor fields, labels;
+  CHECK_THROWS_AS(assembler.load(prefetcher, batch, fields, labels, BadSamplePolicy::fail),
+                  BadSample);
+
+  prefetcher.announce(batch);
+  const BatchLoad load = assembler.load(prefetcher, batch, fields, labels, BadSamplePolicy::skip);
+  REQUIRE(load.skipped.size() == 1);
+  CHECK(load.skipped[0].index == 6);
+  CHECK(load.skipped[0].file == "file.h5");
+  CHECK(load.skipped[0].reason == "fields are NaN");
+  CHECK(load.data_wait_s >= 0);
+  // Against the direct path on a batch without the bad sample: 5 and 7 are the same, 6 empty.
+  Tensor good_fields, good_labels;
+  assembler.load(source, std::vector<std::size_t>{5, 5, 7}, good_fields, good_labels);
+  Tensor host_fields = Tensor::host(fields.dims(), DType::f32, Layout::nchw);
+  Tensor host_good = Tensor::host(fields.dims(), DType::f32, Layout::nchw);
+  backend->copy(fields, host_fields);
+  backend->copy(good_fields, host_good);
+  const auto per_sample = static_cast<std::ptrdiff_t>(kShape.field_elements());
+  const auto f = host_fields.f32(), g = host_good.f32();
+  CHECK(std::equal(f.begin(), f.begin() + per_sample, g.begin()));
+  CHECK(std::all_of(f.begin() + per_sample, f.begin() + 2 * per_sample,
+                    [](float v) { return v == 0.0f; }));
+  CHECK(std::equal(f.begin() + 2 * per_sample, f.end(), g.begin() + 2 * per_sample));
+  const auto* label = labels.data<std::int32_t>();
+  const auto plane = static_cast<std::ptrdiff_t>(kShape.label_elements());
+  CHECK(std::all_of(label + plane, label + 2 * plane,
+                    [](std::int32_t l) { return l == kIgnoreLabel; }));
+  CHECK(label[0] == 5 % 3);
+  CHECK(label[2 * plane] == 7 % 3);
+  CHECK(parse_bad_sample_policy("skip") == BadSamplePolicy::skip);
+  CHECK(to_string(BadSamplePolicy::fail) == "fail");
+  CHECK_THROWS_AS(parse_bad_sample_policy("ignore"), InvalidArgument);
+}
