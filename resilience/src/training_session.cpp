@@ -597,7 +597,7 @@ int TrainingSession::State::run() {
                                  data.held_out->describe());
       }
       std::cout << fmt::format(
-          "hardy: waited for data {:.1f} s, {:.1f}% of the step time ({} loader thread(s), {} "
+          "hardy: waited for data {:.2f} s, {:.1f}% of the step time ({} loader thread(s), {} "
           "steps ahead){}\n",
           data_wait_total_s, 100 * wait_fraction, prefetcher.workers(), config.prefetch_batches,
           skipped_samples.empty()
