@@ -187,10 +187,8 @@ TEST_CASE(
   std::filesystem::remove_all(run_dir);
 }
 
-// Hidden until the loss leaves out kIgnoreLabel pixels (the loss rejects them today); enable by
-// removing "[.]" once it does.
 TEST_CASE("training session: --bad-samples skip leaves the sample out, logs it once and goes on",
-          "[.][recovery][needs-ignore-label]") {
+          "[recovery]") {
   const auto run_dir = fresh_run_dir("skip");
   const long steps = 6;  // two epochs of 24 samples: the bad one comes twice
   InProcessWorld world(2, 2);

@@ -563,12 +563,18 @@ std::array<double, kNumClasses> class_frequencies(const SampleSource& source,
   std::vector<std::int32_t> labels(shape.label_elements());
   std::array<std::uint64_t, kNumClasses> counts{};
   const std::size_t samples = std::min(source.size(), max_samples);
+  std::size_t counted = 0;
   for (std::size_t index = 0; index < samples; ++index) {
-    source.load(index, fields, labels);
+    try {
+      source.load(index, fields, labels);
+    } catch (const BadSample&) {
+      continue;  // the training step meets it again and applies the job's --bad-samples policy
+    }
     for (std::int32_t label : labels) ++counts.at(static_cast<std::size_t>(label));
+    ++counted;
   }
   std::array<double, kNumClasses> frequencies{};
-  const double total = static_cast<double>(samples) * shape.label_elements();
+  const double total = static_cast<double>(counted) * shape.label_elements();
   for (int k = 0; k < kNumClasses; ++k) frequencies[k] = total > 0 ? counts[k] / total : 0.0;
   return frequencies;
 }

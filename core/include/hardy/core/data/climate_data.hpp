@@ -97,7 +97,8 @@ class SyntheticClimate final : public SampleSource {
 };
 
 // Fraction of pixels of each class over the first min(size(), max_samples) samples; the input to
-// class-balancing loss weights.
+// class-balancing loss weights. Samples that cannot be read (BadSample) are left out: the training
+// step meets them again and applies the job's --bad-samples policy.
 std::array<double, kNumClasses> class_frequencies(const SampleSource& source,
                                                   std::size_t max_samples);
 
