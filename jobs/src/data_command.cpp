@@ -7,6 +7,7 @@
 #include "command_line.hpp"
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/data/dataset.hpp"
+#include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 
@@ -17,10 +18,21 @@ namespace hardy::jobs {
 namespace {
 
 constexpr const char* kDataUsage =
-    "Usage: hardy data generate --out DIR [--samples N] [--height H] [--width W] [--seed S]\n\n"
+    "Usage: hardy data generate --out DIR [--format hardy|deepcam] [--samples N]\n"
+    "                           [--validation-samples M] [--test-samples K] [--height H]\n"
+    "                           [--width W] [--seed S] [--samples-per-file F]\n\n"
     "Writes synthetic climate-like samples (16 channels, with tropical-cyclone and "
     "atmospheric-river\n"
-    "masks) into HDF5 files, the same for the same seed.\n";
+    "masks) into HDF5 files, the same for the same seed.\n"
+    "  --format hardy    hardy's own layout (default): DIR/climate-*.h5 and index.json, 64x64 "
+    "by default\n"
+    "  --format deepcam  the MLPerf HPC DeepCAM layout: DIR/stats.h5, DIR/train/, "
+    "DIR/validation/\n"
+    "                    (DIR/test/ with --test-samples), one data-YYYY-MM-DD-TT-R.h5 per "
+    "sample,\n"
+    "                    fields in physical units, 768x1152 by default; --samples counts the "
+    "training\n"
+    "                    samples\n";
 
 }  // namespace
 
@@ -28,9 +40,13 @@ po::options_description data_generate_options() {
   po::options_description options("hardy data generate options");
   options.add_options()("help,h", "print this help")("out", po::value<std::string>(),
                                                      "output directory (created)")(
-      "samples", po::value<long>()->default_value(256), "number of samples")(
-      "height", po::value<int>()->default_value(64), "sample height in pixels")(
-      "width", po::value<int>()->default_value(64), "sample width in pixels")(
+      "format", po::value<std::string>()->default_value("hardy"), "hardy or deepcam")(
+      "samples", po::value<long>()->default_value(256),
+      "number of samples (deepcam: training samples)")("validation-samples", po::value<long>(),
+                                                       "deepcam: validation samples (default 4)")(
+      "test-samples", po::value<long>(), "deepcam: test samples (default 0)")(
+      "height", po::value<int>(), "sample height in pixels (default 64; deepcam 768)")(
+      "width", po::value<int>(), "sample width in pixels (default 64; deepcam 1152)")(
       "seed", po::value<std::uint64_t>()->default_value(1),
       "seed; the same seed gives the same files")(
       "samples-per-file", po::value<long>()->default_value(256), "samples in each HDF5 file");
@@ -51,14 +67,46 @@ int data_command(const std::vector<std::string>& args) {
     throw InvalidArgument(
         fmt::format("unknown data command '{}'; the one command is 'generate'", args.front()));
   if (!vm.count("out")) throw InvalidArgument("--out DIR is required");
+  const std::string format = vm["format"].as<std::string>();
+  if (format != "hardy" && format != "deepcam")
+    throw InvalidArgument(
+        fmt::format("unknown --format '{}'; the formats are hardy and deepcam", format));
+  const bool deepcam = format == "deepcam";
   const long samples = vm["samples"].as<long>(), per_file = vm["samples-per-file"].as<long>();
-  const int height = vm["height"].as<int>(), width = vm["width"].as<int>();
+  const int height = vm.count("height") ? vm["height"].as<int>() : deepcam ? 768 : 64;
+  const int width = vm.count("width") ? vm["width"].as<int>() : deepcam ? 1152 : 64;
   if (samples <= 0) throw InvalidArgument("--samples must be positive");
+  if (!deepcam && (vm.count("validation-samples") || vm.count("test-samples")))
+    throw InvalidArgument("--validation-samples and --test-samples go with --format deepcam");
+  if (deepcam && !vm["samples-per-file"].defaulted())
+    throw InvalidArgument("--samples-per-file does not apply to --format deepcam (one per file)");
   if (per_file <= 0) throw InvalidArgument("--samples-per-file must be positive");
   if (height < 16 || width < 16)
     throw InvalidArgument(
         fmt::format("--height and --width must be at least 16 (got {}x{})", height, width));
   const std::filesystem::path out = vm["out"].as<std::string>();
+  if (deepcam) {
+    const long validation =
+        vm.count("validation-samples") ? vm["validation-samples"].as<long>() : 4;
+    const long test = vm.count("test-samples") ? vm["test-samples"].as<long>() : 0;
+    if (validation < 0 || test < 0)
+      throw InvalidArgument("--validation-samples and --test-samples must not be negative");
+    const core::DeepCamGenerateOptions options{.train = static_cast<std::size_t>(samples),
+                                               .validation = static_cast<std::size_t>(validation),
+                                               .test = static_cast<std::size_t>(test),
+                                               .height = height,
+                                               .width = width,
+                                               .seed = vm["seed"].as<std::uint64_t>()};
+    const auto start = std::chrono::steady_clock::now();
+    core::write_deepcam_dataset(out, options);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << fmt::format(
+        "wrote a DeepCAM dataset of {} training, {} validation and {} test samples of 16x{}x{} to "
+        "{} in {:.1f} s\n",
+        samples, validation, test, height, width, out.string(), seconds);
+    return 0;
+  }
   const core::SyntheticClimate source({16, height, width}, static_cast<std::size_t>(samples),
                                       vm["seed"].as<std::uint64_t>());
   const auto start = std::chrono::steady_clock::now();

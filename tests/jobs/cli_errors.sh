@@ -40,6 +40,15 @@ expect 2 "height" -- train --height 30 --run-dir "$tmp/b"
 expect 2 "does not exist" -- eval --run-dir "$tmp/none"
 expect 2 "--out" -- data generate --samples 3
 expect 2 "samples" -- data generate --out "$tmp/d" --samples -4
+expect 2 "'netcdf'" -- data generate --out "$tmp/d" --format netcdf
+expect 2 "format deepcam" -- data generate --out "$tmp/d" --validation-samples 2
+expect 2 "one per file" -- data generate --out "$tmp/d" --format deepcam --samples-per-file 4
+expect 2 "at least 16" -- data generate --out "$tmp/d" --format deepcam --height 8 --width 8
+expect 0 "DeepCAM dataset of 2 training, 1 validation and 1 test" -- data generate --format deepcam \
+  --out "$tmp/deepcam" --samples 2 --validation-samples 1 --test-samples 1 --height 16 --width 24
+[ -f "$tmp/deepcam/stats.h5" ] && [ -f "$tmp/deepcam/test/data-2000-01-01-03-1.h5" ] ||
+  { echo "FAILED: data generate --format deepcam wrote no stats.h5 or test split"; failures=$((failures + 1)); }
+expect 2 "already holds" -- data generate --format deepcam --out "$tmp/deepcam" --samples 2 --height 16 --width 24
 expect 2 "$tmp/missing" -- train --dataset "$tmp/missing" --run-dir "$tmp/c" --steps 1
 printf 'steps = 2\nbogus-key = 1\n' >"$tmp/bad.ini"
 expect 2 "bogus-key" -- train --config "$tmp/bad.ini"
