@@ -59,13 +59,15 @@ int data_command(const std::vector<std::string>& args) {
     std::cout << kDataUsage << "\n" << options << "\n";
     return 2;
   }
+  if (args.front() == "stage")
+    return data_stage_command(std::vector<std::string>(args.begin() + 1, args.end()));
   const bool generate = args.front() == "generate";
   const std::vector<std::string> rest(args.begin() + (generate ? 1 : 0), args.end());
   po::variables_map vm;
   if (!parse_command_line(rest, options, {"hardy data generate", kDataUsage}, vm)) return 0;
   if (!generate)
-    throw InvalidArgument(
-        fmt::format("unknown data command '{}'; the one command is 'generate'", args.front()));
+    throw InvalidArgument(fmt::format(
+        "unknown data command '{}'; the commands are 'generate' and 'stage'", args.front()));
   if (!vm.count("out")) throw InvalidArgument("--out DIR is required");
   const std::string format = vm["format"].as<std::string>();
   if (format != "hardy" && format != "deepcam")

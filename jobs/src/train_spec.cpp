@@ -251,8 +251,15 @@ TrainSpec spec_from(po::variables_map& vm) {
   deepcam.downsample = get<int>(vm, "downsample");
   require(deepcam.downsample >= 1, "--downsample must be at least 1");
   const bool deepcam_layout = has_dataset && core::is_deepcam_layout(spec.data.dataset);
-  for (const char* option : {"labels", "channels", "crop", "downsample", "stage-to"})
-    require(vm[option].defaulted() || deepcam_layout,
+  // By value, not by whether an option was given: config.ini spells out every default.
+  const std::pair<const char*, bool> deepcam_only[] = {
+      {"labels", deepcam.label_set != 0},
+      {"channels", !deepcam.channels.empty()},
+      {"crop", deepcam.crop_height > 0},
+      {"downsample", deepcam.downsample != 1},
+      {"stage-to", !get<std::string>(vm, "stage-to").empty()}};
+  for (const auto& [option, chosen] : deepcam_only)
+    require(!chosen || deepcam_layout,
             fmt::format("--{} needs a dataset in the DeepCAM layout (--dataset ROOT with "
                         "ROOT/stats.h5 and ROOT/train/)",
                         option));

@@ -79,8 +79,7 @@ void TrainingSession::State::restage(bool wait, const std::string& reason) {
   const auto copied = comm().allgather(static_cast<std::int64_t>(report.copied));
   const auto current = comm().allgather(static_cast<std::int64_t>(report.current));
   const auto bytes = comm().allgather(static_cast<std::int64_t>(report.bytes_copied));
-  const auto homed =
-      comm().allgather(static_cast<std::int64_t>(membership.first_on_host() ? plan.homed_here : 0));
+  const auto homed = comm().allgather(static_cast<std::int64_t>(copier ? plan.homed_here : 0));
   const auto sum = [](const std::vector<std::int64_t>& v) {
     return std::accumulate(v.begin(), v.end(), std::int64_t{0});
   };

@@ -59,9 +59,10 @@ struct TrainingSession::State final : StateSource {
   // Tells the prefetcher this step's samples and those of the next prefetch_batches steps, read
   // from a copy of the sampler (the real one moves only when a step draws its batch).
   void announce_ahead(const std::vector<std::size_t>& mine, std::size_t global_batch);
-  // Every rank's samples skipped this step (under --bad-samples skip), gathered on every rank:
-  // one sample_skipped event per sample of the job, whichever rank met it.
-  void report_skipped(const std::vector<core::SkippedSample>& mine, long this_step);
+  // Every rank's bad samples of this step (collective; every rank gets all of them, as JSON
+  // records: sample, file, reason, rank, step).
+  std::vector<nlohmann::json> gather_bad_samples(const std::vector<core::SkippedSample>& mine,
+                                                 long this_step);
   void commit_step(const std::function<void()>& log_step);
   void check_same_plan(const core::GlobalBatch& batch);
   void verify_replicas(long step);

@@ -348,8 +348,8 @@ void TrainingSession::State::announce_ahead(const std::vector<std::size_t>& mine
   prefetcher.announce(plan);
 }
 
-void TrainingSession::State::report_skipped(const std::vector<core::SkippedSample>& mine,
-                                            long this_step) {
+std::vector<nlohmann::json> TrainingSession::State::gather_bad_samples(
+    const std::vector<core::SkippedSample>& mine, long this_step) {
   nlohmann::json records = nlohmann::json::array();
   for (const auto& s : mine)
     records.push_back({{"sample", s.index},
@@ -359,15 +359,15 @@ void TrainingSession::State::report_skipped(const std::vector<core::SkippedSampl
                        {"step", this_step}});
   std::string text = mine.empty() ? std::string() : records.dump();
   const auto lengths = comm().allgather(static_cast<std::int64_t>(text.size()));
+  std::vector<nlohmann::json> all;
   for (int r = 0; r < comm().size(); ++r) {
     const auto length = static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]);
     if (length == 0) continue;
     std::string theirs = r == comm().rank() ? text : std::string(length, '\0');
     comm().broadcast(std::as_writable_bytes(std::span(theirs.data(), theirs.size())), r);
-    for (auto& record : nlohmann::json::parse(theirs))
-      if (skipped_samples.insert(record["sample"].get<std::size_t>()).second)
-        events.emit("sample_skipped", std::move(record));
+    for (auto& record : nlohmann::json::parse(theirs)) all.push_back(std::move(record));
   }
+  return all;
 }
 
 void TrainingSession::State::train_step() {
@@ -386,7 +386,9 @@ void TrainingSession::State::train_step() {
   const std::vector<std::size_t> mine = local_samples(current_batch);
   announce_ahead(mine, global_batch);
   const core::BatchLoad input =
-      assembler.load(prefetcher, mine, fields, labels, config.bad_samples);
+      // Always filled in as skip: whether a bad sample ends the job is decided below, by every
+      // rank together.
+      assembler.load(prefetcher, mine, fields, labels, core::BadSamplePolicy::skip);
 
   const core::Tensor& logits = model.forward(fields, /*training=*/true, &cross_rank);
   core::ensure_tensor(*backend, dlogits, logits.dims());
@@ -417,7 +419,20 @@ void TrainingSession::State::train_step() {
     // loss scale (1 unless fp16) comes off here.
     reducer->finish(1.0f / loss_scale);
     comm().allreduce_sum(loss);
-    if (loss[1] > 0) report_skipped(input.skipped, this_step);
+    if (loss[1] > 0) {
+      // Every rank learns of every bad sample of the step, so that under fail all of them end
+      // the job together (one rank ending alone would look like a process failure to recover
+      // from), and under skip the lead logs each sample once.
+      const auto bad = gather_bad_samples(input.skipped, this_step);
+      if (config.bad_samples == core::BadSamplePolicy::fail && !bad.empty())
+        throw InvalidArgument(
+            fmt::format("{}: {} (step {}; --bad-samples skip would leave such samples out)",
+                        bad.front()["file"].get<std::string>(),
+                        bad.front()["reason"].get<std::string>(), this_step));
+      for (auto record : bad)
+        if (skipped_samples.insert(record["sample"].get<std::size_t>()).second)
+          events.emit("sample_skipped", std::move(record));
+    }
   }
   const double allreduce_s = seconds_since(reduce_start);
   const float lr = current_lr(step);

@@ -10,6 +10,7 @@ what happened, and that the final loss is within 2% of a failure-free run with t
 """
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,8 @@ def train(run, ranks, *options, during=None, timeout=420):
         print(output[-4000:])
         raise subprocess.TimeoutExpired(command, timeout)
     print(output[-2500:] if status else output[-600:], flush=True)
+    if os.environ.get("HARDY_FAULT_LOG"):
+        Path(os.environ["HARDY_FAULT_LOG"]).write_text(output)
     return status, read_jsonl(run / "events.jsonl"), read_jsonl(run / "metrics.jsonl")
 
 
@@ -108,6 +111,7 @@ with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
     status, reference_events, reference = train(tmp / "reference", RANKS)
     check(status == 0 and len(reference) == STEPS, f"failure-free reference run finished {len(reference)} steps")
     run = tmp / "faulty"
+    shutil.rmtree(tmp / "stage", ignore_errors=True)  # the faulty run stages afresh
     started = time.time()
     status, events, metrics = train(run, RANKS, *options, during=during)
     names = [e["event"] for e in events]
