@@ -12,8 +12,9 @@
 //       --loader-threads 1,2 --steps 4   (one command line)
 //
 // --source picks the SampleSource (open_source below): `synthetic` (SyntheticClimate of
-// --input-channels x --height x --width) today; a reader of DeepCAM files goes there as
-// `deepcam --data DIR`, with the shape read from the files.
+// --input-channels x --height x --width), or `deepcam --data ROOT [--downsample K]` (the train
+// split of a DeepCAM-layout dataset, e.g. from `hardy data generate --format deepcam`; the
+// sample shape comes from the files).
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -29,6 +30,7 @@
 #include "hardy/core/compute/backend.hpp"
 #include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/data/prefetcher.hpp"
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/nn/model.hpp"
@@ -43,6 +45,8 @@ namespace {
 struct Options : bench::ModelShape {
   Options() : ModelShape{8, 64, 64, {}} {}
   std::string source = "synthetic";
+  std::string data;               // --source deepcam: the dataset root
+  int downsample = 1;             // --source deepcam
   std::size_t samples = 256;      // the source's size (synthetic)
   std::size_t load_samples = 32;  // loaded by the load and pipeline measurements
   std::vector<int> loader_threads{1, 2};
@@ -55,7 +59,8 @@ struct Options : bench::ModelShape {
 
 constexpr bench::Command kCommand{
     "hardy_pipeline_bench",
-    "usage: hardy_pipeline_bench [--source synthetic] [--samples N] [--load-samples N]\n"
+    "usage: hardy_pipeline_bench [--source synthetic|deepcam] [--data ROOT] [--downsample K]\n"
+    "         [--samples N] [--load-samples N]\n"
     "         [--batch N] [--height H] [--width W] [--input-channels C] [--model-width W]\n"
     "         [--aspp-channels A] [--decoder-channels D] [--low-level-channels L]\n"
     "         [--loader-threads 1,2] [--prefetch-batches K] [--threads T] [--warmup S]\n"
@@ -68,6 +73,10 @@ Options parse(int argc, char** argv) {
                        using bench::parse_number;
                        if (flag == "--source")
                          o.source = std::string(value);
+                       else if (flag == "--data")
+                         o.data = std::string(value);
+                       else if (flag == "--downsample")
+                         o.downsample = parse_number<int>(flag, value);
                        else if (flag == "--samples")
                          o.samples = parse_number<std::size_t>(flag, value);
                        else if (flag == "--load-samples")
@@ -95,7 +104,14 @@ std::unique_ptr<core::SampleSource> open_source(const Options& o) {
   if (o.source == "synthetic")
     return std::make_unique<core::SyntheticClimate>(
         core::SampleShape{o.model.input_channels, o.height, o.width}, o.samples, o.seed);
-  bench::usage_error(kCommand, fmt::format("unknown --source {} (available: synthetic)", o.source));
+  if (o.source == "deepcam") {
+    if (o.data.empty()) bench::usage_error(kCommand, "--source deepcam needs --data ROOT");
+    core::DeepCamOptions options;
+    options.downsample = o.downsample;
+    return std::make_unique<core::DeepCamDataset>(o.data, "train", options);
+  }
+  bench::usage_error(kCommand,
+                     fmt::format("unknown --source {} (available: synthetic, deepcam)", o.source));
 }
 
 nlohmann::json common_fields(const Options& o, const core::SampleSource& source,
@@ -208,11 +224,13 @@ void measure_steps(const Options& o, const core::SampleSource& source, int loade
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options options = parse(argc, argv);
+  Options options = parse(argc, argv);
   if (options.threads > 0) omp_set_num_threads(options.threads);
   try {
     options.model.validate();
     const auto source = open_source(options);
+    options.height = source->shape().height;  // the model trains on what the source gives
+    options.width = source->shape().width;
     if (source->shape().channels != options.model.input_channels)
       throw std::runtime_error(fmt::format("{} has {} channels, the model takes {}",
                                            source->describe(), source->shape().channels,

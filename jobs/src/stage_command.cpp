@@ -110,7 +110,7 @@ int data_stage_command(const std::vector<std::string>& args) {
               << std::flush;
   });
   std::cout << fmt::format(
-      "copied {} file(s) ({:.2f} GB) in {:.1f} s, {:.2f} GB/s; {} already "
+      "copied {} file(s) ({:.2f} GB) in {:.3f} s, {:.2f} GB/s; {} already "
       "current\n",
       report.copied, static_cast<double>(report.bytes_copied) / 1e9, report.seconds,
       report.bytes_per_second() / 1e9, report.current);

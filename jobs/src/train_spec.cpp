@@ -116,8 +116,9 @@ po::options_description train_options() {
       "stage-threads", po::value<int>()->default_value(4), "parallel copies per node when staging")(
       "prefetch-batches", po::value<long>()->default_value(2),
       "batches loaded ahead on background threads, overlapped with compute (0: load in the "
-      "step)")("loader-threads", po::value<int>()->default_value(2),
-               "threads loading those batches");
+      "step)")("loader-threads", po::value<int>()->default_value(1),
+               "threads loading those batches (more pay where cores are free beside the "
+               "step's)");
   po::options_description model("Model");
   model.add_options()("model-width", po::value<int>()->default_value(16),
                       "channels of the first encoder stage (later stages double it)")(

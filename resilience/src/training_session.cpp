@@ -89,6 +89,13 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   if (config.prefetch_batches < 0)
     throw InvalidArgument(
         fmt::format("--prefetch-batches {} is negative", config.prefetch_batches));
+  if (const auto shape = data.train->shape();
+      shape.height % core::ModelConfig::output_stride != 0 ||
+      shape.width % core::ModelConfig::output_stride != 0)
+    throw InvalidArgument(fmt::format(
+        "{} has samples of {}x{}; the model needs multiples of {} (choose --crop or --downsample "
+        "to get them)",
+        data.train->describe(), shape.height, shape.width, core::ModelConfig::output_stride));
   if (config.ranks_per_node > 1 && world_size % config.ranks_per_node != 0)
     throw InvalidArgument(fmt::format("{} ranks do not make whole nodes of --ranks-per-node {}",
                                       world_size, config.ranks_per_node));
