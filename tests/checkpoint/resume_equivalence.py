@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Resuming from a checkpoint continues the same training (CTest label `mpi`).
 
-Usage: resume_equivalence.py HARDY MPIRUN [MPIRUN FLAGS...]
+Usage: resume_equivalence.py [--deepcam] HARDY MPIRUN [MPIRUN FLAGS...]
+
+With --deepcam the same on a generated set in the published DeepCAM layout, cropped (the crop
+of a sample is fixed, so a resumed job sees the same pixels) and staged to node-local storage.
 
 20 steps straight against 10 steps, a resume from the step-10 checkpoint, and 10 more steps
 (`--steps 20` is the job's total): final parameters bit-identical on 1 rank, and within 1e-5
@@ -24,8 +27,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from hardy_test import Checks  # noqa: E402
 
-hardy, mpirun = sys.argv[1], sys.argv[2:]
-TRAIN = ["--synthetic", "--samples", "36", "--height", "64", "--width", "64", "--global-batch", "12",
+deepcam = sys.argv[1] == "--deepcam"
+hardy, mpirun = sys.argv[1 + deepcam], sys.argv[2 + deepcam:]
+DATA = ["--synthetic", "--samples", "36", "--height", "64", "--width", "64"]
+TRAIN = ["--global-batch", "12",
          "--eval-samples", "0", "--seed", "3", "--warmup-steps", "3", "--lr-decay", "none",
          "--optimizer", "sgd", "--lr", "0.01",
          "--checkpoint-every", "10", "--audit-samples", "--log-every", "100"]
@@ -33,7 +38,7 @@ check = Checks()
 
 
 def train(run, ranks, steps, *extra):
-    command = [hardy, "train", *TRAIN, "--run-dir", str(run), "--steps", str(steps), *extra]
+    command = [hardy, "train", *DATA, *TRAIN, "--run-dir", str(run), "--steps", str(steps), *extra]
     if ranks > 1:
         command = [*mpirun, "-n", str(ranks), *command]
     subprocess.run(command, check=True, timeout=300, stdout=subprocess.DEVNULL)
@@ -54,6 +59,11 @@ def audit(run):
 
 with tempfile.TemporaryDirectory(prefix="hardy-resume-") as tmp:
     tmp = Path(tmp)
+    if deepcam:
+        subprocess.run([hardy, "data", "generate", "--format", "deepcam", "--out", str(tmp / "deepcam"),
+                        "--samples", "36", "--validation-samples", "1", "--height", "64", "--width", "96"],
+                       check=True, stdout=subprocess.DEVNULL)
+        DATA = ["--dataset", str(tmp / "deepcam"), "--crop", "48,64", "--stage-to", str(tmp / "stage")]
     for name, first, second, tolerance in (("1 rank", 1, 1, 0.0), ("4 ranks", 4, 4, 1e-5), ("4 -> 3 ranks", 4, 3, 1e-5)):
         straight, resumed = tmp / f"straight-{first}", tmp / f"resumed-{first}-{second}"
         if not straight.exists():
@@ -79,4 +89,4 @@ with tempfile.TemporaryDirectory(prefix="hardy-resume-") as tmp:
                   f"{name}: parameters within {tolerance} relative ({relative:.2e}; worst tensor {worst:.2e})")
         check(audit(straight) == audit(resumed), f"{name}: the resumed job saw the same samples at every step")
 
-check.finish("resume equivalence")
+check.finish("resume equivalence" + (" (DeepCAM layout)" if deepcam else ""))
