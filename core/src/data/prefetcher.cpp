@@ -119,16 +119,23 @@ void SamplePrefetcher::work() {
     }
     lock.lock();
     --loads_running_;
-    // The slot is still there: only take() (which waits while it loads) and announce() (which
-    // keeps loading slots) remove slots.
-    Slot& slot = slots_.at(index);
-    slot.loading = false;
-    if (slot.wanted) {
-      slot.buffer = std::move(buffer);
-      slot.error = error;
-    } else {
+    // take() waits while a slot loads and announce() keeps loading slots, so the slot should
+    // still be here; one that is not (seen once in a cluster test at step 200, not understood)
+    // only costs this load: a sample is a pure function of its index, and take() loads a
+    // sample it does not find itself. A throw here would end the process (no catch on a
+    // worker thread).
+    if (const auto found = slots_.find(index); found == slots_.end()) {
       release_buffer(std::move(buffer));
-      slots_.erase(index);
+    } else {
+      Slot& slot = found->second;
+      slot.loading = false;
+      if (slot.wanted) {
+        slot.buffer = std::move(buffer);
+        slot.error = error;
+      } else {
+        release_buffer(std::move(buffer));
+        slots_.erase(found);
+      }
     }
     sample_done_.notify_all();
     work_ready_.notify_all();  // a load slot (and maybe a buffer) is free again
@@ -181,8 +188,16 @@ double SamplePrefetcher::take(std::size_t index, std::span<float> fields_chw,
     return seconds_since(start);
   }
   plan_.erase(planned);
-  sample_done_.wait(lock, [&] { return stopping_ || !slots_.at(index).loading; });
+  sample_done_.wait(lock, [&] {
+    const auto found = slots_.find(index);
+    return stopping_ || found == slots_.end() || !found->second.loading;
+  });
   if (stopping_) throw Error("the sample prefetcher is shutting down");
+  if (!slots_.contains(index)) {  // see work(): load it here
+    lock.unlock();
+    load_synchronously(index, fields_chw, labels_hw);
+    return seconds_since(start);
+  }
   auto node = slots_.extract(index);
   lock.unlock();
   Slot& slot = node.mapped();
