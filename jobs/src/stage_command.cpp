@@ -84,7 +84,7 @@ int data_stage_command(const std::vector<std::string>& args) {
         mine = keys.size();
         found = true;
       }
-      keys.push_back(core::node_key(name));
+      keys.push_back(core::node_key(core::staging_node_name(name)));  // as the job names it
       start = end + 1;
     }
     if (!found)

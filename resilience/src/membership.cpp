@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <set>
 
+#include "hardy/core/data/staging.hpp"
+
 namespace hardy::resilience {
 
 Departure apply_shrink(std::vector<int>& members, std::span<const int> survivors,
@@ -51,7 +53,7 @@ std::string Membership::node_name_of(int rank) const {
       previous = r / ranks_per_node_;
       ++place;
     }
-  return fmt::format("{}/{}", host, place);
+  return core::staging_node_name(host, place);
 }
 
 const std::string& Membership::host_of(int rank) const {

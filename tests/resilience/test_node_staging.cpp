@@ -121,3 +121,27 @@ TEST_CASE("node staging: each node copies its share; a lost node's share moves, 
             files_below(scratch.path() / "local" / "n1") ==
         before_n0 + before_n1 + lost);
 }
+
+TEST_CASE("node staging: the job and `hardy data stage --hosts` agree on every file's home",
+          "[resilience]") {
+  ScratchDirectory scratch;
+  const auto files = make_files(scratch.path() / "data", 40);
+  const std::vector<std::string> hosts{"alpha", "beta"};
+  // The job names its nodes staging_node_name(host); so does the command for its --hosts.
+  const std::vector<std::string> nodes{hardy::core::staging_node_name("alpha"),
+                                       hardy::core::staging_node_name("beta")};
+  const std::vector<std::uint64_t> keys{hardy::core::node_key(nodes[0]),
+                                        hardy::core::node_key(nodes[1])};
+  for (int r = 0; r < 2; ++r) {
+    NodeStaging staging(scratch.path() / "local", scratch.path() / "data", files,
+                        hosts[static_cast<std::size_t>(r)], 1);
+    staging.plan(nodes, r, /*copier=*/true, /*wait=*/true);
+  }
+  for (const auto& file : files) {
+    const auto relative = fs::path("train") / file.filename();
+    const auto home = hosts[hardy::core::home_node(relative.string(), keys)];
+    CHECK(fs::exists(
+        hardy::core::staging_directory(scratch.path() / "local", scratch.path() / "data", home) /
+        relative));
+  }
+}

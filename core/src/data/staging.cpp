@@ -24,8 +24,12 @@ namespace fs = std::filesystem;
 
 namespace hardy::core {
 
-std::uint64_t node_key(std::string_view host) {
-  return xxhash64(std::as_bytes(std::span(host.data(), host.size())));
+std::string staging_node_name(std::string_view host, int place) {
+  return fmt::format("{}/{}", host, place);
+}
+
+std::uint64_t node_key(std::string_view node_name) {
+  return xxhash64(std::as_bytes(std::span(node_name.data(), node_name.size())));
 }
 
 fs::path staging_directory(const fs::path& stage_dir, const fs::path& dataset_root,

@@ -14,13 +14,19 @@
 #include <filesystem>
 #include <functional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace hardy::core {
 
-// A node's key for home_node(): a hash of its host name.
-std::uint64_t node_key(std::string_view host);
+// The name a node goes by for staging: its host and its place among the nodes on that host
+// ("host/0" on an ordinary cluster; an emulated cluster runs several nodes on one host). The job
+// and `hardy data stage --hosts` both name nodes so, and so agree on every file's home.
+std::string staging_node_name(std::string_view host, int place = 0);
+
+// A node's key for home_node(): a hash of its staging_node_name().
+std::uint64_t node_key(std::string_view node_name);
 
 // Where a host's copies of a dataset go inside a staging directory:
 // STAGE_DIR/<host>/<dataset name>-<hash of its canonical path>. The host keeps nodes apart when
