@@ -17,32 +17,11 @@
 #include "hardy/core/nn/optimizer.hpp"
 #include "hardy/core/support/hdf5.hpp"
 #include "hardy/core/support/random.hpp"
+#include "scratch_directory.hpp"
 
 namespace hardy::checkpoint::testing {
 
-// A directory under the system's temporary directory, removed with everything in it.
-class ScratchDirectory {
- public:
-  explicit ScratchDirectory(const std::string& label) {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("hardy-ckpt-test-" + label + "-" + std::to_string(::getpid()) + "-" +
-             std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDirectory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDirectory(const ScratchDirectory&) = delete;
-  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using hardy::testing::ScratchDirectory;
 
 inline core::ModelConfig tiny_model_config(int width = 4) {
   core::ModelConfig config;

@@ -14,6 +14,7 @@
 #include "hardy/core/data/dataset.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
+#include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
 namespace h5 = hardy::core::h5;
@@ -21,27 +22,8 @@ using hardy::core::Hdf5Dataset;
 using hardy::core::SampleShape;
 using hardy::core::SyntheticClimate;
 
+using hardy::testing::ScratchDirectory;
 namespace {
-
-// A fresh directory, removed with everything in it at the end of the test.
-class TemporaryDirectory {
- public:
-  TemporaryDirectory() {
-    std::random_device entropy;
-    path_ = fs::temp_directory_path() / ("hardy-test-data-" + std::to_string(entropy()));
-    fs::create_directories(path_);
-  }
-  ~TemporaryDirectory() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // A file with /fields and /labels of the given dimensions, labels all `label`.
 void write_raw_file(const fs::path& path, const std::vector<h5::Extent>& fields_dims,
@@ -68,7 +50,7 @@ std::string message_of(const std::function<void()>& action) {
 }  // namespace
 
 TEST_CASE("data: HDF5 round trip is bit-identical to the generator", "[core]") {
-  TemporaryDirectory directory;
+  ScratchDirectory directory("data");
   const SyntheticClimate source(SampleShape{16, 32, 24}, 20, 77);
   const ssize_t open_objects = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
   hardy::core::write_dataset(source, 2, 5, directory.path(), /*samples_per_file=*/3);
@@ -115,7 +97,7 @@ TEST_CASE("data: HDF5 round trip is bit-identical to the generator", "[core]") {
 }
 
 TEST_CASE("data: dataset files have the documented layout for any HDF5 reader", "[core]") {
-  TemporaryDirectory directory;
+  ScratchDirectory directory("data");
   const SyntheticClimate source(SampleShape{16, 16, 20}, 4, 5);
   hardy::core::write_dataset(source, 0, 4, directory.path());
   const std::string path = (directory.path() / "climate-00000.h5").string();
@@ -156,7 +138,7 @@ TEST_CASE("data: dataset files have the documented layout for any HDF5 reader", 
 }
 
 TEST_CASE("data: Hdf5Dataset names the file and the problem", "[core]") {
-  TemporaryDirectory directory;
+  ScratchDirectory directory("data");
   const fs::path dir = directory.path();
 
   CHECK_THROWS_AS(Hdf5Dataset(dir / "missing"), hardy::InvalidArgument);
@@ -218,7 +200,7 @@ TEST_CASE("data: Hdf5Dataset names the file and the problem", "[core]") {
 }
 
 TEST_CASE("data: write_dataset reports bad arguments and unwritable directories", "[core]") {
-  TemporaryDirectory directory;
+  ScratchDirectory directory("data");
   const SyntheticClimate source(SampleShape{16, 16, 16}, 4, 1);
   std::ofstream(directory.path() / "a-file") << "x";
   // Below a regular file no directory can be made, whoever runs the test (even root).
@@ -242,7 +224,7 @@ TEST_CASE("data: h5::check names the failing call, the object and HDF5's reason"
                                Catch::Contains("No such file or directory"));
   CHECK_THROWS_AS(h5::open_file("/nonexistent-hardy-dir/file.h5"), hardy::IoError);
 
-  TemporaryDirectory directory;
+  ScratchDirectory directory("data");
   h5::Handle file = h5::create_file(directory.path() / "check.h5");
   const std::string missing_group = message_of(
       [&] { h5::check(H5Gopen2(file.id(), "nope", H5P_DEFAULT), "H5Gopen2", "group /nope"); });
@@ -253,7 +235,7 @@ TEST_CASE("data: h5::check names the failing call, the object and HDF5's reason"
 }
 
 TEST_CASE("data: h5 helpers round-trip groups, datasets and attributes", "[core]") {
-  TemporaryDirectory directory;
+  ScratchDirectory directory("data");
   const fs::path path = directory.path() / "helpers.h5";
   {
     h5::Handle file = h5::create_file(path);

@@ -16,6 +16,7 @@
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
+#include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
 namespace h5 = hardy::core::h5;
@@ -26,26 +27,8 @@ using hardy::core::DeepCamGenerateOptions;
 using hardy::core::DeepCamOptions;
 using hardy::core::SampleShape;
 
+using hardy::testing::ScratchDirectory;
 namespace {
-
-class TemporaryDirectory {
- public:
-  TemporaryDirectory() {
-    std::random_device entropy;
-    path_ = fs::temp_directory_path() / ("hardy-test-deepcam-" + std::to_string(entropy()));
-    fs::create_directories(path_);
-  }
-  ~TemporaryDirectory() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::string message_of(const std::function<void()>& action) {
   try {
@@ -143,7 +126,7 @@ DeepCamGenerateOptions small_dataset() {
 }  // namespace
 
 TEST_CASE("deepcam: generated files read back normalised by stats.h5", "[core]") {
-  TemporaryDirectory dir;
+  ScratchDirectory dir("deepcam");
   const fs::path root = dir.path() / "root";
   CHECK_FALSE(hardy::core::is_deepcam_layout(root));
   hardy::core::write_deepcam_dataset(root, small_dataset());
@@ -239,7 +222,7 @@ TEST_CASE("deepcam: generated files read back normalised by stats.h5", "[core]")
 }
 
 TEST_CASE("deepcam: layout detection, splits and statistics", "[core]") {
-  TemporaryDirectory dir;
+  ScratchDirectory dir("deepcam");
   const fs::path root = dir.path();
   CHECK_FALSE(hardy::core::is_deepcam_layout(root));
   CHECK_THAT(message_of([&] { DeepCamDataset(root, "train"); }),
@@ -281,7 +264,7 @@ TEST_CASE("deepcam: channel selection by name or index", "[core]") {
   CHECK_THROWS_AS(parse_channel_selection(""), InvalidArgument);
   CHECK_THROWS_AS(parse_channel_selection("TMQ,"), InvalidArgument);
 
-  TemporaryDirectory dir;
+  ScratchDirectory dir("deepcam");
   hardy::core::write_deepcam_dataset(dir.path(), small_dataset());
   const DeepCamDataset all(dir.path(), "train");
   const DeepCamDataset some(dir.path(), "train", {.channels = parse_channel_selection("PSL,TMQ")});
@@ -299,7 +282,7 @@ TEST_CASE("deepcam: channel selection by name or index", "[core]") {
 }
 
 TEST_CASE("deepcam: crops are a pure function of (seed, index) and lie inside the grid", "[core]") {
-  TemporaryDirectory dir;
+  ScratchDirectory dir("deepcam");
   hardy::core::write_deepcam_dataset(dir.path(), small_dataset());
   const DeepCamDataset full(dir.path(), "train");
   const DeepCamOptions options{.crop_height = 16, .crop_width = 24, .seed = 9};
@@ -345,7 +328,7 @@ TEST_CASE("deepcam: crops are a pure function of (seed, index) and lie inside th
 
 TEST_CASE("deepcam: downsampling averages fields and takes the majority label, ties to the rarer",
           "[core]") {
-  TemporaryDirectory dir;
+  ScratchDirectory dir("deepcam");
   const fs::path root = dir.path();
   std::vector<float> minval(16, 0.0f), maxval(16, 1.0f);
   minval[3] = 10.0f;
@@ -409,7 +392,7 @@ TEST_CASE("deepcam: every kind of bad sample file is a BadSample naming it, ever
   };
   for (const Case& spoilt : cases) {
     SECTION(spoilt.name) {
-      TemporaryDirectory dir;
+      ScratchDirectory dir("deepcam");
       HandMade second = regular_sample();
       spoilt.spoil(second);
       write_pair(dir.path(), second);
@@ -430,7 +413,7 @@ TEST_CASE("deepcam: every kind of bad sample file is a BadSample naming it, ever
     }
   }
   SECTION("not an HDF5 file, and a truncated one") {
-    TemporaryDirectory dir;
+    ScratchDirectory dir("deepcam");
     write_pair(dir.path(), regular_sample());
     const fs::path second = dir.path() / "train" / "data-2000-01-01-01-1.h5";
     const fs::path third = dir.path() / "train" / "data-2000-01-01-02-1.h5";
@@ -447,7 +430,7 @@ TEST_CASE("deepcam: every kind of bad sample file is a BadSample naming it, ever
 
 TEST_CASE("deepcam: the locator redirects reads to a copy; a truncated copy is a BadSample",
           "[core]") {
-  TemporaryDirectory dir;
+  ScratchDirectory dir("deepcam");
   const fs::path root = dir.path() / "root", staged = dir.path() / "staged";
   hardy::core::write_deepcam_dataset(root, small_dataset());
   fs::create_directories(staged);
@@ -489,7 +472,7 @@ TEST_CASE("deepcam: the locator redirects reads to a copy; a truncated copy is a
 
 TEST_CASE("deepcam: a symlinked split directory, and concurrent loads equal serial ones",
           "[core]") {
-  TemporaryDirectory dir;
+  ScratchDirectory dir("deepcam");
   const fs::path real = dir.path() / "real", linked = dir.path() / "linked";
   hardy::core::write_deepcam_dataset(real,
                                      {.train = 6, .validation = 1, .height = 32, .width = 48});

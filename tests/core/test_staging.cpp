@@ -12,6 +12,7 @@
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/data/staging.hpp"
 #include "hardy/core/support/error.hpp"
+#include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
 using hardy::core::home_node;
@@ -20,6 +21,7 @@ using hardy::core::shard_of;
 using hardy::core::stage_files;
 using hardy::core::StageCopy;
 
+using hardy::testing::ScratchDirectory;
 namespace {
 
 std::vector<std::string> file_names(int count) {
@@ -35,23 +37,6 @@ std::map<std::string, std::uint64_t> homes(const std::vector<std::string>& files
   for (const auto& f : files) result[f] = nodes[home_node(f, nodes)];
   return result;
 }
-
-class ScratchDirectory {
- public:
-  ScratchDirectory() {
-    std::random_device entropy;
-    path_ = fs::temp_directory_path() / ("hardy-test-staging-" + std::to_string(entropy()));
-    fs::create_directories(path_);
-  }
-  ~ScratchDirectory() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 void write_file(const fs::path& path, const std::string& content) {
   std::ofstream(path, std::ios::binary) << content;
@@ -145,7 +130,7 @@ TEST_CASE("staging: with nothing staged the placement is the contiguous split", 
 
 TEST_CASE("staging: files are copied once, recopied when changed, never left half-written",
           "[core]") {
-  ScratchDirectory scratch;
+  ScratchDirectory scratch("staging");
   const fs::path shared = scratch.path() / "shared", local = scratch.path() / "local";
   fs::create_directories(shared);
   std::vector<StageCopy> copies;

@@ -10,28 +10,13 @@
 
 #include "hardy/core/data/sampler.hpp"
 #include "node_staging.hpp"
+#include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
 using hardy::resilience::NodeStaging;
 
+using hardy::testing::ScratchDirectory;
 namespace {
-
-class ScratchDirectory {
- public:
-  ScratchDirectory() {
-    std::random_device entropy;
-    path_ = fs::temp_directory_path() / ("hardy-test-node-staging-" + std::to_string(entropy()));
-    fs::create_directories(path_);
-  }
-  ~ScratchDirectory() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // A dataset of `count` one-sample files below root/train (a symlink to root/real-train, as
 // published data sets often have).
@@ -58,7 +43,7 @@ std::size_t files_below(const fs::path& dir) {
 
 TEST_CASE("node staging: each node copies its share; a lost node's share moves, nothing else",
           "[resilience]") {
-  ScratchDirectory scratch;
+  ScratchDirectory scratch("node-staging");
   const auto files = make_files(scratch.path() / "data", 64);
   const std::vector<std::string> hosts{"n0", "n0", "n1", "n1", "n2", "n2"};
   // One NodeStaging per rank, each with its own staging directory (node-local storage).
@@ -124,7 +109,7 @@ TEST_CASE("node staging: each node copies its share; a lost node's share moves, 
 
 TEST_CASE("node staging: the job and `hardy data stage --hosts` agree on every file's home",
           "[resilience]") {
-  ScratchDirectory scratch;
+  ScratchDirectory scratch("node-staging");
   const auto files = make_files(scratch.path() / "data", 40);
   const std::vector<std::string> hosts{"alpha", "beta"};
   // The job names its nodes staging_node_name(host); so does the command for its --hosts.
