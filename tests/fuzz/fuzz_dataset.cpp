@@ -16,14 +16,8 @@
 
 namespace {
 
+using hardy::fuzz::claimed_extent;
 using hardy::fuzz::FuzzInput;
-
-// Extents the fuzzer picks from: real ones, edges, and claims far beyond any file.
-hsize_t extent(FuzzInput& input) {
-  static constexpr hsize_t kChoices[] = {0, 1, 2, 3, 4, 5, 8, 16, 1u << 20, 1ull << 31, 1ull << 40};
-  const std::uint8_t choice = input.byte();
-  return choice < 200 ? 1 + choice % 6 : kChoices[choice % std::size(kChoices)];
-}
 
 hid_t pick_type(FuzzInput& input) {
   static const hid_t* const kTypes[] = {&H5T_NATIVE_FLOAT_g, &H5T_NATIVE_DOUBLE_g,
@@ -42,7 +36,7 @@ void add_dataset(hid_t file, const char* name, FuzzInput& input, int usual_rank)
   hsize_t elements = 1;
   bool overflow = false;
   for (int d = 0; d < rank; ++d) {
-    dims[d] = extent(input);
+    dims[d] = claimed_extent(input);
     chunk[d] = d == 0 ? 1 : std::max<hsize_t>(1, std::min<hsize_t>(dims[d], 64));
     overflow |= dims[d] != 0 && elements > (hsize_t{1} << 62) / dims[d];
     elements *= dims[d];

@@ -23,14 +23,8 @@
 
 namespace {
 
+using hardy::fuzz::claimed_extent;
 using hardy::fuzz::FuzzInput;
-
-// Extents the fuzzer picks from: small real ones, edges, and claims far beyond any file.
-hsize_t extent(FuzzInput& input) {
-  static constexpr hsize_t kChoices[] = {0, 1, 2, 3, 4, 5, 8, 16, 1u << 20, 1ull << 31, 1ull << 40};
-  const std::uint8_t choice = input.byte();
-  return choice < 200 ? 1 + choice % 6 : kChoices[choice % std::size(kChoices)];
-}
 
 // float32 (the regular type) first.
 hid_t pick_type(FuzzInput& input) {
@@ -138,11 +132,11 @@ void write_sample(const std::filesystem::path& path, FuzzInput& input) {
                           : H5Gcreate2(file, "climate", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   std::vector<hsize_t> dims;
   if (input.byte() < 220) {
-    const hsize_t height = extent(input), width = extent(input);
-    dims = {height, width, input.byte() < 220 ? hsize_t{16} : extent(input)};
+    const hsize_t height = claimed_extent(input), width = claimed_extent(input);
+    dims = {height, width, input.byte() < 220 ? hsize_t{16} : claimed_extent(input)};
   } else {
     dims.resize(input.pick(0, 5));
-    for (hsize_t& d : dims) d = extent(input);
+    for (hsize_t& d : dims) d = claimed_extent(input);
   }
   add_dataset(group, "data", dims, input);
   if (!(flags & kNoLabels)) {
@@ -151,7 +145,7 @@ void write_sample(const std::filesystem::path& path, FuzzInput& input) {
       if (input.byte() < 220 && dims.size() >= 2)
         label_dims = {dims[0], dims[1]};
       else
-        label_dims = {extent(input), extent(input)};
+        label_dims = {claimed_extent(input), claimed_extent(input)};
       add_dataset(group, name, label_dims, input);
     }
   }

@@ -3,7 +3,11 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <string>
+
+#include "fuzz_support.hpp"
 
 namespace hardy::fuzz {
 
@@ -18,6 +22,14 @@ inline void write_string_attribute(hid_t object, const char* name, const std::st
   H5Aclose(attribute);
   H5Sclose(space);
   H5Tclose(type);
+}
+
+// A dataset extent for a fuzzer to claim: mostly small real ones, sometimes edges and claims far
+// beyond any file (which a reader must refuse before allocating for them).
+inline hsize_t claimed_extent(FuzzInput& input) {
+  static constexpr hsize_t kChoices[] = {0, 1, 2, 3, 4, 5, 8, 16, 1u << 20, 1ull << 31, 1ull << 40};
+  const std::uint8_t choice = input.byte();
+  return choice < 200 ? 1 + choice % 6 : kChoices[choice % std::size(kChoices)];
 }
 
 }  // namespace hardy::fuzz
