@@ -15,8 +15,18 @@ HARDY_APT_PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev libhdf5-dev hdf5-tools libboost-program-options-dev catch2
   libfmt-dev libspdlog-dev libxxhash-dev nlohmann-json3-dev
   python3-venv python3-numpy python3-h5py python3-torch python3-matplotlib
-  mpich libmpich-dev slurm-wlm munge iproute2
+  mpich libmpich-dev slurm-wlm munge iproute2 ccache
 )
+
+# Compiler cache: a fresh clone or a second worktree on the same machine recompiles only what
+# differs (CI builds a fresh clone each time). CCACHE_BASEDIR makes paths relative, so checkouts
+# in different folders share entries.
+hardy_compiler_launcher() {
+  command -v ccache >/dev/null 2>&1 || return 0
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$HARDY_ROOT")}
+  printf '%s\n' -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache \
+    -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
+}
 
 hardy_install_packages() {
   local missing=()
@@ -51,7 +61,9 @@ hardy_build_mpich() {
   local dir=$HARDY_ROOT/build-mpich
   [ -x /usr/bin/mpicxx.mpich ] || return 0
   mkdir -p "$dir"
-  cmake -S "$HARDY_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 \
+  local launcher
+  mapfile -t launcher < <(hardy_compiler_launcher)
+  cmake -S "$HARDY_ROOT" -B "$dir" -G Ninja "${launcher[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 \
     -DCMAKE_C_FLAGS_DEBUG=-O0 -DHARDY_BUILD_TESTS=OFF \
     -DHARDY_BUILD_BENCHMARKS=OFF -DMPI_C_COMPILER=/usr/bin/mpicc.mpich -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
     -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich >"$dir/configure.log" 2>&1 || {
@@ -65,8 +77,10 @@ hardy_build_mpich() {
 
 hardy_build() {
   # The build runs where it is used, so it may use every instruction of this CPU (AVX-512 here).
+  local launcher
+  mapfile -t launcher < <(hardy_compiler_launcher)
   local cmake_args=(-S "$HARDY_ROOT" -B "$HARDY_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHARDY_NATIVE=ON
-    "${HARDY_MPI_CMAKE_ARGS[@]}" "${HARDY_CMAKE_EXTRA[@]}")
+    "${launcher[@]}" "${HARDY_MPI_CMAKE_ARGS[@]}" "${HARDY_CMAKE_EXTRA[@]}")
   if [ -n "${HARDY_CMAKE_ARGS:-}" ]; then
     # shellcheck disable=SC2206
     cmake_args+=($HARDY_CMAKE_ARGS)
