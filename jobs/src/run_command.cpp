@@ -70,6 +70,11 @@ po::options_description run_options() {
       "hostfile", po::value<std::string>(), "the nodes, one per line (`node1 slots=4` is node1)")(
       "spare-nodes", po::value<int>()->default_value(0),
       "keep the last K hosts idle; a relaunch puts them in place of lost nodes")(
+      "nodes-per-domain", po::value<int>()->default_value(0),
+      "split the nodes into fault domains of K nodes, each its own MPI job: losing a node stops "
+      "only its domain while the others train on (0: one domain)")(
+      "domain-timeout", po::value<double>()->default_value(10.0),
+      "seconds a collective between domains may take before the silent domain counts as lost")(
       "launcher", po::value<std::string>()->default_value(HARDY_DEFAULT_LAUNCHER),
       "mpirun (Open MPI), mpiexec (MPICH), srun or jsrun")(
       "launcher-path", po::value<std::string>(),
@@ -221,6 +226,11 @@ int run_command(const std::vector<std::string>& args) {
     throw InvalidArgument(
         "--max-restarts, --max-requeues, --backoff and --finish-grace must not be negative, "
         "--probe-timeout must be positive");
+  config.nodes_per_domain = vm["nodes-per-domain"].as<int>();
+  config.domain_timeout_s = vm["domain-timeout"].as<double>();
+  if (config.nodes_per_domain < 0) throw InvalidArgument("--nodes-per-domain must not be negative");
+  if (config.domain_timeout_s <= 0) throw InvalidArgument("--domain-timeout must be positive");
+  if (config.nodes_per_domain > 0) return resilience::supervise_domains(config);
   return resilience::supervise(config);
 }
 

@@ -84,6 +84,18 @@ po::options_description train_options() {
       "inject-failure", po::value<std::vector<std::string>>()->composing(),
       "testing: kill ranks with SIGKILL, e.g. rank=3@step=40 or node=1@step=40:allreduce (phases "
       "forward, allreduce, checkpoint-write, recovery)");
+  po::options_description domains("Fault domains (set by `hardy run --nodes-per-domain`)");
+  domains.add_options()("domain", po::value<int>()->default_value(-1),
+                        "this process's fault domain (-1: the job is one MPI job)")(
+      "domains", po::value<int>()->default_value(1), "how many fault domains the job has")(
+      "domain-store", po::value<std::string>(),
+      "directory (on a file system every node sees) where the domains' leaders meet")(
+      "domain-address", po::value<std::string>()->default_value(""),
+      "address this domain's leader listens on for the others (default: the host name)")(
+      "domain-timeout", po::value<double>()->default_value(10.0),
+      "seconds a cross-domain collective may take before its peer counts as lost")(
+      "domain-join", po::value<std::string>()->default_value(""),
+      "a relaunched domain's token: join the running job and heal from a live domain");
   po::options_description data("Data");
   data.add_options()(
       "synthetic", po::value<bool>()->implicit_value(true)->zero_tokens(),
@@ -153,7 +165,14 @@ po::options_description train_options() {
       "final-lr-fraction", po::value<float>()->default_value(0.0f),
       "cosine/poly floor as a fraction of the peak rate");
   po::options_description all("hardy train options");
-  all.add(general).add(parallel).add(checkpoints).add(resilience).add(data).add(model).add(optim);
+  all.add(general)
+      .add(parallel)
+      .add(checkpoints)
+      .add(resilience)
+      .add(domains)
+      .add(data)
+      .add(model)
+      .add(optim);
   return all;
 }
 
@@ -323,6 +342,17 @@ TrainSpec spec_from(po::variables_map& vm) {
   require(spec.min_world_size >= 1, "--min-world-size must be at least 1");
   require(spec.max_failures >= 0, "--max-failures must not be negative");
   require(spec.collective_timeout_s > 0, "--collective-timeout must be positive");
+  spec.domain = get<int>(vm, "domain");
+  spec.domain_count = get<int>(vm, "domains");
+  spec.domain_address = get<std::string>(vm, "domain-address");
+  spec.domain_timeout_s = get<double>(vm, "domain-timeout");
+  spec.domain_join = get<std::string>(vm, "domain-join");
+  if (vm.count("domain-store")) spec.domain_store = get<std::string>(vm, "domain-store");
+  require(spec.domain_count >= 1, "--domains must be at least 1");
+  require(spec.domain >= -1 && spec.domain < spec.domain_count,
+          "--domain must be -1 (none) or one of 0 .. --domains - 1");
+  require(spec.domain < 0 || !spec.domain_store.empty(), "--domain needs --domain-store");
+  require(spec.domain_timeout_s > 0, "--domain-timeout must be positive");
 
   auto& m = spec.model;
   m.width = get<int>(vm, "model-width");
@@ -363,7 +393,7 @@ TrainSpec spec_from(po::variables_map& vm) {
     if (name == "help" || name == "config" || value.empty()) continue;
     // Resolved below; a resume or an injected failure belongs to one launch, not to the job.
     if (name == "synthetic" || name == "dataset" || name == "run-dir" || name == "resume" ||
-        name == "inject-failure")
+        name == "inject-failure" || name.starts_with("domain"))
       continue;
     ini << name << " = " << value_text(value) << "\n";
   }

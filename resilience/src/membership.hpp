@@ -37,6 +37,10 @@ class Membership {
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
   bool lead() const { return comm_->rank() == 0; }
+  // The rank that writes the run directory's shared files (metrics, checkpoints, model): rank 0,
+  // and in a job of several fault domains only the lowest live domain's.
+  bool writes_run_files() const { return lead() && owns_run_files_; }
+  void set_owns_run_files(bool owns) { owns_run_files_ = owns; }
   int world_rank() const { return world_rank_; }
   int original_size() const { return static_cast<int>(hosts_.size()); }
   const std::string& host() const { return hosts_[static_cast<std::size_t>(world_rank_)]; }
@@ -62,6 +66,7 @@ class Membership {
   int world_rank_;
   std::vector<int> world_rank_of_;  // current rank -> original world rank
   std::vector<std::string> hosts_;  // by original world rank
+  bool owns_run_files_ = true;
 };
 
 }  // namespace hardy::resilience

@@ -17,6 +17,8 @@
 namespace hardy::resilience {
 
 void TrainingSession::State::recover(const std::string& what) {
+  if (domains->enabled())  // see run(): the domain ends, the supervisor relaunches it
+    throw Error(fmt::format("domain {}: {}; ending the domain for a relaunch", config.domain, what));
   comm::note_peer_failure();  // mpi_check did already; an NCCL failure reaches here too
   const double detected_at = core::unix_time();
   const auto started = Clock::now();

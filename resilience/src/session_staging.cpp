@@ -116,7 +116,7 @@ std::vector<std::size_t> TrainingSession::State::local_samples(
       mine.push_back(batch.samples[position]);
     return mine;
   }
-  const auto shard = core::shard_of(batch.samples.size(), comm().rank(), comm().size());
+  const auto shard = domains->my_slice(batch.samples.size());  // the plain split without domains
   const auto first = batch.samples.begin() + static_cast<std::ptrdiff_t>(shard.begin);
   return {first, first + static_cast<std::ptrdiff_t>(shard.size())};
 }

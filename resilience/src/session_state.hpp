@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fault_domains.hpp"
 #include "hardy/checkpoint/checkpoint.hpp"
 #include "hardy/comm/communicator.hpp"
 #include "hardy/comm/cross_rank_sum.hpp"
@@ -68,7 +69,14 @@ struct TrainingSession::State final : StateSource {
   void verify_replicas(long step);
   void write_metrics(double compute_s, double allreduce_s, double data_wait_s, double step_s,
                      float lr, long skipped);
-  void open_lead_logs();  // when this rank becomes rank 0
+  // When this rank becomes rank 0 (the events), and the writer of the run directory's files
+  // (metrics, audit, checkpoints): again whenever that may have changed.
+  void open_lead_logs();
+  bool writes_run_files() const { return membership.writes_run_files(); }
+  // ---- fault domains (fault_domains.hpp) ----
+  DomainStateAccess domain_state_access();
+  // After the domains' membership changed: who writes the run directory's files now.
+  void follow_domain_ownership();
   // A new rank 0 after a recovery: writes the last committed step's metrics and audit lines when
   // its predecessor died between the step's agreement and logging it (recovery.cpp).
   void log_committed_step_if_missing();
@@ -123,11 +131,12 @@ struct TrainingSession::State final : StateSource {
   std::vector<float> class_weights;
   FailureInjector injector;
 
-  std::unique_ptr<NodeStaging> staging;  // with --stage-to
+  std::unique_ptr<NodeStaging> staging;   // with --stage-to
+  std::unique_ptr<FaultDomains> domains;  // always present; enabled() with --domain
 
   core::EventLog events;
   core::JsonLines metrics, audit;
-  bool lead_logs_open = false;
+  bool lead_logs_open = false;  // this rank writes the run directory's files
   StateStore store;
   Watchdog watchdog;
 

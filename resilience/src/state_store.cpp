@@ -55,7 +55,7 @@ void StateStore::open_checkpoint_writer() {
 }
 
 void StateStore::checkpoint_if_due(bool force_sync) {
-  if (!membership_.lead()) return;
+  if (!membership_.writes_run_files()) return;
   const long step = source_.committed_step();
   const bool by_steps = config_.checkpoint_every > 0 && step % config_.checkpoint_every == 0;
   const bool by_time = config_.checkpoint_every_seconds > 0 &&
@@ -76,7 +76,7 @@ void StateStore::checkpoint_if_due(bool force_sync) {
 }
 
 void StateStore::write_final_checkpoint(const std::string& reason) {
-  if (!membership_.lead()) return;
+  if (!membership_.writes_run_files()) return;
   // The committed state, not whatever a half-done step left in the model.
   if (!memory_) keep_in_memory();
   writer_->flush();
@@ -85,7 +85,7 @@ void StateStore::write_final_checkpoint(const std::string& reason) {
 }
 
 void StateStore::write_emergency_checkpoint() noexcept {
-  if (!membership_.lead() || !memory_ || !writer_) return;
+  if (!membership_.writes_run_files() || !memory_ || !writer_) return;
   try {
     writer_->flush();
     writer_->write_now(checkpoint::TrainingState(*memory_), 0.0, nullptr);

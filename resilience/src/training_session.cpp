@@ -121,21 +121,53 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   reducer = comm::make_gradient_reducer(membership.comm(), *backend, ready_order, bucket_bytes);
   injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node),
                              membership.world_rank(), config.run_dir / "checkpoints");
+  if (config.domain >= 0) {
+    // What the cross-domain exchange does not carry yet, refused before anything starts.
+    if (reducer->broadcasts_tensors())
+      throw InvalidArgument(
+          "fault domains exchange host gradients only: --backend cuda with --nodes-per-domain is "
+          "not supported yet");
+    if (!config.stage_to.empty())
+      throw InvalidArgument(
+          "--stage-to with fault domains (--nodes-per-domain) is not supported yet");
+    if (!config.memory_snapshots || config.rebalance != RebalancePolicy::constant_global_batch)
+      throw InvalidArgument(
+          "fault domains need --memory-snapshots and --rebalance constant-global-batch: a step "
+          "abandoned across domains rolls back from memory");
+    // Domains may share a host (and its node-local snapshot directory) on a small cluster.
+    config.snapshot_dir /= fmt::format("domain-{}", config.domain);
+    // Until the domains have met, the first domain writes the run directory's files (a
+    // relaunched one never does before it joins).
+    membership.set_owns_run_files(config.domain == 0 && config.domain_join.empty());
+  }
+  domains = std::make_unique<FaultDomains>(DomainOptions{.index = config.domain,
+                                                         .count = config.domain_count,
+                                                         .store = config.domain_store,
+                                                         .address = config.domain_address,
+                                                         .timeout_s = config.domain_timeout_s,
+                                                         .join_token = config.domain_join},
+                                           membership.comm(), events);
   if (lead()) {
     std::filesystem::create_directories(config.run_dir / "checkpoints");
     open_lead_logs();
-    checkpoint::write_atomically(config.run_dir / "config.ini",
-                                 [&](const std::filesystem::path& temporary) {
-                                   std::ofstream(temporary) << config.config_ini;
-                                 });
+    if (writes_run_files())
+      checkpoint::write_atomically(config.run_dir / "config.ini",
+                                   [&](const std::filesystem::path& temporary) {
+                                     std::ofstream(temporary) << config.config_ini;
+                                   });
   }
 }
 
 TrainingSession::State::~State() { watchdog.stop(); }
 
 void TrainingSession::State::open_lead_logs() {
-  if (lead_logs_open) return;
-  events = core::EventLog(config.run_dir / "events.jsonl");
+  if (!lead()) return;
+  if (!events.enabled()) {
+    events = core::EventLog(config.run_dir / "events.jsonl");
+    // Every domain's leader writes events: each record says whose it is.
+    if (config.domain >= 0) events.add_context("domain", config.domain);
+  }
+  if (lead_logs_open || !writes_run_files()) return;
   metrics = core::JsonLines(config.run_dir / "metrics.jsonl");
   if (config.audit_samples) audit = core::JsonLines(config.run_dir / "samples.jsonl");
   store.open_checkpoint_writer();
@@ -441,6 +473,28 @@ void TrainingSession::State::train_step() {
           events.emit("sample_skipped", std::move(record));
     }
   }
+  bool admit_after_commit = false;
+  if (domains->enabled()) {
+    // The other domains' gradients and the step's vote (the commit point across domains).
+    std::vector<core::Tensor*> gradients;
+    for (core::Parameter* p : model.parameters()) gradients.push_back(&p->grad);
+    DomainStep across;
+    {
+      Watchdog::Scope scope(watchdog, "cross-domain exchange");
+      across = domains->exchange(this_step, gradients, loss[0], loss[1], domain_state_access());
+    }
+    follow_domain_ownership();
+    if (across.verdict == StepVerdict::abandon) {
+      // Not committed anywhere: back to the committed state; the loop redoes the step over the
+      // new split of the batch.
+      apply_state(*store.in_memory());
+      return;
+    }
+    if (across.verdict == StepVerdict::healed) return;  // replaced by a peer's committed state
+    loss[0] = across.loss;
+    loss[1] = across.skipped;
+    admit_after_commit = across.admit_pending;
+  }
   const double allreduce_s = seconds_since(reduce_start);
   const float lr = current_lr(step);
   // Every rank holds the same reduced gradients, so every rank takes the same decision.
@@ -462,6 +516,41 @@ void TrainingSession::State::train_step() {
     step_total_s += step_s;
     write_metrics(compute_s, allreduce_s, input.data_wait_s, step_s, lr, std::lround(loss[1]));
   });
+  if (admit_after_commit) {
+    domains->admit_if_pending(domain_state_access());
+    follow_domain_ownership();
+  }
+}
+
+DomainStateAccess TrainingSession::State::domain_state_access() {
+  return {.committed = [this]() -> const checkpoint::TrainingState& {
+            if (store.in_memory() == nullptr) store.keep_in_memory();
+            return *store.in_memory();
+          },
+          .restore_in_domain =
+              [this](checkpoint::TrainingState& state) {
+                broadcast_restored(state, 0);
+                store.keep_in_memory();
+              },
+          .committed_step = [this] { return step; }};
+}
+
+void TrainingSession::State::follow_domain_ownership() {
+  if (!domains->enabled()) return;
+  const bool owned_before = writes_run_files();
+  membership.set_owns_run_files(domains->owns_run_files());
+  if (owned_before && !writes_run_files()) {
+    // A lower domain came back and writes them from the next step on.
+    metrics = core::JsonLines();
+    audit = core::JsonLines();
+    lead_logs_open = false;
+  }
+  if (!owned_before && writes_run_files()) {
+    // The domain that wrote the run directory's files is gone: this one takes over, logging
+    // the last committed step if its predecessor died before it did.
+    open_lead_logs();
+    log_committed_step_if_missing();
+  }
 }
 
 void TrainingSession::State::commit_step(const std::function<void()>& log_step) {
@@ -536,53 +625,59 @@ void TrainingSession::State::write_metrics(double compute_s, double allreduce_s,
                             {"allreduce_s", allreduce_s},
                             {"snapshot_s", last_snapshot_s},
                             {"skipped_samples", skipped},
-                            {"world_size", comm().size()},
+                            {"world_size", domains->job_world_size()},
                             {"unix_time", core::unix_time()}};
   metrics.write(committed_metrics_line);
-  if (lead() && (step % config.log_every == 0 || step == config.steps || step == 1)) {
+  if (writes_run_files() && (step % config.log_every == 0 || step == config.steps || step == 1)) {
     const double rate = samples_seen / seconds_since(job_start);
     const double eta = static_cast<double>(config.steps - step) * global_batch / rate;
     std::cout << fmt::format(
                      "step {:>6}/{} | epoch {:>3} | loss {:.4f} | lr {:.2e} | {:7.1f} samples/s | "
                      "{} rank(s) | ETA {}\n",
                      step, config.steps, current_batch.epochs.front(), last_loss, lr, rate,
-                     comm().size(), format_duration(eta))
+                     domains->job_world_size(), format_duration(eta))
               << std::flush;
   }
 }
 
 int TrainingSession::State::run() {
-  events.emit("job_started", {{"hardy_version", HARDY_VERSION},
-                              {"world_size", comm().size()},
-                              {"fault_tolerant", comm().fault_tolerant()},
-                              {"ranks_per_node", config.ranks_per_node},
-                              {"backend", backend->name()},
-                              {"threads_per_rank", omp_get_max_threads()},
-                              {"steps", config.steps},
-                              {"global_batch", config.global_batch},
-                              {"parameters", model.parameter_count()},
-                              {"gradient_buckets", reducer->bucket_count()},
-                              {"data", data.train->describe()},
-                              {"resume", config.resume},
-                              {"run_dir", config.run_dir.string()}});
+  events.emit(writes_run_files() ? "job_started" : "domain_started",
+              {{"hardy_version", HARDY_VERSION},
+               {"world_size", comm().size()},
+               {"fault_tolerant", comm().fault_tolerant()},
+               {"ranks_per_node", config.ranks_per_node},
+               {"backend", backend->name()},
+               {"threads_per_rank", omp_get_max_threads()},
+               {"steps", config.steps},
+               {"global_batch", config.global_batch},
+               {"parameters", model.parameter_count()},
+               {"gradient_buckets", reducer->bucket_count()},
+               {"data", data.train->describe()},
+               {"resume", config.resume},
+               {"run_dir", config.run_dir.string()},
+               {"domains", config.domain_count}});
   membership.announce(events);
   start_staging();
-  if (lead())
+  if (writes_run_files())
     std::cout << fmt::format(
         "hardy: training {} parameters on {} with {} rank(s) x {} thread(s){}, {} steps of {} "
         "samples\n",
         model.parameter_count(), data.train->describe(), comm().size(), omp_get_max_threads(),
         comm().fault_tolerant() ? " (fault tolerant)" : "", config.steps, config.global_batch);
   try {
-    resume_if_asked();
+    if (config.domain_join.empty()) resume_if_asked();  // a relaunched domain heals from a peer
     if (config.memory_snapshots) store.keep_in_memory();
+    domains->start(domain_state_access());
+    follow_domain_ownership();
     publish_to_watchdog();
     watchdog.start();
     while (step < config.steps) {
       try {
         train_step();
       } catch (const comm::ProcessFailure& failure) {
-        if (!comm().fault_tolerant()) throw;
+        // In a job of several domains, a failure inside one ends that domain alone: the
+        // supervisor relaunches it and it heals from a peer (in-domain shrink is not wired yet).
+        if (!comm().fault_tolerant() || domains->enabled()) throw;
         // The other survivors may have finished this step and wait in its agreement: meet them
         // there (after the revoke has freed those still inside a collective), then recover.
         comm().revoke();
@@ -606,7 +701,7 @@ int TrainingSession::State::run() {
                                {"data_wait_s", data_wait_total_s},
                                {"data_wait_fraction", wait_fraction},
                                {"skipped_samples", skipped_samples.size()}};
-    if (lead()) {
+    if (writes_run_files()) {
       checkpoint::save_model(model, config.run_dir / "model.h5");
       finished["model"] = (config.run_dir / "model.h5").string();
       if (data.held_out) {
@@ -627,7 +722,8 @@ int TrainingSession::State::run() {
               : fmt::format("; {} bad sample(s) skipped", skipped_samples.size()));
       std::cout << "hardy: run directory " << config.run_dir.string() << "\n";
     }
-    events.emit("job_finished", finished);
+    // In a job of several domains the others' leaders log that their domain is done.
+    events.emit(writes_run_files() ? "job_finished" : "domain_finished", finished);
     return kCompleted;
   } catch (const SessionStop& stop) {
     watchdog.stop();

@@ -16,6 +16,7 @@ HARDY_APT_PACKAGES=(
   libfmt-dev libspdlog-dev libxxhash-dev nlohmann-json3-dev
   python3-venv python3-numpy python3-h5py python3-torch python3-matplotlib
   mpich libmpich-dev slurm-wlm munge iproute2 ccache
+  libgloo-dev
 )
 
 # Compiler cache: a fresh clone or a second worktree on the same machine recompiles only what

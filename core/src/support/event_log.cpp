@@ -68,6 +68,7 @@ void EventLog::emit(const std::string& event, nlohmann::json fields) {
   if (!lines_.enabled()) return;
   const double now = unix_time();
   nlohmann::json record = {{"time", iso_time(now)}, {"unix_time", now}, {"event", event}};
+  for (const auto& [key, value] : context_.items()) record[key] = value;
   for (auto& [key, value] : fields.items()) record[key] = std::move(value);
   lines_.write(record);
 }

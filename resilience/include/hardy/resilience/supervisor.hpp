@@ -68,6 +68,11 @@ struct SupervisorConfig {
   // progress (requeue_requested events at the same last committed step) it stops instead, so a
   // job that cannot get going does not cycle through the queue for ever; requeues that move the
   // job forward (a time limit at a time) do not count.
+  // Fault domains: groups of this many nodes, each its own MPI job, so that losing a node stops
+  // only its group while the others train on (docs/resilience.md). 0: one domain of every node.
+  int nodes_per_domain = 0;
+  double domain_timeout_s =
+      10;  // the cross-domain collectives' timeout (`hardy train --domain-timeout`)
   std::string scheduler, scheduler_job_id;
   int scheduler_restart_count = 0;
   int max_requeues = 10;
@@ -89,5 +94,18 @@ std::vector<std::string> probe_command(const SupervisorConfig& config,
 // Runs the job until it completes, is preempted or stopped, or has failed more than max_restarts
 // times; returns the exit status to report (kCompleted only when the job finished its last step).
 int supervise(const SupervisorConfig& config);
+
+// supervise() for a job of several fault domains (nodes_per_domain dividing the nodes into two or
+// more): one launcher per domain; a domain that ends before the job is lost alone, the others are
+// told the new members (a generation in the rendezvous store under RUN_DIR/rendezvous/), and the
+// lost domain is relaunched (a spare in place of a lost node) to join the running job and heal
+// from a live domain. Throws hardy::InvalidArgument for a domain size that does not divide the
+// nodes, before anything is launched.
+int supervise_domains(const SupervisorConfig& config);
+
+// The `--inject-failure` options of one domain: `node=N@...` and `rank=R@...` count nodes and
+// ranks job-wide; a domain keeps those that fall in it, renumbered within it.
+std::vector<std::string> domain_train_args(const std::vector<std::string>& train_args, int domain,
+                                           int nodes_per_domain, int ranks_per_node);
 
 }  // namespace hardy::resilience

@@ -77,6 +77,15 @@ struct TrainingConfig {
   double collective_timeout_s = 300;
   std::vector<std::string> inject_failures;
 
+  // Fault domains (set by `hardy run --nodes-per-domain`; docs/resilience.md): this process's
+  // domain among domain_count separate MPI jobs whose leaders meet in the store at domain_store.
+  int domain = -1;  // -1: the job is one MPI job
+  int domain_count = 1;
+  std::filesystem::path domain_store;
+  std::string domain_address;    // where this domain's leader listens for the others
+  double domain_timeout_s = 10;  // a cross-domain collective that takes longer fails
+  std::string domain_join;       // a relaunched domain's token: join the running job, heal
+
   std::string config_ini;  // the effective configuration, as written to config.ini
 };
 

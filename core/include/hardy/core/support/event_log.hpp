@@ -46,9 +46,15 @@ class EventLog {
   explicit EventLog(const std::filesystem::path& path) : lines_(path) {}
   void emit(const std::string& event, nlohmann::json fields = nlohmann::json::object());
   bool enabled() const { return lines_.enabled(); }
+  // A field every later record carries (a fault domain's index, when several processes write
+  // one log); a field of the record itself wins.
+  void add_context(const std::string& key, nlohmann::json value) {
+    context_[key] = std::move(value);
+  }
 
  private:
   JsonLines lines_;
+  nlohmann::json context_ = nlohmann::json::object();
 };
 
 // Reading a log back: its last complete line that is a JSON object, from the file's last 64 KiB

@@ -1,0 +1,39 @@
+#pragma once
+// A key-value store that independent jobs share: how the leaders of hardy's fault domains find
+// one another and learn who is in the job. Two of gloo's stores stand behind it: FileStore on a
+// directory that every node sees (the run directory), and HashStore in memory for tests that run
+// every party in one process. Keys are written once each (gloo's stores refuse a second write),
+// so the protocols on top name every key after its generation.
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace gloo::rendezvous {
+class Store;
+}
+
+namespace hardy::comm {
+
+class RendezvousStore {
+ public:
+  virtual ~RendezvousStore() = default;
+  // Throws hardy::IoError when the key exists already or the store cannot be written.
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // The value, or nothing while the key is unset. Never blocks.
+  virtual std::optional<std::string> try_get(const std::string& key) = 0;
+  // The value once the key is set, or nothing after `timeout`.
+  std::optional<std::string> wait_for(const std::string& key, std::chrono::milliseconds timeout);
+  // The gloo store that connects peer groups (gloo_communicator.hpp).
+  virtual gloo::rendezvous::Store& gloo_store() = 0;
+};
+
+// gloo's FileStore in `directory` (created 0700 if missing). Every process of every domain must
+// see the same directory: put it on the shared file system. Throws hardy::IoError when the
+// directory cannot be made or is not a directory.
+std::unique_ptr<RendezvousStore> open_file_store(const std::filesystem::path& directory);
+// gloo's HashStore: one process only (tests).
+std::unique_ptr<RendezvousStore> make_memory_store();
+
+}  // namespace hardy::comm

@@ -1,0 +1,186 @@
+#include "hardy/comm/gloo_communicator.hpp"
+
+#include <fmt/format.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace hardy::comm {
+
+namespace {
+
+class CompletedRequest final : public Request {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+  bool done() const override { return true; }
+};
+
+template <typename T>
+void reduce_min(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<T*>(out);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = std::min(x[i], y[i]);
+}
+
+template <typename T>
+void reduce_max(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<T*>(out);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = std::max(x[i], y[i]);
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, std::string name)
+      : context_(std::move(context)), name_(std::move(name)) {}
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+
+  void allreduce_sum(std::span<float> data) override {
+    allreduce_with(data, static_cast<Reduce>(&gloo::sum<float>), "allreduce (float sum)");
+  }
+  void allreduce_sum(std::span<double> data) override {
+    allreduce_with(data, static_cast<Reduce>(&gloo::sum<double>), "allreduce (double sum)");
+  }
+  void allreduce(std::span<std::int64_t> data, ReduceOp op) override {
+    const Reduce reduce = op == ReduceOp::sum   ? static_cast<Reduce>(&gloo::sum<std::int64_t>)
+                          : op == ReduceOp::min ? &reduce_min<std::int64_t>
+                                                : &reduce_max<std::int64_t>;
+    allreduce_with(data, reduce, "allreduce (int64)");
+  }
+  std::vector<std::int64_t> allgather(std::int64_t value) override {
+    std::vector<std::int64_t> all(static_cast<std::size_t>(size()));
+    guarded("allgather", [&] {
+      gloo::AllgatherOptions options(context_);
+      options.setInput(&value, 1);
+      options.setOutput(all.data(), all.size());
+      options.setTag(next_tag());
+      gloo::allgather(options);
+    });
+    return all;
+  }
+  std::unique_ptr<Request> iallreduce_sum(std::span<float> data) override {
+    allreduce_sum(data);  // gloo's collectives block; the caller waits on a completed request
+    return std::make_unique<CompletedRequest>();
+  }
+  void broadcast(std::span<std::byte> data, int root) override {
+    if (size() == 1 || data.empty()) return;
+    guarded("broadcast", [&] {
+      gloo::BroadcastOptions options(context_);
+      options.setOutput(reinterpret_cast<std::uint8_t*>(data.data()), data.size());
+      options.setRoot(root);
+      options.setTag(next_tag());
+      gloo::broadcast(options);
+    });
+  }
+  void barrier() override {
+    guarded("barrier", [&] {
+      gloo::BarrierOptions options(context_);
+      options.setTag(next_tag());
+      gloo::barrier(options);
+    });
+  }
+  std::vector<std::string> hostnames() override {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::string mine(host);
+    mine.resize(sizeof host, '\0');
+    std::vector<std::string> all(static_cast<std::size_t>(size()));
+    std::vector<std::byte> buffer(sizeof host);
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) std::memcpy(buffer.data(), mine.data(), buffer.size());
+      broadcast(buffer, r);
+      all[static_cast<std::size_t>(r)] = std::string(reinterpret_cast<const char*>(buffer.data()));
+    }
+    return all;
+  }
+
+  bool fault_tolerant() const override { return false; }
+  void revoke() override { throw Error("a gloo group cannot be revoked; connect a new one"); }
+  int agree(int) override { throw Error("a gloo group has no fault-tolerant agreement"); }
+  std::vector<int> failed_ranks() override { return {}; }
+  Survivors shrink() override { throw Error("a gloo group cannot shrink; connect a new one"); }
+
+ private:
+  using Reduce = void (*)(void*, const void*, const void*, size_t);
+
+  template <typename T>
+  void allreduce_with(std::span<T> data, Reduce reduce, const char* what) {
+    if (size() == 1 || data.empty()) return;
+    guarded(what, [&] {
+      gloo::AllreduceOptions options(context_);
+      options.setOutput(data.data(), data.size());
+      options.setReduceFunction(reduce);
+      options.setTag(next_tag());
+      gloo::allreduce(options);
+    });
+  }
+
+  template <typename Body>
+  void guarded(const char* what, Body&& body) {
+    if (broken_)
+      throw GroupFailure(
+          fmt::format("{}: group {} failed earlier; connect a new one", what, name_));
+    try {
+      body();
+    } catch (const gloo::Exception& e) {
+      broken_ = true;
+      throw GroupFailure(
+          fmt::format("{} in group {} (rank {} of {}): {}", what, name_, rank(), size(), e.what()));
+    }
+  }
+
+  // Operations run one at a time, so one tag would do; distinct tags keep a late message of an
+  // abandoned operation from matching the next one.
+  std::uint32_t next_tag() { return ++tag_; }
+
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::string name_;
+  std::uint32_t tag_ = 0;
+  bool broken_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> connect_gloo_group(RendezvousStore& store,
+                                                 const GlooGroupOptions& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size)
+    throw InvalidArgument(fmt::format("gloo group {}: rank {} is outside a group of {}",
+                                      options.prefix, options.rank, options.size));
+  gloo::transport::tcp::attr attr;
+  if (!options.address.empty()) {
+    attr.hostname = options.address;
+  } else {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    attr.hostname = host;
+  }
+  try {
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    context->setTimeout(options.connect_timeout);
+    gloo::rendezvous::PrefixStore prefixed(options.prefix, store.gloo_store());
+    context->connectFullMesh(prefixed, device);
+    context->setTimeout(options.timeout);
+    return std::make_unique<GlooCommunicator>(std::move(context), options.prefix);
+  } catch (const gloo::Exception& e) {
+    throw GroupFailure(fmt::format("cannot connect gloo group {} as rank {} of {} on {}: {}",
+                                   options.prefix, options.rank, options.size, attr.hostname,
+                                   e.what()));
+  }
+}
+
+}  // namespace hardy::comm

@@ -1,0 +1,109 @@
+#include "domain_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::resilience {
+
+std::vector<int> parse_members(const std::string& text) {
+  std::vector<int> members;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    int value = -1;
+    const char* first = text.data() + start;
+    const char* last = text.data() + comma;
+    const auto [end, error] = std::from_chars(first, last, value);
+    if (error != std::errc() || end != last || value < 0 ||
+        (!members.empty() && value <= members.back()))
+      throw InvalidArgument(fmt::format(
+          "'{}' is not a list of domains (ascending whole numbers separated by commas)", text));
+    members.push_back(value);
+    start = comma + 1;
+  }
+  return members;
+}
+
+std::string format_members(const std::vector<int>& members) {
+  return fmt::format("{}", fmt::join(members, ","));
+}
+
+core::Shard domain_slice(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
+                         std::size_t domain) {
+  int total = 0, offset = 0;
+  for (std::size_t i = 0; i < ranks_per_domain.size(); ++i) {
+    if (i < domain) offset += ranks_per_domain[i];
+    total += ranks_per_domain[i];
+  }
+  const int count = ranks_per_domain.at(domain);
+  if (count <= 0 || total <= 0)
+    throw InvalidArgument(
+        fmt::format("domain {} has no ranks to take a share of the batch", domain));
+  return {core::shard_of(global_batch, offset, total).begin,
+          core::shard_of(global_batch, offset + count - 1, total).end};
+}
+
+core::Shard rank_slice_in_domain(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
+                                 std::size_t domain, int rank, int live_ranks) {
+  const core::Shard slice = domain_slice(global_batch, ranks_per_domain, domain);
+  const core::Shard inner = core::shard_of(slice.size(), rank, live_ranks);
+  return {slice.begin + inner.begin, slice.begin + inner.end};
+}
+
+namespace {
+constexpr std::size_t kVoteHeader = 4;  // not ok, pending, loss, skipped
+}
+
+std::vector<double> encode_vote(const Vote& mine, std::size_t my_index, std::size_t members) {
+  std::vector<double> buffer(kVoteHeader + members, 0.0);
+  buffer[0] = mine.ok ? 0 : 1;
+  buffer[1] = mine.generation_pending ? 1 : 0;
+  buffer[2] = mine.loss;
+  buffer[3] = mine.skipped;
+  buffer.at(kVoteHeader + my_index) = mine.ranks.empty() ? 0 : mine.ranks.at(my_index);
+  return buffer;
+}
+
+Vote decode_vote(const std::vector<double>& summed, std::size_t members) {
+  if (summed.size() != kVoteHeader + members)
+    throw Error(fmt::format("a vote of {} values for {} members", summed.size(), members));
+  Vote vote;
+  vote.ok = summed[0] == 0;
+  vote.generation_pending = summed[1] > 0;
+  vote.loss = summed[2];
+  vote.skipped = summed[3];
+  for (std::size_t i = 0; i < members; ++i)
+    vote.ranks.push_back(static_cast<int>(summed[kVoteHeader + i]));
+  return vote;
+}
+
+ResyncPlan plan_resync(const std::vector<MemberPosition>& positions) {
+  if (positions.empty()) throw InvalidArgument("a resync needs at least one member");
+  ResyncPlan plan;
+  plan.agreed_step = -1;
+  for (const auto& p : positions)
+    if (!p.joining) plan.agreed_step = std::max(plan.agreed_step, p.decided);
+  if (plan.agreed_step < 0)
+    throw Error("no member of the new generation holds any committed state to go on from");
+  for (std::size_t i = 0; i < positions.size(); ++i)
+    if (!positions[i].joining && positions[i].decided == plan.agreed_step) {
+      plan.heal_source = i;
+      break;
+    }
+  for (const auto& p : positions) {
+    if (!p.joining && p.decided == plan.agreed_step)
+      plan.actions.push_back(ResyncAction::keep);
+    else if (!p.joining && p.decided == plan.agreed_step - 1 &&
+             p.holds_gradients_for == plan.agreed_step)
+      plan.actions.push_back(ResyncAction::roll_forward);
+    else
+      plan.actions.push_back(ResyncAction::heal);
+  }
+  return plan;
+}
+
+}  // namespace hardy::resilience

@@ -1,0 +1,80 @@
+#pragma once
+// The decisions of the fault-domain protocol, as pure functions (fault_domains.hpp runs them).
+//
+// A job of several fault domains is several MPI jobs. Their leaders (each domain's rank 0) form a
+// gloo group per *generation*: the set of live domains, published in the rendezvous store by the
+// supervisor (`hardy run`), which watches every domain's launcher. Within a generation each step
+// ends in one vote among the leaders (an allreduce); the vote is the commit point of the step
+// across domains. A leader whose collective fails (a domain died, or stopped answering) waits for
+// the next generation, connects to it and, with the other survivors, resyncs: the step is
+// committed everywhere if any survivor saw its vote complete, otherwise abandoned everywhere.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hardy/core/data/sampler.hpp"
+
+namespace hardy::resilience {
+
+// ---- members and the global batch ----
+
+// "0,2,3" <-> {0, 2, 3}: the live domains of a generation, ascending. Throws InvalidArgument for
+// anything else.
+std::vector<int> parse_members(const std::string& text);
+std::string format_members(const std::vector<int>& members);
+
+// The global batch split over the live ranks of the live domains, domain after domain: domain i
+// (an index into `ranks_per_domain`, the live ranks each domain reported at the last vote) takes
+// the slices of its ranks in the job-wide split, and inside the domain its `live_ranks` split
+// that slice among themselves. So a domain that lost ranks since it reported covers its share
+// with fewer, the others never notice, and every sample is still assigned exactly once.
+core::Shard domain_slice(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
+                         std::size_t domain);
+core::Shard rank_slice_in_domain(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
+                                 std::size_t domain, int rank, int live_ranks);
+
+// ---- the per-step vote ----
+
+// What a leader brings to its step's vote, and what the vote returns to all of them (sums).
+struct Vote {
+  bool ok = true;                   // this domain finished the step (its gradients are in the sum)
+  bool generation_pending = false;  // the store names a next generation (a domain asks to join)
+  double loss = 0;                  // the domain's loss sum (already summed over its ranks)
+  double skipped = 0;               // bad samples skipped in the domain this step
+  std::vector<int> ranks;           // live ranks per member; a leader fills in its own slot only
+};
+std::vector<double> encode_vote(const Vote& mine, std::size_t my_index, std::size_t members);
+// The summed vote: ok when every member was, pending when any member saw a next generation.
+Vote decode_vote(const std::vector<double>& summed, std::size_t members);
+
+// ---- resync after a lost member ----
+
+// Where a leader stood when its generation broke.
+struct MemberPosition {
+  long decided = 0;  // the last step whose vote completed here: committed across domains
+  // The step whose reduced gradients this leader holds (its gradient allreduce completed but the
+  // vote did not), or -1.
+  long holds_gradients_for = -1;
+  bool joining = false;  // a relaunched domain with no state yet (healed from a peer)
+};
+
+enum class ResyncAction {
+  keep,          // already at the agreed step: drop whatever step was in flight
+  roll_forward,  // apply the held gradients of the agreed step, then commit it
+  heal,          // take the agreed state from the member that has it
+};
+
+struct ResyncPlan {
+  long agreed_step = 0;
+  std::vector<ResyncAction> actions;  // per member
+  std::size_t heal_source = 0;        // a member at the agreed step (the lowest)
+};
+
+// Any member's completed vote commits its step everywhere: the others all entered that vote, so
+// all of them hold its gradients and can roll forward. A member further behind (it joined, or
+// its domain restarted from older state) heals from the lowest member at the agreed step.
+ResyncPlan plan_resync(const std::vector<MemberPosition>& positions);
+
+}  // namespace hardy::resilience

@@ -1,0 +1,370 @@
+#include "fault_domains.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <limits>
+
+#include "hardy/checkpoint/broadcast_state.hpp"
+#include "hardy/comm/gloo_communicator.hpp"
+#include "hardy/core/support/error.hpp"
+#include "state_store.hpp"
+
+namespace hardy::resilience {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+milliseconds to_ms(double seconds) { return milliseconds(static_cast<long>(seconds * 1000.0)); }
+
+enum Decision : int { kCommit = 0, kAbandon = 1, kHealed = 2 };
+
+// The decision a leader broadcasts in its domain: verdict, loss, skipped, admit pending,
+// generation, member count, members, ranks per member.
+struct SharedDecision {
+  int verdict = kCommit;
+  double loss = 0, skipped = 0;
+  bool admit_pending = false;
+  std::size_t generation = 0;
+  std::vector<int> members, ranks;
+
+  std::vector<double> encode() const {
+    std::vector<double> out{static_cast<double>(verdict),
+                            loss,
+                            skipped,
+                            admit_pending ? 1.0 : 0.0,
+                            static_cast<double>(generation),
+                            static_cast<double>(members.size())};
+    for (int m : members) out.push_back(m);
+    for (int r : ranks) out.push_back(r);
+    return out;
+  }
+  static SharedDecision decode(const std::vector<double>& in) {
+    SharedDecision d;
+    d.verdict = static_cast<int>(in.at(0));
+    d.loss = in.at(1);
+    d.skipped = in.at(2);
+    d.admit_pending = in.at(3) != 0;
+    d.generation = static_cast<std::size_t>(in.at(4));
+    const auto n = static_cast<std::size_t>(in.at(5));
+    for (std::size_t i = 0; i < n; ++i) d.members.push_back(static_cast<int>(in.at(6 + i)));
+    for (std::size_t i = 0; i < n; ++i) d.ranks.push_back(static_cast<int>(in.at(6 + n + i)));
+    return d;
+  }
+};
+
+}  // namespace
+
+FaultDomains::FaultDomains(DomainOptions options, comm::Communicator& domain,
+                           core::EventLog& events)
+    : options_(std::move(options)), domain_(domain), events_(events) {
+  if (!enabled()) return;
+  if (options_.count < 1 || options_.index >= options_.count)
+    throw InvalidArgument(
+        fmt::format("domain {} of {}: no such domain", options_.index, options_.count));
+  if (leader()) store_ = comm::open_file_store(options_.store);
+}
+
+FaultDomains::~FaultDomains() = default;
+
+int FaultDomains::job_world_size() const {
+  if (!enabled()) return domain_.size();
+  int total = 0;
+  for (int ranks : ranks_per_member_) total += ranks;
+  return total;
+}
+
+core::Shard FaultDomains::my_slice(std::size_t global_batch) const {
+  if (!enabled()) return core::shard_of(global_batch, domain_.rank(), domain_.size());
+  const auto me = static_cast<std::size_t>(
+      std::find(members_.begin(), members_.end(), options_.index) - members_.begin());
+  return rank_slice_in_domain(global_batch, ranks_per_member_, me, domain_.rank(), domain_.size());
+}
+
+void FaultDomains::connect(std::size_t generation, const std::vector<int>& members) {
+  const auto me = std::find(members.begin(), members.end(), options_.index);
+  if (me == members.end())
+    throw DomainExcluded(fmt::format("domain {} is not among generation {}'s members ({})",
+                                     options_.index, generation, format_members(members)));
+  group_.reset();  // its sockets close first, so late peers of the old group fail at once
+  generation_ = generation;
+  members_ = members;
+  group_ =
+      comm::connect_gloo_group(*store_, {.prefix = fmt::format("gen{}", generation),
+                                         .rank = static_cast<int>(me - members.begin()),
+                                         .size = static_cast<int>(members.size()),
+                                         .address = options_.address,
+                                         .timeout = to_ms(options_.timeout_s),
+                                         .connect_timeout = to_ms(options_.membership_timeout_s)});
+}
+
+void FaultDomains::regroup(const std::string& why) {
+  for (;;) {
+    try {
+      store_->set(fmt::format("fail.{}.{}", generation_, options_.index), why);
+    } catch (const IoError&) {
+      // Reported already in this generation.
+    }
+    const auto next = generation_ + 1;
+    const auto listed =
+        store_->wait_for(fmt::format("gen.{}.members", next), to_ms(options_.membership_timeout_s));
+    if (!listed)
+      throw Error(fmt::format(
+          "domain {}: generation {} failed ({}) and no next generation was published within "
+          "{:.0f} s (is the supervisor alive?)",
+          options_.index, generation_, why, options_.membership_timeout_s));
+    try {
+      connect(next, parse_members(*listed));
+      return;
+    } catch (const comm::GroupFailure& e) {
+      std::cerr << fmt::format("hardy: domain {}: generation {} did not connect: {}\n",
+                               options_.index, next, e.what());
+    }
+  }
+}
+
+ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAccess& state,
+                                checkpoint::TrainingState& healed) {
+  auto& group = *group_;
+  const auto decided = group.allgather(mine.joining ? -1 : mine.decided);
+  const auto holds = group.allgather(mine.holds_gradients_for);
+  const auto joining = group.allgather(mine.joining ? 1 : 0);
+  const auto ranks = group.allgather(domain_.size());
+  std::vector<MemberPosition> positions;
+  for (std::size_t i = 0; i < decided.size(); ++i)
+    positions.push_back({decided[i], holds[i], joining[i] != 0});
+  ResyncPlan plan = plan_resync(positions);
+  ranks_per_member_.assign(ranks.begin(), ranks.end());
+  const bool anyone_heals =
+      std::count(plan.actions.begin(), plan.actions.end(), ResyncAction::heal) > 0;
+  if (anyone_heals) {
+    const auto started = std::chrono::steady_clock::now();
+    const auto root = static_cast<int>(plan.heal_source);
+    checkpoint::TrainingState sent;
+    if (group.rank() == root) sent = state.committed();
+    checkpoint::broadcast_state(group, sent, root);
+    if (plan.actions[static_cast<std::size_t>(group.rank())] == ResyncAction::heal) {
+      healed = std::move(sent);
+      events_.emit(
+          "domain_healed",
+          {{"domain", options_.index},
+           {"generation", generation_},
+           {"from_domain", members_[plan.heal_source]},
+           {"step", healed.step},
+           {"bytes", checkpoint::serialize(healed).size()},
+           {"seconds",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}});
+    }
+  }
+  return plan;
+}
+
+std::vector<double> FaultDomains::share_decision(std::vector<double> decision) {
+  std::int64_t length = static_cast<std::int64_t>(decision.size());
+  domain_.broadcast(std::as_writable_bytes(std::span(&length, 1)), 0);
+  decision.resize(static_cast<std::size_t>(length));
+  domain_.broadcast(std::as_writable_bytes(std::span(decision)), 0);
+  return decision;
+}
+
+void FaultDomains::start(const DomainStateAccess& state) {
+  if (!enabled()) return;
+  SharedDecision decision;
+  checkpoint::TrainingState healed;
+  if (leader()) {
+    const auto started = std::chrono::steady_clock::now();
+    const bool joining = !options_.join_token.empty();
+    std::size_t generation = 0;
+    if (joining) {
+      store_->set(fmt::format("join.{}.{}", options_.index, options_.join_token),
+                  std::to_string(::getpid()));
+      const auto admitted =
+          store_->wait_for(fmt::format("admit.{}.{}", options_.index, options_.join_token),
+                           to_ms(options_.membership_timeout_s));
+      if (!admitted)
+        throw Error(fmt::format("domain {} was not let back into the job within {:.0f} s",
+                                options_.index, options_.membership_timeout_s));
+      generation = std::stoul(*admitted);
+    }
+    const auto listed = store_->wait_for(fmt::format("gen.{}.members", generation),
+                                         to_ms(options_.membership_timeout_s));
+    if (!listed)
+      throw Error(fmt::format("no members published for generation {} in {}", generation,
+                              options_.store.string()));
+    ResyncPlan plan;
+    for (bool connected = false; !connected;) {
+      try {
+        if (group_ == nullptr || generation_ != generation)
+          connect(generation, parse_members(*listed));
+        plan = resync({.decided = state.committed_step(), .joining = joining}, state, healed);
+        connected = true;
+      } catch (const comm::GroupFailure& e) {
+        regroup(e.what());
+        generation = generation_;
+      }
+    }
+    const auto me = static_cast<std::size_t>(
+        std::find(members_.begin(), members_.end(), options_.index) - members_.begin());
+    decision.verdict = plan.actions[me] == ResyncAction::heal ? kHealed : kCommit;
+    decision.generation = generation_;
+    decision.members = members_;
+    decision.ranks = ranks_per_member_;
+    events_.emit(
+        joining ? "domain_joined" : "domains_connected",
+        {{"domain", options_.index},
+         {"generation", generation_},
+         {"members", members_},
+         {"ranks_per_domain", ranks_per_member_},
+         {"step", plan.agreed_step},
+         {"seconds",
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}});
+  }
+  decision = SharedDecision::decode(share_decision(decision.encode()));
+  generation_ = decision.generation;
+  members_ = decision.members;
+  ranks_per_member_ = decision.ranks;
+  if (decision.verdict == kHealed) state.restore_in_domain(healed);
+}
+
+DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> gradients, double loss,
+                                  double skipped, const DomainStateAccess& state) {
+  SharedDecision decision;
+  checkpoint::TrainingState healed;
+  if (leader()) {
+    const auto me = [&] {
+      return static_cast<std::size_t>(std::find(members_.begin(), members_.end(), options_.index) -
+                                      members_.begin());
+    };
+    bool reduced = false;
+    try {
+      // A relaunched domain asks to join: every member learns it through the vote and admits it
+      // after this step, so all switch generation at the same step.
+      const bool pending =
+          store_->try_get(fmt::format("gen.{}.members", generation_ + 1)).has_value();
+      for (core::Tensor* gradient : gradients) group_->allreduce_sum(gradient->f32());
+      reduced = true;
+      Vote mine{.ok = true,
+                .generation_pending = pending,
+                .loss = loss,
+                .skipped = skipped,
+                .ranks = std::vector<int>(members_.size(), 0)};
+      mine.ranks[me()] = domain_.size();
+      auto summed = encode_vote(mine, me(), members_.size());
+      group_->allreduce_sum(summed);
+      const Vote vote = decode_vote(summed, members_.size());
+      decision.verdict = vote.ok ? kCommit : kAbandon;
+      decision.loss = vote.loss;
+      decision.skipped = vote.skipped;
+      decision.admit_pending = vote.generation_pending;
+      ranks_per_member_ = vote.ranks;
+      last_vote_loss_ = vote.loss;
+    } catch (const comm::GroupFailure& e) {
+      const auto detected = core::unix_time();
+      const auto old_members = members_;
+      const auto old_generation = generation_;
+      ResyncPlan plan;
+      for (bool settled = false; !settled;) {
+        try {
+          if (group_ == nullptr || generation_ == old_generation) regroup(e.what());
+          plan = resync(
+              {.decided = state.committed_step(), .holds_gradients_for = reduced ? step : -1},
+              state, healed);
+          // The loss of the agreed step, from a member that saw its vote complete.
+          std::vector<double> losses(members_.size(), 0.0);
+          losses[me()] = last_vote_loss_;
+          group_->allreduce_sum(losses);
+          decision.loss = losses[plan.heal_source];
+          settled = true;
+        } catch (const comm::GroupFailure& again) {
+          regroup(again.what());
+        }
+      }
+      const ResyncAction action = plan.actions[me()];
+      decision.verdict = action == ResyncAction::roll_forward ? kCommit
+                         : action == ResyncAction::heal       ? kHealed
+                                                              : kAbandon;
+      std::vector<int> lost;
+      for (int m : old_members)
+        if (std::find(members_.begin(), members_.end(), m) == members_.end()) lost.push_back(m);
+      events_.emit("domain_quorum_changed",
+                   {{"domain", options_.index},
+                    {"error", e.what()},
+                    {"step", step},
+                    {"old_generation", old_generation},
+                    {"generation", generation_},
+                    {"lost_domains", lost},
+                    {"members", members_},
+                    {"ranks_per_domain", ranks_per_member_},
+                    {"agreed_step", plan.agreed_step},
+                    {"action", action == ResyncAction::roll_forward ? "roll forward"
+                               : action == ResyncAction::heal       ? "heal"
+                                                                    : "abandon in-flight step"},
+                    {"seconds", core::unix_time() - detected}});
+    }
+    decision.generation = generation_;
+    decision.members = members_;
+    decision.ranks = ranks_per_member_;
+  }
+  decision = SharedDecision::decode(share_decision(decision.encode()));
+  generation_ = decision.generation;
+  members_ = decision.members;
+  ranks_per_member_ = decision.ranks;
+  if (decision.verdict == kCommit)
+    for (core::Tensor* gradient : gradients)
+      domain_.broadcast(std::as_writable_bytes(gradient->f32()), 0);
+  if (decision.verdict == kHealed) state.restore_in_domain(healed);
+  return {.verdict = decision.verdict == kCommit   ? StepVerdict::commit
+                     : decision.verdict == kHealed ? StepVerdict::healed
+                                                   : StepVerdict::abandon,
+          .loss = decision.loss,
+          .skipped = decision.skipped,
+          .admit_pending = decision.admit_pending};
+}
+
+void FaultDomains::admit_if_pending(const DomainStateAccess& state) {
+  SharedDecision decision;
+  checkpoint::TrainingState unused;
+  if (leader()) {
+    const auto started = std::chrono::steady_clock::now();
+    const auto listed =
+        store_->wait_for(fmt::format("gen.{}.members", generation_ + 1), to_ms(options_.timeout_s));
+    try {
+      if (!listed) throw comm::GroupFailure("the next generation's members were not published");
+      connect(generation_ + 1, parse_members(*listed));
+      resync({.decided = state.committed_step()}, state, unused);
+    } catch (const comm::GroupFailure& e) {
+      // The joiner (or another member) did not make it: settle on whatever comes next.
+      for (bool settled = false; !settled;) {
+        try {
+          regroup(e.what());
+          resync({.decided = state.committed_step()}, state, unused);
+          settled = true;
+        } catch (const comm::GroupFailure&) {
+        }
+      }
+    }
+    decision.generation = generation_;
+    decision.members = members_;
+    decision.ranks = ranks_per_member_;
+    if (owns_run_files())
+      events_.emit(
+          "domain_admitted",
+          {{"generation", generation_},
+           {"members", members_},
+           {"ranks_per_domain", ranks_per_member_},
+           {"step", state.committed_step()},
+           {"seconds",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}});
+  }
+  decision = SharedDecision::decode(share_decision(decision.encode()));
+  generation_ = decision.generation;
+  members_ = decision.members;
+  ranks_per_member_ = decision.ranks;
+}
+
+}  // namespace hardy::resilience

@@ -1,0 +1,127 @@
+#pragma once
+// The session's side of fault domains (docs/resilience.md, "Fault domains"): a job of several MPI
+// jobs, one per domain, whose leaders (each domain's rank 0) exchange gradients and votes through
+// a gloo group that rendezvous in a store. domain_plan.hpp has the protocol's decisions; this
+// class runs them. Every call here is collective over the domain's own communicator: the leader
+// talks to the other domains, then tells its ranks what was decided (an MPI broadcast), so a
+// domain's ranks always act on one decision.
+//
+// A lost domain never stops the others: their leaders' collectives fail (GroupFailure), they wait
+// for the supervisor's next generation of members, connect to it, and resync (the in-flight step
+// is committed everywhere or nowhere). A failure inside a domain ends that domain (its processes
+// exit and the supervisor relaunches it, healing it from a live peer): ULFM shrink inside a domain
+// of a multi-domain job is not wired yet.
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "domain_plan.hpp"
+#include "hardy/checkpoint/training_state.hpp"
+#include "hardy/comm/communicator.hpp"
+#include "hardy/comm/rendezvous_store.hpp"
+#include "hardy/core/compute/tensor.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/event_log.hpp"
+
+namespace hardy::resilience {
+
+struct DomainOptions {
+  int index = -1;  // this domain; -1: the job is one domain (everything here is off)
+  int count = 1;
+  std::filesystem::path store;  // the rendezvous store's directory (shared by every node)
+  std::string address;          // where this leader listens (empty: the host name)
+  double timeout_s = 10;        // a gloo collective or connection that takes longer fails
+  // How long a leader waits for the supervisor to publish the next generation before giving up.
+  double membership_timeout_s = 120;
+  // Relaunched after a loss: the supervisor's token for this launch (empty: the job's first
+  // launch). The leader asks to be let in under it, then heals from a peer.
+  std::string join_token;
+};
+
+// A leader that finds its domain left out of a generation: the domain must end (the supervisor
+// relaunches it). Not a failure of this process.
+class DomainExcluded : public Error {
+ public:
+  using Error::Error;
+};
+
+// What the session hands over: its committed state, and how to replace it (in-domain collective).
+struct DomainStateAccess {
+  std::function<const checkpoint::TrainingState&()> committed;  // the leader's copy
+  // Every rank of the domain: root (the leader) has `state`, all end up applying it.
+  std::function<void(checkpoint::TrainingState&)> restore_in_domain;
+  std::function<long()> committed_step;
+};
+
+enum class StepVerdict {
+  commit,   // the summed gradients are in place: apply them and commit the step
+  abandon,  // the step is dropped everywhere: go back to the committed state and redo it
+  healed,   // the step is dropped and the state was replaced by a peer's (already applied)
+};
+
+struct DomainStep {
+  StepVerdict verdict = StepVerdict::commit;
+  double loss = 0;             // the job-wide loss sum (every domain's), for the step's metrics
+  double skipped = 0;          // bad samples skipped across domains
+  bool admit_pending = false;  // a next generation waits: call admit_if_pending() after the commit
+};
+
+class FaultDomains {
+ public:
+  FaultDomains(DomainOptions options, comm::Communicator& domain, core::EventLog& events);
+  ~FaultDomains();
+
+  bool enabled() const { return options_.index >= 0; }
+  int index() const { return options_.index; }
+  // This domain is the lowest live one: its leader writes the run directory's files.
+  bool owns_run_files() const { return !enabled() || members_.front() == options_.index; }
+  std::size_t generation() const { return generation_; }
+  // The job's live ranks: every member domain's, as last reported (the domain's own without
+  // domains).
+  int job_world_size() const;
+
+  // The job-wide split (domain_plan.hpp): this rank's slice of a global batch.
+  core::Shard my_slice(std::size_t global_batch) const;
+
+  // Start or join: the leaders connect, the state of the newest member (the highest committed
+  // step; a joiner has none) goes to every member behind it, and each domain restores it.
+  void start(const DomainStateAccess& state);
+
+  // The step's exchange, after the domain's own gradient allreduce: the leader sums `gradients`
+  // over the domains and votes; every rank of the domain gets the summed gradients (on commit)
+  // and the verdict. `loss` and `skipped` are the domain's sums. A lost peer domain is handled
+  // inside (regroup and resync), so the verdict holds for every live domain.
+  DomainStep exchange(long step, std::span<core::Tensor* const> gradients, double loss,
+                      double skipped, const DomainStateAccess& state);
+
+  // After a committed step whose vote saw a next generation waiting (a relaunched domain): every
+  // member connects to it and the joiner heals. Collective over the domain.
+  void admit_if_pending(const DomainStateAccess& state);
+
+ private:
+  bool leader() const { return domain_.rank() == 0; }
+  void connect(std::size_t generation, const std::vector<int>& members);
+  // Leader: after a GroupFailure, until connected to a later generation that includes this domain.
+  void regroup(const std::string& why);
+  // Leader: positions exchanged, the plan made; heals members that need it (over the group).
+  ResyncPlan resync(const MemberPosition& mine, const DomainStateAccess& state,
+                    checkpoint::TrainingState& healed);
+  // Every rank: the leader's decision and the membership, broadcast in the domain.
+  std::vector<double> share_decision(std::vector<double> decision);
+
+  DomainOptions options_;
+  comm::Communicator& domain_;
+  core::EventLog& events_;
+  std::unique_ptr<comm::RendezvousStore> store_;  // leader only
+  std::unique_ptr<comm::Communicator> group_;     // leader only
+  std::size_t generation_ = 0;
+  std::vector<int> members_;           // live domains, ascending
+  std::vector<int> ranks_per_member_;  // as reported at the last vote or resync
+  double last_vote_loss_ = 0;          // the job-wide loss of the last step whose vote completed
+};
+
+}  // namespace hardy::resilience

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""A job of several fault domains loses one and trains on (CTest label `fault`).
+
+Usage: fault_domains.py HARDY SCENARIO
+
+`hardy run --nodes-per-domain 1` on this host makes every "node" a domain: its own mpirun, its
+own ranks. Once the job has committed FAULT_STEP steps, one domain's ranks are killed from
+outside (SIGKILL), as a node crash would:
+
+  leader   4 domains x 1 rank; domain 2 dies (its leader with it)
+  owner    3 domains x 1 rank; domain 0 dies: the domain that writes the run directory's
+           metrics, audit and checkpoints, whose duties the lowest survivor takes over
+  member   2 domains x 2 ranks; only rank 1 of domain 1 dies: the domain ends as a whole
+
+Each asserts: exit 0 with job_finished at the last step; every step committed once; every
+complete epoch covers every sample exactly once; the final loss within 2% of the same job as one
+MPI job; the other domains' ranks never restarted (their rank_started pids are those of the
+start); the lost domain named, relaunched, healed from a live domain and admitted back; the
+survivors committed a step again within 2 s of the kill; nothing left behind (processes, the
+rendezvous store, node-local snapshots).
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched  # noqa: E402
+
+SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the domain)
+    "leader": (4, 1, 2, [0]),
+    "owner": (3, 1, 0, [0]),
+    "member": (2, 2, 1, [1]),
+}
+SAMPLES, STEPS, FAULT_STEP = 48, 60, 20
+TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "12",
+         "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
+         "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
+         "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "100",
+         "--checkpoint-every", "25", "--threads", "1"]
+
+
+def main():
+    hardy, scenario = sys.argv[1], sys.argv[2]
+    domains, ranks, victim, victim_ranks = SCENARIOS[scenario]
+    mpirun = str(Path(hardy).resolve().parents[2] / ".venv/bin/mpirun")
+    check = Checks()
+    with tempfile.TemporaryDirectory(prefix=f"hardy-domains-{scenario}-") as tmp:
+        tmp = Path(tmp)
+        snapshots = tmp / "node-local"
+        # The same job as one MPI job, for the loss to compare with.
+        reference = tmp / "reference"
+        subprocess.run([mpirun, "-n", str(domains * ranks), "--oversubscribe", "--bind-to", "none",
+                        "--allow-run-as-root", hardy, "train", *TRAIN, "--ranks-per-node", str(ranks),
+                        "--run-dir", str(reference), "--snapshot-dir", str(snapshots)],
+                       check=True, stdout=subprocess.DEVNULL, timeout=300)
+        expected_final = read_jsonl(reference / "metrics.jsonl")[-1]["loss"]
+
+        run = tmp / "run"
+        command = [hardy, "run", "--nodes", str(domains), "--nodes-per-domain", "1", "--ranks-per-node", str(ranks),
+                   "--run-dir", str(run), "--backoff", "0.2", "--", *TRAIN, "--snapshot-dir", str(snapshots)]
+        fault = {}
+
+        def inject():
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                last = read_jsonl_tail(run / "metrics.jsonl")
+                if last and last["step"] >= FAULT_STEP:
+                    break
+                time.sleep(0.02)
+            else:
+                return
+            started = [e for e in read_jsonl(run / "events.jsonl") if e["event"] == "rank_started"]
+            pids = [e["pid"] for e in started if e.get("domain") == victim and e["rank"] in victim_ranks]
+            fault.update(time=time.time(), step=read_jsonl_tail(run / "metrics.jsonl")["step"], pids=pids)
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            print(f"--- killed domain {victim}'s rank(s) {victim_ranks} (pids {pids}) at step {fault['step']}",
+                  flush=True)
+
+        status, output = run_watched(command, inject, 400)
+        print(output[-4000:], flush=True)
+        check(status == 0, f"{scenario}: hardy run exits 0 ({status})")
+        check(bool(fault.get("pids")), f"{scenario}: the fault was injected: {fault}")
+        events = read_jsonl(run / "events.jsonl")
+        metrics = read_jsonl(run / "metrics.jsonl")
+        named = lambda name: [e for e in events if e["event"] == name]  # noqa: E731
+        finished = named("job_finished")
+        check(finished and finished[-1]["status"] == "completed" and finished[-1]["steps"] == STEPS,
+              f"{scenario}: job_finished completed at step {STEPS}: {finished[-1:]}")
+        steps = [m["step"] for m in metrics]
+        check(steps == list(range(1, STEPS + 1)), f"{scenario}: every step committed once: {steps[:5]}..{steps[-5:]}")
+        complete, wrong = complete_epochs_exact(run, SAMPLES)
+        check(len(complete) >= STEPS * 12 // SAMPLES - 1 and not wrong,
+              f"{scenario}: {len(complete)} complete epochs cover every sample exactly once (wrong: {wrong})")
+        check(all(m["global_batch"] == 12 for m in metrics), f"{scenario}: the global batch stays 12")
+        final = metrics[-1]["loss"]
+        check(abs(final - expected_final) <= 0.02 * abs(expected_final),
+              f"{scenario}: final loss {final:.5f} within 2% of one MPI job's {expected_final:.5f}")
+        check(metrics[-1]["world_size"] == domains * ranks,
+              f"{scenario}: back to full strength at the end ({metrics[-1]['world_size']} ranks)")
+
+        started = named("rank_started")
+        for d in range(domains):
+            count = sum(1 for e in started if e.get("domain") == d)
+            expected = ranks * (2 if d == victim else 1)
+            check(count == expected, f"{scenario}: domain {d}'s ranks started {count} times (expected {expected}: "
+                  f"{'relaunched once' if d == victim else 'never restarted'})")
+        lost = named("domain_lost")
+        check(len(lost) == 1 and lost[0]["domain"] == victim, f"{scenario}: domain_lost names domain {victim}: {lost}")
+        healed = named("domain_healed")
+        check(len(healed) == 1 and healed[0]["domain"] == victim and healed[0]["from_domain"] != victim
+              and healed[0]["bytes"] > 0, f"{scenario}: the relaunched domain healed from a live one: {healed}")
+        check(any(e["event"] == "domain_joined" and e["domain"] == victim for e in events),
+              f"{scenario}: the relaunched domain joined the running job")
+        changed = named("domain_quorum_changed")
+        check(changed and all(victim in e["lost_domains"] for e in changed),
+              f"{scenario}: the survivors' leaders regrouped without domain {victim}: {changed}")
+        # Recovery, as the survivors feel it: from the kill to their next committed step.
+        after = [m for m in metrics if m["unix_time"] > fault.get("time", 0)]
+        if after and fault:
+            stall = after[0]["unix_time"] - fault["time"]
+            print(f"survivors' next committed step {stall:.3f} s after the kill "
+                  f"(step {after[0]['step']}, {after[0]['world_size']} ranks)", flush=True)
+            check(stall < 2.0, f"{scenario}: the survivors trained again within 2 s ({stall:.3f} s)")
+        if scenario == "owner":
+            check(any(e["event"] == "checkpoint_written" and e.get("domain", 0) != 0 for e in events),
+                  f"{scenario}: the next owner writes checkpoints")
+        check((run / "model.h5").exists(), f"{scenario}: model.h5 written")
+        check(not any((run / "rendezvous").rglob("*")), f"{scenario}: the rendezvous store was removed")
+        left = sorted(str(p) for p in snapshots.rglob("*.h5"))
+        check(not left, f"{scenario}: node-local snapshots removed at the end: {left[:3]}")
+        leftovers = subprocess.run(["pgrep", "-f", f"--run-dir {run}"], capture_output=True, text=True).stdout.split()
+        check(not leftovers, f"{scenario}: no process of the job left: {leftovers}")
+    check.finish(f"fault domains: {scenario}")
+
+
+if __name__ == "__main__":
+    main()

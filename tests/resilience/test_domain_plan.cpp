@@ -1,0 +1,98 @@
+// The fault-domain protocol's decisions (resilience/src/domain_plan.hpp), without any domain.
+#include <catch2/catch.hpp>
+#include <numeric>
+
+#include "domain_plan.hpp"
+#include "hardy/core/support/error.hpp"
+
+using namespace hardy;
+using namespace hardy::resilience;
+
+TEST_CASE("members lists are ascending whole numbers, nothing else") {
+  CHECK(parse_members("0,2,3") == std::vector<int>{0, 2, 3});
+  CHECK(parse_members("5") == std::vector<int>{5});
+  CHECK(format_members({0, 2, 3}) == "0,2,3");
+  for (const char* bad : {"", "1,,2", "2,1", "1,1", "a", "-1", "1 ,2", "1,2,"})
+    CHECK_THROWS_AS(parse_members(bad), InvalidArgument);
+}
+
+TEST_CASE("the global batch splits over domains as over their ranks, every sample once") {
+  // With every domain at the size it reported, each rank gets exactly its slice of the flat
+  // job-wide split: domains change nothing about which rank sees which sample.
+  const std::vector<int> ranks{2, 3, 1, 2};
+  const int total = std::accumulate(ranks.begin(), ranks.end(), 0);
+  for (std::size_t batch : {8u, 16u, 13u, 100u}) {
+    int flat = 0;
+    for (std::size_t d = 0; d < ranks.size(); ++d)
+      for (int r = 0; r < ranks[d]; ++r, ++flat) {
+        const auto mine = rank_slice_in_domain(batch, ranks, d, r, ranks[d]);
+        const auto expected = core::shard_of(batch, flat, total);
+        CHECK(mine.begin == expected.begin);
+        CHECK(mine.end == expected.end);
+      }
+  }
+  // A domain that lost a rank since it reported covers its whole slice with the rest, and the
+  // other domains' slices do not move.
+  const std::size_t batch = 16;
+  const auto slice = domain_slice(batch, ranks, 1);
+  std::vector<int> seen(batch, 0);
+  for (int r = 0; r < 2; ++r) {
+    const auto part = rank_slice_in_domain(batch, ranks, 1, r, 2);
+    for (auto i = part.begin; i < part.end; ++i) ++seen[i];
+  }
+  for (auto i = slice.begin; i < slice.end; ++i) CHECK(seen[i] == 1);
+  CHECK(domain_slice(batch, ranks, 2).begin == slice.end);
+  CHECK_THROWS_AS(domain_slice(batch, {2, 0, 1}, 1), InvalidArgument);
+}
+
+TEST_CASE("a vote sums to: ok only if every member was, pending if any saw a generation") {
+  std::vector<double> summed(4 + 3, 0.0);
+  const auto add = [&](const Vote& vote, std::size_t index) {
+    const auto mine = encode_vote(vote, index, 3);
+    for (std::size_t i = 0; i < summed.size(); ++i) summed[i] += mine[i];
+  };
+  add({.ok = true, .generation_pending = false, .loss = 1.5, .skipped = 0, .ranks = {2, 0, 0}}, 0);
+  add({.ok = false, .generation_pending = true, .loss = 2.0, .skipped = 1, .ranks = {0, 4, 0}}, 1);
+  add({.ok = true, .generation_pending = false, .loss = 0.5, .skipped = 2, .ranks = {0, 0, 1}}, 2);
+  const Vote vote = decode_vote(summed, 3);
+  CHECK_FALSE(vote.ok);
+  CHECK(vote.generation_pending);
+  CHECK(vote.loss == 4.0);
+  CHECK(vote.skipped == 3.0);
+  CHECK(vote.ranks == std::vector<int>{2, 4, 1});
+  CHECK_THROWS_AS(decode_vote(summed, 4), Error);
+}
+
+TEST_CASE("resync: a step one survivor saw committed is committed by all") {
+  // Member 1 finished step 41's vote before member 3 died; members 0 and 2 hold 41's gradients
+  // (their vote failed): they roll forward, nobody goes back.
+  const auto plan = plan_resync({{.decided = 40, .holds_gradients_for = 41},
+                                 {.decided = 41, .holds_gradients_for = 42},
+                                 {.decided = 40, .holds_gradients_for = 41}});
+  CHECK(plan.agreed_step == 41);
+  CHECK(plan.actions == std::vector<ResyncAction>{ResyncAction::roll_forward, ResyncAction::keep,
+                                                  ResyncAction::roll_forward});
+  CHECK(plan.heal_source == 1);
+}
+
+TEST_CASE("resync: a step no survivor saw committed is abandoned by all") {
+  const auto plan = plan_resync(
+      {{.decided = 40, .holds_gradients_for = 41}, {.decided = 40, .holds_gradients_for = -1}});
+  CHECK(plan.agreed_step == 40);
+  CHECK(plan.actions == std::vector<ResyncAction>{ResyncAction::keep, ResyncAction::keep});
+}
+
+TEST_CASE("resync: a joiner, and a member too far behind, heal from the lowest member ahead") {
+  const auto plan = plan_resync({{.decided = 12},
+                                 {.decided = 30},
+                                 {.decided = 30},
+                                 {.decided = -1, .joining = true},
+                                 {.decided = 29, .holds_gradients_for = -1}});
+  CHECK(plan.agreed_step == 30);
+  CHECK(plan.heal_source == 1);
+  CHECK(plan.actions == std::vector<ResyncAction>{ResyncAction::heal, ResyncAction::keep,
+                                                  ResyncAction::keep, ResyncAction::heal,
+                                                  ResyncAction::heal});
+  CHECK_THROWS_AS(plan_resync({{.decided = -1, .joining = true}}), Error);
+  CHECK_THROWS_AS(plan_resync({}), InvalidArgument);
+}
