@@ -36,6 +36,8 @@ constexpr std::array kPlaceholders = {
     Placeholder{"min_world_size",
                 "--min-nodes x ranks per node: fewer healthy ranks and the job is requeued"},
     Placeholder{"max_requeues", "--max-requeues"},
+    Placeholder{"nodes_per_domain",
+                "--nodes-per-domain: fault domains of this many nodes, each its own MPI job (0: one)"},
     Placeholder{"exclude_nodes_file",
                 "RUN_DIR/exclude-nodes, the nodes the job lost, one per line, to exclude"},
     Placeholder{"launcher", "LSF only: --lsf-launcher, jsrun or mpirun"},
@@ -82,6 +84,11 @@ void validate(const JobRequest& request) {
     throw InvalidArgument(
         fmt::format("--min-nodes {} is more than --nodes {}: the job could never run",
                     request.min_nodes, request.nodes));
+  if (request.nodes_per_domain < 0 ||
+      (request.nodes_per_domain > 0 && request.nodes % request.nodes_per_domain != 0))
+    throw InvalidArgument(fmt::format(
+        "--nodes-per-domain {} does not divide --nodes {} into whole fault domains",
+        request.nodes_per_domain, request.nodes));
   if (request.max_requeues < 0)
     throw InvalidArgument(
         fmt::format("--max-requeues must be 0 or more, not {}", request.max_requeues));
@@ -117,6 +124,7 @@ TemplateValues template_values(const JobRequest& request) {
       {"requeue_exit_status", number(kRequeueExitStatus)},
       {"min_world_size", number(static_cast<long>(request.min_nodes) * request.ranks_per_node)},
       {"max_requeues", number(request.max_requeues)},
+      {"nodes_per_domain", number(request.nodes_per_domain)},
       {"exclude_nodes_file", request.exclude_nodes().string()},
       {"launcher", std::nullopt},
   };

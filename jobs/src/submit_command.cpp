@@ -61,6 +61,8 @@ po::options_description submit_options() {
       "min-nodes", po::value<int>()->default_value(1),
       "after a node failure, relaunch inside the allocation while this many nodes are healthy; "
       "with fewer, requeue the job without the lost nodes")(
+      "nodes-per-domain", po::value<int>()->default_value(0),
+      "fault domains of K nodes, each its own MPI job: a lost node stops only its domain (0: one)")(
       "max-requeues", po::value<int>()->default_value(10),
       "requeues the job may ask for in a row without committing a new step, before it stops")(
       "dry-run", po::bool_switch(), "print the script and stop: nothing is created or submitted")(
@@ -131,6 +133,7 @@ batch::JobRequest request_from(const po::variables_map& vm, const batch::Schedul
   request.signal_lead_seconds = vm["signal-lead"].as<int>();
   request.min_nodes = vm["min-nodes"].as<int>();
   request.max_requeues = vm["max-requeues"].as<int>();
+  request.nodes_per_domain = vm["nodes-per-domain"].as<int>();
   if (vm.count("lsf-launcher"))
     request.launcher = vm["lsf-launcher"].as<std::string>();
   else if (scheduler.name() == "lsf")

@@ -35,6 +35,7 @@ struct JobRequest {
   // instead of relaunching inside its allocation; 1: relaunch on whatever is left.
   int min_nodes = 1;
   int max_requeues = 10;  // requeues in a row without progress before the job stops
+  int nodes_per_domain = 0;  // fault domains of this many nodes (0: one domain of every node)
   std::string launcher;   // LSF only: jsrun or mpirun
 
   // Files inside the run directory that the scripts name.

@@ -1,0 +1,215 @@
+#!/usr/bin/python3
+"""Fault domains on an emulated cluster (CTest label `cluster`).
+
+Usage: domain_loss.py HARDY SCENARIO [--json FILE] [--steps N] [--fault-step S]
+
+`hardy run --hosts ... --nodes-per-domain 2 --spare-nodes S` trains on 8 emulated nodes (network
+namespaces, emulated_cluster.py) as 4 fault domains, each its own mpirun, from the host namespace.
+Once the job has committed FAULT_STEP steps a node fails:
+
+  node_crash        SIGKILL every process of node 3 (domain 1's second node)
+  node_crash_rpn2   the same with 2 ranks per node
+  leader_crash      node 4: domain 2's first node, where its leader runs
+  node_freeze       SIGSTOP node 5 and cut its link (domain 2's second node)
+  two_domains       node 1 (domain 0, which writes the run directory's files), later node 6
+  crash_in_heal     node 3; while domain 1 comes back on the spare, node 2 goes for good
+
+Each asserts what fault domains promise: exit 0 with job_finished at the last step; every step
+committed once and no committed step lost; every complete epoch covers every sample exactly once;
+the final loss within 2% of the same job as one MPI job; the other domains' ranks never restarted
+(rank_started pids); the lost node named with its evidence and left out; the lost domain back at
+full strength on a spare, healed from a live domain; the survivors training again within 2 s of a
+crash and 5 s of a freeze (fault to their next committed step); nothing left on any node that is
+up. It prints the phases (fault, regroup, next step, relaunch, heal, admitted) and with --json
+writes them for bench/cluster/domain_bench.py.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "lib"))
+from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched  # noqa: E402
+
+
+def _option(name, default):
+    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+
+NODES, PER_DOMAIN, SAMPLES = 8, 2, 48
+STEPS, FAULT_STEP = _option("--steps", 120), _option("--fault-step", 40)
+TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
+         "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
+         "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
+         "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "200",
+         "--checkpoint-every", "50", "--threads", "1"]
+RUN_TIMEOUT_S = 300
+SPARES = {"two_domains": 2, "crash_in_heal": 2}
+FIRST_FAULT = {"node_crash": ("crash", 3), "node_crash_rpn2": ("crash", 3), "leader_crash": ("crash", 4),
+               "node_freeze": ("freeze", 5), "two_domains": ("crash", 1), "crash_in_heal": ("crash", 3)}
+
+
+def reference_loss(hardy, ranks, tmp):
+    run = Path(tmp) / "reference"
+    mpirun = str(Path(hardy).resolve().parents[2] / ".venv/bin/mpirun")
+    subprocess.run([mpirun, "-n", str(NODES * ranks), "--oversubscribe", "--bind-to", "none", "--allow-run-as-root",
+                    hardy, "train", *TRAIN, "--ranks-per-node", str(ranks), "--run-dir", str(run),
+                    "--snapshot-dir", str(Path(tmp) / "reference-node-local")],
+                   check=True, stdout=subprocess.DEVNULL, timeout=300)
+    return read_jsonl(run / "metrics.jsonl")[-1]["loss"]
+
+
+def main():
+    hardy, scenario = sys.argv[1], sys.argv[2]
+    json_out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
+    ok, why = namespaces_available()
+    if not ok:
+        print(f"skipped: cannot emulate a cluster here: {why}")
+        sys.exit(77)
+    ranks = 2 if scenario == "node_crash_rpn2" else 1
+    spares = SPARES.get(scenario, 1)
+    check = Checks()
+    with tempfile.TemporaryDirectory(prefix=f"hardy-domains-{scenario}-") as tmp:
+        expected_final = reference_loss(hardy, ranks, tmp)
+        with EmulatedCluster(nodes=NODES + spares) as cluster:
+            run = Path(tmp) / "run"
+            snapshots = Path(tmp) / "node-local"
+            command = [hardy, "run", "--hosts", ",".join(cluster.hosts), "--launch-agent", cluster.agent,
+                       "--ranks-per-node", str(ranks), "--nodes-per-domain", str(PER_DOMAIN),
+                       "--spare-nodes", str(spares), "--run-dir", str(run), "--backoff", "0.2",
+                       "--probe-timeout", "2", "--", *TRAIN, "--snapshot-dir", str(snapshots)]
+            env = {**os.environ, **cluster.mpi_env()}
+            faults = []
+            events = lambda: read_jsonl(run / "events.jsonl")  # noqa: E731
+            step = lambda: (read_jsonl_tail(run / "metrics.jsonl") or {}).get("step", 0)  # noqa: E731
+
+            def wait(condition, what, timeout=120):
+                deadline = time.time() + timeout
+                while time.time() < deadline:
+                    if condition():
+                        return True
+                    time.sleep(0.02)
+                print(f"timed out waiting for {what}", flush=True)
+                return False
+
+            def fault(kind, node):
+                {"crash": cluster.crash, "freeze": cluster.freeze,
+                 "crash for good": lambda n: cluster.crash(n, link_down=True)}[kind](node)
+                faults.append({"kind": kind, "node": node, "host": cluster.hosts[node], "time": time.time(),
+                               "step": step()})
+                print(f"--- {kind} {cluster.hosts[node]} at step {faults[-1]['step']}", flush=True)
+
+            def inject():
+                if not wait(lambda: step() >= FAULT_STEP, f"step {FAULT_STEP}"):
+                    return
+                fault(*FIRST_FAULT[scenario])
+                if scenario == "two_domains":
+                    if wait(lambda: any(e["event"] == "domain_healed" for e in events()) and step() >= FAULT_STEP + 30,
+                            "the first domain to come back"):
+                        fault("crash", 6)
+                elif scenario == "crash_in_heal":
+                    if wait(lambda: any(e["event"] == "domain_relaunched" for e in events()), "the relaunch", 60):
+                        fault("crash for good", 2)
+
+            started = time.time()
+            status, output = run_watched(command, inject, RUN_TIMEOUT_S, env=env)
+            elapsed = time.time() - started
+            for line in output.splitlines():
+                if "error" in line.lower() and "NBC_" not in line:
+                    print(f"[output] {line[:300]}")
+            print(output[-3000:], flush=True)
+            check(status == 0, f"{scenario}: hardy run exits 0 ({status}, {elapsed:.1f} s)")
+            check(len(faults) == (2 if scenario in ("two_domains", "crash_in_heal") else 1),
+                  f"{scenario}: faults injected: {faults}")
+            all_events = events()
+            metrics = read_jsonl(run / "metrics.jsonl")
+            named = lambda name: [e for e in all_events if e["event"] == name]  # noqa: E731
+            finished = named("job_finished")
+            check(finished and finished[-1]["status"] == "completed" and finished[-1]["steps"] == STEPS,
+                  f"{scenario}: job_finished completed at step {STEPS}: {finished[-1:]}")
+            steps = [m["step"] for m in metrics]
+            check(steps == list(range(1, STEPS + 1)), f"{scenario}: every step committed once, none lost")
+            complete, wrong = complete_epochs_exact(run, SAMPLES)
+            check(len(complete) >= STEPS * 16 // SAMPLES - 1 and not wrong,
+                  f"{scenario}: {len(complete)} complete epochs cover every sample exactly once (wrong: {wrong})")
+            final = metrics[-1]["loss"] if metrics else float("nan")
+            check(abs(final - expected_final) <= 0.02 * abs(expected_final),
+                  f"{scenario}: final loss {final:.5f} within 2% of one MPI job's {expected_final:.5f}")
+            check(metrics and metrics[-1]["world_size"] == NODES * ranks,
+                  f"{scenario}: back at full strength ({metrics[-1]['world_size'] if metrics else None} ranks)")
+
+            victims = {f["node"] // PER_DOMAIN for f in faults}
+            started_events = named("rank_started")
+            for d in range(NODES // PER_DOMAIN):
+                if d in victims:
+                    continue
+                count = sum(1 for e in started_events if e.get("domain") == d)
+                check(count == PER_DOMAIN * ranks, f"{scenario}: domain {d}'s ranks never restarted ({count} starts)")
+            lost = named("domain_lost")
+            excluded = {x["host"]: x for e in lost for x in e.get("excluded", [])}
+            for f in faults:
+                check(f["host"] in excluded and excluded[f["host"]].get("replaced_by"),
+                      f"{scenario}: {f['host']} named lost and replaced: {excluded.get(f['host'])}")
+            healed = {e["domain"] for e in named("domain_healed") if e["from_domain"] not in victims or True}
+            check(victims <= healed, f"{scenario}: every lost domain healed from a live one ({healed})")
+            relaunched = named("domain_relaunched")
+            last_nodes = {}
+            for e in relaunched:
+                last_nodes[e["domain"]] = e["nodes"]
+            for d in victims:
+                check(not any(f["host"] in last_nodes.get(d, []) for f in faults),
+                      f"{scenario}: domain {d} runs without the lost nodes: {last_nodes.get(d)}")
+
+            # The survivors' stall: from each fault to their next committed step.
+            bound = {"crash": 2.0, "crash for good": 5.0, "freeze": 5.0}
+            phases = []
+            for f in faults:
+                after = [m for m in metrics if m["unix_time"] > f["time"]]
+                regroup = [e for e in named("domain_quorum_changed") if e["unix_time"] > f["time"]]
+                relaunch = [e for e in relaunched if e["unix_time"] > f["time"]]
+                heal = [e for e in named("domain_healed") if e["unix_time"] > f["time"]]
+                admitted = [e for e in named("domain_admitted") if e["unix_time"] > f["time"]]
+                phase = {"fault": f["kind"], "host": f["host"], "step": f["step"]}
+                if regroup:
+                    phase["regrouped_s"] = regroup[0]["unix_time"] - f["time"]
+                if after:
+                    phase["survivors_next_step_s"] = after[0]["unix_time"] - f["time"]
+                if relaunch:
+                    phase["relaunched_s"] = relaunch[0]["unix_time"] - f["time"]
+                if heal:
+                    phase["healed_s"] = heal[0]["unix_time"] - f["time"]
+                    phase["heal_bytes"] = heal[0]["bytes"]
+                    phase["heal_seconds"] = heal[0]["seconds"]
+                if admitted:
+                    phase["back_at_full_strength_s"] = admitted[0]["unix_time"] - f["time"]
+                phases.append(phase)
+            print(f"phases: {json.dumps(phases)}", flush=True)
+            first = phases[0] if phases else {}
+            limit = bound[faults[0]["kind"]] if faults else 0
+            check(first.get("survivors_next_step_s", 1e9) <= limit,
+                  f"{scenario}: the survivors trained again within {limit} s ({first.get('survivors_next_step_s')})")
+
+            left_copies = sorted({str(p.parent) for p in snapshots.rglob("*.h5")})
+            down_hosts = {f["host"] for f in faults}
+            left_copies = [c for c in left_copies if not any(h in c for h in down_hosts)]
+            check(not left_copies, f"{scenario}: node-local snapshots removed at the end ({left_copies})")
+            frozen = {f["host"] for f in faults if f["kind"] == "freeze"}
+            deadline = time.time() + 10
+            while (left := [ln for ln in cluster.leftovers() if ln.split(":")[0] not in frozen]) \
+                    and time.time() < deadline:
+                time.sleep(0.1)
+            check(not left, f"{scenario}: no process left on the nodes that are up: {left}")
+            if json_out:
+                Path(json_out).write_text(json.dumps({"scenario": scenario, "ranks_per_node": ranks,
+                                                      "phases": phases, "elapsed_s": elapsed}, indent=1))
+    check.finish(f"cluster domains scenario {scenario}")
+
+
+if __name__ == "__main__":
+    main()
