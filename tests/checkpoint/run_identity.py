@@ -25,13 +25,12 @@ from hardy_test import Checks, read_jsonl  # noqa: E402
 hardy = sys.argv[1]
 TRAIN = ["--synthetic", "--height", "32", "--width", "32", "--global-batch", "4",
          "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16", "--low-level-channels", "8",
-         "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "9", "--steps", "8", "--log-every", "100",
-         "--checkpoint-every", "100"]
+         "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "9", "--log-every", "100"]
 check = Checks()
 
 
-def train(run, snapshots, samples, *extra):
-    result = subprocess.run([hardy, "train", *TRAIN, "--samples", str(samples), "--run-dir", str(run),
+def train(run, snapshots, samples, *extra, steps=8):
+    result = subprocess.run([hardy, "train", *TRAIN, "--samples", str(samples), "--steps", str(steps), "--run-dir", str(run),
                              "--snapshot-dir", str(snapshots), *extra], capture_output=True, text=True, timeout=240)
     print(result.stdout[-600:], result.stderr[-1200:], flush=True)
     return result
@@ -103,12 +102,12 @@ with tempfile.TemporaryDirectory(prefix="hardy-run-identity-") as tmp:
     check(shown.get("run_id") == (source / "run_id").read_text().strip() and len(shown.get("config_hash", "")) == 16,
           f"hardy ckpt inspect shows the run id and configuration hash ({shown.get('run_id')}, {shown.get('config_hash')})")
     fork = tmp / "fork"
-    forked = train(fork, snapshots, 32, "--resume", str(checkpoint), "--steps", "10")
+    forked = train(fork, snapshots, 32, "--resume", str(checkpoint), steps=10)
     restored = events_named(fork, "state_restored")
     check(forked.returncode == 0 and restored and restored[-1]["foreign"] is True
           and restored[-1]["saved_run_id"] == shown.get("run_id") and restored[-1]["step"] == 8,
           f"a fork from another run's checkpoint restores and is marked foreign ({restored[-1:]})")
-    misfit = train(tmp / "misfit", snapshots, 40, "--resume", str(checkpoint), "--steps", "10")
+    misfit = train(tmp / "misfit", snapshots, 40, "--resume", str(checkpoint), steps=10)
     check(misfit.returncode == 2 and "another configuration" in misfit.stderr and str(checkpoint) in misfit.stderr,
           f"a checkpoint of another configuration is refused with status 2 ({misfit.returncode})")
     check(not events_named(tmp / "misfit", "state_restored"), "and nothing was restored")
@@ -123,7 +122,7 @@ with tempfile.TemporaryDirectory(prefix="hardy-run-identity-") as tmp:
         inspect = subprocess.run([hardy, "ckpt", "inspect", str(old)], capture_output=True, text=True)
         check(inspect.returncode == 0, f"hardy ckpt inspect reads a checkpoint without a run id: {inspect.stderr[-300:]}")
         legacy = tmp / "legacy"
-        resumed = train(legacy, snapshots, 32, "--resume", str(old), "--steps", "10")
+        resumed = train(legacy, snapshots, 32, "--resume", str(old), steps=10)
         restored = events_named(legacy, "state_restored")
         check(resumed.returncode == 0 and restored and restored[-1]["foreign"] is True and restored[-1]["step"] == 8,
               f"a checkpoint without a run id restores, as foreign ({restored[-1:]})")
