@@ -164,6 +164,13 @@ finally:
     for name in created:
         uid = pwd.getpwnam(name).pw_uid
         shutil.rmtree(f"/dev/shm/hardy-{uid}", ignore_errors=True)
+        # What else the user's killed jobs left in node memory (Open MPI's shared-memory segments).
+        for leftover in Path("/dev/shm").iterdir():
+            try:
+                if leftover.lstat().st_uid == uid:
+                    shutil.rmtree(leftover) if leftover.is_dir() and not leftover.is_symlink() else leftover.unlink()
+            except OSError:
+                pass
         subprocess.run(["userdel", name], capture_output=True)
         try:
             grp.getgrnam(name)
