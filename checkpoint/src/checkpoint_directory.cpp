@@ -106,7 +106,8 @@ std::vector<fs::path> apply_retention(const fs::path& dir, const Retention& rete
 }
 
 SavedCheckpoint save_checkpoint(const TrainingState& state, const fs::path& dir,
-                                const Retention& retention, const WriteProgress& progress) {
+                                const Retention& retention, const WriteProgress& progress,
+                                FileAccess access) {
   std::error_code error;
   fs::create_directories(dir, error);
   if (error)
@@ -114,14 +115,15 @@ SavedCheckpoint save_checkpoint(const TrainingState& state, const fs::path& dir,
                               error.message()));
   SavedCheckpoint saved;
   saved.path = checkpoint_path(dir, state.step);
-  saved.bytes = write_checkpoint_file(state, saved.path, progress);
+  saved.bytes = write_checkpoint_file(state, saved.path, progress, access);
   set_latest(dir, saved.path);
   saved.removed = apply_retention(dir, retention);
   return saved;
 }
 
 std::optional<ValidCheckpoint> load_latest_valid(const fs::path& dir,
-                                                 std::vector<std::string>* skipped) {
+                                                 std::vector<std::string>* skipped,
+                                                 const UnfitReason& unfit) {
   const auto report = [&](std::string reason) {
     if (skipped) skipped->push_back(std::move(reason));
   };
@@ -141,7 +143,12 @@ std::optional<ValidCheckpoint> load_latest_valid(const fs::path& dir,
   }
   for (const fs::path& candidate : candidates) {
     try {
-      return ValidCheckpoint{candidate, read_checkpoint(candidate)};
+      ValidCheckpoint found{candidate, read_checkpoint(candidate)};
+      if (const auto reason = unfit ? unfit(found.state) : std::nullopt) {
+        report(fmt::format("{} is not restored: {}", candidate.string(), *reason));
+        continue;
+      }
+      return found;
     } catch (const Error& e) {  // CorruptCheckpoint, a file that is not a checkpoint, an I/O error
       report(e.what());
     }

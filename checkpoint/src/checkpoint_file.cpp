@@ -225,7 +225,7 @@ CheckpointContents read_validated(const std::filesystem::path& path) {
 }  // namespace
 
 std::uint64_t write_checkpoint_file(const TrainingState& state, const std::filesystem::path& path,
-                                    const WriteProgress& progress) {
+                                    const WriteProgress& progress, FileAccess access) {
   const std::vector<Field> fields = detail::fields_of(state);
   try {
     const detail::RootAttributes root{.text = {{"format", kFormatName},
@@ -233,7 +233,7 @@ std::uint64_t write_checkpoint_file(const TrainingState& state, const std::files
                                                {"manifest", manifest_of(fields).dump()}},
                                       .numbers = {{"format_version", kFormatVersion}}};
     write_atomically(path, [&](const std::filesystem::path& temporary) {
-      detail::write_hdf5_file(fields, root, temporary, progress);
+      detail::write_hdf5_file(fields, root, temporary, progress, access);
     });
   } catch (const IoError& e) {
     throw IoError(fmt::format("checkpoint {} was not written: {}", path.string(), e.what()));

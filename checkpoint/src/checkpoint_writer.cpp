@@ -107,7 +107,7 @@ CheckpointWriter::Outcome CheckpointWriter::write_and_report(Job& job) {
   report.stall_s = job.stall_s;
   try {
     const SavedCheckpoint saved =
-        save_checkpoint(job.state, dir_, options_.retention, job.progress);
+        save_checkpoint(job.state, dir_, options_.retention, job.progress, options_.access);
     report.bytes = saved.bytes;
     report.removed = saved.removed;
   } catch (const std::exception& e) {

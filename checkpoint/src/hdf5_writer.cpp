@@ -212,7 +212,8 @@ void lay_out(const std::vector<Field>& fields, const RootAttributes& root,
 // than as a failed H5Fclose, after which HDF5 1.10 keeps a half-closed file that crashes the
 // process at exit. HDF5's global lock is held only while the image is built in memory.
 void write_image(const Layout& layout, const std::vector<Field>& fields,
-                 const std::filesystem::path& file_path, const WriteProgress& progress) {
+                 const std::filesystem::path& file_path, const WriteProgress& progress,
+                 mode_t mode) {
   const auto metadata = layout.metadata.bytes();
   if (metadata.empty())
     throw IoError(fmt::format("HDF5 produced no file image for {}", file_path.string()));
@@ -233,7 +234,7 @@ void write_image(const Layout& layout, const std::vector<Field>& fields,
   std::uint64_t total = 0, written = 0;
   for (const auto& [offset, piece] : pieces) total += piece.bytes.size();
 
-  PosixFile file = PosixFile::create(file_path);
+  PosixFile file = PosixFile::create(file_path, mode);
   std::vector<PosixFile::Piece> run;
   std::uint64_t run_start = 0, run_end = 0;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -253,10 +254,11 @@ void write_image(const Layout& layout, const std::vector<Field>& fields,
 }  // namespace
 
 void write_hdf5_file(const std::vector<Field>& fields, const RootAttributes& root,
-                     const std::filesystem::path& path, const WriteProgress& progress) {
+                     const std::filesystem::path& path, const WriteProgress& progress,
+                     FileAccess access) {
   Layout layout;
   lay_out(fields, root, path, layout);
-  write_image(layout, fields, path, progress);
+  write_image(layout, fields, path, progress, access == FileAccess::owner_only ? 0600 : 0644);
 }
 
 }  // namespace hardy::checkpoint::detail

@@ -24,6 +24,7 @@ struct RootAttributes {
 // `checksum` (its field's checksum, uint64) and `checksum_algorithm` ("xxh64") attributes.
 // Throws IoError naming the file, and the dataset being written when a write fails.
 void write_hdf5_file(const std::vector<Field>& fields, const RootAttributes& root,
-                     const std::filesystem::path& path, const WriteProgress& progress = {});
+                     const std::filesystem::path& path, const WriteProgress& progress = {},
+                     FileAccess access = FileAccess::shared);
 
 }  // namespace hardy::checkpoint::detail

@@ -6,6 +6,7 @@
 
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 
 namespace hardy::checkpoint {
 
@@ -23,6 +24,7 @@ std::string directory_name_for(const std::string& host) {
 
 CheckpointWriter::Options writer_options() {
   CheckpointWriter::Options options;
+  options.access = FileAccess::owner_only;
   options.asynchronous = true;
   options.skip_when_busy = false;  // see submit() in the header
   options.retention = {NodeLocalSnapshots::kKeepLast, 0};
@@ -45,7 +47,14 @@ fs::path node_snapshot_directory(const fs::path& root, const fs::path& run_dir,
   return root / run_key(run_dir) / directory_name_for(host);
 }
 
+bool check_node_snapshot_tree(const fs::path& root, const fs::path& run_dir,
+                              const std::string& host, bool create) {
+  return core::check_private_tree(root, fs::path(run_key(run_dir)) / directory_name_for(host),
+                                  create);
+}
+
 void remove_node_snapshots(const fs::path& root, const fs::path& run_dir, const std::string& host) {
+  if (!check_node_snapshot_tree(root, run_dir, host, false)) return;
   const fs::path dir = node_snapshot_directory(root, run_dir, host);
   std::error_code error;
   fs::remove_all(dir, error);
@@ -62,7 +71,9 @@ NodeLocalSnapshots::NodeLocalSnapshots(const fs::path& root, const fs::path& run
     : root_(root),
       run_dir_(run_dir),
       host_(host),
-      writer_(node_snapshot_directory(root, run_dir, host), writer_options(), std::move(report)) {}
+      writer_((check_node_snapshot_tree(root, run_dir, host, true),
+               node_snapshot_directory(root, run_dir, host)),
+              writer_options(), std::move(report)) {}
 
 void NodeLocalSnapshots::submit(TrainingState&& state, double stall_s) {
   writer_.submit(std::move(state), stall_s);

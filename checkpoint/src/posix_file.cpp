@@ -17,6 +17,7 @@
 
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 
 namespace hardy::checkpoint {
 
@@ -47,11 +48,8 @@ std::optional<std::uint64_t> injected_failure_budget() {
   return bytes;
 }
 
-PosixFile PosixFile::create(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw IoError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
-  return PosixFile(fd, path);
+PosixFile PosixFile::create(const std::filesystem::path& path, mode_t mode) {
+  return PosixFile(core::create_exclusive_file(path, mode), path);
 }
 
 PosixFile::PosixFile(int fd, std::filesystem::path path)

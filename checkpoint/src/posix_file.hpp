@@ -2,6 +2,8 @@
 // The POSIX side of writing checkpoints: an owned file descriptor whose writes report errno in
 // an IoError, fsync of files and directories, and the write-failure injection that tests use to
 // simulate a full disk in exactly the path a real one takes.
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -14,8 +16,10 @@ namespace hardy::checkpoint::detail {
 
 class PosixFile {
  public:
-  // Creates (or truncates) a file for writing; throws IoError.
-  static PosixFile create(const std::filesystem::path& path);
+  // Creates a new file for writing with `mode` (core::create_exclusive_file: whatever was at
+  // `path`, a stale temporary or a planted link, is unlinked, never truncated or followed);
+  // throws IoError.
+  static PosixFile create(const std::filesystem::path& path, mode_t mode);
   PosixFile(PosixFile&& other) noexcept;
   PosixFile& operator=(PosixFile&&) = delete;
   PosixFile(const PosixFile&) = delete;

@@ -40,6 +40,15 @@ ScalarField field(std::string_view path, std::string_view json_pointer,
       }};
 }
 
+// A field that older checkpoints lack (see ScalarField::optional).
+template <class Stored, class Access>
+ScalarField optional_field(std::string_view path, std::string_view json_pointer,
+                           std::string_view description, Access access) {
+  ScalarField made = field<Stored>(path, json_pointer, description, access);
+  made.optional = true;
+  return made;
+}
+
 using I64 = std::int64_t;
 using U64 = std::uint64_t;
 using Strings = std::vector<std::string>;
@@ -126,6 +135,14 @@ std::span<const ScalarField> scalar_fields() {
       field<double>(
           "/job/unix_time", "/unix_time", "when the state was captured, seconds since 1970 (UTC)",
           [](auto& s) -> auto& { return s.unix_time; }),
+      optional_field<std::string>(
+          "/job/run_id", "/run_id",
+          "the run directory's random id (its run_id file); empty: written before run ids",
+          [](auto& s) -> auto& { return s.run_id; }),
+      optional_field<std::string>(
+          "/job/config_hash", "/config_hash",
+          "hash of what a resume must match (model shape, optimizer, dataset and its size)",
+          [](auto& s) -> auto& { return s.config_hash; }),
   };
   return table;
 }

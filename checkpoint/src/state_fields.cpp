@@ -197,6 +197,7 @@ void add_tensor(TrainingState& state, std::string_view field_path, NamedTensor t
 void read_scalars(const FieldMap& fields, TrainingState& state, std::string_view source) {
   const TrainingState defaults;  // what get() returns tells the stored type of each field
   for (const ScalarField& scalar : scalar_fields()) {
+    if (scalar.optional && !fields.contains(scalar.path)) continue;  // an older checkpoint
     ScalarValue value = read_value(fields, scalar.path, scalar.get(defaults), source);
     try {
       scalar.set(state, value);

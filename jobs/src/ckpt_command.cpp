@@ -249,6 +249,7 @@ constexpr SummaryLine kSummary[] = {
      "x{lr_schedule_step_gamma:g} every {lr_schedule_step_every} steps)"},
     {"loss scale", "{loss_scale_scale:g} ({loss_scale_good_steps} good steps)"},
     {"saved", "{unix_time} by hardy {hardy_version} on {hosts}"},
+    {"run", "{run_id} (configuration hash {config_hash})"},
 };
 // Scalars that only --json shows: the configuration is dozens of lines.
 constexpr std::string_view kOnlyInJson[] = {"/job/config"};

@@ -102,7 +102,7 @@ int data_stage_command(const std::vector<std::string>& args) {
   }
   std::cout << fmt::format("staging {} file(s) of {} to {}\n", copies.size(), root.string(),
                            directory.string());
-  const auto report = core::stage_files(copies, threads, [](const core::StageProgress& p) {
+  const auto report = core::stage_files(to, copies, threads, [](const core::StageProgress& p) {
     std::cout << fmt::format(
                      "  {}/{} files, {:.2f} GB copied, {:.2f} GB/s\n", p.files_done, p.files_total,
                      static_cast<double>(p.bytes_copied) / 1e9,

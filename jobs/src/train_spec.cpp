@@ -13,6 +13,7 @@
 #include "command_line.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 
 namespace po = boost::program_options;
 
@@ -64,9 +65,11 @@ po::options_description train_options() {
       "snapshot-every", po::value<long>()->default_value(1),
       "every N committed steps, the lowest rank of each node copies the committed state to "
       "--snapshot-dir in the background, so that a relaunch loses no committed steps (0: never)")(
-      "snapshot-dir", po::value<std::string>()->default_value("/dev/shm/hardy"),
-      "node-local directory for those snapshots (one subdirectory per run and host, removed when "
-      "the job completes or stops)");
+      "snapshot-dir",
+      po::value<std::string>()->default_value(core::default_node_local_root().string()),
+      "node-local directory for those snapshots, this user's own (created 0700; one that other "
+      "users could write or own is refused and the job trains on without snapshots); one "
+      "subdirectory per run and host, removed when the job completes or stops");
   po::options_description resilience("Resilience");
   resilience.add_options()("ranks-per-node", po::value<int>()->default_value(1),
                            "ranks per node: losing a node loses all of them at once")(

@@ -12,7 +12,8 @@ namespace hardy::resilience {
 
 NodeStaging::NodeStaging(const fs::path& stage_dir, const fs::path& dataset_root,
                          std::vector<fs::path> files, const std::string& host, int copy_threads)
-    : directory_(core::staging_directory(stage_dir, dataset_root, host)),
+    : stage_dir_(stage_dir),
+      directory_(core::staging_directory(stage_dir, dataset_root, host)),
       files_(std::move(files)),
       copy_threads_(std::max(1, copy_threads)) {
   // Relative paths as the dataset spells them: a split directory that is a symlink stays a
@@ -76,12 +77,12 @@ NodeStagingPlan NodeStaging::plan(const std::vector<std::string>& node_of_rank, 
   report_ = {};
   if (!copier || copies.empty()) return result;
   if (wait) {
-    report_ = core::stage_files(copies, copy_threads_, progress);
+    report_ = core::stage_files(stage_dir_, copies, copy_threads_, progress);
     return result;
   }
   background_ = std::thread([this, copies = std::move(copies)] {
     try {
-      core::stage_files(copies, copy_threads_);
+      core::stage_files(stage_dir_, copies, copy_threads_);
     } catch (const std::exception& e) {
       std::lock_guard lock(error_mutex_);
       background_error_ = e.what();

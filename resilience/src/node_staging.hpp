@@ -54,6 +54,7 @@ class NodeStaging {
  private:
   void join();
 
+  std::filesystem::path stage_dir_;  // the root of the private tree (core::stage_files)
   std::filesystem::path directory_;
   std::vector<std::filesystem::path> files_;                         // canonical
   std::unordered_map<std::string, std::filesystem::path> relative_;  // as the dataset names them

@@ -9,6 +9,7 @@
 #include "hardy/comm/communicator.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 #include "session_state.hpp"
 
 namespace hardy::resilience {
@@ -54,6 +55,16 @@ void TrainingSession::State::restage(bool wait, const std::string& reason) {
                        p.seconds > 0 ? static_cast<double>(p.bytes_copied) / p.seconds / 1e9 : 0.0)
                 << std::flush;
     });
+  } catch (const core::UnsafeDirectory& e) {
+    // Another user could change that tree: nothing is written there, and nothing read from it
+    // (locate() hands out only copies this job made or verified).
+    failure = e.what();
+    events.emit("staging_refused", {{"host", membership.host()},
+                                    {"directory", config.stage_to.string()},
+                                    {"reason", failure}});
+    std::cerr << fmt::format(
+        "hardy: refusing the staging tree {} on {}, reading from the source instead: {}\n",
+        config.stage_to.string(), membership.host(), failure);
   } catch (const IoError& e) {
     // A full or missing local disk costs speed, not the job: what is not staged is read from
     // the source.

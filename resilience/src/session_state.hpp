@@ -21,6 +21,7 @@
 #include "hardy/core/nn/loss_scaler.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/resilience/failure_injection.hpp"
+#include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "membership.hpp"
 #include "node_staging.hpp"
@@ -48,10 +49,14 @@ struct TrainingSession::State final : StateSource {
   // `--resume latest`: restores every rank from the newest node-local snapshot of any host when
   // it is newer than rank 0's checkpoint at `checkpoint_step` (-1: none). False when none is.
   bool resume_from_node_snapshot(long checkpoint_step, Clock::time_point started);
-  // After a resume: the state_restored event (`host` only for a node-local snapshot) and, on the
-  // lead, the console line.
+  // After a resume: the state_restored event (`host` only for a node-local snapshot; `foreign`
+  // and the saved run id when `restored` is another run's) and, on the lead, the console line.
   void report_resumed(const std::string& source, const std::filesystem::path& path,
-                      const std::string& host, int saved_world_size, Clock::time_point started);
+                      const std::string& host, const checkpoint::TrainingState& restored,
+                      Clock::time_point started);
+  // Rank 0 gives the run directory its run id (run_identity.hpp) and tells every rank the id
+  // and the configuration hash; every rank throws when rank 0 could not.
+  void establish_run_identity();
   void train_step();
   // This rank's samples of a global batch, in the order it loads them. The one place that maps
   // samples to ranks: the step and the prefetcher's look-ahead both ask it. Its contiguous slice
@@ -137,6 +142,7 @@ struct TrainingSession::State final : StateSource {
   core::EventLog events;
   core::JsonLines metrics, audit;
   bool lead_logs_open = false;  // this rank writes the run directory's files
+  RunIdentity identity;  // filled by establish_run_identity(), before anything is saved
   StateStore store;
   Watchdog watchdog;
 

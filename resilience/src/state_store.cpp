@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <utility>
 
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 
 namespace hardy::resilience {
 
@@ -13,12 +15,14 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 StateStore::StateStore(const TrainingConfig& config, const Membership& membership,
-                       core::EventLog& events, const StateSource& source, FailureInjector& injector)
+                       core::EventLog& events, const StateSource& source, FailureInjector& injector,
+                       const RunIdentity& identity)
     : config_(config),
       membership_(membership),
       events_(events),
       source_(source),
-      injector_(injector) {}
+      injector_(injector),
+      identity_(identity) {}
 
 void StateStore::keep_in_memory() {
   // Reuses the previous copy's buffers: a copy of the weights and optimizer state each step.
@@ -109,10 +113,33 @@ void StateStore::report_snapshot_failure(long at_step, const std::string& error)
       at_step, membership_.host(), error);
 }
 
+void StateStore::refuse_node_tree(const std::string& reason) {
+  if (std::exchange(node_tree_refused_, true)) return;
+  const auto dir = checkpoint::node_snapshot_directory(config_.snapshot_dir, config_.run_dir,
+                                                       membership_.host());
+  events_.emit("snapshot_tier_refused",
+               {{"host", membership_.host()}, {"directory", dir.string()}, {"reason", reason}});
+  std::cerr << fmt::format(
+      "hardy: refusing the node-local snapshot tree {} on {}, training goes on without it "
+      "(nothing is written, read or removed there): {}\n",
+      dir.string(), membership_.host(), reason);
+}
+
+bool StateStore::node_tree_usable(bool create) {
+  if (node_tree_refused_) return false;
+  try {
+    return checkpoint::check_node_snapshot_tree(config_.snapshot_dir, config_.run_dir,
+                                                membership_.host(), create);
+  } catch (const core::UnsafeDirectory& e) {
+    refuse_node_tree(e.what());
+    return false;
+  }
+}
+
 double StateStore::write_node_snapshot() {
   const long step = source_.committed_step();
   if (config_.snapshot_every <= 0 || step % config_.snapshot_every != 0) return 0;
-  if (!membership_.first_on_host() || node_snapshots_unavailable_) return 0;
+  if (!membership_.first_on_host() || node_snapshots_unavailable_ || node_tree_refused_) return 0;
   const auto stall_start = std::chrono::steady_clock::now();
   if (!node_snapshots_) {
     // A rank becomes its host's writer at the start or when a lower rank on the host died.
@@ -123,6 +150,9 @@ double StateStore::write_node_snapshot() {
                                   report_snapshot_failure(report.step, report.error);
                               });
       node_snapshots_->discard_newer_than(step);
+    } catch (const core::UnsafeDirectory& e) {
+      refuse_node_tree(e.what());
+      return 0;
     } catch (const Error& e) {
       node_snapshots_unavailable_ = true;
       report_snapshot_failure(step, e.what());
@@ -138,11 +168,16 @@ double StateStore::write_node_snapshot() {
 }
 
 std::optional<checkpoint::ValidCheckpoint> StateStore::load_node_snapshot() {
-  if (!membership_.first_on_host()) return std::nullopt;
+  if (!membership_.first_on_host() || !node_tree_usable(false)) return std::nullopt;
   const std::string& host = membership_.host();
   const auto dir = checkpoint::node_snapshot_directory(config_.snapshot_dir, config_.run_dir, host);
   std::vector<std::string> skipped;
-  auto found = checkpoint::load_latest_valid(dir, &skipped);
+  // Another run's snapshot (a run directory made again at the same path) or one of another
+  // configuration is passed over like a damaged one: never restored.
+  auto found =
+      checkpoint::load_latest_valid(dir, &skipped, [this](const checkpoint::TrainingState& state) {
+        return snapshot_mismatch(state, identity_);
+      });
   for (const auto& reason : skipped) {
     std::cerr << "hardy: skipping node-local snapshot: " << reason << "\n";
     events_.emit("snapshot_rejected", {{"host", host}, {"reason", reason}});
@@ -151,7 +186,8 @@ std::optional<checkpoint::ValidCheckpoint> StateStore::load_node_snapshot() {
 }
 
 void StateStore::remove_node_snapshots() {
-  if (config_.snapshot_every <= 0 || !membership_.first_on_host()) return;
+  if (config_.snapshot_every <= 0 || !membership_.first_on_host() || !node_tree_usable(false))
+    return;
   try {
     if (node_snapshots_)
       node_snapshots_->remove();

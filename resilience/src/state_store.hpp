@@ -12,6 +12,7 @@
 #include "hardy/checkpoint/checkpoint.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/resilience/failure_injection.hpp"
+#include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/training_config.hpp"
 #include "membership.hpp"
 
@@ -32,8 +33,9 @@ class StateSource {
 
 class StateStore {
  public:
+  // `identity` is the run's (filled in before the first snapshot is written or read).
   StateStore(const TrainingConfig& config, const Membership& membership, core::EventLog& events,
-             const StateSource& source, FailureInjector& injector);
+             const StateSource& source, FailureInjector& injector, const RunIdentity& identity);
 
   // ---- in memory, every rank ----
   // Captures the committed step (every step with --memory-snapshots).
@@ -56,11 +58,14 @@ class StateStore {
   void flush();
 
   // ---- node-local, each host's first rank ----
+  // The tier lives in a private tree (core/support/private_tree.hpp): one that fails its checks
+  // is refused (snapshot_tier_refused, once) and neither written nor read nor cleaned.
   // Every --snapshot-every committed steps; returns the training thread's stall. Never throws
   // for a write that fails (snapshot_failed).
   double write_node_snapshot();
-  // This host's newest valid snapshot (rejections are logged); nothing when there is none or
-  // this rank does not keep the host's snapshots.
+  // This host's newest valid snapshot of this run and configuration (snapshot_rejected says
+  // why any other was passed over); nothing when there is none or this rank does not keep the
+  // host's snapshots.
   std::optional<checkpoint::ValidCheckpoint> load_node_snapshot();
   // At the end of a job that completed, stopped or was preempted.
   void remove_node_snapshots();
@@ -69,12 +74,17 @@ class StateStore {
   // The committed state, from memory when that copy is current, else captured into `into`.
   void committed_into(checkpoint::TrainingState& into) const;
   void report_snapshot_failure(long at_step, const std::string& error);
+  // Checks this host's snapshot tree (creating it when `create`); false when it does not exist.
+  // A tree that fails the checks turns the tier off and is reported (snapshot_tier_refused).
+  bool node_tree_usable(bool create);
+  void refuse_node_tree(const std::string& reason);
 
   const TrainingConfig& config_;
   const Membership& membership_;
   core::EventLog& events_;
   const StateSource& source_;
   FailureInjector& injector_;
+  const RunIdentity& identity_;
 
   std::optional<checkpoint::TrainingState> memory_;
   std::optional<checkpoint::CheckpointWriter> writer_;
@@ -82,6 +92,7 @@ class StateStore {
   std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
   std::optional<checkpoint::NodeLocalSnapshots> node_snapshots_;
   bool node_snapshots_unavailable_ = false;  // the directory could not be created: tier off
+  bool node_tree_refused_ = false;           // the tree failed its checks: never touched again
   std::atomic<bool> snapshot_failure_reported_{false};  // the writer's thread reports too
 };
 

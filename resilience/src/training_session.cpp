@@ -71,7 +71,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       assembler(*backend, data.train->shape()),
       prefetcher(*data.train, config.prefetch_batches > 0 ? config.loader_threads : 0, 0),
       scaler(core::LossScalerConfig::for_activations(backend->activation_dtype())),
-      store(config, membership, events, *this, injector),
+      store(config, membership, events, *this, injector, identity),
       watchdog(
           // The launcher ends the whole job as soon as one rank exits, so the other ranks give
           // the lead a second timeout to write its checkpoint first; a stuck lead still ends it.
@@ -156,6 +156,29 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
                                      std::ofstream(temporary) << config.config_ini;
                                    });
   }
+  establish_run_identity();
+}
+
+void TrainingSession::State::establish_run_identity() {
+  // A fixed-size message: the run id's 32 digits and the hash's 16, or zeros when rank 0 failed.
+  std::string message(48, '\0');
+  std::exception_ptr failure;
+  if (lead()) {
+    try {
+      const std::string run_id = ensure_run_id(config.run_dir);
+      const std::string hash =
+          config_hash(resume_identity(config, data.train->shape(), data.train->size()));
+      message = run_id + hash;
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  comm().broadcast(std::as_writable_bytes(std::span(message.data(), message.size())), 0);
+  if (failure) std::rethrow_exception(failure);
+  if (message.front() == '\0')
+    throw Error(
+        fmt::format("rank 0 could not read or create the run id of {}", config.run_dir.string()));
+  identity = {message.substr(0, 32), message.substr(32)};
 }
 
 TrainingSession::State::~State() { watchdog.stop(); }
@@ -210,6 +233,8 @@ void TrainingSession::State::store_loop_scalars(checkpoint::TrainingState& state
   state.hosts.resize(static_cast<std::size_t>(membership.size()));
   for (int r = 0; r < membership.size(); ++r)
     state.hosts[static_cast<std::size_t>(r)] = membership.host_of(r);
+  state.run_id = identity.run_id;
+  state.config_hash = identity.config_hash;
 }
 
 // The other way: the loop continues where `state` stood (the tensors are checkpoint::apply's).
@@ -272,6 +297,7 @@ void TrainingSession::State::resume_if_asked() {
   const auto started = Clock::now();
   checkpoint::TrainingState state;
   std::filesystem::path source;
+  std::string refusal;  // the lead's reason for not resuming from a checkpoint that does not fit
   if (lead()) {
     if (config.resume == "latest") {
       std::vector<std::string> skipped;
@@ -288,6 +314,16 @@ void TrainingSession::State::resume_if_asked() {
       source = config.resume;
       state = checkpoint::read_checkpoint(source);
     }
+    // A checkpoint may come from another run (a fork), but never from another configuration.
+    if (!source.empty())
+      if (const auto mismatch = config_mismatch(state, identity)) {
+        refusal = fmt::format(
+            "cannot resume from {}: {}; start a new run directory, or resume with the "
+            "configuration it was written for",
+            source.string(), *mismatch);
+        events.emit("checkpoint_rejected", {{"path", source.string()}, {"reason", refusal}});
+        source.clear();
+      }
   }
   // A relaunch after the job died as a whole: the nodes' copies may be newer than any checkpoint.
   // Only with `latest`: a checkpoint the user names is what they asked for.
@@ -296,14 +332,18 @@ void TrainingSession::State::resume_if_asked() {
     return;
   // Rank 0 tells the others whether there is anything to resume from.
   if (comm::allreduce(comm(), lead() && !source.empty() ? 1 : 0, comm::ReduceOp::max) == 0) {
-    if (config.resume != "latest")
-      throw InvalidArgument(fmt::format("cannot resume from {}", config.resume));
+    // Every rank learns whether the lead refused a checkpoint that does not fit.
+    if (comm::allreduce(comm(), refusal.empty() ? 0 : 1, comm::ReduceOp::max) != 0 ||
+        config.resume != "latest")
+      throw InvalidArgument(!refusal.empty() ? refusal
+                            : lead()         ? fmt::format("cannot resume from {}", config.resume)
+                                             : "rank 0 could not resume from " + config.resume);
     events.emit("resume_skipped",
                 {{"reason", "no valid checkpoint in the run directory; starting at step 0"}});
     return;
   }
   broadcast_restored(state);
-  report_resumed("checkpoint", source, "", state.world_size, started);
+  report_resumed("checkpoint", source, "", state, started);
 }
 
 bool TrainingSession::State::resume_from_node_snapshot(long checkpoint_step,
@@ -342,28 +382,37 @@ bool TrainingSession::State::resume_from_node_snapshot(long checkpoint_step,
   const std::string& host = membership.host_of(root);
   const auto path = checkpoint::checkpoint_path(
       checkpoint::node_snapshot_directory(config.snapshot_dir, config.run_dir, host), newest);
-  report_resumed("node-local", path, host, state.world_size, started);
+  report_resumed("node-local", path, host, state, started);
   return true;
 }
 
 void TrainingSession::State::report_resumed(const std::string& source,
                                             const std::filesystem::path& path,
-                                            const std::string& host, int saved_world_size,
+                                            const std::string& host,
+                                            const checkpoint::TrainingState& restored,
                                             Clock::time_point started) {
+  const int saved_world_size = restored.world_size;
+  const bool foreign = is_foreign(restored, identity);
   nlohmann::json fields = {{"source", source},
                            {"path", path.string()},
                            {"step", step},
                            {"saved_world_size", saved_world_size},
                            {"world_size", comm().size()},
+                           {"foreign", foreign},
                            {"seconds", seconds_since(started)}};
   if (!host.empty()) fields["host"] = host;
+  // Another run's state (a fork) or one written before run ids: say whose it was.
+  if (foreign) fields["saved_run_id"] = restored.run_id;
   events.emit("state_restored", fields);
   if (lead())
     std::cout << fmt::format(
-        "hardy: resumed from {} at step {} (saved by {} ranks, now {})\n",
+        "hardy: resumed from {} at step {} (saved by {} ranks, now {}){}\n",
         host.empty() ? path.string()
                      : fmt::format("the node-local snapshot {} of {}", path.string(), host),
-        step, saved_world_size, comm().size());
+        step, saved_world_size, comm().size(),
+        foreign ? fmt::format("; it is another run's ({})",
+                              restored.run_id.empty() ? "no run id" : restored.run_id)
+                : "");
 }
 
 void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch) {

@@ -6,6 +6,7 @@
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/node_local_snapshots.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 
 using namespace hardy;
 using namespace hardy::checkpoint;
@@ -145,4 +146,79 @@ TEST_CASE("node-local snapshots: failures are reported, not thrown", "[checkpoin
   // A directory that cannot be created: the constructor says so.
   std::ofstream(root / "a-file") << "not a directory";
   CHECK_THROWS_AS(NodeLocalSnapshots(root / "a-file", "runs/job", "node0"), IoError);
+}
+
+TEST_CASE("node-local snapshots: the tree is private, directories 0700 and files 0600",
+          "[checkpoint]") {
+  ScratchDirectory root("node-local-private");
+  NodeLocalSnapshots snapshots(root / "hardy-user", "runs/job", "node0");
+  write_steps(snapshots, 1, 2);
+  const auto mode = [](const fs::path& path) { return fs::symlink_status(path).permissions(); };
+  CHECK(mode(root / "hardy-user") == fs::perms::owner_all);
+  CHECK(mode(snapshots.directory().parent_path()) == fs::perms::owner_all);
+  CHECK(mode(snapshots.directory()) == fs::perms::owner_all);
+  for (const CheckpointEntry& entry : list_checkpoints(snapshots.directory())) {
+    INFO(entry.path);
+    CHECK(mode(entry.path) == (fs::perms::owner_read | fs::perms::owner_write));
+  }
+}
+
+TEST_CASE("node-local snapshots: a tree others could change is refused and left alone",
+          "[checkpoint]") {
+  ScratchDirectory scratch("node-local-refused");
+  const fs::path root = scratch / "hardy-user";
+  const fs::path victim = scratch / "real-checkpoints";
+  fs::create_directories(victim);
+  const TrainingState precious = synthetic_state(3);
+  save_checkpoint(precious, victim);
+  // Planted: the run's directory world-writable, this host's directory a link to the victim.
+  const fs::path host_dir = node_snapshot_directory(root, "runs/job", "node0");
+  fs::create_directories(host_dir.parent_path());
+  fs::permissions(host_dir.parent_path(), fs::perms::all);
+  fs::create_directory_symlink(victim, host_dir);
+
+  CHECK_THROWS_AS(NodeLocalSnapshots(root, "runs/job", "node0"), core::UnsafeDirectory);
+  CHECK_THROWS_WITH(remove_node_snapshots(root, "runs/job", "node0"),
+                    Catch::Contains(host_dir.parent_path().string()) &&
+                        Catch::Contains("writable by other users"));
+  // With the run's directory made private again, the link itself is what is refused.
+  fs::permissions(host_dir.parent_path(), fs::perms::owner_all);
+  CHECK_THROWS_WITH(remove_node_snapshots(root, "runs/job", "node0"),
+                    Catch::Contains("symbolic link"));
+  CHECK(steps_in(victim) == std::vector<long>{3});
+  CHECK(read_checkpoint(victim / "ckpt-3.h5").model == precious.model);
+}
+
+TEST_CASE("checkpoints: a planted .tmp link is replaced, never written through", "[checkpoint]") {
+  ScratchDirectory scratch("planted-tmp");
+  const fs::path victim = scratch / "victim.txt";
+  std::ofstream(victim) << "precious";
+  const fs::path dir = scratch / "checkpoints";
+  fs::create_directories(dir);
+  fs::create_symlink(victim, dir / "ckpt-4.h5.tmp");
+  save_checkpoint(synthetic_state(4), dir);
+  std::ifstream in(victim);
+  std::string text;
+  in >> text;
+  CHECK(text == "precious");
+  CHECK(read_checkpoint(dir / "ckpt-4.h5").step == 4);
+}
+
+TEST_CASE("node-local snapshots: a valid snapshot that is unfit is passed over, with the reason",
+          "[checkpoint]") {
+  ScratchDirectory root("node-local-unfit");
+  NodeLocalSnapshots snapshots(root.path(), "runs/job", "node0");
+  write_steps(snapshots, 1, 2);
+  std::vector<std::string> skipped;
+  const auto found =
+      load_latest_valid(snapshots.directory(), &skipped,
+                        [](const TrainingState& state) -> std::optional<std::string> {
+                          if (state.step == 2) return "it belongs to another run";
+                          return std::nullopt;
+                        });
+  REQUIRE(found);
+  CHECK(found->state.step == 1);
+  REQUIRE(skipped.size() == 1);
+  CHECK_THAT(skipped.front(),
+             Catch::Contains("ckpt-2.h5") && Catch::Contains("it belongs to another run"));
 }

@@ -12,6 +12,7 @@
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/data/staging.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 #include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -141,7 +142,7 @@ TEST_CASE("staging: files are copied once, recopied when changed, never left hal
     copies.push_back({shared / name, local / "train" / name});
   }
   std::vector<hardy::core::StageProgress> reports;
-  const auto first = stage_files(copies, 3, [&](const auto& p) { reports.push_back(p); });
+  const auto first = stage_files(local, copies, 3, [&](const auto& p) { reports.push_back(p); });
   CHECK(first.copied == 9);
   CHECK(first.current == 0);
   REQUIRE(!reports.empty());
@@ -151,14 +152,14 @@ TEST_CASE("staging: files are copied once, recopied when changed, never left hal
     CHECK(read_file(copy.destination) == read_file(copy.source));
     CHECK(hardy::core::is_current_copy(copy.source, copy.destination));
   }
-  CHECK(stage_files(copies, 2).copied == 0);
+  CHECK(stage_files(local, copies, 2).copied == 0);
 
   // Changed content of the same size: the modification time tells.
   write_file(copies[4].source, std::string(1000 + 4 * 777, 'Z'));
   fs::last_write_time(copies[4].source,
                       fs::last_write_time(copies[4].source) + std::chrono::seconds(5));
   CHECK_FALSE(hardy::core::is_current_copy(copies[4].source, copies[4].destination));
-  const auto again = stage_files(copies, 2);
+  const auto again = stage_files(local, copies, 2);
   CHECK(again.copied == 1);
   CHECK(again.current == 8);
   CHECK(read_file(copies[4].destination) == read_file(copies[4].source));
@@ -166,7 +167,41 @@ TEST_CASE("staging: files are copied once, recopied when changed, never left hal
   // A missing source fails the staging by name and leaves no .part behind.
   fs::remove(copies[7].destination);
   fs::remove(copies[7].source);
-  CHECK_THROWS_WITH(stage_files(copies, 2), Catch::Contains("data-7.h5"));
+  CHECK_THROWS_WITH(stage_files(local, copies, 2), Catch::Contains("data-7.h5"));
   for (const auto& entry : fs::recursive_directory_iterator(local))
     CHECK(entry.path().extension() != ".part");
+}
+
+TEST_CASE("staging: a copy whose size and time are forged is copied again, into a private tree",
+          "[core]") {
+  ScratchDirectory scratch("staging-forged");
+  const fs::path shared = scratch.path() / "shared", local = scratch.path() / "local";
+  fs::create_directories(shared);
+  write_file(shared / "data-0.h5", std::string(5000, 'a'));
+  const std::vector<StageCopy> copies{{shared / "data-0.h5", local / "train" / "data-0.h5"}};
+  REQUIRE(stage_files(local, copies, 1).copied == 1);
+  CHECK((fs::status(local / "train").permissions() & fs::perms::all) == fs::perms::owner_all);
+  CHECK((fs::status(copies[0].destination).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write));
+  // Other bytes, the same size and modification time (touch -d): looks current, is not.
+  const auto modified = fs::last_write_time(copies[0].destination);
+  write_file(copies[0].destination, std::string(5000, 'X'));
+  fs::last_write_time(copies[0].destination, modified);
+  REQUIRE(hardy::core::is_current_copy(copies[0].source, copies[0].destination));
+  std::vector<std::size_t> staged;
+  CHECK(stage_files(local, copies, 1, {}, [&](std::size_t i) { staged.push_back(i); }).copied == 1);
+  CHECK(read_file(copies[0].destination) == std::string(5000, 'a'));
+  CHECK(staged == std::vector<std::size_t>{0});
+  // A planted .part link is replaced, not written through.
+  write_file(scratch.path() / "victim", "precious");
+  fs::remove(copies[0].destination);
+  fs::create_symlink(scratch.path() / "victim", local / "train" / "data-0.h5.part");
+  CHECK(stage_files(local, copies, 1).copied == 1);
+  CHECK(read_file(scratch.path() / "victim") == "precious");
+
+  // A tree others may write into is refused before anything is copied.
+  fs::permissions(local / "train", fs::perms::all);
+  fs::remove(copies[0].destination);
+  CHECK_THROWS_AS(stage_files(local, copies, 1), hardy::core::UnsafeDirectory);
+  CHECK_FALSE(fs::exists(copies[0].destination));
 }

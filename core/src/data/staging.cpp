@@ -13,12 +13,15 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 
 namespace fs = std::filesystem;
 
@@ -112,6 +115,7 @@ class Descriptor {
       throw IoError(
           fmt::format("cannot open {} {}: {}", what, path.string(), std::strerror(errno)));
   }
+  explicit Descriptor(int fd) : fd_(fd) {}
   ~Descriptor() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -173,19 +177,41 @@ std::uint64_t copy_contents(int from, int to, std::uint64_t size, const StageCop
   return done;
 }
 
-// Copies one file unless its copy is current; returns the bytes copied, nothing when current.
+// Whether two files of `size` bytes hold the same bytes; false when either cannot be read.
+bool same_contents(const fs::path& a, const fs::path& b, std::uint64_t size) {
+  const int fa = ::open(a.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fa < 0) return false;
+  Descriptor first(fa);
+  const int fb = ::open(b.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fb < 0) return false;
+  Descriptor second(fb);
+  std::vector<char> x(4u << 20), y(4u << 20);
+  for (std::uint64_t done = 0; done < size;) {
+    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(size - done, x.size()));
+    const ssize_t n = ::pread(first.get(), x.data(), want, static_cast<off_t>(done));
+    const ssize_t m = ::pread(second.get(), y.data(), want, static_cast<off_t>(done));
+    if (n <= 0 || n != m || std::memcmp(x.data(), y.data(), static_cast<std::size_t>(n)) != 0)
+      return false;
+    done += static_cast<std::uint64_t>(n);
+  }
+  return true;
+}
+
+// Copies one file unless its copy is current and verified; returns the bytes copied, nothing
+// when the copy there holds the source's bytes.
 std::optional<std::uint64_t> stage_one(const StageCopy& copy) {
   const FileStatus source = status_of(copy.source);
   if (!source.exists)
     throw IoError(fmt::format("cannot stage {}: {}", copy.source.string(), std::strerror(ENOENT)));
-  if (is_current_copy(copy.source, copy.destination)) return std::nullopt;
+  if (is_current_copy(copy.source, copy.destination) &&
+      same_contents(copy.source, copy.destination, source.size))
+    return std::nullopt;
   fs::path part = copy.destination;
   part += ".part";
   std::error_code ignored;
-  fs::create_directories(copy.destination.parent_path(), ignored);
   try {
     Descriptor from(copy.source, O_RDONLY, "the source");
-    Descriptor to(part, O_WRONLY | O_CREAT | O_TRUNC, "the staging file");
+    Descriptor to(create_exclusive_file(part, 0600));
     const std::uint64_t bytes = copy_contents(from.get(), to.get(), source.size, copy);
     const timespec times[2] = {source.modified, source.modified};
     if (::futimens(to.get(), times) != 0)
@@ -208,10 +234,21 @@ bool is_current_copy(const fs::path& source, const fs::path& copy) {
          a.modified.tv_nsec == b.modified.tv_nsec;
 }
 
-StageReport stage_files(std::span<const StageCopy> copies, int threads,
-                        const std::function<void(const StageProgress&)>& progress) {
+StageReport stage_files(const fs::path& root, std::span<const StageCopy> copies, int threads,
+                        const std::function<void(const StageProgress&)>& progress,
+                        const std::function<void(std::size_t)>& staged) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  // The whole tree first, each directory once: nothing is written into one that fails.
+  std::set<fs::path> directories;
+  for (const StageCopy& copy : copies) {
+    const fs::path below = copy.destination.parent_path().lexically_relative(root);
+    if (below.empty() || *below.begin() == "..")
+      throw InvalidArgument(fmt::format("staging copy {} is not below the staging directory {}",
+                                        copy.destination.string(), root.string()));
+    directories.insert(below);
+  }
+  for (const fs::path& below : directories) check_private_tree(root, below, /*create=*/true);
   std::atomic<std::size_t> next{0}, done{0}, copied{0};
   std::atomic<std::uint64_t> bytes{0};
   std::mutex report_mutex;
@@ -237,6 +274,7 @@ StageReport stage_files(std::span<const StageCopy> copies, int threads,
           bytes += *copied_bytes;
           ++copied;
         }
+        if (staged) staged(i);
       } catch (...) {
         std::lock_guard lock(report_mutex);
         if (!failure) failure = std::current_exception();

@@ -6,6 +6,7 @@
 // moment leaves at worst a stale ckpt-<step>.h5.tmp, which nothing reads and the next retention
 // pass removes.
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,19 +55,23 @@ struct SavedCheckpoint {
 // `latest` at it, then applies the retention policy. On failure (IoError) the previous
 // checkpoints and `latest` are untouched.
 SavedCheckpoint save_checkpoint(const TrainingState& state, const std::filesystem::path& dir,
-                                const Retention& retention = {},
-                                const WriteProgress& progress = {});
+                                const Retention& retention = {}, const WriteProgress& progress = {},
+                                FileAccess access = FileAccess::shared);
 
 // The newest checkpoint that reads and validates: first the one `latest` names, then the others
 // by descending step. Every one passed over adds a line to *skipped (when given) saying which
 // file and why ("ckpt-20.h5: checksum mismatch in /model/...", "latest names ckpt-30.h5, which
-// does not exist"). nullopt when none is valid or the directory does not exist.
+// does not exist"). nullopt when none is valid or the directory does not exist. `unfit` (when
+// given) passes over a valid one too: it returns why the state must not be used, nullopt when
+// it may ("ckpt-20.h5 is not restored: it belongs to run ...").
 struct ValidCheckpoint {
   std::filesystem::path path;
   TrainingState state;
 };
+using UnfitReason = std::function<std::optional<std::string>(const TrainingState&)>;
 std::optional<ValidCheckpoint> load_latest_valid(const std::filesystem::path& dir,
-                                                 std::vector<std::string>* skipped = nullptr);
+                                                 std::vector<std::string>* skipped = nullptr,
+                                                 const UnfitReason& unfit = {});
 // The same, for callers that read the file later (reads and validates the file once here).
 std::optional<std::filesystem::path> find_latest_valid(const std::filesystem::path& dir,
                                                        std::vector<std::string>* skipped = nullptr);

@@ -31,12 +31,19 @@ class CorruptCheckpoint : public IoError {
 // written so far (0 < fraction <= 1), before the file is complete: tests kill the writer here.
 using WriteProgress = std::function<void(double fraction)>;
 
+// Who may read the files hardy creates: `shared` (mode 0644 less the umask: the run directory's
+// checkpoints, which a project may share) or `owner_only` (0600: node-local snapshots, in a tree
+// on a node that other users share).
+enum class FileAccess { shared, owner_only };
+
 // Writes `state` to `path` atomically: everything goes to "<path>.tmp", which is fsynced and
-// renamed to `path`, and the directory is fsynced. Returns the file's size in bytes. Any failure
+// renamed to `path`, and the directory is fsynced. The .tmp file is created anew (O_EXCL), never
+// through a link or a file already there. Returns the file's size in bytes. Any failure
 // (a full disk included) throws IoError naming the file and the cause, removes the .tmp file and
 // leaves whatever was at `path` untouched.
 std::uint64_t write_checkpoint_file(const TrainingState& state, const std::filesystem::path& path,
-                                    const WriteProgress& progress = {});
+                                    const WriteProgress& progress = {},
+                                    FileAccess access = FileAccess::shared);
 
 // One dataset as the manifest lists it.
 struct DatasetInfo {

@@ -45,6 +45,7 @@ class CheckpointWriter {
     bool asynchronous = true;     // false: submit() writes before it returns
     bool skip_when_busy = false;  // false: submit() waits for the previous write
     Retention retention;
+    FileAccess access = FileAccess::shared;  // owner_only for node-local snapshots
   };
   using Report = std::function<void(const WriteReport&)>;
 

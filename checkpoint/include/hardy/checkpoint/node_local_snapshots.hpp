@@ -8,7 +8,10 @@
 //   ROOT/<run_key(run directory)>/<host>/ckpt-<step>.h5   and `latest`
 //
 // keyed by the run so that jobs sharing a node never read each other's state, and by host so that
-// emulated nodes sharing one /dev/shm each read only their own directory.
+// emulated nodes sharing one /dev/shm each read only their own directory. ROOT is the user's own
+// (by default /dev/shm/hardy-<uid>): the whole tree is checked as core/support/private_tree.hpp
+// says before anything in it is written, read or removed, directories are created 0700 and
+// files 0600, and a tree that fails the checks throws core::UnsafeDirectory.
 #include <filesystem>
 #include <string>
 
@@ -26,8 +29,16 @@ std::filesystem::path node_snapshot_directory(const std::filesystem::path& root,
                                               const std::filesystem::path& run_dir,
                                               const std::string& host);
 
+// Checks ROOT/<run key>/<host> (core::check_private_tree), creating what is missing when
+// `create`; false when it does not exist. Throws core::UnsafeDirectory for a tree that fails.
+bool check_node_snapshot_tree(const std::filesystem::path& root,
+                              const std::filesystem::path& run_dir, const std::string& host,
+                              bool create);
+
 // Removes a host's snapshot directory and then the run's directory under ROOT if no other host's
-// directory remains in it (ROOT itself stays). Throws IoError naming what could not be removed.
+// directory remains in it (ROOT itself stays), once the tree passed its checks. Throws
+// core::UnsafeDirectory for a tree that fails them (nothing is removed), IoError naming what
+// could not be removed.
 void remove_node_snapshots(const std::filesystem::path& root, const std::filesystem::path& run_dir,
                            const std::string& host);
 
@@ -37,7 +48,8 @@ class NodeLocalSnapshots {
  public:
   static constexpr int kKeepLast = 2;
 
-  // Creates the host's directory; throws IoError when it cannot (a read-only or full /dev/shm).
+  // Creates the host's directory after checking the tree; throws core::UnsafeDirectory for a
+  // tree that fails the checks, IoError when it cannot (a read-only or full /dev/shm).
   NodeLocalSnapshots(const std::filesystem::path& root, const std::filesystem::path& run_dir,
                      const std::string& host, CheckpointWriter::Report report = {});
 

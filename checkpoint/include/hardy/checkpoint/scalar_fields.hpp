@@ -32,6 +32,9 @@ struct ScalarField {
   // Throws InvalidArgument when the value does not fit the member (an unknown decay name);
   // a value of another alternative than get() returns is a programming error (bad_variant_access).
   void (*set)(TrainingState& state, const ScalarValue& value);
+  // Added after checkpoints without it were written: a file that lacks it still reads, and the
+  // member keeps its default (docs/checkpoint-format.md says what that means for each).
+  bool optional = false;
 };
 
 // Every scalar of a TrainingState, in the order a checkpoint stores them (/train, then /job).

@@ -56,6 +56,10 @@ struct TrainingState {
   std::string hardy_version = HARDY_VERSION;
   std::vector<std::string> hosts;  // by rank
   double unix_time = 0;            // when the state was captured
+  // Which run wrote it and for what (resilience/run_identity.hpp); empty in checkpoints written
+  // before hardy recorded them.
+  std::string run_id;
+  std::string config_hash;
 };
 
 // Copies every model tensor and every optimizer state tensor into host memory (this copy is what

@@ -13,6 +13,7 @@
 #include "hardy/core/nn/lr_schedule.hpp"
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/nn/optimizer.hpp"
+#include "hardy/core/support/private_tree.hpp"
 
 namespace hardy::resilience {
 
@@ -64,9 +65,10 @@ struct TrainingConfig {
   bool checkpoint_skip_when_busy = false;  // false: wait for the previous write
   std::string resume;                      // "", "latest" or a checkpoint path
   // The node-local tier (docs/resilience.md): every N committed steps each node's lowest rank
-  // writes the committed state under snapshot_dir, and `--resume latest` prefers it when newer.
+  // writes the committed state under snapshot_dir (a private tree of this user's), and
+  // `--resume latest` prefers it when newer.
   long snapshot_every = 1;  // 0 = off
-  std::filesystem::path snapshot_dir = "/dev/shm/hardy";
+  std::filesystem::path snapshot_dir = core::default_node_local_root();
 
   // Resilience.
   int ranks_per_node = 1;

@@ -52,8 +52,10 @@ std::size_t home_node(std::string_view file, std::span<const std::uint64_t> node
 std::vector<std::vector<std::size_t>> place_batch(std::span<const int> home_of_sample,
                                                   std::span<const int> node_of_rank);
 
-// A copy is current when it has the source's size and modification time (the copy is given the
-// source's time when it is made): the check rsync makes by default, and one stat() each.
+// A copy looks current when it has the source's size and modification time (the copy is given
+// the source's time when it is made): the check rsync makes by default, one stat() each. Anyone
+// can forge both (touch -d), so stage_files() also compares the contents before it counts such a
+// copy as staged.
 bool is_current_copy(const std::filesystem::path& source, const std::filesystem::path& copy);
 
 struct StageCopy {
@@ -75,13 +77,20 @@ struct StageReport {
 };
 
 // Copies every source whose destination is not current, on `threads` threads (the copies of a
-// node run in parallel; a parallel file system serves several streams better than one). Each
-// copy is written as DESTINATION.part, given the source's modification time and renamed, so an
-// interrupted copy is never taken for a staged file, and readers on other ranks see either no
-// file or a complete one. progress (optional) is called from one thread at a time, about once
+// node run in parallel; a parallel file system serves several streams better than one). Every
+// destination lies below `root`, a node-local tree of this user's: the directories from `root`
+// down are checked and created as core/support/private_tree.hpp says before anything is
+// copied, and a tree that fails throws UnsafeDirectory (nothing is written). Each copy is
+// written as DESTINATION.part (created anew, O_EXCL|O_NOFOLLOW, mode 0600), given the source's
+// modification time and renamed, so an interrupted copy is never taken for a staged file, and
+// readers on other ranks see either no file or a complete one. A destination that looks
+// current (is_current_copy) counts only when its bytes equal the source's; otherwise it is
+// copied again. `staged` (optional) is called with the index of each copy made or verified,
+// from the copying threads. progress (optional) is called from one thread at a time, about once
 // a second and at the end. Throws IoError naming the file for a read or write failure
 // (the .part file is removed).
-StageReport stage_files(std::span<const StageCopy> copies, int threads,
-                        const std::function<void(const StageProgress&)>& progress = {});
+StageReport stage_files(const std::filesystem::path& root, std::span<const StageCopy> copies,
+                        int threads, const std::function<void(const StageProgress&)>& progress = {},
+                        const std::function<void(std::size_t)>& staged = {});
 
 }  // namespace hardy::core
