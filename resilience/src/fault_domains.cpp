@@ -60,7 +60,7 @@ struct SharedDecision {
 
 }  // namespace
 
-FaultDomains::FaultDomains(DomainOptions options, comm::Communicator& domain,
+FaultDomains::FaultDomains(DomainOptions options, const std::unique_ptr<comm::Communicator>& domain,
                            core::EventLog& events)
     : options_(std::move(options)), domain_(domain), events_(events) {
   if (!enabled()) return;
@@ -73,17 +73,18 @@ FaultDomains::FaultDomains(DomainOptions options, comm::Communicator& domain,
 FaultDomains::~FaultDomains() = default;
 
 int FaultDomains::job_world_size() const {
-  if (!enabled()) return domain_.size();
+  if (!enabled()) return domain().size();
   int total = 0;
   for (int ranks : ranks_per_member_) total += ranks;
   return total;
 }
 
 core::Shard FaultDomains::my_slice(std::size_t global_batch) const {
-  if (!enabled()) return core::shard_of(global_batch, domain_.rank(), domain_.size());
+  if (!enabled()) return core::shard_of(global_batch, domain().rank(), domain().size());
   const auto me = static_cast<std::size_t>(
       std::find(members_.begin(), members_.end(), options_.index) - members_.begin());
-  return rank_slice_in_domain(global_batch, ranks_per_member_, me, domain_.rank(), domain_.size());
+  return rank_slice_in_domain(global_batch, ranks_per_member_, me, domain().rank(),
+                              domain().size());
 }
 
 void FaultDomains::connect(std::size_t generation, const std::vector<int>& members) {
@@ -134,7 +135,7 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
   const auto decided = group.allgather(mine.joining ? -1 : mine.decided);
   const auto holds = group.allgather(mine.holds_gradients_for);
   const auto joining = group.allgather(mine.joining ? 1 : 0);
-  const auto ranks = group.allgather(domain_.size());
+  const auto ranks = group.allgather(domain().size());
   std::vector<MemberPosition> positions;
   for (std::size_t i = 0; i < decided.size(); ++i)
     positions.push_back({decided[i], holds[i], joining[i] != 0});
@@ -166,9 +167,9 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
 
 std::vector<double> FaultDomains::share_decision(std::vector<double> decision) {
   std::int64_t length = static_cast<std::int64_t>(decision.size());
-  domain_.broadcast(std::as_writable_bytes(std::span(&length, 1)), 0);
+  domain().broadcast(std::as_writable_bytes(std::span(&length, 1)), 0);
   decision.resize(static_cast<std::size_t>(length));
-  domain_.broadcast(std::as_writable_bytes(std::span(decision)), 0);
+  domain().broadcast(std::as_writable_bytes(std::span(decision)), 0);
   return decision;
 }
 
@@ -253,7 +254,7 @@ DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> grad
                 .loss = loss,
                 .skipped = skipped,
                 .ranks = std::vector<int>(members_.size(), 0)};
-      mine.ranks[me()] = domain_.size();
+      mine.ranks[me()] = domain().size();
       auto summed = encode_vote(mine, me(), members_.size());
       group_->allreduce_sum(summed);
       const Vote vote = decode_vote(summed, members_.size());
@@ -316,7 +317,7 @@ DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> grad
   ranks_per_member_ = decision.ranks;
   if (decision.verdict == kCommit)
     for (core::Tensor* gradient : gradients)
-      domain_.broadcast(std::as_writable_bytes(gradient->f32()), 0);
+      domain().broadcast(std::as_writable_bytes(gradient->f32()), 0);
   if (decision.verdict == kHealed) state.restore_in_domain(healed);
   return {.verdict = decision.verdict == kCommit   ? StepVerdict::commit
                      : decision.verdict == kHealed ? StepVerdict::healed

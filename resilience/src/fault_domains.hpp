@@ -72,7 +72,9 @@ struct DomainStep {
 
 class FaultDomains {
  public:
-  FaultDomains(DomainOptions options, comm::Communicator& domain, core::EventLog& events);
+  // `domain` holds the domain's communicator (Membership's slot: a shrink replaces what it holds).
+  FaultDomains(DomainOptions options, const std::unique_ptr<comm::Communicator>& domain,
+               core::EventLog& events);
   ~FaultDomains();
 
   bool enabled() const { return options_.index >= 0; }
@@ -103,7 +105,8 @@ class FaultDomains {
   void admit_if_pending(const DomainStateAccess& state);
 
  private:
-  bool leader() const { return domain_.rank() == 0; }
+  comm::Communicator& domain() const { return *domain_; }
+  bool leader() const { return domain().rank() == 0; }
   void connect(std::size_t generation, const std::vector<int>& members);
   // Leader: after a GroupFailure, until connected to a later generation that includes this domain.
   void regroup(const std::string& why);
@@ -114,7 +117,7 @@ class FaultDomains {
   std::vector<double> share_decision(std::vector<double> decision);
 
   DomainOptions options_;
-  comm::Communicator& domain_;
+  const std::unique_ptr<comm::Communicator>& domain_;
   core::EventLog& events_;
   std::unique_ptr<comm::RendezvousStore> store_;  // leader only
   std::unique_ptr<comm::Communicator> group_;     // leader only

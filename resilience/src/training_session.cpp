@@ -146,7 +146,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
                                                          .address = config.domain_address,
                                                          .timeout_s = config.domain_timeout_s,
                                                          .join_token = config.domain_join},
-                                           membership.comm(), events);
+                                           membership.communicator_slot(), events);
   if (lead()) {
     std::filesystem::create_directories(config.run_dir / "checkpoints");
     open_lead_logs();
