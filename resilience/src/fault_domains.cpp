@@ -234,9 +234,47 @@ void FaultDomains::start(const DomainStateAccess& state) {
 
 DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> gradients, double loss,
                                   double skipped, const DomainStateAccess& state) {
+  return run_step(step, gradients, loss, skipped, /*ok=*/true, state);
+}
+
+DomainStep FaultDomains::after_local_recovery(std::span<core::Tensor* const> gradients,
+                                              const DomainStateAccess& state) {
+  const long next = state.committed_step() + 1;
+  if (leader() && in_flight_step_ == next && in_flight_ok_) {
+    // The step's vote completed before the rank died: the other domains committed it (or will)
+    // and this one rolls forward with the summed gradients its leader still holds, or the vote
+    // said no and everyone dropped it already.
+    SharedDecision decision;
+    decision.verdict = *in_flight_ok_ ? kCommit : kAbandon;
+    decision.loss = last_vote_loss_;
+    decision.generation = generation_;
+    decision.members = members_;
+    // The others split the next batch by the sizes they know; this domain covers its slice with
+    // the ranks it has left, and reports the new size in the next vote.
+    decision.ranks = ranks_per_member_;
+    return apply_decision(decision.encode(), gradients, nullptr, state);
+  }
+  if (!leader() || in_flight_step_ != next || !in_flight_ok_) {
+    // The other domains wait in this step's exchange (or will): join it with nothing to add and
+    // a vote against, so that every domain drops the step and redoes it over the new split.
+    for (core::Tensor* gradient : gradients) std::ranges::fill(gradient->f32(), 0.0f);
+    return run_step(next, gradients, 0, 0, /*ok=*/false, state);
+  }
+  return {};
+}
+
+std::size_t FaultDomains::member_index() const {
+  return static_cast<std::size_t>(std::find(members_.begin(), members_.end(), options_.index) -
+                                  members_.begin());
+}
+
+DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> gradients, double loss,
+                                  double skipped, bool ok, const DomainStateAccess& state) {
   SharedDecision decision;
   checkpoint::TrainingState healed;
   if (leader()) {
+    in_flight_step_ = step;
+    in_flight_ok_.reset();
     const auto me = [&] {
       return static_cast<std::size_t>(std::find(members_.begin(), members_.end(), options_.index) -
                                       members_.begin());
@@ -249,7 +287,7 @@ DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> grad
           store_->try_get(fmt::format("gen.{}.members", generation_ + 1)).has_value();
       for (core::Tensor* gradient : gradients) group_->allreduce_sum(gradient->f32());
       reduced = true;
-      Vote mine{.ok = true,
+      Vote mine{.ok = ok,
                 .generation_pending = pending,
                 .loss = loss,
                 .skipped = skipped,
@@ -310,15 +348,26 @@ DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> grad
     decision.generation = generation_;
     decision.members = members_;
     decision.ranks = ranks_per_member_;
+    in_flight_ok_ = decision.verdict == kCommit;
   }
-  decision = SharedDecision::decode(share_decision(decision.encode()));
+  return apply_decision(decision.encode(), gradients, &healed, state);
+}
+
+DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
+                                        std::span<core::Tensor* const> gradients,
+                                        checkpoint::TrainingState* healed,
+                                        const DomainStateAccess& state) {
+  const SharedDecision decision = SharedDecision::decode(share_decision(std::move(encoded)));
   generation_ = decision.generation;
   members_ = decision.members;
   ranks_per_member_ = decision.ranks;
   if (decision.verdict == kCommit)
     for (core::Tensor* gradient : gradients)
       domain().broadcast(std::as_writable_bytes(gradient->f32()), 0);
-  if (decision.verdict == kHealed) state.restore_in_domain(healed);
+  if (decision.verdict == kHealed) {
+    checkpoint::TrainingState none;
+    state.restore_in_domain(healed != nullptr ? *healed : none);
+  }
   return {.verdict = decision.verdict == kCommit   ? StepVerdict::commit
                      : decision.verdict == kHealed ? StepVerdict::healed
                                                    : StepVerdict::abandon,

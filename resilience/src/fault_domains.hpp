@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -100,6 +101,14 @@ class FaultDomains {
   DomainStep exchange(long step, std::span<core::Tensor* const> gradients, double loss,
                       double skipped, const DomainStateAccess& state);
 
+  // After the domain recovered from a rank's death inside it (ULFM shrink, state back at the
+  // committed step): settles the step that was in flight across domains. Rolls forward (verdict
+  // commit, the summed gradients in place) when its vote had completed, else joins the others in
+  // dropping it (abandon). Collective over the shrunk domain; its leader must be the one that
+  // was (a domain whose leader died ends: the caller checks).
+  DomainStep after_local_recovery(std::span<core::Tensor* const> gradients,
+                                  const DomainStateAccess& state);
+
   // After a committed step whose vote saw a next generation waiting (a relaunched domain): every
   // member connects to it and the joiner heals. Collective over the domain.
   void admit_if_pending(const DomainStateAccess& state);
@@ -115,6 +124,14 @@ class FaultDomains {
                     checkpoint::TrainingState& healed);
   // Every rank: the leader's decision and the membership, broadcast in the domain.
   std::vector<double> share_decision(std::vector<double> decision);
+  // The step's exchange and vote (`ok`: this domain's contribution counts).
+  DomainStep run_step(long step, std::span<core::Tensor* const> gradients, double loss,
+                      double skipped, bool ok, const DomainStateAccess& state);
+  // Every rank: takes the leader's encoded decision, then the summed gradients (commit) or the
+  // healed state (from `healed`, the leader's; others receive it).
+  DomainStep apply_decision(std::vector<double> encoded, std::span<core::Tensor* const> gradients,
+                            checkpoint::TrainingState* healed, const DomainStateAccess& state);
+  std::size_t member_index() const;
 
   DomainOptions options_;
   const std::unique_ptr<comm::Communicator>& domain_;
@@ -125,6 +142,10 @@ class FaultDomains {
   std::vector<int> members_;           // live domains, ascending
   std::vector<int> ranks_per_member_;  // as reported at the last vote or resync
   double last_vote_loss_ = 0;          // the job-wide loss of the last step whose vote completed
+  // The leader's last exchange: its step, and whether its vote committed it (unset: it failed
+  // before the vote completed).
+  long in_flight_step_ = -1;
+  std::optional<bool> in_flight_ok_;
 };
 
 }  // namespace hardy::resilience

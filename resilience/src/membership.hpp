@@ -42,6 +42,8 @@ class Membership {
   bool writes_run_files() const { return lead() && owns_run_files_; }
   void set_owns_run_files(bool owns) { owns_run_files_ = owns; }
   int world_rank() const { return world_rank_; }
+  // The original world rank of the rank that is `rank` now.
+  int world_rank_of(int rank) const { return world_rank_of_.at(static_cast<std::size_t>(rank)); }
   int original_size() const { return static_cast<int>(hosts_.size()); }
   const std::string& host() const { return hosts_[static_cast<std::size_t>(world_rank_)]; }
   // The host of the rank that is `rank` now.

@@ -17,8 +17,6 @@
 namespace hardy::resilience {
 
 void TrainingSession::State::recover(const std::string& what) {
-  if (domains->enabled())  // see run(): the domain ends, the supervisor relaunches it
-    throw Error(fmt::format("domain {}: {}; ending the domain for a relaunch", config.domain, what));
   comm::note_peer_failure();  // mpi_check did already; an NCCL failure reaches here too
   const double detected_at = core::unix_time();
   const auto started = Clock::now();
@@ -75,9 +73,38 @@ void TrainingSession::State::recover(const std::string& what) {
         restore_after_failure(detected_at);
       });
   if (lead() && !was_lead) log_committed_step_if_missing();
+  if (domains->enabled()) settle_step_across_domains(what);
   publish_to_watchdog();
   events.emit("recovery_finished",
               {{"step", step}, {"seconds", seconds_since(started)}, {"attempts", attempts}});
+}
+
+void TrainingSession::State::settle_step_across_domains(const std::string& what) {
+  // The leader alone talks to the other domains; a domain that lost it cannot rejoin them and
+  // ends (every survivor sees the same membership, so all of them stop here together).
+  if (membership.world_rank_of(0) != 0)
+    throw Error(fmt::format("domain {} lost its leader ({}); the domain ends and is relaunched",
+                            config.domain, what));
+  std::vector<core::Tensor*> gradients;
+  for (core::Parameter* p : model.parameters()) gradients.push_back(&p->grad);
+  const auto started = Clock::now();
+  const DomainStep across = domains->after_local_recovery(gradients, domain_state_access());
+  follow_domain_ownership();
+  if (across.verdict != StepVerdict::commit) return;
+  // The other domains committed the step in flight: apply the same summed gradients to the
+  // same committed state, and commit it here too.
+  const auto shape = data.train->shape();
+  const std::size_t global_batch = current_global_batch();
+  const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
+  current_batch = sampler.next(global_batch);
+  const float lr = current_lr(step);
+  optimizer->step(model.parameters(), lr);
+  backend->synchronize();
+  last_loss = across.loss * grad_scale;
+  events.emit("step_rolled_forward", {{"step", step + 1}, {"reason", what}});
+  commit_step([&] {
+    write_metrics(0, 0, 0, std::max(1e-6, seconds_since(started)), lr, std::lround(across.skipped));
+  });
 }
 
 void TrainingSession::State::restore_after_failure(double detected_at) {

@@ -113,6 +113,9 @@ struct TrainingSession::State final : StateSource {
   // survivors, roll back to the last committed step, re-split the batch (recovery_protocol.hpp).
   void recover(const std::string& what);
   void restore_after_failure(double detected_at);
+  // With fault domains, after an in-domain recovery: the step that was in flight across domains
+  // is rolled forward (the others committed it) or dropped with them.
+  void settle_step_across_domains(const std::string& what);
   // The watchdog's action: log, write what is committed, end the process for a relaunch.
   [[noreturn]] void end_stuck_job(const Watchdog::Stuck& stuck);
 
@@ -142,7 +145,7 @@ struct TrainingSession::State final : StateSource {
   core::EventLog events;
   core::JsonLines metrics, audit;
   bool lead_logs_open = false;  // this rank writes the run directory's files
-  RunIdentity identity;  // filled by establish_run_identity(), before anything is saved
+  RunIdentity identity;         // filled by establish_run_identity(), before anything is saved
   StateStore store;
   Watchdog watchdog;
 

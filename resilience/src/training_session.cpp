@@ -724,9 +724,7 @@ int TrainingSession::State::run() {
       try {
         train_step();
       } catch (const comm::ProcessFailure& failure) {
-        // In a job of several domains, a failure inside one ends that domain alone: the
-        // supervisor relaunches it and it heals from a peer (in-domain shrink is not wired yet).
-        if (!comm().fault_tolerant() || domains->enabled()) throw;
+        if (!comm().fault_tolerant()) throw;
         // The other survivors may have finished this step and wait in its agreement: meet them
         // there (after the revoke has freed those still inside a collective), then recover.
         comm().revoke();
