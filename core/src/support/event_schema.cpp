@@ -7,24 +7,11 @@ namespace hardy::core {
 namespace {
 
 bool has_type(const nlohmann::json& value, EventFieldType type) {
-  if (value.is_null()) return true;
-  switch (type) {
-    case EventFieldType::string:
-      return value.is_string();
-    case EventFieldType::integer:
-      return value.is_number_integer();
-    case EventFieldType::number:
-      return value.is_number();
-    case EventFieldType::boolean:
-      return value.is_boolean();
-    case EventFieldType::array:
-      return value.is_array();
-    case EventFieldType::object:
-      return value.is_object();
-    case EventFieldType::any:
-      return true;
-  }
-  return false;
+  using T = EventFieldType;
+  return value.is_null() || type == T::any || (type == T::string && value.is_string()) ||
+         (type == T::integer && value.is_number_integer()) ||
+         (type == T::number && value.is_number()) || (type == T::boolean && value.is_boolean()) ||
+         (type == T::array && value.is_array()) || (type == T::object && value.is_object());
 }
 
 bool in_envelope(std::string_view name) {
@@ -36,23 +23,10 @@ bool in_envelope(std::string_view name) {
 }  // namespace
 
 std::string_view to_string(EventFieldType type) {
-  switch (type) {
-    case EventFieldType::string:
-      return "string";
-    case EventFieldType::integer:
-      return "integer";
-    case EventFieldType::number:
-      return "number";
-    case EventFieldType::boolean:
-      return "boolean";
-    case EventFieldType::array:
-      return "array";
-    case EventFieldType::object:
-      return "object";
-    case EventFieldType::any:
-      return "any";
-  }
-  return "?";
+  // In the order of the enum.
+  static constexpr std::string_view kNames[] = {"string", "integer", "number", "boolean",
+                                                "array",  "object",  "any"};
+  return kNames[static_cast<std::size_t>(type)];
 }
 
 std::string event_schema_problem(std::string_view kind_name, const nlohmann::json& fields) {
