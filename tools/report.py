@@ -121,7 +121,7 @@ def collect_marks(events, clock):
             else:
                 recoveries.append(text)
         elif name == "preemption_requested":
-            marks.append(("preemption", step, f"preemption ({e.get('signal', e.get('reason', 'signal'))})"))
+            marks.append(("preemption", step, "preemption (the scheduler's warning signal)"))
         elif name in ("checkpoint_written", "final_checkpoint"):
             marks.append(("checkpoint", step, f"ckpt {step}"))
     if open_failure:

@@ -27,6 +27,7 @@ Commands:
   cancel     cancel a submitted job (scancel, bkill)
   report     one picture of a run: loss, learning rate, world size, failures and recoveries
   completion print a bash completion script:  source <(hardy completion bash)
+  events     print the schema of events.jsonl (kinds, fields, types):  hardy events --schema
 
 Run `hardy <command> --help` for the options of a command.
 )";
@@ -52,6 +53,7 @@ int run_cli(int argc, char** argv) {
     if (command == "cancel") return cancel_command(args);
     if (command == "report") return report_command(args);
     if (command == "completion") return completion_command(args);
+    if (command == "events") return events_command(args);
     if (command == "--help" || command == "-h" || command == "help") {
       std::cout << kUsage;
       return 0;

@@ -58,6 +58,7 @@ const std::vector<CommandTable>& command_tables() {
       {"cancel", cancel_options},
       {"report", report_options},
       {"completion", completion_options},
+      {"events", events_options},
   };
   return tables;
 }

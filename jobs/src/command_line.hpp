@@ -50,6 +50,7 @@ boost::program_options::options_description status_options();      // status_com
 boost::program_options::options_description cancel_options();      // cancel_command.cpp
 boost::program_options::options_description report_options();      // report_command.cpp
 boost::program_options::options_description completion_options();  // completion_command.cpp
+boost::program_options::options_description events_options();      // events_command.cpp
 
 // Every command with its option table, in the order `hardy --help` lists them; a command with
 // subcommands has one entry per subcommand ("ckpt inspect").

@@ -8,6 +8,10 @@
 
 namespace hardy::jobs {
 
+// Event kinds and fields by name, checked against core/support/event_schema.hpp at compile time.
+using core::event_field;
+using core::event_kind;
+
 namespace {
 
 std::optional<nlohmann::json> parse_line(const std::string& line) {
@@ -36,9 +40,9 @@ namespace {
 // the same shape: {host, evidence: [...], replaced_by?}. Anything else is passed over, so that a
 // run directory of an older hardy still reads.
 // `ended`: what happened to the lost nodes when the supervisor ended there, empty for a relaunch.
-void read_lost_nodes(const nlohmann::json& record, const char* key, const std::string& ended,
+void read_lost_nodes(const nlohmann::json& record, std::string_view key, const std::string& ended,
                      RunProgress& progress) {
-  const auto found = record.find(key);
+  const auto found = record.find(std::string(key));
   if (found == record.end() || !found->is_array()) return;
   for (const auto& entry : *found) {
     if (!entry.is_object() || !entry.contains("host") || !entry["host"].is_string()) continue;
@@ -65,15 +69,21 @@ void read_events(const std::filesystem::path& path, RunProgress& progress) {
     const auto record = parse_line(line);
     if (!record) continue;
     const std::string event = core::read_field<std::string>(*record, "event").value_or("");
-    progress.failures_detected += event == "failure_detected";
-    progress.relaunches += event == "job_relaunched";
-    if (event == "job_relaunched") read_lost_nodes(*record, "excluded", "", progress);
-    if (event == "supervisor_finished")  // status 4: the job asked its scheduler for a requeue
-      read_lost_nodes(*record, "excluded_nodes",
-                      core::read_field<int>(*record, "status") == 4 ? "requeued without it"
-                                                                    : "stopped: too few nodes left",
-                      progress);
     progress.last_event = event;
+    // Another hardy version's kind: shown as the last event, otherwise nothing here reads it.
+    if (!core::is_known_event_kind(event)) continue;
+    progress.failures_detected += event == event_kind("failure_detected");
+    progress.relaunches += event == event_kind("job_relaunched");
+    if (event == event_kind("job_relaunched"))
+      read_lost_nodes(*record, event_field("job_relaunched", "excluded"), "", progress);
+    if (event ==
+        event_kind("supervisor_finished"))  // status 4: the job asked its scheduler for a requeue
+      read_lost_nodes(
+          *record, event_field("supervisor_finished", "excluded_nodes"),
+          core::read_field<int>(*record, event_field("supervisor_finished", "status")) == 4
+              ? "requeued without it"
+              : "stopped: too few nodes left",
+          progress);
   }
 }
 

@@ -21,6 +21,10 @@ namespace po = boost::program_options;
 
 namespace hardy::jobs {
 
+// Event kinds and fields by name, checked against core/support/event_schema.hpp at compile time.
+using core::event_field;
+using core::event_kind;
+
 namespace {
 
 constexpr const char* kStatusUsage =
@@ -196,19 +200,26 @@ LiveView read_live_view(const std::filesystem::path& run_dir) {
   view.metrics = last_record(run_dir / "metrics.jsonl");
   for (auto& event : read_records(run_dir / "events.jsonl")) {
     const std::string name = core::read_field<std::string>(event, "event").value_or("");
-    if (name == "supervisor_started")
-      view.supervised = true, view.pid = core::read_field<long>(event, "pid").value_or(0);
-    if (name == "rank_started" && core::read_field<int>(event, "rank") == 0 && !view.supervised)
-      view.pid = core::read_field<long>(event, "pid").value_or(0);
-    if (name == "job_started")
-      view.total_steps = core::read_field<long>(event, "steps").value_or(0);
-    if (name == "failure_detected")
+    if (!core::is_known_event_kind(name)) continue;  // another hardy version's: not for this view
+    if (name == event_kind("supervisor_started"))
+      view.supervised = true,
+      view.pid =
+          core::read_field<long>(event, event_field("supervisor_started", "pid")).value_or(0);
+    if (name == event_kind("rank_started") &&
+        core::read_field<int>(event, event_field("rank_started", "rank")) == 0 && !view.supervised)
+      view.pid = core::read_field<long>(event, event_field("rank_started", "pid")).value_or(0);
+    if (name == event_kind("job_started"))
+      view.total_steps =
+          core::read_field<long>(event, event_field("job_started", "steps")).value_or(0);
+    if (name == event_kind("failure_detected"))
       ++view.failures, view.last_failure = event, view.last_recovery.reset();
-    if (name == "recovery_finished") view.last_recovery = event;
-    if (name == "job_relaunched") ++view.relaunches, view.last_recovery = event;
-    if (name == "checkpoint_written" || name == "final_checkpoint") view.last_checkpoint = event;
-    if (name == "job_finished") view.finished = event;
-    if (name == "supervisor_finished" || (name == "job_finished" && !view.supervised))
+    if (name == event_kind("recovery_finished")) view.last_recovery = event;
+    if (name == event_kind("job_relaunched")) ++view.relaunches, view.last_recovery = event;
+    if (name == event_kind("checkpoint_written") || name == event_kind("final_checkpoint"))
+      view.last_checkpoint = event;
+    if (name == event_kind("job_finished")) view.finished = event;
+    if (name == event_kind("supervisor_finished") ||
+        (name == event_kind("job_finished") && !view.supervised))
       view.end = event;
   }
   view.scheduler = scheduler_status(read_submission(run_dir));
@@ -255,7 +266,7 @@ std::string duration_text(double seconds) {
 }
 
 // A numeric field of a log record, or `otherwise` when it is missing or not a number.
-double number(const nlohmann::json& record, const char* key, double otherwise = NAN) {
+double number(const nlohmann::json& record, std::string_view key, double otherwise = NAN) {
   return core::read_field<double>(record, key).value_or(otherwise);
 }
 
@@ -289,13 +300,17 @@ std::string compact_text(const std::filesystem::path& run_dir, const LiveView& v
     const auto& f = *view.last_failure;
     const std::string recovery =
         !view.last_recovery ? "recovering"
-        : core::read_field<std::string>(*view.last_recovery, "event") == "job_relaunched"
+        : core::read_field<std::string>(*view.last_recovery, "event") ==
+                event_kind("job_relaunched")
             ? "relaunched by hardy run"
-            : fmt::format("recovered in {:.3f} s", number(*view.last_recovery, "seconds"));
-    text +=
-        fmt::format("failure   {} of {} at step {:.0f} ({}): {}\n", view.failures,
-                    view.failures + view.relaunches, number(f, "step"),
-                    core::read_field<std::string>(f, "detected_by").value_or("detected"), recovery);
+            : fmt::format("recovered in {:.3f} s",
+                          number(*view.last_recovery, event_field("recovery_finished", "seconds")));
+    text += fmt::format(
+        "failure   {} of {} at step {:.0f} ({}): {}\n", view.failures,
+        view.failures + view.relaunches, number(f, event_field("failure_detected", "step")),
+        core::read_field<std::string>(f, event_field("failure_detected", "detected_by"))
+            .value_or("detected"),
+        recovery);
   }
   if (!view.last_checkpoint)
     text += "ckpt      none written yet\n";
@@ -321,14 +336,23 @@ int follow(const std::filesystem::path& run_dir, double interval_s) {
     // A terminal gets the view redrawn in place; a file or pipe gets one block per refresh.
     std::cout << (terminal ? "\033[H\033[J" : "") << compact_text(run_dir, view, now);
     if (view.end || !running) {
-      const bool completed = view.finished && view.finished->value("status", "") == "completed" &&
-                             (!view.end || view.end->value("event", "") != "supervisor_finished" ||
-                              number(*view.end, "status", 1) == 0);
+      const auto text = [](const nlohmann::json& record, std::string_view key,
+                           const char* otherwise) {
+        return core::read_field<std::string>(record, key).value_or(otherwise);
+      };
+      const bool supervisor_ended =
+          view.end && text(*view.end, "event", "") == event_kind("supervisor_finished");
+      const bool completed =
+          view.finished &&
+          text(*view.finished, event_field("job_finished", "status"), "") == "completed" &&
+          (!supervisor_ended ||
+           number(*view.end, event_field("supervisor_finished", "status"), 1) == 0);
       if (view.end)
-        std::cout << fmt::format("ended     {}\n",
-                                 view.end->value("event", "") == "supervisor_finished"
-                                     ? view.end->value("how", "supervisor finished")
-                                     : view.end->value("status", "job finished"));
+        std::cout << fmt::format(
+            "ended     {}\n",
+            supervisor_ended
+                ? text(*view.end, event_field("supervisor_finished", "how"), "supervisor finished")
+                : text(*view.end, event_field("job_finished", "status"), "job finished"));
       else if (gone)
         std::cout << fmt::format(
             "ended     the job is not running: process {} is gone and it "

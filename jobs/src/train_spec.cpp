@@ -213,8 +213,8 @@ std::string default_run_dir() {
   return fmt::format("runs/train-{}", stamp);
 }
 
-TrainSpec spec_from(po::variables_map& vm) {
-  TrainSpec spec;
+// The run itself: where, how long, how big a batch, and the per-step checks.
+void read_run_options(const po::variables_map& vm, TrainSpec& spec) {
   spec.run_dir = vm.count("run-dir") ? get<std::string>(vm, "run-dir") : default_run_dir();
   spec.steps = get<long>(vm, "steps");
   spec.epochs = get<long>(vm, "epochs");
@@ -233,7 +233,9 @@ TrainSpec spec_from(po::variables_map& vm) {
   spec.verify_replicas_every = get<long>(vm, "verify-replicas-every");
   require(spec.bucket_mib > 0, "--bucket-mib must be positive");
   require(spec.verify_replicas_every >= 0, "--verify-replicas-every must not be negative");
+}
 
+void read_data_source(const po::variables_map& vm, TrainSpec& spec) {
   // At most one data source survives the merge of command line and file (a source given on
   // the command line hides the file's), so the choice is simple here.
   const bool has_dataset = vm.count("dataset") > 0;
@@ -257,6 +259,10 @@ TrainSpec spec_from(po::variables_map& vm) {
   spec.data.eval_samples = static_cast<std::size_t>(eval_samples);
   spec.data.shape = {spec.model.input_channels, height, width};
   spec.data.seed = spec.seed;
+}
+
+// Options of the published DeepCAM layout; each is refused for any other data source.
+void read_deepcam_options(const po::variables_map& vm, TrainSpec& spec) {
   auto& deepcam = spec.data.deepcam;
   deepcam.seed = spec.seed;
   deepcam.label_set = get<int>(vm, "labels");
@@ -273,7 +279,7 @@ TrainSpec spec_from(po::variables_map& vm) {
   }
   deepcam.downsample = get<int>(vm, "downsample");
   require(deepcam.downsample >= 1, "--downsample must be at least 1");
-  const bool deepcam_layout = has_dataset && core::is_deepcam_layout(spec.data.dataset);
+  const bool deepcam_layout = !spec.data.synthetic && core::is_deepcam_layout(spec.data.dataset);
   // By value, not by whether an option was given: config.ini spells out every default.
   const std::pair<const char*, bool> deepcam_only[] = {
       {"labels", deepcam.label_set != 0},
@@ -290,6 +296,10 @@ TrainSpec spec_from(po::variables_map& vm) {
     spec.model.input_channels = static_cast<int>(deepcam.channels.size());
     spec.data.shape.channels = spec.model.input_channels;
   }
+}
+
+// How samples reach the step: bad-sample policy, staging, prefetching, class weights.
+void read_input_pipeline(const po::variables_map& vm, TrainSpec& spec) {
   const auto bad_samples = get<std::string>(vm, "bad-samples");
   require(bad_samples == "fail" || bad_samples == "skip",
           fmt::format("--bad-samples must be fail or skip, not '{}'", bad_samples));
@@ -310,7 +320,9 @@ TrainSpec spec_from(po::variables_map& vm) {
     for (float w : weights) require(w >= 0, "--class-weights must not be negative");
     spec.class_weights = std::move(weights);
   }
+}
 
+void read_checkpoint_options(const po::variables_map& vm, TrainSpec& spec) {
   spec.checkpoint_every = get<long>(vm, "checkpoint-every");
   spec.checkpoint_every_seconds = get<double>(vm, "checkpoint-every-seconds");
   spec.keep_last = get<int>(vm, "keep-last");
@@ -332,7 +344,10 @@ TrainSpec spec_from(po::variables_map& vm) {
           fmt::format("--checkpoint-when-busy must be wait or skip, not '{}'", when_busy));
   spec.checkpoint_async = mode == "async";
   spec.checkpoint_skip_when_busy = when_busy == "skip";
+}
 
+// Failures: how many, how small the job may shrink, and what is injected for tests.
+void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) {
   spec.ranks_per_node = get<int>(vm, "ranks-per-node");
   spec.min_world_size = get<int>(vm, "min-world-size");
   spec.max_failures = get<int>(vm, "max-failures");
@@ -356,7 +371,9 @@ TrainSpec spec_from(po::variables_map& vm) {
           "--domain must be -1 (none) or one of 0 .. --domains - 1");
   require(spec.domain < 0 || !spec.domain_store.empty(), "--domain needs --domain-store");
   require(spec.domain_timeout_s > 0, "--domain-timeout must be positive");
+}
 
+void read_model_options(const po::variables_map& vm, TrainSpec& spec) {
   auto& m = spec.model;
   m.width = get<int>(vm, "model-width");
   m.depth = get<int>(vm, "model-depth");
@@ -367,7 +384,9 @@ TrainSpec spec_from(po::variables_map& vm) {
   m.norm = core::parse_norm_kind(get<std::string>(vm, "norm"));
   m.groups = get<int>(vm, "groups");
   m.validate();
+}
 
+void read_optimizer_options(const po::variables_map& vm, TrainSpec& spec) {
   auto& o = spec.optimizer;
   o.kind = core::parse_optimizer_kind(get<std::string>(vm, "optimizer"));
   o.momentum = get<float>(vm, "momentum");
@@ -381,7 +400,9 @@ TrainSpec spec_from(po::variables_map& vm) {
   require(o.weight_decay >= 0, "--weight-decay must not be negative");
   require(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
           "--beta1 and --beta2 must be in [0, 1)");
+}
 
+void read_schedule_options(const po::variables_map& vm, TrainSpec& spec) {
   auto& s = spec.schedule;
   s.base_lr = get<float>(vm, "lr");
   require(s.base_lr > 0, "--lr must be positive");
@@ -389,7 +410,10 @@ TrainSpec spec_from(po::variables_map& vm) {
   s.decay = core::parse_lr_decay(get<std::string>(vm, "lr-decay"));
   s.final_fraction = get<float>(vm, "final-lr-fraction");
   // total_steps is set by the trainer, which knows the dataset size when --steps is 0.
+}
 
+// config.ini of the run: every option as resolved, so that a relaunch trains the same job.
+std::string effective_config_ini(const po::variables_map& vm, const TrainSpec& spec) {
   std::ostringstream ini;
   ini << "# hardy " << HARDY_VERSION << " effective configuration\n";
   for (const auto& [name, value] : vm) {
@@ -405,7 +429,24 @@ TrainSpec spec_from(po::variables_map& vm) {
     ini << "synthetic = true\n";
   else
     ini << "dataset = " << spec.data.dataset.string() << "\n";
-  spec.config_ini = ini.str();
+  return ini.str();
+}
+
+// Each step reads its options and checks them; the order matters where a later step builds on
+// an earlier one (the data shape takes the model's input channels, a DeepCAM channel selection
+// changes them), and decides which of several wrong options is reported first.
+TrainSpec spec_from(const po::variables_map& vm) {
+  TrainSpec spec;
+  read_run_options(vm, spec);
+  read_data_source(vm, spec);
+  read_deepcam_options(vm, spec);
+  read_input_pipeline(vm, spec);
+  read_checkpoint_options(vm, spec);
+  read_fault_tolerance_options(vm, spec);
+  read_model_options(vm, spec);
+  read_optimizer_options(vm, spec);
+  read_schedule_options(vm, spec);
+  spec.config_ini = effective_config_ini(vm, spec);
   return spec;
 }
 

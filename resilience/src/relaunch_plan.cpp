@@ -13,6 +13,10 @@
 
 namespace hardy::resilience {
 
+// Event kinds and fields by name, checked against core/support/event_schema.hpp at compile time.
+using core::event_field;
+using core::event_kind;
+
 namespace {
 
 void add_evidence(std::map<std::size_t, std::vector<std::string>>& evidence, std::size_t node,
@@ -34,24 +38,31 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
     if (record.is_discarded() || !record.is_object()) continue;
     // Fields of another type or range count as missing (core::read_field): a damaged line must
     // not stop the supervisor.
+    // Kinds and fields are named through event_schema.hpp (a name it lacks does not compile);
+    // kinds it does not know (another hardy version's) fall through every branch.
     const std::string event = core::read_field<std::string>(record, "event").value_or("");
-    if (event == "job_started") {
-      if (const auto steps = core::read_field<long>(record, "steps")) launch.total_steps = steps;
-    } else if (event == "job_finished") {
-      launch.finished_status = core::read_field<std::string>(record, "status").value_or("");
-      launch.finished_steps = core::read_field<long>(record, "steps");
-    } else if (event == "failure_detected") {
-      const auto ranks =
-          core::read_field<std::vector<long>>(record, "failed_ranks").value_or(std::vector<long>{});
-      for (const std::size_t node :
-           core::read_field<std::vector<std::size_t>>(record, "failed_nodes")
-               .value_or(std::vector<std::size_t>{}))
+    if (event == event_kind("job_started")) {
+      if (const auto steps = core::read_field<long>(record, event_field("job_started", "steps")))
+        launch.total_steps = steps;
+    } else if (event == event_kind("job_finished")) {
+      launch.finished_status =
+          core::read_field<std::string>(record, event_field("job_finished", "status")).value_or("");
+      launch.finished_steps = core::read_field<long>(record, event_field("job_finished", "steps"));
+    } else if (event == event_kind("failure_detected")) {
+      const auto ranks = core::read_field<std::vector<long>>(
+                             record, event_field("failure_detected", "failed_ranks"))
+                             .value_or(std::vector<long>{});
+      for (const std::size_t node : core::read_field<std::vector<std::size_t>>(
+                                        record, event_field("failure_detected", "failed_nodes"))
+                                        .value_or(std::vector<std::size_t>{}))
         add_evidence(
             launch.failed_nodes, node,
             fmt::format(
                 "job: ranks [{}] failed at step {} ({})", fmt::join(ranks, ", "),
-                core::read_field<long>(record, "step").value_or(0),
-                core::read_field<std::string>(record, "detected_by").value_or("in-job detection")));
+                core::read_field<long>(record, event_field("failure_detected", "step")).value_or(0),
+                core::read_field<std::string>(record,
+                                              event_field("failure_detected", "detected_by"))
+                    .value_or("in-job detection")));
     }
   }
   if (const auto metrics = core::last_json_record(run_dir / "metrics.jsonl"))

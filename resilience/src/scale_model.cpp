@@ -8,8 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/event_log.hpp"
 
 namespace hardy::resilience {
+
+// Event kinds and fields by name, checked against core/support/event_schema.hpp at compile time.
+using core::event_field;
+using core::event_kind;
 
 namespace {
 
@@ -39,43 +44,56 @@ MeasuredRecovery measure_recovery(const std::filesystem::path& run_dir) {
     if (auto record = nlohmann::json::parse(line, nullptr, false); !record.is_discarded())
       commits.emplace_back(record.value("unix_time", 0.0), record.value("step_s", 0.0));
   for (const auto& e : events) {
-    const std::string name = e.value("event", "");
-    const double t = e.value("unix_time", 0.0);
-    if (name == "job_started" && m.world_size == 0) m.world_size = e.value("world_size", 0);
-    if (name == "failure_detected" && e.contains("detection_latency_s"))
-      m.detection_s = e["detection_latency_s"];
-    if (name == "communicator_shrunk") {
-      m.shrink_s = e.value("seconds", 0.0);
-      m.world_size = e.value("old_size", m.world_size);
+    // A field of the wrong type, or of another hardy version's event, counts as missing.
+    const auto field = [&e]<class T>(std::string_view key, T otherwise) {
+      return core::read_field<T>(e, key).value_or(otherwise);
+    };
+    const std::string name = field("event", std::string());
+    const double t = field("unix_time", 0.0);
+    if (name == event_kind("job_started") && m.world_size == 0)
+      m.world_size = field(event_field("job_started", "world_size"), 0);
+    if (name == event_kind("failure_detected"))
+      m.detection_s = field(event_field("failure_detected", "detection_latency_s"), m.detection_s);
+    if (name == event_kind("communicator_shrunk")) {
+      m.shrink_s = field(event_field("communicator_shrunk", "seconds"), 0.0);
+      m.world_size = field(event_field("communicator_shrunk", "old_size"), m.world_size);
     }
-    if (name == "state_restored" && e.value("source", "") == "memory")
-      m.restore_memory_s = e.value("seconds", 0.0);
-    if (name == "state_restored" && e.value("source", "") == "checkpoint" && !e.contains("path"))
-      m.restore_checkpoint_s = e.value("seconds", 0.0);
-    if (name == "checkpoint_written") m.model_bytes = e.value("bytes", 0.0);
-    if (name == "launch_ended" && m.relaunch_nodes == 0) {
+    const std::string restored_from = field(event_field("state_restored", "source"), std::string());
+    const bool restored_by_relaunch = e.contains(event_field("state_restored", "path"));
+    if (name == event_kind("state_restored") && restored_from == "memory")
+      m.restore_memory_s = field(event_field("state_restored", "seconds"), 0.0);
+    if (name == event_kind("state_restored") && restored_from == "checkpoint" &&
+        !restored_by_relaunch)
+      m.restore_checkpoint_s = field(event_field("state_restored", "seconds"), 0.0);
+    if (name == event_kind("checkpoint_written"))
+      m.model_bytes = field(event_field("checkpoint_written", "bytes"), 0.0);
+    if (name == event_kind("launch_ended") && m.relaunch_nodes == 0) {
       // The runtime's detection, bounded from below by the last step committed before it.
       for (const auto& [at, step_s] : commits)
         if (at > 0 && at <= t) last_commit = at;
       if (last_commit > 0) m.relaunch_detect_s = t - last_commit;
-      if (e.contains("last_committed_step") && e["last_committed_step"].is_number())
-        m.relaunch_steps_lost = e["last_committed_step"].get<long>();
+      if (const auto step =
+              core::read_field<long>(e, event_field("launch_ended", "last_committed_step")))
+        m.relaunch_steps_lost = *step;
     }
-    if (name == "job_relaunched" && relaunch_end < 0 && m.relaunch_nodes == 0) {
-      relaunch_end = t - e.value("seconds_since_end", 0.0) - e.value("backoff_s", 0.0);
+    if (name == event_kind("job_relaunched") && relaunch_end < 0 && m.relaunch_nodes == 0) {
+      relaunch_end = t - field(event_field("job_relaunched", "seconds_since_end"), 0.0) -
+                     field(event_field("job_relaunched", "backoff_s"), 0.0);
       relaunched_at = t;
-      m.relaunch_decide_s = e.value("decide_s", 0.0);
-      m.relaunch_nodes = static_cast<int>(e.value("nodes", std::vector<std::string>{}).size());
+      m.relaunch_decide_s = field(event_field("job_relaunched", "decide_s"), 0.0);
+      m.relaunch_nodes = static_cast<int>(
+          field(event_field("job_relaunched", "nodes"), std::vector<std::string>{}).size());
     }
-    if (name == "job_started" && relaunched_at > 0 && restarted_at < 0) {
+    if (name == event_kind("job_started") && relaunched_at > 0 && restarted_at < 0) {
       restarted_at = t;
       m.relaunch_launch_s = t - relaunched_at;
     }
-    if (name == "state_restored" && e.contains("path") && relaunch_end > 0 && m.relaunch_s == 0) {
+    if (name == event_kind("state_restored") && restored_by_relaunch && relaunch_end > 0 &&
+        m.relaunch_s == 0) {
       m.relaunch_s = t - relaunch_end;
       if (restarted_at > 0) m.relaunch_restore_s = t - restarted_at;
-      m.relaunch_restored_from = e.value("source", "");
-      m.relaunch_steps_lost -= e.value("step", 0L);
+      m.relaunch_restored_from = restored_from;
+      m.relaunch_steps_lost -= field(event_field("state_restored", "step"), 0L);
     }
   }
   if (m.relaunch_s == 0) m.relaunch_steps_lost = 0;

@@ -178,7 +178,8 @@ with tempfile.TemporaryDirectory() as tmp:
     known = {"train": "--global-batch", "run": "--spare-nodes", "simulate": "--from-run", "eval": "--eval-samples",
              "data generate": "--samples-per-file", "ckpt list": "--help", "ckpt inspect": "--json",
              "ckpt verify": "--help", "ckpt diff": "--json", "submit": "--scheduler", "status": "--follow",
-             "cancel": "--run-dir", "report": "--out", "completion": "--shell"}
+             "cancel": "--run-dir", "report": "--out", "completion": "--shell",
+             "events": "--schema"}
     for command, option in known.items():
         line = next((l for l in script.splitlines() if l.strip().startswith(f'"{command}")')), "")
         check(f" {option} " in line.replace('"', " "), f"completion lists {option} for hardy {command}")

@@ -76,7 +76,7 @@ def run_script(script, env, log, usr1=False, timeout=600):
 
 def commands(hardy, tmp, _launcher):
     env = lsf_environment(tmp)
-    hardy = Hardy(hardy.binary, env=env)
+    hardy = Hardy(hardy.binary, env=env, cwd=tmp)
     template = template_with_fake_hardy(hardy, "lsf", tmp / "fake.bsub")
     run = tmp / "run dir"
     result = hardy("submit", "--scheduler", "lsf", "--template", template, "--config",
@@ -120,7 +120,7 @@ def commands(hardy, tmp, _launcher):
 
 def job_completes(hardy, tmp, launcher):
     env = lsf_environment(tmp)
-    hardy = Hardy(hardy.binary, env=env)
+    hardy = Hardy(hardy.binary, env=env, cwd=tmp)
     hardy.skip_without_supervisor()
     run = tmp / "run"
     config = job_config(SOURCE, tmp / "job.ini", steps=20, checkpoint_every=10, log_every=5)
@@ -136,5 +136,5 @@ if __name__ == "__main__":
     binary, SOURCE, scenario = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     launcher = sys.argv[4] if len(sys.argv) > 4 else "mpirun"
     with tempfile.TemporaryDirectory(prefix="hardy-lsf-test-") as tmp:
-        {"commands": commands, "job_completes": job_completes}[scenario](Hardy(binary), Path(tmp), launcher)
+        {"commands": commands, "job_completes": job_completes}[scenario](Hardy(binary, cwd=tmp), Path(tmp), launcher)
     print(f"lsf {scenario}: all checks passed")

@@ -199,6 +199,9 @@ PartitionName={self.partition} Default=YES Nodes={','.join(self.node_names())} O
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
         kwargs.setdefault("timeout", 60)
+        # From this Slurm's own directory: a job's default output file goes to where it was
+        # submitted, and the checkout is no place for it.
+        kwargs.setdefault("cwd", self.dir)
         return subprocess.run(args, env=kwargs.pop("env", self.env), check=check, **kwargs)
 
     def job_fields(self, job_id):

@@ -33,13 +33,18 @@ def read_jsonl(path):
 
 
 class Hardy:
-    def __init__(self, binary, env=None):
+    """Runs `hardy` from `cwd`: a job that `hardy submit` hands to sbatch or bsub works in the
+    directory it was submitted from, and whatever the scheduler writes there by default
+    (Slurm's slurm-<job id>.out) must land in the test's temporary directory, not the checkout."""
+
+    def __init__(self, binary, env=None, cwd=None):
         self.binary = str(binary)
         self.env = env
+        self.cwd = cwd
 
     def __call__(self, *args, check_status=0, env=None, timeout=120):
         result = subprocess.run([self.binary, *map(str, args)], capture_output=True, text=True,
-                                env=env or self.env, timeout=timeout)
+                                env=env or self.env, timeout=timeout, cwd=self.cwd)
         if check_status is not None and result.returncode != check_status:
             print(f"FAILED: hardy {' '.join(map(str, args))} exited {result.returncode}, not {check_status}")
             print(result.stdout[-3000:], result.stderr[-3000:])

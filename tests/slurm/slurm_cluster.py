@@ -402,6 +402,7 @@ def main(argv):
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"hardy-slurm-cluster-{scenario}-") as tmp, \
             EmulatedCluster(nodes=CLUSTER_NODES.get(scenario, NODES)) as cluster, ClusterSlurm(cluster) as slurm:
+        hardy.cwd = tmp  # jobs work in (and Slurm writes its default files to) the scenario's directory
         s = Scenario(hardy, cluster, slurm, Path(tmp))
         print(f"private Slurm on {','.join(cluster.hosts)} up in {time.monotonic() - started:.1f} s", flush=True)
         try:

@@ -203,7 +203,7 @@ if __name__ == "__main__":
     binary, SOURCE, scenario = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     skip_unless_available()
     with tempfile.TemporaryDirectory(prefix="hardy-slurm-test-") as tmp, LocalSlurm() as slurm:
-        hardy = Hardy(binary, env=slurm.env)
+        hardy = Hardy(binary, env=slurm.env, cwd=tmp)
         try:
             SCENARIOS[scenario](slurm, hardy, Path(tmp))
         except (TimeoutError, AssertionError) as e:

@@ -260,4 +260,15 @@ bool Backend::has_non_finite(const Tensor& x) {
   return do_has_non_finite(x);
 }
 
+Tensor& ensure_tensor(Backend& backend, Tensor& t, const std::vector<std::int64_t>& dims,
+                      std::optional<DType> requested) {
+  const DType dtype =
+      requested.value_or(dims.size() == 4 ? backend.activation_dtype() : DType::f32);
+  if (!t.defined() || t.dims() != dims || t.dtype() != dtype) {
+    const Layout layout = dims.size() == 4 ? backend.activation_layout() : Layout::flat;
+    t = backend.empty(dims, dtype, layout);
+  }
+  return t;
+}
+
 }  // namespace hardy::core

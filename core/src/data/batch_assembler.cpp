@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "hardy/core/nn/layers.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/json_fields.hpp"
 

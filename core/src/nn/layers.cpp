@@ -22,17 +22,6 @@ int group_count(int channels, int wanted) {
   return 1;
 }
 
-Tensor& ensure_tensor(Backend& backend, Tensor& t, const std::vector<std::int64_t>& dims,
-                      std::optional<DType> requested) {
-  const DType dtype =
-      requested.value_or(dims.size() == 4 ? backend.activation_dtype() : DType::f32);
-  if (!t.defined() || t.dims() != dims || t.dtype() != dtype) {
-    const Layout layout = dims.size() == 4 ? backend.activation_layout() : Layout::flat;
-    t = backend.empty(dims, dtype, layout);
-  }
-  return t;
-}
-
 namespace {
 
 Parameter make_parameter(Backend& backend, std::string name, std::vector<std::int64_t> dims,

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/compute/labels.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {

@@ -65,10 +65,15 @@ void JsonLines::write(const nlohmann::json& record) {
 }
 
 void EventLog::emit(const std::string& event, nlohmann::json fields) {
+  std::string problem = event_schema_problem(event, fields);
+#if HARDY_STRICT_EVENTS
+  if (!problem.empty()) throw Error(problem);
+#endif
   if (!lines_.enabled()) return;
   const double now = unix_time();
   nlohmann::json record = {{"time", iso_time(now)}, {"unix_time", now}, {"event", event}};
   for (const auto& [key, value] : context_.items()) record[key] = value;
+  if (!problem.empty()) record["schema_problem"] = std::move(problem);
   for (auto& [key, value] : fields.items()) record[key] = std::move(value);
   lines_.write(record);
 }

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "compute/cpu/dnnl_support.hpp"
-#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/compute/labels.hpp"
 
 namespace hardy::core {
 

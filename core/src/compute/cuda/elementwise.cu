@@ -198,7 +198,7 @@ __global__ void adam_kernel(float* param, const float* grad, float* m, float* v,
 
 // ---- loss ----
 
-// core::kIgnoreLabel (climate_data.hpp is host code; the value is part of the label format).
+// core::kIgnoreLabel (compute/labels.hpp), copied so that the kernels use plain device constants.
 constexpr std::int32_t kIgnoredPixel = -1;
 
 template <class T>

@@ -20,5 +20,6 @@ int run_command(const std::vector<std::string>& args);
 int simulate_command(const std::vector<std::string>& args);
 int report_command(const std::vector<std::string>& args);
 int completion_command(const std::vector<std::string>& args);
+int events_command(const std::vector<std::string>& args);
 
 }  // namespace hardy::jobs

@@ -18,7 +18,9 @@
 // - Backward operations *overwrite* their outputs (dx, dw, ...); callers accumulate with axpy.
 // - All reductions that a data-parallel job must combine across ranks are exposed as separate
 //   "local statistics" calls so that the caller can allreduce them in between.
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -284,5 +286,11 @@ class Backend {
 // naming the known backends otherwise.
 std::unique_ptr<Backend> make_backend(std::string_view name);
 std::vector<std::string> available_backends();
+
+// Returns t, reallocated through the backend if its dims or dtype differ. Without a dtype,
+// 4-D tensors (activations and their gradients) get the backend's activation_dtype(), all
+// others f32.
+Tensor& ensure_tensor(Backend& backend, Tensor& t, const std::vector<std::int64_t>& dims,
+                      std::optional<DType> dtype = std::nullopt);
 
 }  // namespace hardy::core

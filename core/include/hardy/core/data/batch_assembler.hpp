@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "hardy/core/compute/backend.hpp"
-#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/sample_source.hpp"
 #include "hardy/core/data/prefetcher.hpp"
 
 namespace hardy::core {

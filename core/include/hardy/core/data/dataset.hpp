@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/sample_source.hpp"
 #include "hardy/core/support/hdf5.hpp"
 
 namespace hardy::core {

@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/sample_source.hpp"
 
 namespace hardy::core {
 

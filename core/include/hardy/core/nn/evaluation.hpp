@@ -1,7 +1,7 @@
 #pragma once
 #include <cstddef>
 
-#include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/sample_source.hpp"
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/nn/segmentation_metrics.hpp"
 

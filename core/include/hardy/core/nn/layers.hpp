@@ -3,7 +3,6 @@
 // backward pass needs from the forward pass, and keeps its output and gradient tensors between
 // steps so that a training step allocates nothing once shapes are stable.
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,12 +23,6 @@ class CrossRankSum {
   virtual ~CrossRankSum() = default;
   virtual void sum(std::span<double> values) = 0;
 };
-
-// Returns t, reallocated through the backend if its dims or dtype differ. Without a dtype,
-// 4-D tensors (activations and their gradients) get the backend's activation_dtype(), all
-// others f32.
-Tensor& ensure_tensor(Backend& backend, Tensor& t, const std::vector<std::int64_t>& dims,
-                      std::optional<DType> dtype = std::nullopt);
 
 class Conv2d {
  public:

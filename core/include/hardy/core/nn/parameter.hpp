@@ -1,4 +1,7 @@
 #pragma once
+// Parameter: a trainable tensor, its gradient and its name; and the replica digest over a list
+// of them.
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,5 +26,11 @@ inline std::vector<Parameter*> pointers_to(std::span<Parameter> params) {
   for (Parameter& p : params) pointers.push_back(&p);
   return pointers;
 }
+
+class Backend;
+
+// xxHash64 over the bytes of every parameter value, in order (device values are copied to the
+// host through `backend`): equal digests on two ranks mean bit-identical replicas.
+std::uint64_t parameter_digest(Backend& backend, std::span<Parameter* const> params);
 
 }  // namespace hardy::core

@@ -10,7 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "hardy/core/support/json_fields.hpp"  // for the readers of these logs
+#include "hardy/core/support/event_schema.hpp"  // the kinds and fields, for readers too
+#include "hardy/core/support/json_fields.hpp"   // for the readers of these logs
 
 namespace hardy::core {
 
@@ -40,6 +41,12 @@ class JsonLines {
 };
 
 // events.jsonl: every record gets "time" (ISO-8601), "unix_time" and "event".
+//
+// emit checks each event against event_schema.hpp (a disabled log too, so every rank's calls are
+// checked in tests). A kind or field that is not declared there, a value of the wrong type or a
+// missing required field throws Error in builds with tests (HARDY_STRICT_EVENTS: the suite finds
+// the miss); elsewhere the record is written all the same, with the problem in "schema_problem",
+// because a log line must not end a training job.
 class EventLog {
  public:
   EventLog() = default;

@@ -1,0 +1,51 @@
+#pragma once
+// What the training loop reads samples from: SampleShape (the size of one sample) and the
+// SampleSource interface. A sample is a stack of 2-D fields (channels, latitude rows, longitude
+// columns) and a per-pixel class label (compute/labels.hpp). Implementations: SyntheticClimate
+// (climate_data.hpp) makes samples on the fly, Hdf5Dataset (dataset.hpp) and the DeepCAM reader
+// (deepcam.hpp) read them from disk.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hardy/core/compute/labels.hpp"
+
+namespace hardy::core {
+
+struct SampleShape {
+  int channels = 16;
+  int height = 64;  // latitude rows, north at row 0
+  int width = 64;   // longitude columns, periodic
+
+  std::size_t field_elements() const { return static_cast<std::size_t>(channels) * height * width; }
+  std::size_t label_elements() const { return static_cast<std::size_t>(height) * width; }
+  bool operator==(const SampleShape&) const = default;
+};
+std::string to_string(const SampleShape& shape);  // "16x64x64"
+
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual std::size_t size() const = 0;
+  virtual SampleShape shape() const = 0;
+  // Writes sample `index`: fields in (C, H, W) order, labels (H, W) in [0, kNumClasses).
+  // Throws InvalidArgument for an index >= size() or spans of the wrong size.
+  virtual void load(std::size_t index, std::span<float> fields_chw,
+                    std::span<std::int32_t> labels_hw) const = 0;
+  // One line for logs and provenance, e.g. "synthetic climate 16x64x64, 1000 samples, seed 7".
+  virtual std::string describe() const = 0;
+  // One name per channel; "channel_0", ... unless the source knows better.
+  virtual std::vector<std::string> channel_names() const;
+  // How many threads may be inside load() at once and actually overlap: 0 when only the thread
+  // that owns the source may call it, 1 when any one thread at a time may (a library lock
+  // serializes them anyway), more when loads run in parallel.
+  virtual int load_concurrency() const { return 0; }
+
+ protected:
+  void check_load_arguments(std::size_t index, std::span<float> fields_chw,
+                            std::span<std::int32_t> labels_hw) const;
+};
+
+}  // namespace hardy::core

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Checks that every #include points down hardy's layering, never up or sideways.
+
+  layering.py SOURCE_DIR core-rooms   core/'s rooms: support < compute < data < nn
+  layering.py SOURCE_DIR folders      the top-level folders (jobs, slurm, lsf -> resilience ->
+                                      checkpoint -> comm -> core; batch under slurm, lsf, jobs)
+
+Each layer lists what it may include besides itself. The order is the one the code has: data/
+assembles batches into compute/'s tensors, nn/'s evaluation runs a model over data/'s samples,
+and support/ (errors, hashes, HDF5 handles, event logs) sits under everything. A room or folder
+that the table does not name fails the check too, so that a new one is placed on purpose.
+
+Before the real tree, the checker runs against a small tree written to a temporary directory with
+one include pointing up, and fails unless it finds exactly that include: the check itself is
+tested on every run. Exit status 0: no arrow up; 1: the offending includes, one a line.
+"""
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+CORE_ROOMS = {
+    "support": set(),
+    "compute": {"support"},
+    "data": {"support", "compute"},
+    "nn": {"support", "compute", "data"},
+}
+
+FOLDERS = {
+    "core": set(),
+    "comm": {"core"},
+    "checkpoint": {"comm", "core"},
+    "resilience": {"checkpoint", "comm", "core"},
+    "batch": {"core"},
+    "slurm": {"batch", "core"},
+    "lsf": {"batch", "core"},
+    "jobs": {"resilience", "checkpoint", "comm", "core", "batch", "slurm", "lsf"},
+    # Benchmarks measure the libraries; no library may include them, and they stay off the CLI.
+    "bench": {"resilience", "checkpoint", "comm", "core"},
+}
+
+SOURCE_SUFFIXES = {".hpp", ".cpp", ".h", ".cu", ".cuh"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def sources(root):
+    return sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES and p.is_file())
+
+
+def includes(path):
+    return INCLUDE.findall(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def core_room_of_include(target):
+    """The room an include names: "hardy/core/<room>/..." or, inside core/src, "<room>/..."."""
+    parts = target.split("/")
+    if parts[:2] == ["hardy", "core"] and len(parts) > 3:
+        return parts[2]
+    if len(parts) > 1 and parts[0] in CORE_ROOMS:
+        return parts[0]
+    return None
+
+
+def core_room_of_file(core_dir, path):
+    relative = path.relative_to(core_dir).parts
+    if relative[:3] == ("include", "hardy", "core"):
+        return relative[3] if len(relative) > 4 else None
+    if relative[0] == "src":
+        return relative[1] if len(relative) > 2 else None
+    return None
+
+
+def check_core_rooms(source_dir):
+    core_dir = source_dir / "core"
+    problems = []
+    for path in sources(core_dir):
+        room = core_room_of_file(core_dir, path)
+        where = path.relative_to(source_dir)
+        if room not in CORE_ROOMS:
+            problems.append(f"{where}: in no declared room of core/ (add it to CORE_ROOMS)")
+            continue
+        for target in includes(path):
+            used = core_room_of_include(target)
+            if used is None or used == room:
+                continue
+            if used not in CORE_ROOMS:
+                problems.append(f'{where}: includes "{target}", from an undeclared room {used}/')
+            elif used not in CORE_ROOMS[room]:
+                problems.append(f'{where}: includes "{target}": {room}/ may not include {used}/')
+    return problems
+
+
+def check_folders(source_dir):
+    problems = []
+    for folder, allowed in FOLDERS.items():
+        if not (source_dir / folder).is_dir():
+            problems.append(f"{folder}/: declared in FOLDERS but missing")
+            continue
+        for path in sources(source_dir / folder):
+            where = path.relative_to(source_dir)
+            for target in includes(path):
+                parts = target.split("/")
+                if len(parts) < 3 or parts[0] != "hardy" or parts[1] == folder:
+                    continue
+                if parts[1] not in FOLDERS:
+                    problems.append(f'{where}: includes "{target}" from an undeclared folder')
+                elif parts[1] not in allowed:
+                    problems.append(f'{where}: includes "{target}": {folder}/ may not include {parts[1]}/')
+    return problems
+
+
+CHECKS = {"core-rooms": check_core_rooms, "folders": check_folders}
+
+
+def self_test(check_name):
+    """The checker must flag one upward include in a tree made for it, and nothing else."""
+    with tempfile.TemporaryDirectory(prefix="hardy-layering-") as scratch:
+        root = Path(scratch)
+        if check_name == "core-rooms":
+            bad = root / "core/src/support/bad.cpp"
+            good = root / "core/src/nn/good.cpp"
+            bad_text = '#include "hardy/core/nn/model.hpp"\n'
+            good_text = '#include "hardy/core/data/sample_source.hpp"\n#include "compute/cpu/x.hpp"\n'
+        else:
+            for folder in FOLDERS:
+                (root / folder).mkdir()
+            bad = root / "comm/src/bad.cpp"
+            good = root / "jobs/src/good.cpp"
+            bad_text = '#include "hardy/resilience/supervisor.hpp"\n'
+            good_text = '#include "hardy/slurm/x.hpp"\n#include "hardy/batch/y.hpp"\n'
+        for path, text in ((bad, bad_text), (good, good_text)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        found = CHECKS[check_name](root)
+        if len(found) != 1 or str(bad.relative_to(root)) not in found[0]:
+            print(f"layering self-test: expected one finding in {bad.relative_to(root)}, got {found}")
+            return False
+    return True
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[2] not in CHECKS:
+        sys.exit(f"usage: {sys.argv[0]} SOURCE_DIR {{{'|'.join(CHECKS)}}}")
+    source_dir, check_name = Path(sys.argv[1]), sys.argv[2]
+    if not self_test(check_name):
+        return 1
+    problems = CHECKS[check_name](source_dir)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} include(s) against the layering ({check_name}); see {sys.argv[0]}")
+        return 1
+    print(f"{check_name}: every include points down")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
