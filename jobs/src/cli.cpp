@@ -4,6 +4,7 @@
 
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/version.hpp"
 #include "hardy/jobs/commands.hpp"
 
 namespace hardy::jobs {

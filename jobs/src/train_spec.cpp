@@ -13,6 +13,7 @@
 #include "command_line.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/version.hpp"
 
 namespace po = boost::program_options;
 
