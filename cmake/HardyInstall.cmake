@@ -88,6 +88,7 @@ install(FILES ${PROJECT_BINARY_DIR}/hardy.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}
 # `hardy report` looks for its helper in PREFIX/share/hardy/tools next to PREFIX/bin/hardy.
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/report.py ${PROJECT_SOURCE_DIR}/tools/timeline.py
         DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
+install(FILES ${PROJECT_SOURCE_DIR}/tools/tensorboard_events.py DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
 
 # Bash completion, generated at install time by the installed hardy from its own option tables.
 install(CODE "

@@ -26,7 +26,8 @@ Commands:
   submit     submit a training job to Slurm or LSF from a batch-script template
   status     a job's state, step, newest valid checkpoint and failures; --follow watches it live
   cancel     cancel a submitted job (scancel, bkill)
-  report     one picture of a run: loss, learning rate, world size, failures and recoveries
+  report     one picture of a run: loss, learning rate, world size, failures and recoveries;
+             or the run as TensorBoard event files (--tensorboard DIR)
   completion print a bash completion script:  source <(hardy completion bash)
 
 Run `hardy <command> --help` for the options of a command.
