@@ -20,8 +20,8 @@ Commands:
   run        launch and supervise an MPI training job; relaunch it if it dies
   simulate   project recovery time to thousands of nodes from a run's measurements
   eval       score a trained model's mean IoU on held-out samples
-  data       generate climate data, or stage it to node-local storage:
-             hardy data generate --help, hardy data stage --help
+  data       generate climate data, stage it to node-local storage, or compute a ClimateNet
+             dataset's normalisation statistics: hardy data generate|stage|stats --help
   ckpt       list, inspect, verify and compare checkpoints:  hardy ckpt --help
   submit     submit a training job to Slurm or LSF from a batch-script template
   status     a job's state, step, newest valid checkpoint and failures; --follow watches it live

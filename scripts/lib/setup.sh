@@ -15,6 +15,7 @@ HARDY_APT_PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev libhdf5-dev hdf5-tools libboost-program-options-dev catch2
   libfmt-dev libspdlog-dev libxxhash-dev nlohmann-json3-dev
   python3-venv python3-numpy python3-h5py python3-torch python3-matplotlib
+  python3-netcdf4
   mpich libmpich-dev slurm-wlm munge iproute2 ccache
 )
 
