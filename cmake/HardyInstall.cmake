@@ -16,6 +16,8 @@ foreach(library core comm checkpoint resilience batch slurm lsf jobs)
     install(DIRECTORY ${PROJECT_SOURCE_DIR}/${library}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   endif()
 endforeach()
+# Generated headers (hardy/core/version.hpp).
+install(DIRECTORY ${HARDY_GENERATED_INCLUDE_DIR}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 # hardy_warnings and hardy_hdf5 (HDF5's headers and library for the sources that call it) are
 # linked privately, but static libraries carry them into the export as LINK_ONLY.
@@ -28,6 +30,30 @@ install(EXPORT hardyTargets NAMESPACE hardy:: DESTINATION ${HARDY_INSTALL_CMAKED
 
 # The config finds hardy's dependencies again with what this build used (the MPI compiler, the
 # CUDA switch), so that a consumer links the same libraries.
+#
+# HDF5 is the exception: hardy::hardy_hdf5 already carries the include directories and libraries
+# this build found, as absolute paths, so the config needs no FindHDF5 (which try_compiles a C
+# file and so stops a project that enables only CXX). Only an HDF5 found through its own CMake
+# package, whose libraries are imported targets rather than files, is found again, through that
+# package (HDF5_DIR), which needs no language either.
+set(HARDY_HDF5_PACKAGE_DIR "")
+foreach(_hardy_hdf5_library IN LISTS HDF5_C_LIBRARIES)
+  if(TARGET "${_hardy_hdf5_library}")
+    set(HARDY_HDF5_PACKAGE_DIR "${HDF5_DIR}")
+  endif()
+endforeach()
+# The files hardy::hardy_hdf5 names, quoted, for the config to check that they still exist.
+set(_hardy_hdf5_files)
+foreach(_hardy_hdf5_file IN LISTS HDF5_C_INCLUDE_DIRS HDF5_INCLUDE_DIRS HDF5_C_LIBRARIES)
+  if(IS_ABSOLUTE "${_hardy_hdf5_file}")
+    list(APPEND _hardy_hdf5_files "${_hardy_hdf5_file}")
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES _hardy_hdf5_files)
+set(HARDY_HDF5_FILES "")
+foreach(_hardy_hdf5_file IN LISTS _hardy_hdf5_files)
+  string(APPEND HARDY_HDF5_FILES " \"${_hardy_hdf5_file}\"")
+endforeach()
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/hardyConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/hardyConfig.cmake
                               INSTALL_DESTINATION ${HARDY_INSTALL_CMAKEDIR})
@@ -38,7 +64,9 @@ install(FILES ${PROJECT_BINARY_DIR}/hardyConfig.cmake ${PROJECT_BINARY_DIR}/hard
 
 # pkg-config: the checkpoint reader and everything under it, the common use outside CMake.
 set(HARDY_PC_REQUIRES "fmt nlohmann_json hdf5")
-set(HARDY_PC_DEFINES "-DHARDY_VERSION=\\\"${PROJECT_VERSION}\\\"")
+# Cflags carry only plain words: HARDY_VERSION comes from hardy/core/version.hpp, so nothing
+# needs a shell to undo quoting (`g++ $(pkg-config --cflags hardy)` works as written).
+set(HARDY_PC_DEFINES "")
 if(HARDY_HAVE_ULFM)
   string(APPEND HARDY_PC_DEFINES " -DHARDY_HAVE_ULFM=1")
 endif()
@@ -60,6 +88,7 @@ install(FILES ${PROJECT_BINARY_DIR}/hardy.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}
 # `hardy report` looks for its helper in PREFIX/share/hardy/tools next to PREFIX/bin/hardy.
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/report.py ${PROJECT_SOURCE_DIR}/tools/timeline.py
         DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
+install(FILES ${PROJECT_SOURCE_DIR}/tools/tensorboard_events.py DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
 
 # Bash completion, generated at install time by the installed hardy from its own option tables.
 install(CODE "

@@ -4,6 +4,8 @@ vertical mark for every failure, shrink, relaunch, preemption and checkpoint (la
 events.jsonl), and the recovery time of each failure.
 
 Usage: tools/report.py RUN_DIR [--out FILE]   (FILE: .png, .svg, .pdf, or .html with an inline SVG)
+       tools/report.py RUN_DIR --tensorboard DIR [--out FILE]   (TensorBoard event files instead,
+                                                 or as well: tools/tensorboard_events.py)
 
 `hardy report` runs this; it reads RUN_DIR/events.jsonl and RUN_DIR/metrics.jsonl (one JSON object a
 line; a line cut short by a crash is passed over). In an SVG every label is text, so a failure's
@@ -232,16 +234,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--out", type=Path, help="picture to write (default RUN_DIR/report.png)")
+    parser.add_argument("--tensorboard", type=Path, metavar="DIR",
+                        help="write TensorBoard event files under DIR/<run name> (and a picture only with --out)")
     args = parser.parse_args()
-    out = args.out or args.run_dir / "report.png"
-    if out.suffix.lower() not in (".png", ".svg", ".pdf", ".html", ".htm"):
+    out = args.out or (None if args.tensorboard else args.run_dir / "report.png")
+    if out and out.suffix.lower() not in (".png", ".svg", ".pdf", ".html", ".htm"):
         print(f"report.py: {out}: give a .png, .svg, .pdf or .html file", file=sys.stderr)
         return 2
     if not args.run_dir.is_dir():
         print(f"report.py: {args.run_dir} is not a directory", file=sys.stderr)
         return 2
-    draw(args.run_dir, out)
-    print(out)
+    if args.tensorboard:
+        from tensorboard_events import write_events
+        print(write_events(args.run_dir, args.tensorboard))
+    if out:
+        draw(args.run_dir, out)
+        print(out)
     return 0
 
 

@@ -9,6 +9,7 @@
 #include "hardy/checkpoint/model_file.hpp"
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/hdf5.hpp"
+#include "hardy/core/version.hpp"
 #include "hdf5_writer.hpp"
 #include "state_fields.hpp"
 

@@ -5,6 +5,7 @@
 #include "hardy/checkpoint/training_state.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
+#include "hardy/core/version.hpp"
 #include "hdf5_writer.hpp"
 #include "posix_file.hpp"
 

@@ -4,6 +4,7 @@
 
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/version.hpp"
 #include "hardy/jobs/commands.hpp"
 
 namespace hardy::jobs {
@@ -19,13 +20,14 @@ Commands:
   run        launch and supervise an MPI training job; relaunch it if it dies
   simulate   project recovery time to thousands of nodes from a run's measurements
   eval       score a trained model's mean IoU on held-out samples
-  data       generate climate data, or stage it to node-local storage:
-             hardy data generate --help, hardy data stage --help
+  data       generate climate data, stage it to node-local storage, or compute a ClimateNet
+             dataset's normalisation statistics: hardy data generate|stage|stats --help
   ckpt       list, inspect, verify and compare checkpoints:  hardy ckpt --help
   submit     submit a training job to Slurm or LSF from a batch-script template
   status     a job's state, step, newest valid checkpoint and failures; --follow watches it live
   cancel     cancel a submitted job (scancel, bkill)
-  report     one picture of a run: loss, learning rate, world size, failures and recoveries
+  report     one picture of a run: loss, learning rate, world size, failures and recoveries;
+             or the run as TensorBoard event files (--tensorboard DIR)
   completion print a bash completion script:  source <(hardy completion bash)
   events     print the schema of events.jsonl (kinds, fields, types):  hardy events --schema
 

@@ -49,6 +49,7 @@ const std::vector<CommandTable>& command_tables() {
       {"eval", eval_options},
       {"data generate", data_generate_options},
       {"data stage", data_stage_options},
+      {"data stats", data_stats_options},
       {"ckpt list", ckpt_list_options},
       {"ckpt inspect", ckpt_inspect_options},
       {"ckpt verify", ckpt_verify_options},

@@ -6,6 +6,7 @@
 
 #include "command_line.hpp"
 #include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/climatenet.hpp"
 #include "hardy/core/data/dataset.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
@@ -34,7 +35,51 @@ constexpr const char* kDataUsage =
     "training\n"
     "                    samples\n";
 
+constexpr const char* kStatsUsage =
+    "Usage: hardy data stats --dataset ROOT [--out FILE]\n\n"
+    "Computes the normalisation statistics of a ClimateNet-layout dataset (ROOT/train/*.nc): the "
+    "mean\n"
+    "and standard deviation of every variable over every pixel of the training split, written as "
+    "JSON\n"
+    "to ROOT/hardy_climatenet_stats.json (or FILE; give it to `hardy train --normalization "
+    "FILE`).\n"
+    "`hardy train` computes them itself when the file is missing; run this once first for a "
+    "multi-node\n"
+    "job, or where ROOT is read-only.\n";
+
+int data_stats_command(const std::vector<std::string>& args) {
+  po::variables_map vm;
+  if (!parse_command_line(args, data_stats_options(), {"hardy data stats", kStatsUsage}, vm))
+    return 0;
+  if (!vm.count("dataset")) throw InvalidArgument("--dataset ROOT is required");
+  const std::filesystem::path root = vm["dataset"].as<std::string>();
+  if (!core::is_climatenet_layout(root))
+    throw InvalidArgument(fmt::format(
+        "{} is not a ClimateNet-layout dataset (ROOT/train/ holding .nc files)", root.string()));
+  const std::filesystem::path out =
+      vm.count("out") ? vm["out"].as<std::string>() : (root / core::kClimateNetStatsFile).string();
+  const auto start = std::chrono::steady_clock::now();
+  const auto statistics = core::write_climatenet_statistics(root, out);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << fmt::format(
+      "wrote the statistics of {} variables over {} training files to {} in "
+      "{:.1f} s\n",
+      statistics.fields.size(), statistics.files, out.string(), seconds);
+  for (const auto& skipped : statistics.skipped_files)
+    std::cout << fmt::format("  left out {}\n", skipped);
+  return 0;
+}
+
 }  // namespace
+
+po::options_description data_stats_options() {
+  po::options_description options("hardy data stats options");
+  options.add_options()("help,h", "print this help")(
+      "dataset", po::value<std::string>(), "ClimateNet-layout dataset root (ROOT/train/*.nc)")(
+      "out", po::value<std::string>(), "where to write (default ROOT/hardy_climatenet_stats.json)");
+  return options;
+}
 
 po::options_description data_generate_options() {
   po::options_description options("hardy data generate options");
@@ -61,13 +106,16 @@ int data_command(const std::vector<std::string>& args) {
   }
   if (args.front() == "stage")
     return data_stage_command(std::vector<std::string>(args.begin() + 1, args.end()));
+  if (args.front() == "stats")
+    return data_stats_command(std::vector<std::string>(args.begin() + 1, args.end()));
   const bool generate = args.front() == "generate";
   const std::vector<std::string> rest(args.begin() + (generate ? 1 : 0), args.end());
   po::variables_map vm;
   if (!parse_command_line(rest, options, {"hardy data generate", kDataUsage}, vm)) return 0;
   if (!generate)
-    throw InvalidArgument(fmt::format(
-        "unknown data command '{}'; the commands are 'generate' and 'stage'", args.front()));
+    throw InvalidArgument(
+        fmt::format("unknown data command '{}'; the commands are 'generate', 'stage' and 'stats'",
+                    args.front()));
   if (!vm.count("out")) throw InvalidArgument("--out DIR is required");
   const std::string format = vm["format"].as<std::string>();
   if (format != "hardy" && format != "deepcam")

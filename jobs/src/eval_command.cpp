@@ -11,7 +11,6 @@
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/data/dataset.hpp"
-#include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/nn/evaluation.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
@@ -32,7 +31,8 @@ po::options_description eval_options() {
       "dataset", po::value<std::string>(),
       "score every sample of this dataset directory instead of the held-out set")(
       "split", po::value<std::string>(),
-      "a job on a DeepCAM-layout dataset: score this split of it (validation, test or train), "
+      "a job on a DeepCAM- or ClimateNet-layout dataset: score this split of it (validation, "
+      "test or train), "
       "every sample unless --eval-samples")(
       "eval-samples", po::value<long>(),
       "held-out samples to score (default: the job's --eval-samples)")(
@@ -71,10 +71,11 @@ int eval_command(const std::vector<std::string>& args) {
   }
   if (vm.count("split") && vm.count("dataset"))
     throw InvalidArgument("--split and --dataset are exclusive");
-  if (vm.count("split") && (spec.data.synthetic || !core::is_deepcam_layout(spec.data.dataset)))
+  if (vm.count("split") && (spec.data.synthetic ||
+                            core::dataset_layout(spec.data.dataset) == core::DatasetLayout::other))
     throw InvalidArgument(
-        "--split needs a job trained on a DeepCAM-layout dataset (ROOT/stats.h5, ROOT/train/, "
-        "ROOT/validation/)");
+        "--split needs a job trained on a dataset of splits: the DeepCAM layout (ROOT/stats.h5, "
+        "ROOT/train/, ROOT/validation/) or ClimateNet's (ROOT/train/*.nc, ROOT/test/*.nc)");
   if (spec.data.eval_samples == 0 && !vm.count("dataset") && !vm.count("split"))
     throw InvalidArgument(
         "the job held out no samples (eval-samples = 0); give --eval-samples N or --dataset DIR");
@@ -99,7 +100,7 @@ int eval_command(const std::vector<std::string>& args) {
     if (split != "validation" && split != "test" && split != "train")
       throw InvalidArgument(
           fmt::format("--split must be validation, test or train, not '{}'", split));
-    dataset = std::make_unique<core::DeepCamDataset>(spec.data.dataset, split, spec.data.deepcam);
+    dataset = core::open_split(spec.data, split);
     source = dataset.get();
     if (vm.count("eval-samples"))
       source = (subset = std::make_unique<core::SampleRange>(

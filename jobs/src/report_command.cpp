@@ -1,5 +1,7 @@
-// `hardy report`: one picture of a run, drawn by tools/report.py (matplotlib). The C++ side finds
-// the helper and a Python that has matplotlib, and turns their absence into a clear error.
+// `hardy report`: one picture of a run, drawn by tools/report.py (matplotlib), or the run as
+// TensorBoard event files (tools/tensorboard_events.py, tensorboardX). The C++ side finds the
+// helper and a Python that has what the asked-for output needs, and turns their absence into a
+// clear error.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -19,7 +21,7 @@ namespace hardy::jobs {
 
 namespace {
 
-constexpr const char* kReportUsage = R"(Usage: hardy report RUN_DIR [--out FILE]
+constexpr const char* kReportUsage = R"(Usage: hardy report RUN_DIR [--out FILE] [--tensorboard DIR]
 
 Draws one picture of a run (PNG, SVG or PDF by the extension of --out; HTML embeds an SVG): loss and
 learning rate against step, world size against step, a vertical mark for every failure, shrink,
@@ -27,6 +29,13 @@ relaunch, preemption and checkpoint labelled from the event log, and the recover
 failure. Reads RUN_DIR/events.jsonl and RUN_DIR/metrics.jsonl; needs Python 3 with matplotlib
 ($HARDY_PYTHON, else the first of the source tree's .venv/bin/python, python3 on PATH and
 /usr/bin/python3 that imports matplotlib).
+
+With --tensorboard DIR it writes TensorBoard event files instead (and the picture too only when
+--out is given), into DIR/<name of RUN_DIR>: `tensorboard --logdir DIR` then shows the run next to
+any other exported there. Scalars per committed step: loss, learning rate, samples/s, world size,
+global batch, step time, data wait and the other step timings; each failure, shrink, relaunch,
+preemption and checkpoint as text at its step. Needs Python 3 with tensorboardX (pip install
+tensorboardX; scripts/test and scripts/demo put it into the checkout's .venv).
 )";
 
 fs::path this_executable() {
@@ -55,10 +64,12 @@ std::string last_error_line(const batch::CommandResult& result) {
   return newline == std::string::npos ? text : text.substr(newline + 1);
 }
 
-// The first Python that imports matplotlib: $HARDY_PYTHON alone when set, else the checkout's
-// .venv (for a hardy run from its build tree), python3 on PATH, and the system's /usr/bin/python3
-// (a PATH python3 of pyenv or conda often lacks matplotlib where the system's has it).
-fs::path find_python(const fs::path& helper) {
+// The first Python that imports every one of `modules`: $HARDY_PYTHON alone when set, else the
+// checkout's .venv (for a hardy run from its build tree), python3 on PATH, and the system's
+// /usr/bin/python3 (a PATH python3 of pyenv or conda often lacks matplotlib where the system's
+// has it). `install` says how to get them.
+fs::path find_python(const fs::path& helper, const std::vector<std::string>& modules,
+                     const std::string& install) {
   std::vector<fs::path> candidates;
   if (const char* python = std::getenv("HARDY_PYTHON"); python != nullptr && *python != '\0') {
     candidates.push_back(python);
@@ -68,10 +79,11 @@ fs::path find_python(const fs::path& helper) {
     candidates.push_back("python3");
     if (fs::exists("/usr/bin/python3")) candidates.push_back("/usr/bin/python3");
   }
+  const std::string import = fmt::format("import {}", fmt::join(modules, ", "));
   std::vector<std::string> tried;
   for (const auto& python : candidates) {
     try {
-      const auto check = batch::run_command({python.string(), "-c", "import matplotlib"});
+      const auto check = batch::run_command({python.string(), "-c", import});
       if (check.status == 0) return python;
       tried.push_back(fmt::format("{}: {}", python.string(), last_error_line(check)));
     } catch (const Error&) {
@@ -79,10 +91,9 @@ fs::path find_python(const fs::path& helper) {
     }
   }
   throw InvalidArgument(fmt::format(
-      "hardy report needs Python 3 with matplotlib, and none was found ({}); install it (apt "
-      "install python3-matplotlib, or pip install matplotlib) or set HARDY_PYTHON to a Python "
-      "that has it",
-      fmt::join(tried, "; ")));
+      "needs Python 3 with {}, and none was found ({}); install {} or set HARDY_PYTHON to a "
+      "Python that has it",
+      fmt::join(modules, " and "), fmt::join(tried, "; "), install));
 }
 
 }  // namespace
@@ -90,7 +101,10 @@ fs::path find_python(const fs::path& helper) {
 po::options_description report_options() {
   auto options = run_dir_options("hardy report options");
   options.add_options()("out,o", po::value<std::string>(),
-                        "picture to write: .png, .svg, .pdf or .html (default RUN_DIR/report.png)");
+                        "picture to write: .png, .svg, .pdf or .html (default RUN_DIR/report.png, "
+                        "none with --tensorboard)")(
+      "tensorboard", po::value<std::string>(),
+      "write TensorBoard event files into DIR/<run name> (tensorboard --logdir DIR)");
   return options;
 }
 
@@ -99,12 +113,26 @@ int report_command(const std::vector<std::string>& args) {
   const auto run_dir =
       parse_existing_run_dir_command(args, report_options(), "hardy report", kReportUsage, vm);
   if (!run_dir) return 0;
-  const fs::path out =
-      vm.count("out") ? fs::path(vm["out"].as<std::string>()) : *run_dir / "report.png";
+  const bool tensorboard = vm.count("tensorboard") > 0;
+  const bool picture = vm.count("out") > 0 || !tensorboard;
+  std::vector<std::string> command;
+  std::vector<std::string> modules, install;
+  if (picture) {
+    modules.emplace_back("matplotlib");
+    install.emplace_back("matplotlib (apt install python3-matplotlib, or pip install matplotlib)");
+    command = {"--out",
+               vm.count("out") ? vm["out"].as<std::string>() : (*run_dir / "report.png").string()};
+  }
+  if (tensorboard) {
+    modules.emplace_back("tensorboardX");
+    install.emplace_back("tensorboardX (pip install tensorboardX)");
+    command.insert(command.end(), {"--tensorboard", vm["tensorboard"].as<std::string>()});
+  }
   const fs::path helper = find_helper();
-  const fs::path python = find_python(helper);
-  const auto result = batch::run_command(
-      {python.string(), helper.string(), run_dir->string(), "--out", out.string()});
+  const fs::path python =
+      find_python(helper, modules, fmt::format("{}", fmt::join(install, " and ")));
+  command.insert(command.begin(), {python.string(), helper.string(), run_dir->string()});
+  const auto result = batch::run_command(command);
   std::cout << result.out;
   std::cerr << result.err;
   if (result.status != 0)

@@ -7,6 +7,8 @@
 #include <iostream>
 
 #include "command_line.hpp"
+#include "hardy/core/data/climatenet.hpp"
+#include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/data/staging.hpp"
 #include "hardy/core/support/error.hpp"
@@ -20,8 +22,8 @@ namespace {
 constexpr const char* kStageUsage =
     "Usage: hardy data stage --dataset ROOT --to DIR [--split train] [--threads N]\n"
     "                        [--hosts H1,H2,...]\n\n"
-    "Copies a DeepCAM-layout dataset's files to node-local storage where `hardy train --stage-to "
-    "DIR`\n"
+    "Copies a DeepCAM- or ClimateNet-layout dataset's files to node-local storage where `hardy "
+    "train --stage-to DIR`\n"
     "finds them; files already there and unchanged (same size and modification time) are kept.\n"
     "With --hosts, only the files homed on this host among those hosts (the share --stage-to "
     "gives it).\n";
@@ -37,7 +39,8 @@ std::string this_host() {
 po::options_description data_stage_options() {
   po::options_description options("hardy data stage options");
   options.add_options()("help,h", "print this help")(
-      "dataset", po::value<std::string>(), "dataset root (ROOT/stats.h5, ROOT/train/, ...)")(
+      "dataset", po::value<std::string>(),
+      "dataset root (DeepCAM: ROOT/stats.h5, ROOT/train/, ...; ClimateNet: ROOT/train/*.nc, ...)")(
       "to", po::value<std::string>(), "staging directory (the job's --stage-to)")(
       "split", po::value<std::string>()->default_value("train"), "train, validation, test or all")(
       "threads", po::value<int>()->default_value(4), "parallel copies")(
@@ -56,9 +59,12 @@ int data_stage_command(const std::vector<std::string>& args) {
   const std::filesystem::path to = vm["to"].as<std::string>();
   const int threads = vm["threads"].as<int>();
   if (threads < 1) throw InvalidArgument("--threads must be at least 1");
-  if (!core::is_deepcam_layout(root))
+  const core::DatasetLayout layout = core::dataset_layout(root);
+  if (layout == core::DatasetLayout::other)
     throw InvalidArgument(fmt::format(
-        "{} is not a DeepCAM-layout dataset (ROOT/stats.h5 and ROOT/train/)", root.string()));
+        "{} is not a dataset in the DeepCAM layout (ROOT/stats.h5 and ROOT/train/) or ClimateNet's "
+        "(ROOT/train/*.nc)",
+        root.string()));
   const auto split = vm["split"].as<std::string>();
   std::vector<std::string> splits;
   if (split == "all") {
@@ -93,8 +99,11 @@ int data_stage_command(const std::vector<std::string>& args) {
   const auto directory = core::staging_directory(to, root, this_host());
   std::vector<core::StageCopy> copies;
   for (const auto& name : splits) {
-    const core::DeepCamDataset dataset(root, name, {});
-    for (const auto& file : dataset.files()) {
+    // The split's files, as the job lists them (without reading statistics or samples).
+    const auto files = layout == core::DatasetLayout::deepcam
+                           ? core::DeepCamDataset(root, name, {}).files()
+                           : core::climatenet_files(root, name);
+    for (const auto& file : files) {
       const auto relative = std::filesystem::path(name) / file.filename();
       if (!keys.empty() && core::home_node(relative.string(), keys) != mine) continue;
       copies.push_back({file, directory / relative});

@@ -11,9 +11,11 @@
 #include <sstream>
 
 #include "command_line.hpp"
+#include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
+#include "hardy/core/version.hpp"
 
 namespace po = boost::program_options;
 
@@ -104,30 +106,37 @@ po::options_description train_options() {
       "synthetic", po::value<bool>()->implicit_value(true)->zero_tokens(),
       "generate climate-like samples on the fly (the default when no --dataset is given)")(
       "dataset", po::value<std::string>(),
-      "directory of HDF5 files written by `hardy data generate`")(
-      "samples", po::value<long>()->default_value(1024), "synthetic training-set size")(
+      "dataset directory: HDF5 files written by `hardy data generate`, or the DeepCAM or "
+      "ClimateNet layout (docs/data.md)")("samples", po::value<long>()->default_value(1024),
+                                          "synthetic training-set size")(
       "height", po::value<int>()->default_value(64), "synthetic sample height (divisible by 8)")(
       "width", po::value<int>()->default_value(64), "synthetic sample width (divisible by 8)")(
       "class-weights", po::value<std::string>()->default_value("auto"),
       "loss weight per class, e.g. 1,4,4, or auto (inverse square root of class frequency)")(
       "eval-samples", po::value<long>()->default_value(64),
       "held-out samples scored for mean IoU at the end (0: skip); of validation/ for a "
-      "DeepCAM-layout dataset")(
+      "DeepCAM-layout dataset, of test/ for ClimateNet's (validation/ when it has one)")(
       "labels", po::value<int>()->default_value(0),
       "DeepCAM layout: label set 0 (labels_0) or 1 (labels_1, relaxed thresholds)")(
       "channels", po::value<std::string>()->default_value("all"),
-      "DeepCAM layout: input channels by name or index, e.g. TMQ,U850,V850,PRECT (all: the 16)")(
+      "DeepCAM or ClimateNet layout: input channels by name or index, e.g. TMQ,U850,V850,PSL "
+      "(all: the 16)")(
       "crop", po::value<std::string>()->default_value("none"),
-      "DeepCAM layout: train on an H,W window of each sample, e.g. 384,576 (its position is "
-      "fixed per sample, so a resumed job sees the same data)")(
+      "DeepCAM or ClimateNet layout: train on an H,W window of each sample, e.g. 384,576 (its "
+      "position is fixed per sample, so a resumed job sees the same data)")(
       "downsample", po::value<int>()->default_value(1),
-      "DeepCAM layout: average KxK blocks of the fields (labels: the block's majority class)")(
+      "DeepCAM or ClimateNet layout: average KxK blocks of the fields (labels: the block's "
+      "majority class)")(
+      "normalization", po::value<std::string>()->default_value("auto"),
+      "ClimateNet layout: per-variable mean and std, a JSON file with \"fields\": {\"TMQ\": "
+      "{\"mean\": M, \"std\": S}, ...} such as ClimateNet's config.json (auto: "
+      "ROOT/hardy_climatenet_stats.json, computed over train/ when missing)")(
       "bad-samples", po::value<std::string>()->default_value("fail"),
       "a sample that cannot be read or holds NaNs: fail (end the job naming the file) or skip "
       "(its pixels count for nothing; logged as sample_skipped)")(
       "stage-to", po::value<std::string>()->default_value(""),
       "node-local directory (NVMe, /tmp, /dev/shm): each node copies its share of the dataset's "
-      "files there before training and reads them from there (DeepCAM layout)")(
+      "files there before training and reads them from there (DeepCAM or ClimateNet layout)")(
       "stage-threads", po::value<int>()->default_value(4), "parallel copies per node when staging")(
       "prefetch-batches", po::value<long>()->default_value(2),
       "batches loaded ahead on background threads, overlapped with compute (0: load in the "
@@ -279,19 +288,35 @@ void read_deepcam_options(const po::variables_map& vm, TrainSpec& spec) {
   }
   deepcam.downsample = get<int>(vm, "downsample");
   require(deepcam.downsample >= 1, "--downsample must be at least 1");
-  const bool deepcam_layout = !spec.data.synthetic && core::is_deepcam_layout(spec.data.dataset);
+  // The ClimateNet reader takes the same selection, crop and downsampling.
+  auto& climatenet = spec.data.climatenet;
+  climatenet = {.channels = deepcam.channels,
+                .crop_height = deepcam.crop_height,
+                .crop_width = deepcam.crop_width,
+                .downsample = deepcam.downsample,
+                .seed = deepcam.seed};
+  if (const auto normalization = get<std::string>(vm, "normalization"); normalization != "auto")
+    climatenet.statistics = normalization;
+  const auto layout =
+      !spec.data.synthetic ? core::dataset_layout(spec.data.dataset) : core::DatasetLayout::other;
   // By value, not by whether an option was given: config.ini spells out every default.
-  const std::pair<const char*, bool> deepcam_only[] = {
-      {"labels", deepcam.label_set != 0},
-      {"channels", !deepcam.channels.empty()},
-      {"crop", deepcam.crop_height > 0},
-      {"downsample", deepcam.downsample != 1},
-      {"stage-to", !get<std::string>(vm, "stage-to").empty()}};
-  for (const auto& [option, chosen] : deepcam_only)
-    require(!chosen || deepcam_layout,
-            fmt::format("--{} needs a dataset in the DeepCAM layout (--dataset ROOT with "
-                        "ROOT/stats.h5 and ROOT/train/)",
-                        option));
+  const bool deepcam_layout = layout == core::DatasetLayout::deepcam,
+             climatenet_layout = layout == core::DatasetLayout::climatenet;
+  constexpr const char* kDeepCam =
+      "the DeepCAM layout (--dataset ROOT with ROOT/stats.h5 and "
+      "ROOT/train/)";
+  constexpr const char* kClimateNet = "the ClimateNet layout (--dataset ROOT with ROOT/train/*.nc)";
+  constexpr const char* kEither = "the DeepCAM or ClimateNet layout (docs/data.md)";
+  const std::tuple<const char*, bool, bool, const char*> layout_only[] = {
+      {"labels", deepcam.label_set != 0, deepcam_layout, kDeepCam},
+      {"channels", !deepcam.channels.empty(), deepcam_layout || climatenet_layout, kEither},
+      {"crop", deepcam.crop_height > 0, deepcam_layout || climatenet_layout, kEither},
+      {"downsample", deepcam.downsample != 1, deepcam_layout || climatenet_layout, kEither},
+      {"stage-to", !get<std::string>(vm, "stage-to").empty(), deepcam_layout || climatenet_layout,
+       kEither},
+      {"normalization", !climatenet.statistics.empty(), climatenet_layout, kClimateNet}};
+  for (const auto& [option, chosen, applies, needs] : layout_only)
+    require(!chosen || applies, fmt::format("--{} needs a dataset in {}", option, needs));
   if (!deepcam.channels.empty()) {
     spec.model.input_channels = static_cast<int>(deepcam.channels.size());
     spec.data.shape.channels = spec.model.input_channels;

@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "hardy/comm/communicator.hpp"
-#include "hardy/core/data/deepcam.hpp"
+#include "hardy/core/data/sample_files.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
 #include "session_state.hpp"
@@ -16,10 +16,11 @@ namespace hardy::resilience {
 
 void TrainingSession::State::start_staging() {
   if (config.stage_to.empty()) return;
-  auto* dataset = dynamic_cast<core::DeepCamDataset*>(data.storage.get());
+  auto* dataset = dynamic_cast<core::SampleFiles*>(data.storage.get());
   if (dataset == nullptr)
     throw InvalidArgument(fmt::format(
-        "--stage-to needs a dataset in the DeepCAM layout (one file per sample); {} is not",
+        "--stage-to needs a dataset of one file per sample (the DeepCAM or ClimateNet layout); {} "
+        "is not",
         data.storage->describe()));
   staging = std::make_unique<NodeStaging>(config.stage_to, config.data.dataset, dataset->files(),
                                           membership.host(), config.stage_threads);

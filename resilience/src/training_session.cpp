@@ -15,6 +15,7 @@
 #include "hardy/core/nn/evaluation.hpp"
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/version.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
 #include "session_state.hpp"
 

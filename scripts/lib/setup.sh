@@ -15,9 +15,13 @@ HARDY_APT_PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev libhdf5-dev hdf5-tools libboost-program-options-dev catch2
   libfmt-dev libspdlog-dev libxxhash-dev nlohmann-json3-dev
   python3-venv python3-numpy python3-h5py python3-torch python3-matplotlib
+  python3-netcdf4
   mpich libmpich-dev slurm-wlm munge iproute2 ccache
   libgloo-dev
 )
+
+# Python packages Debian lacks, pip-installed into .venv (tools and tests only).
+HARDY_PIP_PACKAGES=(tensorboardX==2.6.5 tensorboard==2.21.0)
 
 # Compiler cache: a fresh clone or a second worktree on the same machine recompiles only what
 # differs (CI builds a fresh clone each time). CCACHE_BASEDIR makes paths relative, so checkouts
@@ -52,6 +56,13 @@ hardy_make_venv() {
   if [ ! -x "$HARDY_VENV/bin/python" ]; then
     hardy_log "creating $HARDY_VENV"
     /usr/bin/python3 -m venv --system-site-packages "$HARDY_VENV"
+  fi
+  # `hardy report --tensorboard` writes with tensorboardX; its test reads the files back with
+  # TensorBoard's own reader (and `tensorboard --logdir` shows them). Tools only: training never
+  # imports them. Debian packages neither.
+  if ! "$HARDY_VENV/bin/python" -c "import tensorboardX, tensorboard" >/dev/null 2>&1; then
+    hardy_log "installing tensorboardX and tensorboard into $HARDY_VENV"
+    "$HARDY_VENV/bin/python" -m pip install --quiet "${HARDY_PIP_PACKAGES[@]}"
   fi
 }
 

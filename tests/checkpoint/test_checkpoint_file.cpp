@@ -6,6 +6,7 @@
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/checkpoint/model_file.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/version.hpp"
 
 using namespace hardy;
 using namespace hardy::checkpoint;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs this build into a fresh prefix as a user would (cmake --install), then builds a small
-# project against it with find_package(hardy CONFIG) and reads, with hardy::checkpoint, a
-# checkpoint the installed hardy wrote: the printed step must be the checkpoint's. Also checks the
+# project against it with find_package(hardy CONFIG), once enabling only CXX and once C and CXX,
+# and reads, with hardy::checkpoint, a checkpoint the installed hardy wrote: the printed step must
+# be the checkpoint's. Also checks the
 # pkg-config file, the report helper and the bash completion that the install puts in place.
 # Usage: install_consumer.sh BUILD_DIR SOURCE_DIR [CMAKE_ARGS...] (the consumer's configure flags)
 set -euo pipefail
@@ -35,13 +36,22 @@ checkpoint=$tmp/run/checkpoints/ckpt-3.h5
 grep -q "ckpt 3" "$tmp/run.svg" || fail "the installed hardy report did not mark the checkpoint at step 3"
 echo "ok: the installed hardy report drew $tmp/run.svg"
 
-cmake -S "$source/tests/install/consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_BUILD_TYPE=Release "$@" >"$tmp/configure.log" 2>&1 \
-  || { cat "$tmp/configure.log"; fail "configuring the consumer with find_package(hardy CONFIG)"; }
-cmake --build "$tmp/consumer" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "building the consumer"; }
-output=$("$tmp/consumer/checkpoint_step" "$checkpoint")
-[ "$output" = "step 3" ] || fail "the consumer printed '$output', want 'step 3'"
-echo "ok: a find_package(hardy) consumer read $checkpoint: $output"
+# The same project as most C++ projects declare it (CXX only: no FindHDF5, which needs C) and
+# with C enabled too.
+for languages in "CXX" "C;CXX"; do
+  consumer=$tmp/consumer-${languages/;/-}
+  cmake -S "$source/tests/install/consumer" -B "$consumer" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_BUILD_TYPE=Release -DHARDY_CONSUMER_LANGUAGES="$languages" "$@" >"$consumer.configure.log" 2>&1 \
+    || { cat "$consumer.configure.log"; fail "configuring a $languages consumer with find_package(hardy CONFIG)"; }
+  if [ "$languages" = "CXX" ] && compgen -G "$consumer/CMakeFiles/*/CMakeCCompiler.cmake" >/dev/null; then
+    fail "the CXX-only consumer enabled C"
+  fi
+  cmake --build "$consumer" >"$consumer.build.log" 2>&1 \
+    || { cat "$consumer.build.log"; fail "building the $languages consumer"; }
+  output=$("$consumer/checkpoint_step" "$checkpoint")
+  [ "$output" = "step 3" ] || fail "the $languages consumer printed '$output', want 'step 3'"
+  echo "ok: a find_package(hardy) consumer with languages $languages read $checkpoint: $output"
+done
 
 # pkg-config: found in the install's own directory, with its dependencies.
 if command -v pkg-config >/dev/null; then
@@ -50,10 +60,13 @@ if command -v pkg-config >/dev/null; then
   [[ $flags == *"-I$prefix/lib/pkgconfig/../../include"* && $flags == *-lhardy_checkpoint* ]] \
     || fail "pkg-config hardy gave '$flags'"
   echo "ok: pkg-config hardy: $flags"
+  # Plain words only (no quoted define that needs a shell's eval): used as a Makefile or a script
+  # would use them.
+  [[ $flags != *[\"\'\\]* ]] || fail "pkg-config hardy's flags need shell quoting: '$flags'"
   # The same consumer built outside CMake, with the MPI compiler hardy was built with.
   if [ -n "${HARDY_MPICXX:-}" ]; then
-    # Through the shell again, as make does with $(shell pkg-config ...): -DHARDY_VERSION=\"0.1.0\".
-    eval "\"\$HARDY_MPICXX\" -std=c++20 -O1 \"$source/tests/install/consumer/main.cpp\" -o \"$tmp/pc_consumer\" $flags" \
+    # shellcheck disable=SC2086  # split into words, as make splits $(shell pkg-config ...)
+    "$HARDY_MPICXX" -std=c++20 -O1 "$source/tests/install/consumer/main.cpp" -o "$tmp/pc_consumer" $flags \
       || fail "compiling the consumer with pkg-config hardy's flags"
     output=$("$tmp/pc_consumer" "$checkpoint")
     [ "$output" = "step 3" ] || fail "the pkg-config consumer printed '$output', want 'step 3'"

@@ -20,56 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from hardy_test import Checks  # noqa: E402
+from run_records import append, event, write_run  # noqa: E402
 
 hardy = sys.argv[1]
 check = Checks()
-
-
-def event(name, t, **fields):
-    return {"event": name, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)), "unix_time": t, **fields}
-
-
-def metric(step, t, world_size):
-    return {"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 0.001 * (1 - step / 100), "world_size": world_size,
-            "global_batch": 8, "samples_per_s": 100.0, "unix_time": t}
-
-
-def append(path, records):
-    with open(path, "a", encoding="utf-8") as file:
-        for record in records:
-            file.write(json.dumps(record) + "\n")
-            file.flush()
-
-
-def write_run(run, t0):
-    """A supervised job of 60 steps: 4 ranks, a failure at step 20 survived in the job (shrink to 2),
-    a failure at 35 that killed the job and a relaunch, a preemption signal, checkpoints every 10."""
-    events, metrics = [event("supervisor_started", t0, pid=1), event("job_started", t0 + 1, steps=60, world_size=4)], []
-    t = t0 + 2
-    world = 4
-    for step in range(1, 61):
-        t += 0.1
-        if step == 20:
-            events += [event("failure_detected", t, step=20, failed_ranks=[2, 3], failed_nodes=[1],
-                             detected_by="process failure error"),
-                       event("communicator_shrunk", t + 0.01, old_size=4, new_size=2, seconds=0.001),
-                       event("recovery_finished", t + 0.02, step=19, seconds=0.02, attempts=1)]
-            world = 2
-        if step == 35:
-            events += [event("failure_detected", t, step=35, failed_ranks=[1], failed_nodes=[0],
-                             detected_by="watchdog", stuck_in="allreduce"),
-                       event("launch_ended", t + 1, exit_status=1, how="exit status 1"),
-                       event("job_relaunched", t + 2, world_size=1, excluded_nodes=["node0"])]
-            t += 3
-            world = 1
-        if step == 45:
-            events.append(event("preemption_requested", t, step=45, signal="SIGUSR1"))
-        metrics.append(metric(step, t, world))
-        if step % 10 == 0:
-            events.append(event("checkpoint_written", t, step=step, path=f"{run}/checkpoints/ckpt-{step}.h5"))
-    events += [event("job_finished", t + 0.1, status="completed", steps=60, failures=1, world_size=1),
-               event("supervisor_finished", t + 0.2, status=0, how="completed at step 60", launches=2)]
-    return events, metrics
 
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -11,6 +11,35 @@
 
 namespace hardy::core {
 
+DatasetLayout dataset_layout(const std::filesystem::path& root) {
+  if (is_deepcam_layout(root)) return DatasetLayout::deepcam;
+  if (is_climatenet_layout(root)) return DatasetLayout::climatenet;
+  return DatasetLayout::other;
+}
+
+std::unique_ptr<SampleSource> open_split(const DataSpec& spec, std::string_view split) {
+  switch (dataset_layout(spec.dataset)) {
+    case DatasetLayout::deepcam:
+      return std::make_unique<DeepCamDataset>(spec.dataset, split, spec.deepcam);
+    case DatasetLayout::climatenet:
+      return std::make_unique<ClimateNetDataset>(spec.dataset, split, spec.climatenet);
+    case DatasetLayout::other:
+      break;
+  }
+  throw InvalidArgument(fmt::format(
+      "{} is not a dataset of splits (the DeepCAM layout: ROOT/stats.h5 and ROOT/train/*.h5; "
+      "or ClimateNet's: ROOT/train/*.nc)",
+      spec.dataset.string()));
+}
+
+std::string held_out_split(const std::filesystem::path& root) {
+  std::error_code error;
+  return dataset_layout(root) == DatasetLayout::climatenet &&
+                 !std::filesystem::is_directory(root / "validation", error)
+             ? "test"
+             : "validation";
+}
+
 DataSources open_data(const DataSpec& spec) {
   DataSources data;
   const std::size_t held_out = spec.eval_samples;
@@ -19,12 +48,11 @@ DataSources open_data(const DataSpec& spec) {
     train_count = spec.samples;
     data.storage =
         std::make_unique<SyntheticClimate>(spec.shape, train_count + held_out, spec.seed);
-  } else if (is_deepcam_layout(spec.dataset)) {
-    data.storage = std::make_unique<DeepCamDataset>(spec.dataset, "train", spec.deepcam);
+  } else if (dataset_layout(spec.dataset) != DatasetLayout::other) {
+    data.storage = open_split(spec, "train");
     train_count = data.storage->size();
     if (held_out > 0) {
-      data.held_out_storage =
-          std::make_unique<DeepCamDataset>(spec.dataset, "validation", spec.deepcam);
+      data.held_out_storage = open_split(spec, held_out_split(spec.dataset));
       data.held_out = std::make_unique<SampleRange>(
           *data.held_out_storage, 0, std::min(held_out, data.held_out_storage->size()));
     }

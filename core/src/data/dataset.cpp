@@ -12,6 +12,7 @@
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/json_fields.hpp"
+#include "hardy/core/version.hpp"
 
 namespace hardy::core {
 namespace fs = std::filesystem;
@@ -57,9 +58,7 @@ void write_file(const SampleSource& source, std::size_t first, std::size_t count
   h5::write_attribute(root, "first_sample", static_cast<std::uint64_t>(first));
   if (const auto* synthetic = dynamic_cast<const SyntheticClimate*>(&source))
     h5::write_attribute(root, "seed", synthetic->seed());
-#ifdef HARDY_VERSION
   h5::write_attribute(root, "hardy_version", std::string_view(HARDY_VERSION));
-#endif
   // Explicit little-endian file types: the files read the same on any machine.
   h5::Handle fields =
       h5::create_dataset(root, "fields", H5T_IEEE_F32LE, {count, C, H, W}, {1, C, H, W});

@@ -18,6 +18,7 @@
 #include "hardy/core/nn/lr_schedule.hpp"
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/nn/optimizer.hpp"
+#include "hardy/core/version.hpp"
 
 namespace hardy::checkpoint {
 

@@ -4,9 +4,12 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/climatenet.hpp"
 #include "hardy/core/data/deepcam.hpp"
 
 namespace hardy::core {
@@ -21,6 +24,9 @@ struct DataSpec {
   // A dataset in the published DeepCAM layout (ROOT/stats.h5, ROOT/train/, ROOT/validation/):
   // label set, channels, crop and downsampling. Ignored for the other sources.
   DeepCamOptions deepcam;
+  // A dataset in the ClimateNet layout (ROOT/train/*.nc, ROOT/test/): variables, crop,
+  // downsampling and the normalisation statistics.
+  ClimateNetOptions climatenet;
 };
 
 struct DataSources {
@@ -31,11 +37,23 @@ struct DataSources {
 };
 
 // Synthetic: samples [0, samples) train and the next eval_samples are held out (each sample is
-// a pure function of seed and index, so these are unseen). A DeepCAM-layout dataset: train/
-// trains and the first eval_samples of validation/ are held out. Another dataset directory: the
-// last eval_samples samples are held out. Throws InvalidArgument when nothing would be left to
-// train, or when the samples do not have the channels the model takes.
+// a pure function of seed and index, so these are unseen). A dataset of splits (DeepCAM or
+// ClimateNet layout): train/ trains and the first eval_samples of held_out_split() are held out.
+// Another dataset directory: the last eval_samples samples are held out. Throws InvalidArgument
+// when nothing would be left to train, or when the samples do not have the channels the model
+// takes.
 DataSources open_data(const DataSpec& spec);
+
+// The layout of a dataset directory: DeepCAM (ROOT/stats.h5, ROOT/train/*.h5), ClimateNet
+// (ROOT/train/*.nc) or neither (a directory of `hardy data generate` files, or not a dataset).
+enum class DatasetLayout { deepcam, climatenet, other };
+DatasetLayout dataset_layout(const std::filesystem::path& root);
+// One split ("train", "validation" or "test") of a DeepCAM or ClimateNet dataset, read with the
+// spec's options for its layout. Throws InvalidArgument for any other dataset or a missing split.
+std::unique_ptr<SampleSource> open_split(const DataSpec& spec, std::string_view split);
+// The split scored by default: validation/ (DeepCAM; ClimateNet when the directory exists), else
+// test/ (the ClimateNet release has train/ and test/ only).
+std::string held_out_split(const std::filesystem::path& root);
 
 // Given weights are used as they are; without, the inverse square root of each class's frequency
 // over the first samples, normalised so that the average pixel weight is 1.

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/sample_files.hpp"
 
 namespace hardy::core {
 
@@ -71,7 +72,7 @@ std::vector<int> parse_channel_selection(std::string_view text);
 //
 // Thread-safety: every const member, load() included, may be called from any number of threads
 // at once; set_file_locator() too.
-class DeepCamDataset final : public SampleSource {
+class DeepCamDataset final : public SampleSource, public SampleFiles {
  public:
   // split: "train", "validation" or "test".
   DeepCamDataset(const std::filesystem::path& root, std::string_view split,
@@ -89,12 +90,9 @@ class DeepCamDataset final : public SampleSource {
 
   // The sample files, in sample order.
   const std::filesystem::path& file(std::size_t index) const;
-  const std::vector<std::filesystem::path>& files() const { return files_; }
-  // Where load() reads a sample's bytes: the locator maps the sample's source path to a
-  // byte-identical copy (node-local staging); the default is the source path itself. HDF5 checks
-  // the source file; pread reads the copy at the same offsets.
-  using FileLocator = std::function<std::filesystem::path(const std::filesystem::path& source)>;
-  void set_file_locator(FileLocator locator);
+  const std::vector<std::filesystem::path>& files() const override { return files_; }
+  // Staging (SampleFiles): HDF5 checks the source file; pread reads the copy at the same offsets.
+  void set_file_locator(FileLocator locator) override;
 
  private:
   struct FileLayout;  // where a validated file keeps its datasets, or why it is bad
