@@ -135,7 +135,13 @@ int supervise_domains(const SupervisorConfig& config) {
                                      {"spare_nodes", spares},
                                      {"ranks_per_node", config.ranks_per_node},
                                      {"launcher", to_string(config.launcher)},
+                                     {"launch_agent", config.launch_agent},
                                      {"ulfm", config.ulfm},
+                                     {"heartbeat_timeout_s", config.detection.heartbeat_timeout_s},
+                                     {"keepalive_time_s", config.detection.keepalive_time_s},
+                                     {"scheduler", config.scheduler},
+                                     {"scheduler_job_id", config.scheduler_job_id},
+                                     {"scheduler_restart_count", config.scheduler_restart_count},
                                      {"domains", count},
                                      {"nodes_per_domain", per},
                                      {"rendezvous_store", store_dir.string()},
@@ -170,6 +176,11 @@ int supervise_domains(const SupervisorConfig& config) {
         command, config.run_dir / fmt::format("launch-d{}-{}.log", domain.index, domain.launches));
   };
   for (auto& domain : domains) launch(domain);
+  const auto total_launches = [&] {
+    int total = 0;
+    for (const auto& domain : domains) total += domain.launches;
+    return total;
+  };
 
   std::optional<double> report_seen;  // a leader's failure report waiting for a generation
   for (;;) {
@@ -223,8 +234,10 @@ int supervise_domains(const SupervisorConfig& config) {
       std::cerr << fmt::format("hardy run: domain {} lost ({}); {} domain(s) train on\n",
                                domain.index, how, members.size());
       if (members.empty()) {
-        events.emit("supervisor_finished",
-                    {{"status", kFailed}, {"how", "every domain was lost"}, {"domains", count}});
+        events.emit("supervisor_finished", {{"status", kFailed},
+                                            {"how", "every domain was lost"},
+                                            {"launches", total_launches()},
+                                            {"domains", count}});
         for (auto& other : domains) other.job.reset();
         return kFailed;
       }
@@ -288,8 +301,10 @@ int supervise_domains(const SupervisorConfig& config) {
     if (!running && any_finished) break;
     if (!running && !any_finished &&
         std::none_of(domains.begin(), domains.end(), [](const Domain& d) { return bool(d.job); })) {
-      events.emit("supervisor_finished",
-                  {{"status", kFailed}, {"how", "no domain left running"}, {"domains", count}});
+      events.emit("supervisor_finished", {{"status", kFailed},
+                                          {"how", "no domain left running"},
+                                          {"launches", total_launches()},
+                                          {"domains", count}});
       return kFailed;
     }
   }
@@ -302,6 +317,7 @@ int supervise_domains(const SupervisorConfig& config) {
   events.emit("supervisor_finished",
               {{"status", completed ? kCompleted : kFailed},
                {"how", completed ? "every live domain finished the job" : "the job did not finish"},
+               {"launches", total_launches()},
                {"domains", count},
                {"generations", generation + 1}});
   std::filesystem::remove_all(store_dir);

@@ -34,7 +34,9 @@ KIND_VARIABLES = {"name"}  # what both tools call an event's kind
 
 class Schema:
     def __init__(self, data):
-        self.envelope = set(data["envelope"])
+        # Context fields (a fault domain's index) may stand on a record of any kind, like the
+        # envelope's; callers may set them too.
+        self.envelope = set(data["envelope"]) | set(data.get("context", {}))
         self.kinds = {kind: set(spec["fields"]) for kind, spec in data["events"].items()}
         self.all_fields = set().union(*self.kinds.values()) | self.envelope
 

@@ -64,6 +64,12 @@ void JsonLines::write(const nlohmann::json& record) {
     throw IoError(fmt::format("cannot write to {}: {}", path_.string(), std::strerror(errno)));
 }
 
+void EventLog::add_context(const std::string& key, nlohmann::json value) {
+  if (!is_event_context_field(key))
+    throw Error(fmt::format("'{}' is not a context field of event_schema.hpp", key));
+  context_[key] = std::move(value);
+}
+
 void EventLog::emit(const std::string& event, nlohmann::json fields) {
   std::string problem = event_schema_problem(event, fields);
 #if HARDY_STRICT_EVENTS

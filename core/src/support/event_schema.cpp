@@ -20,6 +20,12 @@ bool in_envelope(std::string_view name) {
   return false;
 }
 
+const EventField* context_field(std::string_view name) {
+  for (const EventField& field : event_fields::context)
+    if (field.name == name) return &field;
+  return nullptr;
+}  // is_event_context_field() is the same question for the header's users
+
 }  // namespace
 
 std::string_view to_string(EventFieldType type) {
@@ -39,6 +45,7 @@ std::string event_schema_problem(std::string_view kind_name, const nlohmann::jso
       return fmt::format("event '{}': '{}' is written by EventLog::emit, not by its caller",
                          kind_name, name);
     const EventField* field = find_event_field(*kind, name);
+    if (!field) field = context_field(name);
     if (!field)
       return fmt::format("event '{}': field '{}' is not declared in event_schema.hpp", kind_name,
                          name);
@@ -63,7 +70,9 @@ nlohmann::json event_schema_json() {
   nlohmann::json events = nlohmann::json::object();
   for (const EventKind& kind : kEventKinds)
     events[std::string(kind.name)] = {{"meaning", kind.meaning}, {"fields", describe(kind.fields)}};
-  return {{"envelope", describe(event_fields::envelope)}, {"events", events}};
+  return {{"envelope", describe(event_fields::envelope)},
+          {"context", describe(event_fields::context)},
+          {"events", events}};
 }
 
 }  // namespace hardy::core

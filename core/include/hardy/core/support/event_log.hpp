@@ -55,9 +55,8 @@ class EventLog {
   bool enabled() const { return lines_.enabled(); }
   // A field every later record carries (a fault domain's index, when several processes write
   // one log); a field of the record itself wins.
-  void add_context(const std::string& key, nlohmann::json value) {
-    context_[key] = std::move(value);
-  }
+  // Throws hardy::Error for a key event_schema.hpp does not declare as a context field.
+  void add_context(const std::string& key, nlohmann::json value);
 
  private:
   JsonLines lines_;

@@ -45,6 +45,11 @@ inline constexpr EventField envelope[] = {{"time", T::string, req},
                                           {"event", T::string, req},
                                           {"schema_problem", T::string, opt}};
 
+// Fields that may stand on a record of any kind: put there by EventLog::add_context (every
+// record of a fault domain's leader says which domain wrote it), or by a caller about a domain
+// (the supervisor's domain_* events).
+inline constexpr EventField context[] = {{"domain", T::integer, opt}};
+
 inline constexpr EventField job_started[] = {{"hardy_version", T::string, req},
                                              {"world_size", T::integer, req},
                                              {"fault_tolerant", T::boolean, req},
@@ -57,7 +62,8 @@ inline constexpr EventField job_started[] = {{"hardy_version", T::string, req},
                                              {"gradient_buckets", T::integer, req},
                                              {"data", T::string, req},
                                              {"resume", T::string, req},
-                                             {"run_dir", T::string, req}};
+                                             {"run_dir", T::string, req},
+                                             {"domains", T::integer, opt}};
 inline constexpr EventField job_finished[] = {{"status", T::string, req},
                                               {"steps", T::integer, req},
                                               {"reason", T::string, opt},
@@ -105,7 +111,9 @@ inline constexpr EventField state_restored[] = {{"source", T::string, req},
                                                 {"path", T::string, opt},
                                                 {"saved_world_size", T::integer, opt},
                                                 {"world_size", T::integer, opt},
-                                                {"host", T::string, opt}};
+                                                {"host", T::string, opt},
+                                                {"foreign", T::boolean, opt},
+                                                {"saved_run_id", T::string, opt}};
 inline constexpr EventField shards_rebalanced[] = {{"policy", T::string, req},
                                                    {"world_size", T::integer, req},
                                                    {"global_batch", T::integer, req},
@@ -150,10 +158,45 @@ inline constexpr EventField supervisor_started[] = {{"nodes", T::array, req},
                                                     {"scheduler", T::string, req},
                                                     {"scheduler_job_id", T::string, req},
                                                     {"scheduler_restart_count", T::integer, req},
-                                                    {"pid", T::integer, req}};
+                                                    {"pid", T::integer, req},
+                                                    {"domains", T::integer, opt},
+                                                    {"nodes_per_domain", T::integer, opt},
+                                                    {"rendezvous_store", T::string, opt}};
 inline constexpr EventField supervisor_finished[] = {
-    {"status", T::integer, req},       {"how", T::string, req},    {"launches", T::integer, req},
-    {"excluded_nodes", T::array, opt}, {"reason", T::string, opt}, {"gave_up", T::boolean, opt}};
+    {"status", T::integer, req},   {"how", T::string, req},
+    {"launches", T::integer, req}, {"excluded_nodes", T::array, opt},
+    {"reason", T::string, opt},    {"gave_up", T::boolean, opt},
+    {"domains", T::integer, opt},  {"generations", T::integer, opt}};
+inline constexpr EventField tree_refused[] = {
+    {"host", T::string, req}, {"directory", T::string, req}, {"reason", T::string, req}};
+inline constexpr EventField checkpoint_rejected[] = {{"reason", T::string, req},
+                                                     {"path", T::string, opt}};
+// Fault domains (resilience/src/fault_domains.hpp, domain_supervisor.cpp).
+inline constexpr EventField domain_membership[] = {{"generation", T::integer, req},
+                                                   {"members", T::array, req},
+                                                   {"ranks_per_domain", T::array, req},
+                                                   {"step", T::integer, req},
+                                                   {"seconds", T::number, req}};
+inline constexpr EventField domain_healed[] = {{"generation", T::integer, req},
+                                               {"from_domain", T::integer, req},
+                                               {"step", T::integer, req},
+                                               {"bytes", T::integer, req},
+                                               {"seconds", T::number, req}};
+inline constexpr EventField domain_quorum_changed[] = {
+    {"error", T::string, req},           {"step", T::integer, req},
+    {"old_generation", T::integer, req}, {"generation", T::integer, req},
+    {"lost_domains", T::array, req},     {"members", T::array, req},
+    {"ranks_per_domain", T::array, req}, {"agreed_step", T::integer, req},
+    {"action", T::string, req},          {"seconds", T::number, req}};
+inline constexpr EventField domain_generation_published[] = {
+    {"generation", T::integer, req}, {"members", T::array, req}, {"reason", T::string, req}};
+inline constexpr EventField domain_lost[] = {
+    {"launch", T::integer, req}, {"how", T::string, req},     {"exit_status", T::integer, req},
+    {"nodes", T::array, req},    {"excluded", T::array, req}, {"members", T::array, req}};
+inline constexpr EventField domain_relaunched[] = {{"launch", T::integer, req},
+                                                   {"nodes", T::array, req},
+                                                   {"spare_nodes", T::array, req},
+                                                   {"seconds_since_end", T::number, req}};
 inline constexpr EventField launch_ended[] = {{"launch", T::integer, req},
                                               {"how", T::string, req},
                                               {"exit_status", T::integer, req},
@@ -201,7 +244,30 @@ inline constexpr EventKind kEventKinds[] = {
      event_fields::shards_rebalanced},
     {"training_resumed", "the first step after a recovery", event_fields::training_resumed},
     {"recovery_finished", "a recovery inside the job ended", event_fields::recovery_finished},
-    {"checkpoint_rejected", "a checkpoint failed validation and was passed over",
+    {"checkpoint_rejected", "a checkpoint failed validation, or does not fit, and was passed over",
+     event_fields::checkpoint_rejected},
+    {"snapshot_tier_refused", "the node-local snapshot tree failed the ownership checks",
+     event_fields::tree_refused},
+    {"staging_refused", "the --stage-to tree failed the ownership checks",
+     event_fields::tree_refused},
+    {"domain_started", "a fault domain that does not write the run directory's files began",
+     event_fields::job_started},
+    {"domain_finished", "such a domain ended (job_finished's fields)", event_fields::job_finished},
+    {"domains_connected", "the domains' leaders met at the start", event_fields::domain_membership},
+    {"domain_joined", "a relaunched domain was let back in", event_fields::domain_membership},
+    {"domain_admitted", "the members switched to a generation with a relaunched domain",
+     event_fields::domain_membership},
+    {"domain_healed", "a domain took the committed state from a live one",
+     event_fields::domain_healed},
+    {"domain_quorum_changed", "a leader's collective failed; the survivors regrouped",
+     event_fields::domain_quorum_changed},
+    {"step_rolled_forward", "after an in-domain recovery, a step the other domains committed",
+     event_fields::step_and_reason},
+    {"domain_generation_published", "hardy run published the domains' members",
+     event_fields::domain_generation_published},
+    {"domain_lost", "a domain's launcher ended before the job", event_fields::domain_lost},
+    {"domain_relaunched", "hardy run relaunched a lost domain", event_fields::domain_relaunched},
+    {"domain_abandoned", "a lost domain is not relaunched; the others train on",
      event_fields::reason_only},
     {"resume_skipped", "--resume found nothing to resume from", event_fields::reason_only},
     {"checkpoint_written", "a checkpoint is on disk", event_fields::checkpoint_written},
@@ -239,6 +305,12 @@ constexpr const EventField* find_event_field(const EventKind& kind, std::string_
 
 // An event from a file written by another version of hardy may be of a kind this one does not
 // know; readers skip such records (they cannot say what it means) rather than fail on them.
+constexpr bool is_event_context_field(std::string_view name) {
+  for (const EventField& field : event_fields::context)
+    if (field.name == name) return true;
+  return false;
+}
+
 constexpr bool is_known_event_kind(std::string_view name) {
   return find_event_kind(name) != nullptr;
 }
