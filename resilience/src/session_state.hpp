@@ -113,6 +113,9 @@ struct TrainingSession::State final : StateSource {
   std::unique_ptr<core::Optimizer> optimizer;
   core::EpochSampler sampler;
   core::BatchAssembler assembler;
+  // With --stage-to. Before the prefetcher: its workers read through staging->locate() (the
+  // dataset's file locator) until the prefetcher is destroyed and has joined them.
+  std::unique_ptr<NodeStaging> staging;
   // Reads data.train only (never state that recovery changes), so recovery leaves it alone: the
   // next step's announcement follows the restored sampler and the new world size.
   core::SamplePrefetcher prefetcher;
@@ -122,8 +125,6 @@ struct TrainingSession::State final : StateSource {
   std::unique_ptr<comm::GradientReducer> reducer;
   std::vector<float> class_weights;
   FailureInjector injector;
-
-  std::unique_ptr<NodeStaging> staging;  // with --stage-to
 
   core::EventLog events;
   core::JsonLines metrics, audit;
