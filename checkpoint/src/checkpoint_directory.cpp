@@ -105,6 +105,21 @@ std::vector<fs::path> apply_retention(const fs::path& dir, const Retention& rete
   return removed;
 }
 
+std::vector<fs::path> discard_checkpoints_newer_than(const fs::path& dir, long step) {
+  std::vector<fs::path> removed;
+  const auto latest = read_latest(dir);
+  for (const CheckpointEntry& entry : list_checkpoints(dir)) {
+    std::error_code ignored;
+    if (entry.step > step && fs::remove(entry.path, ignored)) removed.push_back(entry.path);
+  }
+  if (latest &&
+      std::find(removed.begin(), removed.end(), dir / latest->filename()) != removed.end()) {
+    std::error_code ignored;
+    fs::remove(dir / kLatestLink, ignored);
+  }
+  return removed;
+}
+
 SavedCheckpoint save_checkpoint(const TrainingState& state, const fs::path& dir,
                                 const Retention& retention, const WriteProgress& progress) {
   std::error_code error;

@@ -41,6 +41,9 @@ struct TrainingSession::State final : StateSource {
   ~State();
 
   int run();
+  // The options' checks (InvalidArgument) and the values they imply (steps from epochs, the
+  // schedule's length).
+  void check_and_complete_config();
 
   // ---- the training loop (training_session.cpp) ----
   void resume_if_asked();

@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "hardy/comm/agreement.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::resilience {
@@ -76,12 +77,16 @@ void StateStore::checkpoint_if_due(bool force_sync) {
 }
 
 void StateStore::write_final_checkpoint(const std::string& reason) {
-  if (!membership_.lead()) return;
-  // The committed state, not whatever a half-done step left in the model.
-  if (!memory_) keep_in_memory();
-  writer_->flush();
-  writer_->write_now(checkpoint::TrainingState(*memory_), 0.0, nullptr);
-  events_.emit("final_checkpoint", {{"step", memory_->step}, {"reason", reason}});
+  // Agreed, so that no host removes its node-local snapshots (the job's end does, after this)
+  // while the lead's checkpoint is not on disk: every rank fails instead, keeping them for the
+  // next `--resume latest`.
+  comm::agree_on_outcome(membership_.comm(), membership_.lead(), [&] {
+    // The committed state, not whatever a half-done step left in the model.
+    if (!memory_) keep_in_memory();
+    writer_->flush();
+    writer_->write_now(checkpoint::TrainingState(*memory_), 0.0, nullptr);
+    events_.emit("final_checkpoint", {{"step", memory_->step}, {"reason", reason}});
+  });
 }
 
 void StateStore::write_emergency_checkpoint() noexcept {
