@@ -40,6 +40,8 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
     } else if (event == "job_finished") {
       launch.finished_status = core::read_field<std::string>(record, "status").value_or("");
       launch.finished_steps = core::read_field<long>(record, "steps");
+    } else if (event == "checkpoint_written" || event == "final_checkpoint") {
+      launch.checkpoint_written = true;
     } else if (event == "failure_detected") {
       const auto ranks =
           core::read_field<std::vector<long>>(record, "failed_ranks").value_or(std::vector<long>{});
