@@ -6,6 +6,7 @@
 #include <charconv>
 #include <set>
 
+#include "hardy/core/support/atomic_file.hpp"
 #include "posix_file.hpp"
 
 namespace hardy::checkpoint {
@@ -73,7 +74,7 @@ void set_latest(const fs::path& dir, const fs::path& file) {
     throw IoError(fmt::format("cannot point {} at {}: {}", link.string(), file.filename().string(),
                               error.message()));
   }
-  detail::fsync_path(dir, true);
+  core::fsync_path(dir, true);
 }
 
 std::vector<fs::path> apply_retention(const fs::path& dir, const Retention& retention) {

@@ -9,7 +9,7 @@
 #include <iostream>
 #include <thread>
 
-#include "hardy/checkpoint/model_file.hpp"
+#include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
@@ -141,12 +141,11 @@ std::vector<std::string> record_excluded_nodes(const std::filesystem::path& run_
   }
   for (const auto& host : lost)
     if (std::find(all.begin(), all.end(), host) == all.end()) all.push_back(host);
-  checkpoint::write_atomically(
-      exclude_nodes_file(run_dir), [&](const std::filesystem::path& temporary) {
-        std::ofstream file(temporary);
-        for (const auto& host : all) file << host << "\n";
-        if (!file) throw IoError(fmt::format("cannot write {}", temporary.string()));
-      });
+  core::write_atomically(exclude_nodes_file(run_dir), [&](const std::filesystem::path& temporary) {
+    std::ofstream file(temporary);
+    for (const auto& host : all) file << host << "\n";
+    if (!file) throw IoError(fmt::format("cannot write {}", temporary.string()));
+  });
   return all;
 }
 

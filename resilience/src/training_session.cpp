@@ -1,3 +1,5 @@
+#include "hardy/resilience/training_session.hpp"
+
 #include <fmt/format.h>
 #include <omp.h>
 #include <signal.h>
@@ -12,10 +14,10 @@
 #include "hardy/comm/agreement.hpp"
 #include "hardy/comm/errors.hpp"
 #include "hardy/core/nn/evaluation.hpp"
+#include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
-#include "hardy/resilience/training_session.hpp"
 #include "session_state.hpp"
 
 namespace hardy::resilience {
@@ -108,13 +110,14 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
           fmt::format("--run-dir {}: cannot create {}: {}", config.run_dir.string(),
                       (config.run_dir / "checkpoints").string(), error.message()));
     open_lead_logs();
-    checkpoint::write_atomically(
-        config.run_dir / "config.ini", [&](const std::filesystem::path& temporary) {
-          std::ofstream file(temporary);
-          file << config.config_ini;
-          file.close();
-          if (!file) throw IoError(fmt::format("cannot write {}", temporary.string()));
-        });
+    core::write_atomically(config.run_dir / "config.ini",
+                           [&](const std::filesystem::path& temporary) {
+                             std::ofstream file(temporary);
+                             file << config.config_ini;
+                             file.close();
+                             if (!file)
+                               throw IoError(fmt::format("cannot write {}", temporary.string()));
+                           });
   });
 }
 

@@ -6,7 +6,7 @@
 //   checkpoint_writer.hpp    CheckpointWriter (asynchronous, skip or wait when busy)
 //   broadcast_state.hpp      broadcast_state() for restoring every rank from rank 0's file
 //   node_local_snapshots.hpp the node-local tier: each node's copy of the last committed step
-//   model_file.hpp           save_model(), load_model(), write_atomically()
+//   model_file.hpp           save_model(), load_model()
 //   scalar_fields.hpp        scalar_fields(): the one list of a checkpoint's /train and /job
 //   datasets
 #include "hardy/checkpoint/broadcast_state.hpp"
