@@ -128,6 +128,14 @@ double StateStore::write_node_snapshot() {
                                   report_snapshot_failure(report.step, report.error);
                               });
       node_snapshots_->discard_newer_than(step);
+      // Crashed runs' state that no job came back for within a day (stale_snapshots.hpp).
+      for (const auto& stale : checkpoint::remove_stale_node_snapshots(
+               config_.snapshot_dir, checkpoint::run_key(config_.run_dir),
+               checkpoint::kStaleSnapshotGrace))
+        events_.emit("stale_snapshots_removed", {{"host", membership_.host()},
+                                                 {"directory", stale.directory.string()},
+                                                 {"idle_s", stale.idle_s},
+                                                 {"bytes", stale.bytes}});
     } catch (const Error& e) {
       node_snapshots_unavailable_ = true;
       report_snapshot_failure(step, e.what());
