@@ -1,6 +1,21 @@
 #include "hardy/batch/scheduler.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "hardy/core/support/error.hpp"
+
 namespace hardy::batch {
+
+void check_job_id(std::string_view job_id) {
+  const bool digits =
+      !job_id.empty() && job_id.size() <= 18 &&
+      std::all_of(job_id.begin(), job_id.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || job_id.front() == '0')
+    throw InvalidArgument(fmt::format(
+        "'{}' is not a job id (a positive decimal number, as sbatch and bsub give)", job_id));
+}
 
 std::string supervised_launch(std::string_view extra_run_options,
                               std::string_view on_requeue_status) {

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <set>
 
+#include "hardy/core/support/atomic_file.hpp"
 #include "posix_file.hpp"
 
 namespace hardy::checkpoint {
@@ -73,7 +74,7 @@ void set_latest(const fs::path& dir, const fs::path& file) {
     throw IoError(fmt::format("cannot point {} at {}: {}", link.string(), file.filename().string(),
                               error.message()));
   }
-  detail::fsync_path(dir, true);
+  core::fsync_path(dir, true);
 }
 
 std::vector<fs::path> apply_retention(const fs::path& dir, const Retention& retention) {
@@ -101,6 +102,21 @@ std::vector<fs::path> apply_retention(const fs::path& dir, const Retention& rete
   for (const fs::path& path : doomed) {
     std::error_code ignored;
     if (fs::remove(path, ignored)) removed.push_back(path);
+  }
+  return removed;
+}
+
+std::vector<fs::path> discard_checkpoints_newer_than(const fs::path& dir, long step) {
+  std::vector<fs::path> removed;
+  const auto latest = read_latest(dir);
+  for (const CheckpointEntry& entry : list_checkpoints(dir)) {
+    std::error_code ignored;
+    if (entry.step > step && fs::remove(entry.path, ignored)) removed.push_back(entry.path);
+  }
+  if (latest &&
+      std::find(removed.begin(), removed.end(), dir / latest->filename()) != removed.end()) {
+    std::error_code ignored;
+    fs::remove(dir / kLatestLink, ignored);
   }
   return removed;
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hardy/checkpoint/model_file.hpp"
+#include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/hdf5.hpp"
 #include "hardy/core/version.hpp"
@@ -145,6 +146,7 @@ void check_stored(const ManifestEntry& entry, hid_t dataset, std::uint64_t file_
 }
 
 CheckpointContents read_validated(const std::filesystem::path& path) {
+  const h5::Exclusive exclusive;
   const std::string source = path.string();
   const std::uint64_t file_bytes = std::filesystem::file_size(path);
   h5::Handle file;
@@ -233,7 +235,7 @@ std::uint64_t write_checkpoint_file(const TrainingState& state, const std::files
                                                {"checksum_algorithm", kChecksumAlgorithm},
                                                {"manifest", manifest_of(fields).dump()}},
                                       .numbers = {{"format_version", kFormatVersion}}};
-    write_atomically(path, [&](const std::filesystem::path& temporary) {
+    core::write_atomically(path, [&](const std::filesystem::path& temporary) {
       detail::write_hdf5_file(fields, root, temporary, progress, access);
     });
   } catch (const IoError& e) {

@@ -256,6 +256,7 @@ void write_image(const Layout& layout, const std::vector<Field>& fields,
 void write_hdf5_file(const std::vector<Field>& fields, const RootAttributes& root,
                      const std::filesystem::path& path, const WriteProgress& progress,
                      FileAccess access) {
+  const core::h5::Exclusive exclusive;  // see hdf5.hpp: the whole file, one writer at a time
   Layout layout;
   lay_out(fields, root, path, layout);
   write_image(layout, fields, path, progress, access == FileAccess::owner_only ? 0600 : 0644);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "hardy/checkpoint/training_state.hpp"
+#include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
 #include "hardy/core/version.hpp"
@@ -12,8 +13,6 @@
 namespace hardy::checkpoint {
 
 namespace {
-
-using detail::fsync_path;
 
 // Model files, like checkpoints, hold 4-D tensors in (N, C, H, W) order whatever the backend's.
 core::Layout canonical_layout(const core::Tensor& tensor) {
@@ -28,25 +27,6 @@ std::vector<std::pair<std::string, core::Tensor*>> model_tensors(core::DeepLabV3
 }
 
 }  // namespace
-
-void write_atomically(const std::filesystem::path& path,
-                      const std::function<void(const std::filesystem::path&)>& write) {
-  const std::filesystem::path temporary = path.string() + ".tmp";
-  try {
-    write(temporary);
-    fsync_path(temporary, false);
-    std::error_code error;
-    std::filesystem::rename(temporary, path, error);
-    if (error)
-      throw IoError(fmt::format("cannot rename {} to {}: {}", temporary.string(), path.string(),
-                                error.message()));
-    fsync_path(path.parent_path().empty() ? "." : path.parent_path(), true);
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
-    throw;
-  }
-}
 
 void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
   // Written like a checkpoint (detail::write_hdf5_file), so a full disk is a clean IoError here
@@ -64,7 +44,7 @@ void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
   const detail::RootAttributes root{
       .text = {{"format", "hardy-model"}, {"hardy_version", HARDY_VERSION}},
       .numbers = {{"format_version", kModelFileVersion}}};
-  write_atomically(path, [&](const std::filesystem::path& temporary) {
+  core::write_atomically(path, [&](const std::filesystem::path& temporary) {
     detail::write_hdf5_file(fields, root, temporary);
   });
 }
@@ -73,6 +53,7 @@ void load_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
   namespace h5 = core::h5;
   if (!std::filesystem::exists(path))
     throw InvalidArgument(fmt::format("model file {} does not exist", path.string()));
+  const h5::Exclusive exclusive;
   h5::Handle file = h5::open_file(path);
   if (!h5::exists(file.id(), "model"))
     throw InvalidArgument(

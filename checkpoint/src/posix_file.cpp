@@ -136,18 +136,6 @@ void PosixFile::close() {
     throw IoError(fmt::format("closing {} failed: {}", path_.string(), std::strerror(errno)));
 }
 
-void fsync_path(const std::filesystem::path& path, bool directory) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0)
-    throw IoError(
-        fmt::format("cannot open {} to sync it: {}", path.string(), std::strerror(errno)));
-  const int result = ::fsync(fd);
-  const int saved = errno;
-  ::close(fd);
-  if (result != 0)
-    throw IoError(fmt::format("cannot sync {}: {}", path.string(), std::strerror(saved)));
-}
-
 }  // namespace detail
 
 }  // namespace hardy::checkpoint

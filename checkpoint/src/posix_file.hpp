@@ -49,9 +49,6 @@ class PosixFile {
   std::optional<std::uint64_t> fail_after_;  // bytes until the injected ENOSPC
 };
 
-// Opens path (a directory when `directory`) and fsyncs it; throws IoError.
-void fsync_path(const std::filesystem::path& path, bool directory);
-
 // The injected failure budget in force: set by inject_write_failure_after(), else from the
 // environment variable HARDY_CHECKPOINT_FAIL_AFTER_BYTES; nullopt when neither is set.
 std::optional<std::uint64_t> injected_failure_budget();

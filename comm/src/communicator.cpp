@@ -25,6 +25,15 @@ bool all_equal(Communicator& comm, std::int64_t value) {
   return bounds[0] == value && ~bounds[1] == value;
 }
 
+std::string broadcast_text(Communicator& comm, const std::string& text, int root) {
+  const bool sender = comm.rank() == root;
+  const auto length = static_cast<std::size_t>(
+      allreduce(comm, sender ? static_cast<std::int64_t>(text.size()) : 0, ReduceOp::max));
+  std::string received = sender ? text : std::string(length, '\0');
+  comm.broadcast(std::as_writable_bytes(std::span(received.data(), received.size())), root);
+  return received;
+}
+
 std::vector<int> ranks_lost(const std::vector<int>& old_ranks, int old_size) {
   std::vector<int> lost;
   for (int r = 0; r < old_size; ++r)

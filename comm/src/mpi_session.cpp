@@ -43,6 +43,14 @@ std::atomic<bool> peers_failed{false};
 
 void note_peer_failure() { peers_failed.store(true); }
 
+void abort_job(int status) {
+  int initialized = 0, finalized = 1;
+  if (MPI_Initialized(&initialized) == MPI_SUCCESS && initialized &&
+      MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized)
+    MPI_Abort(MPI_COMM_WORLD, status);
+  std::_Exit(status);  // MPI_Abort should not return; without MPI there is nobody else to end
+}
+
 MpiSession::~MpiSession() {
   // After a peer died, Open MPI 5's MPI_Finalize can wait forever in a PMIx fence that still
   // counts the dead process (open-mpi/ompi#11404). Survivors have finished their work and

@@ -26,6 +26,7 @@ Commands:
   submit     submit a training job to Slurm or LSF from a batch-script template
   status     a job's state, step, newest valid checkpoint and failures; --follow watches it live
   cancel     cancel a submitted job (scancel, bkill)
+  clean      remove node-local snapshots that crashed runs left:  hardy clean --node-local
   report     one picture of a run: loss, learning rate, world size, failures and recoveries;
              or the run as TensorBoard event files (--tensorboard DIR)
   completion print a bash completion script:  source <(hardy completion bash)
@@ -53,6 +54,7 @@ int run_cli(int argc, char** argv) {
     if (command == "submit") return submit_command(args);
     if (command == "status") return status_command(args);
     if (command == "cancel") return cancel_command(args);
+    if (command == "clean") return clean_command(args);
     if (command == "report") return report_command(args);
     if (command == "completion") return completion_command(args);
     if (command == "events") return events_command(args);

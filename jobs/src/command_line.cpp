@@ -57,6 +57,7 @@ const std::vector<CommandTable>& command_tables() {
       {"submit", submit_options},
       {"status", status_options},
       {"cancel", cancel_options},
+      {"clean", clean_options},
       {"report", report_options},
       {"completion", completion_options},
       {"events", events_options},

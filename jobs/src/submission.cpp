@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command_line.hpp"
+#include "hardy/batch/scheduler.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/run_directory.hpp"
 
@@ -27,11 +28,15 @@ std::optional<Submission> read_submission(const std::filesystem::path& run_dir) 
   if (!file) return std::nullopt;
   try {
     const auto record = nlohmann::json::parse(file);
-    return Submission{.scheduler = record.at("scheduler").get<std::string>(),
-                      .job_id = record.at("job_id").get<std::string>(),
-                      .job_name = record.value("job_name", ""),
-                      .submitted = record.value("submitted", ""),
-                      .script = record.value("script", "")};
+    Submission submission{.scheduler = record.at("scheduler").get<std::string>(),
+                          .job_id = record.at("job_id").get<std::string>(),
+                          .job_name = record.value("job_name", ""),
+                          .submitted = record.value("submitted", ""),
+                          .script = record.value("script", "")};
+    batch::check_job_id(submission.job_id);  // it goes to scancel and bkill
+    return submission;
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{}: {}", path.string(), e.what()));
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument(
         fmt::format("{} is not a hardy submission record: {}", path.string(), e.what()));

@@ -1,5 +1,10 @@
+#include <fmt/format.h>
+
+#include <iostream>
 #include <memory>
 
+#include "hardy/comm/agreement.hpp"
+#include "hardy/comm/errors.hpp"
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/train_spec.hpp"
@@ -8,11 +13,29 @@
 namespace hardy::jobs {
 
 int train_command(const std::vector<std::string>& args) {
+  // Every rank parses the same command line, so every rank fails here alike.
   auto spec = parse_train_spec(args);
   if (!spec) return 0;
   resilience::install_preemption_handler();
-  resilience::TrainingSession session(std::move(*spec), comm::MpiCommunicator::world());
-  return session.run();
+  auto world = comm::MpiCommunicator::world();
+  const int world_size = world->size(), world_rank = world->rank();
+  try {
+    resilience::TrainingSession session(std::move(*spec), std::move(world));
+    return session.run();
+  } catch (const std::exception& e) {
+    // Errors every rank throws (agreed, or a peer's death that every survivor sees) end each
+    // process normally, with the message on every rank (run_cli prints it).
+    if (world_size == 1 || dynamic_cast<const comm::AgreedFailure*>(&e) != nullptr ||
+        dynamic_cast<const comm::ProcessFailure*>(&e) != nullptr)
+      throw;
+    // This rank may be failing alone, its peers waiting in a collective for it: MPI_Finalize
+    // would wait for them in turn, until wall time. End the whole job instead.
+    const bool bad_input = dynamic_cast<const InvalidArgument*>(&e) != nullptr;
+    std::cerr << fmt::format("hardy train: {}{} (rank {} ends the job)\n",
+                             bad_input ? "" : "error: ", e.what(), world_rank)
+              << std::flush;
+    comm::abort_job(bad_input ? resilience::kBadInput : resilience::kFailed);
+  }
 }
 
 }  // namespace hardy::jobs

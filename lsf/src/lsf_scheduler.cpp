@@ -105,6 +105,7 @@ batch::JobState LsfScheduler::query(const std::string& job_id) const {
 }
 
 void LsfScheduler::cancel(const std::string& job_id) const {
+  batch::check_job_id(job_id);
   const auto result = batch::run_command({"bkill", job_id});
   if (result.status != 0)
     throw Error(fmt::format("bkill {}: {}", job_id, batch::first_line(result)));

@@ -38,12 +38,6 @@ struct Domain {
   bool abandoned = false;  // lost more often than --max-restarts: the job trains on without it
 };
 
-std::uintmax_t file_size_or_zero(const std::filesystem::path& path) {
-  std::error_code error;
-  const auto size = std::filesystem::file_size(path, error);
-  return error ? 0 : size;
-}
-
 // Whether domain `index` logged that it finished the job (its leader's job_finished or
 // domain_finished, status completed) since `since`.
 bool domain_finished(const std::filesystem::path& events_file, int index, double since) {
@@ -157,7 +151,7 @@ int supervise_domains(const SupervisorConfig& config) {
     SupervisorConfig one = config;
     one.train_args = domain_train_args(config.train_args, domain.index, per, config.ranks_per_node);
     const bool relaunch = domain.launches > 0;
-    auto command = launch_command(one, domain.nodes, relaunch);
+    auto command = launch_command(one, domain.nodes, relaunch, /*newest_state=*/relaunch);
     command.insert(command.end(), {"--domain", std::to_string(domain.index), "--domains",
                                    std::to_string(count), "--domain-store", store_dir.string(),
                                    "--domain-timeout", fmt::format("{}", config.domain_timeout_s)});
@@ -182,7 +176,7 @@ int supervise_domains(const SupervisorConfig& config) {
     return total;
   };
 
-  std::optional<double> report_seen;  // a leader's failure report waiting for a generation
+  double report_seen = 0;  // when a leader's failure report was first seen (0: none waits)
   for (;;) {
     for (auto& domain : domains) {
       if (!domain.job) continue;
@@ -268,10 +262,10 @@ int supervise_domains(const SupervisorConfig& config) {
     for (int m : members)
       reported = reported || store->try_get(fmt::format("fail.{}.{}", generation, m)).has_value();
     if (!reported) {
-      report_seen.reset();
-    } else if (!report_seen) {
+      report_seen = 0;
+    } else if (report_seen == 0) {
       report_seen = core::unix_time();
-    } else if (core::unix_time() - *report_seen > 1.0) {
+    } else if (core::unix_time() - report_seen > 1.0) {
       std::erase_if(members, [&](int m) { return !domains[static_cast<std::size_t>(m)].job; });
       for (auto& domain : domains)
         if (domain.job && domain.admitted &&
@@ -279,7 +273,7 @@ int supervise_domains(const SupervisorConfig& config) {
           members.push_back(domain.index);
       std::sort(members.begin(), members.end());
       publish("a leader reported a failed collective");
-      report_seen.reset();
+      report_seen = 0;
     }
 
     // A relaunched domain whose leader is ready: the next generation lets it in.

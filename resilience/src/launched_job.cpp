@@ -23,9 +23,16 @@ namespace {
 constexpr std::size_t kKeptOutput = 4u << 20;
 
 std::atomic<pid_t> forwarding_to{0};
+// One bit per signal that arrived while no launch could take it (during the probes and the
+// backoff between launches, or as the launcher exited): LaunchedJob::deliver_pending_signals.
+std::atomic<unsigned> pending_signals{0};
+static_assert(decltype(pending_signals)::is_always_lock_free, "set in a signal handler");
 
 void forward_signal(int signal) {
-  if (const pid_t group = forwarding_to.load(); group > 0) ::kill(-group, signal);
+  const int saved_errno = errno;
+  const pid_t group = forwarding_to.load();
+  if (group <= 0 || ::kill(-group, signal) != 0) pending_signals.fetch_or(1u << signal);
+  errno = saved_errno;
 }
 
 void install_forwarding() {
@@ -111,6 +118,12 @@ LaunchedJob::~LaunchedJob() {
   }
   forwarding_to.store(0);
   close_pipes();
+}
+
+void LaunchedJob::deliver_pending_signals() {
+  const unsigned pending = pending_signals.exchange(0);
+  for (int signal = 1; signal < 32; ++signal)
+    if (pending & (1u << signal)) ::kill(-pid_, signal);
 }
 
 void LaunchedJob::close_pipes() {

@@ -3,7 +3,8 @@
 // and everything it starts) whose output is relayed to the supervisor's own stdout and stderr,
 // appended to a log file, and kept for the supervisor to read (the launcher names the nodes it
 // lost only there). Signals the supervisor receives for the job (SIGUSR1 from a scheduler's
-// time-limit warning, SIGTERM from a cancel) are forwarded to the whole group.
+// time-limit warning, SIGTERM from a cancel) are forwarded to the whole group; those that arrive
+// between launches are kept for the next one.
 #include <sys/types.h>
 
 #include <chrono>
@@ -27,6 +28,10 @@ class LaunchedJob {
   // Relays output for up to `timeout`; returns the launcher's exit status (128 + signal when a
   // signal ended it) once it has exited and its output is drained, nullopt while it runs.
   std::optional<int> wait_for(std::chrono::milliseconds timeout);
+  // Sends the group the signals that arrived while no launch could take them (during the probes
+  // and the backoff before this launch), once. Call it when the job handles them: a rank that
+  // has not yet installed its SIGUSR1 handler would die of the signal.
+  void deliver_pending_signals();
   // SIGTERM to the group, then SIGKILL after `grace`; returns the exit status.
   int terminate(std::chrono::milliseconds grace);
 

@@ -48,6 +48,9 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
       launch.finished_status =
           core::read_field<std::string>(record, event_field("job_finished", "status")).value_or("");
       launch.finished_steps = core::read_field<long>(record, event_field("job_finished", "steps"));
+    } else if (event == event_kind("checkpoint_written") ||
+               event == event_kind("final_checkpoint")) {
+      launch.checkpoint_written = true;
     } else if (event == event_kind("failure_detected")) {
       const auto ranks = core::read_field<std::vector<long>>(
                              record, event_field("failure_detected", "failed_ranks"))

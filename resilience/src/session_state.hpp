@@ -43,6 +43,9 @@ struct TrainingSession::State final : StateSource {
   ~State();
 
   int run();
+  // The options' checks (InvalidArgument) and the values they imply (steps from epochs, the
+  // schedule's length).
+  void check_and_complete_config();
 
   // ---- the training loop (training_session.cpp) ----
   void resume_if_asked();
@@ -129,6 +132,10 @@ struct TrainingSession::State final : StateSource {
   std::unique_ptr<core::Optimizer> optimizer;
   core::EpochSampler sampler;
   core::BatchAssembler assembler;
+  // With --stage-to. Before the prefetcher: its workers read through staging->locate() (the
+  // dataset's file locator) until the prefetcher is destroyed and has joined them.
+  std::unique_ptr<NodeStaging> staging;
+  std::unique_ptr<FaultDomains> domains;  // always present; enabled() with --domain
   // Reads data.train only (never state that recovery changes), so recovery leaves it alone: the
   // next step's announcement follows the restored sampler and the new world size.
   core::SamplePrefetcher prefetcher;
@@ -138,9 +145,6 @@ struct TrainingSession::State final : StateSource {
   std::unique_ptr<comm::GradientReducer> reducer;
   std::vector<float> class_weights;
   FailureInjector injector;
-
-  std::unique_ptr<NodeStaging> staging;   // with --stage-to
-  std::unique_ptr<FaultDomains> domains;  // always present; enabled() with --domain
 
   core::EventLog events;
   core::JsonLines metrics, audit;

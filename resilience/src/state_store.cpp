@@ -5,6 +5,7 @@
 #include <iostream>
 #include <utility>
 
+#include "hardy/comm/agreement.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
 
@@ -80,12 +81,16 @@ void StateStore::checkpoint_if_due(bool force_sync) {
 }
 
 void StateStore::write_final_checkpoint(const std::string& reason) {
-  if (!membership_.writes_run_files()) return;
-  // The committed state, not whatever a half-done step left in the model.
-  if (!memory_) keep_in_memory();
-  writer_->flush();
-  writer_->write_now(checkpoint::TrainingState(*memory_), 0.0, nullptr);
-  events_.emit("final_checkpoint", {{"step", memory_->step}, {"reason", reason}});
+  // Agreed, so that no host removes its node-local snapshots (the job's end does, after this)
+  // while the lead's checkpoint is not on disk: every rank fails instead, keeping them for the
+  // next `--resume latest`.
+  comm::agree_on_outcome(membership_.comm(), membership_.writes_run_files(), [&] {
+    // The committed state, not whatever a half-done step left in the model.
+    if (!memory_) keep_in_memory();
+    writer_->flush();
+    writer_->write_now(checkpoint::TrainingState(*memory_), 0.0, nullptr);
+    events_.emit("final_checkpoint", {{"step", memory_->step}, {"reason", reason}});
+  });
 }
 
 void StateStore::write_emergency_checkpoint() noexcept {
@@ -150,6 +155,14 @@ double StateStore::write_node_snapshot() {
                                   report_snapshot_failure(report.step, report.error);
                               });
       node_snapshots_->discard_newer_than(step);
+      // Crashed runs' state that no job came back for within a day (stale_snapshots.hpp).
+      for (const auto& stale : checkpoint::remove_stale_node_snapshots(
+               config_.snapshot_dir, checkpoint::run_key(config_.run_dir),
+               checkpoint::kStaleSnapshotGrace))
+        events_.emit("stale_snapshots_removed", {{"host", membership_.host()},
+                                                 {"directory", stale.directory.string()},
+                                                 {"idle_s", stale.idle_s},
+                                                 {"bytes", stale.bytes}});
     } catch (const core::UnsafeDirectory& e) {
       refuse_node_tree(e.what());
       return 0;

@@ -50,7 +50,8 @@ class StateStore {
   // returns).
   void checkpoint_if_due(bool force_sync);
   long last_checkpoint_step() const { return last_checkpoint_step_; }
-  // Rank 0: the committed state written now, e.g. before the job stops. Throws when it fails.
+  // The committed state written now by rank 0, e.g. before the job stops. Collective: when the
+  // write fails every rank throws comm::Agreed<Error>.
   void write_final_checkpoint(const std::string& reason);
   // The watchdog's last act: the last committed step, best effort. Must run while the training
   // thread is parked (Watchdog's guarantee).

@@ -4,11 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
-#include "hardy/checkpoint/model_file.hpp"
+#include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
@@ -81,12 +82,17 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
   LaunchedJob job(command, log_file);
   std::optional<int> status;
   double finished_seen = 0;
-  bool ended_by_supervisor = false;
+  bool ended_by_supervisor = false, job_started = false;
   while (!(status = job.wait_for(milliseconds(250)))) {
     if (finished_seen == 0) {
-      if (read_launch_events(config.run_dir, offset, started, config.ranks_per_node)
-              .finished_status)
-        finished_seen = core::unix_time();
+      const auto seen = read_launch_events(config.run_dir, offset, started, config.ranks_per_node);
+      // From job_started on the ranks handle SIGUSR1 (a final checkpoint): now a time-limit
+      // warning that came during the probes or the backoff can reach them.
+      if (!job_started && seen.total_steps) {
+        job.deliver_pending_signals();
+        job_started = true;
+      }
+      if (seen.finished_status) finished_seen = core::unix_time();
     } else if (core::unix_time() - finished_seen > config.finish_grace_s) {
       std::cerr << fmt::format(
           "hardy run: the job logged job_finished {:.0f} s ago but the launcher still waits; "
@@ -135,12 +141,11 @@ std::vector<std::string> record_excluded_nodes(const std::filesystem::path& run_
   }
   for (const auto& host : lost)
     if (std::find(all.begin(), all.end(), host) == all.end()) all.push_back(host);
-  checkpoint::write_atomically(
-      exclude_nodes_file(run_dir), [&](const std::filesystem::path& temporary) {
-        std::ofstream file(temporary);
-        for (const auto& host : all) file << host << "\n";
-        if (!file) throw IoError(fmt::format("cannot write {}", temporary.string()));
-      });
+  core::write_atomically(exclude_nodes_file(run_dir), [&](const std::filesystem::path& temporary) {
+    std::ofstream file(temporary);
+    for (const auto& host : all) file << host << "\n";
+    if (!file) throw IoError(fmt::format("cannot write {}", temporary.string()));
+  });
   return all;
 }
 
@@ -174,7 +179,8 @@ std::string to_string(Launcher launcher) {
 }
 
 std::vector<std::string> launch_command(const SupervisorConfig& config,
-                                        const std::vector<std::string>& nodes, bool resume) {
+                                        const std::vector<std::string>& nodes, bool relaunch,
+                                        bool newest_state) {
   const int world = static_cast<int>(nodes.size()) * config.ranks_per_node;
   const std::string ranks = std::to_string(world), per_node = std::to_string(config.ranks_per_node);
   const bool local = all_local(nodes);
@@ -244,27 +250,66 @@ std::vector<std::string> launch_command(const SupervisorConfig& config,
   command.insert(command.end(), config.launcher_args.begin(), config.launcher_args.end());
   command.insert(command.end(), {config.hardy.string(), "train"});
   // Injected failures belong to the first launch: a relaunch must not kill itself again.
+  const auto dropped = [&](const std::string& arg, const std::string& option) {
+    return arg == option || arg.starts_with(option + "=");
+  };
+  bool asked_resume = false;
   for (std::size_t i = 0; i < config.train_args.size(); ++i) {
     const auto& arg = config.train_args[i];
-    if (resume && arg == "--inject-failure") {
-      ++i;
+    const bool resume_option = dropped(arg, "--resume");
+    asked_resume = asked_resume || resume_option;
+    if ((relaunch && dropped(arg, "--inject-failure")) || (newest_state && resume_option)) {
+      if (arg.find('=') == std::string::npos) ++i;  // its value is the next argument
       continue;
     }
-    if (resume && arg.starts_with("--inject-failure=")) continue;
     command.push_back(arg);
   }
   command.insert(command.end(),
                  {"--run-dir", config.run_dir.string(), "--ranks-per-node", per_node});
-  const bool asked = std::find(config.train_args.begin(), config.train_args.end(), "--resume") !=
-                     config.train_args.end();
-  if (resume && !asked) command.insert(command.end(), {"--resume", "latest"});
+  if (newest_state || (relaunch && !asked_resume))
+    command.insert(command.end(), {"--resume", "latest"});
   return command;
+}
+
+std::vector<std::string> launch_agent_argv(const std::string& agent) {
+  const auto split = [](const std::string& text, const char* separators) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+      const std::size_t end = std::min(text.find_first_of(separators, start), text.size());
+      parts.push_back(text.substr(start, end - start));
+      start = end + 1;
+    }
+    return parts;
+  };
+  const auto found = [&](const std::string& program) {
+    if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+    const char* path = std::getenv("PATH");
+    for (const std::string& dir : split(path ? path : "", ":"))
+      if (::access(((dir.empty() ? std::string(".") : dir) + "/" + program).c_str(), X_OK) == 0)
+        return true;
+    return false;
+  };
+  std::vector<std::vector<std::string>> alternatives;
+  for (const std::string& alternative : split(agent, ":")) {
+    std::vector<std::string> argv;
+    for (std::string& word : split(alternative, " \t"))
+      if (!word.empty()) argv.push_back(std::move(word));
+    if (!argv.empty()) alternatives.push_back(std::move(argv));
+  }
+  if (alternatives.empty()) return {};
+  for (const auto& argv : alternatives)
+    if (found(argv.front())) return argv;
+  return alternatives.front();
 }
 
 std::vector<std::string> probe_command(const SupervisorConfig& config,
                                        const std::vector<std::string>& nodes) {
   if (all_local(nodes)) return {};
-  if (!config.launch_agent.empty()) return {config.launch_agent, "{host}", "true"};
+  if (auto agent = launch_agent_argv(config.launch_agent); !agent.empty()) {
+    agent.insert(agent.end(), {"{host}", "true"});
+    return agent;
+  }
   // Inside a Slurm allocation the launch path is srun (Open MPI starts its daemons with it too)
   // and the nodes need not run sshd; --overlap as in launch_command.
   if (config.scheduler == "slurm" || config.launcher == Launcher::srun) {
@@ -338,14 +383,16 @@ int supervise(const SupervisorConfig& config) {
     return static_cast<int>(kPreempted);
   };
   double backoff = config.backoff_s;
+  bool run_wrote_state = false;  // a launch wrote a checkpoint: relaunches go on from the newest
   for (int attempt = 0;; ++attempt) {
-    const auto command = launch_command(config, nodes.active, attempt > 0);
+    const auto command = launch_command(config, nodes.active, attempt > 0, run_wrote_state);
     std::cerr << fmt::format("hardy run: launch {} with {} ranks on {}: {}\n", attempt + 1,
                              nodes.active.size() * static_cast<std::size_t>(config.ranks_per_node),
                              fmt::join(nodes.active, ","), fmt::join(command, " "));
     auto launch =
         run_launch(config, command, config.run_dir / fmt::format("launch-{}.log", attempt + 1));
     restrict_to_launch(launch.events, nodes.active.size());
+    run_wrote_state = run_wrote_state || launch.events.checkpoint_written;
     const Verdict verdict = judge_launch(launch.exit_status, launch.events);
     events.emit("launch_ended",
                 {{"launch", attempt + 1},

@@ -11,8 +11,10 @@
 #include <iostream>
 #include <thread>
 
+#include "hardy/comm/agreement.hpp"
 #include "hardy/comm/errors.hpp"
 #include "hardy/core/nn/evaluation.hpp"
+#include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/version.hpp"
@@ -81,6 +83,62 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
                                        : 2 * config.collective_timeout_s;
           },
           [this](const Watchdog::Stuck& stuck) { end_stuck_job(stuck); }) {
+  // Every rank checks the same input; agreeing on it says so (an agreed error ends each process
+  // normally, with its message on every rank, where any other would abort the job).
+  comm::agree_on_outcome(membership.comm(), true, [&] { check_and_complete_config(); });
+  omp_set_num_threads(config.threads > 0
+                          ? config.threads
+                          : threads_per_rank(membership.world_rank(), membership.original_hosts()));
+  class_weights =
+      core::resolve_class_weights(config.class_weights, *data.train, config.model.num_classes);
+  model.initialize(config.seed);
+  optimizer->initialize_state(model.parameters());
+  // Gradients become ready from the classifier back to the stem: buckets in that order let the
+  // first allreduces start while the encoder's backward pass still runs.
+  const auto& params = model.parameters();
+  const std::vector<core::Parameter*> ready_order(params.rbegin(), params.rend());
+  const auto bucket_bytes = static_cast<std::size_t>(config.bucket_mib * (1 << 20));
+  reducer = comm::make_gradient_reducer(membership.comm(), *backend, ready_order, bucket_bytes);
+  injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node),
+                             membership.world_rank(), config.run_dir / "checkpoints");
+  if (config.domain >= 0) {
+    // Domains may share a host (and its node-local snapshot directory) on a small cluster.
+    config.snapshot_dir /= fmt::format("domain-{}", config.domain);
+    // Until the domains have met, the first domain writes the run directory's files (a
+    // relaunched one never does before it joins).
+    membership.set_owns_run_files(config.domain == 0 && config.domain_join.empty());
+  }
+  domains = std::make_unique<FaultDomains>(DomainOptions{.index = config.domain,
+                                                         .count = config.domain_count,
+                                                         .store = config.domain_store,
+                                                         .address = config.domain_address,
+                                                         .timeout_s = config.domain_timeout_s,
+                                                         .join_token = config.domain_join},
+                                           membership.communicator_slot(), events);
+  // The lead alone writes the run directory: the others must not go on into the first
+  // collective when it cannot (not writable, over quota).
+  comm::agree_on_outcome(membership.comm(), lead(), [&] {
+    std::error_code error;
+    std::filesystem::create_directories(config.run_dir / "checkpoints", error);
+    if (error)  // the user's choice of directory: relaunching would fail the same way
+      throw InvalidArgument(
+          fmt::format("--run-dir {}: cannot create {}: {}", config.run_dir.string(),
+                      (config.run_dir / "checkpoints").string(), error.message()));
+    open_lead_logs();
+    if (writes_run_files())
+      core::write_atomically(config.run_dir / "config.ini",
+                             [&](const std::filesystem::path& temporary) {
+                               std::ofstream file(temporary);
+                               file << config.config_ini;
+                               file.close();
+                               if (!file)
+                                 throw IoError(fmt::format("cannot write {}", temporary.string()));
+                             });
+  });
+  establish_run_identity();
+}
+
+void TrainingSession::State::check_and_complete_config() {
   const int world_size = membership.size();
   if (config.global_batch < world_size)
     throw InvalidArgument(
@@ -107,24 +165,9 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   }
   config.schedule.total_steps = config.steps;
   config.schedule.validate();
-  omp_set_num_threads(config.threads > 0
-                          ? config.threads
-                          : threads_per_rank(membership.world_rank(), membership.original_hosts()));
-  class_weights =
-      core::resolve_class_weights(config.class_weights, *data.train, config.model.num_classes);
-  model.initialize(config.seed);
-  optimizer->initialize_state(model.parameters());
-  // Gradients become ready from the classifier back to the stem: buckets in that order let the
-  // first allreduces start while the encoder's backward pass still runs.
-  const auto& params = model.parameters();
-  const std::vector<core::Parameter*> ready_order(params.rbegin(), params.rend());
-  const auto bucket_bytes = static_cast<std::size_t>(config.bucket_mib * (1 << 20));
-  reducer = comm::make_gradient_reducer(membership.comm(), *backend, ready_order, bucket_bytes);
-  injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node),
-                             membership.world_rank(), config.run_dir / "checkpoints");
   if (config.domain >= 0) {
     // What the cross-domain exchange does not carry yet, refused before anything starts.
-    if (reducer->broadcasts_tensors())
+    if (config.backend != "cpu")
       throw InvalidArgument(
           "fault domains exchange host gradients only: --backend cuda with --nodes-per-domain is "
           "not supported yet");
@@ -135,29 +178,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       throw InvalidArgument(
           "fault domains need --memory-snapshots and --rebalance constant-global-batch: a step "
           "abandoned across domains rolls back from memory");
-    // Domains may share a host (and its node-local snapshot directory) on a small cluster.
-    config.snapshot_dir /= fmt::format("domain-{}", config.domain);
-    // Until the domains have met, the first domain writes the run directory's files (a
-    // relaunched one never does before it joins).
-    membership.set_owns_run_files(config.domain == 0 && config.domain_join.empty());
   }
-  domains = std::make_unique<FaultDomains>(DomainOptions{.index = config.domain,
-                                                         .count = config.domain_count,
-                                                         .store = config.domain_store,
-                                                         .address = config.domain_address,
-                                                         .timeout_s = config.domain_timeout_s,
-                                                         .join_token = config.domain_join},
-                                           membership.communicator_slot(), events);
-  if (lead()) {
-    std::filesystem::create_directories(config.run_dir / "checkpoints");
-    open_lead_logs();
-    if (writes_run_files())
-      checkpoint::write_atomically(config.run_dir / "config.ini",
-                                   [&](const std::filesystem::path& temporary) {
-                                     std::ofstream(temporary) << config.config_ini;
-                                   });
-  }
-  establish_run_identity();
 }
 
 void TrainingSession::State::establish_run_identity() {
@@ -298,8 +319,9 @@ void TrainingSession::State::resume_if_asked() {
   const auto started = Clock::now();
   checkpoint::TrainingState state;
   std::filesystem::path source;
-  std::string refusal;  // the lead's reason for not resuming from a checkpoint that does not fit
-  if (lead()) {
+  // Only the lead reads; whatever stops it (a damaged file the user named, an I/O error the
+  // search does not expect) stops every rank, with the same message.
+  comm::agree_on_outcome(comm(), lead(), [&] {
     if (config.resume == "latest") {
       std::vector<std::string> skipped;
       auto found = checkpoint::load_latest_valid(config.run_dir / "checkpoints", &skipped);
@@ -312,20 +334,24 @@ void TrainingSession::State::resume_if_asked() {
         state = std::move(found->state);
       }
     } else {
-      source = config.resume;
-      state = checkpoint::read_checkpoint(source);
+      try {
+        state = checkpoint::read_checkpoint(config.resume);
+        source = config.resume;
+      } catch (const Error& e) {  // the file the user named is not a usable checkpoint
+        throw InvalidArgument(fmt::format("--resume {}: {}", config.resume, e.what()));
+      }
     }
     // A checkpoint may come from another run (a fork), but never from another configuration.
     if (!source.empty())
       if (const auto mismatch = config_mismatch(state, identity)) {
-        refusal = fmt::format(
+        const auto refusal = fmt::format(
             "cannot resume from {}: {}; start a new run directory, or resume with the "
             "configuration it was written for",
             source.string(), *mismatch);
         events.emit("checkpoint_rejected", {{"path", source.string()}, {"reason", refusal}});
-        source.clear();
+        throw InvalidArgument(refusal);
       }
-  }
+  });
   // A relaunch after the job died as a whole: the nodes' copies may be newer than any checkpoint.
   // Only with `latest`: a checkpoint the user names is what they asked for.
   if (config.resume == "latest" && config.snapshot_every > 0 &&
@@ -333,18 +359,24 @@ void TrainingSession::State::resume_if_asked() {
     return;
   // Rank 0 tells the others whether there is anything to resume from.
   if (comm::allreduce(comm(), lead() && !source.empty() ? 1 : 0, comm::ReduceOp::max) == 0) {
-    // Every rank learns whether the lead refused a checkpoint that does not fit.
-    if (comm::allreduce(comm(), refusal.empty() ? 0 : 1, comm::ReduceOp::max) != 0 ||
-        config.resume != "latest")
-      throw InvalidArgument(!refusal.empty() ? refusal
-                            : lead()         ? fmt::format("cannot resume from {}", config.resume)
-                                             : "rank 0 could not resume from " + config.resume);
+    if (config.resume != "latest")  // every rank learned it from the reduction above
+      throw comm::Agreed<InvalidArgument>(fmt::format("cannot resume from {}", config.resume));
     events.emit("resume_skipped",
                 {{"reason", "no valid checkpoint in the run directory; starting at step 0"}});
     return;
   }
   broadcast_restored(state);
   report_resumed("checkpoint", source, "", state, started);
+  // Training goes on from this step: later checkpoints in the run directory are another timeline,
+  // which retention would otherwise keep in place of this one's.
+  if (lead())
+    if (const auto discarded =
+            checkpoint::discard_checkpoints_newer_than(config.run_dir / "checkpoints", step);
+        !discarded.empty()) {
+      std::vector<std::string> names;
+      for (const auto& path : discarded) names.push_back(path.filename().string());
+      events.emit("checkpoints_discarded", {{"newer_than_step", step}, {"files", names}});
+    }
 }
 
 bool TrainingSession::State::resume_from_node_snapshot(long checkpoint_step,
@@ -378,12 +410,14 @@ bool TrainingSession::State::resume_from_node_snapshot(long checkpoint_step,
   if (root < 0 || newest <= checkpoint_at) return false;
 
   checkpoint::TrainingState state;
-  if (comm().rank() == root) state = std::move(mine->state);
+  std::string path;  // the file read, whatever step its name says
+  if (comm().rank() == root) {
+    state = std::move(mine->state);
+    path = mine->path.string();
+  }
   broadcast_restored(state, root);
-  const std::string& host = membership.host_of(root);
-  const auto path = checkpoint::checkpoint_path(
-      checkpoint::node_snapshot_directory(config.snapshot_dir, config.run_dir, host), newest);
-  report_resumed("node-local", path, host, state, started);
+  path = comm::broadcast_text(comm(), path, root);
+  report_resumed("node-local", path, membership.host_of(root), state, started);
   return true;
 }
 
@@ -736,7 +770,9 @@ int TrainingSession::State::run() {
     watchdog.stop();
     // The job's last state is worth keeping when checkpoints are on: a later job can go on from it.
     const bool checkpointing = config.checkpoint_every > 0 || config.checkpoint_every_seconds > 0;
-    if (checkpointing && store.last_checkpoint_step() != step) store.checkpoint_if_due(true);
+    // Agreed: a lead that cannot write it fails every rank, and no host removes its snapshots.
+    if (checkpointing && store.last_checkpoint_step() != step)
+      comm::agree_on_outcome(comm(), lead(), [&] { store.checkpoint_if_due(true); });
     store.flush();
     store.remove_node_snapshots();  // after the final checkpoint: nothing needs them any more
     // The lead's share of its steps' time spent waiting for data (its steps since it started).

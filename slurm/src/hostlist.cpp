@@ -28,8 +28,9 @@ class Expander {
     for (const std::string_view name : split_outside_brackets()) {
       if (name.empty()) fail("it has an empty host name (two commas, or one at an end)");
       const auto expanded = expand_name(name);
+      if (hosts.size() + expanded.size() > kMaxHosts)
+        fail(fmt::format("it names more than {} hosts", kMaxHosts));
       hosts.insert(hosts.end(), expanded.begin(), expanded.end());
-      if (hosts.size() > kMaxHosts) fail(fmt::format("it names more than {} hosts", kMaxHosts));
       name_bytes_ += expanded.empty() ? 0 : expanded.size() * expanded.front().size();
     }
     return hosts;
@@ -106,6 +107,10 @@ class Expander {
       if (hi < lo) fail(fmt::format("the range {} ends below its start", entry));
       if (static_cast<std::size_t>(hi - lo) >= kMaxHosts)
         fail(fmt::format("the range {} is too long", entry));
+      // Checked before this range is spelled out: a group of many long ranges ("[0-999999,
+      // 0-999999,...]") would otherwise take gigabytes before any other check sees it.
+      if (numbers.size() + static_cast<std::size_t>(hi - lo) + 1 > kMaxHosts)
+        fail(fmt::format("it names more than {} hosts", kMaxHosts));
       for (long n = lo; n <= hi; ++n) numbers.push_back(fmt::format("{:0{}d}", n, low.size()));
       start = comma + 1;
     }

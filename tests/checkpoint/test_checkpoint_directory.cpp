@@ -104,3 +104,20 @@ TEST_CASE("checkpoint directory: no directory or no checkpoints means nothing to
   std::ofstream(dir / "notes.txt") << "";
   CHECK(list_checkpoints(dir.path()).empty());
 }
+
+TEST_CASE("checkpoint directory: a resume from an older step keeps the new timeline's checkpoints",
+          "[checkpoint]") {
+  ScratchDirectory dir("timeline");
+  const Retention keep_two{.keep_last = 2};
+  for (long step : {4, 8, 12})
+    save_checkpoint(synthetic_state(step, 10), dir.path(), {.keep_last = 3});
+  // A job resumes from step 4 and goes on: its checkpoints of steps 6 and 7 are the ones to keep.
+  const auto discarded = discard_checkpoints_newer_than(dir.path(), 4);
+  CHECK(discarded == std::vector<std::filesystem::path>{dir / "ckpt-8.h5", dir / "ckpt-12.h5"});
+  CHECK_FALSE(read_latest(dir.path()));  // it named ckpt-12.h5, of the timeline left behind
+  save_checkpoint(synthetic_state(6, 10), dir.path(), keep_two);
+  save_checkpoint(synthetic_state(7, 10), dir.path(), keep_two);
+  CHECK(steps_in(dir.path()) == std::vector<long>{6, 7});
+  CHECK(read_latest(dir.path()) == dir / "ckpt-7.h5");
+  CHECK(discard_checkpoints_newer_than(dir.path(), 7).empty());
+}

@@ -161,6 +161,35 @@ TEST_CASE("prefetcher: never more than the depth loads ahead of consumption", "[
   CHECK(order == plan);  // each sample once
 }
 
+TEST_CASE("prefetcher: a sample planned twice loads once per slot, and no buffer is lost",
+          "[core]") {
+  const FakeSource source(4, 100ms);
+  const std::size_t depth = 2;
+  SamplePrefetcher prefetcher(source, 3, depth);
+  // The window (the first two entries) holds sample 1 twice: once it loads there is nothing
+  // else to load ahead, and the third entry, 1 again, already has its slot.
+  const std::vector<std::size_t> plan{1, 1, 1};
+  prefetcher.announce(plan);
+  REQUIRE(eventually([&] { return source.started.load() >= 1; }));
+  std::this_thread::sleep_for(50ms);  // time for an idle worker to (wrongly) load 1 again
+  CHECK(source.started.load() == 1);
+  // Every load ends before the first take(), so a second load into the slot would replace its
+  // buffer, and that buffer would never come back.
+  REQUIRE(eventually([&] { return source.finished.load() == source.started.load(); }));
+  for (std::size_t index : plan) {
+    Sample s;
+    take(prefetcher, index, s);
+    CHECK(s == direct(index));
+  }
+  // All `depth` buffers are free again: a plan of `depth` new samples loads ahead in full.
+  const int before = source.started.load();
+  prefetcher.announce(std::vector<std::size_t>{10, 11});
+  CHECK(eventually([&] { return source.started.load() == before + static_cast<int>(depth); }));
+  const auto order = source.order();
+  CHECK(std::count(order.begin(), order.end(), 10) == 1);
+  CHECK(std::count(order.begin(), order.end(), 11) == 1);
+}
+
 TEST_CASE("prefetcher: a new plan drops queued work no longer wanted and keeps the rest",
           "[core]") {
   const FakeSource source(4, 20ms);

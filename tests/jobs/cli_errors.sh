@@ -38,6 +38,19 @@ expect 2 "unrecognised option\|unknown option\|unrecognized" -- train --bogus
 expect 2 "/nonexistent.ini" -- train --config /nonexistent.ini
 expect 2 "height" -- train --height 30 --run-dir "$tmp/b"
 expect 2 "does not exist" -- eval --run-dir "$tmp/none"
+expect 2 "node-local" -- clean
+expect 2 "older-than" -- clean --node-local --older-than -1 --snapshot-dir "$tmp"
+# A crashed run's snapshots idle for 3 hours go with --older-than 2; a fresh run's stay.
+mkdir -p "$tmp/shm/00000000000000aa/node0" "$tmp/shm/00000000000000bb/node0"
+echo x > "$tmp/shm/00000000000000aa/node0/ckpt-1.h5"
+echo x > "$tmp/shm/00000000000000bb/node0/ckpt-1.h5"
+touch -d "3 hours ago" "$tmp/shm/00000000000000aa/node0/ckpt-1.h5" "$tmp/shm/00000000000000aa/node0" \
+  "$tmp/shm/00000000000000aa"
+expect 0 "1 stale run" -- clean --node-local --snapshot-dir "$tmp/shm" --older-than 2
+if [ -e "$tmp/shm/00000000000000aa" ] || [ ! -e "$tmp/shm/00000000000000bb/node0/ckpt-1.h5" ]; then
+  echo "FAILED: hardy clean --node-local removed the wrong runs: $(ls "$tmp/shm")"
+  failures=$((failures + 1))
+fi
 expect 2 "--out" -- data generate --samples 3
 expect 2 "samples" -- data generate --out "$tmp/d" --samples -4
 expect 2 "'netcdf'" -- data generate --out "$tmp/d" --format netcdf

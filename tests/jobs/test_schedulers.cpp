@@ -32,3 +32,12 @@ TEST_CASE("detect_allocation reports malformed scheduler variables", "[jobs]") {
       detect_allocation(Environment({{"SLURM_JOB_ID", "12"}, {"SLURM_JOB_NODELIST", "n[2-1]"}})),
       hardy::InvalidArgument);
 }
+
+TEST_CASE("a job id that is not one never reaches scancel or bkill", "[jobs]") {
+  // bkill 0 kills every job of the user; scheduler.json may hold anything.
+  for (const char* scheduler : {"slurm", "lsf"})
+    for (const char* id : {"0", "", "-1", "12 13", "007", "12;rm", "1e3"}) {
+      INFO(scheduler << " job id '" << id << "'");
+      CHECK_THROWS_AS(make_scheduler(scheduler)->cancel(id), hardy::InvalidArgument);
+    }
+}

@@ -1,7 +1,8 @@
 #!/bin/sh
-# A stand-in for ssh as `hardy run --launch-agent` calls it (`AGENT HOST COMMAND...`), for
+# A stand-in for ssh as `hardy run --launch-agent` calls it (`AGENT [-OPTION...] HOST COMMAND...`), for
 # supervisor_judgement.py: hosts listed in FAKE_AGENT_DEAD (comma-separated) never answer, the
 # others run the command here.
+while [ "${1#-}" != "$1" ]; do shift; done  # options (-x): a launch agent with arguments
 host=$1
 shift
 case ",${FAKE_AGENT_DEAD:-}," in

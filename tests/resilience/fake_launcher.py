@@ -10,9 +10,15 @@ per launch, the last one repeating), counting launches in RUN_DIR/fake-launches:
   exit0            exit 0 having committed nothing and logged nothing
   finish-and-hang  log job_started and job_finished (completed), then never exit
   finish           log job_started and job_finished (completed) and exit 0
+  crash            log job_started, exit 1
+  checkpoint-crash log job_started and checkpoint_written (step 2), exit 1
+  await-signal     handle SIGUSR1 as `hardy train` does, then log job_started; on the signal
+                   write RUN_DIR/fake-signal-N (N: this launch), log job_finished (preempted) and
+                   exit 4; without one within 20 s, finish
 """
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -40,7 +46,22 @@ def main():
     (run / f"fake-launch-{launch + 1}.args").write_text(json.dumps(args))
     if act == "exit0":
         sys.exit(0)
+    signalled = []
+    if act == "await-signal":
+        signal.signal(signal.SIGUSR1, lambda number, frame: signalled.append(number))
     emit(run, "job_started", steps=STEPS, world_size=4)
+    if act in ("crash", "checkpoint-crash"):
+        if act == "checkpoint-crash":
+            emit(run, "checkpoint_written", step=2, path=str(run / "checkpoints" / "ckpt-2.h5"))
+        sys.exit(1)
+    if act == "await-signal":
+        deadline = time.time() + 20
+        while not signalled and time.time() < deadline:
+            time.sleep(0.1)
+        if signalled:
+            (run / f"fake-signal-{launch + 1}").write_text(str(signalled[0]))
+            emit(run, "job_finished", status="preempted", steps=2)
+            sys.exit(4)
     if act.startswith("lost:"):
         with open(run / "metrics.jsonl", "a") as f:
             for step in range(1, 4):

@@ -12,6 +12,10 @@ misbehaviour is exact and takes seconds:
     evidence; a spare that does not answer is passed over and the next spare takes the place;
   - a launcher that goes on waiting after the job logged job_finished is ended after
     --finish-grace, and the job counts as completed;
+  - a --launch-agent with arguments ("AGENT -x") is split for the probe, so healthy nodes answer;
+  - a user's --resume (either spelling) holds until the run wrote a checkpoint of its own, then
+    relaunches resume from latest, and never with two --resume options;
+  - a SIGUSR1 that reaches hardy run during the backoff reaches the next launch (exit status 4);
   - inside a Slurm job, a node loss that leaves fewer than --min-world-size ranks makes hardy run
     ask for a requeue (exit status 4, requeue_requested, the lost node in RUN_DIR/exclude-nodes for
     the batch script to exclude); a requeued run that loses a node again without committing a new
@@ -19,6 +23,7 @@ misbehaviour is exact and takes seconds:
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,10 +38,10 @@ hardy = sys.argv[1]
 check = Checks()
 
 
-def supervise(run, plan, *options, dead="", env_extra=None):
+def supervise(run, plan, *options, dead="", env_extra=None, train=()):
     env = {**os.environ, "FAKE_LAUNCHER_PLAN": plan, "FAKE_AGENT_DEAD": dead, **(env_extra or {})}
     command = [hardy, "run", "--run-dir", str(run), "--launcher-path", str(HERE / "fake_launcher.py"),
-               "--backoff", "0", *options, "--", "--steps", "5"]
+               "--backoff", "0", *options, "--", "--steps", "5", *train]
     started = time.time()
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     print(result.stderr[-2500:], flush=True)
@@ -85,6 +90,42 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
     check(status == 0, f"a launcher that hangs after job_finished: the job completed (exit {status})")
     check(ended and "ended by the supervisor" in ended[0]["how"], f"the supervisor ended it: {ended}")
     check(elapsed < 15, f"within the grace period ({elapsed:.1f} s)")
+
+    # A launch agent with arguments is split as Open MPI splits it: the probe reaches every node.
+    status, _, events = supervise(tmp / "agent-args", "lost:n1,finish", "--hosts", "n0,n1,n2",
+                                  "--launch-agent", f"{HERE / 'fake_agent.sh'} -x", "--probe-timeout", "1")
+    relaunched = [e for e in events if e["event"] == "job_relaunched"]
+    check(status == 0 and relaunched and relaunched[0]["nodes"] == ["n0", "n2"]
+          and relaunched[0]["excluded_nodes"] == ["n1"],
+          f"--launch-agent 'AGENT -x': only the lost node is left out (exit {status}): {relaunched}")
+
+    # A user's --resume holds until the run has written a checkpoint of its own; after that a
+    # relaunch resumes from the newest state, whichever way the option was spelled.
+    status, _, events = supervise(tmp / "resume", "crash,checkpoint-crash,finish", "--max-restarts", "3",
+                                  train=["--resume=/old/ckpt-5.h5"])
+    launches = [json.loads((tmp / "resume" / f"fake-launch-{n}.args").read_text()) for n in (1, 2, 3)]
+    check(status == 0, f"the resumed job completes (exit {status})")
+    check(all(a.count("--resume=/old/ckpt-5.h5") == 1 and "--resume" not in a for a in launches[:2]),
+          f"launches 1 and 2 resume from the user's checkpoint, once: {launches[1]}")
+    check(launches[2].count("--resume") == 1 and launches[2][launches[2].index("--resume") + 1] == "latest"
+          and not any("ckpt-5" in a for a in launches[2]),
+          f"after a checkpoint of its own the relaunch resumes from latest only: {launches[2]}")
+
+    # SIGUSR1 (a time-limit warning) that comes while the supervisor waits between launches is
+    # kept and reaches the next launch once it handles it: the job stops preempted (status 4).
+    run = tmp / "signal"
+    env = {**os.environ, "FAKE_LAUNCHER_PLAN": "crash,await-signal"}
+    supervisor = subprocess.Popen([hardy, "run", "--run-dir", str(run), "--launcher-path",
+                                   str(HERE / "fake_launcher.py"), "--backoff", "3", "--", "--steps", "5"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 30
+    while time.time() < deadline and not any(e["event"] == "launch_ended" for e in read_jsonl(run / "events.jsonl")):
+        time.sleep(0.05)
+    supervisor.send_signal(signal.SIGUSR1)  # during the 3 s backoff: no launch runs
+    _, err = supervisor.communicate(timeout=60)
+    print(err[-1500:], flush=True)
+    check((run / "fake-signal-2").exists(), "the second launch received the SIGUSR1 sent during the backoff")
+    check(supervisor.returncode == 4, f"the job was preempted: hardy run exits 4 (got {supervisor.returncode})")
 
     # Inside a Slurm job of three nodes that needs all three.
     slurm = {"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[0-2]", "SLURM_NTASKS_PER_NODE": "1"}

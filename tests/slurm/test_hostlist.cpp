@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
 
 #include "hardy/core/support/error.hpp"
 #include "hardy/slurm/hostlist.hpp"
@@ -44,4 +46,18 @@ TEST_CASE("malformed hostlists are errors naming the expression", "[slurm]") {
   }
   CHECK_THROWS_WITH(expand_hostlist("nid[3-1]"),
                     Catch::Contains("nid[3-1]") && Catch::Contains("3-1"));
+}
+
+TEST_CASE("the host bound holds while a bracket group expands, not after", "[slurm]") {
+  // 16 ranges of 999,999 numbers each: spelled out, 16 million names (half a gigabyte, seconds)
+  // before a check after the group would refuse them.
+  std::string expression = "n[0-999998";
+  for (int i = 1; i < 16; ++i) expression += ",0-999998";
+  expression += "]";
+  const auto started = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(expand_hostlist(expression), Catch::Contains("more than 1000000 hosts"));
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(1));
+  // The bound is the sum over names too.
+  CHECK_THROWS_WITH(expand_hostlist("a[0-599999],b[0-599999]"),
+                    Catch::Contains("more than 1000000 hosts"));
 }

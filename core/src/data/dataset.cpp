@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/json_fields.hpp"
 #include "hardy/core/version.hpp"
@@ -20,30 +21,9 @@ namespace {
 
 std::string quoted(const fs::path& path) { return fmt::format("'{}'", path.string()); }
 
-void rename_or_throw(const fs::path& from, const fs::path& to) {
-  std::error_code error;
-  fs::rename(from, to, error);
-  if (error)
-    throw IoError(
-        fmt::format("cannot rename {} to {}: {}", quoted(from), quoted(to), error.message()));
-}
-
-// Runs write(temporary) and renames the result to path; removes the temporary on failure.
-template <class Write>
-void write_atomically(const fs::path& path, Write&& write) {
-  const fs::path temporary = path.string() + ".tmp";
-  try {
-    write(temporary);
-    rename_or_throw(temporary, path);
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove(temporary, ignored);
-    throw;
-  }
-}
-
 void write_file(const SampleSource& source, std::size_t first, std::size_t count,
                 const fs::path& path) {
+  const h5::Exclusive exclusive;
   const SampleShape shape = source.shape();
   const auto C = static_cast<h5::Extent>(shape.channels), H = static_cast<h5::Extent>(shape.height),
              W = static_cast<h5::Extent>(shape.width);
@@ -176,6 +156,7 @@ void write_dataset(const SampleSource& source, std::size_t first, std::size_t co
 }
 
 Hdf5Dataset::File Hdf5Dataset::open_and_validate(const fs::path& path, SampleShape& shape) {
+  const h5::Exclusive exclusive;
   if (!h5::is_hdf5_file(path))
     throw InvalidArgument(fmt::format("{} is not an HDF5 file", quoted(path)));
   File file;
@@ -273,6 +254,7 @@ Hdf5Dataset::Hdf5Dataset(const fs::path& path) : root_(path) {
 void Hdf5Dataset::load(std::size_t index, std::span<float> fields_chw,
                        std::span<std::int32_t> labels_hw) const {
   check_load_arguments(index, fields_chw, labels_hw);
+  const h5::Exclusive exclusive;
   const auto after =
       std::upper_bound(files_.begin(), files_.end(), index,
                        [](std::size_t i, const File& file) { return i < file.first; });

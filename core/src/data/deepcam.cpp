@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "hardy/core/data/dataset.hpp"  // kMaxSampleBytes
+#include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
 #include "hardy/core/support/random.hpp"
@@ -112,6 +113,7 @@ namespace {
 // Throws InvalidArgument (or IoError from HDF5) saying what is wrong, without the file's name.
 template <class Layout>
 Layout inspect_sample_file(const fs::path& path, int label_set, int height, int width) {
+  const h5::Exclusive exclusive;  // on loader threads, beside the writers' HDF5 calls
   std::error_code error;
   const std::uint64_t file_bytes = fs::file_size(path, error);
   if (error) throw InvalidArgument(fmt::format("cannot be read: {}", error.message()));
@@ -170,6 +172,7 @@ void read_statistics(const fs::path& path, std::vector<float>& minval,
                     "statistics there",
                     quoted(path)));
   try {
+    const h5::Exclusive exclusive;
     if (!h5::is_hdf5_file(path)) throw InvalidArgument("is not an HDF5 file");
     h5::Handle file = h5::open_file(path);
     read_stat<std::int64_t>(file.id(), "count", 0, h5::TypeClass::integer);
@@ -623,26 +626,10 @@ void generate_sample(const SyntheticClimate& source, std::size_t index, Generate
   for (int set = 0; set < 2; ++set) out.labels_stats[set] = label_stats(out.labels[set]);
 }
 
-template <class Write>
-void write_atomically(const fs::path& path, Write&& write) {
-  const fs::path temporary = path.string() + ".tmp";
-  try {
-    write(temporary);
-    std::error_code error;
-    fs::rename(temporary, path, error);
-    if (error)
-      throw IoError(fmt::format("cannot rename {} to {}: {}", quoted(temporary), quoted(path),
-                                error.message()));
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove(temporary, ignored);
-    throw;
-  }
-}
-
 void write_sample_file(const fs::path& path, const GeneratedSample& sample, h5::Extent H,
                        h5::Extent W) {
   write_atomically(path, [&](const fs::path& temporary) {
+    const h5::Exclusive exclusive;
     h5::Handle file = h5::create_file(temporary);
     h5::Handle group = h5::create_groups(file.id(), "climate");
     const h5::Id climate = group.id();
@@ -747,6 +734,7 @@ void write_deepcam_dataset(const fs::path& root, const DeepCamGenerateOptions& o
     square_mean[c] = static_cast<float>(square_sum[c] / pixels);
   }
   write_atomically(root / "stats.h5", [&](const fs::path& temporary) {
+    const h5::Exclusive exclusive;
     h5::Handle file = h5::create_file(temporary);
     h5::Handle group = h5::create_groups(file.id(), "climate");
     const std::int64_t count = static_cast<std::int64_t>(options.train);

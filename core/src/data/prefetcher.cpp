@@ -76,8 +76,11 @@ void SamplePrefetcher::announce(std::span<const std::size_t> indices) {
 
 std::deque<std::size_t>::iterator SamplePrefetcher::next_to_load() {
   const auto window = plan_.begin() + static_cast<std::ptrdiff_t>(std::min(depth_, plan_.size()));
-  return std::find_if(plan_.begin(), window,
-                      [&](std::size_t index) { return !slots_.contains(index); });
+  const auto next = std::find_if(plan_.begin(), window,
+                                 [&](std::size_t index) { return !slots_.contains(index); });
+  // find_if answers `window` when every sample in it has a slot; beyond the window may lie a
+  // sample that already has one (planned twice), which a second worker would load into it again.
+  return next == window ? plan_.end() : next;
 }
 
 SamplePrefetcher::Buffer SamplePrefetcher::acquire_buffer() {
@@ -119,23 +122,17 @@ void SamplePrefetcher::work() {
     }
     lock.lock();
     --loads_running_;
-    // take() waits while a slot loads and announce() keeps loading slots, so the slot should
-    // still be here; one that is not (seen once in a cluster test at step 200, not understood)
-    // only costs this load: a sample is a pure function of its index, and take() loads a
-    // sample it does not find itself. A throw here would end the process (no catch on a
-    // worker thread).
-    if (const auto found = slots_.find(index); found == slots_.end()) {
-      release_buffer(std::move(buffer));
+    // The slot is still here, and this worker is its only loader: next_to_load() never hands
+    // out a sample that has a slot, take() waits while a slot loads and announce() keeps loading
+    // slots.
+    Slot& slot = slots_.at(index);
+    slot.loading = false;
+    if (slot.wanted) {
+      slot.buffer = std::move(buffer);
+      slot.error = error;
     } else {
-      Slot& slot = found->second;
-      slot.loading = false;
-      if (slot.wanted) {
-        slot.buffer = std::move(buffer);
-        slot.error = error;
-      } else {
-        release_buffer(std::move(buffer));
-        slots_.erase(found);
-      }
+      release_buffer(std::move(buffer));
+      slots_.erase(index);
     }
     sample_done_.notify_all();
     work_ready_.notify_all();  // a load slot (and maybe a buffer) is free again
@@ -188,16 +185,8 @@ double SamplePrefetcher::take(std::size_t index, std::span<float> fields_chw,
     return seconds_since(start);
   }
   plan_.erase(planned);
-  sample_done_.wait(lock, [&] {
-    const auto found = slots_.find(index);
-    return stopping_ || found == slots_.end() || !found->second.loading;
-  });
+  sample_done_.wait(lock, [&] { return stopping_ || !slots_.at(index).loading; });
   if (stopping_) throw Error("the sample prefetcher is shutting down");
-  if (!slots_.contains(index)) {  // see work(): load it here
-    lock.unlock();
-    load_synchronously(index, fields_chw, labels_hw);
-    return seconds_since(start);
-  }
   auto node = slots_.extract(index);
   lock.unlock();
   Slot& slot = node.mapped();

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 #include <type_traits>
 
@@ -180,6 +181,18 @@ bool library_is_thread_safe() {
   check(H5is_library_threadsafe(&thread_safe), "H5is_library_threadsafe", "the HDF5 library");
   return thread_safe;
 }
+
+namespace {
+std::recursive_mutex exclusive_mutex;
+std::atomic<bool> exclusive_forced{false};
+}  // namespace
+
+Exclusive::Exclusive() {
+  static const bool thread_safe = library_is_thread_safe();
+  if (!thread_safe || exclusive_forced.load()) lock_ = std::unique_lock(exclusive_mutex);
+}
+
+void Exclusive::force_for_testing(bool force) { exclusive_forced.store(force); }
 
 Handle::Handle(hid_t id, const char* call, std::string_view what) {
   quiet_errors();

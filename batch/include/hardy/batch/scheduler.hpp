@@ -46,6 +46,11 @@ class Scheduler {
   virtual std::optional<Allocation> allocation(const Environment& environment) const = 0;
 };
 
+// Throws InvalidArgument unless `job_id` is a job id as hardy submits them (a positive decimal
+// number). Run before any command takes one: `bkill 0` kills every job of the user, and a job id
+// read back from a run directory's scheduler.json may be anything.
+void check_job_id(std::string_view job_id);
+
 // The body every built-in template shares: start `hardy run` for the job (with
 // `extra_run_options`, placeholders allowed, before its other options; `hardy train` gets
 // --config and --resume latest, which starts at step 0 when there is no checkpoint yet) in the

@@ -46,6 +46,13 @@ struct Retention {
 std::vector<std::filesystem::path> apply_retention(const std::filesystem::path& dir,
                                                    const Retention& retention);
 
+// A job that resumed from step `step` starts a new timeline: the directory's checkpoints of
+// later steps belong to the one it left, and the retention above (which keeps the highest steps)
+// would prune the new timeline's instead of them. Deletes them, and `latest` when it names one of
+// them; returns what it deleted. Best effort, as apply_retention.
+std::vector<std::filesystem::path> discard_checkpoints_newer_than(const std::filesystem::path& dir,
+                                                                  long step);
+
 struct SavedCheckpoint {
   std::filesystem::path path;
   std::uint64_t bytes = 0;

@@ -17,10 +17,4 @@ void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path);
 // tensor is missing or has another shape (a model built with another configuration).
 void load_model(core::DeepLabV3Plus& model, const std::filesystem::path& path);
 
-// Writes `path` by calling `write(temporary_path)` and then, only if that succeeded, fsyncing the
-// file, renaming it over `path` and fsyncing the directory. On failure the temporary file is
-// removed and whatever was at `path` before stays untouched.
-void write_atomically(const std::filesystem::path& path,
-                      const std::function<void(const std::filesystem::path&)>& write);
-
 }  // namespace hardy::checkpoint

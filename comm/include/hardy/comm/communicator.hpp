@@ -85,6 +85,8 @@ class Communicator {
 std::int64_t allreduce(Communicator& comm, std::int64_t value, ReduceOp op);
 // Whether value is the same at every rank (one reduction of its minimum and maximum).
 bool all_equal(Communicator& comm, std::int64_t value);
+// Root's `text` at every rank (the others' `text` is ignored): its length, then its bytes.
+std::string broadcast_text(Communicator& comm, const std::string& text, int root);
 // The ranks of a communicator of old_size that are not among a shrink's survivors (old_ranks).
 std::vector<int> ranks_lost(const std::vector<int>& old_ranks, int old_size);
 

@@ -34,6 +34,12 @@ class MpiSession {
 // whenever it raises ProcessFailure.
 void note_peer_failure();
 
+// Ends every process of the job now with `status` (MPI_Abort on MPI_COMM_WORLD, which the
+// launcher turns into the job's exit status), for a fatal error that the other ranks may not
+// know of: finalizing instead would leave them waiting in their next collective. Without MPI
+// (never initialized, or already finalized) it ends this process only.
+[[noreturn]] void abort_job(int status);
+
 class MpiCommunicator final : public Communicator {
  public:
   // MPI_COMM_WORLD itself (not freed on destruction), with its error handler set to return.

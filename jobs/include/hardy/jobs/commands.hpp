@@ -16,6 +16,7 @@ int ckpt_command(const std::vector<std::string>& args);
 int submit_command(const std::vector<std::string>& args);
 int status_command(const std::vector<std::string>& args);
 int cancel_command(const std::vector<std::string>& args);
+int clean_command(const std::vector<std::string>& args);
 int run_command(const std::vector<std::string>& args);
 int simulate_command(const std::vector<std::string>& args);
 int report_command(const std::vector<std::string>& args);

@@ -23,6 +23,8 @@ struct LaunchEvents {
   std::optional<std::string> finished_status;  // job_finished "status"
   std::optional<long> finished_steps;          // job_finished "steps"
   std::optional<long> last_committed_step;     // the last line of metrics.jsonl
+  // A checkpoint_written or final_checkpoint event: the run directory holds the run's own state.
+  bool checkpoint_written = false;
   // Nodes (by index in the launch's node list) that the job itself saw fail, each with the
   // evidence in words: in-job failure_detected events. Circumstantial: see weigh_evidence().
   std::map<std::size_t, std::vector<std::string>> failed_nodes;

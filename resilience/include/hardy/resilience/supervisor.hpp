@@ -83,9 +83,16 @@ struct SupervisorConfig {
 inline constexpr std::string_view kExcludeNodesFile = "exclude-nodes";
 std::filesystem::path exclude_nodes_file(const std::filesystem::path& run_dir);
 
-// The command line of one launch on `nodes`.
+// The command line of one launch on `nodes`. A relaunch drops --inject-failure; with
+// `newest_state` it resumes with `--resume latest`, in place of any --resume the user gave (that
+// state is older than what the run has written since).
 std::vector<std::string> launch_command(const SupervisorConfig& config,
-                                        const std::vector<std::string>& nodes, bool resume);
+                                        const std::vector<std::string>& nodes, bool relaunch,
+                                        bool newest_state);
+// --launch-agent as Open MPI reads plm_ssh_agent: alternatives separated by ':' (the first whose
+// program is found, as a path or on PATH; else the first), each a program and its arguments
+// separated by blanks ("ssh -x" is ssh with -x). Empty for a blank agent.
+std::vector<std::string> launch_agent_argv(const std::string& agent);
 // The command that asks one node ({host}) whether it is alive through the launch path, or empty
 // when the nodes are this host.
 std::vector<std::string> probe_command(const SupervisorConfig& config,

@@ -11,9 +11,12 @@
 // and passes its hid_t values straight in (hdf5.cpp checks that the types agree).
 //
 // Thread safety: HDF5 serializes all calls behind a global lock only when built thread-safe
-// (library_is_thread_safe()); otherwise at most one thread may use HDF5 at a time.
+// (library_is_thread_safe()); otherwise at most one thread may use HDF5 at a time, and every
+// operation that may run beside another thread's (a sample read on a loader thread, a checkpoint
+// or snapshot written on its writer's thread) holds an h5::Exclusive while it calls HDF5.
 #include <cstdint>
 #include <filesystem>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +43,21 @@ int check(int status, const char* call, std::string_view what);  // herr_t, htri
 std::string take_error_stack();
 
 bool library_is_thread_safe();
+
+// Held for a whole HDF5 operation (reading a sample, validating a file, writing a checkpoint):
+// with a library built without thread safety (Spack's and HDF5's own default) one operation at a
+// time in the process; with a thread-safe one nothing (HDF5 locks itself, call by call).
+// Reentrant: an operation may call another.
+class Exclusive {
+ public:
+  Exclusive();
+  bool engaged() const { return lock_.owns_lock(); }
+  // Tests: serialize as for a library without thread safety, whatever this one is.
+  static void force_for_testing(bool force);
+
+ private:
+  std::unique_lock<std::recursive_mutex> lock_;
+};
 
 // Owns one HDF5 id of any kind and closes it with the right function for that kind.
 class Handle {
