@@ -171,6 +171,12 @@ inline constexpr EventField tree_refused[] = {
     {"host", T::string, req}, {"directory", T::string, req}, {"reason", T::string, req}};
 inline constexpr EventField checkpoint_rejected[] = {{"reason", T::string, req},
                                                      {"path", T::string, opt}};
+inline constexpr EventField stale_snapshots_removed[] = {{"host", T::string, req},
+                                                         {"directory", T::string, req},
+                                                         {"idle_s", T::number, req},
+                                                         {"bytes", T::integer, req}};
+inline constexpr EventField checkpoints_discarded[] = {{"newer_than_step", T::integer, req},
+                                                       {"files", T::array, req}};
 // Fault domains (resilience/src/fault_domains.hpp, domain_supervisor.cpp).
 inline constexpr EventField domain_membership[] = {{"generation", T::integer, req},
                                                    {"members", T::array, req},
@@ -246,6 +252,11 @@ inline constexpr EventKind kEventKinds[] = {
     {"recovery_finished", "a recovery inside the job ended", event_fields::recovery_finished},
     {"checkpoint_rejected", "a checkpoint failed validation, or does not fit, and was passed over",
      event_fields::checkpoint_rejected},
+    {"stale_snapshots_removed",
+     "a crashed run's node-local snapshots, idle past the grace, removed",
+     event_fields::stale_snapshots_removed},
+    {"checkpoints_discarded", "checkpoints of another timeline, newer than the one resumed",
+     event_fields::checkpoints_discarded},
     {"snapshot_tier_refused", "the node-local snapshot tree failed the ownership checks",
      event_fields::tree_refused},
     {"staging_refused", "the --stage-to tree failed the ownership checks",
