@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""Fault domains on the emulated cluster: what a lost node costs the survivors, phase by phase, and
+what domains cost every step (needs root for the network namespaces).
+
+    sudo bench/cluster/domain_bench.py [--hardy build/bin/hardy] [--repeats 2] [--rounds 2] \
+        [--scenarios node_crash,leader_crash,node_freeze,node_crash_rpn2] [--skip-overhead]
+
+1. Recovery: tests/cluster/domain_loss.py's scenarios (8 emulated nodes as 4 domains of 2, one
+   spare), --repeats times each; per scenario the median of each phase, in seconds from the fault:
+   regrouped (the survivors' leaders connected to the next generation), survivors_next_step (their
+   next committed step: what the job loses), relaunched (the lost domain's new launcher started),
+   healed (its state came from a live domain), back_at_full_strength, and heal_bytes. The baseline
+   in the same run is docs/resilience.md's whole-job relaunch (bench/cluster/node_loss_bench.py).
+2. Overhead per step: the same job (examples/tiny.ini's model, 1 rank per node, 8 nodes) as one
+   MPI job and as 4 domains of 2 nodes, on the same emulated nodes, alternating, --rounds each;
+   the median step_s of metrics.jsonl after the first 20 steps. The domains' price is the gloo
+   allreduce of the gradients between the leaders, the vote, and the in-domain broadcast.
+
+Results go to bench/results/cluster-domains-<date>.json.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests/cluster"))
+sys.path.insert(0, str(ROOT / "tests/lib"))
+from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
+from hardy_test import read_jsonl  # noqa: E402
+
+SCENARIOS = ["node_crash", "leader_crash", "node_freeze", "node_crash_rpn2"]
+PHASES = ["regrouped_s", "survivors_next_step_s", "relaunched_s", "healed_s", "back_at_full_strength_s",
+          "heal_bytes", "heal_seconds"]
+NODES = 8
+OVERHEAD_STEPS = 120
+
+
+def recovery(args, tmp):
+    results, failures = {}, {}
+    for scenario in args.scenarios.split(","):
+        runs = []
+        for repeat in range(args.repeats):
+            out = Path(tmp) / f"{scenario}-{repeat}.json"
+            done = subprocess.run([sys.executable, str(ROOT / "tests/cluster/domain_loss.py"), args.hardy, scenario,
+                                   "--json", str(out)], capture_output=True, text=True)
+            if done.returncode == 77:
+                sys.exit(done.stdout.strip())
+            if done.returncode != 0 or not out.exists():
+                failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+                print(f"{scenario} #{repeat + 1}: failed (status {done.returncode}): {failed}", flush=True)
+                failures.setdefault(scenario, []).append(failed)
+                continue
+            runs.append(json.loads(out.read_text())["phases"][0])
+            print(f"{scenario} #{repeat + 1}: {runs[-1]}", flush=True)
+        results[scenario] = {
+            "runs": runs,
+            "median": {p: statistics.median(r[p] for r in runs) for p in PHASES if runs and all(p in r for r in runs)}}
+    return results, failures
+
+
+def overhead(args, tmp):
+    tiny = ROOT / "examples/tiny.ini"
+    rows = {"one_job": [], "domains_4x2": []}
+    with EmulatedCluster(nodes=NODES) as cluster:
+        env = {**os.environ, **cluster.mpi_env()}
+        for round_ in range(args.rounds):
+            for name, per_domain in (("one_job", 0), ("domains_4x2", 2)):
+                run = Path(tmp) / f"overhead-{name}-{round_}"
+                command = [args.hardy, "run", "--hosts", ",".join(cluster.hosts), "--launch-agent", cluster.agent,
+                           "--ranks-per-node", "1", "--nodes-per-domain", str(per_domain), "--run-dir", str(run),
+                           "--", "--config", str(tiny), "--steps", str(OVERHEAD_STEPS), "--threads", "1",
+                           "--eval-samples", "0", "--snapshot-dir", str(Path(tmp) / "node-local")]
+                subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               timeout=600)
+                steps = [m["step_s"] for m in read_jsonl(run / "metrics.jsonl") if m["step"] > 20]
+                rows[name].append(statistics.median(steps))
+                print(f"overhead round {round_ + 1} {name}: median step {rows[name][-1] * 1000:.1f} ms", flush=True)
+    one, domains = statistics.median(rows["one_job"]), statistics.median(rows["domains_4x2"])
+    return {"rounds": rows, "one_job_ms": one * 1000, "domains_ms": domains * 1000,
+            "overhead_pct": 100 * (domains - one) / one}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hardy", default=str(ROOT / "build/bin/hardy"))
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--skip-overhead", action="store_true")
+    args = parser.parse_args()
+    ok, why = namespaces_available()
+    if not ok:
+        sys.exit(f"cannot emulate a cluster here: {why}")
+    with tempfile.TemporaryDirectory(prefix="hardy-domain-bench-") as tmp:
+        results, failures = recovery(args, tmp) if args.scenarios else ({}, {})
+        cost = None if args.skip_overhead else overhead(args, tmp)
+    print("\n| scenario | " + " | ".join(PHASES) + " |")
+    print("|---" * (len(PHASES) + 1) + "|")
+    for scenario, result in results.items():
+        median = result["median"]
+        print(f"| {scenario} | " + " | ".join(f"{median[p]:.2f}" if p in median and p != "heal_bytes"
+                                             else str(median.get(p, "-")) for p in PHASES) + " |")
+    if cost:
+        print(f"\nper step: one job {cost['one_job_ms']:.1f} ms, 4 domains of 2 {cost['domains_ms']:.1f} ms, "
+              f"overhead {cost['overhead_pct']:+.1f}%")
+    out = ROOT / "bench/results" / f"cluster-domains-{date.today().isoformat()}.json"
+    out.write_text(json.dumps({"machine": {"host": platform.node(), "cpus": os.cpu_count()},
+                               "hardy": args.hardy, "recovery": results, "failures": failures,
+                               "overhead": cost}, indent=1))
+    print(f"results: {out}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
