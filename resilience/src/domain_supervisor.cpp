@@ -19,6 +19,7 @@
 #include "hardy/resilience/supervisor.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "launched_job.hpp"
+#include "supervisor_events.hpp"
 
 namespace hardy::resilience {
 
@@ -125,21 +126,10 @@ int supervise_domains(const SupervisorConfig& config) {
   std::vector<std::string> spares = config.spare_nodes;
   std::size_t generation = 0;
   store->set("gen.0.members", format_members(members));
-  events.emit("supervisor_started", {{"nodes", config.nodes},
-                                     {"spare_nodes", spares},
-                                     {"ranks_per_node", config.ranks_per_node},
-                                     {"launcher", to_string(config.launcher)},
-                                     {"launch_agent", config.launch_agent},
-                                     {"ulfm", config.ulfm},
-                                     {"heartbeat_timeout_s", config.detection.heartbeat_timeout_s},
-                                     {"keepalive_time_s", config.detection.keepalive_time_s},
-                                     {"scheduler", config.scheduler},
-                                     {"scheduler_job_id", config.scheduler_job_id},
-                                     {"scheduler_restart_count", config.scheduler_restart_count},
-                                     {"domains", count},
-                                     {"nodes_per_domain", per},
-                                     {"rendezvous_store", store_dir.string()},
-                                     {"pid", ::getpid()}});
+  nlohmann::json started = supervisor_started_fields(config);
+  started.update(
+      {{"domains", count}, {"nodes_per_domain", per}, {"rendezvous_store", store_dir.string()}});
+  events.emit("supervisor_started", std::move(started));
 
   const auto publish = [&](const std::string& reason) {
     ++generation;

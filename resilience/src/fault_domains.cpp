@@ -225,11 +225,7 @@ void FaultDomains::start(const DomainStateAccess& state) {
          {"seconds",
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}});
   }
-  decision = SharedDecision::decode(share_decision(decision.encode()));
-  generation_ = decision.generation;
-  members_ = decision.members;
-  ranks_per_member_ = decision.ranks;
-  if (decision.verdict == kHealed) state.restore_in_domain(healed);
+  apply_decision(decision.encode(), {}, &healed, state);
 }
 
 DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> gradients, double loss,
@@ -411,10 +407,7 @@ void FaultDomains::admit_if_pending(const DomainStateAccess& state) {
            {"seconds",
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}});
   }
-  decision = SharedDecision::decode(share_decision(decision.encode()));
-  generation_ = decision.generation;
-  members_ = decision.members;
-  ranks_per_member_ = decision.ranks;
+  apply_decision(decision.encode(), {}, nullptr, state);
 }
 
 }  // namespace hardy::resilience

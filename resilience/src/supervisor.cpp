@@ -15,6 +15,7 @@
 #include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "launched_job.hpp"
+#include "supervisor_events.hpp"
 
 namespace hardy::resilience {
 
@@ -150,6 +151,21 @@ std::vector<std::string> record_excluded_nodes(const std::filesystem::path& run_
 }
 
 }  // namespace
+
+nlohmann::json supervisor_started_fields(const SupervisorConfig& config) {
+  return {{"nodes", config.nodes},
+          {"spare_nodes", config.spare_nodes},
+          {"ranks_per_node", config.ranks_per_node},
+          {"launcher", to_string(config.launcher)},
+          {"launch_agent", config.launch_agent},
+          {"ulfm", config.ulfm},
+          {"heartbeat_timeout_s", config.detection.heartbeat_timeout_s},
+          {"keepalive_time_s", config.detection.keepalive_time_s},
+          {"scheduler", config.scheduler},
+          {"scheduler_job_id", config.scheduler_job_id},
+          {"scheduler_restart_count", config.scheduler_restart_count},
+          {"pid", ::getpid()}};
+}
 
 std::filesystem::path exclude_nodes_file(const std::filesystem::path& run_dir) {
   return run_dir / kExcludeNodesFile;
@@ -331,18 +347,7 @@ int supervise(const SupervisorConfig& config) {
   std::filesystem::create_directories(config.run_dir);
   core::EventLog events(config.run_dir / "events.jsonl");
   NodeSet nodes{config.nodes, config.spare_nodes};
-  events.emit("supervisor_started", {{"nodes", nodes.active},
-                                     {"spare_nodes", nodes.spares},
-                                     {"ranks_per_node", config.ranks_per_node},
-                                     {"launcher", to_string(config.launcher)},
-                                     {"launch_agent", config.launch_agent},
-                                     {"ulfm", config.ulfm},
-                                     {"heartbeat_timeout_s", config.detection.heartbeat_timeout_s},
-                                     {"keepalive_time_s", config.detection.keepalive_time_s},
-                                     {"scheduler", config.scheduler},
-                                     {"scheduler_job_id", config.scheduler_job_id},
-                                     {"scheduler_restart_count", config.scheduler_restart_count},
-                                     {"pid", ::getpid()}});
+  events.emit("supervisor_started", supervisor_started_fields(config));
   // Inside a batch job: hand the job back to the scheduler to run again (on other nodes, or
   // after its time limit), unless it has asked for that too often already.
   const auto request_requeue = [&](const std::string& why, const std::vector<std::string>& lost,

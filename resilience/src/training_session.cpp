@@ -771,7 +771,10 @@ int TrainingSession::State::run() {
     // The job's last state is worth keeping when checkpoints are on: a later job can go on from it.
     const bool checkpointing = config.checkpoint_every > 0 || config.checkpoint_every_seconds > 0;
     // Agreed: a lead that cannot write it fails every rank, and no host removes its snapshots.
-    if (checkpointing && store.last_checkpoint_step() != step)
+    // Only the lead knows whether the last step has its checkpoint already (it alone writes
+    // them), so it tells the others: a test of its own would send ranks down different paths.
+    if (checkpointing && comm::allreduce(comm(), lead() && store.last_checkpoint_step() != step,
+                                         comm::ReduceOp::max) != 0)
       comm::agree_on_outcome(comm(), lead(), [&] { store.checkpoint_if_due(true); });
     store.flush();
     store.remove_node_snapshots();  // after the final checkpoint: nothing needs them any more

@@ -174,7 +174,10 @@ def main():
                 regroup = [e for e in named("domain_quorum_changed") if e["unix_time"] > f["time"]]
                 relaunch = [e for e in relaunched if e["unix_time"] > f["time"]]
                 heal = [e for e in named("domain_healed") if e["unix_time"] > f["time"]]
-                admitted = [e for e in named("domain_admitted") if e["unix_time"] > f["time"]]
+                # The lost domain let back in (the joiner's own record; the members' domain_admitted
+                # is logged by the domain that writes the run files, which may be the joiner).
+                admitted = [e for e in named("domain_joined")
+                            if e["unix_time"] > f["time"] and e.get("domain") == f["node"] // PER_DOMAIN]
                 phase = {"fault": f["kind"], "host": f["host"], "step": f["step"]}
                 if regroup:
                     phase["regrouped_s"] = regroup[0]["unix_time"] - f["time"]

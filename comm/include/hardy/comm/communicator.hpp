@@ -81,6 +81,10 @@ class Communicator {
   virtual Survivors shrink() = 0;
 };
 
+// A request that is complete from the start: what a communicator whose collectives block returns
+// from its non-blocking calls.
+std::unique_ptr<Request> completed_request();
+
 // One value reduced over every rank.
 std::int64_t allreduce(Communicator& comm, std::int64_t value, ReduceOp op);
 // Whether value is the same at every rank (one reduction of its minimum and maximum).

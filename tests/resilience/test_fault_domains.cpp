@@ -1,0 +1,183 @@
+// FaultDomains in one process: every domain a thread with a one-rank communicator, its leader's
+// gloo group on loopback, the rendezvous store in a scratch directory and the test playing the
+// supervisor (it publishes the generations). A domain fails on demand by leaving: its group's
+// connections close, as when its MPI job dies. What is checked is what the job relies on: every
+// live domain gets the same verdict and the same summed gradients, a lost domain makes the
+// others drop the step in flight together and go on, and a relaunched domain is let in at a step
+// boundary and healed to the others' committed state.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "fault_domains.hpp"
+#include "hardy/comm/rendezvous_store.hpp"
+#include "hardy/comm/self_communicator.hpp"
+#include "scratch_directory.hpp"
+
+using namespace hardy;
+using namespace hardy::resilience;
+using namespace std::chrono_literals;
+
+namespace {
+
+// One domain of one rank: its communicator, its committed "state" (a step and a tensor standing
+// for the model) and its leader's FaultDomains.
+struct Domain {
+  Domain(int index, int count, const std::filesystem::path& store, std::string join = {})
+      : comm(std::make_unique<comm::SelfCommunicator>()),
+        gradient(core::Tensor::host({4})),
+        domains(DomainOptions{.index = index,
+                              .count = count,
+                              .store = store,
+                              .address = "127.0.0.1",
+                              .timeout_s = 2,
+                              .membership_timeout_s = 20,
+                              .join_token = std::move(join)},
+                comm, events) {
+    committed_state.step = 0;
+  }
+
+  DomainStateAccess access() {
+    return {.committed = [this]() -> const checkpoint::TrainingState& { return committed_state; },
+            .restore_in_domain =
+                [this](checkpoint::TrainingState& state) {
+                  committed_state = state;
+                  ++heals;
+                },
+            .committed_step = [this] { return committed_state.step; }};
+  }
+
+  // The step's exchange with this domain's gradient `value`; on commit the state moves on.
+  DomainStep step(float value) {
+    std::ranges::fill(gradient.f32(), value);
+    core::Tensor* gradients[] = {&gradient};
+    const long next = committed_state.step + 1;
+    DomainStep outcome = domains.exchange(next, gradients, value, 0, access());
+    if (outcome.verdict == StepVerdict::commit) {
+      committed_state.step = next;
+      summed.push_back(gradient.f32()[0]);
+    }
+    return outcome;
+  }
+
+  std::unique_ptr<comm::Communicator> comm;
+  core::EventLog events;  // not opened: emits go nowhere
+  core::Tensor gradient;
+  checkpoint::TrainingState committed_state;
+  std::vector<float> summed;  // the gradient sum of every committed step
+  int heals = 0;
+  FaultDomains domains;
+};
+
+}  // namespace
+
+TEST_CASE("fault domains: a lost domain's peers drop the step in flight together, then train on") {
+  hardy::testing::ScratchDirectory scratch("domains");
+  const auto store_dir = scratch.path() / "store";
+  auto supervisor = comm::open_file_store(store_dir);
+  supervisor->set("gen.0.members", "0,1,2");
+
+  std::vector<std::unique_ptr<Domain>> domains;
+  for (int d = 0; d < 3; ++d) domains.push_back(std::make_unique<Domain>(d, 3, store_dir));
+  // Start and one full step, every domain on its own thread as in a job.
+  std::vector<std::future<void>> running;
+  for (int d = 0; d < 3; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      auto& domain = *domains[static_cast<std::size_t>(d)];
+      domain.domains.start(domain.access());
+      const DomainStep first = domain.step(static_cast<float>(d + 1));
+      CHECK(first.verdict == StepVerdict::commit);
+      CHECK(first.loss == 6.0);  // every domain's loss summed: 1 + 2 + 3
+    }));
+  for (auto& r : running) r.get();
+  for (const auto& domain : domains) CHECK(domain->summed == std::vector<float>{6.0f});
+  CHECK(domains[0]->domains.owns_run_files());
+  CHECK_FALSE(domains[1]->domains.owns_run_files());
+
+  // Domain 0, the one that writes the run directory's files, dies between steps. The others'
+  // next exchange fails, they report it, the supervisor publishes generation 1 without it.
+  domains[0].reset();
+  std::atomic<bool> published{false};
+  auto watcher = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 2000 && !published; ++i) {
+      if (supervisor->try_get("fail.0.1") || supervisor->try_get("fail.0.2")) {
+        supervisor->set("gen.1.members", "1,2");
+        published = true;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  running.clear();
+  std::vector<DomainStep> outcomes(3);
+  for (int d = 1; d < 3; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      outcomes[static_cast<std::size_t>(d)] =
+          domains[static_cast<std::size_t>(d)]->step(static_cast<float>(10 * d));
+    }));
+  for (auto& r : running) r.get();
+  watcher.get();
+  REQUIRE(published);
+  // Nobody's vote completed: the step is dropped by both, at the same committed step.
+  for (int d = 1; d < 3; ++d) {
+    CHECK(outcomes[static_cast<std::size_t>(d)].verdict == StepVerdict::abandon);
+    CHECK(domains[static_cast<std::size_t>(d)]->committed_state.step == 1);
+    CHECK(domains[static_cast<std::size_t>(d)]->domains.generation() == 1);
+  }
+  // The lowest survivor writes the run directory's files now, and the job trains on, the batch
+  // split over the survivors' ranks alone.
+  CHECK(domains[1]->domains.owns_run_files());
+  CHECK(domains[1]->domains.job_world_size() == 2);
+  running.clear();
+  for (int d = 1; d < 3; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      CHECK(domains[static_cast<std::size_t>(d)]->step(static_cast<float>(10 * d)).verdict ==
+            StepVerdict::commit);
+    }));
+  for (auto& r : running) r.get();
+  CHECK(domains[1]->summed == std::vector<float>{6.0f, 30.0f});
+  CHECK(domains[2]->summed == std::vector<float>{6.0f, 30.0f});
+  CHECK(domains[1]->domains.my_slice(12).size() + domains[2]->domains.my_slice(12).size() == 12);
+
+  // Domain 0 comes back: it asks to join, the supervisor lets it in (generation 2), the members
+  // see it waiting in their next vote and admit it after that step; it heals to their state.
+  auto rejoining = std::async(std::launch::async, [&] {
+    auto domain = std::make_unique<Domain>(0, 3, store_dir, "2");
+    domain->domains.start(domain->access());
+    return domain;
+  });
+  auto admitter = std::async(std::launch::async, [&] {
+    REQUIRE(supervisor->wait_for("join.0.2", 20s));
+    supervisor->set("gen.2.members", "0,1,2");
+    supervisor->set("admit.0.2", "2");
+  });
+  admitter.get();
+  running.clear();
+  for (int d = 1; d < 3; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      auto& domain = *domains[static_cast<std::size_t>(d)];
+      const DomainStep outcome = domain.step(1.0f);
+      CHECK(outcome.verdict == StepVerdict::commit);
+      CHECK(outcome.admit_pending);
+      domain.domains.admit_if_pending(domain.access());
+      CHECK(domain.domains.generation() == 2);
+    }));
+  for (auto& r : running) r.get();
+  domains[0] = rejoining.get();
+  CHECK(domains[0]->heals == 1);
+  CHECK(domains[0]->committed_state.step == 3);
+  CHECK(domains[0]->domains.owns_run_files());
+  CHECK_FALSE(domains[1]->domains.owns_run_files());
+  // All three at full strength again, with the same sums.
+  running.clear();
+  for (int d = 0; d < 3; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      CHECK(domains[static_cast<std::size_t>(d)]->step(2.0f).verdict == StepVerdict::commit);
+    }));
+  for (auto& r : running) r.get();
+  // The relaunched domain's first step since its heal, and the others' whole history.
+  CHECK(domains[0]->summed == std::vector<float>{6.0f});
+  for (int d = 1; d < 3; ++d)
+    CHECK(domains[static_cast<std::size_t>(d)]->summed ==
+          std::vector<float>{6.0f, 30.0f, 2.0f, 6.0f});
+}
