@@ -1,9 +1,12 @@
 #include "node_staging.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 
+#include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace fs = std::filesystem;
@@ -11,11 +14,17 @@ namespace fs = std::filesystem;
 namespace hardy::resilience {
 
 NodeStaging::NodeStaging(const fs::path& stage_dir, const fs::path& dataset_root,
-                         std::vector<fs::path> files, const std::string& host, int copy_threads)
+                         std::vector<fs::path> files, const std::string& host, std::string launch,
+                         int copy_threads)
     : stage_dir_(stage_dir),
       directory_(core::staging_directory(stage_dir, dataset_root, host)),
       files_(std::move(files)),
-      copy_threads_(std::max(1, copy_threads)) {
+      copy_threads_(std::max(1, copy_threads)),
+      manifest_prefix_(".verified-" + launch + "-"),
+      // One list per copier: nodes emulated on one host share the directory.
+      manifest_(directory_ / fmt::format("{}{}", manifest_prefix_, ::getpid())) {
+  if (launch.empty() || launch.find('/') != std::string::npos)
+    throw InvalidArgument(fmt::format("'{}' is not a launch token", launch));
   // Relative paths as the dataset spells them: a split directory that is a symlink stays a
   // directory of the copy, not the path it points to.
   const auto given_root = dataset_root.lexically_normal();
@@ -78,11 +87,13 @@ NodeStagingPlan NodeStaging::plan(const std::vector<std::string>& node_of_rank, 
   if (!copier || copies.empty()) return result;
   if (wait) {
     report_ = core::stage_files(stage_dir_, copies, copy_threads_, progress);
+    record_verified(copies);
     return result;
   }
   background_ = std::thread([this, copies = std::move(copies)] {
     try {
       core::stage_files(stage_dir_, copies, copy_threads_);
+      record_verified(copies);
     } catch (const std::exception& e) {
       std::lock_guard lock(error_mutex_);
       background_error_ = e.what();
@@ -98,9 +109,47 @@ std::vector<std::size_t> NodeStaging::local_positions(const core::GlobalBatch& b
   return core::place_batch(home, node_of_rank_).at(static_cast<std::size_t>(rank));
 }
 
+void NodeStaging::record_verified(const std::vector<core::StageCopy>& copies) {
+  std::lock_guard lock(verified_mutex_);
+  if (verified_.empty()) {
+    // Earlier launches' lists: nothing reads them any more.
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(directory_, error))
+      if (const auto name = entry.path().filename().string();
+          name.starts_with(".verified-") && !name.starts_with(manifest_prefix_))
+        fs::remove(entry.path(), error);
+  }
+  for (const auto& copy : copies)
+    verified_.insert(copy.destination.lexically_relative(directory_).string());
+  // The list goes into the node's private staging tree (core::stage_files checked it), written
+  // whole and renamed, so a reader on another rank sees the old list or the new one.
+  core::write_atomically(manifest_, [&](const fs::path& temporary) {
+    std::ofstream file(temporary);
+    for (const auto& relative : verified_) file << relative << "\n";
+    file.close();
+    if (!file) throw IoError(fmt::format("cannot write {}", temporary.string()));
+  });
+}
+
+bool NodeStaging::verified(const fs::path& relative) const {
+  std::lock_guard lock(verified_mutex_);
+  if (verified_.contains(relative.string())) return true;
+  // A list written or replaced since the last look renamed a file in the directory.
+  std::error_code error;
+  const auto changed = fs::last_write_time(directory_, error);
+  if (error || changed == lists_seen_) return false;
+  lists_seen_ = changed;
+  for (const auto& entry : fs::directory_iterator(directory_, error))
+    if (entry.path().filename().string().starts_with(manifest_prefix_)) {
+      std::ifstream file(entry.path());
+      for (std::string line; std::getline(file, line);) verified_.insert(line);
+    }
+  return verified_.contains(relative.string());
+}
+
 fs::path NodeStaging::locate(const fs::path& source) const {
   const auto relative = relative_.find(source.string());
-  if (relative == relative_.end()) return source;
+  if (relative == relative_.end() || !verified(relative->second)) return source;
   fs::path copy = directory_ / relative->second;
   std::error_code error;
   return fs::exists(copy, error) ? copy : source;

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "hardy/core/data/sampler.hpp"
@@ -27,8 +28,11 @@ class NodeStaging {
  public:
   // files[i] is sample i's file below dataset_root; this host's copies go below
   // core::staging_directory(stage_dir, dataset_root, host) with the same relative path.
+  // `launch` is this launch's token (RunIdentity::launch), shared by its ranks: a copy counts
+  // only once this launch's copier on the node made or verified it.
   NodeStaging(const std::filesystem::path& stage_dir, const std::filesystem::path& dataset_root,
-              std::vector<std::filesystem::path> files, const std::string& host, int copy_threads);
+              std::vector<std::filesystem::path> files, const std::string& host, std::string launch,
+              int copy_threads);
   ~NodeStaging();  // waits for a background copy
   NodeStaging(const NodeStaging&) = delete;
   NodeStaging& operator=(const NodeStaging&) = delete;
@@ -46,13 +50,20 @@ class NodeStaging {
 
   // This rank's positions in `batch` (see core::place_batch), under the current plan.
   std::vector<std::size_t> local_positions(const core::GlobalBatch& batch, int rank) const;
-  // The staged copy of `source` when it exists (copies appear complete or not at all), else
-  // `source`. Thread-safe.
+  // The staged copy of `source` when this launch's copier on the node made or verified it (it
+  // lists them in DIRECTORY/.verified-<launch>-<pid>, which any rank on the node reads), else
+  // `source`:
+  // a copy another job left, or one whose size and time were forged, is never read.
+  // Thread-safe.
   std::filesystem::path locate(const std::filesystem::path& source) const;
   const std::filesystem::path& directory() const { return directory_; }
 
  private:
   void join();
+  // The copier: `copies` are now verified; adds them to the launch's list on the node.
+  void record_verified(const std::vector<core::StageCopy>& copies);
+  // Whether `relative` is listed, re-reading the list when it changed since the last read.
+  bool verified(const std::filesystem::path& relative) const;
 
   std::filesystem::path stage_dir_;  // the root of the private tree (core::stage_files)
   std::filesystem::path directory_;
@@ -66,6 +77,13 @@ class NodeStaging {
   std::thread background_;
   mutable std::mutex error_mutex_;
   std::string background_error_;
+  // This launch's lists of verified copies: DIRECTORY/.verified-<launch>-<copier's pid>.
+  std::string manifest_prefix_;
+  std::filesystem::path manifest_;  // this process's, when it copies
+  // The relative paths this launch's lists hold, as last read, and the directory's time then.
+  mutable std::mutex verified_mutex_;
+  mutable std::unordered_set<std::string> verified_;
+  mutable std::filesystem::file_time_type lists_seen_{};
 };
 
 }  // namespace hardy::resilience

@@ -31,6 +31,12 @@ std::string random_run_id() {
   return id;
 }
 
+}  // namespace
+
+std::string random_launch_token() { return random_run_id().substr(0, 16); }
+
+namespace {
+
 bool is_run_id(const std::string& text) {
   return text.size() == kRunIdDigits && std::all_of(text.begin(), text.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');

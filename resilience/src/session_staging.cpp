@@ -23,7 +23,7 @@ void TrainingSession::State::start_staging() {
         "is not",
         data.storage->describe()));
   staging = std::make_unique<NodeStaging>(config.stage_to, config.data.dataset, dataset->files(),
-                                          membership.host(), config.stage_threads);
+                                          membership.host(), identity.launch, config.stage_threads);
   restage(/*wait=*/true, "job start");
   // From now on loads read a node's own copies; files it does not hold come from the source.
   dataset->set_file_locator([staged = staging.get()](const std::filesystem::path& source) {

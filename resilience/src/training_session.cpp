@@ -182,15 +182,16 @@ void TrainingSession::State::check_and_complete_config() {
 }
 
 void TrainingSession::State::establish_run_identity() {
-  // A fixed-size message: the run id's 32 digits and the hash's 16, or zeros when rank 0 failed.
-  std::string message(48, '\0');
+  // A fixed-size message: the run id's 32 digits, the hash's 16 and this launch's token's 16, or
+  // zeros when rank 0 failed.
+  std::string message(64, '\0');
   std::exception_ptr failure;
   if (lead()) {
     try {
       const std::string run_id = ensure_run_id(config.run_dir);
       const std::string hash =
           config_hash(resume_identity(config, data.train->shape(), data.train->size()));
-      message = run_id + hash;
+      message = run_id + hash + random_launch_token();
     } catch (...) {
       failure = std::current_exception();
     }
@@ -200,7 +201,7 @@ void TrainingSession::State::establish_run_identity() {
   if (message.front() == '\0')
     throw Error(
         fmt::format("rank 0 could not read or create the run id of {}", config.run_dir.string()));
-  identity = {message.substr(0, 32), message.substr(32)};
+  identity = {message.substr(0, 32), message.substr(32, 16), message.substr(48)};
 }
 
 TrainingSession::State::~State() { watchdog.stop(); }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hardy/core/data/sampler.hpp"
+#include "hardy/core/support/error.hpp"
 #include "node_staging.hpp"
 #include "scratch_directory.hpp"
 
@@ -32,11 +33,18 @@ std::vector<fs::path> make_files(const fs::path& root, int count) {
   return files;
 }
 
+// Staged copies below `dir` (not the launches' lists of verified copies).
 std::size_t files_below(const fs::path& dir) {
   std::size_t count = 0;
   if (!fs::exists(dir)) return 0;
-  for (const auto& entry : fs::recursive_directory_iterator(dir)) count += entry.is_regular_file();
+  for (const auto& entry : fs::recursive_directory_iterator(dir))
+    count += entry.is_regular_file() && !entry.path().filename().string().starts_with(".verified-");
   return count;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream file(path);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace
@@ -51,7 +59,8 @@ TEST_CASE("node staging: each node copies its share; a lost node's share moves, 
   std::size_t homed = 0;
   for (int r = 0; r < 6; ++r) {
     ranks.push_back(std::make_unique<NodeStaging>(scratch.path() / "local", scratch.path() / "data",
-                                                  files, hosts[static_cast<std::size_t>(r)], 2));
+                                                  files, hosts[static_cast<std::size_t>(r)],
+                                                  "0123456789abcdef", 2));
     const auto plan = ranks.back()->plan(hosts, r, /*copier=*/r % 2 == 0, /*wait=*/true);
     CHECK(plan.moved == files.size());
     if (r % 2 == 0) homed += plan.homed_here;
@@ -119,7 +128,7 @@ TEST_CASE("node staging: the job and `hardy data stage --hosts` agree on every f
                                         hardy::core::node_key(nodes[1])};
   for (int r = 0; r < 2; ++r) {
     NodeStaging staging(scratch.path() / "local", scratch.path() / "data", files,
-                        hosts[static_cast<std::size_t>(r)], 1);
+                        hosts[static_cast<std::size_t>(r)], "0123456789abcdef", 1);
     staging.plan(nodes, r, /*copier=*/true, /*wait=*/true);
   }
   for (const auto& file : files) {
@@ -129,4 +138,42 @@ TEST_CASE("node staging: the job and `hardy data stage --hosts` agree on every f
         hardy::core::staging_directory(scratch.path() / "local", scratch.path() / "data", home) /
         relative));
   }
+}
+
+TEST_CASE("node staging: a copy counts only once this launch's copier made or verified it",
+          "[resilience]") {
+  ScratchDirectory scratch("node-staging");
+  const auto files = make_files(scratch.path() / "data", 8);
+  const std::vector<std::string> one_node{"n0", "n0"};
+  const auto local = scratch.path() / "local";
+  {
+    // An earlier launch stages everything (one node: every file is homed here).
+    NodeStaging earlier(local, scratch.path() / "data", files, "n0", "1111111111111111", 1);
+    earlier.plan(one_node, 0, /*copier=*/true, /*wait=*/true);
+    for (const auto& file : files) CHECK(earlier.locate(file) != file);
+  }
+  // A copy tampered with while the earlier job was gone: other bytes, the same size and time.
+  NodeStaging probe(local, scratch.path() / "data", files, "n0", "2222222222222222", 1);
+  const auto forged = probe.directory() / "train" / files[3].filename();
+  const auto time = fs::last_write_time(forged);
+  std::ofstream(forged) << std::string(fs::file_size(files[3]), 'F');
+  fs::last_write_time(forged, time);
+  // The next launch's ranks read nothing from the node before its copier has checked it: the
+  // copies are there, size and time match, but this launch never verified them.
+  NodeStaging reader(local, scratch.path() / "data", files, "n0", "2222222222222222", 1);
+  for (const auto& file : files) CHECK(reader.locate(file) == file);
+  // Its copier checks every copy byte for byte (copying the forged one again) and lists them;
+  // the other rank on the node then reads them, the forged file with the source's bytes.
+  NodeStaging copier(local, scratch.path() / "data", files, "n0", "2222222222222222", 1);
+  copier.plan(one_node, 0, /*copier=*/true, /*wait=*/true);
+  CHECK(copier.last_report().copied == 1);
+  for (const auto& file : files) CHECK(reader.locate(file) != file);
+  CHECK(read_text(reader.locate(files[3])) == read_text(files[3]));
+  // A rank of yet another launch does not trust this launch's list, and the earlier list is gone.
+  NodeStaging stranger(local, scratch.path() / "data", files, "n0", "3333333333333333", 1);
+  CHECK(stranger.locate(files[0]) == files[0]);
+  for (const auto& entry : fs::directory_iterator(copier.directory()))
+    CHECK_FALSE(entry.path().filename().string().starts_with(".verified-1111111111111111"));
+  CHECK_THROWS_AS(NodeStaging(local, scratch.path() / "data", files, "n0", "../x", 1),
+                  hardy::InvalidArgument);
 }

@@ -37,7 +37,13 @@ std::string config_hash(const std::string& identity);
 struct RunIdentity {
   std::string run_id;
   std::string config_hash;
+  // This launch's random token (16 hex digits): the ranks of one launch share it, the next
+  // launch of the same run has another (what a node-local file "verified in this job" is keyed by).
+  std::string launch;
 };
+
+// A fresh random launch token.
+std::string random_launch_token();
 
 // Why a node-local snapshot of `state` must not be restored into the run `mine`: it was written
 // by another run (or before run ids were recorded) or for another configuration. nullopt when
