@@ -8,6 +8,7 @@
 #include <iostream>
 #include <string>
 
+#include "hardy/comm/agreement.hpp"
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/support/error.hpp"
@@ -83,8 +84,8 @@ void TrainingSession::State::settle_step_across_domains(const std::string& what)
   // The leader alone talks to the other domains; a domain that lost it cannot rejoin them and
   // ends (every survivor sees the same membership, so all of them stop here together).
   if (membership.world_rank_of(0) != 0)
-    throw Error(fmt::format("domain {} lost its leader ({}); the domain ends and is relaunched",
-                            config.domain, what));
+    throw comm::Agreed<Error>(fmt::format(
+        "domain {} lost its leader ({}); the domain ends and is relaunched", config.domain, what));
   std::vector<core::Tensor*> gradients;
   for (core::Parameter* p : model.parameters()) gradients.push_back(&p->grad);
   const auto started = Clock::now();
@@ -129,7 +130,7 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
       if (!path.empty()) state = checkpoint::read_checkpoint(path);
     }
     if (comm::allreduce(comm(), lead() && !path.empty() ? 1 : 0, comm::ReduceOp::max) == 0)
-      throw Error(
+      throw comm::Agreed<Error>(
           "cannot recover: no rank holds the last committed step and there is no valid checkpoint");
     broadcast_restored(state);
     source = "checkpoint";

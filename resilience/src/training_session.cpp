@@ -292,8 +292,8 @@ void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state
     }
   }
   if (comm::allreduce(comm(), error.empty() ? 0 : 1, comm::ReduceOp::max) != 0)
-    throw InvalidArgument(is_root ? error
-                                  : fmt::format("rank {} could not apply the checkpoint", root));
+    throw comm::Agreed<InvalidArgument>(
+        is_root ? error : fmt::format("rank {} could not apply the checkpoint", root));
   // The loop's scalars over MPI, the tensors device to device (whose ranks are MPI's).
   checkpoint::TrainingState scalars;
   if (is_root) {
@@ -549,7 +549,7 @@ void TrainingSession::State::train_step() {
       // from), and under skip the lead logs each sample once.
       const auto bad = gather_bad_samples(input.skipped, this_step);
       if (config.bad_samples == core::BadSamplePolicy::fail && !bad.empty())
-        throw InvalidArgument(
+        throw comm::Agreed<InvalidArgument>(  // every rank learned of the sample above
             fmt::format("{}: {} (step {}; --bad-samples skip would leave such samples out)",
                         bad.front()["file"].get<std::string>(),
                         bad.front()["reason"].get<std::string>(), this_step));
@@ -593,8 +593,9 @@ void TrainingSession::State::train_step() {
   backend->synchronize();
   last_loss = loss[0] * grad_scale;
   if (!std::isfinite(last_loss))
-    throw Error(fmt::format("the loss became {} at step {}; lower --lr or check the data",
-                            last_loss, this_step));
+    throw comm::Agreed<Error>(  // the loss was summed over every rank
+        fmt::format("the loss became {} at step {}; lower --lr or check the data", last_loss,
+                    this_step));
   commit_step([&] {
     const double step_s = seconds_since(step_start);
     data_wait_total_s += input.data_wait_s;
@@ -690,8 +691,8 @@ void TrainingSession::State::verify_replicas(long at_step) {
     return static_cast<std::uint64_t>(d) != static_cast<std::uint64_t>(all.front());
   });
   if (differ != 0)
-    throw Error(fmt::format("step {}: {} rank(s) hold parameters that differ from rank 0's",
-                            at_step, differ));
+    throw comm::Agreed<Error>(fmt::format(
+        "step {}: {} rank(s) hold parameters that differ from rank 0's", at_step, differ));
   events.emit("replicas_verified", {{"step", at_step}, {"digest", fmt::format("{:016x}", digest)}});
 }
 
