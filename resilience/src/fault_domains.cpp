@@ -58,6 +58,28 @@ struct SharedDecision {
   }
 };
 
+// Every gradient in one buffer and back, so that each crosses the network in one collective.
+std::vector<float> pack(std::span<core::Tensor* const> gradients) {
+  std::size_t total = 0;
+  for (const core::Tensor* gradient : gradients) total += gradient->f32().size();
+  std::vector<float> flat;
+  flat.reserve(total);
+  for (core::Tensor* gradient : gradients) {
+    const auto values = gradient->f32();
+    flat.insert(flat.end(), values.begin(), values.end());
+  }
+  return flat;
+}
+
+void unpack(const std::vector<float>& flat, std::span<core::Tensor* const> gradients) {
+  std::size_t at = 0;
+  for (core::Tensor* gradient : gradients) {
+    const auto values = gradient->f32();
+    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), values.size(), values.begin());
+    at += values.size();
+  }
+}
+
 }  // namespace
 
 FaultDomains::FaultDomains(DomainOptions options, const std::unique_ptr<comm::Communicator>& domain,
@@ -281,7 +303,10 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> grad
       // after this step, so all switch generation at the same step.
       const bool pending =
           store_->try_get(fmt::format("gen.{}.members", generation_ + 1)).has_value();
-      for (core::Tensor* gradient : gradients) group_->allreduce_sum(gradient->f32());
+      // One collective for every gradient: between domains each one costs a network latency.
+      std::vector<float> flat = pack(gradients);
+      group_->allreduce_sum(flat);
+      unpack(flat, gradients);
       reduced = true;
       Vote mine{.ok = ok,
                 .generation_pending = pending,
@@ -357,9 +382,11 @@ DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
   generation_ = decision.generation;
   members_ = decision.members;
   ranks_per_member_ = decision.ranks;
-  if (decision.verdict == kCommit)
-    for (core::Tensor* gradient : gradients)
-      domain().broadcast(std::as_writable_bytes(gradient->f32()), 0);
+  if (decision.verdict == kCommit && !gradients.empty()) {
+    std::vector<float> flat = pack(gradients);
+    domain().broadcast(std::as_writable_bytes(std::span(flat)), 0);
+    unpack(flat, gradients);
+  }
   if (decision.verdict == kHealed) {
     checkpoint::TrainingState none;
     state.restore_in_domain(healed != nullptr ? *healed : none);

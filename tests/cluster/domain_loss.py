@@ -43,7 +43,9 @@ def _option(name, default):
 
 
 NODES, PER_DOMAIN, SAMPLES = 8, 2, 48
-STEPS, FAULT_STEP = _option("--steps", 120), _option("--fault-step", 40)
+# Long enough after the fault for the lost domain to come back (up to about 9 s for a frozen
+# node) before the survivors finish.
+STEPS, FAULT_STEP = _option("--steps", 240), _option("--fault-step", 40)
 TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
          "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
          "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",

@@ -42,9 +42,9 @@ SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the 
 }
 SHRINKS = {"member"}  # survived inside the domain: no relaunch
 SAMPLES, FAULT_STEP = 48, 20
-# Two domains of two ranks train fast enough here to finish 40 steps before a relaunched domain
-# is up (about 2 s): those scenarios train longer, so that it comes back.
-STEPS = 150 if len(sys.argv) > 2 and sys.argv[2] == "leader_rank" else 60
+# The survivors train fast enough here to finish 40 steps before a relaunched domain is up
+# (about 2 s): the scenarios that relaunch one train longer, so that it comes back.
+STEPS = 60 if len(sys.argv) > 2 and sys.argv[2] == "member" else 150
 TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "12",
          "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
          "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
