@@ -35,22 +35,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched  # noqa: E402
-
-
-def _option(name, default):
-    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+from hardy_test import Checks, complete_epochs_exact, int_option, read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
 
 
 NODES, PER_DOMAIN, SAMPLES = 8, 2, 48
 # Long enough after the fault for the lost domain to come back (up to about 9 s for a frozen
 # node) before the survivors finish.
-STEPS, FAULT_STEP = _option("--steps", 240), _option("--fault-step", 40)
-TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
-         "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
-         "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
-         "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "200",
-         "--checkpoint-every", "50", "--threads", "1"]
+STEPS, FAULT_STEP = int_option("--steps", 240), int_option("--fault-step", 40)
+TRAIN = small_job(SAMPLES, STEPS, 16) + ["--checkpoint-every", "50", "--threads", "1"]
 RUN_TIMEOUT_S = 300
 SPARES = {"two_domains": 2, "crash_in_heal": 2}
 FIRST_FAULT = {"node_crash": ("crash", 3), "node_crash_rpn2": ("crash", 3), "leader_crash": ("crash", 4),

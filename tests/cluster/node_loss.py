@@ -40,22 +40,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, read_jsonl_tail, relaunch_restores, run_watched  # noqa: E402
-
-def _count_option(name, default):
-    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
-
+from hardy_test import Checks, complete_epochs_exact, int_option, read_jsonl, read_jsonl_tail, relaunch_restores, run_watched, small_job  # noqa: E402
 
 # The tests run 240 steps with the fault at step 80, between checkpoints (every 100);
 # bench/cluster/node_loss_bench.py asks for the 600 and 150 that docs/resilience.md's table was
 # measured with.
 NODES, RANKS_PER_NODE, SAMPLES = 4, 2, 48
-STEPS, FAULT_STEP = _count_option("--steps", 240), _count_option("--fault-step", 80)
-TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
-         "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
-         "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
-         "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "200",
-         "--checkpoint-every", "100", "--max-failures", "4"]
+STEPS, FAULT_STEP = int_option("--steps", 240), int_option("--fault-step", 80)
+TRAIN = small_job(SAMPLES, STEPS, 16) + ["--checkpoint-every", "100", "--max-failures", "4"]
 RUN_TIMEOUT_S = 240
 
 

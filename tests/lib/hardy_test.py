@@ -22,6 +22,21 @@ class Checks:
         sys.exit(1 if self.failures else 0)
 
 
+def int_option(name, default):
+    """The whole number after `name` on this script's command line, or default."""
+    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+
+def small_job(samples, steps, global_batch):
+    """`hardy train` options of the fault tests' job: synthetic 32x32 samples and a model of about
+    34,000 parameters that learns within a few hundred steps, every sample audited."""
+    return ["--synthetic", "--samples", str(samples), "--height", "32", "--width", "32",
+            "--global-batch", str(global_batch), "--steps", str(steps), "--model-width", "8",
+            "--aspp-channels", "16", "--decoder-channels", "16", "--low-level-channels", "8",
+            "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5", "--optimizer", "adam",
+            "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "200"]
+
+
 def read_jsonl(path):
     path = Path(path)
     if not path.exists():

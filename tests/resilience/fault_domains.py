@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
 
 SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the domain)
     "leader": (4, 1, 2, [0]),
@@ -45,11 +45,7 @@ SAMPLES, FAULT_STEP = 48, 20
 # The survivors train fast enough here to finish 40 steps before a relaunched domain is up
 # (about 2 s): the scenarios that relaunch one train longer, so that it comes back.
 STEPS = 60 if len(sys.argv) > 2 and sys.argv[2] == "member" else 150
-TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "12",
-         "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
-         "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
-         "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "100",
-         "--checkpoint-every", "25", "--threads", "1"]
+TRAIN = small_job(SAMPLES, STEPS, 12) + ["--checkpoint-every", "25", "--threads", "1"]
 
 
 def main():

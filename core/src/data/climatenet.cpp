@@ -18,6 +18,7 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
 #include "hardy/core/support/random.hpp"
+#include "sample_window.hpp"
 
 namespace hardy::core {
 namespace fs = std::filesystem;
@@ -159,19 +160,12 @@ void read_field(h5::Id file, std::string_view name, Grid grid, int y0, int x0, i
   }
 }
 
-// The top-left corner of sample index's crop window: a pure function of (seed, index).
-std::pair<int, int> crop_origin(std::uint64_t seed, std::size_t index, int height, int width,
-                                int crop_height, int crop_width) {
-  SplitMix64 mix(seed ^ 0x636c696d6e657431ULL);  // "climnet1": not the sampler's stream
-  SplitMix64 position(mix.next() ^ static_cast<std::uint64_t>(index));
-  const auto y =
-      static_cast<int>(position.next() % static_cast<std::uint64_t>(height - crop_height + 1));
-  const auto x =
-      static_cast<int>(position.next() % static_cast<std::uint64_t>(width - crop_width + 1));
-  return {y, x};
-}
+// This layout's crop positions: "climnet1", apart from the sampler's and the other layout's.
+constexpr std::uint64_t kCropStream = 0x636c696d6e657431ULL;
 
-// Writes text to path under a temporary name of this process's own and renames it.
+// Writes text to path under a temporary name of this process's own and renames it. Not
+// core::write_atomically: every rank of a job that starts without the statistics computes and
+// writes them at once, and that one's fixed ".tmp" name would let them overwrite each other's.
 void write_file_atomically(const fs::path& path, const std::string& text) {
   const fs::path temporary = fmt::format("{}.tmp.{}", path.string(), ::getpid());
   {
@@ -412,17 +406,8 @@ ClimateNetDataset::ClimateNetDataset(const fs::path& root, std::string_view spli
   height_ = grid.height;
   width_ = grid.width;
 
-  const int crop_height = options_.crop_height ? options_.crop_height : height_;
-  const int crop_width = options_.crop_width ? options_.crop_width : width_;
-  if (crop_height > height_ || crop_width > width_)
-    throw InvalidArgument(fmt::format("a crop of {}x{} does not fit the ClimateNet grid of {}x{}",
-                                      crop_height, crop_width, height_, width_));
-  if (crop_height % options_.downsample != 0 || crop_width % options_.downsample != 0)
-    throw InvalidArgument(fmt::format("downsampling by {} needs a {} of {}x{} that it divides",
-                                      options_.downsample, options_.crop_height ? "crop" : "grid",
-                                      crop_height, crop_width));
-  shape_ = {static_cast<int>(options_.channels.size()), crop_height / options_.downsample,
-            crop_width / options_.downsample};
+  shape_ = windowed_shape("ClimateNet", static_cast<int>(options_.channels.size()), height_, width_,
+                          options_.crop_height, options_.crop_width, options_.downsample);
 }
 
 ClimateNetDataset::~ClimateNetDataset() = default;
@@ -478,7 +463,7 @@ void ClimateNetDataset::load(std::size_t index, std::span<float> fields_chw,
   const int K = options_.downsample;
   const int h = shape_.height * K, w = shape_.width * K;
   const auto [y0, x0] = options_.crop_height
-                            ? crop_origin(options_.seed, index, height_, width_, h, w)
+                            ? crop_origin(kCropStream, options_.seed, index, height_, width_, h, w)
                             : std::pair{0, 0};
   thread_local Sample sample;
   try {
@@ -512,10 +497,7 @@ void ClimateNetDataset::load(std::size_t index, std::span<float> fields_chw,
       for (int dy = 0; dy < K; ++dy)
         for (int dx = 0; dx < K; ++dx)
           ++votes[static_cast<int>(sample.labels[(oy * K + dy) * w + ox * K + dx])];
-      int winner = 0;  // the majority; ties go to the rarer, higher class
-      for (int k = 1; k < kNumClasses; ++k)
-        if (votes[k] >= votes[winner]) winner = k;
-      labels_hw[oy * out_width + ox] = winner;
+      labels_hw[oy * out_width + ox] = majority_class(votes);
     }
 }
 

@@ -24,6 +24,7 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
 #include "hardy/core/support/random.hpp"
+#include "sample_window.hpp"
 
 namespace hardy::core {
 namespace fs = std::filesystem;
@@ -230,17 +231,8 @@ std::string read_exactly(int fd, void* buffer, std::size_t bytes, std::uint64_t 
   return {};
 }
 
-// The top-left corner of sample index's crop window: a pure function of (seed, index).
-std::pair<int, int> crop_origin(std::uint64_t seed, std::size_t index, int height, int width,
-                                int crop_height, int crop_width) {
-  SplitMix64 mix(seed ^ 0x6465657063616d31ULL);  // "deepcam1": not the sampler's stream
-  SplitMix64 position(mix.next() ^ static_cast<std::uint64_t>(index));
-  const auto y =
-      static_cast<int>(position.next() % static_cast<std::uint64_t>(height - crop_height + 1));
-  const auto x =
-      static_cast<int>(position.next() % static_cast<std::uint64_t>(width - crop_width + 1));
-  return {y, x};
-}
+// This layout's crop positions: "deepcam1", apart from the sampler's and the other layout's.
+constexpr std::uint64_t kCropStream = 0x6465657063616d31ULL;
 
 }  // namespace
 
@@ -335,17 +327,8 @@ DeepCamDataset::DeepCamDataset(const fs::path& root, std::string_view split, Dee
   layouts_.resize(files_.size());
   layouts_[0] = std::make_unique<FileLayout>(first);
 
-  const int crop_height = options_.crop_height ? options_.crop_height : height_;
-  const int crop_width = options_.crop_width ? options_.crop_width : width_;
-  if (crop_height > height_ || crop_width > width_)
-    throw InvalidArgument(fmt::format("a crop of {}x{} does not fit the DeepCAM grid of {}x{}",
-                                      crop_height, crop_width, height_, width_));
-  if (crop_height % options_.downsample != 0 || crop_width % options_.downsample != 0)
-    throw InvalidArgument(fmt::format("downsampling by {} needs a {} of {}x{} that it divides",
-                                      options_.downsample, options_.crop_height ? "crop" : "grid",
-                                      crop_height, crop_width));
-  shape_ = {static_cast<int>(options_.channels.size()), crop_height / options_.downsample,
-            crop_width / options_.downsample};
+  shape_ = windowed_shape("DeepCAM", static_cast<int>(options_.channels.size()), height_, width_,
+                          options_.crop_height, options_.crop_width, options_.downsample);
 }
 
 DeepCamDataset::~DeepCamDataset() = default;
@@ -410,8 +393,8 @@ void DeepCamDataset::load(std::size_t index, std::span<float> fields_chw,
 
   const int K = options_.downsample;
   const int crop_height = shape_.height * K, crop_width = shape_.width * K;
-  const auto [y0, x0] = options_.crop_height ? crop_origin(options_.seed, index, height_, width_,
-                                                           crop_height, crop_width)
+  const auto [y0, x0] = options_.crop_height ? crop_origin(kCropStream, options_.seed, index,
+                                                           height_, width_, crop_height, crop_width)
                                              : std::pair{0, 0};
   const std::size_t W = static_cast<std::size_t>(width_),
                     w = static_cast<std::size_t>(shape_.width);
@@ -482,10 +465,7 @@ void DeepCamDataset::load(std::size_t index, std::span<float> fields_chw,
           fields_chw[c * plane + oy * w + ox] =
               static_cast<float>((sums[c] * block_mean - minval_[stored]) * inverse_range_[stored]);
         }
-        int winner = 0;  // the majority; ties go to the rarer, higher class
-        for (int k = 1; k < kNumClasses; ++k)
-          if (votes[k] >= votes[winner]) winner = k;
-        labels_hw[oy * w + ox] = winner;
+        labels_hw[oy * w + ox] = majority_class(votes);
       }
     }
   }
