@@ -1,12 +1,48 @@
+#include <time.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <string_view>
 
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/event_log.hpp"
 
 namespace hardy::comm {
+
+namespace {
+std::atomic<double> mpi_ready_unix_time{0};
+
+// /proc/self/stat's 22nd field is the start time in clock ticks after boot (the command name,
+// field 2, may hold spaces, so fields count from its ')'). Its age on CLOCK_BOOTTIME, taken from
+// now, gives the Unix time to a tick; /proc/stat's btime is rounded to whole seconds.
+double process_started_unix_time() {
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), {});
+  const auto name_end = stat.rfind(')');
+  if (name_end == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(name_end + 2));
+  std::string field;
+  for (int index = 3; index <= 22 && fields >> field; ++index) {
+    if (index < 22) continue;
+    timespec since_boot{};
+    if (::clock_gettime(CLOCK_BOOTTIME, &since_boot) != 0) return 0;
+    const double age = static_cast<double>(since_boot.tv_sec) + since_boot.tv_nsec * 1e-9 -
+                       std::stod(field) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    return core::unix_time() - age;
+  }
+  return 0;
+}
+}  // namespace
+
+StartupTimes startup_times() {
+  static const double process_started = process_started_unix_time();
+  return {process_started, mpi_ready_unix_time.load()};
+}
 
 MpiSession::MpiSession(int* argc, char*** argv, Threads threads) {
   int initialized = 0;
@@ -26,6 +62,7 @@ MpiSession::MpiSession(int* argc, char*** argv, Threads threads) {
   int provided = MPI_THREAD_SINGLE;
   mpi_check(MPI_Init_thread(argc, argv, required, &provided), "MPI_Init_thread");
   owned_ = true;
+  mpi_ready_unix_time.store(core::unix_time());
   // Errors on MPI_COMM_WORLD (and on communicators derived from it later) are returned to
   // mpi_check rather than aborting the job.
   mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/data/staging.hpp"
 
 namespace hardy::resilience {
@@ -68,9 +69,20 @@ bool Membership::first_on_host() const {
 
 void Membership::announce(core::EventLog& events) {
   const auto pids = comm_->allgather(::getpid());
-  for (int r = 0; r < size(); ++r)
-    events.emit("rank_started",
-                {{"rank", r}, {"pid", pids[static_cast<std::size_t>(r)]}, {"host", host_of(r)}});
+  // In microseconds: the gather carries integers.
+  const auto started = comm::startup_times();
+  const auto process_started_us =
+      comm_->allgather(static_cast<std::int64_t>(started.process_started * 1e6));
+  const auto mpi_ready_us = comm_->allgather(static_cast<std::int64_t>(started.mpi_ready * 1e6));
+  for (int r = 0; r < size(); ++r) {
+    const auto at = static_cast<std::size_t>(r);
+    nlohmann::json fields = {{"rank", r}, {"pid", pids[at]}, {"host", host_of(r)}};
+    if (process_started_us[at] > 0)
+      fields["process_started_unix_time"] = static_cast<double>(process_started_us[at]) / 1e6;
+    if (mpi_ready_us[at] > 0)
+      fields["mpi_ready_unix_time"] = static_cast<double>(mpi_ready_us[at]) / 1e6;
+    events.emit("rank_started", std::move(fields));
+  }
 }
 
 Departure Membership::survivors_are(std::span<const int> old_ranks) {

@@ -29,6 +29,16 @@ class MpiSession {
   bool owned_ = false;
 };
 
+// When this process began (the kernel's record, so it counts loading the program and its
+// libraries) and when its MpiSession finished MPI_Init_thread, as Unix times: what a launch of
+// many ranks costs, phase by phase (bench/cluster/scale_bench.py). mpi_ready is 0 before an
+// MpiSession initialized MPI, process_started 0 where /proc cannot tell.
+struct StartupTimes {
+  double process_started = 0;
+  double mpi_ready = 0;
+};
+StartupTimes startup_times();
+
 // Tells the MpiSession that peers of this process died, so that it must not call MPI_Finalize
 // (which can hang on the dead peers in Open MPI 5; see mpi_session.cpp). mpi_check calls it
 // whenever it raises ProcessFailure.

@@ -78,7 +78,11 @@ inline constexpr EventField job_finished[] = {{"status", T::string, req},
                                               {"mean_iou", T::number, opt},
                                               {"iou", T::array, opt}};
 inline constexpr EventField rank_started[] = {
-    {"rank", T::integer, req}, {"pid", T::integer, req}, {"host", T::string, req}};
+    {"rank", T::integer, req},
+    {"pid", T::integer, req},
+    {"host", T::string, req},
+    {"process_started_unix_time", T::number, opt},
+    {"mpi_ready_unix_time", T::number, opt}};
 inline constexpr EventField preemption_requested[] = {{"step", T::integer, req}};
 inline constexpr EventField replicas_verified[] = {{"step", T::integer, req},
                                                    {"digest", T::string, req}};
