@@ -67,11 +67,13 @@ def recovery(args, tmp):
 
 def overhead(args, tmp):
     tiny = ROOT / "examples/tiny.ini"
-    rows = {"one_job": [], "domains_4x2": []}
-    with EmulatedCluster(nodes=NODES) as cluster:
+    nodes, per_domain_nodes = args.overhead_nodes, args.overhead_per_domain
+    split = f"domains_{nodes // per_domain_nodes}x{per_domain_nodes}"
+    rows = {"one_job": [], split: []}
+    with EmulatedCluster(nodes=nodes) as cluster:
         env = {**os.environ, **cluster.mpi_env()}
         for round_ in range(args.rounds):
-            for name, per_domain in (("one_job", 0), ("domains_4x2", 2)):
+            for name, per_domain in (("one_job", 0), (split, per_domain_nodes)):
                 run = Path(tmp) / f"overhead-{name}-{round_}"
                 command = [args.hardy, "run", "--hosts", ",".join(cluster.hosts), "--launch-agent", cluster.agent,
                            "--ranks-per-node", "1", "--nodes-per-domain", str(per_domain), "--run-dir", str(run),
@@ -82,9 +84,9 @@ def overhead(args, tmp):
                 steps = [m["step_s"] for m in read_jsonl(run / "metrics.jsonl") if m["step"] > 20]
                 rows[name].append(statistics.median(steps))
                 print(f"overhead round {round_ + 1} {name}: median step {rows[name][-1] * 1000:.1f} ms", flush=True)
-    one, domains = statistics.median(rows["one_job"]), statistics.median(rows["domains_4x2"])
-    return {"rounds": rows, "one_job_ms": one * 1000, "domains_ms": domains * 1000,
-            "overhead_pct": 100 * (domains - one) / one}
+    one, domains = statistics.median(rows["one_job"]), statistics.median(rows[split])
+    return {"nodes": nodes, "nodes_per_domain": per_domain_nodes, "rounds": rows, "one_job_ms": one * 1000,
+            "domains_ms": domains * 1000, "overhead_pct": 100 * (domains - one) / one}
 
 
 def main():
@@ -94,6 +96,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--overhead-nodes", type=int, default=NODES,
+                        help="nodes of the per-step comparison (2 with --overhead-per-domain 1: no node shares a core)")
+    parser.add_argument("--overhead-per-domain", type=int, default=2)
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
     ok, why = namespaces_available()
     if not ok:
@@ -108,9 +114,10 @@ def main():
         print(f"| {scenario} | " + " | ".join(f"{median[p]:.2f}" if p in median and p != "heal_bytes"
                                              else str(median.get(p, "-")) for p in PHASES) + " |")
     if cost:
-        print(f"\nper step: one job {cost['one_job_ms']:.1f} ms, 4 domains of 2 {cost['domains_ms']:.1f} ms, "
+        print(f"\nper step on {cost['nodes']} nodes: one job {cost['one_job_ms']:.1f} ms, domains of "
+              f"{cost['nodes_per_domain']} {cost['domains_ms']:.1f} ms, "
               f"overhead {cost['overhead_pct']:+.1f}%")
-    out = ROOT / "bench/results" / f"cluster-domains-{date.today().isoformat()}.json"
+    out = Path(args.out) if args.out else ROOT / "bench/results" / f"cluster-domains-{date.today().isoformat()}.json"
     out.write_text(json.dumps({"machine": {"host": platform.node(), "cpus": os.cpu_count()},
                                "hardy": args.hardy, "recovery": results, "failures": failures,
                                "overhead": cost}, indent=1))

@@ -55,29 +55,37 @@ core::Shard rank_slice_in_domain(std::size_t global_batch, const std::vector<int
 }
 
 namespace {
-constexpr std::size_t kVoteHeader = 4;  // not ok, pending, loss, skipped
+// not ok, pending, loss (a float and its remainder), skipped; then the live ranks per member.
+constexpr std::size_t kVoteHeader = 5;
+}  // namespace
+
+void append_vote(std::vector<float>& buffer, const Vote& mine, std::size_t my_index,
+                 std::size_t members) {
+  const std::size_t at = buffer.size();
+  buffer.resize(at + kVoteHeader + members, 0.0f);
+  const auto loss_high = static_cast<float>(mine.loss);
+  buffer[at] = mine.ok ? 0.0f : 1.0f;
+  buffer[at + 1] = mine.generation_pending ? 1.0f : 0.0f;
+  buffer[at + 2] = loss_high;
+  buffer[at + 3] = static_cast<float>(mine.loss - static_cast<double>(loss_high));
+  buffer[at + 4] = static_cast<float>(mine.skipped);
+  buffer.at(at + kVoteHeader + my_index) =
+      mine.ranks.empty() ? 0.0f : static_cast<float>(mine.ranks.at(my_index));
 }
 
-std::vector<double> encode_vote(const Vote& mine, std::size_t my_index, std::size_t members) {
-  std::vector<double> buffer(kVoteHeader + members, 0.0);
-  buffer[0] = mine.ok ? 0 : 1;
-  buffer[1] = mine.generation_pending ? 1 : 0;
-  buffer[2] = mine.loss;
-  buffer[3] = mine.skipped;
-  buffer.at(kVoteHeader + my_index) = mine.ranks.empty() ? 0 : mine.ranks.at(my_index);
-  return buffer;
-}
-
-Vote decode_vote(const std::vector<double>& summed, std::size_t members) {
-  if (summed.size() != kVoteHeader + members)
-    throw Error(fmt::format("a vote of {} values for {} members", summed.size(), members));
+Vote take_vote(std::vector<float>& buffer, std::size_t members) {
+  if (buffer.size() < kVoteHeader + members)
+    throw Error(fmt::format("a buffer of {} values cannot hold a vote of {} members", buffer.size(),
+                            members));
+  const std::size_t at = buffer.size() - kVoteHeader - members;
   Vote vote;
-  vote.ok = summed[0] == 0;
-  vote.generation_pending = summed[1] > 0;
-  vote.loss = summed[2];
-  vote.skipped = summed[3];
+  vote.ok = buffer[at] == 0.0f;
+  vote.generation_pending = buffer[at + 1] > 0.0f;
+  vote.loss = static_cast<double>(buffer[at + 2]) + static_cast<double>(buffer[at + 3]);
+  vote.skipped = buffer[at + 4];
   for (std::size_t i = 0; i < members; ++i)
-    vote.ranks.push_back(static_cast<int>(summed[kVoteHeader + i]));
+    vote.ranks.push_back(static_cast<int>(buffer[at + kVoteHeader + i]));
+  buffer.resize(at);
   return vote;
 }
 
@@ -94,15 +102,9 @@ ResyncPlan plan_resync(const std::vector<MemberPosition>& positions) {
       plan.heal_source = i;
       break;
     }
-  for (const auto& p : positions) {
-    if (!p.joining && p.decided == plan.agreed_step)
-      plan.actions.push_back(ResyncAction::keep);
-    else if (!p.joining && p.decided == plan.agreed_step - 1 &&
-             p.holds_gradients_for == plan.agreed_step)
-      plan.actions.push_back(ResyncAction::roll_forward);
-    else
-      plan.actions.push_back(ResyncAction::heal);
-  }
+  for (const auto& p : positions)
+    plan.actions.push_back(!p.joining && p.decided == plan.agreed_step ? ResyncAction::keep
+                                                                       : ResyncAction::heal);
   return plan;
 }
 

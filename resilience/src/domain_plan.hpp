@@ -7,7 +7,8 @@
 // ends in one vote among the leaders (an allreduce); the vote is the commit point of the step
 // across domains. A leader whose collective fails (a domain died, or stopped answering) waits for
 // the next generation, connects to it and, with the other survivors, resyncs: the step is
-// committed everywhere if any survivor saw its vote complete, otherwise abandoned everywhere.
+// committed everywhere if any survivor saw its vote complete (those that did not take that
+// member's state), otherwise abandoned everywhere.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -37,7 +38,10 @@ core::Shard rank_slice_in_domain(std::size_t global_batch, const std::vector<int
 
 // ---- the per-step vote ----
 
-// What a leader brings to its step's vote, and what the vote returns to all of them (sums).
+// What a leader brings to its step's vote, and what the vote returns to all of them (sums). The
+// vote rides at the end of the step's gradient buffer, so a step costs the leaders one
+// collective: floats, exact for the counts, and the loss carried as two (a float and its
+// remainder) to keep about a double's precision.
 struct Vote {
   bool ok = true;                   // this domain finished the step (its gradients are in the sum)
   bool generation_pending = false;  // the store names a next generation (a domain asks to join)
@@ -45,25 +49,24 @@ struct Vote {
   double skipped = 0;               // bad samples skipped in the domain this step
   std::vector<int> ranks;           // live ranks per member; a leader fills in its own slot only
 };
-std::vector<double> encode_vote(const Vote& mine, std::size_t my_index, std::size_t members);
-// The summed vote: ok when every member was, pending when any member saw a next generation.
-Vote decode_vote(const std::vector<double>& summed, std::size_t members);
+// Appends this leader's vote to `buffer` (its gradients).
+void append_vote(std::vector<float>& buffer, const Vote& mine, std::size_t my_index,
+                 std::size_t members);
+// The summed vote at the end of `buffer`, which is cut back to the gradients: ok when every
+// member was, pending when any member saw a next generation.
+Vote take_vote(std::vector<float>& buffer, std::size_t members);
 
 // ---- resync after a lost member ----
 
 // Where a leader stood when its generation broke.
 struct MemberPosition {
-  long decided = 0;  // the last step whose vote completed here: committed across domains
-  // The step whose reduced gradients this leader holds (its gradient allreduce completed but the
-  // vote did not), or -1.
-  long holds_gradients_for = -1;
+  long decided = 0;      // the last step whose vote completed here: committed across domains
   bool joining = false;  // a relaunched domain with no state yet (healed from a peer)
 };
 
 enum class ResyncAction {
-  keep,          // already at the agreed step: drop whatever step was in flight
-  roll_forward,  // apply the held gradients of the agreed step, then commit it
-  heal,          // take the agreed state from the member that has it
+  keep,  // already at the agreed step: drop whatever step was in flight
+  heal,  // take the agreed state from the member that has it
 };
 
 struct ResyncPlan {
@@ -72,9 +75,9 @@ struct ResyncPlan {
   std::size_t heal_source = 0;        // a member at the agreed step (the lowest)
 };
 
-// Any member's completed vote commits its step everywhere: the others all entered that vote, so
-// all of them hold its gradients and can roll forward. A member further behind (it joined, or
-// its domain restarted from older state) heals from the lowest member at the agreed step.
+// Any member's completed vote commits its step everywhere. A member behind the agreed step (its
+// collective failed before the vote reached it, it joined, or its domain restarted from older
+// state) heals from the lowest member at the agreed step.
 ResyncPlan plan_resync(const std::vector<MemberPosition>& positions);
 
 }  // namespace hardy::resilience

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <limits>
 
@@ -44,6 +45,8 @@ struct SharedDecision {
     for (int r : ranks) out.push_back(r);
     return out;
   }
+  // The values a decision of a job of `domains` domains needs at most.
+  static std::size_t room(std::size_t domains) { return 6 + 2 * domains; }
   static SharedDecision decode(const std::vector<double>& in) {
     SharedDecision d;
     d.verdict = static_cast<int>(in.at(0));
@@ -155,12 +158,11 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
                                 checkpoint::TrainingState& healed) {
   auto& group = *group_;
   const auto decided = group.allgather(mine.joining ? -1 : mine.decided);
-  const auto holds = group.allgather(mine.holds_gradients_for);
   const auto joining = group.allgather(mine.joining ? 1 : 0);
   const auto ranks = group.allgather(domain().size());
   std::vector<MemberPosition> positions;
   for (std::size_t i = 0; i < decided.size(); ++i)
-    positions.push_back({decided[i], holds[i], joining[i] != 0});
+    positions.push_back({decided[i], joining[i] != 0});
   ResyncPlan plan = plan_resync(positions);
   ranks_per_member_.assign(ranks.begin(), ranks.end());
   const bool anyone_heals =
@@ -185,14 +187,6 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
     }
   }
   return plan;
-}
-
-std::vector<double> FaultDomains::share_decision(std::vector<double> decision) {
-  std::int64_t length = static_cast<std::int64_t>(decision.size());
-  domain().broadcast(std::as_writable_bytes(std::span(&length, 1)), 0);
-  decision.resize(static_cast<std::size_t>(length));
-  domain().broadcast(std::as_writable_bytes(std::span(decision)), 0);
-  return decision;
 }
 
 void FaultDomains::start(const DomainStateAccess& state) {
@@ -297,26 +291,24 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> grad
       return static_cast<std::size_t>(std::find(members_.begin(), members_.end(), options_.index) -
                                       members_.begin());
     };
-    bool reduced = false;
     try {
       // A relaunched domain asks to join: every member learns it through the vote and admits it
       // after this step, so all switch generation at the same step.
       const bool pending =
           store_->try_get(fmt::format("gen.{}.members", generation_ + 1)).has_value();
-      // One collective for every gradient: between domains each one costs a network latency.
-      std::vector<float> flat = pack(gradients);
-      group_->allreduce_sum(flat);
-      unpack(flat, gradients);
-      reduced = true;
+      // One collective for every gradient and the vote: between domains each costs a network
+      // latency.
       Vote mine{.ok = ok,
                 .generation_pending = pending,
                 .loss = loss,
                 .skipped = skipped,
                 .ranks = std::vector<int>(members_.size(), 0)};
       mine.ranks[me()] = domain().size();
-      auto summed = encode_vote(mine, me(), members_.size());
-      group_->allreduce_sum(summed);
-      const Vote vote = decode_vote(summed, members_.size());
+      std::vector<float> flat = pack(gradients);
+      append_vote(flat, mine, me(), members_.size());
+      group_->allreduce_sum(flat);
+      const Vote vote = take_vote(flat, members_.size());
+      unpack(flat, gradients);
       decision.verdict = vote.ok ? kCommit : kAbandon;
       decision.loss = vote.loss;
       decision.skipped = vote.skipped;
@@ -331,9 +323,7 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> grad
       for (bool settled = false; !settled;) {
         try {
           if (group_ == nullptr || generation_ == old_generation) regroup(e.what());
-          plan = resync(
-              {.decided = state.committed_step(), .holds_gradients_for = reduced ? step : -1},
-              state, healed);
+          plan = resync({.decided = state.committed_step()}, state, healed);
           // The loss of the agreed step, from a member that saw its vote complete.
           std::vector<double> losses(members_.size(), 0.0);
           losses[me()] = last_vote_loss_;
@@ -345,9 +335,7 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> grad
         }
       }
       const ResyncAction action = plan.actions[me()];
-      decision.verdict = action == ResyncAction::roll_forward ? kCommit
-                         : action == ResyncAction::heal       ? kHealed
-                                                              : kAbandon;
+      decision.verdict = action == ResyncAction::heal ? kHealed : kAbandon;
       std::vector<int> lost;
       for (int m : old_members)
         if (std::find(members_.begin(), members_.end(), m) == members_.end()) lost.push_back(m);
@@ -361,9 +349,7 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> grad
                     {"members", members_},
                     {"ranks_per_domain", ranks_per_member_},
                     {"agreed_step", plan.agreed_step},
-                    {"action", action == ResyncAction::roll_forward ? "roll forward"
-                               : action == ResyncAction::heal       ? "heal"
-                                                                    : "abandon in-flight step"},
+                    {"action", action == ResyncAction::heal ? "heal" : "abandon in-flight step"},
                     {"seconds", core::unix_time() - detected}});
     }
     decision.generation = generation_;
@@ -378,14 +364,37 @@ DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
                                         std::span<core::Tensor* const> gradients,
                                         checkpoint::TrainingState* healed,
                                         const DomainStateAccess& state) {
-  const SharedDecision decision = SharedDecision::decode(share_decision(std::move(encoded)));
+  // One broadcast in the domain carries the decision and the summed gradients. The decision's
+  // room is fixed (as if every domain of the job were a member), so every rank knows the size.
+  const std::size_t room = SharedDecision::room(static_cast<std::size_t>(options_.count));
+  std::size_t gradient_values = 0;
+  for (const core::Tensor* gradient : gradients) gradient_values += gradient->f32().size();
+  std::vector<std::byte> message(room * sizeof(double) + gradient_values * sizeof(float));
+  if (leader()) {
+    if (encoded.size() > room)
+      throw Error(fmt::format("a decision of {} values has room for {}", encoded.size(), room));
+    std::memcpy(message.data(), encoded.data(), encoded.size() * sizeof(double));
+    std::size_t at = room * sizeof(double);
+    for (const core::Tensor* gradient : gradients) {
+      const auto values = gradient->f32();
+      std::memcpy(message.data() + at, values.data(), values.size_bytes());
+      at += values.size_bytes();
+    }
+  }
+  domain().broadcast(message, 0);
+  encoded.assign(room, 0.0);
+  std::memcpy(encoded.data(), message.data(), room * sizeof(double));
+  const SharedDecision decision = SharedDecision::decode(encoded);
   generation_ = decision.generation;
   members_ = decision.members;
   ranks_per_member_ = decision.ranks;
-  if (decision.verdict == kCommit && !gradients.empty()) {
-    std::vector<float> flat = pack(gradients);
-    domain().broadcast(std::as_writable_bytes(std::span(flat)), 0);
-    unpack(flat, gradients);
+  if (decision.verdict == kCommit && !leader()) {
+    std::size_t at = room * sizeof(double);
+    for (core::Tensor* gradient : gradients) {
+      const auto values = gradient->f32();
+      std::memcpy(values.data(), message.data() + at, values.size_bytes());
+      at += values.size_bytes();
+    }
   }
   if (decision.verdict == kHealed) {
     checkpoint::TrainingState none;

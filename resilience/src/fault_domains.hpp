@@ -8,9 +8,9 @@
 //
 // A lost domain never stops the others: their leaders' collectives fail (GroupFailure), they wait
 // for the supervisor's next generation of members, connect to it, and resync (the in-flight step
-// is committed everywhere or nowhere). A failure inside a domain ends that domain (its processes
-// exit and the supervisor relaunches it, healing it from a live peer): ULFM shrink inside a domain
-// of a multi-domain job is not wired yet.
+// is committed everywhere or nowhere). A rank that dies inside a domain is shrunk away there
+// (after_local_recovery); a domain whose leader dies, or whose MPI job ends, is relaunched by the
+// supervisor and heals from a live peer.
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -122,13 +122,11 @@ class FaultDomains {
   // Leader: positions exchanged, the plan made; heals members that need it (over the group).
   ResyncPlan resync(const MemberPosition& mine, const DomainStateAccess& state,
                     checkpoint::TrainingState& healed);
-  // Every rank: the leader's decision and the membership, broadcast in the domain.
-  std::vector<double> share_decision(std::vector<double> decision);
   // The step's exchange and vote (`ok`: this domain's contribution counts).
   DomainStep run_step(long step, std::span<core::Tensor* const> gradients, double loss,
                       double skipped, bool ok, const DomainStateAccess& state);
-  // Every rank: takes the leader's encoded decision, then the summed gradients (commit) or the
-  // healed state (from `healed`, the leader's; others receive it).
+  // Every rank: takes the leader's encoded decision with the summed gradients (one broadcast;
+  // applied on commit), or the healed state (from `healed`, the leader's; others receive it).
   DomainStep apply_decision(std::vector<double> encoded, std::span<core::Tensor* const> gradients,
                             checkpoint::TrainingState* healed, const DomainStateAccess& state);
   std::size_t member_index() const;

@@ -134,9 +134,11 @@ def main():
                   f"{'relaunched once' if d == victim else 'never restarted'})")
         lost = named("domain_lost")
         check(len(lost) == 1 and lost[0]["domain"] == victim, f"{scenario}: domain_lost names domain {victim}: {lost}")
-        healed = named("domain_healed")
-        check(len(healed) == 1 and healed[0]["domain"] == victim and healed[0]["from_domain"] != victim
-              and healed[0]["bytes"] > 0, f"{scenario}: the relaunched domain healed from a live one: {healed}")
+        # A survivor whose collective failed before the vote reached it, while another's vote
+        # completed, takes that one's state too; the relaunched domain always heals.
+        healed = [e for e in named("domain_healed") if e["domain"] == victim]
+        check(len(healed) == 1 and healed[0]["from_domain"] != victim and healed[0]["bytes"] > 0,
+              f"{scenario}: the relaunched domain healed from a live one: {named('domain_healed')}")
         check(any(e["event"] == "domain_joined" and e["domain"] == victim for e in events),
               f"{scenario}: the relaunched domain joined the running job")
         changed = named("domain_quorum_changed")

@@ -1,5 +1,6 @@
 // The fault-domain protocol's decisions (resilience/src/domain_plan.hpp), without any domain.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <numeric>
 
 #include "domain_plan.hpp"
@@ -46,38 +47,52 @@ TEST_CASE("the global batch splits over domains as over their ranks, every sampl
 }
 
 TEST_CASE("a vote sums to: ok only if every member was, pending if any saw a generation") {
-  std::vector<double> summed(4 + 3, 0.0);
+  const std::vector<float> gradients{0.25f, -1.0f};
+  std::vector<float> summed;
   const auto add = [&](const Vote& vote, std::size_t index) {
-    const auto mine = encode_vote(vote, index, 3);
+    std::vector<float> mine = gradients;
+    append_vote(mine, vote, index, 3);
+    if (summed.empty()) summed.assign(mine.size(), 0.0f);
+    REQUIRE(mine.size() == summed.size());
     for (std::size_t i = 0; i < summed.size(); ++i) summed[i] += mine[i];
   };
   add({.ok = true, .generation_pending = false, .loss = 1.5, .skipped = 0, .ranks = {2, 0, 0}}, 0);
   add({.ok = false, .generation_pending = true, .loss = 2.0, .skipped = 1, .ranks = {0, 4, 0}}, 1);
   add({.ok = true, .generation_pending = false, .loss = 0.5, .skipped = 2, .ranks = {0, 0, 1}}, 2);
-  const Vote vote = decode_vote(summed, 3);
+  auto too_short = summed;
+  const Vote vote = take_vote(summed, 3);
+  CHECK(summed == std::vector<float>{0.75f, -3.0f});  // the gradients' sums, the vote cut off
   CHECK_FALSE(vote.ok);
   CHECK(vote.generation_pending);
   CHECK(vote.loss == 4.0);
   CHECK(vote.skipped == 3.0);
   CHECK(vote.ranks == std::vector<int>{2, 4, 1});
-  CHECK_THROWS_AS(decode_vote(summed, 4), Error);
+  too_short.resize(5);
+  CHECK_THROWS_AS(take_vote(too_short, 3), Error);
+}
+
+TEST_CASE("a vote carries the loss to about a double's precision, beyond a float's") {
+  const double loss = 12345.678901234;  // a float keeps about 7 digits
+  std::vector<float> buffer;
+  append_vote(buffer, {.loss = loss, .ranks = {1}}, 0, 1);
+  const Vote vote = take_vote(buffer, 1);
+  CHECK(std::abs(vote.loss - loss) < 1e-6);
+  CHECK(std::abs(static_cast<double>(static_cast<float>(loss)) - loss) > 1e-4);
+  CHECK(buffer.empty());
 }
 
 TEST_CASE("resync: a step one survivor saw committed is committed by all") {
-  // Member 1 finished step 41's vote before member 3 died; members 0 and 2 hold 41's gradients
-  // (their vote failed): they roll forward, nobody goes back.
-  const auto plan = plan_resync({{.decided = 40, .holds_gradients_for = 41},
-                                 {.decided = 41, .holds_gradients_for = 42},
-                                 {.decided = 40, .holds_gradients_for = 41}});
+  // Member 1's vote on step 41 completed before member 3 died; members 0 and 2 saw their
+  // collective fail: they take member 1's state, nobody goes back.
+  const auto plan = plan_resync({{.decided = 40}, {.decided = 41}, {.decided = 40}});
   CHECK(plan.agreed_step == 41);
-  CHECK(plan.actions == std::vector<ResyncAction>{ResyncAction::roll_forward, ResyncAction::keep,
-                                                  ResyncAction::roll_forward});
+  CHECK(plan.actions ==
+        std::vector<ResyncAction>{ResyncAction::heal, ResyncAction::keep, ResyncAction::heal});
   CHECK(plan.heal_source == 1);
 }
 
 TEST_CASE("resync: a step no survivor saw committed is abandoned by all") {
-  const auto plan = plan_resync(
-      {{.decided = 40, .holds_gradients_for = 41}, {.decided = 40, .holds_gradients_for = -1}});
+  const auto plan = plan_resync({{.decided = 40}, {.decided = 40}});
   CHECK(plan.agreed_step == 40);
   CHECK(plan.actions == std::vector<ResyncAction>{ResyncAction::keep, ResyncAction::keep});
 }
@@ -87,7 +102,7 @@ TEST_CASE("resync: a joiner, and a member too far behind, heal from the lowest m
                                  {.decided = 30},
                                  {.decided = 30},
                                  {.decided = -1, .joining = true},
-                                 {.decided = 29, .holds_gradients_for = -1}});
+                                 {.decided = 29}});
   CHECK(plan.agreed_step == 30);
   CHECK(plan.heal_source == 1);
   CHECK(plan.actions == std::vector<ResyncAction>{ResyncAction::heal, ResyncAction::keep,
