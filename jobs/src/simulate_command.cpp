@@ -34,8 +34,81 @@ po::options_description simulate_options() {
       "reading a node-local snapshot from node memory, GB/s")(
       "detection-s", po::value<double>()->default_value(0), "failure detection time (0: measured)")(
       "step-s", po::value<double>()->default_value(0), "training step time at scale (0: measured)");
+  const resilience::EttrAssumptions e;
+  po::options_description ettr("effective training time (--ettr)");
+  ettr.add_options()("ettr",
+                     "project the effective training time ratio of one job and of fault domains "
+                     "(needs --scale-from, not --from-run)")(
+      "scale-from", po::value<std::string>(),
+      "results of bench/cluster/scale_bench.py: start and recovery times fitted against the "
+      "node count")("nodes-per-domain", po::value<int>()->default_value(e.nodes_per_domain),
+                    "nodes per fault domain of the projected job")(
+      "hours-between-interruptions",
+      po::value<double>()->default_value(e.hours_between_interruptions_per_16k_gpus),
+      "mean hours between interruptions per 16,384 GPUs (Llama 3's: 3)")(
+      "job-hours", po::value<double>()->default_value(e.job_hours),
+      "hours of one allocation (the job starts once in it)")(
+      "domain-step-overhead", po::value<double>()->default_value(-1),
+      "per-step price of domains, percent of a step (negative: the measured one)")(
+      "protection-overhead", po::value<double>()->default_value(e.protection_overhead),
+      "per-step price of the protections every design pays (agreement, snapshots, checkpoints), "
+      "percent of a step");
+  options.add(ettr);
   return options;
 }
+
+namespace {
+
+int ettr_projection(const po::variables_map& vm) {
+  if (!vm.count("scale-from"))
+    throw InvalidArgument(
+        "--ettr needs --scale-from RESULTS (bench/cluster/scale_bench.py's JSON, e.g. "
+        "bench/results/cluster-scale-2026-11-25.json)");
+  const auto measured = resilience::read_scaling(vm["scale-from"].as<std::string>());
+  resilience::EttrAssumptions a;
+  a.nodes = vm["nodes"].as<int>();
+  a.gpus_per_node = vm["ranks-per-node"].as<int>();
+  a.nodes_per_domain = vm["nodes-per-domain"].as<int>();
+  a.hours_between_interruptions_per_16k_gpus = vm["hours-between-interruptions"].as<double>();
+  a.job_hours = vm["job-hours"].as<double>();
+  a.step_s = vm["step-s"].as<double>();
+  const double domain_pct = vm["domain-step-overhead"].as<double>();
+  a.domain_step_overhead = domain_pct < 0 ? -1 : domain_pct / 100;
+  a.protection_overhead = vm["protection-overhead"].as<double>() / 100;
+  if (a.protection_overhead < 0)
+    throw InvalidArgument("--protection-overhead must not be negative");
+  const auto projections = resilience::project_ettr(measured, a);
+  std::cout << fmt::format(
+      "measured ({}), 1 rank per emulated node, up to {} nodes:\n"
+      "  one job:  start {} s, stall after a node's loss {} s\n"
+      "  domains of {}: start {} s, stall {} s (N: the bench's nodes), back at full strength "
+      "{:.2f} s\n"
+      "  step {:.3f} s; domains' per-step price {:+.1f}%\n\n",
+      measured.source, measured.largest_nodes, measured.one_job_start.formula(),
+      measured.one_job_stall.formula(), measured.nodes_per_domain, measured.domains_start.formula(),
+      measured.domains_stall.formula(), measured.domain_back_s, measured.step_s,
+      100 * measured.domain_step_overhead);
+  std::cout << fmt::format(
+      "projected to {} nodes x {} GPUs, an interruption every {:.2f} h ({} h per 16,384 GPUs), "
+      "{} h allocations:\n",
+      a.nodes, a.gpus_per_node,
+      a.hours_between_interruptions_per_16k_gpus * 16384.0 / (a.nodes * a.gpus_per_node),
+      a.hours_between_interruptions_per_16k_gpus, a.job_hours);
+  std::cout << fmt::format("  {:<26} {:>9} {:>9} {:>11} {:>11} {:>13} {:>9} {:>9} {:>7}\n",
+                           "design", "start s", "stall s", "degraded s", "lost work s",
+                           "per failure s", "failures", "per step", "ETTR");
+  for (const auto& p : projections)
+    std::cout << fmt::format(
+        "  {:<26} {:>9.1f} {:>9.2f} {:>11.3f} {:>11.3f} {:>13.2f} {:>9.1f} {:>8.1f}% {:>6.2f}%\n",
+        p.design, p.start_s, p.stall_s, p.degraded_s, p.lost_work_s, p.per_failure_s, p.failures,
+        100 * p.step_overhead, 100 * p.ettr);
+  std::cout << "\n  degraded: the lost domain's time away times its share of the machine; the "
+               "fits are extrapolated\n  past the largest job measured, and every emulated "
+               "node shares this machine's cores (docs/scale-model.md).\n";
+  return 0;
+}
+
+}  // namespace
 
 int simulate_command(const std::vector<std::string>& args) {
   const auto options = simulate_options();
@@ -43,12 +116,18 @@ int simulate_command(const std::vector<std::string>& args) {
   if (!parse_command_line(
           args, options,
           {"hardy simulate",
-           "Usage: hardy simulate --from-run RUN_DIR [--nodes 4560 --ranks-per-node 6 ...]\n\n"
+           "Usage: hardy simulate --from-run RUN_DIR [--nodes 4560 --ranks-per-node 6 ...]\n"
+           "       hardy simulate --ettr --scale-from RESULTS.json [--nodes 4560 "
+           "--nodes-per-domain 16 ...]\n\n"
            "Projects recovery time to a large machine from the costs measured in a run that "
            "survived a\n"
-           "failure, under the assumptions in docs/scale-model.md.\n"},
+           "failure, or (--ettr) the effective training time ratio of one job and of fault "
+           "domains from\n"
+           "start and recovery times measured at several sizes, under the assumptions in\n"
+           "docs/scale-model.md.\n"},
           vm))
     return 0;
+  if (vm.count("ettr")) return ettr_projection(vm);
   if (!vm.count("from-run")) throw InvalidArgument("--from-run RUN_DIR is required");
   resilience::ScaleAssumptions a;
   a.nodes = vm["nodes"].as<int>();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "hardy/core/support/error.hpp"
@@ -142,6 +143,130 @@ std::vector<RecoveryProjection> project(const MeasuredRecovery& measured,
   projections.push_back({"relaunch, node-local snapshot", relaunch_detect + decide, launch,
                          node_local_read + broadcast, step});
   return projections;
+}
+
+double GrowthFit::at(double nodes) const {
+  return model == "linear" ? a + b * nodes : c * std::pow(nodes, p);
+}
+
+std::string GrowthFit::formula() const {
+  return model == "linear" ? fmt::format("{:.3f} + {:.4f} N", a, b)
+                           : fmt::format("{:.4f} N^{:.2f}", c, p);
+}
+
+namespace {
+
+GrowthFit read_fit(const nlohmann::json& fits, const std::string& design, const std::string& phase,
+                   const std::string& source) {
+  const auto* found = fits.contains(design) && fits[design].contains(phase) &&
+                              fits[design][phase].is_object() &&
+                              fits[design][phase].contains("best")
+                          ? &fits[design][phase]["best"]
+                          : nullptr;
+  if (found == nullptr)
+    throw InvalidArgument(
+        fmt::format("{} has no fit of {} for {} (written by bench/cluster/scale_bench.py?)", source,
+                    phase, design));
+  GrowthFit fit;
+  fit.model = found->value("model", std::string());
+  if (fit.model != "linear" && fit.model != "power")
+    throw InvalidArgument(fmt::format("{}: the fit of {} for {} is of unknown model '{}'", source,
+                                      phase, design, fit.model));
+  fit.a = found->value("a", 0.0);
+  fit.b = found->value("b", 0.0);
+  fit.c = found->value("c", 0.0);
+  fit.p = found->value("p", 0.0);
+  return fit;
+}
+
+}  // namespace
+
+MeasuredScaling read_scaling(const std::filesystem::path& results) {
+  std::ifstream file(results);
+  if (!file) throw InvalidArgument(fmt::format("cannot read {}", results.string()));
+  const auto json = nlohmann::json::parse(file, nullptr, false);
+  const std::string source = results.string();
+  if (json.is_discarded() || !json.contains("fits") || !json.contains("medians") ||
+      !json.contains("per_domain"))
+    throw InvalidArgument(
+        fmt::format("{} is not a result of bench/cluster/scale_bench.py", source));
+  MeasuredScaling m;
+  m.source = source;
+  m.nodes_per_domain = json["per_domain"].get<int>();
+  const std::string domains = fmt::format("domains_of_{}", m.nodes_per_domain);
+  const auto& fits = json["fits"];
+  m.one_job_start = read_fit(fits, "one_job", "start_s", source);
+  m.one_job_stall = read_fit(fits, "one_job", "stall_s", source);
+  m.domains_start = read_fit(fits, domains, "start_s", source);
+  m.domains_stall = read_fit(fits, domains, "stall_s", source);
+  // The medians by node count (JSON keys are strings).
+  std::map<int, nlohmann::json> one_job, split;
+  for (const auto& [nodes, phases] : json["medians"]["one_job"].items())
+    one_job[std::stoi(nodes)] = phases;
+  for (const auto& [nodes, phases] : json["medians"][domains].items())
+    split[std::stoi(nodes)] = phases;
+  if (one_job.empty() || split.empty())
+    throw InvalidArgument(fmt::format("{} has no medians for one_job and {}", source, domains));
+  m.largest_nodes = one_job.rbegin()->first;
+  m.step_s = one_job.begin()->second.value("step_s", 0.0);
+  const double split_step = split.begin()->second.value("step_s", 0.0);
+  if (m.step_s > 0 && split_step > 0) m.domain_step_overhead = split_step / m.step_s - 1;
+  std::vector<double> back;
+  for (const auto& [nodes, phases] : split)
+    if (phases.contains("back_s")) back.push_back(phases["back_s"].get<double>());
+  if (back.empty())
+    throw InvalidArgument(fmt::format("{}: no domain came back in any run (back_s)", source));
+  std::sort(back.begin(), back.end());
+  m.domain_back_s = back.size() % 2 == 1 ? back[back.size() / 2]
+                                         : (back[back.size() / 2 - 1] + back[back.size() / 2]) / 2;
+  return m;
+}
+
+std::vector<EttrProjection> project_ettr(const MeasuredScaling& m, const EttrAssumptions& a) {
+  if (a.nodes < 1 || a.gpus_per_node < 1 || a.nodes_per_domain < 1 ||
+      a.nodes % a.nodes_per_domain != 0)
+    throw InvalidArgument(fmt::format(
+        "the machine must have a positive number of nodes that domains of {} nodes divide ({})",
+        a.nodes_per_domain, a.nodes));
+  if (a.hours_between_interruptions_per_16k_gpus <= 0 || a.job_hours <= 0)
+    throw InvalidArgument("the interruption interval and the job's hours must be positive");
+  const double job_s = a.job_hours * 3600;
+  const double gpus = static_cast<double>(a.nodes) * a.gpus_per_node;
+  const double failures = a.job_hours * gpus / 16384.0 / a.hours_between_interruptions_per_16k_gpus;
+  const double step = a.step_s > 0 ? a.step_s : m.step_s;
+  const double domain_overhead =
+      a.domain_step_overhead >= 0 ? a.domain_step_overhead : m.domain_step_overhead;
+  const auto ettr = [&](EttrProjection p) {
+    p.failures = failures;
+    p.per_failure_s = p.stall_s + p.degraded_s + p.lost_work_s;
+    const double productive = job_s - p.start_s - failures * p.per_failure_s;
+    p.ettr = std::max(0.0, productive / job_s / (1 + p.step_overhead));
+    return p;
+  };
+  std::vector<EttrProjection> out;
+  // One job: every failure relaunches it on every node; what was measured as the stall (the
+  // node's loss to the next step, restored from node-local snapshots) at this size, and the step
+  // it was on.
+  out.push_back(ettr({.design = "one job",
+                      .start_s = m.one_job_start.at(a.nodes),
+                      .stall_s = m.one_job_stall.at(a.nodes),
+                      .lost_work_s = step,
+                      .step_overhead = a.protection_overhead}));
+  // Domains: the others regroup (measured against the number of domains: the bench's nodes over
+  // its domain size) and drop the step in flight; the lost domain's share of the machine is
+  // missing until it is back, which is the measured return plus what launching K nodes costs
+  // beyond launching the bench's domain.
+  const int domains = a.nodes / a.nodes_per_domain;
+  const double as_measured = static_cast<double>(domains) * m.nodes_per_domain;
+  const double away = m.domain_back_s + m.one_job_start.at(a.nodes_per_domain) -
+                      m.one_job_start.at(m.nodes_per_domain);
+  out.push_back(ettr({.design = fmt::format("{} domains of {} nodes", domains, a.nodes_per_domain),
+                      .start_s = m.domains_start.at(as_measured),
+                      .stall_s = m.domains_stall.at(as_measured),
+                      .degraded_s = away * a.nodes_per_domain / a.nodes,
+                      .lost_work_s = step,
+                      .step_overhead = a.protection_overhead + domain_overhead}));
+  return out;
 }
 
 }  // namespace hardy::resilience

@@ -50,6 +50,64 @@ struct RecoveryProjection {
   double total() const { return detect_s + shrink_s + restore_s + first_step_s; }
 };
 
+// ---- effective training time ratio (docs/scale-model.md, "ETTR") ----
+
+// A phase's seconds against the node count, fitted by bench/cluster/scale_bench.py:
+// a + b*N ("linear") or c*N^p ("power").
+struct GrowthFit {
+  std::string model;
+  double a = 0, b = 0, c = 0, p = 0;
+  double at(double nodes) const;
+  std::string formula() const;
+};
+
+// What bench/cluster/scale_bench.py measured on the emulated cluster (1 rank per node), one job
+// against domains of `nodes_per_domain` nodes.
+struct MeasuredScaling {
+  std::string source;
+  int nodes_per_domain = 0;
+  int largest_nodes = 0;            // the largest job measured
+  GrowthFit one_job_start;          // launch to the first committed step
+  GrowthFit one_job_stall;          // a node's loss to the next step: a whole-job relaunch
+  GrowthFit domains_start;          // the same for the job as domains
+  GrowthFit domains_stall;          // a node's loss to the other domains' next step
+  double domain_back_s = 0;         // a node's loss to its domain admitted again (median over N)
+  double step_s = 0;                // one job's step at the smallest N
+  double domain_step_overhead = 0;  // domains' step over one job's, less 1, at the smallest N
+};
+MeasuredScaling read_scaling(const std::filesystem::path& results);
+
+struct EttrAssumptions {
+  int nodes = 4560;
+  int gpus_per_node = 6;
+  int nodes_per_domain = 16;
+  // Llama 3's: an interruption every 3 h on 16,384 GPUs, scaled by the GPUs of the machine.
+  double hours_between_interruptions_per_16k_gpus = 3.0;
+  double job_hours = 24;  // one allocation: the job starts once in it
+  double step_s = 0;      // 0: the measured step
+  // Per-step price, as a fraction of an unprotected step: the domains' cross-domain exchange
+  // (negative: the measured one) and the protections every design pays (agreement, snapshots,
+  // checkpoints).
+  double domain_step_overhead = -1;
+  double protection_overhead = 0;
+};
+
+struct EttrProjection {
+  std::string design;
+  double start_s = 0;        // once per allocation
+  double stall_s = 0;        // per failure, the whole machine waits
+  double degraded_s = 0;     // per failure, one domain away (its share of the machine idle)
+  double lost_work_s = 0;    // per failure, committed or in-flight work redone
+  double per_failure_s = 0;  // machine-seconds lost per failure: stall + degraded share + lost work
+  double failures = 0;       // in one allocation
+  double step_overhead = 0;
+  double ettr = 0;  // productive time over wall time
+};
+// Kokolis et al. (2024): productive time over wall time, for one job on every node and for
+// domains of nodes_per_domain nodes.
+std::vector<EttrProjection> project_ettr(const MeasuredScaling& measured,
+                                         const EttrAssumptions& assumptions);
+
 // Reads the costs of the last recovery (and the first relaunch, if any) in a run directory.
 MeasuredRecovery measure_recovery(const std::filesystem::path& run_dir);
 // One projection per path the measurement supports: in-job (when a shrink was measured) and

@@ -1,0 +1,96 @@
+// The effective training time projection (hardy simulate --ettr) from a scale benchmark's results.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../support/scratch_directory.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/resilience/scale_model.hpp"
+
+using namespace hardy;
+using namespace hardy::resilience;
+
+namespace {
+
+nlohmann::json linear(double a, double b) {
+  return {{"best", {{"model", "linear"}, {"a", a}, {"b", b}, {"relative_rms", 0.01}}}};
+}
+
+// What bench/cluster/scale_bench.py writes, with round numbers: one job starts in 1 + 0.01 N s
+// and stalls 2 + 0.02 N s after a node's loss; domains of 2 stall 0.3 + 0.001 N s.
+nlohmann::json scale_results() {
+  nlohmann::json fits = {
+      {"one_job", {{"start_s", linear(1, 0.01)}, {"stall_s", linear(2, 0.02)}}},
+      {"domains_of_2", {{"start_s", linear(1.5, 0.01)}, {"stall_s", linear(0.3, 0.001)}}}};
+  nlohmann::json medians = {
+      {"one_job", {{"4", {{"step_s", 0.1}}}, {"32", {{"step_s", 0.4}}}}},
+      {"domains_of_2",
+       {{"4", {{"step_s", 0.105}, {"back_s", 2.0}}}, {"32", {{"step_s", 0.5}, {"back_s", 4.0}}}}}};
+  return {{"per_domain", 2}, {"fits", fits}, {"medians", medians}};
+}
+
+}  // namespace
+
+TEST_CASE("ETTR: the measured fits, the failure rate and the per-step prices give the ratio") {
+  testing::ScratchDirectory dir("ettr");
+  std::ofstream(dir / "scale.json") << scale_results().dump();
+  const auto measured = read_scaling(dir / "scale.json");
+  CHECK(measured.nodes_per_domain == 2);
+  CHECK(measured.largest_nodes == 32);
+  CHECK(measured.step_s == Approx(0.1));                 // the smallest job's
+  CHECK(measured.domain_step_overhead == Approx(0.05));  // 0.105 / 0.1 - 1
+  CHECK(measured.domain_back_s == Approx(3.0));          // the median of 2 and 4
+
+  // 1,024 nodes x 16 GPUs = 16,384 GPUs, an interruption every 2 h: 12 in a 24 h allocation.
+  EttrAssumptions a{.nodes = 1024,
+                    .gpus_per_node = 16,
+                    .nodes_per_domain = 16,
+                    .hours_between_interruptions_per_16k_gpus = 2,
+                    .job_hours = 24,
+                    .step_s = 1.0,
+                    .domain_step_overhead = -1,
+                    .protection_overhead = 0.01};
+  const auto projections = project_ettr(measured, a);
+  REQUIRE(projections.size() == 2);
+  const auto& one = projections[0];
+  const auto& domains = projections[1];
+  const double job_s = 24 * 3600;
+  CHECK(one.failures == Approx(12));
+  CHECK(one.start_s == Approx(1 + 0.01 * 1024));
+  CHECK(one.stall_s == Approx(2 + 0.02 * 1024));
+  CHECK(one.per_failure_s == Approx(one.stall_s + 1.0));  // the step in flight redone
+  CHECK(one.ettr == Approx((job_s - one.start_s - 12 * one.per_failure_s) / job_s / 1.01));
+
+  // 64 domains: the stall as measured for 64 domains of the bench's 2 nodes, the lost domain
+  // away for the measured return plus what 16 nodes cost to start beyond 2, for 16/1024 of it.
+  CHECK(domains.design == "64 domains of 16 nodes");
+  CHECK(domains.stall_s == Approx(0.3 + 0.001 * 128));
+  const double away = 3.0 + (1 + 0.01 * 16) - (1 + 0.01 * 2);
+  CHECK(domains.degraded_s == Approx(away * 16 / 1024));
+  CHECK(domains.step_overhead == Approx(0.01 + 0.05));
+  CHECK(domains.ettr ==
+        Approx((job_s - domains.start_s - 12 * domains.per_failure_s) / job_s / 1.06));
+  CHECK(domains.per_failure_s < one.per_failure_s);
+
+  // The per-step price given instead of measured.
+  a.domain_step_overhead = 0.002;
+  CHECK(project_ettr(measured, a)[1].step_overhead == Approx(0.012));
+}
+
+TEST_CASE("ETTR: refuses results it cannot use and machines domains do not divide") {
+  testing::ScratchDirectory dir("ettr-bad");
+  auto results = scale_results();
+  results["fits"]["one_job"].erase("stall_s");
+  std::ofstream(dir / "no-stall.json") << results.dump();
+  CHECK_THROWS_AS(read_scaling(dir / "no-stall.json"), InvalidArgument);
+  std::ofstream(dir / "other.json") << R"({"steps": 3})";
+  CHECK_THROWS_AS(read_scaling(dir / "other.json"), InvalidArgument);
+  CHECK_THROWS_AS(read_scaling(dir / "missing.json"), InvalidArgument);
+
+  std::ofstream(dir / "scale.json") << scale_results().dump();
+  const auto measured = read_scaling(dir / "scale.json");
+  CHECK_THROWS_AS(project_ettr(measured, {.nodes = 100, .nodes_per_domain = 16}), InvalidArgument);
+  CHECK_THROWS_AS(
+      project_ettr(measured, {.nodes = 64, .hours_between_interruptions_per_16k_gpus = 0}),
+      InvalidArgument);
+}
