@@ -27,7 +27,10 @@ Then it fits each phase against the node count (least squares, a + b*N and c*N^p
 by residual is kept) and writes the points and fits to bench/results/cluster-scale-<date>.json.
 Every emulated node is a network namespace on this machine, so N ranks share its cores: the
 figures include that oversubscription, which the fits carry as growth with N. That makes them an
-upper bound for a real machine, where every node brings its own cores.
+upper bound for a real machine, where every node brings its own cores. One domain's launch and
+MPI_Init do the same work at every N, so their growth with N measures that contention alone:
+`contention` (1 at the smallest N, fitted too), by which `hardy simulate --ettr` divides for its
+lower bound.
 """
 import argparse
 import json
@@ -49,7 +52,7 @@ from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
 from hardy_test import read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
 
 PHASES = ["launch_s", "mpi_init_s", "first_step_s", "start_s", "stall_s", "domain_launch_s", "domain_mpi_init_s",
-          "back_s", "step_s"]
+          "back_s", "step_s", "contention"]
 
 
 def first_launch_ranks(events, world):
@@ -177,36 +180,22 @@ def fit(points):
     return {"best": linear if linear_res <= power_res else power, "linear": linear, "power": power}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hardy", default=str(ROOT / "build/bin/hardy"))
-    parser.add_argument("--nodes", default="4,8,16,32")
-    parser.add_argument("--per-domain", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--fault-step", type=int, default=20)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
-    ok, why = namespaces_available()
-    if not ok:
-        sys.exit(f"cannot emulate a cluster here: {why}")
-    counts = [int(n) for n in args.nodes.split(",")]
-    designs = {"one_job": 0, f"domains_of_{args.per_domain}": args.per_domain}
-    runs = {design: {n: [] for n in counts} for design in designs}
-    load = {"start": Path("/proc/loadavg").read_text().split()[:3]}
-    with tempfile.TemporaryDirectory(prefix="hardy-scale-bench-") as tmp, \
-            EmulatedCluster(nodes=max(counts) + 1) as cluster:
-        for repeat in range(args.repeats):
-            for n in counts:
-                for design, per_domain in designs.items():
-                    result = run_one(args, cluster, n, per_domain, tmp, f"{design}-{n}-{repeat}")
-                    runs[design][n].append(result)
-                    print(f"{design} N={n} #{repeat + 1}: {json.dumps(result)}", flush=True)
-    load["end"] = Path("/proc/loadavg").read_text().split()[:3]
+def summarize(runs):
+    """Medians per design and node count, the contention, the fits; prints the tables."""
     medians = {design: {n: {p: statistics.median(r[p] for r in rs if p in r)
                             for p in {k for r in rs for k, v in r.items() if isinstance(v, (int, float))}}
                         for n, rs in by_n.items()}
                for design, by_n in runs.items()}
+    # A domain's launch and MPI_Init do the same work at every N (it has K nodes); they grow only
+    # because the N emulated nodes share this machine's cores. Their growth over the smallest N
+    # is the contention that every phase here carries.
+    for design, by_n in medians.items():
+        launches = {n: m["domain_launch_s"] + m["domain_mpi_init_s"] for n, m in by_n.items()
+                    if "domain_launch_s" in m and "domain_mpi_init_s" in m}
+        if launches:
+            smallest = launches[min(launches)]
+            for n, value in launches.items():
+                by_n[n]["contention"] = value / smallest
     fits = {design: {p: fit([(n, m[p]) for n, m in by_n.items() if p in m])
                      for p in {k for m in by_n.values() for k in m}}
             for design, by_n in medians.items()}
@@ -220,6 +209,63 @@ def main():
                 b = f["best"]
                 form = f"{b['a']:.3f} + {b['b']:.4f}*N" if b["model"] == "linear" else f"{b['c']:.3f}*N^{b['p']:.2f}"
                 print(f"  {p}: {form} (relative rms {b['relative_rms']:.2f})")
+    return medians, fits
+
+
+def refit(paths, out):
+    """Medians and fits again from the runs of earlier results (merged: their runs per design and
+    node count are pooled), e.g. after repeating one size."""
+    merged, first = {}, None
+    for path in paths:
+        results = json.loads(Path(path).read_text())
+        first = first or results
+        for design, by_n in results["runs"].items():
+            for n, rs in by_n.items():
+                merged.setdefault(design, {}).setdefault(int(n), []).extend(r for r in rs if "failed" not in r)
+    merged = {design: dict(sorted(by_n.items())) for design, by_n in merged.items()}
+    medians, fits = summarize(merged)
+    first.update(runs=merged, medians=medians, fits=fits, refit_from=[str(p) for p in paths])
+    Path(out).write_text(json.dumps(first, indent=1))
+    print(f"results: {out}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hardy", default=str(ROOT / "build/bin/hardy"))
+    parser.add_argument("--nodes", default="4,8,16,32")
+    parser.add_argument("--per-domain", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--fault-step", type=int, default=20)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--designs", default="one_job,domains", help="which of one_job,domains to run")
+    parser.add_argument("--keep", default=None, help="keep the run directories under this directory")
+    parser.add_argument("--refit", nargs="+", default=None,
+                        help="no runs: medians and fits again from these results files' runs, pooled")
+    args = parser.parse_args()
+    if args.refit:
+        refit(args.refit, args.out or args.refit[0])
+        return
+    ok, why = namespaces_available()
+    if not ok:
+        sys.exit(f"cannot emulate a cluster here: {why}")
+    counts = [int(n) for n in args.nodes.split(",")]
+    designs = {name: per_domain for name, per_domain in
+               (("one_job", 0), (f"domains_of_{args.per_domain}", args.per_domain))
+               if name.split("_of_")[0] in args.designs.split(",")}
+    runs = {design: {n: [] for n in counts} for design in designs}
+    load = {"start": Path("/proc/loadavg").read_text().split()[:3]}
+    with tempfile.TemporaryDirectory(prefix="hardy-scale-bench-") as scratch, \
+            EmulatedCluster(nodes=max(counts) + 1) as cluster:
+        tmp = args.keep or scratch
+        for repeat in range(args.repeats):
+            for n in counts:
+                for design, per_domain in designs.items():
+                    result = run_one(args, cluster, n, per_domain, tmp, f"{design}-{n}-{repeat}")
+                    runs[design][n].append(result)
+                    print(f"{design} N={n} #{repeat + 1}: {json.dumps(result)}", flush=True)
+    load["end"] = Path("/proc/loadavg").read_text().split()[:3]
+    medians, fits = summarize(runs)
     out = Path(args.out) if args.out else ROOT / "bench/results" / f"cluster-scale-{date.today().isoformat()}.json"
     out.write_text(json.dumps({"machine": {"host": platform.node(), "cpus": os.cpu_count(), "load": load},
                                "hardy": args.hardy, "per_domain": args.per_domain, "steps": args.steps,

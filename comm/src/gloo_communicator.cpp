@@ -12,6 +12,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 
 namespace hardy::comm {
@@ -161,6 +162,11 @@ std::unique_ptr<Communicator> connect_gloo_group(RendezvousStore& store,
     ::gethostname(host, sizeof host - 1);
     attr.hostname = host;
   }
+  // gloo sends with writev, which raises SIGPIPE when the peer is gone: by default that ends the
+  // process without a word, so one lost domain took its neighbour's leader with it. Ignored, the
+  // write fails with EPIPE and gloo reports it, which becomes a GroupFailure.
+  static const bool sigpipe_ignored = [] { return std::signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
+  if (!sigpipe_ignored) throw Error("cannot ignore SIGPIPE for the gloo group's sockets");
   try {
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);

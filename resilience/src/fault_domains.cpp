@@ -9,6 +9,7 @@
 #include <cstring>
 #include <iostream>
 #include <limits>
+#include <thread>
 
 #include "hardy/checkpoint/broadcast_state.hpp"
 #include "hardy/comm/gloo_communicator.hpp"
@@ -120,6 +121,7 @@ void FaultDomains::connect(std::size_t generation, const std::vector<int>& membe
   group_.reset();  // its sockets close first, so late peers of the old group fail at once
   generation_ = generation;
   members_ = members;
+  wait_until_members_ready(generation, members);
   group_ =
       comm::connect_gloo_group(*store_, {.prefix = fmt::format("gen{}", generation),
                                          .rank = static_cast<int>(me - members.begin()),
@@ -127,6 +129,37 @@ void FaultDomains::connect(std::size_t generation, const std::vector<int>& membe
                                          .address = options_.address,
                                          .timeout = to_ms(options_.timeout_s),
                                          .connect_timeout = to_ms(options_.membership_timeout_s)});
+}
+
+void FaultDomains::wait_until_members_ready(std::size_t generation,
+                                            const std::vector<int>& members) {
+  // gloo's full-mesh connect waits for every member and cannot give up early: a member that died
+  // after its generation was published would hold the others for gloo's own store timeout
+  // (30 s; measured with two domains lost at once). So the members first say they are ready,
+  // and a newer generation (the supervisor saw one of them go) ends the wait; otherwise it lasts
+  // as long as connecting may (a joiner waits here for the members to reach a step boundary).
+  try {
+    store_->set(fmt::format("ready.{}.{}", generation, options_.index), "ready");
+  } catch (const IoError&) {
+    // Said already (a generation connected twice is never published, but be lenient).
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(options_.membership_timeout_s);
+  const auto newer = fmt::format("gen.{}.members", generation + 1);
+  for (int member : members) {
+    const auto key = fmt::format("ready.{}.{}", generation, member);
+    while (!store_->try_get(key)) {
+      if (store_->try_get(newer))
+        throw comm::GroupFailure(fmt::format(
+            "generation {} was replaced before domain {} was ready", generation, member));
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw comm::GroupFailure(
+            fmt::format("domain {} was not ready to connect generation {} "
+                        "within {:.0f} s",
+                        member, generation, options_.timeout_s));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
 }
 
 void FaultDomains::regroup(const std::string& why) {

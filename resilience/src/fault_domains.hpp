@@ -117,6 +117,9 @@ class FaultDomains {
   comm::Communicator& domain() const { return *domain_; }
   bool leader() const { return domain().rank() == 0; }
   void connect(std::size_t generation, const std::vector<int>& members);
+  // Leader: until every member of `generation` said it is ready to connect; GroupFailure when a
+  // newer generation replaces it first, or after the membership timeout.
+  void wait_until_members_ready(std::size_t generation, const std::vector<int>& members);
   // Leader: after a GroupFailure, until connected to a later generation that includes this domain.
   void regroup(const std::string& why);
   // Leader: positions exchanged, the plan made; heals members that need it (over the group).

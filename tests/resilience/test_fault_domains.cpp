@@ -181,3 +181,44 @@ TEST_CASE("fault domains: a lost domain's peers drop the step in flight together
     CHECK(domains[static_cast<std::size_t>(d)]->summed ==
           std::vector<float>{6.0f, 30.0f, 2.0f, 6.0f});
 }
+
+TEST_CASE("fault domains: a generation that names a member already gone is left for the next") {
+  // Two domains lost at once: the supervisor publishes generation 1 without the first before it
+  // learns of the second, then generation 2. The survivor must not wait on the dead member of
+  // generation 1 (gloo's full-mesh connect would, for its own 30 s store timeout).
+  hardy::testing::ScratchDirectory scratch("domains-twice");
+  const auto store_dir = scratch.path() / "store";
+  auto supervisor = comm::open_file_store(store_dir);
+  supervisor->set("gen.0.members", "0,1,2");
+  std::vector<std::unique_ptr<Domain>> domains;
+  for (int d = 0; d < 3; ++d) domains.push_back(std::make_unique<Domain>(d, 3, store_dir));
+  std::vector<std::future<void>> running;
+  for (int d = 0; d < 3; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      auto& domain = *domains[static_cast<std::size_t>(d)];
+      domain.domains.start(domain.access());
+      CHECK(domain.step(1.0f).verdict == StepVerdict::commit);
+    }));
+  for (auto& r : running) r.get();
+
+  domains[0].reset();
+  domains[1].reset();
+  auto watcher = std::async(std::launch::async, [&] {
+    REQUIRE(supervisor->wait_for("fail.0.2", 20s));
+    supervisor->set("gen.1.members", "1,2");
+    std::this_thread::sleep_for(300ms);
+    supervisor->set("gen.2.members", "2");
+  });
+  const auto started = std::chrono::steady_clock::now();
+  const DomainStep outcome = domains[2]->step(5.0f);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  watcher.get();
+  CHECK(outcome.verdict == StepVerdict::abandon);
+  CHECK(domains[2]->domains.generation() == 2);
+  // Replaced by generation 2, not given up after the domain timeout (2 s here).
+  CHECK(seconds < 1.5);
+  CHECK(domains[2]->step(7.0f).verdict == StepVerdict::commit);
+  CHECK(domains[2]->summed == std::vector<float>{3.0f, 7.0f});
+}
+

@@ -19,9 +19,11 @@ nlohmann::json linear(double a, double b) {
 // What bench/cluster/scale_bench.py writes, with round numbers: one job starts in 1 + 0.01 N s
 // and stalls 2 + 0.02 N s after a node's loss; domains of 2 stall 0.3 + 0.001 N s.
 nlohmann::json scale_results() {
-  nlohmann::json fits = {
-      {"one_job", {{"start_s", linear(1, 0.01)}, {"stall_s", linear(2, 0.02)}}},
-      {"domains_of_2", {{"start_s", linear(1.5, 0.01)}, {"stall_s", linear(0.3, 0.001)}}}};
+  nlohmann::json fits = {{"one_job", {{"start_s", linear(1, 0.01)}, {"stall_s", linear(2, 0.02)}}},
+                         {"domains_of_2",
+                          {{"start_s", linear(1.5, 0.01)},
+                           {"stall_s", linear(0.3, 0.001)},
+                           {"contention", linear(0.5, 0.125)}}}};
   nlohmann::json medians = {
       {"one_job", {{"4", {{"step_s", 0.1}}}, {"32", {{"step_s", 0.4}}}}},
       {"domains_of_2",
@@ -51,9 +53,10 @@ TEST_CASE("ETTR: the measured fits, the failure rate and the per-step prices giv
                     .domain_step_overhead = -1,
                     .protection_overhead = 0.01};
   const auto projections = project_ettr(measured, a);
-  REQUIRE(projections.size() == 2);
+  REQUIRE(projections.size() == 4);
   const auto& one = projections[0];
   const auto& domains = projections[1];
+  CHECK(one.bound == "as measured");
   const double job_s = 24 * 3600;
   CHECK(one.failures == Approx(12));
   CHECK(one.start_s == Approx(1 + 0.01 * 1024));
@@ -71,6 +74,14 @@ TEST_CASE("ETTR: the measured fits, the failure rate and the per-step prices giv
   CHECK(domains.ettr ==
         Approx((job_s - domains.start_s - 12 * domains.per_failure_s) / job_s / 1.06));
   CHECK(domains.per_failure_s < one.per_failure_s);
+
+  // With the contention removed: every phase divided by it, at the size it is taken at.
+  const auto& one_alone = projections[2];
+  const auto& domains_alone = projections[3];
+  CHECK(one_alone.bound == "contention removed");
+  CHECK(one_alone.stall_s == Approx(one.stall_s / (0.5 + 0.125 * 1024)));
+  CHECK(domains_alone.stall_s == Approx(domains.stall_s / (0.5 + 0.125 * 128)));
+  CHECK(one_alone.ettr > one.ettr);
 
   // The per-step price given instead of measured.
   a.domain_step_overhead = 0.002;

@@ -74,6 +74,9 @@ struct MeasuredScaling {
   double domain_back_s = 0;         // a node's loss to its domain admitted again (median over N)
   double step_s = 0;                // one job's step at the smallest N
   double domain_step_overhead = 0;  // domains' step over one job's, less 1, at the smallest N
+  // How much slower a domain's launch and MPI_Init (the same work at every N) ran at N than at
+  // the smallest N: the emulated nodes' contention for this machine's cores.
+  GrowthFit contention;
 };
 MeasuredScaling read_scaling(const std::filesystem::path& results);
 
@@ -94,6 +97,9 @@ struct EttrAssumptions {
 
 struct EttrProjection {
   std::string design;
+  // "as measured": the fits as they are (every emulated node shares the measuring machine's
+  // cores: an upper bound); "contention removed": divided by the contention (a lower bound).
+  std::string bound;
   double start_s = 0;        // once per allocation
   double stall_s = 0;        // per failure, the whole machine waits
   double degraded_s = 0;     // per failure, one domain away (its share of the machine idle)
@@ -104,7 +110,7 @@ struct EttrProjection {
   double ettr = 0;  // productive time over wall time
 };
 // Kokolis et al. (2024): productive time over wall time, for one job on every node and for
-// domains of nodes_per_domain nodes.
+// domains of nodes_per_domain nodes, each as measured and with the contention removed.
 std::vector<EttrProjection> project_ettr(const MeasuredScaling& measured,
                                          const EttrAssumptions& assumptions);
 
