@@ -100,7 +100,11 @@ po::options_description train_options() {
       "domain-timeout", po::value<double>()->default_value(10.0),
       "seconds a cross-domain collective may take before its peer counts as lost")(
       "domain-join", po::value<std::string>()->default_value(""),
-      "a relaunched domain's token: join the running job and heal from a live domain");
+      "a relaunched domain's token: join the running job and heal from a live domain")(
+      "domain-sync-every", po::value<int>()->default_value(1),
+      "with fault domains: they meet every N-th step (average their state, commit it together) "
+      "and train alone in between; a lost domain costs the survivors up to N-1 steps "
+      "(docs/resilience.md)");
   po::options_description data("Data");
   data.add_options()(
       "synthetic", po::value<bool>()->implicit_value(true)->zero_tokens(),
@@ -396,6 +400,11 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
           "--domain must be -1 (none) or one of 0 .. --domains - 1");
   require(spec.domain < 0 || !spec.domain_store.empty(), "--domain needs --domain-store");
   require(spec.domain_timeout_s > 0, "--domain-timeout must be positive");
+  spec.domain_sync_every = get<int>(vm, "domain-sync-every");
+  require(spec.domain_sync_every >= 1, "--domain-sync-every must be at least 1");
+  require(spec.domain < 0 || spec.checkpoint_every % spec.domain_sync_every == 0,
+          "--checkpoint-every must be a multiple of --domain-sync-every: a checkpoint holds a "
+          "step that every domain committed");
 }
 
 void read_model_options(const po::variables_map& vm, TrainSpec& spec) {
@@ -445,7 +454,7 @@ std::string effective_config_ini(const po::variables_map& vm, const TrainSpec& s
     if (name == "help" || name == "config" || value.empty()) continue;
     // Resolved below; a resume or an injected failure belongs to one launch, not to the job.
     if (name == "synthetic" || name == "dataset" || name == "run-dir" || name == "resume" ||
-        name == "inject-failure" || name.starts_with("domain"))
+        name == "inject-failure" || (name.starts_with("domain") && name != "domain-sync-every"))
       continue;
     ini << name << " = " << value_text(value) << "\n";
   }

@@ -54,6 +54,18 @@ core::Shard rank_slice_in_domain(std::size_t global_batch, const std::vector<int
   return {slice.begin + inner.begin, slice.begin + inner.end};
 }
 
+bool synchronizes(long step, int sync_every, long last_step) {
+  if (sync_every < 1) throw InvalidArgument("domains must meet at least every step");
+  return step % sync_every == 0 || step == last_step;
+}
+
+double domain_share(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
+                    std::size_t domain) {
+  if (global_batch == 0) throw InvalidArgument("an empty global batch has no shares");
+  return static_cast<double>(domain_slice(global_batch, ranks_per_domain, domain).size()) /
+         static_cast<double>(global_batch);
+}
+
 namespace {
 // not ok, pending, loss (a float and its remainder), skipped; then the live ranks per member.
 constexpr std::size_t kVoteHeader = 5;

@@ -36,6 +36,23 @@ core::Shard domain_slice(std::size_t global_batch, const std::vector<int>& ranks
 core::Shard rank_slice_in_domain(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
                                  std::size_t domain, int rank, int live_ranks);
 
+// ---- synchronising every N steps (--domain-sync-every, the NERSC hybrid scheme; LocalSGD) ----
+//
+// With N > 1 each domain trains alone on its own slice of every global batch and the domains
+// meet every N-th step, where they average their parameters, batch statistics and optimizer
+// state, weighted by their shares of the batch, and sum that step's gradients. Only such a step
+// is committed across domains: what a lost domain did since the last one is lost with it, and the
+// survivors rewind to it, so every sample still counts exactly once.
+
+// Whether the domains meet at `step`: every `sync_every`-th step and the last one (the job ends on
+// a state every domain shares). Every step when sync_every is 1.
+bool synchronizes(long step, int sync_every, long last_step);
+// A domain's share of a global batch: its samples over the batch's. The weight of its state in
+// the average at a meeting, and what its gradient sum is divided by on the steps in between to
+// make it its own batch's mean.
+double domain_share(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
+                    std::size_t domain);
+
 // ---- the per-step vote ----
 
 // What a leader brings to its step's vote, and what the vote returns to all of them (sums). The

@@ -24,7 +24,7 @@ using std::chrono::milliseconds;
 
 milliseconds to_ms(double seconds) { return milliseconds(static_cast<long>(seconds * 1000.0)); }
 
-enum Decision : int { kCommit = 0, kAbandon = 1, kHealed = 2 };
+enum Decision : int { kCommit = 0, kAbandon = 1, kHealed = 2, kRewind = 3 };
 
 // The decision a leader broadcasts in its domain: verdict, loss, skipped, admit pending,
 // generation, member count, members, ranks per member.
@@ -62,26 +62,21 @@ struct SharedDecision {
   }
 };
 
-// Every gradient in one buffer and back, so that each crosses the network in one collective.
-std::vector<float> pack(std::span<core::Tensor* const> gradients) {
+std::size_t values_in(std::span<core::Tensor* const> tensors) {
   std::size_t total = 0;
-  for (const core::Tensor* gradient : gradients) total += gradient->f32().size();
+  for (const core::Tensor* tensor : tensors) total += tensor->f32().size();
+  return total;
+}
+
+// Every tensor in one buffer, so that all of them cross the network in one collective.
+std::vector<float> pack(std::span<core::Tensor* const> tensors) {
   std::vector<float> flat;
-  flat.reserve(total);
-  for (core::Tensor* gradient : gradients) {
-    const auto values = gradient->f32();
+  flat.reserve(values_in(tensors));
+  for (core::Tensor* tensor : tensors) {
+    const auto values = tensor->f32();
     flat.insert(flat.end(), values.begin(), values.end());
   }
   return flat;
-}
-
-void unpack(const std::vector<float>& flat, std::span<core::Tensor* const> gradients) {
-  std::size_t at = 0;
-  for (core::Tensor* gradient : gradients) {
-    const auto values = gradient->f32();
-    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), values.size(), values.begin());
-    at += values.size();
-  }
 }
 
 }  // namespace
@@ -103,6 +98,11 @@ int FaultDomains::job_world_size() const {
   int total = 0;
   for (int ranks : ranks_per_member_) total += ranks;
   return total;
+}
+
+double FaultDomains::share(std::size_t global_batch) const {
+  if (!enabled()) return 1.0;
+  return domain_share(global_batch, ranks_per_member_, member_index());
 }
 
 core::Shard FaultDomains::my_slice(std::size_t global_batch) const {
@@ -154,9 +154,8 @@ void FaultDomains::wait_until_members_ready(std::size_t generation,
             "generation {} was replaced before domain {} was ready", generation, member));
       if (std::chrono::steady_clock::now() >= deadline)
         throw comm::GroupFailure(
-            fmt::format("domain {} was not ready to connect generation {} "
-                        "within {:.0f} s",
-                        member, generation, options_.timeout_s));
+            fmt::format("domain {} was not ready to connect generation {} within {:.0f} s", member,
+                        generation, options_.membership_timeout_s));
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
@@ -277,18 +276,22 @@ void FaultDomains::start(const DomainStateAccess& state) {
   apply_decision(decision.encode(), {}, &healed, state);
 }
 
-DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> gradients, double loss,
+DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> tensors, double loss,
                                   double skipped, const DomainStateAccess& state) {
-  return run_step(step, gradients, loss, skipped, /*ok=*/true, state);
+  return run_step(step, tensors, loss, skipped, /*ok=*/true, state);
 }
 
-DomainStep FaultDomains::after_local_recovery(std::span<core::Tensor* const> gradients,
+DomainStep FaultDomains::after_local_recovery(long next_step, bool synchronized,
+                                              std::span<core::Tensor* const> tensors,
                                               const DomainStateAccess& state) {
-  const long next = state.committed_step() + 1;
+  // Domains that train alone between meetings have nothing in flight with the others then: the
+  // domain redoes the step over its survivors, and tells the others its size at the next meeting.
+  if (!synchronized) return {.verdict = StepVerdict::abandon};
+  const long next = next_step;
   if (leader() && in_flight_step_ == next && in_flight_ok_) {
     // The step's vote completed before the rank died: the other domains committed it (or will)
-    // and this one rolls forward with the summed gradients its leader still holds, or the vote
-    // said no and everyone dropped it already.
+    // and this one rolls forward with the sums its leader still holds, or the vote said no and
+    // everyone dropped it already.
     SharedDecision decision;
     decision.verdict = *in_flight_ok_ ? kCommit : kAbandon;
     decision.loss = last_vote_loss_;
@@ -297,15 +300,11 @@ DomainStep FaultDomains::after_local_recovery(std::span<core::Tensor* const> gra
     // The others split the next batch by the sizes they know; this domain covers its slice with
     // the ranks it has left, and reports the new size in the next vote.
     decision.ranks = ranks_per_member_;
-    return apply_decision(decision.encode(), gradients, nullptr, state);
+    return apply_decision(decision.encode(), tensors, nullptr, state);
   }
-  if (!leader() || in_flight_step_ != next || !in_flight_ok_) {
-    // The other domains wait in this step's exchange (or will): join it with nothing to add and
-    // a vote against, so that every domain drops the step and redoes it over the new split.
-    for (core::Tensor* gradient : gradients) std::ranges::fill(gradient->f32(), 0.0f);
-    return run_step(next, gradients, 0, 0, /*ok=*/false, state);
-  }
-  return {};
+  // The other domains wait in this step's exchange (or will): join it with nothing to add and a
+  // vote against, so that every domain drops the step and redoes it over the new split.
+  return run_step(next, tensors, 0, 0, /*ok=*/false, state);
 }
 
 std::size_t FaultDomains::member_index() const {
@@ -313,7 +312,7 @@ std::size_t FaultDomains::member_index() const {
                                   members_.begin());
 }
 
-DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> gradients, double loss,
+DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tensors, double loss,
                                   double skipped, bool ok, const DomainStateAccess& state) {
   SharedDecision decision;
   checkpoint::TrainingState healed;
@@ -329,19 +328,19 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> grad
       // after this step, so all switch generation at the same step.
       const bool pending =
           store_->try_get(fmt::format("gen.{}.members", generation_ + 1)).has_value();
-      // One collective for every gradient and the vote: between domains each costs a network
-      // latency.
+      // One collective for every tensor and the vote: between domains each costs a network
+      // latency. A domain that votes against adds nothing (its tensors may be half-done).
       Vote mine{.ok = ok,
                 .generation_pending = pending,
                 .loss = loss,
                 .skipped = skipped,
                 .ranks = std::vector<int>(members_.size(), 0)};
       mine.ranks[me()] = domain().size();
-      std::vector<float> flat = pack(gradients);
+      std::vector<float> flat = ok ? pack(tensors) : std::vector<float>(values_in(tensors), 0.0f);
       append_vote(flat, mine, me(), members_.size());
       group_->allreduce_sum(flat);
       const Vote vote = take_vote(flat, members_.size());
-      unpack(flat, gradients);
+      held_sums_ = std::move(flat);
       decision.verdict = vote.ok ? kCommit : kAbandon;
       decision.loss = vote.loss;
       decision.skipped = vote.skipped;
@@ -368,7 +367,7 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> grad
         }
       }
       const ResyncAction action = plan.actions[me()];
-      decision.verdict = action == ResyncAction::heal ? kHealed : kAbandon;
+      decision.verdict = action == ResyncAction::heal ? kHealed : kRewind;
       std::vector<int> lost;
       for (int m : old_members)
         if (std::find(members_.begin(), members_.end(), m) == members_.end()) lost.push_back(m);
@@ -382,7 +381,7 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> grad
                     {"members", members_},
                     {"ranks_per_domain", ranks_per_member_},
                     {"agreed_step", plan.agreed_step},
-                    {"action", action == ResyncAction::heal ? "heal" : "abandon in-flight step"},
+                    {"action", action == ResyncAction::heal ? "heal" : "rewind to the agreed step"},
                     {"seconds", core::unix_time() - detected}});
     }
     decision.generation = generation_;
@@ -390,28 +389,28 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> grad
     decision.ranks = ranks_per_member_;
     in_flight_ok_ = decision.verdict == kCommit;
   }
-  return apply_decision(decision.encode(), gradients, &healed, state);
+  return apply_decision(decision.encode(), tensors, &healed, state);
 }
 
 DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
-                                        std::span<core::Tensor* const> gradients,
+                                        std::span<core::Tensor* const> tensors,
                                         checkpoint::TrainingState* healed,
                                         const DomainStateAccess& state) {
-  // One broadcast in the domain carries the decision and the summed gradients. The decision's
-  // room is fixed (as if every domain of the job were a member), so every rank knows the size.
+  // One broadcast in the domain carries the decision and the sums. The decision's room is fixed
+  // (as if every domain of the job were a member), so every rank knows the size.
   const std::size_t room = SharedDecision::room(static_cast<std::size_t>(options_.count));
-  std::size_t gradient_values = 0;
-  for (const core::Tensor* gradient : gradients) gradient_values += gradient->f32().size();
-  std::vector<std::byte> message(room * sizeof(double) + gradient_values * sizeof(float));
+  const std::size_t values = values_in(tensors);
+  std::vector<std::byte> message(room * sizeof(double) + values * sizeof(float));
   if (leader()) {
     if (encoded.size() > room)
       throw Error(fmt::format("a decision of {} values has room for {}", encoded.size(), room));
     std::memcpy(message.data(), encoded.data(), encoded.size() * sizeof(double));
-    std::size_t at = room * sizeof(double);
-    for (const core::Tensor* gradient : gradients) {
-      const auto values = gradient->f32();
-      std::memcpy(message.data() + at, values.data(), values.size_bytes());
-      at += values.size_bytes();
+    if (static_cast<int>(encoded.front()) == kCommit && values > 0) {
+      if (held_sums_.size() != values)
+        throw Error(fmt::format("domain {}: the sums held ({} values) do not fit the step's {}",
+                                options_.index, held_sums_.size(), values));
+      std::memcpy(message.data() + room * sizeof(double), held_sums_.data(),
+                  values * sizeof(float));
     }
   }
   domain().broadcast(message, 0);
@@ -421,12 +420,12 @@ DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
   generation_ = decision.generation;
   members_ = decision.members;
   ranks_per_member_ = decision.ranks;
-  if (decision.verdict == kCommit && !leader()) {
+  if (decision.verdict == kCommit) {
     std::size_t at = room * sizeof(double);
-    for (core::Tensor* gradient : gradients) {
-      const auto values = gradient->f32();
-      std::memcpy(values.data(), message.data() + at, values.size_bytes());
-      at += values.size_bytes();
+    for (core::Tensor* tensor : tensors) {
+      const auto into = tensor->f32();
+      std::memcpy(into.data(), message.data() + at, into.size_bytes());
+      at += into.size_bytes();
     }
   }
   if (decision.verdict == kHealed) {
@@ -435,6 +434,7 @@ DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
   }
   return {.verdict = decision.verdict == kCommit   ? StepVerdict::commit
                      : decision.verdict == kHealed ? StepVerdict::healed
+                     : decision.verdict == kRewind ? StepVerdict::rewind
                                                    : StepVerdict::abandon,
           .loss = decision.loss,
           .skipped = decision.skipped,

@@ -59,9 +59,12 @@ struct DomainStateAccess {
 };
 
 enum class StepVerdict {
-  commit,   // the summed gradients are in place: apply them and commit the step
-  abandon,  // the step is dropped everywhere: go back to the committed state and redo it
-  healed,   // the step is dropped and the state was replaced by a peer's (already applied)
+  commit,   // the summed tensors are in place: apply them and commit the step
+  abandon,  // the step is dropped everywhere: go back to the domain's committed state, redo it
+  // The members changed: the step is dropped and every domain goes back to the last state all
+  // of them committed together (with --domain-sync-every 1, the domain's committed state).
+  rewind,
+  healed,  // the step is dropped and the state was replaced by a peer's (already applied)
 };
 
 struct DomainStep {
@@ -89,24 +92,30 @@ class FaultDomains {
 
   // The job-wide split (domain_plan.hpp): this rank's slice of a global batch.
   core::Shard my_slice(std::size_t global_batch) const;
+  // This domain's share of a global batch (domain_plan.hpp's domain_share); 1 without domains.
+  double share(std::size_t global_batch) const;
 
   // Start or join: the leaders connect, the state of the newest member (the highest committed
   // step; a joiner has none) goes to every member behind it, and each domain restores it.
   void start(const DomainStateAccess& state);
 
-  // The step's exchange, after the domain's own gradient allreduce: the leader sums `gradients`
-  // over the domains and votes; every rank of the domain gets the summed gradients (on commit)
-  // and the verdict. `loss` and `skipped` are the domain's sums. A lost peer domain is handled
+  // The step's exchange, after the domain's own gradient allreduce: the leader sums `tensors`
+  // (the gradients; at a meeting of domains that train alone in between, also their weighted
+  // state) over the domains and votes; every rank of the domain gets the sums (on commit) and
+  // the verdict. `loss` and `skipped` are the domain's sums. A lost peer domain is handled
   // inside (regroup and resync), so the verdict holds for every live domain.
-  DomainStep exchange(long step, std::span<core::Tensor* const> gradients, double loss,
+  DomainStep exchange(long step, std::span<core::Tensor* const> tensors, double loss,
                       double skipped, const DomainStateAccess& state);
 
   // After the domain recovered from a rank's death inside it (ULFM shrink, state back at the
-  // committed step): settles the step that was in flight across domains. Rolls forward (verdict
-  // commit, the summed gradients in place) when its vote had completed, else joins the others in
-  // dropping it (abandon). Collective over the shrunk domain; its leader must be the one that
-  // was (a domain whose leader died ends: the caller checks).
-  DomainStep after_local_recovery(std::span<core::Tensor* const> gradients,
+  // domain's committed step): settles `next_step`, the step that was in flight. When the domains
+  // meet at it (`synchronized`) it rolls forward (verdict commit, the sums its leader held put
+  // in `tensors`, the same list as the exchange's) if its vote had completed, else joins the
+  // others in dropping it (abandon). A step where the domains do not meet concerns no other
+  // domain: abandon, without a word to them. Collective over the shrunk domain; its leader must
+  // be the one that was (a domain whose leader died ends: the caller checks).
+  DomainStep after_local_recovery(long next_step, bool synchronized,
+                                  std::span<core::Tensor* const> tensors,
                                   const DomainStateAccess& state);
 
   // After a committed step whose vote saw a next generation waiting (a relaunched domain): every
@@ -128,9 +137,10 @@ class FaultDomains {
   // The step's exchange and vote (`ok`: this domain's contribution counts).
   DomainStep run_step(long step, std::span<core::Tensor* const> gradients, double loss,
                       double skipped, bool ok, const DomainStateAccess& state);
-  // Every rank: takes the leader's encoded decision with the summed gradients (one broadcast;
-  // applied on commit), or the healed state (from `healed`, the leader's; others receive it).
-  DomainStep apply_decision(std::vector<double> encoded, std::span<core::Tensor* const> gradients,
+  // Every rank: takes the leader's encoded decision with the sums it holds (one broadcast; put
+  // in `tensors` on commit), or the healed state (from `healed`, the leader's; others receive
+  // it).
+  DomainStep apply_decision(std::vector<double> encoded, std::span<core::Tensor* const> tensors,
                             checkpoint::TrainingState* healed, const DomainStateAccess& state);
   std::size_t member_index() const;
 
@@ -143,6 +153,9 @@ class FaultDomains {
   std::vector<int> members_;           // live domains, ascending
   std::vector<int> ranks_per_member_;  // as reported at the last vote or resync
   double last_vote_loss_ = 0;          // the job-wide loss of the last step whose vote completed
+  // The leader's sums of that step, kept until the next exchange: a domain that rolls the step
+  // forward after a recovery restored its tensors takes them from here.
+  std::vector<float> held_sums_;
   // The leader's last exchange: its step, and whether its vote committed it (unset: it failed
   // before the vote completed).
   long in_flight_step_ = -1;

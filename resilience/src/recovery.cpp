@@ -86,14 +86,14 @@ void TrainingSession::State::settle_step_across_domains(const std::string& what)
   if (membership.world_rank_of(0) != 0)
     throw comm::Agreed<Error>(fmt::format(
         "domain {} lost its leader ({}); the domain ends and is relaunched", config.domain, what));
-  std::vector<core::Tensor*> gradients;
-  for (core::Parameter* p : model.parameters()) gradients.push_back(&p->grad);
   const auto started = Clock::now();
-  const DomainStep across = domains->after_local_recovery(gradients, domain_state_access());
+  const DomainStep across = domains->after_local_recovery(step + 1, domains_meet_at(step + 1),
+                                                          domain_tensors(), domain_state_access());
   follow_domain_ownership();
+  if (across.verdict == StepVerdict::rewind) rewind_to_synced(step + 1);
   if (across.verdict != StepVerdict::commit) return;
-  // The other domains committed the step in flight: apply the same summed gradients to the
-  // same committed state, and commit it here too.
+  // The other domains committed the step in flight: apply the same sums (the gradients, and the
+  // averaged state when the domains train alone between meetings) and commit it here too.
   const auto shape = data.train->shape();
   const std::size_t global_batch = current_global_batch();
   const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);

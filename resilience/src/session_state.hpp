@@ -85,6 +85,13 @@ struct TrainingSession::State final : StateSource {
   DomainStateAccess domain_state_access();
   // After the domains' membership changed: who writes the run directory's files now.
   void follow_domain_ownership();
+  // Whether the domains meet at a step (--domain-sync-every; always without domains).
+  bool domains_meet_at(long at_step) const;
+  // What the domains sum when they meet: the gradients, and with --domain-sync-every above 1
+  // the parameters, batch statistics and optimizer state (weighted by the caller).
+  std::vector<core::Tensor*> domain_tensors();
+  // After a lost domain: back to the last state every domain committed (domain_rewound).
+  void rewind_to_synced(long at_step);
   // A new rank 0 after a recovery: writes the last committed step's metrics and audit lines when
   // its predecessor died between the step's agreement and logging it (recovery.cpp).
   void log_committed_step_if_missing();

@@ -31,8 +31,30 @@ void StateStore::keep_in_memory() {
   source_.capture_into(*memory_);
 }
 
+void StateStore::keep_synced() {
+  if (!memory_ || memory_->step != source_.committed_step()) keep_in_memory();
+  if (config_.sync_every() <= 1) return;
+  if (!synced_) synced_.emplace();
+  *synced_ = *memory_;  // reuses the previous copy's buffers
+}
+
+const checkpoint::TrainingState* StateStore::synced() const {
+  if (config_.sync_every() <= 1) return in_memory();
+  return synced_ ? &*synced_ : nullptr;
+}
+
+bool StateStore::committed_step_synced() const {
+  return config_.sync_every() <= 1 || (synced_ && synced_->step == source_.committed_step());
+}
+
+const checkpoint::TrainingState* StateStore::persisted() const {
+  return config_.sync_every() > 1 ? synced() : in_memory();
+}
+
 void StateStore::committed_into(checkpoint::TrainingState& into) const {
-  if (memory_ && memory_->step == source_.committed_step())
+  if (config_.sync_every() > 1 && synced_)
+    into = *synced_;
+  else if (memory_ && memory_->step == source_.committed_step())
     into = *memory_;
   else
     source_.capture_into(into);  // --memory-snapshots false
@@ -66,6 +88,8 @@ void StateStore::checkpoint_if_due(bool force_sync) {
   const bool by_time = config_.checkpoint_every_seconds > 0 &&
                        seconds_since(last_checkpoint_) >= config_.checkpoint_every_seconds;
   if (!(by_steps || by_time || force_sync)) return;
+  // By time between meetings of the domains: at the next meeting.
+  if (!committed_step_synced()) return;
   last_checkpoint_step_ = step;
   const auto stall_start = std::chrono::steady_clock::now();
   // The writer hands back the buffers of the state it wrote last, so this copy allocates nothing.
@@ -86,18 +110,19 @@ void StateStore::write_final_checkpoint(const std::string& reason) {
   // next `--resume latest`.
   comm::agree_on_outcome(membership_.comm(), membership_.writes_run_files(), [&] {
     // The committed state, not whatever a half-done step left in the model.
-    if (!memory_) keep_in_memory();
+    if (persisted() == nullptr) keep_synced();
+    const checkpoint::TrainingState& state = *persisted();
     writer_->flush();
-    writer_->write_now(checkpoint::TrainingState(*memory_), 0.0, nullptr);
-    events_.emit("final_checkpoint", {{"step", memory_->step}, {"reason", reason}});
+    writer_->write_now(checkpoint::TrainingState(state), 0.0, nullptr);
+    events_.emit("final_checkpoint", {{"step", state.step}, {"reason", reason}});
   });
 }
 
 void StateStore::write_emergency_checkpoint() noexcept {
-  if (!membership_.writes_run_files() || !memory_ || !writer_) return;
+  if (!membership_.writes_run_files() || persisted() == nullptr || !writer_) return;
   try {
     writer_->flush();
-    writer_->write_now(checkpoint::TrainingState(*memory_), 0.0, nullptr);
+    writer_->write_now(checkpoint::TrainingState(*persisted()), 0.0, nullptr);
   } catch (const std::exception& e) {
     std::cerr << "hardy: final checkpoint failed: " << e.what() << "\n";
   }
@@ -144,6 +169,7 @@ bool StateStore::node_tree_usable(bool create) {
 double StateStore::write_node_snapshot() {
   const long step = source_.committed_step();
   if (config_.snapshot_every <= 0 || step % config_.snapshot_every != 0) return 0;
+  if (!committed_step_synced()) return 0;
   if (!membership_.first_on_host() || node_snapshots_unavailable_ || node_tree_refused_) return 0;
   const auto stall_start = std::chrono::steady_clock::now();
   if (!node_snapshots_) {

@@ -43,6 +43,15 @@ class StateStore {
   // The in-memory copy, when there is one.
   const checkpoint::TrainingState* in_memory() const { return memory_ ? &*memory_ : nullptr; }
 
+  // ---- fault domains that meet every N-th step (--domain-sync-every, domain_plan.hpp) ----
+  // At a step where the domains met (or healed): keeps the committed step as the last state that
+  // every domain shares. The survivors of a lost domain rewind to it, a joiner heals from it, and
+  // while the domains train alone in between it is the only state that node-local snapshots and
+  // checkpoints hold: nothing persists that one domain did alone. With N = 1 this is the
+  // in-memory copy itself, and keep_synced() only makes sure there is one.
+  void keep_synced();
+  const checkpoint::TrainingState* synced() const;
+
   // ---- checkpoints, rank 0 ----
   // Starts the writer; when this rank becomes rank 0.
   void open_checkpoint_writer();
@@ -72,8 +81,13 @@ class StateStore {
   void remove_node_snapshots();
 
  private:
-  // The committed state, from memory when that copy is current, else captured into `into`.
+  // The committed state, from memory when that copy is current, else captured into `into`; the
+  // synchronised state when the domains train alone between meetings.
   void committed_into(checkpoint::TrainingState& into) const;
+  // Whether the committed step is one every domain shares (always without --domain-sync-every).
+  bool committed_step_synced() const;
+  // What a final or emergency checkpoint holds: the committed state, or the synchronised one.
+  const checkpoint::TrainingState* persisted() const;
   void report_snapshot_failure(long at_step, const std::string& error);
   // Checks this host's snapshot tree (creating it when `create`); false when it does not exist.
   // A tree that fails the checks turns the tier off and is reported (snapshot_tier_refused).
@@ -88,6 +102,7 @@ class StateStore {
   const RunIdentity& identity_;
 
   std::optional<checkpoint::TrainingState> memory_;
+  std::optional<checkpoint::TrainingState> synced_;  // only with --domain-sync-every above 1
   std::optional<checkpoint::CheckpointWriter> writer_;
   long last_checkpoint_step_ = -1;
   std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();

@@ -559,20 +559,36 @@ void TrainingSession::State::train_step() {
     }
   }
   bool admit_after_commit = false;
-  if (domains->enabled()) {
-    // The other domains' gradients and the step's vote (the commit point across domains).
-    std::vector<core::Tensor*> gradients;
-    for (core::Parameter* p : model.parameters()) gradients.push_back(&p->grad);
+  if (domains->enabled() && !domains_meet_at(this_step)) {
+    // Alone until the domains meet: the domain's gradient sum (over the global batch) becomes
+    // the mean of its own share of it.
+    const double share = domains->share(global_batch);
+    for (core::Parameter* p : model.parameters())
+      for (float& g : p->grad.f32()) g = static_cast<float>(g / share);
+    loss[0] /= share;
+  } else if (domains->enabled()) {
+    // The other domains' sums and the step's vote (the commit point across domains).
+    const std::vector<core::Tensor*> exchanged = domain_tensors();
+    if (config.sync_every() > 1) {
+      // Each domain's state, weighted by its share of the batch: their sum is the average.
+      const auto share = static_cast<float>(domains->share(global_batch));
+      for (std::size_t i = model.parameters().size(); i < exchanged.size(); ++i)
+        for (float& v : exchanged[i]->f32()) v *= share;
+    }
     DomainStep across;
     {
       Watchdog::Scope scope(watchdog, "cross-domain exchange");
-      across = domains->exchange(this_step, gradients, loss[0], loss[1], domain_state_access());
+      across = domains->exchange(this_step, exchanged, loss[0], loss[1], domain_state_access());
     }
     follow_domain_ownership();
     if (across.verdict == StepVerdict::abandon) {
       // Not committed anywhere: back to the committed state; the loop redoes the step over the
       // new split of the batch.
       apply_state(*store.in_memory());
+      return;
+    }
+    if (across.verdict == StepVerdict::rewind) {
+      rewind_to_synced(this_step);
       return;
     }
     if (across.verdict == StepVerdict::healed) return;  // replaced by a peer's committed state
@@ -609,16 +625,49 @@ void TrainingSession::State::train_step() {
 }
 
 DomainStateAccess TrainingSession::State::domain_state_access() {
+  // What the domains commit together: every step, or every --domain-sync-every steps.
   return {.committed = [this]() -> const checkpoint::TrainingState& {
-            if (store.in_memory() == nullptr) store.keep_in_memory();
-            return *store.in_memory();
+            if (store.synced() == nullptr) store.keep_synced();
+            return *store.synced();
           },
           .restore_in_domain =
               [this](checkpoint::TrainingState& state) {
                 broadcast_restored(state, 0);
-                store.keep_in_memory();
+                store.keep_synced();
               },
-          .committed_step = [this] { return step; }};
+          .committed_step = [this] { return store.synced() ? store.synced()->step : step; }};
+}
+
+bool TrainingSession::State::domains_meet_at(long at_step) const {
+  return !domains->enabled() || synchronizes(at_step, config.sync_every(), config.steps);
+}
+
+std::vector<core::Tensor*> TrainingSession::State::domain_tensors() {
+  std::vector<core::Tensor*> tensors;
+  for (core::Parameter* p : model.parameters()) tensors.push_back(&p->grad);
+  if (config.sync_every() > 1) {
+    // Domains that trained alone since they last met hold different states: all of it is
+    // averaged, so that every rank of every domain goes on from the same bits. A state created
+    // lazily must exist on every domain, or the buffers would not line up.
+    optimizer->initialize_state(model.parameters());
+    for (core::Parameter* p : model.parameters()) tensors.push_back(&p->value);
+    for (const auto& [name, buffer] : model.buffers()) tensors.push_back(buffer);
+    for (const auto& [name, state] : optimizer->state_tensors()) tensors.push_back(state);
+  }
+  return tensors;
+}
+
+void TrainingSession::State::rewind_to_synced(long at_step) {
+  // A domain was lost since the domains last met: its share of the steps since then is lost with
+  // it, so every survivor goes back to that meeting and redoes them over the new split.
+  const checkpoint::TrainingState& synced = *store.synced();
+  const long from = step;
+  apply_state(synced);
+  store.keep_in_memory();
+  if (from > synced.step)
+    events.emit(
+        "domain_rewound",
+        {{"step", at_step}, {"to_step", synced.step}, {"steps_redone", from - synced.step}});
 }
 
 void TrainingSession::State::follow_domain_ownership() {
@@ -657,6 +706,7 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
   last_commit_unix = core::unix_time();
   samples_seen += static_cast<double>(current_batch.samples.size());
   if (config.memory_snapshots) store.keep_in_memory();
+  if (config.sync_every() > 1 && domains_meet_at(step)) store.keep_synced();
   last_snapshot_s = store.write_node_snapshot();
   publish_to_watchdog();
   if (config.audit_samples) {  // every rank keeps the line; rank 0 writes it
@@ -754,6 +804,7 @@ int TrainingSession::State::run() {
     if (config.domain_join.empty()) resume_if_asked();  // a relaunched domain heals from a peer
     if (config.memory_snapshots) store.keep_in_memory();
     domains->start(domain_state_access());
+    if (config.sync_every() > 1) store.keep_synced();
     follow_domain_ownership();
     publish_to_watchdog();
     watchdog.start();
@@ -790,6 +841,10 @@ int TrainingSession::State::run() {
                                {"data_wait_s", data_wait_total_s},
                                {"data_wait_fraction", wait_fraction},
                                {"skipped_samples", skipped_samples.size()}};
+    // Equal on every rank of every domain, or their replicas differ (the fault-domain tests
+    // compare the domains' digests).
+    finished["parameter_digest"] =
+        fmt::format("{:016x}", core::parameter_digest(*backend, model.parameters()));
     if (writes_run_files()) {
       checkpoint::save_model(model, config.run_dir / "model.h5");
       finished["model"] = (config.run_dir / "model.h5").string();

@@ -37,6 +37,7 @@ expect 2 "global-batch" -- train --global-batch 0 --run-dir "$tmp/a"
 expect 2 "unrecognised option\|unknown option\|unrecognized" -- train --bogus
 expect 2 "/nonexistent.ini" -- train --config /nonexistent.ini
 expect 2 "height" -- train --height 30 --run-dir "$tmp/b"
+expect 2 "domain-sync-every must be at least 1" -- train --domain-sync-every 0 --run-dir "$tmp/c"
 expect 2 "does not exist" -- eval --run-dir "$tmp/none"
 expect 2 "node-local" -- clean
 expect 2 "older-than" -- clean --node-local --older-than -1 --snapshot-dir "$tmp"

@@ -111,3 +111,23 @@ TEST_CASE("resync: a joiner, and a member too far behind, heal from the lowest m
   CHECK_THROWS_AS(plan_resync({{.decided = -1, .joining = true}}), Error);
   CHECK_THROWS_AS(plan_resync({}), InvalidArgument);
 }
+
+TEST_CASE("domains that train alone meet every N-th step and at the last one") {
+  for (long step = 1; step <= 10; ++step) CHECK(synchronizes(step, 1, 10));
+  std::vector<long> meetings;
+  for (long step = 1; step <= 10; ++step)
+    if (synchronizes(step, 4, 10)) meetings.push_back(step);
+  CHECK(meetings == std::vector<long>{4, 8, 10});
+  CHECK_THROWS_AS(synchronizes(3, 0, 10), InvalidArgument);
+}
+
+TEST_CASE("a domain's share of the batch is its samples over the batch's, and they add up to 1") {
+  CHECK(domain_share(12, {2, 1, 1}, 0) == Approx(0.5));
+  CHECK(domain_share(12, {2, 1, 1}, 1) == Approx(0.25));
+  // 10 samples over 3 domains of one rank: 4, 3 and 3.
+  double total = 0;
+  for (std::size_t d = 0; d < 3; ++d) total += domain_share(10, {1, 1, 1}, d);
+  CHECK(total == Approx(1.0));
+  CHECK(domain_share(10, {1, 1, 1}, 0) == Approx(0.4));
+  CHECK_THROWS_AS(domain_share(0, {1, 1}, 0), InvalidArgument);
+}

@@ -118,9 +118,10 @@ TEST_CASE("fault domains: a lost domain's peers drop the step in flight together
   for (auto& r : running) r.get();
   watcher.get();
   REQUIRE(published);
-  // Nobody's vote completed: the step is dropped by both, at the same committed step.
+  // Nobody's vote completed: the step is dropped by both, and both go back to the last step
+  // every domain committed together.
   for (int d = 1; d < 3; ++d) {
-    CHECK(outcomes[static_cast<std::size_t>(d)].verdict == StepVerdict::abandon);
+    CHECK(outcomes[static_cast<std::size_t>(d)].verdict == StepVerdict::rewind);
     CHECK(domains[static_cast<std::size_t>(d)]->committed_state.step == 1);
     CHECK(domains[static_cast<std::size_t>(d)]->domains.generation() == 1);
   }
@@ -214,7 +215,7 @@ TEST_CASE("fault domains: a generation that names a member already gone is left 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   watcher.get();
-  CHECK(outcome.verdict == StepVerdict::abandon);
+  CHECK(outcome.verdict == StepVerdict::rewind);
   CHECK(domains[2]->domains.generation() == 2);
   // Replaced by generation 2, not given up after the domain timeout (2 s here).
   CHECK(seconds < 1.5);
@@ -222,3 +223,56 @@ TEST_CASE("fault domains: a generation that names a member already gone is left 
   CHECK(domains[2]->summed == std::vector<float>{3.0f, 7.0f});
 }
 
+TEST_CASE("fault domains: a recovery inside a domain settles its step without the others") {
+  hardy::testing::ScratchDirectory scratch("domains-settle");
+  const auto store_dir = scratch.path() / "store";
+  auto supervisor = comm::open_file_store(store_dir);
+  supervisor->set("gen.0.members", "0,1");
+  std::vector<std::unique_ptr<Domain>> domains;
+  for (int d = 0; d < 2; ++d) domains.push_back(std::make_unique<Domain>(d, 2, store_dir));
+  std::vector<std::future<DomainStep>> running;
+  for (int d = 0; d < 2; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      auto& domain = *domains[static_cast<std::size_t>(d)];
+      domain.domains.start(domain.access());
+      return domain.step(static_cast<float>(d + 1));
+    }));
+  for (auto& r : running) CHECK(r.get().verdict == StepVerdict::commit);
+
+  SECTION("between meetings (--domain-sync-every): nothing is in flight with the others") {
+    // Domain 1 lost a rank at step 2, where the domains do not meet; domain 0 trains alone and
+    // is in no exchange. Asking it anything would block until the domain timeout (2 s here).
+    core::Tensor* tensors[] = {&domains[1]->gradient};
+    const auto started = std::chrono::steady_clock::now();
+    const DomainStep outcome = domains[1]->domains.after_local_recovery(
+        2, /*synchronized=*/false, tensors, domains[1]->access());
+    CHECK(outcome.verdict == StepVerdict::abandon);
+    CHECK(std::chrono::steady_clock::now() - started < 500ms);
+    CHECK(domains[1]->domains.generation() == 0);
+  }
+
+  SECTION("at a meeting whose vote completed: the leader's held sums roll it forward") {
+    // Both exchange step 2; domain 1 loses a rank before committing it, and its recovery puts
+    // its committed state (here: the tensor) back. The sums come from what its leader held.
+    running.clear();
+    std::vector<float> seen(2);
+    for (int d = 0; d < 2; ++d)
+      running.push_back(std::async(std::launch::async, [&, d] {
+        auto& domain = *domains[static_cast<std::size_t>(d)];
+        std::ranges::fill(domain.gradient.f32(), 10.0f * static_cast<float>(d + 1));
+        core::Tensor* tensors[] = {&domain.gradient};
+        const DomainStep outcome = domain.domains.exchange(2, tensors, 1, 0, domain.access());
+        seen[static_cast<std::size_t>(d)] = domain.gradient.f32()[0];
+        return outcome;
+      }));
+    for (auto& r : running) CHECK(r.get().verdict == StepVerdict::commit);
+    CHECK(seen == std::vector<float>{30.0f, 30.0f});
+    std::ranges::fill(domains[1]->gradient.f32(), -1.0f);  // restored by the recovery
+    core::Tensor* tensors[] = {&domains[1]->gradient};
+    const DomainStep outcome = domains[1]->domains.after_local_recovery(
+        2, /*synchronized=*/true, tensors, domains[1]->access());
+    CHECK(outcome.verdict == StepVerdict::commit);
+    CHECK(outcome.loss == 2.0);
+    CHECK(std::ranges::all_of(domains[1]->gradient.f32(), [](float v) { return v == 30.0f; }));
+  }
+}

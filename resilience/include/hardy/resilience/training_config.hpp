@@ -87,6 +87,11 @@ struct TrainingConfig {
   std::string domain_address;    // where this domain's leader listens for the others
   double domain_timeout_s = 10;  // a cross-domain collective that takes longer fails
   std::string domain_join;       // a relaunched domain's token: join the running job, heal
+  // The domains meet every N-th step and train alone in between (domain_plan.hpp); 1: every step,
+  // as one job would. Ignored without domains.
+  int domain_sync_every = 1;
+  // How often the domains meet: every step in a job of one domain.
+  int sync_every() const { return domain >= 0 ? domain_sync_every : 1; }
 
   std::string config_ini;  // the effective configuration, as written to config.ini
 };

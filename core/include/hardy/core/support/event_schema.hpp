@@ -76,13 +76,13 @@ inline constexpr EventField job_finished[] = {{"status", T::string, req},
                                               {"skipped_samples", T::integer, opt},
                                               {"model", T::string, opt},
                                               {"mean_iou", T::number, opt},
-                                              {"iou", T::array, opt}};
-inline constexpr EventField rank_started[] = {
-    {"rank", T::integer, req},
-    {"pid", T::integer, req},
-    {"host", T::string, req},
-    {"process_started_unix_time", T::number, opt},
-    {"mpi_ready_unix_time", T::number, opt}};
+                                              {"iou", T::array, opt},
+                                              {"parameter_digest", T::string, opt}};
+inline constexpr EventField rank_started[] = {{"rank", T::integer, req},
+                                              {"pid", T::integer, req},
+                                              {"host", T::string, req},
+                                              {"process_started_unix_time", T::number, opt},
+                                              {"mpi_ready_unix_time", T::number, opt}};
 inline constexpr EventField preemption_requested[] = {{"step", T::integer, req}};
 inline constexpr EventField replicas_verified[] = {{"step", T::integer, req},
                                                    {"digest", T::string, req}};
@@ -198,6 +198,8 @@ inline constexpr EventField domain_quorum_changed[] = {
     {"lost_domains", T::array, req},     {"members", T::array, req},
     {"ranks_per_domain", T::array, req}, {"agreed_step", T::integer, req},
     {"action", T::string, req},          {"seconds", T::number, req}};
+inline constexpr EventField domain_rewound[] = {
+    {"step", T::integer, req}, {"to_step", T::integer, req}, {"steps_redone", T::integer, req}};
 inline constexpr EventField domain_generation_published[] = {
     {"generation", T::integer, req}, {"members", T::array, req}, {"reason", T::string, req}};
 inline constexpr EventField domain_lost[] = {
@@ -278,6 +280,10 @@ inline constexpr EventKind kEventKinds[] = {
      event_fields::domain_quorum_changed},
     {"step_rolled_forward", "after an in-domain recovery, a step the other domains committed",
      event_fields::step_and_reason},
+    {"domain_rewound",
+     "a domain was lost between meetings (--domain-sync-every): the survivors went back to the "
+     "last step every domain committed",
+     event_fields::domain_rewound},
     {"domain_generation_published", "hardy run published the domains' members",
      event_fields::domain_generation_published},
     {"domain_lost", "a domain's launcher ended before the job", event_fields::domain_lost},
