@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <regex>
@@ -41,18 +42,32 @@ struct Domain {
 
 // Whether domain `index` logged that it finished the job (its leader's job_finished or
 // domain_finished, status completed) since `since`.
-bool domain_finished(const std::filesystem::path& events_file, int index, double since) {
+// Whether the domain logged a record that `matches` since `since` (its launch).
+bool domain_logged(const std::filesystem::path& events_file, int index, double since,
+                   const std::function<bool(const nlohmann::json&, const std::string&)>& matches) {
   std::ifstream file(events_file);
   for (std::string line; std::getline(file, line);) {
     const auto record = nlohmann::json::parse(line, nullptr, false);
     const auto event = core::read_field<std::string>(record, "event");
-    if ((event == "job_finished" || event == "domain_finished") &&
-        core::read_field<long>(record, "domain") == index &&
-        core::read_field<std::string>(record, "status") == "completed" &&
-        core::read_field<double>(record, "unix_time").value_or(0) >= since)
+    if (event && core::read_field<long>(record, "domain") == index &&
+        core::read_field<double>(record, "unix_time").value_or(0) >= since &&
+        matches(record, *event))
       return true;
   }
   return false;
+}
+
+bool domain_finished(const std::filesystem::path& events_file, int index, double since) {
+  return domain_logged(events_file, index, since, [](const auto& record, const auto& event) {
+    return (event == "job_finished" || event == "domain_finished") &&
+           core::read_field<std::string>(record, "status") == "completed";
+  });
+}
+
+bool domain_started(const std::filesystem::path& events_file, int index, double since) {
+  return domain_logged(events_file, index, since, [](const auto&, const auto& event) {
+    return event == "job_started" || event == "domain_started";
+  });
 }
 
 }  // namespace
@@ -178,6 +193,19 @@ int supervise_domains(const SupervisorConfig& config) {
       if (domain_finished(events_file, domain.index, domain.started_unix)) {
         domain.finished = true;
         continue;
+      }
+      if (*status == kBadInput && !domain_started(events_file, domain.index, domain.started_unix)) {
+        // Every domain trains with the same options: one that refused them before starting is
+        // not a lost node, and a relaunch would only be refused again.
+        std::cerr << output;
+        events.emit("supervisor_finished",
+                    {{"status", kBadInput},
+                     {"how", fmt::format("domain {} refused the job's options (exit status 2)",
+                                         domain.index)},
+                     {"launches", total_launches()},
+                     {"domains", count}});
+        for (auto& other : domains) other.job.reset();
+        return kBadInput;
       }
       // Lost: the others go on without it, and it comes back on healthy nodes.
       const auto member = std::find(members.begin(), members.end(), domain.index);

@@ -38,6 +38,11 @@ expect 2 "unrecognised option\|unknown option\|unrecognized" -- train --bogus
 expect 2 "/nonexistent.ini" -- train --config /nonexistent.ini
 expect 2 "height" -- train --height 30 --run-dir "$tmp/b"
 expect 2 "domain-sync-every must be at least 1" -- train --domain-sync-every 0 --run-dir "$tmp/c"
+# Options every domain would refuse end the job of domains with their message, not in relaunches.
+expect 2 "domain-sync-every must be at least 1" -- run --nodes 2 --nodes-per-domain 1 --run-dir "$tmp/d" \
+  -- --synthetic --steps 2 --domain-sync-every 0
+expect 2 "multiple of --domain-sync-every" -- run --nodes 2 --nodes-per-domain 1 --run-dir "$tmp/e" \
+  -- --synthetic --steps 2 --domain-sync-every 4 --checkpoint-every 25
 expect 2 "does not exist" -- eval --run-dir "$tmp/none"
 expect 2 "node-local" -- clean
 expect 2 "older-than" -- clean --node-local --older-than -1 --snapshot-dir "$tmp"
