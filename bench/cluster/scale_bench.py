@@ -29,8 +29,9 @@ Every emulated node is a network namespace on this machine, so N ranks share its
 figures include that oversubscription, which the fits carry as growth with N. That makes them an
 upper bound for a real machine, where every node brings its own cores. One domain's launch and
 MPI_Init do the same work at every N, so their growth with N measures that contention alone:
-`contention` (1 at the smallest N, fitted too), by which `hardy simulate --ettr` divides for its
-lower bound.
+`contention` (1 at the smallest N). Every time phase divided by the contention at its own N is
+fitted again (`fits_alone`): what the phases would cost if each node had kept its cores, the
+lower bound of `hardy simulate --ettr`.
 """
 import argparse
 import json
@@ -53,6 +54,10 @@ from hardy_test import read_jsonl, read_jsonl_tail, run_watched, small_job  # no
 
 PHASES = ["launch_s", "mpi_init_s", "first_step_s", "start_s", "stall_s", "domain_launch_s", "domain_mpi_init_s",
           "back_s", "step_s", "contention"]
+# Phases that take longer when the emulated nodes share the machine's cores (step_s is a price per
+# step, compared between designs at the same N, and stays as measured).
+CONTENDED = ["launch_s", "mpi_init_s", "first_step_s", "start_s", "stall_s", "domain_launch_s", "domain_mpi_init_s",
+             "back_s"]
 
 
 def first_launch_ranks(events, world):
@@ -199,6 +204,14 @@ def summarize(runs):
     fits = {design: {p: fit([(n, m[p]) for n, m in by_n.items() if p in m])
                      for p in {k for m in by_n.values() for k in m}}
             for design, by_n in medians.items()}
+    # The same machine at the same N contends alike for either design.
+    contention = {n: m["contention"] for by_n in medians.values() for n, m in by_n.items() if "contention" in m}
+    alone = {design: {n: {p: m[p] / contention[n] for p in CONTENDED if p in m}
+                      for n, m in by_n.items() if n in contention}
+             for design, by_n in medians.items()}
+    fits_alone = {design: {p: fit([(n, m[p]) for n, m in by_n.items() if p in m])
+                           for p in {k for m in by_n.values() for k in m}}
+                  for design, by_n in alone.items()}
     for design, by_n in medians.items():
         print(f"\n{design}\n| N | " + " | ".join(PHASES) + " |\n" + "|---" * (len(PHASES) + 1) + "|")
         for n, m in by_n.items():
@@ -209,7 +222,13 @@ def summarize(runs):
                 b = f["best"]
                 form = f"{b['a']:.3f} + {b['b']:.4f}*N" if b["model"] == "linear" else f"{b['c']:.3f}*N^{b['p']:.2f}"
                 print(f"  {p}: {form} (relative rms {b['relative_rms']:.2f})")
-    return medians, fits
+        for p in ("start_s", "stall_s", "back_s"):
+            f = fits_alone[design].get(p)
+            if f:
+                b = f["best"]
+                form = f"{b['a']:.3f} + {b['b']:.4f}*N" if b["model"] == "linear" else f"{b['c']:.3f}*N^{b['p']:.2f}"
+                print(f"  {p} with the contention removed: {form} (relative rms {b['relative_rms']:.2f})")
+    return medians, fits, fits_alone
 
 
 def refit(paths, out):
@@ -223,8 +242,8 @@ def refit(paths, out):
             for n, rs in by_n.items():
                 merged.setdefault(design, {}).setdefault(int(n), []).extend(r for r in rs if "failed" not in r)
     merged = {design: dict(sorted(by_n.items())) for design, by_n in merged.items()}
-    medians, fits = summarize(merged)
-    first.update(runs=merged, medians=medians, fits=fits, refit_from=[str(p) for p in paths])
+    medians, fits, fits_alone = summarize(merged)
+    first.update(runs=merged, medians=medians, fits=fits, fits_alone=fits_alone, refit_from=[str(p) for p in paths])
     Path(out).write_text(json.dumps(first, indent=1))
     print(f"results: {out}")
 
@@ -265,11 +284,12 @@ def main():
                     runs[design][n].append(result)
                     print(f"{design} N={n} #{repeat + 1}: {json.dumps(result)}", flush=True)
     load["end"] = Path("/proc/loadavg").read_text().split()[:3]
-    medians, fits = summarize(runs)
+    medians, fits, fits_alone = summarize(runs)
     out = Path(args.out) if args.out else ROOT / "bench/results" / f"cluster-scale-{date.today().isoformat()}.json"
     out.write_text(json.dumps({"machine": {"host": platform.node(), "cpus": os.cpu_count(), "load": load},
                                "hardy": args.hardy, "per_domain": args.per_domain, "steps": args.steps,
-                               "fault_step": args.fault_step, "runs": runs, "medians": medians, "fits": fits},
+                               "fault_step": args.fault_step, "runs": runs, "medians": medians, "fits": fits,
+                               "fits_alone": fits_alone},
                               indent=1))
     print(f"results: {out}")
     sys.exit(1 if any("failed" in r for by_n in runs.values() for rs in by_n.values() for r in rs) else 0)

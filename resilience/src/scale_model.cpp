@@ -194,12 +194,19 @@ MeasuredScaling read_scaling(const std::filesystem::path& results) {
   m.source = source;
   m.nodes_per_domain = json["per_domain"].get<int>();
   const std::string domains = fmt::format("domains_of_{}", m.nodes_per_domain);
-  const auto& fits = json["fits"];
-  m.one_job_start = read_fit(fits, "one_job", "start_s", source);
-  m.one_job_stall = read_fit(fits, "one_job", "stall_s", source);
-  m.domains_start = read_fit(fits, domains, "start_s", source);
-  m.domains_stall = read_fit(fits, domains, "stall_s", source);
-  m.contention = read_fit(fits, domains, "contention", source);
+  if (!json.contains("fits_alone"))
+    throw InvalidArgument(
+        fmt::format("{} has no fits with the contention removed (fits_alone): refit it with "
+                    "bench/cluster/scale_bench.py --refit",
+                    source));
+  const auto read_fits = [&](const nlohmann::json& fits) {
+    return ScalingFits{.one_job_start = read_fit(fits, "one_job", "start_s", source),
+                       .one_job_stall = read_fit(fits, "one_job", "stall_s", source),
+                       .domains_start = read_fit(fits, domains, "start_s", source),
+                       .domains_stall = read_fit(fits, domains, "stall_s", source)};
+  };
+  m.measured = read_fits(json["fits"]);
+  m.alone = read_fits(json["fits_alone"]);
   // The medians by node count (JSON keys are strings).
   std::map<int, nlohmann::json> one_job, split;
   for (const auto& [nodes, phases] : json["medians"]["one_job"].items())
@@ -212,14 +219,24 @@ MeasuredScaling read_scaling(const std::filesystem::path& results) {
   m.step_s = one_job.begin()->second.value("step_s", 0.0);
   const double split_step = split.begin()->second.value("step_s", 0.0);
   if (m.step_s > 0 && split_step > 0) m.domain_step_overhead = split_step / m.step_s - 1;
-  std::vector<double> back;
-  for (const auto& [nodes, phases] : split)
-    if (phases.contains("back_s")) back.push_back(phases["back_s"].get<double>());
+  std::vector<double> back, back_alone;
+  for (const auto& [nodes, phases] : split) {
+    const double contention = phases.value("contention", 1.0);
+    if (phases.contains("back_s")) {
+      back.push_back(phases["back_s"].get<double>());
+      back_alone.push_back(back.back() / std::max(1.0, contention));
+    }
+  }
   if (back.empty())
     throw InvalidArgument(fmt::format("{}: no domain came back in any run (back_s)", source));
-  std::sort(back.begin(), back.end());
-  m.domain_back_s = back.size() % 2 == 1 ? back[back.size() / 2]
-                                         : (back[back.size() / 2 - 1] + back[back.size() / 2]) / 2;
+  const auto median = [](std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    const std::size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  };
+  m.measured.domain_back_s = median(back);
+  m.alone.domain_back_s = median(back_alone);
+  m.largest_contention = split.rbegin()->second.value("contention", 1.0);
   return m;
 }
 
@@ -250,31 +267,29 @@ std::vector<EttrProjection> project_ettr(const MeasuredScaling& m, const EttrAss
   // had as many domains (its nodes over its domain size).
   const double as_measured = static_cast<double>(domains) * m.nodes_per_domain;
   for (const bool remove_contention : {false, true}) {
-    const auto at = [&](const GrowthFit& fit, double nodes) {
-      return remove_contention ? fit.at(nodes) / std::max(1.0, m.contention.at(nodes))
-                               : fit.at(nodes);
-    };
+    const ScalingFits& f = remove_contention ? m.alone : m.measured;
     const std::string bound = remove_contention ? "contention removed" : "as measured";
     // One job: every failure relaunches it on every node; the measured stall (the node's loss to
     // the next step, restored from node-local snapshots) at this size, and the step it was on.
     out.push_back(ettr({.design = "one job",
                         .bound = bound,
-                        .start_s = at(m.one_job_start, a.nodes),
-                        .stall_s = at(m.one_job_stall, a.nodes),
+                        .start_s = f.one_job_start.at(a.nodes),
+                        .stall_s = f.one_job_stall.at(a.nodes),
                         .lost_work_s = step,
                         .step_overhead = a.protection_overhead}));
-    // Domains: the others regroup and drop the step in flight; the lost domain's share of the
-    // machine is missing until it is back: the measured return plus what launching K nodes
-    // costs beyond launching the bench's domain.
-    const double away = m.domain_back_s + at(m.one_job_start, a.nodes_per_domain) -
-                        at(m.one_job_start, m.nodes_per_domain);
+    // Domains: the others regroup and drop the step in flight (meeting every N-th step, they
+    // redo (N-1)/2 steps on average besides); the lost domain's share of the machine is missing
+    // until it is back: the measured return plus what launching K nodes costs beyond launching
+    // the bench's domain.
+    const double away = f.domain_back_s + f.one_job_start.at(a.nodes_per_domain) -
+                        f.one_job_start.at(m.nodes_per_domain);
     out.push_back(
         ettr({.design = fmt::format("{} domains of {} nodes", domains, a.nodes_per_domain),
               .bound = bound,
-              .start_s = at(m.domains_start, as_measured),
-              .stall_s = at(m.domains_stall, as_measured),
+              .start_s = f.domains_start.at(as_measured),
+              .stall_s = f.domains_stall.at(as_measured),
               .degraded_s = away * a.nodes_per_domain / a.nodes,
-              .lost_work_s = step,
+              .lost_work_s = step * (1 + (a.domain_sync_every - 1) / 2.0),
               .step_overhead = a.protection_overhead + domain_overhead}));
   }
   return out;

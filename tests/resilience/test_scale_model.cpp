@@ -17,18 +17,21 @@ nlohmann::json linear(double a, double b) {
 }
 
 // What bench/cluster/scale_bench.py writes, with round numbers: one job starts in 1 + 0.01 N s
-// and stalls 2 + 0.02 N s after a node's loss; domains of 2 stall 0.3 + 0.001 N s.
+// and stalls 2 + 0.02 N s after a node's loss; domains of 2 stall 0.3 + 0.001 N s. With the
+// contention removed (each point divided by the contention at its size, then fitted) one job
+// starts in 1 s and stalls in 2 s at any size, domains stall 0.3 s.
 nlohmann::json scale_results() {
-  nlohmann::json fits = {{"one_job", {{"start_s", linear(1, 0.01)}, {"stall_s", linear(2, 0.02)}}},
-                         {"domains_of_2",
-                          {{"start_s", linear(1.5, 0.01)},
-                           {"stall_s", linear(0.3, 0.001)},
-                           {"contention", linear(0.5, 0.125)}}}};
-  nlohmann::json medians = {
-      {"one_job", {{"4", {{"step_s", 0.1}}}, {"32", {{"step_s", 0.4}}}}},
-      {"domains_of_2",
-       {{"4", {{"step_s", 0.105}, {"back_s", 2.0}}}, {"32", {{"step_s", 0.5}, {"back_s", 4.0}}}}}};
-  return {{"per_domain", 2}, {"fits", fits}, {"medians", medians}};
+  nlohmann::json fits = {
+      {"one_job", {{"start_s", linear(1, 0.01)}, {"stall_s", linear(2, 0.02)}}},
+      {"domains_of_2", {{"start_s", linear(1.5, 0.01)}, {"stall_s", linear(0.3, 0.001)}}}};
+  nlohmann::json alone = {
+      {"one_job", {{"start_s", linear(1, 0)}, {"stall_s", linear(2, 0)}}},
+      {"domains_of_2", {{"start_s", linear(1.5, 0)}, {"stall_s", linear(0.3, 0)}}}};
+  nlohmann::json medians = {{"one_job", {{"4", {{"step_s", 0.1}}}, {"32", {{"step_s", 0.4}}}}},
+                            {"domains_of_2",
+                             {{"4", {{"step_s", 0.105}, {"back_s", 2.0}, {"contention", 1.0}}},
+                              {"32", {{"step_s", 0.5}, {"back_s", 4.0}, {"contention", 4.0}}}}}};
+  return {{"per_domain", 2}, {"fits", fits}, {"fits_alone", alone}, {"medians", medians}};
 }
 
 }  // namespace
@@ -39,9 +42,11 @@ TEST_CASE("ETTR: the measured fits, the failure rate and the per-step prices giv
   const auto measured = read_scaling(dir / "scale.json");
   CHECK(measured.nodes_per_domain == 2);
   CHECK(measured.largest_nodes == 32);
-  CHECK(measured.step_s == Approx(0.1));                 // the smallest job's
-  CHECK(measured.domain_step_overhead == Approx(0.05));  // 0.105 / 0.1 - 1
-  CHECK(measured.domain_back_s == Approx(3.0));          // the median of 2 and 4
+  CHECK(measured.step_s == Approx(0.1));                  // the smallest job's
+  CHECK(measured.domain_step_overhead == Approx(0.05));   // 0.105 / 0.1 - 1
+  CHECK(measured.measured.domain_back_s == Approx(3.0));  // the median of 2 and 4
+  CHECK(measured.alone.domain_back_s == Approx(1.5));     // of 2 / 1 and 4 / 4
+  CHECK(measured.largest_contention == Approx(4.0));
 
   // 1,024 nodes x 16 GPUs = 16,384 GPUs, an interruption every 2 h: 12 in a 24 h allocation.
   EttrAssumptions a{.nodes = 1024,
@@ -75,17 +80,23 @@ TEST_CASE("ETTR: the measured fits, the failure rate and the per-step prices giv
         Approx((job_s - domains.start_s - 12 * domains.per_failure_s) / job_s / 1.06));
   CHECK(domains.per_failure_s < one.per_failure_s);
 
-  // With the contention removed: every phase divided by it, at the size it is taken at.
+  // With the contention removed: the fits of the points divided by it at their own sizes.
   const auto& one_alone = projections[2];
   const auto& domains_alone = projections[3];
   CHECK(one_alone.bound == "contention removed");
-  CHECK(one_alone.stall_s == Approx(one.stall_s / (0.5 + 0.125 * 1024)));
-  CHECK(domains_alone.stall_s == Approx(domains.stall_s / (0.5 + 0.125 * 128)));
+  CHECK(one_alone.start_s == Approx(1.0));
+  CHECK(one_alone.stall_s == Approx(2.0));
+  CHECK(domains_alone.stall_s == Approx(0.3));
+  CHECK(domains_alone.degraded_s == Approx(1.5 * 16 / 1024));  // 1 s to start at any size
   CHECK(one_alone.ettr > one.ettr);
 
   // The per-step price given instead of measured.
   a.domain_step_overhead = 0.002;
   CHECK(project_ettr(measured, a)[1].step_overhead == Approx(0.012));
+  // Domains that meet every 5th step redo 2 more steps on average after a loss.
+  a.domain_sync_every = 5;
+  CHECK(project_ettr(measured, a)[1].lost_work_s == Approx(3.0));
+  CHECK(project_ettr(measured, a)[0].lost_work_s == Approx(1.0));
 }
 
 TEST_CASE("ETTR: refuses results it cannot use and machines domains do not divide") {
@@ -94,6 +105,10 @@ TEST_CASE("ETTR: refuses results it cannot use and machines domains do not divid
   results["fits"]["one_job"].erase("stall_s");
   std::ofstream(dir / "no-stall.json") << results.dump();
   CHECK_THROWS_AS(read_scaling(dir / "no-stall.json"), InvalidArgument);
+  results = scale_results();
+  results.erase("fits_alone");  // written before the contention was measured
+  std::ofstream(dir / "no-alone.json") << results.dump();
+  CHECK_THROWS_AS(read_scaling(dir / "no-alone.json"), InvalidArgument);
   std::ofstream(dir / "other.json") << R"({"steps": 3})";
   CHECK_THROWS_AS(read_scaling(dir / "other.json"), InvalidArgument);
   CHECK_THROWS_AS(read_scaling(dir / "missing.json"), InvalidArgument);

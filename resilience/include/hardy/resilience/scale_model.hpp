@@ -61,22 +61,30 @@ struct GrowthFit {
   std::string formula() const;
 };
 
+// The start and recovery phases of both designs, fitted against the node count.
+struct ScalingFits {
+  GrowthFit one_job_start;   // launch to the first committed step
+  GrowthFit one_job_stall;   // a node's loss to the next step: a whole-job relaunch
+  GrowthFit domains_start;   // the same for the job as domains
+  GrowthFit domains_stall;   // a node's loss to the other domains' next step
+  double domain_back_s = 0;  // a node's loss to its domain admitted again (median over N)
+};
+
 // What bench/cluster/scale_bench.py measured on the emulated cluster (1 rank per node), one job
 // against domains of `nodes_per_domain` nodes.
 struct MeasuredScaling {
   std::string source;
   int nodes_per_domain = 0;
-  int largest_nodes = 0;            // the largest job measured
-  GrowthFit one_job_start;          // launch to the first committed step
-  GrowthFit one_job_stall;          // a node's loss to the next step: a whole-job relaunch
-  GrowthFit domains_start;          // the same for the job as domains
-  GrowthFit domains_stall;          // a node's loss to the other domains' next step
-  double domain_back_s = 0;         // a node's loss to its domain admitted again (median over N)
+  int largest_nodes = 0;  // the largest job measured
+  // As measured: every emulated node shared the measuring machine's cores (an upper bound).
+  ScalingFits measured;
+  // Every point divided by the contention at its own node count (how much slower one domain's
+  // launch and MPI_Init, the same work at every N, ran there): as if each node had kept its
+  // cores (a lower bound).
+  ScalingFits alone;
+  double largest_contention = 1;    // the contention at the largest job measured
   double step_s = 0;                // one job's step at the smallest N
   double domain_step_overhead = 0;  // domains' step over one job's, less 1, at the smallest N
-  // How much slower a domain's launch and MPI_Init (the same work at every N) ran at N than at
-  // the smallest N: the emulated nodes' contention for this machine's cores.
-  GrowthFit contention;
 };
 MeasuredScaling read_scaling(const std::filesystem::path& results);
 
@@ -93,12 +101,15 @@ struct EttrAssumptions {
   // checkpoints).
   double domain_step_overhead = -1;
   double protection_overhead = 0;
+  // The domains meet every N-th step (--domain-sync-every): a lost domain costs the survivors
+  // (N-1)/2 more steps on average. Its per-step price is domain_step_overhead's to give.
+  int domain_sync_every = 1;
 };
 
 struct EttrProjection {
   std::string design;
-  // "as measured": the fits as they are (every emulated node shares the measuring machine's
-  // cores: an upper bound); "contention removed": divided by the contention (a lower bound).
+  // "as measured" (MeasuredScaling::measured, an upper bound) or "contention removed" (::alone,
+  // a lower bound).
   std::string bound;
   double start_s = 0;        // once per allocation
   double stall_s = 0;        // per failure, the whole machine waits
