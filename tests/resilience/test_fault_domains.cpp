@@ -7,7 +7,9 @@
 // boundary and healed to the others' committed state.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <functional>
 #include <future>
+#include <numeric>
 #include <thread>
 
 #include "fault_domains.hpp"
@@ -70,28 +72,46 @@ struct Domain {
   FaultDomains domains;
 };
 
+// A job of `count` domains that started and took one step, every domain on its own thread as in
+// a job, domain d adding `first_gradient(d)`; the test plays the supervisor through `supervisor`.
+struct StartedJob {
+  StartedJob(const std::string& name, int count, const std::function<float(int)>& first_gradient)
+      : scratch(name),
+        store_dir(scratch.path() / "store"),
+        supervisor(comm::open_file_store(store_dir)) {
+    std::vector<int> members(static_cast<std::size_t>(count));
+    std::iota(members.begin(), members.end(), 0);
+    supervisor->set("gen.0.members", format_members(members));
+    for (int d = 0; d < count; ++d)
+      domains.push_back(std::make_unique<Domain>(d, count, store_dir));
+    std::vector<std::future<DomainStep>> running;
+    for (int d = 0; d < count; ++d)
+      running.push_back(std::async(std::launch::async, [&, d] {
+        auto& domain = *domains[static_cast<std::size_t>(d)];
+        domain.domains.start(domain.access());
+        return domain.step(first_gradient(d));
+      }));
+    for (auto& r : running) first.push_back(r.get());
+  }
+
+  hardy::testing::ScratchDirectory scratch;
+  std::filesystem::path store_dir;
+  std::unique_ptr<comm::RendezvousStore> supervisor;
+  std::vector<std::unique_ptr<Domain>> domains;
+  std::vector<DomainStep> first;  // each domain's first step
+};
+
 }  // namespace
 
 TEST_CASE("fault domains: a lost domain's peers drop the step in flight together, then train on") {
-  hardy::testing::ScratchDirectory scratch("domains");
-  const auto store_dir = scratch.path() / "store";
-  auto supervisor = comm::open_file_store(store_dir);
-  supervisor->set("gen.0.members", "0,1,2");
-
-  std::vector<std::unique_ptr<Domain>> domains;
-  for (int d = 0; d < 3; ++d) domains.push_back(std::make_unique<Domain>(d, 3, store_dir));
-  // Start and one full step, every domain on its own thread as in a job.
-  std::vector<std::future<void>> running;
-  for (int d = 0; d < 3; ++d)
-    running.push_back(std::async(std::launch::async, [&, d] {
-      auto& domain = *domains[static_cast<std::size_t>(d)];
-      domain.domains.start(domain.access());
-      const DomainStep first = domain.step(static_cast<float>(d + 1));
-      CHECK(first.verdict == StepVerdict::commit);
-      CHECK(first.loss == 6.0);  // every domain's loss summed: 1 + 2 + 3
-    }));
-  for (auto& r : running) r.get();
+  StartedJob job("domains", 3, [](int d) { return static_cast<float>(d + 1); });
+  auto& [scratch, store_dir, supervisor, domains, first] = job;
+  for (const DomainStep& outcome : first) {
+    CHECK(outcome.verdict == StepVerdict::commit);
+    CHECK(outcome.loss == 6.0);  // every domain's loss summed: 1 + 2 + 3
+  }
   for (const auto& domain : domains) CHECK(domain->summed == std::vector<float>{6.0f});
+  std::vector<std::future<void>> running;
   CHECK(domains[0]->domains.owns_run_files());
   CHECK_FALSE(domains[1]->domains.owns_run_files());
 
@@ -187,20 +207,9 @@ TEST_CASE("fault domains: a generation that names a member already gone is left 
   // Two domains lost at once: the supervisor publishes generation 1 without the first before it
   // learns of the second, then generation 2. The survivor must not wait on the dead member of
   // generation 1 (gloo's full-mesh connect would, for its own 30 s store timeout).
-  hardy::testing::ScratchDirectory scratch("domains-twice");
-  const auto store_dir = scratch.path() / "store";
-  auto supervisor = comm::open_file_store(store_dir);
-  supervisor->set("gen.0.members", "0,1,2");
-  std::vector<std::unique_ptr<Domain>> domains;
-  for (int d = 0; d < 3; ++d) domains.push_back(std::make_unique<Domain>(d, 3, store_dir));
-  std::vector<std::future<void>> running;
-  for (int d = 0; d < 3; ++d)
-    running.push_back(std::async(std::launch::async, [&, d] {
-      auto& domain = *domains[static_cast<std::size_t>(d)];
-      domain.domains.start(domain.access());
-      CHECK(domain.step(1.0f).verdict == StepVerdict::commit);
-    }));
-  for (auto& r : running) r.get();
+  StartedJob job("domains-twice", 3, [](int) { return 1.0f; });
+  auto& [scratch, store_dir, supervisor, domains, first] = job;
+  for (const DomainStep& outcome : first) CHECK(outcome.verdict == StepVerdict::commit);
 
   domains[0].reset();
   domains[1].reset();
@@ -224,20 +233,9 @@ TEST_CASE("fault domains: a generation that names a member already gone is left 
 }
 
 TEST_CASE("fault domains: a recovery inside a domain settles its step without the others") {
-  hardy::testing::ScratchDirectory scratch("domains-settle");
-  const auto store_dir = scratch.path() / "store";
-  auto supervisor = comm::open_file_store(store_dir);
-  supervisor->set("gen.0.members", "0,1");
-  std::vector<std::unique_ptr<Domain>> domains;
-  for (int d = 0; d < 2; ++d) domains.push_back(std::make_unique<Domain>(d, 2, store_dir));
-  std::vector<std::future<DomainStep>> running;
-  for (int d = 0; d < 2; ++d)
-    running.push_back(std::async(std::launch::async, [&, d] {
-      auto& domain = *domains[static_cast<std::size_t>(d)];
-      domain.domains.start(domain.access());
-      return domain.step(static_cast<float>(d + 1));
-    }));
-  for (auto& r : running) CHECK(r.get().verdict == StepVerdict::commit);
+  StartedJob job("domains-settle", 2, [](int d) { return static_cast<float>(d + 1); });
+  auto& domains = job.domains;
+  for (const DomainStep& outcome : job.first) CHECK(outcome.verdict == StepVerdict::commit);
 
   SECTION("between meetings (--domain-sync-every): nothing is in flight with the others") {
     // Domain 1 lost a rank at step 2, where the domains do not meet; domain 0 trains alone and
@@ -254,7 +252,7 @@ TEST_CASE("fault domains: a recovery inside a domain settles its step without th
   SECTION("at a meeting whose vote completed: the leader's held sums roll it forward") {
     // Both exchange step 2; domain 1 loses a rank before committing it, and its recovery puts
     // its committed state (here: the tensor) back. The sums come from what its leader held.
-    running.clear();
+    std::vector<std::future<DomainStep>> running;
     std::vector<float> seen(2);
     for (int d = 0; d < 2; ++d)
       running.push_back(std::async(std::launch::async, [&, d] {
