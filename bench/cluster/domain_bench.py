@@ -14,7 +14,9 @@ what domains cost every step (needs root for the network namespaces).
 2. Overhead per step: the same job (examples/tiny.ini's model, 1 rank per node, 8 nodes) as one
    MPI job and as 4 domains of 2 nodes, on the same emulated nodes, alternating, --rounds each;
    the median step_s of metrics.jsonl after the first 20 steps. The domains' price is the gloo
-   allreduce of the gradients between the leaders, the vote, and the in-domain broadcast.
+   allreduce of the gradients between the leaders, the vote, and the in-domain broadcast. With
+   --sync-every 1,4 also domains that meet every 4th step (--domain-sync-every) in the same
+   rounds: their price is paid once per meeting, where the state is averaged too.
 
 Results go to bench/results/cluster-domains-<date>.json.
 """
@@ -69,24 +71,33 @@ def overhead(args, tmp):
     tiny = ROOT / "examples/tiny.ini"
     nodes, per_domain_nodes = args.overhead_nodes, args.overhead_per_domain
     split = f"domains_{nodes // per_domain_nodes}x{per_domain_nodes}"
-    rows = {"one_job": [], split: []}
+    designs = [("one_job", 0, 1)] + [(split if every == 1 else f"{split}_sync_every_{every}", per_domain_nodes, every)
+                                     for every in args.sync_every]
+    rows = {name: [] for name, _, _ in designs}
     with EmulatedCluster(nodes=nodes) as cluster:
         env = {**os.environ, **cluster.mpi_env()}
         for round_ in range(args.rounds):
-            for name, per_domain in (("one_job", 0), (split, per_domain_nodes)):
+            for name, per_domain, every in designs:
                 run = Path(tmp) / f"overhead-{name}-{round_}"
                 command = [args.hardy, "run", "--hosts", ",".join(cluster.hosts), "--launch-agent", cluster.agent,
                            "--ranks-per-node", "1", "--nodes-per-domain", str(per_domain), "--run-dir", str(run),
                            "--", "--config", str(tiny), "--steps", str(OVERHEAD_STEPS), "--threads", "1",
-                           "--eval-samples", "0", "--snapshot-dir", str(Path(tmp) / "node-local")]
+                           "--eval-samples", "0", "--snapshot-dir", str(Path(tmp) / "node-local"),
+                           "--domain-sync-every", str(every)]
                 subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                timeout=600)
                 steps = [m["step_s"] for m in read_jsonl(run / "metrics.jsonl") if m["step"] > 20]
                 rows[name].append(statistics.median(steps))
                 print(f"overhead round {round_ + 1} {name}: median step {rows[name][-1] * 1000:.1f} ms", flush=True)
-    one, domains = statistics.median(rows["one_job"]), statistics.median(rows[split])
-    return {"nodes": nodes, "nodes_per_domain": per_domain_nodes, "rounds": rows, "one_job_ms": one * 1000,
-            "domains_ms": domains * 1000, "overhead_pct": 100 * (domains - one) / one}
+    medians = {name: statistics.median(values) for name, values in rows.items()}
+    one = medians["one_job"]
+    result = {"nodes": nodes, "nodes_per_domain": per_domain_nodes, "rounds": rows,
+              "median_ms": {name: m * 1000 for name, m in medians.items()},
+              "overhead_pct": {name: 100 * (m - one) / one for name, m in medians.items() if name != "one_job"},
+              "one_job_ms": one * 1000}
+    if split in medians:
+        result.update(domains_ms=medians[split] * 1000, domains_overhead_pct=100 * (medians[split] - one) / one)
+    return result
 
 
 def main():
@@ -99,6 +110,8 @@ def main():
     parser.add_argument("--overhead-nodes", type=int, default=NODES,
                         help="nodes of the per-step comparison (2 with --overhead-per-domain 1: no node shares a core)")
     parser.add_argument("--overhead-per-domain", type=int, default=2)
+    parser.add_argument("--sync-every", type=lambda text: [int(n) for n in text.split(",")], default=[1],
+                        help="--domain-sync-every values of the per-step comparison, e.g. 1,4")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     ok, why = namespaces_available()
@@ -114,9 +127,10 @@ def main():
         print(f"| {scenario} | " + " | ".join(f"{median[p]:.2f}" if p in median and p != "heal_bytes"
                                              else str(median.get(p, "-")) for p in PHASES) + " |")
     if cost:
-        print(f"\nper step on {cost['nodes']} nodes: one job {cost['one_job_ms']:.1f} ms, domains of "
-              f"{cost['nodes_per_domain']} {cost['domains_ms']:.1f} ms, "
-              f"overhead {cost['overhead_pct']:+.1f}%")
+        print(f"\nper step on {cost['nodes']} nodes (domains of {cost['nodes_per_domain']}): one job "
+              f"{cost['one_job_ms']:.1f} ms; " +
+              "; ".join(f"{name} {cost['median_ms'][name]:.1f} ms ({pct:+.1f}%)"
+                        for name, pct in cost["overhead_pct"].items()))
     out = Path(args.out) if args.out else ROOT / "bench/results" / f"cluster-domains-{date.today().isoformat()}.json"
     out.write_text(json.dumps({"machine": {"host": platform.node(), "cpus": os.cpu_count()},
                                "hardy": args.hardy, "recovery": results, "failures": failures,
