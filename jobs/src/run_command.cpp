@@ -10,6 +10,7 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/schedulers.hpp"
+#include "hardy/jobs/train_spec.hpp"
 #include "hardy/resilience/supervisor.hpp"
 #include "hardy/slurm/hostlist.hpp"
 
@@ -139,6 +140,13 @@ int run_command(const std::vector<std::string>& args) {
   if (!vm.count("run-dir")) throw InvalidArgument("--run-dir is required");
   if (std::find(train_args.begin(), train_args.end(), "--run-dir") != train_args.end())
     throw InvalidArgument("give --run-dir to hardy run, not after --");
+  // Options the job would refuse end here, before anything is launched (as `hardy submit` checks
+  // them before the job queues): every rank, and every domain, would refuse them alike.
+  {
+    auto checked = train_args;
+    checked.insert(checked.end(), {"--run-dir", vm["run-dir"].as<std::string>()});
+    if (!parse_train_spec(checked)) return 0;  // `-- --help` printed the training options
+  }
   if (vm.count("hosts") && vm.count("hostfile"))
     throw InvalidArgument("give --hosts or --hostfile, not both");
   resilience::SupervisorConfig config;

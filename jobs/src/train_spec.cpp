@@ -402,7 +402,8 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
   require(spec.domain_timeout_s > 0, "--domain-timeout must be positive");
   spec.domain_sync_every = get<int>(vm, "domain-sync-every");
   require(spec.domain_sync_every >= 1, "--domain-sync-every must be at least 1");
-  require(spec.domain < 0 || spec.checkpoint_every % spec.domain_sync_every == 0,
+  // Checked with or without domains, so that `hardy submit` refuses it before the job queues.
+  require(spec.checkpoint_every % spec.domain_sync_every == 0,
           "--checkpoint-every must be a multiple of --domain-sync-every: a checkpoint holds a "
           "step that every domain committed");
 }
