@@ -191,7 +191,9 @@ int supervise_domains(const SupervisorConfig& config) {
       const double ended = core::unix_time();
       domain.job.reset();
       if (domain_finished(events_file, domain.index, domain.started_unix)) {
+        // Its last step is every live domain's: no later generation may name it.
         domain.finished = true;
+        std::erase(members, domain.index);
         continue;
       }
       if (*status == kBadInput && !domain_started(events_file, domain.index, domain.started_unix)) {
@@ -207,6 +209,9 @@ int supervise_domains(const SupervisorConfig& config) {
         for (auto& other : domains) other.job.reset();
         return kBadInput;
       }
+      // The others finished the job: nothing to come back for.
+      if (std::any_of(domains.begin(), domains.end(), [](const Domain& d) { return d.finished; }))
+        continue;
       // Lost: the others go on without it, and it comes back on healthy nodes.
       const auto member = std::find(members.begin(), members.end(), domain.index);
       if (member != members.end()) {
@@ -294,9 +299,12 @@ int supervise_domains(const SupervisorConfig& config) {
       report_seen = 0;
     }
 
-    // A relaunched domain whose leader is ready: the next generation lets it in.
+    // A relaunched domain whose leader is ready: the next generation lets it in, unless the
+    // others finished the job meanwhile (it would wait for members that are gone).
+    const bool job_done =
+        std::any_of(domains.begin(), domains.end(), [](const Domain& d) { return d.finished; });
     for (auto& domain : domains) {
-      if (domain.admitted || !domain.job) continue;
+      if (domain.admitted || !domain.job || job_done) continue;
       const auto token = fmt::format("{}.{}", domain.index, domain.join_token);
       if (!store->try_get("join." + token)) continue;
       members.push_back(domain.index);
@@ -306,12 +314,21 @@ int supervise_domains(const SupervisorConfig& config) {
       domain.admitted = true;
     }
 
+    if (job_done)
+      for (auto& domain : domains)
+        if (domain.job && domain.launches > 1 &&
+            !domain_logged(
+                events_file, domain.index, domain.started_unix,
+                [](const auto&, const auto& event) { return event == "domain_joined"; })) {
+          // Relaunched, not back in when the others finished (perhaps admitted while they
+          // were past their last step): it would wait for them until its membership timeout.
+          domain.job->terminate(milliseconds(3000));
+          domain.job.reset();
+        }
     const bool running = std::any_of(domains.begin(), domains.end(),
                                      [](const Domain& d) { return d.job && d.admitted; });
-    const bool any_finished =
-        std::any_of(domains.begin(), domains.end(), [](const Domain& d) { return d.finished; });
-    if (!running && any_finished) break;
-    if (!running && !any_finished &&
+    if (!running && job_done) break;
+    if (!running && !job_done &&
         std::none_of(domains.begin(), domains.end(), [](const Domain& d) { return bool(d.job); })) {
       events.emit("supervisor_finished", {{"status", kFailed},
                                           {"how", "no domain left running"},

@@ -18,6 +18,9 @@ outside (SIGKILL), as a node crash would:
   sync_every   3 domains x 1 rank meeting every 4th step (--domain-sync-every 4); domain 1 dies
            between meetings: the survivors find out at the next meeting and rewind to the last
            one (domain_rewound), so the steps since are redone over the new split
+  late_loss    2 domains x 1 rank; domain 1 dies 5 steps before the end: the survivor finishes
+           the job while the lost domain is relaunched, which is stopped, not let in (it would
+           wait for a member that is gone); hardy run ends completed at once
 
 Each asserts: exit 0 with job_finished at the last step; every step committed once (with
 --domain-sync-every: the last record of each step, after the rewind); every complete epoch covers
@@ -45,21 +48,29 @@ SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the 
     "member": (2, 2, 1, [1]),
     "leader_rank": (2, 2, 1, [0]),
     "sync_every": (3, 1, 1, [0]),
+    "late_loss": (2, 1, 1, [0]),
 }
 SYNC_EVERY = {"sync_every": 4}  # --domain-sync-every
 SHRINKS = {"member"}  # survived inside the domain: no relaunch
 SAMPLES, FAULT_STEP = 48, 20
 # The survivors train fast enough here to finish 40 steps before a relaunched domain is up
-# (about 2 s): the scenarios that relaunch one train longer, so that it comes back.
-# Domains that train alone between meetings step faster still: longer again.
-STEPS = {"member": 60, "sync_every": 600}.get(sys.argv[2] if len(sys.argv) > 2 else "", 150)
+# (about 2 s, more on a loaded machine: 150 steps were once not enough): the scenarios that
+# relaunch one train longer, so that it comes back. Domains that train alone between meetings
+# step faster still: longer again.
+STEPS = {"member": 60, "sync_every": 600, "late_loss": 60}.get(sys.argv[2] if len(sys.argv) > 2 else "", 300)
+FAULT_AT = {"late_loss": STEPS - 5}  # the committed step at which the fault is injected
 
 def train_options(scenario):
     every = SYNC_EVERY.get(scenario, 1)
     # A checkpoint holds a step every domain committed: a multiple of the meeting interval.
     checkpoint_every = 25 if every == 1 else 6 * every
-    return small_job(SAMPLES, STEPS, 12) + ["--checkpoint-every", str(checkpoint_every), "--threads", "1",
-                                            "--domain-sync-every", str(every)]
+    options = small_job(SAMPLES, STEPS, 12) + ["--checkpoint-every", str(checkpoint_every), "--threads", "1",
+                                               "--domain-sync-every", str(every)]
+    if scenario == "late_loss":
+        # A long held-out evaluation after the last step: the lost domain's relaunch asks to join
+        # while the survivor is past its last vote but has not ended yet.
+        options[options.index("--eval-samples") + 1] = "6000"
+    return options
 
 
 def main():
@@ -97,7 +108,7 @@ def main():
             deadline = time.time() + 120
             while time.time() < deadline:
                 last = read_jsonl_tail(run / "metrics.jsonl")
-                if last and last["step"] >= FAULT_STEP:
+                if last and last["step"] >= FAULT_AT.get(scenario, FAULT_STEP):
                     break
                 time.sleep(0.02)
             else:
@@ -111,6 +122,7 @@ def main():
                   flush=True)
 
         status, output = run_watched(command, inject, 400)
+        ended = time.time()
         print(output[-4000:], flush=True)
         check(status == 0, f"{scenario}: hardy run exits 0 ({status})")
         check(bool(fault.get("pids")), f"{scenario}: the fault was injected: {fault}")
@@ -165,9 +177,26 @@ def main():
         ends = [e for e in events if e["event"] in ("job_finished", "domain_finished")
                 and e.get("status") == "completed"]
         digests = {e.get("domain"): e.get("parameter_digest") for e in ends}
-        check(len(digests) == domains and None not in digests.values() and len(set(digests.values())) == 1,
+        finishing = domains - (1 if scenario == "late_loss" else 0)  # there the lost one is not let back
+        check(len(digests) == finishing and None not in digests.values() and len(set(digests.values())) == 1,
               f"{scenario}: every domain ends with the same parameters: {digests}")
         started = named("rank_started")
+        if scenario == "late_loss":
+            lost = named("domain_lost")
+            check(len(lost) == 1 and lost[0]["domain"] == victim, f"{scenario}: domain_lost names domain {victim}: {lost}")
+            check(not any(e["event"] in ("domain_joined", "domain_admitted") for e in events),
+                  f"{scenario}: the job was done: the relaunched domain was not let in")
+            finished_by = [e for e in events if e["event"] == "supervisor_finished"]
+            check(finished_by and finished_by[-1]["status"] == 0,
+                  f"{scenario}: the supervisor says completed: {finished_by[-1:]}")
+            # Not after the membership timeout (120 s) of a joiner waiting for a finished domain.
+            took = ended - fault.get("time", ended)
+            check(took < 30, f"{scenario}: hardy run ended {took:.1f} s after the kill")
+            check(not any((run / "rendezvous").rglob("*")), f"{scenario}: the rendezvous store was removed")
+            leftovers = subprocess.run(["pgrep", "-f", f"--run-dir {run}"], capture_output=True, text=True).stdout.split()
+            check(not leftovers, f"{scenario}: no process of the job left: {leftovers}")
+            check.finish(f"fault domains: {scenario}")
+            return
         if scenario in SHRINKS:
             check(metrics[-1]["world_size"] == domains * ranks - len(victim_ranks),
                   f"{scenario}: one rank less at the end ({metrics[-1]['world_size']} ranks)")
