@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "../common/bench_support.hpp"
+#include "etcd_gateway.hpp"
 #include "hardy/comm/gloo_communicator.hpp"
 #include "hardy/comm/redis_server.hpp"
 #include "hardy/comm/rendezvous_store.hpp"
@@ -175,8 +176,11 @@ void lead(const Candidate& candidate, SharedMemory& memory, const Options& optio
   for (int round = 0; round < options.rounds; ++round) {
     const int generation = round + 1;
     shared.waiting[round].fetch_add(1);
-    if (!store->wait_for(fmt::format("gen.{}.members", generation), 120s))
+    const auto members = store->wait_for(fmt::format("gen.{}.members", generation), 120s);
+    if (!members)
       throw std::runtime_error(fmt::format("generation {} was never published", generation));
+    if (*members != members_of(leaders))
+      throw std::runtime_error(fmt::format("generation {} reads '{}'", generation, *members));
     memory.stamp(0, round, me) = now_ns();
     store->set(fmt::format("ready.{}.{}", generation, me), "1");
     std::set<int> unseen;
@@ -490,7 +494,14 @@ int main(int argc, char** argv) {
                        .open = [host, port] { return comm::open_redis_store(host, port); }},
                       leaders, options));
         } else {
-          throw std::runtime_error("etcd: not built in yet");
+          ScratchDirectory scratch(options.disk_dir / run);
+          bench::EtcdServer server(scratch.path());
+          const int port = server.port();
+          results.push_back(measure({.name = store,
+                                     .where = fmt::format("etcd on 127.0.0.1:{}, HTTP/JSON", port),
+                                     .open = [port] { return bench::open_etcd_gateway(port); },
+                                     .connects_groups = false},
+                                    leaders, options));
         }
       }
     }
