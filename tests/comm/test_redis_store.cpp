@@ -105,6 +105,23 @@ TEST_CASE("the redis store says which server it cannot reach") {
   CHECK_THROWS_AS(comm::open_redis_store(host, 70000), InvalidArgument);
 }
 
+TEST_CASE("a redis store whose server stops answering fails after its timeout, not never") {
+  skip_without_redis_server();
+  hardy::testing::ScratchDirectory scratch("redis-hung");
+  comm::RedisServer server({.directory = scratch.path()});
+  auto store = comm::open_redis_store(server.host(), server.port(), 300ms);
+  CHECK_FALSE(store->try_get("gen.2.members"));
+  // A stopped server keeps its connections open and answers nothing: a hung batch host.
+  REQUIRE(::kill(server.pid(), SIGSTOP) == 0);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(store->try_get("gen.2.members"),
+                    Catch::Contains(server.host() + ":" + std::to_string(server.port())));
+  const double waited = seconds_since(start);
+  ::kill(server.pid(), SIGCONT);
+  CHECK(waited >= 0.25);
+  CHECK(waited < 3.0);
+}
+
 TEST_CASE("a redis-server that cannot start is reported with its log") {
   skip_without_redis_server();
   hardy::testing::ScratchDirectory scratch("redis-bad");
