@@ -90,9 +90,10 @@ struct Shared {
   std::atomic<int> start_polls{0};
   std::atomic<int> polls_done{0};
   std::atomic<int> failures{0};
-  std::atomic<int> waiting[64]{};    // per round: leaders inside wait_for
-  std::atomic<int> connected[64]{};  // per round: leaders connected
-  std::int64_t set_ns[64]{};
+  static constexpr int kMaxRounds = 64;
+  std::atomic<int> waiting[kMaxRounds]{};    // per round: leaders inside wait_for
+  std::atomic<int> connected[kMaxRounds]{};  // per round: leaders connected
+  std::int64_t set_ns[kMaxRounds]{};
 };
 
 // The per-leader arrays, after Shared in the same mapping.
@@ -220,8 +221,6 @@ double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
 // Runs L leaders against one candidate and returns its figures.
 nlohmann::json measure(const Candidate& candidate, int leaders, const Options& options) {
-  if (leaders > 64) throw bench::UsageError("at most 64 leaders");
-  if (options.rounds > 64) throw bench::UsageError("at most 64 rounds");
   const Layout layout{leaders, options.polls, options.rounds};
   SharedMemory memory(layout);
   Shared& shared = memory.shared();
@@ -453,6 +452,12 @@ Options parse(int argc, char** argv) {
   if (options.etcd &&
       std::find(options.stores.begin(), options.stores.end(), "etcd") == options.stores.end())
     options.stores.push_back("etcd");
+  for (int leaders : options.leaders)
+    if (leaders < 1) bench::usage_error(command, "--leaders: at least 1 each");
+  // Shared holds a fixed number of per-round counters.
+  if (options.rounds < 1 || options.rounds > Shared::kMaxRounds)
+    bench::usage_error(command, fmt::format("--rounds must be 1..{}", +Shared::kMaxRounds));
+  if (options.polls < 1) bench::usage_error(command, "--polls must be at least 1");
   for (const auto& store : options.stores)
     if (store != "file-disk" && store != "file-tmpfs" && store != "redis" && store != "etcd")
       bench::usage_error(command, fmt::format("unknown store {}", store));
