@@ -9,12 +9,11 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 
-#include <cerrno>
-#include <cstring>
 #include <mutex>
 #include <thread>
 
 #include "hardy/core/support/error.hpp"
+#include "socket.hpp"
 
 namespace hardy::comm {
 
@@ -40,9 +39,9 @@ class LockedRedisStore final : public gloo::rendezvous::RedisStore {
     const timeval limit{.tv_sec = io_timeout.count() / 1000,
                         .tv_usec = (io_timeout.count() % 1000) * 1000};
     for (const int option : {SO_RCVTIMEO, SO_SNDTIMEO})
-      if (::setsockopt(redis_->fd, SOL_SOCKET, option, &limit, sizeof limit) != 0)
-        throw IoError(fmt::format("setsockopt on the connection to {}:{} failed: {}", host, port,
-                                  std::strerror(errno)));
+      check_posix(::setsockopt(redis_->fd, SOL_SOCKET, option, &limit, sizeof limit) == 0,
+                  "setsockopt",
+                  fmt::format("cannot limit the wait for redis-server at {}:{}", host, port));
   }
 
   bool has(const std::string& key) {

@@ -1,6 +1,6 @@
 #pragma once
-// What the code here that talks TCP itself (starting servers, asking them whether they serve)
-// shares: POSIX status checks and a socket closed on every way out.
+// What comm's own POSIX socket code shares (starting servers and asking them whether they serve,
+// the Redis store's connection limits): the status check and a socket closed on every way out.
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>

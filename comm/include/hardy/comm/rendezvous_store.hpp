@@ -1,11 +1,11 @@
 #pragma once
 // A key-value store that independent jobs share: how the leaders of hardy's fault domains find
-// one another and learn who is in the job. Two of gloo's stores stand behind it: FileStore on a
-// directory that every node sees (the run directory), and HashStore in memory for tests that run
-// every party in one process. A third, gloo's RedisStore on a redis-server (redis_server.hpp),
-// is measured against the file store in bench/comm/store_bench.cpp (docs/resilience.md). Keys
-// are written once each (gloo's stores refuse a second write), so the protocols on top name
-// every key after its generation.
+// one another and learn who is in the job. Three of gloo's stores stand behind it: FileStore on a
+// directory that every node sees (the run directory), RedisStore on a redis-server
+// (redis_server.hpp), and HashStore in memory for tests that run every party in one process.
+// docs/resilience.md says which one the fault domains use and why, from
+// bench/comm/store_bench.cpp. Keys are written once each (gloo's stores refuse a second write),
+// so the protocols on top name every key after its generation.
 #include <chrono>
 #include <filesystem>
 #include <memory>
