@@ -17,7 +17,8 @@ class ServerProcess {
   // Starts `command` (looked up on PATH) with stdout and stderr in `log`, and returns once
   // ready(pid) says it serves. Throws hardy::IoError, with the end of the log, when it cannot be
   // started, exits first, or is not ready within `timeout`. If this process is killed, the
-  // server gets SIGTERM.
+  // server gets SIGTERM (PR_SET_PDEATHSIG: strictly, when the thread that started it ends, so
+  // start it from a thread that lives as long as the server should).
   ServerProcess(const std::vector<std::string>& command, std::filesystem::path log,
                 const std::function<bool(pid_t)>& ready, std::chrono::milliseconds timeout);
   // SIGTERM, then SIGKILL when it has not exited after 5 s; waits for it either way.
