@@ -4,11 +4,16 @@
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/hash_store.h>
+#include <gloo/rendezvous/redis_store.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 
+#include <mutex>
 #include <thread>
 
 #include "hardy/core/support/error.hpp"
+#include "socket.hpp"
 
 namespace hardy::comm {
 
@@ -20,6 +25,57 @@ class FileStoreWithCheck final : public gloo::rendezvous::FileStore {
  public:
   using FileStore::FileStore;
   bool has(const std::string& key) { return check({key}); }
+};
+
+// gloo's RedisStore holds one hiredis connection, which is not safe to use from two threads at
+// once, and its wait() sleeps between looks: the lock is held for each request, never across the
+// sleep, so one thread's wait does not stall another's set. Recursive because gloo's get() calls
+// the virtual wait() first.
+class LockedRedisStore final : public gloo::rendezvous::RedisStore {
+ public:
+  LockedRedisStore(const std::string& host, int port, std::chrono::milliseconds io_timeout)
+      : RedisStore(host, port) {
+    // hiredis waits for an answer for ever unless the socket says otherwise.
+    const timeval limit{.tv_sec = io_timeout.count() / 1000,
+                        .tv_usec = (io_timeout.count() % 1000) * 1000};
+    for (const int option : {SO_RCVTIMEO, SO_SNDTIMEO})
+      check_posix(::setsockopt(redis_->fd, SOL_SOCKET, option, &limit, sizeof limit) == 0,
+                  "setsockopt",
+                  fmt::format("cannot limit the wait for redis-server at {}:{}", host, port));
+  }
+
+  bool has(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    return check({key});
+  }
+  void set(const std::string& key, const std::vector<char>& data) override {
+    std::lock_guard lock(mutex_);
+    RedisStore::set(key, data);
+  }
+  std::vector<char> get(const std::string& key) override {
+    wait({key});
+    std::lock_guard lock(mutex_);
+    return RedisStore::get(key);
+  }
+  using RedisStore::wait;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      {
+        std::lock_guard lock(mutex_);
+        if (check(keys)) return;
+      }
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw gloo::IoException(
+            fmt::format("{} key(s) not set after {} ms in Redis", keys.size(), timeout.count()));
+      // gloo's own RedisStore::wait looks every 10 ms too.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+ private:
+  std::recursive_mutex mutex_;
 };
 
 template <typename GlooStore>
@@ -53,7 +109,7 @@ class GlooBackedStore final : public RendezvousStore {
 
  private:
   bool present(const std::string& key) {
-    if constexpr (std::is_same_v<GlooStore, FileStoreWithCheck>) {
+    if constexpr (requires { store_.has(key); }) {
       return store_.has(key);
     } else {
       // HashStore's wait returns at once for a present key and throws after the timeout.
@@ -96,6 +152,20 @@ std::unique_ptr<RendezvousStore> open_file_store(const std::filesystem::path& di
   } catch (const std::exception& e) {
     throw IoError(
         fmt::format("cannot use {} as the rendezvous store: {}", directory.string(), e.what()));
+  }
+}
+
+std::unique_ptr<RendezvousStore> open_redis_store(const std::string& host, int port,
+                                                  std::chrono::milliseconds io_timeout) {
+  if (port < 1 || port > 65535)
+    throw InvalidArgument(fmt::format("redis-server port {} is outside 1..65535", port));
+  const std::string where = fmt::format("redis-server at {}:{}", host, port);
+  try {
+    return std::make_unique<GlooBackedStore<LockedRedisStore>>(where, host, port, io_timeout);
+  } catch (const IoError&) {
+    throw;
+  } catch (const std::exception& e) {  // gloo's enforcements are not gloo::Exceptions
+    throw IoError(fmt::format("cannot reach the rendezvous store {}: {}", where, e.what()));
   }
 }
 

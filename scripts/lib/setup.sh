@@ -17,7 +17,7 @@ HARDY_APT_PACKAGES=(
   python3-venv python3-numpy python3-h5py python3-torch python3-matplotlib
   python3-netcdf4
   mpich libmpich-dev slurm-wlm munge iproute2 ccache
-  libgloo-dev
+  libgloo-dev redis-server
 )
 
 # Python packages Debian lacks, pip-installed into .venv (tools and tests only).

@@ -1,8 +1,10 @@
 #pragma once
 // A key-value store that independent jobs share: how the leaders of hardy's fault domains find
-// one another and learn who is in the job. Two of gloo's stores stand behind it: FileStore on a
-// directory that every node sees (the run directory), and HashStore in memory for tests that run
-// every party in one process. Keys are written once each (gloo's stores refuse a second write),
+// one another and learn who is in the job. Three of gloo's stores stand behind it: FileStore on a
+// directory that every node sees (the run directory), RedisStore on a redis-server
+// (redis_server.hpp), and HashStore in memory for tests that run every party in one process.
+// docs/resilience.md says which one the fault domains use and why, from
+// bench/comm/store_bench.cpp. Keys are written once each (gloo's stores refuse a second write),
 // so the protocols on top name every key after its generation.
 #include <chrono>
 #include <filesystem>
@@ -33,6 +35,14 @@ class RendezvousStore {
 // see the same directory: put it on the shared file system. Throws hardy::IoError when the
 // directory cannot be made or is not a directory.
 std::unique_ptr<RendezvousStore> open_file_store(const std::filesystem::path& directory);
+// gloo's RedisStore on the redis-server at host:port, one connection per store object (safe to
+// share between threads). A request that gets no answer within `io_timeout` (a server whose host
+// hangs) throws instead of blocking for ever; the store is unusable after that. Throws
+// hardy::IoError naming host:port when the server cannot be reached, hardy::InvalidArgument for
+// a port outside 1..65535.
+std::unique_ptr<RendezvousStore> open_redis_store(
+    const std::string& host, int port,
+    std::chrono::milliseconds io_timeout = std::chrono::milliseconds(30'000));
 // gloo's HashStore: one process only (tests).
 std::unique_ptr<RendezvousStore> make_memory_store();
 
