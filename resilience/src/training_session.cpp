@@ -635,7 +635,12 @@ DomainStateAccess TrainingSession::State::domain_state_access() {
                 broadcast_restored(state, 0);
                 store.keep_synced();
               },
-          .committed_step = [this] { return store.synced() ? store.synced()->step : step; }};
+          .committed_step =
+              [this] {
+                // Every step is shared with --domain-sync-every 1 (the copy in memory may be
+                // stale there: --memory-snapshots false).
+                return config.sync_every() > 1 && store.synced() ? store.synced()->step : step;
+              }};
 }
 
 bool TrainingSession::State::domains_meet_at(long at_step) const {
