@@ -77,6 +77,10 @@ struct TrainingSession::State final : StateSource {
   void verify_replicas(long step);
   void write_metrics(double compute_s, double allreduce_s, double data_wait_s, double step_s,
                      float lr, long skipped);
+  // The committed step's lines, kept by every rank (log_committed_step_if_missing writes them).
+  void keep_metrics_line(double compute_s, double allreduce_s, double data_wait_s, double step_s,
+                         float lr, long skipped);
+  void keep_audit_line();
   // When this rank becomes rank 0 (the events), and the writer of the run directory's files
   // (metrics, audit, checkpoints): again whenever that may have changed.
   void open_lead_logs();

@@ -591,7 +591,19 @@ void TrainingSession::State::train_step() {
       rewind_to_synced(this_step);
       return;
     }
-    if (across.verdict == StepVerdict::healed) return;  // replaced by a peer's committed state
+    if (across.verdict == StepVerdict::healed) {
+      // The domains whose vote completed committed this step, and this one took their state. If
+      // it now writes the run directory's files because the writer died before logging the step,
+      // the lines are its to write: the step's global batch is the one it drew, the loss came
+      // with the state.
+      if (step == this_step) {
+        if (config.audit_samples) keep_audit_line();
+        keep_metrics_line(compute_s, 0, input.data_wait_s, seconds_since(step_start),
+                          current_lr(this_step - 1), 0);
+        if (writes_run_files()) log_committed_step_if_missing();
+      }
+      return;
+    }
     loss[0] = across.loss;
     loss[1] = across.skipped;
     admit_after_commit = across.admit_pending;
@@ -715,16 +727,8 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
   last_snapshot_s = store.write_node_snapshot();
   publish_to_watchdog();
   if (config.audit_samples) {  // every rank keeps the line; rank 0 writes it
-    nlohmann::json line = {{"step", step},
-                           {"epoch", current_batch.epochs.front()},
-                           {"samples", current_batch.samples}};
-    const auto boundary =
-        std::find_if(current_batch.epochs.begin(), current_batch.epochs.end(),
-                     [&](std::int64_t e) { return e != current_batch.epochs.front(); });
-    if (boundary != current_batch.epochs.end())
-      line["next_epoch_from"] = boundary - current_batch.epochs.begin();
-    committed_audit_line = line;
-    audit.write(line);
+    keep_audit_line();
+    audit.write(committed_audit_line);
   }
   if (config.verify_replicas_every > 0 && step % config.verify_replicas_every == 0)
     verify_replicas(step);
@@ -751,8 +755,36 @@ void TrainingSession::State::verify_replicas(long at_step) {
   events.emit("replicas_verified", {{"step", at_step}, {"digest", fmt::format("{:016x}", digest)}});
 }
 
+void TrainingSession::State::keep_audit_line() {
+  committed_audit_line = {
+      {"step", step}, {"epoch", current_batch.epochs.front()}, {"samples", current_batch.samples}};
+  const auto boundary =
+      std::find_if(current_batch.epochs.begin(), current_batch.epochs.end(),
+                   [&](std::int64_t e) { return e != current_batch.epochs.front(); });
+  if (boundary != current_batch.epochs.end())
+    committed_audit_line["next_epoch_from"] = boundary - current_batch.epochs.begin();
+}
+
 void TrainingSession::State::write_metrics(double compute_s, double allreduce_s, double data_wait_s,
                                            double step_s, float lr, long skipped) {
+  keep_metrics_line(compute_s, allreduce_s, data_wait_s, step_s, lr, skipped);
+  metrics.write(committed_metrics_line);
+  const auto global_batch = static_cast<double>(current_batch.samples.size());
+  if (writes_run_files() && (step % config.log_every == 0 || step == config.steps || step == 1)) {
+    const double rate = samples_seen / seconds_since(job_start);
+    const double eta = static_cast<double>(config.steps - step) * global_batch / rate;
+    std::cout << fmt::format(
+                     "step {:>6}/{} | epoch {:>3} | loss {:.4f} | lr {:.2e} | {:7.1f} samples/s | "
+                     "{} rank(s) | ETA {}\n",
+                     step, config.steps, current_batch.epochs.front(), last_loss, lr, rate,
+                     domains->job_world_size(), format_duration(eta))
+              << std::flush;
+  }
+}
+
+void TrainingSession::State::keep_metrics_line(double compute_s, double allreduce_s,
+                                               double data_wait_s, double step_s, float lr,
+                                               long skipped) {
   const auto global_batch = static_cast<double>(current_batch.samples.size());
   committed_metrics_line = {{"step", step},
                             {"epoch", current_batch.epochs.front()},
@@ -768,17 +800,6 @@ void TrainingSession::State::write_metrics(double compute_s, double allreduce_s,
                             {"skipped_samples", skipped},
                             {"world_size", domains->job_world_size()},
                             {"unix_time", core::unix_time()}};
-  metrics.write(committed_metrics_line);
-  if (writes_run_files() && (step % config.log_every == 0 || step == config.steps || step == 1)) {
-    const double rate = samples_seen / seconds_since(job_start);
-    const double eta = static_cast<double>(config.steps - step) * global_batch / rate;
-    std::cout << fmt::format(
-                     "step {:>6}/{} | epoch {:>3} | loss {:.4f} | lr {:.2e} | {:7.1f} samples/s | "
-                     "{} rank(s) | ETA {}\n",
-                     step, config.steps, current_batch.epochs.front(), last_loss, lr, rate,
-                     domains->job_world_size(), format_duration(eta))
-              << std::flush;
-  }
 }
 
 int TrainingSession::State::run() {

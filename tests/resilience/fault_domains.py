@@ -134,7 +134,11 @@ def main():
               f"{scenario}: job_finished completed at step {STEPS}: {finished[-1:]}")
         steps = [m["step"] for m in metrics]
         if sync_every == 1:
-            check(steps == list(range(1, STEPS + 1)), f"{scenario}: every step committed once: {steps[:5]}..{steps[-5:]}")
+            twice = sorted({s for s in steps if steps.count(s) > 1})
+            never = sorted(set(range(1, STEPS + 1)) - set(steps))
+            check(steps == list(range(1, STEPS + 1)),
+                  f"{scenario}: every step committed once: {steps[:5]}..{steps[-5:]} (twice: {twice}, never: {never}, "
+                  f"around them: {[(m['step'], m.get('world_size')) for m in metrics if any(abs(m['step'] - t) <= 2 for t in twice + never)]})")
         else:
             check(sorted(set(steps)) == list(range(1, STEPS + 1)) and steps[-1] == STEPS,
                   f"{scenario}: every step committed, the last at the end: {steps[:5]}..{steps[-5:]}")
@@ -154,7 +158,9 @@ def main():
             check(written and all(s % sync_every == 0 or s == STEPS for s in written),
                   f"{scenario}: checkpoints hold only steps every domain committed: {written}")
         complete, wrong = complete_epochs_exact(run, SAMPLES)
-        check(len(complete) >= STEPS * 12 // SAMPLES - 1 and not wrong,
+        # Every epoch the steps finished is complete: a step committed but never audited (the
+        # writer died before logging it) leaves its epoch short.
+        check(len(complete) >= STEPS * 12 // SAMPLES and not wrong,
               f"{scenario}: {len(complete)} complete epochs cover every sample exactly once (wrong: {wrong})")
         check(all(m["global_batch"] == 12 for m in metrics), f"{scenario}: the global batch stays 12")
         final = metrics[-1]["loss"]
