@@ -319,10 +319,6 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tens
   if (leader()) {
     in_flight_step_ = step;
     in_flight_ok_.reset();
-    const auto me = [&] {
-      return static_cast<std::size_t>(std::find(members_.begin(), members_.end(), options_.index) -
-                                      members_.begin());
-    };
     try {
       // A relaunched domain asks to join: every member learns it through the vote and admits it
       // after this step, so all switch generation at the same step.
@@ -335,9 +331,9 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tens
                 .loss = loss,
                 .skipped = skipped,
                 .ranks = std::vector<int>(members_.size(), 0)};
-      mine.ranks[me()] = domain().size();
+      mine.ranks[member_index()] = domain().size();
       std::vector<float> flat = ok ? pack(tensors) : std::vector<float>(values_in(tensors), 0.0f);
-      append_vote(flat, mine, me(), members_.size());
+      append_vote(flat, mine, member_index(), members_.size());
       group_->allreduce_sum(flat);
       const Vote vote = take_vote(flat, members_.size());
       held_sums_ = std::move(flat);
@@ -358,7 +354,7 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tens
           plan = resync({.decided = state.committed_step()}, state, healed);
           // The loss of the agreed step, from a member that saw its vote complete.
           std::vector<double> losses(members_.size(), 0.0);
-          losses[me()] = last_vote_loss_;
+          losses[member_index()] = last_vote_loss_;
           group_->allreduce_sum(losses);
           decision.loss = losses[plan.heal_source];
           settled = true;
@@ -366,7 +362,7 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tens
           regroup(again.what());
         }
       }
-      const ResyncAction action = plan.actions[me()];
+      const ResyncAction action = plan.actions[member_index()];
       decision.verdict = action == ResyncAction::heal ? kHealed : kRewind;
       std::vector<int> lost;
       for (int m : old_members)
