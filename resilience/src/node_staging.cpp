@@ -155,4 +155,10 @@ fs::path NodeStaging::locate(const fs::path& source) const {
   return fs::exists(copy, error) ? copy : source;
 }
 
+void read_through(core::SampleFiles& dataset, std::shared_ptr<NodeStaging> staging) {
+  dataset.set_file_locator([staged = std::move(staging)](const std::filesystem::path& source) {
+    return staged->locate(source);
+  });
+}
+
 }  // namespace hardy::resilience

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "hardy/core/data/sample_files.hpp"
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/data/staging.hpp"
 
@@ -85,5 +87,10 @@ class NodeStaging {
   mutable std::unordered_set<std::string> verified_;
   mutable std::filesystem::file_time_type lists_seen_{};
 };
+
+// Points `dataset`'s loads at `staging`'s copies on this node. The locator shares `staging`, so
+// the dataset's loader threads (the prefetcher's) may read through it for as long as the dataset
+// lives, whatever order their owners are destroyed in.
+void read_through(core::SampleFiles& dataset, std::shared_ptr<NodeStaging> staging);
 
 }  // namespace hardy::resilience

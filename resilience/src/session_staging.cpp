@@ -22,13 +22,11 @@ void TrainingSession::State::start_staging() {
         "--stage-to needs a dataset of one file per sample (the DeepCAM or ClimateNet layout); {} "
         "is not",
         data.storage->describe()));
-  staging = std::make_unique<NodeStaging>(config.stage_to, config.data.dataset, dataset->files(),
+  staging = std::make_shared<NodeStaging>(config.stage_to, config.data.dataset, dataset->files(),
                                           membership.host(), identity.launch, config.stage_threads);
   restage(/*wait=*/true, "job start");
   // From now on loads read a node's own copies; files it does not hold come from the source.
-  dataset->set_file_locator([staged = staging.get()](const std::filesystem::path& source) {
-    return staged->locate(source);
-  });
+  read_through(*dataset, staging);
 }
 
 void TrainingSession::State::restage(bool wait, const std::string& reason) {

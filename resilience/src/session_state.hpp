@@ -143,9 +143,9 @@ struct TrainingSession::State final : StateSource {
   std::unique_ptr<core::Optimizer> optimizer;
   core::EpochSampler sampler;
   core::BatchAssembler assembler;
-  // With --stage-to. Before the prefetcher: its workers read through staging->locate() (the
-  // dataset's file locator) until the prefetcher is destroyed and has joined them.
-  std::unique_ptr<NodeStaging> staging;
+  // With --stage-to. Shared with the dataset's file locator, through which the prefetcher's
+  // workers read until they are joined: it outlives them whatever order the members go in.
+  std::shared_ptr<NodeStaging> staging;
   std::unique_ptr<FaultDomains> domains;  // always present; enabled() with --domain
   // Reads data.train only (never state that recovery changes), so recovery leaves it alone: the
   // next step's announcement follows the restored sampler and the new world size.

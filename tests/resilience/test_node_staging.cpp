@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hardy/core/data/sample_files.hpp"
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/support/error.hpp"
 #include "node_staging.hpp"
@@ -46,6 +47,16 @@ std::string read_text(const fs::path& path) {
   std::ifstream file(path);
   return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
 }
+
+// Sample files that keep the locator they are given (the DeepCAM and ClimateNet readers call it
+// from their loader threads).
+struct LocatedFiles : hardy::core::SampleFiles {
+  explicit LocatedFiles(std::vector<fs::path> files) : list(std::move(files)) {}
+  const std::vector<fs::path>& files() const override { return list; }
+  void set_file_locator(FileLocator given) override { locator = std::move(given); }
+  std::vector<fs::path> list;
+  FileLocator locator;
+};
 
 }  // namespace
 
@@ -176,4 +187,27 @@ TEST_CASE("node staging: a copy counts only once this launch's copier made or ve
     CHECK_FALSE(entry.path().filename().string().starts_with(".verified-1111111111111111"));
   CHECK_THROWS_AS(NodeStaging(local, scratch.path() / "data", files, "n0", "../x", 1),
                   hardy::InvalidArgument);
+}
+
+TEST_CASE("node staging: a dataset reads through the staging for as long as the dataset lives",
+          "[resilience]") {
+  ScratchDirectory scratch("node-staging");
+  const auto files = make_files(scratch.path() / "data", 4);
+  auto staging = std::make_shared<NodeStaging>(scratch.path() / "local", scratch.path() / "data",
+                                               files, "n0", "4444444444444444", 1);
+  staging->plan({"n0"}, 0, /*copier=*/true, /*wait=*/true);
+  auto dataset = std::make_unique<LocatedFiles>(files);
+  hardy::resilience::read_through(*dataset, staging);
+  const std::weak_ptr<NodeStaging> watch = staging;
+  // The session lets its staging go while the prefetcher's loader threads may still read through
+  // the dataset (a use-after-free at exit when the session's members went in the other order).
+  staging.reset();
+  REQUIRE_FALSE(watch.expired());
+  for (const auto& file : files) {
+    const auto copy = dataset->locator(file);
+    CHECK(copy != file);
+    CHECK(read_text(copy) == read_text(file));
+  }
+  dataset.reset();
+  CHECK(watch.expired());
 }
