@@ -86,9 +86,17 @@ po::options_description train_options() {
       "keep the last committed step in memory and roll back from it when every survivor holds it")(
       "collective-timeout", po::value<double>()->default_value(300.0),
       "seconds a step may hang in communication before the watchdog declares a failure")(
+      "hang-timeout", po::value<std::string>()->default_value("auto"),
+      "seconds without progress after which a rank is hung and killed, so that the job shrinks "
+      "around it: auto (5 x the longest step, at least 5 s, at most half --collective-timeout), "
+      "a number, or off")(
+      "hang-io-timeout", po::value<double>()->default_value(60.0),
+      "seconds a rank may wait on data or write state before it is hung (at least --hang-timeout)")(
       "inject-failure", po::value<std::vector<std::string>>()->composing(),
       "testing: kill ranks with SIGKILL, e.g. rank=3@step=40 or node=1@step=40:allreduce (phases "
-      "forward, allreduce, checkpoint-write, recovery)");
+      "forward, allreduce, checkpoint-write, snapshot-write, recovery), or hang them: "
+      "rank=3@step=40:stop (SIGSTOP), :spin (compute forever), :stall (block in the snapshot "
+      "write)");
   po::options_description domains("Fault domains (set by `hardy run --nodes-per-domain`)");
   domains.add_options()("domain", po::value<int>()->default_value(-1),
                         "this process's fault domain (-1: the job is one MPI job)")(
@@ -201,6 +209,23 @@ T get(const po::variables_map& vm, const char* name) {
 
 void require(bool condition, const std::string& message) {
   if (!condition) throw InvalidArgument(message);
+}
+
+// --hang-timeout: auto (0, learned), off (-1) or positive seconds.
+double parse_hang_timeout(const std::string& text) {
+  if (text == "auto") return 0;
+  if (text == "off") return -1;
+  std::size_t used = 0;
+  double seconds = 0;
+  try {
+    seconds = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(seconds > 0))
+    throw InvalidArgument(fmt::format(
+        "--hang-timeout takes auto, off or a positive number of seconds, got '{}'", text));
+  return seconds;
 }
 
 std::string value_text(const po::variable_value& value) {
@@ -383,12 +408,15 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
   spec.rebalance = resilience::parse_rebalance_policy(get<std::string>(vm, "rebalance"));
   spec.memory_snapshots = get<bool>(vm, "memory-snapshots");
   spec.collective_timeout_s = get<double>(vm, "collective-timeout");
+  spec.hang_timeout_s = parse_hang_timeout(get<std::string>(vm, "hang-timeout"));
+  spec.hang_io_timeout_s = get<double>(vm, "hang-io-timeout");
   if (vm.count("inject-failure"))
     spec.inject_failures = get<std::vector<std::string>>(vm, "inject-failure");
   require(spec.ranks_per_node >= 1, "--ranks-per-node must be at least 1");
   require(spec.min_world_size >= 1, "--min-world-size must be at least 1");
   require(spec.max_failures >= 0, "--max-failures must not be negative");
   require(spec.collective_timeout_s > 0, "--collective-timeout must be positive");
+  require(spec.hang_io_timeout_s > 0, "--hang-io-timeout must be positive");
   spec.domain = get<int>(vm, "domain");
   spec.domain_count = get<int>(vm, "domains");
   spec.domain_address = get<std::string>(vm, "domain-address");

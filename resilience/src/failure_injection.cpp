@@ -8,6 +8,8 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <string_view>
+#include <thread>
 
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
@@ -18,11 +20,38 @@ Phase parse_phase(const std::string& name) {
   if (name == "forward") return Phase::forward;
   if (name == "allreduce") return Phase::allreduce;
   if (name == "checkpoint-write") return Phase::checkpoint_write;
+  if (name == "snapshot-write") return Phase::snapshot_write;
   if (name == "recovery") return Phase::recovery;
   throw InvalidArgument(fmt::format(
-      "unknown failure phase '{}' (choose forward, allreduce, checkpoint-write or recovery)",
+      "unknown failure phase '{}' (choose forward, allreduce, checkpoint-write, snapshot-write or "
+      "recovery; or a fault: kill, stop, spin, stall)",
       name));
 }
+
+std::string to_string(Fault fault) {
+  switch (fault) {
+    case Fault::kill:
+      return "kill";
+    case Fault::stop:
+      return "stop";
+    case Fault::spin:
+      return "spin";
+    case Fault::stall:
+      return "stall";
+    case Fault::sleep:
+      return "sleep";
+  }
+  return "?";
+}
+
+namespace {
+std::optional<Fault> fault_named(const std::string& name) {
+  for (Fault fault : {Fault::kill, Fault::stop, Fault::spin, Fault::stall})
+    if (name == to_string(fault)) return fault;
+  if (name.starts_with("sleep=")) return Fault::sleep;
+  return std::nullopt;
+}
+}  // namespace
 
 std::string to_string(Phase phase) {
   switch (phase) {
@@ -32,6 +61,8 @@ std::string to_string(Phase phase) {
       return "allreduce";
     case Phase::checkpoint_write:
       return "checkpoint-write";
+    case Phase::snapshot_write:
+      return "snapshot-write";
     case Phase::recovery:
       return "recovery";
   }
@@ -40,7 +71,8 @@ std::string to_string(Phase phase) {
 
 std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::string>& specs,
                                                      int ranks_per_node) {
-  static const std::regex pattern(R"(^(rank|node)=(\d+)@step=(\d+)(?::([a-z-]+))?$)");
+  static const std::regex pattern(
+      R"(^(rank|node)=(\d+)@step=(\d+)(?::([a-z-]+(?:=[0-9.]+)?))?(?::([a-z-]+(?:=[0-9.]+)?))?$)");
   std::vector<InjectedFailure> failures;
   for (const auto& option : specs) {
     std::stringstream stream(option);
@@ -48,15 +80,43 @@ std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::stri
     while (std::getline(stream, spec, ',')) {
       std::smatch match;
       if (!std::regex_match(spec, match, pattern))
-        throw InvalidArgument(fmt::format(
-            "--inject-failure '{}' is not rank=R@step=S[:phase] or node=N@step=S[:phase]", spec));
+        throw InvalidArgument(
+            fmt::format("--inject-failure '{}' is not rank=R@step=S[:phase][:fault] or "
+                        "node=N@step=S[:phase][:fault]",
+                        spec));
       InjectedFailure failure;
       failure.spec = spec;
       const int target = std::stoi(match[2]);
       failure.step = std::stol(match[3]);
       if (failure.step < 1)
         throw InvalidArgument(fmt::format("--inject-failure '{}': steps count from 1", spec));
-      if (match[4].matched) failure.phase = parse_phase(match[4]);
+      // A phase, a fault, or both in that order; a stall happens where state is written.
+      std::vector<std::string> parts;
+      for (int i : {4, 5})
+        if (match[i].matched) parts.push_back(match[i]);
+      if (!parts.empty()) {
+        if (auto fault = fault_named(parts.back())) {
+          failure.fault = *fault;
+          if (failure.fault == Fault::sleep) {
+            const std::string seconds = parts.back().substr(std::string_view("sleep=").size());
+            std::size_t used = 0;
+            try {
+              failure.sleep_s = std::stod(seconds, &used);
+            } catch (const std::exception&) {
+              used = 0;
+            }
+            if (used != seconds.size() || !(failure.sleep_s > 0))
+              throw InvalidArgument(fmt::format(
+                  "--inject-failure '{}': sleep=S takes a positive number of seconds", spec));
+          }
+          parts.pop_back();
+          if (failure.fault == Fault::stall) failure.phase = Phase::snapshot_write;
+        }
+      }
+      if (parts.size() > 1)
+        throw InvalidArgument(fmt::format(
+            "--inject-failure '{}': give a phase, then a fault (kill, stop, spin, stall)", spec));
+      if (parts.size() == 1) failure.phase = parse_phase(parts.front());
       if (match[1] == "rank") {
         failure.world_ranks = {target};
       } else {
@@ -79,11 +139,27 @@ void FailureInjector::at(long step, Phase phase) const {
     if (std::find(failure.world_ranks.begin(), failure.world_ranks.end(), world_rank_) ==
         failure.world_ranks.end())
       continue;
-    if (!record_dir_.empty()) {
+    if (!record_dir_.empty() && failure.fault != Fault::sleep) {  // a delay is no failure
       std::ofstream(record_dir_ / fmt::format("injected-kill-{}.time", world_rank_))
           << fmt::format("{:.6f}\n", core::unix_time());
     }
-    ::kill(::getpid(), SIGKILL);
+    switch (failure.fault) {
+      case Fault::kill:
+        ::kill(::getpid(), SIGKILL);
+        break;
+      case Fault::stop:
+        ::kill(::getpid(), SIGSTOP);
+        break;
+      case Fault::spin:
+        // A kernel that never returns: busy forever, in compute.
+        for (volatile unsigned long spins = 0;;) spins = spins + 1;
+      case Fault::stall:
+        // A write to a file system that stopped answering: blocked forever, using no CPU.
+        for (;;) ::pause();
+      case Fault::sleep:
+        std::this_thread::sleep_for(std::chrono::duration<double>(failure.sleep_s));
+        break;
+    }
   }
 }
 

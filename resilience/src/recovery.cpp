@@ -19,6 +19,9 @@ namespace hardy::resilience {
 
 void TrainingSession::State::recover(const std::string& what) {
   comm::note_peer_failure();  // mpi_check did already; an NCCL failure reaches here too
+  steps_since_restart = 0;    // the hang monitor waits for the first step after it
+  publish_to_watchdog();
+  Watchdog::Scope scope(watchdog, "recovery", Activity::recovering);
   const double detected_at = core::unix_time();
   const auto started = Clock::now();
   // The victim of an injected failure wrote down when it died; otherwise (a real failure, an
@@ -35,11 +38,14 @@ void TrainingSession::State::recover(const std::string& what) {
         const std::vector<int> lost = comm::ranks_lost(shrink.old_ranks, shrink.old_size);
         ++failures;
         if (lead()) open_lead_logs();  // the new rank 0 takes over the run directory's logs
+        bool hung = false;
+        if (lead())
+          for (int world_rank : departed.world_ranks) hung = report_hang(world_rank) || hung;
         events.emit("failure_detected",
                     {{"failed_ranks", departed.world_ranks},
                      {"failed_hosts", departed.hosts},
                      {"failed_nodes", departed.nodes},
-                     {"detected_by", "process failure error"},
+                     {"detected_by", hung ? "hang monitor" : "process failure error"},
                      {"error", what},
                      {"step", step + 1},
                      {"detection_latency_s", latency},
@@ -75,6 +81,7 @@ void TrainingSession::State::recover(const std::string& what) {
       });
   if (lead() && !was_lead) log_committed_step_if_missing();
   if (domains->enabled()) settle_step_across_domains(what);
+  step_clock = Clock::now();
   publish_to_watchdog();
   events.emit("recovery_finished",
               {{"step", step}, {"seconds", seconds_since(started)}, {"attempts", attempts}});
@@ -166,6 +173,26 @@ void TrainingSession::State::log_committed_step_if_missing() {
   };
   if (missing(committed_audit_line, audit)) audit.write(committed_audit_line);
   if (missing(committed_metrics_line, metrics)) metrics.write(committed_metrics_line);
+}
+
+bool TrainingSession::State::report_hang(int world_rank) {
+  if (!hang_monitor) return false;
+  const auto decision = hang_monitor->decision_for(world_rank);
+  if (!decision) return false;
+  events.emit("hang_detected", {{"rank", decision->world_rank},
+                                {"host", decision->host},
+                                {"pid", decision->pid},
+                                {"step", step + 1},
+                                {"doing", decision->doing},
+                                {"seconds_without_progress", decision->seconds_without_progress},
+                                {"timeout_s", decision->timeout_s},
+                                {"detected_by", decision->detected_by},
+                                {"reason", decision->reason},
+                                {"detected_unix_time", decision->unix_time}});
+  if (lead())
+    std::cerr << fmt::format("hardy: rank {} on {} hung ({}); {} ended it\n", world_rank,
+                             decision->host, decision->reason, decision->detected_by);
+  return true;
 }
 
 void TrainingSession::State::end_stuck_job(const Watchdog::Stuck& stuck) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fault_domains.hpp"
+#include "hang_monitor.hpp"
 #include "hardy/checkpoint/checkpoint.hpp"
 #include "hardy/comm/communicator.hpp"
 #include "hardy/comm/cross_rank_sum.hpp"
@@ -113,7 +114,13 @@ struct TrainingSession::State final : StateSource {
   // everywhere; when the gradient reducer moves device tensors (NCCL) they go GPU to GPU and
   // `state` keeps only the loop's scalars afterwards.
   void broadcast_restored(checkpoint::TrainingState& state, int root = 0);
-  void publish_to_watchdog() { watchdog.publish({step, membership.rank()}); }
+  // What the watchdog (and the hang monitor on its thread) knows of the session.
+  void publish_to_watchdog();
+  // The hang monitor's board: one per launch of each domain (hang_monitor.hpp).
+  void start_hang_monitor();
+  // The lead, after a recovery: hang_detected for a departed rank whose killer left a decision.
+  // Returns whether one did.
+  bool report_hang(int world_rank);
 
   // ---- node-local staging (session_staging.cpp) ----
   // --stage-to: each node copies its share before training (collective).
@@ -162,7 +169,12 @@ struct TrainingSession::State final : StateSource {
   bool lead_logs_open = false;  // this rank writes the run directory's files
   RunIdentity identity;         // filled by establish_run_identity(), before anything is saved
   StateStore store;
+  // Null with --hang-timeout off. Before the watchdog, whose thread calls it, so it outlives it.
+  std::unique_ptr<HangMonitor> hang_monitor;
   Watchdog watchdog;
+  // Steps committed since this launch's loop began or the last recovery: the hang monitor acts
+  // from the first on (the slowest, with oneDNN's primitives made again: what it learns first).
+  long steps_since_restart = 0;
 
   long step = 0;  // steps committed
   // The log lines of the last committed step, kept by every rank for log_committed_step_if_missing.
@@ -171,7 +183,10 @@ struct TrainingSession::State final : StateSource {
   double last_snapshot_s = 0;  // the training thread's stall for this step's node-local copy
   core::GlobalBatch current_batch;
   core::Tensor fields, labels, dlogits;
-  Clock::time_point job_start = Clock::now(), last_commit = Clock::now();
+  Clock::time_point job_start = Clock::now();
+  // When the step in training began to count: the last commit, or the end of the last (re)start,
+  // so that a step's time never includes a recovery.
+  Clock::time_point step_clock = Clock::now();
   double samples_seen = 0;
   double last_commit_unix = 0;
   int failures = 0;

@@ -509,10 +509,12 @@ void TrainingSession::State::train_step() {
   }
   const std::vector<std::size_t> mine = local_samples(current_batch);
   announce_ahead(mine, global_batch);
-  const core::BatchLoad input =
-      // Always filled in as skip: whether a bad sample ends the job is decided below, by every
-      // rank together.
-      assembler.load(prefetcher, mine, fields, labels, core::BadSamplePolicy::skip);
+  const core::BatchLoad input = [&] {
+    Watchdog::Scope scope(watchdog, "data wait", Activity::loading_data);
+    // Always filled in as skip: whether a bad sample ends the job is decided below, by every
+    // rank together.
+    return assembler.load(prefetcher, mine, fields, labels, core::BadSamplePolicy::skip);
+  }();
 
   const core::Tensor& logits = model.forward(fields, /*training=*/true, &cross_rank);
   core::ensure_tensor(*backend, dlogits, logits.dims());
@@ -631,9 +633,42 @@ void TrainingSession::State::train_step() {
     write_metrics(compute_s, allreduce_s, input.data_wait_s, step_s, lr, std::lround(loss[1]));
   });
   if (admit_after_commit) {
+    Watchdog::Scope scope(watchdog, "domain admission");
     domains->admit_if_pending(domain_state_access());
     follow_domain_ownership();
   }
+}
+
+void TrainingSession::State::publish_to_watchdog() {
+  std::vector<int> members;
+  for (int r = 0; r < comm().size(); ++r) members.push_back(membership.world_rank_of(r));
+  watchdog.publish({.step = step,
+                    .rank = membership.rank(),
+                    .members = std::move(members),
+                    .training = steps_since_restart > 0});
+}
+
+void TrainingSession::State::start_hang_monitor() {
+  if (config.hang_timeout_s < 0 || hang_monitor) return;
+  // It kills processes: ranks that share one (threads, in tests) have no process of their own.
+  const auto pids = comm().allgather(static_cast<std::int64_t>(::getpid()));
+  std::set<std::pair<std::string, std::int64_t>> processes;
+  for (int r = 0; r < comm().size(); ++r)
+    processes.emplace(membership.host_of(r), pids[static_cast<std::size_t>(r)]);
+  if (processes.size() != pids.size()) return;
+  auto board = config.run_dir / "heartbeats";
+  if (config.domain >= 0) board /= fmt::format("domain-{}", config.domain);
+  hang_monitor = std::make_unique<HangMonitor>(
+      HangMonitor::Options{.board = board,
+                           // a relaunch's ranks never read the last launch's beats
+                           .launch = identity.launch,
+                           .world_rank = membership.world_rank(),
+                           .hosts = membership.original_hosts(),
+                           .fixed_timeout_s = config.hang_timeout_s,
+                           .io_timeout_s = config.hang_io_timeout_s,
+                           .collective_timeout_s = config.collective_timeout_s,
+                           .keeps_longest_step = lead()});
+  watchdog.on_tick([this](const Watchdog::Progress& progress) { hang_monitor->tick(progress); });
 }
 
 DomainStateAccess TrainingSession::State::domain_state_access() {
@@ -719,12 +754,21 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
     return;
   }
   ++step;
-  last_commit = Clock::now();
+  const auto now = Clock::now();
+  // The time between two commits: what one step takes here, waits and writes included.
+  ++steps_since_restart;
+  if (hang_monitor)
+    hang_monitor->step_took(std::chrono::duration<double>(now - step_clock).count());
+  step_clock = now;
   last_commit_unix = core::unix_time();
   samples_seen += static_cast<double>(current_batch.samples.size());
   if (config.memory_snapshots) store.keep_in_memory();
   if (config.sync_every() > 1 && domains_meet_at(step)) store.keep_synced();
-  last_snapshot_s = store.write_node_snapshot();
+  {
+    Watchdog::Scope scope(watchdog, "node snapshot write", Activity::writing_state);
+    injector.at(step, Phase::snapshot_write);
+    last_snapshot_s = store.write_node_snapshot();
+  }
   publish_to_watchdog();
   if (config.audit_samples) {  // every rank keeps the line; rank 0 writes it
     keep_audit_line();
@@ -732,13 +776,17 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
   }
   if (config.verify_replicas_every > 0 && step % config.verify_replicas_every == 0)
     verify_replicas(step);
-  log_step();  // before a checkpoint, so that a committed step is logged even if rank 0 dies
-               // writing
+  {
+    Watchdog::Scope scope(watchdog, "log write", Activity::writing_state);
+    log_step();  // before a checkpoint, so that a committed step is logged even if rank 0 dies
+                 // writing
+  }
   if (outcome.preempt) {
     events.emit("preemption_requested", {{"step", step}});
     store.write_final_checkpoint("preempted by SIGUSR1 (scheduler time limit)");
     throw SessionStop{kPreempted, "preempted: checkpoint written; resume with --resume latest"};
   }
+  Watchdog::Scope scope(watchdog, "checkpoint", Activity::writing_state);
   store.checkpoint_if_due(false);
 }
 
@@ -832,6 +880,9 @@ int TrainingSession::State::run() {
     domains->start(domain_state_access());
     if (config.sync_every() > 1) store.keep_synced();
     follow_domain_ownership();
+    start_hang_monitor();
+    steps_since_restart = 0;
+    step_clock = Clock::now();
     publish_to_watchdog();
     watchdog.start();
     while (step < config.steps) {
@@ -841,6 +892,9 @@ int TrainingSession::State::run() {
         if (!comm().fault_tolerant()) throw;
         // The other survivors may have finished this step and wait in its agreement: meet them
         // there (after the revoke has freed those still inside a collective), then recover.
+        steps_since_restart = 0;  // no hang watch until the recovery has committed a step
+        publish_to_watchdog();
+        Watchdog::Scope scope(watchdog, "recovery", Activity::recovering);
         comm().revoke();
         agree_on_step(comm(), /*finished=*/false, preemption_requested.load());
         recover(failure.what());
@@ -857,6 +911,8 @@ int TrainingSession::State::run() {
       comm::agree_on_outcome(comm(), lead(), [&] { store.checkpoint_if_due(true); });
     store.flush();
     store.remove_node_snapshots();  // after the final checkpoint: nothing needs them any more
+    // Every rank's watchdog stopped before the collectives above: no heartbeat comes any more.
+    if (hang_monitor && lead()) hang_monitor->finish();
     // The lead's share of its steps' time spent waiting for data (its steps since it started).
     const double wait_fraction = step_total_s > 0 ? data_wait_total_s / step_total_s : 0;
     nlohmann::json finished = {{"status", "completed"},

@@ -2,16 +2,38 @@
 
 namespace hardy::resilience {
 
+const char* to_string(Activity activity) {
+  switch (activity) {
+    case Activity::computing:
+      return "computing";
+    case Activity::communicating:
+      return "communicating";
+    case Activity::loading_data:
+      return "loading data";
+    case Activity::writing_state:
+      return "writing state";
+    case Activity::recovering:
+      return "recovering";
+  }
+  return "?";
+}
+
 Watchdog::Watchdog(std::function<double(const Committed&)> timeout_for,
                    std::function<void(const Stuck&)> on_stuck)
     : timeout_for_(std::move(timeout_for)), on_stuck_(std::move(on_stuck)) {}
 
 Watchdog::~Watchdog() { stop(); }
 
+void Watchdog::on_tick(std::function<void(const Progress&)> listener) {
+  std::lock_guard lock(mutex_);
+  listener_ = std::move(listener);
+}
+
 void Watchdog::start() {
   std::lock_guard lock(mutex_);
   if (running_) return;
   running_ = true;
+  watching_stuck_ = true;
   thread_ = std::thread([this] { watch(); });
 }
 
@@ -29,28 +51,47 @@ void Watchdog::publish(const Committed& committed) {
   committed_ = committed;
 }
 
+Watchdog::Progress Watchdog::progress_locked() const {
+  return {committed_, doing_ ? doing_ : "compute", activity_,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count()};
+}
+
 void Watchdog::watch() {
   std::unique_lock lock(mutex_);
   while (running_) {
     wake_.wait_for(lock, std::chrono::milliseconds(100));
-    if (!running_ || communicating_ == nullptr) continue;
-    const double stuck_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
-    if (stuck_s < timeout_for_(committed_)) continue;
-    on_stuck_(Stuck{committed_, communicating_, stuck_s});  // with the lock held: see the header
-    running_ = false;  // it returned (a test's callback): the job is not watched twice
+    if (!running_) break;
+    const Progress progress = progress_locked();
+    // A recovery may read a checkpoint from disk for as long as that takes; it is not timed.
+    const bool communicating = doing_ != nullptr && activity_ == Activity::communicating;
+    if (watching_stuck_ && communicating && progress.seconds >= timeout_for_(committed_)) {
+      on_stuck_(Stuck{committed_, doing_, progress.seconds});  // with the lock held: see header
+      watching_stuck_ = false;  // it returned (a test's callback): the job is not ended twice
+    }
+    if (listener_) {
+      lock.unlock();  // a heartbeat may write to a slow file system
+      listener_(progress);
+      lock.lock();
+    }
   }
 }
 
-Watchdog::Scope::Scope(Watchdog& watchdog, const char* what) : watchdog_(watchdog) {
+Watchdog::Scope::Scope(Watchdog& watchdog, const char* what, Activity activity)
+    : watchdog_(watchdog) {
   std::lock_guard lock(watchdog_.mutex_);
-  watchdog_.communicating_ = what;
+  outer_what_ = watchdog_.doing_;
+  outer_activity_ = watchdog_.activity_;
+  watchdog_.doing_ = what;
+  watchdog_.activity_ = activity;
   watchdog_.since_ = std::chrono::steady_clock::now();
 }
 
 Watchdog::Scope::~Scope() {
   std::lock_guard lock(watchdog_.mutex_);
-  watchdog_.communicating_ = nullptr;
+  watchdog_.doing_ = outer_what_;
+  watchdog_.activity_ = outer_activity_;
+  // Back to what it did before (computing between stretches): a new stretch of it starts now.
+  watchdog_.since_ = std::chrono::steady_clock::now();
 }
 
 }  // namespace hardy::resilience

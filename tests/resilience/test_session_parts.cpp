@@ -48,7 +48,7 @@ TEST_CASE("the watchdog acts on a stretch of communication longer than the timeo
                       ++calls;
                       std::this_thread::sleep_for(300ms);  // the session would end the process
                     });
-  watchdog.publish({41, 0});
+  watchdog.publish({.step = 41, .rank = 0, .members = {}, .training = false});
   watchdog.start();
   // Short stretches, each well under the timeout, never add up to a hang.
   for (int i = 0; i < 20; ++i) {
@@ -57,7 +57,7 @@ TEST_CASE("the watchdog acts on a stretch of communication longer than the timeo
   }
   CHECK(calls == 0);
 
-  watchdog.publish({42, 0});
+  watchdog.publish({.step = 42, .rank = 0, .members = {}, .training = false});
   std::chrono::steady_clock::time_point left;
   const auto entered = std::chrono::steady_clock::now();
   {
@@ -83,7 +83,7 @@ TEST_CASE("the watchdog gives ranks other than the lead their own timeout") {
   std::atomic<int> calls{0};
   Watchdog watchdog([](const Watchdog::Committed& c) { return c.rank == 0 ? 0.2 : 1.0; },
                     [&](const Watchdog::Stuck&) { ++calls; });
-  watchdog.publish({3, 2});
+  watchdog.publish({.step = 3, .rank = 2, .members = {}, .training = false});
   watchdog.start();
   {
     Watchdog::Scope scope(watchdog, "sample plan check");

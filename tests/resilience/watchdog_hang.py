@@ -26,7 +26,9 @@ STEPS, SAMPLES, TIMEOUT_S = 40, 36, 2.0
 TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "6",
          "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
          "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "3",
-         "--checkpoint-every", "8", "--audit-samples", "--log-every", "100", "--collective-timeout", str(TIMEOUT_S)]
+         "--checkpoint-every", "8", "--audit-samples", "--log-every", "100", "--collective-timeout", str(TIMEOUT_S),
+         # The last resort alone: the hang monitor would end the stopped rank inside the job.
+         "--hang-timeout", "off"]
 check = Checks()
 stopped = {}
 

@@ -2,8 +2,11 @@
 // Fault injection for testing recovery: `--inject-failure rank=3@step=40` kills rank 3 with
 // SIGKILL when it reaches step 40; `node=1@step=40:allreduce` kills every rank of node 1 (ranks
 // node*ranks_per_node ... +ranks_per_node-1 of the original world) in the middle of step 40's
-// gradient allreduce. Injection only kills: detection and recovery take the same paths as a real
-// failure or an external `kill -9`.
+// gradient allreduce. Injection only kills or hangs: detection and recovery take the same paths as
+// a real failure or an external `kill -9`. A hang keeps the process alive, as a real one would:
+// `rank=3@step=40:stop` stops it (SIGSTOP, in the forward pass unless a phase is given),
+// `:spin` computes forever, `:stall` blocks forever in the node snapshot write; `:sleep=S` only
+// delays it S seconds (a slow step, which must not be taken for a hang).
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -11,19 +14,24 @@
 
 namespace hardy::resilience {
 
-enum class Phase { forward, allreduce, checkpoint_write, recovery };
+enum class Phase { forward, allreduce, checkpoint_write, snapshot_write, recovery };
 Phase parse_phase(const std::string& name);
 std::string to_string(Phase phase);
+
+enum class Fault { kill, stop, spin, stall, sleep };
+std::string to_string(Fault fault);
 
 struct InjectedFailure {
   std::vector<int> world_ranks;  // ranks of the original world to kill
   long step = 0;                 // 1-based step at which they die
   Phase phase = Phase::forward;
-  std::string spec;  // as given, for events
+  Fault fault = Fault::kill;
+  double sleep_s = 0;  // Fault::sleep
+  std::string spec;    // as given, for events
 };
 
-// Parses "rank=R@step=S[:phase]" or "node=N@step=S[:phase]"; several specs are separated by
-// commas or given as repeated options. Throws InvalidArgument naming the bad part.
+// Parses "rank=R@step=S[:phase][:fault]" or "node=N@step=S[:phase][:fault]"; several specs are
+// separated by commas or given as repeated options. Throws InvalidArgument naming the bad part.
 std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::string>& specs,
                                                      int ranks_per_node);
 
@@ -34,7 +42,7 @@ class FailureInjector {
   // detection latency (rank 0 of the run directory's checkpoints/.. is fine).
   FailureInjector(std::vector<InjectedFailure> failures, int world_rank,
                   std::filesystem::path record_dir);
-  // Kills this process (SIGKILL, after recording the time) if a failure is due at this point.
+  // Kills or hangs this process (after recording the time) if a failure is due at this point.
   void at(long step, Phase phase) const;
   // The time the most recent injected victim recorded, if any (Unix seconds).
   std::optional<double> last_kill_time() const;

@@ -77,6 +77,10 @@ struct TrainingConfig {
   RebalancePolicy rebalance = RebalancePolicy::constant_global_batch;
   bool memory_snapshots = true;  // roll back from memory when every survivor holds the copy
   double collective_timeout_s = 300;
+  // Hang detection inside the job (hang_monitor.hpp): 0 learns the timeout from the step time,
+  // a positive value fixes it, a negative one turns detection off (the watchdog alone is left).
+  double hang_timeout_s = 0;
+  double hang_io_timeout_s = 60;  // a data wait or a state write longer than this is a hang
   std::vector<std::string> inject_failures;
 
   // Fault domains (set by `hardy run --nodes-per-domain`; docs/resilience.md): this process's

@@ -107,6 +107,12 @@ inline constexpr EventField failure_detected[] = {{"detected_by", T::string, req
                                                   {"stuck_in", T::string, opt},
                                                   {"stuck_s", T::number, opt},
                                                   {"rank", T::integer, opt}};
+inline constexpr EventField hang_detected[] = {
+    {"rank", T::integer, req},     {"host", T::string, req},
+    {"pid", T::integer, req},      {"step", T::integer, req},
+    {"doing", T::string, req},     {"seconds_without_progress", T::number, req},
+    {"timeout_s", T::number, req}, {"detected_by", T::string, req},
+    {"reason", T::string, req},    {"detected_unix_time", T::number, req}};
 inline constexpr EventField communicator_shrunk[] = {
     {"old_size", T::integer, req}, {"new_size", T::integer, req}, {"seconds", T::number, req}};
 inline constexpr EventField state_restored[] = {{"source", T::string, req},
@@ -246,6 +252,10 @@ inline constexpr EventKind kEventKinds[] = {
      event_fields::sample_skipped},
     {"step_skipped", "the optimizer skipped a step (loss-scale overflow)",
      event_fields::step_skipped},
+    {"hang_detected",
+     "a rank made no progress for longer than its bound; its own monitor or a peer on its host "
+     "killed it (rank: its original world rank)",
+     event_fields::hang_detected},
     {"failure_detected", "ranks failed, or the watchdog found one stuck",
      event_fields::failure_detected},
     {"communicator_shrunk", "the job continues on the survivors",

@@ -1,0 +1,164 @@
+#pragma once
+// Hang detection inside the job (docs/resilience.md, "Hangs"). A rank that hangs is alive, so the
+// MPI reports nothing and its peers wait for it in the next collective until the watchdog's
+// --collective-timeout ends the whole job. The hang monitor finds the hung rank and kills it,
+// which turns the hang into a process failure that ULFM survives inside the job: shrink, roll
+// back from memory, rebalance, go on.
+//
+// It runs on every rank's watchdog thread (watchdog.hpp), not the training thread, and each tick
+// - heartbeats: writes what the training thread is doing, and since when, to the rank's file on
+//   the progress board (a directory of the run directory, one file per rank of this launch);
+// - watches its own rank: a training thread that computes for longer than the hang timeout
+//   spins, one that waits on data or writes state for longer than the I/O bound is stuck in a
+//   sick file system; either way its own monitor names it and kills its process;
+// - watches its host's peers while it waits for them: a peer whose heartbeat is older than the
+//   hang timeout is stopped (SIGSTOP, a process frozen by the OS or a debugger), because even its
+//   monitor thread no longer runs. The lowest rank on that host whose heartbeat is fresh kills it.
+//   Only a rank on the same host can (a signal does not cross nodes), and the same host means
+//   the same clock, so a heartbeat's age never depends on clock skew between nodes. A stopped
+//   rank alone on its host is left to the watchdog (the job ends and is relaunched).
+// Waiting on peers (communication, recovery) is never a rank's own hang: whoever it waits for is.
+//
+// The timeout learns: 5 x the longest step seen (the first step after a start or a recovery
+// left out), at least kHangTimeoutFloorS, at most half --collective-timeout, so that it acts
+// well before the watchdog. The lead keeps the longest step in the board's directory, and a
+// relaunch starts from it. --hang-timeout S fixes it instead.
+//
+// The killer leaves its decision on the board before the kill; the lead logs it (hang_detected)
+// when the recovery names the rank that left.
+#include <sys/types.h>
+
+#include <atomic>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "watchdog.hpp"
+
+namespace hardy::resilience {
+
+inline constexpr double kHangTimeoutFloorS = 5.0;
+inline constexpr double kHangTimeoutStepMultiple = 5.0;
+inline constexpr double kHeartbeatPeriodS = 1.0;
+
+// One rank's heartbeat, as its monitor last wrote it.
+struct Heartbeat {
+  int world_rank = -1;
+  std::string host;
+  pid_t pid = 0;
+  std::string process_start;  // /proc/PID/stat's start time: a reused pid is another process
+  long step = 0;              // steps committed
+  std::string doing;          // the stretch, e.g. "gradient allreduce", "compute"
+  Activity activity = Activity::computing;
+  double seconds_in_it = 0;  // at `unix_time`
+  double unix_time = 0;      // when it was written
+  double timeout_s = 0;      // the hang timeout in force
+};
+
+// A monitor's verdict on a hung rank, written before the kill.
+struct HangDecision {
+  int world_rank = -1;
+  std::string host;
+  pid_t pid = 0;
+  std::string doing;
+  double seconds_without_progress = 0;
+  double timeout_s = 0;
+  std::string detected_by;  // "its own monitor" or "rank N on its host"
+  std::string reason;
+  double unix_time = 0;
+};
+
+// The hang timeout: `fixed_s` when positive, else learned from the longest step.
+double hang_timeout(double fixed_s, double longest_step_s, double collective_timeout_s);
+
+// Why a rank that has been `seconds` in `activity` hangs, or nullopt while it does not.
+std::optional<std::string> overrun(Activity activity, const char* doing, double seconds,
+                                   double timeout_s, double io_timeout_s);
+
+// The members (by world rank) among `beats` whose heartbeat is older than `timeout_s` at `now`.
+// `beats` holds only members; a member without a beat yet is not judged.
+std::vector<Heartbeat> stopped_members(std::span<const Heartbeat> beats, double now,
+                                       double timeout_s);
+
+// The member that kills `suspect`: the lowest world rank among `beats` on its host whose own
+// heartbeat is fresh; nullopt when there is none.
+std::optional<int> killer_of(const Heartbeat& suspect, std::span<const Heartbeat> beats, double now,
+                             double timeout_s);
+
+// /proc/PID/stat's start time field, or empty when there is no such process.
+std::string process_start_of(pid_t pid);
+
+// A launch's heartbeats and decisions: DIRECTORY/LAUNCH/rank-N and decision-N, private to the
+// user (0700 directories, 0600 files, created without following links).
+class ProgressBoard {
+ public:
+  ProgressBoard(std::filesystem::path directory, std::string launch);
+  ~ProgressBoard();
+  ProgressBoard(const ProgressBoard&) = delete;
+  ProgressBoard& operator=(const ProgressBoard&) = delete;
+
+  // Rewrites this rank's file in place (one write of a fixed-size record, no metadata traffic
+  // after the first); throws IoError.
+  void publish(const Heartbeat& beat);
+  // The heartbeats of these world ranks that can be read now (a rank not yet started has none).
+  std::vector<Heartbeat> read(std::span<const int> world_ranks) const;
+  void decide(const HangDecision& decision);
+  std::optional<HangDecision> decision_for(int world_rank) const;
+  // The longest step the lead saw in this run (0 when none was kept), and keeping it.
+  double longest_step() const;
+  void keep_longest_step(double seconds);
+  // Removes the other launches' directories (earlier launches of this job are over) and,
+  // at the end, this one's.
+  void remove_other_launches() const;
+  void remove_launch() const;
+  const std::filesystem::path& launch_directory() const { return launch_dir_; }
+
+ private:
+  std::filesystem::path directory_, launch_dir_;
+  int own_fd_ = -1;
+  int own_rank_ = -1;
+};
+
+class HangMonitor {
+ public:
+  struct Options {
+    std::filesystem::path board;  // RUN_DIR/heartbeats[/domain-K]
+    std::string launch;           // the same on every rank of this launch
+    int world_rank = 0;
+    std::vector<std::string> hosts;  // by world rank
+    double fixed_timeout_s = 0;      // --hang-timeout; 0: learned
+    double io_timeout_s = 60;        // --hang-io-timeout
+    double collective_timeout_s = 300;
+    bool keeps_longest_step = false;  // the lead
+  };
+  explicit HangMonitor(Options options);
+
+  // Training thread: a committed step took `seconds` (not the first after a start or recovery).
+  void step_took(double seconds);
+  double timeout_s() const;
+  // The lead, after a recovery: the decision about a rank that left, if its killer wrote one.
+  std::optional<HangDecision> decision_for(int world_rank) const {
+    return board_.decision_for(world_rank);
+  }
+  void finish() { board_.remove_launch(); }
+
+  // Watchdog thread, every tick.
+  void tick(const Watchdog::Progress& progress);
+
+ private:
+  Heartbeat own_beat(const Watchdog::Progress& progress, double now) const;
+  void end_own_process(const Watchdog::Progress& progress, const std::string& reason);
+  void look_at_host_peers(const Watchdog::Progress& progress, double now);
+
+  Options options_;
+  ProgressBoard board_;
+  std::string own_start_;
+  std::atomic<double> longest_step_s_{0};
+  double kept_longest_s_ = 0;  // training thread only
+  double last_beat_ = 0, last_look_ = 0;
+  bool board_failed_ = false;
+};
+
+}  // namespace hardy::resilience
