@@ -96,7 +96,7 @@ double hang_timeout(double fixed_s, double longest_step_s, double collective_tim
 }
 
 std::optional<std::string> overrun(Activity activity, const char* doing, double seconds,
-                                   double timeout_s, double io_timeout_s) {
+                                   double timeout_s, double io_bound_s) {
   double bound = 0;
   switch (activity) {
     case Activity::communicating:
@@ -107,7 +107,7 @@ std::optional<std::string> overrun(Activity activity, const char* doing, double 
       break;
     case Activity::loading_data:
     case Activity::writing_state:
-      bound = std::max(timeout_s, io_timeout_s);  // slow storage is progress of a known kind
+      bound = std::max(timeout_s, io_bound_s);  // slow storage is progress of a known kind
       break;
   }
   if (seconds <= bound) return std::nullopt;
@@ -280,6 +280,12 @@ double HangMonitor::timeout_s() const {
   return hang_timeout(options_.fixed_timeout_s, longest_step_s_, options_.collective_timeout_s);
 }
 
+double HangMonitor::io_bound_s() const {
+  // A checkpoint of a large model may take minutes on a slow file system, every time: what it
+  // took before is what it may take again.
+  return std::max(options_.io_timeout_s, kHangTimeoutStepMultiple * longest_io_s_);
+}
+
 Heartbeat HangMonitor::own_beat(const Watchdog::Progress& progress, double now) const {
   return {.world_rank = options_.world_rank,
           .host = options_.hosts.at(static_cast<std::size_t>(options_.world_rank)),
@@ -307,10 +313,14 @@ void HangMonitor::tick(const Watchdog::Progress& progress) {
                                e.what());
     }
   }
+  const bool in_io =
+      progress.activity == Activity::loading_data || progress.activity == Activity::writing_state;
+  if (!in_io && io_stretch_s_ > 0) longest_io_s_ = std::max(longest_io_s_, io_stretch_s_);
+  io_stretch_s_ = in_io ? progress.seconds : 0;
   if (!progress.committed.training) return;
   const double timeout = timeout_s();
-  if (auto reason = overrun(progress.activity, progress.doing, progress.seconds, timeout,
-                            options_.io_timeout_s))
+  if (auto reason =
+          overrun(progress.activity, progress.doing, progress.seconds, timeout, io_bound_s()))
     end_own_process(progress, *reason);
   if (progress.activity == Activity::communicating && progress.seconds > timeout / 2 &&
       now - last_look_ >= kHeartbeatPeriodS && !board_failed_) {

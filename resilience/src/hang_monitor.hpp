@@ -9,8 +9,9 @@
 // - heartbeats: writes what the training thread is doing, and since when, to the rank's file on
 //   the progress board (a directory of the run directory, one file per rank of this launch);
 // - watches its own rank: a training thread that computes for longer than the hang timeout
-//   spins, one that waits on data or writes state for longer than the I/O bound is stuck in a
-//   sick file system; either way its own monitor names it and kills its process;
+//   spins, one that waits on data or writes state for longer than the I/O bound (the larger of
+//   --hang-io-timeout and 5 x the longest such stretch seen) is stuck in a sick file system;
+//   either way its own monitor names it and kills its process;
 // - watches its host's peers while it waits for them: a peer whose heartbeat is older than the
 //   hang timeout is stopped (SIGSTOP, a process frozen by the OS or a debugger), because even its
 //   monitor thread no longer runs. The lowest rank on that host whose heartbeat is fresh kills it.
@@ -74,8 +75,9 @@ struct HangDecision {
 double hang_timeout(double fixed_s, double longest_step_s, double collective_timeout_s);
 
 // Why a rank that has been `seconds` in `activity` hangs, or nullopt while it does not.
+// `io_bound_s` bounds data waits and state writes (never below the hang timeout).
 std::optional<std::string> overrun(Activity activity, const char* doing, double seconds,
-                                   double timeout_s, double io_timeout_s);
+                                   double timeout_s, double io_bound_s);
 
 // The members (by world rank) among `beats` whose heartbeat is older than `timeout_s` at `now`.
 // `beats` holds only members; a member without a beat yet is not judged.
@@ -138,6 +140,7 @@ class HangMonitor {
   // Training thread: a committed step took `seconds` (not the first after a start or recovery).
   void step_took(double seconds);
   double timeout_s() const;
+  double io_bound_s() const;
   // The lead, after a recovery: the decision about a rank that left, if its killer wrote one.
   std::optional<HangDecision> decision_for(int world_rank) const {
     return board_.decision_for(world_rank);
@@ -158,6 +161,8 @@ class HangMonitor {
   std::atomic<double> longest_step_s_{0};
   double kept_longest_s_ = 0;  // training thread only
   double last_beat_ = 0, last_look_ = 0;
+  // The data wait or state write in progress at the last tick, and the longest one that ended.
+  double io_stretch_s_ = 0, longest_io_s_ = 0;
   bool board_failed_ = false;
 };
 

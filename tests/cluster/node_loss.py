@@ -18,6 +18,18 @@ injected from outside once the job has committed FAULT_STEP steps:
   two_nodes         crash a node, then another one after the relaunch
   during_relaunch   crash a node, then another one for good (its link down too) while the
                     supervisor relaunches
+  rank_stop         SIGSTOP one rank (alive, silent): the other rank on its node sees its
+                    heartbeats stop and kills it; the job shrinks inside
+  rank_spin         one rank computes forever (--inject-failure ...:spin): its own monitor kills
+                    it; the job shrinks inside
+  rank_stop_watchdog  the baseline for rank_stop: the same SIGSTOP with the hang monitor off
+                    (--hang-timeout off, --collective-timeout 20): the watchdog ends the job and
+                    the supervisor relaunches it on every node, since nobody knows who hangs
+  loaded            no fault, beside a CPU hog (a busy process per core, for the whole run): a
+                    slower job must not be taken for a hung one (no hang_detected, no failure)
+
+The hung-rank scenarios also assert that the rank is named (hang_detected) and the job trains
+again within max(10 s, 5 x the median step) of the hang, with default options.
 
 Every scenario asserts what a user relies on: `hardy run` exits 0 only with job_finished at the
 last step; every sample of every epoch is trained exactly once; the final loss is within 2% of a
@@ -30,6 +42,8 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -161,6 +175,10 @@ def main():
         if scenario == "node_crash_spare":
             command += ["--spare-nodes", "1"]
         command += ["--", *TRAIN, "--snapshot-dir", str(snapshot_dir)]
+        if scenario == "rank_spin":
+            command += ["--inject-failure", f"rank=5@step={FAULT_STEP}:spin"]
+        if scenario == "rank_stop_watchdog":
+            command += ["--hang-timeout", "off", "--collective-timeout", "20"]
         env = {**os.environ, **cluster.mpi_env()}
         faults = []
 
@@ -180,7 +198,13 @@ def main():
         def inject():
             if not job.wait(lambda: job.step() >= FAULT_STEP, f"step {FAULT_STEP}"):
                 return
-            if scenario == "rank_crash":
+            if scenario in ("rank_stop", "rank_stop_watchdog"):
+                pid = job.rank_pid(5)
+                faults.append({"kind": "rank stop", "host": cluster.hosts[5 // RANKS_PER_NODE], "time": time.time(),
+                               "step": job.step(), "pid": pid})
+                os.kill(pid, signal.SIGSTOP)
+                print(f"--- stopped rank 5 (pid {pid}) at step {faults[-1]['step']}", flush=True)
+            elif scenario == "rank_crash":
                 pid = job.rank_pid(5)
                 faults.append({"kind": "rank crash", "host": cluster.hosts[5 // RANKS_PER_NODE], "time": time.time(),
                                "step": job.step()})
@@ -201,9 +225,27 @@ def main():
                 if job.wait(lambda: job.events("job_relaunched"), "the relaunch"):
                     fault("crash for good", 2)
 
+        hogs = []
+        if scenario == "loaded":  # a neighbour's job on the same cores
+            hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
         started = time.time()
-        status, output = run_watched(command, inject, RUN_TIMEOUT_S, env=env)
+        try:
+            status, output = run_watched(command, inject, RUN_TIMEOUT_S * (2 if hogs else 1), env=env)
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
         elapsed = time.time() - started
+        for f in faults:  # never leave a stopped rank behind, whatever happened
+            if f["kind"] == "rank stop":
+                try:
+                    os.kill(f["pid"], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        spun = run / "checkpoints" / "injected-kill-5.time"
+        if scenario == "rank_spin" and spun.exists():
+            faults.append({"kind": "rank spin", "host": cluster.hosts[5 // RANKS_PER_NODE],
+                           "time": float(spun.read_text()), "step": FAULT_STEP})
         if status is None:
             print(output[-6000:])
             check(False, f"{scenario}: hardy run finished within {RUN_TIMEOUT_S} s")
@@ -220,7 +262,7 @@ def main():
                 print(f"a launch's job_finished: {e}", flush=True)
         victims = sorted({f["host"] for f in faults})
 
-        check(len(faults) == (2 if scenario in ("two_nodes", "during_relaunch") else 1),
+        check(len(faults) == {"two_nodes": 2, "during_relaunch": 2, "loaded": 0}.get(scenario, 1),
               f"{scenario}: faults injected: {faults}")
         check(status == 0, f"{scenario}: hardy run exits 0 ({status}, {elapsed:.1f} s)")
         finished = [e for e in events if e["event"] == "job_finished"]
@@ -241,7 +283,32 @@ def main():
         relaunches = [e for e in events if e["event"] == "job_relaunched"]
         excluded = {x["host"]: x for r in relaunches for x in r.get("excluded", [])}
         detected_hosts = {h for e in events if e["event"] == "failure_detected" for h in e.get("failed_hosts", [])}
-        if scenario == "rank_crash":
+        if scenario == "loaded":
+            hangs = [e for e in events if e["event"] in ("hang_detected", "failure_detected")]
+            check(not hangs and not relaunches, f"{scenario}: nobody called hung, nothing failed: {hangs}")
+            check(metrics[-1]["world_size"] == 8, f"{scenario}: 8 ranks at the end")
+            steps = sorted(m["step_s"] for m in metrics)
+            print(f"loaded: step time median {statistics.median(steps):.3f} s, slowest {steps[-1]:.3f} s", flush=True)
+        elif scenario in ("rank_stop", "rank_spin"):
+            check(not relaunches, f"{scenario}: survived inside the job, no relaunch")
+            hangs = [e for e in events if e["event"] == "hang_detected"]
+            check(len(hangs) == 1 and hangs[0]["rank"] == 5 and hangs[0]["host"] == cluster.hosts[2],
+                  f"{scenario}: hang_detected names rank 5 on {cluster.hosts[2]}: {hangs}")
+            expect_by = "rank 4 on its host" if scenario == "rank_stop" else "its own monitor"
+            check(hangs and hangs[0]["detected_by"] == expect_by,
+                  f"{scenario}: ended by {expect_by}: {hangs[0]['detected_by'] if hangs else None}")
+            check(metrics[-1]["world_size"] == 7, f"{scenario}: 7 ranks at the end ({metrics[-1]['world_size']})")
+            phases = timeline(job, faults) if faults else {}
+            median = statistics.median(m["step_s"] for m in metrics if m["step"] < FAULT_STEP - 1)
+            bound = max(10.0, 5 * median)
+            check(phases.get("total_s") is not None and phases["total_s"] <= bound,
+                  f"{scenario}: training again {phases.get('total_s')} s after the hang (bound {bound:.1f} s, "
+                  f"median step {median:.3f} s)")
+        elif scenario == "rank_stop_watchdog":
+            check(len(relaunches) == 1 and not any(e["event"] == "hang_detected" for e in events),
+                  f"{scenario}: the watchdog's relaunch, no hang monitor: {len(relaunches)} relaunch(es)")
+            check(metrics[-1]["world_size"] == 8, f"{scenario}: relaunched on every node (8 ranks)")
+        elif scenario == "rank_crash":
             check(not relaunches, f"{scenario}: survived inside the job, no relaunch")
             check(victims[0] in detected_hosts, f"{scenario}: failure_detected names {victims[0]} ({detected_hosts})")
             # Seen once in about seven runs: Open MPI took a second survivor down with the killed
@@ -252,7 +319,7 @@ def main():
                   f"{scenario}: {metrics[-1]['world_size']} ranks at the end, failed ranks {failed}")
             if metrics[-1]["world_size"] != 7:
                 print(f"NOTE: {scenario}: a second rank failed with rank 5: {failed}", flush=True)
-        else:
+        elif scenario not in ("loaded",):
             for host in victims:
                 check(host in excluded or host in detected_hosts,
                       f"{scenario}: {host} named as failed: {excluded.get(host, {}).get('evidence')} / in-job {detected_hosts}")
@@ -288,6 +355,19 @@ def main():
         check(not left, f"{scenario}: no process left on the nodes that are up: {left}")
 
         phases = timeline(job, faults) if faults else {}
+        if scenario in ("rank_stop", "rank_spin"):
+            hang = next((e for e in events if e["event"] == "hang_detected"), None)
+            if hang and faults:
+                # Decided and killed are one moment: the decision is written, then SIGKILL.
+                at = faults[0]["time"]
+                phases["decided_killed_s"] = hang["detected_unix_time"] - at
+                shrunk = next((e for e in events if e["event"] == "communicator_shrunk" and e["unix_time"] >= at), None)
+                resumed = next((e for e in events if e["event"] == "training_resumed" and e["unix_time"] >= at), None)
+                if shrunk:
+                    phases["shrunk_s"] = shrunk["unix_time"] - at
+                if resumed:
+                    phases["resumed_s"] = resumed["unix_time"] - at
+                phases["hang_timeout_s"] = hang["timeout_s"]
         print(f"timeline: {json.dumps(phases)}", flush=True)
         if keep:  # for `hardy simulate --relaunch-run` and for people
             shutil.copytree(run, keep, dirs_exist_ok=True)

@@ -196,6 +196,36 @@ TEST_CASE("hang monitor: a rank that computes past the timeout names itself and 
   CHECK(decision->doing == "compute");
 }
 
+TEST_CASE("hang monitor: the I/O bound grows to 5 x the longest data wait or state write seen") {
+  ScratchDirectory scratch("monitor-io");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    HangMonitor monitor({.board = scratch / "heartbeats",
+                         .launch = "l",
+                         .world_rank = 0,
+                         .hosts = {"h"},
+                         .fixed_timeout_s = 0.5,
+                         .io_timeout_s = 1});
+    // A checkpoint that took 3 s (seen at its last tick), then compute again.
+    monitor.tick(progress("checkpoint", Activity::writing_state, 3, {0}, /*training=*/false));
+    monitor.tick(progress("compute", Activity::computing, 0.1, {0}));
+    if (monitor.io_bound_s() != 15) ::_exit(4);
+    // The next one may take as long again, and more, without being a hang...
+    monitor.tick(progress("checkpoint", Activity::writing_state, 10, {0}));
+    // ...but not past 5 x.
+    monitor.tick(progress("checkpoint", Activity::writing_state, 16, {0}));
+    ::_exit(0);
+  }
+  const int status = wait_for(child, 10s);
+  REQUIRE(status != -1);
+  REQUIRE(WIFSIGNALED(status));  // exit 4: the bound did not grow; exit 0: never killed
+  CHECK(WTERMSIG(status) == SIGKILL);
+  const auto decision = ProgressBoard(scratch / "heartbeats", "l").decision_for(0);
+  REQUIRE(decision);
+  CHECK(decision->seconds_without_progress == 16);
+}
+
 TEST_CASE("hang monitor: nothing is judged before training starts, and waiting is no hang") {
   ScratchDirectory scratch("monitor-quiet");
   const pid_t child = ::fork();
