@@ -9,6 +9,7 @@
 #include "command_line.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
+#include "hardy/jobs/launchers.hpp"
 #include "hardy/jobs/schedulers.hpp"
 #include "hardy/jobs/train_spec.hpp"
 #include "hardy/resilience/supervisor.hpp"
@@ -57,7 +58,7 @@ void require_distinct(const std::vector<std::string>& hosts, const char* option)
 
 po::options_description run_options() {
   const resilience::SupervisorConfig defaults;
-  const auto& detection = defaults.detection;
+  const resilience::DetectionConfig detection;
 
   po::options_description placement("Where the ranks run");
   placement.add_options()("help,h", "print this help")("run-dir", po::value<std::string>(),
@@ -196,30 +197,31 @@ int run_command(const std::vector<std::string>& args) {
     config.scheduler_job_id = allocation->job_id;
     config.scheduler_restart_count = allocation->restart_count;
   }
-  config.launcher = resilience::parse_launcher(vm["launcher"].as<std::string>());
-  const bool mpi_launcher = config.launcher == resilience::Launcher::mpirun ||
-                            config.launcher == resilience::Launcher::mpiexec;
-  config.launcher_path = vm.count("launcher-path") ? vm["launcher-path"].as<std::string>()
-                         : mpi_launcher            ? std::string(HARDY_MPIEXEC)
-                                                   : resilience::to_string(config.launcher);
-  config.launch_agent = vm["launch-agent"].as<std::string>();
-  if (!config.launch_agent.empty() && !mpi_launcher)
-    throw InvalidArgument(fmt::format("--launch-agent works with mpirun and mpiexec, not {}",
-                                      resilience::to_string(config.launcher)));
-  config.ulfm = vm.count("ulfm")
-                    ? vm["ulfm"].as<bool>()
-                    : HARDY_BUILT_WITH_ULFM && config.launcher == resilience::Launcher::mpirun;
-  config.detection.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
-  config.detection.heartbeat_period_s = vm["heartbeat-period"].as<double>();
-  config.detection.keepalive_time_s = vm["keepalive"].as<int>();
-  if (config.detection.heartbeat_timeout_s < 0 || config.detection.keepalive_time_s < 0)
+  const auto launcher_name = vm["launcher"].as<std::string>();
+  const LauncherTraits traits = launcher_traits(launcher_name);
+  resilience::LauncherSettings launcher_settings;
+  launcher_settings.executable = vm.count("launcher-path")   ? vm["launcher-path"].as<std::string>()
+                                 : traits.starts_mpi_runtime ? std::string(HARDY_MPIEXEC)
+                                                             : launcher_name;
+  launcher_settings.launch_agent = vm["launch-agent"].as<std::string>();
+  if (!launcher_settings.launch_agent.empty() && !traits.starts_mpi_runtime)
+    throw InvalidArgument(
+        fmt::format("--launch-agent works with mpirun and mpiexec, not {}", launcher_name));
+  launcher_settings.ulfm =
+      vm.count("ulfm") ? vm["ulfm"].as<bool>() : HARDY_BUILT_WITH_ULFM && traits.offers_ulfm;
+  auto& detection = launcher_settings.detection;
+  detection.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
+  detection.heartbeat_period_s = vm["heartbeat-period"].as<double>();
+  detection.keepalive_time_s = vm["keepalive"].as<int>();
+  if (detection.heartbeat_timeout_s < 0 || detection.keepalive_time_s < 0)
     throw InvalidArgument("--heartbeat-timeout and --keepalive must not be negative");
-  if (config.detection.heartbeat_timeout_s > 0 &&
-      !(config.detection.heartbeat_period_s > 0 &&
-        config.detection.heartbeat_period_s < config.detection.heartbeat_timeout_s))
+  if (detection.heartbeat_timeout_s > 0 &&
+      !(detection.heartbeat_period_s > 0 &&
+        detection.heartbeat_period_s < detection.heartbeat_timeout_s))
     throw InvalidArgument(fmt::format(
         "--heartbeat-period {} must be positive and shorter than --heartbeat-timeout {}",
-        config.detection.heartbeat_period_s, config.detection.heartbeat_timeout_s));
+        detection.heartbeat_period_s, detection.heartbeat_timeout_s));
+  config.launcher = make_launcher(launcher_name, std::move(launcher_settings), config.scheduler);
   config.hardy = this_executable();
   config.train_args = train_args;
   config.run_dir = vm["run-dir"].as<std::string>();

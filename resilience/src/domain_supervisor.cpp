@@ -115,6 +115,7 @@ int supervise_domains(const SupervisorConfig& config) {
                     per, node_count));
   const int count = node_count / per;
   if (count < 2) return supervise(config);
+  if (!config.launcher) throw InvalidArgument("the supervisor needs a launcher");
 
   std::filesystem::create_directories(config.run_dir);
   const auto events_file = config.run_dir / "events.jsonl";
@@ -219,12 +220,13 @@ int supervise_domains(const SupervisorConfig& config) {
         if (!members.empty()) publish(fmt::format("domain {} ended: {}", domain.index, how));
       }
       std::map<std::size_t, std::vector<std::string>> evidence, spare_evidence;
-      for (const auto& host : hosts_reported_lost(output))
+      for (const auto& host : config.launcher->hosts_reported_lost(output))
         for (std::size_t i = 0; i < domain.nodes.size(); ++i)
           if (domain.nodes[i] == host)
             evidence[i].push_back(
-                fmt::format("launcher: {} reported the node lost", to_string(config.launcher)));
-      if (const auto probe = probe_command(config, domain.nodes); !probe.empty()) {
+                fmt::format("launcher: {} reported the node lost", config.launcher->name()));
+      if (const auto probe = config.launcher->probe_command(domain.nodes, config.probe_timeout_s);
+          !probe.empty()) {
         std::vector<std::string> all = domain.nodes;
         all.insert(all.end(), spares.begin(), spares.end());
         const auto answers =

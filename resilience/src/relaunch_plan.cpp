@@ -6,7 +6,6 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 
 #include "hardy/core/support/event_log.hpp"
@@ -112,31 +111,6 @@ Verdict judge_launch(int exit_status, const LaunchEvents& events) {
                                : std::string("no job_finished event");
   return {LaunchVerdict::failed,
           fmt::format("launcher exit status {}, {}, {}{}", exit_status, said, where, of)};
-}
-
-std::vector<std::string> hosts_reported_lost(std::string_view launcher_output) {
-  // PRRTE: "Remote daemon: [prterun-host-123@0,2] on node hdy-node1" after "lost communication".
-  static const std::regex prrte(R"(Remote daemon:\s*\S+\s+on node\s+([A-Za-z0-9._-]+))");
-  // srun: "srun: error: Node failure on node3", "srun: error: node3: task 2: Killed".
-  static const std::regex srun_node(R"(srun: error: Node failure on ([A-Za-z0-9._-]+))");
-  static const std::regex srun_task(R"(srun: error: ([A-Za-z0-9._-]+): tasks? [0-9,-]+: )");
-  // PRRTE, a daemon that could not start: "A daemon failed to report back ..." then "Remote
-  // host: NAME".
-  static const std::regex prrte_start(R"(Remote host:\s+([A-Za-z0-9._-]+))");
-  std::vector<std::string> hosts;
-  const std::string text(launcher_output);
-  const bool prrte_lost = text.find("lost communication with a remote daemon") != std::string::npos;
-  const bool prrte_unstarted = text.find("daemon failed to report back") != std::string::npos;
-  for (const auto* pattern : {&prrte, &prrte_start, &srun_node, &srun_task}) {
-    if ((pattern == &prrte && !prrte_lost) || (pattern == &prrte_start && !prrte_unstarted))
-      continue;
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), *pattern);
-         it != std::sregex_iterator(); ++it) {
-      const std::string host = (*it)[1].str();
-      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
-    }
-  }
-  return hosts;
 }
 
 std::vector<std::size_t> indices_of(const std::vector<std::string>& hosts,

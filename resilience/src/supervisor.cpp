@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -24,13 +23,6 @@ namespace {
 using std::chrono::milliseconds;
 
 milliseconds to_ms(double seconds) { return milliseconds(static_cast<long>(seconds * 1000.0)); }
-
-bool all_local(const std::vector<std::string>& nodes) {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return std::all_of(nodes.begin(), nodes.end(),
-                     [&](const auto& n) { return n == "localhost" || n == host; });
-}
 
 std::uintmax_t file_size_or_zero(const std::filesystem::path& path) {
   std::error_code error;
@@ -156,11 +148,11 @@ nlohmann::json supervisor_started_fields(const SupervisorConfig& config) {
   return {{"nodes", config.nodes},
           {"spare_nodes", config.spare_nodes},
           {"ranks_per_node", config.ranks_per_node},
-          {"launcher", to_string(config.launcher)},
-          {"launch_agent", config.launch_agent},
-          {"ulfm", config.ulfm},
-          {"heartbeat_timeout_s", config.detection.heartbeat_timeout_s},
-          {"keepalive_time_s", config.detection.keepalive_time_s},
+          {"launcher", config.launcher->name()},
+          {"launch_agent", config.launcher->settings().launch_agent},
+          {"ulfm", config.launcher->settings().ulfm},
+          {"heartbeat_timeout_s", config.launcher->settings().detection.heartbeat_timeout_s},
+          {"keepalive_time_s", config.launcher->settings().detection.keepalive_time_s},
           {"scheduler", config.scheduler},
           {"scheduler_job_id", config.scheduler_job_id},
           {"scheduler_restart_count", config.scheduler_restart_count},
@@ -171,100 +163,11 @@ std::filesystem::path exclude_nodes_file(const std::filesystem::path& run_dir) {
   return run_dir / kExcludeNodesFile;
 }
 
-Launcher parse_launcher(const std::string& name) {
-  if (name == "mpirun") return Launcher::mpirun;
-  if (name == "mpiexec") return Launcher::mpiexec;
-  if (name == "srun") return Launcher::srun;
-  if (name == "jsrun") return Launcher::jsrun;
-  throw InvalidArgument(
-      fmt::format("unknown launcher '{}' (choose mpirun, mpiexec, srun or jsrun)", name));
-}
-
-std::string to_string(Launcher launcher) {
-  switch (launcher) {
-    case Launcher::mpirun:
-      return "mpirun";
-    case Launcher::mpiexec:
-      return "mpiexec";
-    case Launcher::srun:
-      return "srun";
-    case Launcher::jsrun:
-      return "jsrun";
-  }
-  return "?";
-}
-
 std::vector<std::string> launch_command(const SupervisorConfig& config,
                                         const std::vector<std::string>& nodes, bool relaunch,
                                         bool newest_state) {
-  const int world = static_cast<int>(nodes.size()) * config.ranks_per_node;
-  const std::string ranks = std::to_string(world), per_node = std::to_string(config.ranks_per_node);
-  const bool local = all_local(nodes);
-  std::string host_list;
-  for (const auto& node : nodes) host_list += (host_list.empty() ? "" : ",") + node;
-  const auto& detection = config.detection;
-  std::vector<std::string> command{config.launcher_path.string()};
-  switch (config.launcher) {
-    case Launcher::mpirun:  // Open MPI
-      command.insert(command.end(), {"-n", ranks});
-      if (config.ulfm) {
-        command.insert(command.end(), {"--with-ft", "ulfm"});
-        if (detection.heartbeat_timeout_s > 0)
-          command.insert(
-              command.end(),
-              {"--mca", "mpi_ft_detector", "true", "--mca", "mpi_ft_detector_thread", "true",
-               "--mca", "mpi_ft_detector_period", fmt::format("{}", detection.heartbeat_period_s),
-               "--mca", "mpi_ft_detector_timeout",
-               fmt::format("{}", detection.heartbeat_timeout_s)});
-      }
-      if (local) {
-        command.insert(command.end(), {"--oversubscribe", "--bind-to", "none"});
-      } else {
-        std::string slots;
-        for (const auto& node : nodes) slots += (slots.empty() ? "" : ",") + node + ":" + per_node;
-        command.insert(command.end(), {"--host", slots});
-        if (detection.keepalive_time_s > 0)
-          command.insert(
-              command.end(),
-              {"--prtemca", "oob_tcp_keepalive_time", std::to_string(detection.keepalive_time_s),
-               "--prtemca", "oob_tcp_keepalive_intvl",
-               std::to_string(detection.keepalive_interval_s), "--prtemca",
-               "oob_tcp_keepalive_probes", std::to_string(detection.keepalive_probes)});
-        if (!config.launch_agent.empty())
-          command.insert(command.end(), {"--prtemca", "plm_ssh_agent", config.launch_agent});
-        // Slurm keeps a dead node's step of daemons RUNNING (the node never reports its end),
-        // which holds the job's CPUs on the surviving nodes too: without --overlap the daemons of
-        // a relaunch wait for them forever. (PRTE_MCA_plm_slurm_args in the environment is not
-        // read; the option is.)
-        if (config.scheduler == "slurm")
-          command.insert(command.end(), {"--prtemca", "plm_slurm_args", "--overlap"});
-      }
-      if (::geteuid() == 0) command.push_back("--allow-run-as-root");
-      break;
-    case Launcher::mpiexec:  // MPICH's hydra
-      command.insert(command.end(), {"-n", ranks});
-      if (!local) {
-        command.insert(command.end(), {"-hosts", host_list, "-ppn", per_node});
-        if (!config.launch_agent.empty())
-          command.insert(command.end(),
-                         {"-launcher", "ssh", "-launcher-exec", config.launch_agent});
-      }
-      break;
-    case Launcher::srun:
-      // --overlap: beside a step Slurm may still count as running on a dead node (see mpirun).
-      command.insert(command.end(), {"--ntasks", ranks, "--ntasks-per-node", per_node,
-                                     "--kill-on-bad-exit=1", "--overlap"});
-      if (!local)
-        command.insert(command.end(),
-                       {"--nodelist", host_list, "--nodes", std::to_string(nodes.size())});
-      break;
-    case Launcher::jsrun:  // LSF on Summit-like machines: one resource set per rank
-      command.insert(command.end(),
-                     {"--nrs", ranks, "--tasks_per_rs", "1", "--rs_per_host", per_node});
-      break;
-  }
-  command.insert(command.end(), config.launcher_args.begin(), config.launcher_args.end());
-  command.insert(command.end(), {config.hardy.string(), "train"});
+  const std::string per_node = std::to_string(config.ranks_per_node);
+  std::vector<std::string> program{config.hardy.string(), "train"};
   // Injected failures belong to the first launch: a relaunch must not kill itself again.
   const auto dropped = [&](const std::string& arg, const std::string& option) {
     return arg == option || arg.starts_with(option + "=");
@@ -278,72 +181,18 @@ std::vector<std::string> launch_command(const SupervisorConfig& config,
       if (arg.find('=') == std::string::npos) ++i;  // its value is the next argument
       continue;
     }
-    command.push_back(arg);
+    program.push_back(arg);
   }
-  command.insert(command.end(),
+  program.insert(program.end(),
                  {"--run-dir", config.run_dir.string(), "--ranks-per-node", per_node});
   if (newest_state || (relaunch && !asked_resume))
-    command.insert(command.end(), {"--resume", "latest"});
-  return command;
-}
-
-std::vector<std::string> launch_agent_argv(const std::string& agent) {
-  const auto split = [](const std::string& text, const char* separators) {
-    std::vector<std::string> parts;
-    std::size_t start = 0;
-    while (start <= text.size()) {
-      const std::size_t end = std::min(text.find_first_of(separators, start), text.size());
-      parts.push_back(text.substr(start, end - start));
-      start = end + 1;
-    }
-    return parts;
-  };
-  const auto found = [&](const std::string& program) {
-    if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
-    const char* path = std::getenv("PATH");
-    for (const std::string& dir : split(path ? path : "", ":"))
-      if (::access(((dir.empty() ? std::string(".") : dir) + "/" + program).c_str(), X_OK) == 0)
-        return true;
-    return false;
-  };
-  std::vector<std::vector<std::string>> alternatives;
-  for (const std::string& alternative : split(agent, ":")) {
-    std::vector<std::string> argv;
-    for (std::string& word : split(alternative, " \t"))
-      if (!word.empty()) argv.push_back(std::move(word));
-    if (!argv.empty()) alternatives.push_back(std::move(argv));
-  }
-  if (alternatives.empty()) return {};
-  for (const auto& argv : alternatives)
-    if (found(argv.front())) return argv;
-  return alternatives.front();
-}
-
-std::vector<std::string> probe_command(const SupervisorConfig& config,
-                                       const std::vector<std::string>& nodes) {
-  if (all_local(nodes)) return {};
-  if (auto agent = launch_agent_argv(config.launch_agent); !agent.empty()) {
-    agent.insert(agent.end(), {"{host}", "true"});
-    return agent;
-  }
-  // Inside a Slurm allocation the launch path is srun (Open MPI starts its daemons with it too)
-  // and the nodes need not run sshd; --overlap as in launch_command.
-  if (config.scheduler == "slurm" || config.launcher == Launcher::srun) {
-    const std::string srun =
-        config.launcher == Launcher::srun ? config.launcher_path.string() : std::string("srun");
-    return {srun, "--overlap", "--nodes=1", "--ntasks=1", "--nodelist={host}", "true"};
-  }
-  const auto timeout = fmt::format("{}", std::max(1, static_cast<int>(config.probe_timeout_s)));
-  switch (config.launcher) {
-    case Launcher::jsrun:
-      return {};  // LSF's CSM health checks decide; jsrun cannot target a host
-    default:
-      return {"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=" + timeout, "{host}", "true"};
-  }
+    program.insert(program.end(), {"--resume", "latest"});
+  return config.launcher->command(nodes, config.ranks_per_node, program);
 }
 
 int supervise(const SupervisorConfig& config) {
   if (config.nodes.empty()) throw InvalidArgument("the supervisor needs at least one node");
+  if (!config.launcher) throw InvalidArgument("the supervisor needs a launcher");
   std::filesystem::create_directories(config.run_dir);
   core::EventLog events(config.run_dir / "events.jsonl");
   NodeSet nodes{config.nodes, config.spare_nodes};
@@ -426,12 +275,13 @@ int supervise(const SupervisorConfig& config) {
     // injected kills, and (weighed against those) the job's own failure events.
     const auto decide_start = core::unix_time();
     auto conclusive = launch.events.killed_nodes;
-    for (const auto& host : hosts_reported_lost(launch.output))
+    for (const auto& host : config.launcher->hosts_reported_lost(launch.output))
       for (std::size_t i : indices_of(nodes.active, host))
         conclusive[i].push_back(
-            fmt::format("launcher: {} reported the node lost", to_string(config.launcher)));
+            fmt::format("launcher: {} reported the node lost", config.launcher->name()));
     std::map<std::size_t, std::vector<std::string>> spare_evidence;
-    if (const auto probe = probe_command(config, nodes.active); !probe.empty()) {
+    if (const auto probe = config.launcher->probe_command(nodes.active, config.probe_timeout_s);
+        !probe.empty()) {
       std::vector<std::string> all = nodes.active;
       all.insert(all.end(), nodes.spares.begin(), nodes.spares.end());
       const auto answers = probe_hosts(probe, all, to_ms(config.probe_timeout_s));

@@ -1,6 +1,6 @@
 // The supervisor's decisions (resilience/relaunch_plan.hpp): a launch is completed only when the
-// run directory says so, lost nodes are named from the launcher's output and the job's events,
-// and spares take the places of lost nodes.
+// run directory says so, lost nodes are named from the evidence gathered (the launchers' own
+// reports: tests/jobs/test_launchers.cpp), and spares take the places of lost nodes.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -120,35 +120,6 @@ TEST_CASE("the job's own failure reports count only where nothing conclusive nam
     CHECK(weighed.against.size() == 2);
     CHECK(weighed.doubted.empty());
   }
-}
-
-TEST_CASE("the nodes the launcher reports lost", "[relaunch]") {
-  const std::string prrte =
-      R"(--------------------------------------------------------------------------
-PRTE has lost communication with a remote daemon.
-
-  HNP daemon   : [prterun-vm-12345@0,0] on node vm
-  Remote daemon: [prterun-vm-12345@0,3] on node hdy-node2
-
-This is usually due to either a failure of the TCP network
-connection to the node, or possibly an internal failure of
-the daemon itself. We cannot recover from this failure, and
-therefore will terminate the job.
---------------------------------------------------------------------------
-)";
-  CHECK(hosts_reported_lost(prrte) == std::vector<std::string>{"hdy-node2"});
-  CHECK(hosts_reported_lost("srun: error: Node failure on nid0007\n"
-                            "srun: error: nid0003: task 5: Killed\n"
-                            "srun: error: nid0003: tasks 6-7: Killed\n") ==
-        std::vector<std::string>{"nid0007", "nid0003"});
-  CHECK(hosts_reported_lost(R"(A daemon failed to report back after being spawned.
-
-  Local host:    vm
-  Remote host:   hdy-node2
-  Daemon exit status: 255
-)") == std::vector<std::string>{"hdy-node2"});
-  CHECK(hosts_reported_lost("step 10/600 | loss 0.5\nRemote daemon: x on node y\nRemote host: z\n")
-            .empty());
 }
 
 TEST_CASE("spares take the places of lost nodes in rank order", "[relaunch]") {

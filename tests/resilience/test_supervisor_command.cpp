@@ -1,8 +1,9 @@
-// The supervisor's command lines: which state a relaunch resumes from, and the launch agent split
-// as Open MPI splits plm_ssh_agent.
+// The supervisor's part of a launch's command line: which state a relaunch resumes from. The
+// launchers' own parts are tested with them (tests/jobs/test_launchers.cpp).
 #include <catch2/catch.hpp>
-#include <cstdlib>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hardy/resilience/supervisor.hpp"
@@ -11,10 +12,27 @@ using namespace hardy::resilience;
 
 namespace {
 
+// Puts its name before the program, which is all the supervisor's tests need of a launcher.
+class PrefixLauncher final : public Launcher {
+ public:
+  PrefixLauncher() : Launcher({}) {}
+  std::string name() const override { return "prefix"; }
+  std::vector<std::string> command(const std::vector<std::string>&, int,
+                                   const std::vector<std::string>& program) const override {
+    std::vector<std::string> command{name()};
+    command.insert(command.end(), program.begin(), program.end());
+    return command;
+  }
+  std::vector<std::string> probe_command(const std::vector<std::string>&, double) const override {
+    return {};
+  }
+  std::vector<std::string> hosts_reported_lost(std::string_view) const override { return {}; }
+};
+
 SupervisorConfig config_with(std::vector<std::string> train_args) {
   SupervisorConfig config;
   config.nodes = {"localhost"};
-  config.launcher_path = "mpirun";
+  config.launcher = std::make_shared<PrefixLauncher>();
   config.hardy = "/bin/hardy";
   config.run_dir = "/runs/a";
   config.train_args = std::move(train_args);
@@ -60,19 +78,4 @@ TEST_CASE("supervisor: a relaunch drops injected failures and resumes when nothi
   CHECK(train_part(launch_command(config, config.nodes, false, false)) ==
         Args{"--inject-failure", "rank=1@step=3", "--inject-failure=rank=0@step=5", "-v",
              "--run-dir", "/runs/a", "--ranks-per-node", "1"});
-}
-
-TEST_CASE("supervisor: a launch agent with arguments is a program and its arguments") {
-  CHECK(launch_agent_argv("ssh -x") == Args{"ssh", "-x"});
-  CHECK(launch_agent_argv("  ssh\t-x  -q ") == Args{"ssh", "-x", "-q"});
-  CHECK(launch_agent_argv("").empty());
-  CHECK(launch_agent_argv(" : ").empty());
-  // Alternatives: the first found, as a path or on PATH; none found, the first.
-  CHECK(launch_agent_argv("/nonexistent/agent -a : sh -c") == Args{"sh", "-c"});
-  CHECK(launch_agent_argv("/nonexistent/agent -a : /also/missing") ==
-        Args{"/nonexistent/agent", "-a"});
-
-  auto config = config_with({});
-  config.launch_agent = "/bin/sh -x";
-  CHECK(probe_command(config, {"n0", "n1"}) == Args{"/bin/sh", "-x", "{host}", "true"});
 }

@@ -11,7 +11,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace hardy::resilience {
@@ -48,12 +47,6 @@ struct Verdict {
 // stopped and preempted only when the exit status and job_finished agree; bad input is exit
 // status 2 (the job refused its options before it started); anything else failed.
 Verdict judge_launch(int exit_status, const LaunchEvents& events);
-
-// Host names the launcher's own output reports lost, in order of first mention: Open MPI's
-// runtime ("PRTE has lost communication with a remote daemon" ... "Remote daemon: [...] on node
-// NAME"; "A daemon failed to report back" ... "Remote host: NAME") and Slurm's srun ("srun:
-// error: Node failure on NAME", "srun: error: NAME: task N:").
-std::vector<std::string> hosts_reported_lost(std::string_view launcher_output);
 
 // The nodes of a job: those its ranks run on, in rank order, and idle spares.
 struct NodeSet {

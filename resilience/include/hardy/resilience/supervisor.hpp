@@ -7,31 +7,14 @@
 // (relaunch_plan.hpp). It writes `supervisor_started`, `launch_ended`, `job_relaunched` and
 // `supervisor_finished` events into the run directory.
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "hardy/resilience/launcher.hpp"
+
 namespace hardy::resilience {
-
-enum class Launcher { mpirun, mpiexec, srun, jsrun };
-Launcher parse_launcher(const std::string& name);
-std::string to_string(Launcher launcher);
-
-// Open MPI's failure detection. A process that dies is reported by its node's daemon at once,
-// and ULFM shrinks the job around it. A node that is cut off or frozen is noticed only by the
-// runtime's out-of-band keepalive, which ends the whole job (then the supervisor relaunches):
-// short keepalives, on by default, make that seconds instead of about 8 minutes.
-// Open MPI's MPI-level heartbeat detector would let ULFM shrink around a frozen node inside the
-// job, but in Open MPI 5.0.x it declares ranks that are still inside MPI_Init dead on a multi-node
-// launch (and then crashes there, or hangs in MPI_Finalize), so it is off unless asked for
-// (docs/resilience.md has the measurements).
-struct DetectionConfig {
-  double heartbeat_timeout_s = 0;  // 0: Open MPI's heartbeat detector off
-  double heartbeat_period_s = 0.25;
-  int keepalive_time_s = 1;  // 0: the runtime's defaults (300 s + 9 x 20 s)
-  int keepalive_interval_s = 1;
-  int keepalive_probes = 3;
-};
 
 struct SupervisorConfig {
   int ranks_per_node = 1;
@@ -40,16 +23,10 @@ struct SupervisorConfig {
   std::vector<std::string> nodes;
   // Idle nodes that take the place of lost ones, so that a relaunch keeps the world size.
   std::vector<std::string> spare_nodes;
-  Launcher launcher = Launcher::mpirun;
-  std::filesystem::path launcher_path;  // the mpirun/mpiexec/srun/jsrun executable
-  bool ulfm = false;                    // Open MPI's `--with-ft ulfm`
-  // Starts the launcher's daemon on another node instead of ssh (Open MPI: plm_ssh_agent,
-  // MPICH: -launcher-exec); called as `AGENT [options] HOST COMMAND...`. Empty: ssh.
-  std::string launch_agent;
-  DetectionConfig detection;
-  std::vector<std::string> launcher_args;  // extra flags, before the program
-  std::filesystem::path hardy;             // the hardy executable the ranks run
-  std::vector<std::string> train_args;     // `hardy train` options
+  // Starts the ranks, and knows its runtime's messages (launcher.hpp); required.
+  std::shared_ptr<const Launcher> launcher;
+  std::filesystem::path hardy;          // the hardy executable the ranks run
+  std::vector<std::string> train_args;  // `hardy train` options
   std::filesystem::path run_dir;
   int max_restarts = 3;
   double backoff_s = 1.0;  // doubled after each relaunch, at most 60 s
@@ -79,24 +56,17 @@ struct SupervisorConfig {
 };
 
 // RUN_DIR/exclude-nodes: the hosts this job lost, one per line, accumulated over its requeues;
-// the batch scripts pass them to the scheduler (Slurm's ExcNodeList) before requeueing.
+// the batch scripts pass them to the scheduler (its list of nodes to avoid) before requeueing.
 inline constexpr std::string_view kExcludeNodesFile = "exclude-nodes";
 std::filesystem::path exclude_nodes_file(const std::filesystem::path& run_dir);
 
-// The command line of one launch on `nodes`. A relaunch drops --inject-failure; with
-// `newest_state` it resumes with `--resume latest`, in place of any --resume the user gave (that
-// state is older than what the run has written since).
+// The command line of one launch on `nodes`: `hardy train` with the job's options, through the
+// config's launcher. A relaunch drops --inject-failure; with `newest_state` it resumes with
+// `--resume latest`, in place of any --resume the user gave (that state is older than what the run
+// has written since).
 std::vector<std::string> launch_command(const SupervisorConfig& config,
                                         const std::vector<std::string>& nodes, bool relaunch,
                                         bool newest_state);
-// --launch-agent as Open MPI reads plm_ssh_agent: alternatives separated by ':' (the first whose
-// program is found, as a path or on PATH; else the first), each a program and its arguments
-// separated by blanks ("ssh -x" is ssh with -x). Empty for a blank agent.
-std::vector<std::string> launch_agent_argv(const std::string& agent);
-// The command that asks one node ({host}) whether it is alive through the launch path, or empty
-// when the nodes are this host.
-std::vector<std::string> probe_command(const SupervisorConfig& config,
-                                       const std::vector<std::string>& nodes);
 
 // Runs the job until it completes, is preempted or stopped, or has failed more than max_restarts
 // times; returns the exit status to report (kCompleted only when the job finished its last step).

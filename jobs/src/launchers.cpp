@@ -1,0 +1,301 @@
+#include "hardy/jobs/launchers.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <regex>
+
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::jobs {
+
+namespace {
+
+using resilience::LauncherSettings;
+using Args = std::vector<std::string>;
+
+bool all_local(const Args& nodes) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::all_of(nodes.begin(), nodes.end(),
+                     [&](const auto& n) { return n == "localhost" || n == host; });
+}
+
+std::string comma_separated(const Args& items) {
+  std::string list;
+  for (const auto& item : items) list += (list.empty() ? "" : ",") + item;
+  return list;
+}
+
+// The hosts named lost by the runtime messages hardy knows, in order of first mention: Open MPI's
+// runtime ("PRTE has lost communication with a remote daemon" ... "Remote daemon: [...] on node
+// NAME"; "A daemon failed to report back" ... "Remote host: NAME") and Slurm's srun ("srun:
+// error: Node failure on NAME", "srun: error: NAME: task N:"). Every launcher reads all of them:
+// the messages come from whatever started the processes, which need not be the launcher itself
+// (in a Slurm allocation Open MPI's runtime and MPICH's hydra start their daemons with srun).
+Args runtime_reported_lost(std::string_view launcher_output) {
+  // PRRTE: "Remote daemon: [prterun-host-123@0,2] on node hdy-node1" after "lost communication".
+  static const std::regex prrte(R"(Remote daemon:\s*\S+\s+on node\s+([A-Za-z0-9._-]+))");
+  // srun: "srun: error: Node failure on node3", "srun: error: node3: task 2: Killed".
+  static const std::regex srun_node(R"(srun: error: Node failure on ([A-Za-z0-9._-]+))");
+  static const std::regex srun_task(R"(srun: error: ([A-Za-z0-9._-]+): tasks? [0-9,-]+: )");
+  // PRRTE, a daemon that could not start: "A daemon failed to report back ..." then "Remote
+  // host: NAME".
+  static const std::regex prrte_start(R"(Remote host:\s+([A-Za-z0-9._-]+))");
+  Args hosts;
+  const std::string text(launcher_output);
+  const bool prrte_lost = text.find("lost communication with a remote daemon") != std::string::npos;
+  const bool prrte_unstarted = text.find("daemon failed to report back") != std::string::npos;
+  for (const auto* pattern : {&prrte, &prrte_start, &srun_node, &srun_task}) {
+    if ((pattern == &prrte && !prrte_lost) || (pattern == &prrte_start && !prrte_unstarted))
+      continue;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), *pattern);
+         it != std::sregex_iterator(); ++it) {
+      const std::string host = (*it)[1].str();
+      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+    }
+  }
+  return hosts;
+}
+
+// Inside a Slurm allocation the launch path is srun (Open MPI starts its daemons with it too) and
+// the nodes need not run sshd; --overlap as in OpenMpiLauncher.
+Args srun_probe(const std::string& srun) {
+  return {srun, "--overlap", "--nodes=1", "--ntasks=1", "--nodelist={host}", "true"};
+}
+
+// What hardy's launchers share: the command is the executable, its options, the extra arguments
+// and the program; a probe goes through the launch agent when there is one; and every launcher
+// reads every runtime message hardy knows (runtime_reported_lost).
+class BuiltInLauncher : public resilience::Launcher {
+ public:
+  BuiltInLauncher(LauncherSettings settings, bool in_slurm_allocation)
+      : Launcher(std::move(settings)), in_slurm_allocation_(in_slurm_allocation) {}
+
+  Args command(const Args& nodes, int ranks_per_node, const Args& program) const final {
+    Args command{settings().executable.string()};
+    const Args own = options(nodes, ranks_per_node);
+    command.insert(command.end(), own.begin(), own.end());
+    command.insert(command.end(), settings().extra_args.begin(), settings().extra_args.end());
+    command.insert(command.end(), program.begin(), program.end());
+    return command;
+  }
+
+  Args probe_command(const Args& nodes, double timeout_s) const final {
+    if (all_local(nodes)) return {};
+    if (auto agent = launch_agent_argv(settings().launch_agent); !agent.empty()) {
+      agent.insert(agent.end(), {"{host}", "true"});
+      return agent;
+    }
+    return remote_probe(timeout_s);
+  }
+
+  Args hosts_reported_lost(std::string_view output) const final {
+    return runtime_reported_lost(output);
+  }
+
+ protected:
+  // The launcher's options for `ranks_per_node` ranks on each of `nodes`.
+  virtual Args options(const Args& nodes, int ranks_per_node) const = 0;
+  // How a remote node is asked without a launch agent; empty when it cannot be.
+  virtual Args remote_probe(double timeout_s) const = 0;
+
+  bool in_slurm_allocation() const { return in_slurm_allocation_; }
+
+  Args ssh_or_srun_probe(double timeout_s) const {
+    if (in_slurm_allocation_) return srun_probe("srun");
+    const auto timeout = fmt::format("{}", std::max(1, static_cast<int>(timeout_s)));
+    return {"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=" + timeout, "{host}", "true"};
+  }
+
+ private:
+  bool in_slurm_allocation_;
+};
+
+class OpenMpiLauncher final : public BuiltInLauncher {
+ public:
+  using BuiltInLauncher::BuiltInLauncher;
+  std::string name() const override { return "mpirun"; }
+
+ protected:
+  Args options(const Args& nodes, int ranks_per_node) const override {
+    const auto& detection = settings().detection;
+    const std::string per_node = std::to_string(ranks_per_node);
+    Args options{"-n", std::to_string(static_cast<int>(nodes.size()) * ranks_per_node)};
+    if (settings().ulfm) {
+      options.insert(options.end(), {"--with-ft", "ulfm"});
+      if (detection.heartbeat_timeout_s > 0)
+        options.insert(
+            options.end(),
+            {"--mca", "mpi_ft_detector", "true", "--mca", "mpi_ft_detector_thread", "true", "--mca",
+             "mpi_ft_detector_period", fmt::format("{}", detection.heartbeat_period_s), "--mca",
+             "mpi_ft_detector_timeout", fmt::format("{}", detection.heartbeat_timeout_s)});
+    }
+    if (all_local(nodes)) {
+      options.insert(options.end(), {"--oversubscribe", "--bind-to", "none"});
+    } else {
+      Args slots;
+      for (const auto& node : nodes) slots.push_back(node + ":" + per_node);
+      options.insert(options.end(), {"--host", comma_separated(slots)});
+      if (detection.keepalive_time_s > 0)
+        options.insert(
+            options.end(),
+            {"--prtemca", "oob_tcp_keepalive_time", std::to_string(detection.keepalive_time_s),
+             "--prtemca", "oob_tcp_keepalive_intvl", std::to_string(detection.keepalive_interval_s),
+             "--prtemca", "oob_tcp_keepalive_probes", std::to_string(detection.keepalive_probes)});
+      if (!settings().launch_agent.empty())
+        options.insert(options.end(), {"--prtemca", "plm_ssh_agent", settings().launch_agent});
+      // Slurm keeps a dead node's step of daemons RUNNING (the node never reports its end),
+      // which holds the job's CPUs on the surviving nodes too: without --overlap the daemons of
+      // a relaunch wait for them forever. (PRTE_MCA_plm_slurm_args in the environment is not
+      // read; the option is.)
+      if (in_slurm_allocation())
+        options.insert(options.end(), {"--prtemca", "plm_slurm_args", "--overlap"});
+    }
+    if (::geteuid() == 0) options.push_back("--allow-run-as-root");
+    return options;
+  }
+  Args remote_probe(double timeout_s) const override { return ssh_or_srun_probe(timeout_s); }
+};
+
+class MpichLauncher final : public BuiltInLauncher {  // MPICH's hydra
+ public:
+  using BuiltInLauncher::BuiltInLauncher;
+  std::string name() const override { return "mpiexec"; }
+
+ protected:
+  Args options(const Args& nodes, int ranks_per_node) const override {
+    Args options{"-n", std::to_string(static_cast<int>(nodes.size()) * ranks_per_node)};
+    if (!all_local(nodes)) {
+      options.insert(options.end(),
+                     {"-hosts", comma_separated(nodes), "-ppn", std::to_string(ranks_per_node)});
+      if (!settings().launch_agent.empty())
+        options.insert(options.end(),
+                       {"-launcher", "ssh", "-launcher-exec", settings().launch_agent});
+    }
+    return options;
+  }
+  Args remote_probe(double timeout_s) const override { return ssh_or_srun_probe(timeout_s); }
+};
+
+class SrunLauncher final : public BuiltInLauncher {
+ public:
+  using BuiltInLauncher::BuiltInLauncher;
+  std::string name() const override { return "srun"; }
+
+ protected:
+  Args options(const Args& nodes, int ranks_per_node) const override {
+    // --overlap: beside a step Slurm may still count as running on a dead node (see
+    // OpenMpiLauncher).
+    Args options{"--ntasks",
+                 std::to_string(static_cast<int>(nodes.size()) * ranks_per_node),
+                 "--ntasks-per-node",
+                 std::to_string(ranks_per_node),
+                 "--kill-on-bad-exit=1",
+                 "--overlap"};
+    if (!all_local(nodes))
+      options.insert(options.end(), {"--nodelist", comma_separated(nodes), "--nodes",
+                                     std::to_string(nodes.size())});
+    return options;
+  }
+  Args remote_probe(double) const override { return srun_probe(settings().executable.string()); }
+};
+
+// LSF on Summit-like machines: one resource set per rank.
+class JsrunLauncher final : public BuiltInLauncher {
+ public:
+  using BuiltInLauncher::BuiltInLauncher;
+  std::string name() const override { return "jsrun"; }
+
+ protected:
+  Args options(const Args& nodes, int ranks_per_node) const override {
+    return {"--nrs",          std::to_string(static_cast<int>(nodes.size()) * ranks_per_node),
+            "--tasks_per_rs", "1",
+            "--rs_per_host",  std::to_string(ranks_per_node)};
+  }
+  // LSF's CSM health checks decide; jsrun cannot target a host.
+  Args remote_probe(double) const override {
+    return in_slurm_allocation() ? srun_probe("srun") : Args{};
+  }
+};
+
+struct KnownLauncher {
+  std::string_view name;
+  LauncherTraits traits;
+  std::shared_ptr<const resilience::Launcher> (*make)(LauncherSettings settings,
+                                                      bool in_slurm_allocation);
+};
+
+template <typename Kind>
+std::shared_ptr<const resilience::Launcher> make_one(LauncherSettings settings,
+                                                     bool in_slurm_allocation) {
+  return std::make_shared<const Kind>(std::move(settings), in_slurm_allocation);
+}
+
+constexpr std::array kKnownLaunchers{
+    KnownLauncher{
+        "mpirun", {.starts_mpi_runtime = true, .offers_ulfm = true}, make_one<OpenMpiLauncher>},
+    KnownLauncher{"mpiexec", {.starts_mpi_runtime = true}, make_one<MpichLauncher>},
+    KnownLauncher{"srun", {}, make_one<SrunLauncher>},
+    KnownLauncher{"jsrun", {}, make_one<JsrunLauncher>},
+};
+
+const KnownLauncher& known_launcher(std::string_view name) {
+  for (const auto& known : kKnownLaunchers)
+    if (known.name == name) return known;
+  std::string choices;
+  for (std::size_t i = 0; i < kKnownLaunchers.size(); ++i)
+    choices += fmt::format("{}{}",
+                           i == 0                            ? ""
+                           : i + 1 == kKnownLaunchers.size() ? " or "
+                                                             : ", ",
+                           kKnownLaunchers[i].name);
+  throw InvalidArgument(fmt::format("unknown launcher '{}' (choose {})", name, choices));
+}
+
+}  // namespace
+
+LauncherTraits launcher_traits(std::string_view name) { return known_launcher(name).traits; }
+
+std::shared_ptr<const resilience::Launcher> make_launcher(std::string_view name,
+                                                          LauncherSettings settings,
+                                                          std::string_view scheduler) {
+  return known_launcher(name).make(std::move(settings), scheduler == "slurm");
+}
+
+std::vector<std::string> launch_agent_argv(const std::string& agent) {
+  const auto split = [](const std::string& text, const char* separators) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+      const std::size_t end = std::min(text.find_first_of(separators, start), text.size());
+      parts.push_back(text.substr(start, end - start));
+      start = end + 1;
+    }
+    return parts;
+  };
+  const auto found = [&](const std::string& program) {
+    if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+    const char* path = std::getenv("PATH");
+    for (const std::string& dir : split(path ? path : "", ":"))
+      if (::access(((dir.empty() ? std::string(".") : dir) + "/" + program).c_str(), X_OK) == 0)
+        return true;
+    return false;
+  };
+  std::vector<std::vector<std::string>> alternatives;
+  for (const std::string& alternative : split(agent, ":")) {
+    std::vector<std::string> argv;
+    for (std::string& word : split(alternative, " \t"))
+      if (!word.empty()) argv.push_back(std::move(word));
+    if (!argv.empty()) alternatives.push_back(std::move(argv));
+  }
+  if (alternatives.empty()) return {};
+  for (const auto& argv : alternatives)
+    if (found(argv.front())) return argv;
+  return alternatives.front();
+}
+
+}  // namespace hardy::jobs

@@ -1,0 +1,228 @@
+// hardy's launchers (jobs/launchers.hpp): the command line each builds around the program, how
+// each asks one node whether it answers, the launch agent split as Open MPI splits plm_ssh_agent,
+// and the hosts a launcher's output reports lost.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hardy/core/support/error.hpp"
+#include "hardy/jobs/launchers.hpp"
+
+using hardy::jobs::launch_agent_argv;
+using hardy::jobs::launcher_traits;
+using hardy::jobs::make_launcher;
+using hardy::resilience::LauncherSettings;
+
+namespace {
+
+using Args = std::vector<std::string>;
+
+constexpr const char* kLauncherNames[] = {"mpirun", "mpiexec", "srun", "jsrun"};
+
+const Args kProgram{"/bin/hardy", "train", "--steps", "9"};
+const Args kRemote{"n0", "n1", "n2"};
+
+LauncherSettings settings_for(const std::string& name) {
+  LauncherSettings settings;
+  settings.executable = "/opt/" + name;
+  return settings;
+}
+
+Args joined(Args head, const Args& tail) {
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+
+// Open MPI refuses to run as root without it; the tests may run as either.
+Args as_root_if_root() { return ::geteuid() == 0 ? Args{"--allow-run-as-root"} : Args{}; }
+
+}  // namespace
+
+TEST_CASE("launchers by name", "[launcher]") {
+  for (const char* name : kLauncherNames) CHECK(make_launcher(name, {}, "")->name() == name);
+  CHECK(launcher_traits("mpirun").starts_mpi_runtime);
+  CHECK(launcher_traits("mpirun").offers_ulfm);
+  CHECK(launcher_traits("mpiexec").starts_mpi_runtime);
+  CHECK_FALSE(launcher_traits("mpiexec").offers_ulfm);
+  CHECK_FALSE(launcher_traits("srun").starts_mpi_runtime);
+  CHECK_FALSE(launcher_traits("jsrun").starts_mpi_runtime);
+  CHECK_THROWS_MATCHES(
+      make_launcher("pbs", {}, ""), hardy::InvalidArgument,
+      Catch::Message("unknown launcher 'pbs' (choose mpirun, mpiexec, srun or jsrun)"));
+  CHECK_THROWS_AS(launcher_traits("pbs"), hardy::InvalidArgument);
+}
+
+TEST_CASE("each launcher's command line on this host", "[launcher]") {
+  const Args local{"localhost", "localhost"};
+  auto settings = settings_for("mpirun");
+  settings.extra_args = {"--extra", "x"};
+  CHECK(make_launcher("mpirun", settings, "")->command(local, 2, kProgram) ==
+        joined(joined({"/opt/mpirun", "-n", "4", "--oversubscribe", "--bind-to", "none"},
+                      as_root_if_root()),
+               joined({"--extra", "x"}, kProgram)));
+  CHECK(make_launcher("mpiexec", settings_for("mpiexec"), "")->command(local, 2, kProgram) ==
+        joined({"/opt/mpiexec", "-n", "4"}, kProgram));
+  CHECK(make_launcher("srun", settings_for("srun"), "slurm")->command(local, 2, kProgram) ==
+        joined({"/opt/srun", "--ntasks", "4", "--ntasks-per-node", "2", "--kill-on-bad-exit=1",
+                "--overlap"},
+               kProgram));
+}
+
+TEST_CASE("each launcher's command line on other nodes", "[launcher]") {
+  SECTION("Open MPI: ULFM, its detectors, the launch agent, and srun's --overlap under Slurm") {
+    auto settings = settings_for("mpirun");
+    settings.ulfm = true;
+    settings.detection.heartbeat_timeout_s = 2.5;
+    settings.launch_agent = "ssh -x";
+    CHECK(make_launcher("mpirun", settings, "slurm")->command(kRemote, 2, kProgram) ==
+          joined(joined({"/opt/mpirun",
+                         "-n",
+                         "6",
+                         "--with-ft",
+                         "ulfm",
+                         "--mca",
+                         "mpi_ft_detector",
+                         "true",
+                         "--mca",
+                         "mpi_ft_detector_thread",
+                         "true",
+                         "--mca",
+                         "mpi_ft_detector_period",
+                         "0.25",
+                         "--mca",
+                         "mpi_ft_detector_timeout",
+                         "2.5",
+                         "--host",
+                         "n0:2,n1:2,n2:2",
+                         "--prtemca",
+                         "oob_tcp_keepalive_time",
+                         "1",
+                         "--prtemca",
+                         "oob_tcp_keepalive_intvl",
+                         "1",
+                         "--prtemca",
+                         "oob_tcp_keepalive_probes",
+                         "3",
+                         "--prtemca",
+                         "plm_ssh_agent",
+                         "ssh -x",
+                         "--prtemca",
+                         "plm_slurm_args",
+                         "--overlap"},
+                        as_root_if_root()),
+                 kProgram));
+    // Without ULFM its detector is not asked for; keepalive 0 leaves the runtime's own.
+    settings.ulfm = false;
+    settings.launch_agent.clear();
+    settings.detection.keepalive_time_s = 0;
+    CHECK(make_launcher("mpirun", settings, "lsf")->command(kRemote, 1, kProgram) ==
+          joined(joined({"/opt/mpirun", "-n", "3", "--host", "n0:1,n1:1,n2:1"}, as_root_if_root()),
+                 kProgram));
+  }
+  SECTION("MPICH's hydra") {
+    auto settings = settings_for("mpiexec");
+    settings.launch_agent = "ssh -x";
+    CHECK(make_launcher("mpiexec", settings, "")->command(kRemote, 2, kProgram) ==
+          joined({"/opt/mpiexec", "-n", "6", "-hosts", "n0,n1,n2", "-ppn", "2", "-launcher", "ssh",
+                  "-launcher-exec", "ssh -x"},
+                 kProgram));
+  }
+  SECTION("srun") {
+    CHECK(make_launcher("srun", settings_for("srun"), "slurm")->command(kRemote, 2, kProgram) ==
+          joined({"/opt/srun", "--ntasks", "6", "--ntasks-per-node", "2", "--kill-on-bad-exit=1",
+                  "--overlap", "--nodelist", "n0,n1,n2", "--nodes", "3"},
+                 kProgram));
+  }
+  SECTION("jsrun: one resource set per rank") {
+    CHECK(make_launcher("jsrun", settings_for("jsrun"), "lsf")->command(kRemote, 2, kProgram) ==
+          joined({"/opt/jsrun", "--nrs", "6", "--tasks_per_rs", "1", "--rs_per_host", "2"},
+                 kProgram));
+  }
+}
+
+TEST_CASE("each launcher's way to ask one node whether it answers", "[launcher]") {
+  const Args ssh{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "{host}", "true"};
+  const Args srun{"srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist={host}", "true"};
+  for (const char* name : kLauncherNames) {
+    INFO(name);
+    // This host alone: nothing to ask.
+    CHECK(make_launcher(name, settings_for(name), "slurm")
+              ->probe_command({"localhost", "localhost"}, 5)
+              .empty());
+  }
+  CHECK(make_launcher("mpirun", settings_for("mpirun"), "")->probe_command(kRemote, 5) == ssh);
+  CHECK(make_launcher("mpiexec", settings_for("mpiexec"), "lsf")->probe_command(kRemote, 5.9) ==
+        ssh);
+  // ssh waits whole seconds, at least one.
+  CHECK(make_launcher("mpirun", settings_for("mpirun"), "")->probe_command(kRemote, 0.5)[4] ==
+        "ConnectTimeout=1");
+  // Inside a Slurm allocation the nodes need not run sshd: srun reaches them.
+  CHECK(make_launcher("mpirun", settings_for("mpirun"), "slurm")->probe_command(kRemote, 5) ==
+        srun);
+  CHECK(make_launcher("jsrun", settings_for("jsrun"), "slurm")->probe_command(kRemote, 5) == srun);
+  // srun probes with itself, wherever it is.
+  CHECK(make_launcher("srun", settings_for("srun"), "")->probe_command(kRemote, 5) ==
+        Args{"/opt/srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist={host}", "true"});
+  // jsrun cannot aim at one host: LSF's health checks decide.
+  CHECK(make_launcher("jsrun", settings_for("jsrun"), "lsf")->probe_command(kRemote, 5).empty());
+}
+
+TEST_CASE("a launch agent with arguments is a program and its arguments", "[launcher]") {
+  CHECK(launch_agent_argv("ssh -x") == Args{"ssh", "-x"});
+  CHECK(launch_agent_argv("  ssh\t-x  -q ") == Args{"ssh", "-x", "-q"});
+  CHECK(launch_agent_argv("").empty());
+  CHECK(launch_agent_argv(" : ").empty());
+  // Alternatives: the first found, as a path or on PATH; none found, the first.
+  CHECK(launch_agent_argv("/nonexistent/agent -a : sh -c") == Args{"sh", "-c"});
+  CHECK(launch_agent_argv("/nonexistent/agent -a : /also/missing") ==
+        Args{"/nonexistent/agent", "-a"});
+
+  LauncherSettings settings;
+  settings.launch_agent = "/bin/sh -x";
+  CHECK(make_launcher("mpirun", settings, "")->probe_command({"n0", "n1"}, 5) ==
+        Args{"/bin/sh", "-x", "{host}", "true"});
+  // The launch agent is the launch path, inside a Slurm allocation too.
+  CHECK(make_launcher("mpiexec", settings, "slurm")->probe_command({"n0", "n1"}, 5) ==
+        Args{"/bin/sh", "-x", "{host}", "true"});
+}
+
+TEST_CASE("the nodes the launcher reports lost", "[relaunch]") {
+  // Every launcher reads every runtime's messages: they come from whatever started the processes.
+  for (const char* name : kLauncherNames) {
+    INFO(name);
+    const auto launcher = make_launcher(name, {}, "");
+    const auto hosts_reported_lost = [&](std::string_view output) {
+      return launcher->hosts_reported_lost(output);
+    };
+    const std::string prrte =
+        R"(--------------------------------------------------------------------------
+PRTE has lost communication with a remote daemon.
+
+  HNP daemon   : [prterun-vm-12345@0,0] on node vm
+  Remote daemon: [prterun-vm-12345@0,3] on node hdy-node2
+
+This is usually due to either a failure of the TCP network
+connection to the node, or possibly an internal failure of
+the daemon itself. We cannot recover from this failure, and
+therefore will terminate the job.
+--------------------------------------------------------------------------
+)";
+    CHECK(hosts_reported_lost(prrte) == std::vector<std::string>{"hdy-node2"});
+    CHECK(hosts_reported_lost("srun: error: Node failure on nid0007\n"
+                              "srun: error: nid0003: task 5: Killed\n"
+                              "srun: error: nid0003: tasks 6-7: Killed\n") ==
+          std::vector<std::string>{"nid0007", "nid0003"});
+    CHECK(hosts_reported_lost(R"(A daemon failed to report back after being spawned.
+
+  Local host:    vm
+  Remote host:   hdy-node2
+  Daemon exit status: 255
+)") == std::vector<std::string>{"hdy-node2"});
+    CHECK(
+        hosts_reported_lost("step 10/600 | loss 0.5\nRemote daemon: x on node y\nRemote host: z\n")
+            .empty());
+  }
+}
