@@ -207,7 +207,11 @@ void TrainingSession::State::end_stuck_job(const Watchdog::Stuck& stuck) {
       "hardy: rank {} stuck in {} for {:.0f} s; ending the job for a relaunch\n",
       membership.world_rank(), stuck.in, stuck.seconds);
   store.write_emergency_checkpoint();
-  std::_Exit(kWatchdog);
+  // Every process of the job ends, the stuck one too: under ULFM one rank's exit is a failure
+  // that the others try to recover from, and their recovery waits on the hung rank for ever
+  // (seen on 4 emulated nodes: the launcher never returned). Called from the watchdog's thread:
+  // the training thread is parked in the collective that hung and makes no MPI call meanwhile.
+  comm::abort_job(kWatchdog);
 }
 
 }  // namespace hardy::resilience

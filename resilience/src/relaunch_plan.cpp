@@ -51,6 +51,9 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
                event == event_kind("final_checkpoint")) {
       launch.checkpoint_written = true;
     } else if (event == event_kind("failure_detected")) {
+      if (core::read_field<std::string>(record, event_field("failure_detected", "detected_by")) ==
+          "watchdog")
+        launch.ended_by_watchdog = true;
       const auto ranks = core::read_field<std::vector<long>>(
                              record, event_field("failure_detected", "failed_ranks"))
                              .value_or(std::vector<long>{});

@@ -56,9 +56,9 @@ nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes) {
   return list;
 }
 
-// One launch from start to end: relays its output and, once the job has logged job_finished,
-// gives the launcher finish_grace_s to return before ending it (it may wait for ranks the job
-// already left behind, a frozen node's).
+// One launch from start to end: relays its output and, once the job has logged job_finished (or
+// its watchdog ended it), gives the launcher finish_grace_s to return before ending it (it may
+// wait for ranks the job already left behind: a frozen node's, a stopped rank's).
 struct LaunchOutcome {
   int exit_status = 0;
   std::string how;
@@ -76,6 +76,7 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
   std::optional<int> status;
   double finished_seen = 0;
   bool ended_by_supervisor = false, job_started = false;
+  std::string ended_how;
   while (!(status = job.wait_for(milliseconds(250)))) {
     if (finished_seen == 0) {
       const auto seen = read_launch_events(config.run_dir, offset, started, config.ranks_per_node);
@@ -85,11 +86,13 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
         job.deliver_pending_signals();
         job_started = true;
       }
-      if (seen.finished_status) finished_seen = core::unix_time();
+      if (seen.finished_status || seen.ended_by_watchdog) {
+        finished_seen = core::unix_time();
+        ended_how = seen.finished_status ? "logged job_finished" : "was ended by its watchdog";
+      }
     } else if (core::unix_time() - finished_seen > config.finish_grace_s) {
       std::cerr << fmt::format(
-          "hardy run: the job logged job_finished {:.0f} s ago but the launcher still waits; "
-          "ending it\n",
+          "hardy run: the job {} {:.0f} s ago but the launcher still waits; ending it\n", ended_how,
           config.finish_grace_s);
       status = job.terminate(milliseconds(3000));
       ended_by_supervisor = true;
@@ -99,8 +102,8 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
   LaunchOutcome outcome;
   outcome.exit_status = *status;
   outcome.how = ended_by_supervisor
-                    ? fmt::format("ended by the supervisor {:.0f} s after job_finished ({})",
-                                  config.finish_grace_s, job.how())
+                    ? fmt::format("ended by the supervisor {:.0f} s after the job {} ({})",
+                                  config.finish_grace_s, ended_how, job.how())
                     : job.how();
   outcome.output = job.output();
   outcome.events = read_launch_events(config.run_dir, offset, started, config.ranks_per_node);

@@ -76,8 +76,8 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       scaler(core::LossScalerConfig::for_activations(backend->activation_dtype())),
       store(config, membership, events, *this, injector, identity),
       watchdog(
-          // The launcher ends the whole job as soon as one rank exits, so the other ranks give
-          // the lead a second timeout to write its checkpoint first; a stuck lead still ends it.
+          // The watchdog's action ends the whole job (MPI_Abort), so the other ranks give the
+          // lead a second timeout to write its checkpoint first; a stuck lead still ends it.
           [this](const Watchdog::Committed& committed) {
             return committed.rank == 0 ? config.collective_timeout_s
                                        : 2 * config.collective_timeout_s;

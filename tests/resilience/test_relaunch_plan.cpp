@@ -83,6 +83,18 @@ TEST_CASE("the launch's own events are read from where it started", "[relaunch]"
   REQUIRE(events.failed_nodes.size() == 1);
   CHECK_THAT(events.failed_nodes.at(2).front(), Catch::Contains("ranks [4, 5] failed at step 17"));
   CHECK(judge_launch(0, events).kind == LaunchVerdict::failed);
+  // The job's watchdog ended it: the supervisor stops waiting for the launcher after the grace.
+  CHECK(events.ended_by_watchdog);
+}
+
+TEST_CASE("an in-job failure or a hang is not the watchdog ending the job", "[relaunch]") {
+  TemporaryRun run;
+  run.append("events.jsonl",
+             R"({"event":"job_started","steps":300}
+{"event":"hang_detected","rank":5,"host":"n2","pid":9,"step":8,"doing":"compute","seconds_without_progress":6,"timeout_s":5,"detected_by":"its own monitor","reason":"spin","detected_unix_time":1}
+{"event":"failure_detected","failed_ranks":[5],"failed_nodes":[2],"step":8,"detected_by":"hang monitor"}
+)");
+  CHECK_FALSE(read_launch_events(run.dir, 0, 0.0, 2).ended_by_watchdog);
 }
 
 TEST_CASE("injected kills of this launch name their nodes", "[relaunch]") {

@@ -24,6 +24,9 @@ struct LaunchEvents {
   std::optional<long> last_committed_step;     // the last line of metrics.jsonl
   // A checkpoint_written or final_checkpoint event: the run directory holds the run's own state.
   bool checkpoint_written = false;
+  // The watchdog found the job stuck and ended it (failure_detected by the watchdog): like
+  // job_finished, the launcher has nothing left to wait for but ranks that may never return.
+  bool ended_by_watchdog = false;
   // Nodes (by index in the launch's node list) that the job itself saw fail, each with the
   // evidence in words: in-job failure_detected events. Circumstantial: see weigh_evidence().
   std::map<std::size_t, std::vector<std::string>> failed_nodes;
