@@ -24,7 +24,7 @@ Phase parse_phase(const std::string& name) {
   if (name == "recovery") return Phase::recovery;
   throw InvalidArgument(fmt::format(
       "unknown failure phase '{}' (choose forward, allreduce, checkpoint-write, snapshot-write or "
-      "recovery; or a fault: kill, stop, spin, stall)",
+      "recovery; or a fault: kill, stop, spin, stall, sleep=S)",
       name));
 }
 

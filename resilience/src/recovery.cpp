@@ -12,6 +12,7 @@
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/event_schema.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
 #include "session_state.hpp"
 
@@ -41,16 +42,19 @@ void TrainingSession::State::recover(const std::string& what) {
         bool hung = false;
         if (lead())
           for (int world_rank : departed.world_ranks) hung = report_hang(world_rank) || hung;
-        events.emit("failure_detected",
-                    {{"failed_ranks", departed.world_ranks},
-                     {"failed_hosts", departed.hosts},
-                     {"failed_nodes", departed.nodes},
-                     {"detected_by", hung ? "hang monitor" : "process failure error"},
-                     {"error", what},
-                     {"step", step + 1},
-                     {"detection_latency_s", latency},
-                     {"latency_from", injected ? "injected kill time" : "last committed step"},
-                     {"attempt", shrink.attempt}});
+        events.emit(
+            "failure_detected",
+            {{"failed_ranks", departed.world_ranks},
+             {"failed_hosts", departed.hosts},
+             {"failed_nodes", departed.nodes},
+             {"detected_by",
+              hung ? core::event_value("failure_detected", "detected_by", "hang monitor")
+                   : core::event_value("failure_detected", "detected_by", "process failure error")},
+             {"error", what},
+             {"step", step + 1},
+             {"detection_latency_s", latency},
+             {"latency_from", injected ? "injected kill time" : "last committed step"},
+             {"attempt", shrink.attempt}});
         events.emit("communicator_shrunk", {{"old_size", shrink.old_size},
                                             {"new_size", comm().size()},
                                             {"seconds", shrink.seconds}});
@@ -198,11 +202,12 @@ bool TrainingSession::State::report_hang(int world_rank) {
 void TrainingSession::State::end_stuck_job(const Watchdog::Stuck& stuck) {
   // A peer that hangs is not dead, so the MPI reports nothing. Treat it as a failure of the job:
   // keep the committed state and let the supervisor relaunch on the healthy nodes.
-  events.emit("failure_detected", {{"detected_by", "watchdog"},
-                                   {"stuck_in", stuck.in},
-                                   {"stuck_s", stuck.seconds},
-                                   {"step", stuck.committed.step + 1},
-                                   {"rank", stuck.committed.rank}});
+  events.emit("failure_detected",
+              {{"detected_by", core::event_value("failure_detected", "detected_by", "watchdog")},
+               {"stuck_in", stuck.in},
+               {"stuck_s", stuck.seconds},
+               {"step", stuck.committed.step + 1},
+               {"rank", stuck.committed.rank}});
   std::cerr << fmt::format(
       "hardy: rank {} stuck in {} for {:.0f} s; ending the job for a relaunch\n",
       membership.world_rank(), stuck.in, stuck.seconds);

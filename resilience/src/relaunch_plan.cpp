@@ -15,6 +15,7 @@ namespace hardy::resilience {
 // Event kinds and fields by name, checked against core/support/event_schema.hpp at compile time.
 using core::event_field;
 using core::event_kind;
+using core::event_value;
 
 namespace {
 
@@ -52,7 +53,7 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
       launch.checkpoint_written = true;
     } else if (event == event_kind("failure_detected")) {
       if (core::read_field<std::string>(record, event_field("failure_detected", "detected_by")) ==
-          "watchdog")
+          event_value("failure_detected", "detected_by", "watchdog"))
         launch.ended_by_watchdog = true;
       const auto ranks = core::read_field<std::vector<long>>(
                              record, event_field("failure_detected", "failed_ranks"))

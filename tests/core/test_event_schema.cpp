@@ -70,6 +70,23 @@ TEST_CASE("events: the schema names each kind once, and each field once per kind
   CHECK(event_schema_problem("job_finished", {{"status", "failed"}, {"steps", 3}}).empty());
 }
 
+TEST_CASE("events: a field of a fixed set of values takes only those", "[core]") {
+  using hardy::core::event_schema_problem;
+  // What found a failure is one of a declared few: a new kind is added to the table, and the
+  // writer, the C++ readers (event_value) and the Python readers (tests/jobs/event_readers.py)
+  // all see it there.
+  static_assert(hardy::core::event_value("failure_detected", "detected_by", "watchdog") ==
+                "watchdog");
+  CHECK(event_schema_problem("failure_detected", {{"detected_by", "hang monitor"}, {"step", 3}})
+            .empty());
+  CHECK_THAT(event_schema_problem("failure_detected", {{"detected_by", "watchdgo"}, {"step", 3}}),
+             Catch::Contains("'watchdgo', not one of the values it declares"));
+  const auto schema = hardy::core::event_schema_json();
+  CHECK(schema["events"]["failure_detected"]["fields"]["detected_by"]["values"] ==
+        nlohmann::json::array({"process failure error", "hang monitor", "watchdog"}));
+  CHECK_FALSE(schema["events"]["job_finished"]["fields"]["status"].contains("values"));
+}
+
 TEST_CASE("events: readers skip kinds of another hardy version", "[core]") {
   static_assert(hardy::core::is_known_event_kind("job_started"));
   static_assert(!hardy::core::is_known_event_kind("job_started_v2"));

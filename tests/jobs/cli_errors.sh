@@ -38,6 +38,9 @@ expect 2 "unrecognised option\|unknown option\|unrecognized" -- train --bogus
 expect 2 "/nonexistent.ini" -- train --config /nonexistent.ini
 expect 2 "height" -- train --height 30 --run-dir "$tmp/b"
 expect 2 "domain-sync-every must be at least 1" -- train --domain-sync-every 0 --run-dir "$tmp/c"
+expect 2 "hang-timeout takes auto, off or a positive number of seconds, got 'soon'" -- train --hang-timeout soon --run-dir "$tmp/c"
+expect 2 "hang-io-timeout must be positive" -- train --hang-io-timeout 0 --run-dir "$tmp/c"
+expect 2 "sleep=S takes a positive number of seconds" -- train --inject-failure rank=1@step=2:sleep=0 --run-dir "$tmp/c"
 # Options every domain would refuse end the job of domains with their message, not in relaunches.
 expect 2 "domain-sync-every must be at least 1" -- run --nodes 2 --nodes-per-domain 1 --run-dir "$tmp/d" \
   -- --synthetic --steps 2 --domain-sync-every 0

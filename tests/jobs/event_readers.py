@@ -13,7 +13,9 @@ The schema is `hardy events --schema` (core/support/event_schema.hpp as JSON). C
   with a name the schema lacks;
 - the Python readers (tools/report.py, tools/timeline.py): a kind compared with an event's name,
   and a field read from an event record (a variable named e, event, started or finished) inside
-  the branch for one kind must belong to that kind, outside any such branch to some kind.
+  the branch for one kind must belong to that kind, outside any such branch to some kind; a field
+  of a fixed set of values (failure_detected's detected_by) compared with a string must be
+  compared with one of its values.
 Before the real files, the checks run on small inputs with one mistake each and must find it.
 """
 
@@ -39,6 +41,12 @@ class Schema:
         self.envelope = set(data["envelope"]) | set(data.get("context", {}))
         self.kinds = {kind: set(spec["fields"]) for kind, spec in data["events"].items()}
         self.all_fields = set().union(*self.kinds.values()) | self.envelope
+        # The declared values of fields that name one of a fixed set, by field name.
+        self.values = {}
+        for spec in data["events"].values():
+            for name, field in spec["fields"].items():
+                if "values" in field:
+                    self.values.setdefault(name, set()).update(field["values"])
 
     def field_problem(self, kinds, field):
         if kinds:
@@ -139,6 +147,18 @@ def kinds_compared(test):
     return []
 
 
+def read_field_name(node):
+    """The field an expression reads from an event record (e["f"], e.get("f")), or None."""
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in EVENT_VARIABLES:
+        names = strings(node.slice)
+        return names[0] if len(names) == 1 else None
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id in EVENT_VARIABLES and node.args):
+        names = strings(node.args[0])
+        return names[0] if len(names) == 1 else None
+    return None
+
+
 class PythonReader(ast.NodeVisitor):
     def __init__(self, schema, path):
         self.schema, self.path, self.kinds, self.problems = schema, path, [], []
@@ -168,6 +188,16 @@ class PythonReader(ast.NodeVisitor):
                 for kind in strings(side):
                     if kind not in self.schema.kinds:
                         self.report(node, f"compares an event with '{kind}', not an event kind")
+        # e.get("detected_by") == "watchdog": a value the field declares
+        sides = [node.left, *node.comparators]
+        for side in sides:
+            field = read_field_name(side)
+            if field in self.schema.values:
+                for other in sides:
+                    for value in (strings(other) if other is not side else []):
+                        if value not in self.schema.values[field]:
+                            self.report(node, f"compares '{field}' with '{value}', not one of its values "
+                                              f"{sorted(self.schema.values[field])}")
         # "field" in e
         if (isinstance(node.ops[0], (ast.In, ast.NotIn)) and isinstance(node.comparators[0], ast.Name)
                 and node.comparators[0].id in EVENT_VARIABLES):
@@ -217,6 +247,7 @@ def self_test(schema):
         (check_python_readers, 'if name == "job_started":\n    x = e["world_sise"]\n', "world_sise"),
         (check_python_readers, 'if e.get("event") == "communicator_shrunk":\n    x = e.get("step")\n', "'step'"),
         (check_python_readers, 'SHOWN = {"job_started", "job_sarted"}\n', "job_sarted"),
+        (check_python_readers, 'if e.get("detected_by") == "watchdgo":\n    pass\n', "watchdgo"),
     ]
     for check, text, expected in cases:
         found = check(schema, [("self-test", text)])

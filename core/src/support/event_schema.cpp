@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace hardy::core {
 
 namespace {
@@ -52,6 +54,11 @@ std::string event_schema_problem(std::string_view kind_name, const nlohmann::jso
     if (!has_type(value, field->type))
       return fmt::format("event '{}': field '{}' should be {}, not {}", kind_name, name,
                          to_string(field->type), value.type_name());
+    if (!field->values.empty() && value.is_string() &&
+        std::find(field->values.begin(), field->values.end(), value.get<std::string>()) ==
+            field->values.end())
+      return fmt::format("event '{}': field '{}' is '{}', not one of the values it declares",
+                         kind_name, name, value.get<std::string>());
   }
   for (const EventField& field : kind->fields)
     if (field.required && !fields.contains(std::string(field.name)))
@@ -62,9 +69,12 @@ std::string event_schema_problem(std::string_view kind_name, const nlohmann::jso
 nlohmann::json event_schema_json() {
   const auto describe = [](std::span<const EventField> fields) {
     nlohmann::json out = nlohmann::json::object();
-    for (const EventField& field : fields)
-      out[std::string(field.name)] = {{"type", to_string(field.type)},
-                                      {"required", field.required}};
+    for (const EventField& field : fields) {
+      auto& described = out[std::string(field.name)];
+      described = {{"type", to_string(field.type)}, {"required", field.required}};
+      if (!field.values.empty())
+        described["values"] = std::vector<std::string>(field.values.begin(), field.values.end());
+    }
     return out;
   };
   nlohmann::json events = nlohmann::json::object();

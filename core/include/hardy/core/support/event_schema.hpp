@@ -27,6 +27,9 @@ struct EventField {
   std::string_view name;
   EventFieldType type;
   bool required;  // every emit of the kind sets it; readers may rely on it
+  // A string field that names one of a fixed set (a kind of failure, a detector): its values.
+  // Empty: any value of the type.
+  std::span<const std::string_view> values = {};
 };
 
 struct EventKind {
@@ -95,18 +98,23 @@ inline constexpr EventField step_skipped[] = {{"step", T::integer, req},
                                               {"reason", T::string, req},
                                               {"loss_scale", T::number, req},
                                               {"new_loss_scale", T::number, req}};
-inline constexpr EventField failure_detected[] = {{"detected_by", T::string, req},
-                                                  {"step", T::integer, req},
-                                                  {"failed_ranks", T::array, opt},
-                                                  {"failed_hosts", T::array, opt},
-                                                  {"failed_nodes", T::array, opt},
-                                                  {"error", T::string, opt},
-                                                  {"detection_latency_s", T::number, opt},
-                                                  {"latency_from", T::string, opt},
-                                                  {"attempt", T::integer, opt},
-                                                  {"stuck_in", T::string, opt},
-                                                  {"stuck_s", T::number, opt},
-                                                  {"rank", T::integer, opt}};
+// What found a failure: the MPI's process-failure error (a crash, or a rank the hang monitor
+// killed and named in hang_detected), the hang monitor, or the watchdog (the job then ends).
+inline constexpr std::string_view failure_detectors[] = {"process failure error", "hang monitor",
+                                                         "watchdog"};
+inline constexpr EventField failure_detected[] = {
+    {"detected_by", T::string, req, failure_detectors},
+    {"step", T::integer, req},
+    {"failed_ranks", T::array, opt},
+    {"failed_hosts", T::array, opt},
+    {"failed_nodes", T::array, opt},
+    {"error", T::string, opt},
+    {"detection_latency_s", T::number, opt},
+    {"latency_from", T::string, opt},
+    {"attempt", T::integer, opt},
+    {"stuck_in", T::string, opt},
+    {"stuck_s", T::number, opt},
+    {"rank", T::integer, opt}};
 inline constexpr EventField hang_detected[] = {
     {"rank", T::integer, req},     {"host", T::string, req},
     {"pid", T::integer, req},      {"step", T::integer, req},
@@ -362,13 +370,26 @@ consteval std::string_view event_field(std::string_view kind, std::string_view f
   return field;
 }
 
+// For readers and writers: a value that `kind`'s `field` declares (failure_detected's
+// detected_by: "watchdog"), or a compile error.
+consteval std::string_view event_value(std::string_view kind, std::string_view field,
+                                       std::string_view value) {
+  const EventKind* found = find_event_kind(kind);
+  if (!found) throw "not an event kind declared in event_schema.hpp";
+  const EventField* declared = find_event_field(*found, field);
+  if (!declared) throw "not a field of this event kind in event_schema.hpp";
+  for (std::string_view allowed : declared->values)
+    if (allowed == value) return value;
+  throw "not a value this field declares in event_schema.hpp";
+}
+
 // What is wrong with an event about to be written, or "" when nothing: an undeclared kind, an
-// undeclared field, an envelope field set by the caller, a value of the wrong type, a missing
-// required field.
+// undeclared field, an envelope field set by the caller, a value of the wrong type or not among
+// the field's declared values, a missing required field.
 std::string event_schema_problem(std::string_view kind, const nlohmann::json& fields);
 
 // The table as JSON (`hardy events --schema`): {"envelope": [fields], "events": {kind:
-// {"meaning": ..., "fields": {name: {"type": ..., "required": ...}}}}}.
+// {"meaning": ..., "fields": {name: {"type": ..., "required": ..., ["values": [...]]}}}}}.
 nlohmann::json event_schema_json();
 
 }  // namespace hardy::core
