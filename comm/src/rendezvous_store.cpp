@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/vfs.h>
 
 #include <mutex>
 #include <thread>
@@ -153,6 +154,31 @@ std::unique_ptr<RendezvousStore> open_file_store(const std::filesystem::path& di
     throw IoError(
         fmt::format("cannot use {} as the rendezvous store: {}", directory.string(), e.what()));
   }
+}
+
+std::optional<std::string> file_store_caveat(long file_system_type) {
+  // The magic numbers of statfs(2) (linux/magic.h; Lustre's and GPFS's from their clients).
+  constexpr long kNfs = 0x6969, kLustre = 0x0BD00BD0, kGpfs = 0x47504653;
+  switch (file_system_type) {
+    case kNfs:
+      return "it is on NFS, whose clients may see a new key (a lost domain, a new generation) only "
+             "when their cached directory attributes expire, 30 to 60 s by default: mount the run "
+             "directory with lookupcache=positive (or none), or expect regrouping that late";
+    case kLustre:
+    case kGpfs:
+      return "it is on a parallel file system: every key created sends the leaders' next looks "
+             "to the metadata server, so measure a lookup's p99 there (hardy_store_bench "
+             "--disk-dir DIR --stores file-disk); above about 1 ms it costs more than 1% of a "
+             "100 ms step";
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<std::string> file_store_caveat(const std::filesystem::path& directory) {
+  struct statfs info {};
+  if (::statfs(directory.c_str(), &info) != 0) return std::nullopt;
+  return file_store_caveat(static_cast<long>(info.f_type));
 }
 
 std::unique_ptr<RendezvousStore> open_redis_store(const std::string& host, int port,

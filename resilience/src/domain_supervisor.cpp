@@ -131,6 +131,10 @@ int supervise_domains(const SupervisorConfig& config) {
     throw InvalidArgument(
         fmt::format("the fault domains' rendezvous store cannot start: {}", e.what()));
   }
+  const auto caveat = comm::file_store_caveat(store_dir);
+  if (caveat)
+    std::cerr << fmt::format("hardy run: warning: the rendezvous store {}: {}\n",
+                             store_dir.string(), *caveat);
   std::vector<int> members;
   std::vector<Domain> domains(static_cast<std::size_t>(count));
   for (int d = 0; d < count; ++d) {
@@ -145,6 +149,7 @@ int supervise_domains(const SupervisorConfig& config) {
   nlohmann::json started = supervisor_started_fields(config);
   started.update(
       {{"domains", count}, {"nodes_per_domain", per}, {"rendezvous_store", store_dir.string()}});
+  if (caveat) started["rendezvous_store_caveat"] = *caveat;
   events.emit("supervisor_started", std::move(started));
 
   const auto publish = [&](const std::string& reason) {

@@ -149,40 +149,44 @@ std::string process_start_of(pid_t pid) {
 
 // ---- ProgressBoard ----
 
-ProgressBoard::ProgressBoard(std::filesystem::path directory, std::string launch)
-    : directory_(std::move(directory)), launch_dir_(directory_ / launch) {}
+ProgressBoard::ProgressBoard(BoardPlaces places, std::string launch)
+    : places_(std::move(places)), launch_(std::move(launch)) {}
 
 ProgressBoard::~ProgressBoard() {
   if (own_fd_ >= 0) ::close(own_fd_);
 }
 
+void ProgressBoard::make_beats_directory() const {
+  // Throws UnsafeDirectory for a tree another user owns or planted links in.
+  core::check_private_tree(places_.node_root, places_.beats / launch_, /*create=*/true);
+}
+
 void ProgressBoard::publish(const Heartbeat& beat) {
   if (own_fd_ < 0) {
-    make_private_directory(launch_dir_);
-    own_rank_ = beat.world_rank;
-    own_fd_ =
-        core::create_exclusive_file(launch_dir_ / fmt::format("rank-{}", beat.world_rank), 0600);
+    make_beats_directory();
+    own_file_ = beats_dir() / launch_ / fmt::format("rank-{}", beat.world_rank);
+    own_fd_ = core::create_exclusive_file(own_file_, 0600);
   }
   std::string record = to_json(beat).dump();
   if (record.size() + 1 > kRecordBytes) throw Error("heartbeat record too long");
   record.resize(kRecordBytes - 1, ' ');
   record.push_back('\n');
   if (::pwrite(own_fd_, record.data(), record.size(), 0) != static_cast<ssize_t>(record.size()))
-    throw IoError(fmt::format("cannot write the heartbeat {}: {}",
-                              (launch_dir_ / fmt::format("rank-{}", own_rank_)).string(),
-                              std::strerror(errno)));
+    throw IoError(
+        fmt::format("cannot write the heartbeat {}: {}", own_file_.string(), std::strerror(errno)));
 }
 
 std::vector<Heartbeat> ProgressBoard::read(std::span<const int> world_ranks) const {
   std::vector<Heartbeat> beats;
   for (int rank : world_ranks)
-    if (auto beat = heartbeat_from(read_small_file(launch_dir_ / fmt::format("rank-{}", rank))))
+    if (auto beat =
+            heartbeat_from(read_small_file(beats_dir() / launch_ / fmt::format("rank-{}", rank))))
       if (beat->world_rank == rank) beats.push_back(std::move(*beat));
   return beats;
 }
 
 void ProgressBoard::decide(const HangDecision& decision) {
-  make_private_directory(launch_dir_);
+  make_private_directory(places_.shared / launch_);
   const nlohmann::json json = {{"world_rank", decision.world_rank},
                                {"host", decision.host},
                                {"pid", decision.pid},
@@ -192,7 +196,7 @@ void ProgressBoard::decide(const HangDecision& decision) {
                                {"detected_by", decision.detected_by},
                                {"reason", decision.reason},
                                {"unix_time", decision.unix_time}};
-  const auto path = launch_dir_ / fmt::format("decision-{}", decision.world_rank);
+  const auto path = places_.shared / launch_ / fmt::format("decision-{}", decision.world_rank);
   const int fd = core::create_exclusive_file(path, 0600);
   const std::string text = json.dump() + "\n";
   const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
@@ -202,7 +206,7 @@ void ProgressBoard::decide(const HangDecision& decision) {
 }
 
 std::optional<HangDecision> ProgressBoard::decision_for(int world_rank) const {
-  std::ifstream file(launch_dir_ / fmt::format("decision-{}", world_rank));
+  std::ifstream file(places_.shared / launch_ / fmt::format("decision-{}", world_rank));
   if (!file) return std::nullopt;
   try {
     const auto json = nlohmann::json::parse(file);
@@ -222,7 +226,7 @@ std::optional<HangDecision> ProgressBoard::decision_for(int world_rank) const {
 }
 
 double ProgressBoard::longest_step() const {
-  std::ifstream file(directory_ / "longest-step.json");
+  std::ifstream file(places_.shared / "longest-step.json");
   if (!file) return 0;
   try {
     return std::max(0.0, nlohmann::json::parse(file).at("longest_step_s").get<double>());
@@ -232,22 +236,41 @@ double ProgressBoard::longest_step() const {
 }
 
 void ProgressBoard::keep_longest_step(double seconds) {
-  make_private_directory(directory_);
-  core::write_atomically(directory_ / "longest-step.json", [&](const std::filesystem::path& tmp) {
-    std::ofstream(tmp) << nlohmann::json{{"longest_step_s", seconds}}.dump() << "\n";
-  });
+  make_private_directory(places_.shared);
+  core::write_atomically(
+      places_.shared / "longest-step.json", [&](const std::filesystem::path& tmp) {
+        std::ofstream(tmp) << nlohmann::json{{"longest_step_s", seconds}}.dump() << "\n";
+      });
 }
 
-void ProgressBoard::remove_other_launches() const {
+namespace {
+void remove_directories_but(const std::filesystem::path& parent, const std::string& keep) {
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(directory_, error))
-    if (entry.is_directory() && !entry.is_symlink() && entry.path() != launch_dir_)
+  for (const auto& entry : std::filesystem::directory_iterator(parent, error))
+    if (entry.is_directory() && !entry.is_symlink() && entry.path().filename() != keep)
       std::filesystem::remove_all(entry.path(), error);
 }
+}  // namespace
 
-void ProgressBoard::remove_launch() const {
+void ProgressBoard::remove_other_launches(bool node, bool shared) const {
+  if (node) remove_directories_but(beats_dir(), launch_);
+  if (shared) remove_directories_but(places_.shared, launch_);
+}
+
+void ProgressBoard::remove_launch(bool node, bool shared) {
+  if (own_fd_ >= 0) {
+    ::close(own_fd_);
+    own_fd_ = -1;
+  }
   std::error_code error;
-  std::filesystem::remove_all(launch_dir_, error);
+  if (!own_file_.empty()) std::filesystem::remove(own_file_, error);
+  if (node) {
+    std::filesystem::remove_all(beats_dir() / launch_, error);
+    // Left empty, the run's node-local directory goes too, as the snapshots' end leaves it.
+    std::filesystem::remove(beats_dir(), error);
+    std::filesystem::remove(beats_dir().parent_path(), error);
+  }
+  if (shared) std::filesystem::remove_all(places_.shared / launch_, error);
 }
 
 // ---- HangMonitor ----
@@ -258,7 +281,7 @@ HangMonitor::HangMonitor(Options options)
       own_start_(process_start_of(::getpid())) {
   longest_step_s_ = board_.longest_step();  // a relaunch starts from what the run learned
   kept_longest_s_ = longest_step_s_;
-  if (options_.keeps_longest_step) board_.remove_other_launches();
+  board_.remove_other_launches(options_.first_on_host, options_.keeps_longest_step);
 }
 
 void HangMonitor::step_took(double seconds) {

@@ -7,7 +7,9 @@
 //
 // It runs on every rank's watchdog thread (watchdog.hpp), not the training thread, and each tick
 // - heartbeats: writes what the training thread is doing, and since when, to the rank's file on
-//   the progress board (a directory of the run directory, one file per rank of this launch);
+//   the progress board: node-local (under the node-local root, private to the user), because only
+//   ranks of the same host ever read a heartbeat, so a heartbeat costs the shared file system
+//   nothing;
 // - watches its own rank: a training thread that computes for longer than the hang timeout
 //   spins, one that waits on data or writes state for longer than the I/O bound (the larger of
 //   --hang-io-timeout and 5 x the longest such stretch seen) is stuck in a sick file system;
@@ -22,11 +24,11 @@
 //
 // The timeout learns: 5 x the longest step seen (the first step after a start or a recovery
 // left out), at least kHangTimeoutFloorS, at most half --collective-timeout, so that it acts
-// well before the watchdog. The lead keeps the longest step in the board's directory, and a
+// well before the watchdog. The lead keeps the longest step in the run directory, and a
 // relaunch starts from it. --hang-timeout S fixes it instead.
 //
-// The killer leaves its decision on the board before the kill; the lead logs it (hang_detected)
-// when the recovery names the rank that left.
+// The killer leaves its decision in the run directory before the kill (the lead, on another
+// host, reads it); the lead logs it (hang_detected) when the recovery names the rank that left.
 #include <sys/types.h>
 
 #include <atomic>
@@ -92,11 +94,19 @@ std::optional<int> killer_of(const Heartbeat& suspect, std::span<const Heartbeat
 // /proc/PID/stat's start time field, or empty when there is no such process.
 std::string process_start_of(pid_t pid);
 
-// A launch's heartbeats and decisions: DIRECTORY/LAUNCH/rank-N and decision-N, private to the
-// user (0700 directories, 0600 files, created without following links).
+// Where a launch's heartbeats and decisions go. Heartbeats: NODE_ROOT/BEATS/LAUNCH/rank-N, in
+// the node-local root's checked private tree (core/support/private_tree.hpp). Decisions and the
+// longest step: SHARED/LAUNCH/decision-N and SHARED/longest-step.json, in the run directory.
+// Directories 0700, files 0600, created without following links.
+struct BoardPlaces {
+  std::filesystem::path node_root;  // the node-local root (--snapshot-dir)
+  std::filesystem::path beats;      // relative to it: RUN_KEY/.heartbeats
+  std::filesystem::path shared;     // RUN_DIR/heartbeats[/domain-K]
+};
+
 class ProgressBoard {
  public:
-  ProgressBoard(std::filesystem::path directory, std::string launch);
+  ProgressBoard(BoardPlaces places, std::string launch);
   ~ProgressBoard();
   ProgressBoard(const ProgressBoard&) = delete;
   ProgressBoard& operator=(const ProgressBoard&) = delete;
@@ -111,29 +121,33 @@ class ProgressBoard {
   // The longest step the lead saw in this run (0 when none was kept), and keeping it.
   double longest_step() const;
   void keep_longest_step(double seconds);
-  // Removes the other launches' directories (earlier launches of this job are over) and,
-  // at the end, this one's.
-  void remove_other_launches() const;
-  void remove_launch() const;
-  const std::filesystem::path& launch_directory() const { return launch_dir_; }
+  // Earlier launches of this job are over: their heartbeats on this node (`node`), their
+  // decisions in the run directory (`shared`) go. At the end, this launch's.
+  void remove_other_launches(bool node, bool shared) const;
+  void remove_launch(bool node, bool shared);
 
  private:
-  std::filesystem::path directory_, launch_dir_;
+  std::filesystem::path beats_dir() const { return places_.node_root / places_.beats; }
+  void make_beats_directory() const;
+
+  BoardPlaces places_;
+  std::string launch_;
   int own_fd_ = -1;
-  int own_rank_ = -1;
+  std::filesystem::path own_file_;
 };
 
 class HangMonitor {
  public:
   struct Options {
-    std::filesystem::path board;  // RUN_DIR/heartbeats[/domain-K]
-    std::string launch;           // the same on every rank of this launch
+    BoardPlaces board;
+    std::string launch;  // the same on every rank of this launch
     int world_rank = 0;
     std::vector<std::string> hosts;  // by world rank
     double fixed_timeout_s = 0;      // --hang-timeout; 0: learned
     double io_timeout_s = 60;        // --hang-io-timeout
     double collective_timeout_s = 300;
     bool keeps_longest_step = false;  // the lead
+    bool first_on_host = false;       // clears this host's heartbeats of earlier launches
   };
   explicit HangMonitor(Options options);
 
@@ -145,7 +159,8 @@ class HangMonitor {
   std::optional<HangDecision> decision_for(int world_rank) const {
     return board_.decision_for(world_rank);
   }
-  void finish() { board_.remove_launch(); }
+  // At the job's end, after every rank's watchdog stopped.
+  void finish() { board_.remove_launch(options_.first_on_host, options_.keeps_longest_step); }
 
   // Watchdog thread, every tick.
   void tick(const Watchdog::Progress& progress);

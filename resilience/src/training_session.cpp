@@ -11,6 +11,7 @@
 #include <iostream>
 #include <thread>
 
+#include "hardy/checkpoint/node_local_snapshots.hpp"
 #include "hardy/comm/agreement.hpp"
 #include "hardy/comm/errors.hpp"
 #include "hardy/core/nn/evaluation.hpp"
@@ -656,18 +657,21 @@ void TrainingSession::State::start_hang_monitor() {
   for (int r = 0; r < comm().size(); ++r)
     processes.emplace(membership.host_of(r), pids[static_cast<std::size_t>(r)]);
   if (processes.size() != pids.size()) return;
-  auto board = config.run_dir / "heartbeats";
-  if (config.domain >= 0) board /= fmt::format("domain-{}", config.domain);
-  hang_monitor = std::make_unique<HangMonitor>(
-      HangMonitor::Options{.board = board,
-                           // a relaunch's ranks never read the last launch's beats
-                           .launch = identity.launch,
-                           .world_rank = membership.world_rank(),
-                           .hosts = membership.original_hosts(),
-                           .fixed_timeout_s = config.hang_timeout_s,
-                           .io_timeout_s = config.hang_io_timeout_s,
-                           .collective_timeout_s = config.collective_timeout_s,
-                           .keeps_longest_step = lead()});
+  auto shared = config.run_dir / "heartbeats";
+  if (config.domain >= 0) shared /= fmt::format("domain-{}", config.domain);
+  hang_monitor = std::make_unique<HangMonitor>(HangMonitor::Options{
+      .board = {.node_root = config.snapshot_dir,
+                .beats = std::filesystem::path(checkpoint::run_key(config.run_dir)) / ".heartbeats",
+                .shared = shared},
+      // a relaunch's ranks never read the last launch's beats
+      .launch = identity.launch,
+      .world_rank = membership.world_rank(),
+      .hosts = membership.original_hosts(),
+      .fixed_timeout_s = config.hang_timeout_s,
+      .io_timeout_s = config.hang_io_timeout_s,
+      .collective_timeout_s = config.collective_timeout_s,
+      .keeps_longest_step = lead(),
+      .first_on_host = membership.first_on_host()});
   watchdog.on_tick([this](const Watchdog::Progress& progress) { hang_monitor->tick(progress); });
 }
 
@@ -912,7 +916,7 @@ int TrainingSession::State::run() {
     store.flush();
     store.remove_node_snapshots();  // after the final checkpoint: nothing needs them any more
     // Every rank's watchdog stopped before the collectives above: no heartbeat comes any more.
-    if (hang_monitor && lead()) hang_monitor->finish();
+    if (hang_monitor) hang_monitor->finish();
     // The lead's share of its steps' time spent waiting for data (its steps since it started).
     const double wait_fraction = step_total_s > 0 ? data_wait_total_s / step_total_s : 0;
     nlohmann::json finished = {{"status", "completed"},

@@ -2,9 +2,8 @@
 // every member as a thread of this process over loopback TCP, with the store in memory or in a
 // directory, and check what the fault-domain protocol relies on: identical results everywhere,
 // and a prompt GroupFailure (never a hang) when a member leaves or stops answering.
-#include <sys/stat.h>
-
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -202,4 +201,17 @@ TEST_CASE("the file store is private, writes each key once and answers without b
   std::ofstream(scratch.path() / "plain") << "not a directory";
   CHECK_THROWS_AS(comm::open_file_store(scratch.path() / "plain"), IoError);
   CHECK_THROWS_AS(comm::open_file_store(scratch.path() / "plain" / "below"), IoError);
+}
+
+TEST_CASE("a file store on NFS or a parallel file system is named with what it costs") {
+  const auto nfs = comm::file_store_caveat(0x6969L);
+  REQUIRE(nfs);
+  CHECK_THAT(*nfs, Catch::Contains("NFS") && Catch::Contains("lookupcache"));
+  const auto lustre = comm::file_store_caveat(0x0BD00BD0L);
+  REQUIRE(lustre);
+  CHECK_THAT(*lustre, Catch::Contains("metadata server"));
+  CHECK_FALSE(comm::file_store_caveat(0xEF53L));      // ext4: a local disk, nothing to say
+  CHECK_FALSE(comm::file_store_caveat(0x01021994L));  // tmpfs
+  hardy::testing::ScratchDirectory scratch("caveat");
+  CHECK_FALSE(comm::file_store_caveat(scratch.path() / "missing"));  // statfs fails: nothing
 }

@@ -133,8 +133,12 @@ with tempfile.TemporaryDirectory(prefix=f"hardy-hang-{scenario}-") as tmp:
                       f"{scenario}: training again {phases['first_step_s']} s after the hang (bound {bound:.1f} s)")
             else:
                 check(False, f"{scenario}: the hang's time ({hung_at}) and training_resumed ({resumed[:1]}) are known")
-    leftover = list((run / "heartbeats").rglob("rank-*")) if (run / "heartbeats").exists() else []
-    check(not leftover, f"{scenario}: the launch's heartbeats removed at the end ({leftover[:3]})")
+    # Heartbeats are node-local (under --snapshot-dir); the job removes them with its snapshots.
+    node_local = Path(tmp) / "node-local"
+    leftover = list(node_local.rglob("*")) if node_local.exists() else []
+    check(not leftover, f"{scenario}: nothing of the job left on the node at the end ({leftover[:3]})")
+    decisions = list((run / "heartbeats").rglob("decision-*")) if (run / "heartbeats").exists() else []
+    check(not decisions, f"{scenario}: the launch's decisions removed at the end ({decisions[:3]})")
     if json_out:
         Path(json_out).write_text(json.dumps(phases, indent=1))
 check.finish(f"hang scenario {scenario}")

@@ -35,6 +35,11 @@ Heartbeat beat(int world_rank, const std::string& host, double at) {
           .timeout_s = 5};
 }
 
+// The board of a test: node-local heartbeats and shared decisions in one scratch directory.
+BoardPlaces places_in(const ScratchDirectory& scratch) {
+  return {.node_root = scratch / "node", .beats = "run-key/.heartbeats", .shared = scratch / "run"};
+}
+
 Watchdog::Progress progress(const char* doing, Activity activity, double seconds,
                             std::vector<int> members, bool training = true) {
   return {.committed = {.step = 9, .rank = 0, .members = std::move(members), .training = training},
@@ -106,7 +111,7 @@ TEST_CASE(
 
 TEST_CASE("progress board: heartbeats and decisions round-trip, privately, per launch") {
   ScratchDirectory scratch("board");
-  ProgressBoard board(scratch / "heartbeats", "launch-a");
+  ProgressBoard board(places_in(scratch), "launch-a");
   Heartbeat mine = beat(3, "host-1", 1234.5);
   mine.doing = "node snapshot write";
   mine.activity = Activity::writing_state;
@@ -125,13 +130,15 @@ TEST_CASE("progress board: heartbeats and decisions round-trip, privately, per l
   CHECK(read[0].unix_time == 1240);
 
   struct stat info {};
-  REQUIRE(::stat((scratch / "heartbeats/launch-a").c_str(), &info) == 0);
+  // Heartbeats stay on the node, in the user's private tree.
+  REQUIRE(::stat((scratch / "node/run-key/.heartbeats/launch-a").c_str(), &info) == 0);
   CHECK((info.st_mode & 0777) == 0700);
-  REQUIRE(::stat((scratch / "heartbeats/launch-a/rank-3").c_str(), &info) == 0);
+  REQUIRE(::stat((scratch / "node/run-key/.heartbeats/launch-a/rank-3").c_str(), &info) == 0);
   CHECK((info.st_mode & 0777) == 0600);
+  CHECK_FALSE(std::filesystem::exists(scratch / "run/launch-a/rank-3"));
 
   // Another launch reads none of this one's beats.
-  ProgressBoard other(scratch / "heartbeats", "launch-b");
+  ProgressBoard other(places_in(scratch), "launch-b");
   CHECK(other.read(ranks).empty());
 
   CHECK_FALSE(board.decision_for(3));
@@ -154,26 +161,35 @@ TEST_CASE("progress board: heartbeats and decisions round-trip, privately, per l
   CHECK(board.longest_step() == 0.75);
   CHECK(other.longest_step() == 0.75);  // the run's, for every launch
 
-  // The next launch's lead removes the launches before it.
-  std::filesystem::create_directories(scratch / "heartbeats/launch-b");
-  other.remove_other_launches();
-  CHECK_FALSE(std::filesystem::exists(scratch / "heartbeats/launch-a"));
-  CHECK(std::filesystem::exists(scratch / "heartbeats/longest-step.json"));
+  // The decision is in the run directory, where the lead (on another host) reads it.
+  CHECK(std::filesystem::exists(scratch / "run/launch-a/decision-3"));
+
+  // The next launch removes the launches before it: on the node, and in the run directory.
+  other.publish(beat(4, "host-1", 1300));
+  other.remove_other_launches(/*node=*/true, /*shared=*/true);
+  CHECK_FALSE(std::filesystem::exists(scratch / "node/run-key/.heartbeats/launch-a"));
+  CHECK_FALSE(std::filesystem::exists(scratch / "run/launch-a"));
+  CHECK(std::filesystem::exists(scratch / "run/longest-step.json"));
+  // And its own at the end, leaving nothing of the run on the node.
+  other.remove_launch(/*node=*/true, /*shared=*/true);
+  CHECK_FALSE(std::filesystem::exists(scratch / "node/run-key"));
 }
 
 TEST_CASE("progress board: a launch directory that is a link is refused, not followed") {
   ScratchDirectory scratch("board-link");
   std::filesystem::create_directories(scratch / "elsewhere");
-  std::filesystem::create_directories(scratch / "heartbeats");
-  std::filesystem::create_directory_symlink(scratch / "elsewhere", scratch / "heartbeats/launch");
-  ProgressBoard board(scratch / "heartbeats", "launch");
+  std::filesystem::create_directories(scratch / "node/run-key/.heartbeats");
+  std::filesystem::permissions(scratch / "node", std::filesystem::perms::owner_all);
+  std::filesystem::create_directory_symlink(scratch / "elsewhere",
+                                            scratch / "node/run-key/.heartbeats/launch");
+  ProgressBoard board(places_in(scratch), "launch");
   CHECK_THROWS_AS(board.publish(beat(0, "h", 1)), hardy::Error);
   CHECK(std::filesystem::is_empty(scratch / "elsewhere"));
 }
 
 TEST_CASE("hang monitor: a rank that computes past the timeout names itself and is killed") {
   ScratchDirectory scratch("monitor-self");
-  const HangMonitor::Options options{.board = scratch / "heartbeats",
+  const HangMonitor::Options options{.board = places_in(scratch),
                                      .launch = "l",
                                      .world_rank = 1,
                                      .hosts = {"h", "h"},
@@ -189,7 +205,7 @@ TEST_CASE("hang monitor: a rank that computes past the timeout names itself and 
   REQUIRE(status != -1);
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);
-  const auto decision = ProgressBoard(scratch / "heartbeats", "l").decision_for(1);
+  const auto decision = ProgressBoard(places_in(scratch), "l").decision_for(1);
   REQUIRE(decision);
   CHECK(decision->pid == child);
   CHECK(decision->detected_by == "its own monitor");
@@ -201,7 +217,7 @@ TEST_CASE("hang monitor: the I/O bound grows to 5 x the longest data wait or sta
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
-    HangMonitor monitor({.board = scratch / "heartbeats",
+    HangMonitor monitor({.board = places_in(scratch),
                          .launch = "l",
                          .world_rank = 0,
                          .hosts = {"h"},
@@ -221,7 +237,7 @@ TEST_CASE("hang monitor: the I/O bound grows to 5 x the longest data wait or sta
   REQUIRE(status != -1);
   REQUIRE(WIFSIGNALED(status));  // exit 4: the bound did not grow; exit 0: never killed
   CHECK(WTERMSIG(status) == SIGKILL);
-  const auto decision = ProgressBoard(scratch / "heartbeats", "l").decision_for(0);
+  const auto decision = ProgressBoard(places_in(scratch), "l").decision_for(0);
   REQUIRE(decision);
   CHECK(decision->seconds_without_progress == 16);
 }
@@ -231,7 +247,7 @@ TEST_CASE("hang monitor: nothing is judged before training starts, and waiting i
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
-    HangMonitor monitor({.board = scratch / "heartbeats",
+    HangMonitor monitor({.board = places_in(scratch),
                          .launch = "l",
                          .world_rank = 0,
                          .hosts = {"h"},
@@ -248,7 +264,7 @@ TEST_CASE("hang monitor: nothing is judged before training starts, and waiting i
 
 TEST_CASE("hang monitor: a waiting rank kills a stopped peer on its host, and only a live one") {
   ScratchDirectory scratch("monitor-peer");
-  const auto board_dir = scratch / "heartbeats";
+  const auto board_dir = places_in(scratch);
   const std::vector<std::string> hosts{"h", "h", "other"};
   // The peer (world rank 1) heartbeats once, then is stopped, as SIGSTOP would leave it.
   const pid_t peer = ::fork();
@@ -284,7 +300,7 @@ TEST_CASE(
     "hang monitor: a departed rank's stale beat, or a pid now another process's, is never "
     "killed") {
   ScratchDirectory scratch("monitor-stale");
-  const auto board_dir = scratch / "heartbeats";
+  const auto board_dir = places_in(scratch);
   const std::vector<std::string> hosts{"h", "h", "h"};
   const pid_t bystander = ::fork();  // alive, but not the process that wrote the beat
   REQUIRE(bystander >= 0);

@@ -35,6 +35,14 @@ class RendezvousStore {
 // see the same directory: put it on the shared file system. Throws hardy::IoError when the
 // directory cannot be made or is not a directory.
 std::unique_ptr<RendezvousStore> open_file_store(const std::filesystem::path& directory);
+// What a file store on this kind of file system (statfs's f_type) costs the fault domains, or
+// nothing where there is nothing to say. NFS clients trust a cached "no such file" until the
+// directory's cached attributes expire (30 to 60 s by default), so a leader may see a new
+// generation that late; Lustre and GPFS answer from the client's cache only until a key is
+// created, then every look is a metadata server round trip (docs/resilience.md).
+std::optional<std::string> file_store_caveat(long file_system_type);
+// The same for the file system that holds `directory` (nothing when statfs fails).
+std::optional<std::string> file_store_caveat(const std::filesystem::path& directory);
 // gloo's RedisStore on the redis-server at host:port, one connection per store object (safe to
 // share between threads). A request that gets no answer within `io_timeout` (a server whose host
 // hangs) throws instead of blocking for ever; the store is unusable after that. Throws

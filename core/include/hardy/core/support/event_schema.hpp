@@ -179,7 +179,8 @@ inline constexpr EventField supervisor_started[] = {{"nodes", T::array, req},
                                                     {"pid", T::integer, req},
                                                     {"domains", T::integer, opt},
                                                     {"nodes_per_domain", T::integer, opt},
-                                                    {"rendezvous_store", T::string, opt}};
+                                                    {"rendezvous_store", T::string, opt},
+                                                    {"rendezvous_store_caveat", T::string, opt}};
 inline constexpr EventField supervisor_finished[] = {
     {"status", T::integer, req},   {"how", T::string, req},
     {"launches", T::integer, req}, {"excluded_nodes", T::array, opt},
