@@ -1,10 +1,12 @@
 """What hardy's end-to-end test scripts share: checks that count failures, the run directory's
-JSON-lines logs, and the audit of which samples each step trained on."""
+JSON-lines logs (read once, or as a job writes them), and the audit of which samples each step
+trained on."""
 import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -59,6 +61,34 @@ def read_jsonl_tail(path):
         except ValueError:
             continue
     return None
+
+
+class Job:
+    """The run directory of a job under `hardy run`, read as it grows."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def events(self, name=None):
+        events = read_jsonl(self.run / "events.jsonl")
+        return [e for e in events if name is None or e["event"] == name]
+
+    def step(self):
+        metrics = read_jsonl_tail(self.run / "metrics.jsonl")
+        return metrics["step"] if metrics else 0
+
+    def wait(self, condition, what, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if condition():
+                return True
+            time.sleep(0.02)
+        print(f"timed out waiting for {what}", flush=True)
+        return False
+
+    def rank_pid(self, rank):
+        started = [e for e in self.events("rank_started") if e["rank"] == rank]
+        return started[-1]["pid"] if started else None
 
 
 def samples_by_epoch(run):
