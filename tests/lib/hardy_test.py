@@ -114,6 +114,14 @@ def complete_epochs_exact(run, dataset_size):
     return complete, wrong
 
 
+def run_hardy(hardy, *args, timeout=None):
+    """Runs `hardy ARGS` with its output captured; when it fails, prints the end of both streams."""
+    done = subprocess.run([hardy, *args], capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        print(done.stdout[-2000:], done.stderr[-2000:])
+    return done
+
+
 def run_watched(command, watch=None, timeout=None, **popen):
     """Runs command, its stdout and stderr captured together, while watch() (a fault injector)
     runs on a thread. Returns (exit status, output); the status is None when the command ran past
