@@ -1,6 +1,7 @@
 #pragma once
 // What hardy's model benchmarks share: the flags that describe the model and its input, number
-// parsing, and timing statistics. Each benchmark keeps its own flags and usage text.
+// parsing, the training step's fixed ingredients, and timing statistics. Each benchmark keeps its
+// own flags and usage text.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <functional>
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/optimizer.hpp"
 
 namespace hardy::bench {
 
@@ -86,6 +89,40 @@ inline bool apply_shape_flag(std::string_view flag, std::string_view value, Mode
   return true;
 }
 
+// The model's shape as a benchmark reports it.
+inline nlohmann::json model_json(const core::ModelConfig& m) {
+  return {{"input_channels", m.input_channels},
+          {"num_classes", m.num_classes},
+          {"width", m.width},
+          {"depth", m.depth},
+          {"aspp_channels", m.aspp_channels},
+          {"aspp_rates", m.aspp_rates},
+          {"low_level_channels", m.low_level_channels},
+          {"decoder_channels", m.decoder_channels},
+          {"groups", m.groups}};
+}
+
+// Fixed, unequal class weights, so that a cross-check notices a loss that ignores them.
+inline std::vector<float> unequal_class_weights(int num_classes) {
+  std::vector<float> weights;
+  for (int k = 0; k < num_classes; ++k)
+    weights.push_back(0.5f + 1.5f * static_cast<float>(k) /
+                                 static_cast<float>(std::max(1, num_classes - 1)));
+  return weights;
+}
+
+// 1 / (batch * H * W): hardy's per-pixel mean over the (here single-rank) global batch.
+inline float grad_scale_of(const ModelShape& shape) {
+  return 1.0f / static_cast<float>(static_cast<double>(shape.batch) * shape.height * shape.width);
+}
+
+inline core::OptimizerConfig adam_config(float weight_decay) {
+  core::OptimizerConfig config;
+  config.kind = core::OptimizerKind::adam;
+  config.weight_decay = weight_decay;
+  return config;
+}
+
 inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t middle = values.size() / 2;
@@ -96,6 +133,30 @@ inline double seconds_between(std::chrono::steady_clock::time_point from,
                               std::chrono::steady_clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
+
+// The wall time of each timed training step and of its phases: forward (with the loss), the
+// model's backward, and the optimizer.
+struct StepPhases {
+  std::vector<double> step_s, forward_s, backward_s, optimizer_s;
+
+  void add(std::chrono::steady_clock::time_point start,
+           std::chrono::steady_clock::time_point after_forward,
+           std::chrono::steady_clock::time_point after_backward,
+           std::chrono::steady_clock::time_point end) {
+    step_s.push_back(seconds_between(start, end));
+    forward_s.push_back(seconds_between(start, after_forward));
+    backward_s.push_back(seconds_between(after_forward, after_backward));
+    optimizer_s.push_back(seconds_between(after_backward, end));
+  }
+  // Medians of each and the fastest step, as the benchmarks report them.
+  nlohmann::json summary() const {
+    return {{"median_s", median(step_s)},
+            {"min_s", *std::min_element(step_s.begin(), step_s.end())},
+            {"forward_median_s", median(forward_s)},
+            {"backward_median_s", median(backward_s)},
+            {"optimizer_median_s", median(optimizer_s)}};
+  }
+};
 
 // --warmup, --steps, --seed and --lr, which every model benchmark takes; false for other flags.
 template <class Options>

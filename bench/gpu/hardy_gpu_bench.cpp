@@ -50,7 +50,6 @@ using namespace hardy;
 using Clock = std::chrono::steady_clock;
 using bench::median;
 using bench::parse_number;
-using bench::seconds_between;
 
 namespace {
 
@@ -186,10 +185,7 @@ nlohmann::json train_tiny_job(core::Backend& backend, long steps) {
   core::ModelConfig config;  // width 16, depth 1, ASPP 32 at rates 2,4,6, decoder 32, group norm
   core::DeepLabV3Plus model(backend, config);
   model.initialize(seed);
-  core::OptimizerConfig adam;
-  adam.kind = core::OptimizerKind::adam;
-  adam.weight_decay = 1e-4f;
-  auto optimizer = core::make_optimizer(adam, backend);
+  auto optimizer = core::make_optimizer(bench::adam_config(1e-4f), backend);
   optimizer->initialize_state(model.parameters());
   core::LrSchedule schedule;
   schedule.base_lr = 0.003f;
@@ -285,19 +281,13 @@ int step_benchmark(const Options& o) {
         static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(o.model.num_classes));
   core::ensure_tensor(backend, labels, {o.batch, 1, o.height, o.width}, core::DType::i32);
   backend.copy(host_labels, labels);
-  std::vector<float> class_weights;
-  for (int k = 0; k < o.model.num_classes; ++k)
-    class_weights.push_back(0.5f + 1.5f * static_cast<float>(k) /
-                                       static_cast<float>(std::max(1, o.model.num_classes - 1)));
-  const float grad_scale =
-      1.0f / static_cast<float>(static_cast<double>(o.batch) * o.height * o.width);
-  core::OptimizerConfig adam;
-  adam.kind = core::OptimizerKind::adam;
-  adam.weight_decay = o.weight_decay;
-  auto optimizer = core::make_optimizer(adam, backend);
+  const std::vector<float> class_weights = bench::unequal_class_weights(o.model.num_classes);
+  const float grad_scale = bench::grad_scale_of(o);
+  auto optimizer = core::make_optimizer(bench::adam_config(o.weight_decay), backend);
   optimizer->initialize_state(model.parameters());
 
-  std::vector<double> step_s, forward_s, backward_s, optimizer_s, losses;
+  bench::StepPhases phases;
+  std::vector<double> losses;
   const int total = o.warmup + o.steps + o.profile_steps;
   for (int i = 0; i < total; ++i) {
     const bool profiling = i >= o.warmup + o.steps;
@@ -321,13 +311,10 @@ int step_benchmark(const Options& o) {
     losses.push_back(loss_sum * grad_scale);
     if (profiling) backend.collect();
     if (i < o.warmup || profiling) continue;
-    step_s.push_back(seconds_between(start, end));
-    forward_s.push_back(seconds_between(start, after_forward));
-    backward_s.push_back(seconds_between(after_forward, after_backward));
-    optimizer_s.push_back(seconds_between(after_backward, end));
+    phases.add(start, after_forward, after_backward, end);
   }
 
-  const double step = median(step_s);
+  const double step = median(phases.step_s);
   nlohmann::json convolutions = nlohmann::json::array();
   double conv_flops_per_step = 0, conv_seconds_per_step = 0;
   if (o.profile_steps > 0) {
@@ -344,7 +331,8 @@ int step_benchmark(const Options& o) {
            {"ms_per_call", 1e3 * e.seconds / static_cast<double>(e.calls)},
            {"tflops", e.flops * static_cast<double>(e.calls) / e.seconds / 1e12}});
   }
-  const auto& m = o.model;
+  nlohmann::json model_shape = bench::model_json(o.model);
+  model_shape["norm"] = core::to_string(o.model.norm);
   nlohmann::json result{
       {"bench", "hardy_gpu_step"},
       {"device", cuda.device_description()},
@@ -355,25 +343,10 @@ int step_benchmark(const Options& o) {
       {"batch", o.batch},
       {"height", o.height},
       {"width", o.width},
-      {"model",
-       {{"input_channels", m.input_channels},
-        {"num_classes", m.num_classes},
-        {"width", m.width},
-        {"depth", m.depth},
-        {"aspp_channels", m.aspp_channels},
-        {"aspp_rates", m.aspp_rates},
-        {"low_level_channels", m.low_level_channels},
-        {"decoder_channels", m.decoder_channels},
-        {"groups", m.groups},
-        {"norm", core::to_string(m.norm)}}},
+      {"model", model_shape},
       {"parameters", model.parameter_count()},
       {"warmup", o.warmup},
       {"steps", o.steps},
-      {"median_s", step},
-      {"min_s", *std::min_element(step_s.begin(), step_s.end())},
-      {"forward_median_s", median(forward_s)},
-      {"backward_median_s", median(backward_s)},
-      {"optimizer_median_s", median(optimizer_s)},
       {"conv_flops_per_step", conv_flops_per_step},
       {"conv_gpu_s_per_step", conv_seconds_per_step},
       // Convolutions are counted, everything else (normalization, resampling, loss, Adam) is
@@ -385,6 +358,7 @@ int step_benchmark(const Options& o) {
       {"first_loss", losses.front()},
       {"last_loss", losses.back()},
       {"convolutions", convolutions}};
+  result.update(phases.summary());
   std::cout << result.dump() << std::endl;
   return 0;
 }

@@ -41,7 +41,6 @@ using namespace hardy;
 using Clock = std::chrono::steady_clock;
 using bench::median;
 using bench::parse_number;
-using bench::seconds_between;
 
 namespace {
 
@@ -109,23 +108,8 @@ Batch make_batch(core::Backend& backend, const Options& o) {
   for (std::int64_t i = 0; i < b.labels.numel(); ++i)
     label[i] =
         static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(o.model.num_classes));
-  // Unequal weights so that a cross-check notices a loss that ignores them.
-  for (int k = 0; k < o.model.num_classes; ++k)
-    b.class_weights.push_back(0.5f + 1.5f * static_cast<float>(k) /
-                                         static_cast<float>(std::max(1, o.model.num_classes - 1)));
+  b.class_weights = bench::unequal_class_weights(o.model.num_classes);
   return b;
-}
-
-// 1 / (batch * H * W): hardy's per-pixel mean over the (here single-rank) global batch.
-float grad_scale_of(const Options& o) {
-  return 1.0f / static_cast<float>(static_cast<double>(o.batch) * o.height * o.width);
-}
-
-core::OptimizerConfig adam_config(const Options& o) {
-  core::OptimizerConfig config;
-  config.kind = core::OptimizerKind::adam;
-  config.weight_decay = o.weight_decay;
-  return config;
 }
 
 // A host copy of a tensor in (N, C, H, W) order (or flat), as the Python side reads it.
@@ -144,17 +128,9 @@ void write_f32(core::h5::Id parent, const std::string& name, core::Backend& back
 }
 
 nlohmann::json config_json(const Options& o) {
-  const auto& m = o.model;
-  return {{"input_channels", m.input_channels},
-          {"num_classes", m.num_classes},
-          {"width", m.width},
-          {"depth", m.depth},
-          {"aspp_channels", m.aspp_channels},
-          {"aspp_rates", m.aspp_rates},
-          {"low_level_channels", m.low_level_channels},
-          {"decoder_channels", m.decoder_channels},
-          {"groups", m.groups},
-          {"norm_eps", m.norm_eps}};
+  nlohmann::json config = bench::model_json(o.model);
+  config["norm_eps"] = o.model.norm_eps;
+  return config;
 }
 
 // One step on the initial weights, written for tests/core/test_torch_crosscheck.py:
@@ -171,7 +147,7 @@ int dump_step(const Options& o) {
   checkpoint::save_model(model, o.dump / "model.h5");
 
   Batch b = make_batch(*backend, o);
-  const float grad_scale = grad_scale_of(o);
+  const float grad_scale = bench::grad_scale_of(o);
   const core::Tensor& logits = model.forward(b.fields, /*training=*/true);
   core::Tensor dlogits;
   core::ensure_tensor(*backend, dlogits, logits.dims());
@@ -203,7 +179,7 @@ int dump_step(const Options& o) {
     for (const core::Parameter* p : model.parameters())
       write_f32(grads.id(), p->name, *backend, p->grad);
   }
-  auto optimizer = core::make_optimizer(adam_config(o), *backend);
+  auto optimizer = core::make_optimizer(bench::adam_config(o.weight_decay), *backend);
   optimizer->step(model.parameters(), o.lr);
   {
     h5::Handle after = h5::create_groups(file.id(), "after_step");
@@ -224,11 +200,12 @@ int benchmark(const Options& o) {
   core::DeepLabV3Plus model(backend, o.model);
   model.initialize(o.seed);
   Batch b = make_batch(backend, o);
-  const float grad_scale = grad_scale_of(o);
-  auto optimizer = core::make_optimizer(adam_config(o), backend);
+  const float grad_scale = bench::grad_scale_of(o);
+  auto optimizer = core::make_optimizer(bench::adam_config(o.weight_decay), backend);
 
   core::Tensor dlogits;
-  std::vector<double> step_s, cpu_s, forward_s, backward_s, optimizer_s, losses;
+  bench::StepPhases phases;
+  std::vector<double> cpu_s, losses;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     if (i == o.warmup) timing.reset();
     const auto start = Clock::now();
@@ -251,11 +228,8 @@ int benchmark(const Options& o) {
     const double cpu_end = bench::TimingBackend::process_cpu_seconds();
     losses.push_back(loss_sum * grad_scale);
     if (i < o.warmup) continue;
-    step_s.push_back(seconds_between(start, end));
+    phases.add(start, after_forward, after_backward, end);
     cpu_s.push_back(cpu_end - cpu_start);
-    forward_s.push_back(seconds_between(start, after_forward));
-    backward_s.push_back(seconds_between(after_forward, after_backward));
-    optimizer_s.push_back(seconds_between(after_backward, end));
   }
 
   const dnnl_version_t* dnnl = dnnl_version();
@@ -271,17 +245,12 @@ int benchmark(const Options& o) {
       {"parameters", model.parameter_count()},
       {"warmup", o.warmup},
       {"steps", o.steps},
-      {"median_s", median(step_s)},
-      {"mean_s", mean(step_s)},
-      {"min_s", *std::min_element(step_s.begin(), step_s.end())},
+      {"mean_s", mean(phases.step_s)},
       // CPU time of all threads per step (spin-waiting OpenMP threads included).
       {"cpu_median_s", median(cpu_s)},
-      // forward includes the loss; backward and optimizer are the model's backward and Adam.
-      {"forward_median_s", median(forward_s)},
-      {"backward_median_s", median(backward_s)},
-      {"optimizer_median_s", median(optimizer_s)},
       {"first_loss", losses.front()},
       {"last_loss", losses.back()}};
+  result.update(phases.summary());
   std::cout << result.dump() << std::endl;
 
   if (o.op_profile) {
@@ -290,7 +259,7 @@ int benchmark(const Options& o) {
                                                                           timing.entries().end());
     std::sort(rows.begin(), rows.end(),
               [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-    const double per_step = median(step_s);
+    const double per_step = median(phases.step_s);
     double total = 0;
     for (const auto& row : rows) total += row.second.seconds;
     std::cerr << fmt::format(

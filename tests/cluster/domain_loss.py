@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, complete_epochs_exact, int_option, read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, Job, complete_epochs_exact, int_option, read_jsonl, run_watched, small_job  # noqa: E402
 
 
 NODES, PER_DOMAIN, SAMPLES = 8, 2, 48
@@ -80,35 +80,25 @@ def main():
                        "--probe-timeout", "2", "--", *TRAIN, "--snapshot-dir", str(snapshots)]
             env = {**os.environ, **cluster.mpi_env()}
             faults = []
-            events = lambda: read_jsonl(run / "events.jsonl")  # noqa: E731
-            step = lambda: (read_jsonl_tail(run / "metrics.jsonl") or {}).get("step", 0)  # noqa: E731
-
-            def wait(condition, what, timeout=120):
-                deadline = time.time() + timeout
-                while time.time() < deadline:
-                    if condition():
-                        return True
-                    time.sleep(0.02)
-                print(f"timed out waiting for {what}", flush=True)
-                return False
+            job = Job(run)
 
             def fault(kind, node):
                 {"crash": cluster.crash, "freeze": cluster.freeze,
                  "crash for good": lambda n: cluster.crash(n, link_down=True)}[kind](node)
                 faults.append({"kind": kind, "node": node, "host": cluster.hosts[node], "time": time.time(),
-                               "step": step()})
+                               "step": job.step()})
                 print(f"--- {kind} {cluster.hosts[node]} at step {faults[-1]['step']}", flush=True)
 
             def inject():
-                if not wait(lambda: step() >= FAULT_STEP, f"step {FAULT_STEP}"):
+                if not job.wait(lambda: job.step() >= FAULT_STEP, f"step {FAULT_STEP}"):
                     return
                 fault(*FIRST_FAULT[scenario])
                 if scenario == "two_domains":
-                    if wait(lambda: any(e["event"] == "domain_healed" for e in events()) and step() >= FAULT_STEP + 30,
-                            "the first domain to come back"):
+                    if job.wait(lambda: job.events("domain_healed") and job.step() >= FAULT_STEP + 30,
+                                "the first domain to come back"):
                         fault("crash", 6)
                 elif scenario == "crash_in_heal":
-                    if wait(lambda: any(e["event"] == "domain_relaunched" for e in events()), "the relaunch", 60):
+                    if job.wait(lambda: job.events("domain_relaunched"), "the relaunch", 60):
                         fault("crash for good", 2)
 
             started = time.time()
@@ -121,7 +111,7 @@ def main():
             check(status == 0, f"{scenario}: hardy run exits 0 ({status}, {elapsed:.1f} s)")
             check(len(faults) == (2 if scenario in ("two_domains", "crash_in_heal") else 1),
                   f"{scenario}: faults injected: {faults}")
-            all_events = events()
+            all_events = job.events()
             metrics = read_jsonl(run / "metrics.jsonl")
             named = lambda name: [e for e in all_events if e["event"] == name]  # noqa: E731
             finished = named("job_finished")

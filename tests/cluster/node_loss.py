@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, complete_epochs_exact, int_option, read_jsonl, read_jsonl_tail, relaunch_restores, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, Job, complete_epochs_exact, int_option, read_jsonl, relaunch_restores, run_watched, small_job  # noqa: E402
 
 # The tests run 240 steps with the fault at step 80, between checkpoints (every 100);
 # bench/cluster/node_loss_bench.py asks for the 600 and 150 that docs/resilience.md's table was
@@ -63,34 +63,6 @@ NODES, RANKS_PER_NODE, SAMPLES = 4, 2, 48
 STEPS, FAULT_STEP = int_option("--steps", 240), int_option("--fault-step", 80)
 TRAIN = small_job(SAMPLES, STEPS, 16) + ["--checkpoint-every", "100", "--max-failures", "4"]
 RUN_TIMEOUT_S = 240
-
-
-class Job:
-    """The run directory of a job under `hardy run`, read as it grows."""
-
-    def __init__(self, run):
-        self.run = run
-
-    def events(self, name=None):
-        events = read_jsonl(self.run / "events.jsonl")
-        return [e for e in events if name is None or e["event"] == name]
-
-    def step(self):
-        metrics = read_jsonl_tail(self.run / "metrics.jsonl")
-        return metrics["step"] if metrics else 0
-
-    def wait(self, condition, what, timeout=120):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if condition():
-                return True
-            time.sleep(0.02)
-        print(f"timed out waiting for {what}", flush=True)
-        return False
-
-    def rank_pid(self, rank):
-        started = [e for e in self.events("rank_started") if e["rank"] == rank]
-        return started[-1]["pid"] if started else None
 
 
 def reference_loss(hardy, cache_dir):

@@ -9,23 +9,14 @@
 
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/support/error.hpp"
+#include "sample_fixtures.hpp"
 
 using hardy::core::SampleShape;
 using hardy::core::SyntheticClimate;
+using hardy::testing::load;
+using hardy::testing::Sample;
 
 namespace {
-
-struct Sample {
-  std::vector<float> fields;
-  std::vector<std::int32_t> labels;
-};
-
-Sample load(const hardy::core::SampleSource& source, std::size_t index) {
-  Sample sample{std::vector<float>(source.shape().field_elements()),
-                std::vector<std::int32_t>(source.shape().label_elements())};
-  source.load(index, sample.fields, sample.labels);
-  return sample;
-}
 
 bool identical(const Sample& a, const Sample& b) {
   return a.fields.size() == b.fields.size() && a.labels == b.labels &&

@@ -17,6 +17,7 @@
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
+#include "sample_fixtures.hpp"
 #include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -27,20 +28,14 @@ using hardy::core::ClimateNetDataset;
 using hardy::core::ClimateNetOptions;
 using hardy::core::kClimateChannelNames;
 using hardy::core::SampleShape;
+using hardy::testing::load;
+using hardy::testing::message_of;
+using hardy::testing::Sample;
 using hardy::testing::ScratchDirectory;
 
 namespace {
 
 constexpr int kH = 8, kW = 12;
-
-std::string message_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const std::exception& error) {
-    return error.what();
-  }
-  return "(no exception)";
-}
 
 // The value of variable c at (y, x) in file k: distinct per variable, file and pixel (no two
 // windows of a file alike), and in the variable's own range (PS around 1e5, as in the release).
@@ -90,19 +85,6 @@ void write_set(const fs::path& root, int train, int test) {
   for (int k = 0; k < train + test; ++k)
     write_file(root / (k < train ? "train" : "test") / fmt::format("data-{:02d}.nc", k), k,
                {.labels_time_axis = k % 2 == 0});
-}
-
-struct Sample {
-  std::vector<float> fields;
-  std::vector<std::int32_t> labels;
-};
-
-Sample load(const ClimateNetDataset& dataset, std::size_t index) {
-  const SampleShape shape = dataset.shape();
-  Sample sample{std::vector<float>(shape.field_elements()),
-                std::vector<std::int32_t>(shape.label_elements())};
-  dataset.load(index, sample.fields, sample.labels);
-  return sample;
 }
 
 // Mean and std of variable c over train files [0, files), in double.

@@ -140,6 +140,37 @@ void check_gradient(const std::string& what, Tensor& input, const Tensor& analyt
   CHECK(comparison.worst_element < 2 * gradient_tolerance);
 }
 
+// A normalization's input and affine parameters for a gradient check, drawn from seeds
+// first_seed, first_seed + 3, ... With the relu, drawn until `preactivation()` (the layer without
+// its relu, into y) leaves no value within reach of a finite-difference step of the kink.
+struct NormalizationInputs {
+  Tensor x, gamma, beta;
+};
+
+void draw_normalization_inputs(NormalizationInputs& in, const std::vector<std::int64_t>& dims,
+                               unsigned first_seed, bool relu, const Tensor& y,
+                               const std::function<void()>& preactivation) {
+  for (unsigned seed = first_seed;; seed += 3) {
+    REQUIRE(seed < 2000);
+    in.x = random_tensor(dims, seed);
+    in.gamma = channel_vector(dims[1], seed + 1, 0.5f, 1.5f);
+    in.beta = channel_vector(dims[1], seed + 2, -0.5f, 0.5f);
+    preactivation();
+    if (!relu || min_magnitude(y) > 0.02) break;
+  }
+}
+
+// dx, dgamma and dbeta against finite differences; with the relu, a smaller step stays clear of
+// its kink.
+void check_normalization_gradients(NormalizationInputs& in, const Tensor& dx, const Tensor& dgamma,
+                                   const Tensor& dbeta, const std::function<double()>& objective,
+                                   bool relu) {
+  const float step = relu ? 1e-3f : 1e-2f;
+  check_gradient("dx", in.x, dx, objective, step);
+  check_gradient("dgamma", in.gamma, dgamma, objective, step);
+  check_gradient("dbeta", in.beta, dbeta, objective, step);
+}
+
 struct ConvCase {
   std::int64_t batch, in_channels, out_channels, height, width, kernel;
   ConvGeometry geometry;
@@ -363,43 +394,37 @@ TEST_CASE("cpu backend: group norm gradients match finite differences", "[core]"
   const float eps = 1e-5f;
   for (const bool relu : {false, true}) {
     INFO("fused relu " << relu);
-    Tensor x, gamma, beta;
+    NormalizationInputs in;
     Tensor y = Tensor::host({2, 4, 3, 3});
     Tensor mean = Tensor::host({2, groups}, DType::f32, Layout::flat), rstd = mean.clone();
-    // With the relu, draw until no pre-activation lies within reach of a finite-difference step.
-    for (unsigned seed = 20;; seed += 3) {
-      REQUIRE(seed < 2000);
-      x = random_tensor(y.dims(), seed);
-      gamma = channel_vector(4, seed + 1, 0.5f, 1.5f);
-      beta = channel_vector(4, seed + 2, -0.5f, 0.5f);
-      backend.group_norm_forward(
-          {.x = x, .gamma = gamma, .beta = beta, .groups = groups, .eps = eps, .fuse_relu = false},
-          y, mean, rstd);
-      if (!relu || min_magnitude(y) > 0.02) break;
-    }
+    const auto forward = [&](bool with_relu) {
+      backend.group_norm_forward({.x = in.x,
+                                  .gamma = in.gamma,
+                                  .beta = in.beta,
+                                  .groups = groups,
+                                  .eps = eps,
+                                  .fuse_relu = with_relu},
+                                 y, mean, rstd);
+    };
+    draw_normalization_inputs(in, y.dims(), 20, relu, y, [&] { forward(false); });
     const Tensor r = random_tensor(y.dims(), 21);
     const auto objective = [&] {
-      backend.group_norm_forward(
-          {.x = x, .gamma = gamma, .beta = beta, .groups = groups, .eps = eps, .fuse_relu = relu},
-          y, mean, rstd);
+      forward(relu);
       return weighted_sum(y, r);
     };
     objective();
-    Tensor dx = Tensor::host(x.dims());
+    Tensor dx = Tensor::host(in.x.dims());
     Tensor dgamma = Tensor::host({4}, DType::f32, Layout::flat), dbeta = dgamma.clone();
-    backend.group_norm_backward({.x = x,
+    backend.group_norm_backward({.x = in.x,
                                  .y = y,
                                  .dy = r,
-                                 .gamma = gamma,
+                                 .gamma = in.gamma,
                                  .mean = mean,
                                  .rstd = rstd,
                                  .groups = groups,
                                  .fuse_relu = relu},
                                 dx, dgamma, dbeta);
-    const float step = relu ? 1e-3f : 1e-2f;
-    check_gradient("dx", x, dx, objective, step);
-    check_gradient("dgamma", gamma, dgamma, objective, step);
-    check_gradient("dbeta", beta, dbeta, objective, step);
+    check_normalization_gradients(in, dx, dgamma, dbeta, objective, relu);
   }
 }
 
@@ -444,34 +469,28 @@ TEST_CASE("cpu backend: batch norm gradients match finite differences", "[core]"
   const float eps = 1e-5f;
   for (const bool relu : {false, true}) {
     INFO("fused relu " << relu);
-    Tensor x, gamma, beta, y = Tensor::host(dims);
+    NormalizationInputs in;
+    Tensor y = Tensor::host(dims);
     Tensor sum = Tensor::host({3}, DType::f32, Layout::flat), sum_squares = sum.clone();
     Tensor mean = sum.clone(), variance = sum.clone();
     // Training-mode batch norm as the trainer chains it: statistics, then apply.
     const auto forward = [&](bool with_relu) {
-      backend.batch_norm_statistics(x, sum, sum_squares);
+      backend.batch_norm_statistics(in.x, sum, sum_squares);
       for (std::int64_t c = 0; c < 3; ++c) {
         const double m = sum.f32()[c] / count;
         mean.f32()[c] = static_cast<float>(m);
         variance.f32()[c] = static_cast<float>(sum_squares.f32()[c] / count - m * m);
       }
-      backend.batch_norm_apply({.x = x,
+      backend.batch_norm_apply({.x = in.x,
                                 .mean = mean,
                                 .variance = variance,
-                                .gamma = gamma,
-                                .beta = beta,
+                                .gamma = in.gamma,
+                                .beta = in.beta,
                                 .eps = eps,
                                 .fuse_relu = with_relu},
                                y);
     };
-    for (unsigned seed = 40;; seed += 3) {
-      REQUIRE(seed < 2000);
-      x = random_tensor(dims, seed);
-      gamma = channel_vector(3, seed + 1, 0.5f, 1.5f);
-      beta = channel_vector(3, seed + 2, -0.5f, 0.5f);
-      forward(false);
-      if (!relu || min_magnitude(y) > 0.02) break;
-    }
+    draw_normalization_inputs(in, dims, 40, relu, y, [&] { forward(false); });
     const Tensor r = random_tensor(dims, 41);
     const auto objective = [&] {
       forward(relu);
@@ -480,7 +499,7 @@ TEST_CASE("cpu backend: batch norm gradients match finite differences", "[core]"
     objective();
     Tensor dgamma = Tensor::host({3}, DType::f32, Layout::flat), dbeta = dgamma.clone();
     Tensor dx = Tensor::host(dims);
-    backend.batch_norm_backward_statistics({.x = x,
+    backend.batch_norm_backward_statistics({.x = in.x,
                                             .y = y,
                                             .dy = r,
                                             .mean = mean,
@@ -488,22 +507,19 @@ TEST_CASE("cpu backend: batch norm gradients match finite differences", "[core]"
                                             .eps = eps,
                                             .fuse_relu = relu},
                                            dgamma, dbeta);
-    backend.batch_norm_backward_data({.x = x,
+    backend.batch_norm_backward_data({.x = in.x,
                                       .y = y,
                                       .dy = r,
                                       .mean = mean,
                                       .variance = variance,
-                                      .gamma = gamma,
+                                      .gamma = in.gamma,
                                       .dgamma = dgamma,
                                       .dbeta = dbeta,
                                       .eps = eps,
                                       .fuse_relu = relu,
                                       .count = count},
                                      dx);
-    const float step = relu ? 1e-3f : 1e-2f;
-    check_gradient("dx", x, dx, objective, step);
-    check_gradient("dgamma", gamma, dgamma, objective, step);
-    check_gradient("dbeta", beta, dbeta, objective, step);
+    check_normalization_gradients(in, dx, dgamma, dbeta, objective, relu);
   }
 }
 

@@ -16,6 +16,7 @@
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
+#include "sample_fixtures.hpp"
 #include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -26,32 +27,12 @@ using hardy::core::DeepCamDataset;
 using hardy::core::DeepCamGenerateOptions;
 using hardy::core::DeepCamOptions;
 using hardy::core::SampleShape;
-
+using hardy::testing::load;
+using hardy::testing::message_of;
+using hardy::testing::Sample;
 using hardy::testing::ScratchDirectory;
+
 namespace {
-
-std::string message_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const std::exception& error) {
-    return error.what();
-  }
-  return "(no exception)";
-}
-
-struct Sample {
-  std::vector<float> fields;
-  std::vector<std::int32_t> labels;
-  bool operator==(const Sample&) const = default;
-};
-
-Sample load(const DeepCamDataset& dataset, std::size_t index) {
-  const SampleShape shape = dataset.shape();
-  Sample sample{std::vector<float>(shape.field_elements()),
-                std::vector<std::int32_t>(shape.label_elements())};
-  dataset.load(index, sample.fields, sample.labels);
-  return sample;
-}
 
 std::vector<float> read_floats(const fs::path& file, const char* name) {
   h5::Handle handle = h5::open_file(file);

@@ -92,13 +92,7 @@ std::string read_string_attribute(hid_t object, const char* name) {
 }
 
 void write_u64_attribute(hid_t object, const char* name, std::uint64_t value) {
-  H5Adelete(object, name);
-  const hid_t space = H5Screate(H5S_SCALAR);
-  const hid_t attribute =
-      H5Acreate2(object, name, H5T_NATIVE_UINT64, space, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(attribute, H5T_NATIVE_UINT64, &value);
-  H5Aclose(attribute);
-  H5Sclose(space);
+  hardy::fuzz::write_scalar_attribute(object, name, H5T_NATIVE_UINT64, value);
 }
 
 // The stored bytes of a dataset, in its own type; empty when the file does not hold them all (a
@@ -179,14 +173,8 @@ void edit(hid_t file, FuzzInput& input, Edits& edits) {
       return;
     }
     case 3: {  // the format version
-      const hid_t space = H5Screate(H5S_SCALAR);
-      H5Adelete(file, "format_version");
       const int version = static_cast<int>(input.u64());
-      const hid_t attribute =
-          H5Acreate2(file, "format_version", H5T_NATIVE_INT, space, H5P_DEFAULT, H5P_DEFAULT);
-      H5Awrite(attribute, H5T_NATIVE_INT, &version);
-      H5Aclose(attribute);
-      H5Sclose(space);
+      hardy::fuzz::write_scalar_attribute(file, "format_version", H5T_NATIVE_INT, version);
       edits.content_changed |= version != checkpoint::kFormatVersion;
       return;
     }

@@ -64,12 +64,7 @@ void write_file(const std::filesystem::path& path, FuzzInput& input) {
                                         attributes & 2 ? "hardy-climate" : input.text(16));
   if (attributes & 4) {
     const std::int64_t version = attributes & 8 ? 1 : static_cast<std::int64_t>(input.u64());
-    const hid_t space = H5Screate(H5S_SCALAR);
-    const hid_t attribute =
-        H5Acreate2(file, "format_version", H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(attribute, H5T_NATIVE_INT64, &version);
-    H5Aclose(attribute);
-    H5Sclose(space);
+    hardy::fuzz::write_scalar_attribute(file, "format_version", H5T_NATIVE_INT64, version);
   }
   if (!(attributes & 16)) add_dataset(file, "fields", input, 4);
   if (!(attributes & 32)) add_dataset(file, "labels", input, 3);
@@ -80,8 +75,7 @@ void write_file(const std::filesystem::path& path, FuzzInput& input) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace hardy;
-  static const bool quiet = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
-  (void)quiet;
+  fuzz::silence_hdf5_errors();
   FuzzInput input(data, size);
   const auto dir = fuzz::scratch_directory() / "dataset";
   std::filesystem::remove_all(dir);

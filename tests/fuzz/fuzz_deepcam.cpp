@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fuzz_climate_layout.hpp"
 #include "fuzz_hdf5.hpp"
 #include "fuzz_support.hpp"
 #include "hardy/core/data/deepcam.hpp"
@@ -35,40 +36,13 @@ hid_t pick_type(FuzzInput& input) {
   return *kTypes[input.byte() % std::size(kTypes)];
 }
 
-enum StorageFlags : std::uint8_t { kChunked = 1, kCompressed = 2, kEarlyAllocation = 4 };
-
 // A dataset of the given extents and the fuzzer's type and storage; small ones are filled with
 // the fuzzer's bytes (all zeros when it has run out: valid fields and background labels).
 void add_dataset(hid_t parent, const char* name, const std::vector<hsize_t>& dims,
                  FuzzInput& input) {
-  hsize_t elements = 1;
-  bool overflow = false;
-  for (hsize_t d : dims) {
-    overflow |= d != 0 && elements > (hsize_t{1} << 62) / d;
-    elements *= d;
-  }
-  const hid_t type = pick_type(input);
-  const std::uint8_t storage = input.byte();
-  const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-  const hid_t properties = H5Pcreate(H5P_DATASET_CREATE);
-  if ((storage & kChunked) && !dims.empty() && !overflow) {
-    std::vector<hsize_t> chunk(dims.size());
-    for (std::size_t d = 0; d < dims.size(); ++d)
-      chunk[d] = std::max<hsize_t>(1, std::min<hsize_t>(dims[d], 8));
-    H5Pset_chunk(properties, static_cast<int>(chunk.size()), chunk.data());
-    if (storage & kCompressed) H5Pset_deflate(properties, 1);
-  } else if ((storage & kEarlyAllocation) && !overflow && elements <= 4096) {
-    H5Pset_alloc_time(properties, H5D_ALLOC_TIME_EARLY);
-  }
-  const hid_t dataset = H5Dcreate2(parent, name, type, space, H5P_DEFAULT, properties, H5P_DEFAULT);
-  if (dataset >= 0 && !overflow && elements <= 4096 && !(storage & kEarlyAllocation)) {
-    std::vector<std::uint8_t> bytes(elements * H5Tget_size(type));
-    for (auto& b : bytes) b = input.byte();
-    H5Dwrite(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data());
-  }
+  const hid_t dataset =
+      hardy::fuzz::create_fuzzed_dataset(parent, name, dims, pick_type(input), input);
   if (dataset >= 0) H5Dclose(dataset);
-  H5Pclose(properties);
-  H5Sclose(space);
 }
 
 enum StatsFlags : std::uint8_t {
@@ -158,30 +132,13 @@ void write_sample(const std::filesystem::path& path, FuzzInput& input) {
   }
 }
 
-// fuzz::accepts, saying what happened under HARDY_FUZZ_VERBOSE=1.
-template <class Action>
-bool accepts(const char* what, Action&& action) {
-  return hardy::fuzz::accepts([&] {
-    try {
-      action();
-      if (hardy::fuzz::verbose()) std::fprintf(stderr, "  %s: accepted\n", what);
-    } catch (const hardy::Error& error) {
-      if (hardy::fuzz::verbose()) std::fprintf(stderr, "  %s: rejected: %s\n", what, error.what());
-      throw;
-    }
-  });
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace hardy;
-  static const bool quiet = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
-  (void)quiet;
+  fuzz::silence_hdf5_errors();
   FuzzInput input(data, size);
-  const auto root = fuzz::scratch_directory() / "deepcam";
-  std::filesystem::remove_all(root);
-  std::filesystem::create_directories(root / "train");
+  const auto root = fuzz::fresh_split_root("deepcam");
   write_stats(root / "stats.h5", input);
   const int files = static_cast<int>(input.pick(1, 3));
   for (int k = 0; k < files; ++k)
@@ -189,27 +146,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   core::DeepCamOptions options;
   options.label_set = input.byte() % 3;  // 2 does not exist
-  for (int k = 0, n = input.byte() % 4; k < n; ++k)
-    options.channels.push_back(static_cast<int>(input.byte() % 18) - 1);  // -1 and 16 are bad
-  if (input.byte() & 1) {
-    options.crop_height = input.byte() % 8;
-    options.crop_width = input.byte() % 8;
-  }
-  options.downsample = input.byte() % 4;  // 0 is bad
-  if (options.downsample == 0 && !(input.byte() & 1)) options.downsample = 1;
-  options.seed = input.byte();
-
-  accepts("dataset", [&] {
-    const core::DeepCamDataset dataset(root, "train", options);
-    const core::SampleShape shape = dataset.shape();
-    // What the trainer allocates for one sample.
-    std::vector<float> fields(shape.field_elements());
-    std::vector<std::int32_t> labels(shape.label_elements());
-    for (std::size_t index = 0; index < dataset.size(); ++index) {
-      const bool first = accepts("load", [&] { dataset.load(index, fields, labels); });
-      if (accepts("load again", [&] { dataset.load(index, fields, labels); }) != first)
-        fuzz::broken_promise("a second load of a sample gave another verdict than the first");
-    }
-  });
+  fuzz::fuzz_window_options(options, input);
+  fuzz::load_every_sample<core::DeepCamDataset>(root, options);
   return 0;
 }

@@ -107,4 +107,18 @@ bool accepts(Parse&& parse) {
   }
 }
 
+// accepts(), saying what happened to `what` under HARDY_FUZZ_VERBOSE=1.
+template <class Action>
+bool accepts(const char* what, Action&& action) {
+  return accepts([&] {
+    try {
+      action();
+      if (verbose()) std::fprintf(stderr, "  %s: accepted\n", what);
+    } catch (const hardy::Error& error) {
+      if (verbose()) std::fprintf(stderr, "  %s: rejected: %s\n", what, error.what());
+      throw;
+    }
+  });
+}
+
 }  // namespace hardy::fuzz

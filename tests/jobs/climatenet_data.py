@@ -17,13 +17,12 @@ Exit 77 (skipped) when this Python has no netCDF4 or h5py (scripts/test installs
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, read_jsonl  # noqa: E402
+from hardy_test import Checks, read_jsonl, run_hardy  # noqa: E402
 
 try:
     import numpy as np
@@ -39,10 +38,7 @@ check = Checks()
 
 
 def run(*args, timeout=600):
-    done = subprocess.run([hardy, *args], capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        print(done.stdout[-2000:], done.stderr[-2000:])
-    return done
+    return run_hardy(hardy, *args, timeout=timeout)
 
 
 with tempfile.TemporaryDirectory(prefix="hardy-climatenet-") as tmp:

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, run_watched  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, run_hardy, run_watched  # noqa: E402
 
 hardy, mpirun = sys.argv[1], sys.argv[2:]
 TRAIN, VALIDATION, STEPS = 24, 6, 14
@@ -31,10 +31,7 @@ check = Checks()
 
 
 def hardy_ok(*args):
-    done = subprocess.run([hardy, *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        print(done.stdout[-2000:], done.stderr[-2000:])
-    return done
+    return run_hardy(hardy, *args)
 
 
 with tempfile.TemporaryDirectory(prefix="hardy-deepcam-") as tmp:

@@ -1,10 +1,12 @@
 """What hardy's end-to-end test scripts share: checks that count failures, the run directory's
-JSON-lines logs, and the audit of which samples each step trained on."""
+JSON-lines logs (read once, or as a job writes them), and the audit of which samples each step
+trained on."""
 import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -61,6 +63,34 @@ def read_jsonl_tail(path):
     return None
 
 
+class Job:
+    """The run directory of a job under `hardy run`, read as it grows."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def events(self, name=None):
+        events = read_jsonl(self.run / "events.jsonl")
+        return [e for e in events if name is None or e["event"] == name]
+
+    def step(self):
+        metrics = read_jsonl_tail(self.run / "metrics.jsonl")
+        return metrics["step"] if metrics else 0
+
+    def wait(self, condition, what, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if condition():
+                return True
+            time.sleep(0.02)
+        print(f"timed out waiting for {what}", flush=True)
+        return False
+
+    def rank_pid(self, rank):
+        started = [e for e in self.events("rank_started") if e["rank"] == rank]
+        return started[-1]["pid"] if started else None
+
+
 def samples_by_epoch(run):
     """{epoch: [sample, ...]} from samples.jsonl, where the last line written for a step counts
     (a step redone after a rollback is logged again)."""
@@ -82,6 +112,14 @@ def complete_epochs_exact(run, dataset_size):
     complete = [e for e, s in seen.items() if len(s) >= dataset_size]
     wrong = [e for e in complete if sorted(seen[e]) != list(range(dataset_size))]
     return complete, wrong
+
+
+def run_hardy(hardy, *args, timeout=None):
+    """Runs `hardy ARGS` with its output captured; when it fails, prints the end of both streams."""
+    done = subprocess.run([hardy, *args], capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        print(done.stdout[-2000:], done.stderr[-2000:])
+    return done
 
 
 def run_watched(command, watch=None, timeout=None, **popen):

@@ -59,6 +59,20 @@ int wait_for(pid_t child, std::chrono::milliseconds limit) {
   return -1;
 }
 
+// Forks a child that runs `body` and exits 0 (unless `body` ends it first, or its monitor kills
+// it), and returns its wait status (-1: still running after 10 s). The monitor acts on a real
+// process, as it would on a hung rank.
+template <class Body>
+int wait_status_of_child(Body&& body) {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    body();
+    ::_exit(0);
+  }
+  return wait_for(child, 10s);
+}
+
 }  // namespace
 
 TEST_CASE("hang timeout: 5 x the longest step, at least 5 s, at most half the collective timeout") {
@@ -214,9 +228,7 @@ TEST_CASE("hang monitor: a rank that computes past the timeout names itself and 
 
 TEST_CASE("hang monitor: the I/O bound grows to 5 x the longest data wait or state write seen") {
   ScratchDirectory scratch("monitor-io");
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
+  const int status = wait_status_of_child([&] {
     HangMonitor monitor({.board = places_in(scratch),
                          .launch = "l",
                          .world_rank = 0,
@@ -231,9 +243,7 @@ TEST_CASE("hang monitor: the I/O bound grows to 5 x the longest data wait or sta
     monitor.tick(progress("checkpoint", Activity::writing_state, 10, {0}));
     // ...but not past 5 x.
     monitor.tick(progress("checkpoint", Activity::writing_state, 16, {0}));
-    ::_exit(0);
-  }
-  const int status = wait_for(child, 10s);
+  });
   REQUIRE(status != -1);
   REQUIRE(WIFSIGNALED(status));  // exit 4: the bound did not grow; exit 0: never killed
   CHECK(WTERMSIG(status) == SIGKILL);
@@ -244,9 +254,7 @@ TEST_CASE("hang monitor: the I/O bound grows to 5 x the longest data wait or sta
 
 TEST_CASE("hang monitor: nothing is judged before training starts, and waiting is no hang") {
   ScratchDirectory scratch("monitor-quiet");
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
+  const int status = wait_status_of_child([&] {
     HangMonitor monitor({.board = places_in(scratch),
                          .launch = "l",
                          .world_rank = 0,
@@ -254,9 +262,7 @@ TEST_CASE("hang monitor: nothing is judged before training starts, and waiting i
                          .fixed_timeout_s = 0.5});
     monitor.tick(progress("compute", Activity::computing, 60, {0}, /*training=*/false));
     monitor.tick(progress("gradient allreduce", Activity::communicating, 60, {0}));
-    ::_exit(0);
-  }
-  const int status = wait_for(child, 10s);
+  });
   REQUIRE(status != -1);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);

@@ -13,19 +13,13 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "in_process_world.hpp"
+#include "training_fixtures.hpp"
 
 using namespace hardy;
 using hardy::testing::InProcessWorld;
+using hardy::testing::read_jsonl;
 
 namespace {
-
-std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
 
 std::vector<nlohmann::json> events_named(const std::filesystem::path& run_dir,
                                          const std::string& name) {
@@ -36,24 +30,7 @@ std::vector<nlohmann::json> events_named(const std::filesystem::path& run_dir,
 }
 
 resilience::TrainingConfig small_job(const std::filesystem::path& run_dir, long steps) {
-  resilience::TrainingConfig config;
-  config.run_dir = run_dir;
-  config.steps = steps;
-  config.global_batch = 8;
-  config.threads = 1;
-  config.log_every = 1000;
-  config.data.samples = 24;
-  config.data.eval_samples = 0;
-  config.data.shape = {16, 16, 16};
-  config.model.width = 8;
-  config.model.aspp_channels = 8;
-  config.model.aspp_rates = {1, 2};
-  config.model.low_level_channels = 8;
-  config.model.decoder_channels = 8;
-  config.optimizer.kind = core::OptimizerKind::adam;
-  config.schedule.base_lr = 0.003f;
-  config.snapshot_every = 0;  // no node-local tier: the threads share one host
-  config.ranks_per_node = 2;
+  resilience::TrainingConfig config = hardy::testing::small_training_job(run_dir, steps);
   config.verify_replicas_every = 1;  // a digest of the parameters after every step
   // Given, so that no sample is read before training (class frequencies would read the first).
   config.class_weights = std::vector<float>{1.0f, 2.0f, 2.0f};

@@ -16,11 +16,13 @@
 #include "hardy/resilience/recovery_protocol.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "in_process_world.hpp"
+#include "training_fixtures.hpp"
 
 using namespace hardy;
 using namespace hardy::resilience;
 using hardy::testing::InProcessWorld;
 using hardy::testing::PlannedDeath;
+using hardy::testing::read_jsonl;
 
 namespace {
 
@@ -219,34 +221,9 @@ TEST_CASE("a preemption asked of one rank stops every rank at the same step", "[
 
 namespace {
 
-std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
 resilience::TrainingConfig small_job(const std::filesystem::path& run_dir, long steps) {
-  resilience::TrainingConfig config;
-  config.run_dir = run_dir;
-  config.steps = steps;
-  config.global_batch = 8;
-  config.threads = 1;
-  config.log_every = 1000;
+  resilience::TrainingConfig config = hardy::testing::small_training_job(run_dir, steps);
   config.audit_samples = true;
-  config.data.samples = 24;
-  config.data.eval_samples = 0;
-  config.data.shape = {16, 16, 16};
-  config.model.width = 8;
-  config.model.aspp_channels = 8;
-  config.model.aspp_rates = {1, 2};
-  config.model.low_level_channels = 8;
-  config.model.decoder_channels = 8;
-  config.optimizer.kind = core::OptimizerKind::adam;
-  config.schedule.base_lr = 0.003f;
-  config.snapshot_every = 0;  // no node-local tier: the threads share one host
-  config.ranks_per_node = 2;
   return config;
 }
 

@@ -199,21 +199,7 @@ bool is_climatenet_layout(const fs::path& root) {
 }
 
 std::vector<fs::path> climatenet_files(const fs::path& root, std::string_view split) {
-  const fs::path dir = root / split;
-  std::error_code error;
-  if (!fs::is_directory(dir, error))
-    throw InvalidArgument(fmt::format("ClimateNet split directory {} does not exist", quoted(dir)));
-  std::vector<fs::path> files;
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error))
-    if (entry.path().extension() == ".nc" && entry.is_regular_file(error))
-      files.push_back(entry.path());
-  if (error) throw InvalidArgument(fmt::format("cannot list {}: {}", quoted(dir), error.message()));
-  std::sort(files.begin(), files.end(),
-            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
-  if (files.empty())
-    throw InvalidArgument(
-        fmt::format("ClimateNet split directory {} holds no .nc files", quoted(dir)));
-  return files;
+  return split_files("ClimateNet", root / split, ".nc");
 }
 
 // ---- statistics ----
@@ -333,30 +319,10 @@ struct ClimateNetDataset::Sample {
 ClimateNetDataset::ClimateNetDataset(const fs::path& root, std::string_view split,
                                      ClimateNetOptions options)
     : root_(root), split_(split), options_(std::move(options)) {
-  if (split_ != "train" && split_ != "validation" && split_ != "test")
-    throw InvalidArgument(fmt::format(
-        "unknown ClimateNet split '{}'; the splits are train, validation and test", split));
-  if (options_.channels.empty())
-    for (int c = 0; c < kClimateNetVariables; ++c) options_.channels.push_back(c);
-  for (std::size_t k = 0; k < options_.channels.size(); ++k) {
-    const int c = options_.channels[k];
-    if (c < 0 || c >= kClimateNetVariables)
-      throw InvalidArgument(
-          fmt::format("ClimateNet variable {} does not exist; variables are 0 to {}", c,
-                      kClimateNetVariables - 1));
-    if (std::find(options_.channels.begin(), options_.channels.begin() + k, c) !=
-        options_.channels.begin() + k)
-      throw InvalidArgument(
-          fmt::format("ClimateNet variable {} ({}) is selected twice", c, kClimateChannelNames[c]));
-  }
-  if (options_.downsample < 1)
-    throw InvalidArgument(
-        fmt::format("the downsampling factor must be at least 1 (got {})", options_.downsample));
-  if (options_.crop_height < 0 || options_.crop_width < 0 ||
-      (options_.crop_height == 0) != (options_.crop_width == 0))
-    throw InvalidArgument(
-        fmt::format("a crop needs a positive height and width, or neither (got {}x{})",
-                    options_.crop_height, options_.crop_width));
+  check_split_name("ClimateNet", split_);
+  options_.channels = selected_channels("ClimateNet", "variable", std::move(options_.channels),
+                                        kClimateNetVariables);
+  check_window_options(options_.crop_height, options_.crop_width, options_.downsample);
   files_ = climatenet_files(root, split_);
   bad_.resize(files_.size());
 

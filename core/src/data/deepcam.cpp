@@ -271,48 +271,16 @@ std::vector<int> parse_channel_selection(std::string_view text) {
 
 DeepCamDataset::DeepCamDataset(const fs::path& root, std::string_view split, DeepCamOptions options)
     : root_(root), split_(split), options_(std::move(options)) {
-  if (split_ != "train" && split_ != "validation" && split_ != "test")
-    throw InvalidArgument(fmt::format(
-        "unknown DeepCAM split '{}'; the splits are train, validation and test", split));
+  check_split_name("DeepCAM", split_);
   if (options_.label_set != 0 && options_.label_set != 1)
     throw InvalidArgument(
         fmt::format("DeepCAM label set {} does not exist; it is 0 (labels_0) or "
                     "1 (labels_1, relaxed thresholds)",
                     options_.label_set));
-  if (options_.channels.empty())
-    for (int c = 0; c < kDeepCamChannels; ++c) options_.channels.push_back(c);
-  for (std::size_t k = 0; k < options_.channels.size(); ++k) {
-    const int c = options_.channels[k];
-    if (c < 0 || c >= kDeepCamChannels)
-      throw InvalidArgument(fmt::format("DeepCAM channel {} does not exist; channels are 0 to {}",
-                                        c, kDeepCamChannels - 1));
-    if (std::find(options_.channels.begin(), options_.channels.begin() + k, c) !=
-        options_.channels.begin() + k)
-      throw InvalidArgument(
-          fmt::format("DeepCAM channel {} ({}) is selected twice", c, kClimateChannelNames[c]));
-  }
-  if (options_.downsample < 1)
-    throw InvalidArgument(
-        fmt::format("the downsampling factor must be at least 1 (got {})", options_.downsample));
-  if (options_.crop_height < 0 || options_.crop_width < 0 ||
-      (options_.crop_height == 0) != (options_.crop_width == 0))
-    throw InvalidArgument(
-        fmt::format("a crop needs a positive height and width, or neither (got {}x{})",
-                    options_.crop_height, options_.crop_width));
-
-  const fs::path dir = root / split_;
-  std::error_code error;
-  if (!fs::is_directory(dir, error))
-    throw InvalidArgument(fmt::format("DeepCAM split directory {} does not exist", quoted(dir)));
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error))
-    if (entry.path().extension() == ".h5" && entry.is_regular_file(error))
-      files_.push_back(entry.path());
-  if (error) throw InvalidArgument(fmt::format("cannot list {}: {}", quoted(dir), error.message()));
-  std::sort(files_.begin(), files_.end(),
-            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
-  if (files_.empty())
-    throw InvalidArgument(
-        fmt::format("DeepCAM split directory {} holds no .h5 files", quoted(dir)));
+  options_.channels =
+      selected_channels("DeepCAM", "channel", std::move(options_.channels), kDeepCamChannels);
+  check_window_options(options_.crop_height, options_.crop_width, options_.downsample);
+  files_ = split_files("DeepCAM", root / split_, ".h5");
 
   read_statistics(root / "stats.h5", minval_, inverse_range_);
 

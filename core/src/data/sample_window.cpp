@@ -2,10 +2,66 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/random.hpp"
 
 namespace hardy::core {
+namespace fs = std::filesystem;
+
+void check_split_name(std::string_view layout, std::string_view split) {
+  if (split != "train" && split != "validation" && split != "test")
+    throw InvalidArgument(fmt::format(
+        "unknown {} split '{}'; the splits are train, validation and test", layout, split));
+}
+
+std::vector<int> selected_channels(std::string_view layout, std::string_view channel,
+                                   std::vector<int> selected, int available) {
+  if (selected.empty())
+    for (int c = 0; c < available; ++c) selected.push_back(c);
+  for (std::size_t k = 0; k < selected.size(); ++k) {
+    const int c = selected[k];
+    if (c < 0 || c >= available)
+      throw InvalidArgument(fmt::format("{} {} {} does not exist; {}s are 0 to {}", layout, channel,
+                                        c, channel, available - 1));
+    if (std::find(selected.begin(), selected.begin() + k, c) != selected.begin() + k)
+      throw InvalidArgument(fmt::format("{} {} {} ({}) is selected twice", layout, channel, c,
+                                        kClimateChannelNames[c]));
+  }
+  return selected;
+}
+
+void check_window_options(int crop_height, int crop_width, int downsample) {
+  if (downsample < 1)
+    throw InvalidArgument(
+        fmt::format("the downsampling factor must be at least 1 (got {})", downsample));
+  if (crop_height < 0 || crop_width < 0 || (crop_height == 0) != (crop_width == 0))
+    throw InvalidArgument(
+        fmt::format("a crop needs a positive height and width, or neither (got {}x{})", crop_height,
+                    crop_width));
+}
+
+std::vector<fs::path> split_files(std::string_view layout, const fs::path& dir,
+                                  std::string_view extension) {
+  const std::string quoted_dir = fmt::format("'{}'", dir.string());
+  std::error_code error;
+  if (!fs::is_directory(dir, error))
+    throw InvalidArgument(fmt::format("{} split directory {} does not exist", layout, quoted_dir));
+  const fs::path wanted(extension);
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error))
+    if (entry.path().extension() == wanted && entry.is_regular_file(error))
+      files.push_back(entry.path());
+  if (error) throw InvalidArgument(fmt::format("cannot list {}: {}", quoted_dir, error.message()));
+  std::sort(files.begin(), files.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename() < b.filename(); });
+  if (files.empty())
+    throw InvalidArgument(
+        fmt::format("{} split directory {} holds no {} files", layout, quoted_dir, extension));
+  return files;
+}
 
 std::pair<int, int> crop_origin(std::uint64_t stream, std::uint64_t seed, std::size_t index,
                                 int height, int width, int crop_height, int crop_width) {

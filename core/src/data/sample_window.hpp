@@ -1,17 +1,39 @@
 #pragma once
 // What the readers of published climate layouts (deepcam.cpp, climatenet.cpp) share about the
-// window they cut out of a sample: where a crop lies, the shape a crop and a downsampling give,
-// and the label a downsampled block takes.
+// window they cut out of a sample: the checks of their split, channels, crop and downsampling,
+// the sample files of a split, where a crop lies, the shape a crop and a downsampling give, and
+// the label a downsampled block takes.
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "hardy/core/compute/labels.hpp"
 #include "hardy/core/data/sample_source.hpp"
 
 namespace hardy::core {
+
+// Throws InvalidArgument, naming `layout`, unless `split` is train, validation or test.
+void check_split_name(std::string_view layout, std::string_view split);
+
+// The channels a reader loads: `selected` (indices into kClimateChannelNames, in this order), or
+// all `available` ones when it is empty. Throws InvalidArgument, naming `layout` and what it
+// calls a channel (`channel`), for an index that does not exist or is selected twice.
+std::vector<int> selected_channels(std::string_view layout, std::string_view channel,
+                                   std::vector<int> selected, int available);
+
+// Throws InvalidArgument for a downsampling factor under 1 or a crop that is not a positive
+// height and width (or neither).
+void check_window_options(int crop_height, int crop_width, int downsample);
+
+// The regular files ending in `extension` in a split directory, in name order. Throws
+// InvalidArgument, naming `layout`, when the directory is missing, cannot be listed, or holds none.
+std::vector<std::filesystem::path> split_files(std::string_view layout,
+                                               const std::filesystem::path& dir,
+                                               std::string_view extension);
 
 // The top-left corner of sample `index`'s crop window: a pure function of (seed, index), so that
 // resumes and relaunches see the same data. `stream` keeps each layout's positions apart from
