@@ -22,10 +22,21 @@ namespace {
 
 // gloo's stores answer "is it there yet" only by blocking; FileStore's check() is protected,
 // HashStore has none. These give the non-blocking look the protocols poll with.
+// gloo's FileStore::set appends to a vector of the paths it wrote, unguarded: two threads that
+// set keys at once (the members of a group connecting through one store object) corrupt the heap
+// ("double free or corruption", once in a clean-clone CI run of the file store's test). Sets are
+// serialized here; looks and reads share no state and need no lock.
 class FileStoreWithCheck final : public gloo::rendezvous::FileStore {
  public:
   using FileStore::FileStore;
   bool has(const std::string& key) { return check({key}); }
+  void set(const std::string& key, const std::vector<char>& data) override {
+    std::lock_guard lock(set_mutex_);
+    FileStore::set(key, data);
+  }
+
+ private:
+  std::mutex set_mutex_;
 };
 
 // gloo's RedisStore holds one hiredis connection, which is not safe to use from two threads at

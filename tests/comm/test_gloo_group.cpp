@@ -203,6 +203,24 @@ TEST_CASE("the file store is private, writes each key once and answers without b
   CHECK_THROWS_AS(comm::open_file_store(scratch.path() / "plain" / "below"), IoError);
 }
 
+TEST_CASE("one file store object takes keys from several threads at once") {
+  // The members of a group connect through one store object from their own threads.
+  hardy::testing::ScratchDirectory scratch("rendezvous-threads");
+  auto store = comm::open_file_store(scratch.path() / "store");
+  constexpr int kThreads = 8, kKeys = 150;
+  std::vector<std::future<void>> writers;
+  for (int t = 0; t < kThreads; ++t)
+    writers.push_back(std::async(std::launch::async, [&, t] {
+      for (int k = 0; k < kKeys; ++k) store->set(fmt::format("t{}.k{}", t, k), std::to_string(k));
+    }));
+  for (auto& writer : writers) writer.get();
+  int found = 0;
+  for (int t = 0; t < kThreads; ++t)
+    for (int k = 0; k < kKeys; ++k)
+      found += store->try_get(fmt::format("t{}.k{}", t, k)) == std::to_string(k) ? 1 : 0;
+  CHECK(found == kThreads * kKeys);
+}
+
 TEST_CASE("a file store on NFS or a parallel file system is named with what it costs") {
   const auto nfs = comm::file_store_caveat(0x6969L);
   REQUIRE(nfs);
