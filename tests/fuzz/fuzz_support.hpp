@@ -62,20 +62,26 @@ class FuzzInput {
 
 // A directory of this process's own (the fuzzer runs several processes with -jobs), under
 // /dev/shm when it exists so that file-reading targets do not wear a disk.
+// Removed when the process exits normally. (An atexit handler registered while the static was
+// being made ran after the static was destroyed, so it removed nothing: every replay left its
+// directory in /dev/shm.)
 inline const std::filesystem::path& scratch_directory() {
-  static const std::filesystem::path dir = [] {
+  struct Owned {
+    std::filesystem::path path;
+    ~Owned() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const Owned dir = [] {
     const std::filesystem::path base = std::filesystem::is_directory("/dev/shm")
                                            ? "/dev/shm"
                                            : std::filesystem::temp_directory_path();
     auto path = base / ("hardy-fuzz-" + std::to_string(::getpid()));
     std::filesystem::create_directories(path);
-    std::atexit([] {
-      std::error_code ignored;
-      std::filesystem::remove_all(scratch_directory(), ignored);
-    });
-    return path;
+    return Owned{path};
   }();
-  return dir;
+  return dir.path;
 }
 
 inline void write_file(const std::filesystem::path& path, std::string_view bytes) {
