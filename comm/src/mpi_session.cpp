@@ -3,39 +3,30 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <string_view>
 
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/core/support/process_info.hpp"
 
 namespace hardy::comm {
 
 namespace {
 std::atomic<double> mpi_ready_unix_time{0};
 
-// /proc/self/stat's 22nd field is the start time in clock ticks after boot (the command name,
-// field 2, may hold spaces, so fields count from its ')'). Its age on CLOCK_BOOTTIME, taken from
-// now, gives the Unix time to a tick; /proc/stat's btime is rounded to whole seconds.
+// The process's start (core::process_start_ticks, clock ticks after boot) as Unix time: its age
+// on CLOCK_BOOTTIME, taken from now, gives it to a tick; /proc/stat's btime is rounded to whole
+// seconds.
 double process_started_unix_time() {
-  std::ifstream stat_file("/proc/self/stat");
-  std::string stat((std::istreambuf_iterator<char>(stat_file)), {});
-  const auto name_end = stat.rfind(')');
-  if (name_end == std::string::npos) return 0;
-  std::istringstream fields(stat.substr(name_end + 2));
-  std::string field;
-  for (int index = 3; index <= 22 && fields >> field; ++index) {
-    if (index < 22) continue;
-    timespec since_boot{};
-    if (::clock_gettime(CLOCK_BOOTTIME, &since_boot) != 0) return 0;
-    const double age = static_cast<double>(since_boot.tv_sec) + since_boot.tv_nsec * 1e-9 -
-                       std::stod(field) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-    return core::unix_time() - age;
-  }
-  return 0;
+  const std::string ticks = core::process_start_ticks(::getpid());
+  if (ticks.empty()) return 0;
+  timespec since_boot{};
+  if (::clock_gettime(CLOCK_BOOTTIME, &since_boot) != 0) return 0;
+  const double age = static_cast<double>(since_boot.tv_sec) + since_boot.tv_nsec * 1e-9 -
+                     std::stod(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return core::unix_time() - age;
 }
 }  // namespace
 

@@ -11,14 +11,13 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/core/support/private_tree.hpp"
+#include "hardy/core/support/process_info.hpp"
 
 namespace hardy::resilience {
 
@@ -132,19 +131,6 @@ std::optional<int> killer_of(const Heartbeat& suspect, std::span<const Heartbeat
     if (!killer || beat.world_rank < *killer) killer = beat.world_rank;
   }
   return killer;
-}
-
-std::string process_start_of(pid_t pid) {
-  // Field 22; the command name (field 2) may hold spaces, so fields count from its ')'.
-  std::ifstream file(fmt::format("/proc/{}/stat", pid));
-  std::string stat((std::istreambuf_iterator<char>(file)), {});
-  const auto name_end = stat.rfind(')');
-  if (name_end == std::string::npos || name_end + 2 > stat.size()) return {};
-  std::istringstream fields(stat.substr(name_end + 2));
-  std::string field;
-  for (int index = 3; index <= 22 && fields >> field; ++index)
-    if (index == 22) return field;
-  return {};
 }
 
 // ---- ProgressBoard ----
@@ -278,7 +264,7 @@ void ProgressBoard::remove_launch(bool node, bool shared) {
 HangMonitor::HangMonitor(Options options)
     : options_(std::move(options)),
       board_(options_.board, options_.launch),
-      own_start_(process_start_of(::getpid())) {
+      own_start_(core::process_start_ticks(::getpid())) {
   longest_step_s_ = board_.longest_step();  // a relaunch starts from what the run learned
   kept_longest_s_ = longest_step_s_;
   board_.remove_other_launches(options_.first_on_host, options_.keeps_longest_step);
@@ -387,7 +373,8 @@ void HangMonitor::look_at_host_peers(const Watchdog::Progress& progress, double 
   for (const Heartbeat& suspect : stopped_members(beats, now, timeout)) {
     if (killer_of(suspect, beats, now, timeout) != options_.world_rank) continue;
     // The pid names the process that wrote the beat only while its start time matches.
-    if (suspect.process_start.empty() || process_start_of(suspect.pid) != suspect.process_start)
+    if (suspect.process_start.empty() ||
+        core::process_start_ticks(suspect.pid) != suspect.process_start)
       continue;
     const double silent = now - suspect.unix_time;
     const HangDecision decision{

@@ -91,9 +91,6 @@ std::vector<Heartbeat> stopped_members(std::span<const Heartbeat> beats, double 
 std::optional<int> killer_of(const Heartbeat& suspect, std::span<const Heartbeat> beats, double now,
                              double timeout_s);
 
-// /proc/PID/stat's start time field, or empty when there is no such process.
-std::string process_start_of(pid_t pid);
-
 // Where a launch's heartbeats and decisions go. Heartbeats: NODE_ROOT/BEATS/LAUNCH/rank-N, in
 // the node-local root's checked private tree (core/support/private_tree.hpp). Decisions and the
 // longest step: SHARED/LAUNCH/decision-N and SHARED/longest-step.json, in the run directory.

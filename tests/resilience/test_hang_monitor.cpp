@@ -13,6 +13,7 @@
 #include "hang_monitor.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/core/support/process_info.hpp"
 #include "hardy/resilience/failure_injection.hpp"
 #include "scratch_directory.hpp"
 
@@ -327,7 +328,7 @@ TEST_CASE(
   {
     Heartbeat departed = beat(2, "h", hardy::core::unix_time() - 60);
     departed.pid = bystander;
-    departed.process_start = process_start_of(bystander);
+    departed.process_start = hardy::core::process_start_ticks(bystander);
     ProgressBoard writer(board_dir, "l");
     writer.publish(departed);
   }
