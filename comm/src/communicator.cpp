@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <thread>
 
 #include "hardy/comm/self_communicator.hpp"
 #include "hardy/core/support/error.hpp"
@@ -53,6 +54,15 @@ class CompletedRequest final : public Request {
 }  // namespace
 
 std::unique_ptr<Request> completed_request() { return std::make_unique<CompletedRequest>(); }
+
+std::unique_ptr<Request> Communicator::ibroadcast(std::span<std::byte> data, int root) {
+  broadcast(data, root);
+  return completed_request();
+}
+
+void wait_yielding(Request& request, std::chrono::microseconds pause) {
+  while (!request.test()) std::this_thread::sleep_for(pause);
+}
 
 std::unique_ptr<Request> SelfCommunicator::iallreduce_sum(std::span<float>) {
   return completed_request();

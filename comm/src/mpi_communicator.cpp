@@ -105,13 +105,26 @@ std::unique_ptr<Request> MpiCommunicator::iallreduce_sum(std::span<float> data) 
   return std::make_unique<MpiRequest>(request, comm_, "MPI_Iallreduce (wait)");
 }
 
-void MpiCommunicator::broadcast(std::span<std::byte> data, int root) {
+void MpiCommunicator::check_root(int root, const char* call) const {
   if (root < 0 || root >= size_) {
-    throw hardy::Error("broadcast: root " + std::to_string(root) + " is not a rank of a " +
-                       std::to_string(size_) + "-rank communicator");
+    throw hardy::Error(std::string(call) + ": root " + std::to_string(root) +
+                       " is not a rank of a " + std::to_string(size_) + "-rank communicator");
   }
+}
+
+void MpiCommunicator::broadcast(std::span<std::byte> data, int root) {
+  check_root(root, "broadcast");
   mpi_check(MPI_Bcast(data.data(), checked_count(data.size(), "MPI_Bcast"), MPI_BYTE, root, comm_),
             "MPI_Bcast", comm_);
+}
+
+std::unique_ptr<Request> MpiCommunicator::ibroadcast(std::span<std::byte> data, int root) {
+  check_root(root, "ibroadcast");
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi_check(MPI_Ibcast(data.data(), checked_count(data.size(), "MPI_Ibcast"), MPI_BYTE, root, comm_,
+                       &request),
+            "MPI_Ibcast", comm_);
+  return std::make_unique<MpiRequest>(request, comm_, "MPI_Ibcast (wait)");
 }
 
 void MpiCommunicator::barrier() { mpi_check(MPI_Barrier(comm_), "MPI_Barrier", comm_); }

@@ -409,7 +409,11 @@ DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
                   values * sizeof(float));
     }
   }
-  domain().broadcast(message, 0);
+  // The members wait here while the leader exchanges with the other domains: without spinning,
+  // so that the cores they share with it (and with the other domains' leaders, on a small
+  // cluster) carry that exchange instead.
+  const auto delivered = domain().ibroadcast(message, 0);
+  comm::wait_yielding(*delivered);
   encoded.assign(room, 0.0);
   std::memcpy(encoded.data(), message.data(), room * sizeof(double));
   const SharedDecision decision = SharedDecision::decode(encoded);

@@ -6,6 +6,7 @@
 // Every collective must be called by every rank of the communicator in the same order. Any of
 // them may throw ProcessFailure when a peer has died or the communicator has been revoked;
 // other failures are hardy::Error.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,6 +58,10 @@ class Communicator {
   virtual std::unique_ptr<Request> iallreduce_sum(std::span<float> data) = 0;
   // Copies root's bytes into every other rank's buffer of the same size.
   virtual void broadcast(std::span<std::byte> data, int root) = 0;
+  // The same without blocking; data must stay valid until the request completes. Every rank must
+  // call this one (MPI never matches a blocking collective with a non-blocking one). A
+  // communicator whose collectives block broadcasts at once and returns a completed request.
+  virtual std::unique_ptr<Request> ibroadcast(std::span<std::byte> data, int root);
   virtual void barrier() = 0;
   // Every rank's host name, indexed by rank (for failure reports and node-aware placement).
   virtual std::vector<std::string> hostnames() = 0;
@@ -84,6 +89,15 @@ class Communicator {
 // A request that is complete from the start: what a communicator whose collectives block returns
 // from its non-blocking calls.
 std::unique_ptr<Request> completed_request();
+
+// Waits for a request without keeping a core busy: tests it, sleeping `pause` between tests.
+// For ranks that wait while another process works, on a node with fewer cores than processes:
+// MPI's own wait spins, and takes from that process the core it needs (a fault domain's members
+// spinning while their leader's exchange with the other domains waited on the gloo threads made
+// that exchange take twice as long on 4 emulated 2-rank domains on 2 cores). On a node where
+// every rank has its cores, the price is at most one pause after completion.
+void wait_yielding(Request& request,
+                   std::chrono::microseconds pause = std::chrono::microseconds(100));
 
 // One value reduced over every rank.
 std::int64_t allreduce(Communicator& comm, std::int64_t value, ReduceOp op);

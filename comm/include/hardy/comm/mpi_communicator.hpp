@@ -70,6 +70,7 @@ class MpiCommunicator final : public Communicator {
   std::vector<std::int64_t> allgather(std::int64_t value) override;
   std::unique_ptr<Request> iallreduce_sum(std::span<float> data) override;
   void broadcast(std::span<std::byte> data, int root) override;
+  std::unique_ptr<Request> ibroadcast(std::span<std::byte> data, int root) override;
   void barrier() override;
   std::vector<std::string> hostnames() override;
 
@@ -81,6 +82,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void require_fault_tolerance(const char* operation) const;
+  void check_root(int root, const char* call) const;
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0;
