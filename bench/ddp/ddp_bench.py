@@ -8,8 +8,10 @@ rank = cores / ranks, so more ranks would oversubscribe this machine), in rotati
   ddp                 PyTorch DDP (gloo), bench/ddp/ddp_worker.py, one process per rank with
                       torchrun's environment: fixed random inputs, Adam, no protection
   hardy               `hardy train` under mpirun with every protection on: the step agreement,
-                      the in-memory copy, node-local snapshots every step (the defaults) and an
-                      asynchronous checkpoint every 50 steps; the hang monitor
+                      the in-memory copy, node-local snapshots as often as they cost at most 1%
+                      (--snapshot-every auto; the defaults) and an asynchronous checkpoint every
+                      50 steps; the hang monitor
+  hardy-every-step    the same with a node-local snapshot of every step (--snapshot-every 1)
   hardy-no-snapshot   the same with --snapshot-every 0
   hardy-no-checkpoint the same with --checkpoint-every 0
   hardy-no-memory     the same with --memory-snapshots false
@@ -45,6 +47,7 @@ from bench_step import COMMON, CONFIGS  # noqa: E402
 PROTECTED = {"checkpoint-every": 50}
 VARIANTS = {
     "hardy": {},
+    "hardy-every-step": {"snapshot-every": 1},
     "hardy-no-snapshot": {"snapshot-every": 0},
     "hardy-no-checkpoint": {"checkpoint-every": 0},
     "hardy-no-memory": {"memory-snapshots": "false"},

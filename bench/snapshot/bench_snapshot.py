@@ -58,7 +58,7 @@ def main():
     parser.add_argument("--steps", default="", help="per configuration, e.g. tiny=60,large=15")
     parser.add_argument("--warmup", type=int, default=3, help="first steps left out (oneDNN primitives)")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--every", type=int, default=1, help="--snapshot-every of the runs with snapshots")
+    parser.add_argument("--every", default="1", help="--snapshot-every of the runs with snapshots (a number or auto)")
     parser.add_argument("--json", help="also write the results and raw per-step times here")
     args = parser.parse_args()
     hardy = find_binary("hardy", args.hardy, "bench_snapshot.py", ("build", "build-snap"),

@@ -64,9 +64,12 @@ po::options_description train_options() {
       "resume", po::value<std::string>()->default_value(""),
       "resume from `latest` (the newest valid checkpoint, or node-local snapshot when newer) or a "
       "checkpoint file; --steps stays the job's total")(
-      "snapshot-every", po::value<long>()->default_value(1),
+      "snapshot-every", po::value<std::string>()->default_value("auto"),
       "every N committed steps, the lowest rank of each node copies the committed state to "
-      "--snapshot-dir in the background, so that a relaunch loses no committed steps (0: never)")(
+      "--snapshot-dir in the background, so that a relaunch resumes from it (1: loses no "
+      "committed step; 0: never). auto: whenever 100 times the last snapshot's cost has gone by "
+      "since it, so that snapshots take at most 1% of the time: every step when steps are long, "
+      "every few when they are short")(
       "snapshot-dir",
       po::value<std::string>()->default_value(core::default_node_local_root().string()),
       "node-local directory for those snapshots, this user's own (created 0700; one that other "
@@ -209,6 +212,22 @@ T get(const po::variables_map& vm, const char* name) {
 
 void require(bool condition, const std::string& message) {
   if (!condition) throw InvalidArgument(message);
+}
+
+// --snapshot-every: auto or a number of steps (0: never).
+long parse_snapshot_every(const std::string& text) {
+  if (text == "auto") return resilience::kSnapshotEveryAuto;
+  std::size_t used = 0;
+  long steps = -1;
+  try {
+    steps = std::stol(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || steps < 0)
+    throw InvalidArgument(
+        fmt::format("--snapshot-every takes auto or a number of steps (0: never), got '{}'", text));
+  return steps;
 }
 
 // --hang-timeout: auto (0, learned), off (-1) or positive seconds.
@@ -384,12 +403,11 @@ void read_checkpoint_options(const po::variables_map& vm, TrainSpec& spec) {
   const auto mode = get<std::string>(vm, "checkpoint-mode");
   const auto when_busy = get<std::string>(vm, "checkpoint-when-busy");
   spec.resume = get<std::string>(vm, "resume");
-  spec.snapshot_every = get<long>(vm, "snapshot-every");
+  spec.snapshot_every = parse_snapshot_every(get<std::string>(vm, "snapshot-every"));
   spec.snapshot_dir = get<std::string>(vm, "snapshot-dir");
   require(spec.checkpoint_every >= 0 && spec.checkpoint_every_seconds >= 0,
           "checkpoint intervals must not be negative");
   require(spec.keep_last >= 1, "--keep-last must be at least 1");
-  require(spec.snapshot_every >= 0, "--snapshot-every must not be negative");
   require(!spec.snapshot_dir.empty(), "--snapshot-dir must not be empty");
   require(spec.keep_every >= 0, "--keep-every must not be negative");
   require(mode == "async" || mode == "sync",

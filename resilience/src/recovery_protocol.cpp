@@ -11,12 +11,17 @@ namespace {
 // Bits of the step's agreement, a bitwise AND over the survivors: set means "all of us".
 constexpr int kFinished = 1;
 constexpr int kNotPreempted = 2;
+constexpr int kSnapshotWanted = 4;
 
 }  // namespace
 
-StepOutcome agree_on_step(comm::Communicator& comm, bool finished, bool preempt_requested) {
-  const int flag = comm.agree((finished ? kFinished : 0) | (preempt_requested ? 0 : kNotPreempted));
-  return {(flag & kFinished) != 0, (flag & kNotPreempted) == 0};
+StepOutcome agree_on_step(comm::Communicator& comm, bool finished, bool preempt_requested,
+                          bool snapshot_wanted) {
+  const int flag = comm.agree((finished ? kFinished : 0) | (preempt_requested ? 0 : kNotPreempted) |
+                              (snapshot_wanted ? kSnapshotWanted : 0));
+  return {.committed = (flag & kFinished) != 0,
+          .preempt = (flag & kNotPreempted) == 0,
+          .snapshot_wanted = (flag & kSnapshotWanted) != 0};
 }
 
 int recover_until_agreed(std::unique_ptr<comm::Communicator>& comm,

@@ -166,9 +166,20 @@ bool StateStore::node_tree_usable(bool create) {
   }
 }
 
-double StateStore::write_node_snapshot() {
+bool StateStore::node_snapshot_wanted() const {
+  if (config_.snapshot_every != kSnapshotEveryAuto || !last_snapshot_started_) return true;
+  if (!membership_.first_on_host() || node_snapshots_unavailable_ || node_tree_refused_)
+    return true;
+  const double cost = last_snapshot_stall_s_ + last_snapshot_write_s_.load();
+  return seconds_since(*last_snapshot_started_) >= kSnapshotAutoCostFactor * cost;
+}
+
+double StateStore::write_node_snapshot(bool agreed_wanted) {
   const long step = source_.committed_step();
-  if (config_.snapshot_every <= 0 || step % config_.snapshot_every != 0) return 0;
+  if (config_.snapshot_every == 0) return 0;
+  if (config_.snapshot_every == kSnapshotEveryAuto ? !agreed_wanted
+                                                   : step % config_.snapshot_every != 0)
+    return 0;
   if (!committed_step_synced()) return 0;
   if (!membership_.first_on_host() || node_snapshots_unavailable_ || node_tree_refused_) return 0;
   const auto stall_start = std::chrono::steady_clock::now();
@@ -177,6 +188,7 @@ double StateStore::write_node_snapshot() {
     try {
       node_snapshots_.emplace(config_.snapshot_dir, config_.run_dir, membership_.host(),
                               [this](const checkpoint::WriteReport& report) {
+                                last_snapshot_write_s_ = report.write_s;
                                 if (!report.error.empty())
                                   report_snapshot_failure(report.step, report.error);
                               });
@@ -199,10 +211,13 @@ double StateStore::write_node_snapshot() {
     }
   }
   // Into the buffers of the snapshot written last: a copy from memory, no allocation.
+  const auto copy_start = std::chrono::steady_clock::now();  // the writer's set-up is once only
   checkpoint::TrainingState state = node_snapshots_->take_spare();
   committed_into(state);
   const double copy_s = seconds_since(stall_start);
   node_snapshots_->submit(std::move(state), copy_s);  // waits while the previous one is written
+  last_snapshot_started_ = copy_start;
+  last_snapshot_stall_s_ = seconds_since(copy_start);
   return seconds_since(stall_start);
 }
 
@@ -225,7 +240,7 @@ std::optional<checkpoint::ValidCheckpoint> StateStore::load_node_snapshot() {
 }
 
 void StateStore::remove_node_snapshots() {
-  if (config_.snapshot_every <= 0 || !membership_.first_on_host() || !node_tree_usable(false))
+  if (config_.snapshot_every == 0 || !membership_.first_on_host() || !node_tree_usable(false))
     return;
   try {
     if (node_snapshots_)

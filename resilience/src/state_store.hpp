@@ -70,9 +70,14 @@ class StateStore {
   // ---- node-local, each host's first rank ----
   // The tier lives in a private tree (core/support/private_tree.hpp): one that fails its checks
   // is refused (snapshot_tier_refused, once) and neither written nor read nor cleaned.
-  // Every --snapshot-every committed steps; returns the training thread's stall. Never throws
-  // for a write that fails (snapshot_failed).
-  double write_node_snapshot();
+  // With --snapshot-every auto, whether this rank wants the step about to commit snapshotted:
+  // the host's writer when kSnapshotAutoCostFactor times the last snapshot's cost has gone by
+  // since it started; every other rank always (the step's agreement takes the AND).
+  bool node_snapshot_wanted() const;
+  // Every --snapshot-every committed steps, or under auto when the step's agreement said every
+  // rank wanted one (`agreed_wanted`); returns the training thread's stall. Never throws for a
+  // write that fails (snapshot_failed).
+  double write_node_snapshot(bool agreed_wanted);
   // This host's newest valid snapshot of this run and configuration (snapshot_rejected says
   // why any other was passed over); nothing when there is none or this rank does not keep the
   // host's snapshots.
@@ -110,6 +115,11 @@ class StateStore {
   bool node_snapshots_unavailable_ = false;  // the directory could not be created: tier off
   bool node_tree_refused_ = false;           // the tree failed its checks: never touched again
   std::atomic<bool> snapshot_failure_reported_{false};  // the writer's thread reports too
+  // What the last snapshot cost, for --snapshot-every auto: when it started, the training
+  // thread's stall, and the background write's time (reported from the writer's thread).
+  std::optional<std::chrono::steady_clock::time_point> last_snapshot_started_;
+  double last_snapshot_stall_s_ = 0;
+  std::atomic<double> last_snapshot_write_s_{0};
 };
 
 }  // namespace hardy::resilience

@@ -356,7 +356,7 @@ void TrainingSession::State::resume_if_asked() {
   });
   // A relaunch after the job died as a whole: the nodes' copies may be newer than any checkpoint.
   // Only with `latest`: a checkpoint the user names is what they asked for.
-  if (config.resume == "latest" && config.snapshot_every > 0 &&
+  if (config.resume == "latest" && config.snapshot_every != 0 &&
       resume_from_node_snapshot(!source.empty() ? state.step : -1, started))
     return;
   // Rank 0 tells the others whether there is anything to resume from.
@@ -750,7 +750,8 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
     Watchdog::Scope scope(watchdog, "step agreement");
     // Fault tolerant: every survivor gets the same answer, so all of them commit the step or
     // none does. Without ULFM this is an allreduce, and a failure ends the job.
-    outcome = agree_on_step(comm(), /*finished=*/true, preemption_requested.load());
+    outcome = agree_on_step(comm(), /*finished=*/true, preemption_requested.load(),
+                            store.node_snapshot_wanted());
   }
   if (!outcome.committed) {
     // A survivor's step failed under it: nobody commits, everybody recovers.
@@ -771,7 +772,7 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
   {
     Watchdog::Scope scope(watchdog, "node snapshot write", Activity::writing_state);
     injector.at(step, Phase::snapshot_write);
-    last_snapshot_s = store.write_node_snapshot();
+    last_snapshot_s = store.write_node_snapshot(outcome.snapshot_wanted);
   }
   publish_to_watchdog();
   if (config.audit_samples) {  // every rank keeps the line; rank 0 writes it

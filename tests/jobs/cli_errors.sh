@@ -39,6 +39,8 @@ expect 2 "/nonexistent.ini" -- train --config /nonexistent.ini
 expect 2 "height" -- train --height 30 --run-dir "$tmp/b"
 expect 2 "domain-sync-every must be at least 1" -- train --domain-sync-every 0 --run-dir "$tmp/c"
 expect 2 "hang-timeout takes auto, off or a positive number of seconds, got 'soon'" -- train --hang-timeout soon --run-dir "$tmp/c"
+expect 2 "snapshot-every takes auto or a number of steps (0: never), got 'often'" -- train --snapshot-every often --run-dir "$tmp/c"
+expect 2 "snapshot-every takes auto or a number of steps (0: never), got '-2'" -- train --snapshot-every -2 --run-dir "$tmp/c"
 expect 2 "hang-io-timeout must be positive" -- train --hang-io-timeout 0 --run-dir "$tmp/c"
 expect 2 "sleep=S takes a positive number of seconds" -- train --inject-failure rank=1@step=2:sleep=0 --run-dir "$tmp/c"
 # Options every domain would refuse end the job of domains with their message, not in relaunches.

@@ -31,12 +31,15 @@ def int_option(name, default):
 
 def small_job(samples, steps, global_batch):
     """`hardy train` options of the fault tests' job: synthetic 32x32 samples and a model of about
-    34,000 parameters that learns within a few hundred steps, every sample audited."""
+    34,000 parameters that learns within a few hundred steps, every sample audited, and a node-local
+    snapshot of every step (not the default, auto): the tests check that a relaunch loses at most
+    the step in flight, which is what --snapshot-every 1 promises."""
     return ["--synthetic", "--samples", str(samples), "--height", "32", "--width", "32",
             "--global-batch", str(global_batch), "--steps", str(steps), "--model-width", "8",
             "--aspp-channels", "16", "--decoder-channels", "16", "--low-level-channels", "8",
             "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5", "--optimizer", "adam",
-            "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "200"]
+            "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "200",
+            "--snapshot-every", "1"]
 
 
 def read_jsonl(path):

@@ -11,8 +11,13 @@ The copy of step 9 is written in the background while step 10 starts: should the
 job before it is complete, the copy of step 8 is the newest (the writer waits for the previous
 write before it takes a new one, so never older). The test accepts that one step and says so.
 Then: every step committed, every epoch of the audit covers every sample exactly once, the final
-loss is within 2% of a failure-free run, and the snapshots are gone once the job completed. A last
+loss is within 2% of a failure-free run, and the snapshots are gone once the job completed. A
 run whose snapshot directory cannot be created reports snapshot_failed and trains on.
+
+That one-step guarantee is --snapshot-every 1's. The default, auto, spaces the snapshots by 100
+times what the last one cost: a last job with it and the same failure snapshots far fewer steps
+than it commits (the first one always), and its relaunch resumes from the newest snapshot, which
+may be several steps old, with every step committed and every epoch exact.
 """
 import os
 import subprocess
@@ -28,6 +33,7 @@ TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", 
          "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
          "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "11",
          "--warmup-steps", "2", "--checkpoint-every", "100", "--audit-samples", "--log-every", "100"]
+EVERY_STEP = ["--snapshot-every", "1"]
 check = Checks()
 
 
@@ -45,14 +51,14 @@ with tempfile.TemporaryDirectory(prefix="hardy-node-local-", dir=shm) as scratch
         tempfile.TemporaryDirectory(prefix="hardy-node-local-runs-") as tmp:
     scratch, tmp = Path(scratch), Path(tmp)
     snapshots = scratch / "snapshots"
-    check(supervise(tmp / "reference", snapshots) == 0, "failure-free job under the supervisor completes")
+    check(supervise(tmp / "reference", snapshots, *EVERY_STEP) == 0, "failure-free job under the supervisor completes")
     reference = read_jsonl(tmp / "reference" / "metrics.jsonl")
     check(reference and all(m.get("snapshot_s", -1) >= 0 for m in reference),
           "metrics.jsonl has the snapshot stall (snapshot_s) on every step")
     check(not any(snapshots.iterdir()), "the completed job removed its snapshot directories")
 
     run = tmp / "relaunched"
-    status = supervise(run, snapshots, "--inject-failure", "rank=3@step=10")
+    status = supervise(run, snapshots, *EVERY_STEP, "--inject-failure", "rank=3@step=10")
     events = read_jsonl(run / "events.jsonl")
     check(status == 0, f"the supervised job exits 0 (status {status})")
     relaunches = [e for e in events if e["event"] == "job_relaunched"]
@@ -91,5 +97,25 @@ with tempfile.TemporaryDirectory(prefix="hardy-node-local-", dir=shm) as scratch
     check(result.returncode == 0 and len(failed) == 1 and "snapshot" in result.stderr,
           f"an unusable snapshot directory: one snapshot_tier_refused or snapshot_failed event, training "
           f"completes (status {result.returncode}, {failed})")
+
+    # The default: snapshots spaced by their cost, and a relaunch from the newest one.
+    auto = tmp / "auto"
+    status = supervise(auto, snapshots, "--snapshot-every", "auto", "--inject-failure", "rank=3@step=10")
+    metrics = read_jsonl(auto / "metrics.jsonl")
+    first_launch = []
+    for m in metrics:  # up to the first step trained again after the relaunch
+        if first_launch and m["step"] <= first_launch[-1]["step"]:
+            break
+        first_launch.append(m)
+    snapshotted = [m["step"] for m in first_launch if m.get("snapshot_s", 0) > 0]
+    check(status == 0 and snapshotted and snapshotted[0] == 1 and len(snapshotted) < len(first_launch) / 2,
+          f"--snapshot-every auto: the first launch snapshotted steps {snapshotted} of the "
+          f"{len(first_launch)} it committed (the first, and fewer than half)")
+    restored = [e for e in read_jsonl(auto / "events.jsonl") if e["event"] == "state_restored"]
+    check(restored and restored[-1].get("source") == "node-local" and restored[-1].get("step") in snapshotted,
+          f"the relaunch resumed from the newest node-local snapshot ({restored[-1] if restored else None})")
+    check(sorted({m["step"] for m in metrics}) == list(range(1, STEPS + 1)), "every step was committed")
+    complete, wrong = complete_epochs_exact(auto, SAMPLES)
+    check(len(complete) >= 3 and not wrong, f"epochs {complete} each cover every sample exactly once")
 
 check.finish("node-local relaunch")

@@ -39,7 +39,8 @@ if not shutil.which("useradd") or not shutil.which("runuser"):
 STEPS = 8
 TRAIN = ["--synthetic", "--samples", "32", "--height", "32", "--width", "32", "--global-batch", "4",
          "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16", "--low-level-channels", "8",
-         "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "9", "--steps", str(STEPS), "--log-every", "100"]
+         "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "9", "--steps", str(STEPS), "--log-every", "100",
+         "--snapshot-every", "1"]  # the relaunch below resumes from the step before the failure
 check = Checks()
 KILLED = (-9, 128 + 9)  # SIGKILL, as Python or as runuser reports it
 suffix = f"{os.getpid() % 100000}"

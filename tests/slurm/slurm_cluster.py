@@ -52,12 +52,14 @@ FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT
 
 def job_ini(path, steps, **extra):
     """A small training job (the emulated nodes share this machine's cores), with every step's
-    samples audited."""
+    samples audited and snapshotted (--snapshot-every 1, not the default auto, which spaces the
+    snapshots by their cost: the scenarios check that a relaunch loses at most one step)."""
     options = {"synthetic": "true", "samples": SAMPLES, "height": 32, "width": 32, "eval-samples": 0,
                "global-batch": GLOBAL_BATCH, "steps": steps, "optimizer": "adam", "lr": 0.003,
                "warmup-steps": 2, "model-width": 8, "aspp-channels": 16, "aspp-rates": "1,2",
                "decoder-channels": 16, "low-level-channels": 8, "seed": 5, "log-every": 50,
-               "checkpoint-every": 50, "audit-samples": "true", "max-failures": 4, **extra}
+               "checkpoint-every": 50, "audit-samples": "true", "max-failures": 4,
+               "snapshot-every": 1, **extra}
     path.write_text("".join(f"{k} = {v}\n" for k, v in options.items()))
     return path
 

@@ -107,6 +107,9 @@ TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", 
          "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5", "--optimizer", "adam",
          "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "1000",
          "--checkpoint-every", str(CHECKPOINT_EVERY), "--max-failures", "8"]
+# Every step snapshotted (the default, auto, spaces them by their cost): the soak checks that a
+# relaunch loses at most the step in flight, --snapshot-every 1's promise.
+EVERY_STEP = ["--snapshot-every", "1"]
 SUPERVISOR = ["--backoff", "0.5", "--probe-timeout", "2", "--finish-grace", "5", "--max-restarts", "6"]
 LAUNCH_TIMEOUT_S = 300        # one `hardy run` (a run has two after a preemption)
 WAIT_S = 150                  # for the condition of one fault
@@ -361,7 +364,7 @@ class Run:
                    "--ranks-per-node", str(RANKS_PER_NODE), "--run-dir", str(self.run), *SUPERVISOR]
         if spares:
             command += ["--spare-nodes", str(spares)]
-        command += ["--", *TRAIN, "--snapshot-dir", str(self.snapshots)]
+        command += ["--", *TRAIN, *EVERY_STEP, "--snapshot-dir", str(self.snapshots)]
         hooks = [f for f in self.plan["faults"] if f["kind"] in HOOKED]
         if hooks and not resume:
             specs = []

@@ -21,11 +21,16 @@ namespace hardy::resilience {
 struct StepOutcome {
   bool committed;  // every survivor finished the step: it counts, everywhere
   bool preempt;    // some survivor was asked to stop (SIGUSR1)
+  // Every survivor wants a node-local snapshot of the step (--snapshot-every auto): hosts decide
+  // from their own write costs, and write only when all of them want to, so that they keep the
+  // same steps.
+  bool snapshot_wanted = true;
 };
 
 // The step's agreement. `finished`: this rank's step completed; a rank whose step failed under
 // it calls this with false after comm.revoke(). Returns the same outcome at every survivor.
-StepOutcome agree_on_step(comm::Communicator& comm, bool finished, bool preempt_requested);
+StepOutcome agree_on_step(comm::Communicator& comm, bool finished, bool preempt_requested,
+                          bool snapshot_wanted = true);
 
 // What one recovery attempt starts from: the communicator was shrunk from `old_size` ranks to
 // the survivors, old_ranks[new rank] being each survivor's rank before.

@@ -25,6 +25,13 @@ enum class RebalancePolicy {
 RebalancePolicy parse_rebalance_policy(const std::string& name);
 std::string to_string(RebalancePolicy policy);
 
+// --snapshot-every auto: a node-local snapshot whenever the time since the last one is at least
+// kSnapshotAutoCostFactor times what the last one cost (the training thread's stall plus the
+// background write): at most 1% of the time goes to snapshots, and a relaunch loses at most that
+// interval (every step when steps are long against a write, every few when they are short).
+inline constexpr long kSnapshotEveryAuto = -1;
+inline constexpr double kSnapshotAutoCostFactor = 100;
+
 struct TrainingConfig {
   std::filesystem::path run_dir;
   long steps = 0;  // the job's total, 0 = derive from epochs
@@ -67,7 +74,7 @@ struct TrainingConfig {
   // The node-local tier (docs/resilience.md): every N committed steps each node's lowest rank
   // writes the committed state under snapshot_dir (a private tree of this user's), and
   // `--resume latest` prefers it when newer.
-  long snapshot_every = 1;  // 0 = off
+  long snapshot_every = kSnapshotEveryAuto;  // N steps, 0 = off
   std::filesystem::path snapshot_dir = core::default_node_local_root();
 
   // Resilience.
