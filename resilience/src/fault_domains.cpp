@@ -396,36 +396,35 @@ DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
   // (as if every domain of the job were a member), so every rank knows the size.
   const std::size_t room = SharedDecision::room(static_cast<std::size_t>(options_.count));
   const std::size_t values = values_in(tensors);
-  std::vector<std::byte> message(room * sizeof(double) + values * sizeof(float));
+  std::vector<double> header(room, 0.0);
   if (leader()) {
     if (encoded.size() > room)
       throw Error(fmt::format("a decision of {} values has room for {}", encoded.size(), room));
-    std::memcpy(message.data(), encoded.data(), encoded.size() * sizeof(double));
-    if (static_cast<int>(encoded.front()) == kCommit && values > 0) {
-      if (held_sums_.size() != values)
-        throw Error(fmt::format("domain {}: the sums held ({} values) do not fit the step's {}",
-                                options_.index, held_sums_.size(), values));
-      std::memcpy(message.data() + room * sizeof(double), held_sums_.data(),
-                  values * sizeof(float));
-    }
+    std::copy(encoded.begin(), encoded.end(), header.begin());
+    if (static_cast<int>(encoded.front()) == kCommit && values > 0 && held_sums_.size() != values)
+      throw Error(fmt::format("domain {}: the sums held ({} values) do not fit the step's {}",
+                              options_.index, held_sums_.size(), values));
   }
   // The members wait here while the leader exchanges with the other domains: without spinning,
   // so that the cores they share with it (and with the other domains' leaders, on a small
-  // cluster) carry that exchange instead.
-  const auto delivered = domain().ibroadcast(message, 0);
+  // cluster) carry that exchange instead. Only the decision travels so: one small message,
+  // which the next test finds complete. The sums follow in a plain broadcast that nobody waits
+  // long in, since the leader is already there (a large non-blocking broadcast moves in pieces,
+  // each waiting for a test of the members': 3 ms per step on 4 emulated domains of 2).
+  const auto delivered = domain().ibroadcast(std::as_writable_bytes(std::span(header)), 0);
   comm::wait_yielding(*delivered);
-  encoded.assign(room, 0.0);
-  std::memcpy(encoded.data(), message.data(), room * sizeof(double));
-  const SharedDecision decision = SharedDecision::decode(encoded);
+  const SharedDecision decision = SharedDecision::decode(header);
   generation_ = decision.generation;
   members_ = decision.members;
   ranks_per_member_ = decision.ranks;
-  if (decision.verdict == kCommit) {
-    std::size_t at = room * sizeof(double);
+  if (decision.verdict == kCommit && values > 0) {
+    if (!leader()) held_sums_.resize(values);  // reused step after step
+    domain().broadcast(std::as_writable_bytes(std::span(held_sums_)), 0);
+    std::size_t at = 0;
     for (core::Tensor* tensor : tensors) {
       const auto into = tensor->f32();
-      std::memcpy(into.data(), message.data() + at, into.size_bytes());
-      at += into.size_bytes();
+      std::copy_n(held_sums_.begin() + static_cast<std::ptrdiff_t>(at), into.size(), into.begin());
+      at += into.size();
     }
   }
   if (decision.verdict == kHealed) {

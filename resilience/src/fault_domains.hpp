@@ -154,7 +154,8 @@ class FaultDomains {
   std::vector<int> ranks_per_member_;  // as reported at the last vote or resync
   double last_vote_loss_ = 0;          // the job-wide loss of the last step whose vote completed
   // The leader's sums of that step, kept until the next exchange: a domain that rolls the step
-  // forward after a recovery restored its tensors takes them from here.
+  // forward after a recovery restored its tensors takes them from here. The members receive the
+  // sums into it (only a leader's, with in_flight_step_ set, are ever rolled forward).
   std::vector<float> held_sums_;
   // The leader's last exchange: its step, and whether its vote committed it (unset: it failed
   // before the vote completed).
