@@ -55,6 +55,10 @@ class CompletedRequest final : public Request {
 
 std::unique_ptr<Request> completed_request() { return std::make_unique<CompletedRequest>(); }
 
+std::unique_ptr<Request> Communicator::ireduce_sum(std::span<float> data, int) {
+  return iallreduce_sum(data);
+}
+
 std::unique_ptr<Request> Communicator::ibroadcast(std::span<std::byte> data, int root) {
   broadcast(data, root);
   return completed_request();

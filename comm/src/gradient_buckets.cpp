@@ -70,12 +70,20 @@ void GradientBuckets::rebind(Communicator& comm) {
     bucket.request.reset();
   }
   plan_->reset();
+  reduce_root_.reset();
   comm_ = &comm;
+}
+
+void GradientBuckets::reduce_next_step_to(int root) {
+  if (plan_->launched() > 0)
+    throw hardy::Error("GradientBuckets: reduce_next_step_to() after the step's first bucket");
+  reduce_root_ = root;
 }
 
 void GradientBuckets::launch_due_buckets() {
   for (std::size_t b = plan_->next_due(); b != detail::BucketPlan::npos; b = plan_->next_due())
-    buckets_[b].request = comm_->iallreduce_sum(buckets_[b].data);
+    buckets_[b].request = reduce_root_ ? comm_->ireduce_sum(buckets_[b].data, *reduce_root_)
+                                       : comm_->iallreduce_sum(buckets_[b].data);
 }
 
 void GradientBuckets::progress() {
@@ -104,6 +112,7 @@ void GradientBuckets::fail_and_drain() {
   }
   for (Bucket& bucket : buckets_) bucket.request.reset();
   plan_->reset();
+  reduce_root_.reset();
 }
 
 }  // namespace hardy::comm

@@ -18,6 +18,7 @@ class MpiGradientReducer final : public GradientReducer {
 
   void mark_ready(std::size_t index) override { buckets_.mark_ready(index); }
   void finish(float scale) override { buckets_.finish(scale); }
+  void reduce_next_step_to(int root) override { buckets_.reduce_next_step_to(root); }
   bool has_non_finite() override {
     for (const core::Parameter* p : params_)
       if (backend_.has_non_finite(p->grad)) return true;

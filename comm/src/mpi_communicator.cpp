@@ -105,6 +105,18 @@ std::unique_ptr<Request> MpiCommunicator::iallreduce_sum(std::span<float> data) 
   return std::make_unique<MpiRequest>(request, comm_, "MPI_Iallreduce (wait)");
 }
 
+std::unique_ptr<Request> MpiCommunicator::ireduce_sum(std::span<float> data, int root) {
+  check_root(root, "ireduce_sum");
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int count = checked_count(data.size(), "MPI_Ireduce");
+  // In place at the root; the others' buffers are only read.
+  const void* send = rank_ == root ? MPI_IN_PLACE : data.data();
+  void* receive = rank_ == root ? data.data() : nullptr;
+  mpi_check(MPI_Ireduce(send, receive, count, MPI_FLOAT, MPI_SUM, root, comm_, &request),
+            "MPI_Ireduce", comm_);
+  return std::make_unique<MpiRequest>(request, comm_, "MPI_Ireduce (wait)");
+}
+
 void MpiCommunicator::check_root(int root, const char* call) const {
   if (root < 0 || root >= size_) {
     throw hardy::Error(std::string(call) + ": root " + std::to_string(root) +

@@ -530,6 +530,9 @@ void TrainingSession::State::train_step() {
                            static_cast<double>(input.skipped.size())};
   const std::size_t count = model.parameters().size();
   std::size_t announced = 0;
+  // Where the domains meet, only the leader needs the domain's sums: it exchanges them with the
+  // other domains and broadcasts the result to its members (FaultDomains::exchange).
+  if (domains->enabled() && domains_meet_at(this_step)) reducer->reduce_next_step_to(0);
   model.backward(
       dlogits,
       [&](std::size_t i) {

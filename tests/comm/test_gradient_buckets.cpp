@@ -1,5 +1,3 @@
-#include "hardy/comm/gradient_buckets.hpp"
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <numeric>
@@ -7,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "hardy/comm/gradient_buckets.hpp"
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/support/error.hpp"
 
@@ -106,4 +105,45 @@ TEST_CASE("GradientBuckets rejects misuse and can be rebound", "[mpi]") {
   buckets.finish(1.0f);
   REQUIRE(params[1].grad.f32()[3] ==
           static_cast<float>(comm->size() * ((1 + 3) % 13 - 6)));  // -2 each
+}
+
+TEST_CASE("GradientBuckets reduces one step to a root, then allreduces again", "[mpi]") {
+  // A fault domain's meeting step: only its leader needs the sums.
+  auto comm = MpiCommunicator::world();
+  const int n = comm->size(), me = comm->rank(), root = n - 1;
+  auto params = make_params({1000, 10, 5000, 3, 20000});
+  std::vector<Parameter*> ptrs;
+  for (auto& p : params) ptrs.push_back(&p);
+  GradientBuckets buckets(*comm, ptrs, 4096);
+  auto expected_sum = [&](std::size_t i, std::size_t j, int step) {
+    float sum = 0;
+    for (int r = 0; r < n; ++r)
+      sum += static_cast<float>((r + 1) * (static_cast<int>((i + j + step) % 13) - 6));
+    return sum;
+  };
+  fill_grads(params, me, 0);
+  buckets.reduce_next_step_to(root);
+  for (std::size_t i = 0; i < params.size(); ++i) buckets.mark_ready(i);
+  buckets.finish(1.0f);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto g = params[i].grad.f32();
+    for (std::size_t j = 0; j < g.size(); ++j) {
+      // The others keep their own gradients: nothing reached them.
+      const float own = static_cast<float>((me + 1) * (static_cast<int>((i + j) % 13) - 6));
+      REQUIRE(g[j] == (me == root ? expected_sum(i, j, 0) : own));
+    }
+  }
+  // The next step is an allreduce again, without being asked.
+  fill_grads(params, me, 1);
+  for (std::size_t i = 0; i < params.size(); ++i) buckets.mark_ready(i);
+  buckets.finish(1.0f);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto g = params[i].grad.f32();
+    for (std::size_t j = 0; j < g.size(); ++j) REQUIRE(g[j] == expected_sum(i, j, 1));
+  }
+  // Asked too late, once a bucket is on its way, it refuses rather than mix the two.
+  fill_grads(params, me, 2);
+  for (std::size_t i = 0; i < params.size(); ++i) buckets.mark_ready(i);
+  REQUIRE_THROWS_AS(buckets.reduce_next_step_to(root), hardy::Error);
+  buckets.finish(1.0f);
 }

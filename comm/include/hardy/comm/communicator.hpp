@@ -56,6 +56,9 @@ class Communicator {
   virtual std::vector<std::int64_t> allgather(std::int64_t value) = 0;
   // Non-blocking in-place sum; data must stay valid until the request completes.
   virtual std::unique_ptr<Request> iallreduce_sum(std::span<float> data) = 0;
+  // The same sum at root only; the others' data is left as it was. By default an allreduce,
+  // which serves any caller of a reduce.
+  virtual std::unique_ptr<Request> ireduce_sum(std::span<float> data, int root);
   // Copies root's bytes into every other rank's buffer of the same size.
   virtual void broadcast(std::span<std::byte> data, int root) = 0;
   // The same without blocking; data must stay valid until the request completes. Every rank must

@@ -8,6 +8,7 @@
 // finish their gradients in different orders and still match collectives.
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -50,6 +51,12 @@ class GradientBuckets {
   // step; waits for any allreduce still in flight first.
   void rebind(Communicator& comm);
 
+  // For the step about to start only, before its first mark_ready(): the sums are needed at
+  // `root` alone (a fault domain's leader, which exchanges them with the other domains and
+  // broadcasts the result), so each bucket is reduced there instead of allreduced. The other
+  // ranks' gradients are undefined after finish().
+  void reduce_next_step_to(int root);
+
   std::size_t bucket_count() const { return buckets_.size(); }
   std::size_t bucket_of(std::size_t index) const;
 
@@ -63,6 +70,7 @@ class GradientBuckets {
   void fail_and_drain();  // revokes and completes every request after a ProcessFailure
 
   Communicator* comm_;
+  std::optional<int> reduce_root_;  // this step's, when only one rank needs the sums
   std::vector<core::Parameter*> params_;
   std::unique_ptr<detail::BucketPlan> plan_;
   std::vector<Bucket> buckets_;

@@ -21,6 +21,10 @@ class GradientReducer {
   // peer died; the gradients are then undefined until rebind().
   virtual void mark_ready(std::size_t index) = 0;
   virtual void finish(float scale) = 0;
+  // For the step about to start only: the sums are needed at `root` alone (a fault domain's
+  // leader); the other ranks' gradients are undefined after finish() and must be overwritten
+  // (the domain's broadcast of the result does). By default every rank still gets them.
+  virtual void reduce_next_step_to(int /*root*/) {}
   // After finish(): whether a reduced gradient holds an Inf or NaN (a loss-scale overflow).
   virtual bool has_non_finite() = 0;
   // The MPI communicator was shrunk to `survivors`; `lost` are ranks of the one before. From the

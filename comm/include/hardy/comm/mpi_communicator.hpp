@@ -69,6 +69,7 @@ class MpiCommunicator final : public Communicator {
   void allreduce(std::span<std::int64_t> data, ReduceOp op) override;
   std::vector<std::int64_t> allgather(std::int64_t value) override;
   std::unique_ptr<Request> iallreduce_sum(std::span<float> data) override;
+  std::unique_ptr<Request> ireduce_sum(std::span<float> data, int root) override;
   void broadcast(std::span<std::byte> data, int root) override;
   std::unique_ptr<Request> ibroadcast(std::span<std::byte> data, int root) override;
   void barrier() override;
