@@ -74,6 +74,8 @@ def overhead(args, tmp):
     designs = [("one_job", 0, 1)] + [(split if every == 1 else f"{split}_sync_every_{every}", per_domain_nodes, every)
                                      for every in args.sync_every]
     rows = {name: [] for name, _, _ in designs}
+    # Where a step's time goes (metrics.jsonl's phases), so that a change in the price is explained.
+    phases = {name: {"compute_s": [], "allreduce_s": []} for name, _, _ in designs}
     with EmulatedCluster(nodes=nodes) as cluster:
         env = {**os.environ, **cluster.mpi_env()}
         for round_ in range(args.rounds):
@@ -86,14 +88,22 @@ def overhead(args, tmp):
                            "--domain-sync-every", str(every)]
                 subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                timeout=600)
-                steps = [m["step_s"] for m in read_jsonl(run / "metrics.jsonl") if m["step"] > 20]
-                rows[name].append(statistics.median(steps))
+                kept = [m for m in read_jsonl(run / "metrics.jsonl") if m["step"] > 20]
+                rows[name].append(statistics.median(m["step_s"] for m in kept))
+                for phase, values in phases[name].items():
+                    values.append(statistics.median(m[phase] for m in kept))
                 print(f"overhead round {round_ + 1} {name}: median step {rows[name][-1] * 1000:.1f} ms", flush=True)
     medians = {name: statistics.median(values) for name, values in rows.items()}
     one = medians["one_job"]
     result = {"nodes": nodes, "nodes_per_domain": per_domain_nodes, "rounds": rows,
               "median_ms": {name: m * 1000 for name, m in medians.items()},
+              "phase_median_ms": {name: {phase: statistics.median(values) * 1000 for phase, values in by_phase.items()}
+                                  for name, by_phase in phases.items()},
               "overhead_pct": {name: 100 * (m - one) / one for name, m in medians.items() if name != "one_job"},
+              # Each round's own difference (the two ran back to back), whose median the load's
+              # drift between rounds moves less than the ratio of the two medians.
+              "paired_overhead_pct": {name: statistics.median(100 * (d - o) / o for d, o in zip(values, rows["one_job"]))
+                                      for name, values in rows.items() if name != "one_job"},
               "one_job_ms": one * 1000}
     if split in medians:
         result.update(domains_ms=medians[split] * 1000, domains_overhead_pct=100 * (medians[split] - one) / one)
