@@ -219,6 +219,25 @@ TEST_CASE("a preemption asked of one rank stops every rank at the same step", "[
   for (int rank : {0, 1, 2}) CHECK(stories.of(rank) == std::vector<std::string>{"stopped at 3"});
 }
 
+TEST_CASE("a node-local snapshot is taken only where every rank wants one", "[recovery]") {
+  // --snapshot-every auto: each host's writer wants a snapshot once its own interval has passed;
+  // the hosts must keep the same steps, so the step's agreement carries the AND of their wishes.
+  InProcessWorld world(3);
+  Stories stories;
+  world.run([&](std::unique_ptr<comm::Communicator> comm) {
+    for (int step = 1; step <= 4; ++step) {
+      // Rank 1 wants one every step, rank 2 at steps 2 and 4, rank 0 at step 4 only.
+      const bool wanted = comm->rank() == 1 || (comm->rank() == 2 && step % 2 == 0) ||
+                          (comm->rank() == 0 && step == 4);
+      const StepOutcome outcome = agree_on_step(*comm, true, false, wanted);
+      REQUIRE(outcome.committed);
+      REQUIRE_FALSE(outcome.preempt);
+      if (outcome.snapshot_wanted) stories.add(comm->rank(), fmt::format("snapshot {}", step));
+    }
+  });
+  for (int rank : {0, 1, 2}) CHECK(stories.of(rank) == std::vector<std::string>{"snapshot 4"});
+}
+
 namespace {
 
 resilience::TrainingConfig small_job(const std::filesystem::path& run_dir, long steps) {
