@@ -18,8 +18,9 @@ rank = cores / ranks, so more ranks would oversubscribe this machine), in rotati
   hardy-bare          all three off (the agreement stays: it is how a step commits)
   hardy-audited       every protection plus --audit-samples and --verify-replicas-every 10
 hardy's figure is the median `step_s` of metrics.jsonl past the warm-up (the whole step as its
-user sees it: data from the synthetic generator on the loader thread, batch assembly, the
-agreement and the logs included); DDP's is the slowest rank's median step on a fixed batch.
+user sees it: the samples from memory once the sample cache holds them (64 distinct samples,
+generated on the loader thread the first time), batch assembly, the agreement and the logs
+included); DDP's is the slowest rank's median step on a fixed batch.
 A variant's result is the median of its per-round medians. ratio = ddp / hardy, so > 1 means
 hardy is faster; a protection's price is (with - without) / hardy-bare.
 
@@ -64,7 +65,9 @@ def free_port():
 
 def hardy_train_options(config, threads, steps, run_dir, extra):
     c = {**COMMON, **CONFIGS[config]}
-    options = {"synthetic": "true", "samples": 512, "eval-samples": 0, "global-batch": c["batch"],
+    # 64 distinct samples (8 batches; DDP trains on one fixed batch), so that after its first
+    # epochs hardy feeds from memory too (--sample-cache-mib) and the comparison is of the steps.
+    options = {"synthetic": "true", "samples": 64, "eval-samples": 0, "global-batch": c["batch"],
                "height": c["height"], "width": c["width"], "model-width": c["model-width"],
                "model-depth": c["depth"], "aspp-channels": c["aspp-channels"], "aspp-rates": c["aspp-rates"],
                "decoder-channels": c["decoder-channels"], "low-level-channels": c["low-level-channels"],

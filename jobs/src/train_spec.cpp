@@ -157,7 +157,10 @@ po::options_description train_options() {
       "batches loaded ahead on background threads, overlapped with compute (0: load in the "
       "step)")("loader-threads", po::value<int>()->default_value(1),
                "threads loading those batches (more pay where cores are free beside the "
-               "step's)");
+               "step's)")(
+      "sample-cache-mib", po::value<double>()->default_value(1024),
+      "MiB of training samples each rank keeps in memory after their first load, so that later "
+      "epochs copy them instead of generating or reading them again (0: none)");
   po::options_description model("Model");
   model.add_options()("model-width", po::value<int>()->default_value(16),
                       "channels of the first encoder stage (later stages double it)")(
@@ -385,6 +388,9 @@ void read_input_pipeline(const po::variables_map& vm, TrainSpec& spec) {
   spec.loader_threads = get<int>(vm, "loader-threads");
   require(spec.prefetch_batches >= 0, "--prefetch-batches must not be negative");
   require(spec.loader_threads >= 1, "--loader-threads must be at least 1");
+  const double cache_mib = get<double>(vm, "sample-cache-mib");
+  require(cache_mib >= 0 && cache_mib < 1e9, "--sample-cache-mib must be between 0 and 1e9");
+  spec.data.cache_bytes = static_cast<std::size_t>(cache_mib * (1 << 20));
   if (const auto text = get<std::string>(vm, "class-weights"); text != "auto") {
     auto weights = parse_float_list(text, "--class-weights");
     require(weights.size() == static_cast<std::size_t>(spec.model.num_classes),

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "hardy/comm/communicator.hpp"
+#include "hardy/core/data/sample_cache.hpp"
 #include "hardy/core/data/sample_files.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
@@ -16,7 +17,7 @@ namespace hardy::resilience {
 
 void TrainingSession::State::start_staging() {
   if (config.stage_to.empty()) return;
-  auto* dataset = dynamic_cast<core::SampleFiles*>(data.storage.get());
+  auto* dataset = dynamic_cast<core::SampleFiles*>(&core::uncached(*data.storage));
   if (dataset == nullptr)
     throw InvalidArgument(fmt::format(
         "--stage-to needs a dataset of one file per sample (the DeepCAM or ClimateNet layout); {} "

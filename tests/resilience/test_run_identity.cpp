@@ -86,7 +86,9 @@ TEST_CASE("run identity: the hash follows the model, optimizer and dataset, not 
 }
 
 TEST_CASE("run identity: which saved states a run restores") {
-  const RunIdentity mine{"0123456789abcdef0123456789abcdef", "00000000000000aa"};
+  const RunIdentity mine{.run_id = "0123456789abcdef0123456789abcdef",
+                         .config_hash = "00000000000000aa",
+                         .launch = "0000000000000001"};
   checkpoint::TrainingState state;
   state.run_id = mine.run_id;
   state.config_hash = mine.config_hash;

@@ -7,6 +7,7 @@
 
 #include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/dataset.hpp"
+#include "hardy/core/data/sample_cache.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {
@@ -68,6 +69,8 @@ DataSources open_data(const DataSpec& spec) {
     throw InvalidArgument(fmt::format("{} has {} channels; the model takes {}",
                                       spec.dataset.string(), data.storage->shape().channels,
                                       spec.shape.channels));
+  if (spec.cache_bytes > 0)
+    data.storage = std::make_unique<CachedSamples>(std::move(data.storage), spec.cache_bytes);
   data.train = std::make_unique<SampleRange>(*data.storage, 0, train_count);
   if (held_out > 0 && !data.held_out)
     data.held_out = std::make_unique<SampleRange>(*data.storage, train_count, held_out);

@@ -27,6 +27,9 @@ struct DataSpec {
   // A dataset in the ClimateNet layout (ROOT/train/*.nc, ROOT/test/): variables, crop,
   // downsampling and the normalisation statistics.
   ClimateNetOptions climatenet;
+  // Training samples kept in memory after their first load, up to this many bytes per process
+  // (sample_cache.hpp); 0 keeps none.
+  std::size_t cache_bytes = 0;
 };
 
 struct DataSources {
