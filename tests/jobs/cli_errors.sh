@@ -41,6 +41,7 @@ expect 2 "domain-sync-every must be at least 1" -- train --domain-sync-every 0 -
 expect 2 "hang-timeout takes auto, off or a positive number of seconds, got 'soon'" -- train --hang-timeout soon --run-dir "$tmp/c"
 expect 2 "snapshot-every takes auto or a number of steps (0: never), got 'often'" -- train --snapshot-every often --run-dir "$tmp/c"
 expect 2 "snapshot-every takes auto or a number of steps (0: never), got '-2'" -- train --snapshot-every -2 --run-dir "$tmp/c"
+expect 2 "sample-cache-mib must be between 0 and 1e9" -- train --sample-cache-mib -1 --run-dir "$tmp/c"
 expect 2 "hang-io-timeout must be positive" -- train --hang-io-timeout 0 --run-dir "$tmp/c"
 expect 2 "sleep=S takes a positive number of seconds" -- train --inject-failure rank=1@step=2:sleep=0 --run-dir "$tmp/c"
 # Options every domain would refuse end the job of domains with their message, not in relaunches.
