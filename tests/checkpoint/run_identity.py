@@ -25,7 +25,8 @@ from hardy_test import Checks, read_jsonl  # noqa: E402
 hardy = sys.argv[1]
 TRAIN = ["--synthetic", "--height", "32", "--width", "32", "--global-batch", "4",
          "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16", "--low-level-channels", "8",
-         "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "9", "--log-every", "100"]
+         "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "9", "--log-every", "100",
+         "--snapshot-every", "1"]  # the relaunch below resumes from the step before the failure
 check = Checks()
 
 
