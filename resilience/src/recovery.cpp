@@ -23,72 +23,85 @@ void TrainingSession::State::recover(const std::string& what) {
   steps_since_restart = 0;    // the hang monitor waits for the first step after it
   publish_to_watchdog();
   Watchdog::Scope scope(watchdog, "recovery", Activity::recovering);
-  const double detected_at = core::unix_time();
+  const FailureClock clock = failure_clock();
   const auto started = Clock::now();
-  // The victim of an injected failure wrote down when it died; otherwise (a real failure, an
-  // external kill -9) the last commit bounds the moment from below.
-  const auto kill_time = injector.last_kill_time();
-  const bool injected = kill_time && *kill_time >= last_commit_unix - 1.0;
-  const double latency = detected_at - (injected ? *kill_time : last_commit_unix);
   const bool was_lead = lead_logs_open;
+  // A failure during any of this starts the attempt again on what is left.
   const int attempts =
       recover_until_agreed(membership.communicator_slot(), [&](const Shrink& shrink) {
         if (shrink.attempt > 1 && lead())
           std::cerr << "hardy: another failure during recovery; restarting recovery\n";
-        const Departure departed = membership.survivors_are(shrink.old_ranks);
-        const std::vector<int> lost = comm::ranks_lost(shrink.old_ranks, shrink.old_size);
-        ++failures;
-        if (lead()) open_lead_logs();  // the new rank 0 takes over the run directory's logs
-        bool hung = false;
-        if (lead())
-          for (int world_rank : departed.world_ranks) hung = report_hang(world_rank) || hung;
-        events.emit(
-            "failure_detected",
-            {{"failed_ranks", departed.world_ranks},
-             {"failed_hosts", departed.hosts},
-             {"failed_nodes", departed.nodes},
-             {"detected_by",
-              hung ? core::event_value("failure_detected", "detected_by", "hang monitor")
-                   : core::event_value("failure_detected", "detected_by", "process failure error")},
-             {"error", what},
-             {"step", step + 1},
-             {"detection_latency_s", latency},
-             {"latency_from", injected ? "injected kill time" : "last committed step"},
-             {"attempt", shrink.attempt}});
-        events.emit("communicator_shrunk", {{"old_size", shrink.old_size},
-                                            {"new_size", comm().size()},
-                                            {"seconds", shrink.seconds}});
-        if (lead())
-          std::cerr << fmt::format(
-              "hardy: rank(s) {} failed at step {}; continuing with {} ranks\n",
-              fmt::join(departed.world_ranks, ","), step + 1, comm().size());
-        // Every survivor sees the same size and count, before any collective of this attempt.
-        if (comm().size() < config.min_world_size) {
-          store.write_final_checkpoint("too few ranks");
-          throw SessionStop{
-              kStopped,
-              fmt::format("{} ranks left, fewer than --min-world-size {}; final checkpoint written",
-                          comm().size(), config.min_world_size)};
-        }
-        if (failures > config.max_failures) {
-          store.write_final_checkpoint("too many failures");
-          throw SessionStop{
-              kStopped, fmt::format("{} failures, more than --max-failures {}; final checkpoint "
-                                    "written",
-                                    failures, config.max_failures)};
-        }
-        reducer->rebind(comm(), lost);  // NCCL drops the same ranks
-        cross_rank.rebind(comm());
+        report_departure(shrink, what, clock);
+        stop_if_past_limits();
+        trainer.rebind(comm(), comm::ranks_lost(shrink.old_ranks, shrink.old_size));
         // A death here, between the shrink and the restore, makes the survivors start over.
-        injector.at(step + 1, Phase::recovery);
-        restore_after_failure(detected_at);
+        injector.at(step() + 1, Phase::recovery);
+        restore_after_failure(clock.detected_at);
       });
   if (lead() && !was_lead) log_committed_step_if_missing();
   if (domains->enabled()) settle_step_across_domains(what);
   step_clock = Clock::now();
   publish_to_watchdog();
   events.emit("recovery_finished",
-              {{"step", step}, {"seconds", seconds_since(started)}, {"attempts", attempts}});
+              {{"step", step()}, {"seconds", seconds_since(started)}, {"attempts", attempts}});
+}
+
+FailureClock TrainingSession::State::failure_clock() const {
+  const double detected_at = core::unix_time();
+  // The victim of an injected failure wrote down when it died; otherwise (a real failure, an
+  // external kill -9) the last commit bounds the moment from below.
+  const auto kill_time = injector.last_kill_time();
+  const bool injected = kill_time && *kill_time >= last_commit_unix - 1.0;
+  return {.detected_at = detected_at,
+          .latency_s = detected_at - (injected ? *kill_time : last_commit_unix),
+          .injected = injected};
+}
+
+void TrainingSession::State::report_departure(const Shrink& shrink, const std::string& what,
+                                              const FailureClock& clock) {
+  const Departure departed = membership.survivors_are(shrink.old_ranks);
+  ++failures;
+  if (lead()) open_lead_logs();  // the new rank 0 takes over the run directory's logs
+  bool hung = false;
+  if (lead())
+    for (int world_rank : departed.world_ranks) hung = report_hang(world_rank) || hung;
+  events.emit(
+      "failure_detected",
+      {{"failed_ranks", departed.world_ranks},
+       {"failed_hosts", departed.hosts},
+       {"failed_nodes", departed.nodes},
+       {"detected_by",
+        hung ? core::event_value("failure_detected", "detected_by", "hang monitor")
+             : core::event_value("failure_detected", "detected_by", "process failure error")},
+       {"error", what},
+       {"step", step() + 1},
+       {"detection_latency_s", clock.latency_s},
+       {"latency_from", clock.injected ? "injected kill time" : "last committed step"},
+       {"attempt", shrink.attempt}});
+  events.emit(
+      "communicator_shrunk",
+      {{"old_size", shrink.old_size}, {"new_size", comm().size()}, {"seconds", shrink.seconds}});
+  if (lead())
+    std::cerr << fmt::format("hardy: rank(s) {} failed at step {}; continuing with {} ranks\n",
+                             fmt::join(departed.world_ranks, ","), step() + 1, comm().size());
+}
+
+void TrainingSession::State::stop_if_past_limits() {
+  // Every survivor sees the same size and count, before any collective of this attempt.
+  if (comm().size() < config.min_world_size) {
+    store.write_final_checkpoint("too few ranks");
+    throw SessionStop{
+        kStopped,
+        fmt::format("{} ranks left, fewer than --min-world-size {}; final checkpoint written",
+                    comm().size(), config.min_world_size)};
+  }
+  if (failures > config.max_failures) {
+    store.write_final_checkpoint("too many failures");
+    throw SessionStop{kStopped,
+                      fmt::format("{} failures, more than --max-failures {}; final checkpoint "
+                                  "written",
+                                  failures, config.max_failures)};
+  }
 }
 
 void TrainingSession::State::settle_step_across_domains(const std::string& what) {
@@ -98,25 +111,24 @@ void TrainingSession::State::settle_step_across_domains(const std::string& what)
     throw comm::Agreed<Error>(fmt::format(
         "domain {} lost its leader ({}); the domain ends and is relaunched", config.domain, what));
   const auto started = Clock::now();
-  const DomainStep across = domains->after_local_recovery(step + 1, domains_meet_at(step + 1),
-                                                          domain_tensors(), domain_state_access());
+  const DomainStep across = domains->after_local_recovery(
+      step() + 1, domains_meet_at(step() + 1), trainer.exchanged_tensors(config.sync_every() > 1),
+      domain_state_access());
   follow_domain_ownership();
-  if (across.verdict == StepVerdict::rewind) rewind_to_synced(step + 1);
+  if (across.verdict == StepVerdict::rewind) rewind_to_synced(step() + 1);
   if (across.verdict != StepVerdict::commit) return;
   // The other domains committed the step in flight: apply the same sums (the gradients, and the
   // averaged state when the domains train alone between meetings) and commit it here too.
   const auto shape = data.train->shape();
   const std::size_t global_batch = current_global_batch();
   const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
-  current_batch = sampler.next(global_batch);
-  const float lr = current_lr(step);
-  optimizer->step(model.parameters(), lr);
-  backend->synchronize();
-  last_loss = across.loss * grad_scale;
-  events.emit("step_rolled_forward", {{"step", step + 1}, {"reason", what}});
-  commit_step([&] {
-    write_metrics(0, 0, 0, std::max(1e-6, seconds_since(started)), lr, std::lround(across.skipped));
-  });
+  trainer.draw_batch(global_batch);
+  CommittedStep done{
+      .started = started, .lr = current_lr(step()), .skipped_samples = std::lround(across.skipped)};
+  trainer.apply_update(done.lr);
+  trainer.set_last_loss(across.loss * grad_scale);
+  events.emit("step_rolled_forward", {{"step", step() + 1}, {"reason", what}});
+  commit_step(done);
 }
 
 void TrainingSession::State::restore_after_failure(double detected_at) {
@@ -128,7 +140,7 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
       comm::all_equal(comm(), in_memory ? in_memory->step : -1);
   std::string source;
   if (everyone_has_it) {
-    apply_state(*in_memory);
+    trainer.apply(*in_memory);
     source = "memory";
   } else {
     checkpoint::TrainingState state;
@@ -143,11 +155,11 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
     if (comm::allreduce(comm(), lead() && !path.empty() ? 1 : 0, comm::ReduceOp::max) == 0)
       throw comm::Agreed<Error>(
           "cannot recover: no rank holds the last committed step and there is no valid checkpoint");
-    broadcast_restored(state);
+    restore_from(state);
     source = "checkpoint";
   }
   events.emit("state_restored",
-              {{"source", source}, {"step", step}, {"seconds", seconds_since(started)}});
+              {{"source", source}, {"step", step()}, {"seconds", seconds_since(started)}});
 
   // The sampler is back at the restored step's cursor; re-splitting the next global batches over
   // the survivors keeps every sample of the epoch seen exactly once.
@@ -163,7 +175,7 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
                                                      static_cast<double>(config.global_batch)}});
   restage(/*wait=*/false, "membership changed");
   events.emit("training_resumed",
-              {{"step", step}, {"seconds_since_detection", core::unix_time() - detected_at}});
+              {{"step", step()}, {"seconds_since_detection", core::unix_time() - detected_at}});
 }
 
 void TrainingSession::State::log_committed_step_if_missing() {
@@ -171,9 +183,9 @@ void TrainingSession::State::log_committed_step_if_missing() {
   // Dying in between, it leaves a step that every survivor committed, and restored from memory,
   // but that neither metrics.jsonl nor the audit shows. Its successor holds the same lines.
   const auto missing = [&](const nlohmann::json& line, const core::JsonLines& log) {
-    return log.enabled() && line.is_object() && line.value("step", -1L) == step &&
+    return log.enabled() && line.is_object() && line.value("step", -1L) == step() &&
            core::read_field<long>(core::last_json_record(log.path()).value_or(nullptr), "step")
-                   .value_or(-1) < step;
+                   .value_or(-1) < step();
   };
   if (missing(committed_audit_line, audit)) audit.write(committed_audit_line);
   if (missing(committed_metrics_line, metrics)) metrics.write(committed_metrics_line);
@@ -186,7 +198,7 @@ bool TrainingSession::State::report_hang(int world_rank) {
   events.emit("hang_detected", {{"rank", decision->world_rank},
                                 {"host", decision->host},
                                 {"pid", decision->pid},
-                                {"step", step + 1},
+                                {"step", step() + 1},
                                 {"doing", decision->doing},
                                 {"seconds_without_progress", decision->seconds_without_progress},
                                 {"timeout_s", decision->timeout_s},

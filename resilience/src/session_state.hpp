@@ -1,11 +1,14 @@
 #pragma once
-// The inside of a TrainingSession, shared by the training loop (training_session.cpp) and the
-// recovery protocol (recovery.cpp). Its parts each have one job: Membership (who is in the job),
-// StateStore (the committed state in memory, node-local and in checkpoints), Watchdog (ending a
-// job stuck in communication); the rest is the trainer: model, data, optimizer, gradient
-// reduction and the step loop.
+// The inside of a TrainingSession, shared by the training loop (training_session.cpp), recovery
+// (recovery.cpp) and node-local staging (session_staging.cpp). Its parts each have one job:
+// Trainer (the model and the step's mechanics), StateTransport (how a restored state reaches
+// every rank), Membership (who is in the job), StateStore (the committed state in memory,
+// node-local and in checkpoints), Watchdog (ending a job stuck in communication), FaultDomains
+// (the other domains). The session orders them: a step, its agreement, the duties after a commit
+// (its step hooks), and on a failure the recovery.
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,20 +16,18 @@
 #include "fault_domains.hpp"
 #include "hang_monitor.hpp"
 #include "hardy/checkpoint/checkpoint.hpp"
+#include "hardy/comm/agreement.hpp"
 #include "hardy/comm/communicator.hpp"
-#include "hardy/comm/cross_rank_sum.hpp"
-#include "hardy/comm/gradient_reducer.hpp"
-#include "hardy/core/data/batch_assembler.hpp"
-#include "hardy/core/data/prefetcher.hpp"
-#include "hardy/core/data/sampler.hpp"
-#include "hardy/core/nn/loss_scaler.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/resilience/failure_injection.hpp"
+#include "hardy/resilience/recovery_protocol.hpp"
 #include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "membership.hpp"
 #include "node_staging.hpp"
 #include "state_store.hpp"
+#include "state_transport.hpp"
+#include "trainer.hpp"
 #include "watchdog.hpp"
 
 namespace hardy::resilience {
@@ -39,14 +40,36 @@ struct SessionStop {
   std::string reason;
 };
 
+// What a committed step leaves for the duties after it.
+struct CommittedStep {
+  StepOutcome outcome;
+  Clock::time_point started;  // the step's time runs until its metrics line is written
+  double compute_s = 0, allreduce_s = 0, data_wait_s = 0;
+  float lr = 0;
+  long skipped_samples = 0;
+};
+
+// A duty after every commit (the copy in memory, the node-local snapshot, the heartbeat, the
+// audit, the replica check, the metrics line, preemption, the checkpoint). The session runs them
+// in the order they were added, each inside a watchdog stretch of its own when `watched`.
+struct StepHook {
+  const char* name;
+  std::optional<Activity> watched;
+  std::function<void(const CommittedStep&)> run;
+};
+
+// How a failure was first seen: when, and how long after the failure itself.
+struct FailureClock {
+  double detected_at;  // unix time
+  double latency_s;
+  bool injected;  // the victim of an injected failure wrote down when it died
+};
+
 struct TrainingSession::State final : StateSource {
   State(TrainingConfig config, std::unique_ptr<comm::Communicator> world, core::DataSources data);
   ~State();
 
   int run();
-  // The options' checks (InvalidArgument) and the values they imply (steps from epochs, the
-  // schedule's length).
-  void check_and_complete_config();
 
   // ---- the training loop (training_session.cpp) ----
   void resume_if_asked();
@@ -62,18 +85,22 @@ struct TrainingSession::State final : StateSource {
   // and the configuration hash; every rank throws when rank 0 could not.
   void establish_run_identity();
   void train_step();
+  // With fault domains, after the step's gradients are summed in the domain: the other domains'
+  // sums and the vote. False when the step is not to be committed here (abandoned, rewound, or
+  // taken from a peer whole).
+  bool exchange_across_domains(long this_step, std::size_t global_batch, std::vector<double>& loss,
+                               const CommittedStep& done, bool& admit_after_commit);
   // This rank's samples of a global batch, in the order it loads them. The one place that maps
   // samples to ranks: the step and the prefetcher's look-ahead both ask it. Its contiguous slice
   // (core::shard_of), or with --stage-to its node's staged samples first (session_staging.cpp).
   std::vector<std::size_t> local_samples(const core::GlobalBatch& batch) const;
-  // Tells the prefetcher this step's samples and those of the next prefetch_batches steps, read
-  // from a copy of the sampler (the real one moves only when a step draws its batch).
-  void announce_ahead(const std::vector<std::size_t>& mine, std::size_t global_batch);
   // Every rank's bad samples of this step (collective; every rank gets all of them, as JSON
   // records: sample, file, reason, rank, step).
   std::vector<nlohmann::json> gather_bad_samples(const std::vector<core::SkippedSample>& mine,
                                                  long this_step);
-  void commit_step(const std::function<void()>& log_step);
+  // The step's agreement; then the step hooks, or a recovery when a peer's step failed.
+  void commit_step(CommittedStep done);
+  std::vector<StepHook> make_step_hooks();
   void check_same_plan(const core::GlobalBatch& batch);
   void verify_replicas(long step);
   void write_metrics(double compute_s, double allreduce_s, double data_wait_s, double step_s,
@@ -92,9 +119,6 @@ struct TrainingSession::State final : StateSource {
   void follow_domain_ownership();
   // Whether the domains meet at a step (--domain-sync-every; always without domains).
   bool domains_meet_at(long at_step) const;
-  // What the domains sum when they meet: the gradients, and with --domain-sync-every above 1
-  // the parameters, batch statistics and optimizer state (weighted by the caller).
-  std::vector<core::Tensor*> domain_tensors();
   // After a lost domain: back to the last state every domain committed (domain_rewound).
   void rewind_to_synced(long at_step);
   // A new rank 0 after a recovery: writes the last committed step's metrics and audit lines when
@@ -102,18 +126,17 @@ struct TrainingSession::State final : StateSource {
   void log_committed_step_if_missing();
   bool lead() const { return membership.lead(); }
   comm::Communicator& comm() const { return membership.comm(); }
+  long step() const { return trainer.step(); }
   std::size_t current_global_batch() const;
   float current_lr(long step) const;
-  // StateSource: the model, optimizer and the loop's scalars.
+  // StateSource: the trainer's state and who ran it (world, hosts, run id).
   void capture_into(checkpoint::TrainingState& state) const override;
-  long committed_step() const override { return step; }
-  void apply_state(const checkpoint::TrainingState& state);
-  void store_loop_scalars(checkpoint::TrainingState& state) const;  // step, sampler, loss, ...
-  void restore_loop_scalars(const checkpoint::TrainingState& state);
+  long committed_step() const override { return trainer.step(); }
   // Root's `state` (read from a checkpoint or a node-local snapshot) to every rank, applied
-  // everywhere; when the gradient reducer moves device tensors (NCCL) they go GPU to GPU and
-  // `state` keeps only the loop's scalars afterwards.
-  void broadcast_restored(checkpoint::TrainingState& state, int root = 0);
+  // everywhere; `state` may keep only the loop's scalars afterwards.
+  void restore_from(checkpoint::TrainingState& state, int root = 0) {
+    transport->restore(comm(), trainer, state, root);
+  }
   // What the watchdog (and the hang monitor on its thread) knows of the session.
   void publish_to_watchdog();
   // The hang monitor's board: one per launch of each domain (hang_monitor.hpp).
@@ -129,10 +152,15 @@ struct TrainingSession::State final : StateSource {
   // (collective), otherwise each node fetches what moved to it in the background.
   void restage(bool wait, const std::string& reason);
 
-  // ---- recovery (recovery.cpp) ----
+  // ---- recovery (recovery.cpp), in the order it runs ----
   // After a ProcessFailure, or a step that some survivor did not finish: shrink to the
   // survivors, roll back to the last committed step, re-split the batch (recovery_protocol.hpp).
   void recover(const std::string& what);
+  FailureClock failure_clock() const;
+  // One attempt's shrink: who left (failure_detected, communicator_shrunk).
+  void report_departure(const Shrink& shrink, const std::string& what, const FailureClock& clock);
+  // --min-world-size and --max-failures: a final checkpoint and SessionStop when crossed.
+  void stop_if_past_limits();
   void restore_after_failure(double detected_at);
   // With fault domains, after an in-domain recovery: the step that was in flight across domains
   // is rolled forward (the others committed it) or dropped with them.
@@ -142,26 +170,13 @@ struct TrainingSession::State final : StateSource {
 
   TrainingConfig config;
   Membership membership;
-  comm::CommunicatorSum cross_rank;
-
-  std::unique_ptr<core::Backend> backend;
   core::DataSources data;
-  core::DeepLabV3Plus model;
-  std::unique_ptr<core::Optimizer> optimizer;
-  core::EpochSampler sampler;
-  core::BatchAssembler assembler;
   // With --stage-to. Shared with the dataset's file locator, through which the prefetcher's
   // workers read until they are joined: it outlives them whatever order the members go in.
   std::shared_ptr<NodeStaging> staging;
+  Trainer trainer;
+  std::unique_ptr<StateTransport> transport;
   std::unique_ptr<FaultDomains> domains;  // always present; enabled() with --domain
-  // Reads data.train only (never state that recovery changes), so recovery leaves it alone: the
-  // next step's announcement follows the restored sampler and the new world size.
-  core::SamplePrefetcher prefetcher;
-  // fp16: dynamic loss scaling; bf16 and f32: a static scale of 1 (still skips non-finite steps).
-  core::LossScaler scaler;
-  // The gradient allreduce: MPI buckets for host gradients, NCCL for device ones.
-  std::unique_ptr<comm::GradientReducer> reducer;
-  std::vector<float> class_weights;
   FailureInjector injector;
 
   core::EventLog events;
@@ -172,17 +187,14 @@ struct TrainingSession::State final : StateSource {
   // Null with --hang-timeout off. Before the watchdog, whose thread calls it, so it outlives it.
   std::unique_ptr<HangMonitor> hang_monitor;
   Watchdog watchdog;
+  std::vector<StepHook> step_hooks;
   // Steps committed since this launch's loop began or the last recovery: the hang monitor acts
   // from the first on (the slowest, with oneDNN's primitives made again: what it learns first).
   long steps_since_restart = 0;
 
-  long step = 0;  // steps committed
   // The log lines of the last committed step, kept by every rank for log_committed_step_if_missing.
   nlohmann::json committed_metrics_line, committed_audit_line;
-  double last_loss = 0;
   double last_snapshot_s = 0;  // the training thread's stall for this step's node-local copy
-  core::GlobalBatch current_batch;
-  core::Tensor fields, labels, dlogits;
   Clock::time_point job_start = Clock::now();
   // When the step in training began to count: the last commit, or the end of the last (re)start,
   // so that a step's time never includes a recovery.

@@ -42,6 +42,49 @@ int threads_per_rank(int rank, const std::vector<std::string>& hosts) {
   return std::max(1, cores / static_cast<int>(local));
 }
 
+// The options' checks (InvalidArgument) and the values they imply (steps from epochs, the
+// schedule's length).
+void check_and_complete(TrainingConfig& config, int world_size, const core::SampleSource& train) {
+  if (config.global_batch < world_size)
+    throw InvalidArgument(
+        fmt::format("--global-batch {} is smaller than the {} ranks of the job; every rank needs "
+                    "at least one sample per step",
+                    config.global_batch, world_size));
+  if (config.prefetch_batches < 0)
+    throw InvalidArgument(
+        fmt::format("--prefetch-batches {} is negative", config.prefetch_batches));
+  if (const auto shape = train.shape(); shape.height % core::ModelConfig::output_stride != 0 ||
+                                        shape.width % core::ModelConfig::output_stride != 0)
+    throw InvalidArgument(fmt::format(
+        "{} has samples of {}x{}; the model needs multiples of {} (choose --crop or --downsample "
+        "to get them)",
+        train.describe(), shape.height, shape.width, core::ModelConfig::output_stride));
+  if (config.ranks_per_node > 1 && world_size % config.ranks_per_node != 0)
+    throw InvalidArgument(fmt::format("{} ranks do not make whole nodes of --ranks-per-node {}",
+                                      world_size, config.ranks_per_node));
+  if (config.steps == 0) {
+    const long per_epoch =
+        static_cast<long>((train.size() + config.global_batch - 1) / config.global_batch);
+    config.steps = per_epoch * config.epochs;
+  }
+  config.schedule.total_steps = config.steps;
+  config.schedule.validate();
+  if (config.domain >= 0) {
+    // What the cross-domain exchange does not carry yet, refused before anything starts.
+    if (config.backend != "cpu")
+      throw InvalidArgument(
+          "fault domains exchange host gradients only: --backend cuda with --nodes-per-domain is "
+          "not supported yet");
+    if (!config.stage_to.empty())
+      throw InvalidArgument(
+          "--stage-to with fault domains (--nodes-per-domain) is not supported yet");
+    if (!config.memory_snapshots || config.rebalance != RebalancePolicy::constant_global_batch)
+      throw InvalidArgument(
+          "fault domains need --memory-snapshots and --rebalance constant-global-batch: a step "
+          "abandoned across domains rolls back from memory");
+  }
+}
+
 }  // namespace
 
 void install_preemption_handler() {
@@ -52,13 +95,16 @@ void install_preemption_handler() {
   sigaction(SIGUSR1, &action, nullptr);
 }
 
-TrainingSession::TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world) {
-  core::DataSources data = core::open_data(config.data);
+TrainingSession::TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world)
+    : TrainingSession(config, std::move(world), core::open_data(config.data)) {}
+TrainingSession::TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world,
+                                 core::DataSources data) {
+  // Every rank checks the same input; agreeing on it says so (an agreed error ends each process
+  // normally, with its message on every rank, where any other would abort the job).
+  comm::agree_on_outcome(*world, true,
+                         [&] { check_and_complete(config, world->size(), *data.train); });
   state_ = std::make_unique<State>(std::move(config), std::move(world), std::move(data));
 }
-TrainingSession::TrainingSession(TrainingConfig config, std::unique_ptr<comm::Communicator> world,
-                                 core::DataSources data)
-    : state_(std::make_unique<State>(std::move(config), std::move(world), std::move(data))) {}
 TrainingSession::~TrainingSession() = default;
 int TrainingSession::run() { return state_->run(); }
 
@@ -66,15 +112,12 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
                               core::DataSources data_in)
     : config(std::move(config_in)),
       membership(std::move(world), config.ranks_per_node),
-      cross_rank(membership.comm()),
-      backend(core::make_backend(config.backend)),
       data(std::move(data_in)),
-      model(*backend, config.model),
-      optimizer(core::make_optimizer(config.optimizer, *backend)),
-      sampler(data.train->size(), config.seed),
-      assembler(*backend, data.train->shape()),
-      prefetcher(*data.train, config.prefetch_batches > 0 ? config.loader_threads : 0, 0),
-      scaler(core::LossScalerConfig::for_activations(backend->activation_dtype())),
+      trainer(config, membership.comm(), *data.train,
+              config.threads > 0
+                  ? config.threads
+                  : threads_per_rank(membership.world_rank(), membership.original_hosts())),
+      transport(make_state_transport(trainer)),
       store(config, membership, events, *this, injector, identity),
       watchdog(
           // The watchdog's action ends the whole job (MPI_Abort), so the other ranks give the
@@ -84,22 +127,6 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
                                        : 2 * config.collective_timeout_s;
           },
           [this](const Watchdog::Stuck& stuck) { end_stuck_job(stuck); }) {
-  // Every rank checks the same input; agreeing on it says so (an agreed error ends each process
-  // normally, with its message on every rank, where any other would abort the job).
-  comm::agree_on_outcome(membership.comm(), true, [&] { check_and_complete_config(); });
-  omp_set_num_threads(config.threads > 0
-                          ? config.threads
-                          : threads_per_rank(membership.world_rank(), membership.original_hosts()));
-  class_weights =
-      core::resolve_class_weights(config.class_weights, *data.train, config.model.num_classes);
-  model.initialize(config.seed);
-  optimizer->initialize_state(model.parameters());
-  // Gradients become ready from the classifier back to the stem: buckets in that order let the
-  // first allreduces start while the encoder's backward pass still runs.
-  const auto& params = model.parameters();
-  const std::vector<core::Parameter*> ready_order(params.rbegin(), params.rend());
-  const auto bucket_bytes = static_cast<std::size_t>(config.bucket_mib * (1 << 20));
-  reducer = comm::make_gradient_reducer(membership.comm(), *backend, ready_order, bucket_bytes);
   injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node),
                              membership.world_rank(), config.run_dir / "checkpoints");
   if (config.domain >= 0) {
@@ -137,49 +164,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
                              });
   });
   establish_run_identity();
-}
-
-void TrainingSession::State::check_and_complete_config() {
-  const int world_size = membership.size();
-  if (config.global_batch < world_size)
-    throw InvalidArgument(
-        fmt::format("--global-batch {} is smaller than the {} ranks of the job; every rank needs "
-                    "at least one sample per step",
-                    config.global_batch, world_size));
-  if (config.prefetch_batches < 0)
-    throw InvalidArgument(
-        fmt::format("--prefetch-batches {} is negative", config.prefetch_batches));
-  if (const auto shape = data.train->shape();
-      shape.height % core::ModelConfig::output_stride != 0 ||
-      shape.width % core::ModelConfig::output_stride != 0)
-    throw InvalidArgument(fmt::format(
-        "{} has samples of {}x{}; the model needs multiples of {} (choose --crop or --downsample "
-        "to get them)",
-        data.train->describe(), shape.height, shape.width, core::ModelConfig::output_stride));
-  if (config.ranks_per_node > 1 && world_size % config.ranks_per_node != 0)
-    throw InvalidArgument(fmt::format("{} ranks do not make whole nodes of --ranks-per-node {}",
-                                      world_size, config.ranks_per_node));
-  if (config.steps == 0) {
-    const long per_epoch =
-        static_cast<long>((data.train->size() + config.global_batch - 1) / config.global_batch);
-    config.steps = per_epoch * config.epochs;
-  }
-  config.schedule.total_steps = config.steps;
-  config.schedule.validate();
-  if (config.domain >= 0) {
-    // What the cross-domain exchange does not carry yet, refused before anything starts.
-    if (config.backend != "cpu")
-      throw InvalidArgument(
-          "fault domains exchange host gradients only: --backend cuda with --nodes-per-domain is "
-          "not supported yet");
-    if (!config.stage_to.empty())
-      throw InvalidArgument(
-          "--stage-to with fault domains (--nodes-per-domain) is not supported yet");
-    if (!config.memory_snapshots || config.rebalance != RebalancePolicy::constant_global_batch)
-      throw InvalidArgument(
-          "fault domains need --memory-snapshots and --rebalance constant-global-batch: a step "
-          "abandoned across domains rolls back from memory");
-  }
+  step_hooks = make_step_hooks();
 }
 
 void TrainingSession::State::establish_run_identity() {
@@ -237,21 +222,9 @@ float TrainingSession::State::current_lr(long at_step) const {
 }
 
 void TrainingSession::State::capture_into(checkpoint::TrainingState& state) const {
-  checkpoint::capture_into(const_cast<core::DeepLabV3Plus&>(model), *optimizer, state);
-  store_loop_scalars(state);
-}
-
-// The scalars that the loop, not capture(), knows: where training stands and who runs it. A
-// snapshot reuses its strings' and host list's memory, so this allocates nothing per step.
-void TrainingSession::State::store_loop_scalars(checkpoint::TrainingState& state) const {
-  state.step = step;
-  state.epoch = sampler.state().epoch;
-  state.sampler = sampler.state();
-  state.rng_seed = config.seed;
-  state.lr_schedule = config.schedule;
-  state.loss_scale = scaler.scale();
-  state.loss_scale_good_steps = scaler.state().good_steps;
-  state.loss = last_loss;
+  trainer.capture_into(state);
+  // Who ran it. A snapshot reuses its strings' and host list's memory: this allocates nothing
+  // per step.
   state.config_ini = config.config_ini;
   state.world_size = membership.size();
   state.hosts.resize(static_cast<std::size_t>(membership.size()));
@@ -259,61 +232,6 @@ void TrainingSession::State::store_loop_scalars(checkpoint::TrainingState& state
     state.hosts[static_cast<std::size_t>(r)] = membership.host_of(r);
   state.run_id = identity.run_id;
   state.config_hash = identity.config_hash;
-}
-
-// The other way: the loop continues where `state` stood (the tensors are checkpoint::apply's).
-void TrainingSession::State::restore_loop_scalars(const checkpoint::TrainingState& state) {
-  step = state.step;
-  sampler.restore(state.sampler);
-  last_loss = state.loss;
-  if (scaler.config().dynamic)
-    scaler.restore({state.loss_scale, state.loss_scale_good_steps, scaler.state().skipped_steps});
-}
-
-void TrainingSession::State::apply_state(const checkpoint::TrainingState& state) {
-  checkpoint::apply(state, model, *optimizer);
-  restore_loop_scalars(state);
-}
-
-void TrainingSession::State::broadcast_restored(checkpoint::TrainingState& state, int root) {
-  if (!reducer->broadcasts_tensors()) {
-    checkpoint::broadcast_state(comm(), state, root);
-    apply_state(state);
-    return;
-  }
-  // The root applies the state first, so that a checkpoint that does not fit fails everywhere
-  // before any rank waits in NCCL for tensors that will not come.
-  const bool is_root = comm().rank() == root;
-  std::string error;
-  if (is_root) {
-    try {
-      apply_state(state);
-    } catch (const InvalidArgument& e) {
-      error = e.what();
-    }
-  }
-  if (comm::allreduce(comm(), error.empty() ? 0 : 1, comm::ReduceOp::max) != 0)
-    throw comm::Agreed<InvalidArgument>(
-        is_root ? error : fmt::format("rank {} could not apply the checkpoint", root));
-  // The loop's scalars over MPI, the tensors device to device (whose ranks are MPI's).
-  checkpoint::TrainingState scalars;
-  if (is_root) {
-    scalars = state;
-    scalars.model.clear();
-    scalars.optimizer.clear();
-  }
-  checkpoint::broadcast_state(comm(), scalars, root);
-  if (!is_root) {
-    optimizer->initialize_state(model.parameters());
-    optimizer->set_steps_taken(scalars.optimizer_steps);
-    restore_loop_scalars(scalars);
-  }
-  std::vector<core::Tensor*> tensors;
-  for (core::Parameter* p : model.parameters()) tensors.push_back(&p->value);
-  for (auto& entry : model.buffers()) tensors.push_back(entry.second);
-  for (auto& entry : optimizer->state_tensors()) tensors.push_back(entry.second);
-  reducer->broadcast(tensors, root);
-  state = std::move(scalars);
 }
 
 void TrainingSession::State::resume_if_asked() {
@@ -367,17 +285,17 @@ void TrainingSession::State::resume_if_asked() {
                 {{"reason", "no valid checkpoint in the run directory; starting at step 0"}});
     return;
   }
-  broadcast_restored(state);
+  restore_from(state);
   report_resumed("checkpoint", source, "", state, started);
   // Training goes on from this step: later checkpoints in the run directory are another timeline,
   // which retention would otherwise keep in place of this one's.
   if (lead())
     if (const auto discarded =
-            checkpoint::discard_checkpoints_newer_than(config.run_dir / "checkpoints", step);
+            checkpoint::discard_checkpoints_newer_than(config.run_dir / "checkpoints", step());
         !discarded.empty()) {
       std::vector<std::string> names;
       for (const auto& path : discarded) names.push_back(path.filename().string());
-      events.emit("checkpoints_discarded", {{"newer_than_step", step}, {"files", names}});
+      events.emit("checkpoints_discarded", {{"newer_than_step", step()}, {"files", names}});
     }
 }
 
@@ -390,7 +308,7 @@ bool TrainingSession::State::resume_from_node_snapshot(long checkpoint_step,
     mine = store.load_node_snapshot();
     // It must fit this job's model and optimizer (checked before anything is copied); the
     // restore below overwrites all of it, whichever source wins.
-    if (mine) checkpoint::apply(mine->state, model, *optimizer);
+    if (mine) trainer.apply(mine->state);
   } catch (const std::exception& e) {
     std::cerr << "hardy: skipping node-local snapshots of " << membership.host() << ": " << e.what()
               << "\n";
@@ -417,7 +335,7 @@ bool TrainingSession::State::resume_from_node_snapshot(long checkpoint_step,
     state = std::move(mine->state);
     path = mine->path.string();
   }
-  broadcast_restored(state, root);
+  restore_from(state, root);
   path = comm::broadcast_text(comm(), path, root);
   report_resumed("node-local", path, membership.host_of(root), state, started);
   return true;
@@ -432,7 +350,7 @@ void TrainingSession::State::report_resumed(const std::string& source,
   const bool foreign = is_foreign(restored, identity);
   nlohmann::json fields = {{"source", source},
                            {"path", path.string()},
-                           {"step", step},
+                           {"step", step()},
                            {"saved_world_size", saved_world_size},
                            {"world_size", comm().size()},
                            {"foreign", foreign},
@@ -446,7 +364,7 @@ void TrainingSession::State::report_resumed(const std::string& source,
         "hardy: resumed from {} at step {} (saved by {} ranks, now {}){}\n",
         host.empty() ? path.string()
                      : fmt::format("the node-local snapshot {} of {}", path.string(), host),
-        step, saved_world_size, comm().size(),
+        step(), saved_world_size, comm().size(),
         foreign ? fmt::format("; it is another run's ({})",
                               restored.run_id.empty() ? "no run id" : restored.run_id)
                 : "");
@@ -455,22 +373,9 @@ void TrainingSession::State::report_resumed(const std::string& source,
 void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch) {
   const std::uint64_t digest = core::xxhash64(std::as_bytes(std::span(batch.samples)));
   if (!comm::all_equal(comm(), static_cast<std::int64_t>(digest)))
-    throw Error(fmt::format(
-        "step {}: the ranks planned different global batches (sampler states diverged)", step + 1));
-}
-
-void TrainingSession::State::announce_ahead(const std::vector<std::size_t>& mine,
-                                            std::size_t global_batch) {
-  if (config.prefetch_batches == 0) return;
-  // A shrink makes this rank's share larger; the depth follows, in whole steps.
-  prefetcher.set_depth(static_cast<std::size_t>(config.prefetch_batches) * mine.size());
-  std::vector<std::size_t> plan = mine;
-  core::EpochSampler ahead = sampler;
-  for (long k = 0; k < config.prefetch_batches; ++k) {
-    const auto next = local_samples(ahead.next(global_batch));
-    plan.insert(plan.end(), next.begin(), next.end());
-  }
-  prefetcher.announce(plan);
+    throw Error(
+        fmt::format("step {}: the ranks planned different global batches (sampler states diverged)",
+                    step() + 1));
 }
 
 std::vector<nlohmann::json> TrainingSession::State::gather_bad_samples(
@@ -499,55 +404,39 @@ void TrainingSession::State::train_step() {
   const auto shape = data.train->shape();
   const std::size_t global_batch = current_global_batch();
   const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
-  const long this_step = step + 1;
-  const auto step_start = Clock::now();
+  const long this_step = step() + 1;
+  CommittedStep done{.started = Clock::now()};
   injector.at(this_step, Phase::forward);
 
-  current_batch = sampler.next(global_batch);
+  const core::GlobalBatch& batch = trainer.draw_batch(global_batch);
   if (comm().size() > 1) {
     Watchdog::Scope scope(watchdog, "sample plan check");
-    check_same_plan(current_batch);
+    check_same_plan(batch);
   }
-  const std::vector<std::size_t> mine = local_samples(current_batch);
-  announce_ahead(mine, global_batch);
   const core::BatchLoad input = [&] {
     Watchdog::Scope scope(watchdog, "data wait", Activity::loading_data);
-    // Always filled in as skip: whether a bad sample ends the job is decided below, by every
-    // rank together.
-    return assembler.load(prefetcher, mine, fields, labels, core::BadSamplePolicy::skip);
+    return trainer.load_batch([this](const core::GlobalBatch& b) { return local_samples(b); });
   }();
-
-  const core::Tensor& logits = model.forward(fields, /*training=*/true, &cross_rank);
-  core::ensure_tensor(*backend, dlogits, logits.dims());
-  // fp16 scales the loss gradient up so that small gradients survive; unscaled below.
-  const float loss_scale = scaler.scale();
-  // The loss, and the samples every rank skipped (summed with it: no collective of its own).
-  std::vector<double> loss{backend->softmax_cross_entropy({.logits = logits,
-                                                           .labels = labels,
-                                                           .class_weights = class_weights,
-                                                           .grad_scale = grad_scale * loss_scale},
-                                                          dlogits),
-                           static_cast<double>(input.skipped.size())};
-  const std::size_t count = model.parameters().size();
-  std::size_t announced = 0;
   // Where the domains meet, only the leader needs the domain's sums: it exchanges them with the
   // other domains and broadcasts the result to its members (FaultDomains::exchange).
-  if (domains->enabled() && domains_meet_at(this_step)) reducer->reduce_next_step_to(0);
-  model.backward(
-      dlogits,
-      [&](std::size_t i) {
-        reducer->mark_ready(count - 1 - i);
-        // Dying here leaves some buckets' allreduces in flight: the hardest moment to fail.
-        if (++announced == count / 2) injector.at(this_step, Phase::allreduce);
-      },
-      &cross_rank);
-  const double compute_s = seconds_since(step_start);
+  if (domains->enabled() && domains_meet_at(this_step)) trainer.reducer().reduce_next_step_to(0);
+  const float loss_scale = trainer.loss_scale();
+  // The loss, and the samples every rank skipped (summed with it: no collective of its own).
+  std::vector<double> loss{trainer.compute(grad_scale,
+                                           [&](std::size_t ready, std::size_t count) {
+                                             // Dying here leaves some buckets' allreduces in
+                                             // flight: the hardest moment to fail.
+                                             if (ready == count / 2)
+                                               injector.at(this_step, Phase::allreduce);
+                                           }),
+                           static_cast<double>(input.skipped.size())};
+  done.compute_s = seconds_since(done.started);
+  done.data_wait_s = input.data_wait_s;
   const auto reduce_start = Clock::now();
   {
     Watchdog::Scope scope(watchdog, "gradient allreduce");
-    // grad_scale already divides by the global batch, so the sum over ranks is the mean; the
-    // loss scale (1 unless fp16) comes off here.
-    reducer->finish(1.0f / loss_scale);
+    // grad_scale already divides by the global batch, so the sum over ranks is the mean.
+    trainer.finish_reduction();
     comm().allreduce_sum(loss);
     if (loss[1] > 0) {
       // Every rank learns of every bad sample of the step, so that under fail all of them end
@@ -565,77 +454,23 @@ void TrainingSession::State::train_step() {
     }
   }
   bool admit_after_commit = false;
-  if (domains->enabled() && !domains_meet_at(this_step)) {
-    // Alone until the domains meet: the domain's gradient sum (over the global batch) becomes
-    // the mean of its own share of it.
-    const double share = domains->share(global_batch);
-    for (core::Parameter* p : model.parameters())
-      for (float& g : p->grad.f32()) g = static_cast<float>(g / share);
-    loss[0] /= share;
-  } else if (domains->enabled()) {
-    // The other domains' sums and the step's vote (the commit point across domains).
-    const std::vector<core::Tensor*> exchanged = domain_tensors();
-    if (config.sync_every() > 1) {
-      // Each domain's state, weighted by its share of the batch: their sum is the average.
-      const auto share = static_cast<float>(domains->share(global_batch));
-      for (std::size_t i = model.parameters().size(); i < exchanged.size(); ++i)
-        for (float& v : exchanged[i]->f32()) v *= share;
-    }
-    DomainStep across;
-    {
-      Watchdog::Scope scope(watchdog, "cross-domain exchange");
-      across = domains->exchange(this_step, exchanged, loss[0], loss[1], domain_state_access());
-    }
-    follow_domain_ownership();
-    if (across.verdict == StepVerdict::abandon) {
-      // Not committed anywhere: back to the committed state; the loop redoes the step over the
-      // new split of the batch.
-      apply_state(*store.in_memory());
-      return;
-    }
-    if (across.verdict == StepVerdict::rewind) {
-      rewind_to_synced(this_step);
-      return;
-    }
-    if (across.verdict == StepVerdict::healed) {
-      // The domains whose vote completed committed this step, and this one took their state. If
-      // it now writes the run directory's files because the writer died before logging the step,
-      // the lines are its to write: the step's global batch is the one it drew, the loss came
-      // with the state.
-      if (step == this_step) {
-        if (config.audit_samples) keep_audit_line();
-        keep_metrics_line(compute_s, 0, input.data_wait_s, seconds_since(step_start),
-                          current_lr(this_step - 1), 0);
-        if (writes_run_files()) log_committed_step_if_missing();
-      }
-      return;
-    }
-    loss[0] = across.loss;
-    loss[1] = across.skipped;
-    admit_after_commit = across.admit_pending;
-  }
-  const double allreduce_s = seconds_since(reduce_start);
-  const float lr = current_lr(step);
-  // Every rank holds the same reduced gradients, so every rank takes the same decision.
-  if (scaler.update(reducer->has_non_finite()))
-    optimizer->step(model.parameters(), lr);
-  else
+  if (domains->enabled() &&
+      !exchange_across_domains(this_step, global_batch, loss, done, admit_after_commit))
+    return;
+  done.allreduce_s = seconds_since(reduce_start);
+  done.lr = current_lr(step());
+  if (!trainer.update(done.lr))
     events.emit("step_skipped", {{"step", this_step},
                                  {"reason", "non-finite gradients (loss-scale overflow)"},
                                  {"loss_scale", loss_scale},
-                                 {"new_loss_scale", scaler.scale()}});
-  backend->synchronize();
-  last_loss = loss[0] * grad_scale;
-  if (!std::isfinite(last_loss))
+                                 {"new_loss_scale", trainer.loss_scale()}});
+  trainer.set_last_loss(loss[0] * grad_scale);
+  if (!std::isfinite(trainer.last_loss()))
     throw comm::Agreed<Error>(  // the loss was summed over every rank
-        fmt::format("the loss became {} at step {}; lower --lr or check the data", last_loss,
-                    this_step));
-  commit_step([&] {
-    const double step_s = seconds_since(step_start);
-    data_wait_total_s += input.data_wait_s;
-    step_total_s += step_s;
-    write_metrics(compute_s, allreduce_s, input.data_wait_s, step_s, lr, std::lround(loss[1]));
-  });
+        fmt::format("the loss became {} at step {}; lower --lr or check the data",
+                    trainer.last_loss(), this_step));
+  done.skipped_samples = std::lround(loss[1]);
+  commit_step(done);
   if (admit_after_commit) {
     Watchdog::Scope scope(watchdog, "domain admission");
     domains->admit_if_pending(domain_state_access());
@@ -643,10 +478,66 @@ void TrainingSession::State::train_step() {
   }
 }
 
+bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t global_batch,
+                                                     std::vector<double>& loss,
+                                                     const CommittedStep& done,
+                                                     bool& admit_after_commit) {
+  if (!domains_meet_at(this_step)) {
+    // Alone until the domains meet: the domain's gradient sum (over the global batch) becomes
+    // the mean of its own share of it.
+    const double share = domains->share(global_batch);
+    trainer.divide_gradients(share);
+    loss[0] /= share;
+    return true;
+  }
+  // The other domains' sums and the step's vote (the commit point across domains).
+  const std::vector<core::Tensor*> exchanged = trainer.exchanged_tensors(config.sync_every() > 1);
+  if (config.sync_every() > 1) {
+    // Each domain's state, weighted by its share of the batch: their sum is the average.
+    const auto share = static_cast<float>(domains->share(global_batch));
+    for (std::size_t i = trainer.model().parameters().size(); i < exchanged.size(); ++i)
+      for (float& v : exchanged[i]->f32()) v *= share;
+  }
+  DomainStep across;
+  {
+    Watchdog::Scope scope(watchdog, "cross-domain exchange");
+    across = domains->exchange(this_step, exchanged, loss[0], loss[1], domain_state_access());
+  }
+  follow_domain_ownership();
+  switch (across.verdict) {
+    case StepVerdict::abandon:
+      // Not committed anywhere: back to the committed state; the loop redoes the step over the
+      // new split of the batch.
+      trainer.apply(*store.in_memory());
+      return false;
+    case StepVerdict::rewind:
+      rewind_to_synced(this_step);
+      return false;
+    case StepVerdict::healed:
+      // The domains whose vote completed committed this step, and this one took their state. If
+      // it now writes the run directory's files because the writer died before logging the step,
+      // the lines are its to write: the step's global batch is the one it drew, the loss came
+      // with the state.
+      if (step() == this_step) {
+        if (config.audit_samples) keep_audit_line();
+        keep_metrics_line(done.compute_s, 0, done.data_wait_s, seconds_since(done.started),
+                          current_lr(this_step - 1), 0);
+        if (writes_run_files()) log_committed_step_if_missing();
+      }
+      return false;
+    case StepVerdict::commit:
+      break;
+  }
+  loss[0] = across.loss;
+  loss[1] = across.skipped;
+  admit_after_commit = across.admit_pending;
+  return true;
+}
+
 void TrainingSession::State::publish_to_watchdog() {
   std::vector<int> members;
   for (int r = 0; r < comm().size(); ++r) members.push_back(membership.world_rank_of(r));
-  watchdog.publish({.step = step,
+  watchdog.publish({.step = step(),
                     .rank = membership.rank(),
                     .members = std::move(members),
                     .training = steps_since_restart > 0});
@@ -686,14 +577,14 @@ DomainStateAccess TrainingSession::State::domain_state_access() {
           },
           .restore_in_domain =
               [this](checkpoint::TrainingState& state) {
-                broadcast_restored(state, 0);
+                restore_from(state, 0);
                 store.keep_synced();
               },
           .committed_step =
               [this] {
                 // Every step is shared with --domain-sync-every 1 (the copy in memory may be
                 // stale there: --memory-snapshots false).
-                return config.sync_every() > 1 && store.synced() ? store.synced()->step : step;
+                return config.sync_every() > 1 && store.synced() ? store.synced()->step : step();
               }};
 }
 
@@ -701,27 +592,12 @@ bool TrainingSession::State::domains_meet_at(long at_step) const {
   return !domains->enabled() || synchronizes(at_step, config.sync_every(), config.steps);
 }
 
-std::vector<core::Tensor*> TrainingSession::State::domain_tensors() {
-  std::vector<core::Tensor*> tensors;
-  for (core::Parameter* p : model.parameters()) tensors.push_back(&p->grad);
-  if (config.sync_every() > 1) {
-    // Domains that trained alone since they last met hold different states: all of it is
-    // averaged, so that every rank of every domain goes on from the same bits. A state created
-    // lazily must exist on every domain, or the buffers would not line up.
-    optimizer->initialize_state(model.parameters());
-    for (core::Parameter* p : model.parameters()) tensors.push_back(&p->value);
-    for (const auto& [name, buffer] : model.buffers()) tensors.push_back(buffer);
-    for (const auto& [name, state] : optimizer->state_tensors()) tensors.push_back(state);
-  }
-  return tensors;
-}
-
 void TrainingSession::State::rewind_to_synced(long at_step) {
   // A domain was lost since the domains last met: its share of the steps since then is lost with
   // it, so every survivor goes back to that meeting and redoes them over the new split.
   const checkpoint::TrainingState& synced = *store.synced();
-  const long from = step;
-  apply_state(synced);
+  const long from = step();
+  trainer.apply(synced);
   store.keep_in_memory();
   if (from > synced.step)
     events.emit(
@@ -747,21 +623,20 @@ void TrainingSession::State::follow_domain_ownership() {
   }
 }
 
-void TrainingSession::State::commit_step(const std::function<void()>& log_step) {
-  StepOutcome outcome;
+void TrainingSession::State::commit_step(CommittedStep done) {
   {
     Watchdog::Scope scope(watchdog, "step agreement");
     // Fault tolerant: every survivor gets the same answer, so all of them commit the step or
     // none does. Without ULFM this is an allreduce, and a failure ends the job.
-    outcome = agree_on_step(comm(), /*finished=*/true, preemption_requested.load(),
-                            store.node_snapshot_wanted());
+    done.outcome = agree_on_step(comm(), /*finished=*/true, preemption_requested.load(),
+                                 store.node_snapshot_wanted());
   }
-  if (!outcome.committed) {
+  if (!done.outcome.committed) {
     // A survivor's step failed under it: nobody commits, everybody recovers.
-    recover(fmt::format("step {} did not finish on every rank (a peer failed)", step + 1));
+    recover(fmt::format("step {} did not finish on every rank (a peer failed)", step() + 1));
     return;
   }
-  ++step;
+  trainer.advance();
   const auto now = Clock::now();
   // The time between two commits: what one step takes here, waits and writes included.
   ++steps_since_restart;
@@ -769,38 +644,62 @@ void TrainingSession::State::commit_step(const std::function<void()>& log_step) 
     hang_monitor->step_took(std::chrono::duration<double>(now - step_clock).count());
   step_clock = now;
   last_commit_unix = core::unix_time();
-  samples_seen += static_cast<double>(current_batch.samples.size());
-  if (config.memory_snapshots) store.keep_in_memory();
-  if (config.sync_every() > 1 && domains_meet_at(step)) store.keep_synced();
-  {
-    Watchdog::Scope scope(watchdog, "node snapshot write", Activity::writing_state);
-    injector.at(step, Phase::snapshot_write);
-    last_snapshot_s = store.write_node_snapshot(outcome.snapshot_wanted);
+  samples_seen += static_cast<double>(trainer.batch().samples.size());
+  for (const StepHook& hook : step_hooks) {
+    if (!hook.watched) {
+      hook.run(done);
+      continue;
+    }
+    Watchdog::Scope scope(watchdog, hook.name, *hook.watched);
+    hook.run(done);
   }
-  publish_to_watchdog();
-  if (config.audit_samples) {  // every rank keeps the line; rank 0 writes it
-    keep_audit_line();
-    audit.write(committed_audit_line);
-  }
-  if (config.verify_replicas_every > 0 && step % config.verify_replicas_every == 0)
-    verify_replicas(step);
-  {
-    Watchdog::Scope scope(watchdog, "log write", Activity::writing_state);
-    log_step();  // before a checkpoint, so that a committed step is logged even if rank 0 dies
-                 // writing
-  }
-  if (outcome.preempt) {
-    events.emit("preemption_requested", {{"step", step}});
-    store.write_final_checkpoint("preempted by SIGUSR1 (scheduler time limit)");
-    throw SessionStop{kPreempted, "preempted: checkpoint written; resume with --resume latest"};
-  }
-  Watchdog::Scope scope(watchdog, "checkpoint", Activity::writing_state);
-  store.checkpoint_if_due(false);
+}
+
+std::vector<StepHook> TrainingSession::State::make_step_hooks() {
+  std::vector<StepHook> hooks;
+  hooks.push_back({"memory copy", std::nullopt, [this](const CommittedStep&) {
+                     if (config.memory_snapshots) store.keep_in_memory();
+                     if (config.sync_every() > 1 && domains_meet_at(step())) store.keep_synced();
+                   }});
+  hooks.push_back(
+      {"node snapshot write", Activity::writing_state, [this](const CommittedStep& done) {
+         injector.at(step(), Phase::snapshot_write);
+         last_snapshot_s = store.write_node_snapshot(done.outcome.snapshot_wanted);
+       }});
+  hooks.push_back({"progress heartbeat", std::nullopt,
+                   [this](const CommittedStep&) { publish_to_watchdog(); }});
+  if (config.audit_samples)  // every rank keeps the line; rank 0 writes it
+    hooks.push_back({"sample audit", std::nullopt, [this](const CommittedStep&) {
+                       keep_audit_line();
+                       audit.write(committed_audit_line);
+                     }});
+  if (config.verify_replicas_every > 0)
+    hooks.push_back({"replica verification", Activity::communicating, [this](const CommittedStep&) {
+                       if (step() % config.verify_replicas_every == 0) verify_replicas(step());
+                     }});
+  // Before a checkpoint, so that a committed step is logged even if rank 0 dies writing one.
+  hooks.push_back({"log write", Activity::writing_state, [this](const CommittedStep& done) {
+                     const double step_s = std::max(1e-6, seconds_since(done.started));
+                     data_wait_total_s += done.data_wait_s;
+                     step_total_s += step_s;
+                     write_metrics(done.compute_s, done.allreduce_s, done.data_wait_s, step_s,
+                                   done.lr, done.skipped_samples);
+                   }});
+  hooks.push_back({"preemption", std::nullopt, [this](const CommittedStep& done) {
+                     if (!done.outcome.preempt) return;
+                     events.emit("preemption_requested", {{"step", step()}});
+                     store.write_final_checkpoint("preempted by SIGUSR1 (scheduler time limit)");
+                     throw SessionStop{
+                         kPreempted, "preempted: checkpoint written; resume with --resume latest"};
+                   }});
+  hooks.push_back({"checkpoint", Activity::writing_state,
+                   [this](const CommittedStep&) { store.checkpoint_if_due(false); }});
+  return hooks;
 }
 
 void TrainingSession::State::verify_replicas(long at_step) {
-  Watchdog::Scope scope(watchdog, "replica verification");
-  const std::uint64_t digest = core::parameter_digest(*backend, model.parameters());
+  const std::uint64_t digest =
+      core::parameter_digest(trainer.backend(), trainer.model().parameters());
   const auto all = comm().allgather(static_cast<std::int64_t>(digest));
   const auto differ = std::count_if(all.begin(), all.end(), [&](std::int64_t d) {
     return static_cast<std::uint64_t>(d) != static_cast<std::uint64_t>(all.front());
@@ -812,28 +711,30 @@ void TrainingSession::State::verify_replicas(long at_step) {
 }
 
 void TrainingSession::State::keep_audit_line() {
-  committed_audit_line = {
-      {"step", step}, {"epoch", current_batch.epochs.front()}, {"samples", current_batch.samples}};
+  committed_audit_line = {{"step", step()},
+                          {"epoch", trainer.batch().epochs.front()},
+                          {"samples", trainer.batch().samples}};
   const auto boundary =
-      std::find_if(current_batch.epochs.begin(), current_batch.epochs.end(),
-                   [&](std::int64_t e) { return e != current_batch.epochs.front(); });
-  if (boundary != current_batch.epochs.end())
-    committed_audit_line["next_epoch_from"] = boundary - current_batch.epochs.begin();
+      std::find_if(trainer.batch().epochs.begin(), trainer.batch().epochs.end(),
+                   [&](std::int64_t e) { return e != trainer.batch().epochs.front(); });
+  if (boundary != trainer.batch().epochs.end())
+    committed_audit_line["next_epoch_from"] = boundary - trainer.batch().epochs.begin();
 }
 
 void TrainingSession::State::write_metrics(double compute_s, double allreduce_s, double data_wait_s,
                                            double step_s, float lr, long skipped) {
   keep_metrics_line(compute_s, allreduce_s, data_wait_s, step_s, lr, skipped);
   metrics.write(committed_metrics_line);
-  const auto global_batch = static_cast<double>(current_batch.samples.size());
-  if (writes_run_files() && (step % config.log_every == 0 || step == config.steps || step == 1)) {
+  const auto global_batch = static_cast<double>(trainer.batch().samples.size());
+  if (writes_run_files() &&
+      (step() % config.log_every == 0 || step() == config.steps || step() == 1)) {
     const double rate = samples_seen / seconds_since(job_start);
-    const double eta = static_cast<double>(config.steps - step) * global_batch / rate;
+    const double eta = static_cast<double>(config.steps - step()) * global_batch / rate;
     std::cout << fmt::format(
                      "step {:>6}/{} | epoch {:>3} | loss {:.4f} | lr {:.2e} | {:7.1f} samples/s | "
                      "{} rank(s) | ETA {}\n",
-                     step, config.steps, current_batch.epochs.front(), last_loss, lr, rate,
-                     domains->job_world_size(), format_duration(eta))
+                     step(), config.steps, trainer.batch().epochs.front(), trainer.last_loss(), lr,
+                     rate, domains->job_world_size(), format_duration(eta))
               << std::flush;
   }
 }
@@ -841,12 +742,12 @@ void TrainingSession::State::write_metrics(double compute_s, double allreduce_s,
 void TrainingSession::State::keep_metrics_line(double compute_s, double allreduce_s,
                                                double data_wait_s, double step_s, float lr,
                                                long skipped) {
-  const auto global_batch = static_cast<double>(current_batch.samples.size());
-  committed_metrics_line = {{"step", step},
-                            {"epoch", current_batch.epochs.front()},
-                            {"loss", last_loss},
+  const auto global_batch = static_cast<double>(trainer.batch().samples.size());
+  committed_metrics_line = {{"step", step()},
+                            {"epoch", trainer.batch().epochs.front()},
+                            {"loss", trainer.last_loss()},
                             {"lr", lr},
-                            {"global_batch", current_batch.samples.size()},
+                            {"global_batch", trainer.batch().samples.size()},
                             {"samples_per_s", global_batch / step_s},
                             {"step_s", step_s},
                             {"compute_s", compute_s},
@@ -864,12 +765,12 @@ int TrainingSession::State::run() {
                {"world_size", comm().size()},
                {"fault_tolerant", comm().fault_tolerant()},
                {"ranks_per_node", config.ranks_per_node},
-               {"backend", backend->name()},
+               {"backend", trainer.backend().name()},
                {"threads_per_rank", omp_get_max_threads()},
                {"steps", config.steps},
                {"global_batch", config.global_batch},
-               {"parameters", model.parameter_count()},
-               {"gradient_buckets", reducer->bucket_count()},
+               {"parameters", trainer.model().parameter_count()},
+               {"gradient_buckets", trainer.reducer().bucket_count()},
                {"data", data.train->describe()},
                {"resume", config.resume},
                {"run_dir", config.run_dir.string()},
@@ -880,8 +781,9 @@ int TrainingSession::State::run() {
     std::cout << fmt::format(
         "hardy: training {} parameters on {} with {} rank(s) x {} thread(s){}, {} steps of {} "
         "samples\n",
-        model.parameter_count(), data.train->describe(), comm().size(), omp_get_max_threads(),
-        comm().fault_tolerant() ? " (fault tolerant)" : "", config.steps, config.global_batch);
+        trainer.model().parameter_count(), data.train->describe(), comm().size(),
+        omp_get_max_threads(), comm().fault_tolerant() ? " (fault tolerant)" : "", config.steps,
+        config.global_batch);
   try {
     if (config.domain_join.empty()) resume_if_asked();  // a relaunched domain heals from a peer
     if (config.memory_snapshots) store.keep_in_memory();
@@ -893,7 +795,7 @@ int TrainingSession::State::run() {
     step_clock = Clock::now();
     publish_to_watchdog();
     watchdog.start();
-    while (step < config.steps) {
+    while (step() < config.steps) {
       try {
         train_step();
       } catch (const comm::ProcessFailure& failure) {
@@ -914,7 +816,7 @@ int TrainingSession::State::run() {
     // Agreed: a lead that cannot write it fails every rank, and no host removes its snapshots.
     // Only the lead knows whether the last step has its checkpoint already (it alone writes
     // them), so it tells the others: a test of its own would send ranks down different paths.
-    if (checkpointing && comm::allreduce(comm(), lead() && store.last_checkpoint_step() != step,
+    if (checkpointing && comm::allreduce(comm(), lead() && store.last_checkpoint_step() != step(),
                                          comm::ReduceOp::max) != 0)
       comm::agree_on_outcome(comm(), lead(), [&] { store.checkpoint_if_due(true); });
     store.flush();
@@ -924,8 +826,8 @@ int TrainingSession::State::run() {
     // The lead's share of its steps' time spent waiting for data (its steps since it started).
     const double wait_fraction = step_total_s > 0 ? data_wait_total_s / step_total_s : 0;
     nlohmann::json finished = {{"status", "completed"},
-                               {"steps", step},
-                               {"final_loss", last_loss},
+                               {"steps", step()},
+                               {"final_loss", trainer.last_loss()},
                                {"world_size", comm().size()},
                                {"failures", failures},
                                {"data_wait_s", data_wait_total_s},
@@ -933,14 +835,14 @@ int TrainingSession::State::run() {
                                {"skipped_samples", skipped_samples.size()}};
     // Equal on every rank of every domain, or their replicas differ (the fault-domain tests
     // compare the domains' digests).
-    finished["parameter_digest"] =
-        fmt::format("{:016x}", core::parameter_digest(*backend, model.parameters()));
+    finished["parameter_digest"] = fmt::format(
+        "{:016x}", core::parameter_digest(trainer.backend(), trainer.model().parameters()));
     if (writes_run_files()) {
-      checkpoint::save_model(model, config.run_dir / "model.h5");
+      checkpoint::save_model(trainer.model(), config.run_dir / "model.h5");
       finished["model"] = (config.run_dir / "model.h5").string();
       if (data.held_out) {
-        const auto confusion =
-            core::evaluate(model, *data.held_out, static_cast<std::size_t>(config.global_batch));
+        const auto confusion = core::evaluate(trainer.model(), *data.held_out,
+                                              static_cast<std::size_t>(config.global_batch));
         finished["mean_iou"] = confusion.mean_iou();
         finished["iou"] = confusion.iou();
         std::cout << fmt::format("hardy: held-out mean IoU {:.3f} (IoU per class: {:.3f}) on {}\n",
@@ -950,7 +852,8 @@ int TrainingSession::State::run() {
       std::cout << fmt::format(
           "hardy: waited for data {:.2f} s, {:.1f}% of the step time ({} loader thread(s), {} "
           "steps ahead){}\n",
-          data_wait_total_s, 100 * wait_fraction, prefetcher.workers(), config.prefetch_batches,
+          data_wait_total_s, 100 * wait_fraction, trainer.prefetcher().workers(),
+          config.prefetch_batches,
           skipped_samples.empty()
               ? std::string()
               : fmt::format("; {} bad sample(s) skipped", skipped_samples.size()));
@@ -967,7 +870,7 @@ int TrainingSession::State::run() {
     store.remove_node_snapshots();
     events.emit("job_finished", {{"status", stop.status == kPreempted ? "preempted" : "stopped"},
                                  {"reason", stop.reason},
-                                 {"steps", step},
+                                 {"steps", step()},
                                  {"world_size", comm().size()},
                                  {"failures", failures}});
     if (lead()) std::cerr << "hardy: " << stop.reason << "\n";
@@ -981,7 +884,7 @@ int TrainingSession::State::run() {
     return stop.status;
   } catch (const std::exception& e) {
     watchdog.stop();
-    events.emit("job_finished", {{"status", "failed"}, {"steps", step}, {"error", e.what()}});
+    events.emit("job_finished", {{"status", "failed"}, {"steps", step()}, {"error", e.what()}});
     throw;
   }
 }

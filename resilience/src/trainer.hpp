@@ -1,0 +1,120 @@
+#pragma once
+// The model and what trains it on this rank: the kernels' backend, the model, the optimizer, the
+// sampler of global batches, their assembly and prefetching, the loss scaler and the gradient
+// reducer, and the committed step they stand at.
+//
+// A step is a short sequence of calls that the session makes in order (draw_batch, load_batch,
+// compute, finish_reduction, update, advance) so that it can watch each one, and fail or stop
+// between them. The trainer knows nothing of failures, events or the run directory: the session
+// (training_session.cpp), recovery (recovery.cpp), the state store and the fault domains reach it
+// only through this interface. Its state is what a checkpoint holds of it (capture_into, apply).
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "hardy/checkpoint/training_state.hpp"
+#include "hardy/comm/communicator.hpp"
+#include "hardy/comm/cross_rank_sum.hpp"
+#include "hardy/comm/gradient_reducer.hpp"
+#include "hardy/core/data/batch_assembler.hpp"
+#include "hardy/core/data/prefetcher.hpp"
+#include "hardy/core/data/sampler.hpp"
+#include "hardy/core/nn/loss_scaler.hpp"
+#include "hardy/core/nn/model.hpp"
+#include "hardy/core/nn/optimizer.hpp"
+#include "hardy/resilience/training_config.hpp"
+
+namespace hardy::resilience {
+
+class Trainer {
+ public:
+  // Which of a global batch's samples this rank loads, in the order it loads them.
+  using Placement = std::function<std::vector<std::size_t>(const core::GlobalBatch&)>;
+  // Called as each parameter's gradient is handed to the reducer (`ready` of `count` so far).
+  using GradientReady = std::function<void(std::size_t ready, std::size_t count)>;
+
+  // `config` is read, never copied: the session completes it (steps from epochs) before the first
+  // step. Initialises the model and the optimizer from config.seed and uses `threads` threads.
+  Trainer(const TrainingConfig& config, comm::Communicator& comm, const core::SampleSource& train,
+          int threads);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // ---- one step ----
+  // The next global batch of `global_batch` samples (the sampler moves on).
+  const core::GlobalBatch& draw_batch(std::size_t global_batch);
+  const core::GlobalBatch& batch() const { return batch_; }
+  // This rank's share of the drawn batch into the input tensors. The prefetcher is told this step's
+  // samples and those of the next --prefetch-batches steps, read from a copy of the sampler.
+  // Bad samples are always skipped here: whether one ends the job is decided by every rank.
+  core::BatchLoad load_batch(const Placement& placement);
+  // Forward pass, loss and backward pass, each gradient handed to the reducer as soon as it is
+  // ready. `grad_scale` divides the loss gradient (by the global batch's pixels); the loss scale
+  // multiplies it. Returns this rank's loss sum.
+  double compute(float grad_scale, const GradientReady& on_ready);
+  // Waits for the gradient allreduce and takes the loss scale off the gradients.
+  void finish_reduction();
+  // The optimizer step, unless the loss scaler skips it (non-finite gradients): whether it ran.
+  bool update(float lr);
+  // The optimizer step regardless of the gradients (the other domains' committed sums).
+  void apply_update(float lr);
+  void divide_gradients(double divisor);
+  // The step is committed: the trainer stands at the next one.
+  void advance() { ++step_; }
+
+  // ---- state ----
+  long step() const { return step_; }
+  double last_loss() const { return last_loss_; }
+  void set_last_loss(double loss) { last_loss_ = loss; }
+  float loss_scale() const { return scaler_.scale(); }
+  // The model, the optimizer and the loop's scalars (step, sampler, loss, loss scale). Reuses the
+  // state's memory, so that a copy per step allocates nothing.
+  void capture_into(checkpoint::TrainingState& state) const;
+  // The other way; throws InvalidArgument when the tensors do not fit this model.
+  void apply(const checkpoint::TrainingState& state);
+  // The loop's scalars alone (when the tensors arrive by another way).
+  void restore_scalars(const checkpoint::TrainingState& state);
+  // Every tensor of the state: parameters, buffers (batch statistics), optimizer state, created
+  // where the optimizer makes them lazily.
+  std::vector<core::Tensor*> state_tensors();
+  // What the fault domains sum when they meet: the gradients, and with `whole_state` the state
+  // tensors too (domains that trained alone hold different ones).
+  std::vector<core::Tensor*> exchanged_tensors(bool whole_state);
+  // After a shrink: the reducer and the batch norm's sums go over the survivors' communicator.
+  void rebind(comm::Communicator& comm, std::span<const int> lost);
+
+  core::Backend& backend() const { return *backend_; }
+  core::DeepLabV3Plus& model() { return model_; }
+  const core::DeepLabV3Plus& model() const { return model_; }
+  core::Optimizer& optimizer() { return *optimizer_; }
+  comm::GradientReducer& reducer() { return *reducer_; }
+  const core::SamplePrefetcher& prefetcher() const { return prefetcher_; }
+  const core::EpochSampler& sampler() const { return sampler_; }
+
+ private:
+  void announce_ahead(const Placement& placement, const std::vector<std::size_t>& mine);
+
+  const TrainingConfig& config_;
+  std::unique_ptr<core::Backend> backend_;
+  core::DeepLabV3Plus model_;
+  std::unique_ptr<core::Optimizer> optimizer_;
+  core::EpochSampler sampler_;
+  core::BatchAssembler assembler_;
+  // Reads the training samples only (never state that recovery changes), so recovery leaves it
+  // alone: the next step's announcement follows the restored sampler and the new world size.
+  core::SamplePrefetcher prefetcher_;
+  // fp16: dynamic loss scaling; bf16 and f32: a static scale of 1 (still skips non-finite steps).
+  core::LossScaler scaler_;
+  comm::CommunicatorSum cross_rank_;  // the batch norm's sums over ranks
+  // The gradient allreduce: MPI buckets for host gradients, NCCL for device ones.
+  std::unique_ptr<comm::GradientReducer> reducer_;
+  std::vector<float> class_weights_;
+  core::GlobalBatch batch_;
+  core::Tensor fields_, labels_, dlogits_;
+  long step_ = 0;  // steps committed
+  double last_loss_ = 0;
+};
+
+}  // namespace hardy::resilience
