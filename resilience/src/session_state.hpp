@@ -42,7 +42,7 @@ struct SessionStop {
 
 // What a committed step leaves for the duties after it.
 struct CommittedStep {
-  StepOutcome outcome;
+  StepOutcome outcome{};
   Clock::time_point started;  // the step's time runs until its metrics line is written
   double compute_s = 0, allreduce_s = 0, data_wait_s = 0;
   float lr = 0;
@@ -69,7 +69,18 @@ struct TrainingSession::State final : StateSource {
   State(TrainingConfig config, std::unique_ptr<comm::Communicator> world, core::DataSources data);
   ~State();
 
+  // announce_start, prepare_to_train, train_to_last_step, then finish or stop_early.
   int run();
+  void announce_start();  // job_started (domain_started), and the console's first line
+  // Resume (--resume), the first copy in memory, the domains' first meeting, the watchdog.
+  void prepare_to_train();
+  void train_to_last_step();  // steps, and recoveries in between
+  // The final checkpoint, the node-local copies removed, the model saved and evaluated,
+  // job_finished. Returns kCompleted.
+  int finish();
+  // A SessionStop (limits, preemption): job_finished, and every rank waits for the lead's final
+  // checkpoint before it exits. Returns the stop's status.
+  int stop_early(const SessionStop& stop);
 
   // ---- the training loop (training_session.cpp) ----
   void resume_if_asked();

@@ -760,6 +760,21 @@ void TrainingSession::State::keep_metrics_line(double compute_s, double allreduc
 }
 
 int TrainingSession::State::run() {
+  announce_start();
+  try {
+    prepare_to_train();
+    train_to_last_step();
+    return finish();
+  } catch (const SessionStop& stop) {
+    return stop_early(stop);
+  } catch (const std::exception& e) {
+    watchdog.stop();
+    events.emit("job_finished", {{"status", "failed"}, {"steps", step()}, {"error", e.what()}});
+    throw;
+  }
+}
+
+void TrainingSession::State::announce_start() {
   events.emit(writes_run_files() ? "job_started" : "domain_started",
               {{"hardy_version", HARDY_VERSION},
                {"world_size", comm().size()},
@@ -784,109 +799,114 @@ int TrainingSession::State::run() {
         trainer.model().parameter_count(), data.train->describe(), comm().size(),
         omp_get_max_threads(), comm().fault_tolerant() ? " (fault tolerant)" : "", config.steps,
         config.global_batch);
-  try {
-    if (config.domain_join.empty()) resume_if_asked();  // a relaunched domain heals from a peer
-    if (config.memory_snapshots) store.keep_in_memory();
-    domains->start(domain_state_access());
-    if (config.sync_every() > 1) store.keep_synced();
-    follow_domain_ownership();
-    start_hang_monitor();
-    steps_since_restart = 0;
-    step_clock = Clock::now();
-    publish_to_watchdog();
-    watchdog.start();
-    while (step() < config.steps) {
-      try {
-        train_step();
-      } catch (const comm::ProcessFailure& failure) {
-        if (!comm().fault_tolerant()) throw;
-        // The other survivors may have finished this step and wait in its agreement: meet them
-        // there (after the revoke has freed those still inside a collective), then recover.
-        steps_since_restart = 0;  // no hang watch until the recovery has committed a step
-        publish_to_watchdog();
-        Watchdog::Scope scope(watchdog, "recovery", Activity::recovering);
-        comm().revoke();
-        agree_on_step(comm(), /*finished=*/false, preemption_requested.load());
-        recover(failure.what());
-      }
-    }
-    watchdog.stop();
-    // The job's last state is worth keeping when checkpoints are on: a later job can go on from it.
-    const bool checkpointing = config.checkpoint_every > 0 || config.checkpoint_every_seconds > 0;
-    // Agreed: a lead that cannot write it fails every rank, and no host removes its snapshots.
-    // Only the lead knows whether the last step has its checkpoint already (it alone writes
-    // them), so it tells the others: a test of its own would send ranks down different paths.
-    if (checkpointing && comm::allreduce(comm(), lead() && store.last_checkpoint_step() != step(),
-                                         comm::ReduceOp::max) != 0)
-      comm::agree_on_outcome(comm(), lead(), [&] { store.checkpoint_if_due(true); });
-    store.flush();
-    store.remove_node_snapshots();  // after the final checkpoint: nothing needs them any more
-    // Every rank's watchdog stopped before the collectives above: no heartbeat comes any more.
-    if (hang_monitor) hang_monitor->finish();
-    // The lead's share of its steps' time spent waiting for data (its steps since it started).
-    const double wait_fraction = step_total_s > 0 ? data_wait_total_s / step_total_s : 0;
-    nlohmann::json finished = {{"status", "completed"},
-                               {"steps", step()},
-                               {"final_loss", trainer.last_loss()},
-                               {"world_size", comm().size()},
-                               {"failures", failures},
-                               {"data_wait_s", data_wait_total_s},
-                               {"data_wait_fraction", wait_fraction},
-                               {"skipped_samples", skipped_samples.size()}};
-    // Equal on every rank of every domain, or their replicas differ (the fault-domain tests
-    // compare the domains' digests).
-    finished["parameter_digest"] = fmt::format(
-        "{:016x}", core::parameter_digest(trainer.backend(), trainer.model().parameters()));
-    if (writes_run_files()) {
-      checkpoint::save_model(trainer.model(), config.run_dir / "model.h5");
-      finished["model"] = (config.run_dir / "model.h5").string();
-      if (data.held_out) {
-        const auto confusion = core::evaluate(trainer.model(), *data.held_out,
-                                              static_cast<std::size_t>(config.global_batch));
-        finished["mean_iou"] = confusion.mean_iou();
-        finished["iou"] = confusion.iou();
-        std::cout << fmt::format("hardy: held-out mean IoU {:.3f} (IoU per class: {:.3f}) on {}\n",
-                                 confusion.mean_iou(), fmt::join(confusion.iou(), ", "),
-                                 data.held_out->describe());
-      }
-      std::cout << fmt::format(
-          "hardy: waited for data {:.2f} s, {:.1f}% of the step time ({} loader thread(s), {} "
-          "steps ahead){}\n",
-          data_wait_total_s, 100 * wait_fraction, trainer.prefetcher().workers(),
-          config.prefetch_batches,
-          skipped_samples.empty()
-              ? std::string()
-              : fmt::format("; {} bad sample(s) skipped", skipped_samples.size()));
-      std::cout << "hardy: run directory " << config.run_dir.string() << "\n";
-    }
-    // In a job of several domains the others' leaders log that their domain is done.
-    events.emit(writes_run_files() ? "job_finished" : "domain_finished", finished);
-    return kCompleted;
-  } catch (const SessionStop& stop) {
-    watchdog.stop();
-    store.flush();
-    // The final checkpoint holds the last committed step, so a later `--resume latest` (perhaps
-    // on other nodes) starts from it; the node-local copies would only be left behind.
-    store.remove_node_snapshots();
-    events.emit("job_finished", {{"status", stop.status == kPreempted ? "preempted" : "stopped"},
-                                 {"reason", stop.reason},
-                                 {"steps", step()},
-                                 {"world_size", comm().size()},
-                                 {"failures", failures}});
-    if (lead()) std::cerr << "hardy: " << stop.reason << "\n";
-    // A launcher kills the whole job once any rank exits non-zero, so nobody leaves before the
-    // lead has written its final checkpoint and log lines.
+}
+
+void TrainingSession::State::prepare_to_train() {
+  if (config.domain_join.empty()) resume_if_asked();  // a relaunched domain heals from a peer
+  if (config.memory_snapshots) store.keep_in_memory();
+  domains->start(domain_state_access());
+  if (config.sync_every() > 1) store.keep_synced();
+  follow_domain_ownership();
+  start_hang_monitor();
+  steps_since_restart = 0;
+  step_clock = Clock::now();
+  publish_to_watchdog();
+  watchdog.start();
+}
+
+void TrainingSession::State::train_to_last_step() {
+  while (step() < config.steps) {
     try {
-      comm().barrier();
-    } catch (const comm::ProcessFailure&) {
-      // Another death now changes nothing: the final checkpoint is already on disk.
+      train_step();
+    } catch (const comm::ProcessFailure& failure) {
+      if (!comm().fault_tolerant()) throw;
+      // The other survivors may have finished this step and wait in its agreement: meet them
+      // there (after the revoke has freed those still inside a collective), then recover.
+      steps_since_restart = 0;  // no hang watch until the recovery has committed a step
+      publish_to_watchdog();
+      Watchdog::Scope scope(watchdog, "recovery", Activity::recovering);
+      comm().revoke();
+      agree_on_step(comm(), /*finished=*/false, preemption_requested.load());
+      recover(failure.what());
     }
-    return stop.status;
-  } catch (const std::exception& e) {
-    watchdog.stop();
-    events.emit("job_finished", {{"status", "failed"}, {"steps", step()}, {"error", e.what()}});
-    throw;
   }
+}
+
+int TrainingSession::State::finish() {
+  watchdog.stop();
+  // The job's last state is worth keeping when checkpoints are on: a later job can go on from it.
+  const bool checkpointing = config.checkpoint_every > 0 || config.checkpoint_every_seconds > 0;
+  // Agreed: a lead that cannot write it fails every rank, and no host removes its snapshots.
+  // Only the lead knows whether the last step has its checkpoint already (it alone writes
+  // them), so it tells the others: a test of its own would send ranks down different paths.
+  if (checkpointing && comm::allreduce(comm(), lead() && store.last_checkpoint_step() != step(),
+                                       comm::ReduceOp::max) != 0)
+    comm::agree_on_outcome(comm(), lead(), [&] { store.checkpoint_if_due(true); });
+  store.flush();
+  store.remove_node_snapshots();  // after the final checkpoint: nothing needs them any more
+  // Every rank's watchdog stopped before the collectives above: no heartbeat comes any more.
+  if (hang_monitor) hang_monitor->finish();
+  // The lead's share of its steps' time spent waiting for data (its steps since it started).
+  const double wait_fraction = step_total_s > 0 ? data_wait_total_s / step_total_s : 0;
+  nlohmann::json finished = {{"status", "completed"},
+                             {"steps", step()},
+                             {"final_loss", trainer.last_loss()},
+                             {"world_size", comm().size()},
+                             {"failures", failures},
+                             {"data_wait_s", data_wait_total_s},
+                             {"data_wait_fraction", wait_fraction},
+                             {"skipped_samples", skipped_samples.size()}};
+  // Equal on every rank of every domain, or their replicas differ (the fault-domain tests
+  // compare the domains' digests).
+  finished["parameter_digest"] = fmt::format(
+      "{:016x}", core::parameter_digest(trainer.backend(), trainer.model().parameters()));
+  if (writes_run_files()) {
+    checkpoint::save_model(trainer.model(), config.run_dir / "model.h5");
+    finished["model"] = (config.run_dir / "model.h5").string();
+    if (data.held_out) {
+      const auto confusion = core::evaluate(trainer.model(), *data.held_out,
+                                            static_cast<std::size_t>(config.global_batch));
+      finished["mean_iou"] = confusion.mean_iou();
+      finished["iou"] = confusion.iou();
+      std::cout << fmt::format("hardy: held-out mean IoU {:.3f} (IoU per class: {:.3f}) on {}\n",
+                               confusion.mean_iou(), fmt::join(confusion.iou(), ", "),
+                               data.held_out->describe());
+    }
+    std::cout << fmt::format(
+        "hardy: waited for data {:.2f} s, {:.1f}% of the step time ({} loader thread(s), {} "
+        "steps ahead){}\n",
+        data_wait_total_s, 100 * wait_fraction, trainer.prefetcher().workers(),
+        config.prefetch_batches,
+        skipped_samples.empty()
+            ? std::string()
+            : fmt::format("; {} bad sample(s) skipped", skipped_samples.size()));
+    std::cout << "hardy: run directory " << config.run_dir.string() << "\n";
+  }
+  // In a job of several domains the others' leaders log that their domain is done.
+  events.emit(writes_run_files() ? "job_finished" : "domain_finished", finished);
+  return kCompleted;
+}
+
+int TrainingSession::State::stop_early(const SessionStop& stop) {
+  watchdog.stop();
+  store.flush();
+  // The final checkpoint holds the last committed step, so a later `--resume latest` (perhaps
+  // on other nodes) starts from it; the node-local copies would only be left behind.
+  store.remove_node_snapshots();
+  events.emit("job_finished", {{"status", stop.status == kPreempted ? "preempted" : "stopped"},
+                               {"reason", stop.reason},
+                               {"steps", step()},
+                               {"world_size", comm().size()},
+                               {"failures", failures}});
+  if (lead()) std::cerr << "hardy: " << stop.reason << "\n";
+  // A launcher kills the whole job once any rank exits non-zero, so nobody leaves before the
+  // lead has written its final checkpoint and log lines.
+  try {
+    comm().barrier();
+  } catch (const comm::ProcessFailure&) {
+    // Another death now changes nothing: the final checkpoint is already on disk.
+  }
+  return stop.status;
 }
 
 }  // namespace hardy::resilience
