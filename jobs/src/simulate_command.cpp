@@ -49,7 +49,11 @@ po::options_description simulate_options() {
       "job-hours", po::value<double>()->default_value(e.job_hours),
       "hours of one allocation (the job starts once in it)")(
       "domain-step-overhead", po::value<double>()->default_value(-1),
-      "per-step price of domains, percent of a step (negative: the measured one)")(
+      "per-step price of domains, percent of a step (negative: --domain-price-from's, else the "
+      "scale bench's step times)")(
+      "domain-price-from", po::value<std::string>(),
+      "results of bench/cluster/domain_bench.py: the per-step price of domains meeting every "
+      "--domain-sync-every steps, measured against one job on the same nodes")(
       "domain-sync-every", po::value<int>()->default_value(e.domain_sync_every),
       "the domains meet every N-th step: a lost domain costs (N-1)/2 more steps on average (give "
       "the per-step price measured for that N with --domain-step-overhead)")(
@@ -77,25 +81,41 @@ int ettr_projection(const po::variables_map& vm) {
   a.step_s = vm["step-s"].as<double>();
   const double domain_pct = vm["domain-step-overhead"].as<double>();
   a.domain_step_overhead = domain_pct < 0 ? -1 : domain_pct / 100;
+  a.domain_sync_every = vm["domain-sync-every"].as<int>();
+  if (a.domain_sync_every < 1) throw InvalidArgument("--domain-sync-every must be at least 1");
+  // The scale bench's step times are a by-product of its start and recovery runs; the domain
+  // bench compares the steps alone, alternating, on a quiet machine.
+  std::string price_from = "the scale bench's step times at its smallest size";
+  if (vm.count("domain-price-from")) {
+    if (domain_pct >= 0)
+      throw InvalidArgument("give --domain-step-overhead or --domain-price-from, not both");
+    const auto price = resilience::read_domain_price(vm["domain-price-from"].as<std::string>(),
+                                                     a.domain_sync_every);
+    // A price below zero (fewer meetings wait less than one job) counts as none: those steps
+    // converge less, which is measured apart.
+    a.domain_step_overhead = std::max(0.0, price.overhead);
+    price_from = fmt::format("{:+.1f}% measured as {}", 100 * price.overhead, price.measured_as);
+  } else if (domain_pct >= 0) {
+    price_from = "--domain-step-overhead";
+  }
   a.protection_overhead = vm["protection-overhead"].as<double>() / 100;
   if (a.protection_overhead < 0)
     throw InvalidArgument("--protection-overhead must not be negative");
-  a.domain_sync_every = vm["domain-sync-every"].as<int>();
-  if (a.domain_sync_every < 1) throw InvalidArgument("--domain-sync-every must be at least 1");
   const auto projections = resilience::project_ettr(measured, a);
   std::cout << fmt::format(
       "measured ({}), 1 rank per emulated node, up to {} nodes (with the contention removed):\n"
       "  one job:  start {} s ({}), stall after a node's loss {} s ({})\n"
       "  domains of {}: start {} s ({}), stall {} s ({}) (N: the bench's nodes), back at full "
       "strength {:.2f} s ({:.2f})\n"
-      "  step {:.3f} s; domains' per-step price {:+.1f}%\n\n",
+      "  step {:.3f} s; domains' per-step price {:+.1f}% by the scale bench's step times\n"
+      "  per-step price used: {}\n\n",
       measured.source, measured.largest_nodes, measured.measured.one_job_start.formula(),
       measured.alone.one_job_start.formula(), measured.measured.one_job_stall.formula(),
       measured.alone.one_job_stall.formula(), measured.nodes_per_domain,
       measured.measured.domains_start.formula(), measured.alone.domains_start.formula(),
       measured.measured.domains_stall.formula(), measured.alone.domains_stall.formula(),
       measured.measured.domain_back_s, measured.alone.domain_back_s, measured.step_s,
-      100 * measured.domain_step_overhead);
+      100 * measured.domain_step_overhead, price_from);
   std::cout << fmt::format(
       "projected to {} nodes x {} GPUs, an interruption every {:.2f} h ({} h per 16,384 GPUs), "
       "{} h allocations:\n",

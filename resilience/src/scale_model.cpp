@@ -240,6 +240,44 @@ MeasuredScaling read_scaling(const std::filesystem::path& results) {
   return m;
 }
 
+MeasuredDomainPrice read_domain_price(const std::filesystem::path& results, int sync_every) {
+  const std::string source = results.string();
+  nlohmann::json json;
+  try {
+    std::ifstream in(results);
+    if (!in) throw InvalidArgument(fmt::format("cannot read {}", source));
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(fmt::format("{} is not JSON: {}", source, e.what()));
+  }
+  // A member of an object, or null: the results may lack any part (a bench run with
+  // --skip-overhead writes "overhead": null).
+  const auto member = [](const nlohmann::json& object, const char* key) {
+    return object.is_object() && object.contains(key) ? object[key] : nlohmann::json();
+  };
+  const nlohmann::json run = member(json, "overhead");
+  if (!run.contains("nodes") || !run.contains("nodes_per_domain"))
+    throw InvalidArgument(fmt::format(
+        "{} has no per-step comparison (bench/cluster/domain_bench.py without --skip-overhead)",
+        source));
+  const int nodes = run["nodes"].get<int>();
+  const int per_domain = run["nodes_per_domain"].get<int>();
+  std::string name = fmt::format("domains_{}x{}", nodes / per_domain, per_domain);
+  if (sync_every > 1) name += fmt::format("_sync_every_{}", sync_every);
+  for (const char* rounds : {"pooled", "overhead"}) {
+    const nlohmann::json price = member(member(member(json, rounds), "overhead_pct"), name.c_str());
+    if (price.is_number())
+      return {.overhead = price.get<double>() / 100,
+              .measured_as =
+                  fmt::format("{} against one job on {} nodes ({} rounds) in {}", name, nodes,
+                              rounds == std::string("pooled") ? "pooled" : "its", source)};
+  }
+  throw InvalidArgument(
+      fmt::format("{} has no per-step price of {} (run bench/cluster/domain_bench.py with "
+                  "--sync-every {})",
+                  source, name, sync_every));
+}
+
 std::vector<EttrProjection> project_ettr(const MeasuredScaling& m, const EttrAssumptions& a) {
   if (a.nodes < 1 || a.gpus_per_node < 1 || a.nodes_per_domain < 1 ||
       a.nodes % a.nodes_per_domain != 0)

@@ -120,3 +120,27 @@ TEST_CASE("ETTR: refuses results it cannot use and machines domains do not divid
       project_ettr(measured, {.nodes = 64, .hours_between_interruptions_per_16k_gpus = 0}),
       InvalidArgument);
 }
+
+TEST_CASE("ETTR: the domains' per-step price comes from the domain bench, pooled rounds first") {
+  testing::ScratchDirectory dir("ettr-price");
+  nlohmann::json bench = {
+      {"overhead",
+       {{"nodes", 8},
+        {"nodes_per_domain", 2},
+        {"overhead_pct", {{"domains_4x2", 4.0}, {"domains_4x2_sync_every_4", -1.0}}}}}};
+  std::ofstream(dir / "run.json") << bench.dump();
+  CHECK(read_domain_price(dir / "run.json", 1).overhead == Approx(0.04));
+  CHECK(read_domain_price(dir / "run.json", 4).overhead == Approx(-0.01));
+  CHECK(read_domain_price(dir / "run.json", 4).measured_as.find("domains_4x2_sync_every_4") !=
+        std::string::npos);
+  // Rounds pooled over several runs win over the last run's own.
+  bench["pooled"] = {{"overhead_pct", {{"domains_4x2", 2.7}}}};
+  std::ofstream(dir / "pooled.json") << bench.dump();
+  CHECK(read_domain_price(dir / "pooled.json", 1).overhead == Approx(0.027));
+  CHECK(read_domain_price(dir / "pooled.json", 4).overhead == Approx(-0.01));
+  // A meeting interval the bench did not measure, a bench run without the comparison, no file.
+  CHECK_THROWS_AS(read_domain_price(dir / "run.json", 2), InvalidArgument);
+  std::ofstream(dir / "recovery-only.json") << R"({"overhead": null, "recovery": {}})";
+  CHECK_THROWS_AS(read_domain_price(dir / "recovery-only.json", 1), InvalidArgument);
+  CHECK_THROWS_AS(read_domain_price(dir / "missing.json", 1), InvalidArgument);
+}

@@ -88,6 +88,15 @@ struct MeasuredScaling {
 };
 MeasuredScaling read_scaling(const std::filesystem::path& results);
 
+// What bench/cluster/domain_bench.py measured of the domains' per-step price against one job on
+// the same nodes, for domains meeting every `sync_every`-th step: the pooled rounds where the
+// results hold them, else the run's own.
+struct MeasuredDomainPrice {
+  double overhead = 0;      // the ratio of the median steps, less 1
+  std::string measured_as;  // which configuration of the bench, and from which rounds
+};
+MeasuredDomainPrice read_domain_price(const std::filesystem::path& results, int sync_every);
+
 struct EttrAssumptions {
   int nodes = 4560;
   int gpus_per_node = 6;
