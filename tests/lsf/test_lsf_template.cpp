@@ -1,6 +1,4 @@
 #include <catch2/catch.hpp>
-#include <fstream>
-#include <sstream>
 
 #include "../scheduler_fixtures.hpp"
 #include "hardy/lsf/lsf_scheduler.hpp"
@@ -35,17 +33,11 @@ TEST_CASE("LSF launchers are jsrun or mpirun", "[lsf]") {
 }
 
 TEST_CASE("the Summit example template renders", "[lsf]") {
-  std::ifstream file(std::string(HARDY_SOURCE_DIR) + "/examples/lsf/summit.bsub");
-  REQUIRE(file.good());
-  std::stringstream text;
-  text << file.rdbuf();
   auto request = example_request();
   request.ranks_per_node = 6;
   request.gpus_per_node = 6;
   request.launcher = "jsrun";
-  const LsfScheduler lsf;
-  const auto script = hardy::batch::render_script(text.str(), lsf.template_values(request),
-                                                  lsf.directive_prefix(), "summit.bsub");
+  const auto script = render_example(LsfScheduler(), "examples/lsf/summit.bsub", request);
   check_golden("lsf/golden/summit.bsub", script);
   check_shell_syntax(script);
 }

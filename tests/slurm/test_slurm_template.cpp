@@ -1,6 +1,4 @@
 #include <catch2/catch.hpp>
-#include <fstream>
-#include <sstream>
 
 #include "../scheduler_fixtures.hpp"
 #include "hardy/slurm/slurm_scheduler.hpp"
@@ -35,14 +33,8 @@ TEST_CASE("Slurm has no --lsf-launcher", "[slurm]") {
 }
 
 TEST_CASE("the Perlmutter example template renders", "[slurm]") {
-  std::ifstream file(std::string(HARDY_SOURCE_DIR) + "/examples/slurm/perlmutter.sbatch");
-  REQUIRE(file.good());
-  std::stringstream text;
-  text << file.rdbuf();
-  const SlurmScheduler slurm;
   const auto script =
-      hardy::batch::render_script(text.str(), slurm.template_values(example_request()),
-                                  slurm.directive_prefix(), "perlmutter.sbatch");
+      render_example(SlurmScheduler(), "examples/slurm/perlmutter.sbatch", example_request());
   check_golden("slurm/golden/perlmutter.sbatch", script);
   check_shell_syntax(script);
 }
