@@ -24,6 +24,12 @@ class Checks:
         sys.exit(1 if self.failures else 0)
 
 
+def skip(reason):
+    """Ends the test as skipped: exit status 77, which CTest counts as such (SKIP_RETURN_CODE)."""
+    print(f"skipped: {reason}")
+    sys.exit(77)
+
+
 def int_option(name, default):
     """The whole number after `name` on this script's command line, or default."""
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
