@@ -53,12 +53,12 @@ using bench::parse_number;
 
 namespace {
 
-struct Options : bench::ModelShape {
-  Options() : ModelShape{16, 256, 256, {}} {}
-  std::string precision;                         // empty: HARDY_CUDA_PRECISION or bf16
-  int warmup = 5, steps = 0, profile_steps = 5;  // steps 0: 20, or 300 with --converge
-  std::uint64_t seed = 1;
-  float lr = 1e-3f, weight_decay = 1e-4f;
+struct Options : bench::ModelShape, bench::RunFlags {
+  // steps 0: 20, or 300 with --converge
+  Options() : ModelShape{16, 256, 256, {}}, RunFlags{.warmup = 5, .steps = 0} {}
+  std::string precision;  // empty: HARDY_CUDA_PRECISION or bf16
+  int profile_steps = 5;
+  float weight_decay = 1e-4f;
   bool peak = false;
   bool converge = false;
   int peak_size = 8192;
@@ -79,7 +79,6 @@ Options parse(int argc, char** argv) {
   bench::parse_flags(argc, argv, kCommand, o,
                      {{"--peak", &Options::peak}, {"--converge", &Options::converge}},
                      [&](std::string_view flag, std::string_view value) {
-                       using bench::parse_number;
                        if (flag == "--norm")
                          o.model.norm = core::parse_norm_kind(std::string(value));
                        else if (flag == "--precision")
