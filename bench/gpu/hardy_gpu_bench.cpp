@@ -33,6 +33,7 @@
 
 #include "../common/bench_support.hpp"
 #include "conv_profile_backend.hpp"
+#include "event_timing.hpp"
 #include "hardy/core/compute/cuda_backend.hpp"
 #include "hardy/core/compute/cuda_runtime.hpp"
 #include "hardy/core/data/batch_assembler.hpp"
@@ -125,16 +126,9 @@ int peak(const Options& o) {
     if (status != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasGemmEx failed");
   };
   for (int i = 0; i < 5; ++i) gemm();
-  core::cuda::Event start(true), stop(true);
-  constexpr int repeats = 50;
-  start.record(cuda.stream());
-  for (int i = 0; i < repeats; ++i) gemm();
-  stop.record(cuda.stream());
-  cuda.synchronize();
-  float ms = 0.0f;
-  HARDY_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  const double seconds =
+      bench::event_seconds_per_call(cuda.stream(), 50, gemm, [&] { cuda.synchronize(); });
   cublasDestroy(handle);
-  const double seconds = 1e-3 * ms / repeats;
   const double flops = 2.0 * static_cast<double>(n) * n * n;
   std::cout << nlohmann::json{{"bench", "hardy_gpu_peak"},
                               {"device", cuda.device_description()},
