@@ -57,6 +57,14 @@ inline std::string render_example(const batch::Scheduler& scheduler,
                               scheduler.directive_prefix(), name);
 }
 
+// The example request with `launcher`, which this scheduler cannot start: template_values refuses
+// it, naming --lsf-launcher.
+inline void check_launcher_refused(const batch::Scheduler& scheduler, const std::string& launcher) {
+  auto request = example_request();
+  request.launcher = launcher;
+  CHECK_THROWS_WITH(scheduler.template_values(request), Catch::Contains("--lsf-launcher"));
+}
+
 // bash -n: the script parses (nothing runs).
 inline void check_shell_syntax(const std::string& script) {
   const auto result = batch::run_command({"bash", "-n"}, script);
@@ -75,6 +83,12 @@ inline void check_golden(const std::string& relative_path, const std::string& ac
   }
   INFO("golden file tests/" << relative_path << " (HARDY_UPDATE_GOLDEN=1 rewrites it)");
   CHECK(actual == read_source_file("tests/" + relative_path));
+}
+
+// A rendered script: it is the golden file's text (check_golden) and bash parses it.
+inline void check_script(const std::string& golden_path, const std::string& script) {
+  check_golden(golden_path, script);
+  check_shell_syntax(script);
 }
 
 }  // namespace hardy::testing
