@@ -30,6 +30,13 @@ def skip(reason):
     sys.exit(77)
 
 
+def check_completed(check, events, steps, label):
+    """The job's last job_finished event says it completed, at step `steps`."""
+    finished = [e for e in events if e["event"] == "job_finished"]
+    check(finished and finished[-1]["status"] == "completed" and finished[-1]["steps"] == steps,
+          f"{label}: job_finished completed at step {steps}: {finished[-1:]}")
+
+
 def int_option(name, default):
     """The whole number after `name` on this script's command line, or default."""
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
