@@ -34,23 +34,9 @@ void cublas_check(cublasStatus_t status, const char* call);
 // ---- RAII for library handles and descriptors ----
 // Owns one cuDNN object created by Create and destroyed by Destroy. Move-only.
 template <class Handle, cudnnStatus_t (*Create)(Handle*), cudnnStatus_t (*Destroy)(Handle)>
-class CudnnObject {
+class CudnnObject : public OwnedHandle<Handle, Destroy> {
  public:
-  CudnnObject() { cudnn_check(Create(&handle_), "creating a cuDNN object"); }
-  ~CudnnObject() {
-    if (handle_ != nullptr) Destroy(handle_);
-  }
-  CudnnObject(CudnnObject&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  CudnnObject& operator=(CudnnObject&& other) noexcept {
-    std::swap(handle_, other.handle_);
-    return *this;
-  }
-  CudnnObject(const CudnnObject&) = delete;
-  CudnnObject& operator=(const CudnnObject&) = delete;
-  Handle get() const { return handle_; }
-
- private:
-  Handle handle_ = nullptr;
+  CudnnObject() { cudnn_check(Create(&this->handle_), "creating a cuDNN object"); }
 };
 
 using CudnnHandle = CudnnObject<cudnnHandle_t, cudnnCreate, cudnnDestroy>;
@@ -62,16 +48,9 @@ using ConvolutionDescriptor =
     CudnnObject<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
                 cudnnDestroyConvolutionDescriptor>;
 
-class CublasHandle {
+class CublasHandle : public OwnedHandle<cublasHandle_t, cublasDestroy> {
  public:
   CublasHandle();
-  ~CublasHandle();
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_ = nullptr;
 };
 
 // ---- device memory ----
