@@ -84,7 +84,7 @@ CublasHandle::CublasHandle() { HARDY_CUBLAS_CHECK(cublasCreate(&handle_)); }
 // ---- device memory ----
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, std::shared_ptr<const Stream> stream)
-    : bytes_(bytes), stream_(std::move(stream)) {
+    : OwnedBuffer(bytes), stream_(std::move(stream)) {
   if (bytes == 0) return;
   const cudaError_t status = cudaMalloc(&data_, bytes);
   if (status != cudaSuccess) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "compute/operand_checks.hpp"
+#include "compute/owned_buffer.hpp"
 #include "hardy/core/compute/cuda_backend.hpp"
 #include "hardy/core/compute/cuda_runtime.hpp"
 #include "kernels.hpp"
@@ -57,19 +58,13 @@ class CublasHandle : public OwnedHandle<cublasHandle_t, cublasDestroy> {
 // Tensor storage: cudaMalloc'd, zero-filled on the backend's stream, freed after that stream
 // has drained (cudaFree only "may" synchronise). The stream is shared so that it outlives
 // every buffer, even buffers that outlive the backend.
-class DeviceBuffer final : public Buffer {
+class DeviceBuffer final : public OwnedBuffer {
  public:
   DeviceBuffer(std::size_t bytes, std::shared_ptr<const Stream> stream);
   ~DeviceBuffer() override;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* data() override { return data_; }
-  std::size_t bytes() const override { return bytes_; }
   Device device() const override { return Device::cuda; }
 
  private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
   std::shared_ptr<const Stream> stream_;
 };
 
