@@ -114,26 +114,29 @@ __global__ void doubles_to_floats_kernel(const double* src, Index src_stride, fl
 
 // ---- group normalization ----
 
+// The total of group i (sample i / groups, group i % groups) of per-channel sums laid out as
+// 2 * channels values per sample (the group's channels among the first `channels`).
+__device__ __forceinline__ double group_total(const double* sums, Index i, Index channels,
+                                              Index groups) {
+  const Index group_channels = channels / groups;
+  const Index n = i / groups, g = i % groups;
+  double total = 0.0;
+  for (Index c = g * group_channels; c < (g + 1) * group_channels; ++c)
+    total += sums[n * 2 * channels + c];
+  return total;
+}
+
 __global__ void group_norm_mean_kernel(const double* sums, Index batch, Index channels,
                                        Index groups, double group_size, float* mean) {
-  const Index group_channels = channels / groups;
   HARDY_GRID_STRIDE_LOOP(i, batch * groups) {
-    const Index n = i / groups, g = i % groups;
-    double total = 0.0;
-    for (Index c = g * group_channels; c < (g + 1) * group_channels; ++c)
-      total += sums[n * 2 * channels + c];
-    mean[i] = static_cast<float>(total / group_size);
+    mean[i] = static_cast<float>(group_total(sums, i, channels, groups) / group_size);
   }
 }
 
 __global__ void group_norm_rstd_kernel(const double* squares, Index batch, Index channels,
                                        Index groups, double group_size, float eps, float* rstd) {
-  const Index group_channels = channels / groups;
   HARDY_GRID_STRIDE_LOOP(i, batch * groups) {
-    const Index n = i / groups, g = i % groups;
-    double total = 0.0;
-    for (Index c = g * group_channels; c < (g + 1) * group_channels; ++c)
-      total += squares[n * 2 * channels + c];
+    const double total = group_total(squares, i, channels, groups);
     rstd[i] = static_cast<float>(1.0 / sqrt(total / group_size + eps));
   }
 }
