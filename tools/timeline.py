@@ -11,30 +11,31 @@ SHOWN = {"supervisor_started", "job_started", "failure_detected", "communicator_
          "final_checkpoint", "preemption_requested", "job_finished", "supervisor_finished"}
 
 
+# One line for each event of the recovery story, by kind; any other event lists its fields.
+DESCRIBE = {
+    "job_started": lambda e: f"{e['world_size']} ranks, {e['steps']} steps, fault tolerant: {e.get('fault_tolerant')}",
+    "failure_detected": lambda e: (
+        f"watchdog: stuck in {e.get('stuck_in')} for {e.get('stuck_s', 0):.1f} s"
+        if e.get("detected_by") == "watchdog" else
+        f"ranks {e['failed_ranks']} (nodes {e['failed_nodes']}, hosts {sorted(set(e['failed_hosts']))}) "
+        f"at step {e['step']}, detected {e['detection_latency_s'] * 1000:.1f} ms after the failure"),
+    "communicator_shrunk": lambda e: f"{e['old_size']} -> {e['new_size']} ranks in {e['seconds'] * 1000:.1f} ms",
+    "state_restored": lambda e: f"step {e['step']} from {e['source']} in {e['seconds'] * 1000:.1f} ms",
+    "shards_rebalanced": lambda e: f"global batch {e['global_batch']} as {e['per_rank_batch']} ({e['policy']})",
+    "training_resumed":
+        lambda e: f"at step {e['step']}, {e['seconds_since_detection'] * 1000:.1f} ms after detection",
+    "recovery_finished": lambda e: f"{e['seconds'] * 1000:.1f} ms in all",
+    "job_relaunched":
+        lambda e: f"after {e['previous_end']}, on {e['world_size']} ranks, without nodes {e['excluded_nodes']}",
+    "job_finished": lambda e: (
+        f"{e['status']} at step {e.get('steps')}, {e.get('failures', 0)} failure(s) survived"
+        + (f", mean IoU {e['mean_iou']:.3f}" if "mean_iou" in e else "")),
+}
+
+
 def describe(e):
-    name = e["event"]
-    if name == "job_started":
-        return f"{e['world_size']} ranks, {e['steps']} steps, fault tolerant: {e.get('fault_tolerant')}"
-    if name == "failure_detected":
-        if e.get("detected_by") == "watchdog":
-            return f"watchdog: stuck in {e.get('stuck_in')} for {e.get('stuck_s', 0):.1f} s"
-        return (f"ranks {e['failed_ranks']} (nodes {e['failed_nodes']}, hosts {sorted(set(e['failed_hosts']))}) "
-                f"at step {e['step']}, detected {e['detection_latency_s'] * 1000:.1f} ms after the failure")
-    if name == "communicator_shrunk":
-        return f"{e['old_size']} -> {e['new_size']} ranks in {e['seconds'] * 1000:.1f} ms"
-    if name == "state_restored":
-        return f"step {e['step']} from {e['source']} in {e['seconds'] * 1000:.1f} ms"
-    if name == "shards_rebalanced":
-        return f"global batch {e['global_batch']} as {e['per_rank_batch']} ({e['policy']})"
-    if name == "training_resumed":
-        return f"at step {e['step']}, {e['seconds_since_detection'] * 1000:.1f} ms after detection"
-    if name == "recovery_finished":
-        return f"{e['seconds'] * 1000:.1f} ms in all"
-    if name == "job_relaunched":
-        return f"after {e['previous_end']}, on {e['world_size']} ranks, without nodes {e['excluded_nodes']}"
-    if name == "job_finished":
-        extra = f", mean IoU {e['mean_iou']:.3f}" if "mean_iou" in e else ""
-        return f"{e['status']} at step {e.get('steps')}, {e.get('failures', 0)} failure(s) survived{extra}"
+    if e["event"] in DESCRIBE:
+        return DESCRIBE[e["event"]](e)
     return ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("event", "time", "unix_time"))
 
 

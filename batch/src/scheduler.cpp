@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "hardy/batch/command.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::batch {
@@ -15,6 +16,13 @@ void check_job_id(std::string_view job_id) {
   if (!digits || job_id.front() == '0')
     throw InvalidArgument(fmt::format(
         "'{}' is not a job id (a positive decimal number, as sbatch and bsub give)", job_id));
+}
+
+void cancel_job(const std::string& command, const std::string& job_id) {
+  check_job_id(job_id);
+  const auto result = run_command({command, job_id});
+  if (result.status != 0)
+    throw Error(fmt::format("{} {}: {}", command, job_id, first_line(result)));
 }
 
 std::string supervised_launch(std::string_view extra_run_options,

@@ -158,9 +158,16 @@ struct StepPhases {
   }
 };
 
-// --warmup, --steps, --seed and --lr, which every model benchmark takes; false for other flags.
-template <class Options>
-bool apply_run_flag(std::string_view flag, std::string_view value, Options& o) {
+// What --warmup, --steps, --seed and --lr set: every model benchmark takes them, each with its own
+// default step counts.
+struct RunFlags {
+  int warmup, steps;
+  std::uint64_t seed = 1;
+  float lr = 1e-3f;
+};
+
+// Applies one of the run flags (--warmup, --steps, --seed, --lr); false for other flags.
+inline bool apply_run_flag(std::string_view flag, std::string_view value, RunFlags& o) {
   if (flag == "--warmup")
     o.warmup = parse_number<int>(flag, value);
   else if (flag == "--steps")

@@ -42,8 +42,8 @@ using bench::seconds_between;
 
 namespace {
 
-struct Options : bench::ModelShape {
-  Options() : ModelShape{8, 64, 64, {}} {}
+struct Options : bench::ModelShape, bench::RunFlags {
+  Options() : ModelShape{8, 64, 64, {}}, RunFlags{.warmup = 1, .steps = 4} {}
   std::string source = "synthetic";
   std::string data;               // --source deepcam: the dataset root
   int downsample = 1;             // --source deepcam
@@ -52,9 +52,6 @@ struct Options : bench::ModelShape {
   std::vector<int> loader_threads{1, 2};
   int prefetch_batches = 2;
   int threads = 0;  // OpenMP threads of the step, 0: OpenMP's default
-  int warmup = 1, steps = 4;
-  std::uint64_t seed = 1;
-  float lr = 1e-3f;
 };
 
 constexpr bench::Command kCommand{

@@ -33,6 +33,7 @@
 
 #include "../common/bench_support.hpp"
 #include "conv_profile_backend.hpp"
+#include "event_timing.hpp"
 #include "hardy/core/compute/cuda_backend.hpp"
 #include "hardy/core/compute/cuda_runtime.hpp"
 #include "hardy/core/data/batch_assembler.hpp"
@@ -53,12 +54,12 @@ using bench::parse_number;
 
 namespace {
 
-struct Options : bench::ModelShape {
-  Options() : ModelShape{16, 256, 256, {}} {}
-  std::string precision;                         // empty: HARDY_CUDA_PRECISION or bf16
-  int warmup = 5, steps = 0, profile_steps = 5;  // steps 0: 20, or 300 with --converge
-  std::uint64_t seed = 1;
-  float lr = 1e-3f, weight_decay = 1e-4f;
+struct Options : bench::ModelShape, bench::RunFlags {
+  // steps 0: 20, or 300 with --converge
+  Options() : ModelShape{16, 256, 256, {}}, RunFlags{.warmup = 5, .steps = 0} {}
+  std::string precision;  // empty: HARDY_CUDA_PRECISION or bf16
+  int profile_steps = 5;
+  float weight_decay = 1e-4f;
   bool peak = false;
   bool converge = false;
   int peak_size = 8192;
@@ -79,7 +80,6 @@ Options parse(int argc, char** argv) {
   bench::parse_flags(argc, argv, kCommand, o,
                      {{"--peak", &Options::peak}, {"--converge", &Options::converge}},
                      [&](std::string_view flag, std::string_view value) {
-                       using bench::parse_number;
                        if (flag == "--norm")
                          o.model.norm = core::parse_norm_kind(std::string(value));
                        else if (flag == "--precision")
@@ -126,16 +126,9 @@ int peak(const Options& o) {
     if (status != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasGemmEx failed");
   };
   for (int i = 0; i < 5; ++i) gemm();
-  core::cuda::Event start(true), stop(true);
-  constexpr int repeats = 50;
-  start.record(cuda.stream());
-  for (int i = 0; i < repeats; ++i) gemm();
-  stop.record(cuda.stream());
-  cuda.synchronize();
-  float ms = 0.0f;
-  HARDY_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  const double seconds =
+      bench::event_seconds_per_call(cuda.stream(), 50, gemm, [&] { cuda.synchronize(); });
   cublasDestroy(handle);
-  const double seconds = 1e-3 * ms / repeats;
   const double flops = 2.0 * static_cast<double>(n) * n * n;
   std::cout << nlohmann::json{{"bench", "hardy_gpu_peak"},
                               {"device", cuda.device_description()},

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "event_timing.hpp"
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/comm/nccl_communicator.hpp"
 #include "hardy/comm/nccl_gradient_buckets.hpp"
@@ -49,14 +50,8 @@ template <class Enqueue>
 double time_per_call(comm::NcclCommunicator& comm, int iterations, Enqueue&& enqueue) {
   for (int i = 0; i < 3; ++i) enqueue();
   comm.synchronize();
-  core::cuda::Event start(true), stop(true);
-  start.record(comm.stream());
-  for (int i = 0; i < iterations; ++i) enqueue();
-  stop.record(comm.stream());
-  comm.synchronize();
-  float ms = 0.0f;
-  HARDY_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-  return 1e-3 * ms / iterations;
+  return bench::event_seconds_per_call(comm.stream(), iterations, enqueue,
+                                       [&] { comm.synchronize(); });
 }
 
 int run(int argc, char** argv) {

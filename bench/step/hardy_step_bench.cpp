@@ -44,12 +44,10 @@ using bench::parse_number;
 
 namespace {
 
-struct Options : bench::ModelShape {
-  Options() : ModelShape{8, 64, 64, {}} {}
+struct Options : bench::ModelShape, bench::RunFlags {
+  Options() : ModelShape{8, 64, 64, {}}, RunFlags{.warmup = 3, .steps = 20} {}
   int threads = 0;  // 0: leave OpenMP's default (OMP_NUM_THREADS or all cores)
-  int warmup = 3, steps = 20;
-  std::uint64_t seed = 1;
-  float lr = 1e-3f, weight_decay = 1e-4f;
+  float weight_decay = 1e-4f;
   bool op_profile = false;
   std::filesystem::path dump;
 };
@@ -66,7 +64,6 @@ Options parse(int argc, char** argv) {
   Options o;
   bench::parse_flags(argc, argv, kCommand, o, {{"--op-profile", &Options::op_profile}},
                      [&](std::string_view flag, std::string_view value) {
-                       using bench::parse_number;
                        if (flag == "--threads")
                          o.threads = parse_number<int>(flag, value);
                        else if (flag == "--weight-decay")

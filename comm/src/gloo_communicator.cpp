@@ -19,22 +19,6 @@ namespace hardy::comm {
 
 namespace {
 
-template <typename T>
-void reduce_min(void* out, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<T*>(out);
-  const auto* x = static_cast<const T*>(a);
-  const auto* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = std::min(x[i], y[i]);
-}
-
-template <typename T>
-void reduce_max(void* out, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<T*>(out);
-  const auto* x = static_cast<const T*>(a);
-  const auto* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = std::max(x[i], y[i]);
-}
-
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, std::string name)
@@ -51,8 +35,8 @@ class GlooCommunicator final : public Communicator {
   }
   void allreduce(std::span<std::int64_t> data, ReduceOp op) override {
     const Reduce reduce = op == ReduceOp::sum   ? static_cast<Reduce>(&gloo::sum<std::int64_t>)
-                          : op == ReduceOp::min ? &reduce_min<std::int64_t>
-                                                : &reduce_max<std::int64_t>;
+                          : op == ReduceOp::min ? static_cast<Reduce>(&gloo::min<std::int64_t>)
+                                                : static_cast<Reduce>(&gloo::max<std::int64_t>);
     allreduce_with(data, reduce, "allreduce (int64)");
   }
   std::vector<std::int64_t> allgather(std::int64_t value) override {

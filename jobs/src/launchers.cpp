@@ -67,13 +67,18 @@ Args srun_probe(const std::string& srun) {
   return {srun, "--overlap", "--nodes=1", "--ntasks=1", "--nodelist={host}", "true"};
 }
 
-// What hardy's launchers share: the command is the executable, its options, the extra arguments
-// and the program; a probe goes through the launch agent when there is one; and every launcher
+// What hardy's launchers share: the name they are known by (kKnownLaunchers); the command is the
+// executable, its options, the extra arguments and the program; a probe goes through the launch
+// agent when there is one, else ssh or srun unless the launcher knows better; and every launcher
 // reads every runtime message hardy knows (runtime_reported_lost).
 class BuiltInLauncher : public resilience::Launcher {
  public:
-  BuiltInLauncher(LauncherSettings settings, bool in_slurm_allocation)
-      : Launcher(std::move(settings)), in_slurm_allocation_(in_slurm_allocation) {}
+  BuiltInLauncher(std::string name, LauncherSettings settings, bool in_slurm_allocation)
+      : Launcher(std::move(settings)),
+        name_(std::move(name)),
+        in_slurm_allocation_(in_slurm_allocation) {}
+
+  std::string name() const final { return name_; }
 
   Args command(const Args& nodes, int ranks_per_node, const Args& program) const final {
     Args command{settings().executable.string()};
@@ -100,8 +105,9 @@ class BuiltInLauncher : public resilience::Launcher {
  protected:
   // The launcher's options for `ranks_per_node` ranks on each of `nodes`.
   virtual Args options(const Args& nodes, int ranks_per_node) const = 0;
-  // How a remote node is asked without a launch agent; empty when it cannot be.
-  virtual Args remote_probe(double timeout_s) const = 0;
+  // How a remote node is asked without a launch agent (by default ssh, or srun inside a Slurm
+  // allocation); empty when it cannot be.
+  virtual Args remote_probe(double timeout_s) const { return ssh_or_srun_probe(timeout_s); }
 
   bool in_slurm_allocation() const { return in_slurm_allocation_; }
 
@@ -112,13 +118,13 @@ class BuiltInLauncher : public resilience::Launcher {
   }
 
  private:
+  std::string name_;
   bool in_slurm_allocation_;
 };
 
 class OpenMpiLauncher final : public BuiltInLauncher {
  public:
   using BuiltInLauncher::BuiltInLauncher;
-  std::string name() const override { return "mpirun"; }
 
  protected:
   Args options(const Args& nodes, int ranks_per_node) const override {
@@ -158,13 +164,11 @@ class OpenMpiLauncher final : public BuiltInLauncher {
     if (::geteuid() == 0) options.push_back("--allow-run-as-root");
     return options;
   }
-  Args remote_probe(double timeout_s) const override { return ssh_or_srun_probe(timeout_s); }
 };
 
 class MpichLauncher final : public BuiltInLauncher {  // MPICH's hydra
  public:
   using BuiltInLauncher::BuiltInLauncher;
-  std::string name() const override { return "mpiexec"; }
 
  protected:
   Args options(const Args& nodes, int ranks_per_node) const override {
@@ -178,13 +182,11 @@ class MpichLauncher final : public BuiltInLauncher {  // MPICH's hydra
     }
     return options;
   }
-  Args remote_probe(double timeout_s) const override { return ssh_or_srun_probe(timeout_s); }
 };
 
 class SrunLauncher final : public BuiltInLauncher {
  public:
   using BuiltInLauncher::BuiltInLauncher;
-  std::string name() const override { return "srun"; }
 
  protected:
   Args options(const Args& nodes, int ranks_per_node) const override {
@@ -208,7 +210,6 @@ class SrunLauncher final : public BuiltInLauncher {
 class JsrunLauncher final : public BuiltInLauncher {
  public:
   using BuiltInLauncher::BuiltInLauncher;
-  std::string name() const override { return "jsrun"; }
 
  protected:
   Args options(const Args& nodes, int ranks_per_node) const override {
@@ -225,14 +226,16 @@ class JsrunLauncher final : public BuiltInLauncher {
 struct KnownLauncher {
   std::string_view name;
   LauncherTraits traits;
-  std::shared_ptr<const resilience::Launcher> (*make)(LauncherSettings settings,
+  std::shared_ptr<const resilience::Launcher> (*make)(std::string_view name,
+                                                      LauncherSettings settings,
                                                       bool in_slurm_allocation);
 };
 
 template <typename Kind>
-std::shared_ptr<const resilience::Launcher> make_one(LauncherSettings settings,
+std::shared_ptr<const resilience::Launcher> make_one(std::string_view name,
+                                                     LauncherSettings settings,
                                                      bool in_slurm_allocation) {
-  return std::make_shared<const Kind>(std::move(settings), in_slurm_allocation);
+  return std::make_shared<const Kind>(std::string(name), std::move(settings), in_slurm_allocation);
 }
 
 constexpr std::array kKnownLaunchers{
@@ -263,7 +266,8 @@ LauncherTraits launcher_traits(std::string_view name) { return known_launcher(na
 std::shared_ptr<const resilience::Launcher> make_launcher(std::string_view name,
                                                           LauncherSettings settings,
                                                           std::string_view scheduler) {
-  return known_launcher(name).make(std::move(settings), scheduler == "slurm");
+  const KnownLauncher& known = known_launcher(name);
+  return known.make(known.name, std::move(settings), scheduler == "slurm");
 }
 
 std::vector<std::string> launch_agent_argv(const std::string& agent) {

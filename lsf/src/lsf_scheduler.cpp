@@ -104,12 +104,7 @@ batch::JobState LsfScheduler::query(const std::string& job_id) const {
       .detail = exit_code.empty() || exit_code == "-" ? "" : "exit code " + exit_code};
 }
 
-void LsfScheduler::cancel(const std::string& job_id) const {
-  batch::check_job_id(job_id);
-  const auto result = batch::run_command({"bkill", job_id});
-  if (result.status != 0)
-    throw Error(fmt::format("bkill {}: {}", job_id, batch::first_line(result)));
-}
+void LsfScheduler::cancel(const std::string& job_id) const { batch::cancel_job("bkill", job_id); }
 
 std::optional<batch::Allocation> LsfScheduler::allocation(
     const batch::Environment& environment) const {

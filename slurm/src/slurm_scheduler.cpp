@@ -136,10 +136,7 @@ batch::JobState SlurmScheduler::query(const std::string& job_id) const {
 }
 
 void SlurmScheduler::cancel(const std::string& job_id) const {
-  batch::check_job_id(job_id);
-  const auto result = batch::run_command({"scancel", job_id});
-  if (result.status != 0)
-    throw Error(fmt::format("scancel {}: {}", job_id, batch::first_line(result)));
+  batch::cancel_job("scancel", job_id);
 }
 
 std::optional<batch::Allocation> SlurmScheduler::allocation(

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "../scheduler_fixtures.hpp"
 #include "hardy/batch/job_request.hpp"
 #include "hardy/core/support/error.hpp"
 
@@ -9,14 +10,14 @@ using namespace hardy::batch;
 
 namespace {
 
+// The template tests' request (2 nodes of 4 ranks and 4 GPUs) with a time limit that is not a
+// whole minute, a run directory that needs no quoting, and no account or queue.
 JobRequest valid_request() {
-  JobRequest request;
-  request.nodes = 2;
-  request.ranks_per_node = 4;
-  request.gpus_per_node = 4;
+  JobRequest request = hardy::testing::example_request();
   request.time = "01:30:20";
   request.run_dir = "/scratch/runs/a";
-  request.hardy = "/opt/hardy/bin/hardy";
+  request.account.reset();
+  request.queue.reset();
   return request;
 }
 

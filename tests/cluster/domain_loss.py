@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, Job, complete_epochs_exact, int_option, read_jsonl, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, Job, check_completed, complete_epochs_exact, int_option, read_jsonl, run_watched, small_job  # noqa: E402
 
 
 NODES, PER_DOMAIN, SAMPLES = 8, 2, 48
@@ -114,9 +114,7 @@ def main():
             all_events = job.events()
             metrics = read_jsonl(run / "metrics.jsonl")
             named = lambda name: [e for e in all_events if e["event"] == name]  # noqa: E731
-            finished = named("job_finished")
-            check(finished and finished[-1]["status"] == "completed" and finished[-1]["steps"] == STEPS,
-                  f"{scenario}: job_finished completed at step {STEPS}: {finished[-1:]}")
+            check_completed(check, all_events, STEPS, scenario)
             steps = [m["step"] for m in metrics]
             check(steps == list(range(1, STEPS + 1)), f"{scenario}: every step committed once, none lost")
             complete, wrong = complete_epochs_exact(run, SAMPLES)

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <vector>
 
 #include "hardy/core/data/climatenet.hpp"
@@ -87,6 +88,18 @@ void write_set(const fs::path& root, int train, int test) {
                {.labels_time_axis = k % 2 == 0});
 }
 
+// Two train files and ClimateNet's own statistics file (config.json, holding `config_text`)
+// beside them, in a fresh scratch directory.
+struct TwoFilesAndConfig {
+  explicit TwoFilesAndConfig(std::string_view config_text) {
+    write_set(root, 2, 0);
+    std::ofstream(config) << config_text;
+  }
+  const ScratchDirectory scratch{"climatenet"};
+  const fs::path root = scratch / "set";
+  const fs::path config = scratch / "config.json";
+};
+
 // Mean and std of variable c over train files [0, files), in double.
 std::pair<double, double> moments(int c, int files) {
   double sum = 0, squares = 0;
@@ -149,12 +162,10 @@ TEST_CASE("climatenet: statistics over train/ are computed once, kept beside the
 
 TEST_CASE("climatenet: given statistics (ClimateNet's config.json), variables, crop, downsample",
           "[core]") {
-  const ScratchDirectory scratch("climatenet");
-  const fs::path root = scratch / "set";
-  write_set(root, 2, 0);
-  const fs::path config = scratch / "config.json";
-  std::ofstream(config) << R"({"architecture": "cgnet", "fields": {"TMQ": {"mean": 1.0, "std": 2.0},
-    "PSL": {"mean": 70.0, "std": 4.0}}, "labels": ["Background", "Tropical Cyclone", "Atmospheric River"]})";
+  const TwoFilesAndConfig set(
+      R"({"architecture": "cgnet", "fields": {"TMQ": {"mean": 1.0, "std": 2.0},
+    "PSL": {"mean": 70.0, "std": 4.0}}, "labels": ["Background", "Tropical Cyclone", "Atmospheric River"]})");
+  const fs::path &root = set.root, &config = set.config;
 
   ClimateNetOptions options{.channels = {7, 0}, .statistics = config};
   const ClimateNetDataset dataset(root, "train", options);
@@ -207,12 +218,9 @@ TEST_CASE("climatenet: given statistics (ClimateNet's config.json), variables, c
 
 TEST_CASE("climatenet: every kind of bad sample file is a BadSample naming it, every time",
           "[core]") {
-  const ScratchDirectory scratch("climatenet");
-  const fs::path root = scratch / "set";
-  write_set(root, 2, 0);
-  const fs::path config = scratch / "config.json";
-  std::ofstream(config)
-      << R"({"fields": {"TMQ": {"mean": 0, "std": 1}, "U850": {"mean": 0, "std": 1}}})";
+  const TwoFilesAndConfig set(
+      R"({"fields": {"TMQ": {"mean": 0, "std": 1}, "U850": {"mean": 0, "std": 1}}})");
+  const fs::path &root = set.root, &config = set.config;
   const ClimateNetOptions options{.channels = {0, 1}, .statistics = config};
 
   const auto verdict = [&](const std::function<void(const fs::path&)>& spoil) {

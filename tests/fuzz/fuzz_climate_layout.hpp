@@ -1,12 +1,14 @@
 #pragma once
 // What the targets of the published climate layouts (fuzz_deepcam.cpp, fuzz_climatenet.cpp)
-// share: a fresh dataset directory, the reader options both layouts take, and the way the trainer
-// uses a split (open it, then load every sample into buffers of the shape it reports).
+// share: a fresh dataset directory, the reader options both layouts take, the way the trainer
+// uses a split (open it, then load every sample into buffers of the shape it reports), and the
+// run of a target around its own files.
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "fuzz_hdf5.hpp"
 #include "fuzz_support.hpp"
 #include "hardy/core/data/sample_source.hpp"
 
@@ -50,6 +52,21 @@ void load_every_sample(const std::filesystem::path& root, const Options& options
         broken_promise("a second load of a sample gave another verdict than the first");
     }
   });
+}
+
+// A target's whole run: HDF5 quiet, a fresh root named `name`, its split written and its
+// layout's own options chosen by `write_split(root, input)` (which returns the options), then
+// the window options, and every sample loaded as the trainer does.
+template <class Dataset, class WriteSplit>
+int fuzz_split(const std::uint8_t* data, std::size_t size, const std::string& name,
+               WriteSplit&& write_split) {
+  silence_hdf5_errors();
+  FuzzInput input(data, size);
+  const auto root = fresh_split_root(name);
+  auto options = write_split(root, input);
+  fuzz_window_options(options, input);
+  load_every_sample<Dataset>(root, options);
+  return 0;
 }
 
 }  // namespace hardy::fuzz

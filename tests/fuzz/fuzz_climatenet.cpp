@@ -138,16 +138,14 @@ std::filesystem::path write_statistics(const std::filesystem::path& root, FuzzIn
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace hardy;
-  fuzz::silence_hdf5_errors();
-  FuzzInput input(data, size);
-  const auto root = fuzz::fresh_split_root("climatenet");
-  const int files = static_cast<int>(input.pick(1, 3));
-  for (int k = 0; k < files; ++k)
-    write_sample(root / "train" / ("data-2003-06-0" + std::to_string(k + 1) + "-01-1.nc"), input);
-
-  core::ClimateNetOptions options;
-  options.statistics = write_statistics(root, input);
-  fuzz::fuzz_window_options(options, input);
-  fuzz::load_every_sample<core::ClimateNetDataset>(root, options);
-  return 0;
+  return fuzz::fuzz_split<core::ClimateNetDataset>(
+      data, size, "climatenet", [](const std::filesystem::path& root, FuzzInput& input) {
+        const int files = static_cast<int>(input.pick(1, 3));
+        for (int k = 0; k < files; ++k)
+          write_sample(root / "train" / ("data-2003-06-0" + std::to_string(k + 1) + "-01-1.nc"),
+                       input);
+        core::ClimateNetOptions options;
+        options.statistics = write_statistics(root, input);
+        return options;
+      });
 }

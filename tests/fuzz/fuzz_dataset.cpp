@@ -19,13 +19,9 @@ namespace {
 using hardy::fuzz::claimed_extent;
 using hardy::fuzz::FuzzInput;
 
-hid_t pick_type(FuzzInput& input) {
-  static const hid_t* const kTypes[] = {&H5T_NATIVE_FLOAT_g, &H5T_NATIVE_DOUBLE_g,
-                                        &H5T_NATIVE_INT32_g, &H5T_NATIVE_UINT8_g,
-                                        &H5T_NATIVE_INT64_g};
-  H5open();
-  return *kTypes[input.byte() % std::size(kTypes)];
-}
+// The types a dataset may have.
+const hid_t* const kTypes[] = {&H5T_NATIVE_FLOAT_g, &H5T_NATIVE_DOUBLE_g, &H5T_NATIVE_INT32_g,
+                               &H5T_NATIVE_UINT8_g, &H5T_NATIVE_INT64_g};
 
 // A dataset of the fuzzer's rank, extents and type, chunked one row per chunk as hardy writes
 // them; small ones are filled with the fuzzer's bytes, large ones stay unwritten (HDF5 then
@@ -41,7 +37,7 @@ void add_dataset(hid_t file, const char* name, FuzzInput& input, int usual_rank)
     overflow |= dims[d] != 0 && elements > (hsize_t{1} << 62) / dims[d];
     elements *= dims[d];
   }
-  const hid_t type = pick_type(input);
+  const hid_t type = hardy::fuzz::pick_type(input, kTypes);
   const hid_t space = H5Screate_simple(rank, dims.data(), nullptr);
   const hid_t properties = H5Pcreate(H5P_DATASET_CREATE);
   if (rank > 0 && !overflow) H5Pset_chunk(properties, rank, chunk.data());

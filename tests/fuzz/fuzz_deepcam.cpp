@@ -28,20 +28,15 @@ using hardy::fuzz::claimed_extent;
 using hardy::fuzz::FuzzInput;
 
 // float32 (the regular type) first.
-hid_t pick_type(FuzzInput& input) {
-  static const hid_t* const kTypes[] = {&H5T_NATIVE_FLOAT_g, &H5T_NATIVE_DOUBLE_g,
-                                        &H5T_NATIVE_INT32_g, &H5T_IEEE_F32BE_g,
-                                        &H5T_NATIVE_INT64_g};
-  H5open();
-  return *kTypes[input.byte() % std::size(kTypes)];
-}
+const hid_t* const kTypes[] = {&H5T_NATIVE_FLOAT_g, &H5T_NATIVE_DOUBLE_g, &H5T_NATIVE_INT32_g,
+                               &H5T_IEEE_F32BE_g, &H5T_NATIVE_INT64_g};
 
 // A dataset of the given extents and the fuzzer's type and storage; small ones are filled with
 // the fuzzer's bytes (all zeros when it has run out: valid fields and background labels).
 void add_dataset(hid_t parent, const char* name, const std::vector<hsize_t>& dims,
                  FuzzInput& input) {
-  const hid_t dataset =
-      hardy::fuzz::create_fuzzed_dataset(parent, name, dims, pick_type(input), input);
+  const hid_t dataset = hardy::fuzz::create_fuzzed_dataset(
+      parent, name, dims, hardy::fuzz::pick_type(input, kTypes), input);
   if (dataset >= 0) H5Dclose(dataset);
 }
 
@@ -136,17 +131,14 @@ void write_sample(const std::filesystem::path& path, FuzzInput& input) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace hardy;
-  fuzz::silence_hdf5_errors();
-  FuzzInput input(data, size);
-  const auto root = fuzz::fresh_split_root("deepcam");
-  write_stats(root / "stats.h5", input);
-  const int files = static_cast<int>(input.pick(1, 3));
-  for (int k = 0; k < files; ++k)
-    write_sample(root / "train" / ("data-2000-01-01-0" + std::to_string(k) + "-1.h5"), input);
-
-  core::DeepCamOptions options;
-  options.label_set = input.byte() % 3;  // 2 does not exist
-  fuzz::fuzz_window_options(options, input);
-  fuzz::load_every_sample<core::DeepCamDataset>(root, options);
-  return 0;
+  return fuzz::fuzz_split<core::DeepCamDataset>(
+      data, size, "deepcam", [](const std::filesystem::path& root, FuzzInput& input) {
+        write_stats(root / "stats.h5", input);
+        const int files = static_cast<int>(input.pick(1, 3));
+        for (int k = 0; k < files; ++k)
+          write_sample(root / "train" / ("data-2000-01-01-0" + std::to_string(k) + "-1.h5"), input);
+        core::DeepCamOptions options;
+        options.label_set = input.byte() % 3;  // 2 does not exist
+        return options;
+      });
 }

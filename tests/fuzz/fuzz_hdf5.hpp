@@ -5,12 +5,19 @@
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "fuzz_support.hpp"
 
 namespace hardy::fuzz {
+
+// One of `types` (pointers to HDF5's type globals, which H5open sets), as the fuzzer picks.
+inline hid_t pick_type(FuzzInput& input, std::span<const hid_t* const> types) {
+  H5open();
+  return *types[input.byte() % types.size()];
+}
 
 // Sets a fixed-length string attribute, replacing one of that name.
 inline void write_string_attribute(hid_t object, const char* name, const std::string& value) {

@@ -20,18 +20,19 @@ using core::Tensor;
 
 inline std::string precision_name(DType dtype) { return core::to_string(dtype); }
 
+// A bound for each precision a device result may have: bf16, f16, and f32 (any other type).
+struct PrecisionBounds {
+  double bf16, f16, f32;
+  double of(DType dtype) const {
+    return dtype == DType::bf16 ? bf16 : dtype == DType::f16 ? f16 : f32;
+  }
+};
+
 // Relative error (in the 2-norm) below which a result of this precision matches the CPU's.
 // Each result is rounded to its storage type once (bf16 keeps 8 significant bits, f16 11), and
 // accumulation orders differ, so the bounds are a few units of that rounding.
 inline double tolerance_for(DType dtype) {
-  switch (dtype) {
-    case DType::bf16:
-      return 3e-2;
-    case DType::f16:
-      return 5e-3;
-    default:
-      return 1e-4;
-  }
+  return PrecisionBounds{.bf16 = 3e-2, .f16 = 5e-3, .f32 = 1e-4}.of(dtype);
 }
 
 // Standard-normal host f32 tensor (times `scale`).

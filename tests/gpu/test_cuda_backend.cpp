@@ -532,14 +532,7 @@ Batch make_batch(CudaBackend& cuda, std::uint64_t seed) {
 }
 
 double model_tolerance(DType activations) {
-  switch (activations) {
-    case DType::bf16:
-      return 8e-2;
-    case DType::f16:
-      return 2e-2;
-    default:
-      return 1e-3;
-  }
+  return PrecisionBounds{.bf16 = 8e-2, .f16 = 2e-2, .f32 = 1e-3}.of(activations);
 }
 
 double train_step(Backend& backend, DeepLabV3Plus& model, const Tensor& x, const Tensor& labels,

@@ -22,15 +22,14 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, read_jsonl, run_hardy  # noqa: E402
+from hardy_test import Checks, read_jsonl, run_hardy, skip  # noqa: E402
 
 try:
     import numpy as np
     from netCDF4 import Dataset
     import climatenet_files  # noqa: E402  (imports netCDF4 and h5py)
 except ImportError as error:
-    print(f"skipped: {error} in {sys.executable}; scripts/test installs python3-netcdf4")
-    sys.exit(77)
+    skip(f"{error} in {sys.executable}; scripts/test installs python3-netcdf4")
 
 hardy = sys.argv[1]
 TRAIN, TEST, HEIGHT, WIDTH = 40, 8, 64, 64

@@ -11,9 +11,10 @@ The schema is `hardy events --schema` (core/support/event_schema.hpp as JSON). C
   they name kinds and fields through core::event_kind/event_field, which do not compile with an
   undeclared name; here, no bare `read_field(..., "name")` or `event == "kind"` may bypass that
   with a name the schema lacks;
-- the Python readers (tools/report.py, tools/timeline.py): a kind compared with an event's name,
-  and a field read from an event record (a variable named e, event, started or finished) inside
-  the branch for one kind must belong to that kind, outside any such branch to some kind; a field
+- the Python readers (tools/report.py, tools/timeline.py): a kind compared with an event's name
+  or a key of a table looked up by it, and a field read from an event record (a variable named e,
+  event, started or finished) inside the branch or table entry for one kind must belong to that
+  kind, outside any such branch to some kind; a field
   of a fixed set of values (failure_detected's detected_by) compared with a string must be
   compared with one of its values.
 Before the real files, the checks run on small inputs with one mistake each and must find it.
@@ -159,9 +160,22 @@ def read_field_name(node):
     return None
 
 
+def kind_tables(tree):
+    """The names of the tables looked up by an event's kind (timeline.py's DESCRIBE[e["event"]])."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and is_event_name(node.slice):
+            names.add(node.value.id)
+        if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn))
+                and is_event_name(node.left) and isinstance(node.comparators[0], ast.Name)):
+            names.add(node.comparators[0].id)
+    return names
+
+
 class PythonReader(ast.NodeVisitor):
-    def __init__(self, schema, path):
+    def __init__(self, schema, path, tables=()):
         self.schema, self.path, self.kinds, self.problems = schema, path, [], []
+        self.tables = set(tables)
 
     def report(self, node, text):
         self.problems.append(f"{self.path}:{node.lineno}: {text}")
@@ -225,14 +239,28 @@ class PythonReader(ast.NodeVisitor):
             for kind in strings(node.value):
                 if kind not in self.schema.kinds:
                     self.report(node, f"'{kind}' in {node.targets[0].id} is not an event kind")
+        # A table by kind (timeline.py's DESCRIBE): each key must be a kind, and its value reads the
+        # fields of that kind, as the branch for one kind does.
+        if any(isinstance(t, ast.Name) and t.id in self.tables for t in node.targets) and isinstance(node.value, ast.Dict):
+            for key, value in zip(node.value.keys, node.value.values):
+                kinds = strings(key) if key is not None else []
+                for kind in kinds:
+                    if kind not in self.schema.kinds:
+                        self.report(key, f"'{kind}' in {node.targets[0].id} is not an event kind")
+                saved = self.kinds
+                self.kinds = kinds or saved
+                self.visit(value)
+                self.kinds = saved
+            return
         self.generic_visit(node)
 
 
 def check_python_readers(schema, files):
     problems = []
     for path, source in files:
-        reader = PythonReader(schema, path)
-        reader.visit(ast.parse(source))
+        tree = ast.parse(source)
+        reader = PythonReader(schema, path, kind_tables(tree))
+        reader.visit(tree)
         problems += reader.problems
     return problems
 
@@ -247,6 +275,8 @@ def self_test(schema):
         (check_python_readers, 'if name == "job_started":\n    x = e["world_sise"]\n', "world_sise"),
         (check_python_readers, 'if e.get("event") == "communicator_shrunk":\n    x = e.get("step")\n', "'step'"),
         (check_python_readers, 'SHOWN = {"job_started", "job_sarted"}\n', "job_sarted"),
+        (check_python_readers, 'T = {"job_started": lambda e: e["world_sise"]}\nx = T[e["event"]]\n', "world_sise"),
+        (check_python_readers, 'T = {"job_sarted": lambda e: 0}\nif e["event"] in T:\n    pass\n', "job_sarted"),
         (check_python_readers, 'if e.get("detected_by") == "watchdgo":\n    pass\n', "watchdgo"),
     ]
     for check, text, expected in cases:

@@ -19,14 +19,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, read_jsonl  # noqa: E402
+from hardy_test import Checks, read_jsonl, skip  # noqa: E402
 from run_records import append, write_run  # noqa: E402
 
 try:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 except ImportError as error:
-    print(f"skipped: no TensorBoard in {sys.executable} ({error}); scripts/test installs it")
-    sys.exit(77)
+    skip(f"no TensorBoard in {sys.executable} ({error}); scripts/test installs it")
 
 hardy = sys.argv[1]
 check = Checks()

@@ -24,6 +24,19 @@ class Checks:
         sys.exit(1 if self.failures else 0)
 
 
+def skip(reason):
+    """Ends the test as skipped: exit status 77, which CTest counts as such (SKIP_RETURN_CODE)."""
+    print(f"skipped: {reason}")
+    sys.exit(77)
+
+
+def check_completed(check, events, steps, label):
+    """The job's last job_finished event says it completed, at step `steps`."""
+    finished = [e for e in events if e["event"] == "job_finished"]
+    check(finished and finished[-1]["status"] == "completed" and finished[-1]["steps"] == steps,
+          f"{label}: job_finished completed at step {steps}: {finished[-1:]}")
+
+
 def int_option(name, default):
     """The whole number after `name` on this script's command line, or default."""
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default

@@ -1,6 +1,4 @@
 #include <catch2/catch.hpp>
-#include <fstream>
-#include <sstream>
 
 #include "../scheduler_fixtures.hpp"
 #include "hardy/lsf/lsf_scheduler.hpp"
@@ -8,14 +6,22 @@
 using hardy::lsf::LsfScheduler;
 using namespace hardy::testing;
 
-TEST_CASE("the built-in LSF script for jsrun (Summit-like)", "[lsf]") {
+namespace {
+
+// A Summit node: 6 GPUs, one rank on each, placed by jsrun.
+hardy::batch::JobRequest summit_request() {
   auto request = example_request();
   request.ranks_per_node = 6;
   request.gpus_per_node = 6;
   request.launcher = "jsrun";
-  const auto script = render_builtin(LsfScheduler(), request);
-  check_golden("lsf/golden/job-jsrun.bsub", script);
-  check_shell_syntax(script);
+  return request;
+}
+
+}  // namespace
+
+TEST_CASE("the built-in LSF script for jsrun (Summit-like)", "[lsf]") {
+  const auto script = render_builtin(LsfScheduler(), summit_request());
+  check_script("lsf/golden/job-jsrun.bsub", script);
 }
 
 TEST_CASE("the built-in LSF script for mpirun", "[lsf]") {
@@ -23,29 +29,15 @@ TEST_CASE("the built-in LSF script for mpirun", "[lsf]") {
   request.launcher = "mpirun";
   request.account.reset();
   const auto script = render_builtin(LsfScheduler(), request);
-  check_golden("lsf/golden/job-mpirun.bsub", script);
-  check_shell_syntax(script);
+  check_script("lsf/golden/job-mpirun.bsub", script);
   CHECK(script.find("#BSUB -P") == std::string::npos);
 }
 
 TEST_CASE("LSF launchers are jsrun or mpirun", "[lsf]") {
-  auto request = example_request();
-  request.launcher = "srun";
-  CHECK_THROWS_WITH(LsfScheduler().template_values(request), Catch::Contains("--lsf-launcher"));
+  check_launcher_refused(LsfScheduler(), "srun");
 }
 
 TEST_CASE("the Summit example template renders", "[lsf]") {
-  std::ifstream file(std::string(HARDY_SOURCE_DIR) + "/examples/lsf/summit.bsub");
-  REQUIRE(file.good());
-  std::stringstream text;
-  text << file.rdbuf();
-  auto request = example_request();
-  request.ranks_per_node = 6;
-  request.gpus_per_node = 6;
-  request.launcher = "jsrun";
-  const LsfScheduler lsf;
-  const auto script = hardy::batch::render_script(text.str(), lsf.template_values(request),
-                                                  lsf.directive_prefix(), "summit.bsub");
-  check_golden("lsf/golden/summit.bsub", script);
-  check_shell_syntax(script);
+  const auto script = render_example(LsfScheduler(), "examples/lsf/summit.bsub", summit_request());
+  check_script("lsf/golden/summit.bsub", script);
 }

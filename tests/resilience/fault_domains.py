@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, check_completed, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
 
 SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the domain)
     "leader": (4, 1, 2, [0]),
@@ -129,9 +129,7 @@ def main():
         events = read_jsonl(run / "events.jsonl")
         metrics = read_jsonl(run / "metrics.jsonl")
         named = lambda name: [e for e in events if e["event"] == name]  # noqa: E731
-        finished = named("job_finished")
-        check(finished and finished[-1]["status"] == "completed" and finished[-1]["steps"] == STEPS,
-              f"{scenario}: job_finished completed at step {STEPS}: {finished[-1:]}")
+        check_completed(check, events, STEPS, scenario)
         steps = [m["step"] for m in metrics]
         if sync_every == 1:
             twice = sorted({s for s in steps if steps.count(s) > 1})

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, check_completed, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
 
 hardy, scenario = sys.argv[1], sys.argv[2]
 json_out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
@@ -85,9 +85,7 @@ with tempfile.TemporaryDirectory(prefix=f"hardy-hang-{scenario}-") as tmp:
     of = lambda kind: [e for e in events if e["event"] == kind]  # noqa: E731
 
     check(status == 0, f"{scenario}: hardy run exits 0 ({status}, {time.time() - started:.1f} s)")
-    finished = of("job_finished")
-    check(finished and finished[-1]["status"] == "completed" and finished[-1]["steps"] == STEPS,
-          f"{scenario}: job_finished completed at step {STEPS}: {finished[-1:]}")
+    check_completed(check, events, STEPS, scenario)
     check(len(of("job_started")) == 1 and not of("job_relaunched"), f"{scenario}: one launch, never relaunched")
     steps = [m["step"] for m in metrics]
     check(sorted(steps) == list(range(1, STEPS + 1)), f"{scenario}: every step 1..{STEPS} committed once")

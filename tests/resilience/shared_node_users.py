@@ -26,15 +26,13 @@ import sys
 import tempfile
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, read_jsonl  # noqa: E402
+from hardy_test import Checks, read_jsonl, skip  # noqa: E402
 
 hardy = os.path.abspath(sys.argv[1])
 if os.geteuid() != 0:
-    print("skipped: creating Unix users needs root")
-    sys.exit(77)
+    skip("creating Unix users needs root")
 if not shutil.which("useradd") or not shutil.which("runuser"):
-    print("skipped: useradd and runuser are needed to create and act as users")
-    sys.exit(77)
+    skip("useradd and runuser are needed to create and act as users")
 
 STEPS = 8
 TRAIN = ["--synthetic", "--samples", "32", "--height", "32", "--width", "32", "--global-batch", "4",

@@ -41,6 +41,15 @@ BoardPlaces places_in(const ScratchDirectory& scratch) {
   return {.node_root = scratch / "node", .beats = "run-key/.heartbeats", .shared = scratch / "run"};
 }
 
+// The monitor of world rank 0, alone on host "h" of launch "l", with a 0.5 s fixed timeout.
+HangMonitor::Options lone_rank_options(const ScratchDirectory& scratch) {
+  return {.board = places_in(scratch),
+          .launch = "l",
+          .world_rank = 0,
+          .hosts = {"h"},
+          .fixed_timeout_s = 0.5};
+}
+
 Watchdog::Progress progress(const char* doing, Activity activity, double seconds,
                             std::vector<int> members, bool training = true) {
   return {.committed = {.step = 9, .rank = 0, .members = std::move(members), .training = training},
@@ -230,12 +239,9 @@ TEST_CASE("hang monitor: a rank that computes past the timeout names itself and 
 TEST_CASE("hang monitor: the I/O bound grows to 5 x the longest data wait or state write seen") {
   ScratchDirectory scratch("monitor-io");
   const int status = wait_status_of_child([&] {
-    HangMonitor monitor({.board = places_in(scratch),
-                         .launch = "l",
-                         .world_rank = 0,
-                         .hosts = {"h"},
-                         .fixed_timeout_s = 0.5,
-                         .io_timeout_s = 1});
+    HangMonitor::Options options = lone_rank_options(scratch);
+    options.io_timeout_s = 1;
+    HangMonitor monitor(options);
     // A checkpoint that took 3 s (seen at its last tick), then compute again.
     monitor.tick(progress("checkpoint", Activity::writing_state, 3, {0}, /*training=*/false));
     monitor.tick(progress("compute", Activity::computing, 0.1, {0}));
@@ -256,11 +262,7 @@ TEST_CASE("hang monitor: the I/O bound grows to 5 x the longest data wait or sta
 TEST_CASE("hang monitor: nothing is judged before training starts, and waiting is no hang") {
   ScratchDirectory scratch("monitor-quiet");
   const int status = wait_status_of_child([&] {
-    HangMonitor monitor({.board = places_in(scratch),
-                         .launch = "l",
-                         .world_rank = 0,
-                         .hosts = {"h"},
-                         .fixed_timeout_s = 0.5});
+    HangMonitor monitor(lone_rank_options(scratch));
     monitor.tick(progress("compute", Activity::computing, 60, {0}, /*training=*/false));
     monitor.tick(progress("gradient allreduce", Activity::communicating, 60, {0}));
   });

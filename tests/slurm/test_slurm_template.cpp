@@ -1,6 +1,4 @@
 #include <catch2/catch.hpp>
-#include <fstream>
-#include <sstream>
 
 #include "../scheduler_fixtures.hpp"
 #include "hardy/slurm/slurm_scheduler.hpp"
@@ -10,8 +8,7 @@ using namespace hardy::testing;
 
 TEST_CASE("the built-in Slurm script, every option given", "[slurm]") {
   const auto script = render_builtin(SlurmScheduler(), example_request());
-  check_golden("slurm/golden/job.sbatch", script);
-  check_shell_syntax(script);
+  check_script("slurm/golden/job.sbatch", script);
 }
 
 TEST_CASE("the built-in Slurm script leaves out what was not asked for", "[slurm]") {
@@ -29,20 +26,11 @@ TEST_CASE("the built-in Slurm script leaves out what was not asked for", "[slurm
 }
 
 TEST_CASE("Slurm has no --lsf-launcher", "[slurm]") {
-  auto request = example_request();
-  request.launcher = "jsrun";
-  CHECK_THROWS_WITH(SlurmScheduler().template_values(request), Catch::Contains("--lsf-launcher"));
+  check_launcher_refused(SlurmScheduler(), "jsrun");
 }
 
 TEST_CASE("the Perlmutter example template renders", "[slurm]") {
-  std::ifstream file(std::string(HARDY_SOURCE_DIR) + "/examples/slurm/perlmutter.sbatch");
-  REQUIRE(file.good());
-  std::stringstream text;
-  text << file.rdbuf();
-  const SlurmScheduler slurm;
   const auto script =
-      hardy::batch::render_script(text.str(), slurm.template_values(example_request()),
-                                  slurm.directive_prefix(), "perlmutter.sbatch");
-  check_golden("slurm/golden/perlmutter.sbatch", script);
-  check_shell_syntax(script);
+      render_example(SlurmScheduler(), "examples/slurm/perlmutter.sbatch", example_request());
+  check_script("slurm/golden/perlmutter.sbatch", script);
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "compute/owned_buffer.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {
@@ -54,9 +55,9 @@ std::string to_string(Layout layout) {
 
 namespace {
 
-class HostBuffer final : public Buffer {
+class HostBuffer final : public OwnedBuffer {
  public:
-  explicit HostBuffer(std::size_t bytes) : bytes_(bytes) {
+  explicit HostBuffer(std::size_t bytes) : OwnedBuffer(bytes) {
     constexpr std::size_t alignment = 64;
     const std::size_t rounded =
         (std::max<std::size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
@@ -66,15 +67,7 @@ class HostBuffer final : public Buffer {
     std::memset(data_, 0, rounded);
   }
   ~HostBuffer() override { std::free(data_); }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  void* data() override { return data_; }
-  std::size_t bytes() const override { return bytes_; }
   Device device() const override { return Device::host; }
-
- private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
 };
 
 }  // namespace

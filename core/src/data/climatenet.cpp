@@ -468,23 +468,16 @@ void ClimateNetDataset::load(std::size_t index, std::span<float> fields_chw,
 }
 
 std::string ClimateNetDataset::describe() const {
-  std::string details = fmt::format("normalised by {}", statistics_path_.string());
-  if (options_.channels.size() != kClimateNetVariables ||
-      !std::is_sorted(options_.channels.begin(), options_.channels.end()))
-    details += fmt::format(", variables {}", fmt::join(channel_names(), ","));
-  if (options_.crop_height)
-    details += fmt::format(", crop {}x{}", options_.crop_height, options_.crop_width);
-  if (options_.downsample > 1) details += fmt::format(", downsample {}", options_.downsample);
-  if (shape_ != SampleShape{kClimateNetVariables, height_, width_})
-    details += fmt::format(" -> {}", to_string(shape_));
+  const std::string details =
+      fmt::format("normalised by {}", statistics_path_.string()) +
+      window_details("variables", options_.channels, kClimateNetVariables, options_.crop_height,
+                     options_.crop_width, options_.downsample, shape_, height_, width_);
   return fmt::format("ClimateNet {} split of {}: {} samples of {}x{}x{} ({})", split_,
                      quoted(root_), files_.size(), kClimateNetVariables, height_, width_, details);
 }
 
 std::vector<std::string> ClimateNetDataset::channel_names() const {
-  std::vector<std::string> names;
-  for (int c : options_.channels) names.emplace_back(kClimateChannelNames[c]);
-  return names;
+  return climate_channel_names(options_.channels);
 }
 
 }  // namespace hardy::core

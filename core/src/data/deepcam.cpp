@@ -440,23 +440,16 @@ void DeepCamDataset::load(std::size_t index, std::span<float> fields_chw,
 }
 
 std::string DeepCamDataset::describe() const {
-  std::string details = fmt::format("labels_{}", options_.label_set);
-  if (options_.channels.size() != kDeepCamChannels ||
-      !std::is_sorted(options_.channels.begin(), options_.channels.end()))
-    details += fmt::format(", channels {}", fmt::join(channel_names(), ","));
-  if (options_.crop_height)
-    details += fmt::format(", crop {}x{}", options_.crop_height, options_.crop_width);
-  if (options_.downsample > 1) details += fmt::format(", downsample {}", options_.downsample);
-  if (shape_ != SampleShape{kDeepCamChannels, height_, width_})
-    details += fmt::format(" -> {}", to_string(shape_));
+  const std::string details =
+      fmt::format("labels_{}", options_.label_set) +
+      window_details("channels", options_.channels, kDeepCamChannels, options_.crop_height,
+                     options_.crop_width, options_.downsample, shape_, height_, width_);
   return fmt::format("DeepCAM {} split of {}: {} samples of {}x{}x{} ({})", split_, quoted(root_),
                      files_.size(), kDeepCamChannels, height_, width_, details);
 }
 
 std::vector<std::string> DeepCamDataset::channel_names() const {
-  std::vector<std::string> names;
-  for (int c : options_.channels) names.emplace_back(kClimateChannelNames[c]);
-  return names;
+  return climate_channel_names(options_.channels);
 }
 
 // ---- the generator ----

@@ -1,6 +1,7 @@
 #include "sample_window.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -87,6 +88,26 @@ SampleShape windowed_shape(std::string_view layout, int channels, int height, in
                                       downsample, cropped ? "crop" : "grid", window_height,
                                       window_width));
   return {channels, window_height / downsample, window_width / downsample};
+}
+
+std::vector<std::string> climate_channel_names(const std::vector<int>& channels) {
+  std::vector<std::string> names;
+  for (int c : channels) names.emplace_back(kClimateChannelNames[c]);
+  return names;
+}
+
+std::string window_details(std::string_view channel, const std::vector<int>& channels,
+                           int available, int crop_height, int crop_width, int downsample,
+                           const SampleShape& shape, int height, int width) {
+  std::string details;
+  if (channels.size() != static_cast<std::size_t>(available) ||
+      !std::is_sorted(channels.begin(), channels.end()))
+    details += fmt::format(", {} {}", channel, fmt::join(climate_channel_names(channels), ","));
+  if (crop_height) details += fmt::format(", crop {}x{}", crop_height, crop_width);
+  if (downsample > 1) details += fmt::format(", downsample {}", downsample);
+  if (shape != SampleShape{available, height, width})
+    details += fmt::format(" -> {}", to_string(shape));
+  return details;
 }
 
 }  // namespace hardy::core

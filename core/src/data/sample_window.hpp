@@ -1,12 +1,13 @@
 #pragma once
 // What the readers of published climate layouts (deepcam.cpp, climatenet.cpp) share about the
 // window they cut out of a sample: the checks of their split, channels, crop and downsampling,
-// the sample files of a split, where a crop lies, the shape a crop and a downsampling give, and
-// the label a downsampled block takes.
+// the sample files of a split, where a crop lies, the shape a crop and a downsampling give, the
+// label a downsampled block takes, the channels' names and what describe() says of the window.
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -47,6 +48,17 @@ std::pair<int, int> crop_origin(std::uint64_t stream, std::uint64_t seed, std::s
 // not divide.
 SampleShape windowed_shape(std::string_view layout, int channels, int height, int width,
                            int crop_height, int crop_width, int downsample);
+
+// The names (kClimateChannelNames) of `channels`, in this order.
+std::vector<std::string> climate_channel_names(const std::vector<int>& channels);
+
+// What a reader's describe() says of its window, after the reader's own details: the selected
+// `channels` (named `channel`s, "variables" or "channels") unless they are all `available` ones in
+// order, the crop, the downsampling, and the shape a sample takes when it is not the stored
+// height x width grid's.
+std::string window_details(std::string_view channel, const std::vector<int>& channels,
+                           int available, int crop_height, int crop_width, int downsample,
+                           const SampleShape& shape, int height, int width);
 
 // The label of a downsampled block from its pixels' votes: the majority, ties going to the
 // rarer, higher class.

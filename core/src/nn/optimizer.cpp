@@ -80,6 +80,12 @@ std::vector<std::pair<std::string, Tensor*>> Optimizer::state_tensors() {
   return named;
 }
 
+void Optimizer::step(std::span<Parameter* const> params, float lr) {
+  begin_step(params, lr);
+  for (Parameter* param : params) update(*param, lr);
+  ++steps_taken_;
+}
+
 void Optimizer::step(std::span<Parameter> params, float lr) {
   const auto pointers = pointers_to(params);
   step(std::span<Parameter* const>(pointers), lr);
@@ -148,17 +154,12 @@ class SgdOptimizer final : public Optimizer {
   SgdOptimizer(const OptimizerConfig& config, Backend& backend)
       : Optimizer(config, backend, {"momentum"}) {}
 
-  void step(std::span<Parameter* const> params, float lr) override {
-    begin_step(params, lr);
-    for (Parameter* p : params) {
-      Parameter& param = *p;
-      backend_.sgd_update(param.value, param.grad, state_of(param)[0],
-                          {.lr = lr,
-                           .momentum = config_.momentum,
-                           .weight_decay = decay_for(param),
-                           .nesterov = config_.nesterov});
-    }
-    end_step();
+  void update(Parameter& param, float lr) override {
+    backend_.sgd_update(param.value, param.grad, state_of(param)[0],
+                        {.lr = lr,
+                         .momentum = config_.momentum,
+                         .weight_decay = decay_for(param),
+                         .nesterov = config_.nesterov});
   }
 };
 
@@ -167,21 +168,15 @@ class AdamOptimizer final : public Optimizer {
   AdamOptimizer(const OptimizerConfig& config, Backend& backend)
       : Optimizer(config, backend, {"adam_m", "adam_v"}) {}
 
-  void step(std::span<Parameter* const> params, float lr) override {
-    begin_step(params, lr);
-    const long adam_step = steps_taken() + 1;
-    for (Parameter* p : params) {
-      Parameter& param = *p;
-      std::span<Tensor> moments = state_of(param);
-      backend_.adam_update(param.value, param.grad, moments[0], moments[1],
-                           {.lr = lr,
-                            .beta1 = config_.beta1,
-                            .beta2 = config_.beta2,
-                            .eps = config_.eps,
-                            .weight_decay = decay_for(param),
-                            .step = adam_step});
-    }
-    end_step();
+  void update(Parameter& param, float lr) override {
+    std::span<Tensor> moments = state_of(param);
+    backend_.adam_update(param.value, param.grad, moments[0], moments[1],
+                         {.lr = lr,
+                          .beta1 = config_.beta1,
+                          .beta2 = config_.beta2,
+                          .eps = config_.eps,
+                          .weight_decay = decay_for(param),
+                          .step = steps_taken() + 1});  // counted after the step's updates
   }
 };
 
@@ -190,25 +185,20 @@ class LarsOptimizer final : public Optimizer {
   LarsOptimizer(const OptimizerConfig& config, Backend& backend)
       : Optimizer(config, backend, {"momentum"}) {}
 
-  void step(std::span<Parameter* const> params, float lr) override {
-    begin_step(params, lr);
-    for (Parameter* p : params) {
-      Parameter& param = *p;
-      const float local_lr = local_learning_rate(param, lr);
-      const float weight_decay = decay_for(param);
-      // sgd_update computes v = momentum * v + (g~ + wd~ * w); w -= 1 * v. Feeding it
-      // g~ = local_lr * g and wd~ = local_lr * wd makes that v = momentum * v + local_lr * g'.
-      // The scaled gradient goes to scratch so that the caller's gradient stays as it was.
-      Tensor& scaled_grad = scratch_for(param.grad.numel());
-      backend_.fill(scaled_grad, 0.0f);
-      backend_.axpy(local_lr, param.grad, scaled_grad);
-      backend_.sgd_update(param.value, scaled_grad, state_of(param)[0],
-                          {.lr = 1.0f,
-                           .momentum = config_.momentum,
-                           .weight_decay = local_lr * weight_decay,
-                           .nesterov = config_.nesterov});
-    }
-    end_step();
+  void update(Parameter& param, float lr) override {
+    const float local_lr = local_learning_rate(param, lr);
+    const float weight_decay = decay_for(param);
+    // sgd_update computes v = momentum * v + (g~ + wd~ * w); w -= 1 * v. Feeding it
+    // g~ = local_lr * g and wd~ = local_lr * wd makes that v = momentum * v + local_lr * g'.
+    // The scaled gradient goes to scratch so that the caller's gradient stays as it was.
+    Tensor& scaled_grad = scratch_for(param.grad.numel());
+    backend_.fill(scaled_grad, 0.0f);
+    backend_.axpy(local_lr, param.grad, scaled_grad);
+    backend_.sgd_update(param.value, scaled_grad, state_of(param)[0],
+                        {.lr = 1.0f,
+                         .momentum = config_.momentum,
+                         .weight_decay = local_lr * weight_decay,
+                         .nesterov = config_.nesterov});
   }
 
  private:

@@ -51,6 +51,10 @@ class Scheduler {
 // read back from a run directory's scheduler.json may be anything.
 void check_job_id(std::string_view job_id);
 
+// Cancels a job with the scheduler's `command` (scancel, bkill) run as `command JOB_ID`, after
+// check_job_id; throws Error with the command's message when it fails.
+void cancel_job(const std::string& command, const std::string& job_id);
+
 // The body every built-in template shares: start `hardy run` for the job (with
 // `extra_run_options`, placeholders allowed, before its other options; `hardy train` gets
 // --config and --resume latest, which starts at step 0 when there is no checkpoint yet) in the

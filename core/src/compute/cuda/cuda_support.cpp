@@ -60,17 +60,9 @@ int usable_device_count(std::string* reason) {
 
 // ---- streams and events ----
 
-Stream::Stream() { HARDY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-Stream::~Stream() {
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
-}
-Stream::Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
-Stream& Stream::operator=(Stream&& other) noexcept {
-  std::swap(stream_, other.stream_);
-  return *this;
-}
+Stream::Stream() { HARDY_CUDA_CHECK(cudaStreamCreateWithFlags(&handle_, cudaStreamNonBlocking)); }
 void Stream::synchronize(const char* why) const {
-  const cudaError_t status = cudaStreamSynchronize(stream_);
+  const cudaError_t status = cudaStreamSynchronize(handle_);
   if (status != cudaSuccess)
     throw BackendError(fmt::format("waiting for the CUDA stream ({}) failed: {} ({})", why,
                                    cudaGetErrorName(status), cudaGetErrorString(status)));
@@ -78,32 +70,21 @@ void Stream::synchronize(const char* why) const {
 
 Event::Event(bool timing) {
   HARDY_CUDA_CHECK(
-      cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+      cudaEventCreateWithFlags(&handle_, timing ? cudaEventDefault : cudaEventDisableTiming));
 }
-Event::~Event() {
-  if (event_ != nullptr) cudaEventDestroy(event_);
-}
-Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
-Event& Event::operator=(Event&& other) noexcept {
-  std::swap(event_, other.event_);
-  return *this;
-}
-void Event::record(cudaStream_t stream) { HARDY_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+void Event::record(cudaStream_t stream) { HARDY_CUDA_CHECK(cudaEventRecord(handle_, stream)); }
 void Event::make_wait(cudaStream_t stream) const {
-  HARDY_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+  HARDY_CUDA_CHECK(cudaStreamWaitEvent(stream, handle_, 0));
 }
 
 // ---- cuBLAS handle ----
 
 CublasHandle::CublasHandle() { HARDY_CUBLAS_CHECK(cublasCreate(&handle_)); }
-CublasHandle::~CublasHandle() {
-  if (handle_ != nullptr) cublasDestroy(handle_);
-}
 
 // ---- device memory ----
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, std::shared_ptr<const Stream> stream)
-    : bytes_(bytes), stream_(std::move(stream)) {
+    : OwnedBuffer(bytes), stream_(std::move(stream)) {
   if (bytes == 0) return;
   const cudaError_t status = cudaMalloc(&data_, bytes);
   if (status != cudaSuccess) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "compute/operand_checks.hpp"
+#include "compute/owned_buffer.hpp"
 #include "hardy/core/compute/cuda_backend.hpp"
 #include "hardy/core/compute/cuda_runtime.hpp"
 #include "kernels.hpp"
@@ -34,23 +35,9 @@ void cublas_check(cublasStatus_t status, const char* call);
 // ---- RAII for library handles and descriptors ----
 // Owns one cuDNN object created by Create and destroyed by Destroy. Move-only.
 template <class Handle, cudnnStatus_t (*Create)(Handle*), cudnnStatus_t (*Destroy)(Handle)>
-class CudnnObject {
+class CudnnObject : public OwnedHandle<Handle, Destroy> {
  public:
-  CudnnObject() { cudnn_check(Create(&handle_), "creating a cuDNN object"); }
-  ~CudnnObject() {
-    if (handle_ != nullptr) Destroy(handle_);
-  }
-  CudnnObject(CudnnObject&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  CudnnObject& operator=(CudnnObject&& other) noexcept {
-    std::swap(handle_, other.handle_);
-    return *this;
-  }
-  CudnnObject(const CudnnObject&) = delete;
-  CudnnObject& operator=(const CudnnObject&) = delete;
-  Handle get() const { return handle_; }
-
- private:
-  Handle handle_ = nullptr;
+  CudnnObject() { cudnn_check(Create(&this->handle_), "creating a cuDNN object"); }
 };
 
 using CudnnHandle = CudnnObject<cudnnHandle_t, cudnnCreate, cudnnDestroy>;
@@ -62,35 +49,22 @@ using ConvolutionDescriptor =
     CudnnObject<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
                 cudnnDestroyConvolutionDescriptor>;
 
-class CublasHandle {
+class CublasHandle : public OwnedHandle<cublasHandle_t, cublasDestroy> {
  public:
   CublasHandle();
-  ~CublasHandle();
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_ = nullptr;
 };
 
 // ---- device memory ----
 // Tensor storage: cudaMalloc'd, zero-filled on the backend's stream, freed after that stream
 // has drained (cudaFree only "may" synchronise). The stream is shared so that it outlives
 // every buffer, even buffers that outlive the backend.
-class DeviceBuffer final : public Buffer {
+class DeviceBuffer final : public OwnedBuffer {
  public:
   DeviceBuffer(std::size_t bytes, std::shared_ptr<const Stream> stream);
   ~DeviceBuffer() override;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* data() override { return data_; }
-  std::size_t bytes() const override { return bytes_; }
   Device device() const override { return Device::cuda; }
 
  private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
   std::shared_ptr<const Stream> stream_;
 };
 

@@ -60,6 +60,16 @@ inline unsigned int blocks_for(Index count) {
   return static_cast<unsigned int>(std::clamp<Index>(needed, 1, Index{1} << 16));
 }
 
+// The launch of a kernel with one thread per element of `count` elements of a float type:
+// nothing when there are none; otherwise launch(T{}, blocks) enqueues the kernel for the
+// storage type T with blocks_for(count) blocks, and the launch is checked, naming `kernel`.
+template <class Launch>
+void launch_per_element(DType type, Index count, const char* kernel, Launch&& launch) {
+  if (count == 0) return;
+  dispatch_float(type, [&](auto tag) { launch(tag, blocks_for(count)); });
+  check_launch(kernel);
+}
+
 #define HARDY_GRID_STRIDE_LOOP(i, count)                                                 \
   for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
        i += static_cast<Index>(blockDim.x) * gridDim.x)

@@ -78,30 +78,6 @@ __global__ void fill_float_kernel(T* data, float value, Index count) {
   HARDY_GRID_STRIDE_LOOP(i, count) { data[i] = converted; }
 }
 
-template <class T>
-__global__ void weights_to_ohwi_kernel(const float* oihw, T* ohwi, Index o, Index in, Index kh,
-                                       Index kw) {
-  HARDY_GRID_STRIDE_LOOP(j, o * in * kh * kw) {
-    const Index i = j % in;
-    const Index x = (j / in) % kw;
-    const Index y = (j / (in * kw)) % kh;
-    const Index out = j / (in * kw * kh);
-    ohwi[j] = from_float<T>(oihw[((out * in + i) * kh + y) * kw + x]);
-  }
-}
-
-template <class T>
-__global__ void weights_from_ohwi_kernel(const T* ohwi, float* oihw, Index o, Index in, Index kh,
-                                         Index kw) {
-  HARDY_GRID_STRIDE_LOOP(j, o * in * kh * kw) {
-    const Index x = j % kw;
-    const Index y = (j / kw) % kh;
-    const Index i = (j / (kw * kh)) % in;
-    const Index out = j / (kw * kh * in);
-    oihw[j] = to_float(ohwi[((out * kh + y) * kw + x) * in + i]);
-  }
-}
-
 // ---- point-wise ----
 
 template <class T>
@@ -322,24 +298,15 @@ void fill(void* data, DType type, float value, Index count, cudaStream_t stream)
   check_launch("fill");
 }
 
+// OIHW is NCHW and OHWI is NHWC of the shape (O, I, KH, KW): the conversions are permutations.
 void weights_to_ohwi(const float* oihw, void* ohwi, DType type, Index o, Index i, Index kh,
                      Index kw, cudaStream_t stream) {
-  dispatch_float(type, [&](auto tag) {
-    using T = decltype(tag);
-    weights_to_ohwi_kernel<<<blocks_for(o * i * kh * kw), threads_per_block, 0, stream>>>(
-        oihw, static_cast<T*>(ohwi), o, i, kh, kw);
-  });
-  check_launch("weights_to_ohwi");
+  convert_permute(oihw, DType::f32, false, ohwi, type, true, o, i, kh, kw, stream);
 }
 
 void weights_from_ohwi(const void* ohwi, DType type, float* oihw, Index o, Index i, Index kh,
                        Index kw, cudaStream_t stream) {
-  dispatch_float(type, [&](auto tag) {
-    using T = decltype(tag);
-    weights_from_ohwi_kernel<<<blocks_for(o * i * kh * kw), threads_per_block, 0, stream>>>(
-        static_cast<const T*>(ohwi), oihw, o, i, kh, kw);
-  });
-  check_launch("weights_from_ohwi");
+  convert_permute(ohwi, type, true, oihw, DType::f32, false, o, i, kh, kw, stream);
 }
 
 void add_channel_bias(void* y, DType type, const float* bias, Index rows, Index channels,

@@ -114,26 +114,29 @@ __global__ void doubles_to_floats_kernel(const double* src, Index src_stride, fl
 
 // ---- group normalization ----
 
+// The total of group i (sample i / groups, group i % groups) of per-channel sums laid out as
+// 2 * channels values per sample (the group's channels among the first `channels`).
+__device__ __forceinline__ double group_total(const double* sums, Index i, Index channels,
+                                              Index groups) {
+  const Index group_channels = channels / groups;
+  const Index n = i / groups, g = i % groups;
+  double total = 0.0;
+  for (Index c = g * group_channels; c < (g + 1) * group_channels; ++c)
+    total += sums[n * 2 * channels + c];
+  return total;
+}
+
 __global__ void group_norm_mean_kernel(const double* sums, Index batch, Index channels,
                                        Index groups, double group_size, float* mean) {
-  const Index group_channels = channels / groups;
   HARDY_GRID_STRIDE_LOOP(i, batch * groups) {
-    const Index n = i / groups, g = i % groups;
-    double total = 0.0;
-    for (Index c = g * group_channels; c < (g + 1) * group_channels; ++c)
-      total += sums[n * 2 * channels + c];
-    mean[i] = static_cast<float>(total / group_size);
+    mean[i] = static_cast<float>(group_total(sums, i, channels, groups) / group_size);
   }
 }
 
 __global__ void group_norm_rstd_kernel(const double* squares, Index batch, Index channels,
                                        Index groups, double group_size, float eps, float* rstd) {
-  const Index group_channels = channels / groups;
   HARDY_GRID_STRIDE_LOOP(i, batch * groups) {
-    const Index n = i / groups, g = i % groups;
-    double total = 0.0;
-    for (Index c = g * group_channels; c < (g + 1) * group_channels; ++c)
-      total += squares[n * 2 * channels + c];
+    const double total = group_total(squares, i, channels, groups);
     rstd[i] = static_cast<float>(1.0 / sqrt(total / group_size + eps));
   }
 }
@@ -403,14 +406,12 @@ void group_norm_apply(const void* x, DType type, const float* gamma, const float
                       const float* mean, const float* rstd, Index batch, Index pixels,
                       Index channels, Index groups, bool relu, void* y, cudaStream_t stream) {
   const Index count = batch * pixels * channels;
-  if (count == 0) return;
-  dispatch_float(type, [&](auto tag) {
+  launch_per_element(type, count, "group_norm_apply", [&](auto tag, unsigned int blocks) {
     using T = decltype(tag);
-    group_norm_apply_kernel<<<blocks_for(count), threads_per_block, 0, stream>>>(
+    group_norm_apply_kernel<<<blocks, threads_per_block, 0, stream>>>(
         static_cast<const T*>(x), gamma, beta, mean, rstd, batch, pixels, channels, groups, relu,
         static_cast<T*>(y));
   });
-  check_launch("group_norm_apply");
 }
 
 void group_norm_backward_terms(const double* sums, const float* gamma, Index batch, Index channels,
@@ -427,14 +428,12 @@ void group_norm_backward_data(const void* x, const void* y, const void* dy, DTyp
                               const double* group_terms, Index batch, Index pixels, Index channels,
                               Index groups, double group_size, void* dx, cudaStream_t stream) {
   const Index count = batch * pixels * channels;
-  if (count == 0) return;
-  dispatch_float(type, [&](auto tag) {
+  launch_per_element(type, count, "group_norm_backward_data", [&](auto tag, unsigned int blocks) {
     using T = decltype(tag);
-    group_norm_backward_data_kernel<<<blocks_for(count), threads_per_block, 0, stream>>>(
+    group_norm_backward_data_kernel<<<blocks, threads_per_block, 0, stream>>>(
         static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy), relu, gamma,
         mean, rstd, group_terms, batch, pixels, channels, groups, group_size, static_cast<T*>(dx));
   });
-  check_launch("group_norm_backward_data");
 }
 
 void rstd_from_variance(const float* variance, float eps, Index channels, float* rstd,
@@ -448,14 +447,12 @@ void batch_norm_apply(const void* x, DType type, const float* mean, const float*
                       const float* gamma, const float* beta, float eps, bool relu, Index rows,
                       Index channels, void* y, cudaStream_t stream) {
   const Index count = rows * channels;
-  if (count == 0) return;
-  dispatch_float(type, [&](auto tag) {
+  launch_per_element(type, count, "batch_norm_apply", [&](auto tag, unsigned int blocks) {
     using T = decltype(tag);
-    batch_norm_apply_kernel<<<blocks_for(count), threads_per_block, 0, stream>>>(
+    batch_norm_apply_kernel<<<blocks, threads_per_block, 0, stream>>>(
         static_cast<const T*>(x), mean, variance, gamma, beta, eps, relu, count, channels,
         static_cast<T*>(y));
   });
-  check_launch("batch_norm_apply");
 }
 
 void batch_norm_backward_data(const void* x, const void* y, const void* dy, DType type, bool relu,
@@ -467,14 +464,13 @@ void batch_norm_backward_data(const void* x, const void* y, const void* dy, DTyp
       variance, gamma, dgamma, dbeta, eps, count, channels, coefficients);
   check_launch("batch_norm_coefficients");
   const Index elements = rows * channels;
-  if (elements == 0) return;
-  dispatch_float(type, [&](auto tag) {
-    using T = decltype(tag);
-    batch_norm_backward_data_kernel<<<blocks_for(elements), threads_per_block, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy), relu, mean,
-        coefficients, elements, channels, static_cast<T*>(dx));
-  });
-  check_launch("batch_norm_backward_data");
+  launch_per_element(
+      type, elements, "batch_norm_backward_data", [&](auto tag, unsigned int blocks) {
+        using T = decltype(tag);
+        batch_norm_backward_data_kernel<<<blocks, threads_per_block, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy), relu,
+            mean, coefficients, elements, channels, static_cast<T*>(dx));
+      });
 }
 
 void global_avg_pool_finish(const double* sums, Index batch, Index channels, double pixels, void* y,
@@ -490,28 +486,24 @@ void global_avg_pool_finish(const double* sums, Index batch, Index channels, dou
 void global_avg_pool_backward(const void* dy, DType type, Index batch, Index pixels, Index channels,
                               void* dx, cudaStream_t stream) {
   const Index count = batch * pixels * channels;
-  if (count == 0) return;
-  const float share = 1.0f / static_cast<float>(pixels);
-  dispatch_float(type, [&](auto tag) {
+  launch_per_element(type, count, "global_avg_pool_backward", [&](auto tag, unsigned int blocks) {
     using T = decltype(tag);
-    global_avg_pool_backward_kernel<<<blocks_for(count), threads_per_block, 0, stream>>>(
+    const float share = 1.0f / static_cast<float>(pixels);
+    global_avg_pool_backward_kernel<<<blocks, threads_per_block, 0, stream>>>(
         static_cast<const T*>(dy), batch, pixels, channels, share, static_cast<T*>(dx));
   });
-  check_launch("global_avg_pool_backward");
 }
 
 void upsample_bilinear_forward(const void* x, DType type, Index batch, Index channels, Index in_h,
                                Index in_w, Index out_h, Index out_w, const LinearTaps& rows,
                                const LinearTaps& columns, void* y, cudaStream_t stream) {
   const Index count = batch * out_h * out_w * channels;
-  if (count == 0) return;
-  dispatch_float(type, [&](auto tag) {
+  launch_per_element(type, count, "upsample_bilinear_forward", [&](auto tag, unsigned int blocks) {
     using T = decltype(tag);
-    upsample_forward_kernel<<<blocks_for(count), threads_per_block, 0, stream>>>(
+    upsample_forward_kernel<<<blocks, threads_per_block, 0, stream>>>(
         static_cast<const T*>(x), batch, channels, in_h, in_w, out_h, out_w, rows, columns,
         static_cast<T*>(y));
   });
-  check_launch("upsample_bilinear_forward");
 }
 
 void upsample_bilinear_backward(const void* dy, DType type, Index batch, Index channels, Index in_h,

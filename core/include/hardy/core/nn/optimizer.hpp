@@ -89,7 +89,7 @@ class Optimizer {
   // only once and must keep its element count from step to step. Every parameter needs a
   // gradient of the same element count. Increments steps_taken().
   // The model hands out pointers to parameters that its layers own.
-  virtual void step(std::span<Parameter* const> params, float lr) = 0;
+  void step(std::span<Parameter* const> params, float lr);
   void step(std::span<Parameter> params, float lr);
 
   // Creates (zero-filled) the state of every parameter that has none yet, so that a checkpoint
@@ -111,12 +111,12 @@ class Optimizer {
  protected:
   Optimizer(const OptimizerConfig& config, Backend& backend, std::vector<std::string> state_kinds);
 
+  // One parameter's update within step(), which has checked lr and every gradient and created
+  // the missing state first, and counts the step after the last update.
+  virtual void update(Parameter& param, float lr) = 0;
+
   // The state tensors of one parameter, one per entry of state_kinds, in that order.
   std::span<Tensor> state_of(const Parameter& param);
-  // Validates lr and each parameter's gradient, and creates missing state; call at the start of
-  // step().
-  void begin_step(std::span<Parameter* const> params, float lr);
-  void end_step() { ++steps_taken_; }
   float decay_for(const Parameter& param) const {
     return param.weight_decay ? config_.weight_decay : 0.0f;
   }
@@ -133,6 +133,8 @@ class Optimizer {
     std::uint64_t last_seen_call = 0;
   };
   ParameterState& find_or_create_state(const Parameter& param);
+  // Validates lr and each parameter's gradient, and creates missing state.
+  void begin_step(std::span<Parameter* const> params, float lr);
 
   std::vector<std::string> state_kinds_;
   // ParameterState moves without reallocating its tensors vector, so Tensor pointers handed out
