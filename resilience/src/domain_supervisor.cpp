@@ -21,6 +21,7 @@
 #include "hardy/resilience/training_session.hpp"
 #include "launched_job.hpp"
 #include "supervisor_events.hpp"
+#include "supervisor_steps.hpp"
 
 namespace hardy::resilience {
 
@@ -40,8 +41,6 @@ struct Domain {
   bool abandoned = false;  // lost more often than --max-restarts: the job trains on without it
 };
 
-// Whether domain `index` logged that it finished the job (its leader's job_finished or
-// domain_finished, status completed) since `since`.
 // Whether the domain logged a record that `matches` since `since` (its launch).
 bool domain_logged(const std::filesystem::path& events_file, int index, double since,
                    const std::function<bool(const nlohmann::json&, const std::string&)>& matches) {
@@ -57,6 +56,8 @@ bool domain_logged(const std::filesystem::path& events_file, int index, double s
   return false;
 }
 
+// Whether domain `index` logged that it finished the job (its leader's job_finished or
+// domain_finished, status completed) since `since`.
 bool domain_finished(const std::filesystem::path& events_file, int index, double since) {
   return domain_logged(events_file, index, since, [](const auto& record, const auto& event) {
     return (event == "job_finished" || event == "domain_finished") &&
@@ -106,66 +107,171 @@ std::vector<std::string> domain_train_args(const std::vector<std::string>& train
   return out;
 }
 
-int supervise_domains(const SupervisorConfig& config) {
-  const int per = config.nodes_per_domain;
-  const int node_count = static_cast<int>(config.nodes.size());
-  if (per < 1 || node_count % per != 0)
-    throw InvalidArgument(
-        fmt::format("--nodes-per-domain {} does not divide the job's {} nodes into whole domains",
-                    per, node_count));
-  const int count = node_count / per;
-  if (count < 2) return supervise(config);
-  if (!config.launcher) throw InvalidArgument("the supervisor needs a launcher");
+namespace {
 
-  std::filesystem::create_directories(config.run_dir);
-  const auto events_file = config.run_dir / "events.jsonl";
-  core::EventLog events(events_file);
-  // A store of its own for each `hardy run`: keys are written once, and an earlier run of the
-  // same directory must not be mistaken for this one's generations.
-  const auto store_dir = config.run_dir / "rendezvous" /
-                         fmt::format("{}-{}", ::getpid(), static_cast<long>(core::unix_time()));
-  std::unique_ptr<comm::RendezvousStore> store;
+// A store of its own for each `hardy run`: keys are written once, and an earlier run of the
+// same directory must not be mistaken for this one's generations.
+std::filesystem::path own_store_dir(const std::filesystem::path& run_dir) {
+  return run_dir / "rendezvous" /
+         fmt::format("{}-{}", ::getpid(), static_cast<long>(core::unix_time()));
+}
+
+std::unique_ptr<comm::RendezvousStore> open_store(const std::filesystem::path& store_dir) {
   try {
-    store = comm::open_file_store(store_dir);
+    return comm::open_file_store(store_dir);
   } catch (const IoError& e) {
     throw InvalidArgument(
         fmt::format("the fault domains' rendezvous store cannot start: {}", e.what()));
   }
-  const auto caveat = comm::file_store_caveat(store_dir);
-  if (caveat)
-    std::cerr << fmt::format("hardy run: warning: the rendezvous store {}: {}\n",
-                             store_dir.string(), *caveat);
-  std::vector<int> members;
-  std::vector<Domain> domains(static_cast<std::size_t>(count));
-  for (int d = 0; d < count; ++d) {
-    auto& domain = domains[static_cast<std::size_t>(d)];
-    domain.index = d;
-    domain.nodes.assign(config.nodes.begin() + d * per, config.nodes.begin() + (d + 1) * per);
-    members.push_back(d);
-  }
-  std::vector<std::string> spares = config.spare_nodes;
-  std::size_t generation = 0;
-  store->set("gen.0.members", format_members(members));
-  nlohmann::json started = supervisor_started_fields(config);
-  started.update(
-      {{"domains", count}, {"nodes_per_domain", per}, {"rendezvous_store", store_dir.string()}});
-  if (caveat) started["rendezvous_store_caveat"] = *caveat;
-  events.emit("supervisor_started", std::move(started));
+}
 
-  const auto publish = [&](const std::string& reason) {
-    ++generation;
-    store->set(fmt::format("gen.{}.members", generation), format_members(members));
-    events.emit("domain_generation_published",
-                {{"generation", generation}, {"members", members}, {"reason", reason}});
-  };
-  const auto launch = [&](Domain& domain) {
-    SupervisorConfig one = config;
-    one.train_args = domain_train_args(config.train_args, domain.index, per, config.ranks_per_node);
+// One `hardy run` of several fault domains: their launchers, the generations of members it
+// publishes in the rendezvous store, and the spares left.
+class DomainSupervision {
+ public:
+  DomainSupervision(const SupervisorConfig& config, int count)
+      : config_(config),
+        per_(config.nodes_per_domain),
+        count_(count),
+        events_file_(config.run_dir / "events.jsonl"),
+        events_(events_file_),
+        store_dir_(own_store_dir(config.run_dir)),
+        store_(open_store(store_dir_)),
+        caveat_(comm::file_store_caveat(store_dir_)) {
+    if (caveat_)
+      std::cerr << fmt::format("hardy run: warning: the rendezvous store {}: {}\n",
+                               store_dir_.string(), *caveat_);
+    domains_.resize(static_cast<std::size_t>(count_));
+    for (int d = 0; d < count_; ++d) {
+      auto& domain = domains_[static_cast<std::size_t>(d)];
+      domain.index = d;
+      domain.nodes.assign(config.nodes.begin() + d * per_, config.nodes.begin() + (d + 1) * per_);
+      members_.push_back(d);
+    }
+    spares_ = config.spare_nodes;
+    store_->set("gen.0.members", format_members(members_));
+    nlohmann::json started = supervisor_started_fields(config);
+    started.update({{"domains", count_},
+                    {"nodes_per_domain", per_},
+                    {"rendezvous_store", store_dir_.string()}});
+    if (caveat_) started["rendezvous_store_caveat"] = *caveat_;
+    events_.emit("supervisor_started", std::move(started));
+  }
+
+  void launch_all() {
+    for (auto& domain : domains_) launch(domain);
+  }
+
+  // Waits on each launcher in turn; the exit status when a domain's end ends the run.
+  std::optional<int> watch_launchers() {
+    for (auto& domain : domains_) {
+      if (!domain.job) continue;
+      const auto status = domain.job->wait_for(milliseconds(domain.index == 0 ? 50 : 1));
+      if (!status) continue;
+      if (const auto exit_status = launcher_ended(domain, *status)) return exit_status;
+    }
+    return std::nullopt;
+  }
+
+  // A leader whose collective failed while every launcher still runs (a domain that stopped
+  // answering, or a timeout): once no launcher has ended for a moment, the members are those
+  // still running, and the leaders reconnect.
+  void regroup_after_failed_collective() {
+    bool reported = false;
+    for (int m : members_)
+      reported = reported || store_->try_get(fmt::format("fail.{}.{}", generation_, m)).has_value();
+    if (!reported) {
+      report_seen_ = 0;
+    } else if (report_seen_ == 0) {
+      report_seen_ = core::unix_time();
+    } else if (core::unix_time() - report_seen_ > 1.0) {
+      std::erase_if(members_, [&](int m) { return !domains_[static_cast<std::size_t>(m)].job; });
+      for (auto& domain : domains_)
+        if (domain.job && domain.admitted && !is_member(domain)) members_.push_back(domain.index);
+      std::sort(members_.begin(), members_.end());
+      publish("a leader reported a failed collective");
+      report_seen_ = 0;
+    }
+  }
+
+  bool job_done() const {
+    return std::any_of(domains_.begin(), domains_.end(),
+                       [](const Domain& d) { return d.finished; });
+  }
+
+  // A relaunched domain whose leader is ready: the next generation lets it in.
+  void admit_rejoining() {
+    for (auto& domain : domains_) {
+      if (domain.admitted || !domain.job) continue;
+      const auto token = fmt::format("{}.{}", domain.index, domain.join_token);
+      if (!store_->try_get("join." + token)) continue;
+      members_.push_back(domain.index);
+      std::sort(members_.begin(), members_.end());
+      publish(fmt::format("domain {} rejoins", domain.index));
+      store_->set("admit." + token, std::to_string(generation_));
+      domain.admitted = true;
+    }
+  }
+
+  void end_relaunches_left_out() {
+    for (auto& domain : domains_)
+      if (domain.job && domain.launches > 1 &&
+          !domain_logged(events_file_, domain.index, domain.started_unix,
+                         [](const auto&, const auto& event) { return event == "domain_joined"; })) {
+        // Relaunched, not back in when the others finished (perhaps admitted while they
+        // were past their last step): it would wait for them until its membership timeout.
+        domain.job->terminate(milliseconds(3000));
+        domain.job.reset();
+      }
+  }
+
+  bool member_running() const {
+    return std::any_of(domains_.begin(), domains_.end(),
+                       [](const Domain& d) { return d.job && d.admitted; });
+  }
+
+  bool launcher_running() const {
+    return std::any_of(domains_.begin(), domains_.end(),
+                       [](const Domain& d) { return bool(d.job); });
+  }
+
+  // The run ends before the job does: ends every launcher left.
+  int finish_early(int status, const std::string& how) {
+    events_.emit(
+        "supervisor_finished",
+        {{"status", status}, {"how", how}, {"launches", total_launches()}, {"domains", count_}});
+    for (auto& domain : domains_) domain.job.reset();
+    return status;
+  }
+
+  int finish() {
+    // Relaunches that were never let in: the job is over.
+    for (auto& domain : domains_)
+      if (domain.job) domain.job->terminate(milliseconds(3000));
+    const auto finished = read_launch_events(config_.run_dir, 0, 0, config_.ranks_per_node);
+    const bool completed =
+        finished.finished_status == "completed" && finished.finished_steps == finished.total_steps;
+    events_.emit("supervisor_finished", {{"status", completed ? kCompleted : kFailed},
+                                         {"how", completed ? "every live domain finished the job"
+                                                           : "the job did not finish"},
+                                         {"launches", total_launches()},
+                                         {"domains", count_},
+                                         {"generations", generation_ + 1}});
+    std::filesystem::remove_all(store_dir_);
+    return completed ? kCompleted : kFailed;
+  }
+
+ private:
+  void launch(Domain& domain) {
+    SupervisorConfig one = config_;
+    one.train_args =
+        domain_train_args(config_.train_args, domain.index, per_, config_.ranks_per_node);
     const bool relaunch = domain.launches > 0;
     auto command = launch_command(one, domain.nodes, relaunch, /*newest_state=*/relaunch);
-    command.insert(command.end(), {"--domain", std::to_string(domain.index), "--domains",
-                                   std::to_string(count), "--domain-store", store_dir.string(),
-                                   "--domain-timeout", fmt::format("{}", config.domain_timeout_s)});
+    command.insert(command.end(),
+                   {"--domain", std::to_string(domain.index), "--domains", std::to_string(count_),
+                    "--domain-store", store_dir_.string(), "--domain-timeout",
+                    fmt::format("{}", config_.domain_timeout_s)});
     ++domain.launches;
     domain.join_token.clear();
     if (relaunch) {
@@ -178,186 +284,138 @@ int supervise_domains(const SupervisorConfig& config) {
                              fmt::join(command, " "));
     domain.started_unix = core::unix_time();
     domain.job = std::make_unique<LaunchedJob>(
-        command, config.run_dir / fmt::format("launch-d{}-{}.log", domain.index, domain.launches));
-  };
-  for (auto& domain : domains) launch(domain);
-  const auto total_launches = [&] {
-    int total = 0;
-    for (const auto& domain : domains) total += domain.launches;
-    return total;
-  };
-
-  double report_seen = 0;  // when a leader's failure report was first seen (0: none waits)
-  for (;;) {
-    for (auto& domain : domains) {
-      if (!domain.job) continue;
-      const auto status = domain.job->wait_for(milliseconds(domain.index == 0 ? 50 : 1));
-      if (!status) continue;
-      const std::string how = domain.job->how(), output = domain.job->output();
-      const double ended = core::unix_time();
-      domain.job.reset();
-      if (domain_finished(events_file, domain.index, domain.started_unix)) {
-        // Its last step is every live domain's: no later generation may name it.
-        domain.finished = true;
-        std::erase(members, domain.index);
-        continue;
-      }
-      if (*status == kBadInput && !domain_started(events_file, domain.index, domain.started_unix)) {
-        // Every domain trains with the same options: one that refused them before starting is
-        // not a lost node, and a relaunch would only be refused again.
-        std::cerr << output;
-        events.emit("supervisor_finished",
-                    {{"status", kBadInput},
-                     {"how", fmt::format("domain {} refused the job's options (exit status 2)",
-                                         domain.index)},
-                     {"launches", total_launches()},
-                     {"domains", count}});
-        for (auto& other : domains) other.job.reset();
-        return kBadInput;
-      }
-      // The others finished the job: nothing to come back for.
-      if (std::any_of(domains.begin(), domains.end(), [](const Domain& d) { return d.finished; }))
-        continue;
-      // Lost: the others go on without it, and it comes back on healthy nodes.
-      const auto member = std::find(members.begin(), members.end(), domain.index);
-      if (member != members.end()) {
-        members.erase(member);
-        if (!members.empty()) publish(fmt::format("domain {} ended: {}", domain.index, how));
-      }
-      std::map<std::size_t, std::vector<std::string>> evidence, spare_evidence;
-      for (const auto& host : config.launcher->hosts_reported_lost(output))
-        for (std::size_t i = 0; i < domain.nodes.size(); ++i)
-          if (domain.nodes[i] == host)
-            evidence[i].push_back(
-                fmt::format("launcher: {} reported the node lost", config.launcher->name()));
-      if (const auto probe = config.launcher->probe_command(domain.nodes, config.probe_timeout_s);
-          !probe.empty()) {
-        std::vector<std::string> all = domain.nodes;
-        all.insert(all.end(), spares.begin(), spares.end());
-        const auto answers =
-            probe_hosts(probe, all, milliseconds(static_cast<long>(config.probe_timeout_s * 1000)));
-        for (std::size_t i = 0; i < all.size(); ++i)
-          if (answers[i])
-            (i < domain.nodes.size() ? evidence[i] : spare_evidence[i - domain.nodes.size()])
-                .push_back("probe: " + *answers[i]);
-      }
-      const RelaunchPlan plan = plan_relaunch({domain.nodes, spares}, evidence, spare_evidence);
-      nlohmann::json excluded = nlohmann::json::array();
-      for (const auto& node : plan.excluded) {
-        nlohmann::json entry = {{"host", node.host}, {"evidence", node.evidence}};
-        if (node.replaced_by) entry["replaced_by"] = *node.replaced_by;
-        excluded.push_back(entry);
-      }
-      events.emit("domain_lost", {{"domain", domain.index},
-                                  {"launch", domain.launches},
-                                  {"how", how},
-                                  {"exit_status", *status},
-                                  {"nodes", domain.nodes},
-                                  {"excluded", excluded},
-                                  {"members", members}});
-      std::cerr << fmt::format("hardy run: domain {} lost ({}); {} domain(s) train on\n",
-                               domain.index, how, members.size());
-      if (members.empty()) {
-        events.emit("supervisor_finished", {{"status", kFailed},
-                                            {"how", "every domain was lost"},
-                                            {"launches", total_launches()},
-                                            {"domains", count}});
-        for (auto& other : domains) other.job.reset();
-        return kFailed;
-      }
-      if (domain.launches > config.max_restarts || plan.nodes.active.size() < domain.nodes.size()) {
-        domain.abandoned = true;
-        events.emit("domain_abandoned",
-                    {{"domain", domain.index},
-                     {"reason", domain.launches > config.max_restarts
-                                    ? fmt::format("lost {} times (--max-restarts {})",
-                                                  domain.launches, config.max_restarts)
-                                    : std::string("no healthy node or spare left for it")}});
-        continue;
-      }
-      domain.nodes = plan.nodes.active;
-      spares = plan.nodes.spares;
-      launch(domain);
-      events.emit("domain_relaunched", {{"domain", domain.index},
-                                        {"launch", domain.launches},
-                                        {"nodes", domain.nodes},
-                                        {"spare_nodes", spares},
-                                        {"seconds_since_end", core::unix_time() - ended}});
-    }
-
-    // A leader whose collective failed while every launcher still runs (a domain that stopped
-    // answering, or a timeout): once no launcher has ended for a moment, the members are those
-    // still running, and the leaders reconnect.
-    bool reported = false;
-    for (int m : members)
-      reported = reported || store->try_get(fmt::format("fail.{}.{}", generation, m)).has_value();
-    if (!reported) {
-      report_seen = 0;
-    } else if (report_seen == 0) {
-      report_seen = core::unix_time();
-    } else if (core::unix_time() - report_seen > 1.0) {
-      std::erase_if(members, [&](int m) { return !domains[static_cast<std::size_t>(m)].job; });
-      for (auto& domain : domains)
-        if (domain.job && domain.admitted &&
-            std::find(members.begin(), members.end(), domain.index) == members.end())
-          members.push_back(domain.index);
-      std::sort(members.begin(), members.end());
-      publish("a leader reported a failed collective");
-      report_seen = 0;
-    }
-
-    // A relaunched domain whose leader is ready: the next generation lets it in, unless the
-    // others finished the job meanwhile (it would wait for members that are gone).
-    const bool job_done =
-        std::any_of(domains.begin(), domains.end(), [](const Domain& d) { return d.finished; });
-    for (auto& domain : domains) {
-      if (domain.admitted || !domain.job || job_done) continue;
-      const auto token = fmt::format("{}.{}", domain.index, domain.join_token);
-      if (!store->try_get("join." + token)) continue;
-      members.push_back(domain.index);
-      std::sort(members.begin(), members.end());
-      publish(fmt::format("domain {} rejoins", domain.index));
-      store->set("admit." + token, std::to_string(generation));
-      domain.admitted = true;
-    }
-
-    if (job_done)
-      for (auto& domain : domains)
-        if (domain.job && domain.launches > 1 &&
-            !domain_logged(
-                events_file, domain.index, domain.started_unix,
-                [](const auto&, const auto& event) { return event == "domain_joined"; })) {
-          // Relaunched, not back in when the others finished (perhaps admitted while they
-          // were past their last step): it would wait for them until its membership timeout.
-          domain.job->terminate(milliseconds(3000));
-          domain.job.reset();
-        }
-    const bool running = std::any_of(domains.begin(), domains.end(),
-                                     [](const Domain& d) { return d.job && d.admitted; });
-    if (!running && job_done) break;
-    if (!running && !job_done &&
-        std::none_of(domains.begin(), domains.end(), [](const Domain& d) { return bool(d.job); })) {
-      events.emit("supervisor_finished", {{"status", kFailed},
-                                          {"how", "no domain left running"},
-                                          {"launches", total_launches()},
-                                          {"domains", count}});
-      return kFailed;
-    }
+        command, config_.run_dir / fmt::format("launch-d{}-{}.log", domain.index, domain.launches));
   }
-  // Relaunches that were never let in: the job is over.
-  for (auto& domain : domains)
-    if (domain.job) domain.job->terminate(milliseconds(3000));
-  const auto finished = read_launch_events(config.run_dir, 0, 0, config.ranks_per_node);
-  const bool completed =
-      finished.finished_status == "completed" && finished.finished_steps == finished.total_steps;
-  events.emit("supervisor_finished",
-              {{"status", completed ? kCompleted : kFailed},
-               {"how", completed ? "every live domain finished the job" : "the job did not finish"},
-               {"launches", total_launches()},
-               {"domains", count},
-               {"generations", generation + 1}});
-  std::filesystem::remove_all(store_dir);
-  return completed ? kCompleted : kFailed;
+
+  void publish(const std::string& reason) {
+    ++generation_;
+    store_->set(fmt::format("gen.{}.members", generation_), format_members(members_));
+    events_.emit("domain_generation_published",
+                 {{"generation", generation_}, {"members", members_}, {"reason", reason}});
+  }
+
+  bool is_member(const Domain& domain) const {
+    return std::find(members_.begin(), members_.end(), domain.index) != members_.end();
+  }
+
+  int total_launches() const {
+    int total = 0;
+    for (const auto& domain : domains_) total += domain.launches;
+    return total;
+  }
+
+  std::optional<int> launcher_ended(Domain& domain, int status) {
+    const std::string how = domain.job->how(), output = domain.job->output();
+    const double ended = core::unix_time();
+    domain.job.reset();
+    if (domain_finished(events_file_, domain.index, domain.started_unix)) {
+      // Its last step is every live domain's: no later generation may name it.
+      domain.finished = true;
+      std::erase(members_, domain.index);
+      return std::nullopt;
+    }
+    if (status == kBadInput && !domain_started(events_file_, domain.index, domain.started_unix)) {
+      // Every domain trains with the same options: one that refused them before starting is
+      // not a lost node, and a relaunch would only be refused again.
+      std::cerr << output;
+      return finish_early(
+          kBadInput,
+          fmt::format("domain {} refused the job's options (exit status 2)", domain.index));
+    }
+    // The others finished the job: nothing to come back for.
+    if (job_done()) return std::nullopt;
+    return domain_lost(domain, status, how, output, ended);
+  }
+
+  // Lost: the others go on without it, and it comes back on healthy nodes.
+  std::optional<int> domain_lost(Domain& domain, int status, const std::string& how,
+                                 const std::string& output, double ended) {
+    const auto member = std::find(members_.begin(), members_.end(), domain.index);
+    if (member != members_.end()) {
+      members_.erase(member);
+      if (!members_.empty()) publish(fmt::format("domain {} ended: {}", domain.index, how));
+    }
+    const NodeSet nodes{domain.nodes, spares_};
+    const NodeEvidence evidence = gather_node_evidence(config_, nodes, output);
+    const RelaunchPlan plan = plan_relaunch(nodes, evidence.active, evidence.spares);
+    events_.emit("domain_lost", {{"domain", domain.index},
+                                 {"launch", domain.launches},
+                                 {"how", how},
+                                 {"exit_status", status},
+                                 {"nodes", domain.nodes},
+                                 {"excluded", excluded_json(plan.excluded)},
+                                 {"members", members_}});
+    std::cerr << fmt::format("hardy run: domain {} lost ({}); {} domain(s) train on\n",
+                             domain.index, how, members_.size());
+    if (members_.empty()) return finish_early(kFailed, "every domain was lost");
+    abandon_or_relaunch(domain, plan, ended);
+    return std::nullopt;
+  }
+
+  void abandon_or_relaunch(Domain& domain, const RelaunchPlan& plan, double ended) {
+    if (domain.launches > config_.max_restarts || plan.nodes.active.size() < domain.nodes.size()) {
+      domain.abandoned = true;
+      events_.emit("domain_abandoned",
+                   {{"domain", domain.index},
+                    {"reason", domain.launches > config_.max_restarts
+                                   ? fmt::format("lost {} times (--max-restarts {})",
+                                                 domain.launches, config_.max_restarts)
+                                   : std::string("no healthy node or spare left for it")}});
+      return;
+    }
+    domain.nodes = plan.nodes.active;
+    spares_ = plan.nodes.spares;
+    launch(domain);
+    events_.emit("domain_relaunched", {{"domain", domain.index},
+                                       {"launch", domain.launches},
+                                       {"nodes", domain.nodes},
+                                       {"spare_nodes", spares_},
+                                       {"seconds_since_end", core::unix_time() - ended}});
+  }
+
+  const SupervisorConfig& config_;
+  const int per_, count_;
+  const std::filesystem::path events_file_;
+  core::EventLog events_;
+  const std::filesystem::path store_dir_;
+  std::unique_ptr<comm::RendezvousStore> store_;
+  const std::optional<std::string> caveat_;
+  std::vector<int> members_;
+  std::vector<Domain> domains_;
+  std::vector<std::string> spares_;
+  std::size_t generation_ = 0;
+  double report_seen_ = 0;  // when a leader's failure report was first seen (0: none waits)
+};
+
+}  // namespace
+
+int supervise_domains(const SupervisorConfig& config) {
+  const int per = config.nodes_per_domain;
+  const int node_count = static_cast<int>(config.nodes.size());
+  if (per < 1 || node_count % per != 0)
+    throw InvalidArgument(
+        fmt::format("--nodes-per-domain {} does not divide the job's {} nodes into whole domains",
+                    per, node_count));
+  const int count = node_count / per;
+  if (count < 2) return supervise(config);
+  if (!config.launcher) throw InvalidArgument("the supervisor needs a launcher");
+
+  std::filesystem::create_directories(config.run_dir);
+  DomainSupervision run(config, count);
+  run.launch_all();
+  for (;;) {
+    if (const auto status = run.watch_launchers()) return *status;
+    run.regroup_after_failed_collective();
+    // Once the others finished the job a relaunched domain is not let in (it would wait for
+    // members that are gone).
+    const bool job_done = run.job_done();
+    if (job_done)
+      run.end_relaunches_left_out();
+    else
+      run.admit_rejoining();
+    if (job_done && !run.member_running()) return run.finish();
+    if (!run.launcher_running()) return run.finish_early(kFailed, "no domain left running");
+  }
 }
 
 }  // namespace hardy::resilience

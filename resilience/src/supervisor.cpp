@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <thread>
+#include <utility>
 
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
@@ -15,6 +16,7 @@
 #include "hardy/resilience/training_session.hpp"
 #include "launched_job.hpp"
 #include "supervisor_events.hpp"
+#include "supervisor_steps.hpp"
 
 namespace hardy::resilience {
 
@@ -44,16 +46,6 @@ int status_of(LaunchVerdict verdict) {
       return kFailed;
   }
   return kFailed;
-}
-
-nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes) {
-  auto list = nlohmann::json::array();
-  for (const auto& node : nodes) {
-    nlohmann::json entry = {{"host", node.host}, {"evidence", node.evidence}};
-    if (node.replaced_by) entry["replaced_by"] = *node.replaced_by;
-    list.push_back(entry);
-  }
-  return list;
 }
 
 // One launch from start to end: relays its output and, once the job has logged job_finished (or
@@ -193,161 +185,243 @@ std::vector<std::string> launch_command(const SupervisorConfig& config,
   return config.launcher->command(nodes, config.ranks_per_node, program);
 }
 
+NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet& nodes,
+                                  const std::string& launcher_output,
+                                  std::map<std::size_t, std::vector<std::string>> known) {
+  NodeEvidence evidence{std::move(known), {}};
+  for (const auto& host : config.launcher->hosts_reported_lost(launcher_output))
+    for (std::size_t i : indices_of(nodes.active, host))
+      evidence.active[i].push_back(
+          fmt::format("launcher: {} reported the node lost", config.launcher->name()));
+  if (const auto probe = config.launcher->probe_command(nodes.active, config.probe_timeout_s);
+      !probe.empty()) {
+    std::vector<std::string> all = nodes.active;
+    all.insert(all.end(), nodes.spares.begin(), nodes.spares.end());
+    const auto answers = probe_hosts(probe, all, to_ms(config.probe_timeout_s));
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (!answers[i]) continue;
+      auto& against =
+          i < nodes.active.size() ? evidence.active[i] : evidence.spares[i - nodes.active.size()];
+      against.push_back("probe: " + *answers[i]);
+    }
+  }
+  return evidence;
+}
+
+nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes) {
+  auto list = nlohmann::json::array();
+  for (const auto& node : nodes) {
+    nlohmann::json entry = {{"host", node.host}, {"evidence", node.evidence}};
+    if (node.replaced_by) entry["replaced_by"] = *node.replaced_by;
+    list.push_back(entry);
+  }
+  return list;
+}
+
+namespace {
+
+// Where the next launch runs, as decided after a failed one.
+struct NextLaunch {
+  double decide_start = 0;
+  RelaunchPlan plan;
+  nlohmann::json kept = nlohmann::json::array();  // nodes the job reported, kept all the same
+  std::size_t world = 0;                          // ranks on plan.nodes.active
+};
+
+// One `hardy run` of a job in a single domain: its event log and the nodes the next launch runs
+// on. `attempt` counts launches from 0.
+class Supervision {
+ public:
+  explicit Supervision(const SupervisorConfig& config)
+      : config_(config),
+        events_(config.run_dir / "events.jsonl"),
+        nodes_{config.nodes, config.spare_nodes},
+        backoff_(config.backoff_s) {
+    events_.emit("supervisor_started", supervisor_started_fields(config));
+  }
+
+  LaunchOutcome launch(int attempt) {
+    const auto command = launch_command(config_, nodes_.active, attempt > 0, run_wrote_state_);
+    std::cerr << fmt::format(
+        "hardy run: launch {} with {} ranks on {}: {}\n", attempt + 1,
+        nodes_.active.size() * static_cast<std::size_t>(config_.ranks_per_node),
+        fmt::join(nodes_.active, ","), fmt::join(command, " "));
+    auto launch =
+        run_launch(config_, command, config_.run_dir / fmt::format("launch-{}.log", attempt + 1));
+    restrict_to_launch(launch.events, nodes_.active.size());
+    run_wrote_state_ = run_wrote_state_ || launch.events.checkpoint_written;
+    return launch;
+  }
+
+  Verdict judge(int attempt, const LaunchOutcome& launch) {
+    const Verdict verdict = judge_launch(launch.exit_status, launch.events);
+    events_.emit("launch_ended",
+                 {{"launch", attempt + 1},
+                  {"how", launch.how},
+                  {"exit_status", launch.exit_status},
+                  {"verdict", verdict.reason},
+                  {"last_committed_step", launch.events.last_committed_step
+                                              ? nlohmann::json(*launch.events.last_committed_step)
+                                              : nlohmann::json(nullptr)}});
+    return verdict;
+  }
+
+  // The exit status when the launch ends the run: it did not fail, or it failed once too often.
+  std::optional<int> finish_if_over(int attempt, const Verdict& verdict,
+                                    const LaunchEvents& launch) {
+    const bool final = verdict.kind != LaunchVerdict::failed;
+    if (verdict.kind == LaunchVerdict::preempted && !config_.scheduler.empty())
+      return request_requeue(verdict.reason, {}, launch, attempt + 1);
+    if (!final && attempt < config_.max_restarts) return std::nullopt;
+    events_.emit("supervisor_finished", {{"status", status_of(verdict.kind)},
+                                         {"how", verdict.reason},
+                                         {"launches", attempt + 1},
+                                         {"gave_up", !final}});
+    if (!final)
+      std::cerr << fmt::format("hardy run: giving up after {} relaunches: {}\n",
+                               config_.max_restarts, verdict.reason);
+    return status_of(verdict.kind);
+  }
+
+  // Which nodes are gone: the launcher's word, a probe of every node through the launch path,
+  // injected kills, and (weighed against those) the job's own failure events.
+  NextLaunch decide_next(const LaunchOutcome& launch) {
+    NextLaunch next;
+    next.decide_start = core::unix_time();
+    const NodeEvidence evidence =
+        gather_node_evidence(config_, nodes_, launch.output, launch.events.killed_nodes);
+    const WeighedEvidence weighed = weigh_evidence(evidence.active, launch.events.failed_nodes);
+    for (const auto& [i, reports] : weighed.doubted) {
+      next.kept.push_back({{"host", nodes_.active[i]}, {"evidence", reports}});
+      std::cerr << fmt::format(
+          "hardy run: keeping {}: the job reported {}, but the node answers and the launcher "
+          "did not lose it (the runtime's teardown after another node's loss)\n",
+          nodes_.active[i], fmt::join(reports, "; "));
+    }
+    next.plan = plan_relaunch(nodes_, weighed.against, evidence.spares);
+    next.world = next.plan.nodes.active.size() * static_cast<std::size_t>(config_.ranks_per_node);
+    return next;
+  }
+
+  // The exit status when too few healthy ranks are left to go on with.
+  std::optional<int> stop_if_too_few(int attempt, const Verdict& verdict,
+                                     const LaunchEvents& launch, const NextLaunch& next) {
+    if (static_cast<int>(next.world) >= config_.min_world_size && !next.plan.nodes.active.empty())
+      return std::nullopt;
+    if (!config_.scheduler.empty()) {
+      std::vector<std::string> lost;
+      for (const auto& node : next.plan.excluded) lost.push_back(node.host);
+      return request_requeue(
+          fmt::format("{}; {} healthy rank(s) left, fewer than --min-world-size {}", verdict.reason,
+                      next.world, config_.min_world_size),
+          lost, launch, attempt + 1, excluded_json(next.plan.excluded));
+    }
+    events_.emit("supervisor_finished", {{"status", kStopped},
+                                         {"how", verdict.reason},
+                                         {"launches", attempt + 1},
+                                         {"excluded_nodes", excluded_json(next.plan.excluded)},
+                                         {"reason", "too few healthy nodes left"}});
+    std::cerr << fmt::format("hardy run: only {} healthy rank(s) left, fewer than {}; stopping\n",
+                             next.world, config_.min_world_size);
+    return kStopped;
+  }
+
+  // Waits out the backoff, and makes the plan's nodes those of the next launch.
+  void move_to(int attempt, const Verdict& verdict, const LaunchOutcome& launch,
+               const NextLaunch& next) {
+    for (const auto& lost : next.plan.excluded)
+      std::cerr << fmt::format("hardy run: leaving out {} ({}){}\n", lost.host,
+                               fmt::join(lost.evidence, "; "),
+                               lost.replaced_by ? " for spare " + *lost.replaced_by : "");
+    const double decide_s = core::unix_time() - next.decide_start;
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff_));
+    std::vector<std::string> excluded_hosts;
+    for (const auto& lost : next.plan.excluded) excluded_hosts.push_back(lost.host);
+    events_.emit("job_relaunched", {{"attempt", attempt + 1},
+                                    {"previous_end", launch.how},
+                                    {"verdict", verdict.reason},
+                                    {"excluded_nodes", excluded_hosts},
+                                    {"excluded", excluded_json(next.plan.excluded)},
+                                    {"kept_despite_reports", next.kept},
+                                    {"spares_lost", excluded_json(next.plan.spares_lost)},
+                                    {"nodes", next.plan.nodes.active},
+                                    {"spare_nodes", next.plan.nodes.spares},
+                                    {"world_size", next.world},
+                                    {"decide_s", decide_s},
+                                    {"backoff_s", backoff_},
+                                    {"seconds_since_end", core::unix_time() - launch.ended_unix}});
+    nodes_ = next.plan.nodes;
+    backoff_ = std::min(60.0, backoff_ * 2);
+  }
+
+ private:
+  // Inside a batch job: hand the job back to the scheduler to run again (on other nodes, or
+  // after its time limit), unless it has asked for that too often already.
+  int request_requeue(const std::string& why, const std::vector<std::string>& lost,
+                      const LaunchEvents& launch, int launches,
+                      nlohmann::json excluded = nlohmann::json::array()) {
+    const long step = launch.last_committed_step.value_or(0);
+    const long stuck = requeues_without_progress(config_.run_dir / "events.jsonl", step);
+    if (stuck >= config_.max_requeues) return stop_asking(why, stuck, step, launches, excluded);
+    const auto exclude = record_excluded_nodes(config_.run_dir, lost);
+    events_.emit("requeue_requested", {{"reason", why},
+                                       {"step", step},
+                                       {"scheduler", config_.scheduler},
+                                       {"scheduler_job_id", config_.scheduler_job_id},
+                                       {"scheduler_restart_count", config_.scheduler_restart_count},
+                                       {"newly_lost", lost},
+                                       {"exclude_nodes", exclude}});
+    events_.emit("supervisor_finished", {{"status", kPreempted},
+                                         {"how", why},
+                                         {"launches", launches},
+                                         {"excluded_nodes", excluded},
+                                         {"reason", "asking the scheduler to requeue the job"}});
+    std::cerr << fmt::format(
+        "hardy run: {}; asking {} to requeue job {}{}\n", why, config_.scheduler,
+        config_.scheduler_job_id,
+        exclude.empty() ? std::string() : fmt::format(" without {}", fmt::join(exclude, ",")));
+    return static_cast<int>(kPreempted);
+  }
+
+  // So that a job that cannot get going does not cycle through the queue for ever.
+  int stop_asking(const std::string& why, long stuck, long step, int launches,
+                  const nlohmann::json& excluded) {
+    const auto reason = fmt::format(
+        "{}; the job asked for {} requeue(s) already without committing a step past {} "
+        "(--max-requeues {}): stopping instead of asking again",
+        why, stuck, step, config_.max_requeues);
+    events_.emit("supervisor_finished", {{"status", kStopped},
+                                         {"how", why},
+                                         {"launches", launches},
+                                         {"excluded_nodes", excluded},
+                                         {"reason", reason}});
+    std::cerr << "hardy run: " << reason << "\n";
+    return static_cast<int>(kStopped);
+  }
+
+  const SupervisorConfig& config_;
+  core::EventLog events_;
+  NodeSet nodes_;
+  double backoff_;
+  bool run_wrote_state_ = false;  // a launch wrote a checkpoint: relaunches go on from the newest
+};
+
+}  // namespace
+
 int supervise(const SupervisorConfig& config) {
   if (config.nodes.empty()) throw InvalidArgument("the supervisor needs at least one node");
   if (!config.launcher) throw InvalidArgument("the supervisor needs a launcher");
   std::filesystem::create_directories(config.run_dir);
-  core::EventLog events(config.run_dir / "events.jsonl");
-  NodeSet nodes{config.nodes, config.spare_nodes};
-  events.emit("supervisor_started", supervisor_started_fields(config));
-  // Inside a batch job: hand the job back to the scheduler to run again (on other nodes, or
-  // after its time limit), unless it has asked for that too often already.
-  const auto request_requeue = [&](const std::string& why, const std::vector<std::string>& lost,
-                                   const LaunchEvents& launch, int launches,
-                                   nlohmann::json excluded = nlohmann::json::array()) {
-    const long step = launch.last_committed_step.value_or(0);
-    const long stuck = requeues_without_progress(config.run_dir / "events.jsonl", step);
-    if (stuck >= config.max_requeues) {
-      const auto reason = fmt::format(
-          "{}; the job asked for {} requeue(s) already without committing a step past {} "
-          "(--max-requeues {}): stopping instead of asking again",
-          why, stuck, step, config.max_requeues);
-      events.emit("supervisor_finished", {{"status", kStopped},
-                                          {"how", why},
-                                          {"launches", launches},
-                                          {"excluded_nodes", excluded},
-                                          {"reason", reason}});
-      std::cerr << "hardy run: " << reason << "\n";
-      return static_cast<int>(kStopped);
-    }
-    const auto exclude = record_excluded_nodes(config.run_dir, lost);
-    events.emit("requeue_requested", {{"reason", why},
-                                      {"step", step},
-                                      {"scheduler", config.scheduler},
-                                      {"scheduler_job_id", config.scheduler_job_id},
-                                      {"scheduler_restart_count", config.scheduler_restart_count},
-                                      {"newly_lost", lost},
-                                      {"exclude_nodes", exclude}});
-    events.emit("supervisor_finished", {{"status", kPreempted},
-                                        {"how", why},
-                                        {"launches", launches},
-                                        {"excluded_nodes", excluded},
-                                        {"reason", "asking the scheduler to requeue the job"}});
-    std::cerr << fmt::format(
-        "hardy run: {}; asking {} to requeue job {}{}\n", why, config.scheduler,
-        config.scheduler_job_id,
-        exclude.empty() ? std::string() : fmt::format(" without {}", fmt::join(exclude, ",")));
-    return static_cast<int>(kPreempted);
-  };
-  double backoff = config.backoff_s;
-  bool run_wrote_state = false;  // a launch wrote a checkpoint: relaunches go on from the newest
+  Supervision run(config);
   for (int attempt = 0;; ++attempt) {
-    const auto command = launch_command(config, nodes.active, attempt > 0, run_wrote_state);
-    std::cerr << fmt::format("hardy run: launch {} with {} ranks on {}: {}\n", attempt + 1,
-                             nodes.active.size() * static_cast<std::size_t>(config.ranks_per_node),
-                             fmt::join(nodes.active, ","), fmt::join(command, " "));
-    auto launch =
-        run_launch(config, command, config.run_dir / fmt::format("launch-{}.log", attempt + 1));
-    restrict_to_launch(launch.events, nodes.active.size());
-    run_wrote_state = run_wrote_state || launch.events.checkpoint_written;
-    const Verdict verdict = judge_launch(launch.exit_status, launch.events);
-    events.emit("launch_ended",
-                {{"launch", attempt + 1},
-                 {"how", launch.how},
-                 {"exit_status", launch.exit_status},
-                 {"verdict", verdict.reason},
-                 {"last_committed_step", launch.events.last_committed_step
-                                             ? nlohmann::json(*launch.events.last_committed_step)
-                                             : nlohmann::json(nullptr)}});
-    const bool final = verdict.kind != LaunchVerdict::failed;
-    if (verdict.kind == LaunchVerdict::preempted && !config.scheduler.empty())
-      return request_requeue(verdict.reason, {}, launch.events, attempt + 1);
-    if (final || attempt >= config.max_restarts) {
-      events.emit("supervisor_finished", {{"status", status_of(verdict.kind)},
-                                          {"how", verdict.reason},
-                                          {"launches", attempt + 1},
-                                          {"gave_up", !final}});
-      if (!final)
-        std::cerr << fmt::format("hardy run: giving up after {} relaunches: {}\n",
-                                 config.max_restarts, verdict.reason);
-      return status_of(verdict.kind);
-    }
+    const LaunchOutcome launch = run.launch(attempt);
+    const Verdict verdict = run.judge(attempt, launch);
+    if (const auto status = run.finish_if_over(attempt, verdict, launch.events)) return *status;
     std::cerr << fmt::format("hardy run: launch {} failed: {}\n", attempt + 1, verdict.reason);
-
-    // Which nodes are gone: the launcher's word, a probe of every node through the launch path,
-    // injected kills, and (weighed against those) the job's own failure events.
-    const auto decide_start = core::unix_time();
-    auto conclusive = launch.events.killed_nodes;
-    for (const auto& host : config.launcher->hosts_reported_lost(launch.output))
-      for (std::size_t i : indices_of(nodes.active, host))
-        conclusive[i].push_back(
-            fmt::format("launcher: {} reported the node lost", config.launcher->name()));
-    std::map<std::size_t, std::vector<std::string>> spare_evidence;
-    if (const auto probe = config.launcher->probe_command(nodes.active, config.probe_timeout_s);
-        !probe.empty()) {
-      std::vector<std::string> all = nodes.active;
-      all.insert(all.end(), nodes.spares.begin(), nodes.spares.end());
-      const auto answers = probe_hosts(probe, all, to_ms(config.probe_timeout_s));
-      for (std::size_t i = 0; i < all.size(); ++i) {
-        if (!answers[i]) continue;
-        auto& evidence =
-            i < nodes.active.size() ? conclusive[i] : spare_evidence[i - nodes.active.size()];
-        evidence.push_back("probe: " + *answers[i]);
-      }
-    }
-    const WeighedEvidence weighed = weigh_evidence(conclusive, launch.events.failed_nodes);
-    const auto& active_evidence = weighed.against;
-    nlohmann::json kept = nlohmann::json::array();
-    for (const auto& [i, evidence] : weighed.doubted) {
-      kept.push_back({{"host", nodes.active[i]}, {"evidence", evidence}});
-      std::cerr << fmt::format(
-          "hardy run: keeping {}: the job reported {}, but the node answers and the launcher "
-          "did not lose it (the runtime's teardown after another node's loss)\n",
-          nodes.active[i], fmt::join(evidence, "; "));
-    }
-    const RelaunchPlan plan = plan_relaunch(nodes, active_evidence, spare_evidence);
-    const auto world = plan.nodes.active.size() * static_cast<std::size_t>(config.ranks_per_node);
-    if (static_cast<int>(world) < config.min_world_size || plan.nodes.active.empty()) {
-      if (!config.scheduler.empty()) {
-        std::vector<std::string> lost;
-        for (const auto& node : plan.excluded) lost.push_back(node.host);
-        return request_requeue(
-            fmt::format("{}; {} healthy rank(s) left, fewer than --min-world-size {}",
-                        verdict.reason, world, config.min_world_size),
-            lost, launch.events, attempt + 1, excluded_json(plan.excluded));
-      }
-      events.emit("supervisor_finished", {{"status", kStopped},
-                                          {"how", verdict.reason},
-                                          {"launches", attempt + 1},
-                                          {"excluded_nodes", excluded_json(plan.excluded)},
-                                          {"reason", "too few healthy nodes left"}});
-      std::cerr << fmt::format("hardy run: only {} healthy rank(s) left, fewer than {}; stopping\n",
-                               world, config.min_world_size);
-      return kStopped;
-    }
-    for (const auto& lost : plan.excluded)
-      std::cerr << fmt::format("hardy run: leaving out {} ({}){}\n", lost.host,
-                               fmt::join(lost.evidence, "; "),
-                               lost.replaced_by ? " for spare " + *lost.replaced_by : "");
-    const double decide_s = core::unix_time() - decide_start;
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
-    std::vector<std::string> excluded_hosts;
-    for (const auto& lost : plan.excluded) excluded_hosts.push_back(lost.host);
-    events.emit("job_relaunched", {{"attempt", attempt + 1},
-                                   {"previous_end", launch.how},
-                                   {"verdict", verdict.reason},
-                                   {"excluded_nodes", excluded_hosts},
-                                   {"excluded", excluded_json(plan.excluded)},
-                                   {"kept_despite_reports", kept},
-                                   {"spares_lost", excluded_json(plan.spares_lost)},
-                                   {"nodes", plan.nodes.active},
-                                   {"spare_nodes", plan.nodes.spares},
-                                   {"world_size", world},
-                                   {"decide_s", decide_s},
-                                   {"backoff_s", backoff},
-                                   {"seconds_since_end", core::unix_time() - launch.ended_unix}});
-    nodes = plan.nodes;
-    backoff = std::min(60.0, backoff * 2);
+    const NextLaunch next = run.decide_next(launch);
+    if (const auto status = run.stop_if_too_few(attempt, verdict, launch.events, next))
+      return *status;
+    run.move_to(attempt, verdict, launch, next);
   }
 }
 
