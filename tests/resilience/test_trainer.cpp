@@ -40,6 +40,20 @@ TrainingConfig completed(TrainingConfig config) {
   return config;
 }
 
+// Runs `body` on every rank of an in-process world of `ranks`, with the small job's configuration
+// and its samples; fails the test when a rank ends with an exception.
+void on_ranks(int ranks, const std::function<void(comm::Communicator&, const TrainingConfig&,
+                                                  const core::SampleSource&)>& body) {
+  hardy::testing::ScratchDirectory scratch("trainer");
+  const TrainingConfig config = completed(hardy::testing::small_training_job(scratch.path(), 8));
+  hardy::testing::InProcessWorld world(ranks);
+  const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
+    const core::DataSources data = core::open_data(config.data);
+    body(*comm, config, *data.train);
+  });
+  for (const auto& outcome : outcomes) REQUIRE(hardy::testing::describe(outcome).empty());
+}
+
 std::uint64_t digest_of(Trainer& trainer) {
   return core::parameter_digest(trainer.backend(), trainer.model().parameters());
 }
@@ -47,17 +61,14 @@ std::uint64_t digest_of(Trainer& trainer) {
 }  // namespace
 
 TEST_CASE("a state one trainer captured, applied to a fresh one, goes on bitwise the same") {
-  hardy::testing::ScratchDirectory scratch("trainer-state");
-  const TrainingConfig config = completed(hardy::testing::small_training_job(scratch.path(), 8));
-  hardy::testing::InProcessWorld world(1);
-  const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
-    const core::DataSources data = core::open_data(config.data);
-    Trainer first(config, *comm, *data.train, 1);
-    for (int k = 0; k < 3; ++k) train_one_step(first, *comm, config);
+  on_ranks(1, [](comm::Communicator& comm, const TrainingConfig& config,
+                 const core::SampleSource& samples) {
+    Trainer first(config, comm, samples, 1);
+    for (int k = 0; k < 3; ++k) train_one_step(first, comm, config);
     checkpoint::TrainingState state;
     first.capture_into(state);
 
-    Trainer second(config, *comm, *data.train, 1);
+    Trainer second(config, comm, samples, 1);
     const std::uint64_t fresh = digest_of(second);
     second.apply(state);
     CHECK(second.step() == 3);
@@ -66,45 +77,40 @@ TEST_CASE("a state one trainer captured, applied to a fresh one, goes on bitwise
     CHECK(digest_of(second) != fresh);
 
     // The next step draws the same samples and moves the parameters (and Adam's moments) alike.
-    train_one_step(first, *comm, config);
-    train_one_step(second, *comm, config);
+    train_one_step(first, comm, config);
+    train_one_step(second, comm, config);
     CHECK(second.batch().samples == first.batch().samples);
     CHECK(digest_of(second) == digest_of(first));
 
     // A trainer that had the parameters but not Adam's moments does not.
-    Trainer partial(config, *comm, *data.train, 1);
+    Trainer partial(config, comm, samples, 1);
     partial.apply(state);
     for (auto& [name, tensor] : partial.optimizer().state_tensors())
       std::fill(tensor->f32().begin(), tensor->f32().end(), 0.0f);
-    train_one_step(partial, *comm, config);
+    train_one_step(partial, comm, config);
     CHECK(partial.batch().samples == first.batch().samples);
     CHECK(digest_of(partial) != digest_of(first));
   });
-  REQUIRE(hardy::testing::describe(outcomes[0]).empty());
 }
 
 TEST_CASE("the state transport brings every rank to the root's state and the next step agrees") {
-  hardy::testing::ScratchDirectory scratch("trainer-transport");
-  const TrainingConfig config = completed(hardy::testing::small_training_job(scratch.path(), 8));
-  hardy::testing::InProcessWorld world(3);
-  const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
-    const core::DataSources data = core::open_data(config.data);
-    Trainer trained(config, *comm, *data.train, 1);
-    for (int k = 0; k < 2; ++k) train_one_step(trained, *comm, config);
+  on_ranks(3, [](comm::Communicator& comm, const TrainingConfig& config,
+                 const core::SampleSource& samples) {
+    Trainer trained(config, comm, samples, 1);
+    for (int k = 0; k < 2; ++k) train_one_step(trained, comm, config);
 
     // The root keeps its trainer; the others start again from nothing, as relaunched ranks do.
-    Trainer fresh(config, *comm, *data.train, 1);
-    Trainer& mine = comm->rank() == 0 ? trained : fresh;
+    Trainer fresh(config, comm, samples, 1);
+    Trainer& mine = comm.rank() == 0 ? trained : fresh;
     checkpoint::TrainingState state;
-    if (comm->rank() == 0) trained.capture_into(state);
-    make_state_transport(mine)->restore(*comm, mine, state, 0);
+    if (comm.rank() == 0) trained.capture_into(state);
+    make_state_transport(mine)->restore(comm, mine, state, 0);
     CHECK(mine.step() == 2);
-    CHECK(comm::all_equal(*comm, static_cast<std::int64_t>(digest_of(mine))));
+    CHECK(comm::all_equal(comm, static_cast<std::int64_t>(digest_of(mine))));
 
-    train_one_step(mine, *comm, config);
+    train_one_step(mine, comm, config);
     CHECK(mine.step() == 3);
-    CHECK(comm::all_equal(*comm, static_cast<std::int64_t>(digest_of(mine))));
-    CHECK(comm::all_equal(*comm, static_cast<std::int64_t>(mine.batch().samples.front())));
+    CHECK(comm::all_equal(comm, static_cast<std::int64_t>(digest_of(mine))));
+    CHECK(comm::all_equal(comm, static_cast<std::int64_t>(mine.batch().samples.front())));
   });
-  for (const auto& outcome : outcomes) REQUIRE(hardy::testing::describe(outcome).empty());
 }
