@@ -10,9 +10,7 @@
 namespace hardy::core {
 
 BatchAssembler::BatchAssembler(Backend& backend, SampleShape shape)
-    : backend_(backend),
-      shape_(shape),
-      sample_fields_(static_cast<std::size_t>(shape.channels) * shape.height * shape.width) {}
+    : backend_(backend), shape_(shape) {}
 
 BadSamplePolicy parse_bad_sample_policy(const std::string& name) {
   if (name == "fail") return BadSamplePolicy::fail;
@@ -35,23 +33,21 @@ void BatchAssembler::assemble(const SampleSource& source, std::size_t count, Ten
   const std::int64_t n = static_cast<std::int64_t>(count), C = s.channels, H = s.height,
                      W = s.width;
   const Layout layout = backend_.activation_layout();
+  // Samples are stored channel-major (C, H, W): the host batch keeps that order, so that each
+  // sample is loaded straight into its place, and the backend's copy converts to its own layout
+  // (oneDNN's reorder on the CPU, a kernel on the GPU) in one parallel pass.
   if (!host_fields_.defined() || host_fields_.n() != n) {
-    host_fields_ = Tensor::host({n, C, H, W}, DType::f32, layout);
+    host_fields_ = Tensor::host({n, C, H, W}, DType::f32, Layout::nchw);
     host_labels_ = Tensor::host({n, 1, H, W}, DType::i32, layout);
   }
   ensure_tensor(backend_, fields, {n, C, H, W});
   ensure_tensor(backend_, labels, {n, 1, H, W}, DType::i32);
-  float* out = host_fields_.data<float>();
   const std::size_t plane = static_cast<std::size_t>(H * W);
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::span<std::int32_t> sample_labels(host_labels_.data<std::int32_t>() + i * H * W, plane);
-    load_sample(static_cast<std::size_t>(i), std::span<float>(sample_fields_), sample_labels);
-    // Samples are stored channel-major (C, H, W); the backend wants its own layout.
-    for (std::int64_t c = 0; c < C; ++c)
-      for (std::int64_t p = 0; p < H * W; ++p)
-        out[offset4(layout, C, H, W, i, c, p / W, p % W)] =
-            sample_fields_[static_cast<std::size_t>(c) * plane + p];
-  }
+  const std::size_t sample_size = static_cast<std::size_t>(C) * plane;
+  for (std::int64_t i = 0; i < n; ++i)
+    load_sample(static_cast<std::size_t>(i),
+                std::span<float>(host_fields_.data<float>() + i * C * H * W, sample_size),
+                std::span<std::int32_t>(host_labels_.data<std::int32_t>() + i * H * W, plane));
   backend_.copy(host_fields_, fields);
   backend_.copy(host_labels_, labels);
 }

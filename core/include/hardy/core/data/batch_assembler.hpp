@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "hardy/core/compute/backend.hpp"
-#include "hardy/core/data/sample_source.hpp"
 #include "hardy/core/data/prefetcher.hpp"
+#include "hardy/core/data/sample_source.hpp"
 
 namespace hardy::core {
 
@@ -49,7 +49,6 @@ class BatchAssembler {
 
   Backend& backend_;
   SampleShape shape_;
-  std::vector<float> sample_fields_;
   Tensor host_fields_, host_labels_;
 };
 
