@@ -118,6 +118,10 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::shrink(std::span<const int> 
     if (r < 0 || r >= size_ || r == rank_)
       throw InvalidArgument(fmt::format(
           "NCCL shrink: cannot exclude rank {} (this is rank {} of {})", r, rank_, size_));
+  // NCCL 2.28 refuses to exclude nobody (a null list, then a count of 0: invalid argument, seen
+  // on the first GPU run); a caller that lost no rank starts a fresh communicator instead.
+  if (excluded.empty())
+    throw InvalidArgument("NCCL shrink: no rank to exclude (abort and create a new communicator)");
   ncclComm_t shrunk = nullptr;
   // config null: the new communicator inherits this one's configuration.
   nccl_check(ncclCommShrink(comm_, excluded.data(), static_cast<int>(excluded.size()), &shrunk,

@@ -26,8 +26,10 @@ class NcclGradientReducer final : public GradientReducer {
   void rebind(Communicator& survivors, std::span<const int> lost) override {
     // The survivors agreed on the failed ranks through ULFM; NCCL drops the same ones, aborting
     // what was stuck on them. If any survivor's NCCL communicator was aborted already (a
-    // collective timed out), all of them start a fresh one over the shrunk MPI communicator.
-    const bool shrinkable = allreduce(survivors, nccl_->usable() ? 1 : 0, ReduceOp::min) == 1;
+    // collective timed out), all of them start a fresh one over the shrunk MPI communicator; so
+    // they do when nobody was lost (a revoke without a death), which NCCL cannot shrink.
+    const bool shrinkable =
+        allreduce(survivors, nccl_->usable() ? 1 : 0, ReduceOp::min) == 1 && !lost.empty();
     std::unique_ptr<NcclCommunicator> next;
     if (shrinkable) {
       next = nccl_->shrink(lost);

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The GPU checks of one device call, each under its own time limit so that one hang or crash
+# costs only its own part and the rest still reports:
+#   1. the machine (nvidia-smi, driver, the libraries device_env.sh found);
+#   2. every test case of hardy_gpu_tests in its own process (a crash names its case);
+#   3. journey 3 on the GPU: `hardy train --backend cuda` on examples/tiny.ini to a checkpoint,
+#      `hardy ckpt inspect` of it, a resume to the end; the same on the CPU backend, and the
+#      difference of the two final checkpoints;
+#   4. bench_gpu.py: the peak GEMM and the step against PyTorch AMP (HARDY_DEVICE_CONFIGS,
+#      default small);
+#   5. compute-sanitizer's memcheck over the GPU tests;
+#   6. with what time is left, the snapshot's price on the GPU step (bench/snapshot), NCCL on
+#      one rank and the tiny job's convergence on both backends.
+# Run on the GPU machine, from the repository root, after build-cuda and bench/gpu/make_kit.sh:
+#   bash bench/gpu/device_check.sh [KIT.tar.xz] [BUDGET_S]
+# HARDY_DEVICE_PARTS picks parts (default tests,journey,step,sanitizer,snapshot,more).
+# Everything lands in $OUT (the device tool's folder) or /tmp/hardy-device-check.
+set -uo pipefail
+
+kit="${1:-build-cuda/gpu-kit.tar.xz}"
+budget_s="${2:-360}"
+out="${OUT:-/tmp/hardy-device-check}"
+# What does not come back (a device call returns at most 8 files): run directories, lists.
+work="${TMPDIR:-/tmp}/hardy-device-work"
+mkdir -p "$out" "$work"
+deadline=$((SECONDS + budget_s))
+parts=",${HARDY_DEVICE_PARTS:-tests,journey,step,sanitizer,snapshot,more},"
+wanted() { [[ "$parts" == *",$1,"* ]]; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp
+
+left() { echo $((deadline - SECONDS)); }
+# Runs a part for at most min(its limit, the time left), logging its status and seconds.
+part() {
+  local name="$1" limit="$2"
+  shift 2
+  local allowed=$(($(left) < limit ? $(left) : limit))
+  if ((allowed < 10)); then
+    echo "[$name] skipped: $(left) s left" | tee -a "$out/summary.txt"
+    return 0
+  fi
+  local started=$SECONDS
+  local log="${part_log_dir:-$out}/$name.txt"
+  timeout --kill-after=5 "$allowed" "$@" > "$log" 2>&1
+  local status=$?
+  echo "[$name] exit $status in $((SECONDS - started)) s (limit $allowed s)" | tee -a "$out/summary.txt"
+  tail -n 15 "$log"
+  return 0
+}
+
+{
+  source bench/gpu/device_env.sh "$kit"
+  nvidia-smi
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+} > "$work/machine.txt" 2>&1
+cat "$work/machine.txt" >> "$out/summary.txt"
+grep -v LD_LIBRARY_PATH "$work/machine.txt" | tail -n 8
+source bench/gpu/device_env.sh "$kit" > /dev/null 2>&1
+
+# 2. The test cases, one process each: Catch2 filters treat ',' and '[' specially.
+hardy_gpu_tests --list-test-names-only > "$work/test-names.txt" 2>&1
+run_cases() {
+  local failed=0
+  : > "$work/gpu-tests-summary.txt"
+  while IFS= read -r name; do
+    [[ -z "$name" ]] && continue
+    local escaped="${name//,/\\,}"
+    escaped="${escaped//[/\\[}"
+    local started=$SECONDS
+    timeout --kill-after=5 90 hardy_gpu_tests "$escaped" --reporter compact --durations yes \
+      >> "$out/gpu-tests.txt" 2>&1
+    local status=$?
+    ((status != 0)) && failed=$((failed + 1))
+    echo "case exit $status in $((SECONDS - started)) s: $name" >> "$work/gpu-tests-summary.txt"
+  done < "$work/test-names.txt"
+  cat "$work/gpu-tests-summary.txt"
+  return "$failed"
+}
+if wanted tests; then
+  part_log_dir="$work" part gpu-tests 200 bash -c "$(declare -f run_cases); out='$out'; work='$work'; run_cases"
+  grep -h "^case\|largest gradient" "$work/gpu-tests-summary.txt" "$out/gpu-tests.txt"
+fi
+
+# 3. Train, checkpoint, inspect, resume on the GPU; the same job on the CPU to compare.
+journey() {
+  set -e
+  rm -rf "$work/run-cuda" "$work/run-cpu" /dev/shm/hardy-device-check
+  local backend
+  for backend in cuda cpu; do
+    local run="$work/run-$backend"
+    local common=(--config examples/tiny.ini --backend "$backend" --checkpoint-every 30
+                  --snapshot-dir /dev/shm/hardy-device-check --run-dir "$run" --log-every 10)
+    hardy train "${common[@]}" --steps 30
+    hardy ckpt list "$run"
+    hardy ckpt inspect "$(ls "$run"/checkpoints/*.h5 | tail -n 1)" | head -n 30
+    hardy train "${common[@]}" --steps 60 --resume latest
+    echo "== $backend: the last metrics"
+    tail -n 2 "$run/metrics.jsonl"
+  done
+  hardy ckpt diff "$(ls "$work"/run-cuda/checkpoints/*.h5 | tail -n 1)" \
+    "$(ls "$work"/run-cpu/checkpoints/*.h5 | tail -n 1)"
+}
+wanted journey && part journey 150 bash -c "$(declare -f journey); work='$work'; journey"
+
+# 4. Speed, with what is left.
+if wanted step; then
+  part step 240 python3 bench/gpu/bench_gpu.py --bin "$hardy_kit/bin" --parts peak,step \
+    --configs "${HARDY_DEVICE_CONFIGS:-small}" --precisions bf16,fp16 --rounds 1 \
+    --output "$out/gpu-step.json"
+fi
+# 5. Memory errors in kernels that had never run before this machine.
+if wanted sanitizer; then
+  sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)"
+  if [[ -n "$sanitizer" ]]; then
+    part sanitizer 240 env HARDY_CUDNN_ALGORITHMS=heuristic "$sanitizer" --tool memcheck --leak-check no --error-exitcode 9 \
+      hardy_gpu_tests --reporter compact
+    grep -E "ERROR SUMMARY|Invalid|out of bounds" "$out/sanitizer.txt" | head -n 20
+  else
+    echo "[sanitizer] skipped: compute-sanitizer not found" | tee -a "$out/summary.txt"
+  fi
+fi
+
+# The node-local snapshot's price on a GPU step (the copy leaves the device every step).
+if wanted snapshot; then
+  part snapshot 120 python3 bench/snapshot/bench_snapshot.py --hardy "$hardy_kit/bin/hardy" \
+    --backend cuda --configs tiny,large --steps tiny=200,large=100 --warmup 10 --repeats 2 \
+    --json "$out/gpu-snapshot.json"
+fi
+if wanted more; then
+  part more 120 python3 bench/gpu/bench_gpu.py --bin "$hardy_kit/bin" --parts nccl,converge \
+    --output "$out/gpu-nccl-converge.json"
+fi
+echo "device_check.sh: done with $(left) s of $budget_s left" | tee -a "$out/summary.txt"
