@@ -38,10 +38,10 @@ CONFIGS = {
 DEFAULT_STEPS = {"tiny": 60, "large": 15}
 
 
-def train(hardy, config, steps, snapshot_every, scratch, label, backend="cpu"):
+def train(hardy, config, steps, snapshot_every, scratch, label, backend="cpu", extra=()):
     run = os.path.join(scratch, label)
     command = [hardy, "train", "--config", TINY, *CONFIGS[config], "--steps", str(steps),
-               "--backend", backend,
+               "--backend", backend, *extra,
                "--eval-samples", "0", "--log-every", "100000", "--run-dir", run,
                "--snapshot-every", str(snapshot_every), "--snapshot-dir", os.path.join(scratch, "snapshots")]
     result = subprocess.run(command, capture_output=True, text=True)
@@ -62,6 +62,7 @@ def main():
     parser.add_argument("--every", default="1", help="--snapshot-every of the runs with snapshots (a number or auto)")
     parser.add_argument("--json", help="also write the results and raw per-step times here")
     parser.add_argument("--backend", default="cpu", help="hardy train's --backend (cpu or cuda)")
+    parser.add_argument("--train-args", default="", help="more hardy train options, e.g. '--threads 4'")
     args = parser.parse_args()
     hardy = find_binary("hardy", args.hardy, "bench_snapshot.py", ("build", "build-snap"),
                         "build hardy or pass --hardy")
@@ -70,7 +71,7 @@ def main():
         name, _, value = item.partition("=")
         steps[name] = int(value)
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    results = {"hardy": hardy, "backend": args.backend, "snapshot_every": args.every, "load_average_before": os.getloadavg(), "cores": os.cpu_count(),
+    results = {"hardy": hardy, "backend": args.backend, "train_args": args.train_args, "snapshot_every": args.every, "load_average_before": os.getloadavg(), "cores": os.cpu_count(),
                "unix_time": time.time(), "configs": {}}
     with tempfile.TemporaryDirectory(prefix="hardy-bench-snapshot-", dir=shm) as scratch:
         for config in args.configs.split(","):
@@ -80,8 +81,9 @@ def main():
                 # Alternate which goes first, so that a drift in machine load hits both alike.
                 for every in ((0, args.every) if round_ % 2 == 0 else (args.every, 0)):
                     metrics, started = train(hardy, config, steps[config], every, scratch,
-                                             f"{config}-{every}-{round_}", args.backend)
-                    raw[every].append([{"step_s": m["step_s"], "snapshot_s": m.get("snapshot_s", 0.0)}
+                                             f"{config}-{every}-{round_}", args.backend,
+                                             args.train_args.split())
+                    raw[every].append([{"step_s": m["step_s"], "snapshot_s": m.get("snapshot_s", 0.0), "data_wait_s": m.get("data_wait_s", 0.0)}
                                        for m in metrics[args.warmup:]])
                     info = {"parameters": started["parameters"], "threads": started["threads_per_rank"]}
             off = statistics.median(m["step_s"] for run in raw[0] for m in run)

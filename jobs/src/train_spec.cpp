@@ -37,9 +37,11 @@ po::options_description train_options() {
       "seed", po::value<std::uint64_t>()->default_value(1),
       "seed for weights, data order and synthetic data")(
       "backend", po::value<std::string>()->default_value("cpu"),
-      "kernel backend: cpu (oneDNN) or cuda")("threads", po::value<int>()->default_value(0),
-                                              "CPU threads per rank (0: all cores)")(
-      "log-every", po::value<long>()->default_value(10), "print a progress line every N steps");
+      "kernel backend: cpu (oneDNN) or cuda")(
+      "threads", po::value<int>()->default_value(0),
+      "kernel (OpenMP) threads per rank (0: the rank's share of the host's cores; with --backend "
+      "cuda at most 4 of them)")("log-every", po::value<long>()->default_value(10),
+                                 "print a progress line every N steps");
   po::options_description parallel("Data parallelism (one MPI rank per GPU or CPU socket)");
   parallel.add_options()(
       "bucket-mib", po::value<double>()->default_value(25.0),
@@ -155,9 +157,9 @@ po::options_description train_options() {
       "stage-threads", po::value<int>()->default_value(4), "parallel copies per node when staging")(
       "prefetch-batches", po::value<long>()->default_value(2),
       "batches loaded ahead on background threads, overlapped with compute (0: load in the "
-      "step)")("loader-threads", po::value<int>()->default_value(1),
-               "threads loading those batches (more pay where cores are free beside the "
-               "step's)")(
+      "step)")("loader-threads", po::value<std::string>()->default_value("auto"),
+               "threads loading those batches (auto: 1 beside the CPU backend's kernels; with "
+               "--backend cuda, half the rank's cores, at most 8)")(
       "sample-cache-mib", po::value<double>()->default_value(1024),
       "MiB of training samples each rank keeps in memory after their first load, so that later "
       "epochs copy them instead of generating or reading them again (0: none)");
@@ -215,6 +217,22 @@ T get(const po::variables_map& vm, const char* name) {
 
 void require(bool condition, const std::string& message) {
   if (!condition) throw InvalidArgument(message);
+}
+
+// An option that takes auto (returned as 0) or a whole number of at least `least`.
+int parse_auto_or_count(const std::string& text, const std::string& option, int least) {
+  if (text == "auto") return 0;
+  std::size_t used = 0;
+  int count = least - 1;
+  try {
+    count = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || count < least)
+    throw InvalidArgument(
+        fmt::format("{} takes auto or a number of at least {}, got '{}'", option, least, text));
+  return count;
 }
 
 // --snapshot-every: auto or a number of steps (0: never).
@@ -385,9 +403,9 @@ void read_input_pipeline(const po::variables_map& vm, TrainSpec& spec) {
   spec.stage_threads = get<int>(vm, "stage-threads");
   require(spec.stage_threads >= 1, "--stage-threads must be at least 1");
   spec.prefetch_batches = get<long>(vm, "prefetch-batches");
-  spec.loader_threads = get<int>(vm, "loader-threads");
+  spec.loader_threads =
+      parse_auto_or_count(get<std::string>(vm, "loader-threads"), "--loader-threads", /*least=*/1);
   require(spec.prefetch_batches >= 0, "--prefetch-batches must not be negative");
-  require(spec.loader_threads >= 1, "--loader-threads must be at least 1");
   const double cache_mib = get<double>(vm, "sample-cache-mib");
   require(cache_mib >= 0 && cache_mib < 1e9, "--sample-cache-mib must be between 0 and 1e9");
   spec.data.cache_bytes = static_cast<std::size_t>(cache_mib * (1 << 20));

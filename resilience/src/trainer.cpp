@@ -7,17 +7,17 @@
 namespace hardy::resilience {
 
 Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
-                 const core::SampleSource& train, int threads)
+                 const core::SampleSource& train, ThreadSplit threads)
     : config_(config),
       backend_(core::make_backend(config.backend)),
       model_(*backend_, config.model),
       optimizer_(core::make_optimizer(config.optimizer, *backend_)),
       sampler_(train.size(), config.seed),
       assembler_(*backend_, train.shape()),
-      prefetcher_(train, config.prefetch_batches > 0 ? config.loader_threads : 0, 0),
+      prefetcher_(train, config.prefetch_batches > 0 ? threads.loader_threads : 0, 0),
       scaler_(core::LossScalerConfig::for_activations(backend_->activation_dtype())),
       cross_rank_(comm) {
-  omp_set_num_threads(threads);
+  omp_set_num_threads(threads.kernel_threads);
   class_weights_ =
       core::resolve_class_weights(config.class_weights, train, config.model.num_classes);
   model_.initialize(config.seed);

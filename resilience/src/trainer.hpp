@@ -36,9 +36,10 @@ class Trainer {
   using GradientReady = std::function<void(std::size_t ready, std::size_t count)>;
 
   // `config` is read, never copied: the session completes it (steps from epochs) before the first
-  // step. Initialises the model and the optimizer from config.seed and uses `threads` threads.
+  // step. Initialises the model and the optimizer from config.seed; `threads` says how many
+  // threads the kernels and the loaders use.
   Trainer(const TrainingConfig& config, comm::Communicator& comm, const core::SampleSource& train,
-          int threads);
+          ThreadSplit threads);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::resilience {
@@ -17,6 +19,21 @@ RebalancePolicy parse_rebalance_policy(const std::string& name) {
 std::string to_string(RebalancePolicy policy) {
   return policy == RebalancePolicy::constant_global_batch ? "constant-global-batch"
                                                           : "constant-local-batch";
+}
+
+ThreadSplit split_host_threads(const TrainingConfig& config, int cores) {
+  cores = std::max(1, cores);
+  ThreadSplit split;
+  if (config.backend == "cpu") {
+    split.kernel_threads = config.threads > 0 ? config.threads : cores;
+    split.loader_threads = config.loader_threads > 0 ? config.loader_threads : 1;
+    return split;
+  }
+  split.loader_threads =
+      config.loader_threads > 0 ? config.loader_threads : std::clamp(cores / 2, 1, 8);
+  split.kernel_threads =
+      config.threads > 0 ? config.threads : std::clamp(cores - split.loader_threads - 1, 1, 4);
+  return split;
 }
 
 }  // namespace hardy::resilience

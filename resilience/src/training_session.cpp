@@ -36,7 +36,7 @@ std::string format_duration(double seconds) {
 }
 
 // Ranks sharing a host split its cores, so that an oversubscribed node does not thrash.
-int threads_per_rank(int rank, const std::vector<std::string>& hosts) {
+int cores_of_rank(int rank, const std::vector<std::string>& hosts) {
   const auto local = std::count(hosts.begin(), hosts.end(), hosts[static_cast<std::size_t>(rank)]);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / static_cast<int>(local));
@@ -114,9 +114,8 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       membership(std::move(world), config.ranks_per_node),
       data(std::move(data_in)),
       trainer(config, membership.comm(), *data.train,
-              config.threads > 0
-                  ? config.threads
-                  : threads_per_rank(membership.world_rank(), membership.original_hosts())),
+              split_host_threads(
+                  config, cores_of_rank(membership.world_rank(), membership.original_hosts()))),
       transport(make_state_transport(trainer)),
       store(config, membership, events, *this, injector, identity),
       watchdog(

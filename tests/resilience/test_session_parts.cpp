@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "hardy/resilience/training_config.hpp"
 #include "membership.hpp"
 #include "watchdog.hpp"
 
@@ -91,4 +92,28 @@ TEST_CASE("the watchdog gives ranks other than the lead their own timeout") {
   }
   CHECK(calls == 0);  // 0.5 s is past the lead's timeout, not rank 2's
   watchdog.stop();
+}
+
+TEST_CASE("a rank's cores go to the kernels on the CPU and to the loaders beside a GPU") {
+  using hardy::resilience::split_host_threads;
+  hardy::resilience::TrainingConfig config;  // --threads 0, --loader-threads auto
+  const auto cpu = split_host_threads(config, 16);
+  CHECK(cpu.kernel_threads == 16);
+  CHECK(cpu.loader_threads == 1);
+
+  config.backend = "cuda";
+  const auto gpu = split_host_threads(config, 16);  // an H100 node's rank: the measured split
+  CHECK(gpu.loader_threads == 8);
+  CHECK(gpu.kernel_threads == 4);
+  const auto crowded = split_host_threads(config, 2);  // 8 ranks on a 16-core node
+  CHECK(crowded.loader_threads == 1);
+  CHECK(crowded.kernel_threads == 1);
+  CHECK(split_host_threads(config, 64).loader_threads == 8);
+
+  // What the user sets stands.
+  config.threads = 6;
+  config.loader_threads = 3;
+  const auto set = split_host_threads(config, 16);
+  CHECK(set.kernel_threads == 6);
+  CHECK(set.loader_threads == 3);
 }

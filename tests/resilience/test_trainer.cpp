@@ -63,12 +63,12 @@ std::uint64_t digest_of(Trainer& trainer) {
 TEST_CASE("a state one trainer captured, applied to a fresh one, goes on bitwise the same") {
   on_ranks(1, [](comm::Communicator& comm, const TrainingConfig& config,
                  const core::SampleSource& samples) {
-    Trainer first(config, comm, samples, 1);
+    Trainer first(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
     for (int k = 0; k < 3; ++k) train_one_step(first, comm, config);
     checkpoint::TrainingState state;
     first.capture_into(state);
 
-    Trainer second(config, comm, samples, 1);
+    Trainer second(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
     const std::uint64_t fresh = digest_of(second);
     second.apply(state);
     CHECK(second.step() == 3);
@@ -83,7 +83,7 @@ TEST_CASE("a state one trainer captured, applied to a fresh one, goes on bitwise
     CHECK(digest_of(second) == digest_of(first));
 
     // A trainer that had the parameters but not Adam's moments does not.
-    Trainer partial(config, comm, samples, 1);
+    Trainer partial(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
     partial.apply(state);
     for (auto& [name, tensor] : partial.optimizer().state_tensors())
       std::fill(tensor->f32().begin(), tensor->f32().end(), 0.0f);
@@ -96,11 +96,11 @@ TEST_CASE("a state one trainer captured, applied to a fresh one, goes on bitwise
 TEST_CASE("the state transport brings every rank to the root's state and the next step agrees") {
   on_ranks(3, [](comm::Communicator& comm, const TrainingConfig& config,
                  const core::SampleSource& samples) {
-    Trainer trained(config, comm, samples, 1);
+    Trainer trained(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
     for (int k = 0; k < 2; ++k) train_one_step(trained, comm, config);
 
     // The root keeps its trainer; the others start again from nothing, as relaunched ranks do.
-    Trainer fresh(config, comm, samples, 1);
+    Trainer fresh(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
     Trainer& mine = comm.rank() == 0 ? trained : fresh;
     checkpoint::TrainingState state;
     if (comm.rank() == 0) trained.capture_into(state);

@@ -39,7 +39,7 @@ struct TrainingConfig {
   long global_batch = 8;
   std::uint64_t seed = 1;
   std::string backend = "cpu";
-  int threads = 0;  // per rank, 0 = the host's cores shared among its ranks
+  int threads = 0;  // kernel (OpenMP) threads per rank, 0 = auto (split_host_threads)
   long log_every = 10;
 
   // Data parallelism.
@@ -56,7 +56,7 @@ struct TrainingConfig {
   // The input pipeline: each step announces this rank's samples of the next prefetch_batches
   // steps to loader_threads background threads (0 steps: every sample loads in the step).
   long prefetch_batches = 2;
-  int loader_threads = 1;
+  int loader_threads = 0;  // 0 = auto (split_host_threads)
   core::BadSamplePolicy bad_samples = core::BadSamplePolicy::fail;
 
   core::ModelConfig model;
@@ -106,5 +106,19 @@ struct TrainingConfig {
 
   std::string config_ini;  // the effective configuration, as written to config.ini
 };
+
+// A rank's threads: the kernels' (OpenMP) and the loaders' that fill the next batches.
+struct ThreadSplit {
+  int kernel_threads = 1;
+  int loader_threads = 1;
+};
+
+// Splits `cores` (the rank's share of its host's cores) where --threads or --loader-threads is 0
+// (auto). On the CPU backend the kernels take every core, and one loader fills batches beside
+// them. With the kernels on a GPU the cores are the loaders': half of them, at most 8, and at
+// most 4 kernel threads of what is left (copies and layout changes only), one core kept for the
+// training thread. On an H100 with 16 cores, 8 loaders and 4 kernel threads took a step of the
+// 128x128 configuration from 42 to 11 ms (bench/results/gpu-h100-2026-11-26-loaders.json).
+ThreadSplit split_host_threads(const TrainingConfig& config, int cores);
 
 }  // namespace hardy::resilience
