@@ -324,6 +324,12 @@ class DomainSupervision {
     }
     // The others finished the job: nothing to come back for.
     if (job_done()) return std::nullopt;
+    // Open MPI's launcher under ULFM can end with 0 when its ranks were killed: status 0 alone
+    // would read as a success in the event log.
+    if (status == 0)
+      return domain_lost(domain, status,
+                         "its launcher ended (exit status 0) before the domain finished the job",
+                         output, ended);
     return domain_lost(domain, status, how, output, ended);
   }
 

@@ -96,6 +96,7 @@ enum class PrimitiveKind : std::int64_t {
   split_slice,
   layout_reorder,
   scalar_convert,
+  exponential,
 };
 
 // A primitive plus, for convolutions, the reorder between the user's OIHW weights and the
