@@ -237,6 +237,9 @@ def main():
                   f"{'relaunched once' if d == victim else 'never restarted'})")
         lost = named("domain_lost")
         check(len(lost) == 1 and lost[0]["domain"] == victim, f"{scenario}: domain_lost names domain {victim}: {lost}")
+        # Open MPI's launcher may exit 0 after its ranks were killed: that must not read as success.
+        check(lost and lost[0]["how"] != "exit status 0", f"{scenario}: how the domain ended: {lost[:1]}")
+        print(f"domain_lost: {lost[0]['how'] if lost else None}", flush=True)
         # A survivor whose collective failed before the vote reached it, while another's vote
         # completed, takes that one's state too; the relaunched domain always heals.
         healed = [e for e in named("domain_healed") if e["domain"] == victim]
