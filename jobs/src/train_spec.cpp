@@ -39,9 +39,10 @@ po::options_description train_options() {
       "backend", po::value<std::string>()->default_value("cpu"),
       "kernel backend: cpu (oneDNN) or cuda")(
       "threads", po::value<int>()->default_value(0),
-      "kernel (OpenMP) threads per rank (0: the rank's share of the host's cores; with --backend "
-      "cuda at most 4 of them)")("log-every", po::value<long>()->default_value(10),
-                                 "print a progress line every N steps");
+      "kernel (OpenMP) threads per rank (0: the CPUs the rank may run on, as a scheduler's cpuset "
+      "or a binding left them, or else its share of the host's cores; with --backend cuda at "
+      "most 4 of them)")("log-every", po::value<long>()->default_value(10),
+                         "print a progress line every N steps");
   po::options_description parallel("Data parallelism (one MPI rank per GPU or CPU socket)");
   parallel.add_options()(
       "bucket-mib", po::value<double>()->default_value(25.0),

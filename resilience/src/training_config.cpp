@@ -21,6 +21,11 @@ std::string to_string(RebalancePolicy policy) {
                                                           : "constant-local-batch";
 }
 
+int rank_cores(int online, int allowed, int sharing, int ranks_on_host) {
+  if (allowed < online) return std::max(1, allowed / std::max(1, sharing));
+  return std::max(1, online / std::max(1, ranks_on_host));
+}
+
 ThreadSplit split_host_threads(const TrainingConfig& config, int cores) {
   cores = std::max(1, cores);
   ThreadSplit split;

@@ -18,6 +18,7 @@
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/process_info.hpp"
 #include "hardy/core/version.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
 #include "session_state.hpp"
@@ -35,11 +36,22 @@ std::string format_duration(double seconds) {
   return fmt::format("{:02d}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
 }
 
-// Ranks sharing a host split its cores, so that an oversubscribed node does not thrash.
-int cores_of_rank(int rank, const std::vector<std::string>& hosts) {
-  const auto local = std::count(hosts.begin(), hosts.end(), hosts[static_cast<std::size_t>(rank)]);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / static_cast<int>(local));
+// This rank's cores (rank_cores): the CPUs it may run on, or its share of its host's. Collective
+// over the world (every rank says which set it was allowed).
+int cores_of_rank(Membership& membership) {
+  const core::AllowedCpus allowed = core::allowed_cpus();
+  const auto fingerprints =
+      membership.comm().allgather(static_cast<std::int64_t>(allowed.fingerprint));
+  const auto& hosts = membership.original_hosts();
+  const auto me = static_cast<std::size_t>(membership.world_rank());
+  int on_host = 0, sharing = 0;
+  for (std::size_t r = 0; r < hosts.size(); ++r) {
+    if (hosts[r] != hosts[me]) continue;
+    ++on_host;
+    if (fingerprints[r] == fingerprints[me]) ++sharing;
+  }
+  const int online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return rank_cores(online, allowed.count, sharing, on_host);
 }
 
 // The options' checks (InvalidArgument) and the values they imply (steps from epochs, the
@@ -114,8 +126,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       membership(std::move(world), config.ranks_per_node),
       data(std::move(data_in)),
       trainer(config, membership.comm(), *data.train,
-              split_host_threads(
-                  config, cores_of_rank(membership.world_rank(), membership.original_hosts()))),
+              split_host_threads(config, cores_of_rank(membership))),
       transport(make_state_transport(trainer)),
       store(config, membership, events, *this, injector, identity),
       watchdog(

@@ -117,3 +117,18 @@ TEST_CASE("a rank's cores go to the kernels on the CPU and to the loaders beside
   CHECK(set.kernel_threads == 6);
   CHECK(set.loader_threads == 3);
 }
+
+TEST_CASE(
+    "a rank's cores are the CPUs a scheduler allowed it, shared with the ranks allowed the same") {
+  using hardy::resilience::rank_cores;
+  // No restriction: the host's cores over its ranks.
+  CHECK(rank_cores(128, 128, 4, 4) == 32);
+  CHECK(rank_cores(2, 2, 1, 1) == 2);
+  CHECK(rank_cores(2, 2, 4, 4) == 1);  // oversubscribed: still one
+  // Slurm's --cpus-per-task 8 under task/cgroup on a 128-core node, each task its own set.
+  CHECK(rank_cores(128, 8, 1, 4) == 8);
+  // One cpuset of 8 CPUs for the job's 4 ranks on the node (no per-task binding).
+  CHECK(rank_cores(128, 8, 4, 4) == 2);
+  // Bound to one core each (mpirun's default for two ranks).
+  CHECK(rank_cores(64, 1, 1, 2) == 1);
+}

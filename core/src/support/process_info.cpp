@@ -1,8 +1,17 @@
 #include "hardy/core/support/process_info.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <thread>
+#include <vector>
+
+#include "hardy/core/support/digest.hpp"
 
 namespace hardy::core {
 
@@ -17,6 +26,29 @@ std::string process_start_ticks(pid_t pid) {
   for (int index = 3; index <= 22 && fields >> field; ++index)
     if (index == 22) return field;
   return {};
+}
+
+AllowedCpus allowed_cpus() {
+  // Grow the set until the kernel's mask fits (hosts with more than 1024 CPUs).
+  for (int cpus = 1024; cpus <= (1 << 16); cpus *= 2) {
+    cpu_set_t* set = CPU_ALLOC(cpus);
+    if (set == nullptr) break;
+    const std::size_t bytes = CPU_ALLOC_SIZE(cpus);
+    CPU_ZERO_S(bytes, set);
+    if (::sched_getaffinity(0, bytes, set) == 0) {
+      std::vector<std::byte> mask(bytes);
+      std::memcpy(mask.data(), set, bytes);
+      const AllowedCpus allowed{.count = std::max(1, CPU_COUNT_S(bytes, set)),
+                                .fingerprint = xxhash64(mask)};
+      CPU_FREE(set);
+      return allowed;
+    }
+    const int error = errno;
+    CPU_FREE(set);
+    if (error != EINVAL) break;
+  }
+  // No mask to read: every online CPU.
+  return {.count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
 }
 
 }  // namespace hardy::core

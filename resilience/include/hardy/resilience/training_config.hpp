@@ -107,6 +107,12 @@ struct TrainingConfig {
   std::string config_ini;  // the effective configuration, as written to config.ini
 };
 
+// The cores a rank may use. When a scheduler or launcher restricted the CPUs it may run on
+// (`allowed` < `online`: a Slurm cpuset, a binding), those, shared with the ranks of its host
+// that were allowed the same set (`sharing`, itself included); otherwise the host's `online`
+// cores shared among its `ranks_on_host` ranks. At least 1.
+int rank_cores(int online, int allowed, int sharing, int ranks_on_host);
+
 // A rank's threads: the kernels' (OpenMP) and the loaders' that fill the next batches.
 struct ThreadSplit {
   int kernel_threads = 1;

@@ -2,6 +2,7 @@
 // What the kernel says of a process.
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 
 namespace hardy::core {
@@ -9,5 +10,14 @@ namespace hardy::core {
 // /proc/PID/stat's start time (field 22, clock ticks after boot), as written there; empty when
 // there is no such process. With the pid it names one process: a reused pid has another.
 std::string process_start_ticks(pid_t pid);
+
+// The CPUs this process may run on (sched_getaffinity): what a scheduler's cpuset (Slurm's
+// task/cgroup, LSF's affinity) or a launcher's binding left it. `count` is at least 1;
+// `fingerprint` is the same for processes allowed the same set.
+struct AllowedCpus {
+  int count = 1;
+  std::uint64_t fingerprint = 0;
+};
+AllowedCpus allowed_cpus();
 
 }  // namespace hardy::core
