@@ -122,13 +122,15 @@ void FaultDomains::connect(std::size_t generation, const std::vector<int>& membe
   generation_ = generation;
   members_ = members;
   wait_until_members_ready(generation, members);
-  group_ =
-      comm::connect_gloo_group(*store_, {.prefix = fmt::format("gen{}", generation),
-                                         .rank = static_cast<int>(me - members.begin()),
-                                         .size = static_cast<int>(members.size()),
-                                         .address = options_.address,
-                                         .timeout = to_ms(options_.timeout_s),
-                                         .connect_timeout = to_ms(options_.membership_timeout_s)});
+  group_ = comm::connect_gloo_group(*store_, {.prefix = fmt::format("gen{}", generation),
+                                              .rank = static_cast<int>(me - members.begin()),
+                                              .size = static_cast<int>(members.size()),
+                                              .address = options_.address,
+                                              .timeout = to_ms(options_.timeout_s),
+                                              // Every member was ready and connects at once; one
+                                              // that left for a newer generation meanwhile must not
+                                              // hold the others for the membership timeout.
+                                              .connect_timeout = to_ms(options_.timeout_s)});
 }
 
 void FaultDomains::wait_until_members_ready(std::size_t generation,
@@ -137,7 +139,8 @@ void FaultDomains::wait_until_members_ready(std::size_t generation,
   // after its generation was published would hold the others for gloo's own store timeout
   // (30 s; measured with two domains lost at once). So the members first say they are ready,
   // and a newer generation (the supervisor saw one of them go) ends the wait; otherwise it lasts
-  // as long as connecting may (a joiner waits here for the members to reach a step boundary).
+  // as long as the membership timeout (a joiner waits here for the members to reach a step
+  // boundary). The connect after it is quick, and bounded by the domain timeout.
   try {
     store_->set(fmt::format("ready.{}.{}", generation, options_.index), "ready");
   } catch (const IoError&) {
@@ -159,6 +162,11 @@ void FaultDomains::wait_until_members_ready(std::size_t generation,
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
+  // A member that said ready may have left since for a newer generation (it saw that one before
+  // this domain's mark): connecting this one would wait for it in vain.
+  if (store_->try_get(newer))
+    throw comm::GroupFailure(
+        fmt::format("generation {} was replaced while its members got ready", generation));
 }
 
 void FaultDomains::regroup(const std::string& why) {
