@@ -19,6 +19,7 @@ inline batch::JobRequest example_request() {
   request.nodes = 2;
   request.ranks_per_node = 4;
   request.gpus_per_node = 4;
+  request.cpus_per_rank = 7;
   request.time = "02:00:00";
   request.account = "m4242";
   request.queue = "regular";

@@ -19,6 +19,10 @@ constexpr std::array kPlaceholders = {
     Placeholder{"ranks_per_node", "--ranks-per-node"},
     Placeholder{"tasks", "nodes x ranks per node"},
     Placeholder{"gpus_per_node", "--gpus-per-node; not given when 0"},
+    Placeholder{"cpus_per_task", "--cpus-per-rank; not given when 0 (Slurm --cpus-per-task)"},
+    Placeholder{"cpus_per_rank", "--cpus-per-rank, 0 when not given (for `hardy run`)"},
+    Placeholder{"gpus_per_rank",
+                "--gpus-per-node / --ranks-per-node, 0 without GPUs (for `hardy run`)"},
     Placeholder{"time", "--time, HH:MM:SS"},
     Placeholder{"time_hhmm", "--time rounded up to minutes, HH:MM (LSF -W)"},
     Placeholder{"account", "--account; optional"},
@@ -36,8 +40,9 @@ constexpr std::array kPlaceholders = {
     Placeholder{"min_world_size",
                 "--min-nodes x ranks per node: fewer healthy ranks and the job is requeued"},
     Placeholder{"max_requeues", "--max-requeues"},
-    Placeholder{"nodes_per_domain",
-                "--nodes-per-domain: fault domains of this many nodes, each its own MPI job (0: one)"},
+    Placeholder{
+        "nodes_per_domain",
+        "--nodes-per-domain: fault domains of this many nodes, each its own MPI job (0: one)"},
     Placeholder{"exclude_nodes_file",
                 "RUN_DIR/exclude-nodes, the nodes the job lost, one per line, to exclude"},
     Placeholder{"launcher", "LSF only: --lsf-launcher, jsrun or mpirun"},
@@ -71,6 +76,9 @@ void validate(const JobRequest& request) {
   if (request.gpus_per_node < 0)
     throw InvalidArgument(
         fmt::format("--gpus-per-node must be 0 or more, not {}", request.gpus_per_node));
+  if (request.cpus_per_rank < 0)
+    throw InvalidArgument(
+        fmt::format("--cpus-per-rank must be 0 or more, not {}", request.cpus_per_rank));
   const long limit = parse_time_limit(request.time);
   if (request.account) directive_value(*request.account, "--account");
   if (request.queue) directive_value(*request.queue, "--queue");
@@ -86,9 +94,9 @@ void validate(const JobRequest& request) {
                     request.min_nodes, request.nodes));
   if (request.nodes_per_domain < 0 ||
       (request.nodes_per_domain > 0 && request.nodes % request.nodes_per_domain != 0))
-    throw InvalidArgument(fmt::format(
-        "--nodes-per-domain {} does not divide --nodes {} into whole fault domains",
-        request.nodes_per_domain, request.nodes));
+    throw InvalidArgument(
+        fmt::format("--nodes-per-domain {} does not divide --nodes {} into whole fault domains",
+                    request.nodes_per_domain, request.nodes));
   if (request.max_requeues < 0)
     throw InvalidArgument(
         fmt::format("--max-requeues must be 0 or more, not {}", request.max_requeues));
@@ -110,6 +118,9 @@ TemplateValues template_values(const JobRequest& request) {
       {"ranks_per_node", number(request.ranks_per_node)},
       {"tasks", number(static_cast<long>(request.nodes) * request.ranks_per_node)},
       {"gpus_per_node", request.gpus_per_node > 0 ? number(request.gpus_per_node) : std::nullopt},
+      {"cpus_per_task", request.cpus_per_rank > 0 ? number(request.cpus_per_rank) : std::nullopt},
+      {"cpus_per_rank", number(request.cpus_per_rank)},
+      {"gpus_per_rank", number(request.gpus_per_node / request.ranks_per_node)},
       {"time", request.time},
       {"time_hhmm", fmt::format("{:02d}:{:02d}", limit_minutes / 60, limit_minutes % 60)},
       {"account", request.account},

@@ -43,6 +43,7 @@ trap 'echo "hardy: SIGUSR1, passed on to hardy run" >&2; [ -n "$child" ] && kill
 {{hardy}} run )sh";
   constexpr std::string_view wait =
       R"sh(--nodes {{nodes}} --ranks-per-node {{ranks_per_node}} --run-dir {{run_dir}} \
+  --cpus-per-rank {{cpus_per_rank}} --gpus-per-rank {{gpus_per_rank}} \
   --min-world-size {{min_world_size}} --max-requeues {{max_requeues}} \
   --nodes-per-domain {{nodes_per_domain}} \
   -- --config {{config}} --resume latest &

@@ -11,6 +11,6 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 hardy=${HARDY:-$here/../../build/bin/hardy}
 "$hardy" submit --scheduler lsf --lsf-launcher jsrun --template "$here/summit.bsub" --config "$here/summit.ini" \
-  --nodes 32 --ranks-per-node 6 --gpus-per-node 6 --time 02:00:00 \
+  --nodes 32 --ranks-per-node 6 --gpus-per-node 6 --cpus-per-rank 7 --time 02:00:00 \
   --account CSC4242 --queue batch --job-name climate-summit \
   --run-dir "${MEMBERWORK:-$PWD}/hardy-runs/climate-summit" "$@"

@@ -198,6 +198,11 @@ class SrunLauncher final : public BuiltInLauncher {
                  std::to_string(ranks_per_node),
                  "--kill-on-bad-exit=1",
                  "--overlap"};
+    // srun no longer takes --cpus-per-task from the allocation (Slurm 22.05 and later).
+    if (settings().cpus_per_rank > 0)
+      options.push_back("--cpus-per-task=" + std::to_string(settings().cpus_per_rank));
+    if (settings().gpus_per_rank > 0)
+      options.push_back("--gpus-per-task=" + std::to_string(settings().gpus_per_rank));
     if (!all_local(nodes))
       options.insert(options.end(), {"--nodelist", comma_separated(nodes), "--nodes",
                                      std::to_string(nodes.size())});
@@ -213,9 +218,14 @@ class JsrunLauncher final : public BuiltInLauncher {
 
  protected:
   Args options(const Args& nodes, int ranks_per_node) const override {
-    return {"--nrs",          std::to_string(static_cast<int>(nodes.size()) * ranks_per_node),
-            "--tasks_per_rs", "1",
-            "--rs_per_host",  std::to_string(ranks_per_node)};
+    Args options{"--nrs",          std::to_string(static_cast<int>(nodes.size()) * ranks_per_node),
+                 "--tasks_per_rs", "1",
+                 "--rs_per_host",  std::to_string(ranks_per_node)};
+    if (settings().cpus_per_rank > 0)
+      options.insert(options.end(), {"--cpu_per_rs", std::to_string(settings().cpus_per_rank)});
+    if (settings().gpus_per_rank > 0)
+      options.insert(options.end(), {"--gpu_per_rs", std::to_string(settings().gpus_per_rank)});
+    return options;
   }
   // LSF's CSM health checks decide; jsrun cannot target a host.
   Args remote_probe(double) const override {

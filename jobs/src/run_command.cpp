@@ -81,6 +81,11 @@ po::options_description run_options() {
       "mpirun (Open MPI), mpiexec (MPICH), srun or jsrun")(
       "launcher-path", po::value<std::string>(),
       "the launcher executable (default: the MPI hardy was built with)")(
+      "cpus-per-rank", po::value<int>()->default_value(0),
+      "CPU cores for each rank, for jsrun's and srun's per-rank resource sets (0: the launcher's "
+      "default; jsrun's is one core)")(
+      "gpus-per-rank", po::value<int>()->default_value(0),
+      "GPUs for each rank, likewise (0: the launcher's default; jsrun's is none)")(
       "launch-agent", po::value<std::string>()->default_value(""),
       "command that starts a daemon on another node instead of ssh, called as `AGENT HOST "
       "COMMAND...` (mpirun, mpiexec)")("ulfm", po::value<bool>(),
@@ -207,6 +212,10 @@ int run_command(const std::vector<std::string>& args) {
   if (!launcher_settings.launch_agent.empty() && !traits.starts_mpi_runtime)
     throw InvalidArgument(
         fmt::format("--launch-agent works with mpirun and mpiexec, not {}", launcher_name));
+  launcher_settings.cpus_per_rank = vm["cpus-per-rank"].as<int>();
+  launcher_settings.gpus_per_rank = vm["gpus-per-rank"].as<int>();
+  if (launcher_settings.cpus_per_rank < 0 || launcher_settings.gpus_per_rank < 0)
+    throw InvalidArgument("--cpus-per-rank and --gpus-per-rank must not be negative");
   launcher_settings.ulfm =
       vm.count("ulfm") ? vm["ulfm"].as<bool>() : HARDY_BUILT_WITH_ULFM && traits.offers_ulfm;
   auto& detection = launcher_settings.detection;

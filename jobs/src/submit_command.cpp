@@ -45,8 +45,11 @@ po::options_description submit_options() {
       "nodes", po::value<int>()->default_value(1), "nodes")(
       "ranks-per-node", po::value<int>()->default_value(1), "MPI ranks on each node (one per GPU)")(
       "gpus-per-node", po::value<int>()->default_value(0),
-      "GPUs to request on each node (0: none)")("time", po::value<std::string>(),
-                                                "wall-clock limit, HH:MM:SS")(
+      "GPUs to request on each node (0: none)")(
+      "cpus-per-rank", po::value<int>()->default_value(0),
+      "CPU cores to request for each rank (Slurm --cpus-per-task, LSF affinity, jsrun "
+      "--cpu_per_rs); a rank's threads follow what it gets (0: the scheduler's default, often "
+      "one)")("time", po::value<std::string>(), "wall-clock limit, HH:MM:SS")(
       "account", po::value<std::string>(),
       "account or project to charge (Slurm --account, LSF -P)")("queue", po::value<std::string>(),
                                                                 "Slurm partition or LSF queue")(
@@ -121,6 +124,7 @@ batch::JobRequest request_from(const po::variables_map& vm, const batch::Schedul
   request.nodes = vm["nodes"].as<int>();
   request.ranks_per_node = vm["ranks-per-node"].as<int>();
   request.gpus_per_node = vm["gpus-per-node"].as<int>();
+  request.cpus_per_rank = vm["cpus-per-rank"].as<int>();
   request.time = vm["time"].as<std::string>();
   if (vm.count("account")) request.account = vm["account"].as<std::string>();
   if (vm.count("queue")) request.queue = vm["queue"].as<std::string>();

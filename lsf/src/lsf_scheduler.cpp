@@ -27,6 +27,7 @@ constexpr std::string_view kMpirunResources = R"sh(#!/bin/bash
 #BSUB -n {{tasks}}
 #BSUB -R span[ptile={{ranks_per_node}}]
 #BSUB -gpu num={{gpus_per_node}}
+#BSUB -R affinity[core({{cpus_per_task}})]
 )sh";
 
 // -o and -e append, so a rerun job keeps the output of its earlier runs. -r reruns the job when

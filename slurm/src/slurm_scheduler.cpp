@@ -24,6 +24,7 @@ constexpr std::string_view kDirectives = R"sh(#!/bin/bash
 #SBATCH --nodes={{nodes}}
 #SBATCH --ntasks-per-node={{ranks_per_node}}
 #SBATCH --gpus-per-node={{gpus_per_node}}
+#SBATCH --cpus-per-task={{cpus_per_task}}
 #SBATCH --time={{time}}
 #SBATCH --account={{account}}
 #SBATCH --partition={{queue}}

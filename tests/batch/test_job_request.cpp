@@ -44,6 +44,7 @@ TEST_CASE("validate names the option at fault", "[batch]") {
   fails_naming([](JobRequest& r) { r.nodes = 0; }, "--nodes");
   fails_naming([](JobRequest& r) { r.ranks_per_node = -1; }, "--ranks-per-node");
   fails_naming([](JobRequest& r) { r.gpus_per_node = -1; }, "--gpus-per-node");
+  fails_naming([](JobRequest& r) { r.cpus_per_rank = -1; }, "--cpus-per-rank");
   fails_naming([](JobRequest& r) { r.time = "90"; }, "--time");
   fails_naming([](JobRequest& r) { r.job_name = "a\nb"; }, "--job-name");
   fails_naming([](JobRequest& r) { r.account = "x$y"; }, "--account");
@@ -81,4 +82,17 @@ TEST_CASE("derived placeholder values", "[batch]") {
   auto no_gpus = valid_request();
   no_gpus.gpus_per_node = 0;
   CHECK_FALSE(template_values(no_gpus)["gpus_per_node"].has_value());
+  CHECK(template_values(no_gpus)["gpus_per_rank"] == "0");
+  // --cpus-per-rank: a directive only when given; `hardy run` always gets a number.
+  auto default_cores = valid_request();
+  default_cores.cpus_per_rank = 0;
+  CHECK_FALSE(template_values(default_cores)["cpus_per_task"].has_value());
+  CHECK(template_values(default_cores)["cpus_per_rank"] == "0");
+  auto cores = valid_request();
+  cores.cpus_per_rank = 7;
+  cores.ranks_per_node = 6;
+  cores.gpus_per_node = 6;
+  CHECK(template_values(cores)["cpus_per_task"] == "7");
+  CHECK(template_values(cores)["cpus_per_rank"] == "7");
+  CHECK(template_values(cores)["gpus_per_rank"] == "1");
 }

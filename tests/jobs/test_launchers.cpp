@@ -136,9 +136,27 @@ TEST_CASE("each launcher's command line on other nodes", "[launcher]") {
                   "--overlap", "--nodelist", "n0,n1,n2", "--nodes", "3"},
                  kProgram));
   }
+  SECTION("srun: a rank's cores and GPUs, which srun no longer takes from the allocation") {
+    auto settings = settings_for("srun");
+    settings.cpus_per_rank = 7;
+    settings.gpus_per_rank = 1;
+    CHECK(make_launcher("srun", settings, "slurm")->command(kRemote, 2, kProgram) ==
+          joined({"/opt/srun", "--ntasks", "6", "--ntasks-per-node", "2", "--kill-on-bad-exit=1",
+                  "--overlap", "--cpus-per-task=7", "--gpus-per-task=1", "--nodelist", "n0,n1,n2",
+                  "--nodes", "3"},
+                 kProgram));
+  }
   SECTION("jsrun: one resource set per rank") {
     CHECK(make_launcher("jsrun", settings_for("jsrun"), "lsf")->command(kRemote, 2, kProgram) ==
           joined({"/opt/jsrun", "--nrs", "6", "--tasks_per_rs", "1", "--rs_per_host", "2"},
+                 kProgram));
+    // Without --cpu_per_rs and --gpu_per_rs a resource set has one core and no GPU.
+    auto settings = settings_for("jsrun");
+    settings.cpus_per_rank = 7;
+    settings.gpus_per_rank = 1;
+    CHECK(make_launcher("jsrun", settings, "lsf")->command(kRemote, 6, kProgram) ==
+          joined({"/opt/jsrun", "--nrs", "18", "--tasks_per_rs", "1", "--rs_per_host", "6",
+                  "--cpu_per_rs", "7", "--gpu_per_rs", "1"},
                  kProgram));
   }
 }

@@ -14,6 +14,7 @@ TEST_CASE("the built-in Slurm script, every option given", "[slurm]") {
 TEST_CASE("the built-in Slurm script leaves out what was not asked for", "[slurm]") {
   auto request = example_request();
   request.gpus_per_node = 0;
+  request.cpus_per_rank = 0;
   request.account.reset();
   request.queue.reset();
   request.job_name = "plain";
@@ -21,6 +22,7 @@ TEST_CASE("the built-in Slurm script leaves out what was not asked for", "[slurm
   const auto script = render_builtin(SlurmScheduler(), request);
   check_golden("slurm/golden/job-minimal.sbatch", script);
   CHECK(script.find("--gpus-per-node") == std::string::npos);
+  CHECK(script.find("--cpus-per-task") == std::string::npos);
   CHECK(script.find("--account") == std::string::npos);
   CHECK(script.find("--partition") == std::string::npos);
 }

@@ -25,7 +25,8 @@ struct JobRequest {
   int nodes = 1;
   int ranks_per_node = 1;
   int gpus_per_node = 0;
-  std::string time;                    // wall-clock limit, HH:MM:SS
+  int cpus_per_rank = 0;  // cores for each rank (Slurm --cpus-per-task); 0: the scheduler's default
+  std::string time;       // wall-clock limit, HH:MM:SS
   std::optional<std::string> account;  // charged project (Slurm --account, LSF -P)
   std::optional<std::string> queue;    // Slurm partition or LSF queue
   std::filesystem::path run_dir;       // absolute
@@ -34,9 +35,9 @@ struct JobRequest {
   // Fewer healthy nodes than this and the job asks to be requeued (without the lost ones)
   // instead of relaunching inside its allocation; 1: relaunch on whatever is left.
   int min_nodes = 1;
-  int max_requeues = 10;  // requeues in a row without progress before the job stops
+  int max_requeues = 10;     // requeues in a row without progress before the job stops
   int nodes_per_domain = 0;  // fault domains of this many nodes (0: one domain of every node)
-  std::string launcher;   // LSF only: jsrun or mpirun
+  std::string launcher;      // LSF only: jsrun or mpirun
 
   // Files inside the run directory that the scripts name.
   std::filesystem::path config() const { return run_dir / "job.ini"; }  // the submitted --config

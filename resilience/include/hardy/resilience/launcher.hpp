@@ -40,6 +40,11 @@ struct LauncherSettings {
   // `AGENT [options] HOST COMMAND...`. Empty: ssh.
   std::string launch_agent;
   DetectionConfig detection;
+  // Each rank's share of its node, for launchers that carve nodes into per-rank resource sets
+  // (jsrun --cpu_per_rs/--gpu_per_rs, srun --cpus-per-task/--gpus-per-task); 0: the launcher's
+  // default, which for jsrun is one core and no GPU.
+  int cpus_per_rank = 0;
+  int gpus_per_rank = 0;
 };
 
 class Launcher {
