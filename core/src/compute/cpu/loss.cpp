@@ -44,19 +44,20 @@ double CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Ten
   // vector width over the whole buffer; a per-pixel std::exp over a handful of classes (and a
   // logarithm in double) took 9% of the tiny configuration's step. The plain loops around it do
   // a few flops per pixel.
-  const auto elementwise = [&](dnnl::algorithm algorithm, PrimitiveKind kind, const Tensor& from,
-                               Tensor& to) {
+  const auto exponentials_in_place = [&] {
     dnnl_checked("softmax_cross_entropy", {&logits, &labels, &dlogits}, [&] {
-      const dnnl::memory::desc data = dnnl_flat_desc(from);
-      const auto key = PrimitiveKey{}.add(static_cast<std::int64_t>(kind)).add(from.numel());
-      const CachedPrimitive& primitive = impl_->cached(key, [&] {
-        const dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, data,
-                                               0.0f, 0.0f);
+      const dnnl::memory::desc data = dnnl_flat_desc(dlogits);
+      const auto key = PrimitiveKey{}
+                           .add(static_cast<std::int64_t>(PrimitiveKind::exponential))
+                           .add(dlogits.numel());
+      const CachedPrimitive& exp = impl_->cached(key, [&] {
+        const dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                               dnnl::algorithm::eltwise_exp, data, 0.0f, 0.0f);
         const dnnl::eltwise_forward::primitive_desc pd(desc, impl_->engine);
         return CachedPrimitive{dnnl::eltwise_forward(pd), implementation_name(pd)};
       });
-      impl_->execute(primitive.primitive, {{DNNL_ARG_SRC, dnnl_memory(impl_->engine, data, from)},
-                                           {DNNL_ARG_DST, dnnl_memory(impl_->engine, data, to)}});
+      const dnnl::memory values = dnnl_memory(impl_->engine, data, dlogits);
+      impl_->execute(exp.primitive, {{DNNL_ARG_SRC, values}, {DNNL_ARG_DST, values}});
     });
   };
   // 1. Scores shifted by each pixel's largest, so that no exponential overflows (into dlogits,
@@ -72,10 +73,9 @@ double CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Ten
     target_z[pixel] = target == kIgnoreLabel ? 0.0f : row[target] - largest;
     for (std::int64_t c = 0; c < classes; ++c) grad_row[c] = row[c] - largest;
   }
-  elementwise(dnnl::algorithm::eltwise_exp, PrimitiveKind::exponential, dlogits, dlogits);
-  // 2. Each pixel's sum of exponentials.
-  // In double, as the old per-pixel code had them: the image-pooling branch's gradient sums
-  // these over every pixel, and the PyTorch cross-check (float64) notices float sums there.
+  exponentials_in_place();
+  // 2. Each pixel's sum of exponentials, in double: the image-pooling branch's gradient sums
+  //    these over every pixel, and the PyTorch cross-check (float64) notices float sums there.
   std::vector<double> sum(static_cast<std::size_t>(pixels));
 #pragma omp parallel for schedule(static)
   for (std::int64_t pixel = 0; pixel < pixels; ++pixel) {
