@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "command_line.hpp"
@@ -220,36 +221,21 @@ void require(bool condition, const std::string& message) {
   if (!condition) throw InvalidArgument(message);
 }
 
-// An option that takes auto (returned as 0) or a whole number of at least `least`.
-int parse_auto_or_count(const std::string& text, const std::string& option, int least) {
-  if (text == "auto") return 0;
+// An option that takes auto (nullopt) or a whole number of at least `least`, which the message
+// for anything else calls `what`.
+std::optional<long> parse_auto_or_number(const std::string& text, const std::string& option,
+                                         long least, const std::string& what) {
+  if (text == "auto") return std::nullopt;
   std::size_t used = 0;
-  int count = least - 1;
+  long number = least - 1;
   try {
-    count = std::stoi(text, &used);
+    number = std::stol(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size() || count < least)
-    throw InvalidArgument(
-        fmt::format("{} takes auto or a number of at least {}, got '{}'", option, least, text));
-  return count;
-}
-
-// --snapshot-every: auto or a number of steps (0: never).
-long parse_snapshot_every(const std::string& text) {
-  if (text == "auto") return resilience::kSnapshotEveryAuto;
-  std::size_t used = 0;
-  long steps = -1;
-  try {
-    steps = std::stol(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || steps < 0)
-    throw InvalidArgument(
-        fmt::format("--snapshot-every takes auto or a number of steps (0: never), got '{}'", text));
-  return steps;
+  if (used == 0 || used != text.size() || number < least)
+    throw InvalidArgument(fmt::format("{} takes auto or {}, got '{}'", option, what, text));
+  return number;
 }
 
 // --hang-timeout: auto (0, learned), off (-1) or positive seconds.
@@ -405,7 +391,9 @@ void read_input_pipeline(const po::variables_map& vm, TrainSpec& spec) {
   require(spec.stage_threads >= 1, "--stage-threads must be at least 1");
   spec.prefetch_batches = get<long>(vm, "prefetch-batches");
   spec.loader_threads =
-      parse_auto_or_count(get<std::string>(vm, "loader-threads"), "--loader-threads", /*least=*/1);
+      static_cast<int>(parse_auto_or_number(get<std::string>(vm, "loader-threads"),
+                                            "--loader-threads", 1, "a number of at least 1")
+                           .value_or(0));
   require(spec.prefetch_batches >= 0, "--prefetch-batches must not be negative");
   const double cache_mib = get<double>(vm, "sample-cache-mib");
   require(cache_mib >= 0 && cache_mib < 1e9, "--sample-cache-mib must be between 0 and 1e9");
@@ -428,7 +416,9 @@ void read_checkpoint_options(const po::variables_map& vm, TrainSpec& spec) {
   const auto mode = get<std::string>(vm, "checkpoint-mode");
   const auto when_busy = get<std::string>(vm, "checkpoint-when-busy");
   spec.resume = get<std::string>(vm, "resume");
-  spec.snapshot_every = parse_snapshot_every(get<std::string>(vm, "snapshot-every"));
+  spec.snapshot_every = parse_auto_or_number(get<std::string>(vm, "snapshot-every"),
+                                             "--snapshot-every", 0, "a number of steps (0: never)")
+                            .value_or(resilience::kSnapshotEveryAuto);
   spec.snapshot_dir = get<std::string>(vm, "snapshot-dir");
   require(spec.checkpoint_every >= 0 && spec.checkpoint_every_seconds >= 0,
           "checkpoint intervals must not be negative");
