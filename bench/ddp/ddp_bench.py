@@ -17,6 +17,8 @@ rank = cores / ranks, so more ranks would oversubscribe this machine), in rotati
   hardy-no-memory     the same with --memory-snapshots false
   hardy-bare          all three off (the agreement stays: it is how a step commits)
   hardy-audited       every protection plus --audit-samples and --verify-replicas-every 10
+  hardy-lagged        every protection plus --gradient-lag 1 (a step's allreduce overlaps the next
+                      step's forward and backward; its update is one step late)
 hardy's figure is the median `step_s` of metrics.jsonl past the warm-up (the whole step as its
 user sees it: the samples from memory once the sample cache holds them (64 distinct samples,
 generated on the loader thread the first time), batch assembly, the agreement and the logs
@@ -54,6 +56,7 @@ VARIANTS = {
     "hardy-no-memory": {"memory-snapshots": "false"},
     "hardy-bare": {"snapshot-every": 0, "checkpoint-every": 0, "memory-snapshots": "false"},
     "hardy-audited": {"audit-samples": "true", "verify-replicas-every": 10},
+    "hardy-lagged": {"gradient-lag": 1},
 }
 
 
@@ -163,6 +166,10 @@ def main():
                 price.update({key: (m["hardy"] - m[off]) / bare for key, off in offs.items() if off in m})
                 if "hardy-audited" in m:
                     price["audit_and_replicas"] = (m["hardy-audited"] - m["hardy"]) / bare
+                if "hardy-lagged" in m:  # negative: lagged steps are faster
+                    price["lag"] = (m["hardy-lagged"] - m["hardy"]) / m["hardy"]
+                    price["lag_paired"] = statistics.median(
+                        (g - h) / h for g, h in zip(per_round["hardy-lagged"], per_round["hardy"]))
                 row = {"config": config, "ranks": ranks, "threads": threads,
                        "ms": {name: 1000 * value for name, value in m.items()},
                        "samples_per_s": {name: CONFIGS[config]["batch"] / value for name, value in m.items()},
@@ -172,7 +179,8 @@ def main():
                 table.append(row)
     results["table"] = table
     results["machine"]["load_average_end"] = os.getloadavg()
-    prices = ["all", "all_paired", "snapshot", "checkpoint", "memory_copy", "audit_and_replicas"]
+    prices = ["all", "all_paired", "snapshot", "checkpoint", "memory_copy", "audit_and_replicas", "lag",
+              "lag_paired"]
     print("\n| config | ranks x threads | DDP ms | hardy (protected) ms | hardy bare ms | DDP/hardy | DDP/bare | "
           + " | ".join(prices) + " |")
     print("|" + "---|" * (7 + len(prices)))

@@ -65,13 +65,21 @@ void GradientBuckets::finish(float scale) {
 }
 
 void GradientBuckets::rebind(Communicator& comm) {
+  forget_step();
+  comm_ = &comm;
+}
+
+void GradientBuckets::forget_step() {
   for (Bucket& bucket : buckets_) {
-    if (bucket.request && !bucket.request->done()) bucket.request->wait();
+    try {
+      if (bucket.request && !bucket.request->done()) bucket.request->wait();
+    } catch (const ProcessFailure&) {
+      // A step forgotten after a failure: its sums are not wanted.
+    }
     bucket.request.reset();
   }
   plan_->reset();
   reduce_root_.reset();
-  comm_ = &comm;
 }
 
 void GradientBuckets::reduce_next_step_to(int root) {

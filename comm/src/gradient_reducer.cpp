@@ -24,6 +24,7 @@ class MpiGradientReducer final : public GradientReducer {
       if (backend_.has_non_finite(p->grad)) return true;
     return false;
   }
+  void forget_step() override { buckets_.forget_step(); }
   void rebind(Communicator& survivors, std::span<const int>) override {
     buckets_.rebind(survivors);
   }

@@ -48,6 +48,9 @@ po::options_description train_options() {
   parallel.add_options()(
       "bucket-mib", po::value<double>()->default_value(25.0),
       "gradient fusion buffer size in MiB; each full buffer's allreduce starts during backward")(
+      "gradient-lag", po::value<int>()->default_value(0),
+      "1: reduce each step's gradients while the next step computes and apply them one step "
+      "late (lagged updates, as the 2018 Summit climate run); 0: off (docs/resilience.md)")(
       "audit-samples", po::value<bool>()->default_value(false)->implicit_value(true),
       "rank 0 writes samples.jsonl: the global batch of every committed step")(
       "verify-replicas-every", po::value<long>()->default_value(0),
@@ -294,9 +297,11 @@ void read_run_options(const po::variables_map& vm, TrainSpec& spec) {
   require(spec.threads >= 0, "--threads must not be negative");
   require(spec.log_every > 0, "--log-every must be positive");
   spec.bucket_mib = get<double>(vm, "bucket-mib");
+  spec.gradient_lag = get<int>(vm, "gradient-lag");
   spec.audit_samples = get<bool>(vm, "audit-samples");
   spec.verify_replicas_every = get<long>(vm, "verify-replicas-every");
   require(spec.bucket_mib > 0, "--bucket-mib must be positive");
+  require(spec.gradient_lag == 0 || spec.gradient_lag == 1, "--gradient-lag must be 0 or 1");
   require(spec.verify_replicas_every >= 0, "--verify-replicas-every must not be negative");
 }
 

@@ -96,6 +96,9 @@ struct TrainingSession::State final : StateSource {
   // and the configuration hash; every rank throws when rank 0 could not.
   void establish_run_identity();
   void train_step();
+  // Draws, loads and computes `computed_step` (this iteration's commit, or the one after it with
+  // --gradient-lag 1), its gradients' allreduce started during backward.
+  void compute_step(long computed_step, CommittedStep& done);
   // With fault domains, after the step's gradients are summed in the domain: the other domains'
   // sums and the vote. False when the step is not to be committed here (abandoned, rewound, or
   // taken from a peer whole).
@@ -112,7 +115,7 @@ struct TrainingSession::State final : StateSource {
   // The step's agreement; then the step hooks, or a recovery when a peer's step failed.
   void commit_step(CommittedStep done);
   std::vector<StepHook> make_step_hooks();
-  void check_same_plan(const core::GlobalBatch& batch);
+  void check_same_plan(const core::GlobalBatch& batch, long at_step);
   void verify_replicas(long step);
   void write_metrics(double compute_s, double allreduce_s, double data_wait_s, double step_s,
                      float lr, long skipped);

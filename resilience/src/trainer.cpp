@@ -1,5 +1,6 @@
 #include "trainer.hpp"
 
+#include <fmt/format.h>
 #include <omp.h>
 
 #include "hardy/core/data/data_sources.hpp"
@@ -16,7 +17,8 @@ Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
       assembler_(*backend_, train.shape()),
       prefetcher_(train, config.prefetch_batches > 0 ? threads.loader_threads : 0, 0),
       scaler_(core::LossScalerConfig::for_activations(backend_->activation_dtype())),
-      cross_rank_(comm) {
+      cross_rank_(comm),
+      slots_(static_cast<std::size_t>(1 + config.gradient_lag)) {
   omp_set_num_threads(threads.kernel_threads);
   class_weights_ =
       core::resolve_class_weights(config.class_weights, train, config.model.num_classes);
@@ -27,34 +29,57 @@ Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
   const auto& params = model_.parameters();
   const std::vector<core::Parameter*> ready_order(params.rbegin(), params.rend());
   const auto bucket_bytes = static_cast<std::size_t>(config.bucket_mib * (1 << 20));
-  reducer_ = comm::make_gradient_reducer(comm, *backend_, ready_order, bucket_bytes);
+  // A step's buckets stay in flight while the next step's backward fills the other slot's.
+  for (StepSlot& slot : slots_)
+    slot.reducer = comm::make_gradient_reducer(comm, *backend_, ready_order, bucket_bytes);
 }
 
 const core::GlobalBatch& Trainer::draw_batch(std::size_t global_batch) {
-  batch_ = sampler_.next(global_batch);
-  return batch_;
+  StepSlot& slot = slots_[slot_after(computed_)];
+  slot.sampler_before = sampler_.state();
+  slot.batch = sampler_.next(global_batch);
+  return slot.batch;
 }
 
-core::BatchLoad Trainer::load_batch(const Placement& placement) {
-  const std::vector<std::size_t> mine = placement(batch_);
-  announce_ahead(placement, mine);
-  return assembler_.load(prefetcher_, mine, fields_, labels_, core::BadSamplePolicy::skip);
+const core::BatchLoad& Trainer::load_batch(const Placement& placement) {
+  StepSlot& slot = slots_[slot_after(computed_)];
+  const std::vector<std::size_t> mine = placement(slot.batch);
+  announce_ahead(placement, mine, slot.batch.samples.size());
+  slot.computed.load =
+      assembler_.load(prefetcher_, mine, fields_, labels_, core::BadSamplePolicy::skip);
+  return slot.computed.load;
 }
 
-void Trainer::announce_ahead(const Placement& placement, const std::vector<std::size_t>& mine) {
+void Trainer::announce_ahead(const Placement& placement, const std::vector<std::size_t>& mine,
+                             std::size_t global_batch) {
   if (config_.prefetch_batches == 0) return;
   // A shrink makes this rank's share larger; the depth follows, in whole steps.
   prefetcher_.set_depth(static_cast<std::size_t>(config_.prefetch_batches) * mine.size());
   std::vector<std::size_t> plan = mine;
   core::EpochSampler ahead = sampler_;
   for (long k = 0; k < config_.prefetch_batches; ++k) {
-    const auto next = placement(ahead.next(batch_.samples.size()));
+    const auto next = placement(ahead.next(global_batch));
     plan.insert(plan.end(), next.begin(), next.end());
   }
   prefetcher_.announce(plan);
 }
 
 double Trainer::compute(float grad_scale, const GradientReady& on_ready) {
+  if (computed_ == static_cast<int>(slots_.size()))
+    throw Error(fmt::format("Trainer: {} steps computed and none committed", computed_));
+  StepSlot& slot = slots_[slot_after(computed_)];
+  slot.computed.step = step_ + computed_ + 1;
+  slot.computed.grad_scale = grad_scale;
+  slot.loss_scale = scaler_.scale();
+  if (slots_.size() > 1) {
+    slot.buffers_before.resize(model_.buffers().size());
+    std::size_t b = 0;
+    for (const auto& [name, buffer] : model_.buffers()) {
+      const auto values = buffer->f32();
+      slot.buffers_before[b++].assign(values.begin(), values.end());
+    }
+  }
+  comm::GradientReducer& reducer = *slot.reducer;
   const core::Tensor& logits = model_.forward(fields_, /*training=*/true, &cross_rank_);
   core::ensure_tensor(*backend_, dlogits_, logits.dims());
   // fp16 scales the loss gradient up so that small gradients survive; finish_reduction() takes
@@ -62,25 +87,39 @@ double Trainer::compute(float grad_scale, const GradientReady& on_ready) {
   const double loss = backend_->softmax_cross_entropy({.logits = logits,
                                                        .labels = labels_,
                                                        .class_weights = class_weights_,
-                                                       .grad_scale = grad_scale * scaler_.scale()},
+                                                       .grad_scale = grad_scale * slot.loss_scale},
                                                       dlogits_);
   const std::size_t count = model_.parameters().size();
   std::size_t ready = 0;
   model_.backward(
       dlogits_,
       [&](std::size_t i) {
-        reducer_->mark_ready(count - 1 - i);
+        reducer.mark_ready(count - 1 - i);
         on_ready(++ready, count);
       },
       &cross_rank_);
+  ++computed_;
+  slot.computed.loss_sum = loss;
   return loss;
 }
 
-void Trainer::finish_reduction() { reducer_->finish(1.0f / scaler_.scale()); }
+void Trainer::finish_reduction() {
+  const StepSlot& oldest = slots_[oldest_slot_];
+  oldest.reducer->finish(1.0f / oldest.loss_scale);
+}
+
+void Trainer::advance() {
+  ++step_;
+  committed_slot_ = oldest_slot_;
+  if (computed_ > 0) {
+    oldest_slot_ = (oldest_slot_ + 1) % slots_.size();
+    --computed_;
+  }
+}
 
 bool Trainer::update(float lr) {
   // Every rank holds the same reduced gradients, so every rank takes the same decision.
-  const bool finite = scaler_.update(reducer_->has_non_finite());
+  const bool finite = scaler_.update(slots_[oldest_slot_].reducer->has_non_finite());
   if (finite) optimizer_->step(model_.parameters(), lr);
   backend_->synchronize();
   return finite;
@@ -99,8 +138,16 @@ void Trainer::divide_gradients(double divisor) {
 void Trainer::capture_into(checkpoint::TrainingState& state) const {
   checkpoint::capture_into(const_cast<core::DeepLabV3Plus&>(model_), *optimizer_, state);
   state.step = step_;
-  state.epoch = sampler_.state().epoch;
-  state.sampler = sampler_.state();
+  // A computed step that is not committed yet has moved the sampler and, under batch norm, the
+  // running statistics: the state is as they were before it.
+  const StepSlot* uncommitted = computed_ > 0 ? &slots_[oldest_slot_] : nullptr;
+  state.sampler = uncommitted ? uncommitted->sampler_before : sampler_.state();
+  state.epoch = state.sampler.epoch;
+  if (uncommitted && !uncommitted->buffers_before.empty()) {
+    const std::size_t first_buffer = model_.parameters().size();
+    for (std::size_t b = 0; b < uncommitted->buffers_before.size(); ++b)
+      state.model[first_buffer + b].values = uncommitted->buffers_before[b];
+  }
   state.rng_seed = config_.seed;
   state.lr_schedule = config_.schedule;
   state.loss_scale = scaler_.scale();
@@ -114,6 +161,12 @@ void Trainer::apply(const checkpoint::TrainingState& state) {
 }
 
 void Trainer::restore_scalars(const checkpoint::TrainingState& state) {
+  // The computed steps are another timeline: their reductions are dropped (after a failure their
+  // reducers were rebound already, which forgot them).
+  for (; computed_ > 0; --computed_) {
+    slots_[oldest_slot_].reducer->forget_step();
+    oldest_slot_ = (oldest_slot_ + 1) % slots_.size();
+  }
   step_ = state.step;
   sampler_.restore(state.sampler);
   last_loss_ = state.loss;
@@ -142,7 +195,7 @@ std::vector<core::Tensor*> Trainer::exchanged_tensors(bool whole_state) {
 }
 
 void Trainer::rebind(comm::Communicator& comm, std::span<const int> lost) {
-  reducer_->rebind(comm, lost);  // NCCL drops the same ranks
+  for (StepSlot& slot : slots_) slot.reducer->rebind(comm, lost);  // NCCL drops the same ranks
   cross_rank_.rebind(comm);
 }
 

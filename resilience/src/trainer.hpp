@@ -5,9 +5,13 @@
 //
 // A step is a short sequence of calls that the session makes in order (draw_batch, load_batch,
 // compute, finish_reduction, update, advance) so that it can watch each one, and fail or stop
-// between them. The trainer knows nothing of failures, events or the run directory: the session
-// (training_session.cpp), recovery (recovery.cpp), the state store and the fault domains reach it
-// only through this interface. Its state is what a checkpoint holds of it (capture_into, apply).
+// between them. With lagged gradients (--gradient-lag 1) the next step's draw_batch, load_batch
+// and compute come between a step's compute and its finish_reduction: the trainer then holds two
+// computed steps, each with its own batch and reducer, and the oldest is the one finished,
+// updated and committed (computed_steps). The trainer knows nothing of failures, events or the run
+// directory: the session (training_session.cpp), recovery (recovery.cpp), the state store and the
+// fault domains reach it only through this interface. Its state is what a checkpoint holds of it
+// (capture_into, apply).
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -28,6 +32,14 @@
 
 namespace hardy::resilience {
 
+// What computing a step gave, kept until the step is committed.
+struct ComputedStep {
+  long step = 0;
+  float grad_scale = 0;  // what divided its loss gradient (the global batch's pixels)
+  double loss_sum = 0;   // this rank's
+  core::BatchLoad load;  // its wait for data and the samples it skipped
+};
+
 class Trainer {
  public:
   // Which of a global batch's samples this rank loads, in the order it loads them.
@@ -46,24 +58,30 @@ class Trainer {
   // ---- one step ----
   // The next global batch of `global_batch` samples (the sampler moves on).
   const core::GlobalBatch& draw_batch(std::size_t global_batch);
-  const core::GlobalBatch& batch() const { return batch_; }
+  // The batch of the step committed last (or, before it is committed, of the step being finished).
+  const core::GlobalBatch& batch() const { return slots_[committed_slot_].batch; }
   // This rank's share of the drawn batch into the input tensors. The prefetcher is told this step's
   // samples and those of the next --prefetch-batches steps, read from a copy of the sampler.
   // Bad samples are always skipped here: whether one ends the job is decided by every rank.
-  core::BatchLoad load_batch(const Placement& placement);
+  const core::BatchLoad& load_batch(const Placement& placement);
   // Forward pass, loss and backward pass, each gradient handed to the reducer as soon as it is
   // ready. `grad_scale` divides the loss gradient (by the global batch's pixels); the loss scale
-  // multiplies it. Returns this rank's loss sum.
+  // multiplies it. Returns this rank's loss sum. The step is computed until advance().
   double compute(float grad_scale, const GradientReady& on_ready);
-  // Waits for the gradient allreduce and takes the loss scale off the gradients.
+  // Steps computed and not yet committed: at most 1, or 2 with --gradient-lag 1 between a compute
+  // and the older step's advance().
+  int computed_steps() const { return computed_; }
+  // The oldest of them: the one finish_reduction(), update() and advance() act on.
+  const ComputedStep& oldest_computed() const { return slots_[oldest_slot_].computed; }
+  // Waits for the oldest computed step's gradient allreduce and takes its loss scale off.
   void finish_reduction();
   // The optimizer step, unless the loss scaler skips it (non-finite gradients): whether it ran.
   bool update(float lr);
   // The optimizer step regardless of the gradients (the other domains' committed sums).
   void apply_update(float lr);
   void divide_gradients(double divisor);
-  // The step is committed: the trainer stands at the next one.
-  void advance() { ++step_; }
+  // The oldest computed step is committed: the trainer stands at the next one.
+  void advance();
 
   // ---- state ----
   long step() const { return step_; }
@@ -73,7 +91,8 @@ class Trainer {
   // The model, the optimizer and the loop's scalars (step, sampler, loss, loss scale). Reuses the
   // state's memory, so that a copy per step allocates nothing.
   void capture_into(checkpoint::TrainingState& state) const;
-  // The other way; throws InvalidArgument when the tensors do not fit this model.
+  // The other way; throws InvalidArgument when the tensors do not fit this model. Forgets the
+  // computed steps: the next compute starts from the restored step.
   void apply(const checkpoint::TrainingState& state);
   // The loop's scalars alone (when the tensors arrive by another way).
   void restore_scalars(const checkpoint::TrainingState& state);
@@ -90,12 +109,28 @@ class Trainer {
   core::DeepLabV3Plus& model() { return model_; }
   const core::DeepLabV3Plus& model() const { return model_; }
   core::Optimizer& optimizer() { return *optimizer_; }
-  comm::GradientReducer& reducer() { return *reducer_; }
+  // The reducer of the next step to compute (every step's, without lag).
+  comm::GradientReducer& reducer() { return *slots_[slot_after(computed_)].reducer; }
   const core::SamplePrefetcher& prefetcher() const { return prefetcher_; }
   const core::EpochSampler& sampler() const { return sampler_; }
 
  private:
-  void announce_ahead(const Placement& placement, const std::vector<std::size_t>& mine);
+  // What a computed step needs until it is committed. One slot, or two used in turn with lag.
+  struct StepSlot {
+    core::GlobalBatch batch;
+    core::SamplerState sampler_before;  // where the sampler stood before drawing the batch
+    ComputedStep computed;
+    std::unique_ptr<comm::GradientReducer> reducer;
+    float loss_scale = 1;  // the one compute() multiplied the loss gradient by
+    // The batch norm's running statistics before this step's forward pass: a committed state
+    // holds them as they were then when a later step is already computed.
+    std::vector<std::vector<float>> buffers_before;
+  };
+  std::size_t slot_after(int computed) const {
+    return (oldest_slot_ + static_cast<std::size_t>(computed)) % slots_.size();
+  }
+  void announce_ahead(const Placement& placement, const std::vector<std::size_t>& mine,
+                      std::size_t global_batch);
 
   const TrainingConfig& config_;
   std::unique_ptr<core::Backend> backend_;
@@ -109,10 +144,12 @@ class Trainer {
   // fp16: dynamic loss scaling; bf16 and f32: a static scale of 1 (still skips non-finite steps).
   core::LossScaler scaler_;
   comm::CommunicatorSum cross_rank_;  // the batch norm's sums over ranks
-  // The gradient allreduce: MPI buckets for host gradients, NCCL for device ones.
-  std::unique_ptr<comm::GradientReducer> reducer_;
+  // Each with its gradient allreduce: MPI buckets for host gradients, NCCL for device ones.
+  std::vector<StepSlot> slots_;
+  std::size_t oldest_slot_ = 0;     // the oldest computed step's, when there is one
+  std::size_t committed_slot_ = 0;  // the last committed step's
+  int computed_ = 0;
   std::vector<float> class_weights_;
-  core::GlobalBatch batch_;
   core::Tensor fields_, labels_, dlogits_;
   long step_ = 0;  // steps committed
   double last_loss_ = 0;

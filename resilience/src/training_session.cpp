@@ -81,8 +81,15 @@ void check_and_complete(TrainingConfig& config, int world_size, const core::Samp
   }
   config.schedule.total_steps = config.steps;
   config.schedule.validate();
+  if (config.gradient_lag != 0 && config.backend != "cpu")
+    throw InvalidArgument(
+        "--gradient-lag 1 is built for host gradients: with --backend cuda it is not supported "
+        "yet (the NCCL buckets of two steps would share the device's gradients unordered)");
   if (config.domain >= 0) {
     // What the cross-domain exchange does not carry yet, refused before anything starts.
+    if (config.gradient_lag != 0)
+      throw InvalidArgument(
+          "--gradient-lag 1 with fault domains (--nodes-per-domain) is not supported yet");
     if (config.backend != "cpu")
       throw InvalidArgument(
           "fault domains exchange host gradients only: --backend cuda with --nodes-per-domain is "
@@ -380,12 +387,11 @@ void TrainingSession::State::report_resumed(const std::string& source,
                 : "");
 }
 
-void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch) {
+void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch, long at_step) {
   const std::uint64_t digest = core::xxhash64(std::as_bytes(std::span(batch.samples)));
   if (!comm::all_equal(comm(), static_cast<std::int64_t>(digest)))
-    throw Error(
-        fmt::format("step {}: the ranks planned different global batches (sampler states diverged)",
-                    step() + 1));
+    throw Error(fmt::format(
+        "step {}: the ranks planned different global batches (sampler states diverged)", at_step));
 }
 
 std::vector<nlohmann::json> TrainingSession::State::gather_bad_samples(
@@ -411,37 +417,25 @@ std::vector<nlohmann::json> TrainingSession::State::gather_bad_samples(
 }
 
 void TrainingSession::State::train_step() {
-  const auto shape = data.train->shape();
-  const std::size_t global_batch = current_global_batch();
-  const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
-  const long this_step = step() + 1;
+  const long this_step = step() + 1;  // the step this iteration commits
+  // With --gradient-lag 1 the step after it is computed first, while this one's gradients are
+  // still being reduced (docs/resilience.md); its update waits for the next iteration.
+  const long computed_step = this_step + trainer.computed_steps();
   CommittedStep done{.started = Clock::now()};
-  injector.at(this_step, Phase::forward);
-
-  const core::GlobalBatch& batch = trainer.draw_batch(global_batch);
-  if (comm().size() > 1) {
-    Watchdog::Scope scope(watchdog, "sample plan check");
-    check_same_plan(batch);
+  if (computed_step <= config.steps) compute_step(computed_step, done);
+  if (trainer.computed_steps() <= config.gradient_lag && computed_step < config.steps) {
+    // The first step after a start or a rollback: nothing to commit yet. The agreement still
+    // ends the iteration, so that a peer's failure here reaches every rank where it would in any
+    // other step.
+    Watchdog::Scope scope(watchdog, "step agreement");
+    if (!agree_on_step(comm(), /*finished=*/true, preemption_requested.load()).committed)
+      recover(fmt::format("step {} did not finish on every rank (a peer failed)", computed_step));
+    return;
   }
-  const core::BatchLoad input = [&] {
-    Watchdog::Scope scope(watchdog, "data wait", Activity::loading_data);
-    return trainer.load_batch([this](const core::GlobalBatch& b) { return local_samples(b); });
-  }();
-  // Where the domains meet, only the leader needs the domain's sums: it exchanges them with the
-  // other domains and broadcasts the result to its members (FaultDomains::exchange).
-  if (domains->enabled() && domains_meet_at(this_step)) trainer.reducer().reduce_next_step_to(0);
+  const ComputedStep& computed = trainer.oldest_computed();
   const float loss_scale = trainer.loss_scale();
   // The loss, and the samples every rank skipped (summed with it: no collective of its own).
-  std::vector<double> loss{trainer.compute(grad_scale,
-                                           [&](std::size_t ready, std::size_t count) {
-                                             // Dying here leaves some buckets' allreduces in
-                                             // flight: the hardest moment to fail.
-                                             if (ready == count / 2)
-                                               injector.at(this_step, Phase::allreduce);
-                                           }),
-                           static_cast<double>(input.skipped.size())};
-  done.compute_s = seconds_since(done.started);
-  done.data_wait_s = input.data_wait_s;
+  std::vector<double> loss{computed.loss_sum, static_cast<double>(computed.load.skipped.size())};
   const auto reduce_start = Clock::now();
   {
     Watchdog::Scope scope(watchdog, "gradient allreduce");
@@ -452,7 +446,7 @@ void TrainingSession::State::train_step() {
       // Every rank learns of every bad sample of the step, so that under fail all of them end
       // the job together (one rank ending alone would look like a process failure to recover
       // from), and under skip the lead logs each sample once.
-      const auto bad = gather_bad_samples(input.skipped, this_step);
+      const auto bad = gather_bad_samples(computed.load.skipped, this_step);
       if (config.bad_samples == core::BadSamplePolicy::fail && !bad.empty())
         throw comm::Agreed<InvalidArgument>(  // every rank learned of the sample above
             fmt::format("{}: {} (step {}; --bad-samples skip would leave such samples out)",
@@ -463,9 +457,10 @@ void TrainingSession::State::train_step() {
           events.emit("sample_skipped", std::move(record));
     }
   }
+  const double grad_scale = computed.grad_scale;
   bool admit_after_commit = false;
   if (domains->enabled() &&
-      !exchange_across_domains(this_step, global_batch, loss, done, admit_after_commit))
+      !exchange_across_domains(this_step, current_global_batch(), loss, done, admit_after_commit))
     return;
   done.allreduce_s = seconds_since(reduce_start);
   done.lr = current_lr(step());
@@ -486,6 +481,32 @@ void TrainingSession::State::train_step() {
     domains->admit_if_pending(domain_state_access());
     follow_domain_ownership();
   }
+}
+
+void TrainingSession::State::compute_step(long computed_step, CommittedStep& done) {
+  const auto shape = data.train->shape();
+  const std::size_t global_batch = current_global_batch();
+  const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
+  injector.at(computed_step, Phase::forward);
+  const core::GlobalBatch& batch = trainer.draw_batch(global_batch);
+  if (comm().size() > 1) {
+    Watchdog::Scope scope(watchdog, "sample plan check");
+    check_same_plan(batch, computed_step);
+  }
+  const core::BatchLoad& input = [&]() -> const core::BatchLoad& {
+    Watchdog::Scope scope(watchdog, "data wait", Activity::loading_data);
+    return trainer.load_batch([this](const core::GlobalBatch& b) { return local_samples(b); });
+  }();
+  // Where the domains meet, only the leader needs the domain's sums: it exchanges them with the
+  // other domains and broadcasts the result to its members (FaultDomains::exchange).
+  if (domains->enabled() && domains_meet_at(computed_step))
+    trainer.reducer().reduce_next_step_to(0);
+  trainer.compute(grad_scale, [&](std::size_t ready, std::size_t count) {
+    // Dying here leaves some buckets' allreduces in flight: the hardest moment to fail.
+    if (ready == count / 2) injector.at(computed_step, Phase::allreduce);
+  });
+  done.compute_s = seconds_since(done.started);
+  done.data_wait_s = input.data_wait_s;
 }
 
 bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t global_batch,

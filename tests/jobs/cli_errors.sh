@@ -45,6 +45,11 @@ expect 2 "snapshot-every takes auto or a number of steps (0: never), got 'often'
 expect 2 "snapshot-every takes auto or a number of steps (0: never), got '-2'" -- train --snapshot-every -2 --run-dir "$tmp/c"
 expect 2 "sample-cache-mib must be between 0 and 1e9" -- train --sample-cache-mib -1 --run-dir "$tmp/c"
 expect 2 "hang-io-timeout must be positive" -- train --hang-io-timeout 0 --run-dir "$tmp/c"
+expect 2 "gradient-lag must be 0 or 1" -- train --gradient-lag 2 --run-dir "$tmp/c"
+expect 2 "gradient-lag 1 is built for host gradients" -- train --gradient-lag 1 --backend cuda --synthetic \
+  --steps 1 --run-dir "$tmp/c"
+expect 2 "gradient-lag 1 with fault domains" -- run --nodes 2 --nodes-per-domain 1 --run-dir "$tmp/f" \
+  -- --synthetic --steps 2 --gradient-lag 1
 expect 2 "sleep=S takes a positive number of seconds" -- train --inject-failure rank=1@step=2:sleep=0 --run-dir "$tmp/c"
 # Options every domain would refuse end the job of domains with their message, not in relaunches.
 expect 2 "domain-sync-every must be at least 1" -- run --nodes 2 --nodes-per-domain 1 --run-dir "$tmp/d" \

@@ -15,9 +15,9 @@ using namespace hardy::resilience;
 
 namespace {
 
-// One step as the session takes it, without agreement, hooks or failures.
-void train_one_step(Trainer& trainer, const comm::Communicator& comm,
-                    const TrainingConfig& config) {
+// The first half of a step as the session takes it: draw, load and compute the next step.
+void compute_next_step(Trainer& trainer, const comm::Communicator& comm,
+                       const TrainingConfig& config) {
   const auto global_batch = static_cast<std::size_t>(config.global_batch);
   const auto shape = config.data.shape;
   const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
@@ -28,10 +28,32 @@ void train_one_step(Trainer& trainer, const comm::Communicator& comm,
         batch.samples.begin() + static_cast<std::ptrdiff_t>(shard.begin),
         batch.samples.begin() + static_cast<std::ptrdiff_t>(shard.end));
   });
-  trainer.set_last_loss(trainer.compute(grad_scale, [](std::size_t, std::size_t) {}));
+  trainer.compute(grad_scale, [](std::size_t, std::size_t) {});
+}
+
+// The second half: the oldest computed step's reduction, update and commit.
+void commit_oldest_step(Trainer& trainer, const TrainingConfig& config) {
+  trainer.set_last_loss(trainer.oldest_computed().loss_sum);
   trainer.finish_reduction();
   REQUIRE(trainer.update(config.schedule.at(trainer.step())));
   trainer.advance();
+}
+
+// One step as the session takes it, without agreement, hooks or failures.
+void train_one_step(Trainer& trainer, const comm::Communicator& comm,
+                    const TrainingConfig& config) {
+  compute_next_step(trainer, comm, config);
+  commit_oldest_step(trainer, config);
+}
+
+// One iteration with --gradient-lag 1 once the pipeline is full: the next step is computed while
+// the oldest one's gradients are still in flight, then that one is committed.
+void train_one_lagged_step(Trainer& trainer, const comm::Communicator& comm,
+                           const TrainingConfig& config) {
+  if (trainer.computed_steps() == 0) compute_next_step(trainer, comm, config);
+  compute_next_step(trainer, comm, config);
+  REQUIRE(trainer.computed_steps() == 2);
+  commit_oldest_step(trainer, config);
 }
 
 // What the session completes before its first step.
@@ -41,11 +63,15 @@ TrainingConfig completed(TrainingConfig config) {
 }
 
 // Runs `body` on every rank of an in-process world of `ranks`, with the small job's configuration
-// and its samples; fails the test when a rank ends with an exception.
-void on_ranks(int ranks, const std::function<void(comm::Communicator&, const TrainingConfig&,
-                                                  const core::SampleSource&)>& body) {
+// (changed by `adjust`) and its samples; fails the test when a rank ends with an exception.
+void on_ranks(
+    int ranks,
+    const std::function<void(comm::Communicator&, const TrainingConfig&,
+                             const core::SampleSource&)>& body,
+    const std::function<void(TrainingConfig&)>& adjust = [](TrainingConfig&) {}) {
   hardy::testing::ScratchDirectory scratch("trainer");
-  const TrainingConfig config = completed(hardy::testing::small_training_job(scratch.path(), 8));
+  TrainingConfig config = completed(hardy::testing::small_training_job(scratch.path(), 8));
+  adjust(config);
   hardy::testing::InProcessWorld world(ranks);
   const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
     const core::DataSources data = core::open_data(config.data);
@@ -113,4 +139,102 @@ TEST_CASE("the state transport brings every rank to the root's state and the nex
     CHECK(comm::all_equal(comm, static_cast<std::int64_t>(digest_of(mine))));
     CHECK(comm::all_equal(comm, static_cast<std::int64_t>(mine.batch().samples.front())));
   });
+}
+
+TEST_CASE(
+    "with --gradient-lag 1 a step's update applies the gradients of a batch computed before "
+    "the previous update") {
+  on_ranks(1, [](comm::Communicator& comm, const TrainingConfig& plain,
+                 const core::SampleSource& samples) {
+    TrainingConfig lagged_config = plain;
+    lagged_config.gradient_lag = 1;
+    Trainer lagged(lagged_config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    Trainer unlagged(plain, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    const std::uint64_t initial = digest_of(lagged);
+    REQUIRE(digest_of(unlagged) == initial);
+
+    // Step 1: both computed batch 1 from the initial parameters; batch 2 is computed too, from
+    // the same parameters, and its reduction is in flight.
+    train_one_lagged_step(lagged, comm, lagged_config);
+    train_one_step(unlagged, comm, plain);
+    CHECK(lagged.step() == 1);
+    CHECK(lagged.computed_steps() == 1);
+    CHECK(lagged.batch().samples == unlagged.batch().samples);
+    CHECK(digest_of(lagged) == digest_of(unlagged));
+
+    // Step 2 applies batch 2's gradients, taken before step 1's update: one step stale.
+    train_one_lagged_step(lagged, comm, lagged_config);
+    train_one_step(unlagged, comm, plain);
+    CHECK(lagged.batch().samples == unlagged.batch().samples);
+    CHECK(digest_of(lagged) != digest_of(unlagged));
+
+    // The same stale update by hand: from the state after step 1, batch 2's gradients taken at
+    // the initial parameters (a fresh trainer computing it), applied to step 1's parameters.
+    Trainer by_hand(plain, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    train_one_step(by_hand, comm, plain);  // step 1, as the unlagged trainer took it
+    checkpoint::TrainingState after_step_1;
+    by_hand.capture_into(after_step_1);
+    Trainer stale(plain, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    stale.apply(after_step_1);  // the sampler at batch 2 ...
+    checkpoint::TrainingState initial_state;
+    Trainer(plain, comm, samples, {.kernel_threads = 1, .loader_threads = 1})
+        .capture_into(initial_state);
+    for (std::size_t i = 0; i < stale.model().parameters().size(); ++i)  // ... the weights at 0
+      std::copy(initial_state.model[i].values.begin(), initial_state.model[i].values.end(),
+                stale.model().parameters()[i]->value.f32().begin());
+    compute_next_step(stale, comm, plain);
+    stale.finish_reduction();
+    stale.apply(after_step_1);  // every tensor back at step 1, the gradients kept
+    REQUIRE(stale.update(plain.schedule.at(1)));
+    CHECK(digest_of(stale) == digest_of(lagged));
+  });
+}
+
+TEST_CASE(
+    "a state captured with a lagged step in flight holds the step before it; a restore "
+    "computes that step again") {
+  on_ranks(
+      2,
+      [](comm::Communicator& comm, const TrainingConfig& config,
+         const core::SampleSource& samples) {
+        Trainer first(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        for (int k = 0; k < 3; ++k) train_one_lagged_step(first, comm, config);
+        REQUIRE(first.computed_steps() == 1);  // step 4 is in flight
+        checkpoint::TrainingState state;
+        first.capture_into(state);
+        CHECK(state.step == 3);
+
+        // Step 4's batch norm statistics are not in the state: its forward pass moved them.
+        const std::size_t first_buffer = first.model().parameters().size();
+        REQUIRE(state.model.size() > first_buffer);
+        const auto& [name, live] = first.model().buffers().front();
+        CHECK(!std::equal(live->f32().begin(), live->f32().end(),
+                          state.model[first_buffer].values.begin()));
+
+        // A fresh trainer restored from it draws step 4's batch next, as the first one did.
+        Trainer second(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        second.apply(state);
+        CHECK(second.step() == 3);
+        CHECK(second.computed_steps() == 0);
+        for (int k = 0; k < 2; ++k) {
+          train_one_lagged_step(first, comm, config);
+          train_one_lagged_step(second, comm, config);
+          CHECK(second.batch().samples == first.batch().samples);
+        }
+        // The pipeline started again from step 3's parameters, so the steps were computed from
+        // other parameters: exactly once, not bitwise the same.
+        CHECK(digest_of(second) != digest_of(first));
+        CHECK(comm::all_equal(comm, static_cast<std::int64_t>(digest_of(second))));
+
+        // The first trainer abandons its step in flight (a rollback) and goes on with the others.
+        first.apply(state);
+        CHECK(first.computed_steps() == 0);
+        train_one_lagged_step(first, comm, config);
+        CHECK(first.step() == 4);
+        CHECK(comm::all_equal(comm, static_cast<std::int64_t>(digest_of(first))));
+      },
+      [](TrainingConfig& config) {
+        config.gradient_lag = 1;
+        config.model.norm = core::NormKind::batch;
+      });
 }

@@ -23,6 +23,7 @@ class NcclGradientReducer final : public GradientReducer {
   void finish(float scale) override { buckets_->finish(scale); }
   bool has_non_finite() override { return buckets_->has_non_finite(); }  // one check a bucket
 
+  void forget_step() override { buckets_->rebind(*nccl_); }
   void rebind(Communicator& survivors, std::span<const int> lost) override {
     // The survivors agreed on the failed ranks through ULFM; NCCL drops the same ones, aborting
     // what was stuck on them. If any survivor's NCCL communicator was aborted already (a

@@ -48,8 +48,11 @@ class GradientBuckets {
   void finish(float scale);
 
   // Uses comm from the next step on (e.g. the survivors after shrink()) and forgets the current
-  // step; waits for any allreduce still in flight first.
+  // step, as forget_step().
   void rebind(Communicator& comm);
+  // Forgets the current step: waits for any allreduce still in flight, ignoring a ProcessFailure
+  // (a revoked communicator ends them with one), so that the next mark_ready() starts a step.
+  void forget_step();
 
   // For the step about to start only, before its first mark_ready(): the sums are needed at
   // `root` alone (a fault domain's leader, which exchanges them with the other domains and

@@ -27,6 +27,10 @@ class GradientReducer {
   virtual void reduce_next_step_to(int /*root*/) {}
   // After finish(): whether a reduced gradient holds an Inf or NaN (a loss-scale overflow).
   virtual bool has_non_finite() = 0;
+  // Forgets the step in flight (one computed but never finished, as a rollback abandons it):
+  // waits for its collectives to end, whatever their outcome. Local; the next mark_ready() starts
+  // a step.
+  virtual void forget_step() = 0;
   // The MPI communicator was shrunk to `survivors`; `lost` are ranks of the one before. From the
   // next step on, reduce over the survivors. Collective over them.
   virtual void rebind(Communicator& survivors, std::span<const int> lost) = 0;

@@ -44,6 +44,9 @@ struct TrainingConfig {
 
   // Data parallelism.
   double bucket_mib = 25;
+  // Lagged gradient updates (docs/resilience.md): 1 = a step's gradients are reduced while the
+  // next step's forward and backward run, and applied after them (one step stale); 0 = off.
+  int gradient_lag = 0;
   bool audit_samples = false;
   long verify_replicas_every = 0;
 
