@@ -115,7 +115,7 @@ struct TrainingSession::State final : StateSource {
   // The step's agreement; then the step hooks, or a recovery when a peer's step failed.
   void commit_step(CommittedStep done);
   std::vector<StepHook> make_step_hooks();
-  void check_same_plan(const core::GlobalBatch& batch, long at_step);
+  void check_same_plan(std::uint64_t digest, long at_step);
   void verify_replicas(long step);
   void write_metrics(double compute_s, double allreduce_s, double data_wait_s, double step_s,
                      float lr, long skipped);

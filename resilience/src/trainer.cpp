@@ -4,8 +4,13 @@
 #include <omp.h>
 
 #include "hardy/core/data/data_sources.hpp"
+#include "hardy/core/support/digest.hpp"
 
 namespace hardy::resilience {
+
+std::uint64_t plan_digest(const core::GlobalBatch& batch) {
+  return core::xxhash64(std::as_bytes(std::span(batch.samples)));
+}
 
 Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
                  const core::SampleSource& train, ThreadSplit threads)
@@ -38,6 +43,7 @@ const core::GlobalBatch& Trainer::draw_batch(std::size_t global_batch) {
   StepSlot& slot = slots_[slot_after(computed_)];
   slot.sampler_before = sampler_.state();
   slot.batch = sampler_.next(global_batch);
+  slot.computed.plan_digest = plan_digest(slot.batch);
   return slot.batch;
 }
 

@@ -32,12 +32,16 @@
 
 namespace hardy::resilience {
 
+// What identifies a global batch across ranks (their samplers must agree on it).
+std::uint64_t plan_digest(const core::GlobalBatch& batch);
+
 // What computing a step gave, kept until the step is committed.
 struct ComputedStep {
   long step = 0;
-  float grad_scale = 0;  // what divided its loss gradient (the global batch's pixels)
-  double loss_sum = 0;   // this rank's
-  core::BatchLoad load;  // its wait for data and the samples it skipped
+  float grad_scale = 0;           // what divided its loss gradient (the global batch's pixels)
+  double loss_sum = 0;            // this rank's
+  std::uint64_t plan_digest = 0;  // of its global batch's sample indices (equal on every rank)
+  core::BatchLoad load;           // its wait for data and the samples it skipped
 };
 
 class Trainer {

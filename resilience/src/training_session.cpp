@@ -387,8 +387,7 @@ void TrainingSession::State::report_resumed(const std::string& source,
                 : "");
 }
 
-void TrainingSession::State::check_same_plan(const core::GlobalBatch& batch, long at_step) {
-  const std::uint64_t digest = core::xxhash64(std::as_bytes(std::span(batch.samples)));
+void TrainingSession::State::check_same_plan(std::uint64_t digest, long at_step) {
   if (!comm::all_equal(comm(), static_cast<std::int64_t>(digest)))
     throw Error(fmt::format(
         "step {}: the ranks planned different global batches (sampler states diverged)", at_step));
@@ -441,6 +440,8 @@ void TrainingSession::State::train_step() {
     Watchdog::Scope scope(watchdog, "gradient allreduce");
     // grad_scale already divides by the global batch, so the sum over ranks is the mean.
     trainer.finish_reduction();
+    if (comm().size() > 1 && config.gradient_lag != 0)  // before it is committed
+      check_same_plan(computed.plan_digest, this_step);
     comm().allreduce_sum(loss);
     if (loss[1] > 0) {
       // Every rank learns of every bad sample of the step, so that under fail all of them end
@@ -489,9 +490,11 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
   const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
   injector.at(computed_step, Phase::forward);
   const core::GlobalBatch& batch = trainer.draw_batch(global_batch);
-  if (comm().size() > 1) {
+  // With a step in flight, a collective here would wait behind its allreduce on the network
+  // (one link, first come first served); the plan is checked after that step's reduction.
+  if (comm().size() > 1 && config.gradient_lag == 0) {
     Watchdog::Scope scope(watchdog, "sample plan check");
-    check_same_plan(batch, computed_step);
+    check_same_plan(plan_digest(batch), computed_step);
   }
   const core::BatchLoad& input = [&]() -> const core::BatchLoad& {
     Watchdog::Scope scope(watchdog, "data wait", Activity::loading_data);
