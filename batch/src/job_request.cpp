@@ -43,6 +43,9 @@ constexpr std::array kPlaceholders = {
     Placeholder{
         "nodes_per_domain",
         "--nodes-per-domain: fault domains of this many nodes, each its own MPI job (0: one)"},
+    Placeholder{"rendezvous",
+                "--rendezvous: where the fault domains' leaders meet, file (the run directory) or "
+                "redis (a redis-server on the batch host)"},
     Placeholder{"exclude_nodes_file",
                 "RUN_DIR/exclude-nodes, the nodes the job lost, one per line, to exclude"},
     Placeholder{"launcher", "LSF only: --lsf-launcher, jsrun or mpirun"},
@@ -97,6 +100,11 @@ void validate(const JobRequest& request) {
     throw InvalidArgument(
         fmt::format("--nodes-per-domain {} does not divide --nodes {} into whole fault domains",
                     request.nodes_per_domain, request.nodes));
+  if (request.rendezvous != "file" && request.rendezvous != "redis")
+    throw InvalidArgument(fmt::format("--rendezvous {}: choose file or redis", request.rendezvous));
+  if (request.rendezvous == "redis" && request.nodes_per_domain == 0)
+    throw InvalidArgument(
+        "--rendezvous redis is where fault domains meet: it needs --nodes-per-domain");
   if (request.max_requeues < 0)
     throw InvalidArgument(
         fmt::format("--max-requeues must be 0 or more, not {}", request.max_requeues));
@@ -136,6 +144,7 @@ TemplateValues template_values(const JobRequest& request) {
       {"min_world_size", number(static_cast<long>(request.min_nodes) * request.ranks_per_node)},
       {"max_requeues", number(request.max_requeues)},
       {"nodes_per_domain", number(request.nodes_per_domain)},
+      {"rendezvous", request.rendezvous},
       {"exclude_nodes_file", request.exclude_nodes().string()},
       {"launcher", std::nullopt},
   };

@@ -45,7 +45,7 @@ trap 'echo "hardy: SIGUSR1, passed on to hardy run" >&2; [ -n "$child" ] && kill
       R"sh(--nodes {{nodes}} --ranks-per-node {{ranks_per_node}} --run-dir {{run_dir}} \
   --cpus-per-rank {{cpus_per_rank}} --gpus-per-rank {{gpus_per_rank}} \
   --min-world-size {{min_world_size}} --max-requeues {{max_requeues}} \
-  --nodes-per-domain {{nodes_per_domain}} \
+  --nodes-per-domain {{nodes_per_domain}} --rendezvous {{rendezvous}} \
   -- --config {{config}} --resume latest &
 child=$!
 status=0

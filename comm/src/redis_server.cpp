@@ -1,7 +1,11 @@
 #include "hardy/comm/redis_server.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "hardy/core/support/error.hpp"
@@ -13,13 +17,14 @@ namespace {
 
 // True once the server listening at host:port is the process `pid`: a server that could not
 // bind the port exits, but another one that holds it (someone else's) answers in its place.
-bool serves_from(const std::string& host, int port, pid_t pid) {
+bool serves_from(const std::string& host, int port, pid_t pid, const std::string& password) {
   Socket client(fmt::format("cannot reach redis-server at {}:{}", host, port));
   sockaddr_in where = ipv4(host, port);
   if (::connect(client.fd(), reinterpret_cast<sockaddr*>(&where), sizeof where) != 0) return false;
   const timeval patience{.tv_sec = 1, .tv_usec = 0};
   ::setsockopt(client.fd(), SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
-  constexpr std::string_view request = "INFO server\r\n";
+  const std::string request =
+      (password.empty() ? std::string() : fmt::format("AUTH {}\r\n", password)) + "INFO server\r\n";
   if (::write(client.fd(), request.data(), request.size()) != static_cast<ssize_t>(request.size()))
     return false;
   const std::string wanted = fmt::format("\r\nprocess_id:{}\r\n", pid);
@@ -35,6 +40,22 @@ bool serves_from(const std::string& host, int port, pid_t pid) {
       return false;
   }
   return false;
+}
+
+// The server's configuration file, private to this user: only the password is in it.
+std::filesystem::path write_private_config(const std::filesystem::path& directory,
+                                           const std::string& password) {
+  if (password.find_first_of(" \t\r\n\"'") != std::string::npos)
+    throw InvalidArgument("a redis-server password must not hold spaces or quotes");
+  const auto path = directory / "redis.conf";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw IoError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
+  const std::string text = fmt::format("requirepass {}\n", password);
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!written) throw IoError(fmt::format("cannot write {}", path.string()));
+  return path;
 }
 
 }  // namespace
@@ -53,23 +74,29 @@ RedisServer::RedisServer(Options options) {
     port_ = options.port != 0 ? options.port : ServerProcess::free_port(options.bind);
     // No snapshots and no append-only file: a rendezvous outlives nothing. Protected mode stays
     // on, so a server bound beyond loopback refuses other hosts' clients until given a password.
-    const std::vector<std::string> command{options.executable,
-                                           "--port",
-                                           std::to_string(port_),
-                                           "--bind",
-                                           options.bind,
-                                           "--save",
-                                           "",
-                                           "--appendonly",
-                                           "no",
-                                           "--dir",
-                                           options.directory.string(),
-                                           "--daemonize",
-                                           "no"};
+    std::vector<std::string> command{options.executable,
+                                     "--port",
+                                     std::to_string(port_),
+                                     "--bind",
+                                     options.bind,
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--dir",
+                                     options.directory.string(),
+                                     "--daemonize",
+                                     "no"};
+    if (!options.password.empty()) {
+      // The file comes first: redis-server reads it, then the options after it.
+      if (!config_file_) config_file_ = write_private_config(options.directory, options.password);
+      command.insert(command.begin() + 1, config_file_->string());
+    }
     try {
       process_ = std::make_unique<ServerProcess>(
           command, options.directory / "redis-server.log",
-          [&](pid_t pid) { return serves_from(host_, port_, pid); }, options.start_timeout);
+          [&](pid_t pid) { return serves_from(host_, port_, pid, options.password); },
+          options.start_timeout);
       return;
     } catch (const IoError&) {
       if (attempt >= attempts) throw;

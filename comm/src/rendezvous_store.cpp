@@ -45,7 +45,8 @@ class FileStoreWithCheck final : public gloo::rendezvous::FileStore {
 // the virtual wait() first.
 class LockedRedisStore final : public gloo::rendezvous::RedisStore {
  public:
-  LockedRedisStore(const std::string& host, int port, std::chrono::milliseconds io_timeout)
+  LockedRedisStore(const std::string& host, int port, std::chrono::milliseconds io_timeout,
+                   const std::string& password)
       : RedisStore(host, port) {
     // hiredis waits for an answer for ever unless the socket says otherwise.
     const timeval limit{.tv_sec = io_timeout.count() / 1000,
@@ -54,6 +55,7 @@ class LockedRedisStore final : public gloo::rendezvous::RedisStore {
       check_posix(::setsockopt(redis_->fd, SOL_SOCKET, option, &limit, sizeof limit) == 0,
                   "setsockopt",
                   fmt::format("cannot limit the wait for redis-server at {}:{}", host, port));
+    if (!password.empty()) authenticate(host, port, password);
   }
 
   bool has(const std::string& key) {
@@ -87,6 +89,20 @@ class LockedRedisStore final : public gloo::rendezvous::RedisStore {
   }
 
  private:
+  // gloo's RedisStore knows no AUTH; its connection is ours to send one on first.
+  void authenticate(const std::string& host, int port, const std::string& password) {
+    auto* reply = static_cast<redisReply*>(::redisCommand(redis_, "AUTH %s", password.c_str()));
+    if (reply == nullptr)
+      throw IoError(
+          fmt::format("redis-server at {}:{} did not answer AUTH: {}", host, port, redis_->errstr));
+    const bool accepted = reply->type == REDIS_REPLY_STATUS;
+    const std::string answer = reply->str != nullptr ? reply->str : "";
+    ::freeReplyObject(reply);
+    if (!accepted)
+      throw IoError(
+          fmt::format("redis-server at {}:{} refused the password: {}", host, port, answer));
+  }
+
   std::recursive_mutex mutex_;
 };
 
@@ -193,12 +209,14 @@ std::optional<std::string> file_store_caveat(const std::filesystem::path& direct
 }
 
 std::unique_ptr<RendezvousStore> open_redis_store(const std::string& host, int port,
-                                                  std::chrono::milliseconds io_timeout) {
+                                                  std::chrono::milliseconds io_timeout,
+                                                  const std::string& password) {
   if (port < 1 || port > 65535)
     throw InvalidArgument(fmt::format("redis-server port {} is outside 1..65535", port));
   const std::string where = fmt::format("redis-server at {}:{}", host, port);
   try {
-    return std::make_unique<GlooBackedStore<LockedRedisStore>>(where, host, port, io_timeout);
+    return std::make_unique<GlooBackedStore<LockedRedisStore>>(where, host, port, io_timeout,
+                                                               password);
   } catch (const IoError&) {
     throw;
   } catch (const std::exception& e) {  // gloo's enforcements are not gloo::Exceptions

@@ -77,8 +77,14 @@ po::options_description run_options() {
       "only its domain while the others train on (0: one domain)")(
       "domain-timeout", po::value<double>()->default_value(10.0),
       "seconds a collective between domains may take before the silent domain counts as lost")(
-      "launcher", po::value<std::string>()->default_value(HARDY_DEFAULT_LAUNCHER),
-      "mpirun (Open MPI), mpiexec (MPICH), srun or jsrun")(
+      "rendezvous", po::value<std::string>()->default_value(defaults.rendezvous),
+      "where the domains' leaders meet: file (a directory of the run directory) or redis (a "
+      "redis-server started here with a password; for run directories on NFS, Lustre or GPFS, "
+      "docs/resilience.md)")(
+      "rendezvous-host", po::value<std::string>()->default_value(""),
+      "with --rendezvous redis: the name or address the nodes reach this host at (default: its "
+      "host name)")("launcher", po::value<std::string>()->default_value(HARDY_DEFAULT_LAUNCHER),
+                    "mpirun (Open MPI), mpiexec (MPICH), srun or jsrun")(
       "launcher-path", po::value<std::string>(),
       "the launcher executable (default: the MPI hardy was built with)")(
       "cpus-per-rank", po::value<int>()->default_value(0),
@@ -249,6 +255,13 @@ int run_command(const std::vector<std::string>& args) {
   config.domain_timeout_s = vm["domain-timeout"].as<double>();
   if (config.nodes_per_domain < 0) throw InvalidArgument("--nodes-per-domain must not be negative");
   if (config.domain_timeout_s <= 0) throw InvalidArgument("--domain-timeout must be positive");
+  config.rendezvous = vm["rendezvous"].as<std::string>();
+  config.rendezvous_host = vm["rendezvous-host"].as<std::string>();
+  if (config.rendezvous != "file" && config.rendezvous != "redis")
+    throw InvalidArgument(fmt::format("--rendezvous {}: choose file or redis", config.rendezvous));
+  if (config.rendezvous != "file" && config.nodes_per_domain == 0)
+    throw InvalidArgument(
+        "--rendezvous redis is where fault domains meet: it needs --nodes-per-domain");
   if (config.nodes_per_domain > 0) return resilience::supervise_domains(config);
   return resilience::supervise(config);
 }

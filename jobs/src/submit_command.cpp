@@ -66,6 +66,9 @@ po::options_description submit_options() {
       "with fewer, requeue the job without the lost nodes")(
       "nodes-per-domain", po::value<int>()->default_value(0),
       "fault domains of K nodes, each its own MPI job: a lost node stops only its domain (0: one)")(
+      "rendezvous", po::value<std::string>()->default_value("file"),
+      "where the fault domains' leaders meet: file (the run directory) or redis (a redis-server "
+      "on the batch host; for run directories on NFS, Lustre or GPFS)")(
       "max-requeues", po::value<int>()->default_value(10),
       "requeues the job may ask for in a row without committing a new step, before it stops")(
       "dry-run", po::bool_switch(), "print the script and stop: nothing is created or submitted")(
@@ -138,6 +141,7 @@ batch::JobRequest request_from(const po::variables_map& vm, const batch::Schedul
   request.min_nodes = vm["min-nodes"].as<int>();
   request.max_requeues = vm["max-requeues"].as<int>();
   request.nodes_per_domain = vm["nodes-per-domain"].as<int>();
+  request.rendezvous = vm["rendezvous"].as<std::string>();
   if (vm.count("lsf-launcher"))
     request.launcher = vm["lsf-launcher"].as<std::string>();
   else if (scheduler.name() == "lsf")

@@ -112,7 +112,9 @@ po::options_description train_options() {
                         "this process's fault domain (-1: the job is one MPI job)")(
       "domains", po::value<int>()->default_value(1), "how many fault domains the job has")(
       "domain-store", po::value<std::string>(),
-      "directory (on a file system every node sees) where the domains' leaders meet")(
+      "where the domains' leaders meet: a directory on a file system every node sees, or "
+      "redis://HOST:PORT")("domain-store-token", po::value<std::string>()->default_value(""),
+                           "with a redis:// store: the file (mode 0600) that holds its password")(
       "domain-address", po::value<std::string>()->default_value(""),
       "address this domain's leader listens on for the others (default: the host name)")(
       "domain-timeout", po::value<double>()->default_value(10.0),
@@ -461,6 +463,7 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
   spec.domain_timeout_s = get<double>(vm, "domain-timeout");
   spec.domain_join = get<std::string>(vm, "domain-join");
   if (vm.count("domain-store")) spec.domain_store = get<std::string>(vm, "domain-store");
+  spec.domain_store_token = get<std::string>(vm, "domain-store-token");
   require(spec.domain_count >= 1, "--domains must be at least 1");
   require(spec.domain >= -1 && spec.domain < spec.domain_count,
           "--domain must be -1 (none) or one of 0 .. --domains - 1");

@@ -12,11 +12,14 @@
 #include <thread>
 
 #include "domain_plan.hpp"
+#include "domain_store.hpp"
+#include "hardy/comm/redis_server.hpp"
 #include "hardy/comm/rendezvous_store.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/core/support/json_fields.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
+#include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/supervisor.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "launched_job.hpp"
@@ -116,10 +119,55 @@ std::filesystem::path own_store_dir(const std::filesystem::path& run_dir) {
          fmt::format("{}-{}", ::getpid(), static_cast<long>(core::unix_time()));
 }
 
-std::unique_ptr<comm::RendezvousStore> open_store(const std::filesystem::path& store_dir) {
+// The rendezvous store this run's domains meet in, and what they are told to open.
+struct DomainRendezvous {
+  std::unique_ptr<comm::RedisServer> server;  // with --rendezvous redis
+  std::unique_ptr<comm::RendezvousStore> store;
+  std::string address;                // --domain-store: the directory or redis://HOST:PORT
+  std::filesystem::path token_file;   // --domain-store-token (redis)
+  std::optional<std::string> caveat;  // what a file store costs on this file system
+};
+
+std::string this_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+DomainRendezvous start_rendezvous(const SupervisorConfig& config,
+                                  const std::filesystem::path& store_dir) {
+  DomainRendezvous rendezvous;
   try {
-    return comm::open_file_store(store_dir);
-  } catch (const IoError& e) {
+    if (config.rendezvous == "file") {
+      rendezvous.store = comm::open_file_store(store_dir);
+      rendezvous.address = store_dir.string();
+      rendezvous.caveat = comm::file_store_caveat(store_dir);
+      return rendezvous;
+    }
+    if (config.rendezvous != "redis")
+      throw InvalidArgument(
+          fmt::format("--rendezvous {}: choose file or redis", config.rendezvous));
+    std::filesystem::create_directories(store_dir);
+    std::filesystem::permissions(store_dir, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace);
+    // Bound to every address, so it must refuse whoever does not know the password.
+    const std::string password = random_launch_token() + random_launch_token();
+    rendezvous.server = std::make_unique<comm::RedisServer>(comm::RedisServer::Options{
+        .directory = store_dir, .bind = "0.0.0.0", .password = password});
+    rendezvous.token_file = store_dir / "redis.token";
+    write_store_token(rendezvous.token_file, password);
+    rendezvous.store = comm::open_redis_store("127.0.0.1", rendezvous.server->port(),
+                                              std::chrono::milliseconds(30'000), password);
+    rendezvous.address = format_redis_address(
+        {config.rendezvous_host.empty() ? this_host_name() : config.rendezvous_host,
+         rendezvous.server->port()});
+    return rendezvous;
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::error_code ignored;  // nothing of it stays behind, its password least of all
+    rendezvous = {};
+    std::filesystem::remove_all(store_dir, ignored);
     throw InvalidArgument(
         fmt::format("the fault domains' rendezvous store cannot start: {}", e.what()));
   }
@@ -136,8 +184,9 @@ class DomainSupervision {
         events_file_(config.run_dir / "events.jsonl"),
         events_(events_file_),
         store_dir_(own_store_dir(config.run_dir)),
-        store_(open_store(store_dir_)),
-        caveat_(comm::file_store_caveat(store_dir_)) {
+        rendezvous_(start_rendezvous(config, store_dir_)),
+        store_(*rendezvous_.store),
+        caveat_(rendezvous_.caveat) {
     if (caveat_)
       std::cerr << fmt::format("hardy run: warning: the rendezvous store {}: {}\n",
                                store_dir_.string(), *caveat_);
@@ -149,11 +198,11 @@ class DomainSupervision {
       members_.push_back(d);
     }
     spares_ = config.spare_nodes;
-    store_->set("gen.0.members", format_members(members_));
+    store_.set("gen.0.members", format_members(members_));
     nlohmann::json started = supervisor_started_fields(config);
     started.update({{"domains", count_},
                     {"nodes_per_domain", per_},
-                    {"rendezvous_store", store_dir_.string()}});
+                    {"rendezvous_store", rendezvous_.address}});
     if (caveat_) started["rendezvous_store_caveat"] = *caveat_;
     events_.emit("supervisor_started", std::move(started));
   }
@@ -179,7 +228,7 @@ class DomainSupervision {
   void regroup_after_failed_collective() {
     bool reported = false;
     for (int m : members_)
-      reported = reported || store_->try_get(fmt::format("fail.{}.{}", generation_, m)).has_value();
+      reported = reported || store_.try_get(fmt::format("fail.{}.{}", generation_, m)).has_value();
     if (!reported) {
       report_seen_ = 0;
     } else if (report_seen_ == 0) {
@@ -204,11 +253,11 @@ class DomainSupervision {
     for (auto& domain : domains_) {
       if (domain.admitted || !domain.job) continue;
       const auto token = fmt::format("{}.{}", domain.index, domain.join_token);
-      if (!store_->try_get("join." + token)) continue;
+      if (!store_.try_get("join." + token)) continue;
       members_.push_back(domain.index);
       std::sort(members_.begin(), members_.end());
       publish(fmt::format("domain {} rejoins", domain.index));
-      store_->set("admit." + token, std::to_string(generation_));
+      store_.set("admit." + token, std::to_string(generation_));
       domain.admitted = true;
     }
   }
@@ -270,8 +319,10 @@ class DomainSupervision {
     auto command = launch_command(one, domain.nodes, relaunch, /*newest_state=*/relaunch);
     command.insert(command.end(),
                    {"--domain", std::to_string(domain.index), "--domains", std::to_string(count_),
-                    "--domain-store", store_dir_.string(), "--domain-timeout",
+                    "--domain-store", rendezvous_.address, "--domain-timeout",
                     fmt::format("{}", config_.domain_timeout_s)});
+    if (!rendezvous_.token_file.empty())
+      command.insert(command.end(), {"--domain-store-token", rendezvous_.token_file.string()});
     ++domain.launches;
     domain.join_token.clear();
     if (relaunch) {
@@ -289,7 +340,7 @@ class DomainSupervision {
 
   void publish(const std::string& reason) {
     ++generation_;
-    store_->set(fmt::format("gen.{}.members", generation_), format_members(members_));
+    store_.set(fmt::format("gen.{}.members", generation_), format_members(members_));
     events_.emit("domain_generation_published",
                  {{"generation", generation_}, {"members", members_}, {"reason", reason}});
   }
@@ -384,7 +435,8 @@ class DomainSupervision {
   const std::filesystem::path events_file_;
   core::EventLog events_;
   const std::filesystem::path store_dir_;
-  std::unique_ptr<comm::RendezvousStore> store_;
+  DomainRendezvous rendezvous_;
+  comm::RendezvousStore& store_;
   const std::optional<std::string> caveat_;
   std::vector<int> members_;
   std::vector<Domain> domains_;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <thread>
 
+#include "domain_store.hpp"
 #include "hardy/checkpoint/broadcast_state.hpp"
 #include "hardy/comm/gloo_communicator.hpp"
 #include "hardy/core/support/error.hpp"
@@ -88,7 +89,7 @@ FaultDomains::FaultDomains(DomainOptions options, const std::unique_ptr<comm::Co
   if (options_.count < 1 || options_.index >= options_.count)
     throw InvalidArgument(
         fmt::format("domain {} of {}: no such domain", options_.index, options_.count));
-  if (leader()) store_ = comm::open_file_store(options_.store);
+  if (leader()) store_ = open_domain_store(options_.store, options_.store_token);
 }
 
 FaultDomains::~FaultDomains() = default;
@@ -251,8 +252,8 @@ void FaultDomains::start(const DomainStateAccess& state) {
     const auto listed = store_->wait_for(fmt::format("gen.{}.members", generation),
                                          to_ms(options_.membership_timeout_s));
     if (!listed)
-      throw Error(fmt::format("no members published for generation {} in {}", generation,
-                              options_.store.string()));
+      throw Error(
+          fmt::format("no members published for generation {} in {}", generation, options_.store));
     ResyncPlan plan;
     for (bool connected = false; !connected;) {
       try {

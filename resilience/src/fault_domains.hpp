@@ -33,9 +33,10 @@ namespace hardy::resilience {
 struct DomainOptions {
   int index = -1;  // this domain; -1: the job is one domain (everything here is off)
   int count = 1;
-  std::filesystem::path store;  // the rendezvous store's directory (shared by every node)
-  std::string address;          // where this leader listens (empty: the host name)
-  double timeout_s = 10;        // a gloo collective or connection that takes longer fails
+  std::string store;  // the rendezvous store: a directory every node sees, or redis://HOST:PORT
+  std::filesystem::path store_token = {};  // a redis:// store's password file
+  std::string address;                     // where this leader listens (empty: the host name)
+  double timeout_s = 10;  // a gloo collective or connection that takes longer fails
   // How long a leader waits for the supervisor to publish the next generation before giving up.
   double membership_timeout_s = 120;
   // Relaunched after a loss: the supervisor's token for this launch (empty: the job's first

@@ -156,6 +156,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   domains = std::make_unique<FaultDomains>(DomainOptions{.index = config.domain,
                                                          .count = config.domain_count,
                                                          .store = config.domain_store,
+                                                         .store_token = config.domain_store_token,
                                                          .address = config.domain_address,
                                                          .timeout_s = config.domain_timeout_s,
                                                          .join_token = config.domain_join},

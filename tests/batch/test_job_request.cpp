@@ -52,6 +52,8 @@ TEST_CASE("validate names the option at fault", "[batch]") {
   fails_naming([](JobRequest& r) { r.run_dir = "relative/run"; }, "absolute");
   fails_naming([](JobRequest& r) { r.run_dir = "/runs/%j"; }, "--run-dir");
   fails_naming([](JobRequest& r) { r.signal_lead_seconds = 0; }, "--signal-lead");
+  fails_naming([](JobRequest& r) { r.rendezvous = "etcd"; }, "--rendezvous");
+  fails_naming([](JobRequest& r) { r.rendezvous = "redis"; }, "--nodes-per-domain");
   fails_naming(
       [](JobRequest& r) {
         r.time = "00:02:00";

@@ -13,6 +13,8 @@ Once the job has committed FAULT_STEP steps a node fails:
   node_freeze       SIGSTOP node 5 and cut its link (domain 2's second node)
   two_domains       node 1 (domain 0, which writes the run directory's files), later node 6
   crash_in_heal     node 3; while domain 1 comes back on the spare, node 2 goes for good
+  node_crash_redis  node_crash with the leaders meeting in the redis-server that hardy run starts
+                    on the host namespace (--rendezvous redis), reached at the bridge address
 
 Each asserts what fault domains promise: exit 0 with job_finished at the last step; every step
 committed once and no committed step lost; every complete epoch covers every sample exactly once;
@@ -25,6 +27,7 @@ writes them for bench/cluster/domain_bench.py.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,7 +48,8 @@ STEPS, FAULT_STEP = int_option("--steps", 240), int_option("--fault-step", 40)
 TRAIN = small_job(SAMPLES, STEPS, 16) + ["--checkpoint-every", "50", "--threads", "1"]
 RUN_TIMEOUT_S = 300
 SPARES = {"two_domains": 2, "crash_in_heal": 2}
-FIRST_FAULT = {"node_crash": ("crash", 3), "node_crash_rpn2": ("crash", 3), "leader_crash": ("crash", 4),
+FIRST_FAULT = {"node_crash": ("crash", 3), "node_crash_rpn2": ("crash", 3), "node_crash_redis": ("crash", 3),
+               "leader_crash": ("crash", 4),
                "node_freeze": ("freeze", 5), "two_domains": ("crash", 1), "crash_in_heal": ("crash", 3)}
 
 
@@ -66,6 +70,9 @@ def main():
     if not ok:
         print(f"skipped: cannot emulate a cluster here: {why}")
         sys.exit(77)
+    if scenario.endswith("redis") and not shutil.which("redis-server"):
+        print("skipped: redis-server is not on PATH (Debian: apt-get install redis-server)")
+        sys.exit(77)
     ranks = 2 if scenario == "node_crash_rpn2" else 1
     spares = SPARES.get(scenario, 1)
     check = Checks()
@@ -77,7 +84,10 @@ def main():
             command = [hardy, "run", "--hosts", ",".join(cluster.hosts), "--launch-agent", cluster.agent,
                        "--ranks-per-node", str(ranks), "--nodes-per-domain", str(PER_DOMAIN),
                        "--spare-nodes", str(spares), "--run-dir", str(run), "--backoff", "0.2",
-                       "--probe-timeout", "2", "--", *TRAIN, "--snapshot-dir", str(snapshots)]
+                       "--probe-timeout", "2"]
+            if scenario == "node_crash_redis":
+                command += ["--rendezvous", "redis", "--rendezvous-host", cluster.bridge_address]
+            command += ["--", *TRAIN, "--snapshot-dir", str(snapshots)]
             env = {**os.environ, **cluster.mpi_env()}
             faults = []
             job = Job(run)
@@ -190,6 +200,13 @@ def main():
                     and time.time() < deadline:
                 time.sleep(0.1)
             check(not left, f"{scenario}: no process left on the nodes that are up: {left}")
+            if scenario == "node_crash_redis":
+                store = next((e["rendezvous_store"] for e in named("supervisor_started")), "")
+                check(store.startswith(f"redis://{cluster.bridge_address}:"),
+                      f"{scenario}: the leaders met in Redis at the bridge: {store}")
+                servers = subprocess.run(["pgrep", "-f", f"redis-server.*:{store.rsplit(':', 1)[-1]}"],
+                                         capture_output=True, text=True).stdout.split()
+                check(not servers, f"{scenario}: the redis-server is gone: {servers}")
             if json_out:
                 Path(json_out).write_text(json.dumps({"scenario": scenario, "ranks_per_node": ranks,
                                                       "phases": phases, "elapsed_s": elapsed}, indent=1))

@@ -2,6 +2,7 @@
 // stopped by the test: the contract the fault-domain protocol relies on is the file store's
 // (test_gloo_group.cpp), and errors name the server. Without redis-server on PATH each test exits
 // with status 77, which CTest reports as skipped, with the reason on stdout.
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -134,4 +135,35 @@ TEST_CASE("a redis-server that cannot start is reported with its log") {
   CHECK_THROWS_WITH(comm::RedisServer({.directory = scratch / "fourth",
                                        .executable = scratch / "no-such-server"}),
                     Catch::Contains("cannot execute") && Catch::Contains("no-such-server"));
+}
+
+TEST_CASE(
+    "a redis-server with a password serves only the clients that send it, and keeps it off "
+    "its command line") {
+  skip_without_redis_server();
+  hardy::testing::ScratchDirectory scratch("redis-password");
+  const std::string password = "0123456789abcdef0123456789abcdef";
+  comm::RedisServer server({.directory = scratch.path(), .password = password});
+  auto store = comm::open_redis_store(server.host(), server.port(), 2000ms, password);
+  store->set("gen.0.members", "0,1");
+  CHECK(store->try_get("gen.0.members") == "0,1");
+
+  // Whoever else reaches the port (another user of the batch host) gets nothing.
+  CHECK_THROWS_WITH(comm::open_redis_store(server.host(), server.port(), 2000ms, "guess"),
+                    Catch::Contains("refused the password"));
+  auto anonymous = comm::open_redis_store(server.host(), server.port(), 2000ms);
+  CHECK_THROWS_AS(anonymous->try_get("gen.0.members"), IoError);
+  CHECK_THROWS_AS(anonymous->set("gen.1.members", "0"), IoError);
+  CHECK(store->try_get("gen.1.members") == std::nullopt);
+
+  // Every user can read a process's command line; the password is in a file only this one can.
+  std::FILE* cmdline = std::fopen(fmt::format("/proc/{}/cmdline", server.pid()).c_str(), "r");
+  REQUIRE(cmdline != nullptr);
+  std::string arguments(4096, '\0');
+  arguments.resize(std::fread(arguments.data(), 1, arguments.size(), cmdline));
+  std::fclose(cmdline);
+  CHECK(arguments.find(password) == std::string::npos);
+  const auto mode = std::filesystem::status(scratch.path() / "redis.conf").permissions();
+  CHECK((mode & (std::filesystem::perms::group_all | std::filesystem::perms::others_all)) ==
+        std::filesystem::perms::none);
 }

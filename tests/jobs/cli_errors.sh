@@ -50,6 +50,22 @@ expect 2 "gradient-lag 1 is built for host gradients" -- train --gradient-lag 1 
   --steps 1 --run-dir "$tmp/c"
 expect 2 "gradient-lag 1 with fault domains" -- run --nodes 2 --nodes-per-domain 1 --run-dir "$tmp/f" \
   -- --synthetic --steps 2 --gradient-lag 1
+expect 2 "rendezvous etcd: choose file or redis" -- run --nodes 2 --nodes-per-domain 1 --rendezvous etcd \
+  --run-dir "$tmp/g" -- --synthetic --steps 2
+expect 2 "rendezvous redis is where fault domains meet" -- run --nodes 2 --rendezvous redis --run-dir "$tmp/g" \
+  -- --synthetic --steps 2
+# A store that cannot start (no redis-server on PATH) ends the run before any launch, leaving nothing.
+output=$(PATH=/nonexistent "$hardy" run --nodes 2 --nodes-per-domain 1 --rendezvous redis --run-dir "$tmp/h" \
+  -- --synthetic --steps 2 2>&1)
+status=$?
+if [ "$status" -ne 2 ] || ! grep -q "rendezvous store cannot start" <<<"$output" ||
+  [ -n "$(find "$tmp/h/rendezvous" -mindepth 1 2>/dev/null)" ]; then
+  echo "FAILED: hardy run --rendezvous redis without redis-server -> $status, left: $(find "$tmp/h/rendezvous" 2>/dev/null)"
+  echo "$output" | head -3
+  failures=$((failures + 1))
+else
+  echo "ok: hardy run --rendezvous redis without redis-server -> 2, nothing left"
+fi
 expect 2 "sleep=S takes a positive number of seconds" -- train --inject-failure rank=1@step=2:sleep=0 --run-dir "$tmp/c"
 # Options every domain would refuse end the job of domains with their message, not in relaunches.
 expect 2 "domain-sync-every must be at least 1" -- run --nodes 2 --nodes-per-domain 1 --run-dir "$tmp/d" \

@@ -21,6 +21,8 @@ outside (SIGKILL), as a node crash would:
   late_loss    2 domains x 1 rank; domain 1 dies 5 steps before the end: the survivor finishes
            the job while the lost domain is relaunched, which is stopped, not let in (it would
            wait for a member that is gone); hardy run ends completed at once
+  owner_redis  the owner scenario with the leaders meeting in a redis-server that hardy run
+           starts (--rendezvous redis), with a password: the server is gone at the end
 
 Each asserts: exit 0 with job_finished at the last step; every step committed once (with
 --domain-sync-every: the last record of each step, after the rewind); every complete epoch covers
@@ -32,6 +34,7 @@ survivors committed a step again within 2 s of the kill; nothing left behind (pr
 rendezvous store, node-local snapshots).
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,7 +52,9 @@ SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the 
     "leader_rank": (2, 2, 1, [0]),
     "sync_every": (3, 1, 1, [0]),
     "late_loss": (2, 1, 1, [0]),
+    "owner_redis": (3, 1, 0, [0]),
 }
+RUN_OPTIONS = {"owner_redis": ["--rendezvous", "redis", "--rendezvous-host", "127.0.0.1"]}  # hardy run's
 SYNC_EVERY = {"sync_every": 4}  # --domain-sync-every
 SHRINKS = {"member"}  # survived inside the domain: no relaunch
 SAMPLES, FAULT_STEP = 48, 20
@@ -75,6 +80,9 @@ def train_options(scenario):
 
 def main():
     hardy, scenario = sys.argv[1], sys.argv[2]
+    if "redis" in " ".join(RUN_OPTIONS.get(scenario, [])) and not shutil.which("redis-server"):
+        print("SKIPPED: redis-server is not on PATH (Debian: apt-get install redis-server)")
+        sys.exit(77)
     domains, ranks, victim, victim_ranks = SCENARIOS[scenario]
     sync_every = SYNC_EVERY.get(scenario, 1)
     train = train_options(scenario)
@@ -86,7 +94,8 @@ def main():
 
         def domains_job(run_dir):
             return [hardy, "run", "--nodes", str(domains), "--nodes-per-domain", "1", "--ranks-per-node", str(ranks),
-                    "--run-dir", str(run_dir), "--backoff", "0.2", "--", *train, "--snapshot-dir", str(snapshots)]
+                    "--run-dir", str(run_dir), "--backoff", "0.2", *RUN_OPTIONS.get(scenario, []), "--",
+                    *train, "--snapshot-dir", str(snapshots)]
 
         # The loss to compare with: the same job as one MPI job, or, for domains that train alone
         # between meetings (which one job cannot), the same job of domains without the failure.
@@ -257,9 +266,16 @@ def main():
             print(f"survivors' next committed step {stall:.3f} s after the kill "
                   f"(step {after[0]['step']}, {after[0]['world_size']} ranks)", flush=True)
             check(stall < 2.0, f"{scenario}: the survivors trained again within 2 s ({stall:.3f} s)")
-        if scenario == "owner":
+        if scenario.startswith("owner"):
             check(any(e["event"] == "checkpoint_written" and e.get("domain", 0) != 0 for e in events),
                   f"{scenario}: the next owner writes checkpoints")
+        if scenario == "owner_redis":
+            store = next((e["rendezvous_store"] for e in named("supervisor_started")), "")
+            check(store.startswith("redis://127.0.0.1:"), f"{scenario}: the leaders met in Redis: {store}")
+            port = store.rsplit(":", 1)[-1]
+            servers = subprocess.run(["pgrep", "-f", f"redis-server.*:{port}"], capture_output=True,
+                                     text=True).stdout.split()
+            check(port.isdigit() and not servers, f"{scenario}: the redis-server is gone: {servers}")
         check((run / "model.h5").exists(), f"{scenario}: model.h5 written")
         check(not any((run / "rendezvous").rglob("*")), f"{scenario}: the rendezvous store was removed")
         left = sorted(str(p) for p in snapshots.rglob("*.h5"))

@@ -36,3 +36,11 @@ TEST_CASE("the Perlmutter example template renders", "[slurm]") {
       render_example(SlurmScheduler(), "examples/slurm/perlmutter.sbatch", example_request());
   check_script("slurm/golden/perlmutter.sbatch", script);
 }
+
+TEST_CASE("fault domains meeting in Redis reach hardy run through the Slurm script", "[slurm]") {
+  auto request = example_request();
+  request.nodes_per_domain = 1;
+  request.rendezvous = "redis";
+  const auto script = render_builtin(SlurmScheduler(), request);
+  CHECK(script.find("--nodes-per-domain 1 --rendezvous redis \\") != std::string::npos);
+}

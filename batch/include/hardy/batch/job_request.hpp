@@ -37,7 +37,8 @@ struct JobRequest {
   int min_nodes = 1;
   int max_requeues = 10;     // requeues in a row without progress before the job stops
   int nodes_per_domain = 0;  // fault domains of this many nodes (0: one domain of every node)
-  std::string launcher;      // LSF only: jsrun or mpirun
+  std::string rendezvous = "file";  // where the domains' leaders meet: file or redis
+  std::string launcher;             // LSF only: jsrun or mpirun
 
   // Files inside the run directory that the scripts name.
   std::filesystem::path config() const { return run_dir / "job.ini"; }  // the submitted --config

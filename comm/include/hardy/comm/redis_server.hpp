@@ -22,6 +22,10 @@ class RedisServer {
     // 0: a free port, chosen here.
     int port = 0;
     std::string executable = "redis-server";
+    // Clients must AUTH with it (requirepass) when not empty. It reaches the server through a
+    // configuration file of mode 0600 in `directory`, never on the command line, which every
+    // user of the host can read.
+    std::string password = "";
     std::chrono::milliseconds start_timeout{10'000};
   };
 
@@ -42,6 +46,7 @@ class RedisServer {
  private:
   std::string host_;
   int port_ = 0;
+  std::optional<std::filesystem::path> config_file_;
   std::unique_ptr<ServerProcess> process_;
 };
 

@@ -46,11 +46,12 @@ std::optional<std::string> file_store_caveat(const std::filesystem::path& direct
 // gloo's RedisStore on the redis-server at host:port, one connection per store object (safe to
 // share between threads). A request that gets no answer within `io_timeout` (a server whose host
 // hangs) throws instead of blocking for ever; the store is unusable after that. Throws
-// hardy::IoError naming host:port when the server cannot be reached, hardy::InvalidArgument for
-// a port outside 1..65535.
+// hardy::IoError naming host:port when the server cannot be reached or refuses `password` (sent
+// with AUTH first when not empty), hardy::InvalidArgument for a port outside 1..65535.
 std::unique_ptr<RendezvousStore> open_redis_store(
     const std::string& host, int port,
-    std::chrono::milliseconds io_timeout = std::chrono::milliseconds(30'000));
+    std::chrono::milliseconds io_timeout = std::chrono::milliseconds(30'000),
+    const std::string& password = "");
 // gloo's HashStore: one process only (tests).
 std::unique_ptr<RendezvousStore> make_memory_store();
 

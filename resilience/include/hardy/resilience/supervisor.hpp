@@ -50,6 +50,11 @@ struct SupervisorConfig {
   int nodes_per_domain = 0;
   double domain_timeout_s =
       10;  // the cross-domain collectives' timeout (`hardy train --domain-timeout`)
+  // Where the domains' leaders meet (domain_store.hpp): "file", gloo's FileStore in the run
+  // directory, or "redis", a redis-server this process starts, with a password, listening on
+  // every address; the leaders reach it at rendezvous_host (empty: this host's name).
+  std::string rendezvous = "file";
+  std::string rendezvous_host;
   std::string scheduler, scheduler_job_id;
   int scheduler_restart_count = 0;
   int max_requeues = 10;

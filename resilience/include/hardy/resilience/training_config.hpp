@@ -97,10 +97,11 @@ struct TrainingConfig {
   // domain among domain_count separate MPI jobs whose leaders meet in the store at domain_store.
   int domain = -1;  // -1: the job is one MPI job
   int domain_count = 1;
-  std::filesystem::path domain_store;
-  std::string domain_address;    // where this domain's leader listens for the others
-  double domain_timeout_s = 10;  // a cross-domain collective that takes longer fails
-  std::string domain_join;       // a relaunched domain's token: join the running job, heal
+  std::string domain_store;                  // a directory, or redis://HOST:PORT (domain_store.hpp)
+  std::filesystem::path domain_store_token;  // a redis:// store's password file
+  std::string domain_address;                // where this domain's leader listens for the others
+  double domain_timeout_s = 10;              // a cross-domain collective that takes longer fails
+  std::string domain_join;  // a relaunched domain's token: join the running job, heal
   // The domains meet every N-th step and train alone in between (domain_plan.hpp); 1: every step,
   // as one job would. Ignored without domains.
   int domain_sync_every = 1;
