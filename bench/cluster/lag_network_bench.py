@@ -67,8 +67,7 @@ def train(args, cluster, lag, run):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hardy", help="path of hardy (default build/bin/hardy)")
-    parser.add_argument("--mpirun", default=str(ROOT / ".venv" / "bin" / "mpirun"))
+    benchlib.add_hardy_arguments(parser)
     parser.add_argument("--rates", default="none,1gbit,300mbit")
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--rounds", type=int, default=3)

@@ -32,14 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/lib"))
+sys.path.insert(0, str(ROOT / "bench/common"))
+import benchlib  # noqa: E402
 from hardy_test import read_jsonl  # noqa: E402
-
-
-def deepcam_data(hardy, root):
-    subprocess.run([hardy, "data", "generate", "--format", "deepcam", "--out", str(root), "--samples", "128",
-                    "--validation-samples", "32", "--height", "64", "--width", "96", "--seed", "3"],
-                   check=True, stdout=subprocess.DEVNULL)
-    return ["--dataset", str(root)]
 
 
 def train(args, data_options, every, seed, run):
@@ -76,7 +71,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="hardy-sync-every-") as tmp:
         tmp = Path(tmp)
         for data in args.data.split(","):
-            options = [] if data == "synthetic" else deepcam_data(args.hardy, tmp / "deepcam")
+            options = [] if data == "synthetic" else benchlib.deepcam_data(args.hardy, tmp / "deepcam")
             results[data] = {}
             for seed in range(7, 7 + args.seeds):
                 for every in args.every:  # alternating, so that a change in load touches every N alike

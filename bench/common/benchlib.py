@@ -83,3 +83,20 @@ def write_results(results, out, default_name):
     with open(path, "w") as stream:
         json.dump(results, stream, indent=1)
     return path
+
+
+def deepcam_data(hardy, root):
+    """Writes a small data set in the published DeepCAM layout (128 training and 32 validation
+    samples of 64x96) under `root` with `hardy data generate`; returns the `hardy train` options
+    that train on it."""
+    subprocess.run([hardy, "data", "generate", "--format", "deepcam", "--out", str(root), "--samples", "128",
+                    "--validation-samples", "32", "--height", "64", "--width", "96", "--seed", "3"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return ["--dataset", str(root)]
+
+
+def add_hardy_arguments(parser):
+    """--hardy (the executable; build/bin/hardy when not given) and --mpirun (the checkout's Open
+    MPI) for a driver that trains under mpirun."""
+    parser.add_argument("--hardy", help="path of hardy (default build/bin/hardy)")
+    parser.add_argument("--mpirun", default=os.path.join(ROOT, ".venv", "bin", "mpirun"))

@@ -37,13 +37,6 @@ import benchlib  # noqa: E402
 from hardy_test import read_jsonl  # noqa: E402
 
 
-def deepcam_data(hardy, root):
-    subprocess.run([hardy, "data", "generate", "--format", "deepcam", "--out", str(root), "--samples", "128",
-                    "--validation-samples", "32", "--height", "64", "--width", "96", "--seed", "3"],
-                   check=True, stdout=subprocess.DEVNULL)
-    return ["--dataset", str(root)]
-
-
 def train(args, data_options, ranks, lag, seed, run):
     threads = max(1, (os.cpu_count() or 1) // ranks)
     command = [args.mpirun, "-n", str(ranks), "--oversubscribe", "--bind-to", "none", "--allow-run-as-root",
@@ -69,8 +62,7 @@ def train(args, data_options, ranks, lag, seed, run):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hardy", help="path of hardy (default build/bin/hardy)")
-    parser.add_argument("--mpirun", default=str(ROOT / ".venv" / "bin" / "mpirun"))
+    benchlib.add_hardy_arguments(parser)
     parser.add_argument("--ranks", default="1,2")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--data", default="synthetic,deepcam")
@@ -83,7 +75,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="hardy-lag-bench-") as tmp:
         tmp = Path(tmp)
         for data in args.data.split(","):
-            data_options = deepcam_data(args.hardy, tmp / "deepcam") if data == "deepcam" else []
+            data_options = benchlib.deepcam_data(args.hardy, tmp / "deepcam") if data == "deepcam" else []
             for ranks in [int(r) for r in args.ranks.split(",")]:
                 for seed in [int(s) for s in args.seeds.split(",")]:
                     for lag in (0, 1):
