@@ -125,22 +125,26 @@ void TrainingSession::State::settle_step_across_domains(const std::string& what)
   trainer.draw_batch(global_batch);
   CommittedStep done{
       .started = started, .lr = current_lr(step()), .skipped_samples = std::lround(across.skipped)};
-  trainer.apply_update(done.lr);
-  trainer.set_last_loss(across.loss * grad_scale);
+  done.update = [this, lr = done.lr, loss = across.loss * grad_scale] {
+    trainer.apply_update(lr);
+    trainer.set_last_loss(loss);
+  };
   events.emit("step_rolled_forward", {{"step", step() + 1}, {"reason", what}});
-  commit_step(done);
+  commit_step(std::move(done));
 }
 
 void TrainingSession::State::restore_after_failure(double detected_at) {
   const auto started = Clock::now();
-  // Memory is the fast path, but only when every survivor holds the same committed step.
-  const checkpoint::TrainingState* in_memory = store.in_memory();
+  // Memory is the fast path: every survivor's live state is the committed step's, since a
+  // step's update runs only after its agreement, so forgetting the step that failed is the whole
+  // rollback. The agreement gives every survivor the same answer, so they stand at the same step;
+  // the check guards that, and --memory-snapshots false asks for the checkpoint instead.
   const bool everyone_has_it =
-      comm::allreduce(comm(), in_memory ? 1 : 0, comm::ReduceOp::min) == 1 &&
-      comm::all_equal(comm(), in_memory ? in_memory->step : -1);
+      comm::allreduce(comm(), config.memory_snapshots ? 1 : 0, comm::ReduceOp::min) == 1 &&
+      comm::all_equal(comm(), step());
   std::string source;
   if (everyone_has_it) {
-    trainer.apply(*in_memory);
+    trainer.drop_uncommitted();
     source = "memory";
   } else {
     checkpoint::TrainingState state;

@@ -47,10 +47,13 @@ struct CommittedStep {
   double compute_s = 0, allreduce_s = 0, data_wait_s = 0;
   float lr = 0;
   long skipped_samples = 0;
+  // The optimizer update, run once every survivor agreed on the step: until then the live state
+  // is the last committed one, so a step that does not commit needs nothing rolled back.
+  std::function<void()> update = {};
 };
 
-// A duty after every commit (the copy in memory, the node-local snapshot, the heartbeat, the
-// audit, the replica check, the metrics line, preemption, the checkpoint). The session runs them
+// A duty after every commit (the node-local snapshot, the heartbeat, the audit, the replica
+// check, the metrics line, preemption, the checkpoint). The session runs them
 // in the order they were added, each inside a watchdog stretch of its own when `watched`.
 struct StepHook {
   const char* name;

@@ -31,15 +31,30 @@ void StateStore::keep_in_memory() {
   source_.capture_into(*memory_);
 }
 
-void StateStore::keep_synced() {
+void StateStore::refresh_memory() {
+  // The committed state at one step is one state: a restore to another (a heal, a rewind)
+  // captures it afresh.
   if (!memory_ || memory_->step != source_.committed_step()) keep_in_memory();
+}
+
+void StateStore::keep_synced() {
+  refresh_memory();
   if (config_.sync_every() <= 1) return;
   if (!synced_) synced_.emplace();
   *synced_ = *memory_;  // reuses the previous copy's buffers
 }
 
+const checkpoint::TrainingState& StateStore::shared() {
+  if (config_.sync_every() <= 1) {
+    refresh_memory();
+    return *memory_;
+  }
+  if (!synced_) keep_synced();
+  return *synced_;
+}
+
 const checkpoint::TrainingState* StateStore::synced() const {
-  if (config_.sync_every() <= 1) return in_memory();
+  if (config_.sync_every() <= 1) return memory_ ? &*memory_ : nullptr;
   return synced_ ? &*synced_ : nullptr;
 }
 
@@ -47,8 +62,10 @@ bool StateStore::committed_step_synced() const {
   return config_.sync_every() <= 1 || (synced_ && synced_->step == source_.committed_step());
 }
 
-const checkpoint::TrainingState* StateStore::persisted() const {
-  return config_.sync_every() > 1 ? synced() : in_memory();
+bool StateStore::persisted_into(checkpoint::TrainingState& into) const {
+  if (config_.sync_every() > 1 && !synced_) return false;
+  committed_into(into);
+  return true;
 }
 
 void StateStore::committed_into(checkpoint::TrainingState& into) const {
@@ -110,19 +127,27 @@ void StateStore::write_final_checkpoint(const std::string& reason) {
   // next `--resume latest`.
   comm::agree_on_outcome(membership_.comm(), membership_.writes_run_files(), [&] {
     // The committed state, not whatever a half-done step left in the model.
-    if (persisted() == nullptr) keep_synced();
-    const checkpoint::TrainingState& state = *persisted();
+    checkpoint::TrainingState state;
+    if (!persisted_into(state)) {
+      keep_synced();
+      persisted_into(state);
+    }
+    const long at_step = state.step;
     writer_->flush();
-    writer_->write_now(checkpoint::TrainingState(state), 0.0, nullptr);
-    events_.emit("final_checkpoint", {{"step", state.step}, {"reason", reason}});
+    writer_->write_now(std::move(state), 0.0, nullptr);
+    events_.emit("final_checkpoint", {{"step", at_step}, {"reason", reason}});
   });
 }
 
 void StateStore::write_emergency_checkpoint() noexcept {
-  if (!membership_.writes_run_files() || persisted() == nullptr || !writer_) return;
+  if (!membership_.writes_run_files() || !writer_) return;
   try {
+    // The training thread is parked in a collective or a write: the live state is the committed
+    // one (an update runs only after its step's agreement, and calls nothing that can hang).
+    checkpoint::TrainingState state;
+    if (!persisted_into(state)) return;
     writer_->flush();
-    writer_->write_now(checkpoint::TrainingState(*persisted()), 0.0, nullptr);
+    writer_->write_now(std::move(state), 0.0, nullptr);
   } catch (const std::exception& e) {
     std::cerr << "hardy: final checkpoint failed: " << e.what() << "\n";
   }

@@ -38,10 +38,14 @@ class StateStore {
              const StateSource& source, FailureInjector& injector, const RunIdentity& identity);
 
   // ---- in memory, every rank ----
-  // Captures the committed step (every step with --memory-snapshots).
+  // Captures the committed step now. Nothing needs a copy every step: the live state changes
+  // only when a committed step's update is applied, so a step that fails is rolled back by
+  // forgetting it (Trainer::drop_uncommitted). A copy is taken where something must be handed
+  // on: to a joining domain, a checkpoint, a node-local snapshot.
   void keep_in_memory();
-  // The in-memory copy, when there is one.
-  const checkpoint::TrainingState* in_memory() const { return memory_ ? &*memory_ : nullptr; }
+  // The state the fault domains share: the committed step (captured when the copy in memory is
+  // older), or with --domain-sync-every the one of the domains' last meeting.
+  const checkpoint::TrainingState& shared();
 
   // ---- fault domains that meet every N-th step (--domain-sync-every, domain_plan.hpp) ----
   // At a step where the domains met (or healed): keeps the committed step as the last state that
@@ -91,8 +95,11 @@ class StateStore {
   void committed_into(checkpoint::TrainingState& into) const;
   // Whether the committed step is one every domain shares (always without --domain-sync-every).
   bool committed_step_synced() const;
-  // What a final or emergency checkpoint holds: the committed state, or the synchronised one.
-  const checkpoint::TrainingState* persisted() const;
+  // Captures the committed step unless the copy in memory holds it already.
+  void refresh_memory();
+  // What a final or emergency checkpoint holds: the committed state, or the synchronised one;
+  // false when there is none yet (domains that have not met).
+  bool persisted_into(checkpoint::TrainingState& into) const;
   void report_snapshot_failure(long at_step, const std::string& error);
   // Checks this host's snapshot tree (creating it when `create`); false when it does not exist.
   // A tree that fails the checks turns the tier off and is reported (snapshot_tier_refused).

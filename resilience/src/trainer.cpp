@@ -27,6 +27,7 @@ Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
   omp_set_num_threads(threads.kernel_threads);
   class_weights_ =
       core::resolve_class_weights(config.class_weights, train, config.model.num_classes);
+  committed_sampler_ = sampler_.state();
   model_.initialize(config.seed);
   optimizer_->initialize_state(model_.parameters());
   // Gradients become ready from the classifier back to the stem: buckets in that order let the
@@ -77,12 +78,12 @@ double Trainer::compute(float grad_scale, const GradientReady& on_ready) {
   slot.computed.step = step_ + computed_ + 1;
   slot.computed.grad_scale = grad_scale;
   slot.loss_scale = scaler_.scale();
-  if (slots_.size() > 1) {
-    slot.buffers_before.resize(model_.buffers().size());
-    std::size_t b = 0;
-    for (const auto& [name, buffer] : model_.buffers()) {
-      const auto values = buffer->f32();
-      slot.buffers_before[b++].assign(values.begin(), values.end());
+  {  // a rollback, or a state captured with this step computed, wants them (batch norm only)
+    const auto buffers = model_.buffers();
+    slot.buffers_before.resize(buffers.size());
+    for (std::size_t b = 0; b < buffers.size(); ++b) {
+      core::ensure_tensor(*backend_, slot.buffers_before[b], buffers[b].second->dims());
+      backend_->copy(*buffers[b].second, slot.buffers_before[b]);
     }
   }
   comm::GradientReducer& reducer = *slot.reducer;
@@ -121,6 +122,8 @@ void Trainer::advance() {
     oldest_slot_ = (oldest_slot_ + 1) % slots_.size();
     --computed_;
   }
+  // Where the next uncommitted draw starts: before the step still in flight (lag), if any.
+  committed_sampler_ = computed_ > 0 ? slots_[oldest_slot_].sampler_before : sampler_.state();
 }
 
 bool Trainer::update(float lr) {
@@ -147,12 +150,18 @@ void Trainer::capture_into(checkpoint::TrainingState& state) const {
   // A computed step that is not committed yet has moved the sampler and, under batch norm, the
   // running statistics: the state is as they were before it.
   const StepSlot* uncommitted = computed_ > 0 ? &slots_[oldest_slot_] : nullptr;
-  state.sampler = uncommitted ? uncommitted->sampler_before : sampler_.state();
+  state.sampler = committed_sampler_;
   state.epoch = state.sampler.epoch;
   if (uncommitted && !uncommitted->buffers_before.empty()) {
     const std::size_t first_buffer = model_.parameters().size();
-    for (std::size_t b = 0; b < uncommitted->buffers_before.size(); ++b)
-      state.model[first_buffer + b].values = uncommitted->buffers_before[b];
+    for (std::size_t b = 0; b < uncommitted->buffers_before.size(); ++b) {
+      const core::Tensor& before = uncommitted->buffers_before[b];
+      core::Tensor on_host = core::Tensor::host(before.dims());
+      backend_->copy(before, on_host);
+      backend_->synchronize();
+      const auto values = on_host.f32();
+      std::copy(values.begin(), values.end(), state.model[first_buffer + b].values.begin());
+    }
   }
   state.rng_seed = config_.seed;
   state.lr_schedule = config_.schedule;
@@ -166,15 +175,30 @@ void Trainer::apply(const checkpoint::TrainingState& state) {
   restore_scalars(state);
 }
 
-void Trainer::restore_scalars(const checkpoint::TrainingState& state) {
-  // The computed steps are another timeline: their reductions are dropped (after a failure their
-  // reducers were rebound already, which forgot them).
+void Trainer::drop_uncommitted() {
+  sampler_.restore(committed_sampler_);  // a batch may have been drawn and not computed
+  if (computed_ == 0) return;
+  const StepSlot& oldest = slots_[oldest_slot_];
+  std::size_t b = 0;
+  for (const auto& [name, buffer] : model_.buffers())
+    backend_->copy(oldest.buffers_before[b++], *buffer);
+  backend_->synchronize();
+  forget_computed_steps();
+}
+
+void Trainer::forget_computed_steps() {
+  // After a failure their reducers were rebound already, which forgot them.
   for (; computed_ > 0; --computed_) {
     slots_[oldest_slot_].reducer->forget_step();
     oldest_slot_ = (oldest_slot_ + 1) % slots_.size();
   }
+}
+
+void Trainer::restore_scalars(const checkpoint::TrainingState& state) {
+  forget_computed_steps();  // another timeline
   step_ = state.step;
   sampler_.restore(state.sampler);
+  committed_sampler_ = state.sampler;
   last_loss_ = state.loss;
   if (scaler_.config().dynamic)
     scaler_.restore({state.loss_scale, state.loss_scale_good_steps, scaler_.state().skipped_steps});

@@ -95,6 +95,11 @@ class Trainer {
   // The model, the optimizer and the loop's scalars (step, sampler, loss, loss scale). Reuses the
   // state's memory, so that a copy per step allocates nothing.
   void capture_into(checkpoint::TrainingState& state) const;
+  // Forgets the computed steps that were not committed (a rollback): the sampler and the batch
+  // norm's statistics go back to where the oldest of them found them, and their reductions are
+  // dropped. Parameters and optimizer state need nothing: only a committed step's update
+  // changes them.
+  void drop_uncommitted();
   // The other way; throws InvalidArgument when the tensors do not fit this model. Forgets the
   // computed steps: the next compute starts from the restored step.
   void apply(const checkpoint::TrainingState& state);
@@ -128,11 +133,12 @@ class Trainer {
     float loss_scale = 1;  // the one compute() multiplied the loss gradient by
     // The batch norm's running statistics before this step's forward pass: a committed state
     // holds them as they were then when a later step is already computed.
-    std::vector<std::vector<float>> buffers_before;
+    std::vector<core::Tensor> buffers_before;
   };
   std::size_t slot_after(int computed) const {
     return (oldest_slot_ + static_cast<std::size_t>(computed)) % slots_.size();
   }
+  void forget_computed_steps();
   void announce_ahead(const Placement& placement, const std::vector<std::size_t>& mine,
                       std::size_t global_batch);
 
@@ -153,6 +159,9 @@ class Trainer {
   std::size_t oldest_slot_ = 0;     // the oldest computed step's, when there is one
   std::size_t committed_slot_ = 0;  // the last committed step's
   int computed_ = 0;
+  // Where the sampler stood after the last committed step's batch: what a rollback or a
+  // captured state goes back to.
+  core::SamplerState committed_sampler_;
   std::vector<float> class_weights_;
   core::Tensor fields_, labels_, dlogits_;
   long step_ = 0;  // steps committed

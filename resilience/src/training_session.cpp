@@ -466,18 +466,21 @@ void TrainingSession::State::train_step() {
     return;
   done.allreduce_s = seconds_since(reduce_start);
   done.lr = current_lr(step());
-  if (!trainer.update(done.lr))
-    events.emit("step_skipped", {{"step", this_step},
-                                 {"reason", "non-finite gradients (loss-scale overflow)"},
-                                 {"loss_scale", loss_scale},
-                                 {"new_loss_scale", trainer.loss_scale()}});
-  trainer.set_last_loss(loss[0] * grad_scale);
-  if (!std::isfinite(trainer.last_loss()))
+  const double step_loss = loss[0] * grad_scale;
+  if (!std::isfinite(step_loss))
     throw comm::Agreed<Error>(  // the loss was summed over every rank
-        fmt::format("the loss became {} at step {}; lower --lr or check the data",
-                    trainer.last_loss(), this_step));
+        fmt::format("the loss became {} at step {}; lower --lr or check the data", step_loss,
+                    this_step));
   done.skipped_samples = std::lround(loss[1]);
-  commit_step(done);
+  done.update = [this, this_step, loss_scale, step_loss, lr = done.lr] {
+    if (!trainer.update(lr))
+      events.emit("step_skipped", {{"step", this_step},
+                                   {"reason", "non-finite gradients (loss-scale overflow)"},
+                                   {"loss_scale", loss_scale},
+                                   {"new_loss_scale", trainer.loss_scale()}});
+    trainer.set_last_loss(step_loss);
+  };
+  commit_step(std::move(done));
   if (admit_after_commit) {
     Watchdog::Scope scope(watchdog, "domain admission");
     domains->admit_if_pending(domain_state_access());
@@ -541,9 +544,9 @@ bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t
   follow_domain_ownership();
   switch (across.verdict) {
     case StepVerdict::abandon:
-      // Not committed anywhere: back to the committed state; the loop redoes the step over the
-      // new split of the batch.
-      trainer.apply(*store.in_memory());
+      // Not committed anywhere, and not applied here (the update waits for the commit): the
+      // loop redoes the step over the new split of the batch.
+      trainer.drop_uncommitted();
       return false;
     case StepVerdict::rewind:
       rewind_to_synced(this_step);
@@ -606,13 +609,11 @@ void TrainingSession::State::start_hang_monitor() {
 
 DomainStateAccess TrainingSession::State::domain_state_access() {
   // What the domains commit together: every step, or every --domain-sync-every steps.
-  return {.committed = [this]() -> const checkpoint::TrainingState& {
-            if (store.synced() == nullptr) store.keep_synced();
-            return *store.synced();
-          },
+  return {.committed = [this]() -> const checkpoint::TrainingState& { return store.shared(); },
           .restore_in_domain =
               [this](checkpoint::TrainingState& state) {
                 restore_from(state, 0);
+                store.keep_in_memory();  // another state at a step the copy may hold already
                 store.keep_synced();
               },
           .committed_step =
@@ -629,7 +630,12 @@ bool TrainingSession::State::domains_meet_at(long at_step) const {
 
 void TrainingSession::State::rewind_to_synced(long at_step) {
   // A domain was lost since the domains last met: its share of the steps since then is lost with
-  // it, so every survivor goes back to that meeting and redoes them over the new split.
+  // it, so every survivor goes back to that meeting and redoes them over the new split. Meeting
+  // every step, that is the committed step: the live state, less the step in flight.
+  if (config.sync_every() <= 1) {
+    trainer.drop_uncommitted();
+    return;
+  }
   const checkpoint::TrainingState& synced = *store.synced();
   const long from = step();
   trainer.apply(synced);
@@ -671,6 +677,8 @@ void TrainingSession::State::commit_step(CommittedStep done) {
     recover(fmt::format("step {} did not finish on every rank (a peer failed)", step() + 1));
     return;
   }
+  // Local and deterministic from here (no collective): every survivor applies the same update.
+  if (done.update) done.update();
   trainer.advance();
   const auto now = Clock::now();
   // The time between two commits: what one step takes here, waits and writes included.
@@ -692,10 +700,10 @@ void TrainingSession::State::commit_step(CommittedStep done) {
 
 std::vector<StepHook> TrainingSession::State::make_step_hooks() {
   std::vector<StepHook> hooks;
-  hooks.push_back({"memory copy", std::nullopt, [this](const CommittedStep&) {
-                     if (config.memory_snapshots) store.keep_in_memory();
-                     if (config.sync_every() > 1 && domains_meet_at(step())) store.keep_synced();
-                   }});
+  if (config.sync_every() > 1)
+    hooks.push_back({"synchronised copy", std::nullopt, [this](const CommittedStep&) {
+                       if (domains_meet_at(step())) store.keep_synced();
+                     }});
   hooks.push_back(
       {"node snapshot write", Activity::writing_state, [this](const CommittedStep& done) {
          injector.at(step(), Phase::snapshot_write);
@@ -838,7 +846,6 @@ void TrainingSession::State::announce_start() {
 
 void TrainingSession::State::prepare_to_train() {
   if (config.domain_join.empty()) resume_if_asked();  // a relaunched domain heals from a peer
-  if (config.memory_snapshots) store.keep_in_memory();
   domains->start(domain_state_access());
   if (config.sync_every() > 1) store.keep_synced();
   follow_domain_ownership();

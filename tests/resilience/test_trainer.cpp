@@ -238,3 +238,40 @@ TEST_CASE(
         config.model.norm = core::NormKind::batch;
       });
 }
+
+TEST_CASE("a computed step that is not committed is dropped without a copy of the state") {
+  on_ranks(
+      2,
+      [](comm::Communicator& comm, const TrainingConfig& config,
+         const core::SampleSource& samples) {
+        Trainer trainer(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        Trainer twin(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        for (int k = 0; k < 2; ++k) {
+          train_one_step(trainer, comm, config);
+          train_one_step(twin, comm, config);
+        }
+        const std::uint64_t committed = digest_of(trainer);
+        checkpoint::TrainingState before;
+        trainer.capture_into(before);
+
+        // A step computed and reduced, its forward pass having moved the batch norm's
+        // statistics, then abandoned (its agreement said no): the update was never applied.
+        compute_next_step(trainer, comm, config);
+        trainer.finish_reduction();
+        trainer.drop_uncommitted();
+        CHECK(trainer.computed_steps() == 0);
+        CHECK(trainer.step() == 2);
+        CHECK(digest_of(trainer) == committed);
+        checkpoint::TrainingState after;
+        trainer.capture_into(after);
+        CHECK(after.model == before.model);  // the statistics too
+        CHECK(after.sampler.cursor == before.sampler.cursor);
+
+        // It goes on exactly as a trainer that never computed the dropped step.
+        train_one_step(trainer, comm, config);
+        train_one_step(twin, comm, config);
+        CHECK(trainer.batch().samples == twin.batch().samples);
+        CHECK(digest_of(trainer) == digest_of(twin));
+      },
+      [](TrainingConfig& config) { config.model.norm = core::NormKind::batch; });
+}
