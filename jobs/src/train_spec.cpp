@@ -93,7 +93,9 @@ po::options_description train_options() {
       "after a failure: constant-global-batch (re-split the batch over the survivors) or "
       "constant-local-batch (keep each rank's share, scale lr)")(
       "memory-snapshots", po::value<bool>()->default_value(true),
-      "keep the last committed step in memory and roll back from it when every survivor holds it")(
+      "after a failure, roll back in memory when every survivor stands at the same committed step "
+      "(no copy is needed: a step's update waits for its agreement); false: from the newest "
+      "checkpoint")(
       "collective-timeout", po::value<double>()->default_value(300.0),
       "seconds a step may hang in communication before the watchdog declares a failure")(
       "hang-timeout", po::value<std::string>()->default_value("auto"),

@@ -85,7 +85,7 @@ struct TrainingConfig {
   int min_world_size = 1;
   int max_failures = 3;
   RebalancePolicy rebalance = RebalancePolicy::constant_global_batch;
-  bool memory_snapshots = true;  // roll back from memory when every survivor holds the copy
+  bool memory_snapshots = true;  // roll back in memory (the live state) when the survivors agree
   double collective_timeout_s = 300;
   // Hang detection inside the job (hang_monitor.hpp): 0 learns the timeout from the step time,
   // a positive value fixes it, a negative one turns detection off (the watchdog alone is left).
