@@ -36,7 +36,7 @@ std::string comma_separated(const Args& items) {
 // error: Node failure on NAME", "srun: error: NAME: task N:"). Every launcher reads all of them:
 // the messages come from whatever started the processes, which need not be the launcher itself
 // (in a Slurm allocation Open MPI's runtime and MPICH's hydra start their daemons with srun).
-Args runtime_reported_lost(std::string_view launcher_output) {
+Args runtime_reported_lost(std::string_view launcher_output, bool unstarted_only = false) {
   // PRRTE: "Remote daemon: [prterun-host-123@0,2] on node hdy-node1" after "lost communication".
   static const std::regex prrte(R"(Remote daemon:\s*\S+\s+on node\s+([A-Za-z0-9._-]+))");
   // srun: "srun: error: Node failure on node3", "srun: error: node3: task 2: Killed".
@@ -52,6 +52,7 @@ Args runtime_reported_lost(std::string_view launcher_output) {
   for (const auto* pattern : {&prrte, &prrte_start, &srun_node, &srun_task}) {
     if ((pattern == &prrte && !prrte_lost) || (pattern == &prrte_start && !prrte_unstarted))
       continue;
+    if (unstarted_only && pattern != &prrte_start) continue;
     for (auto it = std::sregex_iterator(text.begin(), text.end(), *pattern);
          it != std::sregex_iterator(); ++it) {
       const std::string host = (*it)[1].str();
@@ -100,6 +101,9 @@ class BuiltInLauncher : public resilience::Launcher {
 
   Args hosts_reported_lost(std::string_view output) const final {
     return runtime_reported_lost(output);
+  }
+  Args hosts_not_started(std::string_view output) const final {
+    return runtime_reported_lost(output, /*unstarted_only=*/true);
   }
 
  protected:

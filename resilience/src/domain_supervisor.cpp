@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "domain_plan.hpp"
@@ -393,7 +394,11 @@ class DomainSupervision {
       if (!members_.empty()) publish(fmt::format("domain {} ended: {}", domain.index, how));
     }
     const NodeSet nodes{domain.nodes, spares_};
-    const NodeEvidence evidence = gather_node_evidence(config_, nodes, output);
+    const NodeEvidence evidence = gather_node_evidence(config_, nodes, output, start_failures_);
+    for (const auto& [i, report] : evidence.forgiven)
+      std::cerr << fmt::format(
+          "hardy run: keeping {}: {}, but it answers its probe; a second time leaves it out\n",
+          nodes.active[i], report);
     const RelaunchPlan plan = plan_relaunch(nodes, evidence.active, evidence.spares);
     events_.emit("domain_lost", {{"domain", domain.index},
                                  {"launch", domain.launches},
@@ -441,6 +446,7 @@ class DomainSupervision {
   std::vector<int> members_;
   std::vector<Domain> domains_;
   std::vector<std::string> spares_;
+  std::set<std::string> start_failures_;  // hosts whose runtime daemon failed to start once
   std::size_t generation_ = 0;
   double report_seen_ = 0;  // when a leader's failure report was first seen (0: none waits)
 };

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -187,12 +188,23 @@ std::vector<std::string> launch_command(const SupervisorConfig& config,
 
 NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet& nodes,
                                   const std::string& launcher_output,
+                                  std::set<std::string>& start_failures,
                                   std::map<std::size_t, std::vector<std::string>> known) {
-  NodeEvidence evidence{std::move(known), {}};
-  for (const auto& host : config.launcher->hosts_reported_lost(launcher_output))
-    for (std::size_t i : indices_of(nodes.active, host))
+  NodeEvidence evidence{std::move(known), {}, {}};
+  const auto lost = config.launcher->hosts_reported_lost(launcher_output);
+  const auto not_started = config.launcher->hosts_not_started(launcher_output);
+  std::set<std::size_t> only_unstarted;  // the launcher says no more than that
+  for (const auto& host : lost) {
+    const bool unstarted =
+        std::find(not_started.begin(), not_started.end(), host) != not_started.end();
+    for (std::size_t i : indices_of(nodes.active, host)) {
       evidence.active[i].push_back(
-          fmt::format("launcher: {} reported the node lost", config.launcher->name()));
+          unstarted ? fmt::format("launcher: {}'s daemon on the node never reported back",
+                                  config.launcher->name())
+                    : fmt::format("launcher: {} reported the node lost", config.launcher->name()));
+      if (unstarted && evidence.active[i].size() == 1) only_unstarted.insert(i);
+    }
+  }
   if (const auto probe = config.launcher->probe_command(nodes.active, config.probe_timeout_s);
       !probe.empty()) {
     std::vector<std::string> all = nodes.active;
@@ -204,6 +216,12 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
           i < nodes.active.size() ? evidence.active[i] : evidence.spares[i - nodes.active.size()];
       against.push_back("probe: " + *answers[i]);
     }
+  }
+  for (std::size_t i : only_unstarted) {
+    const std::string& host = nodes.active[i];
+    if (evidence.active[i].size() != 1 || !start_failures.insert(host).second) continue;
+    evidence.forgiven[i] = evidence.active[i].front();
+    evidence.active.erase(i);
   }
   return evidence;
 }
@@ -288,9 +306,15 @@ class Supervision {
   NextLaunch decide_next(const LaunchOutcome& launch) {
     NextLaunch next;
     next.decide_start = core::unix_time();
-    const NodeEvidence evidence =
-        gather_node_evidence(config_, nodes_, launch.output, launch.events.killed_nodes);
+    const NodeEvidence evidence = gather_node_evidence(config_, nodes_, launch.output,
+                                                       start_failures_, launch.events.killed_nodes);
     const WeighedEvidence weighed = weigh_evidence(evidence.active, launch.events.failed_nodes);
+    for (const auto& [i, report] : evidence.forgiven) {
+      next.kept.push_back({{"host", nodes_.active[i]}, {"evidence", {report}}});
+      std::cerr << fmt::format(
+          "hardy run: keeping {}: {}, but it answers its probe; a second time leaves it out\n",
+          nodes_.active[i], report);
+    }
     for (const auto& [i, reports] : weighed.doubted) {
       next.kept.push_back({{"host", nodes_.active[i]}, {"evidence", reports}});
       std::cerr << fmt::format(
@@ -402,6 +426,7 @@ class Supervision {
   const SupervisorConfig& config_;
   core::EventLog events_;
   NodeSet nodes_;
+  std::set<std::string> start_failures_;  // hosts whose runtime daemon failed to start once
   double backoff_;
   bool run_wrote_state_ = false;  // a launch wrote a checkpoint: relaunches go on from the newest
 };

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,12 +17,18 @@ namespace hardy::resilience {
 struct NodeEvidence {
   std::map<std::size_t, std::vector<std::string>> active;
   std::map<std::size_t, std::vector<std::string>> spares;
+  // Active nodes kept all the same: their runtime daemon failed to start, for the first time in
+  // this run, and nothing else speaks against them (they answer their probe).
+  std::map<std::size_t, std::string> forgiven;
 };
 
 // `known` (what the caller already holds against the active nodes), then the launcher's word in
-// `launcher_output`, then a probe of every node, spares included, through the launch path.
+// `launcher_output`, then a probe of every node, spares included, through the launch path. A
+// node whose daemon failed to start is left out only the second time (`start_failures`: the
+// hosts that had one already in this run, updated here) or when its probe fails too.
 NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet& nodes,
                                   const std::string& launcher_output,
+                                  std::set<std::string>& start_failures,
                                   std::map<std::size_t, std::vector<std::string>> known = {});
 
 // The `excluded` field of the supervisors' events: each node with its evidence and its spare.

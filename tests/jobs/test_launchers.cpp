@@ -233,12 +233,17 @@ therefore will terminate the job.
                               "srun: error: nid0003: task 5: Killed\n"
                               "srun: error: nid0003: tasks 6-7: Killed\n") ==
           std::vector<std::string>{"nid0007", "nid0003"});
-    CHECK(hosts_reported_lost(R"(A daemon failed to report back after being spawned.
+    const std::string unstarted = R"(A daemon failed to report back after being spawned.
 
   Local host:    vm
   Remote host:   hdy-node2
   Daemon exit status: 255
-)") == std::vector<std::string>{"hdy-node2"});
+)";
+    CHECK(hosts_reported_lost(unstarted) == std::vector<std::string>{"hdy-node2"});
+    // Only a daemon that never started is one; a lost one is not (the supervisor keeps a node
+    // whose daemon failed to start once).
+    CHECK(launcher->hosts_not_started(unstarted) == std::vector<std::string>{"hdy-node2"});
+    CHECK(launcher->hosts_not_started(prrte).empty());
     CHECK(
         hosts_reported_lost("step 10/600 | loss 0.5\nRemote daemon: x on node y\nRemote host: z\n")
             .empty());

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hardy/resilience/supervisor.hpp"
+#include "supervisor_steps.hpp"
 
 using namespace hardy::resilience;
 
@@ -78,4 +79,68 @@ TEST_CASE("supervisor: a relaunch drops injected failures and resumes when nothi
   CHECK(train_part(launch_command(config, config.nodes, false, false)) ==
         Args{"--inject-failure", "rank=1@step=3", "--inject-failure=rank=0@step=5", "-v",
              "--run-dir", "/runs/a", "--ranks-per-node", "1"});
+}
+
+namespace {
+
+// Reads the runtime's messages as the real launchers do: a host after "lost:" was lost while
+// running, after "unstarted:" its daemon never reported back. Probes always answer.
+class ScriptedLauncher final : public Launcher {
+ public:
+  ScriptedLauncher() : Launcher({}) {}
+  std::string name() const override { return "scripted"; }
+  std::vector<std::string> command(const std::vector<std::string>&, int,
+                                   const std::vector<std::string>& program) const override {
+    return program;
+  }
+  std::vector<std::string> probe_command(const std::vector<std::string>&, double) const override {
+    return {};
+  }
+  std::vector<std::string> hosts_reported_lost(std::string_view output) const override {
+    std::vector<std::string> hosts = named(output, "lost:");
+    for (auto& host : named(output, "unstarted:")) hosts.push_back(host);
+    return hosts;
+  }
+  std::vector<std::string> hosts_not_started(std::string_view output) const override {
+    return named(output, "unstarted:");
+  }
+
+ private:
+  static std::vector<std::string> named(std::string_view output, std::string_view tag) {
+    std::vector<std::string> hosts;
+    for (auto at = output.find(tag); at != std::string_view::npos; at = output.find(tag, at + 1)) {
+      const auto start = at + tag.size();
+      hosts.emplace_back(output.substr(start, output.find('\n', start) - start));
+    }
+    return hosts;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("supervisor: a node whose daemon failed to start once is kept; a second time, left out") {
+  SupervisorConfig config;
+  config.nodes = {"n0", "n1", "n2"};
+  config.launcher = std::make_shared<ScriptedLauncher>();
+  const NodeSet nodes{config.nodes, {}};
+  std::set<std::string> start_failures;
+
+  // A daemon that never reported back, from a node that answers: kept (a start can fail for a
+  // moment), and remembered.
+  auto first = gather_node_evidence(config, nodes, "unstarted:n1\n", start_failures);
+  CHECK(first.active.empty());
+  REQUIRE(first.forgiven.count(1) == 1);
+  CHECK_THAT(first.forgiven.at(1), Catch::Contains("never reported back"));
+  // The same node again: left out.
+  auto second = gather_node_evidence(config, nodes, "unstarted:n1\n", start_failures);
+  CHECK(second.forgiven.empty());
+  REQUIRE(second.active.count(1) == 1);
+  // A node lost while running is left out the first time; so is one with other evidence.
+  auto lost = gather_node_evidence(config, nodes, "lost:n2\n", start_failures);
+  CHECK(lost.active.count(2) == 1);
+  CHECK(lost.forgiven.empty());
+  auto killed = gather_node_evidence(config, nodes, "unstarted:n0\n", start_failures,
+                                     {{0, {"fault injection killed the node"}}});
+  CHECK(killed.active.at(0).size() == 2);
+  CHECK(killed.forgiven.empty());
 }

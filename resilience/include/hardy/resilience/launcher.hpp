@@ -73,6 +73,9 @@ class Launcher {
   // Host names that the launcher's output (its runtime's messages, interleaved with the job's)
   // reports lost, in order of first mention.
   virtual std::vector<std::string> hosts_reported_lost(std::string_view output) const = 0;
+  // Those among them whose runtime daemon never started (rather than being lost while running):
+  // a start can fail for a moment on a node that is fine.
+  virtual std::vector<std::string> hosts_not_started(std::string_view) const { return {}; }
 
  protected:
   explicit Launcher(LauncherSettings settings) : settings_(std::move(settings)) {}
