@@ -13,7 +13,9 @@ using namespace hardy::resilience;
 
 namespace {
 
-// Puts its name before the program, which is all the supervisor's tests need of a launcher.
+// Puts its name before the program. Reads the runtime's messages as the real launchers do: a
+// host after "lost:" was lost while running, after "unstarted:" its daemon never reported back.
+// Probes always answer.
 class PrefixLauncher final : public Launcher {
  public:
   PrefixLauncher() : Launcher({}) {}
@@ -27,7 +29,24 @@ class PrefixLauncher final : public Launcher {
   std::vector<std::string> probe_command(const std::vector<std::string>&, double) const override {
     return {};
   }
-  std::vector<std::string> hosts_reported_lost(std::string_view) const override { return {}; }
+  std::vector<std::string> hosts_reported_lost(std::string_view output) const override {
+    std::vector<std::string> hosts = named(output, "lost:");
+    for (auto& host : named(output, "unstarted:")) hosts.push_back(host);
+    return hosts;
+  }
+  std::vector<std::string> hosts_not_started(std::string_view output) const override {
+    return named(output, "unstarted:");
+  }
+
+ private:
+  static std::vector<std::string> named(std::string_view output, std::string_view tag) {
+    std::vector<std::string> hosts;
+    for (auto at = output.find(tag); at != std::string_view::npos; at = output.find(tag, at + 1)) {
+      const auto start = at + tag.size();
+      hosts.emplace_back(output.substr(start, output.find('\n', start) - start));
+    }
+    return hosts;
+  }
 };
 
 SupervisorConfig config_with(std::vector<std::string> train_args) {
@@ -81,47 +100,10 @@ TEST_CASE("supervisor: a relaunch drops injected failures and resumes when nothi
              "--run-dir", "/runs/a", "--ranks-per-node", "1"});
 }
 
-namespace {
-
-// Reads the runtime's messages as the real launchers do: a host after "lost:" was lost while
-// running, after "unstarted:" its daemon never reported back. Probes always answer.
-class ScriptedLauncher final : public Launcher {
- public:
-  ScriptedLauncher() : Launcher({}) {}
-  std::string name() const override { return "scripted"; }
-  std::vector<std::string> command(const std::vector<std::string>&, int,
-                                   const std::vector<std::string>& program) const override {
-    return program;
-  }
-  std::vector<std::string> probe_command(const std::vector<std::string>&, double) const override {
-    return {};
-  }
-  std::vector<std::string> hosts_reported_lost(std::string_view output) const override {
-    std::vector<std::string> hosts = named(output, "lost:");
-    for (auto& host : named(output, "unstarted:")) hosts.push_back(host);
-    return hosts;
-  }
-  std::vector<std::string> hosts_not_started(std::string_view output) const override {
-    return named(output, "unstarted:");
-  }
-
- private:
-  static std::vector<std::string> named(std::string_view output, std::string_view tag) {
-    std::vector<std::string> hosts;
-    for (auto at = output.find(tag); at != std::string_view::npos; at = output.find(tag, at + 1)) {
-      const auto start = at + tag.size();
-      hosts.emplace_back(output.substr(start, output.find('\n', start) - start));
-    }
-    return hosts;
-  }
-};
-
-}  // namespace
-
 TEST_CASE("supervisor: a node whose daemon failed to start once is kept; a second time, left out") {
   SupervisorConfig config;
   config.nodes = {"n0", "n1", "n2"};
-  config.launcher = std::make_shared<ScriptedLauncher>();
+  config.launcher = std::make_shared<PrefixLauncher>();
   const NodeSet nodes{config.nodes, {}};
   std::set<std::string> start_failures;
 
