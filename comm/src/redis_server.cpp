@@ -1,14 +1,12 @@
 #include "hardy/comm/redis_server.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <vector>
 
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 #include "socket.hpp"
 
 namespace hardy::comm {
@@ -48,13 +46,7 @@ std::filesystem::path write_private_config(const std::filesystem::path& director
   if (password.find_first_of(" \t\r\n\"'") != std::string::npos)
     throw InvalidArgument("a redis-server password must not hold spaces or quotes");
   const auto path = directory / "redis.conf";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0)
-    throw IoError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
-  const std::string text = fmt::format("requirepass {}\n", password);
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(fd);
-  if (!written) throw IoError(fmt::format("cannot write {}", path.string()));
+  core::write_private_file(path, fmt::format("requirepass {}\n", password));
   return path;
 }
 

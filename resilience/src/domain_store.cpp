@@ -63,11 +63,7 @@ std::string read_store_token(const std::filesystem::path& token_file) {
 }
 
 void write_store_token(const std::filesystem::path& token_file, const std::string& token) {
-  const int fd = core::create_exclusive_file(token_file, 0600);
-  const std::string text = token + "\n";
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(fd);
-  if (!written) throw IoError(fmt::format("cannot write {}", token_file.string()));
+  core::write_private_file(token_file, token + "\n");
 }
 
 std::unique_ptr<comm::RendezvousStore> open_domain_store(const std::string& store,

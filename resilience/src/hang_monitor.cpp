@@ -183,12 +183,7 @@ void ProgressBoard::decide(const HangDecision& decision) {
                                {"reason", decision.reason},
                                {"unix_time", decision.unix_time}};
   const auto path = places_.shared / launch_ / fmt::format("decision-{}", decision.world_rank);
-  const int fd = core::create_exclusive_file(path, 0600);
-  const std::string text = json.dump() + "\n";
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::fsync(fd);
-  ::close(fd);
-  if (!written) throw IoError("cannot write " + path.string());
+  core::write_private_file(path, json.dump() + "\n");
 }
 
 std::optional<HangDecision> ProgressBoard::decision_for(int world_rank) const {

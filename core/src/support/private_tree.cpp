@@ -170,4 +170,12 @@ int create_exclusive_file(const fs::path& path, mode_t mode) {
   return fd;
 }
 
+void write_private_file(const fs::path& path, std::string_view text, mode_t mode) {
+  const int fd = create_exclusive_file(path, mode);
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written) throw IoError(fmt::format("cannot write {}", path.string()));
+}
+
 }  // namespace hardy::core

@@ -19,6 +19,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "hardy/core/support/error.hpp"
 
@@ -50,5 +51,10 @@ bool check_private_tree(const std::filesystem::path& root, const std::filesystem
 // between the two calls, the open fails instead of following it. Returns the descriptor; throws
 // IoError naming the file.
 int create_exclusive_file(const std::filesystem::path& path, mode_t mode);
+
+// A small file written whole through create_exclusive_file (mode 0600 unless told), synced and
+// closed; IoError naming the file when any of it fails.
+void write_private_file(const std::filesystem::path& path, std::string_view text,
+                        mode_t mode = 0600);
 
 }  // namespace hardy::core
