@@ -123,7 +123,11 @@ po::options_description run_options() {
       "this many seconds")("finish-grace",
                            po::value<double>()->default_value(defaults.finish_grace_s),
                            "seconds the launcher may wait after the job logged job_finished "
-                           "(for ranks it left behind) before it is ended");
+                           "(for ranks it left behind) before it is ended")(
+      "start-timeout", po::value<double>()->default_value(defaults.start_timeout_s),
+      "end a launch whose job has not started (logged job_started) this many seconds after it "
+      "was launched, and relaunch (a runtime daemon or MPI_Init that hangs); 0: 10 x the longest "
+      "start the run has seen, at least 60 s, and 600 s before any");
   po::options_description options("hardy run options");
   options.add(placement).add(recovery);
   return options;
@@ -246,11 +250,12 @@ int run_command(const std::vector<std::string>& args) {
   config.max_requeues = vm["max-requeues"].as<int>();
   config.probe_timeout_s = vm["probe-timeout"].as<double>();
   config.finish_grace_s = vm["finish-grace"].as<double>();
+  config.start_timeout_s = vm["start-timeout"].as<double>();
   if (config.max_restarts < 0 || config.max_requeues < 0 || config.backoff_s < 0 ||
-      config.probe_timeout_s <= 0 || config.finish_grace_s < 0)
+      config.probe_timeout_s <= 0 || config.finish_grace_s < 0 || config.start_timeout_s < 0)
     throw InvalidArgument(
-        "--max-restarts, --max-requeues, --backoff and --finish-grace must not be negative, "
-        "--probe-timeout must be positive");
+        "--max-restarts, --max-requeues, --backoff, --finish-grace and --start-timeout must not "
+        "be negative, --probe-timeout must be positive");
   config.nodes_per_domain = vm["nodes-per-domain"].as<int>();
   config.domain_timeout_s = vm["domain-timeout"].as<double>();
   if (config.nodes_per_domain < 0) throw InvalidArgument("--nodes-per-domain must not be negative");

@@ -39,37 +39,43 @@ struct Domain {
   std::unique_ptr<LaunchedJob> job;
   int launches = 0;
   double started_unix = 0;
+  bool start_seen = false;  // the current launch logged job_started or domain_started
+  double start_checked = 0;
   std::string join_token;  // of the current launch; empty for the first
   bool admitted = true;  // a relaunch is admitted once its leader asks and a generation lets it in
   bool finished = false;
   bool abandoned = false;  // lost more often than --max-restarts: the job trains on without it
 };
 
-// Whether the domain logged a record that `matches` since `since` (its launch).
-bool domain_logged(const std::filesystem::path& events_file, int index, double since,
-                   const std::function<bool(const nlohmann::json&, const std::string&)>& matches) {
+// When the domain first logged a record that `matches` since `since` (its launch), if it did.
+std::optional<double> domain_logged(
+    const std::filesystem::path& events_file, int index, double since,
+    const std::function<bool(const nlohmann::json&, const std::string&)>& matches) {
   std::ifstream file(events_file);
   for (std::string line; std::getline(file, line);) {
     const auto record = nlohmann::json::parse(line, nullptr, false);
     const auto event = core::read_field<std::string>(record, "event");
-    if (event && core::read_field<long>(record, "domain") == index &&
-        core::read_field<double>(record, "unix_time").value_or(0) >= since &&
+    const double time = core::read_field<double>(record, "unix_time").value_or(0);
+    if (event && core::read_field<long>(record, "domain") == index && time >= since &&
         matches(record, *event))
-      return true;
+      return time;
   }
-  return false;
+  return std::nullopt;
 }
 
 // Whether domain `index` logged that it finished the job (its leader's job_finished or
 // domain_finished, status completed) since `since`.
 bool domain_finished(const std::filesystem::path& events_file, int index, double since) {
-  return domain_logged(events_file, index, since, [](const auto& record, const auto& event) {
-    return (event == "job_finished" || event == "domain_finished") &&
-           core::read_field<std::string>(record, "status") == "completed";
-  });
+  return domain_logged(events_file, index, since,
+                       [](const auto& record, const auto& event) {
+                         return (event == "job_finished" || event == "domain_finished") &&
+                                core::read_field<std::string>(record, "status") == "completed";
+                       })
+      .has_value();
 }
 
-bool domain_started(const std::filesystem::path& events_file, int index, double since) {
+std::optional<double> domain_started(const std::filesystem::path& events_file, int index,
+                                     double since) {
   return domain_logged(events_file, index, since, [](const auto&, const auto& event) {
     return event == "job_started" || event == "domain_started";
   });
@@ -187,7 +193,8 @@ class DomainSupervision {
         store_dir_(own_store_dir(config.run_dir)),
         rendezvous_(start_rendezvous(config, store_dir_)),
         store_(*rendezvous_.store),
-        caveat_(rendezvous_.caveat) {
+        caveat_(rendezvous_.caveat),
+        start_timeout_(config.start_timeout_s, events_file_) {
     if (caveat_)
       std::cerr << fmt::format("hardy run: warning: the rendezvous store {}: {}\n",
                                store_dir_.string(), *caveat_);
@@ -217,8 +224,20 @@ class DomainSupervision {
     for (auto& domain : domains_) {
       if (!domain.job) continue;
       const auto status = domain.job->wait_for(milliseconds(domain.index == 0 ? 50 : 1));
-      if (!status) continue;
-      if (const auto exit_status = launcher_ended(domain, *status)) return exit_status;
+      if (status) {
+        if (const auto exit_status = launcher_ended(domain, *status)) return exit_status;
+      } else if (!watch_start(domain)) {
+        const double timeout_s = start_timeout_.seconds();
+        std::cerr << fmt::format(
+            "hardy run: domain {} has not started {:.0f} s after its launch (--start-timeout); "
+            "ending the launch\n",
+            domain.index, timeout_s);
+        const int ended = domain.job->terminate(milliseconds(3000));
+        const auto how = fmt::format(
+            "ended by the supervisor: not started within {:.0f} s (--start-timeout; {})", timeout_s,
+            domain.job->how());
+        if (const auto exit_status = launcher_ended(domain, ended, how)) return exit_status;
+      }
     }
     return std::nullopt;
   }
@@ -335,6 +354,7 @@ class DomainSupervision {
                              domain.launches, fmt::join(domain.nodes, ","),
                              fmt::join(command, " "));
     domain.started_unix = core::unix_time();
+    domain.start_seen = false;
     domain.job = std::make_unique<LaunchedJob>(
         command, config_.run_dir / fmt::format("launch-d{}-{}.log", domain.index, domain.launches));
   }
@@ -356,8 +376,26 @@ class DomainSupervision {
     return total;
   }
 
-  std::optional<int> launcher_ended(Domain& domain, int status) {
-    const std::string how = domain.job->how(), output = domain.job->output();
+  // False once the domain's current launch has taken longer than the start timeout to start.
+  bool watch_start(Domain& domain) {
+    const double now = core::unix_time();
+    if (domain.start_seen || now - domain.start_checked < 0.5) return true;
+    domain.start_checked = now;
+    if (const auto started = domain_started(events_file_, domain.index, domain.started_unix)) {
+      domain.start_seen = true;
+      const double start_s = *started - domain.started_unix;
+      start_timeout_.seen(start_s);
+      events_.emit("launch_started",
+                   {{"domain", domain.index}, {"launch", domain.launches}, {"start_s", start_s}});
+      return true;
+    }
+    return now - domain.started_unix <= start_timeout_.seconds();
+  }
+
+  // `ended_how`: how the supervisor ended the launcher, if it did.
+  std::optional<int> launcher_ended(Domain& domain, int status, std::string ended_how = {}) {
+    const std::string how = ended_how.empty() ? domain.job->how() : std::move(ended_how);
+    const std::string output = domain.job->output();
     const double ended = core::unix_time();
     domain.job.reset();
     if (domain_finished(events_file_, domain.index, domain.started_unix)) {
@@ -447,6 +485,7 @@ class DomainSupervision {
   std::vector<Domain> domains_;
   std::vector<std::string> spares_;
   std::set<std::string> start_failures_;  // hosts whose runtime daemon failed to start once
+  StartTimeout start_timeout_;
   std::size_t generation_ = 0;
   double report_seen_ = 0;  // when a leader's failure report was first seen (0: none waits)
 };

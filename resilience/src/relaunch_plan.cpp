@@ -44,6 +44,7 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
     if (event == event_kind("job_started")) {
       if (const auto steps = core::read_field<long>(record, event_field("job_started", "steps")))
         launch.total_steps = steps;
+      launch.started_unix = core::read_field<double>(record, "unix_time");
     } else if (event == event_kind("job_finished")) {
       launch.finished_status =
           core::read_field<std::string>(record, event_field("job_finished", "status")).value_or("");

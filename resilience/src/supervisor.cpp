@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <set>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/core/support/json_fields.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "launched_job.hpp"
@@ -49,9 +51,10 @@ int status_of(LaunchVerdict verdict) {
   return kFailed;
 }
 
-// One launch from start to end: relays its output and, once the job has logged job_finished (or
-// its watchdog ended it), gives the launcher finish_grace_s to return before ending it (it may
-// wait for ranks the job already left behind: a frozen node's, a stopped rank's).
+// One launch from start to end: relays its output; ends it when the job has not started within
+// the start timeout; once the job has logged job_finished (or its watchdog ended it), gives the
+// launcher finish_grace_s to return before ending it (it may wait for ranks the job already left
+// behind: a frozen node's, a stopped rank's). `on_started` hears how long the start took, once.
 struct LaunchOutcome {
   int exit_status = 0;
   std::string how;
@@ -61,15 +64,16 @@ struct LaunchOutcome {
 };
 
 LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::string>& command,
-                         const std::filesystem::path& log_file) {
+                         const std::filesystem::path& log_file, double start_timeout_s,
+                         const std::function<void(double)>& on_started) {
   const auto events_file = config.run_dir / "events.jsonl";
   const std::uintmax_t offset = file_size_or_zero(events_file);
   const double started = core::unix_time();
   LaunchedJob job(command, log_file);
   std::optional<int> status;
   double finished_seen = 0;
-  bool ended_by_supervisor = false, job_started = false;
-  std::string ended_how;
+  bool job_started = false;
+  std::string ended_how, ended_by_supervisor;
   while (!(status = job.wait_for(milliseconds(250)))) {
     if (finished_seen == 0) {
       const auto seen = read_launch_events(config.run_dir, offset, started, config.ranks_per_node);
@@ -78,29 +82,40 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
       if (!job_started && seen.total_steps) {
         job.deliver_pending_signals();
         job_started = true;
+        on_started(seen.started_unix.value_or(core::unix_time()) - started);
       }
       if (seen.finished_status || seen.ended_by_watchdog) {
         finished_seen = core::unix_time();
         ended_how = seen.finished_status ? "logged job_finished" : "was ended by its watchdog";
+      } else if (!job_started && core::unix_time() - started > start_timeout_s) {
+        std::cerr << fmt::format(
+            "hardy run: the job has not started {:.0f} s after its launch (no job_started; "
+            "--start-timeout); ending the launch\n",
+            start_timeout_s);
+        status = job.terminate(milliseconds(3000));
+        ended_by_supervisor = fmt::format(
+            "ended by the supervisor: not started within {:.0f} s (--start-timeout; {})",
+            start_timeout_s, job.how());
+        break;
       }
     } else if (core::unix_time() - finished_seen > config.finish_grace_s) {
       std::cerr << fmt::format(
           "hardy run: the job {} {:.0f} s ago but the launcher still waits; ending it\n", ended_how,
           config.finish_grace_s);
       status = job.terminate(milliseconds(3000));
-      ended_by_supervisor = true;
+      ended_by_supervisor = fmt::format("ended by the supervisor {:.0f} s after the job {} ({})",
+                                        config.finish_grace_s, ended_how, job.how());
       break;
     }
   }
   LaunchOutcome outcome;
   outcome.exit_status = *status;
-  outcome.how = ended_by_supervisor
-                    ? fmt::format("ended by the supervisor {:.0f} s after the job {} ({})",
-                                  config.finish_grace_s, ended_how, job.how())
-                    : job.how();
+  outcome.how = ended_by_supervisor.empty() ? job.how() : ended_by_supervisor;
   outcome.output = job.output();
   outcome.events = read_launch_events(config.run_dir, offset, started, config.ranks_per_node);
   outcome.ended_unix = core::unix_time();
+  if (!job_started && outcome.events.total_steps)  // it started, and ended, between two looks
+    on_started(outcome.events.started_unix.value_or(outcome.ended_unix) - started);
   return outcome;
 }
 
@@ -226,6 +241,22 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
   return evidence;
 }
 
+StartTimeout::StartTimeout(double fixed_s, const std::filesystem::path& events_file)
+    : fixed_s_(fixed_s) {
+  std::ifstream file(events_file);
+  for (std::string line; std::getline(file, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, false);
+    if (core::read_field<std::string>(record, "event") == "launch_started")
+      seen(core::read_field<double>(record, "start_s").value_or(-1));
+  }
+}
+
+double StartTimeout::seconds() const {
+  if (fixed_s_ > 0) return fixed_s_;
+  if (longest_ < 0) return kStartTimeoutUnlearnedS;
+  return std::max(kStartTimeoutFloorS, kStartTimeoutStartMultiple * longest_);
+}
+
 nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes) {
   auto list = nlohmann::json::array();
   for (const auto& node : nodes) {
@@ -254,6 +285,7 @@ class Supervision {
       : config_(config),
         events_(config.run_dir / "events.jsonl"),
         nodes_{config.nodes, config.spare_nodes},
+        start_timeout_(config.start_timeout_s, config.run_dir / "events.jsonl"),
         backoff_(config.backoff_s) {
     events_.emit("supervisor_started", supervisor_started_fields(config));
   }
@@ -264,8 +296,12 @@ class Supervision {
         "hardy run: launch {} with {} ranks on {}: {}\n", attempt + 1,
         nodes_.active.size() * static_cast<std::size_t>(config_.ranks_per_node),
         fmt::join(nodes_.active, ","), fmt::join(command, " "));
-    auto launch =
-        run_launch(config_, command, config_.run_dir / fmt::format("launch-{}.log", attempt + 1));
+    auto launch = run_launch(
+        config_, command, config_.run_dir / fmt::format("launch-{}.log", attempt + 1),
+        start_timeout_.seconds(), [&](double start_s) {
+          start_timeout_.seen(start_s);
+          events_.emit("launch_started", {{"launch", attempt + 1}, {"start_s", start_s}});
+        });
     restrict_to_launch(launch.events, nodes_.active.size());
     run_wrote_state_ = run_wrote_state_ || launch.events.checkpoint_written;
     return launch;
@@ -427,6 +463,7 @@ class Supervision {
   core::EventLog events_;
   NodeSet nodes_;
   std::set<std::string> start_failures_;  // hosts whose runtime daemon failed to start once
+  StartTimeout start_timeout_;
   double backoff_;
   bool run_wrote_state_ = false;  // a launch wrote a checkpoint: relaunches go on from the newest
 };

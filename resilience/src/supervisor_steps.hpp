@@ -1,7 +1,9 @@
 #pragma once
 // What both supervisors (supervisor.cpp, domain_supervisor.cpp) do the same way once a launch has
 // ended and it is not over: find out which nodes are gone, and log what a relaunch leaves out.
+#include <algorithm>
 #include <cstddef>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -33,5 +35,26 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
 
 // The `excluded` field of the supervisors' events: each node with its evidence and its spare.
 nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes);
+
+inline constexpr double kStartTimeoutFloorS = 60.0;
+inline constexpr double kStartTimeoutStartMultiple = 10.0;
+inline constexpr double kStartTimeoutUnlearnedS = 600.0;
+
+// How long a launch may take to start, from its launcher's start to the job's job_started (a
+// domain's domain_started), before the supervisor ends it and counts it failed. Nothing else
+// notices a start that hangs (a runtime daemon that never spawns its ranks, an MPI_Init that
+// never returns): the ranks' watchdogs run only once they train. `fixed_s` when positive (--start-
+// timeout); else learned from the starts seen in the run directory, this `hardy run`'s and earlier
+// ones' (launch_started events): 10 x the longest, at least 60 s, and 600 s before any was seen.
+class StartTimeout {
+ public:
+  StartTimeout(double fixed_s, const std::filesystem::path& events_file);
+  double seconds() const;
+  void seen(double start_s) { longest_ = std::max(longest_, start_s); }
+
+ private:
+  double fixed_s_ = 0;
+  double longest_ = -1;  // none seen
+};
 
 }  // namespace hardy::resilience

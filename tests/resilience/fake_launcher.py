@@ -3,7 +3,8 @@
 
 `hardy run --launcher-path fake_launcher.py` calls it with mpirun's arguments; it finds the run
 directory after --run-dir and plays the next act of FAKE_LAUNCHER_PLAN (comma-separated, one act
-per launch, the last one repeating), counting launches in RUN_DIR/fake-launches:
+per launch, the last one repeating), counting launches in RUN_DIR/fake-launches; the events of a
+fault domain's launch (--domain D) carry the domain's number:
 
   lost:HOST        the runtime lost HOST's daemon: print Open MPI's message naming it, exit 0
                    after the job committed 3 of its steps (no job_finished)
@@ -12,6 +13,8 @@ per launch, the last one repeating), counting launches in RUN_DIR/fake-launches:
   finish           log job_started and job_finished (completed) and exit 0
   crash            log job_started, exit 1
   checkpoint-crash log job_started and checkpoint_written (step 2), exit 1
+  hang-at-start    log nothing and never exit (a runtime daemon that never spawns the ranks)
+  slow-finish      log job_started, then job_finished (completed) 8 s later, and exit 0
   await-signal     handle SIGUSR1 as `hardy train` does, then log job_started; on the signal
                    write RUN_DIR/fake-signal-N (N: this launch), log job_finished (preempted) and
                    exit 4; without one within 20 s, finish
@@ -26,8 +29,12 @@ from pathlib import Path
 STEPS = 5
 
 
+DOMAIN = {}
+
+
 def emit(run, event, **fields):
     now = time.time()
+    fields = {**DOMAIN, **fields}
     record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + "Z", "unix_time": now,
               "event": event, **fields}
     with open(run / "events.jsonl", "a") as f:
@@ -37,6 +44,8 @@ def emit(run, event, **fields):
 def main():
     args = sys.argv[1:]
     run = Path(args[args.index("--run-dir") + 1])
+    if "--domain" in args:
+        DOMAIN["domain"] = int(args[args.index("--domain") + 1])
     run.mkdir(parents=True, exist_ok=True)
     counter = run / "fake-launches"
     launch = int(counter.read_text()) if counter.exists() else 0
@@ -46,6 +55,9 @@ def main():
     (run / f"fake-launch-{launch + 1}.args").write_text(json.dumps(args))
     if act == "exit0":
         sys.exit(0)
+    if act == "hang-at-start":
+        while True:
+            time.sleep(1)
     signalled = []
     if act == "await-signal":
         signal.signal(signal.SIGUSR1, lambda number, frame: signalled.append(number))
@@ -78,6 +90,8 @@ def main():
             "therefore will terminate the job.\n"
             "--------------------------------------------------------------------------\n")
         sys.exit(0)
+    if act == "slow-finish":
+        time.sleep(8)
     emit(run, "job_finished", status="completed", steps=STEPS)
     if act == "finish-and-hang":
         while True:

@@ -12,6 +12,9 @@ misbehaviour is exact and takes seconds:
     evidence; a spare that does not answer is passed over and the next spare takes the place;
   - a launcher that goes on waiting after the job logged job_finished is ended after
     --finish-grace, and the job counts as completed;
+  - a launch whose job never starts (no job_started: a daemon that never spawns the ranks) is
+    ended after --start-timeout and relaunched, with or without fault domains (the other domain
+    trains on meanwhile), and the start of the launch that did start is logged (launch_started);
   - a --launch-agent with arguments ("AGENT -x") is split for the probe, so healthy nodes answer;
   - a user's --resume (either spelling) holds until the run wrote a checkpoint of its own, then
     relaunches resume from latest, and never with two --resume options;
@@ -90,6 +93,30 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
     check(status == 0, f"a launcher that hangs after job_finished: the job completed (exit {status})")
     check(ended and "ended by the supervisor" in ended[0]["how"], f"the supervisor ended it: {ended}")
     check(elapsed < 15, f"within the grace period ({elapsed:.1f} s)")
+
+    status, elapsed, events = supervise(tmp / "start", "hang-at-start,finish", "--start-timeout", "2")
+    ended = [e for e in events if e["event"] == "launch_ended"]
+    started = [e for e in events if e["event"] == "launch_started"]
+    check(status == 0, f"a launch that never starts is relaunched and the job completes (exit {status})")
+    check(len(ended) == 2 and "not started within 2 s" in ended[0]["how"],
+          f"the first launch was ended for not starting: {ended[:1]}")
+    check(len(started) == 1 and started[0]["launch"] == 2 and started[0]["start_s"] < 10,
+          f"the second launch's start is logged: {started}")
+    check(elapsed < 30, f"the hung start cost about its timeout ({elapsed:.1f} s)")
+
+    # Two fault domains: domain 1's first launch never starts while domain 0 trains on; it is
+    # ended and relaunched, and the job completes.
+    status, elapsed, events = supervise(tmp / "domain-start", "slow-finish,hang-at-start,hang-at-start",
+                                        "--hosts", "n0,n1", "--nodes-per-domain", "1", "--start-timeout", "2",
+                                        "--launch-agent", str(HERE / "fake_agent.sh"), "--probe-timeout", "1")
+    lost = [e for e in events if e["event"] == "domain_lost"]
+    relaunched = [e for e in events if e["event"] == "domain_relaunched"]
+    check(status == 0, f"the job of two domains completes (exit {status})")
+    check(len(lost) >= 1 and lost[0]["domain"] == 1 and "not started within 2 s" in lost[0]["how"],
+          f"domain 1 was ended for not starting: {lost[:1]}")
+    check(relaunched and relaunched[0]["domain"] == 1, f"and relaunched: {relaunched[:1]}")
+    check(any(e["event"] == "launch_started" and e.get("domain") == 0 for e in events),
+          "domain 0's start is logged")
 
     # A launch agent with arguments is split as Open MPI splits it: the probe reaches every node.
     status, _, events = supervise(tmp / "agent-args", "lost:n1,finish", "--hosts", "n0,n1,n2",

@@ -1,12 +1,14 @@
-// The supervisor's part of a launch's command line: which state a relaunch resumes from. The
-// launchers' own parts are tested with them (tests/jobs/test_launchers.cpp).
+// The supervisor's part of a launch's command line (which state a relaunch resumes from) and its
+// start timeout. The launchers' own parts are tested with them (tests/jobs/test_launchers.cpp).
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "hardy/resilience/supervisor.hpp"
+#include "scratch_directory.hpp"
 #include "supervisor_steps.hpp"
 
 using namespace hardy::resilience;
@@ -125,4 +127,32 @@ TEST_CASE("supervisor: a node whose daemon failed to start once is kept; a secon
                                      {{0, {"fault injection killed the node"}}});
   CHECK(killed.active.at(0).size() == 2);
   CHECK(killed.forgiven.empty());
+}
+
+TEST_CASE("supervisor: the start timeout is learned from the run's earlier starts") {
+  hardy::testing::ScratchDirectory run("start-timeout");
+  const auto events = run / "events.jsonl";
+  CHECK(StartTimeout(0, events).seconds() == kStartTimeoutUnlearnedS);  // no log yet
+  CHECK(StartTimeout(45, events).seconds() == 45);
+
+  {
+    std::ofstream log(events);
+    log << R"({"event":"launch_started","launch":1,"start_s":3.5,"unix_time":1})"
+        << "\n"
+        << R"({"event":"job_started","steps":10,"unix_time":2})"
+        << "\n"
+        << R"({"event":"launch_started","domain":1,"launch":2,"start_s":12.5,"unix_time":3})"
+        << "\n"
+        << R"({"event":"launch_st)"  // cut short by a crash
+        << "\n";
+  }
+  StartTimeout learned(0, events);
+  CHECK(learned.seconds() == 10 * 12.5);  // an earlier run's longest start, any domain's
+  learned.seen(20);
+  CHECK(learned.seconds() == 200);
+  CHECK(StartTimeout(30, events).seconds() == 30);  // --start-timeout wins
+
+  std::ofstream(events) << R"({"event":"launch_started","launch":1,"start_s":0.8})"
+                        << "\n";
+  CHECK(StartTimeout(0, events).seconds() == kStartTimeoutFloorS);  // quick starts: the floor
 }

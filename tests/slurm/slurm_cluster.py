@@ -113,6 +113,10 @@ class Scenario:
     def dump(self, run):
         steps = self.slurm.run(["squeue", "-s", "-h", "-o", "%i %j %N %M"], check=False).stdout
         print(f"--- job steps Slurm counts as running:\n{steps}")
+        print("--- processes on the nodes:\n" + "\n".join(self.job_processes()))
+        events = run / "events.jsonl"
+        if events.exists():
+            print("--- the last events:\n" + "\n".join(events.read_text(errors="replace").splitlines()[-12:]))
         for name in ("job.out", "job.err"):
             path = run / name
             if path.exists():

@@ -19,6 +19,7 @@ namespace hardy::resilience {
 // file's size when the launch started), and the last step it committed (metrics.jsonl).
 struct LaunchEvents {
   std::optional<long> total_steps;             // job_started "steps": the job's last step
+  std::optional<double> started_unix;          // job_started "unix_time"
   std::optional<std::string> finished_status;  // job_finished "status"
   std::optional<long> finished_steps;          // job_finished "steps"
   std::optional<long> last_committed_step;     // the last line of metrics.jsonl

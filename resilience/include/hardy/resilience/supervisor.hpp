@@ -37,6 +37,9 @@ struct SupervisorConfig {
   // Before a relaunch every node is asked to run `true` through the launch path; a node that
   // does not answer within this many seconds is left out.
   double probe_timeout_s = 5.0;
+  // A launch whose job has not started (job_started) this many seconds after the launcher did is
+  // ended and counts as failed; 0: learned from the run's earlier starts (supervisor_steps.hpp).
+  double start_timeout_s = 0;
   // The batch job this runs in, if any. Inside one, a job left with fewer than min_world_size
   // healthy ranks asks its batch script for a requeue (exit status kPreempted) instead of
   // stopping: the dead nodes are written to exclude_nodes_file() for the script to exclude, and

@@ -224,6 +224,8 @@ inline constexpr EventField domain_relaunched[] = {{"launch", T::integer, req},
                                                    {"nodes", T::array, req},
                                                    {"spare_nodes", T::array, req},
                                                    {"seconds_since_end", T::number, req}};
+inline constexpr EventField launch_started[] = {{"launch", T::integer, req},
+                                                {"start_s", T::number, req}};
 inline constexpr EventField launch_ended[] = {{"launch", T::integer, req},
                                               {"how", T::string, req},
                                               {"exit_status", T::integer, req},
@@ -322,6 +324,10 @@ inline constexpr EventKind kEventKinds[] = {
      event_fields::data_staging_failed},
     {"data_staged", "data was staged to node-local storage", event_fields::data_staged},
     {"supervisor_started", "hardy run began", event_fields::supervisor_started},
+    {"launch_started",
+     "the job of one launch under hardy run started (its job_started or domain_started came "
+     "start_s seconds after the launch)",
+     event_fields::launch_started},
     {"launch_ended", "one launch of the job under hardy run ended", event_fields::launch_ended},
     {"job_relaunched", "hardy run relaunched the job", event_fields::job_relaunched},
     {"requeue_requested", "hardy run asked the scheduler to requeue the job",
