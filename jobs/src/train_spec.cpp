@@ -30,8 +30,11 @@ po::options_description train_options() {
       "INI file with any of these options as `name = value` lines; the command line wins")(
       "run-dir", po::value<std::string>(),
       "run directory for config.ini, metrics.jsonl, events.jsonl and checkpoints (default: "
-      "runs/train-<time>)")("steps", po::value<long>()->default_value(0),
-                            "total optimizer steps of the job (0: derive from --epochs)")(
+      "runs/train-<time>); one run at a time holds it (RUN_DIR/lock)")(
+      "run-lock-token", po::value<std::string>()->default_value(""),
+      "set by `hardy run` for its launches: they run under its lock of the run directory")(
+      "steps", po::value<long>()->default_value(0),
+      "total optimizer steps of the job (0: derive from --epochs)")(
       "epochs", po::value<long>()->default_value(1),
       "passes over the training set when --steps is 0")(
       "global-batch", po::value<long>()->default_value(8), "samples per step over all ranks")(
@@ -464,6 +467,7 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
   spec.domain_address = get<std::string>(vm, "domain-address");
   spec.domain_timeout_s = get<double>(vm, "domain-timeout");
   spec.domain_join = get<std::string>(vm, "domain-join");
+  spec.run_lock_token = get<std::string>(vm, "run-lock-token");
   if (vm.count("domain-store")) spec.domain_store = get<std::string>(vm, "domain-store");
   spec.domain_store_token = get<std::string>(vm, "domain-store-token");
   require(spec.domain_count >= 1, "--domains must be at least 1");
@@ -526,7 +530,8 @@ std::string effective_config_ini(const po::variables_map& vm, const TrainSpec& s
     if (name == "help" || name == "config" || value.empty()) continue;
     // Resolved below; a resume or an injected failure belongs to one launch, not to the job.
     if (name == "synthetic" || name == "dataset" || name == "run-dir" || name == "resume" ||
-        name == "inject-failure" || (name.starts_with("domain") && name != "domain-sync-every"))
+        name == "inject-failure" || name == "run-lock-token" ||
+        (name.starts_with("domain") && name != "domain-sync-every"))
       continue;
     ini << name << " = " << value_text(value) << "\n";
   }

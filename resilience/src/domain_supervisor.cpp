@@ -503,8 +503,9 @@ int supervise_domains(const SupervisorConfig& config) {
   if (count < 2) return supervise(config);
   if (!config.launcher) throw InvalidArgument("the supervisor needs a launcher");
 
-  std::filesystem::create_directories(config.run_dir);
-  DomainSupervision run(config, count);
+  std::unique_ptr<core::RunDirectoryLock> lock;
+  const SupervisorConfig locked = lock_run_directory(config, lock);
+  DomainSupervision run(locked, count);
   run.launch_all();
   for (;;) {
     if (const auto status = run.watch_launchers()) return *status;

@@ -19,6 +19,7 @@
 #include "hardy/comm/agreement.hpp"
 #include "hardy/comm/communicator.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/core/support/run_lock.hpp"
 #include "hardy/resilience/failure_injection.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
 #include "hardy/resilience/run_identity.hpp"
@@ -196,6 +197,8 @@ struct TrainingSession::State final : StateSource {
   std::unique_ptr<FaultDomains> domains;  // always present; enabled() with --domain
   FailureInjector injector;
 
+  // The lead's lock of the run directory, when no `hardy run` holds it for this launch.
+  std::unique_ptr<core::RunDirectoryLock> run_lock;
   core::EventLog events;
   core::JsonLines metrics, audit;
   bool lead_logs_open = false;  // this rank writes the run directory's files

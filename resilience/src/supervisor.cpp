@@ -196,6 +196,8 @@ std::vector<std::string> launch_command(const SupervisorConfig& config,
   }
   program.insert(program.end(),
                  {"--run-dir", config.run_dir.string(), "--ranks-per-node", per_node});
+  if (!config.run_lock_token.empty())
+    program.insert(program.end(), {"--run-lock-token", config.run_lock_token});
   if (newest_state || (relaunch && !asked_resume))
     program.insert(program.end(), {"--resume", "latest"});
   return config.launcher->command(nodes, config.ranks_per_node, program);
@@ -239,6 +241,16 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
     evidence.active.erase(i);
   }
   return evidence;
+}
+
+SupervisorConfig lock_run_directory(const SupervisorConfig& config,
+                                    std::unique_ptr<core::RunDirectoryLock>& lock) {
+  std::filesystem::create_directories(config.run_dir);
+  lock = std::make_unique<core::RunDirectoryLock>(config.run_dir, "hardy run");
+  if (lock->caveat()) std::cerr << "hardy run: warning: " << *lock->caveat() << "\n";
+  SupervisorConfig locked = config;
+  locked.run_lock_token = lock->token();
+  return locked;
 }
 
 StartTimeout::StartTimeout(double fixed_s, const std::filesystem::path& events_file)
@@ -473,8 +485,9 @@ class Supervision {
 int supervise(const SupervisorConfig& config) {
   if (config.nodes.empty()) throw InvalidArgument("the supervisor needs at least one node");
   if (!config.launcher) throw InvalidArgument("the supervisor needs a launcher");
-  std::filesystem::create_directories(config.run_dir);
-  Supervision run(config);
+  std::unique_ptr<core::RunDirectoryLock> lock;
+  const SupervisorConfig locked = lock_run_directory(config, lock);
+  Supervision run(locked);
   for (int attempt = 0;; ++attempt) {
     const LaunchOutcome launch = run.launch(attempt);
     const Verdict verdict = run.judge(attempt, launch);

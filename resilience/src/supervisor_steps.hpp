@@ -5,11 +5,13 @@
 #include <cstddef>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "hardy/core/support/run_lock.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/supervisor.hpp"
 
@@ -35,6 +37,11 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
 
 // The `excluded` field of the supervisors' events: each node with its evidence and its spare.
 nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes);
+
+// Creates the run directory and takes its lock for this `hardy run` (InvalidArgument naming the
+// holder when another run has it); returns `config` with the lock's token for the launches.
+SupervisorConfig lock_run_directory(const SupervisorConfig& config,
+                                    std::unique_ptr<core::RunDirectoryLock>& lock);
 
 inline constexpr double kStartTimeoutFloorS = 60.0;
 inline constexpr double kStartTimeoutStartMultiple = 10.0;

@@ -170,6 +170,10 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       throw InvalidArgument(
           fmt::format("--run-dir {}: cannot create {}: {}", config.run_dir.string(),
                       (config.run_dir / "checkpoints").string(), error.message()));
+    if (!core::RunDirectoryLock::holds(config.run_dir, config.run_lock_token)) {
+      run_lock = std::make_unique<core::RunDirectoryLock>(config.run_dir, "hardy train");
+      if (run_lock->caveat()) std::cerr << "hardy train: warning: " << *run_lock->caveat() << "\n";
+    }
     open_lead_logs();
     if (writes_run_files())
       core::write_atomically(config.run_dir / "config.ini",

@@ -15,6 +15,9 @@ misbehaviour is exact and takes seconds:
   - a launch whose job never starts (no job_started: a daemon that never spawns the ranks) is
     ended after --start-timeout and relaunched, with or without fault domains (the other domain
     trains on meanwhile), and the start of the launch that did start is logged (launch_started);
+  - one run at a time: while `hardy run` supervises a run directory, a second `hardy run` and a
+    `hardy train` of it are refused (exit status 2, naming the holder) and write nothing there,
+    while the launches of the first run under its lock (--run-lock-token);
   - a --launch-agent with arguments ("AGENT -x") is split for the probe, so healthy nodes answer;
   - a user's --resume (either spelling) holds until the run wrote a checkpoint of its own, then
     relaunches resume from latest, and never with two --resume options;
@@ -117,6 +120,31 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
     check(relaunched and relaunched[0]["domain"] == 1, f"and relaunched: {relaunched[:1]}")
     check(any(e["event"] == "launch_started" and e.get("domain") == 0 for e in events),
           "domain 0's start is logged")
+
+    # One run at a time in a run directory.
+    run = tmp / "locked"
+    env = {**os.environ, "FAKE_LAUNCHER_PLAN": "slow-finish"}
+    first = subprocess.Popen([hardy, "run", "--run-dir", str(run), "--launcher-path", str(HERE / "fake_launcher.py"),
+                              "--", "--steps", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 30
+    while time.time() < deadline and not any(e["event"] == "job_started" for e in read_jsonl(run / "events.jsonl")):
+        time.sleep(0.05)
+    second = subprocess.run([hardy, "run", "--run-dir", str(run), "--launcher-path", str(HERE / "fake_launcher.py"),
+                             "--", "--steps", "5"], capture_output=True, text=True, env=env, timeout=60)
+    by_hand = subprocess.run([hardy, "train", "--run-dir", str(run), "--steps", "1", "--samples", "8", "--height", "16",
+                              "--width", "16"], capture_output=True, text=True, timeout=120)
+    _, err = first.communicate(timeout=60)
+    events = read_jsonl(run / "events.jsonl")
+    check(second.returncode == 2 and f"is in use: hardy run (pid {first.pid}" in second.stderr,
+          f"a second hardy run of the directory is refused, naming the first (exit {second.returncode}): "
+          f"{second.stderr.strip()[-300:]}")
+    check(by_hand.returncode == 2 and "is in use: hardy run" in by_hand.stderr,
+          f"so is a hardy train by hand (exit {by_hand.returncode}): {by_hand.stderr.strip()[-300:]}")
+    check(first.returncode == 0 and len([e for e in events if e["event"] == "supervisor_started"]) == 1
+          and not any(e["event"] == "job_started" and e.get("world_size") != 4 for e in events),
+          f"the first run completed and nothing of the refused ones is in its log (exit {first.returncode})")
+    args = json.loads((run / "fake-launch-1.args").read_text())
+    check("--run-lock-token" in args, "the first run's launch runs under its lock (--run-lock-token)")
 
     # A launch agent with arguments is split as Open MPI splits it: the probe reaches every node.
     status, _, events = supervise(tmp / "agent-args", "lost:n1,finish", "--hosts", "n0,n1,n2",

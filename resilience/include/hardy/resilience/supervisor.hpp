@@ -61,6 +61,9 @@ struct SupervisorConfig {
   std::string scheduler, scheduler_job_id;
   int scheduler_restart_count = 0;
   int max_requeues = 10;
+  // Set by the supervisor once it holds the run directory's lock (core/support/run_lock.hpp):
+  // its launches run under it (`hardy train --run-lock-token`).
+  std::string run_lock_token;
 };
 
 // RUN_DIR/exclude-nodes: the hosts this job lost, one per line, accumulated over its requeues;
@@ -78,6 +81,8 @@ std::vector<std::string> launch_command(const SupervisorConfig& config,
 
 // Runs the job until it completes, is preempted or stopped, or has failed more than max_restarts
 // times; returns the exit status to report (kCompleted only when the job finished its last step).
+// It holds the run directory's lock throughout: a second run of the directory is refused
+// (InvalidArgument, naming the first).
 int supervise(const SupervisorConfig& config);
 
 // supervise() for a job of several fault domains (nodes_per_domain dividing the nodes into two or

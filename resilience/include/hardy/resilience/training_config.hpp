@@ -34,6 +34,9 @@ inline constexpr double kSnapshotAutoCostFactor = 100;
 
 struct TrainingConfig {
   std::filesystem::path run_dir;
+  // The token of the `hardy run` whose lock of run_dir this launch runs under (empty: the lead
+  // rank takes the lock itself; core/support/run_lock.hpp).
+  std::string run_lock_token;
   long steps = 0;  // the job's total, 0 = derive from epochs
   long epochs = 1;
   long global_batch = 8;
