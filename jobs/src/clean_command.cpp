@@ -1,5 +1,6 @@
 // `hardy clean --node-local`: removes the node-local snapshot state that crashed runs left on this
-// node (checkpoint/stale_snapshots.hpp), as the next job's snapshot writer does after a day.
+// node (checkpoint/stale_snapshots.hpp), as the next job's snapshot writer does after a day, and
+// the shared-memory files of killed MPI ranks (comm/mpi_segments.hpp), as every job's start does.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -7,6 +8,7 @@
 
 #include "command_line.hpp"
 #include "hardy/checkpoint/stale_snapshots.hpp"
+#include "hardy/comm/mpi_segments.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 
@@ -24,6 +26,10 @@ on the same nodes): every run under --snapshot-dir that nothing has written for 
 hours. A running job writes its snapshots every few steps, so it is never idle that long; a job
 also removes such state itself, a day after the last write, when it starts on the node. Run it on
 each node, e.g. `srun --ntasks-per-node=1 hardy clean --node-local`.
+
+It also removes the shared-memory files that killed MPI ranks left in /dev/shm (Open MPI's
+sm_segment.* files of this user that no process maps any more), as every job does on its nodes
+when it starts.
 )";
 
 // hardy train's default for `option`, read from its option table, so that the two never differ.
@@ -61,6 +67,12 @@ int clean_command(const std::vector<std::string>& args) {
     std::cout << fmt::format("removed {} ({:.1f} MB, idle {:.1f} h)\n", run.directory.string(),
                              static_cast<double>(run.bytes) / 1e6, run.idle_s / 3600);
   std::cout << fmt::format("hardy clean: {} stale run(s) removed under {}\n", removed.size(), root);
+  std::uintmax_t segment_bytes = 0;
+  const auto segments = comm::remove_orphaned_mpi_segments();
+  for (const auto& segment : segments) segment_bytes += segment.bytes;
+  std::cout << fmt::format(
+      "hardy clean: {} shared-memory file(s) of killed MPI ranks removed ({:.1f} MB)\n",
+      segments.size(), static_cast<double>(segment_bytes) / 1e6);
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "hardy/checkpoint/node_local_snapshots.hpp"
 #include "hardy/comm/agreement.hpp"
 #include "hardy/comm/errors.hpp"
+#include "hardy/comm/mpi_segments.hpp"
 #include "hardy/core/nn/evaluation.hpp"
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/digest.hpp"
@@ -838,6 +839,15 @@ void TrainingSession::State::announce_start() {
                {"run_dir", config.run_dir.string()},
                {"domains", config.domain_count}});
   membership.announce(events);
+  if (membership.first_on_host()) {
+    // Killed ranks' shared memory, this run's earlier launches' or other jobs' of this user.
+    std::uintmax_t bytes = 0;
+    const auto removed = comm::remove_orphaned_mpi_segments();
+    for (const auto& segment : removed) bytes += segment.bytes;
+    if (!removed.empty())
+      events.emit("mpi_segments_removed",
+                  {{"host", membership.host()}, {"files", removed.size()}, {"bytes", bytes}});
+  }
   start_staging();
   if (writes_run_files())
     std::cout << fmt::format(

@@ -10,7 +10,9 @@ afterwards, also when a check fails. Both train with the default --snapshot-dir
 1. The first user's job dies and leaves its snapshots; the second user's job still gets its own
    snapshot tree (the first user's tree used to block it), and its relaunch resumes from it.
 2. Neither user can read the other's snapshots: directories 0700, files 0600.
-3. The first user plants a tree where the second user's goes: world-writable, with a valid
+3. A job's start removes what killed MPI ranks of its user left in /dev/shm (Open MPI's
+   sm_segment.* files that no process maps), and nothing of another user's.
+4. The first user plants a tree where the second user's goes: world-writable, with a valid
    snapshot of step 1000 and a `.tmp` link to a file of the second user in the host directory, and
    a host directory that is a symbolic link to the second user's real checkpoints. The second user's `--resume latest` refuses the tree with a
    message naming it (snapshot_tier_refused), resumes from its own checkpoint, completes, and
@@ -113,13 +115,24 @@ try:
         check(as_user(a, ["cat", str(snapshots_b[0])]).returncode != 0, f"{a} cannot read {b}'s snapshot")
         check(as_user(a, ["ls", str(root_b)]).returncode != 0, f"{a} cannot list {b}'s tree")
 
+        # 3. Killed ranks' shared memory: an hour-old segment file of each user that nothing maps.
+        orphans = [Path(f"/dev/shm/sm_segment.node{suffix}.{uid}.7e570001.0") for uid in uids]
+        for orphan, name in zip(orphans, names):
+            made = as_user(name, ["sh", "-c", 'head -c 8192 /dev/zero > "$1" && touch -d "1 hour ago" "$1"',
+                                  "orphan", str(orphan)])
+            check(made.returncode == 0, f"{name} left a segment file {orphan}: {made.stderr[-200:]}")
         relaunched = train(b, home_b / "run", "--checkpoint-every", "2", "--resume", "latest",
                            "--inject-failure", "rank=0@step=6")
+        removed = [e for e in read_jsonl(home_b / "run" / "events.jsonl") if e["event"] == "mpi_segments_removed"]
+        check(not orphans[1].exists() and removed and removed[-1]["files"] >= 1,
+              f"{b}'s job removed {b}'s orphaned segment file at its start ({removed[-1:]})")
+        check(orphans[0].exists(), f"and left {a}'s alone")
+        orphans[0].unlink()
         restored = [e for e in read_jsonl(home_b / "run" / "events.jsonl") if e["event"] == "state_restored"]
         check(restored and restored[-1]["source"] == "node-local" and restored[-1]["step"] in (3, 4),
               f"{b}'s relaunch resumed from its own snapshot ({restored[-1:]})")
 
-        # 3. The first user plants a tree where the second user's goes.
+        # 4. The first user plants a tree where the second user's goes.
         host_dir = snapshots_b[0].parent
         key_dir = host_dir.parent
         planted_snapshot = sorted(host_dir.glob("ckpt-*.h5"))[-1].read_bytes()

@@ -190,6 +190,8 @@ inline constexpr EventField tree_refused[] = {
     {"host", T::string, req}, {"directory", T::string, req}, {"reason", T::string, req}};
 inline constexpr EventField checkpoint_rejected[] = {{"reason", T::string, req},
                                                      {"path", T::string, opt}};
+inline constexpr EventField mpi_segments_removed[] = {
+    {"host", T::string, req}, {"files", T::integer, req}, {"bytes", T::integer, req}};
 inline constexpr EventField stale_snapshots_removed[] = {{"host", T::string, req},
                                                          {"directory", T::string, req},
                                                          {"idle_s", T::number, req},
@@ -279,6 +281,10 @@ inline constexpr EventKind kEventKinds[] = {
     {"recovery_finished", "a recovery inside the job ended", event_fields::recovery_finished},
     {"checkpoint_rejected", "a checkpoint failed validation, or does not fit, and was passed over",
      event_fields::checkpoint_rejected},
+    {"mpi_segments_removed",
+     "the first rank on a host removed the shared-memory files killed MPI ranks had left in "
+     "/dev/shm (comm/mpi_segments.hpp)",
+     event_fields::mpi_segments_removed},
     {"stale_snapshots_removed",
      "a crashed run's node-local snapshots, idle past the grace, removed",
      event_fields::stale_snapshots_removed},
