@@ -40,6 +40,9 @@ constexpr std::array kPlaceholders = {
     Placeholder{"min_world_size",
                 "--min-nodes x ranks per node: fewer healthy ranks and the job is requeued"},
     Placeholder{"max_requeues", "--max-requeues"},
+    Placeholder{"start_timeout",
+                "--start-timeout: seconds a launch may take to start before hardy run ends and "
+                "relaunches it (0: learned)"},
     Placeholder{
         "nodes_per_domain",
         "--nodes-per-domain: fault domains of this many nodes, each its own MPI job (0: one)"},
@@ -108,6 +111,9 @@ void validate(const JobRequest& request) {
   if (request.max_requeues < 0)
     throw InvalidArgument(
         fmt::format("--max-requeues must be 0 or more, not {}", request.max_requeues));
+  if (request.start_timeout_seconds < 0)
+    throw InvalidArgument(fmt::format("--start-timeout must be 0 (learned) or more, not {}",
+                                      request.start_timeout_seconds));
   if (request.signal_lead_seconds >= limit)
     throw InvalidArgument(
         fmt::format("--signal-lead {} s is not shorter than --time {}: the job would be warned "
@@ -143,6 +149,7 @@ TemplateValues template_values(const JobRequest& request) {
       {"requeue_exit_status", number(kRequeueExitStatus)},
       {"min_world_size", number(static_cast<long>(request.min_nodes) * request.ranks_per_node)},
       {"max_requeues", number(request.max_requeues)},
+      {"start_timeout", number(request.start_timeout_seconds)},
       {"nodes_per_domain", number(request.nodes_per_domain)},
       {"rendezvous", request.rendezvous},
       {"exclude_nodes_file", request.exclude_nodes().string()},

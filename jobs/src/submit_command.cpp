@@ -71,6 +71,9 @@ po::options_description submit_options() {
       "on the batch host; for run directories on NFS, Lustre or GPFS)")(
       "max-requeues", po::value<int>()->default_value(10),
       "requeues the job may ask for in a row without committing a new step, before it stops")(
+      "start-timeout", po::value<int>()->default_value(0),
+      "seconds a launch may take to start (its ranks logging job_started) before `hardy run` "
+      "ends it and launches again (0: learned from the run's earlier starts, 600 s before any)")(
       "dry-run", po::bool_switch(), "print the script and stop: nothing is created or submitted")(
       "print-template", po::bool_switch(),
       "print the built-in template of --scheduler, to start a --template from");
@@ -140,6 +143,7 @@ batch::JobRequest request_from(const po::variables_map& vm, const batch::Schedul
   request.signal_lead_seconds = vm["signal-lead"].as<int>();
   request.min_nodes = vm["min-nodes"].as<int>();
   request.max_requeues = vm["max-requeues"].as<int>();
+  request.start_timeout_seconds = vm["start-timeout"].as<int>();
   request.nodes_per_domain = vm["nodes-per-domain"].as<int>();
   request.rendezvous = vm["rendezvous"].as<std::string>();
   if (vm.count("lsf-launcher"))

@@ -62,6 +62,10 @@ class Trainer {
   // ---- one step ----
   // The next global batch of `global_batch` samples (the sampler moves on).
   const core::GlobalBatch& draw_batch(std::size_t global_batch);
+  // plan_digest() of the batch drawn last.
+  std::uint64_t drawn_plan_digest() const {
+    return slots_[slot_after(computed_)].computed.plan_digest;
+  }
   // The batch of the step committed last (or, before it is committed, of the step being finished).
   const core::GlobalBatch& batch() const { return slots_[committed_slot_].batch; }
   // This rank's share of the drawn batch into the input tensors. The prefetcher is told this step's

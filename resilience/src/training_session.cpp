@@ -498,12 +498,12 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
   const std::size_t global_batch = current_global_batch();
   const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
   injector.at(computed_step, Phase::forward);
-  const core::GlobalBatch& batch = trainer.draw_batch(global_batch);
+  trainer.draw_batch(global_batch);
   // With a step in flight, a collective here would wait behind its allreduce on the network
   // (one link, first come first served); the plan is checked after that step's reduction.
   if (comm().size() > 1 && config.gradient_lag == 0) {
     Watchdog::Scope scope(watchdog, "sample plan check");
-    check_same_plan(plan_digest(batch), computed_step);
+    check_same_plan(trainer.drawn_plan_digest(), computed_step);
   }
   const core::BatchLoad& input = [&]() -> const core::BatchLoad& {
     Watchdog::Scope scope(watchdog, "data wait", Activity::loading_data);

@@ -3,8 +3,9 @@
 
 `hardy run --launcher-path fake_launcher.py` calls it with mpirun's arguments; it finds the run
 directory after --run-dir and plays the next act of FAKE_LAUNCHER_PLAN (comma-separated, one act
-per launch, the last one repeating), counting launches in RUN_DIR/fake-launches; the events of a
-fault domain's launch (--domain D) carry the domain's number:
+per launch, the last one repeating), counting launches in RUN_DIR/fake-launches. A fault domain's
+launch (--domain D) plays FAKE_LAUNCHER_PLAN_D<D> when it is set, counts in
+RUN_DIR/fake-launches-d<D>, and its events carry the domain's number:
 
   lost:HOST        the runtime lost HOST's daemon: print Open MPI's message naming it, exit 0
                    after the job committed 3 of its steps (no job_finished)
@@ -47,12 +48,15 @@ def main():
     if "--domain" in args:
         DOMAIN["domain"] = int(args[args.index("--domain") + 1])
     run.mkdir(parents=True, exist_ok=True)
-    counter = run / "fake-launches"
+    # A fault domain's launches count on their own, and follow FAKE_LAUNCHER_PLAN_D<D> when it is
+    # set: the domains' launchers start at the same moment, in no fixed order.
+    domain = DOMAIN.get("domain")
+    counter = run / ("fake-launches" if domain is None else f"fake-launches-d{domain}")
     launch = int(counter.read_text()) if counter.exists() else 0
     counter.write_text(str(launch + 1))
-    plan = os.environ["FAKE_LAUNCHER_PLAN"].split(",")
+    plan = os.environ.get(f"FAKE_LAUNCHER_PLAN_D{domain}", os.environ["FAKE_LAUNCHER_PLAN"]).split(",")
     act = plan[min(launch, len(plan) - 1)]
-    (run / f"fake-launch-{launch + 1}.args").write_text(json.dumps(args))
+    (run / f"fake-launch-{'' if domain is None else f'd{domain}-'}{launch + 1}.args").write_text(json.dumps(args))
     if act == "exit0":
         sys.exit(0)
     if act == "hang-at-start":

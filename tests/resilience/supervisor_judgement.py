@@ -109,9 +109,10 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
 
     # Two fault domains: domain 1's first launch never starts while domain 0 trains on; it is
     # ended and relaunched, and the job completes.
-    status, elapsed, events = supervise(tmp / "domain-start", "slow-finish,hang-at-start,hang-at-start",
+    status, elapsed, events = supervise(tmp / "domain-start", "slow-finish",
                                         "--hosts", "n0,n1", "--nodes-per-domain", "1", "--start-timeout", "2",
-                                        "--launch-agent", str(HERE / "fake_agent.sh"), "--probe-timeout", "1")
+                                        "--launch-agent", str(HERE / "fake_agent.sh"), "--probe-timeout", "1",
+                                        env_extra={"FAKE_LAUNCHER_PLAN_D1": "hang-at-start"})
     lost = [e for e in events if e["event"] == "domain_lost"]
     relaunched = [e for e in events if e["event"] == "domain_relaunched"]
     check(status == 0, f"the job of two domains completes (exit {status})")

@@ -76,7 +76,9 @@ class Scenario:
     def submit(self, run, config, *options):
         result = self.hardy("submit", "--scheduler", "slurm", "--config", config, "--run-dir", run,
                             "--nodes", NODES, "--ranks-per-node", RANKS_PER_NODE, "--time", "00:15:00",
-                            *options, env=self.env)
+                            # A daemon that exits at its start leaves mpirun waiting (seen in CI):
+                            # the test's job starts in seconds, so a minute ends such a launch.
+                            "--start-timeout", 60, *options, env=self.env)
         job_id = result.stdout.strip()
         self.runs.append(run)
         self.check(job_id.isdigit(), f"hardy submit printed the job id ({job_id})")

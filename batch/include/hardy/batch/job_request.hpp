@@ -35,8 +35,9 @@ struct JobRequest {
   // Fewer healthy nodes than this and the job asks to be requeued (without the lost ones)
   // instead of relaunching inside its allocation; 1: relaunch on whatever is left.
   int min_nodes = 1;
-  int max_requeues = 10;     // requeues in a row without progress before the job stops
-  int nodes_per_domain = 0;  // fault domains of this many nodes (0: one domain of every node)
+  int max_requeues = 10;          // requeues in a row without progress before the job stops
+  int start_timeout_seconds = 0;  // `hardy run --start-timeout` (0: learned)
+  int nodes_per_domain = 0;       // fault domains of this many nodes (0: one domain of every node)
   std::string rendezvous = "file";  // where the domains' leaders meet: file or redis
   std::string launcher;             // LSF only: jsrun or mpirun
 
