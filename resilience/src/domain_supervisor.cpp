@@ -233,10 +233,9 @@ class DomainSupervision {
             "ending the launch\n",
             domain.index, timeout_s);
         const int ended = domain.job->terminate(milliseconds(3000));
-        const auto how = fmt::format(
-            "ended by the supervisor: not started within {:.0f} s (--start-timeout; {})", timeout_s,
-            domain.job->how());
-        if (const auto exit_status = launcher_ended(domain, ended, how)) return exit_status;
+        if (const auto exit_status = launcher_ended(
+                domain, ended, StartTimeout::ended_how(timeout_s, domain.job->how())))
+          return exit_status;
       }
     }
     return std::nullopt;

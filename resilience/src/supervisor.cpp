@@ -93,9 +93,7 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
             "--start-timeout); ending the launch\n",
             start_timeout_s);
         status = job.terminate(milliseconds(3000));
-        ended_by_supervisor = fmt::format(
-            "ended by the supervisor: not started within {:.0f} s (--start-timeout; {})",
-            start_timeout_s, job.how());
+        ended_by_supervisor = StartTimeout::ended_how(start_timeout_s, job.how());
         break;
       }
     } else if (core::unix_time() - finished_seen > config.finish_grace_s) {
@@ -261,6 +259,11 @@ StartTimeout::StartTimeout(double fixed_s, const std::filesystem::path& events_f
     if (core::read_field<std::string>(record, "event") == "launch_started")
       seen(core::read_field<double>(record, "start_s").value_or(-1));
   }
+}
+
+std::string StartTimeout::ended_how(double timeout_s, const std::string& launcher_how) {
+  return fmt::format("ended by the supervisor: not started within {:.0f} s (--start-timeout; {})",
+                     timeout_s, launcher_how);
 }
 
 double StartTimeout::seconds() const {

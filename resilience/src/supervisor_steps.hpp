@@ -55,6 +55,9 @@ inline constexpr double kStartTimeoutUnlearnedS = 600.0;
 // ones' (launch_started events): 10 x the longest, at least 60 s, and 600 s before any was seen.
 class StartTimeout {
  public:
+  // How a launch the supervisor ended for not starting ended (launch_ended, domain_lost), after
+  // the launcher's own account of it.
+  static std::string ended_how(double timeout_s, const std::string& launcher_how);
   StartTimeout(double fixed_s, const std::filesystem::path& events_file);
   double seconds() const;
   void seen(double start_s) { longest_ = std::max(longest_, start_s); }
