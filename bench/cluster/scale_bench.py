@@ -165,7 +165,9 @@ def run_one(args, cluster, nodes, per_domain, tmp, tag):
 
 def fit(points):
     """Least squares of y = a + b*N and of log y = log c + p log N; the one with the smaller
-    relative residual."""
+    relative residual. `floor` is the smallest value measured: a larger job does at least the work
+    of a smaller one, so a fit that falls with N (noise about a flat cost) is held there, never
+    extrapolated below it (or below zero)."""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     n = len(xs)
     if n < 2 or any(y <= 0 for y in ys):
@@ -180,8 +182,9 @@ def fit(points):
     p = sum((u - mlx) * (v - mly) for u, v in zip(lx, ly)) / sum((u - mlx) ** 2 for u in lx)
     c = math.exp(mly - p * mlx)
     power_res = math.sqrt(sum(((c * x ** p) - y) ** 2 / y ** 2 for x, y in zip(xs, ys)) / n)
-    linear = {"model": "linear", "a": a, "b": b, "relative_rms": linear_res}
-    power = {"model": "power", "c": c, "p": p, "relative_rms": power_res}
+    floor = min(ys)
+    linear = {"model": "linear", "a": a, "b": b, "floor": floor, "relative_rms": linear_res}
+    power = {"model": "power", "c": c, "p": p, "floor": floor, "relative_rms": power_res}
     return {"best": linear if linear_res <= power_res else power, "linear": linear, "power": power}
 
 

@@ -99,6 +99,34 @@ TEST_CASE("ETTR: the measured fits, the failure rate and the per-step prices giv
   CHECK(project_ettr(measured, a)[0].lost_work_s == Approx(1.0));
 }
 
+TEST_CASE("ETTR: a fit that falls with the node count is held at the smallest value measured") {
+  testing::ScratchDirectory dir("ettr-floor");
+  // With the contention removed, the domains' stall measured 0.23, 0.19 and 0.14 s at 8 to 32
+  // nodes fits 0.229 - 0.0029 N: at the 570 nodes where 285 domains are evaluated that would be
+  // a negative stall, and an ETTR above 100%.
+  auto results = scale_results();
+  results["fits_alone"]["domains_of_2"]["stall_s"]["best"] = {
+      {"model", "linear"}, {"a", 0.229}, {"b", -0.0029}, {"floor", 0.136}, {"relative_rms", 0.02}};
+  // Written before the floor was recorded: held at zero at least.
+  results["fits_alone"]["one_job"]["stall_s"]["best"] = {
+      {"model", "linear"}, {"a", 1.0}, {"b", -0.01}, {"relative_rms", 0.02}};
+  std::ofstream(dir / "scale.json") << results.dump();
+  const auto measured = read_scaling(dir / "scale.json");
+  CHECK(measured.alone.domains_stall.at(8) == Approx(0.229 - 0.0029 * 8));
+  CHECK(measured.alone.domains_stall.at(570) == Approx(0.136));
+  CHECK(measured.alone.one_job_stall.at(4560) == 0.0);
+  CHECK_THAT(measured.alone.domains_stall.formula(), Catch::Contains("at least 0.136"));
+
+  const auto projections =
+      project_ettr(measured, {.nodes = 4560, .gpus_per_node = 6, .nodes_per_domain = 16});
+  for (const auto& p : projections) {
+    INFO(p.design << ", " << p.bound);
+    CHECK(p.stall_s >= 0);
+    CHECK(p.ettr <= 1.0);
+  }
+  CHECK(projections[3].stall_s == Approx(0.136));
+}
+
 TEST_CASE("ETTR: refuses results it cannot use and machines domains do not divide") {
   testing::ScratchDirectory dir("ettr-bad");
   auto results = scale_results();

@@ -53,10 +53,13 @@ struct RecoveryProjection {
 // ---- effective training time ratio (docs/scale-model.md, "ETTR") ----
 
 // A phase's seconds against the node count, fitted by bench/cluster/scale_bench.py:
-// a + b*N ("linear") or c*N^p ("power").
+// a + b*N ("linear") or c*N^p ("power"), never below `floor` (the smallest value measured: a
+// larger job does at least a smaller one's work, so a fit that falls with N, noise about a flat
+// cost, is not extrapolated below it) nor below zero.
 struct GrowthFit {
   std::string model;
   double a = 0, b = 0, c = 0, p = 0;
+  double floor = 0;
   double at(double nodes) const;
   std::string formula() const;
 };
