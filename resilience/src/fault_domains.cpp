@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <thread>
 
@@ -454,6 +455,8 @@ void FaultDomains::admit_if_pending(const DomainStateAccess& state) {
   checkpoint::TrainingState unused;
   if (leader()) {
     const auto started = std::chrono::steady_clock::now();
+    const auto old_members = members_;
+    const auto old_generation = generation_;
     const auto listed =
         store_->wait_for(fmt::format("gen.{}.members", generation_ + 1), to_ms(options_.timeout_s));
     try {
@@ -474,15 +477,37 @@ void FaultDomains::admit_if_pending(const DomainStateAccess& state) {
     decision.generation = generation_;
     decision.members = members_;
     decision.ranks = ranks_per_member_;
-    if (owns_run_files())
-      events_.emit(
-          "domain_admitted",
-          {{"generation", generation_},
-           {"members", members_},
-           {"ranks_per_domain", ranks_per_member_},
-           {"step", state.committed_step()},
-           {"seconds",
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}});
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const auto missing_from = [](const std::vector<int>& from, const std::vector<int>& in) {
+      std::vector<int> missing;
+      std::ranges::set_difference(from, in, std::back_inserter(missing));
+      return missing;
+    };
+    // The supervisor can publish a generation without a domain whose job ended while that
+    // domain's leader still voted: every member committed the step, and the members leave it
+    // behind here, at a step boundary, instead of in a failed collective. The quorum changed
+    // all the same, and the log says so as it does after a failure.
+    if (const auto lost = missing_from(old_members, members_); !lost.empty())
+      events_.emit("domain_quorum_changed",
+                   {{"domain", options_.index},
+                    {"error", fmt::format("generation {} was published without domain {}",
+                                          generation_, fmt::join(lost, ", "))},
+                    {"step", state.committed_step()},
+                    {"old_generation", old_generation},
+                    {"generation", generation_},
+                    {"lost_domains", lost},
+                    {"members", members_},
+                    {"ranks_per_domain", ranks_per_member_},
+                    {"agreed_step", state.committed_step()},
+                    {"action", "none: every domain had committed the step"},
+                    {"seconds", seconds}});
+    if (owns_run_files() && !missing_from(members_, old_members).empty())
+      events_.emit("domain_admitted", {{"generation", generation_},
+                                       {"members", members_},
+                                       {"ranks_per_domain", ranks_per_member_},
+                                       {"step", state.committed_step()},
+                                       {"seconds", seconds}});
   }
   apply_decision(decision.encode(), {}, nullptr, state);
 }

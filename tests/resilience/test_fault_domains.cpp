@@ -5,10 +5,14 @@
 // live domain gets the same verdict and the same summed gradients, a lost domain makes the
 // others drop the step in flight together and go on, and a relaunched domain is let in at a step
 // boundary and healed to the others' committed state.
+#include <fmt/format.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <thread>
 
@@ -26,8 +30,10 @@ namespace {
 // One domain of one rank: its communicator, its committed "state" (a step and a tensor standing
 // for the model) and its leader's FaultDomains.
 struct Domain {
-  Domain(int index, int count, const std::filesystem::path& store, std::string join = {})
+  Domain(int index, int count, const std::filesystem::path& store, std::string join = {},
+         const std::filesystem::path& events_file = {})
       : comm(std::make_unique<comm::SelfCommunicator>()),
+        events(events_file.empty() ? core::EventLog() : core::EventLog(events_file)),
         gradient(core::Tensor::host({4})),
         domains(DomainOptions{.index = index,
                               .count = count,
@@ -64,7 +70,7 @@ struct Domain {
   }
 
   std::unique_ptr<comm::Communicator> comm;
-  core::EventLog events;  // not opened: emits go nowhere
+  core::EventLog events;  // not opened unless a file is given: emits go nowhere
   core::Tensor gradient;
   checkpoint::TrainingState committed_state;
   std::vector<float> summed;  // the gradient sum of every committed step
@@ -83,7 +89,7 @@ struct StartedJob {
     std::iota(members.begin(), members.end(), 0);
     supervisor->set("gen.0.members", format_members(members));
     for (int d = 0; d < count; ++d)
-      domains.push_back(std::make_unique<Domain>(d, count, store_dir));
+      domains.push_back(std::make_unique<Domain>(d, count, store_dir, "", events_file(d)));
     std::vector<std::future<DomainStep>> running;
     for (int d = 0; d < count; ++d)
       running.push_back(std::async(std::launch::async, [&, d] {
@@ -92,6 +98,19 @@ struct StartedJob {
         return domain.step(first_gradient(d));
       }));
     for (auto& r : running) first.push_back(r.get());
+  }
+
+  std::filesystem::path events_file(int domain) const {
+    return scratch.path() / fmt::format("events-{}.jsonl", domain);
+  }
+  // The events domain d's leader logged, by name.
+  std::vector<nlohmann::json> events(int domain, const std::string& name) const {
+    std::vector<nlohmann::json> found;
+    std::ifstream in(events_file(domain));
+    for (std::string line; std::getline(in, line);)
+      if (auto event = nlohmann::json::parse(line); event.value("event", "") == name)
+        found.push_back(std::move(event));
+    return found;
   }
 
   hardy::testing::ScratchDirectory scratch;
@@ -201,6 +220,55 @@ TEST_CASE("fault domains: a lost domain's peers drop the step in flight together
   for (int d = 1; d < 3; ++d)
     CHECK(domains[static_cast<std::size_t>(d)]->summed ==
           std::vector<float>{6.0f, 30.0f, 2.0f, 6.0f});
+}
+
+TEST_CASE(
+    "fault domains: a generation published without a domain that still voted is adopted at a step "
+    "boundary, and logged as a quorum change") {
+  // The supervisor saw domain 2's MPI job end (a node of it died) and published generation 1
+  // without it, while domain 2's leader, on another node, still took part in the next vote.
+  StartedJob job("domains-left-out", 3, [](int d) { return static_cast<float>(d + 1); });
+  auto& domains = job.domains;
+  job.supervisor->set("gen.1.members", "0,1");
+  std::vector<std::future<void>> running;
+  std::atomic<int> excluded{0};
+  for (int d = 0; d < 3; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      auto& domain = *domains[static_cast<std::size_t>(d)];
+      const DomainStep outcome = domain.step(static_cast<float>(d + 1));
+      // Every domain's vote completed: the step is committed by all three, domain 2 included.
+      CHECK(outcome.verdict == StepVerdict::commit);
+      CHECK(outcome.admit_pending);
+      try {
+        domain.domains.admit_if_pending(domain.access());
+        CHECK(domain.domains.generation() == 1);
+      } catch (const DomainExcluded&) {
+        ++excluded;
+        CHECK(d == 2);
+      }
+    }));
+  for (auto& r : running) r.get();
+  CHECK(excluded == 1);
+  for (int d = 0; d < 2; ++d) {
+    CHECK(domains[static_cast<std::size_t>(d)]->summed == std::vector<float>{6.0f, 6.0f});
+    const auto changed = job.events(d, "domain_quorum_changed");
+    REQUIRE(changed.size() == 1);
+    CHECK(changed[0]["lost_domains"] == nlohmann::json::array({2}));
+    CHECK(changed[0]["members"] == nlohmann::json::array({0, 1}));
+    CHECK(changed[0]["generation"] == 1);
+    CHECK(changed[0]["agreed_step"] == 2);
+    // Nobody was let in.
+    CHECK(job.events(d, "domain_admitted").empty());
+  }
+  // The two train on alone, the batch split over their ranks.
+  running.clear();
+  for (int d = 0; d < 2; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      CHECK(domains[static_cast<std::size_t>(d)]->step(1.0f).verdict == StepVerdict::commit);
+    }));
+  for (auto& r : running) r.get();
+  CHECK(domains[0]->summed == std::vector<float>{6.0f, 6.0f, 2.0f});
+  CHECK(domains[0]->domains.job_world_size() == 2);
 }
 
 TEST_CASE("fault domains: a generation that names a member already gone is left for the next") {

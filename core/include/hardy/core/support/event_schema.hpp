@@ -303,7 +303,9 @@ inline constexpr EventKind kEventKinds[] = {
      event_fields::domain_membership},
     {"domain_healed", "a domain took the committed state from a live one",
      event_fields::domain_healed},
-    {"domain_quorum_changed", "a leader's collective failed; the survivors regrouped",
+    {"domain_quorum_changed",
+     "the live domains changed: a leader's collective failed and the survivors regrouped, or the "
+     "supervisor published a generation without a domain whose job had ended",
      event_fields::domain_quorum_changed},
     {"step_rolled_forward", "after an in-domain recovery, a step the other domains committed",
      event_fields::step_and_reason},
