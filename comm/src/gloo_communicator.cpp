@@ -122,8 +122,23 @@ class GlooCommunicator final : public Communicator {
       body();
     } catch (const gloo::Exception& e) {
       broken_ = true;
+      close_connections();
       throw GroupFailure(
           fmt::format("{} in group {} (rank {} of {}): {}", what, name_, rank(), size(), e.what()));
+    }
+  }
+
+  // A failed operation leaves the live members mid-way through theirs: until this member's
+  // connections close, gloo's event-loop thread goes on reading what they send for it, into
+  // receives the unwound operation no longer has. One such message trips an assertion of
+  // gloo's on that thread, where nothing catches it, and the process aborts (a fault domain's
+  // leader was lost so, beside the domain that really failed). Closed at once (with a reset),
+  // the connections stop that, and the live members fail their operation too instead of
+  // waiting out the group's timeout.
+  void close_connections() noexcept {
+    try {
+      context_->closeConnections();
+    } catch (const gloo::Exception&) {  // an unusable socket: the group is broken either way
     }
   }
 

@@ -141,6 +141,45 @@ TEST_CASE("a member that leaves makes the others' collectives fail at once, not 
   }
 }
 
+TEST_CASE("a member whose operation failed closes its connections at once") {
+  // Member 1 leaves. Member 0's next allreduce fails on it; member 2, which has not noticed,
+  // then waits for a broadcast from member 0 alone. Member 0 has closed its side by then, so
+  // member 2 fails at once with the reset, not after the group's 5 s timeout. Open, member 0's
+  // connection would have taken what member 2 sent for the abandoned operation.
+  auto store = comm::make_memory_store();
+  std::promise<void> member0_failed, member2_done;
+  auto failed = member0_failed.get_future().share();
+  auto done = member2_done.get_future().share();
+  double member2_failed_after = -1;
+  std::string member2_message;
+  run_group(*store, "closes", 3, [&](int rank, comm::Communicator& group) {
+    std::vector<float> warmup(16, 1.0f);
+    group.allreduce_sum(warmup);
+    if (rank == 1) return;
+    if (rank == 0) {
+      std::this_thread::sleep_for(100ms);
+      std::vector<float> values(1 << 10, 1.0f);
+      CHECK_THROWS_AS(group.allreduce_sum(values), comm::GroupFailure);
+      member0_failed.set_value();
+      done.wait();  // the group stays alive meanwhile: what closes it is the failure alone
+      return;
+    }
+    failed.wait();
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::byte> data(64);
+    try {
+      group.broadcast(data, /*root=*/0);
+    } catch (const comm::GroupFailure& e) {
+      member2_failed_after = seconds_since(start);
+      member2_message = e.what();
+    }
+    member2_done.set_value();
+  });
+  INFO(member2_message);
+  CHECK(member2_failed_after >= 0);
+  CHECK(member2_failed_after < 2.0);
+}
+
 TEST_CASE("a member that stops answering fails the others after the group's timeout") {
   auto store = comm::make_memory_store();
   std::promise<void> release;
