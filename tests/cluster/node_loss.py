@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, Job, complete_epochs_exact, int_option, read_jsonl, relaunch_restores, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, Job, committed_steps, complete_epochs_exact, int_option, read_jsonl, relaunch_restores, run_watched, small_job  # noqa: E402
 
 # The tests run 240 steps with the fault at step 80, between checkpoints (every 100);
 # bench/cluster/node_loss_bench.py asks for the 600 and 150 that docs/resilience.md's table was
@@ -242,7 +242,7 @@ def main():
               f"{scenario}: job_finished completed at step {STEPS}: {finished[-1:] if finished else None}")
         supervisor = [e for e in events if e["event"] == "supervisor_finished"]
         check(supervisor and supervisor[-1]["status"] == 0, f"{scenario}: supervisor_finished status 0")
-        committed = sorted({m["step"] for m in metrics})
+        committed = committed_steps(metrics, events)
         check(committed == list(range(1, STEPS + 1)), f"{scenario}: every step 1..{STEPS} committed")
         complete, wrong = complete_epochs_exact(run, SAMPLES)
         check(len(complete) >= STEPS * 16 // SAMPLES - 1 and not wrong,

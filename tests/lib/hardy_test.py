@@ -158,6 +158,17 @@ def run_watched(command, watch=None, timeout=None, **popen):
     return status, output
 
 
+def committed_steps(metrics, events):
+    """The steps committed across every launch, ascending: those with a metrics line, and those a
+    relaunch restored past the last line of the launch before it. A state saved at a step's
+    commit (a node's snapshot) proves that step committed; its metrics line went with a lead that
+    was killed between the commit and writing it."""
+    steps = {m["step"] for m in metrics}
+    for _, ended_at, restored_at, _ in relaunch_restores(events):
+        steps.update(range(ended_at + 1, restored_at + 1))
+    return sorted(steps)
+
+
 def relaunch_restores(events):
     """For every launch that ended after committing steps and was followed by a restore:
     (launch, its last committed step, the step restored next, where that came from). The

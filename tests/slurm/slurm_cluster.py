@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE.parent / "cluster"))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from cluster_slurm import ClusterSlurm, missing_requirements  # noqa: E402
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, relaunch_restores  # noqa: E402
+from hardy_test import Checks, committed_steps, complete_epochs_exact, read_jsonl, relaunch_restores  # noqa: E402
 from scheduler_test_lib import Hardy  # noqa: E402
 
 SKIP = 77
@@ -147,7 +147,7 @@ class Scenario:
               f"{label}: job_finished completed at step {steps} ({finished[-1:]})")
         supervisor = [e for e in events if e["event"] == "supervisor_finished"]
         check(supervisor and supervisor[-1]["status"] == 0, f"{label}: supervisor_finished status 0")
-        committed = sorted({m["step"] for m in read_jsonl(run / "metrics.jsonl")})
+        committed = committed_steps(read_jsonl(run / "metrics.jsonl"), events)
         check(committed == list(range(1, steps + 1)), f"{label}: every step 1..{steps} committed")
         complete, wrong = complete_epochs_exact(run, SAMPLES)
         check(len(complete) >= steps * GLOBAL_BATCH // SAMPLES - 1 and not wrong,

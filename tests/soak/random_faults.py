@@ -97,7 +97,7 @@ sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 sys.path.insert(0, str(ROOT / "tests" / "lib"))
 import emulated_cluster  # noqa: E402
 from emulated_cluster import EmulatedCluster, namespaces_available, remaining_resources  # noqa: E402
-from hardy_test import complete_epochs_exact, read_jsonl_tail  # noqa: E402
+from hardy_test import committed_steps, complete_epochs_exact, read_jsonl_tail  # noqa: E402
 
 NODES, RANKS_PER_NODE, SAMPLES, GLOBAL_BATCH = 4, 2, 48, 16
 STEPS, CHECKPOINT_EVERY = 240, 20
@@ -599,7 +599,7 @@ class Run:
         supervisor = named("supervisor_finished")
         if not supervisor or supervisor[-1].get("status") != 0:
             self.fail(f"supervisor_finished status 0: {supervisor[-1:]}")
-        committed = sorted({m["step"] for m in metrics})
+        committed = committed_steps(metrics, events)
         if committed != list(range(1, STEPS + 1)):
             missing = sorted(set(range(1, STEPS + 1)) - set(committed))
             self.fail(f"every step 1..{STEPS} committed (missing {missing[:10]}{'...' if len(missing) > 10 else ''})")
