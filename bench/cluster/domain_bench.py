@@ -3,7 +3,7 @@
 what domains cost every step (needs root for the network namespaces).
 
     sudo bench/cluster/domain_bench.py [--hardy build/bin/hardy] [--repeats 2] [--rounds 2] \
-        [--scenarios node_crash,leader_crash,node_freeze,node_crash_rpn2] [--skip-overhead]
+        [--scenarios node_crash,leader_crash,node_freeze,node_crash_rpn2,node_freeze_rpn2] [--skip-overhead]
 
 1. Recovery: tests/cluster/domain_loss.py's scenarios (8 emulated nodes as 4 domains of 2, one
    spare), --repeats times each; per scenario the median of each phase, in seconds from the fault:
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "tests/lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
 from hardy_test import read_jsonl  # noqa: E402
 
-SCENARIOS = ["node_crash", "leader_crash", "node_freeze", "node_crash_rpn2"]
+SCENARIOS = ["node_crash", "leader_crash", "node_freeze", "node_crash_rpn2", "node_freeze_rpn2"]
 PHASES = ["regrouped_s", "survivors_next_step_s", "relaunched_s", "healed_s", "back_at_full_strength_s",
           "heal_bytes", "heal_seconds"]
 NODES = 8

@@ -11,6 +11,7 @@ Once the job has committed FAULT_STEP steps a node fails:
   node_crash_rpn2   the same with 2 ranks per node
   leader_crash      node 4: domain 2's first node, where its leader runs
   node_freeze       SIGSTOP node 5 and cut its link (domain 2's second node)
+  node_freeze_rpn2  the same with 2 ranks per node
   two_domains       node 1 (domain 0, which writes the run directory's files), later node 6
   crash_in_heal     node 3; while domain 1 comes back on the spare, node 2 goes for good
   node_crash_redis  node_crash with the leaders meeting in the redis-server that hardy run starts
@@ -21,7 +22,7 @@ committed once and no committed step lost; every complete epoch covers every sam
 the final loss within 2% of the same job as one MPI job; the other domains' ranks never restarted
 (rank_started pids); the lost node named with its evidence and left out; the lost domain back at
 full strength on a spare, healed from a live domain; the survivors training again within 2 s of a
-crash and 5 s of a freeze (fault to their next committed step); nothing left on any node that is
+crash and 5 s of a freeze (fault to their next committed step after they regrouped); nothing left on any node that is
 up. It prints the phases (fault, regroup, next step, relaunch, heal, admitted) and with --json
 writes them for bench/cluster/domain_bench.py.
 """
@@ -50,7 +51,7 @@ RUN_TIMEOUT_S = 300
 SPARES = {"two_domains": 2, "crash_in_heal": 2}
 FIRST_FAULT = {"node_crash": ("crash", 3), "node_crash_rpn2": ("crash", 3), "node_crash_redis": ("crash", 3),
                "leader_crash": ("crash", 4),
-               "node_freeze": ("freeze", 5), "two_domains": ("crash", 1), "crash_in_heal": ("crash", 3)}
+               "node_freeze": ("freeze", 5), "node_freeze_rpn2": ("freeze", 5), "two_domains": ("crash", 1), "crash_in_heal": ("crash", 3)}
 
 
 def reference_loss(hardy, ranks, tmp):
@@ -73,7 +74,7 @@ def main():
     if scenario.endswith("redis") and not shutil.which("redis-server"):
         print("skipped: redis-server is not on PATH (Debian: apt-get install redis-server)")
         sys.exit(77)
-    ranks = 2 if scenario == "node_crash_rpn2" else 1
+    ranks = 2 if scenario.endswith("_rpn2") else 1
     spares = SPARES.get(scenario, 1)
     check = Checks()
     with tempfile.TemporaryDirectory(prefix=f"hardy-domains-{scenario}-") as tmp:
@@ -148,7 +149,19 @@ def main():
             for f in faults:
                 check(f["host"] in excluded and excluded[f["host"]].get("replaced_by"),
                       f"{scenario}: {f['host']} named lost and replaced: {excluded.get(f['host'])}")
-            healed = {e["domain"] for e in named("domain_healed") if e["from_domain"] not in victims or True}
+            # A heal's source must have been live then: not the healed domain itself, and not a
+            # domain lost and not yet let back in (the second loss of two_domains may heal from
+            # the first victim once it is back).
+            def down_at(when):
+                down = set()
+                for e in sorted(named("domain_lost") + named("domain_joined"), key=lambda e: e["unix_time"]):
+                    if e["unix_time"] < when:
+                        (down.add if e["event"] == "domain_lost" else down.discard)(e["domain"])
+                return down
+            heals = named("domain_healed")
+            from_dead = [e for e in heals if e["from_domain"] == e["domain"] or e["from_domain"] in down_at(e["unix_time"])]
+            check(not from_dead, f"{scenario}: no domain healed from itself or from a lost one ({from_dead})")
+            healed = {e["domain"] for e in heals}
             check(victims <= healed, f"{scenario}: every lost domain healed from a live one ({healed})")
             relaunched = named("domain_relaunched")
             last_nodes = {}
