@@ -317,6 +317,31 @@ DomainStep FaultDomains::after_local_recovery(long next_step, bool synchronized,
   return run_step(next, tensors, 0, 0, /*ok=*/false, state);
 }
 
+namespace {
+
+// The members of `from` that `in` lacks (both ascending).
+std::vector<int> missing_from(const std::vector<int>& from, const std::vector<int>& in) {
+  std::vector<int> missing;
+  std::ranges::set_difference(from, in, std::back_inserter(missing));
+  return missing;
+}
+
+}  // namespace
+
+void FaultDomains::log_quorum_change(const QuorumChange& change) {
+  events_.emit("domain_quorum_changed", {{"domain", options_.index},
+                                         {"error", change.why},
+                                         {"step", change.step},
+                                         {"old_generation", change.old_generation},
+                                         {"generation", generation_},
+                                         {"lost_domains", change.lost},
+                                         {"members", members_},
+                                         {"ranks_per_domain", ranks_per_member_},
+                                         {"agreed_step", change.agreed_step},
+                                         {"action", change.action},
+                                         {"seconds", change.seconds}});
+}
+
 std::size_t FaultDomains::member_index() const {
   return static_cast<std::size_t>(std::find(members_.begin(), members_.end(), options_.index) -
                                   members_.begin());
@@ -374,21 +399,14 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tens
       }
       const ResyncAction action = plan.actions[member_index()];
       decision.verdict = action == ResyncAction::heal ? kHealed : kRewind;
-      std::vector<int> lost;
-      for (int m : old_members)
-        if (std::find(members_.begin(), members_.end(), m) == members_.end()) lost.push_back(m);
-      events_.emit("domain_quorum_changed",
-                   {{"domain", options_.index},
-                    {"error", e.what()},
-                    {"step", step},
-                    {"old_generation", old_generation},
-                    {"generation", generation_},
-                    {"lost_domains", lost},
-                    {"members", members_},
-                    {"ranks_per_domain", ranks_per_member_},
-                    {"agreed_step", plan.agreed_step},
-                    {"action", action == ResyncAction::heal ? "heal" : "rewind to the agreed step"},
-                    {"seconds", core::unix_time() - detected}});
+      log_quorum_change(
+          {.why = e.what(),
+           .step = step,
+           .old_generation = old_generation,
+           .lost = missing_from(old_members, members_),
+           .agreed_step = plan.agreed_step,
+           .action = action == ResyncAction::heal ? "heal" : "rewind to the agreed step",
+           .seconds = core::unix_time() - detected});
     }
     decision.generation = generation_;
     decision.members = members_;
@@ -479,29 +497,19 @@ void FaultDomains::admit_if_pending(const DomainStateAccess& state) {
     decision.ranks = ranks_per_member_;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const auto missing_from = [](const std::vector<int>& from, const std::vector<int>& in) {
-      std::vector<int> missing;
-      std::ranges::set_difference(from, in, std::back_inserter(missing));
-      return missing;
-    };
     // The supervisor can publish a generation without a domain whose job ended while that
     // domain's leader still voted: every member committed the step, and the members leave it
     // behind here, at a step boundary, instead of in a failed collective. The quorum changed
     // all the same, and the log says so as it does after a failure.
     if (const auto lost = missing_from(old_members, members_); !lost.empty())
-      events_.emit("domain_quorum_changed",
-                   {{"domain", options_.index},
-                    {"error", fmt::format("generation {} was published without domain {}",
-                                          generation_, fmt::join(lost, ", "))},
-                    {"step", state.committed_step()},
-                    {"old_generation", old_generation},
-                    {"generation", generation_},
-                    {"lost_domains", lost},
-                    {"members", members_},
-                    {"ranks_per_domain", ranks_per_member_},
-                    {"agreed_step", state.committed_step()},
-                    {"action", "none: every domain had committed the step"},
-                    {"seconds", seconds}});
+      log_quorum_change({.why = fmt::format("generation {} was published without domain {}",
+                                            generation_, fmt::join(lost, ", ")),
+                         .step = state.committed_step(),
+                         .old_generation = old_generation,
+                         .lost = lost,
+                         .agreed_step = state.committed_step(),
+                         .action = "none: every domain had committed the step",
+                         .seconds = seconds});
     if (owns_run_files() && !missing_from(members_, old_members).empty())
       events_.emit("domain_admitted", {{"generation", generation_},
                                        {"members", members_},

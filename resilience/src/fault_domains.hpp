@@ -144,6 +144,17 @@ class FaultDomains {
   DomainStep apply_decision(std::vector<double> encoded, std::span<core::Tensor* const> tensors,
                             checkpoint::TrainingState* healed, const DomainStateAccess& state);
   std::size_t member_index() const;
+  // domain_quorum_changed: the members now (this generation's) and what changed.
+  struct QuorumChange {
+    std::string why;  // the failure, or the generation published without a domain
+    long step = 0;    // the step in flight, or the last committed
+    std::size_t old_generation = 0;
+    std::vector<int> lost;
+    long agreed_step = 0;
+    std::string action;
+    double seconds = 0;
+  };
+  void log_quorum_change(const QuorumChange& change);
 
   DomainOptions options_;
   const std::unique_ptr<comm::Communicator>& domain_;
