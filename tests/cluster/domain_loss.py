@@ -20,10 +20,10 @@ Once the job has committed FAULT_STEP steps a node fails:
 Each asserts what fault domains promise: exit 0 with job_finished at the last step; every step
 committed once and no committed step lost; every complete epoch covers every sample exactly once;
 the final loss within 2% of the same job as one MPI job; the other domains' ranks never restarted
-(rank_started pids); the lost node named with its evidence and left out; the lost domain back at
-full strength on a spare, healed from a live domain; the survivors training again within 2 s of a
-crash and 5 s of a freeze (fault to their next committed step after they regrouped); nothing left on any node that is
-up. It prints the phases (fault, regroup, next step, relaunch, heal, admitted) and with --json
+(one rank_started each); the lost node named with its evidence and left out; the lost domain back
+at full strength on a spare, healed from a domain live at the time; the survivors training again
+within 2 s of a crash and 5 s of a freeze (fault to their next committed step after they
+regrouped); nothing left on any node that is up. It prints the phases (fault, regroup, next step, relaunch, heal, admitted) and with --json
 writes them for bench/cluster/domain_bench.py.
 """
 import json
@@ -51,7 +51,8 @@ RUN_TIMEOUT_S = 300
 SPARES = {"two_domains": 2, "crash_in_heal": 2}
 FIRST_FAULT = {"node_crash": ("crash", 3), "node_crash_rpn2": ("crash", 3), "node_crash_redis": ("crash", 3),
                "leader_crash": ("crash", 4),
-               "node_freeze": ("freeze", 5), "node_freeze_rpn2": ("freeze", 5), "two_domains": ("crash", 1), "crash_in_heal": ("crash", 3)}
+               "node_freeze": ("freeze", 5), "node_freeze_rpn2": ("freeze", 5),
+               "two_domains": ("crash", 1), "crash_in_heal": ("crash", 3)}
 
 
 def reference_loss(hardy, ranks, tmp):
