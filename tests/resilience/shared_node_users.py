@@ -5,7 +5,14 @@ Usage: shared_node_users.py HARDY
 
 The test creates two users with useradd and removes them (and what they left in /dev/shm)
 afterwards, also when a check fails. Both train with the default --snapshot-dir
-(/dev/shm/hardy-<uid>):
+(/dev/shm/hardy-<uid>).
+
+The test users cannot reach a checkout in a home directory (mode 0700, as homes usually are), so
+they run a copy of what they need in a world-readable directory that the test removes at the end:
+the executable and the libraries it loads from the checkout (.venv's Open MPI with the bundled
+libraries beside it). So that this cannot pass only because the checkout happens to be open to
+everyone, the checkout's top directory is made 0700 while the test runs (root, which runs every
+other test, is not held back by that) and its mode is put back afterwards.
 
 1. The first user's job dies and leaves its snapshots; the second user's job still gets its own
    snapshot tree (the first user's tree used to block it), and its relaunch resumes from it.
@@ -30,11 +37,45 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from hardy_test import Checks, read_jsonl, skip  # noqa: E402
 
-hardy = os.path.abspath(sys.argv[1])
+built_hardy = os.path.abspath(sys.argv[1])
 if os.geteuid() != 0:
     skip("creating Unix users needs root")
 if not shutil.which("useradd") or not shutil.which("runuser"):
     skip("useradd and runuser are needed to create and act as users")
+if not shutil.which("ldd"):
+    skip("ldd is needed to find the libraries hardy loads from the checkout")
+checkout = Path(__file__).resolve().parents[2]
+
+
+def reachable_copy(executable, below):
+    """A world-readable copy of `executable` and of the shared libraries it loads from `below`
+    (with Open MPI's bundled libraries, which its RUNPATH finds in `openmpi/` beside libmpi):
+    (its directory, the executable's path, the library directory for LD_LIBRARY_PATH)."""
+    top = Path(tempfile.mkdtemp(prefix="hardy-shared-node-", dir="/tmp"))
+    lib = top / "lib"
+    (top / "bin").mkdir()
+    lib.mkdir()
+    copy = top / "bin" / "hardy"
+    shutil.copy2(executable, copy)
+    listed = subprocess.run(["ldd", executable], capture_output=True, text=True, check=True).stdout
+    for line in listed.splitlines():
+        words = line.split()
+        if "=>" not in words or len(words) < 3 or not words[2].startswith("/"):
+            continue
+        path = Path(words[2]).resolve()
+        if below not in path.parents:
+            continue
+        shutil.copy2(path, lib / words[0])
+        bundled = path.parent / "openmpi"
+        if bundled.is_dir() and not (lib / "openmpi").exists():
+            shutil.copytree(bundled, lib / "openmpi", symlinks=True)
+    for directory, _, files in os.walk(top):
+        os.chmod(directory, 0o755)
+        for name in files:
+            path = Path(directory) / name
+            if not path.is_symlink():
+                os.chmod(path, 0o755)
+    return top, copy, lib
 
 STEPS = 8
 TRAIN = ["--synthetic", "--samples", "32", "--height", "32", "--width", "32", "--global-batch", "4",
@@ -54,7 +95,8 @@ def as_user(name, command, **kwargs):
 
 
 def train(name, run, *extra):
-    result = as_user(name, [hardy, "train", *TRAIN, "--run-dir", str(run), *extra], cwd="/")
+    result = as_user(name, ["env", f"LD_LIBRARY_PATH={libraries}", hardy, "train", *TRAIN,
+                            "--run-dir", str(run), *extra], cwd="/")
     print(f"[{name}]", result.stdout[-500:], result.stderr[-1200:], flush=True)
     return result
 
@@ -73,10 +115,17 @@ def tree_state(root):
     return state
 
 
+checkout_mode = checkout.stat().st_mode & 0o7777
+copied = None
 try:
+    os.chmod(checkout, 0o700)  # as a checkout in a home directory is
+    copied, hardy, libraries = reachable_copy(built_hardy, checkout)
     for name in names:
         subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
         created.append(name)
+    denied = as_user(names[0], [built_hardy, "--version"])
+    check(denied.returncode != 0, f"{names[0]} cannot run the checkout's own hardy ({denied.stderr[-200:]!r}): "
+          "the test would not show that the copy is needed")
     uids = [pwd.getpwnam(name).pw_uid for name in names]
     roots = [Path(f"/dev/shm/hardy-{uid}") for uid in uids]
     for root in roots:
@@ -173,6 +222,9 @@ try:
         check(all(f"ckpt-{step}.h5" in kept for step in (4, 6, 8)),
               f"{b}'s real checkpoints behind the planted host link are intact, and the job wrote on ({kept})")
 finally:
+    os.chmod(checkout, checkout_mode)
+    if copied:
+        shutil.rmtree(copied, ignore_errors=True)
     for name in created:
         uid = pwd.getpwnam(name).pw_uid
         shutil.rmtree(f"/dev/shm/hardy-{uid}", ignore_errors=True)
