@@ -49,6 +49,9 @@ constexpr std::array kPlaceholders = {
     Placeholder{"rendezvous",
                 "--rendezvous: where the fault domains' leaders meet, file (the run directory) or "
                 "redis (a redis-server on the batch host)"},
+    Placeholder{"domain_interface",
+                "--domain-interface: the network the fault domains' leaders exchange over, an "
+                "interface's name or a subnet ('': the host name's)"},
     Placeholder{"exclude_nodes_file",
                 "RUN_DIR/exclude-nodes, the nodes the job lost, one per line, to exclude"},
     Placeholder{"launcher", "LSF only: --lsf-launcher, jsrun or mpirun"},
@@ -108,6 +111,10 @@ void validate(const JobRequest& request) {
   if (request.rendezvous == "redis" && request.nodes_per_domain == 0)
     throw InvalidArgument(
         "--rendezvous redis is where fault domains meet: it needs --nodes-per-domain");
+  if (!request.domain_interface.empty() && request.nodes_per_domain == 0)
+    throw InvalidArgument(
+        "--domain-interface is the network fault domains exchange over: it needs "
+        "--nodes-per-domain");
   if (request.max_requeues < 0)
     throw InvalidArgument(
         fmt::format("--max-requeues must be 0 or more, not {}", request.max_requeues));
@@ -152,6 +159,7 @@ TemplateValues template_values(const JobRequest& request) {
       {"start_timeout", number(request.start_timeout_seconds)},
       {"nodes_per_domain", number(request.nodes_per_domain)},
       {"rendezvous", request.rendezvous},
+      {"domain_interface", request.domain_interface},
       {"exclude_nodes_file", request.exclude_nodes().string()},
       {"launcher", std::nullopt},
   };

@@ -46,6 +46,7 @@ trap 'echo "hardy: SIGUSR1, passed on to hardy run" >&2; [ -n "$child" ] && kill
   --cpus-per-rank {{cpus_per_rank}} --gpus-per-rank {{gpus_per_rank}} \
   --min-world-size {{min_world_size}} --max-requeues {{max_requeues}} \
   --nodes-per-domain {{nodes_per_domain}} --rendezvous {{rendezvous}} \
+  --domain-interface {{domain_interface}} \
   --start-timeout {{start_timeout}} \
   -- --config {{config}} --resume latest &
 child=$!

@@ -83,8 +83,13 @@ po::options_description run_options() {
       "docs/resilience.md)")(
       "rendezvous-host", po::value<std::string>()->default_value(""),
       "with --rendezvous redis: the name or address the nodes reach this host at (default: its "
-      "host name)")("launcher", po::value<std::string>()->default_value(HARDY_DEFAULT_LAUNCHER),
-                    "mpirun (Open MPI), mpiexec (MPICH), srun or jsrun")(
+      "address on --domain-interface, else its host name)")(
+      "domain-interface", po::value<std::string>()->default_value(""),
+      "the network the fault domains' leaders (and a redis rendezvous) use: an interface's name "
+      "(hsn0, ib0) or a subnet of it (10.100.0.0/16); default: where the host name resolves, "
+      "often the management Ethernet")(
+      "launcher", po::value<std::string>()->default_value(HARDY_DEFAULT_LAUNCHER),
+      "mpirun (Open MPI), mpiexec (MPICH), srun or jsrun")(
       "launcher-path", po::value<std::string>(),
       "the launcher executable (default: the MPI hardy was built with)")(
       "cpus-per-rank", po::value<int>()->default_value(0),
@@ -262,6 +267,11 @@ int run_command(const std::vector<std::string>& args) {
   if (config.domain_timeout_s <= 0) throw InvalidArgument("--domain-timeout must be positive");
   config.rendezvous = vm["rendezvous"].as<std::string>();
   config.rendezvous_host = vm["rendezvous-host"].as<std::string>();
+  config.domain_interface = vm["domain-interface"].as<std::string>();
+  if (!config.domain_interface.empty() && config.nodes_per_domain == 0)
+    throw InvalidArgument(
+        "--domain-interface is the network fault domains exchange over: it needs "
+        "--nodes-per-domain");
   if (config.rendezvous != "file" && config.rendezvous != "redis")
     throw InvalidArgument(fmt::format("--rendezvous {}: choose file or redis", config.rendezvous));
   if (config.rendezvous != "file" && config.nodes_per_domain == 0)

@@ -69,6 +69,10 @@ po::options_description submit_options() {
       "rendezvous", po::value<std::string>()->default_value("file"),
       "where the fault domains' leaders meet: file (the run directory) or redis (a redis-server "
       "on the batch host; for run directories on NFS, Lustre or GPFS)")(
+      "domain-interface", po::value<std::string>()->default_value(""),
+      "the network the fault domains' leaders (and a redis rendezvous) use: an interface's name "
+      "(hsn0, ib0) or a subnet of it (10.100.0.0/16); default: where the host name resolves, "
+      "often the management Ethernet")(
       "max-requeues", po::value<int>()->default_value(10),
       "requeues the job may ask for in a row without committing a new step, before it stops")(
       "start-timeout", po::value<int>()->default_value(0),
@@ -146,6 +150,7 @@ batch::JobRequest request_from(const po::variables_map& vm, const batch::Schedul
   request.start_timeout_seconds = vm["start-timeout"].as<int>();
   request.nodes_per_domain = vm["nodes-per-domain"].as<int>();
   request.rendezvous = vm["rendezvous"].as<std::string>();
+  request.domain_interface = vm["domain-interface"].as<std::string>();
   if (vm.count("lsf-launcher"))
     request.launcher = vm["lsf-launcher"].as<std::string>();
   else if (scheduler.name() == "lsf")

@@ -121,7 +121,11 @@ po::options_description train_options() {
       "redis://HOST:PORT")("domain-store-token", po::value<std::string>()->default_value(""),
                            "with a redis:// store: the file (mode 0600) that holds its password")(
       "domain-address", po::value<std::string>()->default_value(""),
-      "address this domain's leader listens on for the others (default: the host name)")(
+      "address this domain's leader listens on for the others (default: its address on "
+      "--domain-interface, else the host name)")(
+      "domain-interface", po::value<std::string>()->default_value(""),
+      "the network the domains' leaders exchange over: an interface's name (hsn0, ib0) or a "
+      "subnet of it (10.100.0.0/16); the host name often resolves to the management Ethernet")(
       "domain-timeout", po::value<double>()->default_value(10.0),
       "seconds a cross-domain collective may take before its peer counts as lost")(
       "domain-join", po::value<std::string>()->default_value(""),
@@ -465,6 +469,7 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
   spec.domain = get<int>(vm, "domain");
   spec.domain_count = get<int>(vm, "domains");
   spec.domain_address = get<std::string>(vm, "domain-address");
+  spec.domain_interface = get<std::string>(vm, "domain-interface");
   spec.domain_timeout_s = get<double>(vm, "domain-timeout");
   spec.domain_join = get<std::string>(vm, "domain-join");
   spec.run_lock_token = get<std::string>(vm, "run-lock-token");

@@ -14,6 +14,7 @@
 
 #include "domain_plan.hpp"
 #include "domain_store.hpp"
+#include "hardy/comm/network_interface.hpp"
 #include "hardy/comm/redis_server.hpp"
 #include "hardy/comm/rendezvous_store.hpp"
 #include "hardy/core/support/error.hpp"
@@ -154,6 +155,15 @@ DomainRendezvous start_rendezvous(const SupervisorConfig& config,
     if (config.rendezvous != "redis")
       throw InvalidArgument(
           fmt::format("--rendezvous {}: choose file or redis", config.rendezvous));
+    // Where the leaders reach the store, decided before anything starts.
+    std::string host = config.rendezvous_host;
+    if (host.empty() && !config.domain_interface.empty()) {
+      try {
+        host = comm::interface_address(config.domain_interface);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(fmt::format("--domain-interface {} (on the batch host)", e.what()));
+      }
+    }
     std::filesystem::create_directories(store_dir);
     std::filesystem::permissions(store_dir, std::filesystem::perms::owner_all,
                                  std::filesystem::perm_options::replace);
@@ -165,9 +175,8 @@ DomainRendezvous start_rendezvous(const SupervisorConfig& config,
     write_store_token(rendezvous.token_file, password);
     rendezvous.store = comm::open_redis_store("127.0.0.1", rendezvous.server->port(),
                                               std::chrono::milliseconds(30'000), password);
-    rendezvous.address = format_redis_address(
-        {config.rendezvous_host.empty() ? this_host_name() : config.rendezvous_host,
-         rendezvous.server->port()});
+    rendezvous.address =
+        format_redis_address({host.empty() ? this_host_name() : host, rendezvous.server->port()});
     return rendezvous;
   } catch (const InvalidArgument&) {
     throw;
@@ -211,6 +220,7 @@ class DomainSupervision {
     started.update({{"domains", count_},
                     {"nodes_per_domain", per_},
                     {"rendezvous_store", rendezvous_.address}});
+    if (!config.domain_interface.empty()) started["domain_interface"] = config.domain_interface;
     if (caveat_) started["rendezvous_store_caveat"] = *caveat_;
     events_.emit("supervisor_started", std::move(started));
   }
@@ -342,6 +352,8 @@ class DomainSupervision {
                     fmt::format("{}", config_.domain_timeout_s)});
     if (!rendezvous_.token_file.empty())
       command.insert(command.end(), {"--domain-store-token", rendezvous_.token_file.string()});
+    if (!config_.domain_interface.empty())
+      command.insert(command.end(), {"--domain-interface", config_.domain_interface});
     ++domain.launches;
     domain.join_token.clear();
     if (relaunch) {

@@ -109,10 +109,24 @@ double FaultDomains::share(std::size_t global_batch) const {
 
 core::Shard FaultDomains::my_slice(std::size_t global_batch) const {
   if (!enabled()) return core::shard_of(global_batch, domain().rank(), domain().size());
-  const auto me = static_cast<std::size_t>(
-      std::find(members_.begin(), members_.end(), options_.index) - members_.begin());
-  return rank_slice_in_domain(global_batch, ranks_per_member_, me, domain().rank(),
+  return rank_slice_in_domain(global_batch, ranks_per_member_, member_index(), domain().rank(),
                               domain().size());
+}
+
+std::uint64_t FaultDomains::split_digest() const {
+  std::uint64_t digest = 1469598103934665603ull;  // FNV-1a over the members and their ranks
+  const auto mix = [&](std::int64_t value) {
+    digest = (digest ^ static_cast<std::uint64_t>(value)) * 1099511628211ull;
+  };
+  for (int member : members_) mix(member);
+  mix(-1);
+  for (int ranks : ranks_per_member_) mix(ranks);
+  return digest;
+}
+
+core::Shard FaultDomains::my_domain_slice(std::size_t global_batch) const {
+  if (!enabled()) return {0, global_batch};
+  return domain_slice(global_batch, ranks_per_member_, member_index());
 }
 
 void FaultDomains::connect(std::size_t generation, const std::vector<int>& members) {

@@ -12,6 +12,7 @@
 // (after_local_recovery); a domain whose leader dies, or whose MPI job ends, is relaunched by the
 // supervisor and heals from a live peer.
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -93,6 +94,12 @@ class FaultDomains {
 
   // The job-wide split (domain_plan.hpp): this rank's slice of a global batch.
   core::Shard my_slice(std::size_t global_batch) const;
+  // This domain's slice of a global batch, which its ranks split among themselves (the whole
+  // batch without domains).
+  core::Shard my_domain_slice(std::size_t global_batch) const;
+  // Changes whenever the split of the global batch over the domains does (members, or their
+  // live ranks as last reported); equal on every rank of every domain after a vote.
+  std::uint64_t split_digest() const;
   // This domain's share of a global batch (domain_plan.hpp's domain_share); 1 without domains.
   double share(std::size_t global_batch) const;
 

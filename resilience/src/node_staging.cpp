@@ -8,6 +8,7 @@
 
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 
 namespace fs = std::filesystem;
 
@@ -102,10 +103,10 @@ NodeStagingPlan NodeStaging::plan(const std::vector<std::string>& node_of_rank, 
   return result;
 }
 
-std::vector<std::size_t> NodeStaging::local_positions(const core::GlobalBatch& batch,
+std::vector<std::size_t> NodeStaging::local_positions(std::span<const std::size_t> samples,
                                                       int rank) const {
-  std::vector<int> home(batch.samples.size());
-  for (std::size_t i = 0; i < home.size(); ++i) home[i] = home_of_file_.at(batch.samples[i]);
+  std::vector<int> home(samples.size());
+  for (std::size_t i = 0; i < home.size(); ++i) home[i] = home_of_file_.at(samples[i]);
   return core::place_batch(home, node_of_rank_).at(static_cast<std::size_t>(rank));
 }
 
@@ -122,13 +123,12 @@ void NodeStaging::record_verified(const std::vector<core::StageCopy>& copies) {
   for (const auto& copy : copies)
     verified_.insert(copy.destination.lexically_relative(directory_).string());
   // The list goes into the node's private staging tree (core::stage_files checked it), written
-  // whole and renamed, so a reader on another rank sees the old list or the new one.
-  core::write_atomically(manifest_, [&](const fs::path& temporary) {
-    std::ofstream file(temporary);
-    for (const auto& relative : verified_) file << relative << "\n";
-    file.close();
-    if (!file) throw IoError(fmt::format("cannot write {}", temporary.string()));
-  });
+  // whole (0600, never through a link) and renamed, so a reader on another rank sees the old list
+  // or the new one.
+  std::string text;
+  for (const auto& relative : verified_) text += relative + "\n";
+  core::write_atomically(
+      manifest_, [&](const fs::path& temporary) { core::write_private_file(temporary, text); });
 }
 
 bool NodeStaging::verified(const fs::path& relative) const {

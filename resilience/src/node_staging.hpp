@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -50,8 +51,10 @@ class NodeStaging {
   const core::StageReport& last_report() const { return report_; }
   std::string background_error() const;
 
-  // This rank's positions in `batch` (see core::place_batch), under the current plan.
-  std::vector<std::size_t> local_positions(const core::GlobalBatch& batch, int rank) const;
+  // This rank's positions in `samples` (a global batch's sample indices, or the slice of one
+  // that this job's ranks share: a fault domain's; see core::place_batch), under the current
+  // plan.
+  std::vector<std::size_t> local_positions(std::span<const std::size_t> samples, int rank) const;
   // The staged copy of `source` when this launch's copier on the node made or verified it (it
   // lists them in DIRECTORY/.verified-<launch>-<pid>, which any rank on the node reads), else
   // `source`:

@@ -122,9 +122,14 @@ void TrainingSession::State::restage(bool wait, const std::string& reason) {
 std::vector<std::size_t> TrainingSession::State::local_samples(
     const core::GlobalBatch& batch) const {
   if (staging) {
+    // With fault domains each domain stages the whole dataset over its own nodes (as MLPerf HPC
+    // DeepCAM's instances do), so a lost domain moves no other domain's files; its slice of the
+    // batch is placed among its own ranks. Without domains the slice is the whole batch.
+    const core::Shard slice = domains->my_domain_slice(batch.samples.size());
+    const std::span<const std::size_t> part(batch.samples.data() + slice.begin, slice.size());
     std::vector<std::size_t> mine;
-    for (std::size_t position : staging->local_positions(batch, comm().rank()))
-      mine.push_back(batch.samples[position]);
+    for (std::size_t position : staging->local_positions(part, comm().rank()))
+      mine.push_back(part[position]);
     return mine;
   }
   const auto shard = domains->my_slice(batch.samples.size());  // the plain split without domains

@@ -120,13 +120,16 @@ struct TrainingSession::State final : StateSource {
   void commit_step(CommittedStep done);
   std::vector<StepHook> make_step_hooks();
   void check_same_plan(std::uint64_t digest, long at_step);
+  // That the ranks' counts of a step's samples cover their share of its global batch exactly
+  // (comm::Agreed<Error> otherwise).
+  void check_samples_covered(long computed, long skipped, long at_step);
   void verify_replicas(long step);
   void write_metrics(double compute_s, double allreduce_s, double data_wait_s, double step_s,
                      float lr, long skipped);
   // The committed step's lines, kept by every rank (log_committed_step_if_missing writes them).
   void keep_metrics_line(double compute_s, double allreduce_s, double data_wait_s, double step_s,
                          float lr, long skipped);
-  void keep_audit_line();
+  void keep_audit_line(const core::GlobalBatch& batch);
   // When this rank becomes rank 0 (the events), and the writer of the run directory's files
   // (metrics, audit, checkpoints): again whenever that may have changed.
   void open_lead_logs();
@@ -211,6 +214,9 @@ struct TrainingSession::State final : StateSource {
   // Steps committed since this launch's loop began or the last recovery: the hang monitor acts
   // from the first on (the slowest, with oneDNN's primitives made again: what it learns first).
   long steps_since_restart = 0;
+  // FaultDomains::split_digest() when the newest computed step loaded its samples: with
+  // --gradient-lag 1 a step still in flight after a change of the split is computed again.
+  std::uint64_t split_of_newest_computed = 0;
 
   // The log lines of the last committed step, kept by every rank for log_committed_step_if_missing.
   nlohmann::json committed_metrics_line, committed_audit_line;

@@ -54,6 +54,7 @@ const core::BatchLoad& Trainer::load_batch(const Placement& placement) {
   announce_ahead(placement, mine, slot.batch.samples.size());
   slot.computed.load =
       assembler_.load(prefetcher_, mine, fields_, labels_, core::BadSamplePolicy::skip);
+  slot.computed.samples = mine.size() - slot.computed.load.skipped.size();
   return slot.computed.load;
 }
 

@@ -40,6 +40,7 @@ struct ComputedStep {
   long step = 0;
   float grad_scale = 0;           // what divided its loss gradient (the global batch's pixels)
   double loss_sum = 0;            // this rank's
+  std::size_t samples = 0;        // the samples it covers here (loaded, less the skipped)
   std::uint64_t plan_digest = 0;  // of its global batch's sample indices (equal on every rank)
   core::BatchLoad load;           // its wait for data and the samples it skipped
 };
@@ -66,8 +67,11 @@ class Trainer {
   std::uint64_t drawn_plan_digest() const {
     return slots_[slot_after(computed_)].computed.plan_digest;
   }
-  // The batch of the step committed last (or, before it is committed, of the step being finished).
+  // The batch of the step committed last (without lag, before it is committed, also of the step
+  // being finished).
   const core::GlobalBatch& batch() const { return slots_[committed_slot_].batch; }
+  // The batch of the oldest computed step, the one being finished (with lag, not batch()).
+  const core::GlobalBatch& oldest_batch() const { return slots_[oldest_slot_].batch; }
   // This rank's share of the drawn batch into the input tensors. The prefetcher is told this step's
   // samples and those of the next --prefetch-batches steps, read from a copy of the sampler.
   // Bad samples are always skipped here: whether one ends the job is decided by every rank.

@@ -15,6 +15,7 @@
 #include "hardy/comm/agreement.hpp"
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/mpi_segments.hpp"
+#include "hardy/comm/network_interface.hpp"
 #include "hardy/core/nn/evaluation.hpp"
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/digest.hpp"
@@ -88,16 +89,25 @@ void check_and_complete(TrainingConfig& config, int world_size, const core::Samp
         "yet (the NCCL buckets of two steps would share the device's gradients unordered)");
   if (config.domain >= 0) {
     // What the cross-domain exchange does not carry yet, refused before anything starts.
-    if (config.gradient_lag != 0)
+    if (config.gradient_lag != 0 && config.sync_every() > 1)
+      // At a meeting the domains average their batch statistics, which the lagged step computed
+      // ahead has already moved; a joiner would heal from statistics before it.
       throw InvalidArgument(
-          "--gradient-lag 1 with fault domains (--nodes-per-domain) is not supported yet");
+          "--gradient-lag 1 with --domain-sync-every above 1 is not supported yet: domains that "
+          "train alone between meetings take --gradient-lag 0");
     if (config.backend != "cpu")
       throw InvalidArgument(
           "fault domains exchange host gradients only: --backend cuda with --nodes-per-domain is "
           "not supported yet");
-    if (!config.stage_to.empty())
-      throw InvalidArgument(
-          "--stage-to with fault domains (--nodes-per-domain) is not supported yet");
+    // Each rank resolves its own node's address (only the leader's is used): a node without
+    // that network is a misconfiguration to report before anything starts.
+    if (config.domain_address.empty() && !config.domain_interface.empty()) {
+      try {
+        config.domain_address = comm::interface_address(config.domain_interface);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(fmt::format("--domain-interface {}", e.what()));
+      }
+    }
     if (!config.memory_snapshots || config.rebalance != RebalancePolicy::constant_global_batch)
       throw InvalidArgument(
           "fault domains need --memory-snapshots and --rebalance constant-global-batch: a step "
@@ -148,8 +158,11 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
   injector = FailureInjector(parse_injected_failures(config.inject_failures, config.ranks_per_node),
                              membership.world_rank(), config.run_dir / "checkpoints");
   if (config.domain >= 0) {
-    // Domains may share a host (and its node-local snapshot directory) on a small cluster.
+    // Domains may share a host (and its node-local snapshot and staging directories) on a small
+    // cluster; each domain stages the whole dataset over its own nodes (session_staging.cpp),
+    // and two copiers must never write one file.
     config.snapshot_dir /= fmt::format("domain-{}", config.domain);
+    if (!config.stage_to.empty()) config.stage_to /= fmt::format("domain-{}", config.domain);
     // Until the domains have met, the first domain writes the run directory's files (a
     // relaunched one never does before it joins).
     membership.set_owns_run_files(config.domain == 0 && config.domain_join.empty());
@@ -399,6 +412,18 @@ void TrainingSession::State::check_same_plan(std::uint64_t digest, long at_step)
         "step {}: the ranks planned different global batches (sampler states diverged)", at_step));
 }
 
+void TrainingSession::State::check_samples_covered(long computed, long skipped, long at_step) {
+  // Every sample of the job's (with domains, the domain's) share of the global batch is computed
+  // or skipped by exactly one rank. A step computed over one split of the batch and committed
+  // under another would count some twice or not at all: never commit it.
+  const auto share = static_cast<long>(domains->my_domain_slice(current_global_batch()).size());
+  if (computed + skipped != share)
+    throw comm::Agreed<Error>(  // every rank summed the same counts
+        fmt::format("step {}: the ranks computed {} and skipped {} samples of the {} in their "
+                    "share of the global batch",
+                    at_step, computed, skipped, share));
+}
+
 std::vector<nlohmann::json> TrainingSession::State::gather_bad_samples(
     const std::vector<core::SkippedSample>& mine, long this_step) {
   nlohmann::json records = nlohmann::json::array();
@@ -439,8 +464,10 @@ void TrainingSession::State::train_step() {
   }
   const ComputedStep& computed = trainer.oldest_computed();
   const float loss_scale = trainer.loss_scale();
-  // The loss, and the samples every rank skipped (summed with it: no collective of its own).
-  std::vector<double> loss{computed.loss_sum, static_cast<double>(computed.load.skipped.size())};
+  // The loss, the samples every rank skipped and those it computed (summed with it: no
+  // collective of its own).
+  std::vector<double> loss{computed.loss_sum, static_cast<double>(computed.load.skipped.size()),
+                           static_cast<double>(computed.samples)};
   const auto reduce_start = Clock::now();
   {
     Watchdog::Scope scope(watchdog, "gradient allreduce");
@@ -449,6 +476,7 @@ void TrainingSession::State::train_step() {
     if (comm().size() > 1 && config.gradient_lag != 0)  // before it is committed
       check_same_plan(computed.plan_digest, this_step);
     comm().allreduce_sum(loss);
+    check_samples_covered(std::lround(loss[2]), std::lround(loss[1]), this_step);
     if (loss[1] > 0) {
       // Every rank learns of every bad sample of the step, so that under fail all of them end
       // the job together (one rank ending alone would look like a process failure to recover
@@ -491,6 +519,13 @@ void TrainingSession::State::train_step() {
     domains->admit_if_pending(domain_state_access());
     follow_domain_ownership();
   }
+  // With --gradient-lag 1 the next step is computed already, over the split of the batch in
+  // force when it was loaded. Where the vote, a regroup or an admission changed the split since
+  // (a domain lost or let in, one that shrank inside), its samples would be covered twice or not
+  // at all: every domain with that step in flight computes it again over the new split (a
+  // domain that recovered or joined has none in flight, and computes it over the new one).
+  if (trainer.computed_steps() > 0 && domains->split_digest() != split_of_newest_computed)
+    trainer.drop_uncommitted();
 }
 
 void TrainingSession::State::compute_step(long computed_step, CommittedStep& done) {
@@ -509,6 +544,7 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
     Watchdog::Scope scope(watchdog, "data wait", Activity::loading_data);
     return trainer.load_batch([this](const core::GlobalBatch& b) { return local_samples(b); });
   }();
+  split_of_newest_computed = domains->split_digest();
   // Where the domains meet, only the leader needs the domain's sums: it exchanges them with the
   // other domains and broadcasts the result to its members (FaultDomains::exchange).
   if (domains->enabled() && domains_meet_at(computed_step))
@@ -541,6 +577,10 @@ bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t
     for (std::size_t i = trainer.model().parameters().size(); i < exchanged.size(); ++i)
       for (float& v : exchanged[i]->f32()) v *= share;
   }
+  // The step's batch, for its audit line should a heal commit the step here: a heal forgets the
+  // computed steps, and with --gradient-lag 1 the batch committed last is the step's before.
+  std::optional<core::GlobalBatch> batch_of_step;
+  if (config.audit_samples) batch_of_step = trainer.oldest_batch();
   DomainStep across;
   {
     Watchdog::Scope scope(watchdog, "cross-domain exchange");
@@ -562,7 +602,7 @@ bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t
       // the lines are its to write: the step's global batch is the one it drew, the loss came
       // with the state.
       if (step() == this_step) {
-        if (config.audit_samples) keep_audit_line();
+        if (config.audit_samples) keep_audit_line(*batch_of_step);
         keep_metrics_line(done.compute_s, 0, done.data_wait_s, seconds_since(done.started),
                           current_lr(this_step - 1), 0);
         if (writes_run_files()) log_committed_step_if_missing();
@@ -718,7 +758,7 @@ std::vector<StepHook> TrainingSession::State::make_step_hooks() {
                    [this](const CommittedStep&) { publish_to_watchdog(); }});
   if (config.audit_samples)  // every rank keeps the line; rank 0 writes it
     hooks.push_back({"sample audit", std::nullopt, [this](const CommittedStep&) {
-                       keep_audit_line();
+                       keep_audit_line(trainer.batch());
                        audit.write(committed_audit_line);
                      }});
   if (config.verify_replicas_every > 0)
@@ -758,15 +798,13 @@ void TrainingSession::State::verify_replicas(long at_step) {
   events.emit("replicas_verified", {{"step", at_step}, {"digest", fmt::format("{:016x}", digest)}});
 }
 
-void TrainingSession::State::keep_audit_line() {
-  committed_audit_line = {{"step", step()},
-                          {"epoch", trainer.batch().epochs.front()},
-                          {"samples", trainer.batch().samples}};
-  const auto boundary =
-      std::find_if(trainer.batch().epochs.begin(), trainer.batch().epochs.end(),
-                   [&](std::int64_t e) { return e != trainer.batch().epochs.front(); });
-  if (boundary != trainer.batch().epochs.end())
-    committed_audit_line["next_epoch_from"] = boundary - trainer.batch().epochs.begin();
+void TrainingSession::State::keep_audit_line(const core::GlobalBatch& batch) {
+  committed_audit_line = {
+      {"step", step()}, {"epoch", batch.epochs.front()}, {"samples", batch.samples}};
+  const auto boundary = std::find_if(batch.epochs.begin(), batch.epochs.end(),
+                                     [&](std::int64_t e) { return e != batch.epochs.front(); });
+  if (boundary != batch.epochs.end())
+    committed_audit_line["next_epoch_from"] = boundary - batch.epochs.begin();
 }
 
 void TrainingSession::State::write_metrics(double compute_s, double allreduce_s, double data_wait_s,
@@ -823,21 +861,26 @@ int TrainingSession::State::run() {
 }
 
 void TrainingSession::State::announce_start() {
-  events.emit(writes_run_files() ? "job_started" : "domain_started",
-              {{"hardy_version", HARDY_VERSION},
-               {"world_size", comm().size()},
-               {"fault_tolerant", comm().fault_tolerant()},
-               {"ranks_per_node", config.ranks_per_node},
-               {"backend", trainer.backend().name()},
-               {"threads_per_rank", omp_get_max_threads()},
-               {"steps", config.steps},
-               {"global_batch", config.global_batch},
-               {"parameters", trainer.model().parameter_count()},
-               {"gradient_buckets", trainer.reducer().bucket_count()},
-               {"data", data.train->describe()},
-               {"resume", config.resume},
-               {"run_dir", config.run_dir.string()},
-               {"domains", config.domain_count}});
+  nlohmann::json started = {{"hardy_version", HARDY_VERSION},
+                            {"world_size", comm().size()},
+                            {"fault_tolerant", comm().fault_tolerant()},
+                            {"ranks_per_node", config.ranks_per_node},
+                            {"backend", trainer.backend().name()},
+                            {"threads_per_rank", omp_get_max_threads()},
+                            {"steps", config.steps},
+                            {"global_batch", config.global_batch},
+                            {"parameters", trainer.model().parameter_count()},
+                            {"gradient_buckets", trainer.reducer().bucket_count()},
+                            {"data", data.train->describe()},
+                            {"resume", config.resume},
+                            {"run_dir", config.run_dir.string()},
+                            {"domains", config.domain_count}};
+  // Where this domain's leader listens for the others: which network the heals and the
+  // gradient sums take (--domain-interface).
+  if (domains->enabled())
+    started["domain_address"] =
+        config.domain_address.empty() ? membership.host() : config.domain_address;
+  events.emit(writes_run_files() ? "job_started" : "domain_started", std::move(started));
   membership.announce(events);
   if (membership.first_on_host()) {
     // Killed ranks' shared memory, this run's earlier launches' or other jobs' of this user.

@@ -54,6 +54,7 @@ TEST_CASE("validate names the option at fault", "[batch]") {
   fails_naming([](JobRequest& r) { r.signal_lead_seconds = 0; }, "--signal-lead");
   fails_naming([](JobRequest& r) { r.rendezvous = "etcd"; }, "--rendezvous");
   fails_naming([](JobRequest& r) { r.rendezvous = "redis"; }, "--nodes-per-domain");
+  fails_naming([](JobRequest& r) { r.domain_interface = "hsn0"; }, "--nodes-per-domain");
   fails_naming(
       [](JobRequest& r) {
         r.time = "00:02:00";

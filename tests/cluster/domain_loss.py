@@ -16,6 +16,14 @@ Once the job has committed FAULT_STEP steps a node fails:
   crash_in_heal     node 3; while domain 1 comes back on the spare, node 2 goes for good
   node_crash_redis  node_crash with the leaders meeting in the redis-server that hardy run starts
                     on the host namespace (--rendezvous redis), reached at the bridge address
+  staged_node_crash node_crash on DeepCAM-layout files staged to node-local storage (--stage-to):
+                    every domain stages the whole dataset over its own 2 nodes; the spare stages
+                    the lost node's share of domain 1 before the domain joins again
+  lagged_node_crash node_crash with --gradient-lag 1 (the reference job lagged too)
+
+The staged and lagged scenarios name the network the leaders exchange over by its subnet
+(--domain-interface 198.18.C.0/24, the emulated cluster's): every domain's leader must listen on
+its address there (domain_address of job_started and domain_started).
 
 Each asserts what fault domains promise: exit 0 with job_finished at the last step; every step
 committed once and no committed step lost; every complete epoch covers every sample exactly once;
@@ -26,6 +34,7 @@ within 2 s of a crash and 5 s of a freeze (fault to their next committed step af
 regrouped); nothing left on any node that is up. It prints the phases (fault, regroup, next step, relaunch, heal, admitted) and with --json
 writes them for bench/cluster/domain_bench.py.
 """
+import ipaddress
 import json
 import os
 import shutil
@@ -39,7 +48,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, Job, check_completed, complete_epochs_exact, int_option, read_jsonl, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, Job, check_private_staging, on_dataset, check_completed, complete_epochs_exact, int_option, read_jsonl, run_watched, small_job  # noqa: E402
 
 
 NODES, PER_DOMAIN, SAMPLES = 8, 2, 48
@@ -50,16 +59,40 @@ TRAIN = small_job(SAMPLES, STEPS, 16) + ["--checkpoint-every", "50", "--threads"
 RUN_TIMEOUT_S = 300
 SPARES = {"two_domains": 2, "crash_in_heal": 2}
 FIRST_FAULT = {"node_crash": ("crash", 3), "node_crash_rpn2": ("crash", 3), "node_crash_redis": ("crash", 3),
+               "staged_node_crash": ("crash", 3), "lagged_node_crash": ("crash", 3),
                "leader_crash": ("crash", 4),
                "node_freeze": ("freeze", 5), "node_freeze_rpn2": ("freeze", 5),
                "two_domains": ("crash", 1), "crash_in_heal": ("crash", 3)}
 
 
-def reference_loss(hardy, ranks, tmp):
+def check_staging(check, scenario, events, stage, faults):
+    """Every domain staged the whole dataset over its own nodes, each node its share; the domain
+    that lost a node staged again with the spare in the lost node's place before it joined; nothing
+    half-copied, nothing another user could have written or reached."""
+    staged = [e for e in events if e["event"] == "data_staged"]
+    victims = {f["node"] // PER_DOMAIN for f in faults}
+    for d in range(NODES // PER_DOMAIN):
+        mine = [e for e in staged if e.get("domain") == d]
+        check(mine and all(e["files"] == SAMPLES and len(e["nodes"]) == PER_DOMAIN for e in mine)
+              and len(mine) == (2 if d in victims else 1),
+              f"{scenario}: domain {d} staged all {SAMPLES} files over its {PER_DOMAIN} nodes: {mine}")
+    for f in faults:
+        d = f["node"] // PER_DOMAIN
+        again = [e for e in staged if e.get("domain") == d and e["unix_time"] > f["time"]]
+        joined = [e for e in events if e["event"] == "domain_joined" and e.get("domain") == d
+                  and e["unix_time"] > f["time"]]
+        nodes = [n["node"].split("/")[0] for n in again[0]["nodes"]] if again else []
+        check(again and joined and again[0]["unix_time"] < joined[0]["unix_time"] and f["host"] not in nodes
+              and again[0]["copied"] > 0,
+              f"{scenario}: domain {d} staged on {nodes} (without {f['host']}) before it joined: {again[:1]}")
+    check_private_staging(check, scenario, stage, events)
+
+
+def reference_loss(hardy, ranks, tmp, train):
     run = Path(tmp) / "reference"
     mpirun = str(Path(hardy).resolve().parents[2] / ".venv/bin/mpirun")
     subprocess.run([mpirun, "-n", str(NODES * ranks), "--oversubscribe", "--bind-to", "none", "--allow-run-as-root",
-                    hardy, "train", *TRAIN, "--ranks-per-node", str(ranks), "--run-dir", str(run),
+                    hardy, "train", *train, "--ranks-per-node", str(ranks), "--run-dir", str(run),
                     "--snapshot-dir", str(Path(tmp) / "reference-node-local")],
                    check=True, stdout=subprocess.DEVNULL, timeout=300)
     return read_jsonl(run / "metrics.jsonl")[-1]["loss"]
@@ -78,8 +111,20 @@ def main():
     ranks = 2 if scenario.endswith("_rpn2") else 1
     spares = SPARES.get(scenario, 1)
     check = Checks()
+    train = list(TRAIN)
+    if scenario.startswith("lagged"):
+        train += ["--gradient-lag", "1"]
     with tempfile.TemporaryDirectory(prefix=f"hardy-domains-{scenario}-") as tmp:
-        expected_final = reference_loss(hardy, ranks, tmp)
+        stage = Path(tmp) / "stage"
+        if scenario.startswith("staged"):
+            root = Path(tmp) / "deepcam"
+            subprocess.run([hardy, "data", "generate", "--format", "deepcam", "--out", str(root), "--samples",
+                            str(SAMPLES), "--validation-samples", "1", "--height", "32", "--width", "32"],
+                           check=True, stdout=subprocess.DEVNULL)
+            train = on_dataset(train, root)
+        expected_final = reference_loss(hardy, ranks, tmp, train)
+        if scenario.startswith("staged"):
+            train += ["--stage-to", str(stage)]
         with EmulatedCluster(nodes=NODES + spares) as cluster:
             run = Path(tmp) / "run"
             snapshots = Path(tmp) / "node-local"
@@ -89,7 +134,9 @@ def main():
                        "--probe-timeout", "2"]
             if scenario == "node_crash_redis":
                 command += ["--rendezvous", "redis", "--rendezvous-host", cluster.bridge_address]
-            command += ["--", *TRAIN, "--snapshot-dir", str(snapshots)]
+            if scenario.startswith(("staged", "lagged")):
+                command += ["--domain-interface", cluster.subnet]
+            command += ["--", *train, "--snapshot-dir", str(snapshots)]
             env = {**os.environ, **cluster.mpi_env()}
             faults = []
             job = Job(run)
@@ -207,6 +254,21 @@ def main():
             check(first.get("survivors_next_step_s", 1e9) <= limit,
                   f"{scenario}: the survivors trained again within {limit} s ({first.get('survivors_next_step_s')})")
 
+            if scenario.startswith("staged"):
+                check_staging(check, scenario, all_events, stage, faults)
+            if scenario.startswith(("staged", "lagged")):
+                subnet = ipaddress.ip_network(cluster.subnet)
+                starts = [e for e in all_events if e["event"] in ("job_started", "domain_started")]
+                def inside(address):
+                    try:
+                        return ipaddress.ip_address(address) in subnet
+                    except ValueError:  # a host name: not bound to the network asked for
+                        return False
+                outside = [e.get("domain_address") for e in starts if not inside(e.get("domain_address", ""))]
+                check(len(starts) >= NODES // PER_DOMAIN and not outside,
+                      f"{scenario}: every leader listened on {cluster.subnet} ({len(starts)} starts, outside: {outside})")
+                check(any(e.get("domain_interface") == cluster.subnet for e in named("supervisor_started")),
+                      f"{scenario}: supervisor_started names the network")
             left_copies = sorted({str(p.parent) for p in snapshots.rglob("*.h5")})
             down_hosts = {f["host"] for f in faults}
             left_copies = [c for c in left_copies if not any(h in c for h in down_hosts)]

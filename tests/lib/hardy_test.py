@@ -24,6 +24,35 @@ class Checks:
         sys.exit(1 if self.failures else 0)
 
 
+def on_dataset(options, root, *extra):
+    """`hardy train` options with the synthetic data (--synthetic, --samples, --height, --width)
+    replaced by the dataset at `root` (e.g. made by `hardy data generate --format deepcam`), and
+    `extra` options after them (--stage-to DIR)."""
+    synthetic = {"--synthetic": 0, "--samples": 1, "--height": 1, "--width": 1}
+    kept, skip_words = [], 0
+    for word in options:
+        if skip_words:
+            skip_words -= 1
+        elif word in synthetic:
+            skip_words = synthetic[word]
+        else:
+            kept.append(word)
+    return kept + ["--dataset", str(root), *extra]
+
+
+def check_private_staging(check, label, stage, events):
+    """What --stage-to must leave: no failed or refused staging, everything below `stage` this
+    user's and no link, directories 0700 and files 0600, no half-copied file."""
+    check(not [e for e in events if e["event"] in ("data_staging_failed", "staging_refused")],
+          f"{label}: no staging failed or was refused")
+    entries = [stage, *stage.rglob("*")]
+    check(all(p.lstat().st_uid == os.geteuid() and not p.is_symlink() for p in entries),
+          f"{label}: everything staged is this user's, and no link")
+    loose = [str(p) for p in entries if p != stage and (p.lstat().st_mode & 0o077)]
+    check(not loose, f"{label}: staged directories 0700 and files 0600: {loose[:3]}")
+    check(not list(stage.rglob("*.part")), f"{label}: no half-copied file left")
+
+
 def skip(reason):
     """Ends the test as skipped: exit status 77, which CTest counts as such (SKIP_RETURN_CODE)."""
     print(f"skipped: {reason}")

@@ -23,6 +23,15 @@ outside (SIGKILL), as a node crash would:
            wait for a member that is gone); hardy run ends completed at once
   owner_redis  the owner scenario with the leaders meeting in a redis-server that hardy run
            starts (--rendezvous redis), with a password: the server is gone at the end
+  lagged   the leader scenario's loss (3 domains x 1 rank, domain 1) with --gradient-lag 1: each
+           domain holds the next step computed while a step's sums cross the domains; the
+           survivors compute it again over the new split (the reference job is lagged too)
+  lagged_member  the member scenario with --gradient-lag 1: the domain that shrank settles the
+           step in flight, and the step every domain computed ahead over the old split is
+           computed again
+  staged   3 domains x 1 rank train on DeepCAM-layout files staged to node-local storage
+           (--stage-to); domain 1 dies. Each domain stages the whole dataset over its own nodes,
+           in a directory of its own; the relaunched domain stages again before it joins
 
 Each asserts: exit 0 with job_finished at the last step; every step committed once (with
 --domain-sync-every: the last record of each step, after the rewind); every complete epoch covers
@@ -43,7 +52,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
-from hardy_test import Checks, check_completed, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, check_completed, check_private_staging, on_dataset, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
 
 SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the domain)
     "leader": (4, 1, 2, [0]),
@@ -53,16 +62,19 @@ SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the 
     "sync_every": (3, 1, 1, [0]),
     "late_loss": (2, 1, 1, [0]),
     "owner_redis": (3, 1, 0, [0]),
+    "lagged": (3, 1, 1, [0]),
+    "lagged_member": (2, 2, 1, [1]),
+    "staged": (3, 1, 1, [0]),
 }
 RUN_OPTIONS = {"owner_redis": ["--rendezvous", "redis", "--rendezvous-host", "127.0.0.1"]}  # hardy run's
 SYNC_EVERY = {"sync_every": 4}  # --domain-sync-every
-SHRINKS = {"member"}  # survived inside the domain: no relaunch
+SHRINKS = {"member", "lagged_member"}  # survived inside the domain: no relaunch
 SAMPLES, FAULT_STEP = 48, 20
 # The survivors train fast enough here to finish 40 steps before a relaunched domain is up
 # (about 2 s, more on a loaded machine: 150 steps were once not enough): the scenarios that
 # relaunch one train longer, so that it comes back. Domains that train alone between meetings
 # step faster still: longer again.
-STEPS = {"member": 60, "sync_every": 600, "late_loss": 60}.get(sys.argv[2] if len(sys.argv) > 2 else "", 300)
+STEPS = {"member": 60, "lagged_member": 60, "sync_every": 600, "late_loss": 60}.get(sys.argv[2] if len(sys.argv) > 2 else "", 300)
 FAULT_AT = {"late_loss": STEPS - 5}  # the committed step at which the fault is injected
 
 def train_options(scenario):
@@ -75,7 +87,26 @@ def train_options(scenario):
         # A long held-out evaluation after the last step: the lost domain's relaunch asks to join
         # while the survivor is past its last vote but has not ended yet.
         options[options.index("--eval-samples") + 1] = "6000"
+    if scenario.startswith("lagged"):
+        options += ["--gradient-lag", "1"]
     return options
+
+
+def check_staging(check, scenario, events, stage, domains, victim):
+    """Every domain staged the whole dataset into its own private directory, the relaunched one
+    again before it joined; nothing half-copied, nothing another user could have written."""
+    staged = [e for e in events if e["event"] == "data_staged"]
+    for d in range(domains):
+        mine = [e for e in staged if e.get("domain") == d]
+        expected = 2 if d == victim else 1
+        check(len(mine) == expected and all(e["files"] == SAMPLES and str(stage / f"domain-{d}") in e["directory"]
+                                            for e in mine),
+              f"{scenario}: domain {d} staged all {SAMPLES} files into its own directory {expected} time(s): {mine}")
+    joined = [e for e in events if e["event"] == "domain_joined" and e.get("domain") == victim]
+    restaged = [e for e in staged if e.get("domain") == victim][1:]
+    check(joined and restaged and restaged[0]["unix_time"] < joined[0]["unix_time"],
+          f"{scenario}: the relaunched domain staged its share before it joined")
+    check_private_staging(check, scenario, stage, events)
 
 
 def main():
@@ -91,6 +122,13 @@ def main():
     with tempfile.TemporaryDirectory(prefix=f"hardy-domains-{scenario}-") as tmp:
         tmp = Path(tmp)
         snapshots = tmp / "node-local"
+        stage = tmp / "stage"
+        if scenario == "staged":
+            root = tmp / "deepcam"
+            subprocess.run([hardy, "data", "generate", "--format", "deepcam", "--out", str(root), "--samples",
+                            str(SAMPLES), "--validation-samples", "1", "--height", "32", "--width", "32"],
+                           check=True, stdout=subprocess.DEVNULL)
+            train = on_dataset(train, root, "--stage-to", str(stage))
 
         def domains_job(run_dir):
             return [hardy, "run", "--nodes", str(domains), "--nodes-per-domain", "1", "--ranks-per-node", str(ranks),
@@ -110,6 +148,7 @@ def main():
         expected_final = read_jsonl(reference / "metrics.jsonl")[-1]["loss"]
 
         run = tmp / "run"
+        shutil.rmtree(stage, ignore_errors=True)  # the domains stage afresh
         command = domains_job(run)
         fault = {}
 
@@ -178,6 +217,8 @@ def main():
         check(len(complete) >= STEPS * 12 // SAMPLES and not wrong,
               f"{scenario}: {len(complete)} complete epochs cover every sample exactly once (wrong: {wrong})")
         check(all(m["global_batch"] == 12 for m in metrics), f"{scenario}: the global batch stays 12")
+        if scenario == "staged":
+            check_staging(check, scenario, events, stage, domains, victim)
         final = metrics[-1]["loss"]
         if sync_every == 1:
             check(abs(final - expected_final) <= 0.02 * abs(expected_final),

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, run_watched, samples_by_epoch  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, on_dataset, read_jsonl, run_watched, samples_by_epoch  # noqa: E402
 
 hardy, source, scenario, mpirun = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4:]
 STEPS, SAMPLES, RANKS = 24, 40, 8
@@ -112,16 +112,7 @@ with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
         root = tmp / "deepcam"
         subprocess.run([hardy, "data", "generate", "--format", "deepcam", "--out", str(root), "--samples",
                         str(SAMPLES), "--validation-samples", "1", "--height", "32", "--width", "32"], check=True)
-        synthetic = {"--synthetic": 0, "--samples": 1, "--height": 1, "--width": 1}
-        kept, skip = [], 0
-        for word in COMMON:
-            if skip:
-                skip -= 1
-            elif word in synthetic:
-                skip = synthetic[word]
-            else:
-                kept.append(word)
-        COMMON = kept + ["--dataset", str(root), "--stage-to", str(tmp / "stage")]
+        COMMON = on_dataset(COMMON, root, "--stage-to", str(tmp / "stage"))
     status, reference_events, reference = train(tmp / "reference", RANKS)
     check(status == 0 and len(reference) == STEPS, f"failure-free reference run finished {len(reference)} steps")
     run = tmp / "faulty"

@@ -130,6 +130,15 @@ TEST_CASE("fault domains: a lost domain's peers drop the step in flight together
     CHECK(outcome.loss == 6.0);  // every domain's loss summed: 1 + 2 + 3
   }
   for (const auto& domain : domains) CHECK(domain->summed == std::vector<float>{6.0f});
+  // Every domain splits the batch alike; each takes a slice of it, together all of it once (what
+  // a domain's staged placement and a lagged step computed ahead rely on).
+  const std::uint64_t three_domains = domains[0]->domains.split_digest();
+  for (std::size_t d = 0; d < 3; ++d) {
+    CHECK(domains[d]->domains.split_digest() == three_domains);
+    const core::Shard slice = domains[d]->domains.my_domain_slice(12);
+    CHECK(slice.begin == 4 * d);
+    CHECK(slice.end == 4 * d + 4);
+  }
   std::vector<std::future<void>> running;
   CHECK(domains[0]->domains.owns_run_files());
   CHECK_FALSE(domains[1]->domains.owns_run_files());
@@ -178,6 +187,15 @@ TEST_CASE("fault domains: a lost domain's peers drop the step in flight together
   CHECK(domains[1]->summed == std::vector<float>{6.0f, 30.0f});
   CHECK(domains[2]->summed == std::vector<float>{6.0f, 30.0f});
   CHECK(domains[1]->domains.my_slice(12).size() + domains[2]->domains.my_slice(12).size() == 12);
+  // The split changed with the members, alike for both survivors: a step either computed ahead
+  // over the old one is computed again.
+  const std::uint64_t two_domains = domains[1]->domains.split_digest();
+  CHECK(two_domains != three_domains);
+  CHECK(domains[2]->domains.split_digest() == two_domains);
+  CHECK(domains[1]->domains.my_domain_slice(12).begin == 0);
+  CHECK(domains[1]->domains.my_domain_slice(12).end == 6);
+  CHECK(domains[2]->domains.my_domain_slice(12).begin == 6);
+  CHECK(domains[2]->domains.my_domain_slice(12).end == 12);
 
   // Domain 0 comes back: it asks to join, the supervisor lets it in (generation 2), the members
   // see it waiting in their next vote and admit it after that step; it heals to their state.
@@ -208,6 +226,8 @@ TEST_CASE("fault domains: a lost domain's peers drop the step in flight together
   CHECK(domains[0]->committed_state.step == 3);
   CHECK(domains[0]->domains.owns_run_files());
   CHECK_FALSE(domains[1]->domains.owns_run_files());
+  // The joiner and the members split the batch alike again, as at the start.
+  for (std::size_t d = 0; d < 3; ++d) CHECK(domains[d]->domains.split_digest() == three_domains);
   // All three at full strength again, with the same sums.
   running.clear();
   for (int d = 0; d < 3; ++d)

@@ -101,9 +101,9 @@ TEST_CASE("node staging: each node copies its share; a lost node's share moves, 
     const auto batch = sampler.next(12);
     std::multiset<std::size_t> seen;
     for (int r = 0; r < 6; ++r) {
-      const auto mine = ranks[static_cast<std::size_t>(r)]->local_positions(batch, r);
+      const auto mine = ranks[static_cast<std::size_t>(r)]->local_positions(batch.samples, r);
       CHECK(mine.size() == hardy::core::shard_of(12, r, 6).size());
-      CHECK(mine == ranks[0]->local_positions(batch, r));  // the same plan everywhere
+      CHECK(mine == ranks[0]->local_positions(batch.samples, r));  // the same plan everywhere
       seen.insert(mine.begin(), mine.end());
     }
     for (std::size_t i = 0; i < 12; ++i) CHECK(seen.count(i) == 1);

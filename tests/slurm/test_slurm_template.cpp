@@ -44,3 +44,12 @@ TEST_CASE("fault domains meeting in Redis reach hardy run through the Slurm scri
   const auto script = render_builtin(SlurmScheduler(), request);
   CHECK(script.find("--nodes-per-domain 1 --rendezvous redis \\") != std::string::npos);
 }
+
+TEST_CASE("the network fault domains exchange over reaches hardy run through the Slurm script",
+          "[slurm]") {
+  auto request = example_request();
+  request.nodes_per_domain = 1;
+  request.domain_interface = "10.100.0.0/16";
+  const auto script = render_builtin(SlurmScheduler(), request);
+  CHECK(script.find("--domain-interface 10.100.0.0/16 \\") != std::string::npos);
+}

@@ -39,7 +39,10 @@ struct JobRequest {
   int start_timeout_seconds = 0;  // `hardy run --start-timeout` (0: learned)
   int nodes_per_domain = 0;       // fault domains of this many nodes (0: one domain of every node)
   std::string rendezvous = "file";  // where the domains' leaders meet: file or redis
-  std::string launcher;             // LSF only: jsrun or mpirun
+  // The network the domains' leaders exchange over: an interface's name or a subnet of it
+  // (empty: wherever each node's host name resolves).
+  std::string domain_interface;
+  std::string launcher;  // LSF only: jsrun or mpirun
 
   // Files inside the run directory that the scripts name.
   std::filesystem::path config() const { return run_dir / "job.ini"; }  // the submitted --config

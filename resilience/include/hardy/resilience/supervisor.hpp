@@ -58,6 +58,10 @@ struct SupervisorConfig {
   // every address; the leaders reach it at rendezvous_host (empty: this host's name).
   std::string rendezvous = "file";
   std::string rendezvous_host;
+  // The network the domains' leaders exchange over (`hardy train --domain-interface`: an
+  // interface's name or a subnet); a redis store is reached at this host's address on it unless
+  // rendezvous_host names one. Empty: host names.
+  std::string domain_interface;
   std::string scheduler, scheduler_job_id;
   int scheduler_restart_count = 0;
   int max_requeues = 10;

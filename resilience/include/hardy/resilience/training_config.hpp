@@ -103,8 +103,11 @@ struct TrainingConfig {
   std::string domain_store;                  // a directory, or redis://HOST:PORT (domain_store.hpp)
   std::filesystem::path domain_store_token;  // a redis:// store's password file
   std::string domain_address;                // where this domain's leader listens for the others
-  double domain_timeout_s = 10;              // a cross-domain collective that takes longer fails
-  std::string domain_join;  // a relaunched domain's token: join the running job, heal
+  // The network to listen on when no address is given: an interface's name or a subnet
+  // (comm/network_interface.hpp).
+  std::string domain_interface;
+  double domain_timeout_s = 10;  // a cross-domain collective that takes longer fails
+  std::string domain_join;       // a relaunched domain's token: join the running job, heal
   // The domains meet every N-th step and train alone in between (domain_plan.hpp); 1: every step,
   // as one job would. Ignored without domains.
   int domain_sync_every = 1;

@@ -66,7 +66,8 @@ inline constexpr EventField job_started[] = {{"hardy_version", T::string, req},
                                              {"data", T::string, req},
                                              {"resume", T::string, req},
                                              {"run_dir", T::string, req},
-                                             {"domains", T::integer, opt}};
+                                             {"domains", T::integer, opt},
+                                             {"domain_address", T::string, opt}};
 inline constexpr EventField job_finished[] = {{"status", T::string, req},
                                               {"steps", T::integer, req},
                                               {"reason", T::string, opt},
@@ -180,6 +181,7 @@ inline constexpr EventField supervisor_started[] = {{"nodes", T::array, req},
                                                     {"domains", T::integer, opt},
                                                     {"nodes_per_domain", T::integer, opt},
                                                     {"rendezvous_store", T::string, opt},
+                                                    {"domain_interface", T::string, opt},
                                                     {"rendezvous_store_caveat", T::string, opt}};
 inline constexpr EventField supervisor_finished[] = {
     {"status", T::integer, req},   {"how", T::string, req},
