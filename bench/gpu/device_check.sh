@@ -10,7 +10,9 @@
 #      default small);
 #   5. compute-sanitizer's memcheck over the GPU tests;
 #   6. with what time is left, the snapshot's price on the GPU step (bench/snapshot), NCCL on
-#      one rank and the tiny job's convergence on both backends.
+#      one rank and the tiny job's convergence on both backends;
+#   7. multirank (only when asked, HARDY_DEVICE_PARTS=multirank): several ranks on the one GPU
+#      (bench/gpu/one_gpu_rank.sh, test only) through NCCL's recoveries, bench/gpu/multi_rank_check.py.
 # Run on the GPU machine, from the repository root, after build-cuda and bench/gpu/make_kit.sh:
 #   bash bench/gpu/device_check.sh [KIT.tar.xz] [BUDGET_S]
 # HARDY_DEVICE_PARTS picks parts (default tests,journey,step,sanitizer,snapshot,more).
@@ -128,5 +130,8 @@ fi
 if wanted more; then
   part more 120 python3 bench/gpu/bench_gpu.py --bin "$hardy_kit/bin" --parts nccl,converge \
     --output "$out/gpu-nccl-converge.json"
+fi
+if wanted multirank; then
+  part multirank 420 python3 bench/gpu/multi_rank_check.py --json "$out/gpu-multi-rank.json"
 fi
 echo "device_check.sh: done with $(left) s of $budget_s left" | tee -a "$out/summary.txt"

