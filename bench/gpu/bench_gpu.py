@@ -5,9 +5,11 @@ bench/results/gpu-<date>.json:
   peak      hardy_gpu_bench --peak: the device's measured dense BF16 GEMM rate (cuBLAS)
   step      per model configuration and precision, in rotating order over --rounds rounds:
               hardy   hardy_gpu_bench (CUDA backend, cuDNN/cuBLAS, conv TFLOP/s per shape)
-              torch   torch_gpu_step.py (PyTorch AMP, channels_last, cudnn.benchmark)
-            each in its own process; a variant's result is its best per-round median step time;
-            ratio = torch / hardy (> 1: hardy is faster)
+              torch   torch_gpu_step.py, tuned for speed: AMP with the input in its dtype,
+                      fused Adam, channels_last, cudnn.benchmark, no synchronisation in the
+                      timed steps; eager, torch.compile and torch.compile(reduce-overhead)
+            each in its own process; a variant's result is its best per-round step time;
+            ratio = the fastest PyTorch mode / hardy (> 1: hardy is faster)
   nccl      hardy_nccl_bench: allreduce, bucketed gradient allreduce and restore broadcast
   converge  hardy_gpu_bench --converge: examples/tiny.ini's job (synthetic climate, 300 steps) on
             the CPU and on the GPU from the same weights and samples: loss curves, held-out mIoU
@@ -19,10 +21,12 @@ On the GPU machine, from the checkout with the kit of bench/gpu/make_kit.sh:
 """
 import argparse
 import datetime
+import json
 import os
 import shlex
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
@@ -44,9 +48,23 @@ COMMON = {"depth": 1, "aspp-rates": "2,4,6", "groups": 8, "input-channels": 16, 
 ASSUMED_PEAK_TFLOPS = 790.0  # the H200's measured dense BF16 rate quoted in the issue
 
 
-def run_json(command, log):
+def run_json(command, log, required=True):
+    """The JSON line a measurement prints. A failed measurement that is not required is reported
+    and returns None, so that one variant's failure (a PyTorch mode, an out-of-memory size) does
+    not lose the others' figures."""
     log.append(" ".join(shlex.quote(part) for part in command))
-    return benchlib.run_json(command, "bench_gpu.py")
+    started = time.monotonic()
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          check=False)
+    program = os.path.basename(command[1] if command[0] == sys.executable else command[0])
+    print(f"  ({time.monotonic() - started:.0f} s: {program})", file=sys.stderr, flush=True)
+    if done.returncode == 0:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    message = f"bench_gpu.py: {log[-1]} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+    if required:
+        sys.exit(message)
+    print(message, file=sys.stderr, flush=True)
+    return None
 
 
 def machine_info():
@@ -74,6 +92,12 @@ def main():
     benchlib.add_round_arguments(parser, CONFIGS, "small,medium,climate", warmup=5)
     parser.add_argument("--precisions", default="bf16,fp16")
     parser.add_argument("--parts", default="peak,step,nccl,converge")
+    parser.add_argument("--torch-modes", default="eager,compile,reduce-overhead",
+                        help="torch_gpu_step.py --modes")
+    parser.add_argument("--torch-norm-precision", default="autocast", choices=["autocast", "low"])
+    parser.add_argument("--torch-precisions",
+                        help="precisions PyTorch runs too (default: all of --precisions); the "
+                             "others are hardy alone, e.g. fp16 against hardy's bf16")
     parser.add_argument("--output", help="JSON file (default bench/results/gpu-<date>.json)")
     args = parser.parse_args()
     configs = benchlib.chosen_configs(parser, args, CONFIGS)
@@ -82,6 +106,8 @@ def main():
     nccl_bench = os.path.join(args.bin, "hardy_nccl_bench")
     torch_step = [sys.executable, os.path.join(HERE, "torch_gpu_step.py")]
 
+    output = args.output or os.path.join(ROOT, "bench", "results",
+                                          f"gpu-{datetime.date.today().isoformat()}.json")
     log = []
     report = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
               "machine": machine_info(), "commands": log,
@@ -94,37 +120,70 @@ def main():
 
     if "step" in parts:
         report["step"] = []
-        print(f"{'config':<8} {'prec':<5} {'hardy ms':>9} {'torch ms':>9} {'ratio':>6} "
+        print(f"{'config':<8} {'prec':<5} {'hardy ms':>9} {'torch ms':>9} {'ratio':>6} "  # fastest mode
               f"{'step TF/s':>9} {'conv TF/s':>9} {'% peak':>6} {'act':>5}")
         for name in configs:
             for precision in args.precisions.split(","):
                 options = option_list(COMMON, CONFIGS[name], {"precision": precision, "warmup": args.warmup,
                                                            "steps": args.steps})
-                commands = {"hardy": [hardy_bench] + options, "torch": torch_step + options}
+                commands = {"hardy": [hardy_bench] + options}
+                if precision in (args.torch_precisions or args.precisions).split(","):
+                    commands["torch"] = torch_step + options + [
+                        "--modes", args.torch_modes, "--norm-precision", args.torch_norm_precision]
                 runs = {variant: [] for variant in commands}
                 order = list(commands)
                 for round_index in range(args.rounds):
                     shift = round_index % len(order)
                     for variant in order[shift:] + order[:shift]:
-                        runs[variant].append(run_json(commands[variant], log))
-                best = {v: min(runs[v], key=lambda r: r["median_s"]) for v in runs}
-                hardy, torch_run = best["hardy"], best["torch"]
+                        result = run_json(commands[variant], log, required=False)
+                        if result is not None:
+                            runs[variant].append(result)
+                best = {v: min(runs[v], key=lambda r: r["median_s"]) for v in runs if runs[v]}
+                if "hardy" not in best:
+                    report["step"].append({"config": name, "precision": precision,
+                                           "error": "hardy_gpu_bench failed", "runs": runs})
+                    continue
+                hardy = best["hardy"]
                 row = {"config": name, "precision": precision, "options": CONFIGS[name],
-                       "hardy_ms": 1e3 * hardy["median_s"], "torch_ms": 1e3 * torch_run["median_s"],
-                       "ratio_torch_over_hardy": torch_run["median_s"] / hardy["median_s"],
+                       "hardy_ms": 1e3 * hardy["median_s"],
                        "hardy_activation_dtype": hardy["activation_dtype"],
+                       "hardy_skipped_steps": hardy.get("skipped_steps"),
                        "step_tflops": hardy["step_tflops"], "conv_tflops": hardy["conv_tflops"],
                        "conv_tflops_share_of_peak": hardy["conv_tflops"] / peak,
                        "step_tflops_share_of_peak": hardy["step_tflops"] / peak,
+                       "hardy_non_conv_share": 1 - hardy["conv_share_of_step"],
+                       "hardy_op_profile": hardy.get("operations"),
                        "runs": runs}
+                torch_run = best.get("torch")
+                if torch_run:
+                    row.update({
+                        "torch_ms": 1e3 * torch_run["median_s"],
+                        "ratio_torch_over_hardy": torch_run["median_s"] / hardy["median_s"],
+                        "torch_fastest_mode": torch_run["fastest_mode"],
+                        "torch_ms_by_mode": {m["mode"]: 1e3 * min(
+                            mode["step_s"] for r in runs["torch"] for mode in r["modes"]
+                            if mode["mode"] == m["mode"]) for m in torch_run["modes"]},
+                        "torch_failed_modes": torch_run.get("failed_modes", {})})
                 report["step"].append(row)
-                print(f"{name:<8} {precision:<5} {row['hardy_ms']:9.2f} {row['torch_ms']:9.2f} "
-                      f"{row['ratio_torch_over_hardy']:6.2f} {hardy['step_tflops']:9.1f} "
-                      f"{hardy['conv_tflops']:9.1f} {100 * hardy['conv_tflops'] / peak:6.1f} "
-                      f"{hardy['activation_dtype']:>5}")
+                torch_ms = f"{row['torch_ms']:9.2f}" if torch_run else f"{'-':>9}"
+                ratio = f"{row['ratio_torch_over_hardy']:6.2f}" if torch_run else f"{'-':>6}"
+                print(f"{name:<8} {precision:<5} {row['hardy_ms']:9.2f} {torch_ms} {ratio} "
+                      f"{hardy['step_tflops']:9.1f} {hardy['conv_tflops']:9.1f} "
+                      f"{100 * hardy['conv_tflops'] / peak:6.1f} {hardy['activation_dtype']:>5}")
+                if torch_run:
+                    print("  torch by mode (ms): " + ", ".join(
+                        f"{m} {ms:.2f}" for m, ms in row["torch_ms_by_mode"].items()) +
+                        (f"; failed: {row['torch_failed_modes']}"
+                         if row["torch_failed_modes"] else ""))
+                print(f"  hardy outside convolutions: {100 * row['hardy_non_conv_share']:.0f}%; "
+                      "slowest operations (ms/step): " + ", ".join(
+                          f"{op['operation']} {op['ms_per_step']:.2f}"
+                          for op in (row["hardy_op_profile"] or [])[:6]))
                 if hardy["activation_dtype"] != precision.replace("fp", "f"):
                     print(f"  note: hardy's model allocated {hardy['activation_dtype']} activations "
                           f"(the layers do not yet use the backend's activation dtype)")
+                # Written after every row: a part cut short by its time limit keeps what it had.
+                write_results(report, output, None)
 
     if "nccl" in parts:
         report["nccl"] = run_json([nccl_bench], log)
@@ -145,7 +204,7 @@ def main():
                       f"{r['last_10_mean_loss']:.4f}, held-out mIoU {r['held_out_mean_iou']:.3f}, "
                       f"{r['skipped_steps']} skipped steps, {r['seconds']:.1f} s")
 
-    output = write_results(report, args.output, f"gpu-{datetime.date.today().isoformat()}.json")
+    write_results(report, output, None)
     print(f"wrote {output}")
 
 

@@ -6,8 +6,8 @@
 #   3. journey 3 on the GPU: `hardy train --backend cuda` on examples/tiny.ini to a checkpoint,
 #      `hardy ckpt inspect` of it, a resume to the end; the same on the CPU backend, and the
 #      difference of the two final checkpoints;
-#   4. bench_gpu.py: the peak GEMM and the step against PyTorch AMP (HARDY_DEVICE_CONFIGS,
-#      default small);
+#   4. bench_gpu.py: the peak GEMM and the step against PyTorch tuned for speed (eager,
+#      torch.compile, CUDA graphs; HARDY_DEVICE_CONFIGS, default small; HARDY_DEVICE_STEP_LIMIT);
 #   5. compute-sanitizer's memcheck over the GPU tests;
 #   6. with what time is left, the snapshot's price on the GPU step (bench/snapshot), NCCL on
 #      one rank and the tiny job's convergence on both backends;
@@ -104,10 +104,13 @@ journey() {
 wanted journey && part journey 150 bash -c "$(declare -f journey); work='$work'; journey"
 
 # 4. Speed, with what is left.
+# PyTorch runs eager, torch.compile and CUDA graphs in bf16 (HARDY_DEVICE_TORCH_PRECISIONS);
+# hardy also runs fp16 with its loss scaler, to compare with its own bf16.
 if wanted step; then
-  part step 240 python3 bench/gpu/bench_gpu.py --bin "$hardy_kit/bin" --parts peak,step \
-    --configs "${HARDY_DEVICE_CONFIGS:-small}" --precisions bf16,fp16 --rounds 1 \
-    --output "$out/gpu-step.json"
+  part step "${HARDY_DEVICE_STEP_LIMIT:-240}" python3 bench/gpu/bench_gpu.py \
+    --bin "$hardy_kit/bin" --parts peak,step --configs "${HARDY_DEVICE_CONFIGS:-small}" \
+    --precisions bf16,fp16 --torch-precisions "${HARDY_DEVICE_TORCH_PRECISIONS:-bf16}" \
+    --rounds 1 --output "$out/gpu-step.json"
 fi
 # 5. Memory errors in kernels that had never run before this machine.
 if wanted sanitizer; then

@@ -1,14 +1,19 @@
 // hardy's training step on the CUDA backend: forward, weighted softmax cross-entropy, backward,
 // Adam, on a fixed random batch, timed after warm-up (which includes cuDNN's algorithm search).
+// The step is the trainer's: fp16 runs the dynamic loss scaler (the loss gradient scaled, the
+// gradients unscaled and checked for Inf/NaN, an overflowed step skipped); bf16 and fp32 check
+// the gradients with a static scale of 1, as training does.
 // Prints one JSON line: step time and its phases, the convolution FLOPs of a step, the achieved
 // TFLOP/s of the whole step (convolution FLOPs / step time) and of the convolutions alone
-// (convolution FLOPs / their GPU time, from CUDA events around every convolution pass), and
-// the per-shape convolution table. With --peak it measures the device's dense BF16 peak
-// instead: a large cuBLAS bf16 GEMM with fp32 accumulation. With --converge it trains the job of
-// examples/tiny.ini (synthetic climate data, 300 Adam steps) on the CPU and on the GPU from the
+// (convolution FLOPs / their GPU time), every operation's GPU time per step and the per-shape
+// convolution table (CUDA events around every operation in --profile-steps extra steps); with
+// --op-profile also that table as text on stderr. With --peak it measures the device's dense BF16
+// peak instead: a large cuBLAS bf16 GEMM with fp32 accumulation. With --converge it trains the job
+// of examples/tiny.ini (synthetic climate data, 300 Adam steps) on the CPU and on the GPU from the
 // same initial weights and sample order, and reports both loss curves and held-out mean IoUs.
 //
 //   hardy_gpu_bench --batch 16 --height 256 --width 256 --model-width 32 --precision bf16
+//   hardy_gpu_bench --batch 8 --height 768 --width 1152 --model-width 64 --op-profile
 //   hardy_gpu_bench --peak
 //   hardy_gpu_bench --converge [--steps 300]
 //
@@ -24,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -32,7 +38,6 @@
 #include <vector>
 
 #include "../common/bench_support.hpp"
-#include "conv_profile_backend.hpp"
 #include "event_timing.hpp"
 #include "hardy/core/compute/cuda_backend.hpp"
 #include "hardy/core/compute/cuda_runtime.hpp"
@@ -46,6 +51,7 @@
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/nn/optimizer.hpp"
 #include "hardy/core/support/random.hpp"
+#include "op_profile_backend.hpp"
 
 using namespace hardy;
 using Clock = std::chrono::steady_clock;
@@ -62,6 +68,7 @@ struct Options : bench::ModelShape, bench::RunFlags {
   float weight_decay = 1e-4f;
   bool peak = false;
   bool converge = false;
+  bool op_profile = false;
   int peak_size = 8192;
 };
 
@@ -71,14 +78,17 @@ constexpr bench::Command kCommand{
     "         [--classes K] [--model-width W] [--depth D] [--aspp-channels A]\n"
     "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D]\n"
     "         [--groups G] [--norm group|batch] [--precision bf16|fp16|fp32]\n"
-    "         [--warmup S] [--steps S] [--profile-steps S] [--seed S] [--lr LR]\n"
+    "         [--warmup S] [--steps S] [--profile-steps S] [--op-profile] [--seed S]\n"
+    "         [--lr LR]\n"
     "       hardy_gpu_bench --peak [--peak-size N]\n"
     "       hardy_gpu_bench --converge [--steps S] [--precision P]\n"};
 
 Options parse(int argc, char** argv) {
   Options o;
   bench::parse_flags(argc, argv, kCommand, o,
-                     {{"--peak", &Options::peak}, {"--converge", &Options::converge}},
+                     {{"--peak", &Options::peak},
+                      {"--converge", &Options::converge},
+                      {"--op-profile", &Options::op_profile}},
                      [&](std::string_view flag, std::string_view value) {
                        if (flag == "--norm")
                          o.model.norm = core::parse_norm_kind(std::string(value));
@@ -255,7 +265,7 @@ int converge(const Options& o) {
 int step_benchmark(const Options& o) {
   const core::CudaOptions options = cuda_options(o);
   core::CudaBackend cuda(options);
-  bench::ConvProfileBackend backend(cuda);
+  bench::OpProfileBackend backend(cuda);
   core::DeepLabV3Plus model(backend, o.model);
   model.initialize(o.seed);
 
@@ -278,9 +288,11 @@ int step_benchmark(const Options& o) {
   const float grad_scale = bench::grad_scale_of(o);
   auto optimizer = core::make_optimizer(bench::adam_config(o.weight_decay), backend);
   optimizer->initialize_state(model.parameters());
+  core::LossScaler scaler(core::LossScalerConfig::for_activations(fields.dtype()));
 
   bench::StepPhases phases;
   std::vector<double> losses;
+  long skipped = 0;
   const int total = o.warmup + o.steps + o.profile_steps;
   for (int i = 0; i < total; ++i) {
     const bool profiling = i >= o.warmup + o.steps;
@@ -289,16 +301,21 @@ int step_benchmark(const Options& o) {
     const core::Tensor& logits = model.forward(fields, /*training=*/true);
     core::ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
     // The loss comes back to the host, which waits for the forward pass.
-    const double loss_sum = backend.softmax_cross_entropy({.logits = logits,
-                                                           .labels = labels,
-                                                           .class_weights = class_weights,
-                                                           .grad_scale = grad_scale},
-                                                          dlogits);
+    const double loss_sum =
+        backend.softmax_cross_entropy({.logits = logits,
+                                       .labels = labels,
+                                       .class_weights = class_weights,
+                                       .grad_scale = grad_scale * scaler.scale()},
+                                      dlogits);
     const auto after_forward = Clock::now();
     model.backward(dlogits);
     backend.synchronize();
     const auto after_backward = Clock::now();
-    optimizer->step(model.parameters(), o.lr);
+    // As the trainer: unscale and check (one wait for the device), then step or skip.
+    if (scaler.update(scaler.unscale(backend, model.parameters())))
+      optimizer->step(model.parameters(), o.lr);
+    else if (!profiling && i >= o.warmup)
+      ++skipped;
     backend.synchronize();
     const auto end = Clock::now();
     losses.push_back(loss_sum * grad_scale);
@@ -308,21 +325,29 @@ int step_benchmark(const Options& o) {
   }
 
   const double step = median(phases.step_s);
-  nlohmann::json convolutions = nlohmann::json::array();
-  double conv_flops_per_step = 0, conv_seconds_per_step = 0;
-  if (o.profile_steps > 0) {
-    conv_flops_per_step = backend.total_flops() / o.profile_steps;
-    conv_seconds_per_step = backend.total_seconds() / o.profile_steps;
-    std::vector<std::pair<std::string, bench::ConvProfileBackend::Entry>> rows(
-        backend.entries().begin(), backend.entries().end());
+  nlohmann::json convolutions = nlohmann::json::array(), operations = nlohmann::json::array();
+  double conv_flops_per_step = 0, conv_seconds_per_step = 0, op_seconds_per_step = 0;
+  using Rows = std::vector<std::pair<std::string, bench::OpProfileBackend::Entry>>;
+  const auto slowest_first = [](const std::map<std::string, bench::OpProfileBackend::Entry>& t) {
+    Rows rows(t.begin(), t.end());
     std::sort(rows.begin(), rows.end(),
               [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-    for (const auto& [key, e] : rows)
-      convolutions.push_back(
-          {{"pass_and_shape", key},
-           {"calls_per_step", static_cast<double>(e.calls) / o.profile_steps},
-           {"ms_per_call", 1e3 * e.seconds / static_cast<double>(e.calls)},
-           {"tflops", e.flops * static_cast<double>(e.calls) / e.seconds / 1e12}});
+    return rows;
+  };
+  if (o.profile_steps > 0) {
+    conv_flops_per_step = backend.total_flops(backend.convolutions()) / o.profile_steps;
+    conv_seconds_per_step = backend.total_seconds(backend.convolutions()) / o.profile_steps;
+    op_seconds_per_step = backend.total_seconds(backend.operations()) / o.profile_steps;
+    for (const auto& [key, e] : slowest_first(backend.convolutions()))
+      convolutions.push_back({{"pass_and_shape", key},
+                              {"calls_per_step", static_cast<double>(e.calls) / o.profile_steps},
+                              {"ms_per_call", 1e3 * e.seconds / static_cast<double>(e.calls)},
+                              {"tflops", e.flops / e.seconds / 1e12}});
+    for (const auto& [name, e] : slowest_first(backend.operations()))
+      operations.push_back({{"operation", name},
+                            {"calls_per_step", static_cast<double>(e.calls) / o.profile_steps},
+                            {"ms_per_step", 1e3 * e.seconds / o.profile_steps},
+                            {"share_of_step", e.seconds / o.profile_steps / step}});
   }
   nlohmann::json model_shape = bench::model_json(o.model);
   model_shape["norm"] = core::to_string(o.model.norm);
@@ -348,10 +373,25 @@ int step_benchmark(const Options& o) {
       {"conv_tflops",
        conv_seconds_per_step > 0 ? conv_flops_per_step / conv_seconds_per_step / 1e12 : 0.0},
       {"conv_share_of_step", conv_seconds_per_step / step},
+      // GPU time inside operations; the rest of the step is host work and launch gaps.
+      {"op_gpu_s_per_step", op_seconds_per_step},
+      {"outside_operations_s_per_step", step - op_seconds_per_step},
+      {"loss_scale", scaler.scale()},
+      {"skipped_steps", skipped},
+      {"operations", operations},
       {"first_loss", losses.front()},
       {"last_loss", losses.back()},
       {"convolutions", convolutions}};
   result.update(phases.summary());
+  if (o.op_profile) {
+    std::fprintf(stderr, "%-32s %8s %10s %7s\n", "operation", "calls", "ms/step", "share");
+    for (const auto& row : operations)
+      std::fprintf(stderr, "%-32s %8.1f %10.3f %6.1f%%\n",
+                   row["operation"].get<std::string>().c_str(), row["calls_per_step"].get<double>(),
+                   row["ms_per_step"].get<double>(), 100 * row["share_of_step"].get<double>());
+    std::fprintf(stderr, "%-32s %8s %10.3f %6.1f%%\n", "(outside operations)", "",
+                 1e3 * (step - op_seconds_per_step), 100 * (step - op_seconds_per_step) / step);
+  }
   std::cout << result.dump() << std::endl;
   return 0;
 }

@@ -199,8 +199,8 @@ class TimingBackend final : public core::ForwardingBackend {
                       core::Tensor& v, const core::AdamStep& step) override {
     timed("adam_update", {}, [&] { Base::do_adam_update(param, grad, m, v, step); });
   }
-  bool do_has_non_finite(const core::Tensor& x) override {
-    return timed("has_non_finite", {}, [&] { return Base::do_has_non_finite(x); });
+  bool do_has_non_finite(std::span<const core::Tensor* const> tensors) override {
+    return timed("has_non_finite", {}, [&] { return Base::do_has_non_finite(tensors); });
   }
 
  private:

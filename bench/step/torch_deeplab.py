@@ -33,7 +33,13 @@ def group_count(channels, wanted):
 
 
 class GroupNormRelu(nn.Module):
-    """Group normalization with hardy's parameter names (gamma, beta) and the fused ReLU."""
+    """Group normalization with hardy's parameter names (gamma, beta) and the fused ReLU.
+
+    low_precision (a class-wide switch, off by default): under autocast, normalize in the
+    activations' own dtype instead of autocast's float32 (its policy for group_norm), which is
+    what a user tuning for speed would try (bench/gpu/torch_gpu_step.py --norm-precision low)."""
+
+    low_precision = False
 
     def __init__(self, channels, groups, eps):
         super().__init__()
@@ -43,6 +49,11 @@ class GroupNormRelu(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x):
+        if self.low_precision and torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
+            with torch.autocast(x.device.type, enabled=False):
+                return F.relu(F.group_norm(x.to(dtype), self.groups, self.gamma.to(dtype),
+                                           self.beta.to(dtype), self.eps))
         return F.relu(F.group_norm(x, self.groups, self.gamma, self.beta, self.eps))
 
 
@@ -204,13 +215,14 @@ def weighted_cross_entropy(logits, labels, class_weights):
     return F.cross_entropy(logits, labels, weight=class_weights, reduction="sum") / (n * h * w)
 
 
-def make_optimizer(model, lr, weight_decay):
-    """Adam with L2 decay on convolution weights only (hardy's Parameter::weight_decay)."""
+def make_optimizer(model, lr, weight_decay, fused=None):
+    """Adam with L2 decay on convolution weights only (hardy's Parameter::weight_decay).
+    fused=True: PyTorch's fused CUDA Adam (one kernel over all parameters), the fastest it has."""
     decayed = [p for p in model.parameters() if p.dim() == 4]
     others = [p for p in model.parameters() if p.dim() != 4]
     return torch.optim.Adam([{"params": decayed, "weight_decay": weight_decay},
                              {"params": others, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.999), eps=1e-8)
+                            lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=fused)
 
 
 def benchmark(args):

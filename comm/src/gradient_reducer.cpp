@@ -1,5 +1,7 @@
 #include "hardy/comm/gradient_reducer.hpp"
 
+#include <vector>
+
 #include "hardy/comm/gradient_buckets.hpp"
 #include "hardy/core/support/error.hpp"
 #ifdef HARDY_HAVE_NCCL
@@ -20,9 +22,9 @@ class MpiGradientReducer final : public GradientReducer {
   void finish(float scale) override { buckets_.finish(scale); }
   void reduce_next_step_to(int root) override { buckets_.reduce_next_step_to(root); }
   bool has_non_finite() override {
-    for (const core::Parameter* p : params_)
-      if (backend_.has_non_finite(p->grad)) return true;
-    return false;
+    std::vector<const core::Tensor*> grads;
+    for (const core::Parameter* p : params_) grads.push_back(&p->grad);
+    return backend_.has_non_finite(grads);
   }
   void forget_step() override { buckets_.forget_step(); }
   void rebind(Communicator& survivors, std::span<const int>) override {

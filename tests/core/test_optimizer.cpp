@@ -590,6 +590,23 @@ TEST_CASE("optimizer: element-wise has_non_finite", "[core]") {
   CHECK_FALSE(backend->has_non_finite(flat_tensor(std::vector<float>(100003, 0.25f))));
 }
 
+TEST_CASE("optimizer: has_non_finite over many tensors finds the one bad element", "[core]") {
+  auto backend = make_backend("cpu");
+  const Tensor first = flat_tensor(std::vector<float>(9, 1.0f));
+  const Tensor second = flat_tensor(std::vector<float>(100003, 0.5f));
+  std::vector<float> values(5, 2.0f);
+  values[4] = std::numeric_limits<float>::infinity();
+  const Tensor bad_last = flat_tensor(values);
+  const Tensor* good[] = {&first, &second};
+  const Tensor* with_bad[] = {&first, &second, &bad_last};
+  CHECK_FALSE(backend->has_non_finite(good));
+  CHECK(backend->has_non_finite(with_bad));
+  CHECK_FALSE(backend->has_non_finite(std::span<const Tensor* const>{}));
+  Tensor undefined;
+  const Tensor* with_undefined[] = {&first, &undefined};
+  CHECK_THROWS_AS(backend->has_non_finite(with_undefined), hardy::InvalidArgument);
+}
+
 TEST_CASE("optimizer: element-wise kernels reject mismatched tensors", "[core]") {
   auto backend = make_backend("cpu");
   Tensor five = flat_tensor(std::vector<float>(5, 1.0f));

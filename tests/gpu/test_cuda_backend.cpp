@@ -141,9 +141,12 @@ TEST_CASE("cuda backend: normalization matches the cpu backend", "[gpu]") {
   for (DType dtype : kPrecisions) {
     CudaBackend cuda(options_for(dtype));
     const double tolerance = tolerance_for(dtype);
-    const std::int64_t n = 3, c = 24, h = 9, w = 11;
-    for (bool relu : {false, true}) {
-      const std::string what = fmt::format("{} relu {}", precision_name(dtype), relu);
+    const std::int64_t n = 3, h = 9, w = 11;
+    // 24 channels: 16-byte runs of channels in every dtype, 12: single elements for bf16/f16.
+    for (const auto [c, relu] :
+         {std::pair<std::int64_t, bool>{24, false}, {24, true}, {12, true}}) {
+      const std::string what =
+          fmt::format("{} {} channels relu {}", precision_name(dtype), c, relu);
       // Inputs with a mean far from zero, which a one-pass variance would get wrong.
       Tensor values = random_host({n, c, h, w}, relu ? 21 : 22);
       for (float& v : values.f32()) v = 3.0f + 0.5f * v;
@@ -278,6 +281,33 @@ TEST_CASE("cuda backend: normalization matches the cpu backend", "[gpu]") {
   }
 }
 
+TEST_CASE("cuda backend: group norm's one-pass statistics hold for a mean far from zero", "[gpu]") {
+  // The GPU sums squares about each channel's first value in one pass; about zero, f32 would
+  // lose the variance of 1000 + 0.01 * noise entirely (x^2 ~ 1e6, its spacing ~ 0.06). The
+  // CPU's two passes are the reference.
+  auto cpu = make_backend("cpu");
+  CudaBackend cuda(options_for(DType::f32));
+  const std::int64_t n = 2, c = 16, h = 33, w = 35;
+  const int groups = 4;
+  Tensor values = random_host({n, c, h, w}, 31);
+  for (std::size_t i = 0; i < values.f32().size(); ++i)
+    values.f32()[i] = 1000.0f + static_cast<float>(i % c) + 0.01f * values.f32()[i];
+  const Twin x = twin(cuda, values, DType::f32);
+  const Param gamma = parameter(cuda, {c}, 32), beta = parameter(cuda, {c}, 33);
+  Tensor y_cpu = Tensor::host({n, c, h, w});
+  Tensor y = device_activation(cuda, {n, c, h, w}, DType::f32);
+  Param mean = zeros(cuda, {n, groups}), rstd = zeros(cuda, {n, groups});
+  const GroupNormForward args_cpu{
+      .x = x.host, .gamma = gamma.host, .beta = beta.host, .groups = groups, .eps = 1e-5f};
+  const GroupNormForward args_gpu{
+      .x = x.device, .gamma = gamma.device, .beta = beta.device, .groups = groups, .eps = 1e-5f};
+  cpu->group_norm_forward(args_cpu, y_cpu, mean.host, rstd.host);
+  cuda.group_norm_forward(args_gpu, y, mean.device, rstd.device);
+  check_close(cuda, mean.device, mean.host, 1e-6, "group norm mean, offset 1000");
+  check_close(cuda, rstd.device, rstd.host, 1e-4, "group norm rstd, offset 1000");
+  check_close(cuda, y, y_cpu, 1e-4, "group norm forward, offset 1000");
+}
+
 TEST_CASE("cuda backend: relu, resampling, concatenation and pooling match the cpu backend",
           "[gpu]") {
   auto cpu = make_backend("cpu");
@@ -317,28 +347,36 @@ TEST_CASE("cuda backend: relu, resampling, concatenation and pooling match the c
       check_close(cuda, back, back_cpu, tolerance, what + " backward");
     }
 
-    // Concatenation of three slices and the split back; exact (pure copies).
-    std::vector<Twin> parts;
-    for (std::int64_t channels : {3, 5, 8})
-      parts.push_back(twin(cuda, random_host({2, channels, 4, 3}, 35 + channels), dtype));
-    Tensor whole_cpu = Tensor::host({2, 16, 4, 3});
-    Tensor whole = device_activation(cuda, {2, 16, 4, 3}, dtype);
-    std::vector<const Tensor*> host_parts, device_parts;
-    for (const Twin& p : parts) {
-      host_parts.push_back(&p.host);
-      device_parts.push_back(&p.device);
+    // Concatenation of three slices and the split back; exact (pure copies). 3, 5, 8 channels
+    // copy element by element, 8, 16, 24 in 16-byte units.
+    for (const std::vector<std::int64_t>& widths :
+         {std::vector<std::int64_t>{3, 5, 8}, std::vector<std::int64_t>{8, 16, 24}}) {
+      const std::string what = fmt::format("{} {} channels", name, fmt::join(widths, "+"));
+      std::vector<Twin> parts;
+      std::int64_t total = 0;
+      for (std::int64_t channels : widths) {
+        parts.push_back(twin(cuda, random_host({2, channels, 4, 3}, 35 + channels), dtype));
+        total += channels;
+      }
+      Tensor whole_cpu = Tensor::host({2, total, 4, 3});
+      Tensor whole = device_activation(cuda, {2, total, 4, 3}, dtype);
+      std::vector<const Tensor*> host_parts, device_parts;
+      for (const Twin& p : parts) {
+        host_parts.push_back(&p.host);
+        device_parts.push_back(&p.device);
+      }
+      cpu->concat_channels(host_parts, whole_cpu);
+      cuda.concat_channels(device_parts, whole);
+      check_close(cuda, whole, whole_cpu, 0.0, what + " concat");
+      std::vector<Tensor> split;
+      std::vector<Tensor*> split_pointers;
+      for (std::int64_t channels : widths)
+        split.push_back(device_activation(cuda, {2, channels, 4, 3}, dtype));
+      for (Tensor& t : split) split_pointers.push_back(&t);
+      cuda.split_channels(whole, split_pointers);
+      for (std::size_t i = 0; i < parts.size(); ++i)
+        check_close(cuda, split[i], parts[i].host, 0.0, what + " split");
     }
-    cpu->concat_channels(host_parts, whole_cpu);
-    cuda.concat_channels(device_parts, whole);
-    check_close(cuda, whole, whole_cpu, 0.0, name + " concat");
-    std::vector<Tensor> split;
-    std::vector<Tensor*> split_pointers;
-    for (std::int64_t channels : {3, 5, 8})
-      split.push_back(device_activation(cuda, {2, channels, 4, 3}, dtype));
-    for (Tensor& t : split) split_pointers.push_back(&t);
-    cuda.split_channels(whole, split_pointers);
-    for (std::size_t i = 0; i < parts.size(); ++i)
-      check_close(cuda, split[i], parts[i].host, 0.0, name + " split");
 
     // Global average pooling.
     Tensor pooled_cpu = Tensor::host({2, 5, 1, 1});
@@ -456,6 +494,13 @@ TEST_CASE("cuda backend: optimizer and gradient kernels match the cpu backend", 
     host.f32()[count - 1] = bad;
     cuda.copy(host, g.device);
     CHECK(cuda.has_non_finite(g.device));
+    // The span form: one flag for all tensors, read once; the bad one last.
+    Tensor clean = cuda.empty({7}, DType::f32, Layout::flat);
+    cuda.fill(clean, 1.0f);
+    const Tensor* many[] = {&clean, &p.device, &g.device};
+    CHECK(cuda.has_non_finite(many));
+    const Tensor* finite[] = {&clean, &p.device};
+    CHECK_FALSE(cuda.has_non_finite(finite));
   }
 
   // Activations: the model accumulates gradients of bf16/f16 tensors with axpy.

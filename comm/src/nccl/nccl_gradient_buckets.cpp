@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "../bucket_plan.hpp"
 #include "hardy/comm/errors.hpp"
 #include "hardy/core/support/error.hpp"
@@ -100,9 +102,10 @@ void NcclGradientBuckets::finish(float scale) {
 }
 
 bool NcclGradientBuckets::has_non_finite() {
-  for (core::Tensor& bucket : buckets_)
-    if (bucket.numel() > 0 && backend_.has_non_finite(bucket)) return true;
-  return false;
+  std::vector<const core::Tensor*> filled;
+  for (const core::Tensor& bucket : buckets_)
+    if (bucket.numel() > 0) filled.push_back(&bucket);
+  return backend_.has_non_finite(filled);  // one wait for the device, not one per bucket
 }
 
 void NcclGradientBuckets::rebind(NcclCommunicator& comm) {

@@ -256,8 +256,13 @@ void Backend::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& 
 }
 
 bool Backend::has_non_finite(const Tensor& x) {
-  require_float(rules_, "has_non_finite", "x", x);
-  return do_has_non_finite(x);
+  const Tensor* one[] = {&x};
+  return has_non_finite(one);
+}
+
+bool Backend::has_non_finite(std::span<const Tensor* const> tensors) {
+  for (const Tensor* x : tensors) require_float(rules_, "has_non_finite", "x", *x);
+  return do_has_non_finite(tensors);
 }
 
 Tensor& ensure_tensor(Backend& backend, Tensor& t, const std::vector<std::int64_t>& dims,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "hardy/core/support/error.hpp"
 
@@ -57,14 +58,14 @@ void LossScaler::restore(const LossScalerState& state) {
 
 bool LossScaler::unscale(Backend& backend, std::span<Parameter* const> params) const {
   const float inverse = 1.0f / state_.scale;
-  bool found = false;
+  std::vector<const Tensor*> grads;
   for (Parameter* p : params) {
     if (!p->grad.defined()) continue;
     if (inverse != 1.0f) backend.scale(p->grad, inverse);
-    // Once one gradient overflowed the step is lost; the others need no check.
-    if (!found) found = backend.has_non_finite(p->grad);
+    grads.push_back(&p->grad);
   }
-  return found;
+  // One check over all of them: on a GPU, one wait for the device per step.
+  return backend.has_non_finite(grads);
 }
 
 bool LossScaler::update(bool found_non_finite) {

@@ -5,6 +5,7 @@
 // (and so the replicas of a data-parallel run) from drifting with the thread count.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -103,7 +104,9 @@ void CpuBackend::do_adam_update(Tensor& param, const Tensor& grad, Tensor& m, Te
   }
 }
 
-bool CpuBackend::do_has_non_finite(const Tensor& x) {
+namespace {
+
+bool has_non_finite_elements(const Tensor& x) {
   const float* xs = x.data<float>();
   const std::int64_t n = x.numel();
   // std::isfinite rather than testing exponent bits: GCC and Clang both vectorise it, while
@@ -115,6 +118,13 @@ bool CpuBackend::do_has_non_finite(const Tensor& x) {
                                                                       : n >= parallel_threshold)
   for (std::int64_t i = 0; i < n; ++i) found |= static_cast<int>(!std::isfinite(xs[i]));
   return found != 0;
+}
+
+}  // namespace
+
+bool CpuBackend::do_has_non_finite(std::span<const Tensor* const> tensors) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [](const Tensor* x) { return has_non_finite_elements(*x); });
 }
 
 }  // namespace hardy::core

@@ -210,19 +210,13 @@ void CudaBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y,
   const ReductionScratch scratch = reduction_scratch(*impl_, batch, pixels, channels);
   ChannelSumInput input;
   input.x = x.raw();
-  // Two passes (mean, then centred squares), as on the CPU: one-pass sums of squares lose the
-  // variance of data whose mean is large against its spread.
-  channel_sums(ChannelSum::values, input, x.dtype(), batch, pixels, channels, scratch.partials,
-               scratch.sums, impl_->s());
-  group_norm_mean(scratch.sums, batch, channels, groups, group_size, mean.data<float>(),
-                  impl_->s());
-  input.mean = mean.data<float>();
-  input.stat_batch_stride = groups;
-  input.channels_per_stat = channels / groups;
-  channel_sums(ChannelSum::centred_squares, input, x.dtype(), batch, pixels, channels,
+  // One pass over x for both statistics: sums of squares about each channel's first value
+  // (inside the data's range), not about zero, which would lose the variance of data whose
+  // mean is large against its spread. The CPU makes two passes (mean, then centred squares).
+  channel_sums(ChannelSum::shifted_values_and_squares, input, x.dtype(), batch, pixels, channels,
                scratch.partials, scratch.sums, impl_->s());
-  group_norm_rstd(scratch.sums, batch, channels, groups, group_size, args.eps, rstd.data<float>(),
-                  impl_->s());
+  group_norm_statistics(scratch.sums, x.raw(), x.dtype(), batch, pixels, channels, groups, args.eps,
+                        mean.data<float>(), rstd.data<float>(), impl_->s());
   cuda::group_norm_apply(x.raw(), x.dtype(), args.gamma.data<float>(), args.beta.data<float>(),
                          mean.data<float>(), rstd.data<float>(), batch, pixels, channels, groups,
                          args.fuse_relu, y.raw(), impl_->s());
@@ -457,10 +451,12 @@ void CudaBackend::do_adam_update(Tensor& param, const Tensor& grad, Tensor& m, T
                     step.eps, step.weight_decay, impl_->s());
 }
 
-bool CudaBackend::do_has_non_finite(const Tensor& x) {
+bool CudaBackend::do_has_non_finite(std::span<const Tensor* const> tensors) {
+  // Every tensor's kernel raises the same flag, which is read once.
   int* flag = impl_->small.get_as<int>(1);
   HARDY_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), impl_->s()));
-  find_non_finite(x.raw(), x.dtype(), x.numel(), flag, impl_->s());
+  for (const Tensor* x : tensors)
+    find_non_finite(x->raw(), x->dtype(), x->numel(), flag, impl_->s());
   impl_->copy_async(impl_->pinned.as<int>(), flag, sizeof(int), cudaMemcpyDeviceToHost);
   impl_->wait("has_non_finite");
   return *impl_->pinned.as<int>() != 0;

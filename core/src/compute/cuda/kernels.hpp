@@ -81,15 +81,18 @@ void copy_channel_slices(void* whole, Index rows, Index whole_channels, const Ch
 enum class ChannelSum {
   values,              // [0]: x
   values_and_squares,  // [0]: x, [1]: x * x
-  centred_squares,     // [0]: (x - mean)^2
-  backward,            // [0]: dy' * (x - mean) * rstd, [1]: dy' (dy' = dy masked by y > 0)
+  // [0]: x - s, [1]: (x - s)^2, s the batch's first row of the channel: sums of squares about
+  // a value inside the data's range, from which the centred variance follows exactly enough in
+  // one pass (group_norm_statistics).
+  shifted_values_and_squares,
+  backward,  // [0]: dy' * (x - mean) * rstd, [1]: dy' (dy' = dy masked by y > 0)
 };
 struct ChannelSumInput {
   const void* x = nullptr;
   const void* dy = nullptr;  // backward only
   const void* y = nullptr;   // backward with relu_mask only
   bool relu_mask = false;
-  // Statistics for centred_squares and backward, indexed batch * stat_batch_stride +
+  // Statistics for backward, indexed batch * stat_batch_stride +
   // channel / channels_per_stat (group norm: stride groups, C / groups; batch norm: 0, 1).
   const float* mean = nullptr;
   const float* rstd = nullptr;
@@ -106,12 +109,13 @@ void doubles_to_floats(const double* src, Index src_stride, float* dst, Index co
                        cudaStream_t stream);
 
 // ---- group normalization ----
-// From per (sample, channel) sums out[n][0][c] of channel_sums: mean[n][g] over the group.
-void group_norm_mean(const double* sums, Index batch, Index channels, Index groups,
-                     double group_size, float* mean, cudaStream_t stream);
-// From centred squares: rstd[n][g] = 1 / sqrt(var + eps).
-void group_norm_rstd(const double* squares, Index batch, Index channels, Index groups,
-                     double group_size, float eps, float* rstd, cudaStream_t stream);
+// From the per (sample, channel) shifted sums of channel_sums (shifted_values_and_squares) and
+// the shifts (x's first pixel of each sample and channel): mean[n][g] and
+// rstd[n][g] = 1 / sqrt(var + eps), combining the channels of a group with Chan et al.'s
+// pairwise formula in double.
+void group_norm_statistics(const double* sums, const void* x, DType type, Index batch, Index pixels,
+                           Index channels, Index groups, float eps, float* mean, float* rstd,
+                           cudaStream_t stream);
 void group_norm_apply(const void* x, DType type, const float* gamma, const float* beta,
                       const float* mean, const float* rstd, Index batch, Index pixels,
                       Index channels, Index groups, bool relu, void* y, cudaStream_t stream);

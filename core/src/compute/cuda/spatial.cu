@@ -4,6 +4,11 @@
 // a thread, double across chunks in chunk order), so they are deterministic; resampling's
 // backward is a gather, not a scatter with atomics, for the same reason.
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "device_math.cuh"
 
@@ -51,10 +56,10 @@ __global__ void channel_partial_sums_kernel(ChannelSumInput in, Index rows, Inde
   float first = 0.0f, second = 0.0f;
   if (lane_row < row_lanes && channel < channels) {
     float mean = 0.0f, rstd = 1.0f;
-    if constexpr (What == ChannelSum::centred_squares || What == ChannelSum::backward) {
+    if constexpr (What == ChannelSum::backward) {
       const Index stat = batch * in.stat_batch_stride + channel / in.channels_per_stat;
       mean = in.mean[stat];
-      if constexpr (What == ChannelSum::backward) rstd = in.rstd[stat];
+      rstd = in.rstd[stat];
     }
     // dy and y are read (and may be set) for the backward sums only.
     const Index base = batch * rows * channels + channel;
@@ -70,8 +75,10 @@ __global__ void channel_partial_sums_kernel(ChannelSumInput in, Index rows, Inde
       } else if constexpr (What == ChannelSum::values_and_squares) {
         first += value;
         second += value * value;
-      } else if constexpr (What == ChannelSum::centred_squares) {
-        first += (value - mean) * (value - mean);
+      } else if constexpr (What == ChannelSum::shifted_values_and_squares) {
+        const float shifted = value - to_float(x[base]);
+        first += shifted;
+        second += shifted * shifted;
       } else {
         float gradient = to_float(dy[i]);
         if (in.relu_mask && !(to_float(y[i]) > 0.0f)) gradient = 0.0f;
@@ -114,45 +121,96 @@ __global__ void doubles_to_floats_kernel(const double* src, Index src_stride, fl
 
 // ---- group normalization ----
 
-// The total of group i (sample i / groups, group i % groups) of per-channel sums laid out as
-// 2 * channels values per sample (the group's channels among the first `channels`).
-__device__ __forceinline__ double group_total(const double* sums, Index i, Index channels,
-                                              Index groups) {
-  const Index group_channels = channels / groups;
-  const Index n = i / groups, g = i % groups;
-  double total = 0.0;
-  for (Index c = g * group_channels; c < (g + 1) * group_channels; ++c)
-    total += sums[n * 2 * channels + c];
-  return total;
-}
-
-__global__ void group_norm_mean_kernel(const double* sums, Index batch, Index channels,
-                                       Index groups, double group_size, float* mean) {
-  HARDY_GRID_STRIDE_LOOP(i, batch * groups) {
-    mean[i] = static_cast<float>(group_total(sums, i, channels, groups) / group_size);
-  }
-}
-
-__global__ void group_norm_rstd_kernel(const double* squares, Index batch, Index channels,
-                                       Index groups, double group_size, float eps, float* rstd) {
-  HARDY_GRID_STRIDE_LOOP(i, batch * groups) {
-    const double total = group_total(squares, i, channels, groups);
-    rstd[i] = static_cast<float>(1.0 / sqrt(total / group_size + eps));
-  }
-}
-
+// One thread per (sample, group): each channel's mean and sum of centred squares from its
+// shifted sums (S1 = sum(x - s), S2 = sum((x - s)^2): mean s + S1 / P, M2 = S2 - S1^2 / P), then
+// the group's from its channels' (M2 = sum M2_c + P sum (mean_c - mean)^2).
 template <class T>
+__global__ void group_norm_statistics_kernel(const double* sums, const T* x, Index batch,
+                                             Index pixels, Index channels, Index groups, float eps,
+                                             float* mean, float* rstd) {
+  const Index group_channels = channels / groups;
+  const double p = static_cast<double>(pixels);
+  HARDY_GRID_STRIDE_LOOP(i, batch * groups) {
+    const Index n = i / groups, g = i % groups;
+    const double* s = sums + n * 2 * channels;
+    const T* shifts = x + n * pixels * channels;
+    double group_mean = 0.0;
+    for (Index c = g * group_channels; c < (g + 1) * group_channels; ++c)
+      group_mean += static_cast<double>(to_float(shifts[c])) + s[c] / p;
+    group_mean /= static_cast<double>(group_channels);
+    double m2 = 0.0;
+    for (Index c = g * group_channels; c < (g + 1) * group_channels; ++c) {
+      const double channel_mean = static_cast<double>(to_float(shifts[c])) + s[c] / p;
+      const double deviation = channel_mean - group_mean;
+      m2 += fmax(s[channels + c] - s[c] * s[c] / p, 0.0) + p * deviation * deviation;
+    }
+    mean[i] = static_cast<float>(group_mean);
+    rstd[i] = static_cast<float>(1.0 / sqrt(m2 / (p * static_cast<double>(group_channels)) + eps));
+  }
+}
+
+// The per-element normalization passes walk each sample's (pixels x channels) block in runs of
+// Width consecutive channels: one 16-byte load or store per run (Width = 16 / sizeof(T)) where
+// the channel count and the pointers allow it, else Width 1; the run's channel and group come
+// from 32-bit arithmetic once per run. (64-bit division per element, as a flat grid-stride loop
+// needs, made these passes several times slower than the memory allows.)
+template <class T, int Width>
+struct Run {
+  T v[Width];
+};
+
+template <class T, int Width>
+__device__ __forceinline__ Run<T, Width> load_run(const T* base, std::uint32_t run) {
+  if constexpr (Width * sizeof(T) == 16) {
+    const uint4 raw = reinterpret_cast<const uint4*>(base)[run];
+    return *reinterpret_cast<const Run<T, Width>*>(&raw);
+  } else {
+    return reinterpret_cast<const Run<T, Width>*>(base)[run];
+  }
+}
+
+template <class T, int Width>
+__device__ __forceinline__ void store_run(T* base, std::uint32_t run, const Run<T, Width>& value) {
+  if constexpr (Width * sizeof(T) == 16)
+    reinterpret_cast<uint4*>(base)[run] = *reinterpret_cast<const uint4*>(&value);
+  else
+    reinterpret_cast<Run<T, Width>*>(base)[run] = value;
+}
+
+// The shape of a normalization pass: runs per sample, runs per pixel (channels / Width) and the
+// channels of a group.
+struct RunShape {
+  std::uint32_t runs_per_sample;
+  std::uint32_t runs_per_pixel;
+  std::uint32_t group_channels;
+  std::uint32_t groups;
+};
+
+#define HARDY_RUNS_OF_SAMPLES(n, run, shape, batch)                                              \
+  for (Index n = blockIdx.y; n < (batch); n += gridDim.y)                                        \
+    for (std::uint32_t run = blockIdx.x * blockDim.x + threadIdx.x; run < shape.runs_per_sample; \
+         run += blockDim.x * gridDim.x)
+
+template <class T, int Width>
 __global__ void group_norm_apply_kernel(const T* x, const float* gamma, const float* beta,
                                         const float* mean, const float* rstd, Index batch,
-                                        Index pixels, Index channels, Index groups, bool relu,
-                                        T* y) {
-  const Index group_channels = channels / groups;
-  HARDY_GRID_STRIDE_LOOP(i, batch * pixels * channels) {
-    const Index c = i % channels, n = i / (pixels * channels);
-    const Index stat = n * groups + c / group_channels;
-    // x - mean first: exact for x near a large mean, where x * a + b would not be.
-    const float value = (to_float(x[i]) - mean[stat]) * (rstd[stat] * gamma[c]) + beta[c];
-    y[i] = from_float<T>(relu ? fmaxf(value, 0.0f) : value);
+                                        RunShape shape, bool relu, T* y) {
+  HARDY_RUNS_OF_SAMPLES(n, run, shape, batch) {
+    const std::size_t sample = static_cast<std::size_t>(n) * shape.runs_per_sample;
+    const Run<T, Width> in = load_run<T, Width>(x + sample * Width, run);
+    Run<T, Width> out;
+    const std::uint32_t first = (run % shape.runs_per_pixel) * Width;
+    std::uint32_t group = first / shape.group_channels, in_group = first % shape.group_channels;
+#pragma unroll
+    for (int k = 0; k < Width; ++k) {
+      const std::uint32_t c = first + k;
+      const Index stat = n * shape.groups + group;
+      // x - mean first: exact for x near a large mean, where x * a + b would not be.
+      const float value = (to_float(in.v[k]) - mean[stat]) * (rstd[stat] * gamma[c]) + beta[c];
+      out.v[k] = from_float<T>(relu ? fmaxf(value, 0.0f) : value);
+      if (++in_group == shape.group_channels) in_group = 0, ++group;
+    }
+    store_run<T, Width>(y + sample * Width, run, out);
   }
 }
 
@@ -185,26 +243,43 @@ __global__ void group_norm_backward_terms_kernel(const double* sums, const float
 }
 
 // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = gamma * dy', as on the
-// CPU (cpu/normalization.cpp).
-template <class T>
+// CPU (cpu/normalization.cpp); the per-group terms in double once per group within a run.
+template <class T, int Width>
 __global__ void group_norm_backward_data_kernel(const T* x, const T* y, const T* dy, bool relu,
                                                 const float* gamma, const float* mean,
                                                 const float* rstd, const double* group_terms,
-                                                Index batch, Index pixels, Index channels,
-                                                Index groups, double group_size, T* dx) {
-  const Index group_channels = channels / groups;
-  HARDY_GRID_STRIDE_LOOP(i, batch * pixels * channels) {
-    const Index c = i % channels, n = i / (pixels * channels);
-    const Index stat = n * groups + c / group_channels;
-    const double inv_std = rstd[stat];
-    const float dy_scale = static_cast<float>(inv_std * gamma[c]);
-    const float centred_scale =
-        static_cast<float>(-inv_std * inv_std * group_terms[2 * stat + 1] / group_size);
-    const float offset = static_cast<float>(-inv_std * group_terms[2 * stat] / group_size);
-    float gradient = to_float(dy[i]);
-    if (relu && !(to_float(y[i]) > 0.0f)) gradient = 0.0f;
-    dx[i] =
-        from_float<T>(dy_scale * gradient + centred_scale * (to_float(x[i]) - mean[stat]) + offset);
+                                                Index batch, RunShape shape, double group_size,
+                                                T* dx) {
+  HARDY_RUNS_OF_SAMPLES(n, run, shape, batch) {
+    const std::size_t sample = static_cast<std::size_t>(n) * shape.runs_per_sample * Width;
+    const Run<T, Width> xs = load_run<T, Width>(x + sample, run);
+    const Run<T, Width> dys = load_run<T, Width>(dy + sample, run);
+    Run<T, Width> ys{};
+    if (relu) ys = load_run<T, Width>(y + sample, run);
+    Run<T, Width> out;
+    const std::uint32_t first = (run % shape.runs_per_pixel) * Width;
+    std::uint32_t group = first / shape.group_channels, in_group = first % shape.group_channels;
+    float inv_std = 0.0f, centred_scale = 0.0f, offset = 0.0f, group_mean = 0.0f;
+    std::uint32_t terms_of = ~0u;
+#pragma unroll
+    for (int k = 0; k < Width; ++k) {
+      if (group != terms_of) {
+        const Index stat = n * shape.groups + group;
+        const double s = rstd[stat];
+        inv_std = static_cast<float>(s);
+        centred_scale = static_cast<float>(-s * s * group_terms[2 * stat + 1] / group_size);
+        offset = static_cast<float>(-s * group_terms[2 * stat] / group_size);
+        group_mean = mean[stat];
+        terms_of = group;
+      }
+      const std::uint32_t c = first + k;
+      float gradient = to_float(dys.v[k]);
+      if (relu && !(to_float(ys.v[k]) > 0.0f)) gradient = 0.0f;
+      out.v[k] = from_float<T>(inv_std * gamma[c] * gradient +
+                               centred_scale * (to_float(xs.v[k]) - group_mean) + offset);
+      if (++in_group == shape.group_channels) in_group = 0, ++group;
+    }
+    store_run<T, Width>(dx + sample, run, out);
   }
 }
 
@@ -336,6 +411,41 @@ __global__ void upsample_backward_rows_kernel(const float* along_w, Index batch,
   }
 }
 
+// Launches a normalization pass over runs of channels (see Run): 16-byte runs when the channel
+// count is a multiple of the run and every pointer is 16-byte aligned, else runs of one element;
+// launch(T{}, width, shape, grid) with width a std::integral_constant.
+template <class Launch>
+void launch_runs(DType type, Index batch, Index pixels, Index channels, Index groups,
+                 std::initializer_list<const void*> pointers, const char* kernel, Launch&& launch) {
+  if (batch * pixels * channels == 0) return;
+  if (pixels * channels > Index{UINT32_MAX})
+    throw std::length_error(std::string(kernel) + ": more than 2^32 elements in one sample");
+  dispatch_float(type, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int wide = static_cast<int>(16 / sizeof(T));
+    const bool aligned = std::all_of(pointers.begin(), pointers.end(), [](const void* p) {
+      return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+    });
+    const auto go = [&](auto width) {
+      RunShape shape{static_cast<std::uint32_t>(pixels * channels / width()),
+                     static_cast<std::uint32_t>(channels / width()),
+                     static_cast<std::uint32_t>(channels / groups),
+                     static_cast<std::uint32_t>(groups)};
+      // About 2048 blocks in all, as the reductions use; samples beyond 65535 loop on y.
+      const Index per_sample = (shape.runs_per_sample + threads_per_block - 1) / threads_per_block;
+      const Index across = std::clamp<Index>(2048 / std::max<Index>(batch, 1), 1, per_sample);
+      launch(tag, width, shape,
+             dim3(static_cast<unsigned int>(across),
+                  static_cast<unsigned int>(std::min<Index>(batch, 65535))));
+    };
+    if (channels % wide == 0 && aligned)
+      go(std::integral_constant<int, wide>{});
+    else
+      go(std::integral_constant<int, 1>{});
+  });
+  check_launch(kernel);
+}
+
 template <class T, ChannelSum What>
 void launch_channel_partial_sums(const ChannelSumInput& input, Index batches, Index rows,
                                  Index channels, const ReduceShape& shape, float* scratch,
@@ -366,8 +476,8 @@ void channel_sums(ChannelSum what, const ChannelSumInput& input, DType type, Ind
       case ChannelSum::values_and_squares:
         return launch_channel_partial_sums<T, ChannelSum::values_and_squares>(
             input, batches, rows, channels, shape, scratch, stream);
-      case ChannelSum::centred_squares:
-        return launch_channel_partial_sums<T, ChannelSum::centred_squares>(
+      case ChannelSum::shifted_values_and_squares:
+        return launch_channel_partial_sums<T, ChannelSum::shifted_values_and_squares>(
             input, batches, rows, channels, shape, scratch, stream);
       case ChannelSum::backward:
         return launch_channel_partial_sums<T, ChannelSum::backward>(input, batches, rows, channels,
@@ -388,30 +498,27 @@ void doubles_to_floats(const double* src, Index src_stride, float* dst, Index co
   check_launch("doubles_to_floats");
 }
 
-void group_norm_mean(const double* sums, Index batch, Index channels, Index groups,
-                     double group_size, float* mean, cudaStream_t stream) {
-  group_norm_mean_kernel<<<blocks_for(batch * groups), threads_per_block, 0, stream>>>(
-      sums, batch, channels, groups, group_size, mean);
-  check_launch("group_norm_mean");
-}
-
-void group_norm_rstd(const double* squares, Index batch, Index channels, Index groups,
-                     double group_size, float eps, float* rstd, cudaStream_t stream) {
-  group_norm_rstd_kernel<<<blocks_for(batch * groups), threads_per_block, 0, stream>>>(
-      squares, batch, channels, groups, group_size, eps, rstd);
-  check_launch("group_norm_rstd");
+void group_norm_statistics(const double* sums, const void* x, DType type, Index batch, Index pixels,
+                           Index channels, Index groups, float eps, float* mean, float* rstd,
+                           cudaStream_t stream) {
+  dispatch_float(type, [&](auto tag) {
+    using T = decltype(tag);
+    group_norm_statistics_kernel<<<blocks_for(batch * groups), threads_per_block, 0, stream>>>(
+        sums, static_cast<const T*>(x), batch, pixels, channels, groups, eps, mean, rstd);
+  });
+  check_launch("group_norm_statistics");
 }
 
 void group_norm_apply(const void* x, DType type, const float* gamma, const float* beta,
                       const float* mean, const float* rstd, Index batch, Index pixels,
                       Index channels, Index groups, bool relu, void* y, cudaStream_t stream) {
-  const Index count = batch * pixels * channels;
-  launch_per_element(type, count, "group_norm_apply", [&](auto tag, unsigned int blocks) {
-    using T = decltype(tag);
-    group_norm_apply_kernel<<<blocks, threads_per_block, 0, stream>>>(
-        static_cast<const T*>(x), gamma, beta, mean, rstd, batch, pixels, channels, groups, relu,
-        static_cast<T*>(y));
-  });
+  launch_runs(type, batch, pixels, channels, groups, {x, y}, "group_norm_apply",
+              [&](auto tag, auto width, RunShape shape, dim3 grid) {
+                using T = decltype(tag);
+                group_norm_apply_kernel<T, width()><<<grid, threads_per_block, 0, stream>>>(
+                    static_cast<const T*>(x), gamma, beta, mean, rstd, batch, shape, relu,
+                    static_cast<T*>(y));
+              });
 }
 
 void group_norm_backward_terms(const double* sums, const float* gamma, Index batch, Index channels,
@@ -427,13 +534,14 @@ void group_norm_backward_data(const void* x, const void* y, const void* dy, DTyp
                               const float* gamma, const float* mean, const float* rstd,
                               const double* group_terms, Index batch, Index pixels, Index channels,
                               Index groups, double group_size, void* dx, cudaStream_t stream) {
-  const Index count = batch * pixels * channels;
-  launch_per_element(type, count, "group_norm_backward_data", [&](auto tag, unsigned int blocks) {
-    using T = decltype(tag);
-    group_norm_backward_data_kernel<<<blocks, threads_per_block, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy), relu, gamma,
-        mean, rstd, group_terms, batch, pixels, channels, groups, group_size, static_cast<T*>(dx));
-  });
+  launch_runs(type, batch, pixels, channels, groups, {x, relu ? y : x, dy, dx},
+              "group_norm_backward_data", [&](auto tag, auto width, RunShape shape, dim3 grid) {
+                using T = decltype(tag);
+                group_norm_backward_data_kernel<T, width()><<<grid, threads_per_block, 0, stream>>>(
+                    static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
+                    relu, gamma, mean, rstd, group_terms, batch, shape, group_size,
+                    static_cast<T*>(dx));
+              });
 }
 
 void rstd_from_variance(const float* variance, float eps, Index channels, float* rstd,

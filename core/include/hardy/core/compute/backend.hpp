@@ -223,8 +223,10 @@ class Backend {
   double sum_squares(const Tensor& x);
   void sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity, const SgdStep& step);
   void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamStep& step);
-  // True when any element is Inf or NaN (loss-scaling overflow check).
+  // True when any element is Inf or NaN (loss-scaling overflow check). The span form checks
+  // many tensors (a model's gradients) with one wait for the device, not one per tensor.
   bool has_non_finite(const Tensor& x);
+  bool has_non_finite(std::span<const Tensor* const> tensors);
 
  protected:
   // The implementation of each public operation, called with checked operands. A decorator
@@ -272,7 +274,7 @@ class Backend {
                              const SgdStep& step) = 0;
   virtual void do_adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                               const AdamStep& step) = 0;
-  virtual bool do_has_non_finite(const Tensor& x) = 0;
+  virtual bool do_has_non_finite(std::span<const Tensor* const> tensors) = 0;
 
  private:
   // Calls another backend's hooks directly: its operands were checked by the decorator's own

@@ -126,7 +126,7 @@ class CudaBackend final : public Backend {
                      const SgdStep& step) override;
   void do_adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                       const AdamStep& step) override;
-  bool do_has_non_finite(const Tensor& x) override;
+  bool do_has_non_finite(std::span<const Tensor* const> tensors) override;
 
  private:
   std::unique_ptr<Impl> impl_;

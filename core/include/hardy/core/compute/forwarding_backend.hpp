@@ -109,7 +109,9 @@ class ForwardingBackend : public Backend {
                       const AdamStep& step) override {
     inner_.do_adam_update(param, grad, m, v, step);
   }
-  bool do_has_non_finite(const Tensor& x) override { return inner_.do_has_non_finite(x); }
+  bool do_has_non_finite(std::span<const Tensor* const> tensors) override {
+    return inner_.do_has_non_finite(tensors);
+  }
 
  private:
   Backend& inner_;
