@@ -7,6 +7,10 @@
 //   plain     a plain sequential write of the same number of bytes to the same directory:
 //             write(2) in 64 MiB pieces, then fsync
 //   read      read_checkpoint: reading and validating every checksum
+//   snapshot  a node-local snapshot: SnapshotSlots::write of the captured state into the
+//             directory's slot files (copy into mapped pages, XXH3), as the snapshot writer's
+//             thread does every step, wall and thread CPU time
+//   copy      a plain memcpy of the same tensors into one preallocated buffer: the snapshot's floor
 //   step      one training step (forward, loss, backward, Adam) on a small batch, for the stall
 //             relative to a step
 // Each is the best (least disturbed by other load) of --repeats runs, medians and raw runs are
@@ -19,6 +23,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <omp.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +39,7 @@
 
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
+#include "hardy/checkpoint/snapshot_file.hpp"
 #include "hardy/checkpoint/training_state.hpp"
 #include "hardy/core/compute/backend.hpp"
 #include "hardy/core/nn/model.hpp"
@@ -110,6 +116,15 @@ Options parse(int argc, char** argv) {
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
+// Snapshots are written every step: many more repeats than a checkpoint, so the best is steady.
+constexpr int kSnapshotRepeatsPerRepeat = 20;
 
 double best(const std::vector<double>& values) {
   return *std::min_element(values.begin(), values.end());
@@ -245,6 +260,30 @@ nlohmann::json measure(double millions, const Options& options) {
     if (r > 0)
       fs::remove(checkpoint::checkpoint_path(dir, r));  // keep the disk's fill level steady
   }
+  std::vector<double> snapshot, snapshot_cpu, copy;
+  std::uint64_t snapshot_bytes = 0;
+  {
+    const fs::path snapshots = dir / "snapshots";
+    fs::create_directories(snapshots);
+    checkpoint::SnapshotSlots slots(snapshots);
+    std::vector<std::byte> floor(checkpoint::tensor_bytes(state));
+    for (int r = 0; r < options.repeats * kSnapshotRepeatsPerRepeat; ++r) {
+      state.step = r + 1;
+      const double cpu_start = thread_cpu_seconds();
+      auto start = Clock::now();
+      snapshot_bytes = slots.write(state).bytes;
+      snapshot.push_back(seconds_since(start));
+      snapshot_cpu.push_back(thread_cpu_seconds() - cpu_start);
+      start = Clock::now();
+      std::byte* out = floor.data();
+      for (const auto* tensors : {&state.model, &state.optimizer})
+        for (const checkpoint::NamedTensor& tensor : *tensors) {
+          std::memcpy(out, tensor.values.data(), tensor.values.size() * sizeof(float));
+          out += tensor.values.size() * sizeof(float);
+        }
+      copy.push_back(seconds_since(start));
+    }
+  }
   if (!options.keep.empty()) {
     fs::create_directories(options.keep);
     fs::copy_file(checkpoint::checkpoint_path(dir, options.repeats),
@@ -272,6 +311,10 @@ nlohmann::json measure(double millions, const Options& options) {
           {"write_mb_per_s", static_cast<double>(bytes) / write_s / 1e6},
           {"plain_mb_per_s", static_cast<double>(bytes) / plain_s / 1e6},
           {"read_s", best(read)},
+          {"snapshot_bytes", snapshot_bytes},
+          {"snapshot_s", best(snapshot)},
+          {"snapshot_cpu_s", best(snapshot_cpu)},
+          {"copy_s", best(copy)},
           {"step_s", step_s},
           {"step", {{"batch", options.step_batch}, {"image", options.step_image}}},
           {"stall_per_step", step_s > 0 ? capture_s / step_s : 0.0},
@@ -281,13 +324,18 @@ nlohmann::json measure(double millions, const Options& options) {
             {"capture_reuse_s", median(capture_reuse)},
             {"write_s", median(write)},
             {"plain_write_s", median(plain)},
-            {"read_s", median(read)}}},
+            {"read_s", median(read)},
+            {"snapshot_s", median(snapshot)},
+            {"snapshot_cpu_s", median(snapshot_cpu)},
+            {"copy_s", median(copy)}}},
           {"raw",
            {{"capture_s", capture_fresh},
             {"capture_reuse_s", capture_reuse},
             {"write_s", write},
             {"plain_write_s", plain},
-            {"read_s", read}}}};
+            {"read_s", read},
+            {"snapshot_s", snapshot},
+            {"copy_s", copy}}}};
 }
 
 }  // namespace

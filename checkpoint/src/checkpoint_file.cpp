@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hardy/checkpoint/model_file.hpp"
+#include "hardy/checkpoint/snapshot_file.hpp"
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/hdf5.hpp"
@@ -251,6 +252,7 @@ CheckpointContents read_checkpoint_file(const std::filesystem::path& path) {
     throw InvalidArgument(fmt::format("checkpoint file {} does not exist", path.string()));
   if (!std::filesystem::is_regular_file(status))
     throw InvalidArgument(fmt::format("{} is not a file", path.string()));
+  if (is_snapshot_file(path)) return read_snapshot_file(path);
   bool hdf5 = false;
   try {
     hdf5 = core::h5::is_hdf5_file(path);

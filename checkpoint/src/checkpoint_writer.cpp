@@ -1,6 +1,7 @@
 #include "hardy/checkpoint/checkpoint_writer.hpp"
 
 #include <fmt/format.h>
+#include <time.h>
 
 #include <chrono>
 
@@ -12,16 +13,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
 }  // namespace
 
-CheckpointWriter::CheckpointWriter(std::filesystem::path dir, Options options, Report report)
-    : dir_(std::move(dir)), options_(options), report_(std::move(report)) {
+CheckpointWriter::CheckpointWriter(std::filesystem::path dir, Options options, Report report,
+                                   Write write)
+    : dir_(std::move(dir)),
+      options_(options),
+      report_(std::move(report)),
+      write_(std::move(write)) {
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
   if (error)
     throw IoError(fmt::format("cannot create the checkpoint directory {}: {}", dir_.string(),
                               error.message()));
-  if (options_.asynchronous && core::h5::library_is_thread_safe())
+  if (options_.asynchronous && (write_ || core::h5::library_is_thread_safe()))
     thread_ = std::thread([this] { run_thread(); });
 }
 
@@ -46,7 +57,7 @@ bool CheckpointWriter::submit(TrainingState&& state, double stall_s, WriteProgre
       lock.unlock();
       WriteReport skipped;
       skipped.step = state.step;
-      skipped.path = checkpoint_path(dir_, state.step);
+      skipped.path = write_ ? dir_ : checkpoint_path(dir_, state.step);
       skipped.stall_s = stall_s;
       skipped.skipped = true;
       skipped.error = "the previous checkpoint was still being written (policy: skip when busy)";
@@ -100,14 +111,17 @@ void CheckpointWriter::flush() {
 
 CheckpointWriter::Outcome CheckpointWriter::write_and_report(Job& job) {
   const auto start = Clock::now();
+  const double cpu_start = thread_cpu_seconds();
   Outcome outcome;
   WriteReport& report = outcome.report;
   report.step = job.state.step;
-  report.path = checkpoint_path(dir_, job.state.step);
+  report.path = write_ ? dir_ : checkpoint_path(dir_, job.state.step);
   report.stall_s = job.stall_s;
   try {
-    const SavedCheckpoint saved =
-        save_checkpoint(job.state, dir_, options_.retention, job.progress, options_.access);
+    const SavedCheckpoint saved = write_ ? write_(job.state, job.progress)
+                                         : save_checkpoint(job.state, dir_, options_.retention,
+                                                           job.progress, options_.access);
+    report.path = saved.path;
     report.bytes = saved.bytes;
     report.removed = saved.removed;
   } catch (const std::exception& e) {
@@ -115,6 +129,7 @@ CheckpointWriter::Outcome CheckpointWriter::write_and_report(Job& job) {
     outcome.error = std::current_exception();
   }
   report.write_s = std::chrono::duration<double>(Clock::now() - start).count();
+  report.cpu_s = thread_cpu_seconds() - cpu_start;
   deliver(report);  // before the next write may start: reports come one at a time, in order
   {
     std::lock_guard lock(mutex_);

@@ -4,6 +4,7 @@
 
 #include "hardy/checkpoint/training_state.hpp"
 #include "hardy/core/support/atomic_file.hpp"
+#include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
 #include "hardy/core/version.hpp"
@@ -39,8 +40,11 @@ void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
     tensors.push_back({name, tensor->dims(), {host.f32().begin(), host.f32().end()}});
   }
   std::vector<detail::Field> fields;
-  for (const NamedTensor& tensor : tensors)
-    fields.push_back(detail::tensor_field(kModelGroup, tensor));
+  for (const NamedTensor& tensor : tensors) {
+    detail::Field field = detail::tensor_field(kModelGroup, tensor);
+    field.checksum = core::xxhash64(field.bytes());
+    fields.push_back(std::move(field));
+  }
   const detail::RootAttributes root{
       .text = {{"format", "hardy-model"}, {"hardy_version", HARDY_VERSION}},
       .numbers = {{"format_version", kModelFileVersion}}};

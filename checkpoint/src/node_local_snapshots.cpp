@@ -24,11 +24,14 @@ std::string directory_name_for(const std::string& host) {
 
 CheckpointWriter::Options writer_options() {
   CheckpointWriter::Options options;
-  options.access = FileAccess::owner_only;
   options.asynchronous = true;
   options.skip_when_busy = false;  // see submit() in the header
-  options.retention = {NodeLocalSnapshots::kKeepLast, 0};
   return options;
+}
+
+fs::path checked_directory(const fs::path& root, const fs::path& run_dir, const std::string& host) {
+  check_node_snapshot_tree(root, run_dir, host, true);
+  return node_snapshot_directory(root, run_dir, host);
 }
 
 }  // namespace
@@ -71,23 +74,24 @@ NodeLocalSnapshots::NodeLocalSnapshots(const fs::path& root, const fs::path& run
     : root_(root),
       run_dir_(run_dir),
       host_(host),
-      writer_((check_node_snapshot_tree(root, run_dir, host, true),
-               node_snapshot_directory(root, run_dir, host)),
-              writer_options(), std::move(report)) {}
+      slots_(checked_directory(root, run_dir, host)),
+      writer_(slots_.directory(), writer_options(), std::move(report),
+              [this](const TrainingState& state, const WriteProgress&) {
+                return slots_.write(state);
+              }) {}
 
 void NodeLocalSnapshots::submit(TrainingState&& state, double stall_s) {
   writer_.submit(std::move(state), stall_s);
 }
 
 void NodeLocalSnapshots::discard_newer_than(long step) {
-  for (const CheckpointEntry& entry : list_checkpoints(directory())) {
-    std::error_code ignored;
-    if (entry.step > step) fs::remove(entry.path, ignored);
-  }
+  writer_.flush();
+  slots_.discard_newer_than(step);
 }
 
 void NodeLocalSnapshots::remove() {
   writer_.flush();
+  slots_.close();  // node memory comes back only once nothing maps the files
   remove_node_snapshots(root_, run_dir_, host_);
 }
 

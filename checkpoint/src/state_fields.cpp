@@ -165,18 +165,17 @@ Field tensor_field(std::string_view group, const NamedTensor& tensor) {
               std::vector<std::uint64_t>(tensor.dims.begin(), tensor.dims.end()));
   field.borrowed = std::as_bytes(std::span(tensor.values));
   field.borrows = true;
-  field.checksum = core::xxhash64(field.bytes());
   return field;
 }
 
-std::vector<Field> fields_of(const TrainingState& s) {
+std::vector<Field> fields_of(const TrainingState& s, Checksums checksums) {
   std::vector<Field> fields;
   for (const NamedTensor& t : s.model) fields.push_back(tensor_field(kModelGroup, t));
   for (const NamedTensor& t : s.optimizer) fields.push_back(tensor_field(kOptimizerGroup, t));
   for (const ScalarField& scalar : scalar_fields())
     fields.push_back(scalar_field(scalar.path, scalar.get(s)));
-  for (Field& field : fields)
-    if (!field.borrows) field.checksum = core::xxhash64(field.bytes());
+  if (checksums == Checksums::compute)
+    for (Field& field : fields) field.checksum = core::xxhash64(field.bytes());
   return fields;
 }
 

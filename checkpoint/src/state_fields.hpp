@@ -50,12 +50,14 @@ struct Field {
   std::size_t element_size() const;
 };
 
-// Every dataset of a checkpoint, with checksums: the model's tensors, then the optimizer's, then
-// /train and /job as scalar_fields() lists them. Tensor fields borrow the state's memory: keep
-// the state alive.
-std::vector<Field> fields_of(const TrainingState& state);
-// One tensor as the f32 dataset `group` + name ("/model/..."), with its checksum, borrowing the
-// tensor's memory.
+// Whether fields_of computes each field's xxHash64 (the HDF5 file stores them; a byte stream that
+// is hashed as a whole does not need them, and they cost a pass over every byte).
+enum class Checksums { compute, skip };
+
+// Every dataset of a checkpoint: the model's tensors, then the optimizer's, then /train and /job
+// as scalar_fields() lists them. Tensor fields borrow the state's memory: keep the state alive.
+std::vector<Field> fields_of(const TrainingState& state, Checksums checksums = Checksums::compute);
+// One tensor as the f32 dataset `group` + name ("/model/..."), borrowing the tensor's memory.
 Field tensor_field(std::string_view group, const NamedTensor& tensor);
 
 // Whether a path names a tensor (/model/... or /optimizer/...), which are f32 and decoded into

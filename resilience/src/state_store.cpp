@@ -195,7 +195,7 @@ bool StateStore::node_snapshot_wanted() const {
   if (config_.snapshot_every != kSnapshotEveryAuto || !last_snapshot_started_) return true;
   if (!membership_.first_on_host() || node_snapshots_unavailable_ || node_tree_refused_)
     return true;
-  const double cost = last_snapshot_stall_s_ + last_snapshot_write_s_.load();
+  const double cost = last_snapshot_stall_s_ + last_snapshot_cpu_s_.load();
   return seconds_since(*last_snapshot_started_) >= kSnapshotAutoCostFactor * cost;
 }
 
@@ -213,7 +213,11 @@ double StateStore::write_node_snapshot(bool agreed_wanted) {
     try {
       node_snapshots_.emplace(config_.snapshot_dir, config_.run_dir, membership_.host(),
                               [this](const checkpoint::WriteReport& report) {
-                                last_snapshot_write_s_ = report.write_s;
+                                last_snapshot_cpu_s_ = report.cpu_s;
+                                double pending = snapshot_cpu_unreported_s_.load();
+                                while (!snapshot_cpu_unreported_s_.compare_exchange_weak(
+                                    pending, pending + report.cpu_s)) {
+                                }
                                 if (!report.error.empty())
                                   report_snapshot_failure(report.step, report.error);
                               });
@@ -246,6 +250,8 @@ double StateStore::write_node_snapshot(bool agreed_wanted) {
   return seconds_since(stall_start);
 }
 
+double StateStore::take_snapshot_write_cpu_s() { return snapshot_cpu_unreported_s_.exchange(0.0); }
+
 std::optional<checkpoint::ValidCheckpoint> StateStore::load_node_snapshot() {
   if (!membership_.first_on_host() || !node_tree_usable(false)) return std::nullopt;
   const std::string& host = membership_.host();
@@ -253,10 +259,10 @@ std::optional<checkpoint::ValidCheckpoint> StateStore::load_node_snapshot() {
   std::vector<std::string> skipped;
   // Another run's snapshot (a run directory made again at the same path) or one of another
   // configuration is passed over like a damaged one: never restored.
-  auto found =
-      checkpoint::load_latest_valid(dir, &skipped, [this](const checkpoint::TrainingState& state) {
-        return snapshot_mismatch(state, identity_);
-      });
+  auto found = checkpoint::load_newest_snapshot(dir, &skipped,
+                                                [this](const checkpoint::TrainingState& state) {
+                                                  return snapshot_mismatch(state, identity_);
+                                                });
   for (const auto& reason : skipped) {
     std::cerr << "hardy: skipping node-local snapshot: " << reason << "\n";
     events_.emit("snapshot_rejected", {{"host", host}, {"reason", reason}});

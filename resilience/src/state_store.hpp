@@ -82,6 +82,10 @@ class StateStore {
   // rank wanted one (`agreed_wanted`); returns the training thread's stall. Never throws for a
   // write that fails (snapshot_failed).
   double write_node_snapshot(bool agreed_wanted);
+  // The CPU time the background writer spent on snapshots that finished since the last call:
+  // with the stall, what snapshots took from training (on a node whose cores all train, all of
+  // it shows in the step time).
+  double take_snapshot_write_cpu_s();
   // This host's newest valid snapshot of this run and configuration (snapshot_rejected says
   // why any other was passed over); nothing when there is none or this rank does not keep the
   // host's snapshots.
@@ -123,10 +127,11 @@ class StateStore {
   bool node_tree_refused_ = false;           // the tree failed its checks: never touched again
   std::atomic<bool> snapshot_failure_reported_{false};  // the writer's thread reports too
   // What the last snapshot cost, for --snapshot-every auto: when it started, the training
-  // thread's stall, and the background write's time (reported from the writer's thread).
+  // thread's stall, and the background write's CPU time (reported from the writer's thread).
   std::optional<std::chrono::steady_clock::time_point> last_snapshot_started_;
   double last_snapshot_stall_s_ = 0;
-  std::atomic<double> last_snapshot_write_s_{0};
+  std::atomic<double> last_snapshot_cpu_s_{0};
+  std::atomic<double> snapshot_cpu_unreported_s_{0};  // take_snapshot_write_cpu_s()
 };
 
 }  // namespace hardy::resilience

@@ -829,6 +829,8 @@ void TrainingSession::State::keep_metrics_line(double compute_s, double allreduc
                                                double data_wait_s, double step_s, float lr,
                                                long skipped) {
   const auto global_batch = static_cast<double>(trainer.batch().samples.size());
+  // The background writes that finished since the last line: with the stall, the whole cost.
+  const double snapshot_write_cpu_s = store.take_snapshot_write_cpu_s();
   committed_metrics_line = {{"step", step()},
                             {"epoch", trainer.batch().epochs.front()},
                             {"loss", trainer.last_loss()},
@@ -839,7 +841,9 @@ void TrainingSession::State::keep_metrics_line(double compute_s, double allreduc
                             {"compute_s", compute_s},
                             {"data_wait_s", data_wait_s},
                             {"allreduce_s", allreduce_s},
-                            {"snapshot_s", last_snapshot_s},
+                            {"snapshot_s", last_snapshot_s + snapshot_write_cpu_s},
+                            {"snapshot_stall_s", last_snapshot_s},
+                            {"snapshot_write_cpu_s", snapshot_write_cpu_s},
                             {"skipped_samples", skipped},
                             {"world_size", domains->job_world_size()},
                             {"unix_time", core::unix_time()}};

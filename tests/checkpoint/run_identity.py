@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, read_jsonl  # noqa: E402
+from hardy_test import Checks, read_jsonl, snapshot_files  # noqa: E402
 
 hardy = sys.argv[1]
 TRAIN = ["--synthetic", "--height", "32", "--width", "32", "--global-batch", "4",
@@ -69,7 +69,7 @@ with tempfile.TemporaryDirectory(prefix="hardy-run-identity-") as tmp:
     check(died.returncode == -9, f"the first job was killed at step 5 (status {died.returncode})")
     run_id = (run / "run_id").read_text().strip()
     check(len(run_id) == 32, f"the run directory has a run id ({run_id})")
-    check(any(snapshots.rglob("ckpt-*.h5")), "its node-local snapshots are still on the node")
+    check(any(snapshot_files(snapshots)), "its node-local snapshots are still on the node")
     saved_snapshots = tmp / "saved-snapshots"
     shutil.copytree(snapshots, saved_snapshots, symlinks=True)
     relaunched = train(run, snapshots, 32, "--resume", "latest")

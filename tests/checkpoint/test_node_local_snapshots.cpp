@@ -1,10 +1,12 @@
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <fstream>
 #include <mutex>
 
 #include "checkpoint_fixtures.hpp"
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/node_local_snapshots.hpp"
+#include "hardy/checkpoint/snapshot_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
 
@@ -18,9 +20,20 @@ namespace fs = std::filesystem;
 
 std::vector<long> steps_in(const fs::path& dir) {
   std::vector<long> steps;
-  for (const CheckpointEntry& entry : list_checkpoints(dir)) steps.push_back(entry.step);
+  for (const SnapshotEntry& entry : list_snapshots(dir)) steps.push_back(entry.step.value_or(-1));
   return steps;
 }
+
+fs::path slot_of(const fs::path& dir, long step) {
+  for (const SnapshotEntry& entry : list_snapshots(dir))
+    if (entry.step == step) return entry.path;
+  FAIL("no slot holds step " << step);
+  return {};
+}
+
+// The completion mark is the header's last 8 bytes (snapshot_file.hpp).
+constexpr std::uint64_t kCompletionMarkOffset = 56;
+constexpr std::uint64_t kHeaderBytes = 64;
 
 // Writes snapshots of steps first..last through a host's writer, as the training loop does.
 void write_steps(NodeLocalSnapshots& snapshots, long first, long last) {
@@ -64,38 +77,130 @@ TEST_CASE("node-local snapshots: the writer keeps the last two, the newest is fo
   CHECK(fs::is_directory(snapshots.directory()));
   write_steps(snapshots, 1, 5);
   CHECK(steps_in(snapshots.directory()) == std::vector<long>{4, 5});
-  const auto found = load_latest_valid(snapshots.directory());
+  const auto found = load_newest_snapshot(snapshots.directory());
   REQUIRE(found);
-  CHECK(found->path == snapshots.directory() / "ckpt-5.h5");
+  CHECK(found->path.parent_path() == snapshots.directory());
+  CHECK(found->path.extension() == ".snapshot");
   CHECK(found->state.step == 5);
   CHECK(found->state.model == synthetic_state(5).model);
+  CHECK(found->state.optimizer == synthetic_state(5).optimizer);
+  CHECK(found->state.config_ini == synthetic_state(5).config_ini);
 
   // A new job in the same run directory starts again at step 1: the old steps 4 and 5 must go.
   NodeLocalSnapshots again(root.path(), "runs/job", "node0");
   again.discard_newer_than(0);
+  CHECK(steps_in(again.directory()).empty());
   write_steps(again, 1, 1);
   CHECK(steps_in(again.directory()) == std::vector<long>{1});
-  CHECK(load_latest_valid(again.directory())->state.step == 1);
+  CHECK(load_newest_snapshot(again.directory())->state.step == 1);
+
+  // Resumed at step 4 of that run: 5 goes, 4 stays, and the next write does not overwrite 4.
+  write_steps(again, 4, 5);
+  NodeLocalSnapshots resumed(root.path(), "runs/job", "node0");
+  resumed.discard_newer_than(4);
+  CHECK(steps_in(resumed.directory()) == std::vector<long>{4});
+  write_steps(resumed, 5, 5);
+  CHECK(steps_in(resumed.directory()) == std::vector<long>{4, 5});
 }
 
-TEST_CASE("node-local snapshots: a damaged newest snapshot is passed over for the one before",
-          "[checkpoint]") {
+TEST_CASE(
+    "node-local snapshots: a damaged or unfinished newest snapshot is passed over for the "
+    "one before",
+    "[checkpoint]") {
   ScratchDirectory root("node-local-damage");
   NodeLocalSnapshots snapshots(root.path(), "runs/job", "node0");
   write_steps(snapshots, 1, 3);
-  const fs::path newest = snapshots.directory() / "ckpt-3.h5";
+  snapshots.flush();
+  const fs::path newest = slot_of(snapshots.directory(), 3);
+  std::string why, tools_say;
 
-  SECTION("a flipped byte") {
-    flip_byte(newest, data_offset(newest, "/optimizer/momentum/layer.weight") + 8);
+  SECTION("a flipped byte in the tensors") {
+    flip_byte(newest, fs::file_size(newest) / 2);
+    why = "checksum of its contents does not match";
   }
-  SECTION("truncated") { fs::resize_file(newest, fs::file_size(newest) / 2); }
+  SECTION("a flipped byte in the header") {
+    flip_byte(newest, 20);  // the step
+    why = "header's checksum does not match";
+  }
+  SECTION("cut short: the writer died before the completion mark") {
+    flip_byte(newest, kCompletionMarkOffset);
+    why = "incomplete";
+  }
+  SECTION("truncated") {
+    fs::resize_file(newest, fs::file_size(newest) / 2);
+    why = "after its header, the header says";
+  }
+  SECTION("only a header's worth of bytes left") {
+    fs::resize_file(newest, kHeaderBytes / 2);
+    why = "not a hardy snapshot";
+    tools_say = "not an HDF5 file";  // nothing left to tell it from any other file
+  }
 
   std::vector<std::string> skipped;
-  const auto found = load_latest_valid(snapshots.directory(), &skipped);
+  const auto found = load_newest_snapshot(snapshots.directory(), &skipped);
   REQUIRE(found);
   CHECK(found->state.step == 2);
   REQUIRE(skipped.size() == 1);
-  CHECK_THAT(skipped[0], Catch::Contains("ckpt-3.h5"));
+  CHECK_THAT(skipped[0], Catch::Contains(newest.filename().string()) && Catch::Contains(why));
+  // The tools say the same (read_checkpoint_file recognises a slot file).
+  CHECK_THROWS_WITH(read_checkpoint_file(newest),
+                    Catch::Contains(tools_say.empty() ? why : tools_say));
+
+  // A relaunch resumes from step 2 and drops what is newer; its writes go to the damaged slot,
+  // never over the good one.
+  NodeLocalSnapshots relaunched(root.path(), "runs/job", "node0");
+  relaunched.discard_newer_than(found->state.step);
+  write_steps(relaunched, 3, 3);
+  CHECK(load_newest_snapshot(relaunched.directory())->state.step == 3);
+  const auto left = list_snapshots(relaunched.directory());
+  REQUIRE(left.size() == 2);
+  CHECK(left.front().step == 2);
+}
+
+TEST_CASE("node-local snapshots: a slot file reads like a checkpoint file, with the same datasets",
+          "[checkpoint]") {
+  ScratchDirectory root("node-local-as-checkpoint");
+  NodeLocalSnapshots snapshots(root.path(), "runs/job", "node0");
+  write_steps(snapshots, 7, 7);
+  const fs::path slot = slot_of(snapshots.directory(), 7);
+  const fs::path h5 = root / "ckpt-7.h5";
+  write_checkpoint_file(synthetic_state(7), h5);
+
+  const CheckpointContents from_slot = read_checkpoint_file(slot);
+  const CheckpointContents from_h5 = read_checkpoint_file(h5);
+  CHECK(from_slot.state.model == from_h5.state.model);
+  CHECK(from_slot.state.optimizer == from_h5.state.optimizer);
+  CHECK(from_slot.state.step == 7);
+  CHECK(from_slot.format_version == kSnapshotFormatVersion);
+  CHECK(from_slot.file_bytes == fs::file_size(slot));
+  REQUIRE(from_slot.datasets.size() == from_h5.datasets.size());
+  for (std::size_t i = 0; i < from_slot.datasets.size(); ++i) {
+    INFO(from_h5.datasets[i].path);
+    CHECK(from_slot.datasets[i].path == from_h5.datasets[i].path);
+    CHECK(from_slot.datasets[i].dtype == from_h5.datasets[i].dtype);
+    CHECK(from_slot.datasets[i].shape == from_h5.datasets[i].shape);
+    CHECK(from_slot.datasets[i].checksum == from_h5.datasets[i].checksum);
+  }
+  CHECK(is_snapshot_file(slot));
+  CHECK_FALSE(is_snapshot_file(h5));
+}
+
+TEST_CASE("node-local snapshots: a state that changes size is written whole", "[checkpoint]") {
+  ScratchDirectory root("node-local-resize");
+  SnapshotSlots slots(root.path());
+  TrainingState state = synthetic_state(1);
+  slots.write(state);
+  state = synthetic_state(2, 5000);  // more floats: both slots grow
+  state.hosts = {"a-much-longer-host-name-than-before", "b", "c"};
+  slots.write(state);
+  state = synthetic_state(3, 10);  // fewer: the slot shrinks
+  const auto saved = slots.write(state);
+  CHECK(fs::file_size(saved.path) == saved.bytes);
+  const auto newest = load_newest_snapshot(root.path());
+  REQUIRE(newest);
+  CHECK(newest->state.model == synthetic_state(3, 10).model);
+  CHECK(read_checkpoint(slot_of(root.path(), 2)).hosts ==
+        std::vector<std::string>{"a-much-longer-host-name-than-before", "b", "c"});
 }
 
 TEST_CASE("node-local snapshots: cleanup removes exactly the job's directories", "[checkpoint]") {
@@ -138,10 +243,13 @@ TEST_CASE("node-local snapshots: failures are reported, not thrown", "[checkpoin
     std::lock_guard lock(mutex);
     REQUIRE(reports.size() == 2);
     CHECK(reports[0].error.empty());
+    CHECK(reports[0].cpu_s > 0);
+    CHECK(reports[0].bytes == fs::file_size(reports[0].path));
     CHECK(reports[1].step == 2);
-    CHECK_THAT(reports[1].error, Catch::Contains("ckpt-2.h5"));
+    CHECK_THAT(reports[1].error,
+               Catch::Contains(".snapshot") && Catch::Contains("No space left on device"));
   }
-  CHECK(load_latest_valid(snapshots.directory())->state.step == 1);
+  CHECK(load_newest_snapshot(snapshots.directory())->state.step == 1);
 
   // A directory that cannot be created: the constructor says so.
   std::ofstream(root / "a-file") << "not a directory";
@@ -157,10 +265,32 @@ TEST_CASE("node-local snapshots: the tree is private, directories 0700 and files
   CHECK(mode(root / "hardy-user") == fs::perms::owner_all);
   CHECK(mode(snapshots.directory().parent_path()) == fs::perms::owner_all);
   CHECK(mode(snapshots.directory()) == fs::perms::owner_all);
-  for (const CheckpointEntry& entry : list_checkpoints(snapshots.directory())) {
+  const auto slots = list_snapshots(snapshots.directory());
+  CHECK(slots.size() == 2);
+  for (const SnapshotEntry& entry : slots) {
     INFO(entry.path);
     CHECK(mode(entry.path) == (fs::perms::owner_read | fs::perms::owner_write));
   }
+}
+
+TEST_CASE("node-local snapshots: a link planted at a slot's name is refused, never written through",
+          "[checkpoint]") {
+  ScratchDirectory scratch("node-local-planted-slot");
+  const fs::path victim = scratch / "victim.txt";
+  std::ofstream(victim) << "precious";
+  const fs::path dir = scratch / "host";
+  fs::create_directories(dir);
+  fs::create_symlink(victim, snapshot_slot_path(dir, 0));
+  SnapshotSlots slots(dir);
+  CHECK_THROWS_AS(slots.write(synthetic_state(1)), IoError);
+  std::string text;
+  std::ifstream(victim) >> text;
+  CHECK(text == "precious");
+  // Nor is it read: the loader names the link and goes on.
+  std::vector<std::string> skipped;
+  CHECK_FALSE(load_newest_snapshot(dir, &skipped));
+  REQUIRE(skipped.size() == 1);
+  CHECK_THAT(skipped[0], Catch::Contains("symbolic link"));
 }
 
 TEST_CASE("node-local snapshots: a tree others could change is refused and left alone",
@@ -185,7 +315,8 @@ TEST_CASE("node-local snapshots: a tree others could change is refused and left 
   fs::permissions(host_dir.parent_path(), fs::perms::owner_all);
   CHECK_THROWS_WITH(remove_node_snapshots(root, "runs/job", "node0"),
                     Catch::Contains("symbolic link"));
-  CHECK(steps_in(victim) == std::vector<long>{3});
+  REQUIRE(list_checkpoints(victim).size() == 1);
+  CHECK(list_checkpoints(victim).front().step == 3);
   CHECK(read_checkpoint(victim / "ckpt-3.h5").model == precious.model);
 }
 
@@ -211,14 +342,27 @@ TEST_CASE("node-local snapshots: a valid snapshot that is unfit is passed over, 
   write_steps(snapshots, 1, 2);
   std::vector<std::string> skipped;
   const auto found =
-      load_latest_valid(snapshots.directory(), &skipped,
-                        [](const TrainingState& state) -> std::optional<std::string> {
-                          if (state.step == 2) return "it belongs to another run";
-                          return std::nullopt;
-                        });
+      load_newest_snapshot(snapshots.directory(), &skipped,
+                           [](const TrainingState& state) -> std::optional<std::string> {
+                             if (state.step == 2) return "it belongs to another run";
+                             return std::nullopt;
+                           });
   REQUIRE(found);
   CHECK(found->state.step == 1);
   REQUIRE(skipped.size() == 1);
-  CHECK_THAT(skipped.front(),
-             Catch::Contains("ckpt-2.h5") && Catch::Contains("it belongs to another run"));
+  CHECK_THAT(skipped.front(), Catch::Contains(slot_of(snapshots.directory(), 2).string()) &&
+                                  Catch::Contains("it belongs to another run"));
+}
+
+TEST_CASE("node-local snapshots: each write moves its slot's modification time", "[checkpoint]") {
+  // The stale-run cleanup goes by it: a live run's slots, rewritten in place through a mapping,
+  // must never look idle.
+  ScratchDirectory root("node-local-mtime");
+  SnapshotSlots slots(root.path());
+  const fs::path first = slots.write(synthetic_state(1)).path;
+  slots.write(synthetic_state(2));
+  const auto long_ago = fs::file_time_type::clock::now() - std::chrono::hours(48);
+  fs::last_write_time(first, long_ago);
+  CHECK(slots.write(synthetic_state(3)).path == first);  // the older slot again
+  CHECK(fs::last_write_time(first) > long_ago + std::chrono::hours(47));
 }

@@ -48,7 +48,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, Job, check_private_staging, on_dataset, check_completed, complete_epochs_exact, int_option, read_jsonl, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, Job, check_private_staging, on_dataset, check_completed, complete_epochs_exact, int_option, read_jsonl, run_watched, small_job, snapshot_files  # noqa: E402
 
 
 NODES, PER_DOMAIN, SAMPLES = 8, 2, 48
@@ -269,7 +269,7 @@ def main():
                       f"{scenario}: every leader listened on {cluster.subnet} ({len(starts)} starts, outside: {outside})")
                 check(any(e.get("domain_interface") == cluster.subnet for e in named("supervisor_started")),
                       f"{scenario}: supervisor_started names the network")
-            left_copies = sorted({str(p.parent) for p in snapshots.rglob("*.h5")})
+            left_copies = sorted({str(p.parent) for p in snapshot_files(snapshots)})
             down_hosts = {f["host"] for f in faults}
             left_copies = [c for c in left_copies if not any(h in c for h in down_hosts)]
             check(not left_copies, f"{scenario}: node-local snapshots removed at the end ({left_copies})")

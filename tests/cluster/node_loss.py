@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, Job, committed_steps, complete_epochs_exact, int_option, read_jsonl, relaunch_restores, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, Job, committed_steps, complete_epochs_exact, int_option, read_jsonl, relaunch_restores, run_watched, small_job, snapshot_files  # noqa: E402
 
 # The tests run 240 steps with the fault at step 80, between checkpoints (every 100);
 # bench/cluster/node_loss_bench.py asks for the 600 and 150 that docs/resilience.md's table was
@@ -326,7 +326,7 @@ def main():
                 check(swap == cluster.hosts[4], f"{scenario}: the spare {cluster.hosts[4]} took {victims[0]}'s place ({swap})")
         # Every node of the finished job removed its copy; a lost node's copy dies with the node's
         # memory on a real machine (here all nodes share one /dev/shm, so it stays).
-        left_copies = sorted({p.parent.name for p in snapshot_dir.rglob("*.h5")} - set(victims))
+        left_copies = sorted({p.parent.name for p in snapshot_files(snapshot_dir)} - set(victims))
         check(not left_copies, f"{scenario}: node-local snapshots removed at the end (left on {left_copies})")
         # Nothing of the job is left on the nodes that are still up (a frozen node's stopped
         # processes stay until the node is rebooted: the harness's teardown plays that part).

@@ -3,6 +3,7 @@ JSON-lines logs (read once, or as a job writes them), and the audit of which sam
 trained on."""
 import json
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -211,3 +212,24 @@ def relaunch_restores(events):
         if later:
             found.append((ended["launch"], ended["last_committed_step"], later[0]["step"], later[0]["source"]))
     return found
+
+
+# Node-local snapshots are two slot files per host directory (checkpoint/include/hardy/checkpoint/
+# snapshot_file.hpp); the step is in the 64-byte header, valid once its completion mark is set.
+SNAPSHOT_GLOB = "slot-*.snapshot"
+SNAPSHOT_COMPLETE = 0x70616e732d796468
+
+
+def snapshot_files(root):
+    """Every node-local snapshot slot file below root."""
+    return sorted(Path(root).rglob(SNAPSHOT_GLOB))
+
+
+def snapshot_step(path):
+    """The step a slot file's header holds, None when its write was not completed."""
+    header = Path(path).read_bytes()[:64]
+    if len(header) < 64 or not header.startswith(b"hardy-snapshot\0"):
+        return None
+    step, = struct.unpack_from("<q", header, 24)
+    complete, = struct.unpack_from("<Q", header, 56)
+    return step if complete == SNAPSHOT_COMPLETE else None

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
-from hardy_test import Checks, check_completed, check_private_staging, on_dataset, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job  # noqa: E402
+from hardy_test import Checks, check_completed, check_private_staging, on_dataset, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job, snapshot_files  # noqa: E402
 
 SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the domain)
     "leader": (4, 1, 2, [0]),
@@ -319,7 +319,7 @@ def main():
             check(port.isdigit() and not servers, f"{scenario}: the redis-server is gone: {servers}")
         check((run / "model.h5").exists(), f"{scenario}: model.h5 written")
         check(not any((run / "rendezvous").rglob("*")), f"{scenario}: the rendezvous store was removed")
-        left = sorted(str(p) for p in snapshots.rglob("*.h5"))
+        left = sorted(str(p) for p in snapshot_files(snapshots))
         check(not left, f"{scenario}: node-local snapshots removed at the end: {left[:3]}")
         leftovers = subprocess.run(["pgrep", "-f", f"--run-dir {run}"], capture_output=True, text=True).stdout.split()
         check(not leftovers, f"{scenario}: no process of the job left: {leftovers}")

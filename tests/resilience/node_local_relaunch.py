@@ -53,8 +53,8 @@ with tempfile.TemporaryDirectory(prefix="hardy-node-local-", dir=shm) as scratch
     snapshots = scratch / "snapshots"
     check(supervise(tmp / "reference", snapshots, *EVERY_STEP) == 0, "failure-free job under the supervisor completes")
     reference = read_jsonl(tmp / "reference" / "metrics.jsonl")
-    check(reference and all(m.get("snapshot_s", -1) >= 0 for m in reference),
-          "metrics.jsonl has the snapshot stall (snapshot_s) on every step")
+    check(reference and all(m.get("snapshot_s", -1) >= 0 and m.get("snapshot_stall_s", -1) >= 0 for m in reference),
+          "metrics.jsonl has the snapshot cost (snapshot_s) and stall (snapshot_stall_s) on every step")
     check(not any(snapshots.iterdir()), "the completed job removed its snapshot directories")
 
     run = tmp / "relaunched"
@@ -107,7 +107,7 @@ with tempfile.TemporaryDirectory(prefix="hardy-node-local-", dir=shm) as scratch
         if first_launch and m["step"] <= first_launch[-1]["step"]:
             break
         first_launch.append(m)
-    snapshotted = [m["step"] for m in first_launch if m.get("snapshot_s", 0) > 0]
+    snapshotted = [m["step"] for m in first_launch if m.get("snapshot_stall_s", 0) > 0]
     check(status == 0 and snapshotted and snapshotted[0] == 1 and len(snapshotted) < len(first_launch) / 2,
           f"--snapshot-every auto: the first launch snapshotted steps {snapshotted} of the "
           f"{len(first_launch)} it committed (the first, and fewer than half)")

@@ -5,9 +5,9 @@ Usage: restored_file_named.py HARDY
 
 One process trains with a node-local snapshot of every step and is killed at step 6 (no
 checkpoint: --checkpoint-every 100). Its newest snapshot (step 5, or 4 when the kill cut the last
-write short) is renamed ckpt-9999.h5, the others removed. A `--resume latest` then restores that
-step from that file, and the event must name ckpt-9999.h5: it used to name a path made from the
-step (ckpt-5.h5), a file that does not exist.
+write short) is moved into the other slot's file, replacing the older one. A `--resume latest`
+then restores that step from that file, and the event must name it: it used to name a path made
+from the step (ckpt-5.h5), a file that did not exist.
 """
 import subprocess
 import sys
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, read_jsonl  # noqa: E402
+from hardy_test import Checks, read_jsonl, snapshot_files, snapshot_step  # noqa: E402
 
 hardy = sys.argv[1]
 TRAIN = ["--synthetic", "--samples", "16", "--height", "32", "--width", "32", "--global-batch", "4", "--steps", "8",
@@ -30,14 +30,15 @@ with tempfile.TemporaryDirectory(prefix="hardy-restored-file-") as tmp:
     killed = subprocess.run([hardy, "train", *TRAIN, "--run-dir", str(run), "--snapshot-dir", str(snapshots),
                              "--inject-failure", "rank=0@step=6"], capture_output=True, text=True, timeout=120)
     check(killed.returncode != 0, f"the job was killed at step 6 (exit {killed.returncode})")
-    files = sorted(snapshots.rglob("ckpt-*.h5"), key=lambda p: int(p.stem.split("-")[1]))
-    newest = int(files[-1].stem.split("-")[1]) if files else None
-    check(newest in (4, 5), f"the newest snapshot is of step 5 or 4: {[f.name for f in files]}")
+    files = sorted((f for f in snapshot_files(snapshots) if snapshot_step(f) is not None), key=snapshot_step)
+    newest = snapshot_step(files[-1]) if files else None
+    check(newest in (4, 5), f"the newest snapshot is of step 5 or 4: {[(f.name, snapshot_step(f)) for f in files]}")
     if files:
-        renamed = files[-1].with_name("ckpt-9999.h5")
-        files[-1].rename(renamed)
-        for older in files[:-1]:
-            older.unlink()
+        # The newest moved into the other slot's file: the event must name the file that was read.
+        other = [f for f in files[-1].parent.glob("slot-*.snapshot") if f != files[-1]]
+        moved = other[0] if other else files[-1].with_name("slot-1.snapshot" if files[-1].name == "slot-0.snapshot"
+                                                              else "slot-0.snapshot")
+        files[-1].replace(moved)
         resumed = subprocess.run([hardy, "train", *TRAIN, "--run-dir", str(run), "--snapshot-dir", str(snapshots),
                                   "--resume", "latest"], capture_output=True, text=True, timeout=120)
         print(resumed.stderr[-1500:], flush=True)
@@ -46,6 +47,6 @@ with tempfile.TemporaryDirectory(prefix="hardy-restored-file-") as tmp:
         check(resumed.returncode == 0, f"the resumed job completes (exit {resumed.returncode})")
         check(last.get("source") == "node-local" and last.get("step") == newest,
               f"it restored step {newest} from the node-local snapshot: {last}")
-        check(last.get("path") == str(renamed), f"state_restored names the file read, {renamed.name}: {last.get('path')}")
+        check(last.get("path") == str(moved), f"state_restored names the file read, {moved.name}: {last.get('path')}")
 
 check.finish("restored file named")

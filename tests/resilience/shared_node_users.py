@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, read_jsonl, skip  # noqa: E402
+from hardy_test import Checks, read_jsonl, skip, snapshot_files, snapshot_step  # noqa: E402
 
 built_hardy = os.path.abspath(sys.argv[1])
 if os.geteuid() != 0:
@@ -147,9 +147,9 @@ try:
         # 1. The first user's job dies, its snapshots stay; the second user's still work.
         died = train(a, home_a / "run", "--inject-failure", "rank=0@step=5")
         check(died.returncode in KILLED, f"{a}'s job was killed at step 5 ({died.returncode})")
-        check(any(root_a.rglob("ckpt-*.h5")), f"{a}'s snapshots are left in {root_a}")
+        check(any(snapshot_files(root_a)), f"{a}'s snapshots are left in {root_a}")
         died = train(b, home_b / "run", "--checkpoint-every", "2", "--inject-failure", "rank=0@step=5")
-        snapshots_b = sorted(root_b.rglob("ckpt-*.h5"))
+        snapshots_b = snapshot_files(root_b)
         check(died.returncode in KILLED and snapshots_b, f"{b}'s job, after {a}'s, has its own snapshots in {root_b}")
 
         # 2. Private: directories 0700, files 0600, each user's own; neither reads the other's.
@@ -159,7 +159,7 @@ try:
             wrong = [f"{p} {oct(p.lstat().st_mode)}" for p in entries if not p.is_symlink()
                      and (p.lstat().st_mode & 0o777) != (0o700 if p.is_dir() else 0o600)]
             check(not wrong, f"{root}: directories 0700, files 0600 ({wrong})")
-        file_a = next(root_a.rglob("ckpt-*.h5"))
+        file_a = snapshot_files(root_a)[0]
         check(as_user(b, ["cat", str(file_a)]).returncode != 0, f"{b} cannot read {a}'s snapshot")
         check(as_user(a, ["cat", str(snapshots_b[0])]).returncode != 0, f"{a} cannot read {b}'s snapshot")
         check(as_user(a, ["ls", str(root_b)]).returncode != 0, f"{a} cannot list {b}'s tree")
@@ -184,17 +184,18 @@ try:
         # 4. The first user plants a tree where the second user's goes.
         host_dir = snapshots_b[0].parent
         key_dir = host_dir.parent
-        planted_snapshot = sorted(host_dir.glob("ckpt-*.h5"))[-1].read_bytes()
+        planted_snapshot = max(snapshot_files(host_dir), key=lambda p: snapshot_step(p) or -1).read_bytes()
         shutil.rmtree(root_b)
         victim = home_b / "precious.txt"
         victim.write_text("precious")
         os.chown(victim, uids[1], -1)
         checkpoints_b = home_b / "run" / "checkpoints"
-        # World-writable all the way; in the host directory a valid snapshot of step 1000 and a
-        # .tmp link to the victim's file; beside it, a host directory that links to b's checkpoints.
+        # World-writable all the way; in the host directory a valid snapshot of b's in one slot and
+        # a link to the victim's file at the other slot's name; beside it, a host directory that
+        # links to b's checkpoints.
         plant = ["sh", "-c",
-                 'set -e; umask 0; mkdir -m 0777 "$1" "$2" "$2/$3"; cat > "$2/$3/ckpt-1000.h5"; '
-                 'ln -s "$4" "$2/$3/ckpt-1001.h5.tmp"; ln -s "$5" "$2/linked-host"',
+                 'set -e; umask 0; mkdir -m 0777 "$1" "$2" "$2/$3"; cat > "$2/$3/slot-0.snapshot"; '
+                 'ln -s "$4" "$2/$3/slot-1.snapshot"; ln -s "$5" "$2/linked-host"',
                  "plant", str(root_b), str(key_dir), host_dir.name, str(victim), str(checkpoints_b)]
         planted = subprocess.run(["runuser", "-u", a, "--", *plant], input=planted_snapshot,
                                  capture_output=True, timeout=60)
@@ -214,10 +215,10 @@ try:
               f"snapshot_tier_refused names the tree and its owner ({refused})")
         check(f"refusing the node-local snapshot tree" in attacked.stderr and str(root_b) in attacked.stderr,
               "the refusal is on stderr with the tree's name")
-        check(restored and restored[-1]["source"] == "checkpoint" and restored[-1]["step"] < 1000,
+        check(restored and restored[-1]["source"] == "checkpoint" and restored[-1]["step"] % 2 == 0,
               f"the planted snapshot was not restored; {b}'s own checkpoint was ({restored[-1:]})")
         check(tree_state(root_b) == planted_before, "nothing in the planted tree changed")
-        check(victim.read_text() == "precious", "the file behind the planted .tmp link is untouched")
+        check(victim.read_text() == "precious", "the file behind the planted slot link is untouched")
         kept = sorted(p.name for p in checkpoints_b.glob("ckpt-*.h5"))
         check(all(f"ckpt-{step}.h5" in kept for step in (4, 6, 8)),
               f"{b}'s real checkpoints behind the planted host link are intact, and the job wrote on ({kept})")

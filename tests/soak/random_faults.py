@@ -97,7 +97,7 @@ sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 sys.path.insert(0, str(ROOT / "tests" / "lib"))
 import emulated_cluster  # noqa: E402
 from emulated_cluster import EmulatedCluster, namespaces_available, remaining_resources  # noqa: E402
-from hardy_test import committed_steps, complete_epochs_exact, read_jsonl_tail  # noqa: E402
+from hardy_test import committed_steps, complete_epochs_exact, read_jsonl_tail, snapshot_files  # noqa: E402
 
 NODES, RANKS_PER_NODE, SAMPLES, GLOBAL_BATCH = 4, 2, 48, 16
 STEPS, CHECKPOINT_EVERY = 240, 20
@@ -663,7 +663,7 @@ class Run:
             self.fail(f"processes left on nodes that are up: {left}")
         # A lost node's copy would die with its memory (here all nodes share one directory).
         excluded = {h for e in events if e.get("event") == "job_relaunched" for h in e.get("excluded_nodes", [])}
-        copies = sorted({p.parent.name for p in self.snapshots.rglob("*.h5")} - set(self.down) - excluded)
+        copies = sorted({p.parent.name for p in snapshot_files(self.snapshots)} - set(self.down) - excluded)
         # A host all of whose ranks died inside the job is lost to it too (failure_detected names it).
         lost_in_job = {h for e in events if e.get("event") == "failure_detected" for h in e.get("failed_hosts", [])}
         if [h for h in copies if h in lost_in_job]:

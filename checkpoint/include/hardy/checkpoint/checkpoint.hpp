@@ -17,5 +17,6 @@
 #include "hardy/checkpoint/model_file.hpp"
 #include "hardy/checkpoint/node_local_snapshots.hpp"
 #include "hardy/checkpoint/scalar_fields.hpp"
+#include "hardy/checkpoint/snapshot_file.hpp"
 #include "hardy/checkpoint/stale_snapshots.hpp"
 #include "hardy/checkpoint/training_state.hpp"

@@ -63,6 +63,7 @@ struct CheckpointContents {
 // Reads and validates a checkpoint: the format name, the format version, the manifest, every
 // dataset's presence, dtype, shape and checksum. Throws InvalidArgument when the file does not
 // exist or is not HDF5 at all, CorruptCheckpoint for everything else that is wrong with it.
+// A node-local snapshot's slot file (snapshot_file.hpp) is read as read_snapshot_file says.
 CheckpointContents read_checkpoint_file(const std::filesystem::path& path);
 TrainingState read_checkpoint(const std::filesystem::path& path);
 

