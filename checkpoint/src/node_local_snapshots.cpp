@@ -22,9 +22,9 @@ std::string directory_name_for(const std::string& host) {
   return name;
 }
 
-CheckpointWriter::Options writer_options() {
+CheckpointWriter::Options writer_options(NodeLocalSnapshots::Writing writing) {
   CheckpointWriter::Options options;
-  options.asynchronous = true;
+  options.asynchronous = writing == NodeLocalSnapshots::Writing::background;
   options.skip_when_busy = false;  // see submit() in the header
   return options;
 }
@@ -70,12 +70,13 @@ void remove_node_snapshots(const fs::path& root, const fs::path& run_dir, const 
 }
 
 NodeLocalSnapshots::NodeLocalSnapshots(const fs::path& root, const fs::path& run_dir,
-                                       const std::string& host, CheckpointWriter::Report report)
+                                       const std::string& host, CheckpointWriter::Report report,
+                                       Writing writing)
     : root_(root),
       run_dir_(run_dir),
       host_(host),
       slots_(checked_directory(root, run_dir, host)),
-      writer_(slots_.directory(), writer_options(), std::move(report),
+      writer_(slots_.directory(), writer_options(writing), std::move(report),
               [this](const TrainingState& state, const WriteProgress&) {
                 return slots_.write(state);
               }) {}

@@ -9,15 +9,19 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <type_traits>
 #include <variant>
 
 #include "command_line.hpp"
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/checkpoint/checkpoint_file.hpp"
+#include "hardy/checkpoint/node_local_snapshots.hpp"
 #include "hardy/checkpoint/scalar_fields.hpp"
+#include "hardy/checkpoint/snapshot_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/core/support/private_tree.hpp"
 #include "hardy/jobs/commands.hpp"
 
 namespace po = boost::program_options;
@@ -39,13 +43,18 @@ using nlohmann::json;
 
 constexpr const char* kUsage = R"(Usage: hardy ckpt <command> [options]
 
-Look into checkpoints without training: every command only reads.
+Look into checkpoints without training: every command only reads, but convert writes OUT.
 
 Commands:
-  list RUN_DIR         one line per checkpoint: step, time, size, valid or not, which is latest
+  list RUN_DIR         one line per checkpoint: step, time, size, valid or not, which is latest;
+                       then the run's node-local snapshots on this node
   inspect FILE         step, epoch, world size, loss and every dataset with shape, dtype, checksum
   verify FILE...       exit status 0 when every file is a valid checkpoint, 1 (with the reason) if not
   diff A B             per-tensor maximum absolute (and relative) difference between two checkpoints
+  convert FILE OUT     writes a checkpoint or node-local snapshot, validated, as a checkpoint file
+
+FILE may be a checkpoint file or a node-local snapshot's slot file (slot-N.snapshot); both resume
+with `hardy train --resume FILE`.
 
 Run `hardy ckpt <command> --help` for a command's options.
 )";
@@ -114,11 +123,73 @@ double file_time(const fs::path& path) {
 // ---- list ----
 
 constexpr const char* kListUsage =
-    "Usage: hardy ckpt list RUN_DIR\n\n"
+    "Usage: hardy ckpt list RUN_DIR [--snapshot-dir DIR]\n\n"
     "Lists the checkpoints of a run directory (RUN_DIR/checkpoints, or RUN_DIR\n"
     "itself when it holds them): step, file, when it was saved, size, and whether\n"
     "it is valid (every checksum is read and checked). The one `latest` names is\n"
-    "marked.\n";
+    "marked. Then the run's node-local snapshots that this node holds (what a crashed\n"
+    "job left for its relaunch), each host's and fault domain's, checked the same way.\n";
+
+// One line of the listing: the step, the file, when it was saved, its size and whether it is
+// valid (every checksum read).
+void print_entry(std::optional<long> step, const fs::path& path, std::size_t width,
+                 const std::string& suffix) {
+  std::string saved, status;
+  std::uint64_t bytes = 0;
+  try {
+    const CheckpointContents contents = checkpoint::read_checkpoint_file(path);
+    saved = core::iso_time(contents.state.unix_time);
+    bytes = contents.file_bytes;
+    status = "valid";
+    step = contents.state.step;
+  } catch (const Error& e) {
+    saved = core::iso_time(file_time(path));
+    std::error_code error;
+    bytes = fs::file_size(path, error);
+    status = "INVALID: " + without_path(e.what(), path);
+  }
+  std::cout << fmt::format("{:>8}  {:<{}}  {:<24}  {:>10}  {}{}\n",
+                           step ? std::to_string(*step) : "?", path.filename().string(), width,
+                           saved, human_bytes(bytes), status, suffix);
+}
+
+// The host directories of a run's node-local snapshots under ROOT on this node: ROOT/<run key>/*
+// and, for jobs of fault domains, ROOT/domain-*/<run key>/*. Each tree is checked as the job
+// checks it before anything in it is read; one that fails is named with the reason.
+void list_node_snapshots(const fs::path& root, const fs::path& run_dir) {
+  const std::string key = checkpoint::run_key(run_dir);
+  std::vector<fs::path> roots{root};
+  std::error_code error;
+  for (fs::directory_iterator it(root, error), end; !error && it != end; it.increment(error))
+    if (it->path().filename().string().starts_with("domain-") && !it->is_symlink())
+      roots.push_back(it->path());
+  bool any = false;
+  for (const fs::path& domain_root : roots) {
+    std::error_code ignored;
+    for (fs::directory_iterator host(domain_root / key, ignored), end; !ignored && host != end;
+         host.increment(ignored)) {
+      const std::string name = host->path().filename().string();
+      try {
+        core::check_private_tree(domain_root, fs::path(key) / name, false);
+      } catch (const core::UnsafeDirectory& e) {
+        std::cout << fmt::format("node-local snapshots in {}: not read: {}\n",
+                                 host->path().string(), e.what());
+        continue;
+      }
+      const auto slots = checkpoint::list_snapshots(host->path());
+      if (slots.empty()) continue;
+      any = true;
+      std::cout << fmt::format(
+          "\nnode-local snapshots of host {} in {}\n{:>8}  {:<16}  {:<24}  {:>10}  {}\n", name,
+          host->path().string(), "step", "file", "saved (UTC)", "size", "status");
+      for (auto slot = slots.rbegin(); slot != slots.rend(); ++slot)
+        print_entry(slot->step, slot->path, 16, slot == slots.rbegin() ? "  <- newest" : "");
+    }
+  }
+  if (!any)
+    std::cout << fmt::format("\nno node-local snapshots of this run under {} on this node\n",
+                             root.string());
+}
 
 int list(const std::vector<std::string>& args) {
   const Parsed parsed = parse("list", args, ckpt_list_options(), kListUsage);
@@ -133,34 +204,24 @@ int list(const std::vector<std::string>& args) {
   const auto latest = checkpoint::read_latest(dir);
   if (entries.empty()) {
     std::cout << fmt::format("no checkpoints in {}\n", dir.string());
-    return 0;
-  }
-  std::size_t width = 4;
-  for (const auto& entry : entries) width = std::max(width, entry.path.filename().string().size());
-  std::cout << fmt::format("checkpoints in {}\n{:>8}  {:<{}}  {:<24}  {:>10}  {}\n", dir.string(),
-                           "step", "file", width, "saved (UTC)", "size", "status");
-  for (const auto& entry : entries) {
-    const bool is_latest = latest && latest->filename() == entry.path.filename();
-    std::string saved, status;
-    std::uint64_t bytes = 0;
-    try {
-      const CheckpointContents contents = checkpoint::read_checkpoint_file(entry.path);
-      saved = core::iso_time(contents.state.unix_time);
-      bytes = contents.file_bytes;
-      status = "valid";
-    } catch (const Error& e) {
-      saved = core::iso_time(file_time(entry.path));
-      std::error_code error;
-      bytes = fs::file_size(entry.path, error);
-      status = "INVALID: " + without_path(e.what(), entry.path);
+  } else {
+    std::size_t width = 16;
+    for (const auto& entry : entries)
+      width = std::max(width, entry.path.filename().string().size());
+    std::cout << fmt::format("checkpoints in {}\n{:>8}  {:<{}}  {:<24}  {:>10}  {}\n", dir.string(),
+                             "step", "file", width, "saved (UTC)", "size", "status");
+    for (const auto& entry : entries) {
+      const bool is_latest = latest && latest->filename() == entry.path.filename();
+      print_entry(entry.step, entry.path, width, is_latest ? "  <- latest" : "");
     }
-    std::cout << fmt::format("{:>8}  {:<{}}  {:<24}  {:>10}  {}{}\n", entry.step,
-                             entry.path.filename().string(), width, saved, human_bytes(bytes),
-                             status, is_latest ? "  <- latest" : "");
+    if (latest && !fs::exists(*latest))
+      std::cout << fmt::format("latest names {}, which does not exist\n",
+                               latest->filename().string());
   }
-  if (latest && !fs::exists(*latest))
-    std::cout << fmt::format("latest names {}, which does not exist\n",
-                             latest->filename().string());
+  // The node-local tier is keyed by the run directory the job was given, made absolute: the
+  // checkpoints' parent when RUN_DIR was the checkpoints directory itself.
+  list_node_snapshots(parsed.options["snapshot-dir"].as<std::string>(),
+                      dir == run_dir ? fs::absolute(run_dir).parent_path() : run_dir);
   return 0;
 }
 
@@ -462,10 +523,42 @@ int diff(const std::vector<std::string>& args) {
   return 0;
 }
 
+// ---- convert ----
+
+constexpr const char* kConvertUsage =
+    "Usage: hardy ckpt convert FILE OUT\n\n"
+    "Reads FILE (a checkpoint or a node-local snapshot's slot file), validates it, and\n"
+    "writes it as a checkpoint file OUT (HDF5, readable by h5py and h5dump), atomically.\n"
+    "OUT must not exist yet. Node memory is lost with the node: convert a snapshot to\n"
+    "keep it.\n";
+
+int convert(const std::vector<std::string>& args) {
+  const Parsed parsed = parse("convert", args, ckpt_convert_options(), kConvertUsage);
+  if (parsed.help) return 0;
+  require_paths(parsed, "convert", 2, 2, "a checkpoint or snapshot file and the file to write");
+  const fs::path from = parsed.paths[0], to = parsed.paths[1];
+  std::error_code error;
+  if (fs::exists(fs::symlink_status(to, error)))
+    throw InvalidArgument(fmt::format("{} exists; remove it or choose another name", to.string()));
+  const CheckpointContents contents = checkpoint::read_checkpoint_file(from);
+  const auto bytes = checkpoint::write_checkpoint_file(contents.state, to);
+  std::cout << fmt::format("{} (step {}) written as {} ({})\n", from.string(), contents.state.step,
+                           to.string(), human_bytes(bytes));
+  return 0;
+}
+
 }  // namespace
 
 po::options_description ckpt_list_options() {
   po::options_description options("hardy ckpt list options");
+  options.add_options()("help,h", "print this help")(
+      "snapshot-dir", po::value<std::string>()->default_value(train_default("snapshot-dir")),
+      "the node-local snapshot root that `hardy train --snapshot-dir` used");
+  return options;
+}
+
+po::options_description ckpt_convert_options() {
+  po::options_description options("hardy ckpt convert options");
   options.add_options()("help,h", "print this help");
   return options;
 }
@@ -506,8 +599,9 @@ int ckpt_command(const std::vector<std::string>& args) {
   if (command == "inspect") return inspect(rest);
   if (command == "verify") return verify(rest);
   if (command == "diff") return diff(rest);
-  throw InvalidArgument(
-      fmt::format("unknown ckpt command '{}'; choose list, inspect, verify or diff", command));
+  if (command == "convert") return convert(rest);
+  throw InvalidArgument(fmt::format(
+      "unknown ckpt command '{}'; choose list, inspect, verify, diff or convert", command));
 }
 
 }  // namespace hardy::jobs

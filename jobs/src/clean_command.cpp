@@ -32,13 +32,6 @@ sm_segment.* files of this user that no process maps any more), as every job doe
 when it starts.
 )";
 
-// hardy train's default for `option`, read from its option table, so that the two never differ.
-std::string train_default(const std::string& option) {
-  boost::any value;
-  train_options().find(option, false).semantic()->apply_default(value);
-  return boost::any_cast<std::string>(value);
-}
-
 }  // namespace
 
 po::options_description clean_options() {

@@ -41,6 +41,12 @@ bool parse_command_line(const std::vector<std::string>& args,
   return false;
 }
 
+std::string train_default(const std::string& option) {
+  boost::any value;
+  train_options().find(option, false).semantic()->apply_default(value);
+  return boost::any_cast<std::string>(value);
+}
+
 const std::vector<CommandTable>& command_tables() {
   static const std::vector<CommandTable> tables = {
       {"train", train_options},
@@ -54,6 +60,7 @@ const std::vector<CommandTable>& command_tables() {
       {"ckpt inspect", ckpt_inspect_options},
       {"ckpt verify", ckpt_verify_options},
       {"ckpt diff", ckpt_diff_options},
+      {"ckpt convert", ckpt_convert_options},
       {"submit", submit_options},
       {"status", status_options},
       {"cancel", cancel_options},

@@ -46,6 +46,7 @@ boost::program_options::options_description ckpt_list_options();      // ckpt_co
 boost::program_options::options_description ckpt_inspect_options();
 boost::program_options::options_description ckpt_verify_options();
 boost::program_options::options_description ckpt_diff_options();
+boost::program_options::options_description ckpt_convert_options();
 boost::program_options::options_description submit_options();      // submit_command.cpp
 boost::program_options::options_description status_options();      // status_command.cpp
 boost::program_options::options_description cancel_options();      // cancel_command.cpp
@@ -56,6 +57,10 @@ boost::program_options::options_description events_options();      // events_com
 
 // Every command with its option table, in the order `hardy --help` lists them; a command with
 // subcommands has one entry per subcommand ("ckpt inspect").
+// hardy train's default for a string `option`, read from its option table, so that a command
+// that must agree with it (--snapshot-dir) never differs.
+std::string train_default(const std::string& option);
+
 struct CommandTable {
   std::string name;  // "eval", "ckpt inspect"
   boost::program_options::options_description (*options)();

@@ -211,16 +211,24 @@ double StateStore::write_node_snapshot(bool agreed_wanted) {
   if (!node_snapshots_) {
     // A rank becomes its host's writer at the start or when a lower rank on the host died.
     try {
-      node_snapshots_.emplace(config_.snapshot_dir, config_.run_dir, membership_.host(),
-                              [this](const checkpoint::WriteReport& report) {
-                                last_snapshot_cpu_s_ = report.cpu_s;
-                                double pending = snapshot_cpu_unreported_s_.load();
-                                while (!snapshot_cpu_unreported_s_.compare_exchange_weak(
-                                    pending, pending + report.cpu_s)) {
-                                }
-                                if (!report.error.empty())
-                                  report_snapshot_failure(report.step, report.error);
-                              });
+      // The CPU backend's kernels take every core the rank has (split_host_threads): a writer
+      // thread beside them would only compete, so the copy runs in the step, as part of the
+      // stall. With the kernels on a GPU the host has cores to spare for it.
+      const bool background = config_.backend != "cpu";
+      node_snapshots_.emplace(
+          config_.snapshot_dir, config_.run_dir, membership_.host(),
+          [this, background](const checkpoint::WriteReport& report) {
+            if (background) {  // otherwise the write is inside the stall already
+              last_snapshot_cpu_s_ = report.cpu_s;
+              double pending = snapshot_cpu_unreported_s_.load();
+              while (!snapshot_cpu_unreported_s_.compare_exchange_weak(pending,
+                                                                       pending + report.cpu_s)) {
+              }
+            }
+            if (!report.error.empty()) report_snapshot_failure(report.step, report.error);
+          },
+          background ? checkpoint::NodeLocalSnapshots::Writing::background
+                     : checkpoint::NodeLocalSnapshots::Writing::in_submit);
       node_snapshots_->discard_newer_than(step);
       // Crashed runs' state that no job came back for within a day (stale_snapshots.hpp).
       for (const auto& stale : checkpoint::remove_stale_node_snapshots(
@@ -244,7 +252,7 @@ double StateStore::write_node_snapshot(bool agreed_wanted) {
   checkpoint::TrainingState state = node_snapshots_->take_spare();
   committed_into(state);
   const double copy_s = seconds_since(stall_start);
-  node_snapshots_->submit(std::move(state), copy_s);  // waits while the previous one is written
+  node_snapshots_->submit(std::move(state), copy_s);  // in the background, or written now
   last_snapshot_started_ = copy_start;
   last_snapshot_stall_s_ = seconds_since(copy_start);
   return seconds_since(stall_start);

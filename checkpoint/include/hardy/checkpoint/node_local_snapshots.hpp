@@ -49,10 +49,17 @@ class NodeLocalSnapshots {
  public:
   static constexpr int kKeepLast = SnapshotSlots::kSlots;
 
+  // Where the copy into the slot file runs: on a background thread (the default: for a node
+  // whose training leaves cores idle, e.g. while its GPU computes) or in submit() itself (when
+  // training keeps every core busy, a thread more only competes with it: the copy then costs
+  // the same and its time shows as the stall).
+  enum class Writing { background, in_submit };
+
   // Creates the host's directory after checking the tree; throws core::UnsafeDirectory for a
   // tree that fails the checks, IoError when it cannot (a read-only or full /dev/shm).
   NodeLocalSnapshots(const std::filesystem::path& root, const std::filesystem::path& run_dir,
-                     const std::string& host, CheckpointWriter::Report report = {});
+                     const std::string& host, CheckpointWriter::Report report = {},
+                     Writing writing = Writing::background);
 
   // The buffers of the last snapshot written, to capture the next one into without allocating.
   TrainingState take_spare() { return writer_.take_spare(); }
