@@ -23,7 +23,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <omp.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +44,7 @@
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/nn/optimizer.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/process_info.hpp"
 #include "hardy/core/support/random.hpp"
 
 using namespace hardy;
@@ -115,12 +115,6 @@ Options parse(int argc, char** argv) {
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double thread_cpu_seconds() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
 
 // Snapshots are written every step: many more repeats than a checkpoint, so the best is steady.
@@ -269,11 +263,11 @@ nlohmann::json measure(double millions, const Options& options) {
     std::vector<std::byte> floor(checkpoint::tensor_bytes(state));
     for (int r = 0; r < options.repeats * kSnapshotRepeatsPerRepeat; ++r) {
       state.step = r + 1;
-      const double cpu_start = thread_cpu_seconds();
+      const double cpu_start = core::thread_cpu_seconds();
       auto start = Clock::now();
       snapshot_bytes = slots.write(state).bytes;
       snapshot.push_back(seconds_since(start));
-      snapshot_cpu.push_back(thread_cpu_seconds() - cpu_start);
+      snapshot_cpu.push_back(core::thread_cpu_seconds() - cpu_start);
       start = Clock::now();
       std::byte* out = floor.data();
       for (const auto* tensors : {&state.model, &state.optimizer})

@@ -1,23 +1,17 @@
 #include "hardy/checkpoint/checkpoint_writer.hpp"
 
 #include <fmt/format.h>
-#include <time.h>
 
 #include <chrono>
 
 #include "hardy/core/support/hdf5.hpp"
+#include "hardy/core/support/process_info.hpp"
 
 namespace hardy::checkpoint {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double thread_cpu_seconds() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
-}
 
 }  // namespace
 
@@ -111,7 +105,7 @@ void CheckpointWriter::flush() {
 
 CheckpointWriter::Outcome CheckpointWriter::write_and_report(Job& job) {
   const auto start = Clock::now();
-  const double cpu_start = thread_cpu_seconds();
+  const double cpu_start = core::thread_cpu_seconds();
   Outcome outcome;
   WriteReport& report = outcome.report;
   report.step = job.state.step;
@@ -129,7 +123,7 @@ CheckpointWriter::Outcome CheckpointWriter::write_and_report(Job& job) {
     outcome.error = std::current_exception();
   }
   report.write_s = std::chrono::duration<double>(Clock::now() - start).count();
-  report.cpu_s = thread_cpu_seconds() - cpu_start;
+  report.cpu_s = core::thread_cpu_seconds() - cpu_start;
   deliver(report);  // before the next write may start: reports come one at a time, in order
   {
     std::lock_guard lock(mutex_);

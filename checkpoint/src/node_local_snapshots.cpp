@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
+#include "hardy/core/support/process_info.hpp"
 
 namespace hardy::checkpoint {
 
@@ -75,6 +77,7 @@ NodeLocalSnapshots::NodeLocalSnapshots(const fs::path& root, const fs::path& run
     : root_(root),
       run_dir_(run_dir),
       host_(host),
+      report_(report),
       slots_(checked_directory(root, run_dir, host)),
       writer_(slots_.directory(), writer_options(writing), std::move(report),
               [this](const TrainingState& state, const WriteProgress&) {
@@ -83,6 +86,33 @@ NodeLocalSnapshots::NodeLocalSnapshots(const fs::path& root, const fs::path& run
 
 void NodeLocalSnapshots::submit(TrainingState&& state, double stall_s) {
   writer_.submit(std::move(state), stall_s);
+}
+
+template <class Write>
+void NodeLocalSnapshots::write_and_report(long step, const Write& write) {
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = core::thread_cpu_seconds();
+  WriteReport report;
+  report.step = step;
+  report.path = slots_.directory();
+  try {
+    const SavedCheckpoint saved = write();
+    report.path = saved.path;
+    report.bytes = saved.bytes;
+  } catch (const std::exception& e) {
+    report.error = e.what();
+  }
+  report.write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.cpu_s = core::thread_cpu_seconds() - cpu_start;
+  if (report_) report_(report);
+}
+
+void NodeLocalSnapshots::write_now(const TrainingState& state) {
+  write_and_report(state.step, [&] { return slots_.write(state); });
+}
+
+void NodeLocalSnapshots::write_now(const StateSources& tensors, const TrainingState& scalars) {
+  write_and_report(scalars.step, [&] { return slots_.write(tensors, scalars); });
 }
 
 void NodeLocalSnapshots::discard_newer_than(long step) {

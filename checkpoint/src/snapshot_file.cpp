@@ -12,8 +12,10 @@
 #include <cstddef>
 #include <cstring>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
+#include "hardy/checkpoint/scalar_fields.hpp"
 #include "hardy/core/support/error.hpp"
 #include "posix_file.hpp"
 #include "state_stream.hpp"
@@ -305,26 +307,53 @@ void SnapshotSlots::reserve(int index, std::size_t bytes) {
   slot.mapped = bytes;
 }
 
-SavedCheckpoint SnapshotSlots::write(const TrainingState& state) {
-  const std::vector<detail::Field> fields = detail::fields_of(state, detail::Checksums::skip);
-  const std::uint64_t payload = detail::stream_size(fields);
+int SnapshotSlots::begin(std::uint64_t payload) {
   const std::size_t bytes = sizeof(Header) + static_cast<std::size_t>(payload);
   const int index = older_slot();
-  const fs::path path = snapshot_slot_path(dir_, index);
   if (const auto budget = detail::injected_failure_budget(); budget && *budget < bytes)
     throw IoError(fmt::format("cannot write the node-local snapshot {}: {} (injected)",
-                              path.string(), system_error(ENOSPC)));
+                              snapshot_slot_path(dir_, index).string(), system_error(ENOSPC)));
   open(index);
   reserve(index, bytes);
   Slot& slot = slots_[index];
-  auto* header = reinterpret_cast<Header*>(slot.map);
   // Incomplete before anything else changes: a writer killed from here on leaves this slot
   // rejected and the other one, the previous snapshot, the newest valid.
   slot.step.reset();
+  auto* header = reinterpret_cast<Header*>(slot.map);
   std::atomic_ref<std::uint64_t>(header->complete).store(0, std::memory_order_release);
+  return index;
+}
 
+SavedCheckpoint SnapshotSlots::finish(int index, long step, std::uint64_t payload,
+                                      std::uint64_t checksum) {
+  Slot& slot = slots_[index];
+  const fs::path path = snapshot_slot_path(dir_, index);
+  auto* header = reinterpret_cast<Header*>(slot.map);
+  Header complete{};
+  std::memcpy(complete.magic, kSnapshotFormatName, std::strlen(kSnapshotFormatName));
+  complete.format_version = kSnapshotFormatVersion;
+  complete.header_bytes = sizeof(Header);
+  complete.step = step;
+  complete.payload_bytes = payload;
+  complete.payload_checksum = checksum;
+  complete.header_checksum = header_checksum(complete);
+  std::memcpy(header, &complete, offsetof(Header, complete));
+  std::atomic_ref<std::uint64_t>(header->complete).store(kComplete, std::memory_order_release);
+  slot.step = step;
+  // Stores through a mapping need not move the file's modification time, which is how stale runs
+  // are told from live ones (stale_snapshots.hpp): set it.
+  if (::futimens(slot.fd, nullptr) != 0)
+    throw IoError(fmt::format("cannot touch the node-local snapshot {}: {}", path.string(),
+                              system_error(errno)));
+  return {path, slot.mapped, {}};
+}
+
+SavedCheckpoint SnapshotSlots::write(const TrainingState& state) {
+  const std::vector<detail::Field> fields = detail::fields_of(state, detail::Checksums::skip);
+  const std::uint64_t payload = detail::stream_size(fields);
+  const int index = begin(payload);
   hash_.reset();
-  std::byte* out = slot.map + sizeof(Header);
+  std::byte* out = slots_[index].map + sizeof(Header);
   detail::write_stream(fields, [&](std::span<const std::byte> piece) {
     for (std::size_t done = 0; done < piece.size(); done += kCopyChunk) {
       const std::size_t n = std::min(kCopyChunk, piece.size() - done);
@@ -333,24 +362,95 @@ SavedCheckpoint SnapshotSlots::write(const TrainingState& state) {
       out += n;
     }
   });
+  return finish(index, state.step, payload, hash_.digest());
+}
 
-  Header complete{};
-  std::memcpy(complete.magic, kSnapshotFormatName, std::strlen(kSnapshotFormatName));
-  complete.format_version = kSnapshotFormatVersion;
-  complete.header_bytes = sizeof(Header);
-  complete.step = state.step;
-  complete.payload_bytes = payload;
-  complete.payload_checksum = hash_.digest();
-  complete.header_checksum = header_checksum(complete);
-  std::memcpy(header, &complete, offsetof(Header, complete));
-  std::atomic_ref<std::uint64_t>(header->complete).store(kComplete, std::memory_order_release);
-  slot.step = state.step;
-  // Stores through a mapping need not move the file's modification time, which is how stale runs
-  // are told from live ones (stale_snapshots.hpp): set it.
-  if (::futimens(slot.fd, nullptr) != 0)
-    throw IoError(fmt::format("cannot touch the node-local snapshot {}: {}", path.string(),
-                              system_error(errno)));
-  return {path, bytes, {}};
+const SnapshotSlots::TensorLayout& SnapshotSlots::layout_for(const StateSources& tensors,
+                                                             std::size_t scalar_count) {
+  const auto same = [](const std::vector<TensorSource>& sources,
+                       const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& kept) {
+    return sources.size() == kept.size() && std::equal(sources.begin(), sources.end(), kept.begin(),
+                                                       [](const auto& a, const auto& b) {
+                                                         return a.name == b.first &&
+                                                                a.tensor->dims() == b.second;
+                                                       });
+  };
+  TensorLayout& layout = layout_;
+  if (layout.scalar_count == scalar_count && same(tensors.model, layout.model) &&
+      same(tensors.optimizer, layout.optimizer))
+    return layout;
+  layout = {};
+  layout.scalar_count = scalar_count;
+  const std::size_t count = tensors.model.size() + tensors.optimizer.size();
+  std::vector<std::byte> encoded;
+  detail::append_preamble(encoded, count + scalar_count);
+  std::uint64_t offset = 0;
+  for (const auto& [group, sources, kept] :
+       {std::tuple{std::string_view(kModelGroup), &tensors.model, &layout.model},
+        std::tuple{std::string_view(kOptimizerGroup), &tensors.optimizer, &layout.optimizer}}) {
+    for (const TensorSource& source : *sources) {
+      const auto& dims = source.tensor->dims();
+      kept->emplace_back(source.name, dims);
+      const detail::Field field(std::string(group) + source.name, detail::FieldType::f32,
+                                std::vector<std::uint64_t>(dims.begin(), dims.end()));
+      const auto bytes = static_cast<std::uint64_t>(source.tensor->numel()) * sizeof(float);
+      detail::append_description(encoded, field, bytes);
+      encoded.resize(detail::aligned(offset + encoded.size()) - offset);
+      offset += encoded.size() + bytes;
+      layout.descriptions.push_back(std::move(encoded));
+      layout.data_bytes.push_back(bytes);
+      encoded.clear();
+    }
+  }
+  layout.end = offset;
+  return layout;
+}
+
+SavedCheckpoint SnapshotSlots::write(const StateSources& tensors, const TrainingState& scalars) {
+  // The stream of write(TrainingState), with each tensor's bytes copied by the backend straight
+  // from where it lives into its (aligned) place in the slot. The tensors' part of the stream
+  // is the same at every step: laid out once.
+  const std::vector<detail::Field> scalar_fields =
+      detail::scalar_fields_of(scalars, detail::Checksums::skip);
+  const TensorLayout& layout = layout_for(tensors, scalar_fields.size());
+  std::uint64_t payload = layout.end;
+  for (const detail::Field& field : scalar_fields)
+    payload = detail::aligned(payload + detail::description_size(field)) + field.bytes().size();
+  std::vector<const core::Tensor*> live;
+  live.reserve(layout.descriptions.size());
+  for (const auto* sources : {&tensors.model, &tensors.optimizer})
+    for (const TensorSource& source : *sources) live.push_back(source.tensor);
+
+  const int index = begin(payload);
+  std::byte* base = slots_[index].map + sizeof(Header);
+  // A device backend copies asynchronously: hash once every copy is done. On the host each
+  // tensor is hashed right after its copy, while it is in cache.
+  const bool host = tensors.backend->device() == core::Device::host;
+  hash_.reset();
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    const std::vector<std::byte>& description = layout.descriptions[i];
+    std::memcpy(base + offset, description.data(), description.size());
+    const std::uint64_t start = offset;
+    offset += description.size();
+    copy_to_host(*tensors.backend, *live[i],
+                 std::span(reinterpret_cast<float*>(base + offset),
+                           static_cast<std::size_t>(live[i]->numel())));
+    offset += layout.data_bytes[i];
+    if (host)
+      hash_.update(
+          std::span<const std::byte>(base + start, static_cast<std::size_t>(offset - start)));
+  }
+  const std::uint64_t scalars_start = offset;
+  detail::write_stream_fields(scalar_fields, offset, [&](std::span<const std::byte> piece) {
+    std::memcpy(base + offset, piece.data(), piece.size());
+    offset += piece.size();
+  });
+  tensors.backend->synchronize();
+  const auto whole = std::span<const std::byte>(base, static_cast<std::size_t>(payload));
+  if (!host) return finish(index, scalars.step, payload, core::xxh3_64(whole));
+  hash_.update(whole.subspan(static_cast<std::size_t>(scalars_start)));
+  return finish(index, scalars.step, payload, hash_.digest());
 }
 
 std::vector<fs::path> SnapshotSlots::discard_newer_than(long step) {

@@ -168,14 +168,23 @@ Field tensor_field(std::string_view group, const NamedTensor& tensor) {
   return field;
 }
 
+std::vector<Field> scalar_fields_of(const TrainingState& s, Checksums checksums) {
+  std::vector<Field> fields;
+  for (const ScalarField& scalar : scalar_fields()) {
+    fields.push_back(scalar_field(scalar.path, scalar.get(s)));
+    if (checksums == Checksums::compute)
+      fields.back().checksum = core::xxhash64(fields.back().bytes());
+  }
+  return fields;
+}
+
 std::vector<Field> fields_of(const TrainingState& s, Checksums checksums) {
   std::vector<Field> fields;
   for (const NamedTensor& t : s.model) fields.push_back(tensor_field(kModelGroup, t));
   for (const NamedTensor& t : s.optimizer) fields.push_back(tensor_field(kOptimizerGroup, t));
-  for (const ScalarField& scalar : scalar_fields())
-    fields.push_back(scalar_field(scalar.path, scalar.get(s)));
   if (checksums == Checksums::compute)
     for (Field& field : fields) field.checksum = core::xxhash64(field.bytes());
+  for (Field& field : scalar_fields_of(s, checksums)) fields.push_back(std::move(field));
   return fields;
 }
 

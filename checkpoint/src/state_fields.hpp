@@ -57,6 +57,9 @@ enum class Checksums { compute, skip };
 // Every dataset of a checkpoint: the model's tensors, then the optimizer's, then /train and /job
 // as scalar_fields() lists them. Tensor fields borrow the state's memory: keep the state alive.
 std::vector<Field> fields_of(const TrainingState& state, Checksums checksums = Checksums::compute);
+// Only the /train and /job fields of fields_of.
+std::vector<Field> scalar_fields_of(const TrainingState& state,
+                                    Checksums checksums = Checksums::compute);
 // One tensor as the f32 dataset `group` + name ("/model/..."), borrowing the tensor's memory.
 Field tensor_field(std::string_view group, const NamedTensor& tensor);
 

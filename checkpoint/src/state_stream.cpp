@@ -13,35 +13,20 @@ namespace hardy::checkpoint::detail {
 
 namespace {
 
-constexpr std::string_view kMagic = "hardy-state-v1";
+constexpr std::string_view kMagic = "hardy-state-v2";
 constexpr std::size_t kMaxRank = 32;
 
-class Encoder {
- public:
-  template <class T>
-  requires std::is_arithmetic_v<T>
-  void number(T value) {
-    const auto* bytes = reinterpret_cast<const std::byte*>(&value);
-    out_.insert(out_.end(), bytes, bytes + sizeof(T));
-  }
-  void text(std::string_view text) {
-    number<std::uint64_t>(text.size());
-    const auto* bytes = reinterpret_cast<const std::byte*>(text.data());
-    out_.insert(out_.end(), bytes, bytes + text.size());
-  }
-  // Hands what was encoded to `out` and starts again.
-  void emit(const StreamOutput& out) {
-    out(out_);
-    out_.clear();
-  }
+template <class T>
+requires std::is_arithmetic_v<T>
+void append_number(std::vector<std::byte>& out, T value) {
+  const auto* bytes = reinterpret_cast<const std::byte*>(&value);
+  out.insert(out.end(), bytes, bytes + sizeof(T));
+}
 
- private:
-  std::vector<std::byte> out_;
-};
-
-// A field's description: path, type, string size, rank, extents, byte count.
-std::uint64_t description_size(const Field& field) {
-  return 8 + field.path.size() + 1 + 8 + 8 + 8 * field.shape.size() + 8;
+void append_text(std::vector<std::byte>& out, std::string_view text) {
+  append_number<std::uint64_t>(out, text.size());
+  const auto* bytes = reinterpret_cast<const std::byte*>(text.data());
+  out.insert(out.end(), bytes, bytes + text.size());
 }
 
 class Decoder {
@@ -66,6 +51,8 @@ class Decoder {
     return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }
   bool done() const { return offset_ == in_.size(); }
+  std::size_t offset() const { return offset_; }
+  void skip_to(std::uint64_t offset) { take(offset - offset_); }
 
  private:
   std::span<const std::byte> in_;
@@ -75,26 +62,66 @@ class Decoder {
 
 }  // namespace
 
+std::uint64_t description_size(const Field& field) {
+  return 8 + field.path.size() + 1 + 8 + 8 + 8 * field.shape.size() + 8;
+}
+
+void append_preamble(std::vector<std::byte>& out, std::uint64_t field_count) {
+  append_text(out, kMagic);
+  append_number<std::uint64_t>(out, field_count);
+}
+
+void append_description(std::vector<std::byte>& out, const Field& field, std::uint64_t bytes) {
+  append_text(out, field.path);
+  append_number<std::uint8_t>(out, static_cast<std::uint8_t>(field.type));
+  append_number<std::uint64_t>(out, field.string_size);
+  append_number<std::uint64_t>(out, field.shape.size());
+  for (std::uint64_t extent : field.shape) append_number<std::uint64_t>(out, extent);
+  append_number<std::uint64_t>(out, bytes);
+}
+
+std::uint64_t aligned(std::uint64_t offset) {
+  return (offset + kStreamAlignment - 1) / kStreamAlignment * kStreamAlignment;
+}
+
+std::uint64_t preamble_size() { return 8 + kMagic.size() + 8; }
+
 std::uint64_t stream_size(std::span<const Field> fields) {
-  std::uint64_t size = 8 + kMagic.size() + 8;
-  for (const Field& field : fields) size += description_size(field) + field.bytes().size();
+  std::uint64_t size = preamble_size();
+  for (const Field& field : fields)
+    size = aligned(size + description_size(field)) + field.bytes().size();
   return size;
 }
 
-void write_stream(std::span<const Field> fields, const StreamOutput& out) {
-  Encoder encoder;
-  encoder.text(kMagic);
-  encoder.number<std::uint64_t>(fields.size());
+namespace {
+
+// Hands `encoded` (the preamble, if any, and the fields) to out from stream offset `offset`.
+void write_fields(std::vector<std::byte>& encoded, std::span<const Field> fields,
+                  std::uint64_t offset, const StreamOutput& out) {
   for (const Field& field : fields) {
-    encoder.text(field.path);
-    encoder.number<std::uint8_t>(static_cast<std::uint8_t>(field.type));
-    encoder.number<std::uint64_t>(field.string_size);
-    encoder.number<std::uint64_t>(field.shape.size());
-    for (std::uint64_t extent : field.shape) encoder.number<std::uint64_t>(extent);
-    encoder.number<std::uint64_t>(field.bytes().size());
-    encoder.emit(out);
+    append_description(encoded, field, field.bytes().size());
+    encoded.resize(aligned(offset + encoded.size()) - offset);  // zeros up to the bytes
+    out(encoded);
+    offset += encoded.size();
+    encoded.clear();
     if (!field.bytes().empty()) out(field.bytes());
+    offset += field.bytes().size();
   }
+  if (!encoded.empty()) out(encoded);
+}
+
+}  // namespace
+
+void write_stream(std::span<const Field> fields, const StreamOutput& out) {
+  std::vector<std::byte> encoded;
+  append_preamble(encoded, fields.size());
+  write_fields(encoded, fields, 0, out);
+}
+
+void write_stream_fields(std::span<const Field> fields, std::uint64_t offset,
+                         const StreamOutput& out) {
+  std::vector<std::byte> encoded;
+  write_fields(encoded, fields, offset, out);
 }
 
 TrainingState read_stream(std::span<const std::byte> bytes, std::string_view source,
@@ -123,7 +150,9 @@ TrainingState read_stream(std::span<const std::byte> bytes, std::string_view sou
           fmt::format("{}: field {} claims {} dimensions", source, field.path, rank));
     field.shape.resize(static_cast<std::size_t>(rank));
     for (std::uint64_t& extent : field.shape) extent = in.get<std::uint64_t>();
-    const auto data = in.take(in.get<std::uint64_t>());
+    const auto byte_count = in.get<std::uint64_t>();
+    in.skip_to(aligned(in.offset()));
+    const auto data = in.take(byte_count);
     if (data.size() != field.element_count() * field.element_size())
       throw CorruptCheckpoint(fmt::format("{}: field {} holds {} bytes, not the {} its shape needs",
                                           source, field.path, data.size(),

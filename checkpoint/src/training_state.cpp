@@ -36,11 +36,12 @@ core::Layout canonical_layout(const std::vector<std::int64_t>& dims) {
   return dims.size() == 4 ? core::Layout::nchw : core::Layout::flat;
 }
 
-Tensor host_view(NamedTensor& tensor) {
-  auto memory = std::make_shared<BorrowedHostMemory>(tensor.values.data(),
-                                                     tensor.values.size() * sizeof(float));
-  return Tensor(tensor.dims, core::DType::f32, canonical_layout(tensor.dims), std::move(memory));
+Tensor host_view(std::span<float> values, const std::vector<std::int64_t>& dims) {
+  auto memory = std::make_shared<BorrowedHostMemory>(values.data(), values.size() * sizeof(float));
+  return Tensor(dims, core::DType::f32, canonical_layout(dims), std::move(memory));
 }
+
+Tensor host_view(NamedTensor& tensor) { return host_view(tensor.values, tensor.dims); }
 
 // A const view: Backend::copy takes its source by const reference.
 Tensor host_view(const NamedTensor& tensor) { return host_view(const_cast<NamedTensor&>(tensor)); }
@@ -65,25 +66,32 @@ void require_f32(const std::string& name, const Tensor& tensor) {
                                       tensor.describe()));
 }
 
-void copy_out(core::Backend& backend, const LiveTensors& live, std::vector<NamedTensor>& out) {
+std::vector<TensorSource> sources_of(const LiveTensors& live) {
+  std::vector<TensorSource> sources;
+  sources.reserve(live.size());
+  for (const auto& [name, tensor] : live) {
+    require_f32(name, *tensor);
+    sources.push_back({name, tensor});
+  }
+  return sources;
+}
+
+void copy_out(core::Backend& backend, const std::vector<TensorSource>& live,
+              std::vector<NamedTensor>& out) {
   const bool reusable =
       out.size() == live.size() &&
       std::equal(out.begin(), out.end(), live.begin(), [](const NamedTensor& a, const auto& b) {
-        return a.name == b.first && a.dims == b.second->dims();
+        return a.name == b.name && a.dims == b.tensor->dims();
       });
   if (!reusable) {
     out.clear();
     out.reserve(live.size());
-    for (const auto& [name, tensor] : live) {
-      require_f32(name, *tensor);
-      out.push_back(
-          {name, tensor->dims(), std::vector<float>(static_cast<std::size_t>(tensor->numel()))});
-    }
+    for (const TensorSource& source : live)
+      out.push_back({source.name, source.tensor->dims(),
+                     std::vector<float>(static_cast<std::size_t>(source.tensor->numel()))});
   }
-  for (std::size_t i = 0; i < live.size(); ++i) {
-    Tensor view = host_view(out[i]);
-    backend.copy(*live[i].second, view);
-  }
+  for (std::size_t i = 0; i < live.size(); ++i)
+    copy_to_host(backend, *live[i].tensor, out[i].values);
 }
 
 std::string shape_of(const std::vector<std::int64_t>& dims) {
@@ -128,15 +136,35 @@ std::int64_t NamedTensor::numel() const {
   return std::accumulate(dims.begin(), dims.end(), std::int64_t{1}, std::multiplies<>());
 }
 
-void capture_into(core::DeepLabV3Plus& model, core::Optimizer& optimizer, TrainingState& state) {
-  core::Backend& backend = model.backend();
-  copy_out(backend, model_tensors(model), state.model);
-  copy_out(backend, optimizer_tensors(model, optimizer), state.optimizer);
-  backend.synchronize();  // a device backend may copy asynchronously
+StateSources state_sources(core::DeepLabV3Plus& model, core::Optimizer& optimizer) {
+  return {&model.backend(), sources_of(model_tensors(model)),
+          sources_of(optimizer_tensors(model, optimizer))};
+}
+
+void capture_scalars_into(const core::Optimizer& optimizer, TrainingState& state) {
   state.optimizer_kind = core::to_string(optimizer.config().kind);
   state.optimizer_steps = optimizer.steps_taken();
   state.hardy_version = HARDY_VERSION;
   state.unix_time = core::unix_time();
+}
+
+void copy_to_host(core::Backend& backend, const core::Tensor& tensor, std::span<float> into) {
+  if (static_cast<std::int64_t>(into.size()) != tensor.numel())
+    throw InvalidArgument(
+        fmt::format("copy_to_host: {} floats for a tensor of {}", into.size(), tensor.numel()));
+  Tensor view = host_view(into, tensor.dims());
+  backend.copy(tensor, view);
+}
+
+void capture_tensors_into(const StateSources& sources, TrainingState& state) {
+  copy_out(*sources.backend, sources.model, state.model);
+  copy_out(*sources.backend, sources.optimizer, state.optimizer);
+  sources.backend->synchronize();  // a device backend may copy asynchronously
+}
+
+void capture_into(core::DeepLabV3Plus& model, core::Optimizer& optimizer, TrainingState& state) {
+  capture_tensors_into(state_sources(model, optimizer), state);
+  capture_scalars_into(optimizer, state);
 }
 
 TrainingState capture(core::DeepLabV3Plus& model, core::Optimizer& optimizer) {

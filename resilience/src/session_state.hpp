@@ -152,6 +152,9 @@ struct TrainingSession::State final : StateSource {
   float current_lr(long step) const;
   // StateSource: the trainer's state and who ran it (world, hosts, run id).
   void capture_into(checkpoint::TrainingState& state) const override;
+  checkpoint::StateSources committed_sources(checkpoint::TrainingState& scalars) const override;
+  // Who ran it: the configuration, world, hosts and run identity into `state`.
+  void capture_job_into(checkpoint::TrainingState& state) const;
   long committed_step() const override { return trainer.step(); }
   // Root's `state` (read from a checkpoint or a node-local snapshot) to every rank, applied
   // everywhere; `state` may keep only the loop's scalars afterwards.

@@ -68,11 +68,15 @@ bool StateStore::persisted_into(checkpoint::TrainingState& into) const {
   return true;
 }
 
+const checkpoint::TrainingState* StateStore::committed_copy() const {
+  if (config_.sync_every() > 1 && synced_) return &*synced_;
+  if (memory_ && memory_->step == source_.committed_step()) return &*memory_;
+  return nullptr;
+}
+
 void StateStore::committed_into(checkpoint::TrainingState& into) const {
-  if (config_.sync_every() > 1 && synced_)
-    into = *synced_;
-  else if (memory_ && memory_->step == source_.committed_step())
-    into = *memory_;
+  if (const checkpoint::TrainingState* copy = committed_copy())
+    into = *copy;
   else
     source_.capture_into(into);  // --memory-snapshots false
 }
@@ -215,6 +219,7 @@ double StateStore::write_node_snapshot(bool agreed_wanted) {
       // thread beside them would only compete, so the copy runs in the step, as part of the
       // stall. With the kernels on a GPU the host has cores to spare for it.
       const bool background = config_.backend != "cpu";
+      snapshots_in_background_ = background;
       node_snapshots_.emplace(
           config_.snapshot_dir, config_.run_dir, membership_.host(),
           [this, background](const checkpoint::WriteReport& report) {
@@ -228,7 +233,7 @@ double StateStore::write_node_snapshot(bool agreed_wanted) {
             if (!report.error.empty()) report_snapshot_failure(report.step, report.error);
           },
           background ? checkpoint::NodeLocalSnapshots::Writing::background
-                     : checkpoint::NodeLocalSnapshots::Writing::in_submit);
+                     : checkpoint::NodeLocalSnapshots::Writing::in_step);
       node_snapshots_->discard_newer_than(step);
       // Crashed runs' state that no job came back for within a day (stale_snapshots.hpp).
       for (const auto& stale : checkpoint::remove_stale_node_snapshots(
@@ -247,12 +252,20 @@ double StateStore::write_node_snapshot(bool agreed_wanted) {
       return 0;
     }
   }
-  // Into the buffers of the snapshot written last: a copy from memory, no allocation.
   const auto copy_start = std::chrono::steady_clock::now();  // the writer's set-up is once only
-  checkpoint::TrainingState state = node_snapshots_->take_spare();
-  committed_into(state);
-  const double copy_s = seconds_since(stall_start);
-  node_snapshots_->submit(std::move(state), copy_s);  // in the background, or written now
+  if (!snapshots_in_background_) {
+    // Straight into the slot, from where the committed state is: one copy.
+    if (const checkpoint::TrainingState* copy = committed_copy())
+      node_snapshots_->write_now(*copy);
+    else
+      node_snapshots_->write_now(source_.committed_sources(snapshot_scalars_), snapshot_scalars_);
+  } else {
+    // Into the buffers of the snapshot written last (no allocation); the writer's thread copies
+    // them into the slot while training goes on.
+    checkpoint::TrainingState state = node_snapshots_->take_spare();
+    committed_into(state);
+    node_snapshots_->submit(std::move(state), seconds_since(stall_start));
+  }
   last_snapshot_started_ = copy_start;
   last_snapshot_stall_s_ = seconds_since(copy_start);
   return seconds_since(stall_start);

@@ -25,6 +25,9 @@ class StateSource {
  public:
   // The committed state into `state`, reusing its buffers; all of it, scalars included.
   virtual void capture_into(checkpoint::TrainingState& state) const = 0;
+  // The same without copying the tensors: where they live, and everything else into `scalars`
+  // (its tensor lists left as they are); for a writer that copies the tensors itself.
+  virtual checkpoint::StateSources committed_sources(checkpoint::TrainingState& scalars) const = 0;
   virtual long committed_step() const = 0;
 
  protected:
@@ -97,6 +100,9 @@ class StateStore {
   // The committed state, from memory when that copy is current, else captured into `into`; the
   // synchronised state when the domains train alone between meetings.
   void committed_into(checkpoint::TrainingState& into) const;
+  // The copy committed_into would copy from (the synchronised state, or the copy in memory when
+  // it is current); nullptr when the committed state is only in the model.
+  const checkpoint::TrainingState* committed_copy() const;
   // Whether the committed step is one every domain shares (always without --domain-sync-every).
   bool committed_step_synced() const;
   // Captures the committed step unless the copy in memory holds it already.
@@ -123,8 +129,10 @@ class StateStore {
   long last_checkpoint_step_ = -1;
   std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
   std::optional<checkpoint::NodeLocalSnapshots> node_snapshots_;
-  bool node_snapshots_unavailable_ = false;  // the directory could not be created: tier off
-  bool node_tree_refused_ = false;           // the tree failed its checks: never touched again
+  bool snapshots_in_background_ = false;
+  checkpoint::TrainingState snapshot_scalars_;  // reused: written in the step, from the model
+  bool node_snapshots_unavailable_ = false;     // the directory could not be created: tier off
+  bool node_tree_refused_ = false;              // the tree failed its checks: never touched again
   std::atomic<bool> snapshot_failure_reported_{false};  // the writer's thread reports too
   // What the last snapshot cost, for --snapshot-every auto: when it started, the training
   // thread's stall, and the background write's CPU time (reported from the writer's thread).

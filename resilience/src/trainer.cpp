@@ -145,30 +145,36 @@ void Trainer::divide_gradients(double divisor) {
     for (float& g : p->grad.f32()) g = static_cast<float>(g / divisor);
 }
 
-void Trainer::capture_into(checkpoint::TrainingState& state) const {
-  checkpoint::capture_into(const_cast<core::DeepLabV3Plus&>(model_), *optimizer_, state);
-  state.step = step_;
-  // A computed step that is not committed yet has moved the sampler and, under batch norm, the
-  // running statistics: the state is as they were before it.
+checkpoint::StateSources Trainer::committed_sources() const {
+  checkpoint::StateSources sources =
+      checkpoint::state_sources(const_cast<core::DeepLabV3Plus&>(model_), *optimizer_);
+  // A computed step that is not committed yet has moved, under batch norm, the running
+  // statistics: the committed state holds them as they were before it.
   const StepSlot* uncommitted = computed_ > 0 ? &slots_[oldest_slot_] : nullptr;
-  state.sampler = committed_sampler_;
-  state.epoch = state.sampler.epoch;
   if (uncommitted && !uncommitted->buffers_before.empty()) {
     const std::size_t first_buffer = model_.parameters().size();
-    for (std::size_t b = 0; b < uncommitted->buffers_before.size(); ++b) {
-      const core::Tensor& before = uncommitted->buffers_before[b];
-      core::Tensor on_host = core::Tensor::host(before.dims());
-      backend_->copy(before, on_host);
-      backend_->synchronize();
-      const auto values = on_host.f32();
-      std::copy(values.begin(), values.end(), state.model[first_buffer + b].values.begin());
-    }
+    for (std::size_t b = 0; b < uncommitted->buffers_before.size(); ++b)
+      sources.model[first_buffer + b].tensor = &uncommitted->buffers_before[b];
   }
+  return sources;
+}
+
+void Trainer::capture_scalars_into(checkpoint::TrainingState& state) const {
+  checkpoint::capture_scalars_into(*optimizer_, state);
+  state.step = step_;
+  // The sampler too, as the uncommitted step found it.
+  state.sampler = committed_sampler_;
+  state.epoch = state.sampler.epoch;
   state.rng_seed = config_.seed;
   state.lr_schedule = config_.schedule;
   state.loss_scale = scaler_.scale();
   state.loss_scale_good_steps = scaler_.state().good_steps;
   state.loss = last_loss_;
+}
+
+void Trainer::capture_into(checkpoint::TrainingState& state) const {
+  checkpoint::capture_tensors_into(committed_sources(), state);
+  capture_scalars_into(state);
 }
 
 void Trainer::apply(const checkpoint::TrainingState& state) {

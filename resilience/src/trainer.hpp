@@ -103,6 +103,11 @@ class Trainer {
   // The model, the optimizer and the loop's scalars (step, sampler, loss, loss scale). Reuses the
   // state's memory, so that a copy per step allocates nothing.
   void capture_into(checkpoint::TrainingState& state) const;
+  // The same without copying the tensors: the committed state's tensors where they live (the
+  // model's normalization buffers as they were before an uncommitted step), and the scalars into
+  // `state` (its tensor lists left as they are). Valid until the trainer next changes them.
+  checkpoint::StateSources committed_sources() const;
+  void capture_scalars_into(checkpoint::TrainingState& state) const;
   // Forgets the computed steps that were not committed (a rollback): the sampler and the batch
   // norm's statistics go back to where the oldest of them found them, and their reductions are
   // dropped. Parameters and optimizer state need nothing: only a committed step's update

@@ -259,8 +259,18 @@ float TrainingSession::State::current_lr(long at_step) const {
 
 void TrainingSession::State::capture_into(checkpoint::TrainingState& state) const {
   trainer.capture_into(state);
-  // Who ran it. A snapshot reuses its strings' and host list's memory: this allocates nothing
-  // per step.
+  capture_job_into(state);
+}
+
+checkpoint::StateSources TrainingSession::State::committed_sources(
+    checkpoint::TrainingState& scalars) const {
+  trainer.capture_scalars_into(scalars);
+  capture_job_into(scalars);
+  return trainer.committed_sources();
+}
+
+void TrainingSession::State::capture_job_into(checkpoint::TrainingState& state) const {
+  // A snapshot reuses its strings' and host list's memory: this allocates nothing per step.
   state.config_ini = config.config_ini;
   state.world_size = membership.size();
   state.hosts.resize(static_cast<std::size_t>(membership.size()));

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 
 #include "checkpoint_fixtures.hpp"
@@ -365,4 +366,41 @@ TEST_CASE("node-local snapshots: each write moves its slot's modification time",
   fs::last_write_time(first, long_ago);
   CHECK(slots.write(synthetic_state(3)).path == first);  // the older slot again
   CHECK(fs::last_write_time(first) > long_ago + std::chrono::hours(47));
+}
+
+TEST_CASE("node-local snapshots: written straight from the model, the same bytes as from a copy",
+          "[checkpoint]") {
+  TrainedModel trained(11);
+  TrainingState scalars;
+  set_scalars(scalars, 9);
+  capture_scalars_into(*trained.optimizer, scalars);
+  TrainingState copy = scalars;
+  capture_into(trained.model, *trained.optimizer, copy);
+  copy.unix_time = scalars.unix_time;
+
+  ScratchDirectory root("node-local-from-model");
+  SnapshotSlots from_model(root / "from-model"), from_copy(root / "from-copy");
+  fs::create_directories(root / "from-model");
+  fs::create_directories(root / "from-copy");
+  const auto direct = from_model.write(state_sources(trained.model, *trained.optimizer), scalars);
+  const auto copied = from_copy.write(copy);
+  CHECK(direct.bytes == copied.bytes);
+  const auto bytes_of = [](const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(bytes_of(direct.path) == bytes_of(copied.path));
+  const TrainingState read = read_checkpoint(direct.path);
+  CHECK(read.model == copy.model);
+  CHECK(read.optimizer == copy.optimizer);
+  CHECK(read.step == 9);
+
+  // The next snapshot reuses the tensors' layout: still the same bytes, in the other slot.
+  scalars.step = copy.step = 10;
+  scalars.hosts = copy.hosts = {"a-longer-host-name"};
+  const auto again = from_model.write(state_sources(trained.model, *trained.optimizer), scalars);
+  const auto again_copied = from_copy.write(copy);
+  CHECK(again.path != direct.path);
+  CHECK(bytes_of(again.path) == bytes_of(again_copied.path));
+  CHECK(load_newest_snapshot(root / "from-model")->state.hosts == copy.hosts);
 }

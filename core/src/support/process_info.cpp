@@ -1,6 +1,7 @@
 #include "hardy/core/support/process_info.hpp"
 
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -49,6 +50,12 @@ AllowedCpus allowed_cpus() {
   }
   // No mask to read: every online CPU.
   return {.count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+}
+
+double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
 
 }  // namespace hardy::core

@@ -50,10 +50,10 @@ class NodeLocalSnapshots {
   static constexpr int kKeepLast = SnapshotSlots::kSlots;
 
   // Where the copy into the slot file runs: on a background thread (the default: for a node
-  // whose training leaves cores idle, e.g. while its GPU computes) or in submit() itself (when
-  // training keeps every core busy, a thread more only competes with it: the copy then costs
-  // the same and its time shows as the stall).
-  enum class Writing { background, in_submit };
+  // whose training leaves cores idle, e.g. while its GPU computes; take_spare() and submit()) or
+  // on the caller's thread (when training keeps every core busy, a thread more only competes
+  // with it; write_now(), which copies straight from where the state lives, once).
+  enum class Writing { background, in_step };
 
   // Creates the host's directory after checking the tree; throws core::UnsafeDirectory for a
   // tree that fails the checks, IoError when it cannot (a read-only or full /dev/shm).
@@ -69,6 +69,10 @@ class NodeLocalSnapshots {
   // part of the caller's stall (writes to node memory normally finish well within a step).
   // Write failures are reported, not thrown.
   void submit(TrainingState&& state, double stall_s);
+  // Writing::in_step: writes the snapshot now, on the caller's thread, from a copy of the state
+  // or straight from the model and optimizer. Failures are reported, not thrown.
+  void write_now(const TrainingState& state);
+  void write_now(const StateSources& tensors, const TrainingState& scalars);
   // Deletes the snapshots of steps after `step`: left by an earlier job in the same run directory
   // or by a timeline that was rolled back, they must neither win a later restore nor crowd the
   // new ones out of the retention. Call it before the first submit(); best effort.
@@ -81,8 +85,12 @@ class NodeLocalSnapshots {
   const std::filesystem::path& directory() const { return writer_.directory(); }
 
  private:
+  template <class Write>
+  void write_and_report(long step, const Write& write);
+
   std::filesystem::path root_, run_dir_;
   std::string host_;
+  CheckpointWriter::Report report_;
   SnapshotSlots slots_;  // used by the writer's thread: declared first, destroyed last
   CheckpointWriter writer_;
 };

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hardy/checkpoint/checkpoint_directory.hpp"
@@ -80,6 +81,10 @@ class SnapshotSlots {
   // when it cannot (a full /dev/shm: the space is reserved before the slot is touched); the
   // newest snapshot is then still intact. The inject_write_failure_after() budget applies.
   SavedCheckpoint write(const TrainingState& state);
+  // The same, the tensors copied by their backend straight from where they live (the model and
+  // optimizer, state_sources()) into the slot, the rest from `scalars` (whose tensor lists are
+  // not read): one copy of the state instead of two.
+  SavedCheckpoint write(const StateSources& tensors, const TrainingState& scalars);
   // Deletes the slots holding steps after `step` (see NodeLocalSnapshots::discard_newer_than).
   std::vector<std::filesystem::path> discard_newer_than(long step);
   // Unmaps and closes the slots (node memory is given back only when nothing maps the files).
@@ -94,14 +99,30 @@ class SnapshotSlots {
     std::size_t mapped = 0;
     std::optional<long> step;  // of the complete snapshot it holds
   };
+  // Opens and sizes the older slot for a payload of `payload` bytes and marks it incomplete;
+  // returns its index. finish() writes the header and the completion mark.
+  int begin(std::uint64_t payload);
+  SavedCheckpoint finish(int slot, long step, std::uint64_t payload, std::uint64_t checksum);
   void open(int slot);
   void reserve(int slot, std::size_t bytes);
   void release(Slot& slot);
   int older_slot() const;
 
+  // The part of the stream before the scalars, for one set of tensors (names and shapes): the
+  // encoded description before each tensor's bytes, and their count; `end` where they end.
+  struct TensorLayout {
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> model, optimizer;
+    std::size_t scalar_count = 0;
+    std::vector<std::vector<std::byte>> descriptions;
+    std::vector<std::uint64_t> data_bytes;
+    std::uint64_t end = 0;
+  };
+  const TensorLayout& layout_for(const StateSources& tensors, std::size_t scalar_count);
+
   std::filesystem::path dir_;
   Slot slots_[kSlots];
   core::Xxh3Stream hash_;
+  TensorLayout layout_;
 };
 
 }  // namespace hardy::checkpoint

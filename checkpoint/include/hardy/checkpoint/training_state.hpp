@@ -11,6 +11,7 @@
 //   state.step = step;  state.epoch = ...;  state.sampler = sampler.state();  state.loss = ...;
 //   state.config_ini = spec.config_ini;  state.world_size = comm.size();  state.hosts = hosts;
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,32 @@ TrainingState capture(core::DeepLabV3Plus& model, core::Optimizer& optimizer);
 // The same into an existing state, reusing its buffers when names and sizes match (no allocation
 // for a snapshot taken every step); the state's scalars are left as they are.
 void capture_into(core::DeepLabV3Plus& model, core::Optimizer& optimizer, TrainingState& state);
+
+// The tensors capture_into copies, where they live: for a writer with memory of its own to fill
+// (a node-local snapshot's mapped slot), which copies them there itself and so saves the copy
+// into a TrainingState. Valid while the model and optimizer are; nothing may change them while
+// they are being copied.
+struct TensorSource {
+  std::string name;
+  const core::Tensor* tensor = nullptr;
+};
+struct StateSources {
+  core::Backend* backend = nullptr;
+  std::vector<TensorSource> model;      // parameters (model order) then normalization buffers
+  std::vector<TensorSource> optimizer;  // as Optimizer::state_tensors() names them
+};
+// The model's and optimizer's tensors (the optimizer's state created first, as capture does).
+StateSources state_sources(core::DeepLabV3Plus& model, core::Optimizer& optimizer);
+// Copies the sources' tensors into the state's lists, reusing their buffers when names and sizes
+// match, and waits for the copies; the scalars are left as they are.
+void capture_tensors_into(const StateSources& sources, TrainingState& state);
+// capture_into without the tensors: sets optimizer_kind, optimizer_steps, hardy_version and
+// unix_time; the tensor lists are left as they are.
+void capture_scalars_into(const core::Optimizer& optimizer, TrainingState& state);
+// Copies one live tensor into host memory in the checkpoint's layout ((N, C, H, W) for 4-D
+// tensors, flat otherwise), whatever layout the backend keeps it in; `into` holds numel()
+// floats. A device backend may copy asynchronously: synchronize before reading `into`.
+void copy_to_host(core::Backend& backend, const core::Tensor& tensor, std::span<float> into);
 
 // Copies the state's tensors into the model and the optimizer (creating the optimizer's state
 // first) and sets the optimizer's step count. Checks everything before copying anything: throws

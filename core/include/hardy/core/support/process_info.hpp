@@ -20,4 +20,8 @@ struct AllowedCpus {
 };
 AllowedCpus allowed_cpus();
 
+// CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID): what work on a helper
+// thread took from the cores, whatever its wall time.
+double thread_cpu_seconds();
+
 }  // namespace hardy::core
