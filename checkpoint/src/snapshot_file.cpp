@@ -30,8 +30,6 @@ constexpr std::size_t kMagicBytes = 16;
 // "hdy-snap" read as a little-endian u64: a completion mark that a zeroed or half-written
 // header cannot hold by chance.
 constexpr std::uint64_t kComplete = 0x70616e732d796468ULL;
-// Pieces are copied and hashed this many bytes at a time, so the hash reads them from cache.
-constexpr std::size_t kCopyChunk = std::size_t{64} << 10;
 
 struct Header {
   char magic[kMagicBytes];
@@ -44,6 +42,48 @@ struct Header {
   std::uint64_t complete;
 };
 static_assert(sizeof(Header) == 64 && offsetof(Header, complete) == 56);
+
+// The payload's checksum: XXH3-64 of the XXH3-64 digests of its kHashPiece-byte pieces (the last
+// one shorter). A writer hashes each piece as soon as it is written, while it is in cache; a
+// reader hashes them on all its cores at once.
+constexpr std::size_t kHashPiece = std::size_t{256} << 10;
+
+class PieceHasher {
+ public:
+  explicit PieceHasher(std::span<const std::byte> payload) : payload_(payload) {
+    digests_.reserve((payload.size() + kHashPiece - 1) / kHashPiece);
+  }
+  // Hashes the whole pieces that lie below `written`.
+  void written_up_to(std::size_t written) {
+    while ((digests_.size() + 1) * kHashPiece <= written) hash(digests_.size());
+  }
+  std::uint64_t checksum() {
+    written_up_to(payload_.size());
+    if (digests_.size() * kHashPiece < payload_.size()) hash(digests_.size());
+    return core::xxh3_64(std::as_bytes(std::span(digests_)));
+  }
+
+ private:
+  void hash(std::size_t piece) {
+    const std::size_t offset = piece * kHashPiece;
+    digests_.push_back(
+        core::xxh3_64(payload_.subspan(offset, std::min(kHashPiece, payload_.size() - offset))));
+  }
+  std::span<const std::byte> payload_;
+  std::vector<std::uint64_t> digests_;
+};
+
+std::uint64_t payload_checksum_in_parallel(std::span<const std::byte> payload) {
+  const auto pieces = static_cast<std::ptrdiff_t>((payload.size() + kHashPiece - 1) / kHashPiece);
+  std::vector<std::uint64_t> digests(static_cast<std::size_t>(pieces));
+#pragma omp parallel for schedule(static) if (pieces > 1)
+  for (std::ptrdiff_t i = 0; i < pieces; ++i) {
+    const auto offset = static_cast<std::size_t>(i) * kHashPiece;
+    digests[static_cast<std::size_t>(i)] =
+        core::xxh3_64(payload.subspan(offset, std::min(kHashPiece, payload.size() - offset)));
+  }
+  return core::xxh3_64(std::as_bytes(std::span(digests)));
+}
 
 std::uint64_t header_checksum(const Header& header) {
   return core::xxh3_64(std::as_bytes(
@@ -149,7 +189,7 @@ CheckpointContents read_validated(const fs::path& path, bool require_owner) {
   std::vector<std::byte> payload(static_cast<std::size_t>(header->payload_bytes));
   if (!read_at(fd.get(), payload, sizeof(Header), path))
     throw CorruptCheckpoint(fmt::format("{}: ends before its last byte", source));
-  if (core::xxh3_64(payload) != header->payload_checksum)
+  if (payload_checksum_in_parallel(payload) != header->payload_checksum)
     throw CorruptCheckpoint(fmt::format("{}: the checksum of its contents does not match", source));
   CheckpointContents contents;
   contents.state = detail::read_stream(payload, source, &contents.datasets);
@@ -352,17 +392,15 @@ SavedCheckpoint SnapshotSlots::write(const TrainingState& state) {
   const std::vector<detail::Field> fields = detail::fields_of(state, detail::Checksums::skip);
   const std::uint64_t payload = detail::stream_size(fields);
   const int index = begin(payload);
-  hash_.reset();
-  std::byte* out = slots_[index].map + sizeof(Header);
+  std::byte* const base = slots_[index].map + sizeof(Header);
+  PieceHasher hasher({base, static_cast<std::size_t>(payload)});
+  std::size_t offset = 0;
   detail::write_stream(fields, [&](std::span<const std::byte> piece) {
-    for (std::size_t done = 0; done < piece.size(); done += kCopyChunk) {
-      const std::size_t n = std::min(kCopyChunk, piece.size() - done);
-      std::memcpy(out, piece.data() + done, n);
-      hash_.update(std::span<const std::byte>(out, n));
-      out += n;
-    }
+    std::memcpy(base + offset, piece.data(), piece.size());
+    offset += piece.size();
+    hasher.written_up_to(offset);
   });
-  return finish(index, state.step, payload, hash_.digest());
+  return finish(index, state.step, payload, hasher.checksum());
 }
 
 const SnapshotSlots::TensorLayout& SnapshotSlots::layout_for(const StateSources& tensors,
@@ -423,34 +461,26 @@ SavedCheckpoint SnapshotSlots::write(const StateSources& tensors, const Training
 
   const int index = begin(payload);
   std::byte* base = slots_[index].map + sizeof(Header);
-  // A device backend copies asynchronously: hash once every copy is done. On the host each
-  // tensor is hashed right after its copy, while it is in cache.
+  PieceHasher hasher({base, static_cast<std::size_t>(payload)});
+  // A device backend copies asynchronously: its pieces are hashed once every copy is done.
   const bool host = tensors.backend->device() == core::Device::host;
-  hash_.reset();
   std::uint64_t offset = 0;
   for (std::size_t i = 0; i < live.size(); ++i) {
     const std::vector<std::byte>& description = layout.descriptions[i];
     std::memcpy(base + offset, description.data(), description.size());
-    const std::uint64_t start = offset;
     offset += description.size();
     copy_to_host(*tensors.backend, *live[i],
                  std::span(reinterpret_cast<float*>(base + offset),
                            static_cast<std::size_t>(live[i]->numel())));
     offset += layout.data_bytes[i];
-    if (host)
-      hash_.update(
-          std::span<const std::byte>(base + start, static_cast<std::size_t>(offset - start)));
+    if (host) hasher.written_up_to(static_cast<std::size_t>(offset));
   }
-  const std::uint64_t scalars_start = offset;
   detail::write_stream_fields(scalar_fields, offset, [&](std::span<const std::byte> piece) {
     std::memcpy(base + offset, piece.data(), piece.size());
     offset += piece.size();
   });
   tensors.backend->synchronize();
-  const auto whole = std::span<const std::byte>(base, static_cast<std::size_t>(payload));
-  if (!host) return finish(index, scalars.step, payload, core::xxh3_64(whole));
-  hash_.update(whole.subspan(static_cast<std::size_t>(scalars_start)));
-  return finish(index, scalars.step, payload, hash_.digest());
+  return finish(index, scalars.step, payload, hasher.checksum());
 }
 
 std::vector<fs::path> SnapshotSlots::discard_newer_than(long step) {

@@ -3,14 +3,15 @@
 // that train, so it must cost what copying the state costs and no more: no HDF5 library, no file
 // created, renamed or synced per snapshot. Each host directory holds two slot files,
 // slot-0.snapshot and slot-1.snapshot, written in turn and kept mapped between snapshots, so a
-// snapshot is one copy of the state into pages that already exist, hashed while it is in cache.
+// snapshot is one copy of the state into pages that already exist, and one hash.
 //
 // A slot file is a 64-byte header and the state's byte stream (the fields of a checkpoint file,
 // as broadcast_state sends them):
 //
 //   magic "hardy-snapshot" (16 bytes, NUL-padded), format version (u32), header size (u32),
-//   step (i64), payload size (u64), XXH3-64 of the payload (u64), XXH3-64 of the header so far
-//   (u64), completion mark (u64, written last)
+//   step (i64), payload size (u64), the payload's checksum (u64: XXH3-64 of the XXH3-64
+//   digests of its 256 KiB pieces, hashed on several cores at once), XXH3-64 of the header so
+//   far (u64), completion mark (u64, written last)
 //
 // The slot being written is marked incomplete before its first byte changes, so a writer killed
 // at any moment leaves the other slot, the previous snapshot, intact and the newest valid one;
@@ -121,7 +122,6 @@ class SnapshotSlots {
 
   std::filesystem::path dir_;
   Slot slots_[kSlots];
-  core::Xxh3Stream hash_;
   TensorLayout layout_;
 };
 

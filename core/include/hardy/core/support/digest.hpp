@@ -5,7 +5,6 @@
 // are written every step and read by hardy alone. Bytes in, 64 bits out; depends on nothing.
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <span>
 
 namespace hardy::core {
@@ -15,23 +14,5 @@ std::uint64_t xxhash64(std::span<const std::byte> bytes, std::uint64_t seed = 0)
 
 // XXH3-64 of a byte range.
 std::uint64_t xxh3_64(std::span<const std::byte> bytes);
-
-// XXH3-64 over bytes fed piece by piece: the same value as xxh3_64 of the pieces in a row. Lets a
-// writer hash each piece right after copying it, while it is still in cache.
-class Xxh3Stream {
- public:
-  Xxh3Stream();
-  ~Xxh3Stream();
-  Xxh3Stream(const Xxh3Stream&) = delete;
-  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
-
-  void reset();
-  void update(std::span<const std::byte> bytes);
-  std::uint64_t digest() const;
-
- private:
-  struct State;
-  std::unique_ptr<State> state_;
-};
 
 }  // namespace hardy::core
