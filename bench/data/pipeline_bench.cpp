@@ -5,6 +5,12 @@
 //   step       samples/s that training steps of the model consume (CPU backend, fixed batch),
 //   overlap    training steps fed through the prefetcher, as TrainingSession feeds them: the
 //              step time and the share of it spent waiting for data, per loader thread count.
+//   copy       the floor: samples/s of a plain memcpy of the bytes a sample's file holds (its
+//              fields and labels as stored, 4 bytes a value), on as many threads as the
+//              pipeline's loaders, each copying from and into buffers of its own; with
+//              `pipeline`, what share of a memcpy per core the loaders reach.
+// --measure picks which run (default load,pipeline,steps; copy on request): at the full DeepCAM
+// grid a CPU training step takes minutes, so a loader comparison leaves the steps out.
 // The pipeline keeps up when pipeline >= step and overlap's wait share is near 0. Each
 // measurement prints one JSON line.
 //
@@ -18,12 +24,16 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include "../common/bench_support.hpp"
@@ -52,6 +62,10 @@ struct Options : bench::ModelShape, bench::RunFlags {
   std::vector<int> loader_threads{1, 2};
   int prefetch_batches = 2;
   int threads = 0;  // OpenMP threads of the step, 0: OpenMP's default
+  std::vector<std::string> measure{"load", "pipeline", "steps"};
+  bool measures(std::string_view name) const {
+    return std::find(measure.begin(), measure.end(), name) != measure.end();
+  }
 };
 
 constexpr bench::Command kCommand{
@@ -61,7 +75,22 @@ constexpr bench::Command kCommand{
     "         [--batch N] [--height H] [--width W] [--input-channels C] [--model-width W]\n"
     "         [--aspp-channels A] [--decoder-channels D] [--low-level-channels L]\n"
     "         [--loader-threads 1,2] [--prefetch-batches K] [--threads T] [--warmup S]\n"
-    "         [--steps S] [--seed S]\n"};
+    "         [--steps S] [--seed S] [--measure load,copy,pipeline,steps]\n"};
+
+std::vector<std::string> parse_measurements(std::string_view text) {
+  std::vector<std::string> names;
+  for (std::size_t begin = 0; begin <= text.size();) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    const std::string name(text.substr(begin, end - begin));
+    if (name != "load" && name != "copy" && name != "pipeline" && name != "steps")
+      bench::usage_error(kCommand, fmt::format("--measure: unknown measurement '{}' (load, copy, "
+                                               "pipeline, steps)",
+                                               name));
+    names.push_back(name);
+    begin = end + 1;
+  }
+  return names;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -84,6 +113,8 @@ Options parse(int argc, char** argv) {
                          o.prefetch_batches = parse_number<int>(flag, value);
                        else if (flag == "--threads")
                          o.threads = parse_number<int>(flag, value);
+                       else if (flag == "--measure")
+                         o.measure = parse_measurements(value);
                        else
                          return false;
                        return true;
@@ -157,6 +188,42 @@ void measure_pipeline(const Options& o, const core::SampleSource& source, int th
   line["loader_threads"] = prefetcher.workers();
   line["samples"] = plan.size();
   line["samples_per_s"] = static_cast<double>(plan.size()) / seconds;
+  line["samples_per_s_per_thread"] =
+      static_cast<double>(plan.size()) / seconds / std::max(1, prefetcher.workers());
+  std::cout << line.dump() << std::endl;
+}
+
+// A sample's stored bytes copied with memcpy by `threads` threads at once, load_samples copies in
+// all, each thread between buffers of its own (touched first, so no page is faulted in the
+// clock).
+void measure_copy(const Options& o, const core::SampleSource& source, int threads) {
+  const std::size_t bytes =
+      (source.shape().field_elements() + source.shape().label_elements()) * sizeof(float);
+  std::vector<std::vector<std::byte>> from(static_cast<std::size_t>(threads)),
+      into(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    from[static_cast<std::size_t>(t)].assign(bytes, std::byte{0x3f});
+    into[static_cast<std::size_t>(t)].assign(bytes, std::byte{0});
+  }
+  const std::size_t per_thread =
+      (o.load_samples + static_cast<std::size_t>(threads) - 1) / static_cast<std::size_t>(threads);
+  const auto start = Clock::now();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      auto& in = from[static_cast<std::size_t>(t)];
+      auto& out = into[static_cast<std::size_t>(t)];
+      for (std::size_t i = 0; i < per_thread; ++i) std::memcpy(out.data(), in.data(), bytes);
+    });
+  for (auto& worker : workers) worker.join();
+  const double seconds = seconds_between(start, Clock::now());
+  auto line = common_fields(o, source, "copy");
+  line["threads"] = threads;
+  line["samples"] = per_thread * static_cast<std::size_t>(threads);
+  line["bytes_per_sample"] = bytes;
+  line["samples_per_s"] =
+      static_cast<double>(per_thread * static_cast<std::size_t>(threads)) / seconds;
+  line["samples_per_s_per_thread"] = static_cast<double>(per_thread) / seconds;
   std::cout << line.dump() << std::endl;
 }
 
@@ -232,10 +299,16 @@ int main(int argc, char** argv) {
       throw std::runtime_error(fmt::format("{} has {} channels, the model takes {}",
                                            source->describe(), source->shape().channels,
                                            options.model.input_channels));
-    measure_load(options, *source);
-    for (int threads : options.loader_threads) measure_pipeline(options, *source, threads);
-    measure_steps(options, *source, 0);
-    for (int threads : options.loader_threads) measure_steps(options, *source, threads);
+    if (options.measures("load")) measure_load(options, *source);
+    for (int threads : options.loader_threads) {
+      // Side by side: the floor, then the loaders, at each thread count.
+      if (options.measures("copy")) measure_copy(options, *source, threads);
+      if (options.measures("pipeline")) measure_pipeline(options, *source, threads);
+    }
+    if (options.measures("steps")) {
+      measure_steps(options, *source, 0);
+      for (int threads : options.loader_threads) measure_steps(options, *source, threads);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hardy_pipeline_bench: %s\n", e.what());

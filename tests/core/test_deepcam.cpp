@@ -488,3 +488,33 @@ TEST_CASE("deepcam: a symlinked split directory, and concurrent loads equal seri
         REQUIRE(seen[t][k] == serial[(k % through_link.size() + t) % through_link.size()]);
   }
 }
+
+TEST_CASE("deepcam: at full resolution, each value is the documented normalisation, bit for bit",
+          "[core]") {
+  // (x - minval) * (1 / (maxval - minval)), the inverse rounded to float once, the rest in
+  // double: what the per-pixel path computes, so that the full-resolution fast path changes no
+  // job's data.
+  ScratchDirectory dir("deepcam");
+  const fs::path root = dir.path() / "root";
+  hardy::core::write_deepcam_dataset(root, small_dataset());
+  const std::vector<float> minval = read_floats(root / "stats.h5", "climate/minval");
+  const std::vector<float> maxval = read_floats(root / "stats.h5", "climate/maxval");
+  hardy::core::DeepCamOptions options;
+  options.channels = {9, 0, 15};
+  const DeepCamDataset train(root, "train", options);
+  const int plane = 32 * 48;
+  for (std::size_t i = 0; i < train.size(); ++i) {
+    const Sample sample = load(train, i);
+    const std::vector<float> data = read_floats(train.file(i), "climate/data");
+    for (std::size_t c = 0; c < options.channels.size(); ++c) {
+      const int stored = options.channels[c];
+      const auto inverse =
+          static_cast<float>(1.0 / (static_cast<double>(maxval[stored]) - minval[stored]));
+      for (int p = 0; p < plane; ++p) {
+        const double x = data[static_cast<std::size_t>(p) * 16 + stored];
+        const auto expected = static_cast<float>((x - minval[stored]) * inverse);
+        REQUIRE(sample.fields[c * plane + p] == expected);
+      }
+    }
+  }
+}
