@@ -76,4 +76,22 @@ std::unique_ptr<comm::RendezvousStore> open_domain_store(const std::string& stor
                                 read_store_token(token_file));
 }
 
+namespace rendezvous_keys {
+
+std::string members(std::size_t generation) { return fmt::format("gen.{}.members", generation); }
+
+std::string failure(std::size_t generation, int domain) {
+  return fmt::format("fail.{}.{}", generation, domain);
+}
+
+std::string join(int domain, const std::string& token) {
+  return fmt::format("join.{}.{}", domain, token);
+}
+
+std::string admit(int domain, const std::string& token) {
+  return fmt::format("admit.{}.{}", domain, token);
+}
+
+}  // namespace rendezvous_keys
+
 }  // namespace hardy::resilience

@@ -6,6 +6,7 @@
 // directory, or redis://HOST:PORT with the password in a file of mode 0600 beside it
 // (`--domain-store-token`), which only this user can read.
 #include <chrono>
+#include <cstddef>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -35,5 +36,18 @@ void write_store_token(const std::filesystem::path& token_file, const std::strin
 // `token_file`); IoError when it cannot be opened.
 std::unique_ptr<comm::RendezvousStore> open_domain_store(const std::string& store,
                                                          const std::filesystem::path& token_file);
+
+// The keys under which `hardy run`'s supervisor and the domains' leaders meet in that store: the
+// protocol, spelled here only (docs/resilience.md, "Fault domains").
+//   gen.G.members   the domains of generation G, published by the supervisor ("0,2,3")
+//   fail.G.D        domain D's leader says generation G failed (its reason)
+//   join.D.T        domain D, relaunched with join token T, is ready (its leader's pid)
+//   admit.D.T       the supervisor lets it in: the generation it joins
+namespace rendezvous_keys {
+std::string members(std::size_t generation);
+std::string failure(std::size_t generation, int domain);
+std::string join(int domain, const std::string& token);
+std::string admit(int domain, const std::string& token);
+}  // namespace rendezvous_keys
 
 }  // namespace hardy::resilience

@@ -215,7 +215,7 @@ class DomainSupervision {
       members_.push_back(d);
     }
     spares_ = config.spare_nodes;
-    store_.set("gen.0.members", format_members(members_));
+    store_.set(rendezvous_keys::members(0), format_members(members_));
     nlohmann::json started = supervisor_started_fields(config);
     started.update({{"domains", count_},
                     {"nodes_per_domain", per_},
@@ -257,7 +257,7 @@ class DomainSupervision {
   void regroup_after_failed_collective() {
     bool reported = false;
     for (int m : members_)
-      reported = reported || store_.try_get(fmt::format("fail.{}.{}", generation_, m)).has_value();
+      reported = reported || store_.try_get(rendezvous_keys::failure(generation_, m)).has_value();
     if (!reported) {
       report_seen_ = 0;
     } else if (report_seen_ == 0) {
@@ -281,12 +281,12 @@ class DomainSupervision {
   void admit_rejoining() {
     for (auto& domain : domains_) {
       if (domain.admitted || !domain.job) continue;
-      const auto token = fmt::format("{}.{}", domain.index, domain.join_token);
-      if (!store_.try_get("join." + token)) continue;
+      if (!store_.try_get(rendezvous_keys::join(domain.index, domain.join_token))) continue;
       members_.push_back(domain.index);
       std::sort(members_.begin(), members_.end());
       publish(fmt::format("domain {} rejoins", domain.index));
-      store_.set("admit." + token, std::to_string(generation_));
+      store_.set(rendezvous_keys::admit(domain.index, domain.join_token),
+                 std::to_string(generation_));
       domain.admitted = true;
     }
   }
@@ -372,7 +372,7 @@ class DomainSupervision {
 
   void publish(const std::string& reason) {
     ++generation_;
-    store_.set(fmt::format("gen.{}.members", generation_), format_members(members_));
+    store_.set(rendezvous_keys::members(generation_), format_members(members_));
     events_.emit("domain_generation_published",
                  {{"generation", generation_}, {"members", members_}, {"reason", reason}});
   }

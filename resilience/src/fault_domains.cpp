@@ -164,7 +164,7 @@ void FaultDomains::wait_until_members_ready(std::size_t generation,
   }
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration<double>(options_.membership_timeout_s);
-  const auto newer = fmt::format("gen.{}.members", generation + 1);
+  const auto newer = rendezvous_keys::members(generation + 1);
   for (int member : members) {
     const auto key = fmt::format("ready.{}.{}", generation, member);
     while (!store_->try_get(key)) {
@@ -188,13 +188,13 @@ void FaultDomains::wait_until_members_ready(std::size_t generation,
 void FaultDomains::regroup(const std::string& why) {
   for (;;) {
     try {
-      store_->set(fmt::format("fail.{}.{}", generation_, options_.index), why);
+      store_->set(rendezvous_keys::failure(generation_, options_.index), why);
     } catch (const IoError&) {
       // Reported already in this generation.
     }
     const auto next = generation_ + 1;
     const auto listed =
-        store_->wait_for(fmt::format("gen.{}.members", next), to_ms(options_.membership_timeout_s));
+        store_->wait_for(rendezvous_keys::members(next), to_ms(options_.membership_timeout_s));
     if (!listed)
       throw Error(fmt::format(
           "domain {}: generation {} failed ({}) and no next generation was published within "
@@ -254,17 +254,17 @@ void FaultDomains::start(const DomainStateAccess& state) {
     const bool joining = !options_.join_token.empty();
     std::size_t generation = 0;
     if (joining) {
-      store_->set(fmt::format("join.{}.{}", options_.index, options_.join_token),
+      store_->set(rendezvous_keys::join(options_.index, options_.join_token),
                   std::to_string(::getpid()));
       const auto admitted =
-          store_->wait_for(fmt::format("admit.{}.{}", options_.index, options_.join_token),
+          store_->wait_for(rendezvous_keys::admit(options_.index, options_.join_token),
                            to_ms(options_.membership_timeout_s));
       if (!admitted)
         throw Error(fmt::format("domain {} was not let back into the job within {:.0f} s",
                                 options_.index, options_.membership_timeout_s));
       generation = std::stoul(*admitted);
     }
-    const auto listed = store_->wait_for(fmt::format("gen.{}.members", generation),
+    const auto listed = store_->wait_for(rendezvous_keys::members(generation),
                                          to_ms(options_.membership_timeout_s));
     if (!listed)
       throw Error(
@@ -371,8 +371,7 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tens
     try {
       // A relaunched domain asks to join: every member learns it through the vote and admits it
       // after this step, so all switch generation at the same step.
-      const bool pending =
-          store_->try_get(fmt::format("gen.{}.members", generation_ + 1)).has_value();
+      const bool pending = store_->try_get(rendezvous_keys::members(generation_ + 1)).has_value();
       // One collective for every tensor and the vote: between domains each costs a network
       // latency. A domain that votes against adds nothing (its tensors may be half-done).
       Vote mine{.ok = ok,
@@ -490,7 +489,7 @@ void FaultDomains::admit_if_pending(const DomainStateAccess& state) {
     const auto old_members = members_;
     const auto old_generation = generation_;
     const auto listed =
-        store_->wait_for(fmt::format("gen.{}.members", generation_ + 1), to_ms(options_.timeout_s));
+        store_->wait_for(rendezvous_keys::members(generation_ + 1), to_ms(options_.timeout_s));
     try {
       if (!listed) throw comm::GroupFailure("the next generation's members were not published");
       connect(generation_ + 1, parse_members(*listed));

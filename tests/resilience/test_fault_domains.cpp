@@ -16,6 +16,7 @@
 #include <numeric>
 #include <thread>
 
+#include "domain_store.hpp"
 #include "fault_domains.hpp"
 #include "hardy/comm/rendezvous_store.hpp"
 #include "hardy/comm/self_communicator.hpp"
@@ -87,7 +88,7 @@ struct StartedJob {
         supervisor(comm::open_file_store(store_dir)) {
     std::vector<int> members(static_cast<std::size_t>(count));
     std::iota(members.begin(), members.end(), 0);
-    supervisor->set("gen.0.members", format_members(members));
+    supervisor->set(rendezvous_keys::members(0), format_members(members));
     for (int d = 0; d < count; ++d)
       domains.push_back(std::make_unique<Domain>(d, count, store_dir, "", events_file(d)));
     std::vector<std::future<DomainStep>> running;
@@ -149,8 +150,9 @@ TEST_CASE("fault domains: a lost domain's peers drop the step in flight together
   std::atomic<bool> published{false};
   auto watcher = std::async(std::launch::async, [&] {
     for (int i = 0; i < 2000 && !published; ++i) {
-      if (supervisor->try_get("fail.0.1") || supervisor->try_get("fail.0.2")) {
-        supervisor->set("gen.1.members", "1,2");
+      if (supervisor->try_get(rendezvous_keys::failure(0, 1)) ||
+          supervisor->try_get(rendezvous_keys::failure(0, 2))) {
+        supervisor->set(rendezvous_keys::members(1), "1,2");
         published = true;
       }
       std::this_thread::sleep_for(5ms);
@@ -205,9 +207,9 @@ TEST_CASE("fault domains: a lost domain's peers drop the step in flight together
     return domain;
   });
   auto admitter = std::async(std::launch::async, [&] {
-    REQUIRE(supervisor->wait_for("join.0.2", 20s));
-    supervisor->set("gen.2.members", "0,1,2");
-    supervisor->set("admit.0.2", "2");
+    REQUIRE(supervisor->wait_for(rendezvous_keys::join(0, "2"), 20s));
+    supervisor->set(rendezvous_keys::members(2), "0,1,2");
+    supervisor->set(rendezvous_keys::admit(0, "2"), "2");
   });
   admitter.get();
   running.clear();
@@ -303,7 +305,7 @@ TEST_CASE("fault domains: a generation that names a member already gone is left 
   domains[1].reset();
   auto watcher = std::async(std::launch::async, [&] {
     REQUIRE(supervisor->wait_for("fail.0.2", 20s));
-    supervisor->set("gen.1.members", "1,2");
+    supervisor->set(rendezvous_keys::members(1), "1,2");
     std::this_thread::sleep_for(300ms);
     supervisor->set("gen.2.members", "2");
   });
@@ -396,4 +398,12 @@ TEST_CASE("fault domains: a recovery inside a domain settles its step without th
     CHECK(outcome.loss == 2.0);
     CHECK(std::ranges::all_of(domains[1]->gradient.f32(), [](float v) { return v == 30.0f; }));
   }
+}
+
+TEST_CASE("fault domains: the rendezvous keys are spelled as the protocol says") {
+  // A supervisor and leaders of different builds must still meet: the spelling is the protocol.
+  CHECK(rendezvous_keys::members(3) == "gen.3.members");
+  CHECK(rendezvous_keys::failure(3, 1) == "fail.3.1");
+  CHECK(rendezvous_keys::join(2, "7") == "join.2.7");
+  CHECK(rendezvous_keys::admit(2, "7") == "admit.2.7");
 }
