@@ -80,6 +80,10 @@ namespace rendezvous_keys {
 
 std::string members(std::size_t generation) { return fmt::format("gen.{}.members", generation); }
 
+std::string ready(std::size_t generation, int domain) {
+  return fmt::format("ready.{}.{}", generation, domain);
+}
+
 std::string failure(std::size_t generation, int domain) {
   return fmt::format("fail.{}.{}", generation, domain);
 }

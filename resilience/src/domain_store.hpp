@@ -40,11 +40,13 @@ std::unique_ptr<comm::RendezvousStore> open_domain_store(const std::string& stor
 // The keys under which `hardy run`'s supervisor and the domains' leaders meet in that store: the
 // protocol, spelled here only (docs/resilience.md, "Fault domains").
 //   gen.G.members   the domains of generation G, published by the supervisor ("0,2,3")
+//   ready.G.D       domain D's leader has connected to generation G's group
 //   fail.G.D        domain D's leader says generation G failed (its reason)
 //   join.D.T        domain D, relaunched with join token T, is ready (its leader's pid)
 //   admit.D.T       the supervisor lets it in: the generation it joins
 namespace rendezvous_keys {
 std::string members(std::size_t generation);
+std::string ready(std::size_t generation, int domain);
 std::string failure(std::size_t generation, int domain);
 std::string join(int domain, const std::string& token);
 std::string admit(int domain, const std::string& token);

@@ -158,7 +158,7 @@ void FaultDomains::wait_until_members_ready(std::size_t generation,
   // as long as the membership timeout (a joiner waits here for the members to reach a step
   // boundary). The connect after it is quick, and bounded by the domain timeout.
   try {
-    store_->set(fmt::format("ready.{}.{}", generation, options_.index), "ready");
+    store_->set(rendezvous_keys::ready(generation, options_.index), "ready");
   } catch (const IoError&) {
     // Said already (a generation connected twice is never published, but be lenient).
   }
@@ -166,7 +166,7 @@ void FaultDomains::wait_until_members_ready(std::size_t generation,
                         std::chrono::duration<double>(options_.membership_timeout_s);
   const auto newer = rendezvous_keys::members(generation + 1);
   for (int member : members) {
-    const auto key = fmt::format("ready.{}.{}", generation, member);
+    const auto key = rendezvous_keys::ready(generation, member);
     while (!store_->try_get(key)) {
       if (store_->try_get(newer))
         throw comm::GroupFailure(fmt::format(

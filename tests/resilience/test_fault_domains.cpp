@@ -336,9 +336,9 @@ TEST_CASE("fault domains: a generation that a member left for a newer one is not
   auto one = std::async(std::launch::async, [&] { return domains[1]->step(2.0f); });
   REQUIRE(supervisor->wait_for("fail.0.1", 20s));
   supervisor->set("gen.1.members", "0,1");
-  REQUIRE(supervisor->wait_for("ready.1.1", 20s));
+  REQUIRE(supervisor->wait_for(rendezvous_keys::ready(1, 1), 20s));
   supervisor->set("gen.2.members", "0,1");
-  REQUIRE(supervisor->wait_for("ready.2.1", 20s));  // domain 1 left generation 1
+  REQUIRE(supervisor->wait_for(rendezvous_keys::ready(2, 1), 20s));  // domain 1 left generation 1
 
   const auto started = std::chrono::steady_clock::now();
   const DomainStep zero = domains[0]->step(3.0f);
@@ -403,6 +403,7 @@ TEST_CASE("fault domains: a recovery inside a domain settles its step without th
 TEST_CASE("fault domains: the rendezvous keys are spelled as the protocol says") {
   // A supervisor and leaders of different builds must still meet: the spelling is the protocol.
   CHECK(rendezvous_keys::members(3) == "gen.3.members");
+  CHECK(rendezvous_keys::ready(3, 1) == "ready.3.1");
   CHECK(rendezvous_keys::failure(3, 1) == "fail.3.1");
   CHECK(rendezvous_keys::join(2, "7") == "join.2.7");
   CHECK(rendezvous_keys::admit(2, "7") == "admit.2.7");
