@@ -85,7 +85,7 @@ def check_staging(check, scenario, events, stage, faults):
         check(again and joined and again[0]["unix_time"] < joined[0]["unix_time"] and f["host"] not in nodes
               and again[0]["copied"] > 0,
               f"{scenario}: domain {d} staged on {nodes} (without {f['host']}) before it joined: {again[:1]}")
-    check_private_staging(check, scenario, stage, events)
+    check_private_staging(check, scenario, stage, events, lost_hosts=[f["host"] for f in faults])
 
 
 def reference_loss(hardy, ranks, tmp, train):

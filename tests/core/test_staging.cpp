@@ -1,8 +1,13 @@
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <random>
 #include <set>
@@ -204,4 +209,29 @@ TEST_CASE("staging: a copy whose size and time are forged is copied again, into 
   fs::remove(copies[0].destination);
   CHECK_THROWS_AS(stage_files(local, copies, 1), hardy::core::UnsafeDirectory);
   CHECK_FALSE(fs::exists(copies[0].destination));
+}
+
+TEST_CASE("staging: what a killed copier half-wrote goes, a live copier's does not", "[core]") {
+  ScratchDirectory scratch("staging");
+  const fs::path shared = scratch.path() / "shared", local = scratch.path() / "local";
+  fs::create_directories(shared);
+  write_file(shared / "data-0.h5", std::string(5000, 'a'));
+  const std::vector<StageCopy> copies{{shared / "data-0.h5", local / "train" / "data-0.h5"}};
+  stage_files(local, copies, 1);
+  // Left by a copier killed mid-copy: a file whose home is another node now, so no later copy
+  // here would replace it.
+  const fs::path orphan = local / "train" / "data-9.h5.part";
+  write_file(orphan, "half");
+
+  // While another copier holds the directory, its .part files are its own: staging waits.
+  const int held = ::open((local / "train" / ".staging.lock").c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+  auto staging = std::async(std::launch::async, [&] { return stage_files(local, copies, 1); });
+  CHECK(staging.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  CHECK(fs::exists(orphan));
+  ::close(held);  // as the kernel does for a copier that dies
+  CHECK(staging.get().current == 1);
+  CHECK_FALSE(fs::exists(orphan));
+  CHECK(fs::is_regular_file(local / "train" / "data-0.h5"));
 }

@@ -41,9 +41,11 @@ def on_dataset(options, root, *extra):
     return kept + ["--dataset", str(root), *extra]
 
 
-def check_private_staging(check, label, stage, events):
+def check_private_staging(check, label, stage, events, lost_hosts=()):
     """What --stage-to must leave: no failed or refused staging, everything below `stage` this
-    user's and no link, directories 0700 and files 0600, no half-copied file."""
+    user's and no link, directories 0700 and files 0600, no half-copied file but on a lost node
+    (`lost_hosts`: a node that crashed while its copier wrote keeps that file on its own storage,
+    which on a real cluster nobody else sees; the copier replaces it if that node stages again)."""
     check(not [e for e in events if e["event"] in ("data_staging_failed", "staging_refused")],
           f"{label}: no staging failed or was refused")
     entries = [stage, *stage.rglob("*")]
@@ -51,7 +53,8 @@ def check_private_staging(check, label, stage, events):
           f"{label}: everything staged is this user's, and no link")
     loose = [str(p) for p in entries if p != stage and (p.lstat().st_mode & 0o077)]
     check(not loose, f"{label}: staged directories 0700 and files 0600: {loose[:3]}")
-    check(not list(stage.rglob("*.part")), f"{label}: no half-copied file left")
+    half = [p for p in stage.rglob("*.part") if not set(p.relative_to(stage).parts) & set(lost_hosts)]
+    check(not half, f"{label}: no half-copied file left but on a lost node: {[str(p) for p in half[:3]]}")
 
 
 def skip(reason):

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -133,6 +135,41 @@ class Descriptor {
   int fd_;
 };
 
+// Holds an exclusive advisory lock on DIR/.staging.lock (created 0600, never through a link)
+// while this copier stages into DIR. The kernel releases it when its holder dies, so a copier
+// that holds it knows that any *.part in DIR was left by one that was killed mid-copy (a rank on
+// a node that crashed, a job ended by its launcher), and removes it: otherwise a half-copied
+// file whose source has another home now would stay on the node for good.
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const fs::path& dir)
+      : lock_(::open((dir / ".staging.lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
+                     0600)) {
+    if (lock_.get() < 0)
+      throw IoError(fmt::format("cannot open the staging lock in {}: {}", dir.string(),
+                                std::strerror(errno)));
+    while (::flock(lock_.get(), LOCK_EX) != 0)
+      if (errno != EINTR)
+        throw IoError(fmt::format("cannot lock the staging directory {}: {}", dir.string(),
+                                  std::strerror(errno)));
+  }
+
+ private:
+  Descriptor lock_;
+};
+
+// Removes the *.part files a killed copier left in dir (whose lock this copier holds).
+void remove_stale_parts(const fs::path& dir) {
+  std::error_code error;
+  for (fs::directory_iterator entry(dir, error), end; !error && entry != end;
+       entry.increment(error)) {
+    std::error_code ignored;
+    if (entry->path().extension() == ".part" &&
+        entry->symlink_status(ignored).type() == fs::file_type::regular)
+      fs::remove(entry->path(), ignored);
+  }
+}
+
 // Copies in the kernel where it can (copy_file_range: no trip through user memory, and server
 // side on NFS 4.2 and Lustre), otherwise through a buffer. Returns the bytes copied.
 std::uint64_t copy_contents(int from, int to, std::uint64_t size, const StageCopy& copy) {
@@ -249,6 +286,12 @@ StageReport stage_files(const fs::path& root, std::span<const StageCopy> copies,
     directories.insert(below);
   }
   for (const fs::path& below : directories) check_private_tree(root, below, /*create=*/true);
+  // In the set's order, so that two copiers with overlapping directories never wait on each other.
+  std::vector<std::unique_ptr<DirectoryLock>> locks;
+  for (const fs::path& below : directories) {
+    locks.push_back(std::make_unique<DirectoryLock>(root / below));
+    remove_stale_parts(root / below);
+  }
   std::atomic<std::size_t> next{0}, done{0}, copied{0};
   std::atomic<std::uint64_t> bytes{0};
   std::mutex report_mutex;

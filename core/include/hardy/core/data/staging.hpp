@@ -83,8 +83,10 @@ struct StageReport {
 // copied, and a tree that fails throws UnsafeDirectory (nothing is written). Each copy is
 // written as DESTINATION.part (created anew, O_EXCL|O_NOFOLLOW, mode 0600), given the source's
 // modification time and renamed, so an interrupted copy is never taken for a staged file, and
-// readers on other ranks see either no file or a complete one. A destination that looks
-// current (is_current_copy) counts only when its bytes equal the source's; otherwise it is
+// readers on other ranks see either no file or a complete one. One copier at a time writes into
+// a directory (an advisory lock, `.staging.lock`, that the kernel drops when its holder dies);
+// the one that holds it removes the .part files a killed copier left there. A destination that
+// looks current (is_current_copy) counts only when its bytes equal the source's; otherwise it is
 // copied again. `staged` (optional) is called with the index of each copy made or verified,
 // from the copying threads. progress (optional) is called from one thread at a time, about once
 // a second and at the end. Throws IoError naming the file for a read or write failure
