@@ -231,14 +231,16 @@ def job(s):
 
 def node_crash(s):
     check, slurm, cluster, tmp = s.check, s.slurm, s.cluster, s.tmp
-    steps, fault_step, victim = 900, 80, 2
+    steps, fault_step, victim = 1200, 80, 2
     host = cluster.hosts[victim]
     run = tmp / "run"
     # Node-local snapshots (a directory per node) let a relaunch resume from the newest
     # committed step, not from the last checkpoint.
     # The job must still run when the node comes back, after Slurm took about 15 s to mark it
-    # down: with every-step snapshots now a copy into node memory, 240 steps ended before that.
-    config = job_ini(tmp / "job.ini", steps, **{"checkpoint-every": 100, "snapshot-dir": tmp / "node-local"})
+    # down: with every-step snapshots now a copy into node memory, 240 steps of 32x32 ended before
+    # that, and once 900. 1200 steps of 64x64 take about 25 s after the relaunch here.
+    config = job_ini(tmp / "job.ini", steps, **{"checkpoint-every": 100, "snapshot-dir": tmp / "node-local",
+                                                "height": 64, "width": 64})
     job_id = s.submit(run, config)
     if not s.wait_for_step(run, job_id, fault_step, timeout=240):
         return
@@ -339,8 +341,10 @@ def requeue(s):
     steps, fault_step = 240, 80
     run = tmp / "run"
     # The job must still run when the node comes back, after Slurm took about 15 s to mark it
-    # down: with every-step snapshots now a copy into node memory, 240 steps ended before that.
-    config = job_ini(tmp / "job.ini", steps, **{"checkpoint-every": 100, "snapshot-dir": tmp / "node-local"})
+    # down: with every-step snapshots now a copy into node memory, 240 steps of 32x32 ended before
+    # that, and once 900. 1200 steps of 64x64 take about 25 s after the relaunch here.
+    config = job_ini(tmp / "job.ini", steps, **{"checkpoint-every": 100, "snapshot-dir": tmp / "node-local",
+                                                "height": 64, "width": 64})
     job_id = s.submit(run, config, "--min-nodes", NODES, "--max-requeues", 2)
     if not s.wait_for_step(run, job_id, fault_step, timeout=240):
         return
