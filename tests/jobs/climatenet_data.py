@@ -132,7 +132,9 @@ with tempfile.TemporaryDirectory(prefix="hardy-climatenet-") as tmp:
           f"hardy data stats --out writes the same statistics: {done.stdout.strip()[-200:]}")
 
     # --bad-samples fail ends the job naming a bad file.
-    done = run("train", *common, "--steps", "12", "--warmup-steps", "1", "--bad-samples", "fail", "--run-dir", str(tmp / "run-fail"))
+    # (a job that fails keeps its node-local snapshots for a relaunch: in the test's own tree)
+    done = run("train", *common, "--steps", "12", "--warmup-steps", "1", "--bad-samples", "fail", "--run-dir",
+               str(tmp / "run-fail"), "--snapshot-dir", str(tmp / "node-local"))
     check(done.returncode != 0 and (truncated.name in done.stderr or classic.name in done.stderr),
           f"--bad-samples fail ends the job (exit {done.returncode}) naming the file: {done.stderr.strip()[-300:]}")
 

@@ -89,8 +89,10 @@ with tempfile.TemporaryDirectory(prefix="hardy-deepcam-") as tmp:
 
     # The same job with --bad-samples fail ends naming the file.
     run_fail = tmp / "run-fail"
+    # (a job that fails keeps its node-local snapshots for a relaunch: in the test's own tree)
     status, output = run_watched([*mpirun, "-n", "2", hardy, "train", *common, "--bad-samples", "fail",
-                                  "--run-dir", str(run_fail)], timeout=400)
+                                  "--run-dir", str(run_fail), "--snapshot-dir", str(tmp / "node-local")],
+                                 timeout=400)
     check(status not in (0, None) and damaged.name in output,
           f"--bad-samples fail ends the job (status {status}) naming {damaged.name}")
 

@@ -216,7 +216,8 @@ def job(s):
 
     # A second job, ended by hardy cancel while it trains.
     run2 = tmp / "cancelled"
-    job2 = s.submit(run2, job_ini(tmp / "long.ini", 100000))
+    # A cancelled job keeps its node-local snapshots for a resubmission: in the test's own tree.
+    job2 = s.submit(run2, job_ini(tmp / "long.ini", 100000, **{"snapshot-dir": tmp / "node-local-cancelled"}))
     if s.wait_for_step(run2, job2, 20, timeout=120):
         result = s.hardy("cancel", run2, env=s.env)
         check(f"cancelled slurm job {job2}" in result.stdout, f"hardy cancel: {result.stdout.strip()}")
