@@ -48,10 +48,19 @@ static_assert(sizeof(Header) == 64 && offsetof(Header, complete) == 56);
 // reader hashes them on all its cores at once.
 constexpr std::size_t kHashPiece = std::size_t{256} << 10;
 
+std::size_t piece_count(std::span<const std::byte> payload) {
+  return (payload.size() + kHashPiece - 1) / kHashPiece;
+}
+
+std::uint64_t piece_digest(std::span<const std::byte> payload, std::size_t piece) {
+  const std::size_t offset = piece * kHashPiece;
+  return core::xxh3_64(payload.subspan(offset, std::min(kHashPiece, payload.size() - offset)));
+}
+
 class PieceHasher {
  public:
   explicit PieceHasher(std::span<const std::byte> payload) : payload_(payload) {
-    digests_.reserve((payload.size() + kHashPiece - 1) / kHashPiece);
+    digests_.reserve(piece_count(payload));
   }
   // Hashes the whole pieces that lie below `written`.
   void written_up_to(std::size_t written) {
@@ -64,24 +73,17 @@ class PieceHasher {
   }
 
  private:
-  void hash(std::size_t piece) {
-    const std::size_t offset = piece * kHashPiece;
-    digests_.push_back(
-        core::xxh3_64(payload_.subspan(offset, std::min(kHashPiece, payload_.size() - offset))));
-  }
+  void hash(std::size_t piece) { digests_.push_back(piece_digest(payload_, piece)); }
   std::span<const std::byte> payload_;
   std::vector<std::uint64_t> digests_;
 };
 
 std::uint64_t payload_checksum_in_parallel(std::span<const std::byte> payload) {
-  const auto pieces = static_cast<std::ptrdiff_t>((payload.size() + kHashPiece - 1) / kHashPiece);
+  const auto pieces = static_cast<std::ptrdiff_t>(piece_count(payload));
   std::vector<std::uint64_t> digests(static_cast<std::size_t>(pieces));
 #pragma omp parallel for schedule(static) if (pieces > 1)
-  for (std::ptrdiff_t i = 0; i < pieces; ++i) {
-    const auto offset = static_cast<std::size_t>(i) * kHashPiece;
-    digests[static_cast<std::size_t>(i)] =
-        core::xxh3_64(payload.subspan(offset, std::min(kHashPiece, payload.size() - offset)));
-  }
+  for (std::ptrdiff_t i = 0; i < pieces; ++i)
+    digests[static_cast<std::size_t>(i)] = piece_digest(payload, static_cast<std::size_t>(i));
   return core::xxh3_64(std::as_bytes(std::span(digests)));
 }
 
