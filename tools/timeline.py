@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-SHOWN = {"supervisor_started", "job_started", "failure_detected", "communicator_shrunk", "state_restored",
+SHOWN = {"supervisor_started", "job_started", "failure_detected", "communicator_shrunk",
+         "device_communicator_rebuilt", "state_restored",
          "shards_rebalanced", "training_resumed", "recovery_finished", "checkpoint_failed", "job_relaunched",
          "final_checkpoint", "preemption_requested", "job_finished", "supervisor_finished"}
 
@@ -20,6 +21,7 @@ DESCRIBE = {
         f"ranks {e['failed_ranks']} (nodes {e['failed_nodes']}, hosts {sorted(set(e['failed_hosts']))}) "
         f"at step {e['step']}, detected {e['detection_latency_s'] * 1000:.1f} ms after the failure"),
     "communicator_shrunk": lambda e: f"{e['old_size']} -> {e['new_size']} ranks in {e['seconds'] * 1000:.1f} ms",
+    "device_communicator_rebuilt": lambda e: f"NCCL: {e['path']} over {e['size']} ranks in {e['seconds'] * 1000:.1f} ms",
     "state_restored": lambda e: f"step {e['step']} from {e['source']} in {e['seconds'] * 1000:.1f} ms",
     "shards_rebalanced": lambda e: f"global batch {e['global_batch']} as {e['per_rank_batch']} ({e['policy']})",
     "training_resumed":

@@ -135,6 +135,6 @@ if wanted more; then
     --output "$out/gpu-nccl-converge.json"
 fi
 if wanted multirank; then
-  part multirank 420 python3 bench/gpu/multi_rank_check.py --json "$out/gpu-multi-rank.json"
+  part multirank 540 python3 bench/gpu/multi_rank_check.py --json "$out/gpu-multi-rank.json"
 fi
 echo "device_check.sh: done with $(left) s of $budget_s left" | tee -a "$out/summary.txt"

@@ -27,8 +27,9 @@ class MpiGradientReducer final : public GradientReducer {
     return backend_.has_non_finite(grads);
   }
   void forget_step() override { buckets_.forget_step(); }
-  void rebind(Communicator& survivors, std::span<const int>) override {
+  TransportRebuild rebind(Communicator& survivors, std::span<const int>) override {
     buckets_.rebind(survivors);
+    return {};
   }
   bool broadcasts_tensors() const override { return false; }
   void broadcast(std::span<core::Tensor* const>, int) override {
@@ -44,16 +45,23 @@ class MpiGradientReducer final : public GradientReducer {
 
 }  // namespace
 
-std::unique_ptr<GradientReducer> make_gradient_reducer(Communicator& comm, core::Backend& backend,
-                                                       std::vector<core::Parameter*> params,
-                                                       std::size_t bucket_bytes) {
-  if (backend.device() == core::Device::host)
-    return std::make_unique<MpiGradientReducer>(comm, backend, std::move(params), bucket_bytes);
+std::vector<std::unique_ptr<GradientReducer>> make_gradient_reducers(
+    Communicator& comm, core::Backend& backend, std::vector<core::Parameter*> params,
+    std::size_t bucket_bytes, std::size_t steps_in_flight) {
+  if (steps_in_flight < 1)
+    throw InvalidArgument("make_gradient_reducers: at least one step in flight");
+  if (backend.device() == core::Device::host) {
+    std::vector<std::unique_ptr<GradientReducer>> reducers;
+    for (std::size_t i = 0; i < steps_in_flight; ++i)
+      reducers.push_back(std::make_unique<MpiGradientReducer>(comm, backend, params, bucket_bytes));
+    return reducers;
+  }
 #ifdef HARDY_HAVE_NCCL
-  return detail::make_nccl_gradient_reducer(comm, backend, std::move(params), bucket_bytes);
+  return detail::make_nccl_gradient_reducers(comm, backend, std::move(params), bucket_bytes,
+                                             steps_in_flight);
 #else
   throw Error(
-      "make_gradient_reducer: device gradients need NCCL, and this build has no CUDA backend");
+      "make_gradient_reducers: device gradients need NCCL, and this build has no CUDA backend");
 #endif
 }
 

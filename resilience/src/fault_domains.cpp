@@ -70,13 +70,22 @@ std::size_t values_in(std::span<core::Tensor* const> tensors) {
   return total;
 }
 
-// Every tensor in one buffer, so that all of them cross the network in one collective.
-std::vector<float> pack(std::span<core::Tensor* const> tensors) {
+// Every tensor in one buffer, so that all of them cross the network in one collective; tensor i
+// multiplied by weights[i] when there are weights.
+std::vector<float> pack(std::span<core::Tensor* const> tensors, std::span<const float> weights) {
+  if (!weights.empty() && weights.size() != tensors.size())
+    throw Error(
+        fmt::format("FaultDomains: {} weights for {} tensors", weights.size(), tensors.size()));
   std::vector<float> flat;
   flat.reserve(values_in(tensors));
-  for (core::Tensor* tensor : tensors) {
-    const auto values = tensor->f32();
-    flat.insert(flat.end(), values.begin(), values.end());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto values = tensors[i]->f32();
+    const float weight = weights.empty() ? 1.0f : weights[i];
+    if (weight == 1.0f) {
+      flat.insert(flat.end(), values.begin(), values.end());
+      continue;
+    }
+    for (const float v : values) flat.push_back(v * weight);
   }
   return flat;
 }
@@ -301,8 +310,9 @@ void FaultDomains::start(const DomainStateAccess& state) {
 }
 
 DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> tensors, double loss,
-                                  double skipped, const DomainStateAccess& state) {
-  return run_step(step, tensors, loss, skipped, /*ok=*/true, state);
+                                  double skipped, const DomainStateAccess& state,
+                                  std::span<const float> weights) {
+  return run_step(step, tensors, loss, skipped, /*ok=*/true, state, weights);
 }
 
 DomainStep FaultDomains::after_local_recovery(long next_step, bool synchronized,
@@ -362,7 +372,8 @@ std::size_t FaultDomains::member_index() const {
 }
 
 DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tensors, double loss,
-                                  double skipped, bool ok, const DomainStateAccess& state) {
+                                  double skipped, bool ok, const DomainStateAccess& state,
+                                  std::span<const float> weights) {
   SharedDecision decision;
   checkpoint::TrainingState healed;
   if (leader()) {
@@ -380,7 +391,8 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tens
                 .skipped = skipped,
                 .ranks = std::vector<int>(members_.size(), 0)};
       mine.ranks[member_index()] = domain().size();
-      std::vector<float> flat = ok ? pack(tensors) : std::vector<float>(values_in(tensors), 0.0f);
+      std::vector<float> flat =
+          ok ? pack(tensors, weights) : std::vector<float>(values_in(tensors), 0.0f);
       append_vote(flat, mine, member_index(), members_.size());
       group_->allreduce_sum(flat);
       const Vote vote = take_vote(flat, members_.size());

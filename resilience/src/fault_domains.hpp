@@ -110,10 +110,14 @@ class FaultDomains {
   // The step's exchange, after the domain's own gradient allreduce: the leader sums `tensors`
   // (the gradients; at a meeting of domains that train alone in between, also their weighted
   // state) over the domains and votes; every rank of the domain gets the sums (on commit) and
-  // the verdict. `loss` and `skipped` are the domain's sums. A lost peer domain is handled
-  // inside (regroup and resync), so the verdict holds for every live domain.
+  // the verdict. `loss` and `skipped` are the domain's sums. `weights`, when given, has one
+  // factor per tensor, applied to what is sent and never to the tensor itself (a domain's share
+  // of the batch, so that the sum of the states is their average; a dropped step leaves the
+  // state as it was). A lost peer domain is handled inside (regroup and resync), so the verdict
+  // holds for every live domain.
   DomainStep exchange(long step, std::span<core::Tensor* const> tensors, double loss,
-                      double skipped, const DomainStateAccess& state);
+                      double skipped, const DomainStateAccess& state,
+                      std::span<const float> weights = {});
 
   // After the domain recovered from a rank's death inside it (ULFM shrink, state back at the
   // domain's committed step): settles `next_step`, the step that was in flight. When the domains
@@ -144,7 +148,8 @@ class FaultDomains {
                     checkpoint::TrainingState& healed);
   // The step's exchange and vote (`ok`: this domain's contribution counts).
   DomainStep run_step(long step, std::span<core::Tensor* const> gradients, double loss,
-                      double skipped, bool ok, const DomainStateAccess& state);
+                      double skipped, bool ok, const DomainStateAccess& state,
+                      std::span<const float> weights = {});
   // Every rank: takes the leader's encoded decision with the sums it holds (one broadcast; put
   // in `tensors` on commit), or the healed state (from `healed`, the leader's; others receive
   // it).

@@ -33,7 +33,12 @@ void TrainingSession::State::recover(const std::string& what) {
           std::cerr << "hardy: another failure during recovery; restarting recovery\n";
         report_departure(shrink, what, clock);
         stop_if_past_limits();
-        trainer.rebind(comm(), comm::ranks_lost(shrink.old_ranks, shrink.old_size));
+        const comm::TransportRebuild rebuilt =
+            trainer.rebind(comm(), comm::ranks_lost(shrink.old_ranks, shrink.old_size));
+        if (!rebuilt.path.empty())
+          events.emit(
+              "device_communicator_rebuilt",
+              {{"path", rebuilt.path}, {"seconds", rebuilt.seconds}, {"size", comm().size()}});
         // A death here, between the shrink and the restore, makes the survivors start over.
         injector.at(step() + 1, Phase::recovery);
         restore_after_failure(clock.detected_at);
@@ -117,6 +122,7 @@ void TrainingSession::State::settle_step_across_domains(const std::string& what)
   follow_domain_ownership();
   if (across.verdict == StepVerdict::rewind) rewind_to_synced(step() + 1);
   if (across.verdict != StepVerdict::commit) return;
+  trainer.take_exchanged();
   // The other domains committed the step in flight: apply the same sums (the gradients, and the
   // averaged state when the domains train alone between meetings) and commit it here too.
   const auto shape = data.train->shape();

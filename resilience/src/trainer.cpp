@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <utility>
+
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/support/digest.hpp"
 
@@ -23,7 +25,8 @@ Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
       prefetcher_(train, config.prefetch_batches > 0 ? threads.loader_threads : 0, 0),
       scaler_(core::LossScalerConfig::for_activations(backend_->activation_dtype())),
       cross_rank_(comm),
-      slots_(static_cast<std::size_t>(1 + config.gradient_lag)) {
+      slots_(static_cast<std::size_t>(1 + config.gradient_lag)),
+      exchange_mirror_(*backend_) {
   omp_set_num_threads(threads.kernel_threads);
   class_weights_ =
       core::resolve_class_weights(config.class_weights, train, config.model.num_classes);
@@ -36,8 +39,9 @@ Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
   const std::vector<core::Parameter*> ready_order(params.rbegin(), params.rend());
   const auto bucket_bytes = static_cast<std::size_t>(config.bucket_mib * (1 << 20));
   // A step's buckets stay in flight while the next step's backward fills the other slot's.
-  for (StepSlot& slot : slots_)
-    slot.reducer = comm::make_gradient_reducer(comm, *backend_, ready_order, bucket_bytes);
+  auto reducers =
+      comm::make_gradient_reducers(comm, *backend_, ready_order, bucket_bytes, slots_.size());
+  for (std::size_t i = 0; i < slots_.size(); ++i) slots_[i].reducer = std::move(reducers[i]);
 }
 
 const core::GlobalBatch& Trainer::draw_batch(std::size_t global_batch) {
@@ -129,18 +133,32 @@ void Trainer::advance() {
 
 bool Trainer::update(float lr) {
   // Every rank holds the same reduced gradients, so every rank takes the same decision.
-  const bool finite = scaler_.update(slots_[oldest_slot_].reducer->has_non_finite());
+  bool non_finite = false;
+  if (std::exchange(gradients_exchanged_, false)) {
+    std::vector<const core::Tensor*> grads;
+    for (const core::Parameter* p : model_.parameters()) grads.push_back(&p->grad);
+    non_finite = backend_->has_non_finite(grads);
+  } else {
+    non_finite = slots_[oldest_slot_].reducer->has_non_finite();
+  }
+  const bool finite = scaler_.update(non_finite);
   if (finite) optimizer_->step(model_.parameters(), lr);
   backend_->synchronize();
   return finite;
 }
 
 void Trainer::apply_update(float lr) {
+  gradients_exchanged_ = false;
   optimizer_->step(model_.parameters(), lr);
   backend_->synchronize();
 }
 
 void Trainer::divide_gradients(double divisor) {
+  if (backend_->device() != core::Device::host) {
+    for (core::Parameter* p : model_.parameters())
+      backend_->scale(p->grad, static_cast<float>(1.0 / divisor));
+    return;
+  }
   for (core::Parameter* p : model_.parameters())
     for (float& g : p->grad.f32()) g = static_cast<float>(g / divisor);
 }
@@ -183,6 +201,7 @@ void Trainer::apply(const checkpoint::TrainingState& state) {
 }
 
 void Trainer::drop_uncommitted() {
+  gradients_exchanged_ = false;
   sampler_.restore(committed_sampler_);  // a batch may have been drawn and not computed
   if (computed_ == 0) return;
   const StepSlot& oldest = slots_[oldest_slot_];
@@ -221,19 +240,24 @@ std::vector<core::Tensor*> Trainer::state_tensors() {
   return tensors;
 }
 
-std::vector<core::Tensor*> Trainer::exchanged_tensors(bool whole_state) {
+std::span<core::Tensor* const> Trainer::exchanged_tensors(bool whole_state) {
   std::vector<core::Tensor*> tensors;
   for (core::Parameter* p : model_.parameters()) tensors.push_back(&p->grad);
   if (whole_state) {
     const auto state = state_tensors();
     tensors.insert(tensors.end(), state.begin(), state.end());
   }
-  return tensors;
+  return exchange_mirror_.stage(tensors);
 }
 
-void Trainer::rebind(comm::Communicator& comm, std::span<const int> lost) {
-  for (StepSlot& slot : slots_) slot.reducer->rebind(comm, lost);  // NCCL drops the same ranks
+comm::TransportRebuild Trainer::rebind(comm::Communicator& comm, std::span<const int> lost) {
+  comm::TransportRebuild rebuilt;
+  for (StepSlot& slot : slots_) {  // NCCL drops the same ranks (once: the slots share it)
+    comm::TransportRebuild report = slot.reducer->rebind(comm, lost);
+    if (!report.path.empty()) rebuilt = std::move(report);
+  }
   cross_rank_.rebind(comm);
+  return rebuilt;
 }
 
 }  // namespace hardy::resilience

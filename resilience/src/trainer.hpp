@@ -22,6 +22,7 @@
 #include "hardy/comm/communicator.hpp"
 #include "hardy/comm/cross_rank_sum.hpp"
 #include "hardy/comm/gradient_reducer.hpp"
+#include "hardy/core/compute/host_mirror.hpp"
 #include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/prefetcher.hpp"
 #include "hardy/core/data/sampler.hpp"
@@ -122,10 +123,19 @@ class Trainer {
   // where the optimizer makes them lazily.
   std::vector<core::Tensor*> state_tensors();
   // What the fault domains sum when they meet: the gradients, and with `whole_state` the state
-  // tensors too (domains that trained alone hold different ones).
-  std::vector<core::Tensor*> exchanged_tensors(bool whole_state);
+  // tensors too (domains that trained alone hold different ones). Host tensors, which the
+  // domains' gloo group carries: the live ones on the CPU backend; on a GPU, page-locked copies
+  // of the device tensors, filled here, which take_exchanged() writes back.
+  std::span<core::Tensor* const> exchanged_tensors(bool whole_state);
+  // After the domains' sums were put into exchanged_tensors(): the live tensors take them (a
+  // no-op on the CPU backend, where they are the live ones).
+  void take_exchanged() {
+    exchange_mirror_.write_back();
+    gradients_exchanged_ = true;
+  }
   // After a shrink: the reducer and the batch norm's sums go over the survivors' communicator.
-  void rebind(comm::Communicator& comm, std::span<const int> lost);
+  // Says how the device transport followed, if the reducers have one (NCCL).
+  comm::TransportRebuild rebind(comm::Communicator& comm, std::span<const int> lost);
 
   core::Backend& backend() const { return *backend_; }
   core::DeepLabV3Plus& model() { return model_; }
@@ -177,7 +187,11 @@ class Trainer {
   core::SamplerState committed_sampler_;
   std::vector<float> class_weights_;
   core::Tensor fields_, labels_, dlogits_;
-  long step_ = 0;  // steps committed
+  core::HostMirror exchange_mirror_;  // what the domains exchange, on the host
+  // The gradients are the domains' sums (take_exchanged), not the reducer's: update() checks
+  // them, not the reducer's buckets, for non-finite values, so that every domain decides alike.
+  bool gradients_exchanged_ = false;
+  long step_ = 0;                     // steps committed
   double last_loss_ = 0;
 };
 

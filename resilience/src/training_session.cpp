@@ -83,10 +83,6 @@ void check_and_complete(TrainingConfig& config, int world_size, const core::Samp
   }
   config.schedule.total_steps = config.steps;
   config.schedule.validate();
-  if (config.gradient_lag != 0 && config.backend != "cpu")
-    throw InvalidArgument(
-        "--gradient-lag 1 is built for host gradients: with --backend cuda it is not supported "
-        "yet (the NCCL buckets of two steps would share the device's gradients unordered)");
   if (config.domain >= 0) {
     // What the cross-domain exchange does not carry yet, refused before anything starts.
     if (config.gradient_lag != 0 && config.sync_every() > 1)
@@ -95,10 +91,6 @@ void check_and_complete(TrainingConfig& config, int world_size, const core::Samp
       throw InvalidArgument(
           "--gradient-lag 1 with --domain-sync-every above 1 is not supported yet: domains that "
           "train alone between meetings take --gradient-lag 0");
-    if (config.backend != "cpu")
-      throw InvalidArgument(
-          "fault domains exchange host gradients only: --backend cuda with --nodes-per-domain is "
-          "not supported yet");
     // Each rank resolves its own node's address (only the leader's is used): a node without
     // that network is a misconfiguration to report before anything starts.
     if (config.domain_address.empty() && !config.domain_interface.empty()) {
@@ -580,12 +572,14 @@ bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t
     return true;
   }
   // The other domains' sums and the step's vote (the commit point across domains).
-  const std::vector<core::Tensor*> exchanged = trainer.exchanged_tensors(config.sync_every() > 1);
+  const std::span<core::Tensor* const> exchanged =
+      trainer.exchanged_tensors(config.sync_every() > 1);
+  std::vector<float> weights;
   if (config.sync_every() > 1) {
-    // Each domain's state, weighted by its share of the batch: their sum is the average.
-    const auto share = static_cast<float>(domains->share(global_batch));
-    for (std::size_t i = trainer.model().parameters().size(); i < exchanged.size(); ++i)
-      for (float& v : exchanged[i]->f32()) v *= share;
+    // Each domain's state, weighted by its share of the batch: their sum is the average. The
+    // weight goes on what is sent only: a step dropped here leaves the state as it was.
+    weights.assign(exchanged.size(), static_cast<float>(domains->share(global_batch)));
+    std::fill_n(weights.begin(), trainer.model().parameters().size(), 1.0f);
   }
   // The step's batch, for its audit line should a heal commit the step here: a heal forgets the
   // computed steps, and with --gradient-lag 1 the batch committed last is the step's before.
@@ -594,7 +588,8 @@ bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t
   DomainStep across;
   {
     Watchdog::Scope scope(watchdog, "cross-domain exchange");
-    across = domains->exchange(this_step, exchanged, loss[0], loss[1], domain_state_access());
+    across =
+        domains->exchange(this_step, exchanged, loss[0], loss[1], domain_state_access(), weights);
   }
   follow_domain_ownership();
   switch (across.verdict) {
@@ -619,6 +614,7 @@ bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t
       }
       return false;
     case StepVerdict::commit:
+      trainer.take_exchanged();
       break;
   }
   loss[0] = across.loss;

@@ -3,6 +3,7 @@
 // allreduce with scaling and the overflow check, the restore broadcast, shrink and abort. The
 // bootstrap is a single-process Communicator, standing in for the MPI one (which only has to
 // broadcast the ncclUniqueId and, for shrink, sum a vector).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <limits>
 
@@ -98,6 +99,44 @@ TEST_CASE("nccl: bucketed gradient allreduce writes scaled sums and finds overfl
   cuda.copy(bad, reversed[3]->grad);
   buckets.finish(1.0f);
   CHECK(buckets.has_non_finite());
+}
+
+TEST_CASE("nccl: two steps' bucket sets on one communicator keep their own gradients (lag)",
+          "[gpu]") {
+  CudaBackend cuda;
+  comm::SelfCommunicator bootstrap;
+  auto nccl = comm::NcclCommunicator::create(bootstrap);
+  ModelConfig config;
+  config.width = 8;
+  config.aspp_channels = 8;
+  config.decoder_channels = 8;
+  config.low_level_channels = 8;
+  DeepLabV3Plus model(cuda, config);
+  std::vector<Parameter*> reversed(model.parameters().rbegin(), model.parameters().rend());
+  comm::NcclGradientBuckets older(*nccl, cuda, cuda.stream(), reversed, 16 << 10);
+  comm::NcclGradientBuckets newer(*nccl, cuda, cuda.stream(), reversed, 16 << 10);
+  // Step N's gradients are all handed over; then the next backward (queued on the backend's
+  // stream right behind) overwrites the same memory with step N+1's, which go to the other set.
+  for (std::size_t i = 0; i < reversed.size(); ++i) {
+    cuda.fill(reversed[i]->grad, 1.0f);
+    older.mark_ready(i);
+  }
+  for (std::size_t i = 0; i < reversed.size(); ++i) {
+    cuda.fill(reversed[i]->grad, 2.0f);
+    newer.mark_ready(i);
+  }
+  older.finish(1.0f);  // its own allreduces only
+  for (const Parameter* p : reversed) {
+    Tensor ones = Tensor::host(p->grad.dims(), DType::f32, p->grad.layout());
+    std::fill(ones.f32().begin(), ones.f32().end(), 1.0f);
+    check_close(cuda, p->grad, ones, 0.0, "step N's sum of " + p->name);
+  }
+  newer.finish(1.0f);
+  for (const Parameter* p : reversed) {
+    Tensor twos = Tensor::host(p->grad.dims(), DType::f32, p->grad.layout());
+    std::fill(twos.f32().begin(), twos.f32().end(), 2.0f);
+    check_close(cuda, p->grad, twos, 0.0, "step N+1's sum of " + p->name);
+  }
 }
 
 TEST_CASE("nccl: the survivors' list, shrink and abort", "[gpu]") {

@@ -57,12 +57,14 @@ struct Domain {
             .committed_step = [this] { return committed_state.step; }};
   }
 
-  // The step's exchange with this domain's gradient `value`; on commit the state moves on.
-  DomainStep step(float value) {
+  // The step's exchange with this domain's gradient `value` (sent times `weight`); on commit the
+  // state moves on.
+  DomainStep step(float value, float weight = 1) {
     std::ranges::fill(gradient.f32(), value);
     core::Tensor* gradients[] = {&gradient};
+    const float weights[] = {weight};
     const long next = committed_state.step + 1;
-    DomainStep outcome = domains.exchange(next, gradients, value, 0, access());
+    DomainStep outcome = domains.exchange(next, gradients, value, 0, access(), weights);
     if (outcome.verdict == StepVerdict::commit) {
       committed_state.step = next;
       summed.push_back(gradient.f32()[0]);
@@ -122,6 +124,30 @@ struct StartedJob {
 };
 
 }  // namespace
+
+TEST_CASE("fault domains: weights apply to what is sent, never to the live tensors") {
+  StartedJob job("weights", 2, [](int) { return 1.0f; });
+  auto& domains = job.domains;
+  // Each domain's state weighted by its share: the sum is the average.
+  auto first = std::async(std::launch::async, [&] { return domains[0]->step(8, 0.25f); });
+  const DomainStep second = domains[1]->step(4, 0.5f);
+  CHECK(first.get().verdict == StepVerdict::commit);
+  CHECK(second.verdict == StepVerdict::commit);
+  CHECK(domains[0]->summed.back() == 4.0f);
+  CHECK(domains[1]->summed.back() == 4.0f);
+  // Domain 0 lost a rank in the next step and votes against it: domain 1 drops the step, and its
+  // tensor is what it was, not its weighted share (it redoes the step from there).
+  auto against = std::async(std::launch::async, [&] {
+    Domain& lost_rank = *domains[0];
+    core::Tensor* tensors[] = {&lost_rank.gradient};
+    return lost_rank.domains.after_local_recovery(lost_rank.committed_state.step + 1, true, tensors,
+                                                  lost_rank.access());
+  });
+  const DomainStep dropped = domains[1]->step(6, 0.5f);
+  CHECK(against.get().verdict == StepVerdict::abandon);
+  CHECK(dropped.verdict == StepVerdict::abandon);
+  CHECK(domains[1]->gradient.f32()[0] == 6.0f);
+}
 
 TEST_CASE("fault domains: a lost domain's peers drop the step in flight together, then train on") {
   StartedJob job("domains", 3, [](int d) { return static_cast<float>(d + 1); });

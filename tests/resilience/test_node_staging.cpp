@@ -39,7 +39,8 @@ std::size_t files_below(const fs::path& dir) {
   std::size_t count = 0;
   if (!fs::exists(dir)) return 0;
   for (const auto& entry : fs::recursive_directory_iterator(dir))
-    count += entry.is_regular_file() && !entry.path().filename().string().starts_with(".verified-");
+    // Not the staging's own files (.verified-* marks, the copiers' .staging.lock): samples only.
+    count += entry.is_regular_file() && !entry.path().filename().string().starts_with(".");
   return count;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <thread>
 
 #include "hardy/comm/errors.hpp"
@@ -82,12 +83,22 @@ void NcclCommunicator::group_start() { nccl_check(ncclGroupStart(), "ncclGroupSt
 void NcclCommunicator::group_end() { nccl_check(ncclGroupEnd(), "ncclGroupEnd", comm_); }
 
 void NcclCommunicator::synchronize(std::chrono::milliseconds timeout) {
+  wait_until([this] { return cudaStreamQuery(stream_.get()); }, "cudaStreamQuery (NCCL stream)",
+             timeout);
+}
+
+void NcclCommunicator::wait_for(const core::cuda::Event& done, std::chrono::milliseconds timeout) {
+  wait_until([&done] { return cudaEventQuery(done.get()); }, "cudaEventQuery (NCCL stream)",
+             timeout);
+}
+
+void NcclCommunicator::wait_until(const std::function<cudaError_t()>& query, const char* call,
+                                  std::chrono::milliseconds timeout) {
   require_usable("synchronize");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const cudaError_t status = cudaStreamQuery(stream_.get());
-    if (status != cudaSuccess && status != cudaErrorNotReady)
-      core::cuda::cuda_check(status, "cudaStreamQuery (NCCL stream)");
+    const cudaError_t status = query();
+    if (status != cudaSuccess && status != cudaErrorNotReady) core::cuda::cuda_check(status, call);
     // A peer that died is usually reported as an asynchronous error before the timeout.
     ncclResult_t async = ncclSuccess;
     nccl_check(ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError", comm_);

@@ -55,13 +55,16 @@ void NcclGradientBuckets::mark_ready(std::size_t index) {
                     "f32 tensor of {} elements",
                     param.name, grad.defined() ? grad.describe() : "undefined", slot.count));
   try {
-    // The NCCL stream waits on the device for the backward pass to have produced this gradient.
-    gradient_ready_.record(compute_stream_);
-    gradient_ready_.make_wait(comm_->stream());
+    // Copied on the backend's stream, in order with the backward pass: the gradient's memory is
+    // the model's, and the next step's backward overwrites it, which with lagged updates runs
+    // while this step's allreduces are still queued behind others on the NCCL stream. The NCCL
+    // stream waits on the device for the copy.
     if (slot.count > 0)
       HARDY_CUDA_CHECK(cudaMemcpyAsync(bucket_data(slot.bucket) + slot.offset, grad.raw(),
                                        slot.count * sizeof(float), cudaMemcpyDeviceToDevice,
-                                       comm_->stream()));
+                                       compute_stream_));
+    gradient_ready_.record(compute_stream_);
+    gradient_ready_.make_wait(comm_->stream());
     in_flight_ = true;
     plan_->mark(index);
     launch_due_buckets();
@@ -75,13 +78,19 @@ void NcclGradientBuckets::launch_due_buckets() {
   for (std::size_t b = plan_->next_due(); b != detail::BucketPlan::npos; b = plan_->next_due())
     if (buckets_[b].numel() > 0)
       comm_->allreduce_sum(bucket_data(b), static_cast<std::size_t>(buckets_[b].numel()));
+  // This step's last allreduce is queued: what finish() waits for. Recorded now, since another
+  // bucket set (the next step's, with lagged updates) may queue its own behind it before then.
+  if (plan_->launched() == plan_->bucket_count()) reduced_.record(comm_->stream());
 }
 
 void NcclGradientBuckets::finish(float scale) {
   try {
     for (std::size_t i = 0; i < plan_->parameter_count(); ++i)
       if (!plan_->ready(i)) mark_ready(i);
-    comm_->synchronize(timeout_);
+    if (plan_->bucket_count() == 0) reduced_.record(comm_->stream());
+    // This step's allreduces only (reduced_ follows its last one): another bucket set's may be
+    // queued after them on the same communicator.
+    comm_->wait_for(reduced_, timeout_);
   } catch (const ProcessFailure&) {
     plan_->reset();
     throw;

@@ -51,6 +51,22 @@ void Backend::copy(const Tensor& src, Tensor& dst) {
   do_copy(src, dst);
 }
 
+void Backend::copy(std::span<const Tensor* const> src, std::span<Tensor* const> dst) {
+  if (src.size() != dst.size())
+    throw InvalidArgument(
+        fmt::format("copy: {} sources for {} destinations", src.size(), dst.size()));
+  for (std::size_t i = 0; i < src.size(); ++i) check_copy(rules_, *src[i], *dst[i]);
+  do_copy_many(src, dst);
+}
+
+Tensor Backend::empty_host(std::vector<std::int64_t> dims, DType dtype, Layout layout) {
+  for (std::int64_t d : dims)
+    if (d < 0)
+      throw InvalidArgument(
+          fmt::format("empty_host: negative dimension in [{}]", fmt::join(dims, ",")));
+  return do_empty_host(std::move(dims), dtype, layout);
+}
+
 void Backend::fill(Tensor& t, float value) {
   require_on(rules_, "fill", "t", t);
   do_fill(t, value);

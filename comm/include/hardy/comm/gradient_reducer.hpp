@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "hardy/comm/communicator.hpp"
@@ -12,6 +13,15 @@
 #include "hardy/core/nn/parameter.hpp"
 
 namespace hardy::comm {
+
+// What rebind() did to a transport of its own, for the event log: the path taken (one of
+// core::event_fields::device_transport_paths) and its seconds. An empty path: nothing of its own
+// to rebuild (MPI buckets follow the shrunk communicator; a reducer whose transport another one
+// of the same trainer rebuilt already).
+struct TransportRebuild {
+  std::string path;
+  double seconds = 0;
+};
 
 class GradientReducer {
  public:
@@ -33,7 +43,7 @@ class GradientReducer {
   virtual void forget_step() = 0;
   // The MPI communicator was shrunk to `survivors`; `lost` are ranks of the one before. From the
   // next step on, reduce over the survivors. Collective over them.
-  virtual void rebind(Communicator& survivors, std::span<const int> lost) = 0;
+  virtual TransportRebuild rebind(Communicator& survivors, std::span<const int> lost) = 0;
   // Whether restored tensors should travel over this reducer's transport (device to device)
   // rather than as bytes through MPI; broadcast() sends them then (collective).
   virtual bool broadcasts_tensors() const = 0;
@@ -42,11 +52,14 @@ class GradientReducer {
 };
 
 // Host gradients: MPI buckets over comm. Device gradients (the cuda backend): NCCL buckets over
-// an NCCL communicator that this call creates through comm (collective). params are the model's
-// parameters in the order backward makes their gradients final; they and the backend must
-// outlive the reducer.
-std::unique_ptr<GradientReducer> make_gradient_reducer(Communicator& comm, core::Backend& backend,
-                                                       std::vector<core::Parameter*> params,
-                                                       std::size_t bucket_bytes);
+// an NCCL communicator that this call creates through comm (collective). One reducer per step
+// that may be in flight at once (`steps_in_flight`: 2 with lagged updates), each with buckets of
+// its own, over one transport: one MPI communicator, or one NCCL communicator and stream, so that
+// two steps' collectives run in the order they were started, the same on every rank. params are
+// the model's parameters in the order backward makes their gradients final; they and the
+// backend must outlive the reducers.
+std::vector<std::unique_ptr<GradientReducer>> make_gradient_reducers(
+    Communicator& comm, core::Backend& backend, std::vector<core::Parameter*> params,
+    std::size_t bucket_bytes, std::size_t steps_in_flight = 1);
 
 }  // namespace hardy::comm

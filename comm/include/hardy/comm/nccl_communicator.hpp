@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -75,6 +76,9 @@ class NcclCommunicator {
   // or the work does not finish within `timeout` (a peer died mid-collective), aborts the
   // communicator and throws ProcessFailure.
   void synchronize(std::chrono::milliseconds timeout = kDefaultTimeout);
+  // The same, until `done` (recorded on stream()) has completed: work queued after it (the next
+  // step's buckets, with lagged updates) may still run.
+  void wait_for(const core::cuda::Event& done, std::chrono::milliseconds timeout = kDefaultTimeout);
 
   // The survivors' communicator without `excluded_ranks` (ranks of this communicator, e.g.
   // comm::ranks_lost() of the MPI shrink), renumbered in their old order like MPIX_Comm_shrink.
@@ -88,6 +92,9 @@ class NcclCommunicator {
  private:
   NcclCommunicator(ncclComm_t comm, int device);
   void require_usable(const char* operation) const;
+  // Polls `query` (cudaSuccess: done) and NCCL's asynchronous error until done or `timeout`.
+  void wait_until(const std::function<cudaError_t()>& query, const char* call,
+                  std::chrono::milliseconds timeout);
   void group_start();
   void group_end();
 

@@ -1,11 +1,14 @@
 #pragma once
 // GradientBuckets (gradient_buckets.hpp) for device gradients over NCCL: the same buckets,
 // bucket order and interface, but the buckets live in device memory and everything runs on
-// the NCCL communicator's own stream. mark_ready(i) makes that stream wait (on the device) for
-// the backend's stream to reach the point where gradient i is final, copies it into its bucket
-// and starts the bucket's allreduce once the bucket is complete, so communication overlaps the
-// rest of the backward pass without blocking the host. finish(scale) waits (with a timeout)
-// and writes scale * sum back into the gradients on the backend's stream.
+// the NCCL communicator's own stream. mark_ready(i) copies gradient i into its bucket on the
+// backend's stream, makes the NCCL stream wait (on the device) for that copy and starts the
+// bucket's allreduce once the bucket is complete, so communication overlaps the rest of the
+// backward pass without blocking the host. finish(scale) waits (with a timeout) for this
+// object's allreduces and writes scale * sum back into the gradients on the backend's stream.
+// Two bucket sets may share one communicator (lagged updates: a step's allreduces in flight
+// while the next step's backward fills the other set); their collectives run in the order they
+// were queued, the same on every rank.
 #ifndef HARDY_HAVE_NCCL
 #error "hardy/comm/nccl_gradient_buckets.hpp needs a build with the CUDA backend"
 #endif
@@ -73,6 +76,7 @@ class NcclGradientBuckets {
   bool in_flight_ = false;             // work queued on comm_ since the last finish/reset
   std::chrono::milliseconds timeout_;
   core::cuda::Event gradient_ready_;
+  core::cuda::Event reduced_;  // recorded after this step's last allreduce was queued
 };
 
 }  // namespace hardy::comm

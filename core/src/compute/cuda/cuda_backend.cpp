@@ -162,6 +162,33 @@ void CudaBackend::do_copy(const Tensor& src, Tensor& dst) {
   }
 }
 
+void CudaBackend::do_copy_many(std::span<const Tensor* const> src, std::span<Tensor* const> dst) {
+  // Plain copies are queued and waited for once; conversions take do_copy's path.
+  HARDY_CUDA_CHECK(cudaSetDevice(impl_->device));
+  bool to_host = false;
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    const Tensor& from = *src[i];
+    Tensor& to = *dst[i];
+    if (from.dtype() != to.dtype() || !same_memory_order(from, to) ||
+        (from.raw() == to.raw() && from.numel() > 0)) {
+      do_copy(from, to);
+      continue;
+    }
+    impl_->copy_async(to.raw(), from.raw(), from.bytes(), copy_kind(from, to));
+    to_host = to_host || to.device() == Device::host;
+  }
+  if (to_host) impl_->wait("copy to the host");
+}
+
+Tensor CudaBackend::do_empty_host(std::vector<std::int64_t> dims, DType dtype, Layout layout) {
+  std::int64_t count = 1;
+  for (std::int64_t d : dims) count *= d;
+  HARDY_CUDA_CHECK(cudaSetDevice(impl_->device));
+  auto buffer =
+      std::make_shared<cuda::PinnedBuffer>(static_cast<std::size_t>(count) * dtype_size(dtype));
+  return Tensor(std::move(dims), dtype, layout, std::move(buffer));
+}
+
 void CudaBackend::do_fill(Tensor& t, float value) {
   cuda::fill(t.raw(), t.dtype(), value, t.numel(), impl_->s());
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 
 #include "hardy/core/support/error.hpp"
@@ -133,8 +134,10 @@ void* DeviceScratch::get(std::size_t bytes) {
   return data_;
 }
 
-PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
+PinnedBuffer::PinnedBuffer(std::size_t bytes) : OwnedBuffer(bytes) {
+  if (bytes == 0) return;
   HARDY_CUDA_CHECK(cudaMallocHost(&data_, bytes));
+  std::memset(data_, 0, bytes);
 }
 PinnedBuffer::~PinnedBuffer() {
   if (data_ != nullptr) cudaFreeHost(data_);

@@ -91,22 +91,18 @@ class DeviceScratch {
   std::shared_ptr<const Stream> stream_;
 };
 
-// Page-locked host memory for the small results copied back (loss partials, flags).
-class PinnedBuffer {
+// Page-locked host memory: the small results copied back (loss partials, flags), and host
+// tensors that device copies reach by DMA (CudaBackend::empty_host). Zero-filled, as host
+// tensors are.
+class PinnedBuffer final : public OwnedBuffer {
  public:
   explicit PinnedBuffer(std::size_t bytes);
-  ~PinnedBuffer();
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() override;
+  Device device() const override { return Device::host; }
   template <class T>
   T* as() {
     return static_cast<T*>(data_);
   }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
 };
 
 // ---- convolution plans ----

@@ -161,6 +161,13 @@ class Backend {
   // Copies between tensors of equal dims and dtype; converts between layouts (nchw <-> nhwc),
   // between host and device, and (where the rules say so) between f32, bf16 and f16.
   void copy(const Tensor& src, Tensor& dst);
+  // The same for many pairs, src[i] into dst[i], with one wait for the device at the end
+  // instead of one per copy into the host.
+  void copy(std::span<const Tensor* const> src, std::span<Tensor* const> dst);
+  // A host tensor (zero-filled) in the memory this backend's copies reach fastest: page-locked
+  // on a GPU, so that copies to and from it run as DMA without a bounce; ordinary host memory on
+  // the CPU.
+  Tensor empty_host(std::vector<std::int64_t> dims, DType dtype, Layout layout);
   void fill(Tensor& t, float value);
   // Waits until all queued work is done (a no-op on the CPU).
   void synchronize() { do_synchronize(); }
@@ -233,6 +240,12 @@ class Backend {
   // (ForwardingBackend) overrides them to wrap another backend's.
   virtual Tensor do_empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) = 0;
   virtual void do_copy(const Tensor& src, Tensor& dst) = 0;
+  virtual void do_copy_many(std::span<const Tensor* const> src, std::span<Tensor* const> dst) {
+    for (std::size_t i = 0; i < src.size(); ++i) do_copy(*src[i], *dst[i]);
+  }
+  virtual Tensor do_empty_host(std::vector<std::int64_t> dims, DType dtype, Layout layout) {
+    return Tensor::host(std::move(dims), dtype, layout);
+  }
   virtual void do_fill(Tensor& t, float value) = 0;
   virtual void do_synchronize() {}
 

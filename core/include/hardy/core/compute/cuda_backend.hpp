@@ -85,6 +85,8 @@ class CudaBackend final : public Backend {
   // (device tensors; activations f32, bf16 or f16; OIHW f32 weights).
   Tensor do_empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) override;
   void do_copy(const Tensor& src, Tensor& dst) override;
+  void do_copy_many(std::span<const Tensor* const> src, std::span<Tensor* const> dst) override;
+  Tensor do_empty_host(std::vector<std::int64_t> dims, DType dtype, Layout layout) override;
   void do_fill(Tensor& t, float value) override;
   void do_synchronize() override;
 

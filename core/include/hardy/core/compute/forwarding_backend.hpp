@@ -25,10 +25,19 @@ class ForwardingBackend : public Backend {
   Backend& inner() { return inner_; }
 
  protected:
+  // A decorator that changes what is accepted (a test's fake device over the CPU backend).
+  ForwardingBackend(Backend& inner, const OperandRules& rules) : Backend(rules), inner_(inner) {}
+
   Tensor do_empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) override {
     return inner_.do_empty(std::move(dims), dtype, layout);
   }
   void do_copy(const Tensor& src, Tensor& dst) override { inner_.do_copy(src, dst); }
+  void do_copy_many(std::span<const Tensor* const> src, std::span<Tensor* const> dst) override {
+    inner_.do_copy_many(src, dst);
+  }
+  Tensor do_empty_host(std::vector<std::int64_t> dims, DType dtype, Layout layout) override {
+    return inner_.do_empty_host(std::move(dims), dtype, layout);
+  }
   void do_fill(Tensor& t, float value) override { inner_.do_fill(t, value); }
   void do_synchronize() override { inner_.do_synchronize(); }
 

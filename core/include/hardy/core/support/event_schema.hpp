@@ -124,6 +124,16 @@ inline constexpr EventField hang_detected[] = {
     {"reason", T::string, req},    {"detected_unix_time", T::number, req}};
 inline constexpr EventField communicator_shrunk[] = {
     {"old_size", T::integer, req}, {"new_size", T::integer, req}, {"seconds", T::number, req}};
+// How the device gradients' NCCL communicator followed the MPI shrink: ncclCommShrink; an abort
+// and a new communicator over the shrunk MPI one (a survivor's NCCL communicator had been
+// aborted, by a timeout or an error); a new communicator (nobody was lost: NCCL cannot shrink
+// by nobody).
+inline constexpr std::string_view device_transport_paths[] = {"nccl_shrink", "nccl_abort_recreate",
+                                                              "nccl_recreate"};
+inline constexpr EventField device_communicator_rebuilt[] = {
+    {"path", T::string, req, device_transport_paths},
+    {"seconds", T::number, req},
+    {"size", T::integer, req}};
 inline constexpr EventField state_restored[] = {{"source", T::string, req},
                                                 {"step", T::integer, req},
                                                 {"seconds", T::number, req},
@@ -275,6 +285,9 @@ inline constexpr EventKind kEventKinds[] = {
      event_fields::failure_detected},
     {"communicator_shrunk", "the job continues on the survivors",
      event_fields::communicator_shrunk},
+    {"device_communicator_rebuilt",
+     "the GPU gradients' NCCL communicator followed the shrink (which path, how long)",
+     event_fields::device_communicator_rebuilt},
     {"state_restored", "the committed state came back: memory, snapshot or checkpoint",
      event_fields::state_restored},
     {"shards_rebalanced", "the global batch was shared out among the survivors",
