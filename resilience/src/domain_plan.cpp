@@ -107,8 +107,11 @@ ResyncPlan plan_resync(const std::vector<MemberPosition>& positions) {
   plan.agreed_step = -1;
   for (const auto& p : positions)
     if (!p.joining) plan.agreed_step = std::max(plan.agreed_step, p.decided);
-  if (plan.agreed_step < 0)
-    throw Error("no member of the new generation holds any committed state to go on from");
+  if (plan.agreed_step < 0) {
+    plan.from_persisted = true;
+    plan.actions.assign(positions.size(), ResyncAction::heal);
+    return plan;
+  }
   for (std::size_t i = 0; i < positions.size(); ++i)
     if (!positions[i].joining && positions[i].decided == plan.agreed_step) {
       plan.heal_source = i;

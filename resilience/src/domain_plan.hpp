@@ -90,11 +90,17 @@ struct ResyncPlan {
   long agreed_step = 0;
   std::vector<ResyncAction> actions;  // per member
   std::size_t heal_source = 0;        // a member at the agreed step (the lowest)
+  // Every member is a relaunched domain: all that held committed state were lost (a domain lost
+  // while another healed). Each goes on from what persists and every domain reads alike: the run
+  // directory's newest checkpoint, or the start when there is none. agreed_step is then unknown
+  // (-1) until that is read, and `actions` are all `heal`.
+  bool from_persisted = false;
 };
 
 // Any member's completed vote commits its step everywhere. A member behind the agreed step (its
 // collective failed before the vote reached it, it joined, or its domain restarted from older
-// state) heals from the lowest member at the agreed step.
+// state) heals from the lowest member at the agreed step. When only joiners are left, the plan
+// says so (from_persisted) rather than inventing a state.
 ResyncPlan plan_resync(const std::vector<MemberPosition>& positions);
 
 }  // namespace hardy::resilience

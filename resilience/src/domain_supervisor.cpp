@@ -303,6 +303,12 @@ class DomainSupervision {
       }
   }
 
+  // A relaunched domain whose leader has not been let in yet.
+  bool relaunch_pending() const {
+    return std::any_of(domains_.begin(), domains_.end(),
+                       [](const Domain& d) { return d.job && !d.admitted; });
+  }
+
   bool member_running() const {
     return std::any_of(domains_.begin(), domains_.end(),
                        [](const Domain& d) { return d.job && d.admitted; });
@@ -458,8 +464,11 @@ class DomainSupervision {
                                  {"members", members_}});
     std::cerr << fmt::format("hardy run: domain {} lost ({}); {} domain(s) train on\n",
                              domain.index, how, members_.size());
-    if (members_.empty()) return finish_early(kFailed, "every domain was lost");
     abandon_or_relaunch(domain, plan, ended);
+    // With no member left, a relaunched domain still carries the job: admitted alone, it goes on
+    // from the run directory's newest checkpoint (FaultDomains::resume_persisted).
+    if (members_.empty() && !relaunch_pending())
+      return finish_early(kFailed, "every domain was lost");
     return std::nullopt;
   }
 

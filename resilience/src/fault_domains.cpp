@@ -1,6 +1,7 @@
 #include "fault_domains.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -230,6 +231,7 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
     positions.push_back({decided[i], joining[i] != 0});
   ResyncPlan plan = plan_resync(positions);
   ranks_per_member_.assign(ranks.begin(), ranks.end());
+  if (plan.from_persisted) return resume_persisted(std::move(plan), state, healed);
   const bool anyone_heals =
       std::count(plan.actions.begin(), plan.actions.end(), ResyncAction::heal) > 0;
   if (anyone_heals) {
@@ -251,6 +253,32 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}});
     }
   }
+  return plan;
+}
+
+ResyncPlan FaultDomains::resume_persisted(ResyncPlan plan, const DomainStateAccess& state,
+                                          checkpoint::TrainingState& healed) {
+  // No live domain holds committed state: every member reads the run directory's newest
+  // checkpoint (the same file; nobody writes one now, the domain that did was lost), or, with
+  // none, all go on from the start, where each fresh model stands.
+  std::optional<checkpoint::TrainingState> found;
+  if (state.persisted) found = state.persisted();
+  const long step = found ? found->step : 0;
+  const auto steps = group_->allgather(step);
+  if (std::ranges::any_of(steps, [&](std::int64_t s) { return s != step; }))
+    throw Error(fmt::format(
+        "the relaunched domains found different newest checkpoints (steps {}); the run directory "
+        "changed while they read it",
+        fmt::join(steps, ", ")));
+  plan.agreed_step = step;
+  if (found)
+    healed = std::move(*found);
+  else
+    plan.actions.assign(plan.actions.size(), ResyncAction::keep);
+  events_.emit("domains_resumed", {{"domain", options_.index},
+                                   {"generation", generation_},
+                                   {"step", step},
+                                   {"source", found ? "checkpoint" : "start"}});
   return plan;
 }
 

@@ -58,6 +58,10 @@ struct DomainStateAccess {
   // Every rank of the domain: root (the leader) has `state`, all end up applying it.
   std::function<void(checkpoint::TrainingState&)> restore_in_domain;
   std::function<long()> committed_step;
+  // The leader, when every domain that held committed state was lost: the run directory's newest
+  // valid checkpoint (what every domain reads alike), or nothing (the job goes on from its start,
+  // which every domain's fresh model already is).
+  std::function<std::optional<checkpoint::TrainingState>()> persisted;
 };
 
 enum class StepVerdict {
@@ -146,6 +150,10 @@ class FaultDomains {
   // Leader: positions exchanged, the plan made; heals members that need it (over the group).
   ResyncPlan resync(const MemberPosition& mine, const DomainStateAccess& state,
                     checkpoint::TrainingState& healed);
+  // Leader, in resync(), when no member holds committed state: the plan completed from the run
+  // directory's newest checkpoint (into `healed`), alike for every member.
+  ResyncPlan resume_persisted(ResyncPlan plan, const DomainStateAccess& state,
+                              checkpoint::TrainingState& healed);
   // The step's exchange and vote (`ok`: this domain's contribution counts).
   DomainStep run_step(long step, std::span<core::Tensor* const> gradients, double loss,
                       double skipped, bool ok, const DomainStateAccess& state,

@@ -88,6 +88,8 @@ struct TrainingSession::State final : StateSource {
 
   // ---- the training loop (training_session.cpp) ----
   void resume_if_asked();
+  // The run directory's newest checkpoint that validates (the rejected ones logged), if any.
+  std::optional<checkpoint::ValidCheckpoint> newest_valid_checkpoint();
   // `--resume latest`: restores every rank from the newest node-local snapshot of any host when
   // it is newer than rank 0's checkpoint at `checkpoint_step` (-1: none). False when none is.
   bool resume_from_node_snapshot(long checkpoint_step, Clock::time_point started);

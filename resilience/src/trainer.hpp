@@ -191,7 +191,7 @@ class Trainer {
   // The gradients are the domains' sums (take_exchanged), not the reducer's: update() checks
   // them, not the reducer's buckets, for non-finite values, so that every domain decides alike.
   bool gradients_exchanged_ = false;
-  long step_ = 0;                     // steps committed
+  long step_ = 0;  // steps committed
   double last_loss_ = 0;
 };
 

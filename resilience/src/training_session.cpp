@@ -272,6 +272,16 @@ void TrainingSession::State::capture_job_into(checkpoint::TrainingState& state) 
   state.config_hash = identity.config_hash;
 }
 
+std::optional<checkpoint::ValidCheckpoint> TrainingSession::State::newest_valid_checkpoint() {
+  std::vector<std::string> skipped;
+  auto found = checkpoint::load_latest_valid(config.run_dir / "checkpoints", &skipped);
+  for (const auto& reason : skipped) {
+    std::cerr << "hardy: skipping checkpoint: " << reason << "\n";
+    events.emit("checkpoint_rejected", {{"reason", reason}});
+  }
+  return found;
+}
+
 void TrainingSession::State::resume_if_asked() {
   if (config.resume.empty()) return;
   const auto started = Clock::now();
@@ -281,13 +291,7 @@ void TrainingSession::State::resume_if_asked() {
   // search does not expect) stops every rank, with the same message.
   comm::agree_on_outcome(comm(), lead(), [&] {
     if (config.resume == "latest") {
-      std::vector<std::string> skipped;
-      auto found = checkpoint::load_latest_valid(config.run_dir / "checkpoints", &skipped);
-      for (const auto& reason : skipped) {
-        std::cerr << "hardy: skipping checkpoint: " << reason << "\n";
-        events.emit("checkpoint_rejected", {{"reason", reason}});
-      }
-      if (found) {
+      if (auto found = newest_valid_checkpoint()) {
         source = std::move(found->path);
         state = std::move(found->state);
       }
@@ -660,19 +664,33 @@ void TrainingSession::State::start_hang_monitor() {
 
 DomainStateAccess TrainingSession::State::domain_state_access() {
   // What the domains commit together: every step, or every --domain-sync-every steps.
-  return {.committed = [this]() -> const checkpoint::TrainingState& { return store.shared(); },
-          .restore_in_domain =
-              [this](checkpoint::TrainingState& state) {
-                restore_from(state, 0);
-                store.keep_in_memory();  // another state at a step the copy may hold already
-                store.keep_synced();
-              },
-          .committed_step =
-              [this] {
-                // Every step is shared with --domain-sync-every 1 (the copy in memory may be
-                // stale there: --memory-snapshots false).
-                return config.sync_every() > 1 && store.synced() ? store.synced()->step : step();
-              }};
+  return {
+      .committed = [this]() -> const checkpoint::TrainingState& { return store.shared(); },
+      .restore_in_domain =
+          [this](checkpoint::TrainingState& state) {
+            restore_from(state, 0);
+            store.keep_in_memory();  // another state at a step the copy may hold already
+            store.keep_synced();
+          },
+      .committed_step =
+          [this] {
+            // Every step is shared with --domain-sync-every 1 (the copy in memory may be
+            // stale there: --memory-snapshots false).
+            return config.sync_every() > 1 && store.synced() ? store.synced()->step : step();
+          },
+      .persisted = [this]() -> std::optional<checkpoint::TrainingState> {
+        const auto started = Clock::now();
+        auto found = newest_valid_checkpoint();
+        if (!found) return std::nullopt;
+        // Written by this job's lead domain: never another configuration's.
+        if (const auto mismatch = config_mismatch(found->state, identity))
+          throw Error(fmt::format("{} does not fit this job: {}", found->path.string(), *mismatch));
+        events.emit("state_restored", {{"source", "checkpoint"},
+                                       {"step", found->state.step},
+                                       {"seconds", seconds_since(started)},
+                                       {"path", found->path.string()}});
+        return std::move(found->state);
+      }};
 }
 
 bool TrainingSession::State::domains_meet_at(long at_step) const {

@@ -108,8 +108,16 @@ TEST_CASE("resync: a joiner, and a member too far behind, heal from the lowest m
   CHECK(plan.actions == std::vector<ResyncAction>{ResyncAction::heal, ResyncAction::keep,
                                                   ResyncAction::keep, ResyncAction::heal,
                                                   ResyncAction::heal});
-  CHECK_THROWS_AS(plan_resync({{.decided = -1, .joining = true}}), Error);
   CHECK_THROWS_AS(plan_resync({}), InvalidArgument);
+}
+
+TEST_CASE("resync: joiners alone (every holder of state lost) go on from what persists") {
+  const auto plan =
+      plan_resync({{.decided = -1, .joining = true}, {.decided = -1, .joining = true}});
+  CHECK(plan.from_persisted);
+  CHECK(plan.agreed_step == -1);
+  CHECK(plan.actions == std::vector<ResyncAction>{ResyncAction::heal, ResyncAction::heal});
+  CHECK_FALSE(plan_resync({{.decided = 0}, {.decided = -1, .joining = true}}).from_persisted);
 }
 
 TEST_CASE("domains that train alone meet every N-th step and at the last one") {

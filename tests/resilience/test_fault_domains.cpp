@@ -14,6 +14,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "domain_store.hpp"
@@ -54,7 +55,8 @@ struct Domain {
                   committed_state = state;
                   ++heals;
                 },
-            .committed_step = [this] { return committed_state.step; }};
+            .committed_step = [this] { return committed_state.step; },
+            .persisted = [this] { return on_disk; }};
   }
 
   // The step's exchange with this domain's gradient `value` (sent times `weight`); on commit the
@@ -76,7 +78,8 @@ struct Domain {
   core::EventLog events;  // not opened unless a file is given: emits go nowhere
   core::Tensor gradient;
   checkpoint::TrainingState committed_state;
-  std::vector<float> summed;  // the gradient sum of every committed step
+  std::optional<checkpoint::TrainingState> on_disk;  // the run directory's newest checkpoint
+  std::vector<float> summed;                         // the gradient sum of every committed step
   int heals = 0;
   FaultDomains domains;
 };
@@ -124,6 +127,40 @@ struct StartedJob {
 };
 
 }  // namespace
+
+TEST_CASE(
+    "fault domains: relaunched domains alone go on from the newest checkpoint, or the start") {
+  for (const bool checkpoint : {true, false}) {
+    hardy::testing::ScratchDirectory scratch("persisted");
+    const auto store_dir = scratch.path() / "store";
+    auto supervisor = comm::open_file_store(store_dir);
+    // Every domain that held state was lost; both come back at once (generation 1).
+    supervisor->set(rendezvous_keys::members(1), "0,1");
+    std::vector<std::unique_ptr<Domain>> domains;
+    for (int d = 0; d < 2; ++d) {
+      domains.push_back(std::make_unique<Domain>(d, 2, store_dir, "1"));
+      supervisor->set(rendezvous_keys::admit(d, "1"), "1");
+      if (checkpoint) {
+        domains.back()->on_disk.emplace();
+        domains.back()->on_disk->step = 40;
+      }
+    }
+    std::vector<std::future<void>> running;
+    for (auto& domain : domains)
+      running.push_back(
+          std::async(std::launch::async, [&domain] { domain->domains.start(domain->access()); }));
+    for (auto& r : running) r.get();
+    for (const auto& domain : domains) {
+      CHECK(domain->committed_state.step == (checkpoint ? 40 : 0));
+      CHECK(domain->heals == (checkpoint ? 1 : 0));
+    }
+    // And they train on together.
+    auto first = std::async(std::launch::async, [&] { return domains[0]->step(1); });
+    CHECK(domains[1]->step(2).verdict == StepVerdict::commit);
+    CHECK(first.get().verdict == StepVerdict::commit);
+    CHECK(domains[0]->summed == std::vector<float>{3.0f});
+  }
+}
 
 TEST_CASE("fault domains: weights apply to what is sent, never to the live tensors") {
   StartedJob job("weights", 2, [](int) { return 1.0f; });

@@ -2,7 +2,7 @@
 """Random-fault soak on the emulated cluster (CTest label `soak`, not part of an ordinary run).
 
 Usage: random_faults.py [--hardy PATH] [--duration SECONDS] [--seed N] [--runs N] [--only-run K]
-                        [--kinds KIND,...] [--json FILE] [--keep-failed DIR] [--reference-dir DIR]
+                        [--kinds KIND,...] [--layouts LAYOUT,...] [--json FILE] [--keep-failed DIR] [--reference-dir DIR]
                         [--mpirun PATH] [--max-duration SECONDS]
 
     sudo tests/soak/random_faults.py --duration 1800 --json soak.json
@@ -33,6 +33,26 @@ faults), and hits each with 1 to 3 faults drawn at random in kind, victim and st
   full_disk        the checkpoints directory is a small tmpfs (for every run); a filler file
                    takes all but a third of a checkpoint's size, topped up until a checkpoint
                    write fails with ENOSPC (checkpoint_failed), then removed
+
+Each run also draws the job's layout (--layouts limits the draw):
+
+  one_job          one MPI job over the 4 nodes: every fault kind above
+  domains          fault domains of 2 nodes (`hardy run --nodes-per-domain 2`: 2 domains, each its
+                   own mpirun), meeting every step
+  domains_lag      the same with --gradient-lag 1
+  domains_sync4    the same meeting every 4th step (--domain-sync-every 4)
+  domains_staged   the same on DeepCAM-layout files (`hardy data generate --format deepcam`) staged
+                   to node-local storage (--stage-to)
+
+A domain layout draws the faults that reach a domain from outside (rank_kill, node_crash,
+node_freeze, partition): a lost node ends its domain, which comes back on the spare when there is
+one and is abandoned otherwise, while the other domain trains on. Its invariants are the ones below,
+with: a fault's domain_lost (or a failure found inside the domain) after it; no domain relaunched on
+a lost node; with --domain-sync-every 4, a restore may go back to the last meeting (up to 4 steps)
+and the last tenth's mean loss is compared (within 5%) instead of the final loss; with staging,
+everything staged private and nothing half-copied but on lost nodes. Each layout's failure-free
+reference is its own (one MPI job of 8 ranks on this host, or 2 domains of 4 ranks for
+domains_sync4), cached.
 
 checkpoint_kill and recovery_kill use hardy's own test hook (`--inject-failure
 rank=0@step=C:checkpoint-write`, `rank=A@step=S,rank=B@step=S:recovery`): a write of half a
@@ -97,7 +117,7 @@ sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 sys.path.insert(0, str(ROOT / "tests" / "lib"))
 import emulated_cluster  # noqa: E402
 from emulated_cluster import EmulatedCluster, namespaces_available, remaining_resources  # noqa: E402
-from hardy_test import committed_steps, complete_epochs_exact, read_jsonl_tail, snapshot_files  # noqa: E402
+from hardy_test import check_private_staging, committed_steps, complete_epochs_exact, on_dataset, read_jsonl_tail, snapshot_files  # noqa: E402
 
 NODES, RANKS_PER_NODE, SAMPLES, GLOBAL_BATCH = 4, 2, 48, 16
 STEPS, CHECKPOINT_EVERY = 240, 20
@@ -118,6 +138,19 @@ LOSS_TOLERANCE = 0.02
 
 KINDS = ["rank_kill", "node_crash", "node_freeze", "partition", "relaunch_crash", "checkpoint_kill",
          "recovery_kill", "preemption", "full_disk"]
+# How a run's job is laid out, drawn per run: one MPI job, or fault domains of 2 nodes (2 domains, each
+# its own mpirun) alone, with lagged updates, meeting every 4th step, or training on DeepCAM-layout
+# files staged to node-local storage. Domain layouts draw the faults that reach a domain from outside
+# (the hooks, the preemption and the full disk belong to the one-job layout).
+DOMAIN_KINDS = ["rank_kill", "node_crash", "node_freeze", "partition"]
+LAYOUTS = {  # hardy run's options, hardy train's, the fault kinds that fit
+    "one_job": ([], [], KINDS),
+    "domains": (["--nodes-per-domain", "2"], [], DOMAIN_KINDS),
+    "domains_lag": (["--nodes-per-domain", "2"], ["--gradient-lag", "1"], DOMAIN_KINDS),
+    "domains_sync4": (["--nodes-per-domain", "2"], ["--domain-sync-every", "4"], DOMAIN_KINDS),
+    "domains_staged": (["--nodes-per-domain", "2"], ["--stage-to"], DOMAIN_KINDS),
+}
+SYNC_EVERY = {"domains_sync4": 4}
 HOOKED = {"checkpoint_kill", "recovery_kill"}                 # --inject-failure, first launch only
 NODE_LOSS = {"node_crash", "node_freeze", "partition", "relaunch_crash"}
 RELAUNCHING = {"node_crash", "node_freeze", "partition"}    # what a relaunch_crash can follow
@@ -125,10 +158,15 @@ ONCE = {"checkpoint_kill", "recovery_kill", "preemption", "full_disk"}
 
 
 # ---- the draw ------------------------------------------------------------------------------------
-def draw(seed, index, kinds):
-    """The faults of run `index`: a dict with "spares" and "faults" (in the order they happen),
-    a function of (seed, index, kinds) alone."""
+def draw(seed, index, kinds, layouts=("one_job",)):
+    """The layout and faults of run `index`: a dict with "layout", "spares" and "faults" (in the
+    order they happen), a function of (seed, index, kinds, layouts) alone."""
     rng = random.Random(f"hardy-soak:{seed}:{index}")
+    fitting = [name for name in layouts if set(kinds) & set(LAYOUTS[name][2])]
+    if not fitting:
+        raise RuntimeError(f"no layout of {list(layouts)} takes the fault kinds {kinds}")
+    layout = rng.choice(fitting)
+    kinds = [k for k in kinds if k in LAYOUTS[layout][2]]
     for _ in range(1000):
         spares = 1 if rng.random() < 0.3 else 0
         chosen = []
@@ -183,7 +221,11 @@ def draw(seed, index, kinds):
             lost += len({r // RANKS_PER_NODE for f in faults if f["kind"] in HOOKED for r in f["ranks"]})
         if lost > NODES + spares - 1:
             continue
-        return {"spares": spares, "faults": faults}
+        # Domains of 2 nodes: a lost node ends its domain, which comes back on a spare or not at
+        # all. One domain must be left to finish the job.
+        if layout != "one_job" and lost > spares + 1:
+            continue
+        return {"layout": layout, "spares": spares, "faults": faults}
     raise RuntimeError(f"no valid draw for kinds {kinds}")
 
 
@@ -207,6 +249,13 @@ def read_jsonl(path):
         except ValueError:
             continue
     return records
+
+
+def tail_mean(metrics):
+    """The mean loss of the last tenth of the steps (the last record of each step)."""
+    last = {m["step"]: m["loss"] for m in metrics}
+    tail = [last[step] for step in sorted(last)[-(STEPS // 10):]]
+    return sum(tail) / len(tail) if tail else float("nan")
 
 
 def every_holder_lost(events, restored):
@@ -297,8 +346,15 @@ class Job:
         return last.get("unix_time", 0) if last else 0
 
     def current_ranks(self):
-        """(rank, pid, host) of the newest launch's ranks."""
+        """(rank, pid, host) of the newest launch's ranks; with fault domains, of every domain's
+        newest launch (the rank is then the domain's)."""
         events = self.events()
+        if any(e.get("domain") is not None for e in events if e.get("event") == "rank_started"):
+            newest = {}
+            for e in events:
+                if e.get("event") == "rank_started":
+                    newest[(e.get("domain"), e["rank"])] = (e["rank"], e["pid"], e["host"])
+            return [newest[key] for key in sorted(newest)]
         starts = [i for i, e in enumerate(events) if e.get("event") == "job_started"]
         if not starts:
             return []
@@ -338,6 +394,8 @@ class Run:
     def __init__(self, soak, index, plan, tmp, cluster):
         self.soak, self.index, self.plan, self.tmp, self.cluster = soak, index, plan, tmp, cluster
         self.run = tmp / "run"
+        self.layout = plan["layout"]
+        self.stage = tmp / "stage"  # node-local storage of the staged layout (a directory per host)
         self.job = Job(self.run)
         self.snapshots = tmp / "node-local"
         self.checkpoints = self.run / "checkpoints"
@@ -361,10 +419,12 @@ class Run:
     # -- launching
     def command(self, hosts, spares, resume):
         command = [self.soak.hardy, "run", "--hosts", ",".join(hosts), "--launch-agent", self.cluster.agent,
-                   "--ranks-per-node", str(RANKS_PER_NODE), "--run-dir", str(self.run), *SUPERVISOR]
+                   "--ranks-per-node", str(RANKS_PER_NODE), "--run-dir", str(self.run), *SUPERVISOR,
+                   *LAYOUTS[self.layout][0]]
         if spares:
             command += ["--spare-nodes", str(spares)]
-        command += ["--", *TRAIN, *EVERY_STEP, "--snapshot-dir", str(self.snapshots)]
+        command += ["--", *self.soak.train_options(self.layout, self.stage), *EVERY_STEP,
+                    "--snapshot-dir", str(self.snapshots)]
         hooks = [f for f in self.plan["faults"] if f["kind"] in HOOKED]
         if hooks and not resume:
             specs = []
@@ -603,10 +663,20 @@ class Run:
         if committed != list(range(1, STEPS + 1)):
             missing = sorted(set(range(1, STEPS + 1)) - set(committed))
             self.fail(f"every step 1..{STEPS} committed (missing {missing[:10]}{'...' if len(missing) > 10 else ''})")
-        if metrics and self.soak.reference_loss is not None and metrics[-1]["step"] == STEPS:
-            final, expected = metrics[-1]["loss"], self.soak.reference_loss
-            if abs(final - expected) > LOSS_TOLERANCE * abs(expected):
-                self.fail(f"final loss {final:.5f} not within {LOSS_TOLERANCE:.0%} of the failure-free {expected:.5f}")
+        reference = self.soak.references.get(self.layout)
+        if metrics and reference and metrics[-1]["step"] == STEPS:
+            if self.layout in SYNC_EVERY:
+                # Domains that train alone between meetings redo different steps after a loss (the
+                # rewind): their last tenth's mean loss against the failure-free run's, within 5%.
+                final, expected = tail_mean(metrics), tail_mean(reference)
+                if abs(final - expected) > 0.05 * abs(expected):
+                    self.fail(f"the last {STEPS // 10} steps' mean loss {final:.5f} not within 5% of the "
+                              f"failure-free {expected:.5f}")
+            else:
+                final, expected = metrics[-1]["loss"], reference[-1]["loss"]
+                if abs(final - expected) > LOSS_TOLERANCE * abs(expected):
+                    self.fail(f"final loss {final:.5f} not within {LOSS_TOLERANCE:.0%} of the failure-free "
+                              f"{expected:.5f}")
         if any(m.get("global_batch") != GLOBAL_BATCH for m in metrics):
             self.fail(f"the global batch stays {GLOBAL_BATCH}")
         # Every sample exactly once per epoch.
@@ -621,7 +691,18 @@ class Run:
             before = max((m["step"] for m in metrics if m.get("unix_time", 0) < restored["unix_time"]), default=0)
             allowed = 0 if self.preempted_at and restored.get("source") == "checkpoint" \
                 and restored["step"] == self.preempted_at.get("stopped_step") else 1
+            # Domains that meet every N-th step go back to the last meeting: up to N steps.
+            allowed = max(allowed, SYNC_EVERY.get(self.layout, 1))
             if before - restored["step"] <= allowed:
+                continue
+            resumed = [e for e in named("domains_resumed") if e.get("source") == "checkpoint"
+                       and e["step"] == restored["step"] and abs(e["unix_time"] - restored["unix_time"]) < 5]
+            if resumed and restored.get("source") == "checkpoint":
+                # Every domain that held committed state was lost (one while another healed): the
+                # relaunched ones go on from the newest checkpoint, all a job of domains can do.
+                self.notes.append(f"every domain holding step {before} was lost: the relaunched domains resumed "
+                                  f"from the newest checkpoint, step {restored['step']}")
+                print(f"  NOTE: {self.notes[-1]}", flush=True)
                 continue
             lost_with = every_holder_lost(events, restored)
             newest = max((e["step"] for e in events if e.get("event") == "checkpoint_written"
@@ -645,6 +726,9 @@ class Run:
         tmp_left = sorted(p.name for p in self.checkpoints.iterdir() if p.name.endswith(".tmp"))
         if tmp_left:
             self.fail(f"unfinished checkpoint files left: {tmp_left}")
+        if self.layout == "domains_staged":
+            check_private_staging(lambda ok, message: ok or self.fail(message), "staged", self.stage, events,
+                                  lost_hosts=list(self.down))
         # Every fault happened.
         self.check_faults_happened(events)
         self.find_crashes()
@@ -663,9 +747,14 @@ class Run:
             self.fail(f"processes left on nodes that are up: {left}")
         # A lost node's copy would die with its memory (here all nodes share one directory).
         excluded = {h for e in events if e.get("event") == "job_relaunched" for h in e.get("excluded_nodes", [])}
+        excluded |= {x if isinstance(x, str) else x.get("host", x.get("node")) for e in events
+                     if e.get("event") == "domain_lost" for x in e.get("excluded") or []}
         copies = sorted({p.parent.name for p in snapshot_files(self.snapshots)} - set(self.down) - excluded)
         # A host all of whose ranks died inside the job is lost to it too (failure_detected names it).
         lost_in_job = {h for e in events if e.get("event") == "failure_detected" for h in e.get("failed_hosts", [])}
+        # So are the nodes of a domain that ended (its launcher killed their ranks); a relaunch
+        # there removes them at the end, an abandoned domain's healthy node keeps them.
+        lost_in_job |= {h for e in events if e.get("event") == "domain_lost" for h in e.get("nodes", [])}
         if [h for h in copies if h in lost_in_job]:
             self.notes.append(f"node-local snapshots left on {[h for h in copies if h in lost_in_job]}, whose "
                               f"ranks died inside the job (nobody there removes them)")
@@ -696,10 +785,25 @@ class Run:
         for record in self.injected:
             kind, after = record["kind"], record["time"]
             later = [e for e in events if e["unix_time"] >= after]
-            if kind == "rank_kill" and record["rank"] not in failed_ranks(after) and not any(
+            domains = self.layout != "one_job"
+            if kind == "rank_kill" and domains:
+                # A domain's rank numbers are its own: any failure found after, or its domain lost.
+                if not any(e.get("event") in ("failure_detected", "domain_lost") for e in later):
+                    self.fail(f"rank_kill of rank {record['rank']} on {record['host']}: neither detected in its "
+                              f"domain nor ending it")
+            elif kind == "rank_kill" and record["rank"] not in failed_ranks(after) and not any(
                     e.get("event") == "launch_ended" for e in later):
                 self.fail(f"rank_kill of rank {record['rank']}: neither detected in the job nor ending the launch")
-            if kind in NODE_LOSS:
+            if kind in NODE_LOSS and domains:
+                # Its domain ends, or shrinks around it inside (ULFM) when its launcher lives on.
+                lost = [e for e in later if (e.get("event") == "domain_lost" and record["host"] in e.get("nodes", []))
+                        or (e.get("event") == "failure_detected" and record["host"] in e.get("failed_hosts", []))]
+                back = [e for e in later if e.get("event") == "domain_relaunched" and record["host"] in e.get("nodes", [])]
+                if not lost:
+                    self.fail(f"{kind} of {record['host']}: neither a domain_lost nor a failure_detected names it")
+                if back:
+                    self.fail(f"{kind} of {record['host']}: a domain was relaunched there: {back[-1]}")
+            elif kind in NODE_LOSS:
                 relaunched = [e for e in later if e.get("event") == "job_relaunched"]
                 if relaunched and record["host"] in relaunched[-1].get("nodes", []):
                     self.fail(f"{kind} of {record['host']}: the last relaunch still runs there: {relaunched[-1]['nodes']}")
@@ -741,34 +845,60 @@ class Soak:
     def __init__(self, args):
         self.args = args
         self.hardy = str(Path(args.hardy).resolve())
-        self.reference_loss = None
+        self.references = {}  # layout -> the failure-free run's metrics
+        self.dataset = None   # DeepCAM-layout files, for the staged layout
 
-    def compute_reference(self):
-        """The failure-free final loss of the same job, 8 ranks on this host, cached."""
+    def train_options(self, layout, stage=None):
+        """`hardy train`'s options of a layout; the staged one stages to `stage` (none: reads the
+        files where they are, as its reference does)."""
+        extra = LAYOUTS[layout][1]
+        if layout == "domains_staged":
+            return on_dataset(TRAIN, self.dataset, *(["--stage-to", str(stage)] if stage else []))
+        return TRAIN + extra
+
+    def compute_references(self, layouts):
+        """The failure-free run of each layout's job, cached: one MPI job of 8 ranks on this host, or,
+        for domains that train alone between meetings (which one job cannot), 2 domains of 4 ranks."""
         import hashlib
         directory = Path(self.args.reference_dir)
-        key = hashlib.sha1(" ".join(TRAIN + [str(NODES * RANKS_PER_NODE)]).encode()).hexdigest()[:12]
-        cache = directory / f"reference-{key}.json"
-        if cache.exists():
-            self.reference_loss = json.loads(cache.read_text())["final_loss"]
-            return
-        run = directory / f"reference-{key}"
-        shutil.rmtree(run, ignore_errors=True)
-        mpirun = self.args.mpirun or os.environ.get("HARDY_MPIRUN", str(ROOT / ".venv" / "bin" / "mpirun"))
-        command = [mpirun, "-n", str(NODES * RANKS_PER_NODE), "--oversubscribe", "--bind-to", "none",
-                   "--allow-run-as-root", self.hardy, "train", *TRAIN, "--ranks-per-node", str(RANKS_PER_NODE),
-                   "--run-dir", str(run), "--snapshot-every", "0"]
-        print(f"computing the failure-free reference into {run}", flush=True)
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=600)
-        self.reference_loss = read_jsonl(run / "metrics.jsonl")[-1]["loss"]
         directory.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps({"final_loss": self.reference_loss, "train": TRAIN}))
+        if "domains_staged" in layouts:
+            self.dataset = directory / f"deepcam-{SAMPLES}"
+            if not (self.dataset / "done").exists():
+                shutil.rmtree(self.dataset, ignore_errors=True)
+                subprocess.run([self.hardy, "data", "generate", "--format", "deepcam", "--out", str(self.dataset),
+                                "--samples", str(SAMPLES), "--validation-samples", "1", "--height", "32",
+                                "--width", "32"], check=True, stdout=subprocess.DEVNULL)
+                (self.dataset / "done").write_text("")
+        mpirun = self.args.mpirun or os.environ.get("HARDY_MPIRUN", str(ROOT / ".venv" / "bin" / "mpirun"))
+        for layout in layouts:
+            train = self.train_options(layout)
+            key = hashlib.sha1(" ".join(train + [str(NODES * RANKS_PER_NODE), layout]).encode()).hexdigest()[:12]
+            cache = directory / f"reference-{key}.json"
+            if cache.exists():
+                self.references[layout] = json.loads(cache.read_text())["metrics"]
+                continue
+            run = directory / f"reference-{key}"
+            shutil.rmtree(run, ignore_errors=True)
+            if layout in SYNC_EVERY:
+                command = [self.hardy, "run", "--nodes", "2", "--nodes-per-domain", "1", "--ranks-per-node",
+                           str(NODES * RANKS_PER_NODE // 2), "--run-dir", str(run), "--", *train,
+                           "--snapshot-every", "0", "--snapshot-dir", str(directory / "node-local")]
+            else:
+                command = [mpirun, "-n", str(NODES * RANKS_PER_NODE), "--oversubscribe", "--bind-to", "none",
+                           "--allow-run-as-root", self.hardy, "train", *train, "--ranks-per-node",
+                           str(RANKS_PER_NODE), "--run-dir", str(run), "--snapshot-every", "0"]
+            print(f"computing the failure-free reference of {layout} into {run}", flush=True)
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=600)
+            metrics = read_jsonl(run / "metrics.jsonl")
+            self.references[layout] = [{"step": m["step"], "loss": m["loss"]} for m in metrics]
+            cache.write_text(json.dumps({"metrics": self.references[layout], "train": train, "layout": layout}))
 
-    def one(self, index, kinds):
-        plan = draw(self.args.seed, index, kinds)
+    def one(self, index, kinds, layouts):
+        plan = draw(self.args.seed, index, kinds, layouts)
         spares = f", {plan['spares']} spare node" if plan["spares"] else ""
-        print(f"=== run {index} (seed {self.args.seed}){spares}: " + "; ".join(map(describe, plan["faults"])),
-              flush=True)
+        print(f"=== run {index} (seed {self.args.seed}), {plan['layout']}{spares}: "
+              + "; ".join(map(describe, plan["faults"])), flush=True)
         before = set(remaining_resources())
         run_started = time.time() - 1
         with tempfile.TemporaryDirectory(prefix=f"hardy-soak-{index}-") as tmp:
@@ -829,6 +959,7 @@ def main():
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--only-run", type=int, default=None)
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--layouts", default=",".join(LAYOUTS))
     parser.add_argument("--json", default=None)
     parser.add_argument("--keep-failed", default=None)
     parser.add_argument("--reference-dir", default=None)
@@ -840,6 +971,9 @@ def main():
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
         parser.error(f"unknown fault kinds {unknown}; choose among {','.join(KINDS)}")
+    layouts = [name.strip() for name in args.layouts.split(",") if name.strip()]
+    if not layouts or [name for name in layouts if name not in LAYOUTS]:
+        parser.error(f"unknown layouts in {args.layouts}; choose among {','.join(LAYOUTS)}")
     if args.max_duration is not None and args.duration > args.max_duration:
         print(f"NOTE: --duration {args.duration:.0f} s capped to {args.max_duration:.0f} s (what fits the test's "
               f"TIMEOUT; reconfigure with HARDY_SOAK_SECONDS set for a longer soak)", flush=True)
@@ -848,7 +982,8 @@ def main():
         build_tests = ROOT / "build" / "tests"
         args.reference_dir = str(build_tests / "soak-reference" if build_tests.is_dir()
                                  else Path(tempfile.gettempdir()) / "hardy-soak-reference")
-    replay = f"--seed {args.seed}" + (f" --kinds {args.kinds}" if set(kinds) != set(KINDS) else "")
+    replay = f"--seed {args.seed}" + (f" --kinds {args.kinds}" if set(kinds) != set(KINDS) else "") + \
+        (f" --layouts {args.layouts}" if set(layouts) != set(LAYOUTS) else "")
     print(f"seed {args.seed}: replay with {replay} --runs K (or one run alone: --only-run K)", flush=True)
     ok, why = namespaces_available()
     if not ok:
@@ -861,9 +996,11 @@ def main():
     handle_signals()
     soak = Soak(args)
     started = time.time()
-    soak.compute_reference()
-    print(f"failure-free final loss {soak.reference_loss:.5f}; soaking for {args.duration:.0f} s", flush=True)
+    soak.compute_references(layouts)
+    finals = ", ".join(f"{name} {metrics[-1]['loss']:.5f}" for name, metrics in soak.references.items())
+    print(f"failure-free final losses: {finals}; soaking for {args.duration:.0f} s", flush=True)
     survived, not_injected, failures, crashes, runs = Counter(), Counter(), [], [], 0
+    layouts_run = Counter()
     indices = [args.only_run] if args.only_run is not None else None
     index = 0
     while True:
@@ -874,7 +1011,7 @@ def main():
         elif (args.runs is not None and index >= args.runs) or \
                 (args.runs is None and time.time() - started >= args.duration):
             break
-        run = soak.one(index, kinds)
+        run = soak.one(index, kinds, layouts)
         runs += 1
         counts = run.survived()
         for fault, why in run.not_injected:
@@ -882,6 +1019,7 @@ def main():
         if run.crashes or run.notes:
             crashes.append({"run": index, "replay": f"{replay} --only-run {index}", "plan": run.plan,
                             "passed": not run.problems, "crashes": run.crashes, "notes": run.notes})
+        layouts_run[run.layout] += 1
         if run.problems:
             failures.append({"run": index, "replay": f"{replay} --only-run {index}", "plan": run.plan,
                              "injected": run.injected, "problems": run.problems, "kept": getattr(run, "kept", None)})
@@ -894,7 +1032,8 @@ def main():
         index += 1
     wall = time.time() - started
     print(f"\nsoak: {runs} run(s) in {wall:.0f} s, {len(failures)} failed; seed {args.seed}")
-    print(f"faults survived: {dict(sorted(survived.items()))} ({sum(survived.values())} in all)")
+    print(f"faults survived: {dict(sorted(survived.items()))} ({sum(survived.values())} in all); "
+          f"runs by layout: {dict(sorted(layouts_run.items()))}")
     if not_injected:
         print(f"faults not injected (the job outran them): {dict(sorted(not_injected.items()))}")
     for crash in crashes:
@@ -916,7 +1055,8 @@ def main():
     if args.json:
         Path(args.json).write_text(json.dumps({
             "seed": args.seed, "runs": runs, "wall_s": round(wall, 1), "duration_s": args.duration,
-            "kinds": kinds, "faults_survived": dict(sorted(survived.items())),
+            "kinds": kinds, "layouts": dict(sorted(layouts_run.items())),
+            "faults_survived": dict(sorted(survived.items())),
             "faults_not_injected": dict(sorted(not_injected.items())), "failed_runs": len(failures),
             "failures": failures, "notes": crashes}, indent=1))
     sys.exit(1 if failures else 0)

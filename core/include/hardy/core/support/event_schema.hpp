@@ -122,6 +122,11 @@ inline constexpr EventField hang_detected[] = {
     {"doing", T::string, req},     {"seconds_without_progress", T::number, req},
     {"timeout_s", T::number, req}, {"detected_by", T::string, req},
     {"reason", T::string, req},    {"detected_unix_time", T::number, req}};
+inline constexpr std::string_view resume_sources[] = {"checkpoint", "start"};
+inline constexpr EventField domains_resumed[] = {{"domain", T::integer, req},
+                                                 {"generation", T::integer, req},
+                                                 {"step", T::integer, req},
+                                                 {"source", T::string, req, resume_sources}};
 inline constexpr EventField communicator_shrunk[] = {
     {"old_size", T::integer, req}, {"new_size", T::integer, req}, {"seconds", T::number, req}};
 // How the device gradients' NCCL communicator followed the MPI shrink: ncclCommShrink; an abort
@@ -314,6 +319,10 @@ inline constexpr EventKind kEventKinds[] = {
     {"domain_finished", "such a domain ended (job_finished's fields)", event_fields::job_finished},
     {"domains_connected", "the domains' leaders met at the start", event_fields::domain_membership},
     {"domain_joined", "a relaunched domain was let back in", event_fields::domain_membership},
+    {"domains_resumed",
+     "every domain that held committed state was lost: the relaunched ones go on from the run "
+     "directory's newest checkpoint (source checkpoint), or from the start",
+     event_fields::domains_resumed},
     {"domain_admitted", "the members switched to a generation with a relaunched domain",
      event_fields::domain_membership},
     {"domain_healed", "a domain took the committed state from a live one",
