@@ -6,14 +6,14 @@
 #include "command_line.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
-#include "hardy/resilience/scale_model.hpp"
+#include "hardy/jobs/scale_model.hpp"
 
 namespace po = boost::program_options;
 
 namespace hardy::jobs {
 
 po::options_description simulate_options() {
-  const resilience::ScaleAssumptions a;
+  const ScaleAssumptions a;
   po::options_description options("hardy simulate options");
   options.add_options()("help,h", "print this help")(
       "from-run", po::value<std::string>(),
@@ -34,7 +34,7 @@ po::options_description simulate_options() {
       "reading a node-local snapshot from node memory, GB/s")(
       "detection-s", po::value<double>()->default_value(0), "failure detection time (0: measured)")(
       "step-s", po::value<double>()->default_value(0), "training step time at scale (0: measured)");
-  const resilience::EttrAssumptions e;
+  const EttrAssumptions e;
   po::options_description ettr("effective training time (--ettr)");
   ettr.add_options()("ettr",
                      "project the effective training time ratio of one job and of fault domains "
@@ -71,8 +71,8 @@ int ettr_projection(const po::variables_map& vm) {
     throw InvalidArgument(
         "--ettr needs --scale-from RESULTS (bench/cluster/scale_bench.py's JSON, e.g. "
         "bench/results/cluster-scale-2026-11-25.json)");
-  const auto measured = resilience::read_scaling(vm["scale-from"].as<std::string>());
-  resilience::EttrAssumptions a;
+  const auto measured = read_scaling(vm["scale-from"].as<std::string>());
+  EttrAssumptions a;
   a.nodes = vm["nodes"].as<int>();
   a.gpus_per_node = vm["ranks-per-node"].as<int>();
   a.nodes_per_domain = vm["nodes-per-domain"].as<int>();
@@ -89,8 +89,8 @@ int ettr_projection(const po::variables_map& vm) {
   if (vm.count("domain-price-from")) {
     if (domain_pct >= 0)
       throw InvalidArgument("give --domain-step-overhead or --domain-price-from, not both");
-    const auto price = resilience::read_domain_price(vm["domain-price-from"].as<std::string>(),
-                                                     a.domain_sync_every);
+    const auto price =
+        read_domain_price(vm["domain-price-from"].as<std::string>(), a.domain_sync_every);
     // A price below zero (fewer meetings wait less than one job) counts as none: those steps
     // converge less, which is measured apart.
     a.domain_step_overhead = std::max(0.0, price.overhead);
@@ -101,7 +101,7 @@ int ettr_projection(const po::variables_map& vm) {
   a.protection_overhead = vm["protection-overhead"].as<double>() / 100;
   if (a.protection_overhead < 0)
     throw InvalidArgument("--protection-overhead must not be negative");
-  const auto projections = resilience::project_ettr(measured, a);
+  const auto projections = project_ettr(measured, a);
   std::cout << fmt::format(
       "measured ({}), 1 rank per emulated node, up to {} nodes (with the contention removed):\n"
       "  one job:  start {} s ({}), stall after a node's loss {} s ({})\n"
@@ -162,7 +162,7 @@ int simulate_command(const std::vector<std::string>& args) {
     return 0;
   if (vm.count("ettr")) return ettr_projection(vm);
   if (!vm.count("from-run")) throw InvalidArgument("--from-run RUN_DIR is required");
-  resilience::ScaleAssumptions a;
+  ScaleAssumptions a;
   a.nodes = vm["nodes"].as<int>();
   a.ranks_per_node = vm["ranks-per-node"].as<int>();
   a.launch_s_per_1000_nodes = vm["launch-s-per-1000-nodes"].as<double>();
@@ -174,9 +174,9 @@ int simulate_command(const std::vector<std::string>& args) {
   a.network_bandwidth_bytes_s = vm["bandwidth-gbs"].as<double>() * 1e9;
   a.pfs_read_bandwidth_bytes_s = vm["pfs-read-gbs"].as<double>() * 1e9;
   a.node_local_read_bytes_s = vm["node-local-read-gbs"].as<double>() * 1e9;
-  auto measured = resilience::measure_recovery(vm["from-run"].as<std::string>());
+  auto measured = measure_recovery(vm["from-run"].as<std::string>());
   if (vm.count("relaunch-run")) {
-    const auto relaunched = resilience::measure_recovery(vm["relaunch-run"].as<std::string>());
+    const auto relaunched = measure_recovery(vm["relaunch-run"].as<std::string>());
     measured.relaunch_s = relaunched.relaunch_s;
     measured.relaunch_detect_s = relaunched.relaunch_detect_s;
     measured.relaunch_decide_s = relaunched.relaunch_decide_s;
@@ -206,7 +206,7 @@ int simulate_command(const std::vector<std::string>& args) {
                            a.ranks_per_node, static_cast<long>(a.nodes) * a.ranks_per_node);
   std::cout << fmt::format("  {:<30} {:>9} {:>18} {:>9} {:>10} {:>9}\n", "path", "detect s",
                            "shrink or launch s", "restore s", "1st step s", "total s");
-  const auto projections = resilience::project(measured, a);
+  const auto projections = project(measured, a);
   for (const auto& p : projections)
     std::cout << fmt::format("  {:<30} {:>9.3f} {:>18.3f} {:>9.3f} {:>10.3f} {:>9.2f}\n", p.path,
                              p.detect_s, p.shrink_s, p.restore_s, p.first_step_s, p.total());

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 WRITER_DIRS = ("core", "comm", "checkpoint", "resilience", "batch", "slurm", "lsf", "jobs")
-CPP_READERS = ("resilience/src/relaunch_plan.cpp", "resilience/src/scale_model.cpp",
+CPP_READERS = ("resilience/src/supervisor/relaunch_plan.cpp", "jobs/src/scale_model.cpp",
                "jobs/src/run_progress.cpp", "jobs/src/status_command.cpp")
 PY_READERS = ("tools/report.py", "tools/timeline.py")
 EVENT_VARIABLES = {"e", "event", "started", "finished"}

@@ -1,9 +1,10 @@
-// The fault-domain protocol's decisions (resilience/src/domain_plan.hpp), without any domain.
+// The fault-domain protocol's decisions (resilience/src/domains/domain_plan.hpp), without any
+// domain.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <numeric>
 
-#include "domain_plan.hpp"
+#include "domains/domain_plan.hpp"
 #include "hardy/core/support/error.hpp"
 
 using namespace hardy;

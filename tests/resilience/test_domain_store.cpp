@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "domain_store.hpp"
+#include "domains/domain_store.hpp"
 #include "hardy/core/support/error.hpp"
 #include "scratch_directory.hpp"
 

@@ -17,8 +17,8 @@
 #include <optional>
 #include <thread>
 
-#include "domain_store.hpp"
-#include "fault_domains.hpp"
+#include "domains/domain_store.hpp"
+#include "domains/fault_domains.hpp"
 #include "hardy/comm/rendezvous_store.hpp"
 #include "hardy/comm/self_communicator.hpp"
 #include "scratch_directory.hpp"

@@ -10,12 +10,12 @@
 #include <chrono>
 #include <thread>
 
-#include "hang_monitor.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/core/support/process_info.hpp"
 #include "hardy/resilience/failure_injection.hpp"
 #include "scratch_directory.hpp"
+#include "session/hang_monitor.hpp"
 
 using namespace hardy::resilience;
 using namespace std::chrono_literals;

@@ -11,8 +11,8 @@
 #include "hardy/core/data/sample_files.hpp"
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/support/error.hpp"
-#include "node_staging.hpp"
 #include "scratch_directory.hpp"
+#include "session/node_staging.hpp"
 
 namespace fs = std::filesystem;
 using hardy::resilience::NodeStaging;

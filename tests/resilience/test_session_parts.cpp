@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "hardy/resilience/training_config.hpp"
-#include "membership.hpp"
-#include "watchdog.hpp"
+#include "session/membership.hpp"
+#include "session/watchdog.hpp"
 
 using namespace hardy::resilience;
 using namespace std::chrono_literals;

@@ -9,7 +9,7 @@
 
 #include "hardy/resilience/supervisor.hpp"
 #include "scratch_directory.hpp"
-#include "supervisor_steps.hpp"
+#include "supervisor/supervisor_steps.hpp"
 
 using namespace hardy::resilience;
 

@@ -6,8 +6,8 @@
 #include "hardy/comm/agreement.hpp"
 #include "in_process_world.hpp"
 #include "scratch_directory.hpp"
-#include "state_transport.hpp"
-#include "trainer.hpp"
+#include "session/state_transport.hpp"
+#include "session/trainer.hpp"
 #include "training_fixtures.hpp"
 
 using namespace hardy;

@@ -4,6 +4,10 @@
   layering.py SOURCE_DIR core-rooms   core/'s rooms: support < compute < data < nn
   layering.py SOURCE_DIR folders      the top-level folders (jobs, slurm, lsf -> resilience ->
                                       checkpoint -> comm -> core; batch under slurm, lsf, jobs)
+  layering.py SOURCE_DIR resilience-rooms
+                                      resilience/'s rooms, one lifetime each: domains/ (the
+                                      leaders' protocol) under session/ (inside the job) and
+                                      supervisor/ (outside it), which never include each other
 
 Each layer lists what it may include besides itself. The order is the one the code has: data/
 assembles batches into compute/'s tensors, nn/'s evaluation runs a model over data/'s samples,
@@ -25,6 +29,12 @@ CORE_ROOMS = {
     "compute": {"support"},
     "data": {"support", "compute"},
     "nn": {"support", "compute", "data"},
+}
+
+RESILIENCE_ROOMS = {
+    "domains": set(),
+    "session": {"domains"},
+    "supervisor": {"domains"},
 }
 
 FOLDERS = {
@@ -110,14 +120,43 @@ def check_folders(source_dir):
     return problems
 
 
-CHECKS = {"core-rooms": check_core_rooms, "folders": check_folders}
+def check_resilience_rooms(source_dir):
+    src = source_dir / "resilience" / "src"
+    problems = []
+    for path in sources(src):
+        relative = path.relative_to(src).parts
+        where = path.relative_to(source_dir)
+        room = relative[0] if len(relative) > 1 else None
+        if room not in RESILIENCE_ROOMS:
+            problems.append(f"{where}: in no declared room of resilience/src (add it to RESILIENCE_ROOMS)")
+            continue
+        for target in includes(path):
+            parts = target.split("/")
+            if parts[0] == "hardy" or len(parts) < 2:
+                continue
+            used = parts[0]
+            if used == room:
+                continue
+            if used not in RESILIENCE_ROOMS:
+                problems.append(f'{where}: includes "{target}", from an undeclared room {used}/')
+            elif used not in RESILIENCE_ROOMS[room]:
+                problems.append(f'{where}: includes "{target}": {room}/ may not include {used}/')
+    return problems
+
+
+CHECKS = {"core-rooms": check_core_rooms, "folders": check_folders, "resilience-rooms": check_resilience_rooms}
 
 
 def self_test(check_name):
     """The checker must flag one upward include in a tree made for it, and nothing else."""
     with tempfile.TemporaryDirectory(prefix="hardy-layering-") as scratch:
         root = Path(scratch)
-        if check_name == "core-rooms":
+        if check_name == "resilience-rooms":
+            bad = root / "resilience/src/domains/bad.cpp"
+            good = root / "resilience/src/session/good.cpp"
+            bad_text = '#include "session/trainer.hpp"\n'
+            good_text = '#include "domains/fault_domains.hpp"\n#include "hardy/core/nn/model.hpp"\n'
+        elif check_name == "core-rooms":
             bad = root / "core/src/support/bad.cpp"
             good = root / "core/src/nn/good.cpp"
             bad_text = '#include "hardy/core/nn/model.hpp"\n'

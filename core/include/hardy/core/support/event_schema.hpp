@@ -215,7 +215,7 @@ inline constexpr EventField stale_snapshots_removed[] = {{"host", T::string, req
                                                          {"bytes", T::integer, req}};
 inline constexpr EventField checkpoints_discarded[] = {{"newer_than_step", T::integer, req},
                                                        {"files", T::array, req}};
-// Fault domains (resilience/src/fault_domains.hpp, domain_supervisor.cpp).
+// Fault domains (resilience/src/domains/fault_domains.hpp, domain_supervisor.cpp).
 inline constexpr EventField domain_membership[] = {{"generation", T::integer, req},
                                                    {"members", T::array, req},
                                                    {"ranks_per_domain", T::array, req},

@@ -13,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "fault_domains.hpp"
-#include "hang_monitor.hpp"
+#include "domains/fault_domains.hpp"
 #include "hardy/checkpoint/checkpoint.hpp"
 #include "hardy/comm/agreement.hpp"
 #include "hardy/comm/communicator.hpp"
@@ -24,12 +23,13 @@
 #include "hardy/resilience/recovery_protocol.hpp"
 #include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/training_session.hpp"
-#include "membership.hpp"
-#include "node_staging.hpp"
-#include "state_store.hpp"
-#include "state_transport.hpp"
-#include "trainer.hpp"
-#include "watchdog.hpp"
+#include "session/hang_monitor.hpp"
+#include "session/membership.hpp"
+#include "session/node_staging.hpp"
+#include "session/state_store.hpp"
+#include "session/state_transport.hpp"
+#include "session/trainer.hpp"
+#include "session/watchdog.hpp"
 
 namespace hardy::resilience {
 

@@ -1,4 +1,4 @@
-#include "hang_monitor.hpp"
+#include "session/hang_monitor.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

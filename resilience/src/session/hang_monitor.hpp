@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "watchdog.hpp"
+#include "session/watchdog.hpp"
 
 namespace hardy::resilience {
 

@@ -1,4 +1,4 @@
-#include "domain_store.hpp"
+#include "domains/domain_store.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -11,7 +11,7 @@
 #include "hardy/core/data/sample_files.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
-#include "session_state.hpp"
+#include "session/session_state.hpp"
 
 namespace hardy::resilience {
 

@@ -5,10 +5,10 @@
 
 #include "../support/scratch_directory.hpp"
 #include "hardy/core/support/error.hpp"
-#include "hardy/resilience/scale_model.hpp"
+#include "hardy/jobs/scale_model.hpp"
 
 using namespace hardy;
-using namespace hardy::resilience;
+using namespace hardy::jobs;
 
 namespace {
 

@@ -12,8 +12,8 @@
 #include <set>
 #include <thread>
 
-#include "domain_plan.hpp"
-#include "domain_store.hpp"
+#include "domains/domain_plan.hpp"
+#include "domains/domain_store.hpp"
 #include "hardy/comm/network_interface.hpp"
 #include "hardy/comm/redis_server.hpp"
 #include "hardy/comm/rendezvous_store.hpp"
@@ -24,9 +24,9 @@
 #include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/supervisor.hpp"
 #include "hardy/resilience/training_session.hpp"
-#include "launched_job.hpp"
-#include "supervisor_events.hpp"
-#include "supervisor_steps.hpp"
+#include "supervisor/launched_job.hpp"
+#include "supervisor/supervisor_events.hpp"
+#include "supervisor/supervisor_steps.hpp"
 
 namespace hardy::resilience {
 

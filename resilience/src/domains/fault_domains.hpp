@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "domain_plan.hpp"
+#include "domains/domain_plan.hpp"
 #include "hardy/checkpoint/training_state.hpp"
 #include "hardy/comm/communicator.hpp"
 #include "hardy/comm/rendezvous_store.hpp"

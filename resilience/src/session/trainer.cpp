@@ -1,4 +1,4 @@
-#include "trainer.hpp"
+#include "session/trainer.hpp"
 
 #include <fmt/format.h>
 #include <omp.h>

@@ -1,4 +1,4 @@
-#include "state_transport.hpp"
+#include "session/state_transport.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "state_store.hpp"
+#include "session/state_store.hpp"
 
 #include <fmt/format.h>
 

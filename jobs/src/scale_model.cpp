@@ -1,4 +1,4 @@
-#include "hardy/resilience/scale_model.hpp"
+#include "hardy/jobs/scale_model.hpp"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 
-namespace hardy::resilience {
+namespace hardy::jobs {
 
 // Event kinds and fields by name, checked against core/support/event_schema.hpp at compile time.
 using core::event_field;
@@ -339,4 +339,4 @@ std::vector<EttrProjection> project_ettr(const MeasuredScaling& m, const EttrAss
   return out;
 }
 
-}  // namespace hardy::resilience
+}  // namespace hardy::jobs

@@ -23,7 +23,7 @@
 #include "hardy/core/support/process_info.hpp"
 #include "hardy/core/version.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
-#include "session_state.hpp"
+#include "session/session_state.hpp"
 
 namespace hardy::resilience {
 

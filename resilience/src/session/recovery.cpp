@@ -14,7 +14,7 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_schema.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
-#include "session_state.hpp"
+#include "session/session_state.hpp"
 
 namespace hardy::resilience {
 

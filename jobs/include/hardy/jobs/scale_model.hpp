@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace hardy::resilience {
+namespace hardy::jobs {
 
 // Costs measured on a small run (from its events.jsonl and checkpoints).
 struct MeasuredRecovery {
@@ -144,4 +144,4 @@ MeasuredRecovery measure_recovery(const std::filesystem::path& run_dir);
 std::vector<RecoveryProjection> project(const MeasuredRecovery& measured,
                                         const ScaleAssumptions& assumptions);
 
-}  // namespace hardy::resilience
+}  // namespace hardy::jobs

@@ -1,4 +1,4 @@
-#include "domain_plan.hpp"
+#include "domains/domain_plan.hpp"
 
 #include <fmt/format.h>
 

@@ -8,7 +8,7 @@
 
 #include "hardy/checkpoint/training_state.hpp"
 #include "hardy/comm/communicator.hpp"
-#include "trainer.hpp"
+#include "session/trainer.hpp"
 
 namespace hardy::resilience {
 

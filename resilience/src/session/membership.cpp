@@ -1,4 +1,4 @@
-#include "membership.hpp"
+#include "session/membership.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

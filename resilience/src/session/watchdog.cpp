@@ -1,4 +1,4 @@
-#include "watchdog.hpp"
+#include "session/watchdog.hpp"
 
 namespace hardy::resilience {
 

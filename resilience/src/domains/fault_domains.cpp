@@ -1,4 +1,4 @@
-#include "fault_domains.hpp"
+#include "domains/fault_domains.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,11 +13,10 @@
 #include <limits>
 #include <thread>
 
-#include "domain_store.hpp"
+#include "domains/domain_store.hpp"
 #include "hardy/checkpoint/broadcast_state.hpp"
 #include "hardy/comm/gloo_communicator.hpp"
 #include "hardy/core/support/error.hpp"
-#include "state_store.hpp"
 
 namespace hardy::resilience {
 

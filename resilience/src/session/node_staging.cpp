@@ -1,4 +1,4 @@
-#include "node_staging.hpp"
+#include "session/node_staging.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

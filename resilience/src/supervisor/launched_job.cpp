@@ -1,4 +1,4 @@
-#include "launched_job.hpp"
+#include "supervisor/launched_job.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -17,9 +17,9 @@
 #include "hardy/core/support/json_fields.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/training_session.hpp"
-#include "launched_job.hpp"
-#include "supervisor_events.hpp"
-#include "supervisor_steps.hpp"
+#include "supervisor/launched_job.hpp"
+#include "supervisor/supervisor_events.hpp"
+#include "supervisor/supervisor_steps.hpp"
 
 namespace hardy::resilience {
 

@@ -14,7 +14,7 @@
 #include "hardy/resilience/failure_injection.hpp"
 #include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/training_config.hpp"
-#include "membership.hpp"
+#include "session/membership.hpp"
 
 namespace hardy::resilience {
 
