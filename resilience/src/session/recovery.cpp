@@ -119,8 +119,8 @@ void TrainingSession::State::settle_step_across_domains(const std::string& what)
   const DomainStep across = domains->after_local_recovery(
       step() + 1, domains_meet_at(step() + 1), trainer.exchanged_tensors(config.sync_every() > 1),
       domain_state_access());
-  follow_domain_ownership();
   if (across.verdict == StepVerdict::rewind) rewind_to_synced(step() + 1);
+  follow_domain_ownership();
   if (across.verdict != StepVerdict::commit) return;
   trainer.take_exchanged();
   // The other domains committed the step in flight: apply the same sums (the gradients, and the

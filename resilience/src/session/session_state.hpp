@@ -225,6 +225,9 @@ struct TrainingSession::State final : StateSource {
 
   // The log lines of the last committed step, kept by every rank for log_committed_step_if_missing.
   nlohmann::json committed_metrics_line, committed_audit_line;
+  // The same lines of the last step the domains met at (--domain-sync-every above 1): a rewind
+  // goes back to that step, whose lines a new owner of the run files writes if they are missing.
+  nlohmann::json synced_metrics_line, synced_audit_line;
   double last_snapshot_s = 0;  // the training thread's stall for this step's node-local copy
   Clock::time_point job_start = Clock::now();
   // When the step in training began to count: the last commit, or the end of the last (re)start,

@@ -595,6 +595,9 @@ bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t
     across =
         domains->exchange(this_step, exchanged, loss[0], loss[1], domain_state_access(), weights);
   }
+  // A rewind first: a domain that takes over the run files logs the step it went back to (the
+  // last meeting), not a step it took alone, which will be redone.
+  if (across.verdict == StepVerdict::rewind) rewind_to_synced(this_step);
   follow_domain_ownership();
   switch (across.verdict) {
     case StepVerdict::abandon:
@@ -603,7 +606,6 @@ bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t
       trainer.drop_uncommitted();
       return false;
     case StepVerdict::rewind:
-      rewind_to_synced(this_step);
       return false;
     case StepVerdict::healed:
       // The domains whose vote completed committed this step, and this one took their state. If
@@ -709,6 +711,11 @@ void TrainingSession::State::rewind_to_synced(long at_step) {
   const long from = step();
   trainer.apply(synced);
   store.keep_in_memory();
+  // The lines of the step gone back to, for a new owner of the run files to log if missing.
+  if (synced_metrics_line.value("step", -1L) == synced.step) {
+    committed_metrics_line = synced_metrics_line;
+    committed_audit_line = synced_audit_line;
+  }
   if (from > synced.step)
     events.emit(
         "domain_rewound",
@@ -796,6 +803,10 @@ std::vector<StepHook> TrainingSession::State::make_step_hooks() {
                      step_total_s += step_s;
                      write_metrics(done.compute_s, done.allreduce_s, done.data_wait_s, step_s,
                                    done.lr, done.skipped_samples);
+                     if (config.sync_every() > 1 && domains_meet_at(step())) {
+                       synced_metrics_line = committed_metrics_line;
+                       synced_audit_line = committed_audit_line;
+                     }
                    }});
   hooks.push_back({"preemption", std::nullopt, [this](const CommittedStep& done) {
                      if (!done.outcome.preempt) return;
