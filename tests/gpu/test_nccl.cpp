@@ -21,6 +21,16 @@ using namespace hardy::gpu_test;
 
 namespace {
 
+// A model of small tensors, so that several buckets of 16 KiB hold its gradients.
+ModelConfig small_model() {
+  ModelConfig config;
+  config.width = 8;
+  config.aspp_channels = 8;
+  config.decoder_channels = 8;
+  config.low_level_channels = 8;
+  return config;
+}
+
 Tensor device_values(CudaBackend& cuda, const Tensor& host) {
   Tensor t = cuda.empty(host.dims(), DType::f32, host.layout());
   cuda.copy(host, t);
@@ -62,12 +72,7 @@ TEST_CASE("nccl: bucketed gradient allreduce writes scaled sums and finds overfl
   CudaBackend cuda;
   comm::SelfCommunicator bootstrap;
   auto nccl = comm::NcclCommunicator::create(bootstrap);
-  ModelConfig config;
-  config.width = 8;
-  config.aspp_channels = 8;
-  config.decoder_channels = 8;
-  config.low_level_channels = 8;
-  DeepLabV3Plus model(cuda, config);
+  DeepLabV3Plus model(cuda, small_model());
   const auto& params = model.parameters();
   // Reverse order, as the trainer passes them; small buckets so that there are several.
   std::vector<Parameter*> reversed(params.rbegin(), params.rend());
@@ -106,12 +111,7 @@ TEST_CASE("nccl: two steps' bucket sets on one communicator keep their own gradi
   CudaBackend cuda;
   comm::SelfCommunicator bootstrap;
   auto nccl = comm::NcclCommunicator::create(bootstrap);
-  ModelConfig config;
-  config.width = 8;
-  config.aspp_channels = 8;
-  config.decoder_channels = 8;
-  config.low_level_channels = 8;
-  DeepLabV3Plus model(cuda, config);
+  DeepLabV3Plus model(cuda, small_model());
   std::vector<Parameter*> reversed(model.parameters().rbegin(), model.parameters().rend());
   comm::NcclGradientBuckets older(*nccl, cuda, cuda.stream(), reversed, 16 << 10);
   comm::NcclGradientBuckets newer(*nccl, cuda, cuda.stream(), reversed, 16 << 10);

@@ -81,24 +81,31 @@ def core_room_of_file(core_dir, path):
     return None
 
 
-def check_core_rooms(source_dir):
-    core_dir = source_dir / "core"
+def check_rooms(source_dir, label, rooms, files):
+    """Every file of `files` ((path, its room, the room each include names) triples) is in a room
+    of `rooms` and includes only from its own room and the ones `rooms` lets it."""
     problems = []
-    for path in sources(core_dir):
-        room = core_room_of_file(core_dir, path)
+    for path, room, used_rooms in files:
         where = path.relative_to(source_dir)
-        if room not in CORE_ROOMS:
-            problems.append(f"{where}: in no declared room of core/ (add it to CORE_ROOMS)")
+        if room not in rooms:
+            problems.append(f"{where}: in no declared room of {label} (add it to the table)")
             continue
-        for target in includes(path):
-            used = core_room_of_include(target)
+        for target, used in used_rooms:
             if used is None or used == room:
                 continue
-            if used not in CORE_ROOMS:
+            if used not in rooms:
                 problems.append(f'{where}: includes "{target}", from an undeclared room {used}/')
-            elif used not in CORE_ROOMS[room]:
+            elif used not in rooms[room]:
                 problems.append(f'{where}: includes "{target}": {room}/ may not include {used}/')
     return problems
+
+
+def check_core_rooms(source_dir):
+    core_dir = source_dir / "core"
+    files = [(path, core_room_of_file(core_dir, path),
+              [(target, core_room_of_include(target)) for target in includes(path)])
+             for path in sources(core_dir)]
+    return check_rooms(source_dir, "core/", CORE_ROOMS, files)
 
 
 def check_folders(source_dir):
@@ -122,26 +129,15 @@ def check_folders(source_dir):
 
 def check_resilience_rooms(source_dir):
     src = source_dir / "resilience" / "src"
-    problems = []
-    for path in sources(src):
-        relative = path.relative_to(src).parts
-        where = path.relative_to(source_dir)
-        room = relative[0] if len(relative) > 1 else None
-        if room not in RESILIENCE_ROOMS:
-            problems.append(f"{where}: in no declared room of resilience/src (add it to RESILIENCE_ROOMS)")
-            continue
-        for target in includes(path):
-            parts = target.split("/")
-            if parts[0] == "hardy" or len(parts) < 2:
-                continue
-            used = parts[0]
-            if used == room:
-                continue
-            if used not in RESILIENCE_ROOMS:
-                problems.append(f'{where}: includes "{target}", from an undeclared room {used}/')
-            elif used not in RESILIENCE_ROOMS[room]:
-                problems.append(f'{where}: includes "{target}": {room}/ may not include {used}/')
-    return problems
+
+    def room_of_include(target):
+        parts = target.split("/")
+        return None if parts[0] == "hardy" or len(parts) < 2 else parts[0]
+
+    files = [(path, path.relative_to(src).parts[0] if len(path.relative_to(src).parts) > 1 else None,
+              [(target, room_of_include(target)) for target in includes(path)])
+             for path in sources(src)]
+    return check_rooms(source_dir, "resilience/src", RESILIENCE_ROOMS, files)
 
 
 CHECKS = {"core-rooms": check_core_rooms, "folders": check_folders, "resilience-rooms": check_resilience_rooms}
