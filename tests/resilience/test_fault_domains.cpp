@@ -162,6 +162,34 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("fault domains: a joiner and a member regrouping after a failed step meet alike") {
+  // Domain 0 is lost; domain 1's next exchange fails and it regroups. The generation it finds
+  // already lets a relaunched domain 0 back in (the survivor waited out its peer while the
+  // supervisor relaunched it): the joiner resyncs from its start, the member from its failed
+  // step. Both must run the same collectives (gloo aborted the process when they did not).
+  StartedJob job("joiner-meets-regroup", 2, [](int d) { return static_cast<float>(d + 1); });
+  auto& [scratch, store_dir, supervisor, domains, first] = job;
+  domains[0].reset();
+  auto joiner = std::async(std::launch::async, [&] {
+    REQUIRE(supervisor->wait_for(rendezvous_keys::failure(0, 1), 20s));
+    supervisor->set(rendezvous_keys::members(1), "0,1");
+    supervisor->set(rendezvous_keys::admit(0, "1"), "1");
+    auto domain = std::make_unique<Domain>(0, 2, store_dir, "1");
+    domain->domains.start(domain->access());
+    return domain;
+  });
+  const DomainStep regrouped = domains[1]->step(5);
+  domains[0] = joiner.get();
+  CHECK(regrouped.verdict == StepVerdict::rewind);
+  CHECK(domains[0]->heals == 1);
+  CHECK(domains[0]->committed_state.step == 1);
+  // Both train on together.
+  auto step0 = std::async(std::launch::async, [&] { return domains[0]->step(1); });
+  CHECK(domains[1]->step(2).verdict == StepVerdict::commit);
+  CHECK(step0.get().verdict == StepVerdict::commit);
+  CHECK(domains[0]->summed.back() == 3.0f);
+}
+
 TEST_CASE("fault domains: weights apply to what is sent, never to the live tensors") {
   StartedJob job("weights", 2, [](int) { return 1.0f; });
   auto& domains = job.domains;

@@ -668,11 +668,12 @@ class Run:
             if self.layout in SYNC_EVERY:
                 # Domains that train alone between meetings redo different steps after a loss (the
                 # rewind): their last tenth's mean loss against the failure-free run's, within 5%.
-                # A domain abandoned (no spare) leaves one domain, which trains as one job from
-                # then on: between the two failure-free runs, within 5% of either end.
+                # A lost domain leaves one domain until it is back (for good when abandoned: no
+                # spare), which trains as one job meanwhile: between the two failure-free runs,
+                # within 5% of either end.
                 final, expected = tail_mean(metrics), tail_mean(reference)
                 low, high = expected, expected
-                if named("domain_abandoned") and self.soak.references.get("domains"):
+                if named("domain_lost") and self.soak.references.get("domains"):
                     one_job = tail_mean(self.soak.references["domains"])
                     low, high = min(expected, one_job), max(expected, one_job)
                 if not 0.95 * low <= final <= 1.05 * high:

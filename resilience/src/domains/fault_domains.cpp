@@ -230,10 +230,11 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
     positions.push_back({decided[i], joining[i] != 0});
   ResyncPlan plan = plan_resync(positions);
   ranks_per_member_.assign(ranks.begin(), ranks.end());
-  if (plan.from_persisted) return resume_persisted(std::move(plan), state, healed);
   const bool anyone_heals =
       std::count(plan.actions.begin(), plan.actions.end(), ResyncAction::heal) > 0;
-  if (anyone_heals) {
+  if (plan.from_persisted) {
+    plan = resume_persisted(std::move(plan), state, healed);
+  } else if (anyone_heals) {
     const auto started = std::chrono::steady_clock::now();
     const auto root = static_cast<int>(plan.heal_source);
     checkpoint::TrainingState sent;
@@ -252,6 +253,15 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}});
     }
   }
+  // The loss of the agreed step, from a member that saw its vote complete. Every member that
+  // resyncs runs the same collectives, whichever path brought it here: a joiner starting, a
+  // member admitting it and a member regrouping after a failed step can meet in one generation
+  // (a relaunched domain let in while a survivor still waited out a partitioned peer). gloo
+  // aborted the process on the mismatch when only the last of them exchanged the loss.
+  std::vector<double> losses(members_.size(), 0.0);
+  losses[member_index()] = last_vote_loss_;
+  group.allreduce_sum(losses);
+  agreed_loss_ = losses[plan.heal_source];
   return plan;
 }
 
@@ -439,11 +449,7 @@ DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tens
         try {
           if (group_ == nullptr || generation_ == old_generation) regroup(e.what());
           plan = resync({.decided = state.committed_step()}, state, healed);
-          // The loss of the agreed step, from a member that saw its vote complete.
-          std::vector<double> losses(members_.size(), 0.0);
-          losses[member_index()] = last_vote_loss_;
-          group_->allreduce_sum(losses);
-          decision.loss = losses[plan.heal_source];
+          decision.loss = agreed_loss_;
           settled = true;
         } catch (const comm::GroupFailure& again) {
           regroup(again.what());

@@ -185,6 +185,7 @@ class FaultDomains {
   std::vector<int> members_;           // live domains, ascending
   std::vector<int> ranks_per_member_;  // as reported at the last vote or resync
   double last_vote_loss_ = 0;          // the job-wide loss of the last step whose vote completed
+  double agreed_loss_ = 0;             // the loss of the agreed step, as the last resync found it
   // The leader's sums of that step, kept until the next exchange: a domain that rolls the step
   // forward after a recovery restored its tensors takes them from here. The members receive the
   // sums into it (only a leader's, with in_flight_step_ set, are ever rolled forward).
