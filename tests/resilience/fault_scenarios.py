@@ -133,6 +133,9 @@ with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
     check(sources == {expected_source}, f"{scenario}: state restored from {sources} (expected {expected_source})")
     check(all(e.get("detection_latency_s", 0) < 30 for e in detected),
           f"{scenario}: detection latencies {[round(e.get('detection_latency_s', -1), 3) for e in detected]} s")
+    if not metrics:  # the launch failed before any step (the checks above said so): nothing more to read
+        check(False, f"{scenario}: no step was logged")
+        sys.exit(1)
     check(metrics[-1]["world_size"] == final_world, f"{scenario}: {metrics[-1]['world_size']} ranks at the end "
           f"(expected {final_world})")
     ok, detail = audit_is_exact(run)

@@ -24,6 +24,7 @@
 #include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/supervisor.hpp"
 #include "hardy/resilience/training_session.hpp"
+#include "supervisor/domain_log.hpp"
 #include "supervisor/launched_job.hpp"
 #include "supervisor/supervisor_events.hpp"
 #include "supervisor/supervisor_steps.hpp"
@@ -47,40 +48,6 @@ struct Domain {
   bool finished = false;
   bool abandoned = false;  // lost more often than --max-restarts: the job trains on without it
 };
-
-// When the domain first logged a record that `matches` since `since` (its launch), if it did.
-std::optional<double> domain_logged(
-    const std::filesystem::path& events_file, int index, double since,
-    const std::function<bool(const nlohmann::json&, const std::string&)>& matches) {
-  std::ifstream file(events_file);
-  for (std::string line; std::getline(file, line);) {
-    const auto record = nlohmann::json::parse(line, nullptr, false);
-    const auto event = core::read_field<std::string>(record, "event");
-    const double time = core::read_field<double>(record, "unix_time").value_or(0);
-    if (event && core::read_field<long>(record, "domain") == index && time >= since &&
-        matches(record, *event))
-      return time;
-  }
-  return std::nullopt;
-}
-
-// Whether domain `index` logged that it finished the job (its leader's job_finished or
-// domain_finished, status completed) since `since`.
-bool domain_finished(const std::filesystem::path& events_file, int index, double since) {
-  return domain_logged(events_file, index, since,
-                       [](const auto& record, const auto& event) {
-                         return (event == "job_finished" || event == "domain_finished") &&
-                                core::read_field<std::string>(record, "status") == "completed";
-                       })
-      .has_value();
-}
-
-std::optional<double> domain_started(const std::filesystem::path& events_file, int index,
-                                     double since) {
-  return domain_logged(events_file, index, since, [](const auto&, const auto& event) {
-    return event == "job_started" || event == "domain_started";
-  });
-}
 
 }  // namespace
 
@@ -199,6 +166,7 @@ class DomainSupervision {
         count_(count),
         events_file_(config.run_dir / "events.jsonl"),
         events_(events_file_),
+        logged_(events_file_, count),
         store_dir_(own_store_dir(config.run_dir)),
         rendezvous_(start_rendezvous(config, store_dir_)),
         store_(*rendezvous_.store),
@@ -293,9 +261,7 @@ class DomainSupervision {
 
   void end_relaunches_left_out() {
     for (auto& domain : domains_)
-      if (domain.job && domain.launches > 1 &&
-          !domain_logged(events_file_, domain.index, domain.started_unix,
-                         [](const auto&, const auto& event) { return event == "domain_joined"; })) {
+      if (domain.job && domain.launches > 1 && !logged_.joined(domain.index, domain.started_unix)) {
         // Relaunched, not back in when the others finished (perhaps admitted while they
         // were past their last step): it would wait for them until its membership timeout.
         domain.job->terminate(milliseconds(3000));
@@ -398,7 +364,7 @@ class DomainSupervision {
     const double now = core::unix_time();
     if (domain.start_seen || now - domain.start_checked < 0.5) return true;
     domain.start_checked = now;
-    if (const auto started = domain_started(events_file_, domain.index, domain.started_unix)) {
+    if (const auto started = logged_.started(domain.index, domain.started_unix)) {
       domain.start_seen = true;
       const double start_s = *started - domain.started_unix;
       start_timeout_.seen(start_s);
@@ -415,13 +381,13 @@ class DomainSupervision {
     const std::string output = domain.job->output();
     const double ended = core::unix_time();
     domain.job.reset();
-    if (domain_finished(events_file_, domain.index, domain.started_unix)) {
+    if (logged_.finished(domain.index, domain.started_unix)) {
       // Its last step is every live domain's: no later generation may name it.
       domain.finished = true;
       std::erase(members_, domain.index);
       return std::nullopt;
     }
-    if (status == kBadInput && !domain_started(events_file_, domain.index, domain.started_unix)) {
+    if (status == kBadInput && !logged_.started(domain.index, domain.started_unix)) {
       // Every domain trains with the same options: one that refused them before starting is
       // not a lost node, and a relaunch would only be refused again.
       std::cerr << output;
@@ -497,6 +463,7 @@ class DomainSupervision {
   const int per_, count_;
   const std::filesystem::path events_file_;
   core::EventLog events_;
+  DomainLog logged_;  // what the domains logged, read as events.jsonl grows
   const std::filesystem::path store_dir_;
   DomainRendezvous rendezvous_;
   comm::RendezvousStore& store_;
