@@ -491,6 +491,79 @@ TEST_CASE("fault domains: a recovery inside a domain settles its step without th
   }
 }
 
+TEST_CASE("fault domains: an exchange left in flight travels while the domain computes on") {
+  // With --gradient-lag 1 the next step computes while a step's sums cross the domains: the
+  // leader's start_exchange() returns with its collective in flight, the caller reuses the
+  // tensors, and settle_exchange() ends it.
+  StartedJob job("domains-in-flight", 2, [](int d) { return static_cast<float>(d + 1); });
+  auto& [scratch, store_dir, supervisor, domains, first] = job;
+  for (const DomainStep& outcome : first) CHECK(outcome.verdict == StepVerdict::commit);
+  Domain& computing = *domains[0];
+  core::Tensor* tensors[] = {&computing.gradient};
+
+  SECTION("the step commits with the sums, as a whole exchange would") {
+    std::ranges::fill(computing.gradient.f32(), 10.0f);
+    computing.domains.start_exchange(2, tensors, 1, 0);
+    CHECK(computing.domains.exchange_in_flight());
+    std::ranges::fill(computing.gradient.f32(), -1.0f);  // the next step's backward
+    // While domain 0 computes (it calls nothing here), its sums travel: domain 1's exchange of
+    // the step completes. One that waited for settle_exchange() would not (within the 2 s the
+    // domains give a collective).
+    auto peer = std::async(std::launch::async, [&] { return domains[1]->step(20); });
+    const bool travelled = peer.wait_for(1500ms) == std::future_status::ready;
+    const DomainStep outcome = computing.domains.settle_exchange(tensors, computing.access());
+    CHECK(travelled);
+    CHECK(peer.get().verdict == StepVerdict::commit);
+    CHECK_FALSE(computing.domains.exchange_in_flight());
+    CHECK(outcome.verdict == StepVerdict::commit);
+    CHECK(outcome.loss == 21.0);
+    CHECK(std::ranges::all_of(computing.gradient.f32(), [](float v) { return v == 30.0f; }));
+    CHECK(domains[1]->summed.back() == 30.0f);
+  }
+
+  SECTION("a rank lost while it travels: the recovery settles it, and the domain rolls forward") {
+    // Domain 0 loses a rank in the next step's backward; its recovery finds the exchange in
+    // flight and takes its outcome: domain 1 committed the step, so domain 0 does too.
+    std::ranges::fill(computing.gradient.f32(), 10.0f);
+    computing.domains.start_exchange(2, tensors, 1, 0);
+    auto peer = std::async(std::launch::async, [&] { return domains[1]->step(20); });
+    std::ranges::fill(computing.gradient.f32(), -1.0f);  // restored by the recovery
+    const DomainStep outcome = computing.domains.after_local_recovery(2, /*synchronized=*/true,
+                                                                      tensors, computing.access());
+    CHECK(peer.get().verdict == StepVerdict::commit);
+    CHECK(outcome.verdict == StepVerdict::commit);
+    CHECK(std::ranges::all_of(computing.gradient.f32(), [](float v) { return v == 30.0f; }));
+    // Nothing is left in flight: the next step's exchange starts afresh.
+    computing.committed_state.step = 2;
+    auto next = std::async(std::launch::async, [&] { return domains[1]->step(2); });
+    CHECK(computing.step(1).verdict == StepVerdict::commit);
+    CHECK(next.get().verdict == StepVerdict::commit);
+    CHECK(computing.summed.back() == 3.0f);
+  }
+
+  SECTION("a peer domain lost while it travels: the settle regroups like a whole exchange") {
+    std::atomic<bool> published{false};
+    auto watcher = std::async(std::launch::async, [&] {
+      for (int i = 0; i < 2000 && !published; ++i) {
+        if (supervisor->try_get(rendezvous_keys::failure(0, 0))) {
+          supervisor->set(rendezvous_keys::members(1), "0");
+          published = true;
+        }
+        std::this_thread::sleep_for(5ms);
+      }
+    });
+    computing.domains.start_exchange(2, tensors, 1, 0);
+    domains[1].reset();  // its MPI job died: its group's connections close
+    const DomainStep outcome = computing.domains.settle_exchange(tensors, computing.access());
+    watcher.get();
+    REQUIRE(published);
+    CHECK(outcome.verdict == StepVerdict::rewind);
+    CHECK(computing.domains.generation() == 1);
+    CHECK(computing.step(4).verdict == StepVerdict::commit);  // alone now
+    CHECK(computing.summed.back() == 4.0f);
+  }
+}
+
 TEST_CASE("fault domains: the rendezvous keys are spelled as the protocol says") {
   // A supervisor and leaders of different builds must still meet: the spelling is the protocol.
   CHECK(rendezvous_keys::members(3) == "gen.3.members");

@@ -349,7 +349,22 @@ void FaultDomains::start(const DomainStateAccess& state) {
 DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> tensors, double loss,
                                   double skipped, const DomainStateAccess& state,
                                   std::span<const float> weights) {
-  return run_step(step, tensors, loss, skipped, /*ok=*/true, state, weights);
+  start_step(step, tensors, loss, skipped, /*ok=*/true, weights, /*in_background=*/false);
+  return settle_exchange(tensors, state);
+}
+
+void FaultDomains::start_exchange(long step, std::span<core::Tensor* const> tensors, double loss,
+                                  double skipped, std::span<const float> weights) {
+  start_step(step, tensors, loss, skipped, /*ok=*/true, weights, /*in_background=*/true);
+}
+
+DomainStep FaultDomains::settle_exchange(std::span<core::Tensor* const> tensors,
+                                         const DomainStateAccess& state) {
+  checkpoint::TrainingState healed;
+  std::vector<double> decision;
+  if (leader()) decision = conclude(state, healed);
+  in_flight_.reset();
+  return apply_decision(std::move(decision), tensors, &healed, state);
 }
 
 DomainStep FaultDomains::after_local_recovery(long next_step, bool synchronized,
@@ -357,8 +372,16 @@ DomainStep FaultDomains::after_local_recovery(long next_step, bool synchronized,
                                               const DomainStateAccess& state) {
   // Domains that train alone between meetings have nothing in flight with the others then: the
   // domain redoes the step over its survivors, and tells the others its size at the next meeting.
-  if (!synchronized) return {.verdict = StepVerdict::abandon};
+  if (!synchronized) {
+    if (in_flight_ && leader()) in_flight_->sent.wait();  // never at such a step; no dangling send
+    in_flight_.reset();
+    return {.verdict = StepVerdict::abandon};
+  }
   const long next = next_step;
+  // The step's exchange may still be in flight (started before the next step computed, which is
+  // where the rank died): it ends as it would have, and the domain follows its outcome below.
+  if (in_flight_ && in_flight_->step == next) return settle_exchange(tensors, state);
+  in_flight_.reset();
   if (leader() && in_flight_step_ == next && in_flight_ok_) {
     // The step's vote completed before the rank died: the other domains committed it (or will)
     // and this one rolls forward with the sums its leader still holds, or the vote said no and
@@ -375,7 +398,8 @@ DomainStep FaultDomains::after_local_recovery(long next_step, bool synchronized,
   }
   // The other domains wait in this step's exchange (or will): join it with nothing to add and a
   // vote against, so that every domain drops the step and redoes it over the new split.
-  return run_step(next, tensors, 0, 0, /*ok=*/false, state);
+  start_step(next, tensors, 0, 0, /*ok=*/false, {}, /*in_background=*/false);
+  return settle_exchange(tensors, state);
 }
 
 namespace {
@@ -408,70 +432,88 @@ std::size_t FaultDomains::member_index() const {
                                   members_.begin());
 }
 
-DomainStep FaultDomains::run_step(long step, std::span<core::Tensor* const> tensors, double loss,
-                                  double skipped, bool ok, const DomainStateAccess& state,
-                                  std::span<const float> weights) {
-  SharedDecision decision;
-  checkpoint::TrainingState healed;
-  if (leader()) {
-    in_flight_step_ = step;
-    in_flight_ok_.reset();
-    try {
-      // A relaunched domain asks to join: every member learns it through the vote and admits it
-      // after this step, so all switch generation at the same step.
-      const bool pending = store_->try_get(rendezvous_keys::members(generation_ + 1)).has_value();
-      // One collective for every tensor and the vote: between domains each costs a network
-      // latency. A domain that votes against adds nothing (its tensors may be half-done).
-      Vote mine{.ok = ok,
-                .generation_pending = pending,
-                .loss = loss,
-                .skipped = skipped,
-                .ranks = std::vector<int>(members_.size(), 0)};
-      mine.ranks[member_index()] = domain().size();
-      std::vector<float> flat =
-          ok ? pack(tensors, weights) : std::vector<float>(values_in(tensors), 0.0f);
-      append_vote(flat, mine, member_index(), members_.size());
-      group_->allreduce_sum(flat);
-      const Vote vote = take_vote(flat, members_.size());
-      held_sums_ = std::move(flat);
-      decision.verdict = vote.ok ? kCommit : kAbandon;
-      decision.loss = vote.loss;
-      decision.skipped = vote.skipped;
-      decision.admit_pending = vote.generation_pending;
-      ranks_per_member_ = vote.ranks;
-      last_vote_loss_ = vote.loss;
-    } catch (const comm::GroupFailure& e) {
-      const auto detected = core::unix_time();
-      const auto old_members = members_;
-      const auto old_generation = generation_;
-      ResyncPlan plan;
-      for (bool settled = false; !settled;) {
-        try {
-          if (group_ == nullptr || generation_ == old_generation) regroup(e.what());
-          plan = resync({.decided = state.committed_step()}, state, healed);
-          decision.loss = agreed_loss_;
-          settled = true;
-        } catch (const comm::GroupFailure& again) {
-          regroup(again.what());
-        }
-      }
-      const ResyncAction action = plan.actions[member_index()];
-      decision.verdict = action == ResyncAction::heal ? kHealed : kRewind;
-      log_quorum_change(
-          {.why = e.what(),
-           .step = step,
-           .old_generation = old_generation,
-           .lost = missing_from(old_members, members_),
-           .agreed_step = plan.agreed_step,
-           .action = action == ResyncAction::heal ? "heal" : "rewind to the agreed step",
-           .seconds = core::unix_time() - detected});
-    }
-    decision.generation = generation_;
-    decision.members = members_;
-    decision.ranks = ranks_per_member_;
-    in_flight_ok_ = decision.verdict == kCommit;
+void FaultDomains::start_step(long step, std::span<core::Tensor* const> tensors, double loss,
+                              double skipped, bool ok, std::span<const float> weights,
+                              bool in_background) {
+  if (in_flight_)
+    throw Error(fmt::format("domain {}: step {}'s exchange started while step {}'s is in flight",
+                            options_.index, step, in_flight_->step));
+  in_flight_.emplace();
+  in_flight_->step = step;
+  if (!leader()) return;
+  in_flight_step_ = step;
+  in_flight_ok_.reset();
+  std::vector<float>& values = in_flight_->values;
+  try {
+    // A relaunched domain asks to join: every member learns it through the vote and admits it
+    // after this step, so all switch generation at the same step.
+    const bool pending = store_->try_get(rendezvous_keys::members(generation_ + 1)).has_value();
+    // One collective for every tensor and the vote: between domains each costs a network
+    // latency. A domain that votes against adds nothing (its tensors may be half-done).
+    Vote mine{.ok = ok,
+              .generation_pending = pending,
+              .loss = loss,
+              .skipped = skipped,
+              .ranks = std::vector<int>(members_.size(), 0)};
+    mine.ranks[member_index()] = domain().size();
+    values = ok ? pack(tensors, weights) : std::vector<float>(values_in(tensors), 0.0f);
+    append_vote(values, mine, member_index(), members_.size());
+  } catch (const comm::GroupFailure&) {
+    std::promise<void> failed;  // conclude() takes it as the collective's failure
+    failed.set_exception(std::current_exception());
+    in_flight_->sent = failed.get_future();
+    return;
   }
-  return apply_decision(decision.encode(), tensors, &healed, state);
+  // Nothing else touches the group until conclude(): the thread owns it meanwhile.
+  in_flight_->sent = std::async(in_background ? std::launch::async : std::launch::deferred,
+                                [group = group_.get(), &values] { group->allreduce_sum(values); });
+}
+
+std::vector<double> FaultDomains::conclude(const DomainStateAccess& state,
+                                           checkpoint::TrainingState& healed) {
+  SharedDecision decision;
+  const long step = in_flight_->step;
+  try {
+    in_flight_->sent.get();
+    const Vote vote = take_vote(in_flight_->values, members_.size());
+    held_sums_ = std::move(in_flight_->values);
+    decision.verdict = vote.ok ? kCommit : kAbandon;
+    decision.loss = vote.loss;
+    decision.skipped = vote.skipped;
+    decision.admit_pending = vote.generation_pending;
+    ranks_per_member_ = vote.ranks;
+    last_vote_loss_ = vote.loss;
+  } catch (const comm::GroupFailure& e) {
+    const auto detected = core::unix_time();
+    const auto old_members = members_;
+    const auto old_generation = generation_;
+    ResyncPlan plan;
+    for (bool settled = false; !settled;) {
+      try {
+        if (group_ == nullptr || generation_ == old_generation) regroup(e.what());
+        plan = resync({.decided = state.committed_step()}, state, healed);
+        decision.loss = agreed_loss_;
+        settled = true;
+      } catch (const comm::GroupFailure& again) {
+        regroup(again.what());
+      }
+    }
+    const ResyncAction action = plan.actions[member_index()];
+    decision.verdict = action == ResyncAction::heal ? kHealed : kRewind;
+    log_quorum_change(
+        {.why = e.what(),
+         .step = step,
+         .old_generation = old_generation,
+         .lost = missing_from(old_members, members_),
+         .agreed_step = plan.agreed_step,
+         .action = action == ResyncAction::heal ? "heal" : "rewind to the agreed step",
+         .seconds = core::unix_time() - detected});
+  }
+  decision.generation = generation_;
+  decision.members = members_;
+  decision.ranks = ranks_per_member_;
+  in_flight_ok_ = decision.verdict == kCommit;
+  return decision.encode();
 }
 
 DomainStep FaultDomains::apply_decision(std::vector<double> encoded,

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -122,6 +123,17 @@ class FaultDomains {
   DomainStep exchange(long step, std::span<core::Tensor* const> tensors, double loss,
                       double skipped, const DomainStateAccess& state,
                       std::span<const float> weights = {});
+  // The same in two halves, so that the next step computes while the sums travel (lagged
+  // updates): start_exchange() takes what is sent (the leader copies `tensors` before it
+  // returns, so the caller may overwrite them) and leaves the leader's collective in flight on a
+  // thread of its own; settle_exchange() waits for it, votes, and puts the sums in `tensors`,
+  // which may be other buffers of the same sizes. Between the two only after_local_recovery()
+  // may be called (it settles the step in flight first).
+  void start_exchange(long step, std::span<core::Tensor* const> tensors, double loss,
+                      double skipped, std::span<const float> weights = {});
+  DomainStep settle_exchange(std::span<core::Tensor* const> tensors,
+                             const DomainStateAccess& state);
+  bool exchange_in_flight() const { return in_flight_.has_value(); }
 
   // After the domain recovered from a rank's death inside it (ULFM shrink, state back at the
   // domain's committed step): settles `next_step`, the step that was in flight. When the domains
@@ -154,10 +166,14 @@ class FaultDomains {
   // directory's newest checkpoint (into `healed`), alike for every member.
   ResyncPlan resume_persisted(ResyncPlan plan, const DomainStateAccess& state,
                               checkpoint::TrainingState& healed);
-  // The step's exchange and vote (`ok`: this domain's contribution counts).
-  DomainStep run_step(long step, std::span<core::Tensor* const> gradients, double loss,
-                      double skipped, bool ok, const DomainStateAccess& state,
-                      std::span<const float> weights = {});
+  // Leader: the step's exchange and vote (`ok`: this domain's contribution counts), started in
+  // the background or (`in_background` false) left for conclude() to run; every other rank only
+  // notes the step.
+  void start_step(long step, std::span<core::Tensor* const> tensors, double loss, double skipped,
+                  bool ok, std::span<const float> weights, bool in_background);
+  // Leader: the encoded decision of the step started last (its vote, or after a lost peer domain
+  // the resync that followed, with the healed state in `healed`).
+  std::vector<double> conclude(const DomainStateAccess& state, checkpoint::TrainingState& healed);
   // Every rank: takes the leader's encoded decision with the sums it holds (one broadcast; put
   // in `tensors` on commit), or the healed state (from `healed`, the leader's; others receive
   // it).
@@ -194,6 +210,14 @@ class FaultDomains {
   // before the vote completed).
   long in_flight_step_ = -1;
   std::optional<bool> in_flight_ok_;
+  // The exchange started and not yet concluded: what the leader sends (then the sums), and its
+  // collective, running (start_exchange) or deferred until conclude() (exchange).
+  struct InFlight {
+    long step = 0;
+    std::vector<float> values;
+    std::future<void> sent;
+  };
+  std::optional<InFlight> in_flight_;
 };
 
 }  // namespace hardy::resilience

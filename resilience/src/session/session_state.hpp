@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -102,14 +103,23 @@ struct TrainingSession::State final : StateSource {
   // and the configuration hash; every rank throws when rank 0 could not.
   void establish_run_identity();
   void train_step();
+  // The oldest computed step's gradient allreduce in the domain, then its loss, skipped and
+  // computed samples summed over the domain's ranks (collective; the bad samples logged or the
+  // job ended, as --bad-samples says).
+  std::vector<double> reduce_in_domain(long this_step);
   // Draws, loads and computes `computed_step` (this iteration's commit, or the one after it with
   // --gradient-lag 1), its gradients' allreduce started during backward.
   void compute_step(long computed_step, CommittedStep& done);
-  // With fault domains, after the step's gradients are summed in the domain: the other domains'
-  // sums and the vote. False when the step is not to be committed here (abandoned, rewound, or
-  // taken from a peer whole).
-  bool exchange_across_domains(long this_step, std::size_t global_batch, std::vector<double>& loss,
-                               const CommittedStep& done, bool& admit_after_commit);
+  // With fault domains, after the step's gradients are summed in the domain: where the domains
+  // meet, the exchange of those sums with the other domains and the vote, left in flight
+  // (`in_background`, while the next step computes) or done at once; elsewhere the sums become
+  // the domain's mean. `loss` is reduce_in_domain()'s.
+  void start_domain_exchange(long this_step, std::size_t global_batch, std::vector<double>& loss,
+                             bool in_background);
+  // Its outcome: false when the step is not to be committed here (abandoned, rewound, or taken
+  // from a peer whole); on commit the sums are in the gradients and `loss` holds the job's.
+  bool settle_domain_exchange(long this_step, std::vector<double>& loss, const CommittedStep& done,
+                              bool& admit_after_commit);
   // This rank's samples of a global batch, in the order it loads them. The one place that maps
   // samples to ranks: the step and the prefetcher's look-ahead both ask it. Its contiguous slice
   // (core::shard_of), or with --stage-to its node's staged samples first (session_staging.cpp).
@@ -222,6 +232,12 @@ struct TrainingSession::State final : StateSource {
   // FaultDomains::split_digest() when the newest computed step loaded its samples: with
   // --gradient-lag 1 a step still in flight after a change of the split is computed again.
   std::uint64_t split_of_newest_computed = 0;
+  // Between start_domain_exchange and settle_domain_exchange: the tensors exchanged (host
+  // copies on a GPU), the step's batch (for a heal's audit line), and the outcome of an exchange
+  // done at once.
+  std::span<core::Tensor* const> exchanging;
+  std::optional<core::GlobalBatch> batch_in_exchange;
+  std::optional<DomainStep> exchanged_now;
 
   // The log lines of the last committed step, kept by every rank for log_committed_step_if_missing.
   nlohmann::json committed_metrics_line, committed_audit_line;

@@ -454,56 +454,50 @@ std::vector<nlohmann::json> TrainingSession::State::gather_bad_samples(
 
 void TrainingSession::State::train_step() {
   const long this_step = step() + 1;  // the step this iteration commits
-  // With --gradient-lag 1 the step after it is computed first, while this one's gradients are
-  // still being reduced (docs/resilience.md); its update waits for the next iteration.
-  const long computed_step = this_step + trainer.computed_steps();
   CommittedStep done{.started = Clock::now()};
+  double reduce_s = 0;  // the waits for the step's sums, in the domain and across domains
+  // With --gradient-lag 1 the step after it is computed first, while this one's gradients are
+  // still being reduced (docs/resilience.md); its update waits for the next iteration. Across
+  // fault domains the next step computes while this one's sums travel between the domains:
+  // the step computed in the last iteration is summed in its domain and sent first.
+  const bool sums_travel_while_computing =
+      domains->enabled() && config.gradient_lag != 0 && trainer.computed_steps() > 0;
+  std::vector<double> loss;
+  const std::size_t global_batch = current_global_batch();
+  if (sums_travel_while_computing) {
+    const auto started = Clock::now();
+    loss = reduce_in_domain(this_step);
+    start_domain_exchange(this_step, global_batch, loss, /*in_background=*/true);
+    reduce_s += seconds_since(started);
+  }
+  const long computed_step = this_step + trainer.computed_steps();
   if (computed_step <= config.steps) compute_step(computed_step, done);
-  if (trainer.computed_steps() <= config.gradient_lag && computed_step < config.steps) {
-    // The first step after a start or a rollback: nothing to commit yet. The agreement still
-    // ends the iteration, so that a peer's failure here reaches every rank where it would in any
-    // other step.
-    Watchdog::Scope scope(watchdog, "step agreement");
-    if (!agree_on_step(comm(), /*finished=*/true, preemption_requested.load()).committed)
-      recover(fmt::format("step {} did not finish on every rank (a peer failed)", computed_step));
-    return;
-  }
-  const ComputedStep& computed = trainer.oldest_computed();
-  const float loss_scale = trainer.loss_scale();
-  // The loss, the samples every rank skipped and those it computed (summed with it: no
-  // collective of its own).
-  std::vector<double> loss{computed.loss_sum, static_cast<double>(computed.load.skipped.size()),
-                           static_cast<double>(computed.samples)};
-  const auto reduce_start = Clock::now();
-  {
-    Watchdog::Scope scope(watchdog, "gradient allreduce");
-    // grad_scale already divides by the global batch, so the sum over ranks is the mean.
-    trainer.finish_reduction();
-    if (comm().size() > 1 && config.gradient_lag != 0)  // before it is committed
-      check_same_plan(computed.plan_digest, this_step);
-    comm().allreduce_sum(loss);
-    check_samples_covered(std::lround(loss[2]), std::lround(loss[1]), this_step);
-    if (loss[1] > 0) {
-      // Every rank learns of every bad sample of the step, so that under fail all of them end
-      // the job together (one rank ending alone would look like a process failure to recover
-      // from), and under skip the lead logs each sample once.
-      const auto bad = gather_bad_samples(computed.load.skipped, this_step);
-      if (config.bad_samples == core::BadSamplePolicy::fail && !bad.empty())
-        throw comm::Agreed<InvalidArgument>(  // every rank learned of the sample above
-            fmt::format("{}: {} (step {}; --bad-samples skip would leave such samples out)",
-                        bad.front()["file"].get<std::string>(),
-                        bad.front()["reason"].get<std::string>(), this_step));
-      for (auto record : bad)
-        if (skipped_samples.insert(record["sample"].get<std::size_t>()).second)
-          events.emit("sample_skipped", std::move(record));
+  if (!sums_travel_while_computing) {
+    if (trainer.computed_steps() <= config.gradient_lag && computed_step < config.steps) {
+      // The first step after a start or a rollback: nothing to commit yet. The agreement still
+      // ends the iteration, so that a peer's failure here reaches every rank where it would in
+      // any other step.
+      Watchdog::Scope scope(watchdog, "step agreement");
+      if (!agree_on_step(comm(), /*finished=*/true, preemption_requested.load()).committed)
+        recover(fmt::format("step {} did not finish on every rank (a peer failed)", computed_step));
+      return;
     }
+    const auto started = Clock::now();
+    loss = reduce_in_domain(this_step);
+    if (domains->enabled())
+      start_domain_exchange(this_step, global_batch, loss, /*in_background=*/false);
+    reduce_s += seconds_since(started);
   }
-  const double grad_scale = computed.grad_scale;
+  const double grad_scale = trainer.oldest_computed().grad_scale;
+  const float loss_scale = trainer.loss_scale();
   bool admit_after_commit = false;
-  if (domains->enabled() &&
-      !exchange_across_domains(this_step, current_global_batch(), loss, done, admit_after_commit))
-    return;
-  done.allreduce_s = seconds_since(reduce_start);
+  if (domains->enabled()) {
+    const auto started = Clock::now();
+    const bool commits = settle_domain_exchange(this_step, loss, done, admit_after_commit);
+    reduce_s += seconds_since(started);
+    if (!commits) return;
+  }
+  done.allreduce_s = reduce_s;
   done.lr = current_lr(step());
   const double step_loss = loss[0] * grad_scale;
   if (!std::isfinite(step_loss))
@@ -534,7 +528,38 @@ void TrainingSession::State::train_step() {
     trainer.drop_uncommitted();
 }
 
+std::vector<double> TrainingSession::State::reduce_in_domain(long this_step) {
+  const ComputedStep& computed = trainer.oldest_computed();
+  // The loss, the samples every rank skipped and those it computed (summed with it: no
+  // collective of its own).
+  std::vector<double> loss{computed.loss_sum, static_cast<double>(computed.load.skipped.size()),
+                           static_cast<double>(computed.samples)};
+  Watchdog::Scope scope(watchdog, "gradient allreduce");
+  // grad_scale already divides by the global batch, so the sum over ranks is the mean.
+  trainer.finish_reduction();
+  if (comm().size() > 1 && config.gradient_lag != 0)  // before it is committed
+    check_same_plan(computed.plan_digest, this_step);
+  comm().allreduce_sum(loss);
+  check_samples_covered(std::lround(loss[2]), std::lround(loss[1]), this_step);
+  if (loss[1] > 0) {
+    // Every rank learns of every bad sample of the step, so that under fail all of them end
+    // the job together (one rank ending alone would look like a process failure to recover
+    // from), and under skip the lead logs each sample once.
+    const auto bad = gather_bad_samples(computed.load.skipped, this_step);
+    if (config.bad_samples == core::BadSamplePolicy::fail && !bad.empty())
+      throw comm::Agreed<InvalidArgument>(  // every rank learned of the sample above
+          fmt::format("{}: {} (step {}; --bad-samples skip would leave such samples out)",
+                      bad.front()["file"].get<std::string>(),
+                      bad.front()["reason"].get<std::string>(), this_step));
+    for (auto record : bad)
+      if (skipped_samples.insert(record["sample"].get<std::size_t>()).second)
+        events.emit("sample_skipped", std::move(record));
+  }
+  return loss;
+}
+
 void TrainingSession::State::compute_step(long computed_step, CommittedStep& done) {
+  const auto started = Clock::now();
   const auto shape = data.train->shape();
   const std::size_t global_batch = current_global_batch();
   const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
@@ -559,41 +584,51 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
     // Dying here leaves some buckets' allreduces in flight: the hardest moment to fail.
     if (ready == count / 2) injector.at(computed_step, Phase::allreduce);
   });
-  done.compute_s = seconds_since(done.started);
+  done.compute_s = seconds_since(started);
   done.data_wait_s = input.data_wait_s;
 }
 
-bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t global_batch,
-                                                     std::vector<double>& loss,
-                                                     const CommittedStep& done,
-                                                     bool& admit_after_commit) {
+void TrainingSession::State::start_domain_exchange(long this_step, std::size_t global_batch,
+                                                   std::vector<double>& loss, bool in_background) {
   if (!domains_meet_at(this_step)) {
     // Alone until the domains meet: the domain's gradient sum (over the global batch) becomes
     // the mean of its own share of it.
     const double share = domains->share(global_batch);
     trainer.divide_gradients(share);
     loss[0] /= share;
-    return true;
+    return;
   }
   // The other domains' sums and the step's vote (the commit point across domains).
-  const std::span<core::Tensor* const> exchanged =
-      trainer.exchanged_tensors(config.sync_every() > 1);
+  exchanging = trainer.exchanged_tensors(config.sync_every() > 1);
   std::vector<float> weights;
   if (config.sync_every() > 1) {
     // Each domain's state, weighted by its share of the batch: their sum is the average. The
     // weight goes on what is sent only: a step dropped here leaves the state as it was.
-    weights.assign(exchanged.size(), static_cast<float>(domains->share(global_batch)));
+    weights.assign(exchanging.size(), static_cast<float>(domains->share(global_batch)));
     std::fill_n(weights.begin(), trainer.model().parameters().size(), 1.0f);
   }
   // The step's batch, for its audit line should a heal commit the step here: a heal forgets the
   // computed steps, and with --gradient-lag 1 the batch committed last is the step's before.
-  std::optional<core::GlobalBatch> batch_of_step;
-  if (config.audit_samples) batch_of_step = trainer.oldest_batch();
+  batch_in_exchange.reset();
+  if (config.audit_samples) batch_in_exchange = trainer.oldest_batch();
+  Watchdog::Scope scope(watchdog, "cross-domain exchange");
+  if (in_background)
+    domains->start_exchange(this_step, exchanging, loss[0], loss[1], weights);
+  else
+    exchanged_now =
+        domains->exchange(this_step, exchanging, loss[0], loss[1], domain_state_access(), weights);
+}
+
+bool TrainingSession::State::settle_domain_exchange(long this_step, std::vector<double>& loss,
+                                                    const CommittedStep& done,
+                                                    bool& admit_after_commit) {
+  if (!domains_meet_at(this_step)) return true;
   DomainStep across;
-  {
+  if (domains->exchange_in_flight()) {
     Watchdog::Scope scope(watchdog, "cross-domain exchange");
-    across =
-        domains->exchange(this_step, exchanged, loss[0], loss[1], domain_state_access(), weights);
+    across = domains->settle_exchange(exchanging, domain_state_access());
+  } else {
+    across = *std::exchange(exchanged_now, std::nullopt);
   }
   // A rewind first: a domain that takes over the run files logs the step it went back to (the
   // last meeting), not a step it took alone, which will be redone.
@@ -613,7 +648,7 @@ bool TrainingSession::State::exchange_across_domains(long this_step, std::size_t
       // the lines are its to write: the step's global batch is the one it drew, the loss came
       // with the state.
       if (step() == this_step) {
-        if (config.audit_samples) keep_audit_line(*batch_of_step);
+        if (config.audit_samples) keep_audit_line(*batch_in_exchange);
         keep_metrics_line(done.compute_s, 0, done.data_wait_s, seconds_since(done.started),
                           current_lr(this_step - 1), 0);
         if (writes_run_files()) log_committed_step_if_missing();
