@@ -56,7 +56,9 @@ struct Domain {
                   ++heals;
                 },
             .committed_step = [this] { return committed_state.step; },
-            .persisted = [this] { return on_disk; }};
+            .persisted = [this] { return on_disk; },
+            .committed_lines = [this] { return lines; },
+            .adopt_lines = [this](const std::string& text) { adopted = text; }};
   }
 
   // The step's exchange with this domain's gradient `value` (sent times `weight`); on commit the
@@ -81,6 +83,8 @@ struct Domain {
   std::optional<checkpoint::TrainingState> on_disk;  // the run directory's newest checkpoint
   std::vector<float> summed;                         // the gradient sum of every committed step
   int heals = 0;
+  std::string lines;    // this domain's log lines of its committed step
+  std::string adopted;  // the lines a resync handed it
   FaultDomains domains;
 };
 
@@ -188,6 +192,30 @@ TEST_CASE("fault domains: a joiner and a member regrouping after a failed step m
   CHECK(domains[1]->step(2).verdict == StepVerdict::commit);
   CHECK(step0.get().verdict == StepVerdict::commit);
   CHECK(domains[0]->summed.back() == 3.0f);
+}
+
+TEST_CASE(
+    "fault domains: a joiner takes the agreed step's log lines from the member it heals from") {
+  // The domain that wrote the run directory's files (0) dies after a step's vote and before
+  // logging it; it is relaunched and let in before the survivor notices. The joiner writes the
+  // run files again, and never computed that step: the lines come with the heal, or the step
+  // would be missing from metrics.jsonl and the audit (found by the soak).
+  StartedJob job("joiner-lines", 2, [](int d) { return static_cast<float>(d + 1); });
+  auto& [scratch, store_dir, supervisor, domains, first] = job;
+  domains[1]->lines = R"({"metrics":{"step":1}})";
+  domains[0].reset();
+  auto joiner = std::async(std::launch::async, [&] {
+    REQUIRE(supervisor->wait_for(rendezvous_keys::failure(0, 1), 20s));
+    supervisor->set(rendezvous_keys::members(1), "0,1");
+    supervisor->set(rendezvous_keys::admit(0, "1"), "1");
+    auto domain = std::make_unique<Domain>(0, 2, store_dir, "1");
+    domain->domains.start(domain->access());
+    return domain;
+  });
+  CHECK(domains[1]->step(5).verdict == StepVerdict::rewind);
+  domains[0] = joiner.get();
+  CHECK(domains[0]->heals == 1);
+  CHECK(domains[0]->adopted == domains[1]->lines);
 }
 
 TEST_CASE("fault domains: weights apply to what is sent, never to the live tensors") {

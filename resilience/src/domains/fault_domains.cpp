@@ -262,6 +262,17 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
   losses[member_index()] = last_vote_loss_;
   group.allreduce_sum(losses);
   agreed_loss_ = losses[plan.heal_source];
+  // So are the agreed step's log lines, from the member that holds that step: whoever writes the
+  // run files after this logs them if the writer died before it did.
+  const auto source = static_cast<int>(plan.heal_source);
+  std::string lines;
+  if (group.rank() == source && state.committed_lines) lines = state.committed_lines();
+  const auto lengths = group.allgather(static_cast<std::int64_t>(lines.size()));
+  lines.resize(static_cast<std::size_t>(lengths[plan.heal_source]));
+  if (!lines.empty()) {
+    group.broadcast(std::as_writable_bytes(std::span(lines.data(), lines.size())), source);
+    if (state.adopt_lines) state.adopt_lines(lines);
+  }
   return plan;
 }
 

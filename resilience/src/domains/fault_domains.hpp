@@ -63,6 +63,12 @@ struct DomainStateAccess {
   // valid checkpoint (what every domain reads alike), or nothing (the job goes on from its start,
   // which every domain's fresh model already is).
   std::function<std::optional<checkpoint::TrainingState>()> persisted;
+  // The leader's lines of the run directory's logs (metrics, audit) for its committed step, as
+  // one string, and how it takes a peer's at a resync: the member that writes the run files
+  // afterwards may be a joiner that never computed the agreed step, while the writer died before
+  // logging it. Either may be empty (no lines kept).
+  std::function<std::string()> committed_lines;
+  std::function<void(const std::string&)> adopt_lines;
 };
 
 enum class StepVerdict {

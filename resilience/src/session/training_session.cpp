@@ -727,7 +727,27 @@ DomainStateAccess TrainingSession::State::domain_state_access() {
                                        {"seconds", seconds_since(started)},
                                        {"path", found->path.string()}});
         return std::move(found->state);
-      }};
+      },
+      .committed_lines =
+          [this] {
+            const bool synced = config.sync_every() > 1 && store.synced();
+            return nlohmann::json{
+                {"metrics", synced ? synced_metrics_line : committed_metrics_line},
+                {"audit", synced ? synced_audit_line : committed_audit_line}}
+                .dump();
+          },
+      .adopt_lines =
+          [this](const std::string& text) {
+            // A peer's lines of a later step than this domain's own (a joiner has none).
+            const auto lines = nlohmann::json::parse(text);
+            const auto step_of = [](const nlohmann::json& line) {
+              return line.is_object() ? line.value("step", -1L) : -1L;
+            };
+            if (step_of(lines["metrics"]) > step_of(committed_metrics_line))
+              committed_metrics_line = lines["metrics"];
+            if (step_of(lines["audit"]) > step_of(committed_audit_line))
+              committed_audit_line = lines["audit"];
+          }};
 }
 
 bool TrainingSession::State::domains_meet_at(long at_step) const {
