@@ -87,6 +87,37 @@ std::uint64_t payload_checksum_in_parallel(std::span<const std::byte> payload) {
   return core::xxh3_64(std::as_bytes(std::span(digests)));
 }
 
+// One contiguous stretch of the payload and where its bytes come from.
+struct Stretch {
+  std::size_t offset;
+  std::span<const std::byte> source;
+};
+
+// Copies `stretches` (ascending, back to back) into `payload` and hashes it, piece by piece on
+// the calling thread's OpenMP team: each thread copies a whole piece and hashes it while it is in
+// its cache. Bytes of `payload` outside the stretches must be written already.
+std::uint64_t copy_and_checksum(std::span<std::byte> payload, std::span<const Stretch> stretches) {
+  const auto pieces = static_cast<std::ptrdiff_t>(piece_count(payload));
+  std::vector<std::uint64_t> digests(static_cast<std::size_t>(pieces));
+#pragma omp parallel for schedule(static) if (pieces > 1)
+  for (std::ptrdiff_t p = 0; p < pieces; ++p) {
+    const std::size_t begin = static_cast<std::size_t>(p) * kHashPiece;
+    const std::size_t end = std::min(begin + kHashPiece, payload.size());
+    // The first stretch that ends after `begin`.
+    auto it = std::upper_bound(stretches.begin(), stretches.end(), begin,
+                               [](std::size_t at, const Stretch& s) { return at < s.offset; });
+    if (it != stretches.begin()) --it;
+    for (; it != stretches.end() && it->offset < end; ++it) {
+      const std::size_t from = std::max(begin, it->offset);
+      const std::size_t to = std::min(end, it->offset + it->source.size());
+      if (from < to)
+        std::memcpy(payload.data() + from, it->source.data() + (from - it->offset), to - from);
+    }
+    digests[static_cast<std::size_t>(p)] = piece_digest(payload, static_cast<std::size_t>(p));
+  }
+  return core::xxh3_64(std::as_bytes(std::span(digests)));
+}
+
 std::uint64_t header_checksum(const Header& header) {
   return core::xxh3_64(std::as_bytes(
       std::span(reinterpret_cast<const char*>(&header), offsetof(Header, header_checksum))));
@@ -463,10 +494,30 @@ SavedCheckpoint SnapshotSlots::write(const StateSources& tensors, const Training
 
   const int index = begin(payload);
   std::byte* base = slots_[index].map + sizeof(Header);
-  PieceHasher hasher({base, static_cast<std::size_t>(payload)});
-  // A device backend copies asynchronously: its pieces are hashed once every copy is done.
-  const bool host = tensors.backend->device() == core::Device::host;
-  std::uint64_t offset = 0;
+  const std::span<std::byte> slot(base, static_cast<std::size_t>(payload));
+  std::uint64_t offset = layout.end;
+  detail::write_stream_fields(scalar_fields, offset, [&](std::span<const std::byte> piece) {
+    std::memcpy(base + offset, piece.data(), piece.size());
+    offset += piece.size();
+  });
+  if (tensors.backend->device() == core::Device::host) {
+    // The snapshot is taken between steps, in the step's time, when the kernels' threads have
+    // nothing else to do: they copy and hash it together (--snapshot-every 1 cost the large
+    // step 1.09% on one thread).
+    std::vector<Stretch> stretches;
+    stretches.reserve(2 * live.size());
+    offset = 0;
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      const std::vector<std::byte>& description = layout.descriptions[i];
+      stretches.push_back({offset, description});
+      offset += description.size();
+      stretches.push_back({offset, std::as_bytes(live[i]->f32())});
+      offset += layout.data_bytes[i];
+    }
+    return finish(index, scalars.step, payload, copy_and_checksum(slot, stretches));
+  }
+  // A device backend copies asynchronously: the pieces are hashed once every copy is done.
+  offset = 0;
   for (std::size_t i = 0; i < live.size(); ++i) {
     const std::vector<std::byte>& description = layout.descriptions[i];
     std::memcpy(base + offset, description.data(), description.size());
@@ -475,14 +526,9 @@ SavedCheckpoint SnapshotSlots::write(const StateSources& tensors, const Training
                  std::span(reinterpret_cast<float*>(base + offset),
                            static_cast<std::size_t>(live[i]->numel())));
     offset += layout.data_bytes[i];
-    if (host) hasher.written_up_to(static_cast<std::size_t>(offset));
   }
-  detail::write_stream_fields(scalar_fields, offset, [&](std::span<const std::byte> piece) {
-    std::memcpy(base + offset, piece.data(), piece.size());
-    offset += piece.size();
-  });
   tensors.backend->synchronize();
-  return finish(index, scalars.step, payload, hasher.checksum());
+  return finish(index, scalars.step, payload, payload_checksum_in_parallel(slot));
 }
 
 std::vector<fs::path> SnapshotSlots::discard_newer_than(long step) {
