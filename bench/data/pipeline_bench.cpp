@@ -6,7 +6,8 @@
 //   overlap    training steps fed through the prefetcher, as TrainingSession feeds them: the
 //              step time and the share of it spent waiting for data, per loader thread count.
 //   copy       the floor: samples/s of a plain memcpy of the bytes a sample's file holds (its
-//              fields and labels as stored, 4 bytes a value), on as many threads as the
+//              fields and labels as stored: 4 bytes a value, packed 2 a field and 1 a label),
+//              on as many threads as the
 //              pipeline's loaders, each copying from and into buffers of its own; with
 //              `pipeline`, what share of a memcpy per core the loaders reach.
 // --measure picks which run (default load,pipeline,steps; copy on request): at the full DeepCAM
@@ -20,7 +21,8 @@
 // --source picks the SampleSource (open_source below): `synthetic` (SyntheticClimate of
 // --input-channels x --height x --width), or `deepcam --data ROOT [--downsample K]` (the train
 // split of a DeepCAM-layout dataset, e.g. from `hardy data generate --format deepcam`; the
-// sample shape comes from the files).
+// sample shape comes from the files), or `packed --data ROOT` (the train split `hardy data pack`
+// wrote).
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -41,6 +43,7 @@
 #include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/data/deepcam.hpp"
+#include "hardy/core/data/packed_samples.hpp"
 #include "hardy/core/data/prefetcher.hpp"
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/nn/model.hpp"
@@ -70,7 +73,8 @@ struct Options : bench::ModelShape, bench::RunFlags {
 
 constexpr bench::Command kCommand{
     "hardy_pipeline_bench",
-    "usage: hardy_pipeline_bench [--source synthetic|deepcam] [--data ROOT] [--downsample K]\n"
+    "usage: hardy_pipeline_bench [--source synthetic|deepcam|packed] [--data ROOT] [--downsample "
+    "K]\n"
     "         [--samples N] [--load-samples N]\n"
     "         [--batch N] [--height H] [--width W] [--input-channels C] [--model-width W]\n"
     "         [--aspp-channels A] [--decoder-channels D] [--low-level-channels L]\n"
@@ -138,8 +142,20 @@ std::unique_ptr<core::SampleSource> open_source(const Options& o) {
     options.downsample = o.downsample;
     return std::make_unique<core::DeepCamDataset>(o.data, "train", options);
   }
-  bench::usage_error(kCommand,
-                     fmt::format("unknown --source {} (available: synthetic, deepcam)", o.source));
+  if (o.source == "packed") {
+    if (o.data.empty()) bench::usage_error(kCommand, "--source packed needs --data ROOT");
+    return std::make_unique<core::PackedSamples>(o.data, "train");
+  }
+  bench::usage_error(
+      kCommand,
+      fmt::format("unknown --source {} (available: synthetic, deepcam, packed)", o.source));
+}
+
+// What one sample's file holds: bf16 fields and int8 labels when packed, else 4 bytes a value.
+std::size_t stored_bytes_per_sample(const Options& o, const core::SampleSource& source) {
+  const auto shape = source.shape();
+  return o.source == "packed" ? 2 * shape.field_elements() + shape.label_elements()
+                              : (shape.field_elements() + shape.label_elements()) * sizeof(float);
 }
 
 nlohmann::json common_fields(const Options& o, const core::SampleSource& source,
@@ -197,8 +213,7 @@ void measure_pipeline(const Options& o, const core::SampleSource& source, int th
 // all, each thread between buffers of its own (touched first, so no page is faulted in the
 // clock).
 void measure_copy(const Options& o, const core::SampleSource& source, int threads) {
-  const std::size_t bytes =
-      (source.shape().field_elements() + source.shape().label_elements()) * sizeof(float);
+  const std::size_t bytes = stored_bytes_per_sample(o, source);
   std::vector<std::vector<std::byte>> from(static_cast<std::size_t>(threads)),
       into(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {

@@ -56,6 +56,7 @@ const std::vector<CommandTable>& command_tables() {
       {"data generate", data_generate_options},
       {"data stage", data_stage_options},
       {"data stats", data_stats_options},
+      {"data pack", data_pack_options},
       {"ckpt list", ckpt_list_options},
       {"ckpt inspect", ckpt_inspect_options},
       {"ckpt verify", ckpt_verify_options},

@@ -42,6 +42,7 @@ boost::program_options::options_description eval_options();           // eval_co
 boost::program_options::options_description data_generate_options();  // data_command.cpp
 boost::program_options::options_description data_stage_options();     // stage_command.cpp
 boost::program_options::options_description data_stats_options();     // data_command.cpp
+boost::program_options::options_description data_pack_options();      // pack_command.cpp
 boost::program_options::options_description ckpt_list_options();      // ckpt_command.cpp
 boost::program_options::options_description ckpt_inspect_options();
 boost::program_options::options_description ckpt_verify_options();

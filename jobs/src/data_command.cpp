@@ -108,13 +108,16 @@ int data_command(const std::vector<std::string>& args) {
     return data_stage_command(std::vector<std::string>(args.begin() + 1, args.end()));
   if (args.front() == "stats")
     return data_stats_command(std::vector<std::string>(args.begin() + 1, args.end()));
+  if (args.front() == "pack")
+    return data_pack_command(std::vector<std::string>(args.begin() + 1, args.end()));
   const bool generate = args.front() == "generate";
   const std::vector<std::string> rest(args.begin() + (generate ? 1 : 0), args.end());
   po::variables_map vm;
   if (!parse_command_line(rest, options, {"hardy data generate", kDataUsage}, vm)) return 0;
   if (!generate)
     throw InvalidArgument(
-        fmt::format("unknown data command '{}'; the commands are 'generate', 'stage' and 'stats'",
+        fmt::format("unknown data command '{}'; the commands are 'generate', 'stage', 'stats' and "
+                    "'pack'",
                     args.front()));
   if (!vm.count("out")) throw InvalidArgument("--out DIR is required");
   const std::string format = vm["format"].as<std::string>();

@@ -10,6 +10,7 @@
 #include "hardy/core/data/climatenet.hpp"
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/data/deepcam.hpp"
+#include "hardy/core/data/packed_samples.hpp"
 #include "hardy/core/data/staging.hpp"
 #include "hardy/core/support/error.hpp"
 
@@ -22,7 +23,8 @@ namespace {
 constexpr const char* kStageUsage =
     "Usage: hardy data stage --dataset ROOT --to DIR [--split train] [--threads N]\n"
     "                        [--hosts H1,H2,...]\n\n"
-    "Copies a DeepCAM- or ClimateNet-layout dataset's files to node-local storage where `hardy "
+    "Copies a DeepCAM-, ClimateNet-layout or packed dataset's files to node-local storage where "
+    "`hardy "
     "train --stage-to DIR`\n"
     "finds them; files already there and unchanged (same size and modification time) are kept.\n"
     "With --hosts, only the files homed on this host among those hosts (the share --stage-to "
@@ -62,8 +64,8 @@ int data_stage_command(const std::vector<std::string>& args) {
   const core::DatasetLayout layout = core::dataset_layout(root);
   if (layout == core::DatasetLayout::other)
     throw InvalidArgument(fmt::format(
-        "{} is not a dataset in the DeepCAM layout (ROOT/stats.h5 and ROOT/train/) or ClimateNet's "
-        "(ROOT/train/*.nc)",
+        "{} is not a dataset in the DeepCAM layout (ROOT/stats.h5 and ROOT/train/), ClimateNet's "
+        "(ROOT/train/*.nc) or one `hardy data pack` wrote (ROOT/packed.json)",
         root.string()));
   const auto split = vm["split"].as<std::string>();
   std::vector<std::string> splits;
@@ -100,9 +102,10 @@ int data_stage_command(const std::vector<std::string>& args) {
   std::vector<core::StageCopy> copies;
   for (const auto& name : splits) {
     // The split's files, as the job lists them (without reading statistics or samples).
-    const auto files = layout == core::DatasetLayout::deepcam
-                           ? core::DeepCamDataset(root, name, {}).files()
-                           : core::climatenet_files(root, name);
+    const auto files =
+        layout == core::DatasetLayout::deepcam  ? core::DeepCamDataset(root, name, {}).files()
+        : layout == core::DatasetLayout::packed ? core::PackedSamples(root, name).files()
+                                                : core::climatenet_files(root, name);
     for (const auto& file : files) {
       const auto relative = std::filesystem::path(name) / file.filename();
       if (!keys.empty() && core::home_node(relative.string(), keys) != mine) continue;

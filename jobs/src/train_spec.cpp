@@ -14,6 +14,7 @@
 #include "command_line.hpp"
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/data/deepcam.hpp"
+#include "hardy/core/data/packed_samples.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
 #include "hardy/core/version.hpp"
@@ -169,8 +170,9 @@ po::options_description train_options() {
       "(its pixels count for nothing; logged as sample_skipped)")(
       "stage-to", po::value<std::string>()->default_value(""),
       "node-local directory (NVMe, /tmp, /dev/shm): each node copies its share of the dataset's "
-      "files there before training and reads them from there (DeepCAM or ClimateNet layout)")(
-      "stage-threads", po::value<int>()->default_value(4), "parallel copies per node when staging")(
+      "files there before training and reads them from there (DeepCAM or ClimateNet layout, or "
+      "packed)")("stage-threads", po::value<int>()->default_value(4),
+                 "parallel copies per node when staging")(
       "prefetch-batches", po::value<long>()->default_value(2),
       "batches loaded ahead on background threads, overlapped with compute (0: load in the "
       "step)")("loader-threads", po::value<std::string>()->default_value("auto"),
@@ -373,7 +375,8 @@ void read_deepcam_options(const po::variables_map& vm, TrainSpec& spec) {
       !spec.data.synthetic ? core::dataset_layout(spec.data.dataset) : core::DatasetLayout::other;
   // By value, not by whether an option was given: config.ini spells out every default.
   const bool deepcam_layout = layout == core::DatasetLayout::deepcam,
-             climatenet_layout = layout == core::DatasetLayout::climatenet;
+             climatenet_layout = layout == core::DatasetLayout::climatenet,
+             packed_layout = layout == core::DatasetLayout::packed;
   constexpr const char* kDeepCam =
       "the DeepCAM layout (--dataset ROOT with ROOT/stats.h5 and "
       "ROOT/train/)";
@@ -384,11 +387,21 @@ void read_deepcam_options(const po::variables_map& vm, TrainSpec& spec) {
       {"channels", !deepcam.channels.empty(), deepcam_layout || climatenet_layout, kEither},
       {"crop", deepcam.crop_height > 0, deepcam_layout || climatenet_layout, kEither},
       {"downsample", deepcam.downsample != 1, deepcam_layout || climatenet_layout, kEither},
-      {"stage-to", !get<std::string>(vm, "stage-to").empty(), deepcam_layout || climatenet_layout,
-       kEither},
+      {"stage-to", !get<std::string>(vm, "stage-to").empty(),
+       deepcam_layout || climatenet_layout || packed_layout,
+       "the DeepCAM or ClimateNet layout, or one `hardy data pack` wrote (docs/data.md)"},
       {"normalization", !climatenet.statistics.empty(), climatenet_layout, kClimateNet}};
   for (const auto& [option, chosen, applies, needs] : layout_only)
-    require(!chosen || applies, fmt::format("--{} needs a dataset in {}", option, needs));
+    require(!chosen || applies,
+            packed_layout && chosen
+                ? fmt::format("--{} does not apply to a packed dataset: `hardy data pack` applied "
+                              "the window and normalisation already (see {}/packed.json)",
+                              option, spec.data.dataset.string())
+                : fmt::format("--{} needs a dataset in {}", option, needs));
+  if (packed_layout) {  // its channels are the ones packed
+    spec.model.input_channels = core::packed_channels(spec.data.dataset);
+    spec.data.shape.channels = spec.model.input_channels;
+  }
   if (!deepcam.channels.empty()) {
     spec.model.input_channels = static_cast<int>(deepcam.channels.size());
     spec.data.shape.channels = spec.model.input_channels;

@@ -7,12 +7,14 @@
 
 #include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/dataset.hpp"
+#include "hardy/core/data/packed_samples.hpp"
 #include "hardy/core/data/sample_cache.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {
 
 DatasetLayout dataset_layout(const std::filesystem::path& root) {
+  if (is_packed_layout(root)) return DatasetLayout::packed;
   if (is_deepcam_layout(root)) return DatasetLayout::deepcam;
   if (is_climatenet_layout(root)) return DatasetLayout::climatenet;
   return DatasetLayout::other;
@@ -24,18 +26,21 @@ std::unique_ptr<SampleSource> open_split(const DataSpec& spec, std::string_view 
       return std::make_unique<DeepCamDataset>(spec.dataset, split, spec.deepcam);
     case DatasetLayout::climatenet:
       return std::make_unique<ClimateNetDataset>(spec.dataset, split, spec.climatenet);
+    case DatasetLayout::packed:
+      return std::make_unique<PackedSamples>(spec.dataset, split);
     case DatasetLayout::other:
       break;
   }
   throw InvalidArgument(fmt::format(
       "{} is not a dataset of splits (the DeepCAM layout: ROOT/stats.h5 and ROOT/train/*.h5; "
-      "or ClimateNet's: ROOT/train/*.nc)",
+      "ClimateNet's: ROOT/train/*.nc; or one `hardy data pack` wrote: ROOT/packed.json)",
       spec.dataset.string()));
 }
 
 std::string held_out_split(const std::filesystem::path& root) {
   std::error_code error;
-  return dataset_layout(root) == DatasetLayout::climatenet &&
+  const DatasetLayout layout = dataset_layout(root);
+  return (layout == DatasetLayout::climatenet || layout == DatasetLayout::packed) &&
                  !std::filesystem::is_directory(root / "validation", error)
              ? "test"
              : "validation";

@@ -19,6 +19,7 @@
 #include <exception>
 #include <limits>
 
+#include "file_reads.hpp"
 #include "hardy/core/data/dataset.hpp"  // kMaxSampleBytes
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
@@ -196,39 +197,6 @@ void read_statistics(const fs::path& path, std::vector<float>& minval,
   } catch (const Error& error) {
     throw InvalidArgument(fmt::format("{}: {}", quoted(path), error.what()));
   }
-}
-
-// A file descriptor that closes itself.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(const fs::path& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Reads exactly `bytes` at `offset`; returns an empty string or why it could not.
-std::string read_exactly(int fd, void* buffer, std::size_t bytes, std::uint64_t offset) {
-  auto* out = static_cast<char*>(buffer);
-  std::size_t done = 0;
-  while (done < bytes) {
-    const ssize_t got = ::pread(fd, out + done, bytes - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0)
-      return fmt::format("cannot read bytes [{}, {}): {}", offset, offset + bytes,
-                         std::strerror(errno));
-    if (got == 0)
-      return fmt::format("is truncated: it ends at byte {}, inside bytes [{}, {}) of a sample",
-                         offset + done, offset, offset + bytes);
-    done += static_cast<std::size_t>(got);
-  }
-  return {};
 }
 
 // This layout's crop positions: "deepcam1", apart from the sampler's and the other layout's.

@@ -12,6 +12,7 @@ int train_command(const std::vector<std::string>& args);
 int eval_command(const std::vector<std::string>& args);
 int data_command(const std::vector<std::string>& args);
 int data_stage_command(const std::vector<std::string>& args);  // `hardy data stage`
+int data_pack_command(const std::vector<std::string>& args);   // `hardy data pack`
 int ckpt_command(const std::vector<std::string>& args);
 int submit_command(const std::vector<std::string>& args);
 int status_command(const std::vector<std::string>& args);

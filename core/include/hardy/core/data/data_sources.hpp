@@ -48,14 +48,15 @@ struct DataSources {
 DataSources open_data(const DataSpec& spec);
 
 // The layout of a dataset directory: DeepCAM (ROOT/stats.h5, ROOT/train/*.h5), ClimateNet
-// (ROOT/train/*.nc) or neither (a directory of `hardy data generate` files, or not a dataset).
-enum class DatasetLayout { deepcam, climatenet, other };
+// (ROOT/train/*.nc), packed by `hardy data pack` (ROOT/packed.json, packed_samples.hpp) or none
+// of them (a directory of `hardy data generate` files, or not a dataset).
+enum class DatasetLayout { deepcam, climatenet, packed, other };
 DatasetLayout dataset_layout(const std::filesystem::path& root);
-// One split ("train", "validation" or "test") of a DeepCAM or ClimateNet dataset, read with the
-// spec's options for its layout. Throws InvalidArgument for any other dataset or a missing split.
+// One split ("train", "validation" or "test") of a DeepCAM, ClimateNet or packed dataset, read
+// with the spec's options for its layout (a packed one has its window applied already). Throws InvalidArgument for any other dataset or a missing split.
 std::unique_ptr<SampleSource> open_split(const DataSpec& spec, std::string_view split);
-// The split scored by default: validation/ (DeepCAM; ClimateNet when the directory exists), else
-// test/ (the ClimateNet release has train/ and test/ only).
+// The split scored by default: validation/ (DeepCAM; ClimateNet and packed when the directory
+// exists), else test/ (the ClimateNet release has train/ and test/ only).
 std::string held_out_split(const std::filesystem::path& root);
 
 // Given weights are used as they are; without, the inverse square root of each class's frequency
