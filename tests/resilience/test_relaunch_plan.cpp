@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "hardy/resilience/relaunch_plan.hpp"
+#include "supervisor/launch_event_reader.hpp"
 
 using namespace hardy::resilience;
 
@@ -85,6 +86,45 @@ TEST_CASE("the launch's own events are read from where it started", "[relaunch]"
   CHECK(judge_launch(0, events).kind == LaunchVerdict::failed);
   // The job's watchdog ended it: the supervisor stops waiting for the launcher after the grace.
   CHECK(events.ended_by_watchdog);
+}
+
+TEST_CASE("a running launch's events are taken in as they are appended, a line cut short waits",
+          "[relaunch]") {
+  TemporaryRun run;
+  run.append("events.jsonl", R"({"event":"job_started","steps":100}
+)");
+  LaunchEventReader reader(run.dir, run.size("events.jsonl"), 0.0, 2);
+  CHECK_FALSE(reader.read().total_steps);  // the earlier launch's
+  run.append("events.jsonl",
+             R"({"event":"job_started","steps":300}
+{"event":"failure_detected","failed_ranks":[4],"failed_nodes":[2],"step":17,"detected_by":"process failure error"}
+{"event":"job_fini)");
+  CHECK(reader.read().total_steps == 300);
+  CHECK_FALSE(reader.read().finished_status);  // still being written
+  {  // Lines once read are never parsed again: blanked in place, the failure is still known.
+    std::fstream file(run.dir / "events.jsonl", std::ios::in | std::ios::out | std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(file)), {});
+    const auto at = text.find(R"({"event":"failure_detected")");
+    const auto end = text.find('\n', at);
+    file.seekp(static_cast<std::streamoff>(at));
+    file << std::string(end - at, ' ');
+  }
+  run.append("events.jsonl", R"(shed","status":"completed","steps":300}
+)");
+  run.append("metrics.jsonl", "{\"step\":300}\n");
+  const LaunchEvents& done = reader.read();
+  CHECK(done.finished_status == "completed");
+  CHECK(done.failed_nodes.count(2) == 1);  // taken in before it was blanked
+  CHECK(done.last_committed_step == 300);
+  CHECK(judge_launch(0, done).kind == LaunchVerdict::completed);
+  // Another file took the name (shorter than what was read): read again from its start.
+  std::filesystem::remove(run.dir / "events.jsonl");
+  run.append("events.jsonl", R"({"event":"job_started","steps":7}
+)");
+  const LaunchEvents& again = reader.read();
+  CHECK(again.total_steps == 7);
+  CHECK_FALSE(again.finished_status);
+  CHECK(again.failed_nodes.empty());
 }
 
 TEST_CASE("an in-job failure or a hang is not the watchdog ending the job", "[relaunch]") {

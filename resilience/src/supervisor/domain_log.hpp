@@ -1,14 +1,14 @@
 #pragma once
 // What the fault domains log to events.jsonl that their supervisor acts on (a launch started,
-// finished the job, joined again), read as the file grows: each query parses only the lines
-// appended since the last one. At the seed run's scale (285 domains of 96 ranks: about 27,000
-// rank_started lines while the job starts) reading the whole file again for every domain at
-// every poll, as the supervisor did, would parse millions of lines a second.
+// finished the job, joined again), read as the file grows (appended_records.hpp): each query
+// parses only the lines appended since the last one.
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "supervisor/appended_records.hpp"
 
 namespace hardy::resilience {
 
@@ -24,16 +24,13 @@ class DomainLog {
   bool joined(int index, double since);
 
  private:
-  // Reads the complete lines appended since the last call; a line still being written waits
-  // for the next call, a damaged one is skipped.
+  // Takes in the records appended since the last call.
   void poll();
 
   struct Latest {
     double started = -1, finished = -1, joined = -1;
   };
-  std::filesystem::path file_;
-  std::uintmax_t offset_ = 0;
-  std::string partial_;
+  AppendedRecords records_;
   std::vector<Latest> latest_;
 };
 

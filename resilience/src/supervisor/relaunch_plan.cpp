@@ -9,6 +9,7 @@
 #include <set>
 
 #include "hardy/core/support/event_log.hpp"
+#include "supervisor/launch_event_reader.hpp"
 
 namespace hardy::resilience {
 
@@ -27,66 +28,78 @@ void add_evidence(std::map<std::size_t, std::vector<std::string>>& evidence, std
 
 }  // namespace
 
-LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintmax_t events_offset,
-                                double launch_started_unix, int ranks_per_node) {
-  LaunchEvents launch;
-  std::ifstream events(run_dir / "events.jsonl", std::ios::binary);
-  if (events) events.seekg(static_cast<std::streamoff>(events_offset));
-  std::string line;
-  while (std::getline(events, line)) {
-    const auto record = nlohmann::json::parse(line, nullptr, false);
-    if (record.is_discarded() || !record.is_object()) continue;
-    // Fields of another type or range count as missing (core::read_field): a damaged line must
-    // not stop the supervisor.
-    // Kinds and fields are named through event_schema.hpp (a name it lacks does not compile);
-    // kinds it does not know (another hardy version's) fall through every branch.
-    const std::string event = core::read_field<std::string>(record, "event").value_or("");
-    if (event == event_kind("job_started")) {
-      if (const auto steps = core::read_field<long>(record, event_field("job_started", "steps")))
-        launch.total_steps = steps;
-      launch.started_unix = core::read_field<double>(record, "unix_time");
-    } else if (event == event_kind("job_finished")) {
-      launch.finished_status =
-          core::read_field<std::string>(record, event_field("job_finished", "status")).value_or("");
-      launch.finished_steps = core::read_field<long>(record, event_field("job_finished", "steps"));
-    } else if (event == event_kind("checkpoint_written") ||
-               event == event_kind("final_checkpoint")) {
-      launch.checkpoint_written = true;
-    } else if (event == event_kind("failure_detected")) {
-      if (core::read_field<std::string>(record, event_field("failure_detected", "detected_by")) ==
-          event_value("failure_detected", "detected_by", "watchdog"))
-        launch.ended_by_watchdog = true;
-      const auto ranks = core::read_field<std::vector<long>>(
-                             record, event_field("failure_detected", "failed_ranks"))
-                             .value_or(std::vector<long>{});
-      for (const std::size_t node : core::read_field<std::vector<std::size_t>>(
-                                        record, event_field("failure_detected", "failed_nodes"))
-                                        .value_or(std::vector<std::size_t>{}))
-        add_evidence(
-            launch.failed_nodes, node,
-            fmt::format(
-                "job: ranks [{}] failed at step {} ({})", fmt::join(ranks, ", "),
-                core::read_field<long>(record, event_field("failure_detected", "step")).value_or(0),
-                core::read_field<std::string>(record,
-                                              event_field("failure_detected", "detected_by"))
-                    .value_or("in-job detection")));
-    }
+namespace {
+
+// What one record of events.jsonl says of its launch.
+void note_event(LaunchEvents& launch, const nlohmann::json& record) {
+  // Fields of another type or range count as missing (core::read_field): a damaged line must
+  // not stop the supervisor. Kinds and fields are named through event_schema.hpp (a name it lacks
+  // does not compile); kinds it does not know (another hardy version's) fall through every branch.
+  const std::string event = core::read_field<std::string>(record, "event").value_or("");
+  if (event == event_kind("job_started")) {
+    if (const auto steps = core::read_field<long>(record, event_field("job_started", "steps")))
+      launch.total_steps = steps;
+    launch.started_unix = core::read_field<double>(record, "unix_time");
+  } else if (event == event_kind("job_finished")) {
+    launch.finished_status =
+        core::read_field<std::string>(record, event_field("job_finished", "status")).value_or("");
+    launch.finished_steps = core::read_field<long>(record, event_field("job_finished", "steps"));
+  } else if (event == event_kind("checkpoint_written") || event == event_kind("final_checkpoint")) {
+    launch.checkpoint_written = true;
+  } else if (event == event_kind("failure_detected")) {
+    if (core::read_field<std::string>(record, event_field("failure_detected", "detected_by")) ==
+        event_value("failure_detected", "detected_by", "watchdog"))
+      launch.ended_by_watchdog = true;
+    const auto ranks =
+        core::read_field<std::vector<long>>(record, event_field("failure_detected", "failed_ranks"))
+            .value_or(std::vector<long>{});
+    for (const std::size_t node : core::read_field<std::vector<std::size_t>>(
+                                      record, event_field("failure_detected", "failed_nodes"))
+                                      .value_or(std::vector<std::size_t>{}))
+      add_evidence(
+          launch.failed_nodes, node,
+          fmt::format(
+              "job: ranks [{}] failed at step {} ({})", fmt::join(ranks, ", "),
+              core::read_field<long>(record, event_field("failure_detected", "step")).value_or(0),
+              core::read_field<std::string>(record, event_field("failure_detected", "detected_by"))
+                  .value_or("in-job detection")));
   }
-  if (const auto metrics = core::last_json_record(run_dir / "metrics.jsonl"))
-    launch.last_committed_step = core::read_field<long>(*metrics, "step");
+}
+
+}  // namespace
+
+LaunchEventReader::LaunchEventReader(std::filesystem::path run_dir, std::uintmax_t events_offset,
+                                     double launch_started_unix, int ranks_per_node)
+    : run_dir_(std::move(run_dir)),
+      records_(run_dir_ / "events.jsonl", events_offset),
+      launch_started_unix_(launch_started_unix),
+      ranks_per_node_(ranks_per_node) {}
+
+const LaunchEvents& LaunchEventReader::read() {
+  bool replaced = false;
+  const auto records = records_.read(&replaced);
+  if (replaced) from_log_ = {};
+  for (const auto& record : records) note_event(from_log_, record);
+  launch_ = from_log_;
+  if (const auto metrics = core::last_json_record(run_dir_ / "metrics.jsonl"))
+    launch_.last_committed_step = core::read_field<long>(*metrics, "step");
   // Victims of injected failures note when they died (FailureInjector); their nodes are lost too.
-  const auto records = run_dir / "checkpoints";
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(records, error)) {
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir_ / "checkpoints", error)) {
     const auto name = entry.path().filename().string();
     if (!name.starts_with("injected-kill-")) continue;
     double time = 0;
-    if (!(std::ifstream(entry.path()) >> time) || time < launch_started_unix) continue;
+    if (!(std::ifstream(entry.path()) >> time) || time < launch_started_unix_) continue;
     const int rank = std::atoi(name.c_str() + std::strlen("injected-kill-"));
-    add_evidence(launch.killed_nodes, static_cast<std::size_t>(rank / ranks_per_node),
+    add_evidence(launch_.killed_nodes, static_cast<std::size_t>(rank / ranks_per_node_),
                  fmt::format("job: rank {} was killed by --inject-failure", rank));
   }
-  return launch;
+  return launch_;
+}
+
+LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintmax_t events_offset,
+                                double launch_started_unix, int ranks_per_node) {
+  return LaunchEventReader(run_dir, events_offset, launch_started_unix, ranks_per_node).read();
 }
 
 void restrict_to_launch(LaunchEvents& events, std::size_t node_count) {

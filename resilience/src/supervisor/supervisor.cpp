@@ -17,6 +17,7 @@
 #include "hardy/core/support/json_fields.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/training_session.hpp"
+#include "supervisor/launch_event_reader.hpp"
 #include "supervisor/launched_job.hpp"
 #include "supervisor/supervisor_events.hpp"
 #include "supervisor/supervisor_steps.hpp"
@@ -67,8 +68,9 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
                          const std::filesystem::path& log_file, double start_timeout_s,
                          const std::function<void(double)>& on_started) {
   const auto events_file = config.run_dir / "events.jsonl";
-  const std::uintmax_t offset = file_size_or_zero(events_file);
   const double started = core::unix_time();
+  LaunchEventReader launch_events(config.run_dir, file_size_or_zero(events_file), started,
+                                  config.ranks_per_node);
   LaunchedJob job(command, log_file);
   std::optional<int> status;
   double finished_seen = 0;
@@ -76,7 +78,7 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
   std::string ended_how, ended_by_supervisor;
   while (!(status = job.wait_for(milliseconds(250)))) {
     if (finished_seen == 0) {
-      const auto seen = read_launch_events(config.run_dir, offset, started, config.ranks_per_node);
+      const LaunchEvents& seen = launch_events.read();
       // From job_started on the ranks handle SIGUSR1 (a final checkpoint): now a time-limit
       // warning that came during the probes or the backoff can reach them.
       if (!job_started && seen.total_steps) {
@@ -110,7 +112,7 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
   outcome.exit_status = *status;
   outcome.how = ended_by_supervisor.empty() ? job.how() : ended_by_supervisor;
   outcome.output = job.output();
-  outcome.events = read_launch_events(config.run_dir, offset, started, config.ranks_per_node);
+  outcome.events = launch_events.read();
   outcome.ended_unix = core::unix_time();
   if (!job_started && outcome.events.total_steps)  // it started, and ended, between two looks
     on_started(outcome.events.started_unix.value_or(outcome.ended_unix) - started);
