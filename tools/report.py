@@ -145,6 +145,66 @@ def summary(run_dir, events, metrics):
     return "  |  ".join(parts)
 
 
+# The parts of a step as metrics.jsonl times them: compute_s runs from the draw of the batch to the
+# end of backward and holds data_wait_s and input_copy_s; allreduce_s is the wait for the sums
+# after it; snapshot_s the node-local snapshot; the rest (the agreement, logs, checkpoints) is
+# what step_s holds beyond them.
+STEP_PARTS = [("data wait", "#d62728"), ("input copy", "#ff7f0e"), ("compute", "#1f77b4"),
+              ("gradient sums", "#2ca02c"), ("snapshot", "#9467bd"), ("the rest", "#bbbbbb")]
+
+
+def step_breakdown(metrics):
+    """(steps, mean step_s, {part: mean seconds}) over the committed steps after the first (which
+    builds the kernels' primitives), or None without timings. Means, so that the parts add up to
+    the step."""
+    timed = [m for m in metrics if isinstance(m.get("step_s"), (int, float)) and isinstance(m.get("compute_s"), (int, float))]
+    if len(timed) > 1:
+        timed = timed[1:]
+    if not timed:
+        return None
+
+    def mean(values):
+        values = list(values)
+        return sum(values) / len(values)
+
+    parts = {name: [] for name, _ in STEP_PARTS}
+    for m in timed:
+        wait, copy = m.get("data_wait_s", 0) or 0, m.get("input_copy_s", 0) or 0
+        compute = max(0.0, m["compute_s"] - wait - copy)
+        sums, snapshot = m.get("allreduce_s", 0) or 0, m.get("snapshot_s", 0) or 0
+        values = {"data wait": wait, "input copy": copy, "compute": compute, "gradient sums": sums,
+                  "snapshot": snapshot, "the rest": max(0.0, m["step_s"] - m["compute_s"] - sums - snapshot)}
+        for name, value in values.items():
+            parts[name].append(value)
+    return len(timed), mean(m["step_s"] for m in timed), {name: mean(values) for name, values in parts.items()}
+
+
+def draw_breakdown(ax, metrics):
+    """One bar: the mean step cut into its parts, each labelled with its share."""
+    ax.set_yticks([])
+    ax.set_xlabel("share of the mean step")
+    found = step_breakdown(metrics)
+    if not found:
+        ax.text(0.5, 0.5, "no step timings in metrics.jsonl", ha="center", va="center", transform=ax.transAxes)
+        return
+    steps, step_s, parts = found
+    total = sum(parts.values()) or 1.0
+    left = 0.0
+    for name, colour in STEP_PARTS:
+        share = parts[name] / total
+        ax.barh(0, share, left=left, color=colour, edgecolor="white", label=f"{name} {100 * share:.1f}%")
+        if share > 0.06:
+            ax.text(left + share / 2, 0, f"{name}\n{100 * share:.0f}%", ha="center", va="center", fontsize=8,
+                    color="white")
+        left += share
+    ax.set_xlim(0, 1)
+    ax.set_title(f"where the step goes: mean of {steps} steps, {1000 * step_s:.1f} ms "
+                 f"(data wait {1000 * parts['data wait']:.2f} ms, input copy {1000 * parts['input copy']:.2f} ms, "
+                 f"compute {1000 * parts['compute']:.2f} ms, gradient sums {1000 * parts['gradient sums']:.2f} ms)",
+                 fontsize=9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(STEP_PARTS), fontsize=8, frameon=False)
+
+
 def draw(run_dir, out):
     import matplotlib
     matplotlib.use("Agg")
@@ -158,8 +218,11 @@ def draw(run_dir, out):
     clock = StepClock(metrics)
     marks, recoveries = collect_marks(events, clock)
 
-    fig, (ax_loss, ax_world) = plt.subplots(2, 1, sharex=True, figsize=(13, 8.5),
-                                            gridspec_kw={"height_ratios": [3, 1]})
+    fig, (ax_loss, ax_world, ax_parts) = plt.subplots(3, 1, figsize=(13, 10),
+                                                      gridspec_kw={"height_ratios": [3, 1, 0.55]})
+    ax_world.sharex(ax_loss)
+    ax_loss.tick_params(labelbottom=False)
+    draw_breakdown(ax_parts, metrics)
     steps = [m["step"] for m in metrics]
     losses = [m.get("loss") for m in metrics]
     ax_loss.plot(steps, losses, color="#1f77b4", linewidth=0.9, label="loss")

@@ -8,8 +8,8 @@ point per committed step of metrics.jsonl, at its step and wall-clock time:
   throughput/samples_per_s              training samples per second
   job/world_size, job/global_batch      ranks, and samples per step over all of them
   time/step_s, time/data_wait_s         the step's wall time and the time it waited for data,
-  time/compute_s, time/allreduce_s,     then its parts
-  time/snapshot_s
+  time/compute_s, time/input_copy_s,   then its parts (compute_s holds the wait and the copy of
+  time/allreduce_s, time/snapshot_s     the batch into the backend's input)
   data/skipped_samples                  bad samples skipped in the step
 A step trained twice (rolled back to a checkpoint by a relaunch) shows its last value, as
 TensorBoard itself shows a restarted run. Text, at the step where it happened (TensorBoard's Text
@@ -32,6 +32,7 @@ SCALARS = {
     "global_batch": "job/global_batch",
     "step_s": "time/step_s",
     "data_wait_s": "time/data_wait_s",
+    "input_copy_s": "time/input_copy_s",
     "compute_s": "time/compute_s",
     "allreduce_s": "time/allreduce_s",
     "snapshot_s": "time/snapshot_s",

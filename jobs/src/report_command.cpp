@@ -25,8 +25,10 @@ constexpr const char* kReportUsage = R"(Usage: hardy report RUN_DIR [--out FILE]
 
 Draws one picture of a run (PNG, SVG or PDF by the extension of --out; HTML embeds an SVG): loss and
 learning rate against step, world size against step, a vertical mark for every failure, shrink,
-relaunch, preemption and checkpoint labelled from the event log, and the recovery time of each
-failure. Reads RUN_DIR/events.jsonl and RUN_DIR/metrics.jsonl; needs Python 3 with matplotlib
+relaunch, preemption and checkpoint labelled from the event log, the recovery time of each
+failure, and where the mean step goes (data wait, the copy of the batch into the backend, compute,
+the wait for the gradient sums, the snapshot, the rest). Reads RUN_DIR/events.jsonl and
+RUN_DIR/metrics.jsonl; needs Python 3 with matplotlib
 ($HARDY_PYTHON, else the first of the source tree's .venv/bin/python, python3 on PATH and
 /usr/bin/python3 that imports matplotlib).
 

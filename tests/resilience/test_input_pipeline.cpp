@@ -56,6 +56,12 @@ Trajectory trajectory_of(const std::filesystem::path& run_dir) {
   for (const auto& line : read_jsonl(run_dir / "metrics.jsonl")) {
     t.losses.push_back(line["loss"]);
     CHECK(line.contains("data_wait_s"));
+    // The copy into the backend's input is timed, and is part of compute_s (which runs from
+    // the draw of the batch to the end of backward).
+    REQUIRE(line.contains("input_copy_s"));
+    CHECK(line["input_copy_s"].get<double>() > 0);
+    CHECK(line["input_copy_s"].get<double>() + line["data_wait_s"].get<double>() <=
+          line["compute_s"].get<double>());
   }
   // Steps redone after the rollback are verified twice; the last digest of each step counts.
   std::map<long, std::string> by_step;

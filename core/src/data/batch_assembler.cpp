@@ -48,8 +48,11 @@ void BatchAssembler::assemble(const SampleSource& source, std::size_t count, Ten
     load_sample(static_cast<std::size_t>(i),
                 std::span<float>(host_fields_.data<float>() + i * C * H * W, sample_size),
                 std::span<std::int32_t>(host_labels_.data<std::int32_t>() + i * H * W, plane));
+  const auto copy_start = std::chrono::steady_clock::now();
   backend_.copy(host_fields_, fields);
   backend_.copy(host_labels_, labels);
+  last_copy_s_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
 }
 
 void BatchAssembler::load(const SampleSource& source, std::span<const std::size_t> indices,
@@ -82,6 +85,7 @@ BatchLoad BatchAssembler::load(SamplePrefetcher& prefetcher, std::span<const std
           result.skipped.push_back({indices[i], bad.file(), std::move(reason)});
         }
       });
+  result.input_copy_s = last_copy_s_;
   return result;
 }
 

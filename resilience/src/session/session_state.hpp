@@ -46,7 +46,9 @@ struct SessionStop {
 struct CommittedStep {
   StepOutcome outcome{};
   Clock::time_point started;  // the step's time runs until its metrics line is written
-  double compute_s = 0, allreduce_s = 0, data_wait_s = 0;
+  // compute_s runs from the draw of the batch to the end of backward: data_wait_s and
+  // input_copy_s are parts of it.
+  double compute_s = 0, allreduce_s = 0, data_wait_s = 0, input_copy_s = 0;
   float lr = 0;
   long skipped_samples = 0;
   // The optimizer update, run once every survivor agreed on the step: until then the live state
@@ -136,11 +138,11 @@ struct TrainingSession::State final : StateSource {
   // (comm::Agreed<Error> otherwise).
   void check_samples_covered(long computed, long skipped, long at_step);
   void verify_replicas(long step);
-  void write_metrics(double compute_s, double allreduce_s, double data_wait_s, double step_s,
-                     float lr, long skipped);
+  // The step's metrics line, `step_s` from its start to now (its timings, lr and skipped
+  // samples from `done`).
+  void write_metrics(const CommittedStep& done, double step_s);
   // The committed step's lines, kept by every rank (log_committed_step_if_missing writes them).
-  void keep_metrics_line(double compute_s, double allreduce_s, double data_wait_s, double step_s,
-                         float lr, long skipped);
+  void keep_metrics_line(const CommittedStep& done, double step_s);
   void keep_audit_line(const core::GlobalBatch& batch);
   // When this rank becomes rank 0 (the events), and the writer of the run directory's files
   // (metrics, audit, checkpoints): again whenever that may have changed.

@@ -586,6 +586,7 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
   });
   done.compute_s = seconds_since(started);
   done.data_wait_s = input.data_wait_s;
+  done.input_copy_s = input.input_copy_s;
 }
 
 void TrainingSession::State::start_domain_exchange(long this_step, std::size_t global_batch,
@@ -649,8 +650,11 @@ bool TrainingSession::State::settle_domain_exchange(long this_step, std::vector<
       // with the state.
       if (step() == this_step) {
         if (config.audit_samples) keep_audit_line(*batch_in_exchange);
-        keep_metrics_line(done.compute_s, 0, done.data_wait_s, seconds_since(done.started),
-                          current_lr(this_step - 1), 0);
+        CommittedStep healed = done;  // its update came with the state
+        healed.allreduce_s = 0;
+        healed.lr = current_lr(this_step - 1);
+        healed.skipped_samples = 0;
+        keep_metrics_line(healed, seconds_since(done.started));
         if (writes_run_files()) log_committed_step_if_missing();
       }
       return false;
@@ -856,8 +860,7 @@ std::vector<StepHook> TrainingSession::State::make_step_hooks() {
                      const double step_s = std::max(1e-6, seconds_since(done.started));
                      data_wait_total_s += done.data_wait_s;
                      step_total_s += step_s;
-                     write_metrics(done.compute_s, done.allreduce_s, done.data_wait_s, step_s,
-                                   done.lr, done.skipped_samples);
+                     write_metrics(done, step_s);
                      if (config.sync_every() > 1 && domains_meet_at(step())) {
                        synced_metrics_line = committed_metrics_line;
                        synced_audit_line = committed_audit_line;
@@ -897,9 +900,9 @@ void TrainingSession::State::keep_audit_line(const core::GlobalBatch& batch) {
     committed_audit_line["next_epoch_from"] = boundary - batch.epochs.begin();
 }
 
-void TrainingSession::State::write_metrics(double compute_s, double allreduce_s, double data_wait_s,
-                                           double step_s, float lr, long skipped) {
-  keep_metrics_line(compute_s, allreduce_s, data_wait_s, step_s, lr, skipped);
+void TrainingSession::State::write_metrics(const CommittedStep& done, double step_s) {
+  const float lr = done.lr;
+  keep_metrics_line(done, step_s);
   metrics.write(committed_metrics_line);
   const auto global_batch = static_cast<double>(trainer.batch().samples.size());
   if (writes_run_files() &&
@@ -915,26 +918,25 @@ void TrainingSession::State::write_metrics(double compute_s, double allreduce_s,
   }
 }
 
-void TrainingSession::State::keep_metrics_line(double compute_s, double allreduce_s,
-                                               double data_wait_s, double step_s, float lr,
-                                               long skipped) {
+void TrainingSession::State::keep_metrics_line(const CommittedStep& done, double step_s) {
   const auto global_batch = static_cast<double>(trainer.batch().samples.size());
   // The background writes that finished since the last line: with the stall, the whole cost.
   const double snapshot_write_cpu_s = store.take_snapshot_write_cpu_s();
   committed_metrics_line = {{"step", step()},
                             {"epoch", trainer.batch().epochs.front()},
                             {"loss", trainer.last_loss()},
-                            {"lr", lr},
+                            {"lr", done.lr},
                             {"global_batch", trainer.batch().samples.size()},
                             {"samples_per_s", global_batch / step_s},
                             {"step_s", step_s},
-                            {"compute_s", compute_s},
-                            {"data_wait_s", data_wait_s},
-                            {"allreduce_s", allreduce_s},
+                            {"compute_s", done.compute_s},
+                            {"data_wait_s", done.data_wait_s},
+                            {"input_copy_s", done.input_copy_s},
+                            {"allreduce_s", done.allreduce_s},
                             {"snapshot_s", last_snapshot_s + snapshot_write_cpu_s},
                             {"snapshot_stall_s", last_snapshot_s},
                             {"snapshot_write_cpu_s", snapshot_write_cpu_s},
-                            {"skipped_samples", skipped},
+                            {"skipped_samples", done.skipped_samples},
                             {"world_size", domains->job_world_size()},
                             {"unix_time", core::unix_time()}};
 }

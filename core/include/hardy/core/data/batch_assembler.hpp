@@ -24,6 +24,10 @@ struct SkippedSample {
 
 struct BatchLoad {
   double data_wait_s = 0;  // how long the caller waited for the batch's samples
+  // The assembled batch copied into the backend's input tensors: on the CPU the reorder into
+  // its layout, on a GPU the copy from host memory (host time: from pageable memory the call
+  // returns once the bytes are staged).
+  double input_copy_s = 0;
   std::vector<SkippedSample> skipped;
 };
 
@@ -50,6 +54,7 @@ class BatchAssembler {
   Backend& backend_;
   SampleShape shape_;
   Tensor host_fields_, host_labels_;
+  double last_copy_s_ = 0;  // assemble()'s copy into the backend's tensors
 };
 
 }  // namespace hardy::core
