@@ -47,6 +47,21 @@ std::string train_default(const std::string& option) {
   return boost::any_cast<std::string>(value);
 }
 
+std::vector<std::string> chosen_splits(const std::filesystem::path& root,
+                                       const std::string& split) {
+  std::vector<std::string> splits;
+  if (split == "all") {
+    for (const char* name : {"train", "validation", "test"})
+      if (std::filesystem::is_directory(root / name)) splits.emplace_back(name);
+  } else if (split == "train" || split == "validation" || split == "test") {
+    splits.push_back(split);
+  } else {
+    throw InvalidArgument(
+        fmt::format("--split must be train, validation, test or all, not '{}'", split));
+  }
+  return splits;
+}
+
 const std::vector<CommandTable>& command_tables() {
   static const std::vector<CommandTable> tables = {
       {"train", train_options},

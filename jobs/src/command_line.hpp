@@ -6,6 +6,7 @@
 // Each command declares its option table once, in a function below; the command parses with it,
 // --help prints it, and `hardy completion bash` lists its options from the same table.
 #include <boost/program_options.hpp>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,10 @@ bool parse_command_line(const std::vector<std::string>& args,
                         const boost::program_options::options_description& options,
                         const CommandLine& command, boost::program_options::variables_map& vm,
                         std::string_view help_epilogue = {});
+
+// The splits a data command's --split names: train, validation or test, or `all` of them that
+// `root` holds as directories. InvalidArgument for any other value.
+std::vector<std::string> chosen_splits(const std::filesystem::path& root, const std::string& split);
 
 // The option tables, one per command (each declares --help).
 boost::program_options::options_description train_options();          // train_spec.cpp

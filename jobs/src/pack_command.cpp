@@ -107,17 +107,7 @@ int data_pack_command(const std::vector<std::string>& args) {
       throw InvalidArgument("--normalization needs a dataset in the ClimateNet layout");
     spec.climatenet.statistics = normalization;
   }
-  const auto split = vm["split"].as<std::string>();
-  std::vector<std::string> names;
-  if (split == "all") {
-    for (const char* name : {"train", "validation", "test"})
-      if (std::filesystem::is_directory(spec.dataset / name)) names.emplace_back(name);
-  } else if (split == "train" || split == "validation" || split == "test") {
-    names.push_back(split);
-  } else {
-    throw InvalidArgument(
-        fmt::format("--split must be train, validation, test or all, not '{}'", split));
-  }
+  const auto names = chosen_splits(spec.dataset, vm["split"].as<std::string>());
   std::vector<std::unique_ptr<core::SampleSource>> sources;
   std::vector<core::PackedSplit> splits;
   std::size_t total = 0;

@@ -67,17 +67,7 @@ int data_stage_command(const std::vector<std::string>& args) {
         "{} is not a dataset in the DeepCAM layout (ROOT/stats.h5 and ROOT/train/), ClimateNet's "
         "(ROOT/train/*.nc) or one `hardy data pack` wrote (ROOT/packed.json)",
         root.string()));
-  const auto split = vm["split"].as<std::string>();
-  std::vector<std::string> splits;
-  if (split == "all") {
-    for (const char* name : {"train", "validation", "test"})
-      if (std::filesystem::is_directory(root / name)) splits.emplace_back(name);
-  } else if (split == "train" || split == "validation" || split == "test") {
-    splits.push_back(split);
-  } else {
-    throw InvalidArgument(
-        fmt::format("--split must be train, validation, test or all, not '{}'", split));
-  }
+  const auto splits = chosen_splits(root, vm["split"].as<std::string>());
   std::vector<std::uint64_t> keys;
   std::size_t mine = 0;
   if (vm.count("hosts")) {

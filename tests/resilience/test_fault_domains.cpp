@@ -110,6 +110,21 @@ struct StartedJob {
     for (auto& r : running) first.push_back(r.get());
   }
 
+  // Domain `lost` of a job of 2 comes back as the supervisor relaunches it: once the survivor
+  // reports its failed exchange, generation 1 lets the relaunched domain in, which starts (and
+  // heals). The survivor's next step runs meanwhile.
+  std::future<std::unique_ptr<Domain>> relaunch(int lost) {
+    return std::async(std::launch::async, [this, lost] {
+      REQUIRE(
+          supervisor->wait_for(rendezvous_keys::failure(0, 1 - lost), std::chrono::seconds(20)));
+      supervisor->set(rendezvous_keys::members(1), "0,1");
+      supervisor->set(rendezvous_keys::admit(lost, "1"), "1");
+      auto domain = std::make_unique<Domain>(lost, 2, store_dir, "1");
+      domain->domains.start(domain->access());
+      return domain;
+    });
+  }
+
   std::filesystem::path events_file(int domain) const {
     return scratch.path() / fmt::format("events-{}.jsonl", domain);
   }
@@ -174,14 +189,7 @@ TEST_CASE("fault domains: a joiner and a member regrouping after a failed step m
   StartedJob job("joiner-meets-regroup", 2, [](int d) { return static_cast<float>(d + 1); });
   auto& [scratch, store_dir, supervisor, domains, first] = job;
   domains[0].reset();
-  auto joiner = std::async(std::launch::async, [&] {
-    REQUIRE(supervisor->wait_for(rendezvous_keys::failure(0, 1), 20s));
-    supervisor->set(rendezvous_keys::members(1), "0,1");
-    supervisor->set(rendezvous_keys::admit(0, "1"), "1");
-    auto domain = std::make_unique<Domain>(0, 2, store_dir, "1");
-    domain->domains.start(domain->access());
-    return domain;
-  });
+  auto joiner = job.relaunch(0);
   const DomainStep regrouped = domains[1]->step(5);
   domains[0] = joiner.get();
   CHECK(regrouped.verdict == StepVerdict::rewind);
@@ -204,14 +212,7 @@ TEST_CASE(
   auto& [scratch, store_dir, supervisor, domains, first] = job;
   domains[1]->lines = R"({"metrics":{"step":1}})";
   domains[0].reset();
-  auto joiner = std::async(std::launch::async, [&] {
-    REQUIRE(supervisor->wait_for(rendezvous_keys::failure(0, 1), 20s));
-    supervisor->set(rendezvous_keys::members(1), "0,1");
-    supervisor->set(rendezvous_keys::admit(0, "1"), "1");
-    auto domain = std::make_unique<Domain>(0, 2, store_dir, "1");
-    domain->domains.start(domain->access());
-    return domain;
-  });
+  auto joiner = job.relaunch(0);
   CHECK(domains[1]->step(5).verdict == StepVerdict::rewind);
   domains[0] = joiner.get();
   CHECK(domains[0]->heals == 1);

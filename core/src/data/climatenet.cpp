@@ -383,11 +383,7 @@ int ClimateNetDataset::load_concurrency() const {
   return h5::library_is_thread_safe() ? 1 : 0;
 }
 
-void ClimateNetDataset::set_file_locator(FileLocator locator) {
-  auto shared = locator ? std::make_shared<const FileLocator>(std::move(locator)) : nullptr;
-  const std::lock_guard lock(mutex_);
-  locator_ = std::move(shared);
-}
+void ClimateNetDataset::set_file_locator(FileLocator locator) { location_.set(std::move(locator)); }
 
 void ClimateNetDataset::read_file(const fs::path& path, int y0, int x0, Sample& sample) const {
   if (!h5::is_hdf5_file(path))
@@ -419,13 +415,11 @@ void ClimateNetDataset::load(std::size_t index, std::span<float> fields_chw,
                              std::span<std::int32_t> labels_hw) const {
   check_load_arguments(index, fields_chw, labels_hw);
   const fs::path& source = files_[index];
-  std::shared_ptr<const FileLocator> locator;
   {
     const std::lock_guard lock(mutex_);
     if (!bad_[index].empty()) throw BadSample(index, source.string(), bad_[index]);
-    locator = locator_;
   }
-  const fs::path path = locator ? (*locator)(source) : source;
+  const auto [path, copy_note] = location_.of(source);
   const int K = options_.downsample;
   const int h = shape_.height * K, w = shape_.width * K;
   const auto [y0, x0] = options_.crop_height
@@ -437,7 +431,7 @@ void ClimateNetDataset::load(std::size_t index, std::span<float> fields_chw,
   } catch (const Error& error) {
     // Remembered, so that the next load of this file fails at once.
     std::string reason = error.what();
-    if (path != source) reason += fmt::format(" (read from {})", quoted(path));
+    reason += copy_note;
     {
       const std::lock_guard lock(mutex_);
       bad_[index] = reason;

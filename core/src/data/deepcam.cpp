@@ -276,11 +276,7 @@ const fs::path& DeepCamDataset::file(std::size_t index) const {
   return files_[index];
 }
 
-void DeepCamDataset::set_file_locator(FileLocator locator) {
-  auto shared = locator ? std::make_shared<const FileLocator>(std::move(locator)) : nullptr;
-  const std::lock_guard lock(mutex_);
-  locator_ = std::move(shared);
-}
+void DeepCamDataset::set_file_locator(FileLocator locator) { location_.set(std::move(locator)); }
 
 DeepCamDataset::FileLayout DeepCamDataset::layout_of(std::size_t index) const {
   FileLayout layout;
@@ -307,14 +303,8 @@ void DeepCamDataset::load(std::size_t index, std::span<float> fields_chw,
                           std::span<std::int32_t> labels_hw) const {
   check_load_arguments(index, fields_chw, labels_hw);
   const FileLayout layout = layout_of(index);
-  std::shared_ptr<const FileLocator> locator;
-  {
-    const std::lock_guard lock(mutex_);
-    locator = locator_;
-  }
   const fs::path& source = files_[index];
-  const fs::path path = locator ? (*locator)(source) : source;
-  const std::string copy_note = path == source ? "" : fmt::format(" (read from {})", quoted(path));
+  const auto [path, copy_note] = location_.of(source);
   // Remembers a bad file so that the next load of it fails at once, then throws.
   auto bad = [&](const std::string& reason) {
     {

@@ -234,10 +234,7 @@ PackedSamples::PackedSamples(const fs::path& root, std::string_view split)
                                       quoted(root / kPackedManifest), counts[split_].dump()));
 }
 
-void PackedSamples::set_file_locator(FileLocator locator) {
-  const std::lock_guard lock(mutex_);
-  locator_ = std::make_shared<const FileLocator>(std::move(locator));
-}
+void PackedSamples::set_file_locator(FileLocator locator) { location_.set(std::move(locator)); }
 
 std::string PackedSamples::describe() const {
   return fmt::format("packed bf16 {} split of {}: {} samples of {} (from {})", split_,
@@ -247,14 +244,8 @@ std::string PackedSamples::describe() const {
 void PackedSamples::load(std::size_t index, std::span<float> fields_chw,
                          std::span<std::int32_t> labels_hw) const {
   check_load_arguments(index, fields_chw, labels_hw);
-  std::shared_ptr<const FileLocator> locator;
-  {
-    const std::lock_guard lock(mutex_);
-    locator = locator_;
-  }
   const fs::path& source = files_[index];
-  const fs::path path = locator ? (*locator)(source) : source;
-  const std::string copy_note = path == source ? "" : fmt::format(" (read from {})", quoted(path));
+  const auto [path, copy_note] = location_.of(source);
   const auto bad = [&](const std::string& reason) {
     throw BadSample(index, source.string(), reason + copy_note);
   };

@@ -140,9 +140,9 @@ class ClimateNetDataset final : public SampleSource, public SampleFiles {
   std::filesystem::path statistics_path_;
   std::vector<double> mean_, inverse_std_;  // per selected channel (double: PS is ~1e5 Pa)
 
-  mutable std::mutex mutex_;              // guards bad_ and locator_
+  mutable std::mutex mutex_;              // guards bad_
   mutable std::vector<std::string> bad_;  // why file i is bad; empty: not known to be
-  std::shared_ptr<const FileLocator> locator_;
+  FileLocation location_;
 };
 
 }  // namespace hardy::core

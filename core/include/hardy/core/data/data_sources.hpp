@@ -53,7 +53,8 @@ DataSources open_data(const DataSpec& spec);
 enum class DatasetLayout { deepcam, climatenet, packed, other };
 DatasetLayout dataset_layout(const std::filesystem::path& root);
 // One split ("train", "validation" or "test") of a DeepCAM, ClimateNet or packed dataset, read
-// with the spec's options for its layout (a packed one has its window applied already). Throws InvalidArgument for any other dataset or a missing split.
+// with the spec's options for its layout (a packed one has its window applied already). Throws
+// InvalidArgument for any other dataset or a missing split.
 std::unique_ptr<SampleSource> open_split(const DataSpec& spec, std::string_view split);
 // The split scored by default: validation/ (DeepCAM; ClimateNet and packed when the directory
 // exists), else test/ (the ClimateNet release has train/ and test/ only).

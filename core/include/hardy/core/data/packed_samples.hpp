@@ -83,8 +83,7 @@ class PackedSamples final : public SampleSource, public SampleFiles {
   std::vector<std::string> channel_names_;
   SampleShape shape_{};
   std::vector<std::filesystem::path> files_;
-  mutable std::mutex mutex_;  // guards locator_
-  std::shared_ptr<const FileLocator> locator_;
+  FileLocation location_;
 };
 
 // The channel count a packed dataset's samples have (its packed.json); throws InvalidArgument

@@ -3,6 +3,9 @@
 // node-local staging (--stage-to, `hardy data stage`) needs to know of it.
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 namespace hardy::core {
@@ -18,6 +21,22 @@ class SampleFiles {
   // Where load() reads a sample's bytes from: the locator's copy of its source file; without a
   // locator (the default), the source file itself. May be called while other threads load.
   virtual void set_file_locator(FileLocator locator) = 0;
+};
+
+// Where a reader's load() finds a sample's bytes: what set_file_locator() gave it, which may change
+// while other threads load (each load takes the locator as it stands).
+class FileLocation {
+ public:
+  void set(SampleFiles::FileLocator locator);
+  struct Found {
+    std::filesystem::path path;  // the copy, or the source itself
+    std::string note;            // for a BadSample's reason: " (read from 'COPY')", or empty
+  };
+  Found of(const std::filesystem::path& source) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<const SampleFiles::FileLocator> locator_;
 };
 
 }  // namespace hardy::core
