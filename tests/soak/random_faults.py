@@ -543,6 +543,13 @@ class Run:
                 self.preempted_at = record
                 process.send_signal(signal.SIGUSR1)
             elif kind == "full_disk":
+                # A fault before it that took long (a partition) can leave this one its turn only
+                # once the job wrote its last checkpoint: then no write is left to fail.
+                if self.job.step() > STEPS - CHECKPOINT_EVERY:
+                    why = f"the job is at step {self.job.step()}, past its last periodic checkpoint"
+                    self.not_injected.append((fault, why))
+                    print(f"  --- NOT INJECTED: {describe(fault)}: {why}", flush=True)
+                    continue
                 record = self.fill_disk()
             if record is None:
                 self.not_injected.append((fault, "no victim left"))
