@@ -629,7 +629,7 @@ bool TrainingSession::State::settle_domain_exchange(long this_step, std::vector<
     Watchdog::Scope scope(watchdog, "cross-domain exchange");
     across = domains->settle_exchange(exchanging, domain_state_access());
   } else {
-    across = *std::exchange(exchanged_now, std::nullopt);
+    across = std::exchange(exchanged_now, std::nullopt).value();
   }
   // A rewind first: a domain that takes over the run files logs the step it went back to (the
   // last meeting), not a step it took alone, which will be redone.
@@ -743,7 +743,8 @@ DomainStateAccess TrainingSession::State::domain_state_access() {
       .adopt_lines =
           [this](const std::string& text) {
             // A peer's lines of a later step than this domain's own (a joiner has none).
-            const auto lines = nlohmann::json::parse(text);
+            const auto lines = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+            if (!lines.is_object()) return;
             const auto step_of = [](const nlohmann::json& line) {
               return line.is_object() ? line.value("step", -1L) : -1L;
             };
