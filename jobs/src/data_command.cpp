@@ -101,7 +101,9 @@ po::options_description data_generate_options() {
 int data_command(const std::vector<std::string>& args) {
   const auto options = data_generate_options();
   if (args.empty()) {
-    std::cout << kDataUsage << "\n" << options << "\n";
+    std::cout << "Usage: hardy data generate|stage|stats|pack ... (each with --help)\n\n"
+              << kDataUsage << "\n"
+              << options << "\n";
     return 2;
   }
   if (args.front() == "stage")
