@@ -10,6 +10,8 @@ point per committed step of metrics.jsonl, at its step and wall-clock time:
   time/step_s, time/data_wait_s         the step's wall time and the time it waited for data,
   time/compute_s, time/input_copy_s,   then its parts (compute_s holds the wait and the copy of
   time/allreduce_s, time/snapshot_s     the batch into the backend's input)
+  time/input_device_s                   a batch staged during the step before: its copy's device
+                                        time (beside that step's kernels, not part of the step)
   data/skipped_samples                  bad samples skipped in the step
 A step trained twice (rolled back to a checkpoint by a relaunch) shows its last value, as
 TensorBoard itself shows a restarted run. Text, at the step where it happened (TensorBoard's Text
@@ -33,6 +35,7 @@ SCALARS = {
     "step_s": "time/step_s",
     "data_wait_s": "time/data_wait_s",
     "input_copy_s": "time/input_copy_s",
+    "input_device_s": "time/input_device_s",
     "compute_s": "time/compute_s",
     "allreduce_s": "time/allreduce_s",
     "snapshot_s": "time/snapshot_s",

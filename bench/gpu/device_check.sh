@@ -12,7 +12,10 @@
 #   6. with what time is left, the snapshot's price on the GPU step (bench/snapshot), NCCL on
 #      one rank and the tiny job's convergence on both backends;
 #   7. multirank (only when asked, HARDY_DEVICE_PARTS=multirank): several ranks on the one GPU
-#      (bench/gpu/one_gpu_rank.sh, test only) through NCCL's recoveries, bench/gpu/multi_rank_check.py.
+#      (bench/gpu/one_gpu_rank.sh, test only) through NCCL's recoveries, bench/gpu/multi_rank_check.py;
+#   8. feed (only when asked): `hardy train --backend cuda` at the climate size from DeepCAM and
+#      packed files in /dev/shm beside the compute-only step (bench/gpu/feed_check.py), and an
+#      older hardy on the same inputs first when HARDY_DEVICE_FEED_BEFORE names one.
 # Run on the GPU machine, from the repository root, after build-cuda and bench/gpu/make_kit.sh:
 #   bash bench/gpu/device_check.sh [KIT.tar.xz] [BUDGET_S]
 # HARDY_DEVICE_PARTS picks parts (default tests,journey,step,sanitizer,snapshot,more).
@@ -134,7 +137,13 @@ if wanted more; then
   part more 120 python3 bench/gpu/bench_gpu.py --bin "$hardy_kit/bin" --parts nccl,converge \
     --output "$out/gpu-nccl-converge.json"
 fi
+if wanted feed; then
+  part feed 240 python3 bench/gpu/feed_check.py --bin "$hardy_kit/bin" \
+    --inputs "${HARDY_DEVICE_FEED_INPUTS:-deepcam,packed}" --samples 32 --steps 30 --skip 10 \
+    ${HARDY_DEVICE_FEED_BEFORE:+--before "$HARDY_DEVICE_FEED_BEFORE"} --json "$out/gpu-feed.json"
+fi
 if wanted multirank; then
-  part multirank 540 python3 bench/gpu/multi_rank_check.py --json "$out/gpu-multi-rank.json"
+  part multirank 540 python3 bench/gpu/multi_rank_check.py ${HARDY_DEVICE_SCENARIOS:+--only "$HARDY_DEVICE_SCENARIOS"} \
+    --json "$out/gpu-multi-rank.json"
 fi
 echo "device_check.sh: done with $(left) s of $budget_s left" | tee -a "$out/summary.txt"

@@ -178,6 +178,10 @@ po::options_description train_options() {
       "step)")("loader-threads", po::value<std::string>()->default_value("auto"),
                "threads loading those batches (auto: 1 beside the CPU backend's kernels; with "
                "--backend cuda, half the rank's cores, at most 8)")(
+      "overlap-input", po::value<std::string>()->default_value("auto"),
+      "take the next step's batch from the loaders and copy it to the backend while the step "
+      "computes: on, off or auto (on with --backend cuda, whose copies run beside its kernels; "
+      "off on the CPU backend, whose kernels take the cores)")(
       "sample-cache-mib", po::value<double>()->default_value(1024),
       "MiB of training samples each rank keeps in memory after their first load, so that later "
       "epochs copy them instead of generating or reading them again (0: none)");
@@ -424,6 +428,11 @@ void read_input_pipeline(const po::variables_map& vm, TrainSpec& spec) {
                                             "--loader-threads", 1, "a number of at least 1")
                            .value_or(0));
   require(spec.prefetch_batches >= 0, "--prefetch-batches must not be negative");
+  if (const auto overlap = get<std::string>(vm, "overlap-input"); overlap != "auto") {
+    require(overlap == "on" || overlap == "off",
+            fmt::format("--overlap-input must be on, off or auto, not '{}'", overlap));
+    spec.overlap_input = overlap == "on";
+  }
   const double cache_mib = get<double>(vm, "sample-cache-mib");
   require(cache_mib >= 0 && cache_mib < 1e9, "--sample-cache-mib must be between 0 and 1e9");
   spec.data.cache_bytes = static_cast<std::size_t>(cache_mib * (1 << 20));

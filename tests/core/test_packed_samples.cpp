@@ -6,12 +6,15 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <vector>
 
+#include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/data/packed_samples.hpp"
+#include "hardy/core/data/sample_cache.hpp"
 #include "hardy/core/support/error.hpp"
 #include "sample_fixtures.hpp"
 #include "scratch_directory.hpp"
@@ -115,15 +118,26 @@ TEST_CASE("packed samples: a damaged file is a bad sample that names it", "[core
   hardy::core::pack_dataset({{"train", &source}}, root, 2);
   const PackedSamples packed(root, "train");
   const auto& files = packed.files();
+  // Both ways of reading give the same verdict.
   const auto bad = [&](std::size_t index) {
-    try {
-      load(packed, index);
-    } catch (const BadSample& e) {
-      CHECK(e.index() == index);
-      CHECK(e.file() == files[index].string());
-      return std::string(e.what());
+    std::string verdict[2] = {"(no exception)", "(no exception)"};
+    for (int as_stored = 0; as_stored < 2; ++as_stored) {
+      try {
+        if (as_stored == 1) {
+          std::vector<std::byte> fields(2 * packed.shape().field_elements());
+          std::vector<std::int32_t> labels(packed.shape().label_elements());
+          packed.load_stored(index, fields, labels);
+        } else {
+          load(packed, index);
+        }
+      } catch (const BadSample& e) {
+        CHECK(e.index() == index);
+        CHECK(e.file() == files[index].string());
+        verdict[as_stored] = e.what();
+      }
     }
-    return std::string("(no exception)");
+    CHECK(verdict[0] == verdict[1]);
+    return verdict[0];
   };
   CHECK(load(packed, 0).labels[4] == 1);
 
@@ -166,4 +180,44 @@ TEST_CASE("packed samples: what bf16 cannot hold, or a source's bad sample, stop
                hardy::core::pack_dataset({{"extra", &fine}}, scratch.path() / "c", 1);
              }),
              Catch::Contains("not 'extra'"));
+}
+
+TEST_CASE(
+    "packed samples: read as stored, through a range and a cache, they widen to what load gives",
+    "[core]") {
+  ScratchDirectory scratch("packed-stored");
+  const SyntheticClimate train({4, 16, 24}, 6, 7);
+  const fs::path root = scratch.path() / "packed";
+  hardy::core::pack_dataset({{"train", &train}}, root, 2);
+  auto packed = std::make_unique<PackedSamples>(root, "train");
+  const auto reference = [&](std::size_t i) { return load(PackedSamples(root, "train"), i); };
+  const std::size_t values = packed->shape().field_elements();
+  CHECK(packed->stored_dtype() == hardy::core::DType::bf16);
+  hardy::core::CachedSamples cache(std::move(packed), std::size_t{1} << 20);
+  const hardy::core::SampleRange range(cache, 2, 3);
+  CHECK(range.stored_dtype() == hardy::core::DType::bf16);
+  for (int pass = 0; pass < 2; ++pass) {  // the second from the cache
+    for (std::size_t i = 0; i < range.size(); ++i) {
+      std::vector<std::byte> stored(2 * values);
+      std::vector<std::int32_t> labels(range.shape().label_elements());
+      range.load_stored(i, stored, labels);
+      std::vector<float> widened(values);
+      hardy::core::widen_stored(hardy::core::DType::bf16, stored, widened);
+      const auto expected = reference(2 + i);
+      CHECK(widened == expected.fields);
+      CHECK(labels == expected.labels);
+      CHECK(load(range, i) == expected);
+    }
+  }
+  // Kept as stored: half the bytes of f32 fields.
+  CHECK(cache.cached_bytes() == 3 * (2 * values + 4 * range.shape().label_elements()));
+  std::vector<std::byte> wrong(3);
+  std::vector<std::int32_t> labels(range.shape().label_elements());
+  CHECK_THROWS_AS(range.load_stored(0, wrong, labels), InvalidArgument);
+  // A source that holds f32 serves the stored form through load().
+  std::vector<std::byte> as_f32(4 * values);
+  train.load_stored(1, as_f32, labels);
+  std::vector<float> f32_fields(values);
+  hardy::core::widen_stored(hardy::core::DType::f32, as_f32, f32_fields);
+  CHECK(f32_fields == load(train, 1).fields);
 }

@@ -1,6 +1,7 @@
 // The sample prefetcher against fake sources that count, sleep, throw and note their threads.
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <mutex>
@@ -323,4 +324,151 @@ TEST_CASE("batch assembler: skip fills a bad sample with ignored pixels and repo
   CHECK(parse_bad_sample_policy("skip") == BadSamplePolicy::skip);
   CHECK(to_string(BadSamplePolicy::fail) == "fail");
   CHECK_THROWS_AS(parse_bad_sample_policy("ignore"), InvalidArgument);
+}
+
+namespace {
+
+std::vector<float> host_values(Backend& backend, const Tensor& t) {
+  Tensor host = Tensor::host(t.dims(), DType::f32, Layout::nchw);
+  backend.copy(t, host);
+  return {host.f32().begin(), host.f32().end()};
+}
+
+}  // namespace
+
+TEST_CASE("batch assembler: a staged batch is the one a load gives, taken without loading again",
+          "[core]") {
+  const FakeSource source(4, 5ms);
+  auto backend = make_backend("cpu");
+  SamplePrefetcher prefetcher(source, 2, 8);
+  BatchAssembler assembler(*backend, kShape);
+  const std::vector<std::size_t> first{1, 2, 3}, second{4, 5, 6};
+  prefetcher.announce(first);
+  Tensor fields, labels;
+  const BatchLoad loaded = assembler.load(prefetcher, first, fields, labels);
+  CHECK_FALSE(loaded.staged);
+  const Tensor first_fields = fields;  // shares its memory: the step that reads it may still run
+  const auto first_values = host_values(*backend, fields);
+
+  assembler.stage(prefetcher, second);
+  CHECK(assembler.is_staged(second));
+  CHECK_FALSE(assembler.is_staged(first));
+  const BatchLoad staged = assembler.load(prefetcher, second, fields, labels);
+  CHECK(staged.staged);
+  CHECK(staged.skipped.empty());
+  CHECK_FALSE(assembler.is_staged(second));  // taken
+  const auto order = source.order();
+  for (std::size_t index : second) CHECK(std::count(order.begin(), order.end(), index) == 1);
+  // The staged batch went into other memory than the batch before it, which is untouched.
+  CHECK(host_values(*backend, first_fields) == first_values);
+  const FakeSource reference;
+  Tensor direct_fields, direct_labels;
+  assembler.load(reference, second, direct_fields, direct_labels);
+  CHECK(host_values(*backend, fields) == host_values(*backend, direct_fields));
+  for (std::int64_t i = 0; i < labels.numel(); ++i)
+    REQUIRE(labels.data<std::int32_t>()[i] == direct_labels.data<std::int32_t>()[i]);
+}
+
+TEST_CASE(
+    "batch assembler: a staged batch of other samples is dropped, with its error; taken, its "
+    "error and its bad samples are the load's",
+    "[core]") {
+  const FakeSource source(4, 1ms, {6});
+  auto backend = make_backend("cpu");
+  SamplePrefetcher prefetcher(source, 2, 8);
+  BatchAssembler assembler(*backend, kShape);
+  Tensor fields, labels;
+  // 999 cannot be read: nobody takes this batch, so nobody hears of it.
+  assembler.stage(prefetcher, {997, 998, 999});
+  const std::vector<std::size_t> other{7, 8};
+  prefetcher.announce(other);
+  const BatchLoad fresh = assembler.load(prefetcher, other, fields, labels);
+  CHECK_FALSE(fresh.staged);
+  CHECK(host_values(*backend, fields)[0] == 7.0f);
+
+  assembler.stage(prefetcher, {998, 999});
+  CHECK_THROWS_AS(assembler.load(prefetcher, std::vector<std::size_t>{998, 999}, fields, labels),
+                  IoError);
+
+  const std::vector<std::size_t> with_bad{5, 6, 7};
+  assembler.stage(prefetcher, with_bad, BadSamplePolicy::skip);
+  const BatchLoad load = assembler.load(prefetcher, with_bad, fields, labels);
+  CHECK(load.staged);
+  REQUIRE(load.skipped.size() == 1);
+  CHECK(load.skipped[0].index == 6);
+  CHECK(load.skipped[0].reason == "fields are NaN");
+  const auto values = host_values(*backend, fields);
+  const auto per_sample = static_cast<std::ptrdiff_t>(kShape.field_elements());
+  CHECK(values[0] == 5.0f);
+  CHECK(std::all_of(values.begin() + per_sample, values.begin() + 2 * per_sample,
+                    [](float v) { return v == 0.0f; }));
+  CHECK(values[2 * per_sample] == 7.0f);
+}
+
+TEST_CASE("batch assembler: destroyed while a staged batch still loads", "[core]") {
+  const FakeSource source(2, 50ms);
+  auto backend = make_backend("cpu");
+  SamplePrefetcher prefetcher(source, 1, 4);
+  {
+    BatchAssembler assembler(*backend, kShape);
+    assembler.stage(prefetcher, {1, 2, 3, 4});
+  }  // waits for the loads it started, before the prefetcher goes
+  CHECK(source.inside.load() == 0);
+}
+
+namespace {
+
+// Fields held as bf16 words: sample i's value k is i + k / 8 (exact in bf16 for small i, k).
+class Bf16Source final : public SampleSource {
+ public:
+  std::size_t size() const override { return 64; }
+  SampleShape shape() const override { return kShape; }
+  std::string describe() const override { return "bf16 fake"; }
+  int load_concurrency() const override { return 4; }
+  DType stored_dtype() const override { return DType::bf16; }
+  void load(std::size_t index, std::span<float> fields,
+            std::span<std::int32_t> labels) const override {
+    check_load_arguments(index, fields, labels);
+    std::vector<std::byte> stored(2 * fields.size());
+    load_stored(index, stored, labels);
+    widen_stored(DType::bf16, stored, fields);
+  }
+  void load_stored(std::size_t index, std::span<std::byte> fields,
+                   std::span<std::int32_t> labels) const override {
+    check_stored_arguments(index, fields, labels);
+    stored_loads.fetch_add(1);
+    auto* words = reinterpret_cast<std::uint16_t*>(fields.data());
+    for (std::size_t k = 0; k < fields.size() / 2; ++k) {
+      const float value = static_cast<float>(index) + static_cast<float>(k % 8) / 8.0f;
+      words[k] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(value) >> 16);
+    }
+    std::fill(labels.begin(), labels.end(), static_cast<std::int32_t>(index % 3));
+  }
+  mutable std::atomic<int> stored_loads{0};
+};
+
+}  // namespace
+
+TEST_CASE("prefetcher: a source's stored fields are loaded so, taken so or widened", "[core]") {
+  const Bf16Source source;
+  SamplePrefetcher prefetcher(source, 2, 4);
+  const std::vector<std::size_t> plan{3, 4};
+  prefetcher.announce(plan);
+  std::vector<std::byte> stored(2 * kShape.field_elements());
+  std::vector<std::int32_t> labels(kShape.label_elements());
+  prefetcher.take_stored(3, stored, labels);
+  std::vector<float> widened(kShape.field_elements());
+  widen_stored(DType::bf16, stored, widened);
+  Sample direct_sample;
+  source.load(3, direct_sample.fields, direct_sample.labels);
+  CHECK(widened == direct_sample.fields);
+  CHECK(labels == direct_sample.labels);
+  Sample taken;
+  take(prefetcher, 4, taken);  // loaded as stored by a worker, widened by take()
+  Sample expected;
+  source.load(4, expected.fields, expected.labels);
+  CHECK(taken == expected);
+  CHECK(widened[1] == 3.125f);
+  CHECK_THROWS_AS(prefetcher.take_stored(5, std::span<std::byte>(stored).first(10), labels),
+                  InvalidArgument);
 }

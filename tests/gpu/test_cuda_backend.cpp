@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "gpu_test_support.hpp"
@@ -549,6 +550,52 @@ TEST_CASE("cuda backend: copies convert layouts and types between host and devic
     REQUIRE(labels_back.data<std::int32_t>()[i] == i);
   Tensor as_float = Tensor::host({2, 1, 3, 3}, DType::f32, Layout::nhwc);
   CHECK_THROWS_AS(cuda.copy(device_labels, as_float), InvalidArgument);
+}
+
+TEST_CASE("cuda backend: an upload beside queued work equals a copy and orders after that work",
+          "[gpu]") {
+  CudaBackend cuda;  // bf16 activations: the upload converts f32 NCHW into bf16 NHWC
+  const std::vector<std::int64_t> dims{4, 16, 96, 128};
+  const Tensor values = random_host(dims, 71, 1.0f, Layout::nchw);
+  Tensor pinned = cuda.empty_host(dims, DType::f32, Layout::nchw);
+  std::copy(values.f32().begin(), values.f32().end(), pinned.data<float>());
+  Tensor reference = cuda.empty(dims, cuda.activation_dtype(), Layout::nhwc);
+  cuda.copy(values, reference);
+  Tensor labels = cuda.empty_host({4, 1, 96, 128}, DType::i32, Layout::nhwc);
+  for (std::int64_t i = 0; i < labels.numel(); ++i)
+    labels.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 3);
+  Tensor device_labels = cuda.empty({4, 1, 96, 128}, DType::i32, Layout::nhwc);
+
+  Tensor target = cuda.empty(dims, cuda.activation_dtype(), Layout::nhwc);
+  for (int round = 0; round < 3; ++round) {
+    // Work queued before the start writes the destination: the upload must land after it.
+    for (int i = 0; i < 20; ++i) cuda.fill(target, 7.0f + static_cast<float>(i));
+    auto upload = cuda.start_upload();
+    double device_s = 0;
+    std::thread([&] {  // the copies come from another thread, as the staged batches' do
+      upload->copy(pinned, target);
+      upload->copy(labels, device_labels);
+      device_s = upload->finish();
+    })
+        .join();
+    upload->hand_over();
+    // Work queued after hand_over sees the copies.
+    Tensor doubled = cuda.empty(dims, cuda.activation_dtype(), Layout::nhwc);
+    cuda.fill(doubled, 0.0f);
+    cuda.axpy(2.0f, target, doubled);
+    const Tensor got = to_host_f32(cuda, doubled), expected = to_host_f32(cuda, reference);
+    for (std::int64_t i = 0; i < got.numel(); ++i)
+      REQUIRE(got.data<float>()[i] == 2.0f * expected.data<float>()[i]);
+    Tensor labels_back = Tensor::host({4, 1, 96, 128}, DType::i32, Layout::nhwc);
+    cuda.copy(device_labels, labels_back);
+    for (std::int64_t i = 0; i < labels_back.numel(); ++i)
+      REQUIRE(labels_back.data<std::int32_t>()[i] == i % 3);
+    CHECK(device_s > 0);
+    upload.reset();  // the lane is free again for the next round
+  }
+  // One upload at a time: a second start while one is live is refused.
+  auto first = cuda.start_upload();
+  CHECK_THROWS_AS(cuda.start_upload(), Error);
 }
 
 namespace {

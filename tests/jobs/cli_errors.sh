@@ -39,6 +39,7 @@ expect 2 "/nonexistent.ini" -- train --config /nonexistent.ini
 expect 2 "height" -- train --height 30 --run-dir "$tmp/b"
 expect 2 "domain-sync-every must be at least 1" -- train --domain-sync-every 0 --run-dir "$tmp/c"
 expect 2 "loader-threads takes auto or a number of at least 1, got '0'" -- train --loader-threads 0 --run-dir "$tmp/d"
+expect 2 "overlap-input must be on, off or auto, not 'always'" -- train --overlap-input always --run-dir "$tmp/d"
 expect 2 "cpus-per-rank and --gpus-per-rank must not be negative" -- run --cpus-per-rank -1 --run-dir "$tmp/e" -- --steps 1
 expect 2 "hang-timeout takes auto, off or a positive number of seconds, got 'soon'" -- train --hang-timeout soon --run-dir "$tmp/c"
 expect 2 "snapshot-every takes auto or a number of steps (0: never), got 'often'" -- train --snapshot-every often --run-dir "$tmp/c"

@@ -31,6 +31,9 @@ TEST_CASE("train spec: defaults give a synthetic job with group normalization", 
   CHECK(spec.model.norm == core::NormKind::group);
   CHECK(spec.model.aspp_rates == std::vector<int>{2, 4, 6});
   CHECK(spec.run_dir == "/tmp/x");
+  CHECK_FALSE(spec.overlap_input.has_value());  // auto: on with a device backend
+  CHECK(parse({"--overlap-input", "on"}).overlap_input == true);
+  CHECK(parse({"--overlap-input", "off"}).overlap_input == false);
 }
 
 TEST_CASE("train spec: the command line overrides the configuration file", "[jobs]") {

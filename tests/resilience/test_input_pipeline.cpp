@@ -108,9 +108,11 @@ TEST_CASE(
   CAPTURE(with_failure);
   const long steps = 9;
   std::vector<Trajectory> runs;
-  for (long prefetch : {0L, 2L}) {
-    CAPTURE(prefetch);
-    const auto run_dir = fresh_run_dir(fmt::format("same-{}", prefetch));
+  // Loading in the step; prefetching; prefetching with the next batch taken and copied while
+  // the step computes (the GPU's default, forced here on the CPU backend).
+  for (const auto& [prefetch, overlap] : {std::pair{0L, false}, {2L, false}, {2L, true}}) {
+    CAPTURE(prefetch, overlap);
+    const auto run_dir = fresh_run_dir(fmt::format("same-{}-{}", prefetch, overlap));
     InProcessWorld world(4, 2);
     world.deadlock_timeout = std::chrono::seconds(60);
     // Rank 3 dies in step 4's gradient allreduce; the survivors roll back and re-split.
@@ -124,6 +126,7 @@ TEST_CASE(
       auto config = small_job(run_dir, steps);
       config.prefetch_batches = prefetch;
       config.loader_threads = 2;
+      config.overlap_input = overlap;
       resilience::TrainingSession session(config, std::move(comm));
       if (session.run() != resilience::kCompleted) throw Error("not completed");
     });
@@ -140,11 +143,18 @@ TEST_CASE(
     CHECK(finished[0]["data_wait_fraction"].get<double>() >= 0);
     CHECK(finished[0]["data_wait_fraction"].get<double>() <= 1);
     runs.push_back(trajectory_of(run_dir));
+    // Every step after the first (and after the recovery's first) took a staged batch.
+    long staged = 0;
+    for (const auto& line : read_jsonl(run_dir / "metrics.jsonl"))
+      staged += line["input_staged"].get<bool>() ? 1 : 0;
+    CHECK(staged >= (overlap ? steps - (with_failure ? 2 : 1) : 0));
+    CHECK(staged <= (overlap ? steps - 1 : 0));
     CHECK(runs.back().losses.size() == static_cast<std::size_t>(steps));
     CHECK(runs.back().digests.size() == static_cast<std::size_t>(steps));
     std::filesystem::remove_all(run_dir);
   }
   CHECK(runs[0] == runs[1]);
+  CHECK(runs[0] == runs[2]);
 }
 
 TEST_CASE(

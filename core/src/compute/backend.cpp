@@ -67,6 +67,41 @@ Tensor Backend::empty_host(std::vector<std::int64_t> dims, DType dtype, Layout l
   return do_empty_host(std::move(dims), dtype, layout);
 }
 
+void InputUpload::copy(const Tensor& src, Tensor& dst) {
+  if (src.device() != Device::host)
+    throw InvalidArgument(fmt::format("upload: src {} is not a host tensor", src.describe()));
+  check_copy(rules_, src, dst);
+  do_copy(src, dst);
+}
+
+namespace {
+
+// A backend without a device of its own: its copies would compete with its kernels for the
+// same cores, so they wait for hand_over() and run there, on the thread that queues the work.
+class DeferredUpload final : public InputUpload {
+ public:
+  explicit DeferredUpload(Backend& backend)
+      : InputUpload(backend.operand_rules()), backend_(backend) {}
+  double finish() override { return 0.0; }
+  void hand_over() override {
+    for (auto& [src, dst] : copies_) backend_.copy(*src, *dst);
+    copies_.clear();
+  }
+
+ protected:
+  void do_copy(const Tensor& src, Tensor& dst) override { copies_.emplace_back(&src, &dst); }
+
+ private:
+  Backend& backend_;
+  std::vector<std::pair<const Tensor*, Tensor*>> copies_;
+};
+
+}  // namespace
+
+std::unique_ptr<InputUpload> Backend::do_start_upload() {
+  return std::make_unique<DeferredUpload>(*this);
+}
+
 void Backend::fill(Tensor& t, float value) {
   require_on(rules_, "fill", "t", t);
   do_fill(t, value);

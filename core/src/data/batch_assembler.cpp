@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <thread>
 
 #include "hardy/core/support/error.hpp"
 
@@ -22,23 +24,45 @@ std::string to_string(BadSamplePolicy policy) {
   return policy == BadSamplePolicy::skip ? "skip" : "fail";
 }
 
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void check_shape(const SampleSource& source, const SampleShape& expected) {
+  const auto s = source.shape();
+  if (s.channels != expected.channels || s.height != expected.height || s.width != expected.width)
+    throw InvalidArgument(fmt::format("{} has samples of {}x{}x{}, expected {}x{}x{}",
+                                      source.describe(), s.channels, s.height, s.width,
+                                      expected.channels, expected.height, expected.width));
+}
+
+// Batches of at least this many bytes of fields are taken from the prefetcher by several
+// threads at once: one thread's copy out of the loaders' buffers (28 MB per CAM5-sized bf16
+// sample, 57 MB in f32) would take longer than a GPU's step (12 ms at that size on an H200).
+constexpr std::size_t kParallelTakeBytes = std::size_t{64} << 20;
+
+std::size_t take_threads(std::size_t samples) {
+  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::clamp<std::size_t>(std::min(samples, cores / 2), 1, 8);
+}
+
+}  // namespace
+
 template <class LoadSample>
 void BatchAssembler::assemble(const SampleSource& source, std::size_t count, Tensor& fields,
                               Tensor& labels, LoadSample&& load_sample) {
-  const auto s = source.shape();
-  if (s.channels != shape_.channels || s.height != shape_.height || s.width != shape_.width)
-    throw InvalidArgument(fmt::format("{} has samples of {}x{}x{}, expected {}x{}x{}",
-                                      source.describe(), s.channels, s.height, s.width,
-                                      shape_.channels, shape_.height, shape_.width));
-  const std::int64_t n = static_cast<std::int64_t>(count), C = s.channels, H = s.height,
-                     W = s.width;
+  check_shape(source, shape_);
+  const std::int64_t n = static_cast<std::int64_t>(count), C = shape_.channels, H = shape_.height,
+                     W = shape_.width;
   const Layout layout = backend_.activation_layout();
   // Samples are stored channel-major (C, H, W): the host batch keeps that order, so that each
   // sample is loaded straight into its place, and the backend's copy converts to its own layout
   // (oneDNN's reorder on the CPU, a kernel on the GPU) in one parallel pass.
   if (!host_fields_.defined() || host_fields_.n() != n) {
-    host_fields_ = Tensor::host({n, C, H, W}, DType::f32, Layout::nchw);
-    host_labels_ = Tensor::host({n, 1, H, W}, DType::i32, layout);
+    host_fields_ = backend_.empty_host({n, C, H, W}, DType::f32, Layout::nchw);
+    host_labels_ = backend_.empty_host({n, 1, H, W}, DType::i32, layout);
   }
   ensure_tensor(backend_, fields, {n, C, H, W});
   ensure_tensor(backend_, labels, {n, 1, H, W}, DType::i32);
@@ -64,29 +88,117 @@ void BatchAssembler::load(const SampleSource& source, std::span<const std::size_
       });
 }
 
+std::optional<SkippedSample> BatchAssembler::take_sample(
+    SamplePrefetcher& prefetcher, std::size_t index, BadSamplePolicy policy, bool as_stored,
+    std::span<std::byte> fields, std::span<std::int32_t> labels, double& wait_s) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    wait_s += as_stored ? prefetcher.take_stored(index, fields, labels)
+                        : prefetcher.take(index, as_floats(fields), labels);
+    return std::nullopt;
+  } catch (const BadSample& bad) {
+    wait_s += seconds_since(start);
+    if (policy == BadSamplePolicy::fail) throw;
+    std::fill(fields.begin(), fields.end(), std::byte{0});  // 0.0 in every float type
+    std::fill(labels.begin(), labels.end(), kIgnoreLabel);
+    // BadSample's message is "file: reason".
+    std::string reason = bad.what();
+    if (reason.starts_with(bad.file() + ": ")) reason.erase(0, bad.file().size() + 2);
+    return SkippedSample{index, bad.file(), std::move(reason)};
+  }
+}
+
 BatchLoad BatchAssembler::load(SamplePrefetcher& prefetcher, std::span<const std::size_t> indices,
                                Tensor& fields, Tensor& labels, BadSamplePolicy policy) {
+  if (is_staged(indices)) {
+    // What the step waits for: whatever of the loads and the copy the previous step did not hide.
+    const auto start = std::chrono::steady_clock::now();
+    Staged staged = std::move(*staged_);
+    staged_.reset();
+    BatchLoad result = staged.done.get();  // the loads' error, if any, is this step's
+    result.data_wait_s = seconds_since(start);
+    const auto copy_start = std::chrono::steady_clock::now();
+    staged.upload->hand_over();
+    result.input_copy_s = seconds_since(copy_start);
+    staged.upload.reset();
+    std::swap(fields, staged_fields_);
+    std::swap(labels, staged_labels_);
+    return result;
+  }
+  drop_staged();
   BatchLoad result;
   assemble(
       prefetcher.source(), indices.size(), fields, labels,
       [&](std::size_t i, std::span<float> sample_fields, std::span<std::int32_t> sample_labels) {
-        const auto start = std::chrono::steady_clock::now();
-        try {
-          result.data_wait_s += prefetcher.take(indices[i], sample_fields, sample_labels);
-        } catch (const BadSample& bad) {
-          result.data_wait_s +=
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          if (policy == BadSamplePolicy::fail) throw;
-          std::fill(sample_fields.begin(), sample_fields.end(), 0.0f);
-          std::fill(sample_labels.begin(), sample_labels.end(), kIgnoreLabel);
-          // BadSample's message is "file: reason".
-          std::string reason = bad.what();
-          if (reason.starts_with(bad.file() + ": ")) reason.erase(0, bad.file().size() + 2);
-          result.skipped.push_back({indices[i], bad.file(), std::move(reason)});
-        }
+        if (auto skipped = take_sample(prefetcher, indices[i], policy, /*as_stored=*/false,
+                                       std::as_writable_bytes(sample_fields), sample_labels,
+                                       result.data_wait_s))
+          result.skipped.push_back(std::move(*skipped));
       });
   result.input_copy_s = last_copy_s_;
   return result;
+}
+
+void BatchAssembler::stage(SamplePrefetcher& prefetcher, std::vector<std::size_t> indices,
+                           BadSamplePolicy policy) {
+  drop_staged();
+  check_shape(prefetcher.source(), shape_);
+  const std::int64_t n = static_cast<std::int64_t>(indices.size()), C = shape_.channels,
+                     H = shape_.height, W = shape_.width;
+  // Fields stored in fewer bytes (bf16 packed samples) travel so, and the backend's copy widens
+  // them, where it converts float types (on a GPU, as the kernel that reorders them).
+  const DType stored = prefetcher.source().stored_dtype();
+  const bool as_stored = stored != DType::f32 && backend_.operand_rules().copy_converts_float_types;
+  const DType host_dtype = as_stored ? stored : DType::f32;
+  if (!staged_host_fields_.defined() || staged_host_fields_.n() != n ||
+      staged_host_fields_.dtype() != host_dtype) {
+    staged_host_fields_ = backend_.empty_host({n, C, H, W}, host_dtype, Layout::nchw);
+    staged_host_labels_ =
+        backend_.empty_host({n, 1, H, W}, DType::i32, backend_.activation_layout());
+  }
+  ensure_tensor(backend_, staged_fields_, {n, C, H, W});
+  ensure_tensor(backend_, staged_labels_, {n, 1, H, W}, DType::i32);
+  staged_.emplace(Staged{std::move(indices), backend_.start_upload(), {}});
+  staged_->done = std::async(std::launch::async, [this, &prefetcher, policy, as_stored,
+                                                  &upload = *staged_->upload,
+                                                  order = staged_->indices] {
+    const std::size_t count = order.size();
+    const std::size_t plane = shape_.label_elements();
+    const std::size_t sample = shape_.field_elements() * dtype_size(staged_host_fields_.dtype());
+    const std::size_t threads = count * sample >= kParallelTakeBytes ? take_threads(count) : 1;
+    std::vector<std::optional<SkippedSample>> skipped(count);
+    auto take_every = [&](std::size_t first) {
+      double wait_s = 0;
+      for (std::size_t i = first; i < count; i += threads)
+        skipped[i] = take_sample(
+            prefetcher, order[i], policy, as_stored,
+            std::span<std::byte>(static_cast<std::byte*>(staged_host_fields_.raw()) + i * sample,
+                                 sample),
+            std::span<std::int32_t>(staged_host_labels_.data<std::int32_t>() + i * plane, plane),
+            wait_s);
+    };
+    {
+      std::vector<std::future<void>> helpers;
+      for (std::size_t t = 1; t < threads; ++t)
+        helpers.push_back(std::async(std::launch::async, take_every, t));
+      take_every(0);
+      for (auto& helper : helpers) helper.get();
+    }
+    BatchLoad load;
+    load.staged = true;
+    for (auto& sample_skipped : skipped)
+      if (sample_skipped) load.skipped.push_back(std::move(*sample_skipped));
+    upload.copy(staged_host_fields_, staged_fields_);
+    upload.copy(staged_host_labels_, staged_labels_);
+    load.input_device_s = upload.finish();
+    return load;
+  });
+}
+
+void BatchAssembler::drop_staged() {
+  if (!staged_) return;
+  staged_->done.wait();  // its error, if any, belonged to a batch nobody takes
+  staged_.reset();
 }
 
 }  // namespace hardy::core
@@ -105,6 +217,13 @@ void SampleRange::load(std::size_t index, std::span<float> fields_chw,
   if (index >= count_)
     throw InvalidArgument(fmt::format("sample {} is outside {}", index, describe()));
   source_.load(first_ + index, fields_chw, labels_hw);
+}
+
+void SampleRange::load_stored(std::size_t index, std::span<std::byte> fields_chw,
+                              std::span<std::int32_t> labels_hw) const {
+  if (index >= count_)
+    throw InvalidArgument(fmt::format("sample {} is outside {}", index, describe()));
+  source_.load_stored(first_ + index, fields_chw, labels_hw);
 }
 
 std::string SampleRange::describe() const {

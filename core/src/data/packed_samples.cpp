@@ -244,6 +244,18 @@ std::string PackedSamples::describe() const {
 void PackedSamples::load(std::size_t index, std::span<float> fields_chw,
                          std::span<std::int32_t> labels_hw) const {
   check_load_arguments(index, fields_chw, labels_hw);
+  read_sample(index, fields_chw, {}, labels_hw);
+}
+
+void PackedSamples::load_stored(std::size_t index, std::span<std::byte> fields_chw,
+                                std::span<std::int32_t> labels_hw) const {
+  check_stored_arguments(index, fields_chw, labels_hw);
+  read_sample(index, {}, fields_chw, labels_hw);
+}
+
+void PackedSamples::read_sample(std::size_t index, std::span<float> widened,
+                                std::span<std::byte> stored_out,
+                                std::span<std::int32_t> labels_hw) const {
   const fs::path& source = files_[index];
   const auto [path, copy_note] = location_.of(source);
   const auto bad = [&](const std::string& reason) {
@@ -267,32 +279,47 @@ void PackedSamples::load(std::size_t index, std::span<float> fields_chw,
     bad(fmt::format("is not a packed bf16 sample of {} (its header says {}x{}x{}, version {})",
                     to_string(shape_), header.channels, header.height, header.width,
                     header.version));
-  // Read in pieces that stay in the core's cache and widened from there into the output: the
-  // memory sees the file's bytes once and the fp32 values once.
-  const std::size_t n = fields_chw.size(), pixels = labels_hw.size();
-  constexpr std::size_t kPiece = std::size_t{128} << 10;  // values: 256 KiB of bf16
-  thread_local std::vector<std::uint16_t> stored;
-  thread_local std::vector<std::int8_t> stored_labels;
-  stored.resize(kPiece);
+  const std::size_t n = shape_.field_elements(), pixels = labels_hw.size();
   unsigned non_finite = 0;
-  for (std::size_t at = 0; at < n; at += kPiece) {
-    const std::size_t count = std::min(kPiece, n - at);
-    problem = read_exactly(fd.get(), stored.data(), 2 * count, sizeof header + 2 * at);
+  const auto check_words = [&](const std::uint16_t* words, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i)
+      non_finite |= static_cast<unsigned>((words[i] & 0x7f80u) == 0x7f80u);
+  };
+  const std::uint16_t* stored_words = nullptr;
+  if (!stored_out.empty()) {
+    // As stored: one read into the caller's memory (pinned, for a device to copy from).
+    problem = read_exactly(fd.get(), stored_out.data(), 2 * n, sizeof header);
     if (!problem.empty()) bad(problem);
-    for (std::size_t i = 0; i < count; ++i) {
-      non_finite |= static_cast<unsigned>((stored[i] & 0x7f80u) == 0x7f80u);
-      fields_chw[at + i] = std::bit_cast<float>(static_cast<std::uint32_t>(stored[i]) << 16);
+    stored_words = reinterpret_cast<const std::uint16_t*>(stored_out.data());
+    check_words(stored_words, n);
+  } else {
+    // Read in pieces that stay in the core's cache and widened from there into the output: the
+    // memory sees the file's bytes once and the fp32 values once.
+    constexpr std::size_t kPiece = std::size_t{128} << 10;  // values: 256 KiB of bf16
+    thread_local std::vector<std::uint16_t> stored;
+    stored.resize(kPiece);
+    for (std::size_t at = 0; at < n; at += kPiece) {
+      const std::size_t count = std::min(kPiece, n - at);
+      problem = read_exactly(fd.get(), stored.data(), 2 * count, sizeof header + 2 * at);
+      if (!problem.empty()) bad(problem);
+      check_words(stored.data(), count);
+      for (std::size_t i = 0; i < count; ++i)
+        widened[at + i] = std::bit_cast<float>(static_cast<std::uint32_t>(stored[i]) << 16);
     }
   }
   if (non_finite != 0) {
-    const auto at =
-        static_cast<std::size_t>(std::find_if(fields_chw.begin(), fields_chw.end(),
-                                              [](float v) { return !std::isfinite(v); }) -
-                                 fields_chw.begin());
+    const auto value = [&](std::size_t i) {
+      return stored_words != nullptr
+                 ? std::bit_cast<float>(static_cast<std::uint32_t>(stored_words[i]) << 16)
+                 : widened[i];
+    };
+    std::size_t at = 0;
+    while (std::isfinite(value(at))) ++at;
     const std::size_t plane = static_cast<std::size_t>(shape_.height) * shape_.width;
-    bad(fmt::format("has a non-finite field ({}) in channel {} at row {}, column {}",
-                    fields_chw[at], at / plane, at % plane / shape_.width, at % shape_.width));
+    bad(fmt::format("has a non-finite field ({}) in channel {} at row {}, column {}", value(at),
+                    at / plane, at % plane / shape_.width, at % shape_.width));
   }
+  thread_local std::vector<std::int8_t> stored_labels;
   stored_labels.resize(pixels);
   problem = read_exactly(fd.get(), stored_labels.data(), pixels, sizeof header + 2 * n);
   if (!problem.empty()) bad(problem);

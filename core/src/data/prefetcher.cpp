@@ -114,9 +114,9 @@ void SamplePrefetcher::work() {
     lock.unlock();
     std::exception_ptr error;
     try {
-      buffer.fields.resize(source_.shape().field_elements());
+      buffer.fields.resize(source_.shape().field_elements() * dtype_size(source_.stored_dtype()));
       buffer.labels.resize(source_.shape().label_elements());
-      source_.load(index, buffer.fields, buffer.labels);
+      source_.load_stored(index, buffer.fields, buffer.labels);
     } catch (...) {
       error = std::current_exception();
     }
@@ -139,10 +139,17 @@ void SamplePrefetcher::work() {
   }
 }
 
-void SamplePrefetcher::load_synchronously(std::size_t index, std::span<float> fields_chw,
+void SamplePrefetcher::load_synchronously(std::size_t index, std::span<float> widened,
+                                          std::span<std::byte> stored,
                                           std::span<std::int32_t> labels_hw) {
+  const auto load = [&] {
+    if (stored.empty())
+      source_.load(index, widened, labels_hw);
+    else
+      source_.load_stored(index, stored, labels_hw);
+  };
   if (workers_.empty()) {  // no worker can be inside load(): this thread owns the source
-    source_.load(index, fields_chw, labels_hw);
+    load();
     return;
   }
   {
@@ -160,18 +167,30 @@ void SamplePrefetcher::load_synchronously(std::size_t index, std::span<float> fi
       self.work_ready_.notify_all();
     }
   } done{*this};
-  source_.load(index, fields_chw, labels_hw);
+  load();
 }
 
 double SamplePrefetcher::take(std::size_t index, std::span<float> fields_chw,
                               std::span<std::int32_t> labels_hw) {
+  return take_into(index, fields_chw, {}, labels_hw);
+}
+
+double SamplePrefetcher::take_stored(std::size_t index, std::span<std::byte> fields_chw,
+                                     std::span<std::int32_t> labels_hw) {
+  return take_into(index, {}, fields_chw, labels_hw);
+}
+
+double SamplePrefetcher::take_into(std::size_t index, std::span<float> widened,
+                                   std::span<std::byte> stored, std::span<std::int32_t> labels_hw) {
   const auto start = std::chrono::steady_clock::now();
-  if (fields_chw.size() != source_.shape().field_elements() ||
+  const std::size_t values =
+      stored.empty() ? widened.size() : stored.size() / dtype_size(source_.stored_dtype());
+  if (values != source_.shape().field_elements() ||
       labels_hw.size() != source_.shape().label_elements())
     throw InvalidArgument(
         fmt::format("sample {} of {}: spans of {} and {} elements, expected {} "
                     "and {}",
-                    index, source_.describe(), fields_chw.size(), labels_hw.size(),
+                    index, source_.describe(), values, labels_hw.size(),
                     source_.shape().field_elements(), source_.shape().label_elements()));
   std::unique_lock lock(mutex_);
   const auto planned = std::find(plan_.begin(), plan_.end(), index);
@@ -181,7 +200,7 @@ double SamplePrefetcher::take(std::size_t index, std::span<float> fields_chw,
     if (planned != plan_.end()) plan_.erase(planned);
     lock.unlock();
     work_ready_.notify_all();  // the plan's window moved on
-    load_synchronously(index, fields_chw, labels_hw);
+    load_synchronously(index, widened, stored, labels_hw);
     return seconds_since(start);
   }
   plan_.erase(planned);
@@ -191,7 +210,10 @@ double SamplePrefetcher::take(std::size_t index, std::span<float> fields_chw,
   lock.unlock();
   Slot& slot = node.mapped();
   if (!slot.error) {  // copied outside the lock: the workers go on meanwhile
-    std::copy(slot.buffer.fields.begin(), slot.buffer.fields.end(), fields_chw.begin());
+    if (stored.empty())
+      widen_stored(source_.stored_dtype(), slot.buffer.fields, widened);
+    else
+      std::copy(slot.buffer.fields.begin(), slot.buffer.fields.end(), stored.begin());
     std::copy(slot.buffer.labels.begin(), slot.buffer.labels.end(), labels_hw.begin());
   }
   lock.lock();

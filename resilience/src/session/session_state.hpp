@@ -47,8 +47,10 @@ struct CommittedStep {
   StepOutcome outcome{};
   Clock::time_point started;  // the step's time runs until its metrics line is written
   // compute_s runs from the draw of the batch to the end of backward: data_wait_s and
-  // input_copy_s are parts of it.
-  double compute_s = 0, allreduce_s = 0, data_wait_s = 0, input_copy_s = 0;
+  // input_copy_s are parts of it. input_device_s: the device's time for the batch's copy when it
+  // was staged during the previous step (beside that step's kernels, not part of compute_s).
+  double compute_s = 0, allreduce_s = 0, data_wait_s = 0, input_copy_s = 0, input_device_s = 0;
+  bool input_staged = false;
   float lr = 0;
   long skipped_samples = 0;
   // The optimizer update, run once every survivor agreed on the step: until then the live state

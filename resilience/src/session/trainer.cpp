@@ -52,28 +52,53 @@ const core::GlobalBatch& Trainer::draw_batch(std::size_t global_batch) {
   return slot.batch;
 }
 
+Trainer::~Trainer() {
+  // A staged batch's loads read from the prefetcher, which is destroyed first.
+  assembler_.drop_staged();
+}
+
 const core::BatchLoad& Trainer::load_batch(const Placement& placement) {
   StepSlot& slot = slots_[slot_after(computed_)];
   const std::vector<std::size_t> mine = placement(slot.batch);
-  announce_ahead(placement, mine, slot.batch.samples.size());
-  slot.computed.load =
-      assembler_.load(prefetcher_, mine, fields_, labels_, core::BadSamplePolicy::skip);
+  const std::size_t global_batch = slot.batch.samples.size();
+  if (assembler_.is_staged(mine)) {
+    // Loaded and copied while the previous step computed; the loaders go on after it.
+    slot.computed.load =
+        assembler_.load(prefetcher_, mine, fields_, labels_, core::BadSamplePolicy::skip);
+    stage(announce_ahead(placement, {}, global_batch));
+  } else {
+    const auto next = announce_ahead(placement, mine, global_batch);
+    slot.computed.load =
+        assembler_.load(prefetcher_, mine, fields_, labels_, core::BadSamplePolicy::skip);
+    stage(next);
+  }
   slot.computed.samples = mine.size() - slot.computed.load.skipped.size();
   return slot.computed.load;
 }
 
-void Trainer::announce_ahead(const Placement& placement, const std::vector<std::size_t>& mine,
-                             std::size_t global_batch) {
-  if (config_.prefetch_batches == 0) return;
-  // A shrink makes this rank's share larger; the depth follows, in whole steps.
-  prefetcher_.set_depth(static_cast<std::size_t>(config_.prefetch_batches) * mine.size());
+void Trainer::stage(std::vector<std::size_t> next) {
+  // Without prefetching every load is the caller's own (--prefetch-batches 0).
+  if (config_.prefetch_batches == 0 || next.empty()) return;
+  if (!config_.overlap_input.value_or(backend_->device() != core::Device::host)) return;
+  assembler_.stage(prefetcher_, std::move(next), core::BadSamplePolicy::skip);
+}
+
+std::vector<std::size_t> Trainer::announce_ahead(const Placement& placement,
+                                                 const std::vector<std::size_t>& mine,
+                                                 std::size_t global_batch) {
+  if (config_.prefetch_batches == 0) return {};
   std::vector<std::size_t> plan = mine;
+  std::vector<std::size_t> next;
   core::EpochSampler ahead = sampler_;
   for (long k = 0; k < config_.prefetch_batches; ++k) {
-    const auto next = placement(ahead.next(global_batch));
-    plan.insert(plan.end(), next.begin(), next.end());
+    const auto share = placement(ahead.next(global_batch));
+    if (k == 0) next = share;
+    plan.insert(plan.end(), share.begin(), share.end());
   }
+  // A shrink makes this rank's share larger; the depth follows, in whole steps.
+  prefetcher_.set_depth(static_cast<std::size_t>(config_.prefetch_batches) * next.size());
   prefetcher_.announce(plan);
+  return next;
 }
 
 double Trainer::compute(float grad_scale, const GradientReady& on_ready) {

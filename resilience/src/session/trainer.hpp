@@ -58,6 +58,7 @@ class Trainer {
   // threads the kernels and the loaders use.
   Trainer(const TrainingConfig& config, comm::Communicator& comm, const core::SampleSource& train,
           ThreadSplit threads);
+  ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -74,8 +75,12 @@ class Trainer {
   // The batch of the oldest computed step, the one being finished (with lag, not batch()).
   const core::GlobalBatch& oldest_batch() const { return slots_[oldest_slot_].batch; }
   // This rank's share of the drawn batch into the input tensors. The prefetcher is told this step's
-  // samples and those of the next --prefetch-batches steps, read from a copy of the sampler.
-  // Bad samples are always skipped here: whether one ends the job is decided by every rank.
+  // samples and those of the next --prefetch-batches steps, read from a copy of the sampler, and
+  // the next step's share starts loading into a second pair of input tensors, with its copy to
+  // the device, while this step computes; the next call takes it if its share is the same (after
+  // a rollback, a restore or a shrink it is not, and it loads afresh: a sample's content depends
+  // on its index alone). Bad samples are always skipped here: whether one ends the job is
+  // decided by every rank.
   const core::BatchLoad& load_batch(const Placement& placement);
   // Forward pass, loss and backward pass, each gradient handed to the reducer as soon as it is
   // ready. `grad_scale` divides the loss gradient (by the global batch's pixels); the loss scale
@@ -162,8 +167,14 @@ class Trainer {
     return (oldest_slot_ + static_cast<std::size_t>(computed)) % slots_.size();
   }
   void forget_computed_steps();
-  void announce_ahead(const Placement& placement, const std::vector<std::size_t>& mine,
-                      std::size_t global_batch);
+  // Tells the prefetcher this rank's samples: `mine` (empty when already taken) and those of the
+  // next --prefetch-batches steps, read from a copy of the sampler. Returns the next step's.
+  std::vector<std::size_t> announce_ahead(const Placement& placement,
+                                          const std::vector<std::size_t>& mine,
+                                          std::size_t global_batch);
+  // Starts loading the next step's share and its copy to the backend while this step computes
+  // (core::BatchAssembler::stage); taken by the next load_batch() if the plan still holds.
+  void stage(std::vector<std::size_t> next);
 
   const TrainingConfig& config_;
   std::unique_ptr<core::Backend> backend_;

@@ -587,6 +587,8 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
   done.compute_s = seconds_since(started);
   done.data_wait_s = input.data_wait_s;
   done.input_copy_s = input.input_copy_s;
+  done.input_device_s = input.input_device_s;
+  done.input_staged = input.staged;
 }
 
 void TrainingSession::State::start_domain_exchange(long this_step, std::size_t global_batch,
@@ -933,6 +935,8 @@ void TrainingSession::State::keep_metrics_line(const CommittedStep& done, double
                             {"compute_s", done.compute_s},
                             {"data_wait_s", done.data_wait_s},
                             {"input_copy_s", done.input_copy_s},
+                            {"input_device_s", done.input_device_s},
+                            {"input_staged", done.input_staged},
                             {"allreduce_s", done.allreduce_s},
                             {"snapshot_s", last_snapshot_s + snapshot_write_cpu_s},
                             {"snapshot_stall_s", last_snapshot_s},

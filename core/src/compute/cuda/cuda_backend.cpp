@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "compute/cuda/cuda_support.hpp"
 #include "hardy/core/support/error.hpp"
@@ -125,6 +126,86 @@ cudaMemcpyKind copy_kind(const Tensor& src, const Tensor& dst) {
 
 }  // namespace
 
+void CudaBackend::Impl::convert_async(const Tensor& src, const Tensor& dst, void* to,
+                                      cuda::DeviceScratch& scratch, cudaStream_t on) {
+  const void* from = src.raw();
+  if (src.device() == Device::host) {
+    void* staged = scratch.get(src.bytes());
+    HARDY_CUDA_CHECK(cudaMemcpyAsync(staged, src.raw(), src.bytes(), cudaMemcpyHostToDevice, on));
+    from = staged;
+  }
+  if (src.rank() == 4 && !same_memory_order(src, dst))
+    convert_permute(from, src.dtype(), src.layout() == Layout::nhwc, to, dst.dtype(),
+                    dst.layout() == Layout::nhwc, src.n(), src.c(), src.h(), src.w(), on);
+  else
+    convert_permute(from, src.dtype(), false, to, dst.dtype(), false, src.numel(), 1, 1, 1, on);
+}
+
+namespace {
+
+// start_upload()'s copies, on the lane's stream: it waits (on the device) for the work queued
+// on the backend's stream before the start, and the backend's stream waits for its end.
+class CudaInputUpload final : public InputUpload {
+ public:
+  CudaInputUpload(CudaBackend::Impl& impl, const OperandRules& rules)
+      : InputUpload(rules), impl_(impl), lane_(*impl.upload_lane) {
+    if (lane_.in_use)
+      throw Error("start_upload: the previous upload of this CUDA backend is still running");
+    HARDY_CUDA_CHECK(cudaSetDevice(impl_.device));
+    lane_.queued.record(impl_.s());
+    lane_.queued.make_wait(lane_.stream->get());
+    lane_.in_use = true;
+  }
+  // An upload dropped before hand_over() (its loads failed, or the batch was not wanted) may
+  // still be reading its host source: the caller reuses that memory next.
+  ~CudaInputUpload() override {
+    if (!finished_) cudaStreamSynchronize(lane_.stream->get());
+    lane_.in_use = false;
+  }
+  double finish() override {
+    HARDY_CUDA_CHECK(cudaSetDevice(impl_.device));
+    lane_.end.record(lane_.stream->get());
+    HARDY_CUDA_CHECK(cudaEventSynchronize(lane_.end.get()));
+    finished_ = true;
+    if (!copied_) return 0.0;
+    float ms = 0;
+    HARDY_CUDA_CHECK(cudaEventElapsedTime(&ms, lane_.start.get(), lane_.end.get()));
+    return ms / 1e3;
+  }
+  void hand_over() override {
+    if (!finished_) throw Error("InputUpload::hand_over before finish");
+    HARDY_CUDA_CHECK(cudaSetDevice(impl_.device));
+    lane_.end.make_wait(impl_.s());
+  }
+
+ protected:
+  void do_copy(const Tensor& src, Tensor& dst) override {
+    HARDY_CUDA_CHECK(cudaSetDevice(impl_.device));
+    // Timed from the first copy: before it the stream idles while the host loads the batch.
+    if (!std::exchange(copied_, true)) lane_.start.record(lane_.stream->get());
+    if (src.dtype() == dst.dtype() && same_memory_order(src, dst))
+      HARDY_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.bytes(), cudaMemcpyHostToDevice,
+                                       lane_.stream->get()));
+    else
+      impl_.convert_async(src, dst, dst.raw(), lane_.staging, lane_.stream->get());
+  }
+
+ private:
+  CudaBackend::Impl& impl_;
+  cuda::UploadLane& lane_;
+  bool copied_ = false, finished_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<InputUpload> CudaBackend::do_start_upload() {
+  if (!impl_->upload_lane) {
+    HARDY_CUDA_CHECK(cudaSetDevice(impl_->device));
+    impl_->upload_lane = std::make_unique<cuda::UploadLane>();
+  }
+  return std::make_unique<CudaInputUpload>(*impl_, operand_rules());
+}
+
 void CudaBackend::do_copy(const Tensor& src, Tensor& dst) {
   constexpr std::string_view operation = "copy";
   const bool convert = src.dtype() != dst.dtype();
@@ -143,19 +224,8 @@ void CudaBackend::do_copy(const Tensor& src, Tensor& dst) {
   }
   // Conversions run on the device: a host source is uploaded first, a host destination gets
   // the converted result downloaded.
-  const void* from = src.raw();
-  if (src.device() == Device::host) {
-    void* staged = impl_->staging.get(src.bytes());
-    impl_->copy_async(staged, src.raw(), src.bytes(), cudaMemcpyHostToDevice);
-    from = staged;
-  }
   void* to = to_host ? impl_->staging_out.get(dst.bytes()) : dst.raw();
-  if (src.rank() == 4 && reorder)
-    convert_permute(from, src.dtype(), src.layout() == Layout::nhwc, to, dst.dtype(),
-                    dst.layout() == Layout::nhwc, src.n(), src.c(), src.h(), src.w(), impl_->s());
-  else
-    convert_permute(from, src.dtype(), false, to, dst.dtype(), false, src.numel(), 1, 1, 1,
-                    impl_->s());
+  impl_->convert_async(src, dst, to, impl_->staging, impl_->s());
   if (to_host) {
     impl_->copy_async(dst.raw(), to, dst.bytes(), cudaMemcpyDeviceToHost);
     impl_->wait("copy to the host");

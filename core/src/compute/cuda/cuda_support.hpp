@@ -105,6 +105,18 @@ class PinnedBuffer final : public OwnedBuffer {
   }
 };
 
+// What CudaBackend::start_upload's copies run with, made at the first upload and reused: a
+// stream of their own, device memory for a host batch before its conversion, and events (the
+// work queued before the start; the copies' start and end, timed).
+struct UploadLane {
+  UploadLane()
+      : stream(std::make_shared<const Stream>()), staging(stream), start(true), end(true) {}
+  std::shared_ptr<const Stream> stream;
+  DeviceScratch staging;
+  Event queued, start, end;
+  bool in_use = false;  // an upload holds the lane (one at a time)
+};
+
 // ---- convolution plans ----
 enum class ConvKind : int { forward, backward_data, backward_weights };
 
@@ -162,10 +174,15 @@ struct CudaBackend::Impl {
   cuda::DeviceScratch sums;         // double results of channel reductions, group terms
   cuda::DeviceScratch small;        // flags, class weights, per-block partials, coefficients
   cuda::PinnedBuffer pinned;        // small results on their way to the host
+  std::unique_ptr<cuda::UploadLane> upload_lane;  // start_upload()'s, made at the first
 
   cudaStream_t s() const { return stream->get(); }
   // cudaMemcpyAsync on the stream, checked.
   void copy_async(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
+  // src (on the host or the device) converted into device memory `to` laid out as dst, on
+  // `stream`: dtype and layout conversions run as a kernel; a host source goes through `staging`.
+  void convert_async(const Tensor& src, const Tensor& dst, void* to, cuda::DeviceScratch& staging,
+                     cudaStream_t stream);
   // Waits for the stream; `why` names the operation in an error message.
   void wait(const char* why) { stream->synchronize(why); }
   const cuda::LinearTaps& linear_taps(std::int64_t in_size, std::int64_t out_size);

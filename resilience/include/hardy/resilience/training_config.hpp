@@ -63,6 +63,11 @@ struct TrainingConfig {
   // steps to loader_threads background threads (0 steps: every sample loads in the step).
   long prefetch_batches = 2;
   int loader_threads = 0;  // 0 = auto (split_host_threads)
+  // Whether the next step's batch is taken from the loaders and copied into a second pair of
+  // input tensors while the step computes (core::BatchAssembler::stage). nullopt = auto: with a
+  // backend on a device, whose copies run beside its kernels; not on the CPU backend, whose
+  // kernels take every core the loaders leave.
+  std::optional<bool> overlap_input;
   core::BadSamplePolicy bad_samples = core::BadSamplePolicy::fail;
 
   core::ModelConfig model;

@@ -140,6 +140,37 @@ struct AdamStep {
   long step;
 };
 
+class Backend;
+
+// A batch's copy into a backend's tensors that runs beside the backend's kernels: started on the
+// thread that queues them (Backend::start_upload), filled from another (the next step's input,
+// loaded while this step computes), handed back to the first. On a GPU the copies run on a
+// stream of their own, ordered after the work queued before the start and before the work
+// queued after hand_over(), with no host wait on either side; on the CPU, whose copies and
+// kernels share the cores, hand_over() makes them.
+class InputUpload {
+ public:
+  virtual ~InputUpload() = default;
+  InputUpload(const InputUpload&) = delete;
+  InputUpload& operator=(const InputUpload&) = delete;
+  // From one thread (any): queues host `src` into the backend's `dst`, converted as
+  // Backend::copy converts. `src` must stay unchanged until hand_over() returns; `dst` must not
+  // be used by work queued after the start until hand_over().
+  void copy(const Tensor& src, Tensor& dst);
+  // From the same thread, after the copies: waits until they are done on the device and returns
+  // the device's seconds for them (measured with events; 0 where nothing runs apart).
+  virtual double finish() = 0;
+  // From the thread that queues the backend's work, after finish(): later work sees the copies.
+  virtual void hand_over() = 0;
+
+ protected:
+  explicit InputUpload(const OperandRules& rules) : rules_(rules) {}
+  virtual void do_copy(const Tensor& src, Tensor& dst) = 0;
+
+ private:
+  const OperandRules& rules_;
+};
+
 class Backend {
  public:
   explicit Backend(const OperandRules& rules) : rules_(rules) {}
@@ -169,6 +200,9 @@ class Backend {
   // the CPU.
   Tensor empty_host(std::vector<std::int64_t> dims, DType dtype, Layout layout);
   void fill(Tensor& t, float value);
+  // From the thread that queues this backend's work: an upload whose copies wait for the work
+  // queued so far (which may still read their destinations). One at a time on a GPU.
+  std::unique_ptr<InputUpload> start_upload() { return do_start_upload(); }
   // Waits until all queued work is done (a no-op on the CPU).
   void synchronize() { do_synchronize(); }
 
@@ -247,6 +281,8 @@ class Backend {
     return Tensor::host(std::move(dims), dtype, layout);
   }
   virtual void do_fill(Tensor& t, float value) = 0;
+  // Copies made by hand_over() on the calling thread (a backend without a device of its own).
+  virtual std::unique_ptr<InputUpload> do_start_upload();
   virtual void do_synchronize() {}
 
   virtual void do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,

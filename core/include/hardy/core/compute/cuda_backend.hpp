@@ -88,6 +88,7 @@ class CudaBackend final : public Backend {
   void do_copy_many(std::span<const Tensor* const> src, std::span<Tensor* const> dst) override;
   Tensor do_empty_host(std::vector<std::int64_t> dims, DType dtype, Layout layout) override;
   void do_fill(Tensor& t, float value) override;
+  std::unique_ptr<InputUpload> do_start_upload() override;
   void do_synchronize() override;
 
   void do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,

@@ -39,6 +39,7 @@ class ForwardingBackend : public Backend {
     return inner_.do_empty_host(std::move(dims), dtype, layout);
   }
   void do_fill(Tensor& t, float value) override { inner_.do_fill(t, value); }
+  std::unique_ptr<InputUpload> do_start_upload() override { return inner_.do_start_upload(); }
   void do_synchronize() override { inner_.do_synchronize(); }
 
   void do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,

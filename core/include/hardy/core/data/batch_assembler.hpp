@@ -1,4 +1,8 @@
 #pragma once
+#include <algorithm>
+#include <future>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,6 +32,10 @@ struct BatchLoad {
   // its layout, on a GPU the copy from host memory (host time: from pageable memory the call
   // returns once the bytes are staged).
   double input_copy_s = 0;
+  // A staged batch (BatchAssembler::stage): the device's seconds for its copy, measured with
+  // events on the copy's own stream (0 on the CPU, whose copy is input_copy_s).
+  double input_device_s = 0;
+  bool staged = false;  // loaded and copied while the previous step computed
   std::vector<SkippedSample> skipped;
 };
 
@@ -41,10 +49,42 @@ class BatchAssembler {
             Tensor& labels);
   // Takes the samples from `prefetcher` (training). Under `skip`, a BadSample leaves its sample
   // with fields 0 and labels kIgnoreLabel, and is reported; any other error propagates.
+  // A batch staged with these indices is taken instead (its tensors swapped with `fields` and
+  // `labels`, whose memory the next stage() fills); any other staged batch is dropped first.
   BatchLoad load(SamplePrefetcher& prefetcher, std::span<const std::size_t> indices, Tensor& fields,
                  Tensor& labels, BadSamplePolicy policy = BadSamplePolicy::fail);
 
+  // Starts taking `indices` from `prefetcher` on a thread of its own, into a host batch in the
+  // memory the backend copies from fastest, and their copy into a second pair of input tensors
+  // beside the backend's work (Backend::start_upload): the next step's input, while this step
+  // computes. Call it on the thread that queues the backend's work, after this step's work that
+  // reads the input tensors was queued. Replaces a staged batch not yet taken.
+  void stage(SamplePrefetcher& prefetcher, std::vector<std::size_t> indices,
+             BadSamplePolicy policy = BadSamplePolicy::fail);
+  // Whether the staged batch (ready or still loading) holds exactly these indices.
+  bool is_staged(std::span<const std::size_t> indices) const {
+    return staged_ && std::ranges::equal(staged_->indices, indices);
+  }
+  // Waits for a staged batch and forgets it, e.g. before the prefetcher it takes from goes away.
+  void drop_staged();
+  ~BatchAssembler() { drop_staged(); }
+  BatchAssembler(const BatchAssembler&) = delete;
+  BatchAssembler& operator=(const BatchAssembler&) = delete;
+
  private:
+  struct Staged {
+    std::vector<std::size_t> indices;
+    std::unique_ptr<InputUpload> upload;
+    std::future<BatchLoad> done;  // the loads and the copy, on their own thread
+  };
+  // Takes sample `index` from the prefetcher into its place in a host batch (f32 fields, or as
+  // the source stores them), adding the wait to wait_s; under `skip` a BadSample leaves the
+  // sample with fields 0 and labels kIgnoreLabel and is returned, any other error propagates.
+  static std::optional<SkippedSample> take_sample(SamplePrefetcher& prefetcher, std::size_t index,
+                                                  BadSamplePolicy policy, bool as_stored,
+                                                  std::span<std::byte> fields,
+                                                  std::span<std::int32_t> labels, double& wait_s);
+
   // Fills every sample i through load_sample(i, fields_chw, labels_hw), converts to the
   // backend's layout and copies to the backend's tensors.
   template <class LoadSample>
@@ -55,6 +95,9 @@ class BatchAssembler {
   SampleShape shape_;
   Tensor host_fields_, host_labels_;
   double last_copy_s_ = 0;  // assemble()'s copy into the backend's tensors
+  // stage()'s own host batch and input tensors (swapped with the caller's when taken).
+  Tensor staged_host_fields_, staged_host_labels_, staged_fields_, staged_labels_;
+  std::optional<Staged> staged_;
 };
 
 }  // namespace hardy::core
@@ -73,6 +116,9 @@ class SampleRange final : public SampleSource {
   std::string describe() const override;
   std::vector<std::string> channel_names() const override { return source_.channel_names(); }
   int load_concurrency() const override { return source_.load_concurrency(); }
+  DType stored_dtype() const override { return source_.stored_dtype(); }
+  void load_stored(std::size_t index, std::span<std::byte> fields_chw,
+                   std::span<std::int32_t> labels_hw) const override;
 
  private:
   const SampleSource& source_;

@@ -72,11 +72,19 @@ class PackedSamples final : public SampleSource, public SampleFiles {
   std::string describe() const override;
   std::vector<std::string> channel_names() const override { return channel_names_; }
   int load_concurrency() const override { return 1 << 20; }
+  // bf16, read as stored: one read, nothing widened (each value still checked).
+  DType stored_dtype() const override { return DType::bf16; }
+  void load_stored(std::size_t index, std::span<std::byte> fields_chw,
+                   std::span<std::int32_t> labels_hw) const override;
 
   const std::vector<std::filesystem::path>& files() const override { return files_; }
   void set_file_locator(FileLocator locator) override;
 
  private:
+  // Exactly one of `widened` (f32) and `stored` (bf16 words) is given.
+  void read_sample(std::size_t index, std::span<float> widened, std::span<std::byte> stored,
+                   std::span<std::int32_t> labels_hw) const;
+
   std::filesystem::path root_;
   std::string split_;
   std::string source_;

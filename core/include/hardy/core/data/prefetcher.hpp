@@ -45,6 +45,10 @@ class SamplePrefetcher {
   // running; one never announced, or not yet started, loads synchronously on the caller's thread.
   // An exception of a background load (BadSample, IoError, ...) is rethrown here, unchanged.
   double take(std::size_t index, std::span<float> fields_chw, std::span<std::int32_t> labels_hw);
+  // The same with the fields as the source stores them (SampleSource::load_stored): the loaders
+  // load them so, and take() widens them.
+  double take_stored(std::size_t index, std::span<std::byte> fields_chw,
+                     std::span<std::int32_t> labels_hw);
 
   // Changes the depth (e.g. when a shrink makes each rank's share of the batch larger). Loads
   // already running complete; buffers beyond the new depth are freed as they come back.
@@ -56,7 +60,7 @@ class SamplePrefetcher {
 
  private:
   struct Buffer {
-    std::vector<float> fields;
+    std::vector<std::byte> fields;  // as the source stores them
     std::vector<std::int32_t> labels;
   };
   struct Slot {
@@ -71,7 +75,10 @@ class SamplePrefetcher {
   std::deque<std::size_t>::iterator next_to_load();
   Buffer acquire_buffer();               // mutex_ held
   void release_buffer(Buffer&& buffer);  // mutex_ held
-  void load_synchronously(std::size_t index, std::span<float> fields_chw,
+  // Exactly one of `widened` and `stored` is given.
+  double take_into(std::size_t index, std::span<float> widened, std::span<std::byte> stored,
+                   std::span<std::int32_t> labels_hw);
+  void load_synchronously(std::size_t index, std::span<float> widened, std::span<std::byte> stored,
                           std::span<std::int32_t> labels_hw);
 
   const SampleSource& source_;

@@ -30,6 +30,10 @@ class CachedSamples final : public SampleSource {
   std::vector<std::string> channel_names() const override { return source_->channel_names(); }
   // Misses go to the source under its own rule.
   int load_concurrency() const override { return source_->load_concurrency(); }
+  // Samples are kept as the source stores them (bf16 packed samples in half the memory).
+  DType stored_dtype() const override { return source_->stored_dtype(); }
+  void load_stored(std::size_t index, std::span<std::byte> fields_chw,
+                   std::span<std::int32_t> labels_hw) const override;
 
   std::size_t cached_bytes() const;
   // What it keeps samples of (staging hands a file source its node-local copies).
@@ -37,9 +41,14 @@ class CachedSamples final : public SampleSource {
 
  private:
   struct Sample {
-    std::vector<float> fields;
+    std::vector<std::byte> fields;  // as stored_dtype()
     std::vector<std::int32_t> labels;
   };
+  // The kept sample, or null.
+  const Sample* kept(std::size_t index) const;
+  // Keeps a loaded sample if the budget allows.
+  void keep(std::size_t index, std::span<const std::byte> fields,
+            std::span<const std::int32_t> labels) const;
   std::unique_ptr<SampleSource> source_;
   std::size_t budget_bytes_;
   std::size_t sample_bytes_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hardy/core/compute/labels.hpp"
+#include "hardy/core/compute/tensor.hpp"
 
 namespace hardy::core {
 
@@ -42,10 +43,25 @@ class SampleSource {
   // that owns the source may call it, 1 when any one thread at a time may (a library lock
   // serializes them anyway), more when loads run in parallel.
   virtual int load_concurrency() const { return 0; }
+  // The dtype the source holds fields in: f32, or bf16 for packed samples. load() always writes
+  // f32 (widening where needed); load_stored() writes the values as stored, so that a consumer
+  // that converts on a device moves half the bytes and converts nothing on the host.
+  virtual DType stored_dtype() const { return DType::f32; }
+  // As load(), with the fields in stored_dtype() (bf16: 16-bit words) in field_elements() times
+  // its size of bytes. The default serves f32 sources through load().
+  virtual void load_stored(std::size_t index, std::span<std::byte> fields_chw,
+                           std::span<std::int32_t> labels_hw) const;
 
  protected:
   void check_load_arguments(std::size_t index, std::span<float> fields_chw,
                             std::span<std::int32_t> labels_hw) const;
+  void check_stored_arguments(std::size_t index, std::span<std::byte> fields_chw,
+                              std::span<std::int32_t> labels_hw) const;
 };
+
+// A float viewed in its stored bytes (f32 fields handed around as bytes).
+std::span<float> as_floats(std::span<std::byte> bytes);
+// Fields as a source stores them (stored_dtype `dtype`) into f32.
+void widen_stored(DType dtype, std::span<const std::byte> stored, std::span<float> fields);
 
 }  // namespace hardy::core
