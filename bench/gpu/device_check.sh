@@ -140,6 +140,7 @@ fi
 if wanted feed; then
   part feed 240 python3 bench/gpu/feed_check.py --bin "$hardy_kit/bin" \
     --inputs "${HARDY_DEVICE_FEED_INPUTS:-deepcam,packed}" --samples 32 --steps 30 --skip 10 \
+    --loader-threads "${HARDY_DEVICE_FEED_LOADERS:-auto}" \
     ${HARDY_DEVICE_FEED_BEFORE:+--before "$HARDY_DEVICE_FEED_BEFORE"} --json "$out/gpu-feed.json"
 fi
 if wanted multirank; then

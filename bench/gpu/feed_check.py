@@ -76,7 +76,8 @@ def main():
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--skip", type=int, default=10, help="steps left out of the medians")
     parser.add_argument("--before", help="an older hardy, run on the same inputs first")
-    parser.add_argument("--loader-threads", default="auto")
+    parser.add_argument("--loader-threads", default="auto",
+                        help="comma-separated: each input runs with each (the newer build only)")
     parser.add_argument("--scratch", default="/dev/shm/hardy-feed-check")
     parser.add_argument("--json", help="results file (default bench/results/feed-<config>.json)")
     args = parser.parse_args()
@@ -107,23 +108,26 @@ def main():
              "--threads", str(min(16, os.cpu_count() or 1))], log)
 
     run_options = {"backend": args.backend, "steps": args.steps, "eval-samples": 0,
-                   "sample-cache-mib": 0, "snapshot-every": 0,
-                   "loader-threads": args.loader_threads, "log-every": 10}
+                   "sample-cache-mib": 0, "snapshot-every": 0, "log-every": 10}
     common = benchlib.option_list(MODEL, config, run_options)
     # A dataset's files set the sample size (a packed set refuses a window of its own).
     from_files = benchlib.option_list(
         MODEL, {k: v for k, v in config.items() if k not in ("height", "width")}, run_options)
+    loader_threads = args.loader_threads.split(",")
     print(f"{'input':<16} {'step ms':>8} {'compute':>8} {'wait':>8} {'copy':>8} {'to dev':>8} "
           f"{'samples/s':>10}")
     # The older build first on each input, so that both meet the same page cache.
-    builds = ([("before", args.before)] if args.before else []) + [("after", hardy)]
-    for name, (build, binary) in [(n, b) for n in inputs for b in builds]:
+    builds = ([("before", args.before, loader_threads[0])] if args.before else []) + [
+        ("after", hardy, threads) for threads in loader_threads]
+    for name, (build, binary, threads) in [(n, b) for n in inputs for b in builds]:
         label = name if build == "after" else f"{name}/before"
-        run_dir = os.path.join(args.scratch, f"run-{name}-{build}")
+        if len(loader_threads) > 1 and build == "after":
+            label += f"/{threads}"
+        run_dir = os.path.join(args.scratch, f"run-{label.replace('/', '-')}")
         source = (["--synthetic", "--samples", str(args.samples)] if name == "synthetic"
                   else ["--dataset", deepcam if name == "deepcam" else packed])
         run([binary, "train", *(common if name == "synthetic" else from_files), *source,
-             "--run-dir", run_dir], log)
+             "--loader-threads", threads, "--run-dir", run_dir], log)
         result = medians(os.path.join(run_dir, "metrics.jsonl"), args.skip)
         report["runs"][label] = result
         ms = {key: 1e3 * result.get(key, float("nan")) for key in METRICS}

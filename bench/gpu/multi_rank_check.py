@@ -28,7 +28,7 @@ domain 0 over the leaders' gloo group (device tensors staged through page-locked
 Each asserts exit 0, job_finished completed at the last step, every step committed once (with
 --domain-sync-every, every step committed and the last at the end), every complete epoch's samples
 exactly once (--audit-samples), and the final loss within 2% of the same job on the CPU backend
-(with --domain-sync-every: the last tenth's mean loss within 5%). On the GPU, every recovery inside
+(the domain jobs, whose loss depends on when the fault lands: the last tenth's mean within 5%). On the GPU, every recovery inside
 a job must name the NCCL path it took (device_communicator_rebuilt). The domain scenarios also
 assert that the lost domain healed and was admitted back and that every domain ends with the same
 parameter digest. Prints one line per scenario and exits 1 when any check failed.
@@ -193,10 +193,16 @@ def main():
                 # A resume logs again the steps past its checkpoint that the first phase committed.
                 checks["every step once"] = (sorted(set(committed)) == list(range(1, total + 1))
                                              if name == "resume" else committed == list(range(1, total + 1)))
+            if sync_every == 1 and name not in DOMAIN_JOBS:
                 checks["loss within 2% of the CPU"] = abs(final - reference_loss) <= 0.02 * abs(reference_loss)
             else:
-                checks["every step committed, the last at the end"] = (
-                    sorted(set(committed)) == list(range(1, total + 1)) and committed[-1] == total)
+                # The domain jobs lose domain 1 at a moment set by the clock, and domain 0 trains
+                # alone until it is back: one step's loss moves by a few percent from run to run
+                # (on the CPU too: 0.04695 after the kill against 0.04791 without), so the last
+                # tenth's mean is compared.
+                if sync_every != 1:
+                    checks["every step committed, the last at the end"] = (
+                        sorted(set(committed)) == list(range(1, total + 1)) and committed[-1] == total)
                 mine, theirs = mean_tail(metrics, total // 10), mean_tail(expected, total // 10)
                 final, reference_loss = mine, theirs
                 checks["last tenth's loss within 5% of the CPU"] = abs(mine - theirs) <= 0.05 * abs(theirs)

@@ -19,7 +19,8 @@ namespace {
 
 constexpr SampleShape kShape{16, 48, 64};
 
-// Sample i's field value k: i + (k % 64) / 64, exact in bf16; stored as bf16 or f32.
+// Sample i's field value k: i % 64 + (k % 64) / 64, stored as bf16 (rounded: load() widens
+// what load_stored() gives, as a source must) or as f32.
 class Fields final : public SampleSource {
  public:
   explicit Fields(DType stored) : stored_(stored) {}
@@ -31,6 +32,12 @@ class Fields final : public SampleSource {
   void load(std::size_t index, std::span<float> fields,
             std::span<std::int32_t> labels) const override {
     check_load_arguments(index, fields, labels);
+    if (stored_ == DType::bf16) {
+      std::vector<std::byte> stored(2 * fields.size());
+      load_stored(index, stored, labels);
+      widen_stored(DType::bf16, stored, fields);
+      return;
+    }
     for (std::size_t k = 0; k < fields.size(); ++k) fields[k] = value(index, k);
     for (std::size_t k = 0; k < labels.size(); ++k)
       labels[k] = static_cast<std::int32_t>((index + k) % 3);

@@ -286,16 +286,20 @@ void PackedSamples::read_sample(std::size_t index, std::span<float> widened,
       non_finite |= static_cast<unsigned>((words[i] & 0x7f80u) == 0x7f80u);
   };
   const std::uint16_t* stored_words = nullptr;
+  // Read in pieces that stay in the core's cache and checked (and widened) from there: the
+  // memory sees the file's bytes once, and the fp32 values once.
+  constexpr std::size_t kPiece = std::size_t{128} << 10;  // values: 256 KiB of bf16
   if (!stored_out.empty()) {
-    // As stored: one read into the caller's memory (pinned, for a device to copy from).
-    problem = read_exactly(fd.get(), stored_out.data(), 2 * n, sizeof header);
-    if (!problem.empty()) bad(problem);
+    // As stored: straight into the caller's memory (page-locked, for a device to copy from).
     stored_words = reinterpret_cast<const std::uint16_t*>(stored_out.data());
-    check_words(stored_words, n);
+    for (std::size_t at = 0; at < n; at += kPiece) {
+      const std::size_t count = std::min(kPiece, n - at);
+      problem = read_exactly(fd.get(), stored_out.data() + 2 * at, 2 * count,
+                             sizeof header + 2 * at);
+      if (!problem.empty()) bad(problem);
+      check_words(stored_words + at, count);
+    }
   } else {
-    // Read in pieces that stay in the core's cache and widened from there into the output: the
-    // memory sees the file's bytes once and the fp32 values once.
-    constexpr std::size_t kPiece = std::size_t{128} << 10;  // values: 256 KiB of bf16
     thread_local std::vector<std::uint16_t> stored;
     stored.resize(kPiece);
     for (std::size_t at = 0; at < n; at += kPiece) {
