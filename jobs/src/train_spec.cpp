@@ -23,8 +23,10 @@ namespace po = boost::program_options;
 
 namespace hardy::jobs {
 
-// One table of every training option: name, default, help. Types follow the defaults.
-po::options_description train_options() {
+namespace {
+
+// The job: its configuration, run directory, length, seed, backend and threads.
+po::options_description job_options() {
   po::options_description general("Job");
   general.add_options()("help,h", "print this help")(
       "config", po::value<std::string>(),
@@ -48,6 +50,11 @@ po::options_description train_options() {
       "or a binding left them, or else its share of the host's cores; with --backend cuda at "
       "most 4 of them)")("log-every", po::value<long>()->default_value(10),
                          "print a progress line every N steps");
+  return general;
+}
+
+// Data parallelism: gradient buckets, lagged updates, audits.
+po::options_description parallelism_options() {
   po::options_description parallel("Data parallelism (one MPI rank per GPU or CPU socket)");
   parallel.add_options()(
       "bucket-mib", po::value<double>()->default_value(25.0),
@@ -59,6 +66,11 @@ po::options_description train_options() {
       "rank 0 writes samples.jsonl: the global batch of every committed step")(
       "verify-replicas-every", po::value<long>()->default_value(0),
       "every N steps, check that all ranks hold bit-identical parameters (0: never)");
+  return parallel;
+}
+
+// Checkpoints and node-local snapshots.
+po::options_description checkpoint_options() {
   po::options_description checkpoints("Checkpoints");
   checkpoints.add_options()("checkpoint-every", po::value<long>()->default_value(0),
                             "write a checkpoint every N steps (0: never)")(
@@ -86,6 +98,11 @@ po::options_description train_options() {
       "node-local directory for those snapshots, this user's own (created 0700; one that other "
       "users could write or own is refused and the job trains on without snapshots); one "
       "subdirectory per run and host, removed when the job completes or stops");
+  return checkpoints;
+}
+
+// Failures: how many, how found, how survived.
+po::options_description resilience_options() {
   po::options_description resilience("Resilience");
   resilience.add_options()("ranks-per-node", po::value<int>()->default_value(1),
                            "ranks per node: losing a node loses all of them at once")(
@@ -113,6 +130,11 @@ po::options_description train_options() {
       "forward, allreduce, checkpoint-write, snapshot-write, recovery), or hang them: "
       "rank=3@step=40:stop (SIGSTOP), :spin (compute forever), :stall (block in the snapshot "
       "write)");
+  return resilience;
+}
+
+// Fault domains, set by `hardy run --nodes-per-domain`.
+po::options_description domain_options() {
   po::options_description domains("Fault domains (set by `hardy run --nodes-per-domain`)");
   domains.add_options()("domain", po::value<int>()->default_value(-1),
                         "this process's fault domain (-1: the job is one MPI job)")(
@@ -135,6 +157,11 @@ po::options_description train_options() {
       "with fault domains: they meet every N-th step (average their state, commit it together) "
       "and train alone in between; a lost domain costs the survivors up to N-1 steps "
       "(docs/resilience.md)");
+  return domains;
+}
+
+// The data: sources, windows, staging and the input pipeline.
+po::options_description data_options() {
   po::options_description data("Data");
   data.add_options()(
       "synthetic", po::value<bool>()->implicit_value(true)->zero_tokens(),
@@ -185,6 +212,11 @@ po::options_description train_options() {
       "sample-cache-mib", po::value<double>()->default_value(1024),
       "MiB of training samples each rank keeps in memory after their first load, so that later "
       "epochs copy them instead of generating or reading them again (0: none)");
+  return data;
+}
+
+// The network.
+po::options_description model_options() {
   po::options_description model("Model");
   model.add_options()("model-width", po::value<int>()->default_value(16),
                       "channels of the first encoder stage (later stages double it)")(
@@ -200,6 +232,11 @@ po::options_description train_options() {
       "norm", po::value<std::string>()->default_value("group"),
       "normalization: group (per sample) or batch (synchronised across ranks)")(
       "groups", po::value<int>()->default_value(8), "groups of group normalization");
+  return model;
+}
+
+// The optimizer and the learning-rate schedule.
+po::options_description optimizer_options() {
   po::options_description optim("Optimizer");
   optim.add_options()("optimizer", po::value<std::string>()->default_value("adam"),
                       "sgd, lars or adam")("lr", po::value<float>()->default_value(0.002f),
@@ -218,15 +255,22 @@ po::options_description train_options() {
       "learning-rate decay after warm-up: none, cosine, poly or step")(
       "final-lr-fraction", po::value<float>()->default_value(0.0f),
       "cosine/poly floor as a fraction of the peak rate");
+  return optim;
+}
+
+}  // namespace
+
+// One table of every training option, by group: name, default, help. Types follow the defaults.
+po::options_description train_options() {
   po::options_description all("hardy train options");
-  all.add(general)
-      .add(parallel)
-      .add(checkpoints)
-      .add(resilience)
-      .add(domains)
-      .add(data)
-      .add(model)
-      .add(optim);
+  all.add(job_options())
+      .add(parallelism_options())
+      .add(checkpoint_options())
+      .add(resilience_options())
+      .add(domain_options())
+      .add(data_options())
+      .add(model_options())
+      .add(optimizer_options());
   return all;
 }
 

@@ -1,0 +1,58 @@
+// The CPU backend's oneDNN helpers declared in dnnl_support.hpp: dtype and descriptor mapping,
+// memory objects over hardy's tensors, and the operand description in error messages.
+#include "compute/cpu/dnnl_support.hpp"
+
+#include <fmt/format.h>
+
+namespace hardy::core::cpu {
+
+using dnnl::memory;
+
+std::string Operands::describe() const {
+  std::string text;
+  for (const Tensor* t : tensors_) {
+    if (t == nullptr) continue;
+    if (!text.empty()) text += ", ";
+    text += t->describe();
+  }
+  return text.empty() ? "no tensors" : text;
+}
+
+memory::data_type dnnl_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return memory::data_type::f32;
+    case DType::f16:
+      return memory::data_type::f16;
+    case DType::bf16:
+      return memory::data_type::bf16;
+    case DType::i32:
+      return memory::data_type::s32;
+    case DType::u8:
+      return memory::data_type::u8;
+  }
+  throw Error("unknown dtype");
+}
+
+memory::desc dnnl_desc(const Tensor& t) {
+  // A flat 4-D tensor is row-major over its logical (N, C, H, W) dims, i.e. nchw.
+  const auto tag = t.layout() == Layout::nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw;
+  return memory::desc(t.dims(), dnnl_data_type(t.dtype()), tag);
+}
+
+memory::desc dnnl_any_desc(const Tensor& t) {
+  return memory::desc(t.dims(), dnnl_data_type(t.dtype()), memory::format_tag::any);
+}
+
+memory::desc dnnl_flat_desc(const Tensor& t) {
+  return memory::desc({t.numel()}, dnnl_data_type(t.dtype()), memory::format_tag::a);
+}
+
+memory dnnl_memory(const dnnl::engine& engine, const memory::desc& desc, const Tensor& t) {
+  // oneDNN takes every handle as void*; inputs are only read.
+  return memory(desc, engine, const_cast<void*>(t.raw()));
+}
+
+std::string implementation_name(const dnnl::primitive_desc_base& pd) { return pd.impl_info_str(); }
+
+}  // namespace hardy::core::cpu
