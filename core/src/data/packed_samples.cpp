@@ -294,8 +294,8 @@ void PackedSamples::read_sample(std::size_t index, std::span<float> widened,
     stored_words = reinterpret_cast<const std::uint16_t*>(stored_out.data());
     for (std::size_t at = 0; at < n; at += kPiece) {
       const std::size_t count = std::min(kPiece, n - at);
-      problem = read_exactly(fd.get(), stored_out.data() + 2 * at, 2 * count,
-                             sizeof header + 2 * at);
+      problem =
+          read_exactly(fd.get(), stored_out.data() + 2 * at, 2 * count, sizeof header + 2 * at);
       if (!problem.empty()) bad(problem);
       check_words(stored_words + at, count);
     }
