@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
-#include <thread>
 
 #include "hardy/core/support/error.hpp"
 
@@ -43,9 +42,10 @@ void check_shape(const SampleSource& source, const SampleShape& expected) {
 // sample, 57 MB in f32) would take longer than a GPU's step (12 ms at that size on an H200).
 constexpr std::size_t kParallelTakeBytes = std::size_t{64} << 20;
 
-std::size_t take_threads(std::size_t samples) {
-  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::clamp<std::size_t>(std::min(samples, cores / 2), 1, 8);
+// As many as the rank has loader threads (its share of the node's cores for loading), at most
+// 8: the takes run in bursts between the loaders' reads.
+std::size_t take_threads(std::size_t samples, int loaders) {
+  return std::clamp<std::size_t>(std::min(samples, static_cast<std::size_t>(loaders)), 1, 8);
 }
 
 }  // namespace
@@ -165,7 +165,8 @@ void BatchAssembler::stage(SamplePrefetcher& prefetcher, std::vector<std::size_t
     const std::size_t count = order.size();
     const std::size_t plane = shape_.label_elements();
     const std::size_t sample = shape_.field_elements() * dtype_size(staged_host_fields_.dtype());
-    const std::size_t threads = count * sample >= kParallelTakeBytes ? take_threads(count) : 1;
+    const std::size_t threads =
+        count * sample >= kParallelTakeBytes ? take_threads(count, prefetcher.workers()) : 1;
     std::vector<std::optional<SkippedSample>> skipped(count);
     auto take_every = [&](std::size_t first) {
       double wait_s = 0;

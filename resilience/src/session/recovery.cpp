@@ -155,13 +155,14 @@ void TrainingSession::State::restore_after_failure(double detected_at) {
   } else {
     checkpoint::TrainingState state;
     std::filesystem::path path;
-    if (lead()) {
-      std::vector<std::string> skipped;
-      if (auto found = checkpoint::find_latest_valid(config.run_dir / "checkpoints", &skipped))
-        path = *found;
-      for (const auto& reason : skipped) events.emit("checkpoint_rejected", {{"reason", reason}});
-      if (!path.empty()) state = checkpoint::read_checkpoint(path);
-    }
+    // The same read as a resume's: the lead validates and loads the newest checkpoint once, and
+    // whatever stops it (an I/O error) stops every survivor with its message, none left waiting.
+    comm::agree_on_outcome(comm(), lead(), [&] {
+      if (auto found = newest_valid_checkpoint()) {
+        path = std::move(found->path);
+        state = std::move(found->state);
+      }
+    });
     if (comm::allreduce(comm(), lead() && !path.empty() ? 1 : 0, comm::ReduceOp::max) == 0)
       throw comm::Agreed<Error>(
           "cannot recover: no rank holds the last committed step and there is no valid checkpoint");
