@@ -9,8 +9,9 @@ data pack`: bf16 fields, int8 labels, 28 MB each), then runs `hardy_pipeline_ben
 load,copy,pipeline` on each: at each loader thread count, `copy` (T threads each memcpy'ing a
 sample's stored bytes between buffers of their own: the floor) and `pipeline` (a
 SamplePrefetcher with T loader threads: for DeepCAM pread, normalisation by stats.h5, layout
-(H, W, C) to (C, H, W), labels to int32, every value checked; packed, one read and a widening to
-fp32, every value checked), side by side, over --rounds rounds. With --before OLD_BENCH it runs
+(H, W, C) to (C, H, W), labels to int32, every value checked; packed, a read in cache-sized
+pieces as stored, every value checked, widened to fp32 by the consumer's take), side by side,
+over --rounds rounds. With --before OLD_BENCH it runs
 an older build of hardy_pipeline_bench the same way, alternating (DeepCAM only).
 
     python3 bench/data/bench_loaders.py [--bench build/bin/hardy_pipeline_bench]
