@@ -10,6 +10,7 @@
 
 #include "hardy/comm/self_communicator.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/process_info.hpp"
 
 namespace hardy::comm {
 
@@ -78,11 +79,7 @@ void SelfCommunicator::broadcast(std::span<std::byte>, int root) {
                           " is not a rank of a one-rank communicator");
 }
 
-std::vector<std::string> SelfCommunicator::hostnames() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(name, sizeof name) != 0) return {"localhost"};
-  return {name};
-}
+std::vector<std::string> SelfCommunicator::hostnames() { return {core::host_name()}; }
 
 void SelfCommunicator::revoke() {
   throw Error("revoke: a one-rank communicator has no fault tolerance");

@@ -15,6 +15,8 @@
 #include <csignal>
 #include <cstring>
 
+#include "hardy/core/support/process_info.hpp"
+
 namespace hardy::comm {
 
 namespace {
@@ -72,12 +74,11 @@ class GlooCommunicator final : public Communicator {
     });
   }
   std::vector<std::string> hostnames() override {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    std::string mine(host);
-    mine.resize(sizeof host, '\0');
+    constexpr std::size_t kNameBytes = 256;  // every rank sends this many: names padded with NULs
+    std::string mine = core::host_name();
+    mine.resize(kNameBytes, '\0');
     std::vector<std::string> all(static_cast<std::size_t>(size()));
-    std::vector<std::byte> buffer(sizeof host);
+    std::vector<std::byte> buffer(kNameBytes);
     for (int r = 0; r < size(); ++r) {
       if (r == rank()) std::memcpy(buffer.data(), mine.data(), buffer.size());
       broadcast(buffer, r);
@@ -163,9 +164,7 @@ std::unique_ptr<Communicator> connect_gloo_group(RendezvousStore& store,
   if (!options.address.empty()) {
     attr.hostname = options.address;
   } else {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    attr.hostname = host;
+    attr.hostname = core::host_name();
   }
   // gloo sends with writev, which raises SIGPIPE when the peer is gone: by default that ends the
   // process without a word, so one lost domain took its neighbour's leader with it. Ignored, the

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/process_info.hpp"
 
 namespace hardy::jobs {
 
@@ -18,8 +19,7 @@ using resilience::LauncherSettings;
 using Args = std::vector<std::string>;
 
 bool all_local(const Args& nodes) {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
+  const std::string host = core::host_name();
   return std::all_of(nodes.begin(), nodes.end(),
                      [&](const auto& n) { return n == "localhost" || n == host; });
 }

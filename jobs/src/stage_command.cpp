@@ -13,6 +13,7 @@
 #include "hardy/core/data/packed_samples.hpp"
 #include "hardy/core/data/staging.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/process_info.hpp"
 
 namespace po = boost::program_options;
 
@@ -29,12 +30,6 @@ constexpr const char* kStageUsage =
     "finds them; files already there and unchanged (same size and modification time) are kept.\n"
     "With --hosts, only the files homed on this host among those hosts (the share --stage-to "
     "gives it).\n";
-
-std::string this_host() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
 
 }  // namespace
 
@@ -71,7 +66,7 @@ int data_stage_command(const std::vector<std::string>& args) {
   std::vector<std::uint64_t> keys;
   std::size_t mine = 0;
   if (vm.count("hosts")) {
-    const std::string host = this_host();
+    const std::string host = core::host_name();
     std::string list = vm["hosts"].as<std::string>();
     bool found = false;
     for (std::size_t start = 0; start <= list.size();) {
@@ -88,7 +83,7 @@ int data_stage_command(const std::vector<std::string>& args) {
     if (!found)
       throw InvalidArgument(fmt::format("this host, {}, is not in --hosts {}", host, list));
   }
-  const auto directory = core::staging_directory(to, root, this_host());
+  const auto directory = core::staging_directory(to, root, core::host_name());
   std::vector<core::StageCopy> copies;
   for (const auto& name : splits) {
     // The split's files, as the job lists them (without reading statistics or samples).

@@ -2,8 +2,10 @@
 
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -15,6 +17,12 @@
 #include "hardy/core/support/digest.hpp"
 
 namespace hardy::core {
+
+std::string host_name() {
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) return "localhost";
+  return name.data();
+}
 
 std::string process_start_ticks(pid_t pid) {
   // The command name (field 2) may hold spaces, so fields count from its ')'.

@@ -14,6 +14,7 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/core/support/json_fields.hpp"
+#include "hardy/core/support/process_info.hpp"
 
 namespace hardy::core {
 
@@ -22,12 +23,6 @@ namespace {
 std::string random_token() {
   std::random_device device;
   return fmt::format("{:08x}{:08x}{:08x}{:08x}", device(), device(), device(), device());
-}
-
-std::string host_name() {
-  std::array<char, 256> name{};
-  if (::gethostname(name.data(), name.size() - 1) != 0) return "?";
-  return name.data();
 }
 
 std::string read_all(int fd) {

@@ -20,6 +20,7 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/core/support/json_fields.hpp"
+#include "hardy/core/support/process_info.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/supervisor.hpp"
@@ -103,12 +104,6 @@ struct DomainRendezvous {
   std::optional<std::string> caveat;  // what a file store costs on this file system
 };
 
-std::string this_host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
-  return name;
-}
-
 DomainRendezvous start_rendezvous(const SupervisorConfig& config,
                                   const std::filesystem::path& store_dir) {
   DomainRendezvous rendezvous;
@@ -143,7 +138,7 @@ DomainRendezvous start_rendezvous(const SupervisorConfig& config,
     rendezvous.store = comm::open_redis_store("127.0.0.1", rendezvous.server->port(),
                                               std::chrono::milliseconds(30'000), password);
     rendezvous.address =
-        format_redis_address({host.empty() ? this_host_name() : host, rendezvous.server->port()});
+        format_redis_address({host.empty() ? core::host_name() : host, rendezvous.server->port()});
     return rendezvous;
   } catch (const InvalidArgument&) {
     throw;

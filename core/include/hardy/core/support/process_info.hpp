@@ -20,6 +20,9 @@ struct AllowedCpus {
 };
 AllowedCpus allowed_cpus();
 
+// This host's name (gethostname(2)); "localhost" in the unlikely case it cannot be read.
+std::string host_name();
+
 // CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID): what work on a helper
 // thread took from the cores, whatever its wall time.
 double thread_cpu_seconds();
