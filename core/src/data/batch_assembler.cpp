@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/process_info.hpp"
 
 namespace hardy::core {
 
@@ -24,10 +25,6 @@ std::string to_string(BadSamplePolicy policy) {
 }
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 void check_shape(const SampleSource& source, const SampleShape& expected) {
   const auto s = source.shape();

@@ -6,16 +6,9 @@
 #include <chrono>
 
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/process_info.hpp"
 
 namespace hardy::core {
-
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 SamplePrefetcher::SamplePrefetcher(const SampleSource& source, int threads, std::size_t depth)
     : source_(source), concurrency_(std::max(1, source.load_concurrency())), depth_(depth) {

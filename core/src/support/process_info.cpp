@@ -24,6 +24,10 @@ std::string host_name() {
   return name.data();
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 std::string process_start_ticks(pid_t pid) {
   // The command name (field 2) may hold spaces, so fields count from its ')'.
   std::ifstream file("/proc/" + std::to_string(pid) + "/stat");

@@ -11,10 +11,6 @@
 
 namespace hardy::resilience {
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 StateStore::StateStore(const TrainingConfig& config, const Membership& membership,
                        core::EventLog& events, const StateSource& source, FailureInjector& injector,
                        const RunIdentity& identity)

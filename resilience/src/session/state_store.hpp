@@ -11,6 +11,7 @@
 
 #include "hardy/checkpoint/checkpoint.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/core/support/process_info.hpp"
 #include "hardy/resilience/failure_injection.hpp"
 #include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/training_config.hpp"
@@ -18,8 +19,7 @@
 
 namespace hardy::resilience {
 
-// Seconds on the steady clock since `start`.
-double seconds_since(std::chrono::steady_clock::time_point start);
+using core::seconds_since;
 
 class StateSource {
  public:

@@ -2,6 +2,7 @@
 // What the kernel says of a process.
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -22,6 +23,9 @@ AllowedCpus allowed_cpus();
 
 // This host's name (gethostname(2)); "localhost" in the unlikely case it cannot be read.
 std::string host_name();
+
+// Seconds on the steady clock since `start`.
+double seconds_since(std::chrono::steady_clock::time_point start);
 
 // CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID): what work on a helper
 // thread took from the cores, whatever its wall time.
