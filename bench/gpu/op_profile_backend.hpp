@@ -5,10 +5,11 @@
 // training step is measured without synchronising between operations. What the events do not
 // cover (host work between operations, launch gaps) is the step's time minus their sum.
 //
-// Convolutions are also counted per pass and shape at 2 * N * OH * OW * O * I * KH * KW
+// Convolutions are also counted per pass and shape at 2 * N * OH * OW * O * I / groups * KH * KW
 // floating-point operations (multiply and add), the convention of PyTorch's and NVIDIA's TFLOP/s
-// figures; their time includes the conversion of the weights into cuDNN's layout, which the
-// backend does inside each convolution.
+// figures (a transposed convolution at 2 * N * H * W * I * O * KH * KW, H and W its input's);
+// their time includes the conversion of the weights into cuDNN's layout, which the backend does
+// inside each convolution.
 #include <fmt/format.h>
 
 #include <map>
@@ -93,6 +94,24 @@ class OpProfileBackend final : public core::ForwardingBackend {
     convolution("conv_backward_weights", x, dweight, g, dy,
                 [&] { Base::do_conv2d_backward_weights(x, dy, g, dweight, dbias); });
   }
+  // A transposed convolution is a convolution from its output to its input, so its input side
+  // takes the place of a convolution's output side (which the flop count is taken over).
+  void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                   const core::ConvGeometry& g, Tensor& y) override {
+    convolution("conv_transpose_forward", y, weight, g, x,
+                [&] { Base::do_conv2d_transpose_forward(x, weight, bias, g, y); });
+  }
+  void do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
+                                         const core::ConvGeometry& g, Tensor& dx) override {
+    convolution("conv_transpose_backward_data", dy, weight, g, dx,
+                [&] { Base::do_conv2d_transpose_backward_data(dy, weight, g, dx); });
+  }
+  void do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
+                                            const core::ConvGeometry& g, Tensor& dweight,
+                                            Tensor* dbias) override {
+    convolution("conv_transpose_backward_weights", dy, dweight, g, x,
+                [&] { Base::do_conv2d_transpose_backward_weights(x, dy, g, dweight, dbias); });
+  }
   void do_group_norm_forward(const core::GroupNormForward& args, Tensor& y, Tensor& mean,
                              Tensor& rstd) override {
     timed("group_norm_forward", [&] { Base::do_group_norm_forward(args, y, mean, rstd); });
@@ -138,6 +157,12 @@ class OpProfileBackend final : public core::ForwardingBackend {
   }
   void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) override {
     timed("global_avg_pool_backward", [&] { Base::do_global_avg_pool_backward(dy, dx); });
+  }
+  void do_dropout_forward(const core::Dropout& args, Tensor& y) override {
+    timed("dropout_forward", [&] { Base::do_dropout_forward(args, y); });
+  }
+  void do_dropout_backward(const core::Dropout& args, const Tensor& dy, Tensor& dx) override {
+    timed("dropout_backward", [&] { Base::do_dropout_backward(args, dy, dx); });
   }
   double do_softmax_cross_entropy(const core::SoftmaxCrossEntropy& args, Tensor& dlogits) override {
     return timed("softmax_cross_entropy",
@@ -201,9 +226,12 @@ class OpProfileBackend final : public core::ForwardingBackend {
         2.0 * static_cast<double>(y.n() * y.h() * y.w()) *
         static_cast<double>(weight.dim(0) * weight.dim(1) * weight.dim(2) * weight.dim(3));
     timed(pass, std::forward<Call>(call),
-          {.convolution = true,
-           .shape = fmt::format("{:<21} k{} s{} d{} [{}]->[{}]", pass, weight.dim(2), g.stride,
-                                g.dilation, fmt::join(x.dims(), ","), fmt::join(y.dims(), ",")),
+          {.operation = pass,
+           .convolution = true,
+           .shape =
+               fmt::format("{:<21} k{} s{} d{}{} [{}]->[{}]", pass, weight.dim(2), g.stride,
+                           g.dilation, g.groups > 1 ? fmt::format(" g{}", g.groups) : std::string(),
+                           fmt::join(x.dims(), ","), fmt::join(y.dims(), ",")),
            .flops = flops});
   }
 

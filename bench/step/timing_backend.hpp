@@ -25,10 +25,12 @@ class TimingBackend final : public core::ForwardingBackend {
   static std::string shape(const core::Tensor& t) {
     return fmt::format("[{}]", fmt::join(t.dims(), ","));
   }
-  // "k3 s2 d1 [8,16,64,64]->[8,16,32,32]": the input side, kernel and geometry, output side.
+  // "k3 s2 d1 [8,16,64,64]->[8,16,32,32]": the input side, kernel and geometry (and groups, when
+  // there are several), output side.
   static std::string conv_shape(const core::Tensor& x, const core::Tensor& weight,
                                 const core::ConvGeometry& g, const core::Tensor& y) {
-    return fmt::format("k{} s{} d{} {}->{}", weight.dim(2), g.stride, g.dilation, shape(x),
+    return fmt::format("k{} s{} d{}{} {}->{}", weight.dim(2), g.stride, g.dilation,
+                       g.groups > 1 ? fmt::format(" g{}", g.groups) : std::string(), shape(x),
                        shape(y));
   }
 
@@ -113,6 +115,24 @@ class TimingBackend final : public core::ForwardingBackend {
     timed("conv_bwd_weights", conv_shape(x, dweight, geometry, dy),
           [&] { Base::do_conv2d_backward_weights(x, dy, geometry, dweight, dbias); });
   }
+  void do_conv2d_transpose_forward(const core::Tensor& x, const core::Tensor& weight,
+                                   const core::Tensor* bias, const core::ConvGeometry& geometry,
+                                   core::Tensor& y) override {
+    timed("conv_transpose_fwd", conv_shape(x, weight, geometry, y),
+          [&] { Base::do_conv2d_transpose_forward(x, weight, bias, geometry, y); });
+  }
+  void do_conv2d_transpose_backward_data(const core::Tensor& dy, const core::Tensor& weight,
+                                         const core::ConvGeometry& geometry,
+                                         core::Tensor& dx) override {
+    timed("conv_transpose_bwd_data", conv_shape(dx, weight, geometry, dy),
+          [&] { Base::do_conv2d_transpose_backward_data(dy, weight, geometry, dx); });
+  }
+  void do_conv2d_transpose_backward_weights(const core::Tensor& x, const core::Tensor& dy,
+                                            const core::ConvGeometry& geometry,
+                                            core::Tensor& dweight, core::Tensor* dbias) override {
+    timed("conv_transpose_bwd_weights", conv_shape(x, dweight, geometry, dy),
+          [&] { Base::do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias); });
+  }
 
   void do_group_norm_forward(const core::GroupNormForward& args, core::Tensor& y,
                              core::Tensor& mean, core::Tensor& rstd) override {
@@ -169,6 +189,13 @@ class TimingBackend final : public core::ForwardingBackend {
   }
   void do_global_avg_pool_backward(const core::Tensor& dy, core::Tensor& dx) override {
     timed("avg_pool_bwd", shape(dx), [&] { Base::do_global_avg_pool_backward(dy, dx); });
+  }
+  void do_dropout_forward(const core::Dropout& args, core::Tensor& y) override {
+    timed("dropout_fwd", shape(args.x), [&] { Base::do_dropout_forward(args, y); });
+  }
+  void do_dropout_backward(const core::Dropout& args, const core::Tensor& dy,
+                           core::Tensor& dx) override {
+    timed("dropout_bwd", shape(dy), [&] { Base::do_dropout_backward(args, dy, dx); });
   }
 
   double do_softmax_cross_entropy(const core::SoftmaxCrossEntropy& args,

@@ -25,15 +25,17 @@ inline float at(const Tensor& t, std::int64_t n, std::int64_t c, std::int64_t h,
   return t.data<float>()[core::offset4(t.layout(), t.c(), t.h(), t.w(), n, c, h, w)];
 }
 
-// Weights (O, I, KH, KW) stored row-major.
+// Weights (O, I, KH, KW) stored row-major (a transposed convolution's (I, O, KH, KW) alike).
 inline float weight_at(const Tensor& weight, std::int64_t o, std::int64_t i, std::int64_t kh,
                        std::int64_t kw) {
   return weight.data<float>()[((o * weight.dim(1) + i) * weight.dim(2) + kh) * weight.dim(3) + kw];
 }
 
+// Weights (O, I / groups, KH, KW): output channel o reads the input channels of its group.
 inline Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor* bias,
                      const ConvGeometry& g) {
   const std::int64_t kernel_h = weight.dim(2), kernel_w = weight.dim(3);
+  const std::int64_t group_inputs = weight.dim(1), group_outputs = weight.dim(0) / g.groups;
   const std::int64_t out_h =
       core::conv_output_size(static_cast<int>(x.h()), static_cast<int>(kernel_h), g);
   const std::int64_t out_w =
@@ -44,16 +46,51 @@ inline Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor* bias,
       for (std::int64_t oh = 0; oh < out_h; ++oh)
         for (std::int64_t ow = 0; ow < out_w; ++ow) {
           double sum = bias != nullptr ? bias->data<float>()[o] : 0.0;
-          for (std::int64_t i = 0; i < x.c(); ++i)
+          const std::int64_t first_input = o / group_outputs * group_inputs;
+          for (std::int64_t i = 0; i < group_inputs; ++i)
             for (std::int64_t kh = 0; kh < kernel_h; ++kh)
               for (std::int64_t kw = 0; kw < kernel_w; ++kw) {
                 const std::int64_t ih = oh * g.stride - g.padding + kh * g.dilation;
                 const std::int64_t iw = ow * g.stride - g.padding + kw * g.dilation;
                 if (ih < 0 || ih >= x.h() || iw < 0 || iw >= x.w()) continue;
-                sum += static_cast<double>(at(x, n, i, ih, iw)) * weight_at(weight, o, i, kh, kw);
+                sum += static_cast<double>(at(x, n, first_input + i, ih, iw)) *
+                       weight_at(weight, o, i, kh, kw);
               }
           at(y, n, o, oh, ow) = static_cast<float>(sum);
         }
+  return y;
+}
+
+// PyTorch's ConvTranspose2d: weight (I, O, KH, KW); each input pixel scatters its kernel into
+// the (out_h, out_w) output, whose size picks the output padding.
+inline Tensor conv2d_transpose(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                               const ConvGeometry& g, std::int64_t out_h, std::int64_t out_w) {
+  const std::int64_t outputs = weight.dim(1), kernel_h = weight.dim(2), kernel_w = weight.dim(3);
+  std::vector<double> sums(static_cast<std::size_t>(x.n() * outputs * out_h * out_w), 0.0);
+  const auto sum_at = [&](std::int64_t n, std::int64_t o, std::int64_t h,
+                          std::int64_t w) -> double& {
+    return sums[static_cast<std::size_t>(((n * outputs + o) * out_h + h) * out_w + w)];
+  };
+  for (std::int64_t n = 0; n < x.n(); ++n)
+    for (std::int64_t i = 0; i < x.c(); ++i)
+      for (std::int64_t ih = 0; ih < x.h(); ++ih)
+        for (std::int64_t iw = 0; iw < x.w(); ++iw)
+          for (std::int64_t o = 0; o < outputs; ++o)
+            for (std::int64_t kh = 0; kh < kernel_h; ++kh)
+              for (std::int64_t kw = 0; kw < kernel_w; ++kw) {
+                const std::int64_t oh = ih * g.stride - g.padding + kh * g.dilation;
+                const std::int64_t ow = iw * g.stride - g.padding + kw * g.dilation;
+                if (oh < 0 || oh >= out_h || ow < 0 || ow >= out_w) continue;
+                sum_at(n, o, oh, ow) +=
+                    static_cast<double>(at(x, n, i, ih, iw)) * weight_at(weight, i, o, kh, kw);
+              }
+  Tensor y = Tensor::host({x.n(), outputs, out_h, out_w});
+  for (std::int64_t n = 0; n < x.n(); ++n)
+    for (std::int64_t o = 0; o < outputs; ++o)
+      for (std::int64_t h = 0; h < out_h; ++h)
+        for (std::int64_t w = 0; w < out_w; ++w)
+          at(y, n, o, h, w) = static_cast<float>(sum_at(n, o, h, w) +
+                                                 (bias != nullptr ? bias->data<float>()[o] : 0.0));
   return y;
 }
 

@@ -190,13 +190,25 @@ const std::vector<ConvCase> conv_cases{
     {1, 32, 16, 6, 5, 3, {.stride = 1, .padding = 1, .dilation = 1}, true},
 };
 
+// Grouped convolutions: two groups, depthwise (groups == channels, also with two filters per
+// channel), and channel counts the AVX-512 kernels block.
+const std::vector<ConvCase> grouped_conv_cases{
+    {2, 4, 6, 7, 6, 3, {.stride = 1, .padding = 1, .dilation = 1, .groups = 2}, true},
+    {1, 6, 4, 9, 7, 3, {.stride = 2, .padding = 1, .dilation = 1, .groups = 2}, false},
+    {2, 5, 5, 8, 9, 3, {.stride = 1, .padding = 2, .dilation = 2, .groups = 5}, true},
+    {1, 3, 6, 7, 8, 3, {.stride = 2, .padding = 1, .dilation = 1, .groups = 3}, false},
+    {1, 32, 32, 6, 5, 3, {.stride = 1, .padding = 1, .dilation = 1, .groups = 32}, true},
+    {1, 32, 16, 6, 5, 1, {.stride = 1, .padding = 0, .dilation = 1, .groups = 4}, true},
+};
+
 std::string describe_case(const ConvCase& c) {
   return "conv x=[" + std::to_string(c.batch) + "," + std::to_string(c.in_channels) + "," +
          std::to_string(c.height) + "," + std::to_string(c.width) +
          "] O=" + std::to_string(c.out_channels) + " k=" + std::to_string(c.kernel) +
          " stride=" + std::to_string(c.geometry.stride) +
          " pad=" + std::to_string(c.geometry.padding) +
-         " dil=" + std::to_string(c.geometry.dilation) + (c.bias ? " bias" : "");
+         " dil=" + std::to_string(c.geometry.dilation) +
+         " groups=" + std::to_string(c.geometry.groups) + (c.bias ? " bias" : "");
 }
 
 struct ConvTensors {
@@ -208,8 +220,8 @@ ConvTensors make_conv(const ConvCase& c, unsigned seed) {
     return conv_output_size(static_cast<int>(size), static_cast<int>(c.kernel), c.geometry);
   };
   return {random_tensor({c.batch, c.in_channels, c.height, c.width}, seed),
-          random_tensor({c.out_channels, c.in_channels, c.kernel, c.kernel}, seed + 1, -0.5f, 0.5f,
-                        Layout::nchw),
+          random_tensor({c.out_channels, c.in_channels / c.geometry.groups, c.kernel, c.kernel},
+                        seed + 1, -0.5f, 0.5f, Layout::nchw),
           channel_vector(c.out_channels, seed + 2, -0.5f, 0.5f),
           Tensor::host({c.batch, c.out_channels, output(c.height), output(c.width)})};
 }
@@ -226,6 +238,31 @@ TEST_CASE("cpu backend: conv2d forward matches the reference", "[core]") {
     backend.conv2d_forward(t.x, t.weight, bias, c.geometry, t.y);
     check_close(t.y, reference::conv2d(t.x, t.weight, bias, c.geometry));
   }
+}
+
+// oneDNN 2.6's jit_1x1 backward-weights kernel crashed (SIGSEGV) on this case: a strided 1x1
+// convolution of NHWC inputs with fewer than 16 channels, the tiramisu's transition down. The
+// backend takes another implementation there; the gradient must still be right.
+TEST_CASE("cpu backend: a strided 1x1 convolution's weight gradient on few channels", "[core]") {
+  auto backend = make_backend("cpu");
+  const std::int64_t n = 2, c = 14, size = 64;
+  const Tensor x = random_tensor({n, c, size, size}, 91);
+  const Tensor dy = random_tensor({n, c, size / 2, size / 2}, 92);
+  Tensor dweight = Tensor::host({c, c, 1, 1}, DType::f32, Layout::nchw);
+  Tensor dbias = Tensor::host({c}, DType::f32, Layout::flat);
+  backend->conv2d_backward_weights(x, dy, {.stride = 2}, dweight, &dbias);
+  double worst = 0;
+  for (std::int64_t o = 0; o < c; ++o)
+    for (std::int64_t i = 0; i < c; ++i) {
+      double expected = 0;
+      for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t h = 0; h < size / 2; ++h)
+          for (std::int64_t w = 0; w < size / 2; ++w)
+            expected += static_cast<double>(reference::at(dy, b, o, h, w)) *
+                        reference::at(x, b, i, 2 * h, 2 * w);
+      worst = std::max(worst, std::abs(dweight.f32()[o * c + i] - expected));
+    }
+  CHECK(worst < 1e-3);
 }
 
 TEST_CASE("cpu backend: conv2d gradients match finite differences", "[core]") {
@@ -249,6 +286,205 @@ TEST_CASE("cpu backend: conv2d gradients match finite differences", "[core]") {
     check_gradient("dweight", t.weight, dweight, objective);
     if (c.bias) check_gradient("dbias", t.bias, dbias, objective);
   }
+}
+
+TEST_CASE("cpu backend: grouped and depthwise conv2d match the reference and finite differences",
+          "[core]") {
+  CpuBackend backend;
+  unsigned seed = 200;
+  for (const ConvCase& c : grouped_conv_cases) {
+    INFO(describe_case(c));
+    ConvTensors t = make_conv(c, seed += 10);
+    const Tensor* bias = c.bias ? &t.bias : nullptr;
+    backend.conv2d_forward(t.x, t.weight, bias, c.geometry, t.y);
+    check_close(t.y, reference::conv2d(t.x, t.weight, bias, c.geometry));
+    // The same weights laid out (O, KH, KW, I / groups) give the same result.
+    Tensor nhwc_weight = backend.empty(t.weight.dims(), DType::f32, Layout::nhwc);
+    backend.copy(t.weight, nhwc_weight);
+    Tensor y_nhwc_weight = Tensor::host(t.y.dims());
+    backend.conv2d_forward(t.x, nhwc_weight, bias, c.geometry, y_nhwc_weight);
+    check_close(y_nhwc_weight, t.y, 1e-6);
+
+    const Tensor r = random_tensor(t.y.dims(), seed + 5);
+    const auto objective = [&] {
+      backend.conv2d_forward(t.x, t.weight, bias, c.geometry, t.y);
+      return weighted_sum(t.y, r);
+    };
+    Tensor dx = Tensor::host(t.x.dims());
+    Tensor dweight = Tensor::host(t.weight.dims(), DType::f32, Layout::nchw);
+    Tensor dbias = Tensor::host(t.bias.dims(), DType::f32, Layout::flat);
+    backend.conv2d_backward_data(r, t.weight, c.geometry, dx);
+    backend.conv2d_backward_weights(t.x, r, c.geometry, dweight, c.bias ? &dbias : nullptr);
+    check_gradient("dx", t.x, dx, objective);
+    check_gradient("dweight", t.weight, dweight, objective);
+    if (c.bias) check_gradient("dbias", t.bias, dbias, objective);
+  }
+}
+
+TEST_CASE("cpu backend: grouped convolution operands are checked", "[core]") {
+  CpuBackend backend;
+  const Tensor x = random_tensor({1, 6, 5, 5}, 300);
+  Tensor y = Tensor::host({1, 4, 5, 5});
+  const ConvGeometry four_groups{.stride = 1, .padding = 1, .dilation = 1, .groups = 4};
+  const Tensor weight = random_tensor({4, 1, 3, 3}, 301, -0.5f, 0.5f, Layout::nchw);
+  REQUIRE_THROWS_WITH(backend.conv2d_forward(x, weight, nullptr, four_groups, y),
+                      Catch::Contains("conv2d_forward") &&
+                          Catch::Contains("groups 4 must divide") && Catch::Contains(x.describe()));
+  // Two groups of three input channels: the weights must be (O, 3, KH, KW).
+  const ConvGeometry two_groups{.stride = 1, .padding = 1, .dilation = 1, .groups = 2};
+  const Tensor full_weight = random_tensor({4, 6, 3, 3}, 302, -0.5f, 0.5f, Layout::nchw);
+  REQUIRE_THROWS_WITH(backend.conv2d_forward(x, full_weight, nullptr, two_groups, y),
+                      Catch::Contains(full_weight.describe()) && Catch::Contains("in 2 groups") &&
+                          Catch::Contains("expected [O,3,KH,KW]"));
+  const ConvGeometry no_groups{.stride = 1, .padding = 1, .dilation = 1, .groups = 0};
+  REQUIRE_THROWS_WITH(backend.conv2d_forward(x, full_weight, nullptr, no_groups, y),
+                      Catch::Contains("groups 0"));
+  const Tensor grouped_weight = random_tensor({4, 3, 3, 3}, 303, -0.5f, 0.5f, Layout::nchw);
+  backend.conv2d_forward(x, grouped_weight, nullptr, two_groups, y);
+  check_close(y, reference::conv2d(x, grouped_weight, nullptr, two_groups));
+}
+
+namespace {
+
+// A transposed convolution x (N, I, H, W) -> y (N, O, out_h, out_w) with weight (I, O, K, K).
+struct TransposedCase {
+  std::int64_t batch, in_channels, out_channels, height, width, kernel;
+  ConvGeometry geometry;
+  std::int64_t out_h, out_w;
+  bool bias;
+};
+
+const std::vector<TransposedCase> transposed_cases{
+    // Kernel 3, stride 2, padding 1: both output sizes a stride-2 convolution maps back to 5x7.
+    {2, 3, 4, 5, 7, 3, {.stride = 2, .padding = 1, .dilation = 1}, 9, 13, true},
+    {2, 3, 4, 5, 7, 3, {.stride = 2, .padding = 1, .dilation = 1}, 10, 14, false},
+    {1, 3, 4, 5, 7, 3, {.stride = 2, .padding = 1, .dilation = 1}, 9, 14, true},
+    // Kernel 2, stride 2: the decoder's exact doubling.
+    {2, 4, 3, 4, 3, 2, {.stride = 2, .padding = 0, .dilation = 1}, 8, 6, true},
+    {1, 4, 3, 4, 3, 2, {.stride = 2, .padding = 0, .dilation = 1}, 8, 6, false},
+    {1, 2, 3, 4, 5, 3, {.stride = 1, .padding = 2, .dilation = 2}, 4, 5, true},
+    {1, 3, 2, 3, 4, 3, {.stride = 3, .padding = 1, .dilation = 1}, 9, 12, false},
+    // Channel counts the AVX-512 kernels block, so the weights go through a layout reorder.
+    {1, 32, 16, 4, 5, 3, {.stride = 2, .padding = 1, .dilation = 1}, 8, 10, true},
+};
+
+std::string describe_case(const TransposedCase& c) {
+  return "conv_transpose x=[" + std::to_string(c.batch) + "," + std::to_string(c.in_channels) +
+         "," + std::to_string(c.height) + "," + std::to_string(c.width) +
+         "] O=" + std::to_string(c.out_channels) + " k=" + std::to_string(c.kernel) +
+         " stride=" + std::to_string(c.geometry.stride) +
+         " pad=" + std::to_string(c.geometry.padding) +
+         " dil=" + std::to_string(c.geometry.dilation) + " -> " + std::to_string(c.out_h) + "x" +
+         std::to_string(c.out_w) + (c.bias ? " bias" : "");
+}
+
+ConvTensors make_transposed(const TransposedCase& c, unsigned seed) {
+  return {random_tensor({c.batch, c.in_channels, c.height, c.width}, seed),
+          random_tensor({c.in_channels, c.out_channels, c.kernel, c.kernel}, seed + 1, -0.5f, 0.5f,
+                        Layout::nchw),
+          channel_vector(c.out_channels, seed + 2, -0.5f, 0.5f),
+          Tensor::host({c.batch, c.out_channels, c.out_h, c.out_w})};
+}
+
+}  // namespace
+
+TEST_CASE("cpu backend: conv2d_transpose forward matches the reference", "[core]") {
+  CpuBackend backend;
+  unsigned seed = 400;
+  for (const TransposedCase& c : transposed_cases) {
+    INFO(describe_case(c));
+    ConvTensors t = make_transposed(c, seed += 10);
+    const Tensor* bias = c.bias ? &t.bias : nullptr;
+    CHECK(conv_transpose_output_size(static_cast<int>(c.height), static_cast<int>(c.kernel),
+                                     c.geometry) <= c.out_h);
+    backend.conv2d_transpose_forward(t.x, t.weight, bias, c.geometry, t.y);
+    check_close(t.y,
+                reference::conv2d_transpose(t.x, t.weight, bias, c.geometry, c.out_h, c.out_w));
+    // The same weights laid out (I, KH, KW, O) give the same result.
+    Tensor nhwc_weight = backend.empty(t.weight.dims(), DType::f32, Layout::nhwc);
+    backend.copy(t.weight, nhwc_weight);
+    Tensor y_nhwc_weight = Tensor::host(t.y.dims());
+    backend.conv2d_transpose_forward(t.x, nhwc_weight, bias, c.geometry, y_nhwc_weight);
+    check_close(y_nhwc_weight, t.y, 1e-6);
+  }
+}
+
+TEST_CASE("cpu backend: conv2d_transpose is the data gradient of conv2d", "[core]") {
+  // Without bias, the transposed convolution of dy is conv2d_backward_data's dx, the output
+  // padding included (the rows and columns no kernel tap reaches are zero in both).
+  CpuBackend backend;
+  unsigned seed = 500;
+  for (const TransposedCase& c : transposed_cases) {
+    INFO(describe_case(c));
+    ConvTensors t = make_transposed(c, seed += 10);
+    backend.conv2d_transpose_forward(t.x, t.weight, nullptr, c.geometry, t.y);
+    Tensor dx = Tensor::host(t.y.dims());
+    backend.conv2d_backward_data(t.x, t.weight, c.geometry, dx);
+    check_close(t.y, dx, 1e-5);
+  }
+}
+
+TEST_CASE("cpu backend: conv2d_transpose gradients match finite differences", "[core]") {
+  CpuBackend backend;
+  unsigned seed = 600;
+  for (const TransposedCase& c : transposed_cases) {
+    INFO(describe_case(c));
+    ConvTensors t = make_transposed(c, seed += 10);
+    const Tensor* bias = c.bias ? &t.bias : nullptr;
+    const Tensor r = random_tensor(t.y.dims(), seed + 5);
+    const auto objective = [&] {
+      backend.conv2d_transpose_forward(t.x, t.weight, bias, c.geometry, t.y);
+      return weighted_sum(t.y, r);
+    };
+    Tensor dx = Tensor::host(t.x.dims());
+    Tensor dweight = Tensor::host(t.weight.dims(), DType::f32, Layout::nchw);
+    Tensor dbias = Tensor::host(t.bias.dims(), DType::f32, Layout::flat);
+    backend.conv2d_transpose_backward_data(r, t.weight, c.geometry, dx);
+    backend.conv2d_transpose_backward_weights(t.x, r, c.geometry, dweight,
+                                              c.bias ? &dbias : nullptr);
+    check_gradient("dx", t.x, dx, objective);
+    check_gradient("dweight", t.weight, dweight, objective);
+    if (c.bias) check_gradient("dbias", t.bias, dbias, objective);
+  }
+}
+
+TEST_CASE("cpu backend: conv2d_transpose operands are checked", "[core]") {
+  CpuBackend backend;
+  const TransposedCase c = transposed_cases.front();  // 5x7 -> 9..10 x 13..14
+  ConvTensors t = make_transposed(c, 700);
+  for (const auto& [h, w] : std::vector<std::array<std::int64_t, 2>>{{8, 13}, {11, 13}, {9, 15}}) {
+    Tensor wrong_y = Tensor::host({c.batch, c.out_channels, h, w});
+    REQUIRE_THROWS_WITH(
+        backend.conv2d_transpose_forward(t.x, t.weight, &t.bias, c.geometry, wrong_y),
+        Catch::Contains("conv2d_transpose_forward") && Catch::Contains(wrong_y.describe()) &&
+            Catch::Contains("[2,4,9..10,13..14]"));
+  }
+  Tensor wrong_channels = Tensor::host({c.batch, c.out_channels + 1, c.out_h, c.out_w});
+  REQUIRE_THROWS_AS(
+      backend.conv2d_transpose_forward(t.x, t.weight, nullptr, c.geometry, wrong_channels),
+      hardy::InvalidArgument);
+  // PyTorch's (I, O, KH, KW): a convolution's (O, I, KH, KW) does not fit.
+  const Tensor conv_weight =
+      random_tensor({c.out_channels, c.in_channels, 3, 3}, 701, -0.5f, 0.5f, Layout::nchw);
+  REQUIRE_THROWS_WITH(
+      backend.conv2d_transpose_forward(t.x, conv_weight, nullptr, c.geometry, t.y),
+      Catch::Contains(conv_weight.describe()) && Catch::Contains("expected [3,O,KH,KW]"));
+  ConvGeometry grouped = c.geometry;
+  grouped.groups = 3;
+  REQUIRE_THROWS_WITH(backend.conv2d_transpose_forward(t.x, t.weight, nullptr, grouped, t.y),
+                      Catch::Contains("conv2d_transpose_forward") && Catch::Contains("groups 3"));
+  Tensor wrong_bias = channel_vector(c.in_channels, 702, -0.5f, 0.5f);
+  REQUIRE_THROWS_WITH(backend.conv2d_transpose_forward(t.x, t.weight, &wrong_bias, c.geometry, t.y),
+                      Catch::Contains("bias") && Catch::Contains(wrong_bias.describe()));
+  Tensor dx = Tensor::host(t.x.dims());
+  Tensor wrong_dy = Tensor::host({c.batch, c.out_channels, 11, 14});
+  REQUIRE_THROWS_WITH(
+      backend.conv2d_transpose_backward_data(wrong_dy, t.weight, c.geometry, dx),
+      Catch::Contains("conv2d_transpose_backward_data") && Catch::Contains(wrong_dy.describe()));
+  Tensor dweight = Tensor::host(t.weight.dims(), DType::f32, Layout::nchw);
+  REQUIRE_THROWS_WITH(
+      backend.conv2d_transpose_backward_weights(t.x, wrong_dy, c.geometry, dweight, nullptr),
+      Catch::Contains("conv2d_transpose_backward_weights"));
 }
 
 TEST_CASE("cpu backend: repeated shapes reuse cached primitives", "[core]") {
@@ -848,4 +1084,170 @@ TEST_CASE("cpu backend: bilinear upsampling backward is batch- and thread-indepe
     }
     omp_set_num_threads(threads);
   }
+}
+
+namespace {
+
+// Sample n of a 4-D tensor at logical (c, h, w) order, whatever its layout.
+std::vector<float> sample_values(const Tensor& t, std::int64_t n) {
+  std::vector<float> values;
+  for (std::int64_t c = 0; c < t.c(); ++c)
+    for (std::int64_t h = 0; h < t.h(); ++h)
+      for (std::int64_t w = 0; w < t.w(); ++w) values.push_back(reference::at(t, n, c, h, w));
+  return values;
+}
+
+// Which elements of sample n were kept (are non-zero), in logical order.
+std::vector<bool> sample_mask(const Tensor& t, std::int64_t n) {
+  std::vector<bool> mask;
+  for (float value : sample_values(t, n)) mask.push_back(value != 0.0f);
+  return mask;
+}
+
+double fraction_differing(const std::vector<bool>& a, const std::vector<bool>& b) {
+  REQUIRE(a.size() == b.size());
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) differing += a[i] != b[i];
+  return static_cast<double>(differing) / static_cast<double>(a.size());
+}
+
+}  // namespace
+
+TEST_CASE("cpu backend: dropout keeps 1 - rate of the elements, scaled by 1 / (1 - rate)",
+          "[core]") {
+  CpuBackend backend;
+  const Tensor x = away_from_zero({4, 16, 64, 64}, 800, 0.1f);
+  Tensor y = Tensor::host(x.dims());
+  const std::vector<std::uint64_t> keys{3, 1, 4, 1 << 20};
+  for (const float rate : {0.1f, 0.3f, 0.5f, 0.9f}) {
+    INFO("rate " << rate);
+    backend.dropout_forward({.x = x, .rate = rate, .seed = 42, .sample_keys = keys}, y);
+    const float scale = 1.0f / (1.0f - rate);
+    std::size_t kept = 0, wrong = 0;
+    for (std::size_t i = 0; i < x.f32().size(); ++i) {
+      if (y.f32()[i] == 0.0f) continue;
+      ++kept;
+      wrong += y.f32()[i] != x.f32()[i] * scale;
+    }
+    CHECK(wrong == 0);
+    const double fraction = static_cast<double>(kept) / static_cast<double>(x.numel());
+    CHECK(std::fabs(fraction - (1.0 - rate)) < 0.01);
+    // Each sample on its own, too (a key that left a sample all kept or all dropped would hide).
+    for (std::int64_t n = 0; n < x.n(); ++n) {
+      const std::vector<bool> mask = sample_mask(y, n);
+      const double sample_fraction =
+          static_cast<double>(std::count(mask.begin(), mask.end(), true)) / mask.size();
+      CHECK(std::fabs(sample_fraction - (1.0 - rate)) < 0.02);
+    }
+  }
+}
+
+TEST_CASE("cpu backend: a sample's dropout mask depends on its seed and key only", "[core]") {
+  CpuBackend backend;
+  const float rate = 0.4f;
+  const std::uint64_t seed = 1234;
+  // Three samples with keys 7, 8, 9; then the last two again, in the other order, in a batch of
+  // their own and in the other layout.
+  const Tensor x = away_from_zero({3, 5, 6, 7}, 810, 0.1f);
+  const std::vector<std::uint64_t> keys{7, 8, 9};
+  Tensor y = Tensor::host(x.dims());
+  backend.dropout_forward({.x = x, .rate = rate, .seed = seed, .sample_keys = keys}, y);
+
+  Tensor swapped = Tensor::host({2, 5, 6, 7}, DType::f32, Layout::nchw);
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t c = 0; c < 5; ++c)
+      for (std::int64_t h = 0; h < 6; ++h)
+        for (std::int64_t w = 0; w < 7; ++w)
+          reference::at(swapped, n, c, h, w) = reference::at(x, 2 - n, c, h, w);
+  const std::vector<std::uint64_t> swapped_keys{9, 8};
+  Tensor y_swapped = Tensor::host(swapped.dims(), DType::f32, Layout::nchw);
+  backend.dropout_forward({.x = swapped, .rate = rate, .seed = seed, .sample_keys = swapped_keys},
+                          y_swapped);
+  CHECK(sample_values(y_swapped, 0) == sample_values(y, 2));
+  CHECK(sample_values(y_swapped, 1) == sample_values(y, 1));
+
+  // On one thread, the same.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  Tensor y_one_thread = Tensor::host(x.dims());
+  backend.dropout_forward({.x = x, .rate = rate, .seed = seed, .sample_keys = keys}, y_one_thread);
+  omp_set_num_threads(threads);
+  check_close(y_one_thread, y, 0.0);
+
+  // Another key, or another seed, gives another mask (about 2 * 0.4 * 0.6 of the elements differ).
+  const std::vector<std::uint64_t> other_keys{7, 10, 9};
+  Tensor y_other = Tensor::host(x.dims());
+  backend.dropout_forward({.x = x, .rate = rate, .seed = seed, .sample_keys = other_keys}, y_other);
+  CHECK(sample_values(y_other, 0) == sample_values(y, 0));
+  CHECK(fraction_differing(sample_mask(y_other, 1), sample_mask(y, 1)) > 0.3);
+  backend.dropout_forward({.x = x, .rate = rate, .seed = seed + 1, .sample_keys = keys}, y_other);
+  for (std::int64_t n = 0; n < 3; ++n)
+    CHECK(fraction_differing(sample_mask(y_other, n), sample_mask(y, n)) > 0.3);
+  // Samples of one batch do not share a mask either.
+  CHECK(fraction_differing(sample_mask(y, 0), sample_mask(y, 1)) > 0.3);
+}
+
+TEST_CASE("cpu backend: dropout backward applies the forward mask; rate 0 is the identity",
+          "[core]") {
+  CpuBackend backend;
+  const Tensor x = away_from_zero({2, 4, 5, 6}, 820, 0.1f);
+  const Tensor dy = random_tensor(x.dims(), 821);
+  const std::vector<std::uint64_t> keys{100, 200};
+  const float rate = 0.25f;
+  const Dropout args{.x = x, .rate = rate, .seed = 9, .sample_keys = keys};
+  Tensor y = Tensor::host(x.dims()), dx = Tensor::host(x.dims());
+  backend.dropout_forward(args, y);
+  backend.dropout_backward(args, dy, dx);
+  for (std::size_t i = 0; i < x.f32().size(); ++i) {
+    const float expected = y.f32()[i] != 0.0f ? dy.f32()[i] / (1.0f - rate) : 0.0f;
+    CHECK(dx.f32()[i] == Approx(expected).epsilon(1e-6));
+  }
+  // The gradient of sum(y .* dy) with respect to x is dx.
+  Tensor x_varied = x.clone();
+  check_gradient("dx", x_varied, dx, [&] {
+    backend.dropout_forward({.x = x_varied, .rate = rate, .seed = 9, .sample_keys = keys}, y);
+    return weighted_sum(y, dy);
+  });
+  // In place, through a decorator, the same.
+  CountingBackend decorated(backend);
+  Tensor in_place = dy.clone();
+  decorated.dropout_backward(args, in_place, in_place);
+  check_close(in_place, dx, 0.0);
+
+  const Dropout identity{.x = x, .rate = 0.0f, .seed = 9, .sample_keys = keys};
+  backend.dropout_forward(identity, y);
+  check_close(y, x, 0.0);
+  backend.dropout_backward(identity, dy, dx);
+  check_close(dx, dy, 0.0);
+}
+
+TEST_CASE("cpu backend: dropout operands are checked", "[core]") {
+  CpuBackend backend;
+  const Tensor x = random_tensor({2, 3, 4, 4}, 830);
+  Tensor y = Tensor::host(x.dims());
+  const std::vector<std::uint64_t> keys{1, 2}, one_key{1};
+  for (const float rate : {1.0f, -0.1f, 1.5f, NAN}) {
+    REQUIRE_THROWS_WITH(
+        backend.dropout_forward({.x = x, .rate = rate, .seed = 0, .sample_keys = keys}, y),
+        Catch::Contains("dropout_forward") && Catch::Contains("outside [0, 1)"));
+  }
+  REQUIRE_THROWS_WITH(
+      backend.dropout_forward({.x = x, .rate = 0.5f, .seed = 0, .sample_keys = one_key}, y),
+      Catch::Contains("1 sample keys for the 2 samples"));
+  Tensor small = Tensor::host({2, 3, 4, 3});
+  REQUIRE_THROWS_WITH(
+      backend.dropout_forward({.x = x, .rate = 0.5f, .seed = 0, .sample_keys = keys}, small),
+      Catch::Contains(small.describe()));
+  Tensor nchw_y = Tensor::host(x.dims(), DType::f32, Layout::nchw);
+  REQUIRE_THROWS_AS(
+      backend.dropout_forward({.x = x, .rate = 0.5f, .seed = 0, .sample_keys = keys}, nchw_y),
+      hardy::InvalidArgument);
+  REQUIRE_THROWS_WITH(backend.dropout_backward(
+                          {.x = x, .rate = 0.5f, .seed = 0, .sample_keys = keys}, small, small),
+                      Catch::Contains("dropout_backward") && Catch::Contains(small.describe()));
+  const Tensor flat = Tensor::host({6}, DType::f32, Layout::flat);
+  Tensor flat_y = Tensor::host({6}, DType::f32, Layout::flat);
+  REQUIRE_THROWS_WITH(
+      backend.dropout_forward({.x = flat, .rate = 0.5f, .seed = 0, .sample_keys = keys}, flat_y),
+      Catch::Contains("a 4-D tensor"));
 }

@@ -20,6 +20,10 @@ int conv_output_size(int input, int kernel, const ConvGeometry& g) {
   return (input + 2 * g.padding - g.dilation * (kernel - 1) - 1) / g.stride + 1;
 }
 
+int conv_transpose_output_size(int input, int kernel, const ConvGeometry& g) {
+  return (input - 1) * g.stride - 2 * g.padding + g.dilation * (kernel - 1) + 1;
+}
+
 std::vector<std::string> available_backends() {
   std::vector<std::string> names{"cpu"};
 #ifdef HARDY_HAVE_CUDA
@@ -113,7 +117,7 @@ void Backend::conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor
                              const ConvGeometry& geometry, Tensor& y) {
   constexpr std::string_view operation = "conv2d_forward";
   check_convolution(rules_, operation, {"x", "weight", "y"}, x, weight, y, geometry);
-  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight);
+  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight.dim(0));
   do_conv2d_forward(x, weight, bias, geometry, y);
 }
 
@@ -129,8 +133,32 @@ void Backend::conv2d_backward_weights(const Tensor& x, const Tensor& dy,
                                       Tensor* dbias) {
   constexpr std::string_view operation = "conv2d_backward_weights";
   check_convolution(rules_, operation, {"x", "dweight", "dy"}, x, dweight, dy, geometry);
-  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight);
+  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight.dim(0));
   do_conv2d_backward_weights(x, dy, geometry, dweight, dbias);
+}
+
+void Backend::conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                       const ConvGeometry& geometry, Tensor& y) {
+  constexpr std::string_view operation = "conv2d_transpose_forward";
+  check_transposed_convolution(rules_, operation, {"x", "weight", "y"}, x, weight, y, geometry);
+  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight.dim(1));
+  do_conv2d_transpose_forward(x, weight, bias, geometry, y);
+}
+
+void Backend::conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
+                                             const ConvGeometry& geometry, Tensor& dx) {
+  check_transposed_convolution(rules_, "conv2d_transpose_backward_data", {"dx", "weight", "dy"}, dx,
+                               weight, dy, geometry);
+  do_conv2d_transpose_backward_data(dy, weight, geometry, dx);
+}
+
+void Backend::conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
+                                                const ConvGeometry& geometry, Tensor& dweight,
+                                                Tensor* dbias) {
+  constexpr std::string_view operation = "conv2d_transpose_backward_weights";
+  check_transposed_convolution(rules_, operation, {"x", "dweight", "dy"}, x, dweight, dy, geometry);
+  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight.dim(1));
+  do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias);
 }
 
 // ---- group normalization ----
@@ -238,6 +266,21 @@ void Backend::global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
   check_spatial_pair(rules_, operation, "dx", dx, "dy", dy);
   require_dims(operation, "dy", dy, {dx.n(), dx.c(), 1, 1});
   do_global_avg_pool_backward(dy, dx);
+}
+
+void Backend::dropout_forward(const Dropout& args, Tensor& y) {
+  constexpr std::string_view operation = "dropout_forward";
+  check_dropout(rules_, operation, args);
+  check_elementwise_pair(rules_, operation, "x", args.x, "y", y);
+  do_dropout_forward(args, y);
+}
+
+void Backend::dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) {
+  constexpr std::string_view operation = "dropout_backward";
+  check_dropout(rules_, operation, args);
+  require_same_dims(operation, "x", args.x, "dy", dy);
+  check_elementwise_pair(rules_, operation, "dy", dy, "dx", dx);
+  do_dropout_backward(args, dy, dx);
 }
 
 // ---- loss ----

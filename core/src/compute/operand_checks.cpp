@@ -174,25 +174,47 @@ void check_copy(const OperandRules& rules, const Tensor& src, const Tensor& dst)
                     operation, src.describe(), dst.describe()));
 }
 
-void check_convolution(const OperandRules& rules, std::string_view operation,
-                       const ConvRoles& roles, const Tensor& x, const Tensor& weight,
-                       const Tensor& y, const ConvGeometry& g) {
+namespace {
+
+// The checks a convolution and a transposed one share: the activations, the f32 weights laid out
+// as the backend reads them, a valid geometry and one dtype for both activations.
+void check_convolution_operands(const OperandRules& rules, std::string_view operation,
+                                const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                                const Tensor& y, const ConvGeometry& g,
+                                std::string_view weight_dims) {
   require_activation(rules, operation, roles.input, x);
   require_activation(rules, operation, roles.output, y);
   require_f32(rules, operation, roles.weight, weight);
-  if (g.stride < 1 || g.dilation < 1 || g.padding < 0)
-    throw InvalidArgument(fmt::format("{}: invalid geometry stride {}, padding {}, dilation {}",
-                                      operation, g.stride, g.padding, g.dilation));
+  if (g.stride < 1 || g.dilation < 1 || g.padding < 0 || g.groups < 1)
+    throw InvalidArgument(
+        fmt::format("{}: invalid geometry stride {}, padding {}, dilation {}, groups {}", operation,
+                    g.stride, g.padding, g.dilation, g.groups));
   if (x.dtype() != y.dtype())
     throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in dtype", operation,
                                       roles.input, x.describe(), roles.output, y.describe()));
   if (rules.oihw_weights_only && weight.layout() == Layout::nhwc)
-    throw InvalidArgument(fmt::format("{}: {} is {}; weights are (O, I, KH, KW) row-major (nchw)",
-                                      operation, roles.weight, weight.describe()));
-  if (weight.rank() != 4 || weight.dim(1) != x.c())
-    throw InvalidArgument(fmt::format("{}: {} {} does not fit {} {} (expected [O,{},KH,KW])",
-                                      operation, roles.weight, weight.describe(), roles.input,
-                                      x.describe(), x.c()));
+    throw InvalidArgument(fmt::format("{}: {} is {}; weights are {} row-major (nchw)", operation,
+                                      roles.weight, weight.describe(), weight_dims));
+  if (weight.rank() != 4)
+    throw tensor_error(operation, roles.weight, weight, fmt::format("a 4-D {}", weight_dims));
+}
+
+}  // namespace
+
+void check_convolution(const OperandRules& rules, std::string_view operation,
+                       const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                       const Tensor& y, const ConvGeometry& g) {
+  check_convolution_operands(rules, operation, roles, x, weight, y, g, "(O, I / groups, KH, KW)");
+  if (x.c() % g.groups != 0 || weight.dim(0) % g.groups != 0)
+    throw InvalidArgument(fmt::format(
+        "{}: groups {} must divide the input channels of {} ({}) and the output "
+        "channels of {} ({})",
+        operation, g.groups, roles.input, x.describe(), roles.weight, weight.describe()));
+  if (weight.dim(1) != x.c() / g.groups)
+    throw InvalidArgument(fmt::format(
+        "{}: {} {} does not fit {} {}{} (expected [O,{},KH,KW])", operation, roles.weight,
+        weight.describe(), roles.input, x.describe(),
+        g.groups > 1 ? fmt::format(" in {} groups", g.groups) : std::string(), x.c() / g.groups));
   const std::vector<std::int64_t> expected{
       x.n(), weight.dim(0),
       conv_output_size(static_cast<int>(x.h()), static_cast<int>(weight.dim(2)), g),
@@ -204,10 +226,53 @@ void check_convolution(const OperandRules& rules, std::string_view operation,
         weight.describe(), g.stride, g.padding, g.dilation, fmt::join(expected, ",")));
 }
 
+void check_transposed_convolution(const OperandRules& rules, std::string_view operation,
+                                  const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                                  const Tensor& y, const ConvGeometry& g) {
+  check_convolution_operands(rules, operation, roles, x, weight, y, g, "(I, O, KH, KW)");
+  if (g.groups != 1)
+    throw InvalidArgument(
+        fmt::format("{}: groups {} is not supported (transposed convolutions take groups 1)",
+                    operation, g.groups));
+  if (weight.dim(0) != x.c())
+    throw InvalidArgument(fmt::format("{}: {} {} does not fit {} {} (expected [{},O,KH,KW])",
+                                      operation, roles.weight, weight.describe(), roles.input,
+                                      x.describe(), x.c()));
+  // Every size in [smallest, smallest + stride - 1] is the input size of a convolution whose
+  // output is x's size (PyTorch's output_padding picks one).
+  const auto smallest = [&](std::int64_t input, std::int64_t kernel) {
+    return static_cast<std::int64_t>(
+        conv_transpose_output_size(static_cast<int>(input), static_cast<int>(kernel), g));
+  };
+  const std::int64_t h = smallest(x.h(), weight.dim(2)), w = smallest(x.w(), weight.dim(3));
+  const auto fits = [&](std::int64_t size, std::int64_t lowest) {
+    return size >= lowest && size <= lowest + g.stride - 1;
+  };
+  if (h < 1 || w < 1 || y.n() != x.n() || y.c() != weight.dim(1) || !fits(y.h(), h) ||
+      !fits(y.w(), w))
+    throw InvalidArgument(fmt::format(
+        "{}: {} {} does not match {} {}, {} {}, stride {}, padding {}, dilation {} (expected "
+        "[{},{},{}..{},{}..{}])",
+        operation, roles.output, y.describe(), roles.input, x.describe(), roles.weight,
+        weight.describe(), g.stride, g.padding, g.dilation, x.n(), weight.dim(1), h,
+        h + g.stride - 1, w, w + g.stride - 1));
+}
+
 void check_bias(const OperandRules& rules, std::string_view operation, std::string_view role,
-                const Tensor& bias, const Tensor& weight) {
+                const Tensor& bias, std::int64_t output_channels) {
   require_f32(rules, operation, role, bias);
-  require_dims(operation, role, bias, {weight.dim(0)});
+  require_dims(operation, role, bias, {output_channels});
+}
+
+void check_dropout(const OperandRules& rules, std::string_view operation, const Dropout& args) {
+  require_float(rules, operation, "x", args.x);
+  if (args.x.rank() != 4) throw tensor_error(operation, "x", args.x, "a 4-D tensor");
+  // Written so that NaN fails too.
+  if (!(args.rate >= 0.0f && args.rate < 1.0f))
+    throw InvalidArgument(fmt::format("{}: rate {} is outside [0, 1)", operation, args.rate));
+  if (args.sample_keys.size() != static_cast<std::size_t>(args.x.n()))
+    throw InvalidArgument(fmt::format("{}: {} sample keys for the {} samples of x ({})", operation,
+                                      args.sample_keys.size(), args.x.n(), args.x.describe()));
 }
 
 void check_elementwise_pair(const OperandRules& rules, std::string_view operation,

@@ -87,17 +87,25 @@ void check_channel_slices(const OperandRules& rules, std::string_view operation,
 // copy(): both defined, each on the backend's device or the host, equal dims, and equal dtypes
 // unless the backend converts between floating-point types.
 void check_copy(const OperandRules& rules, const Tensor& src, const Tensor& dst);
-// x (N, I, H, W), weight (O, I, KH, KW) and y (N, O, OH, OW) against each other and the
-// geometry; the same relation holds for dx/dy in the backward passes, whose roles are given.
+// x (N, I, H, W), weight (O, I / groups, KH, KW) and y (N, O, OH, OW) against each other and
+// the geometry; the same relation holds for dx/dy in the backward passes, whose roles are given.
 struct ConvRoles {
   std::string_view input, weight, output;
 };
 void check_convolution(const OperandRules& rules, std::string_view operation,
                        const ConvRoles& roles, const Tensor& x, const Tensor& weight,
                        const Tensor& y, const ConvGeometry& geometry);
-// A convolution's bias (or its gradient): f32 with one value per output channel of weight.
+// A transposed convolution's x (N, I, H, W), weight (I, O, KH, KW) and y (N, O, OH, OW), OH
+// (and OW) between conv_transpose_output_size and that + stride - 1; groups must be 1.
+void check_transposed_convolution(const OperandRules& rules, std::string_view operation,
+                                  const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                                  const Tensor& y, const ConvGeometry& geometry);
+// A convolution's bias (or its gradient): f32 with one value per output channel.
 void check_bias(const OperandRules& rules, std::string_view operation, std::string_view role,
-                const Tensor& bias, const Tensor& weight);
+                const Tensor& bias, std::int64_t output_channels);
+// Dropout's settings and x: a 4-D tensor of a floating-point type (any layout), a rate in
+// [0, 1) and one sample key per sample of x.
+void check_dropout(const OperandRules& rules, std::string_view operation, const Dropout& args);
 // Two tensors of a floating-point type with equal dims, dtype and layout, any shape: relu works
 // on the flat array.
 void check_elementwise_pair(const OperandRules& rules, std::string_view operation,

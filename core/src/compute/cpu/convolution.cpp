@@ -1,6 +1,7 @@
-// Convolution through oneDNN: activations stay NHWC (oneDNN picks its brgemm/jit AVX-512 kernels
-// for channels-last f32), weights are reordered between the user's OIHW tensor and whatever
-// blocked layout the primitive asks for.
+// Convolution and transposed convolution through oneDNN (its convolution and deconvolution
+// primitives): activations stay NHWC (oneDNN picks its brgemm/jit AVX-512 kernels for
+// channels-last f32), weights are reordered between the user's OIHW (or, transposed, IOHW)
+// tensor and whatever blocked layout the primitive asks for.
 #include "compute/cpu/dnnl_support.hpp"
 
 namespace hardy::core {
@@ -11,13 +12,14 @@ namespace {
 
 using dnnl::memory;
 
-// The shapes and geometry of one convolution, validated, in oneDNN's terms.
+// The shapes and geometry of one convolution (or transposed convolution), validated, in
+// oneDNN's terms.
 struct ConvProblem {
-  memory::desc source;       // x or dx, NHWC
+  memory::desc source;       // x or dx, NHWC (a transposed convolution's too)
   memory::desc destination;  // y or dy, NHWC
   memory::desc user_weights;
   memory::desc bias;
-  memory::dims strides, dilation, padding;
+  memory::dims strides, dilation, padding, padding_right;
   PrimitiveKey key;
 
   memory::desc any_weights() const {
@@ -25,19 +27,17 @@ struct ConvProblem {
   }
 };
 
-// The descriptors of x (N, I, H, W), weight (O, I, KH, KW) and y (N, O, OH, OW), which Backend
-// has checked against each other and the geometry; the same relation holds for dx/dy in the
-// backward passes.
-ConvProblem make_problem(PrimitiveKind kind, const Tensor& x, const Tensor& weight, const Tensor& y,
-                         const ConvGeometry& g, bool with_bias) {
+// What convolutions and transposed convolutions describe alike: the activations, the geometry
+// and the start of the primitive key.
+ConvProblem common_problem(PrimitiveKind kind, const Tensor& x, const Tensor& weight,
+                           const Tensor& y, const ConvGeometry& g, bool with_bias) {
   ConvProblem problem;
   problem.source = dnnl_desc(x);
   problem.destination = dnnl_desc(y);
-  problem.user_weights = dnnl_desc(weight);
-  problem.bias = memory::desc({weight.dim(0)}, memory::data_type::f32, memory::format_tag::a);
   problem.strides = {g.stride, g.stride};
   problem.dilation = {g.dilation - 1, g.dilation - 1};  // oneDNN counts the gaps
   problem.padding = {g.padding, g.padding};
+  problem.padding_right = problem.padding;
   problem.key.add(static_cast<std::int64_t>(kind))
       .add(x.dims())
       .add(weight.dims())
@@ -45,7 +45,52 @@ ConvProblem make_problem(PrimitiveKind kind, const Tensor& x, const Tensor& weig
       .add(with_bias)
       .add(g.stride)
       .add(g.padding)
-      .add(g.dilation);
+      .add(g.dilation)
+      .add(g.groups);
+  return problem;
+}
+
+// The descriptors of x (N, I, H, W), weight (O, I / groups, KH, KW) and y (N, O, OH, OW), which
+// Backend has checked against each other and the geometry; the same relation holds for dx/dy in
+// the backward passes. Grouped weights are described as oneDNN's 5-D (G, O / G, I / G, KH, KW),
+// which is the same memory as hardy's (O, I / G, KH, KW) (goihw, or gohwi for nhwc weights).
+ConvProblem make_problem(PrimitiveKind kind, const Tensor& x, const Tensor& weight, const Tensor& y,
+                         const ConvGeometry& g, bool with_bias) {
+  ConvProblem problem = common_problem(kind, x, weight, y, g, with_bias);
+  if (g.groups == 1) {
+    problem.user_weights = dnnl_desc(weight);
+  } else {
+    const std::int64_t groups = g.groups;
+    const auto tag =
+        weight.layout() == Layout::nhwc ? memory::format_tag::gohwi : memory::format_tag::goihw;
+    problem.user_weights =
+        memory::desc({groups, weight.dim(0) / groups, weight.dim(1), weight.dim(2), weight.dim(3)},
+                     memory::data_type::f32, tag);
+  }
+  problem.bias = memory::desc({weight.dim(0)}, memory::data_type::f32, memory::format_tag::a);
+  return problem;
+}
+
+// The same for a transposed convolution: x (N, I, H, W), PyTorch's weight (I, O, KH, KW) and
+// y (N, O, OH, OW). oneDNN's deconvolution weights are (O, I, KH, KW) in its own terms, so
+// PyTorch's memory is its iohw (ihwo for nhwc weights). y may be up to stride - 1 larger than
+// the smallest output (PyTorch's output_padding); oneDNN takes that as less padding on the
+// high side (negative down to 1 - stride, which it accepts), so that its size equation is exact.
+ConvProblem make_transposed_problem(PrimitiveKind kind, const Tensor& x, const Tensor& weight,
+                                    const Tensor& y, const ConvGeometry& g, bool with_bias) {
+  ConvProblem problem = common_problem(kind, x, weight, y, g, with_bias);
+  problem.key.add(y.dims());  // the output padding
+  const auto tag =
+      weight.layout() == Layout::nhwc ? memory::format_tag::ihwo : memory::format_tag::iohw;
+  problem.user_weights = memory::desc({weight.dim(1), weight.dim(0), weight.dim(2), weight.dim(3)},
+                                      memory::data_type::f32, tag);
+  problem.bias = memory::desc({weight.dim(1)}, memory::data_type::f32, memory::format_tag::a);
+  const auto output_padding = [&](std::int64_t input, std::int64_t kernel, std::int64_t output) {
+    return output -
+           conv_transpose_output_size(static_cast<int>(input), static_cast<int>(kernel), g);
+  };
+  problem.padding_right = {g.padding - output_padding(x.h(), weight.dim(2), y.h()),
+                           g.padding - output_padding(x.w(), weight.dim(3), y.w())};
   return problem;
 }
 
@@ -53,12 +98,27 @@ dnnl::convolution_forward::primitive_desc forward_descriptor(const dnnl::engine&
                                                              const ConvProblem& p, bool with_bias) {
   const auto desc =
       with_bias
-          ? dnnl::convolution_forward::desc(
-                dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, p.source,
-                p.any_weights(), p.bias, p.destination, p.strides, p.dilation, p.padding, p.padding)
+          ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                            dnnl::algorithm::convolution_direct, p.source,
+                                            p.any_weights(), p.bias, p.destination, p.strides,
+                                            p.dilation, p.padding, p.padding_right)
           : dnnl::convolution_forward::desc(
                 dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, p.source,
-                p.any_weights(), p.destination, p.strides, p.dilation, p.padding, p.padding);
+                p.any_weights(), p.destination, p.strides, p.dilation, p.padding, p.padding_right);
+  return {desc, engine};
+}
+
+dnnl::deconvolution_forward::primitive_desc transposed_forward_descriptor(
+    const dnnl::engine& engine, const ConvProblem& p, bool with_bias) {
+  const auto desc =
+      with_bias
+          ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_training,
+                                              dnnl::algorithm::deconvolution_direct, p.source,
+                                              p.any_weights(), p.bias, p.destination, p.strides,
+                                              p.dilation, p.padding, p.padding_right)
+          : dnnl::deconvolution_forward::desc(
+                dnnl::prop_kind::forward_training, dnnl::algorithm::deconvolution_direct, p.source,
+                p.any_weights(), p.destination, p.strides, p.dilation, p.padding, p.padding_right);
   return {desc, engine};
 }
 
@@ -120,7 +180,8 @@ void CpuBackend::do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
       const auto hint = forward_descriptor(impl_->engine, problem, false);
       const dnnl::convolution_backward_data::desc desc(
           dnnl::algorithm::convolution_direct, problem.source, problem.any_weights(),
-          problem.destination, problem.strides, problem.dilation, problem.padding, problem.padding);
+          problem.destination, problem.strides, problem.dilation, problem.padding,
+          problem.padding_right);
       const dnnl::convolution_backward_data::primitive_desc pd(desc, impl_->engine, hint);
       CachedPrimitive cached{dnnl::convolution_backward_data(pd), implementation_name(pd)};
       attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
@@ -149,12 +210,19 @@ void CpuBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
           with_bias ? dnnl::convolution_backward_weights::desc(
                           dnnl::algorithm::convolution_direct, problem.source,
                           problem.any_weights(), problem.bias, problem.destination, problem.strides,
-                          problem.dilation, problem.padding, problem.padding)
+                          problem.dilation, problem.padding, problem.padding_right)
                     : dnnl::convolution_backward_weights::desc(
                           dnnl::algorithm::convolution_direct, problem.source,
                           problem.any_weights(), problem.destination, problem.strides,
-                          problem.dilation, problem.padding, problem.padding);
-      const dnnl::convolution_backward_weights::primitive_desc pd(desc, impl_->engine, hint);
+                          problem.dilation, problem.padding, problem.padding_right);
+      dnnl::convolution_backward_weights::primitive_desc pd(desc, impl_->engine, hint);
+      // oneDNN 2.6's jit_1x1 backward-weights kernel (Debian 12's libdnnl2 2.6.3) reads out of
+      // bounds for a strided 1x1 convolution on NHWC inputs whose channels are not a multiple of
+      // 16 (e.g. 14 channels, 64x64 -> 32x32, stride 2: SIGSEGV). The tiramisu's transitions
+      // down are such convolutions; the next implementation oneDNN offers computes them.
+      const bool strided_1x1 = dweight.dim(2) == 1 && dweight.dim(3) == 1 && geometry.stride > 1;
+      while (strided_1x1 && implementation_name(pd).starts_with("jit_1x1") && pd.next_impl()) {
+      }
       CachedPrimitive cached{dnnl::convolution_backward_weights(pd), implementation_name(pd)};
       attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.diff_weights_desc(),
                              false);
@@ -172,6 +240,100 @@ void CpuBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
     if (conv.weights_reorder)
       impl_->execute(*conv.weights_reorder, {{DNNL_ARG_FROM, conv.weights_in_primitive_layout},
                                              {DNNL_ARG_TO, user_weights}});
+  });
+}
+
+// ---- transposed convolution: oneDNN's deconvolution primitives, on the same weight handling ----
+
+void CpuBackend::do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight,
+                                             const Tensor* bias, const ConvGeometry& geometry,
+                                             Tensor& y) {
+  constexpr std::string_view operation = "conv2d_transpose_forward";
+  const bool with_bias = bias != nullptr;
+  const ConvProblem problem =
+      make_transposed_problem(PrimitiveKind::deconv_forward, x, weight, y, geometry, with_bias);
+  dnnl_checked(operation, {&x, &weight, bias, &y}, [&] {
+    const CachedPrimitive& deconv = impl_->cached(problem.key, [&] {
+      const auto pd = transposed_forward_descriptor(impl_->engine, problem, with_bias);
+      CachedPrimitive cached{dnnl::deconvolution_forward(pd), implementation_name(pd)};
+      attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
+      return cached;
+    });
+    std::unordered_map<int, memory> arguments{
+        {DNNL_ARG_SRC, dnnl_memory(impl_->engine, problem.source, x)},
+        {DNNL_ARG_WEIGHTS,
+         weights_for_reading(impl_->stream, deconv,
+                             dnnl_memory(impl_->engine, problem.user_weights, weight))},
+        {DNNL_ARG_DST, dnnl_memory(impl_->engine, problem.destination, y)}};
+    if (with_bias)
+      arguments.emplace(DNNL_ARG_BIAS, dnnl_memory(impl_->engine, problem.bias, *bias));
+    impl_->execute(deconv.primitive, arguments);
+  });
+}
+
+void CpuBackend::do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
+                                                   const ConvGeometry& geometry, Tensor& dx) {
+  constexpr std::string_view operation = "conv2d_transpose_backward_data";
+  const ConvProblem problem =
+      make_transposed_problem(PrimitiveKind::deconv_backward_data, dx, weight, dy, geometry, false);
+  dnnl_checked(operation, {&dy, &weight, &dx}, [&] {
+    const CachedPrimitive& deconv = impl_->cached(problem.key, [&] {
+      const auto hint = transposed_forward_descriptor(impl_->engine, problem, false);
+      const dnnl::deconvolution_backward_data::desc desc(
+          dnnl::algorithm::deconvolution_direct, problem.source, problem.any_weights(),
+          problem.destination, problem.strides, problem.dilation, problem.padding,
+          problem.padding_right);
+      const dnnl::deconvolution_backward_data::primitive_desc pd(desc, impl_->engine, hint);
+      CachedPrimitive cached{dnnl::deconvolution_backward_data(pd), implementation_name(pd)};
+      attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
+      return cached;
+    });
+    impl_->execute(deconv.primitive,
+                   {{DNNL_ARG_DIFF_DST, dnnl_memory(impl_->engine, problem.destination, dy)},
+                    {DNNL_ARG_WEIGHTS,
+                     weights_for_reading(impl_->stream, deconv,
+                                         dnnl_memory(impl_->engine, problem.user_weights, weight))},
+                    {DNNL_ARG_DIFF_SRC, dnnl_memory(impl_->engine, problem.source, dx)}});
+  });
+}
+
+void CpuBackend::do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
+                                                      const ConvGeometry& geometry, Tensor& dweight,
+                                                      Tensor* dbias) {
+  constexpr std::string_view operation = "conv2d_transpose_backward_weights";
+  const bool with_bias = dbias != nullptr;
+  const ConvProblem problem = make_transposed_problem(PrimitiveKind::deconv_backward_weights, x,
+                                                      dweight, dy, geometry, with_bias);
+  dnnl_checked(operation, {&x, &dy, &dweight, dbias}, [&] {
+    const CachedPrimitive& deconv = impl_->cached(problem.key, [&] {
+      const auto hint = transposed_forward_descriptor(impl_->engine, problem, with_bias);
+      const auto desc =
+          with_bias ? dnnl::deconvolution_backward_weights::desc(
+                          dnnl::algorithm::deconvolution_direct, problem.source,
+                          problem.any_weights(), problem.bias, problem.destination, problem.strides,
+                          problem.dilation, problem.padding, problem.padding_right)
+                    : dnnl::deconvolution_backward_weights::desc(
+                          dnnl::algorithm::deconvolution_direct, problem.source,
+                          problem.any_weights(), problem.destination, problem.strides,
+                          problem.dilation, problem.padding, problem.padding_right);
+      const dnnl::deconvolution_backward_weights::primitive_desc pd(desc, impl_->engine, hint);
+      CachedPrimitive cached{dnnl::deconvolution_backward_weights(pd), implementation_name(pd)};
+      attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.diff_weights_desc(),
+                             false);
+      return cached;
+    });
+    const memory user_weights = dnnl_memory(impl_->engine, problem.user_weights, dweight);
+    std::unordered_map<int, memory> arguments{
+        {DNNL_ARG_SRC, dnnl_memory(impl_->engine, problem.source, x)},
+        {DNNL_ARG_DIFF_DST, dnnl_memory(impl_->engine, problem.destination, dy)},
+        {DNNL_ARG_DIFF_WEIGHTS,
+         deconv.weights_reorder ? deconv.weights_in_primitive_layout : user_weights}};
+    if (with_bias)
+      arguments.emplace(DNNL_ARG_DIFF_BIAS, dnnl_memory(impl_->engine, problem.bias, *dbias));
+    impl_->execute(deconv.primitive, arguments);
+    if (deconv.weights_reorder)
+      impl_->execute(*deconv.weights_reorder, {{DNNL_ARG_FROM, deconv.weights_in_primitive_layout},
+                                               {DNNL_ARG_TO, user_weights}});
   });
 }
 

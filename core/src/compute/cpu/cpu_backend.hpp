@@ -1,7 +1,8 @@
 #pragma once
-// The CPU backend: oneDNN primitives for convolution, batch-norm application, relu, resampling
-// and concatenation; OpenMP loops for what oneDNN has no primitive for (group normalization, the
-// split batch-norm reductions, global average pooling, the loss, optimizer updates).
+// The CPU backend: oneDNN primitives for convolution (also grouped and transposed), batch-norm
+// application, relu, resampling and concatenation; OpenMP loops for what oneDNN has no primitive
+// for (group normalization, the split batch-norm reductions, global average pooling, dropout,
+// the loss, optimizer updates).
 // Activations are NHWC, weights OIHW.
 #include <cstddef>
 #include <memory>
@@ -36,6 +37,13 @@ class CpuBackend final : public Backend {
                                Tensor& dx) override;
   void do_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
                                   Tensor& dweight, Tensor* dbias) override;
+  void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                   const ConvGeometry& geometry, Tensor& y) override;
+  void do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
+                                         const ConvGeometry& geometry, Tensor& dx) override;
+  void do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
+                                            const ConvGeometry& geometry, Tensor& dweight,
+                                            Tensor* dbias) override;
 
   // Defined in cpu/normalization.cpp.
   void do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
@@ -57,6 +65,10 @@ class CpuBackend final : public Backend {
   void do_split_channels(const Tensor& dy, std::span<Tensor* const> outputs) override;
   void do_global_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
+
+  // Defined in cpu/dropout.cpp.
+  void do_dropout_forward(const Dropout& args, Tensor& y) override;
+  void do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) override;
 
   // Defined in cpu/loss.cpp.
   double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override;

@@ -87,6 +87,9 @@ enum class PrimitiveKind : std::int64_t {
   conv_forward,
   conv_backward_data,
   conv_backward_weights,
+  deconv_forward,
+  deconv_backward_data,
+  deconv_backward_weights,
   batch_norm_apply,
   relu_forward,
   relu_backward,
@@ -99,7 +102,7 @@ enum class PrimitiveKind : std::int64_t {
   exponential,
 };
 
-// A primitive plus, for convolutions, the reorder between the user's OIHW weights and the
+// A primitive plus, for convolutions, the reorder between the user's OIHW (IOHW) weights and the
 // blocked layout the primitive chose (weights change every step, so only the reorder is cached).
 struct CachedPrimitive {
   CachedPrimitive(dnnl::primitive primitive, std::string implementation)

@@ -1,6 +1,16 @@
 // Convolutions on the GPU. NHWC activations in f32, bf16 or f16; weights are the f32 (O, I, KH,
 // KW) master copy, converted on the device into cuDNN's NHWC filter layout (O, KH, KW, I) in the
-// activation type before each use (a few MB per step, against GB of activations).
+// activation type before each use (a few MB per step, against GB of activations). Grouped
+// convolutions are cuDNN's (cudnnSetConvolutionGroupCount), with (O, I / groups, KH, KW) weights
+// converted the same way.
+//
+// A transposed convolution (PyTorch's ConvTranspose2d, weights (I, O, KH, KW)) is the data
+// gradient of the convolution from its output to its input, whose weights (O', I') = (I, O) are
+// the very same tensor: its forward pass is that convolution's backward-data pass
+// (cudnnConvolutionBackwardData), its data gradient that convolution's forward pass, and its
+// weight gradient that convolution's weight gradient with x and dy in swapped roles. The output
+// padding needs nothing: the convolution's floor division maps every allowed output size back to
+// the input's.
 //
 // cuDNN's legacy convolution API (still in cuDNN 9): per shape and pass, descriptors are built
 // once and the algorithm is chosen once, by timing every algorithm on the real tensors
@@ -25,22 +35,26 @@ using namespace cuda;  // the backend's internal helpers, declared in cuda_suppo
 
 namespace {
 
-// Sizes of one convolution, validated: x (N, C, H, W), weight (O, C, KH, KW), y (N, O, OH, OW).
+// Sizes of one convolution, validated: x (N, C, H, W), weight (O, C / groups, KH, KW),
+// y (N, O, OH, OW).
 struct ConvShape {
   Index n, c, h, w, o, kh, kw, oh, ow;
   ConvGeometry g;
   DType type;
 
   Index rows() const { return n * h * w; }  // of x; equals n * oh * ow for a GEMM convolution
-  Index weight_count() const { return o * c * kh * kw; }
+  Index group_inputs() const { return c / g.groups; }  // the weights' second dimension
+  Index weight_count() const { return o * group_inputs() * kh * kw; }
   bool gemm() const {
-    return kh == 1 && kw == 1 && g.stride == 1 && g.padding == 0 && rows() <= INT_MAX &&
-           c <= INT_MAX && o <= INT_MAX;
+    return kh == 1 && kw == 1 && g.stride == 1 && g.padding == 0 && g.groups == 1 &&
+           rows() <= INT_MAX && c <= INT_MAX && o <= INT_MAX;
   }
 };
 
-// The sizes of x (N, C, H, W), weight (O, C, KH, KW) and y (N, O, OH, OW), which Backend has
-// checked against each other and the geometry (operands::check_convolution).
+// The sizes of x (N, C, H, W), weight (O, C / groups, KH, KW) and y (N, O, OH, OW), which
+// Backend has checked against each other and the geometry (operands::check_convolution). For a
+// transposed convolution, pass its y as x and its x as y (operands::check_transposed_convolution
+// checked that relation).
 ConvShape conv_shape(const Tensor& x, const Tensor& weight, const Tensor& y,
                      const ConvGeometry& g) {
   return {.n = x.n(),
@@ -87,8 +101,8 @@ cudaDataType_t blas_type(DType type) {
 ConvKey key_of(ConvKind kind, const ConvShape& s) {
   const auto pass = static_cast<std::int64_t>(kind), type = static_cast<std::int64_t>(s.type);
   ConvKey key;
-  key.values = {pass, type, s.n,  s.c,        s.h,         s.w,          s.o, s.kh,
-                s.kw, s.oh, s.ow, s.g.stride, s.g.padding, s.g.dilation, 0};
+  key.values = {pass, type, s.n,  s.c,        s.h,         s.w,          s.o,       s.kh,
+                s.kw, s.oh, s.ow, s.g.stride, s.g.padding, s.g.dilation, s.g.groups};
   return key;
 }
 
@@ -146,10 +160,12 @@ ConvPlan& plan_for(CudaBackend::Impl& impl, ConvKind kind, const ConvShape& s,
   HARDY_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.y.get(), CUDNN_TENSOR_NHWC, type, as_int(s.n),
                                                as_int(s.o), as_int(s.oh), as_int(s.ow)));
   HARDY_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan.w.get(), type, CUDNN_TENSOR_NHWC, as_int(s.o),
-                                               as_int(s.c), as_int(s.kh), as_int(s.kw)));
+                                               as_int(s.group_inputs()), as_int(s.kh),
+                                               as_int(s.kw)));
   HARDY_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
       plan.conv.get(), s.g.padding, s.g.padding, s.g.stride, s.g.stride, s.g.dilation, s.g.dilation,
       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  HARDY_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan.conv.get(), s.g.groups));
   const bool strict_fp32 = s.type == DType::f32 && !impl.options.allow_tf32;
   const cudnnMathType_t requested = s.type != DType::f32 ? CUDNN_TENSOR_OP_MATH
                                     : strict_fp32        ? CUDNN_FMA_MATH
@@ -216,9 +232,9 @@ ConvPlan& plan_for(CudaBackend::Impl& impl, ConvKind kind, const ConvShape& s,
   if (!chosen)
     throw BackendError(fmt::format(
         "cuDNN has no {} algorithm for a {} convolution x [{},{},{},{}], weight [{},{},{},{}], "
-        "stride {}, padding {}, dilation {} within a {} MiB workspace (of {} tried)",
-        kind_name(kind), to_string(s.type), s.n, s.c, s.h, s.w, s.o, s.c, s.kh, s.kw, s.g.stride,
-        s.g.padding, s.g.dilation, limit >> 20, returned));
+        "stride {}, padding {}, dilation {}, groups {} within a {} MiB workspace (of {} tried)",
+        kind_name(kind), to_string(s.type), s.n, s.c, s.h, s.w, s.o, s.group_inputs(), s.kh, s.kw,
+        s.g.stride, s.g.padding, s.g.dilation, s.g.groups, limit >> 20, returned));
   HARDY_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv.get(), plan.math));
   return impl.conv_plans.emplace(key, std::move(plan)).first->second;
 }
@@ -229,7 +245,8 @@ const void* weights_for(CudaBackend::Impl& impl, const Tensor& weight, const Con
   if (s.type == DType::f32 && s.kh == 1 && s.kw == 1) return weight.raw();
   void* converted =
       impl.weights.get(static_cast<std::size_t>(s.weight_count()) * dtype_size(s.type));
-  weights_to_ohwi(weight.data<float>(), converted, s.type, s.o, s.c, s.kh, s.kw, impl.s());
+  weights_to_ohwi(weight.data<float>(), converted, s.type, s.o, s.group_inputs(), s.kh, s.kw,
+                  impl.s());
   return converted;
 }
 
@@ -262,74 +279,111 @@ void add_bias_gradient(CudaBackend::Impl& impl, const Tensor& dy, Tensor& dbias)
   doubles_to_floats(sums, 1, dbias.data<float>(), channels, 1.0, impl.s());
 }
 
+// The three passes of the convolution s on its operands: x (N, C, H, W) or dx, y (N, O, OH, OW)
+// or dy, and the f32 (O, C / groups, KH, KW) weights or their gradient.
+void convolve(CudaBackend::Impl& impl, const ConvShape& s, const void* x, const Tensor& weight,
+              void* y) {
+  const void* w = weights_for(impl, weight, s);
+  if (s.gemm()) {
+    // y (O x R) = W^T (O x C) * x (C x R)
+    gemm(impl, CUBLAS_OP_T, CUBLAS_OP_N, s.o, s.rows(), s.c, w, s.type, s.c, x, s.c, y, s.type, s.o,
+         s.type);
+    return;
+  }
+  const ConvPlan& plan = plan_for(impl, ConvKind::forward, s, {x, w, y});
+  const float one = 1.0f, zero = 0.0f;
+  void* workspace = impl.workspace.get(plan.workspace_bytes);
+  HARDY_CUDNN_CHECK(cudnnConvolutionForward(
+      impl.cudnn.get(), &one, plan.x.get(), x, plan.w.get(), w, plan.conv.get(),
+      static_cast<cudnnConvolutionFwdAlgo_t>(plan.algorithm), workspace, plan.workspace_bytes,
+      &zero, plan.y.get(), y));
+}
+
+void convolve_backward_data(CudaBackend::Impl& impl, const ConvShape& s, const void* dy,
+                            const Tensor& weight, void* dx) {
+  const void* w = weights_for(impl, weight, s);
+  if (s.gemm()) {
+    // dx (C x R) = W (C x O) * dy (O x R)
+    gemm(impl, CUBLAS_OP_N, CUBLAS_OP_N, s.c, s.rows(), s.o, w, s.type, s.c, dy, s.o, dx, s.type,
+         s.c, s.type);
+    return;
+  }
+  const ConvPlan& plan = plan_for(impl, ConvKind::backward_data, s, {w, dy, dx});
+  const float one = 1.0f, zero = 0.0f;
+  void* workspace = impl.workspace.get(plan.workspace_bytes);
+  HARDY_CUDNN_CHECK(cudnnConvolutionBackwardData(
+      impl.cudnn.get(), &one, plan.w.get(), w, plan.y.get(), dy, plan.conv.get(),
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algorithm), workspace, plan.workspace_bytes,
+      &zero, plan.x.get(), dx));
+}
+
+void convolve_backward_weights(CudaBackend::Impl& impl, const ConvShape& s, const void* x,
+                               const void* dy, Tensor& dweight) {
+  if (s.gemm()) {
+    // dW (C x O) = x (C x R) * dy^T (R x O), accumulated in fp32 and written as f32 directly.
+    gemm(impl, CUBLAS_OP_N, CUBLAS_OP_T, s.c, s.o, s.rows(), x, s.type, s.c, dy, s.o, dweight.raw(),
+         DType::f32, s.c, s.type);
+    return;
+  }
+  // cuDNN writes the gradient in the activation type and (O, KH, KW, C / groups) layout.
+  void* converted =
+      impl.weights.get(static_cast<std::size_t>(s.weight_count()) * dtype_size(s.type));
+  const ConvPlan& plan = plan_for(impl, ConvKind::backward_weights, s, {x, dy, converted});
+  const float one = 1.0f, zero = 0.0f;
+  void* workspace = impl.workspace.get(plan.workspace_bytes);
+  HARDY_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      impl.cudnn.get(), &one, plan.x.get(), x, plan.y.get(), dy, plan.conv.get(),
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algorithm), workspace, plan.workspace_bytes,
+      &zero, plan.w.get(), converted));
+  weights_from_ohwi(converted, s.type, dweight.data<float>(), s.o, s.group_inputs(), s.kh, s.kw,
+                    impl.s());
+}
+
 }  // namespace
 
 void CudaBackend::do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                     const ConvGeometry& geometry, Tensor& y) {
   const ConvShape s = conv_shape(x, weight, y, geometry);
-  Impl& impl = *impl_;
-  const void* w = weights_for(impl, weight, s);
-  if (s.gemm()) {
-    // y (O x R) = W^T (O x C) * x (C x R)
-    gemm(impl, CUBLAS_OP_T, CUBLAS_OP_N, s.o, s.rows(), s.c, w, s.type, s.c, x.raw(), s.c, y.raw(),
-         s.type, s.o, s.type);
-  } else {
-    const ConvPlan& plan = plan_for(impl, ConvKind::forward, s, {x.raw(), w, y.raw()});
-    const float one = 1.0f, zero = 0.0f;
-    void* workspace = impl.workspace.get(plan.workspace_bytes);
-    HARDY_CUDNN_CHECK(cudnnConvolutionForward(
-        impl.cudnn.get(), &one, plan.x.get(), x.raw(), plan.w.get(), w, plan.conv.get(),
-        static_cast<cudnnConvolutionFwdAlgo_t>(plan.algorithm), workspace, plan.workspace_bytes,
-        &zero, plan.y.get(), y.raw()));
-  }
+  convolve(*impl_, s, x.raw(), weight, y.raw());
   if (bias != nullptr)
-    add_channel_bias(y.raw(), s.type, bias->data<float>(), s.n * s.oh * s.ow, s.o, impl.s());
+    add_channel_bias(y.raw(), s.type, bias->data<float>(), s.n * s.oh * s.ow, s.o, impl_->s());
 }
 
 void CudaBackend::do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
                                           const ConvGeometry& geometry, Tensor& dx) {
-  const ConvShape s = conv_shape(dx, weight, dy, geometry);
-  Impl& impl = *impl_;
-  const void* w = weights_for(impl, weight, s);
-  if (s.gemm()) {
-    // dx (C x R) = W (C x O) * dy (O x R)
-    gemm(impl, CUBLAS_OP_N, CUBLAS_OP_N, s.c, s.rows(), s.o, w, s.type, s.c, dy.raw(), s.o,
-         dx.raw(), s.type, s.c, s.type);
-    return;
-  }
-  const ConvPlan& plan = plan_for(impl, ConvKind::backward_data, s, {w, dy.raw(), dx.raw()});
-  const float one = 1.0f, zero = 0.0f;
-  void* workspace = impl.workspace.get(plan.workspace_bytes);
-  HARDY_CUDNN_CHECK(cudnnConvolutionBackwardData(
-      impl.cudnn.get(), &one, plan.w.get(), w, plan.y.get(), dy.raw(), plan.conv.get(),
-      static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algorithm), workspace, plan.workspace_bytes,
-      &zero, plan.x.get(), dx.raw()));
+  convolve_backward_data(*impl_, conv_shape(dx, weight, dy, geometry), dy.raw(), weight, dx.raw());
 }
 
 void CudaBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
                                              const ConvGeometry& geometry, Tensor& dweight,
                                              Tensor* dbias) {
-  const ConvShape s = conv_shape(x, dweight, dy, geometry);
-  Impl& impl = *impl_;
-  if (s.gemm()) {
-    // dW (C x O) = x (C x R) * dy^T (R x O), accumulated in fp32 and written as f32 directly.
-    gemm(impl, CUBLAS_OP_N, CUBLAS_OP_T, s.c, s.o, s.rows(), x.raw(), s.type, s.c, dy.raw(), s.o,
-         dweight.raw(), DType::f32, s.c, s.type);
-  } else {
-    // cuDNN writes the gradient in the activation type and (O, KH, KW, I) layout.
-    void* converted =
-        impl.weights.get(static_cast<std::size_t>(s.weight_count()) * dtype_size(s.type));
-    const ConvPlan& plan =
-        plan_for(impl, ConvKind::backward_weights, s, {x.raw(), dy.raw(), converted});
-    const float one = 1.0f, zero = 0.0f;
-    void* workspace = impl.workspace.get(plan.workspace_bytes);
-    HARDY_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-        impl.cudnn.get(), &one, plan.x.get(), x.raw(), plan.y.get(), dy.raw(), plan.conv.get(),
-        static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algorithm), workspace,
-        plan.workspace_bytes, &zero, plan.w.get(), converted));
-    weights_from_ohwi(converted, s.type, dweight.data<float>(), s.o, s.c, s.kh, s.kw, impl.s());
-  }
-  if (dbias != nullptr) add_bias_gradient(impl, dy, *dbias);
+  convolve_backward_weights(*impl_, conv_shape(x, dweight, dy, geometry), x.raw(), dy.raw(),
+                            dweight);
+  if (dbias != nullptr) add_bias_gradient(*impl_, dy, *dbias);
+}
+
+// ---- transposed convolution: the convolution from y to x, run backwards ----
+
+void CudaBackend::do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight,
+                                              const Tensor* bias, const ConvGeometry& geometry,
+                                              Tensor& y) {
+  const ConvShape s = conv_shape(y, weight, x, geometry);
+  convolve_backward_data(*impl_, s, x.raw(), weight, y.raw());
+  if (bias != nullptr)
+    add_channel_bias(y.raw(), s.type, bias->data<float>(), s.rows(), s.c, impl_->s());
+}
+
+void CudaBackend::do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
+                                                    const ConvGeometry& geometry, Tensor& dx) {
+  convolve(*impl_, conv_shape(dy, weight, dx, geometry), dy.raw(), weight, dx.raw());
+}
+
+void CudaBackend::do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
+                                                       const ConvGeometry& geometry,
+                                                       Tensor& dweight, Tensor* dbias) {
+  convolve_backward_weights(*impl_, conv_shape(dy, dweight, x, geometry), dy.raw(), x.raw(),
+                            dweight);
+  if (dbias != nullptr) add_bias_gradient(*impl_, dy, *dbias);
 }
 
 }  // namespace hardy::core

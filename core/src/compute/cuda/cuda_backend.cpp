@@ -10,8 +10,10 @@
 #include <limits>
 #include <numeric>
 #include <utility>
+#include <vector>
 
 #include "compute/cuda/cuda_support.hpp"
+#include "compute/dropout_mask.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {
@@ -463,6 +465,33 @@ void CudaBackend::do_global_avg_pool_forward(const Tensor& x, Tensor& y) {
 void CudaBackend::do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
   cuda::global_avg_pool_backward(dy.raw(), dy.dtype(), dx.n(), dx.h() * dx.w(), dx.c(), dx.raw(),
                                  impl_->s());
+}
+
+namespace {
+
+// out = in * keep / (1 - rate): the per-sample stream states are mixed on the host (as the CPU
+// backend mixes them) and uploaded, the keep decisions are the kernel's, from the same header.
+void run_dropout(CudaBackend::Impl& impl, const Dropout& args, const Tensor& in, Tensor& out) {
+  std::vector<std::uint64_t> states(args.sample_keys.size());
+  for (std::size_t n = 0; n < states.size(); ++n)
+    states[n] = dropout::sample_state(args.seed, args.sample_keys[n]);
+  auto* device_states = impl.small.get_as<std::uint64_t>(std::max<std::size_t>(states.size(), 1));
+  // From pageable memory, as the loss's class weights: the copy has read `states` on return.
+  impl.copy_async(device_states, states.data(), states.size() * sizeof(std::uint64_t),
+                  cudaMemcpyHostToDevice);
+  cuda::apply_dropout(in.raw(), out.raw(), in.dtype(), in.layout() == Layout::nhwc, in.n(), in.c(),
+                      in.h(), in.w(), device_states, dropout::keep_threshold(args.rate),
+                      1.0f / (1.0f - args.rate), impl.s());
+}
+
+}  // namespace
+
+void CudaBackend::do_dropout_forward(const Dropout& args, Tensor& y) {
+  run_dropout(*impl_, args, args.x, y);
+}
+
+void CudaBackend::do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) {
+  run_dropout(*impl_, args, dy, dx);
 }
 
 // ---- loss ----

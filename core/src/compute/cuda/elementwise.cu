@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "compute/dropout_mask.hpp"
 #include "device_math.cuh"
 
 namespace hardy::core::cuda {
@@ -107,6 +108,22 @@ __global__ void axpy_kernel(float alpha, const T* x, T* y, Index count) {
 template <class T>
 __global__ void scale_kernel(T* x, float alpha, Index count) {
   HARDY_GRID_STRIDE_LOOP(i, count) { x[i] = from_float<T>(to_float(x[i]) * alpha); }
+}
+
+// Element i in memory order is sample n's element `within`; its logical index in the sample's
+// (C, H, W) order is `within` itself in NCHW, and channel * H * W + pixel in NHWC.
+template <class T>
+__global__ void dropout_kernel(const T* x, T* y, bool nhwc, Shape4 shape,
+                               const std::uint64_t* sample_states, std::uint32_t threshold,
+                               float scale) {
+  const Index plane = shape.h * shape.w, per_sample = shape.c * plane;
+  const Index count = shape.n * per_sample;
+  HARDY_GRID_STRIDE_LOOP(i, count) {
+    const Index n = i / per_sample, within = i % per_sample;
+    const Index index = nhwc ? within % shape.c * plane + within / shape.c : within;
+    const bool kept = dropout::keep(sample_states[n], static_cast<std::uint64_t>(index), threshold);
+    y[i] = from_float<T>(kept ? to_float(x[i]) * scale : 0.0f);
+  }
 }
 
 // ---- reductions ----
@@ -354,6 +371,17 @@ void scale(void* x, DType type, float alpha, Index count, cudaStream_t stream) {
                                                                       count);
   });
   check_launch("scale");
+}
+
+void apply_dropout(const void* x, void* y, DType type, bool nhwc, Index n, Index c, Index h,
+                   Index w, const std::uint64_t* sample_states, std::uint32_t threshold,
+                   float scale, cudaStream_t stream) {
+  launch_per_element(type, n * c * h * w, "dropout", [&](auto tag, unsigned int blocks) {
+    using T = decltype(tag);
+    dropout_kernel<<<blocks, threads_per_block, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), nhwc, Shape4{n, c, h, w}, sample_states,
+        threshold, scale);
+  });
 }
 
 int sum_squares_partials(const void* x, DType type, Index count, double* partials,

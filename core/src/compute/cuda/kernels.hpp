@@ -35,6 +35,12 @@ void relu_backward(const void* y, const void* dy, void* dx, DType type, Index co
                    cudaStream_t stream);
 void axpy(float alpha, const void* x, void* y, DType type, Index count, cudaStream_t stream);
 void scale(void* x, DType type, float alpha, Index count, cudaStream_t stream);
+// y = x * scale where compute/dropout_mask.hpp keeps the element, else 0, over a 4-D (N, C, H, W)
+// tensor in NHWC (nhwc) or NCHW order; sample_states: one per sample (dropout::sample_state).
+// x may be y.
+void apply_dropout(const void* x, void* y, DType type, bool nhwc, Index n, Index c, Index h,
+                   Index w, const std::uint64_t* sample_states, std::uint32_t threshold,
+                   float scale, cudaStream_t stream);
 
 // ---- reductions to the host: partial sums per block, summed on the host in block order ----
 // Returns the number of partials written (at most max_reduction_blocks).

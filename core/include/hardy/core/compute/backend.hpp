@@ -14,7 +14,8 @@
 //
 // Conventions, shared by every implementation:
 // - Activations are 4-D (N, C, H, W) in the backend's activation_layout().
-// - Convolution weights are (O, I, KH, KW), biases (O); normalization parameters (C).
+// - Convolution weights are (O, I / groups, KH, KW), biases (O); transposed convolution weights
+//   are (I, O, KH, KW) (PyTorch's ConvTranspose2d); normalization parameters (C).
 // - Backward operations *overwrite* their outputs (dx, dw, ...); callers accumulate with axpy.
 // - All reductions that a data-parallel job must combine across ranks are exposed as separate
 //   "local statistics" calls so that the caller can allreduce them in between.
@@ -34,6 +35,9 @@ struct ConvGeometry {
   int stride = 1;
   int padding = 0;
   int dilation = 1;  // 1 is a dense kernel (PyTorch's convention)
+  // Input and output channels split into this many groups, each convolved with its own
+  // O / groups filters of I / groups channels; groups == I is a depthwise convolution.
+  int groups = 1;
 };
 
 // Spatial output size of a convolution, as in PyTorch.
@@ -48,6 +52,11 @@ struct OperandRules {
   bool copy_converts_float_types;   // copy() converts between f32, bf16 and f16
   bool oihw_weights_only;           // convolution weights must be laid out (O, I, KH, KW) (nchw)
 };
+
+// Smallest spatial output size of a transposed convolution, as in PyTorch without output
+// padding: (input - 1) * stride - 2 * padding + dilation * (kernel - 1) + 1. The output may be
+// up to stride - 1 larger (PyTorch's output_padding), so that it inverts any conv2d's size.
+int conv_transpose_output_size(int input, int kernel, const ConvGeometry& geometry);
 
 // ---- operation arguments: the inputs and settings of the operations with many of them ----
 // They hold references: build them in the call, e.g.
@@ -140,6 +149,18 @@ struct AdamStep {
   long step;
 };
 
+// Inverted dropout of x (or, backward, of its gradient): an element is kept with probability
+// 1 - rate and scaled by 1 / (1 - rate), or zeroed. Whether it is kept is a counter-based hash
+// of (seed, sample_keys[n], the element's index in the sample's logical (C, H, W) order), so
+// that the mask depends neither on the layout, the backend, the batch split nor the thread
+// count: a rollback or a rebalance that recomputes a sample's step gets the same mask.
+struct Dropout {
+  const Tensor& x;
+  float rate;  // in [0, 1)
+  std::uint64_t seed;
+  std::span<const std::uint64_t> sample_keys;  // one per sample of x (x.n())
+};
+
 class Backend;
 
 // A batch's copy into a backend's tensors that runs beside the backend's kernels: started on the
@@ -214,6 +235,18 @@ class Backend {
   // dbias may be null when the convolution has no bias.
   void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
                                Tensor& dweight, Tensor* dbias);
+  // Transposed convolution (the gradient of conv2d with respect to its input), PyTorch's
+  // ConvTranspose2d: weight (I, O, KH, KW) where I = x's channels, bias (O); groups must be 1.
+  // y's size picks the output padding: y.h must lie in [conv_transpose_output_size(x.h, KH),
+  // that + stride - 1], and likewise y.w.
+  void conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                const ConvGeometry& geometry, Tensor& y);
+  void conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
+                                      const ConvGeometry& geometry, Tensor& dx);
+  // dbias may be null when the transposed convolution has no bias.
+  void conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
+                                         const ConvGeometry& geometry, Tensor& dweight,
+                                         Tensor* dbias);
 
   // ---- group normalization (per sample, so independent of how a batch is split) ----
   // mean and rstd are (N, groups) f32 scratch written by forward and read by backward.
@@ -247,6 +280,12 @@ class Backend {
   // (N, C, H, W) -> (N, C, 1, 1) mean; backward spreads dy evenly.
   void global_avg_pool_forward(const Tensor& x, Tensor& y);
   void global_avg_pool_backward(const Tensor& dy, Tensor& dx);
+  // y = x * keep / (1 - rate) (struct Dropout). x and y: 4-D float tensors of equal dims, dtype
+  // and layout, which may be nchw as well as nhwc (the mask is the same in both).
+  void dropout_forward(const Dropout& args, Tensor& y);
+  // dx = dy * keep / (1 - rate), with the mask of dropout_forward for the same arguments;
+  // args.x only gives the shape (dy and dx have its dims).
+  void dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx);
 
   // ---- loss ----
   // Per-pixel softmax cross-entropy over channels, each pixel weighted by
@@ -292,6 +331,14 @@ class Backend {
   virtual void do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
                                           const ConvGeometry& geometry, Tensor& dweight,
                                           Tensor* dbias) = 0;
+  virtual void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight,
+                                           const Tensor* bias, const ConvGeometry& geometry,
+                                           Tensor& y) = 0;
+  virtual void do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
+                                                 const ConvGeometry& geometry, Tensor& dx) = 0;
+  virtual void do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
+                                                    const ConvGeometry& geometry, Tensor& dweight,
+                                                    Tensor* dbias) = 0;
 
   virtual void do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
                                      Tensor& rstd) = 0;
@@ -312,6 +359,8 @@ class Backend {
   virtual void do_split_channels(const Tensor& dy, std::span<Tensor* const> outputs) = 0;
   virtual void do_global_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
   virtual void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;
+  virtual void do_dropout_forward(const Dropout& args, Tensor& y) = 0;
+  virtual void do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) = 0;
 
   virtual double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) = 0;
   virtual void do_argmax_channels(const Tensor& logits, Tensor& labels) = 0;

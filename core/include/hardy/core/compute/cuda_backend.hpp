@@ -1,8 +1,9 @@
 #pragma once
 // The CUDA backend: cuDNN convolutions (NHWC, tensor-op math in bf16 or fp16 with fp32
-// accumulation), cuBLAS GEMMs for 1x1 convolutions, and hardy's own kernels for normalization,
-// resampling, the loss and optimizer updates. Only the CUDA build (HARDY_HAVE_CUDA) has it;
-// make_backend("cuda") returns one configured from the environment (CudaOptions).
+// accumulation; also grouped and transposed), cuBLAS GEMMs for 1x1 convolutions, and hardy's
+// own kernels for normalization, resampling, dropout, the loss and optimizer updates. Only the CUDA
+// build (HARDY_HAVE_CUDA) has it; make_backend("cuda") returns one configured from the environment
+// (CudaOptions).
 //
 // Precision contract (mixed precision as in PyTorch AMP, with fp32 master weights):
 // - Parameters, their gradients, optimizer state and normalization statistics are f32 device
@@ -97,6 +98,13 @@ class CudaBackend final : public Backend {
                                Tensor& dx) override;
   void do_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
                                   Tensor& dweight, Tensor* dbias) override;
+  void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                   const ConvGeometry& geometry, Tensor& y) override;
+  void do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
+                                         const ConvGeometry& geometry, Tensor& dx) override;
+  void do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
+                                            const ConvGeometry& geometry, Tensor& dweight,
+                                            Tensor* dbias) override;
 
   void do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
                              Tensor& rstd) override;
@@ -117,6 +125,8 @@ class CudaBackend final : public Backend {
   void do_split_channels(const Tensor& dy, std::span<Tensor* const> outputs) override;
   void do_global_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
+  void do_dropout_forward(const Dropout& args, Tensor& y) override;
+  void do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) override;
 
   double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override;
   void do_argmax_channels(const Tensor& logits, Tensor& labels) override;

@@ -54,6 +54,19 @@ class ForwardingBackend : public Backend {
                                   Tensor& dweight, Tensor* dbias) override {
     inner_.do_conv2d_backward_weights(x, dy, geometry, dweight, dbias);
   }
+  void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                   const ConvGeometry& geometry, Tensor& y) override {
+    inner_.do_conv2d_transpose_forward(x, weight, bias, geometry, y);
+  }
+  void do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
+                                         const ConvGeometry& geometry, Tensor& dx) override {
+    inner_.do_conv2d_transpose_backward_data(dy, weight, geometry, dx);
+  }
+  void do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
+                                            const ConvGeometry& geometry, Tensor& dweight,
+                                            Tensor* dbias) override {
+    inner_.do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias);
+  }
 
   void do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
                              Tensor& rstd) override {
@@ -99,6 +112,12 @@ class ForwardingBackend : public Backend {
   }
   void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) override {
     inner_.do_global_avg_pool_backward(dy, dx);
+  }
+  void do_dropout_forward(const Dropout& args, Tensor& y) override {
+    inner_.do_dropout_forward(args, y);
+  }
+  void do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) override {
+    inner_.do_dropout_backward(args, dy, dx);
   }
 
   double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override {

@@ -1,0 +1,55 @@
+// Dropout on the CPU: one pass in memory order, each element kept or zeroed by the decision of
+// compute/dropout_mask.hpp (the CUDA kernel's too), taken at the element's logical index, so the
+// mask is the same whatever the layout, the thread count or where the sample sits in the batch.
+#include <cstdint>
+#include <vector>
+
+#include "compute/cpu/cpu_backend.hpp"
+#include "compute/dropout_mask.hpp"
+
+namespace hardy::core {
+
+namespace {
+
+// Below this many elements starting a parallel region costs more than the loop itself.
+constexpr std::int64_t parallel_threshold = 1 << 15;
+
+// out = in * keep / (1 - rate) for the mask of args (in may be out).
+void apply_dropout(const Dropout& args, const Tensor& in, Tensor& out) {
+  const std::int64_t batch = in.n(), channels = in.c(), plane = in.h() * in.w();
+  const std::uint32_t threshold = dropout::keep_threshold(args.rate);
+  const float scale = 1.0f / (1.0f - args.rate);
+  std::vector<std::uint64_t> states(static_cast<std::size_t>(batch));
+  for (std::int64_t n = 0; n < batch; ++n)
+    states[n] = dropout::sample_state(args.seed, args.sample_keys[n]);
+  // A sample is `rows` contiguous rows of `row_length` elements: pixels of C channels (nhwc), or
+  // channels of H * W pixels (nchw, and flat 4-D tensors, which are row-major nchw). The
+  // logical index (c * H + h) * W + w of element j of row r is r * across_rows + j * along_row.
+  const bool nhwc = in.layout() == Layout::nhwc;
+  const std::int64_t rows = nhwc ? plane : channels, row_length = nhwc ? channels : plane;
+  const std::int64_t along_row = nhwc ? plane : 1, across_rows = nhwc ? 1 : plane;
+  const float* src = in.data<float>();
+  float* dst = out.data<float>();
+#pragma omp parallel for collapse(2) \
+    schedule(static) if (batch * rows * row_length >= parallel_threshold)
+  for (std::int64_t n = 0; n < batch; ++n)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t first = (n * rows + r) * row_length;
+      for (std::int64_t j = 0; j < row_length; ++j) {
+        const auto index = static_cast<std::uint64_t>(r * across_rows + j * along_row);
+        dst[first + j] = dropout::keep(states[n], index, threshold) ? src[first + j] * scale : 0.0f;
+      }
+    }
+}
+
+}  // namespace
+
+void CpuBackend::do_dropout_forward(const Dropout& args, Tensor& y) {
+  apply_dropout(args, args.x, y);
+}
+
+void CpuBackend::do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) {
+  apply_dropout(args, dy, dx);
+}
+
+}  // namespace hardy::core
