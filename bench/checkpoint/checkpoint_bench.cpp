@@ -165,7 +165,7 @@ double plain_write(const fs::path& path, const std::vector<std::byte>& bytes) {
 }
 
 // Best seconds of one training step on a random batch, after one warm-up step.
-double step_seconds(core::Backend& backend, core::DeepLabV3Plus& model, core::Optimizer& optimizer,
+double step_seconds(core::Backend& backend, core::Model& model, core::Optimizer& optimizer,
                     const Options& options) {
   const std::vector<std::int64_t> dims{options.step_batch, 16, options.step_image,
                                        options.step_image};
@@ -201,7 +201,7 @@ double step_seconds(core::Backend& backend, core::DeepLabV3Plus& model, core::Op
 
 nlohmann::json measure(double millions, const Options& options) {
   auto backend = core::make_backend("cpu");
-  core::DeepLabV3Plus model(*backend, scaled_model(millions));
+  core::Model model(*backend, scaled_model(millions));
   model.initialize(1);
   core::OptimizerConfig optimizer_config;
   optimizer_config.kind = core::OptimizerKind::adam;

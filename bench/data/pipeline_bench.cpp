@@ -247,7 +247,7 @@ void measure_copy(const Options& o, const core::SampleSource& source, int thread
 // backward, Adam.
 void measure_steps(const Options& o, const core::SampleSource& source, int loader_threads) {
   auto backend = core::make_backend("cpu");
-  core::DeepLabV3Plus model(*backend, o.model);
+  core::Model model(*backend, o.model);
   model.initialize(o.seed);
   auto optimizer = core::make_optimizer(core::OptimizerConfig{}, *backend);
   optimizer->initialize_state(model.parameters());

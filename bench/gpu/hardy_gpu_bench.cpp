@@ -186,7 +186,7 @@ nlohmann::json train_tiny_job(core::Backend& backend, long steps) {
   core::SyntheticClimate storage(shape, 512 + 64, seed);
   core::SampleRange train(storage, 0, 512), held_out(storage, 512, 64);
   core::ModelConfig config;  // width 16, depth 1, ASPP 32 at rates 2,4,6, decoder 32, group norm
-  core::DeepLabV3Plus model(backend, config);
+  core::Model model(backend, config);
   model.initialize(seed);
   auto optimizer = core::make_optimizer(bench::adam_config(1e-4f), backend);
   optimizer->initialize_state(model.parameters());
@@ -266,7 +266,7 @@ int step_benchmark(const Options& o) {
   const core::CudaOptions options = cuda_options(o);
   core::CudaBackend cuda(options);
   bench::OpProfileBackend backend(cuda);
-  core::DeepLabV3Plus model(backend, o.model);
+  core::Model model(backend, o.model);
   model.initialize(o.seed);
 
   // The batch in the dtype the model's layers allocate activations in (ensure_tensor decides).

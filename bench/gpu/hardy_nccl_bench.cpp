@@ -106,7 +106,7 @@ int run(int argc, char** argv) {
   config.width = model_width;
   config.aspp_channels = 2 * model_width;
   config.decoder_channels = 2 * model_width;
-  core::DeepLabV3Plus model(cuda, config);
+  core::Model model(cuda, config);
   const auto& params = model.parameters();
   comm::NcclGradientBuckets buckets(*nccl, cuda, cuda.stream(), {params.rbegin(), params.rend()});
   double gradient_bytes = 0;

@@ -138,7 +138,7 @@ nlohmann::json config_json(const Options& o) {
 //                 config (JSON), lr, weight_decay.
 int dump_step(const Options& o) {
   auto backend = core::make_backend("cpu");
-  core::DeepLabV3Plus model(*backend, o.model);
+  core::Model model(*backend, o.model);
   model.initialize(o.seed);
   std::filesystem::create_directories(o.dump);
   checkpoint::save_model(model, o.dump / "model.h5");
@@ -194,7 +194,7 @@ int benchmark(const Options& o) {
   // Without --op-profile the model talks to the CPU backend directly, so that the step time
   // carries no decorator overhead at all.
   core::Backend& backend = o.op_profile ? static_cast<core::Backend&>(timing) : *cpu;
-  core::DeepLabV3Plus model(backend, o.model);
+  core::Model model(backend, o.model);
   model.initialize(o.seed);
   Batch b = make_batch(backend, o);
   const float grad_scale = bench::grad_scale_of(o);

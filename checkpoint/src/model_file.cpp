@@ -20,7 +20,7 @@ core::Layout canonical_layout(const core::Tensor& tensor) {
   return tensor.rank() == 4 ? core::Layout::nchw : core::Layout::flat;
 }
 
-std::vector<std::pair<std::string, core::Tensor*>> model_tensors(core::DeepLabV3Plus& model) {
+std::vector<std::pair<std::string, core::Tensor*>> model_tensors(core::Model& model) {
   std::vector<std::pair<std::string, core::Tensor*>> tensors;
   for (auto* p : model.parameters()) tensors.emplace_back(p->name, &p->value);
   for (auto& entry : model.buffers()) tensors.push_back(entry);
@@ -29,7 +29,7 @@ std::vector<std::pair<std::string, core::Tensor*>> model_tensors(core::DeepLabV3
 
 }  // namespace
 
-void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
+void save_model(core::Model& model, const std::filesystem::path& path) {
   // Written like a checkpoint (detail::write_hdf5_file), so a full disk is a clean IoError here
   // too, and every dataset carries its checksum.
   std::vector<NamedTensor> tensors;
@@ -53,7 +53,7 @@ void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
   });
 }
 
-void load_model(core::DeepLabV3Plus& model, const std::filesystem::path& path) {
+void load_model(core::Model& model, const std::filesystem::path& path) {
   namespace h5 = core::h5;
   if (!std::filesystem::exists(path))
     throw InvalidArgument(fmt::format("model file {} does not exist", path.string()));

@@ -48,14 +48,14 @@ Tensor host_view(const NamedTensor& tensor) { return host_view(const_cast<NamedT
 
 using LiveTensors = std::vector<std::pair<std::string, Tensor*>>;
 
-LiveTensors model_tensors(core::DeepLabV3Plus& model) {
+LiveTensors model_tensors(core::Model& model) {
   LiveTensors tensors;
   for (core::Parameter* p : model.parameters()) tensors.emplace_back(p->name, &p->value);
   for (auto& entry : model.buffers()) tensors.push_back(entry);
   return tensors;
 }
 
-LiveTensors optimizer_tensors(core::DeepLabV3Plus& model, core::Optimizer& optimizer) {
+LiveTensors optimizer_tensors(core::Model& model, core::Optimizer& optimizer) {
   optimizer.initialize_state(std::span<core::Parameter* const>(model.parameters()));
   return optimizer.state_tensors();
 }
@@ -136,7 +136,7 @@ std::int64_t NamedTensor::numel() const {
   return std::accumulate(dims.begin(), dims.end(), std::int64_t{1}, std::multiplies<>());
 }
 
-StateSources state_sources(core::DeepLabV3Plus& model, core::Optimizer& optimizer) {
+StateSources state_sources(core::Model& model, core::Optimizer& optimizer) {
   return {&model.backend(), sources_of(model_tensors(model)),
           sources_of(optimizer_tensors(model, optimizer))};
 }
@@ -162,18 +162,18 @@ void capture_tensors_into(const StateSources& sources, TrainingState& state) {
   sources.backend->synchronize();  // a device backend may copy asynchronously
 }
 
-void capture_into(core::DeepLabV3Plus& model, core::Optimizer& optimizer, TrainingState& state) {
+void capture_into(core::Model& model, core::Optimizer& optimizer, TrainingState& state) {
   capture_tensors_into(state_sources(model, optimizer), state);
   capture_scalars_into(optimizer, state);
 }
 
-TrainingState capture(core::DeepLabV3Plus& model, core::Optimizer& optimizer) {
+TrainingState capture(core::Model& model, core::Optimizer& optimizer) {
   TrainingState state;
   capture_into(model, optimizer, state);
   return state;
 }
 
-void apply(const TrainingState& state, core::DeepLabV3Plus& model, core::Optimizer& optimizer) {
+void apply(const TrainingState& state, core::Model& model, core::Optimizer& optimizer) {
   const std::string kind = core::to_string(optimizer.config().kind);
   if (state.optimizer_kind != kind)
     throw InvalidArgument(

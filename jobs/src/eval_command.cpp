@@ -85,7 +85,7 @@ int eval_command(const std::vector<std::string>& args) {
                         : run_dir.final_model();
 
   auto backend = core::make_backend(spec.backend);
-  core::DeepLabV3Plus model(*backend, spec.model);
+  core::Model model(*backend, spec.model);
   checkpoint::load_model(model, model_file);
 
   std::unique_ptr<core::SampleSource> dataset;

@@ -218,8 +218,21 @@ po::options_description data_options() {
 // The network.
 po::options_description model_options() {
   po::options_description model("Model");
-  model.add_options()("model-width", po::value<int>()->default_value(16),
-                      "channels of the first encoder stage (later stages double it)")(
+  model.add_options()("model", po::value<std::string>()->default_value("compact"),
+                      "the network: compact (a compact DeepLabv3+, the default) or tiramisu (the "
+                      "2018 Gordon Bell run's FC-DenseNet)")(
+      "dense-layers", po::value<std::string>()->default_value("2,2,2,4,5"),
+      "tiramisu: layers per dense block down the encoder, the last one the bottleneck (the "
+      "decoder mirrors them)")("growth", po::value<int>()->default_value(32),
+                               "tiramisu: feature maps each dense layer adds")(
+      "first-channels", po::value<int>()->default_value(64),
+      "tiramisu: channels of the first convolution")(
+      "dense-kernel", po::value<int>()->default_value(5),
+      "tiramisu: kernel size of the dense layers' convolutions")(
+      "dropout", po::value<float>()->default_value(0.2f),
+      "tiramisu: dropout rate after every layer and on the logits")(
+      "model-width", po::value<int>()->default_value(16),
+      "channels of the first encoder stage (later stages double it)")(
       "model-depth", po::value<int>()->default_value(1),
       "3x3 convolution blocks per encoder stage")("aspp-channels",
                                                   po::value<int>()->default_value(32),
@@ -382,10 +395,8 @@ void read_data_source(const po::variables_map& vm, TrainSpec& spec) {
   const int height = get<int>(vm, "height"), width = get<int>(vm, "width");
   require(samples > 0, "--samples must be positive");
   require(eval_samples >= 0, "--eval-samples must not be negative");
-  const int os = core::ModelConfig::output_stride;
-  require(height >= os && height % os == 0 && width >= os && width % os == 0,
-          fmt::format("--height and --width must be positive multiples of {} (got {}x{})", os,
-                      height, width));
+  require(height > 0 && width > 0,
+          fmt::format("--height and --width must be positive (got {}x{})", height, width));
   spec.data.samples = static_cast<std::size_t>(samples);
   spec.data.eval_samples = static_cast<std::size_t>(eval_samples);
   spec.data.shape = {spec.model.input_channels, height, width};
@@ -564,7 +575,19 @@ void read_model_options(const po::variables_map& vm, TrainSpec& spec) {
   m.decoder_channels = get<int>(vm, "decoder-channels");
   m.norm = core::parse_norm_kind(get<std::string>(vm, "norm"));
   m.groups = get<int>(vm, "groups");
+  m.architecture = core::parse_architecture(get<std::string>(vm, "model"));
+  m.dense_layers = parse_int_list(get<std::string>(vm, "dense-layers"), "--dense-layers");
+  m.growth = get<int>(vm, "growth");
+  m.first_channels = get<int>(vm, "first-channels");
+  m.dense_kernel = get<int>(vm, "dense-kernel");
+  m.dropout = get<float>(vm, "dropout");
   m.validate();
+  // A dataset's sample size is checked when it is opened (the crop and downsampling decide it).
+  const int multiple = m.input_multiple();
+  const auto& shape = spec.data.shape;
+  require(!spec.data.synthetic || (shape.height % multiple == 0 && shape.width % multiple == 0),
+          fmt::format("--height and --width must be multiples of {} for --model {} (got {}x{})",
+                      multiple, core::to_string(m.architecture), shape.height, shape.width));
 }
 
 void read_optimizer_options(const po::variables_map& vm, TrainSpec& spec) {

@@ -63,7 +63,7 @@ struct TrainedModel {
   }
 
   std::unique_ptr<core::Backend> backend;
-  core::DeepLabV3Plus model;
+  core::Model model;
   std::unique_ptr<core::Optimizer> optimizer;
 };
 

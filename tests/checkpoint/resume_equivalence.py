@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Resuming from a checkpoint continues the same training (CTest label `mpi`).
 
-Usage: resume_equivalence.py [--deepcam] HARDY MPIRUN [MPIRUN FLAGS...]
+Usage: resume_equivalence.py [--deepcam | --tiramisu] HARDY MPIRUN [MPIRUN FLAGS...]
 
 With --deepcam the same on a generated set in the published DeepCAM layout, cropped (the crop
 of a sample is fixed, so a resumed job sees the same pixels) and staged to node-local storage.
+With --tiramisu the same with a small --model tiramisu, whose dropout masks follow the sample and
+the step: the 4 -> 3 resume draws the same masks for samples that moved to another rank.
 
 20 steps straight against 10 steps, a resume from the step-10 checkpoint, and 10 more steps
 (`--steps 20` is the job's total): final parameters bit-identical on 1 rank, and within 1e-5
@@ -27,10 +29,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from hardy_test import Checks  # noqa: E402
 
-deepcam = sys.argv[1] == "--deepcam"
-hardy, mpirun = sys.argv[1 + deepcam], sys.argv[2 + deepcam:]
+variant = sys.argv[1] if sys.argv[1] in ("--deepcam", "--tiramisu") else ""
+deepcam = variant == "--deepcam"
+hardy, mpirun = sys.argv[1 + bool(variant)], sys.argv[2 + bool(variant):]
 DATA = ["--synthetic", "--samples", "36", "--height", "64", "--width", "64"]
-TRAIN = ["--global-batch", "12",
+MODEL = (["--model", "tiramisu", "--dense-layers", "1,2,2", "--growth", "6", "--first-channels", "8",
+          "--dense-kernel", "3"] if variant == "--tiramisu" else [])
+TRAIN = [*MODEL, "--global-batch", "12",
          "--eval-samples", "0", "--seed", "3", "--warmup-steps", "3", "--lr-decay", "none",
          "--optimizer", "sgd", "--lr", "0.01",
          "--checkpoint-every", "10", "--audit-samples", "--log-every", "100"]
@@ -89,4 +94,4 @@ with tempfile.TemporaryDirectory(prefix="hardy-resume-") as tmp:
                   f"{name}: parameters within {tolerance} relative ({relative:.2e}; worst tensor {worst:.2e})")
         check(audit(straight) == audit(resumed), f"{name}: the resumed job saw the same samples at every step")
 
-check.finish("resume equivalence" + (" (DeepCAM layout)" if deepcam else ""))
+check.finish("resume equivalence" + {"--deepcam": " (DeepCAM layout)", "--tiramisu": " (tiramisu)"}.get(variant, ""))

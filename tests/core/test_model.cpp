@@ -17,6 +17,8 @@ ModelConfig tiny_config(NormKind norm = NormKind::group) {
   return testing::small_model_config(4, norm);
 }
 
+ModelConfig tiny_tiramisu() { return testing::small_tiramisu_config(); }
+
 Tensor random_input(Backend& backend, std::vector<std::int64_t> dims, std::uint64_t seed) {
   Tensor host = Tensor::host(dims, DType::f32, backend.activation_layout());
   SplitMix64 rng(seed);
@@ -34,7 +36,7 @@ Tensor random_labels(Backend& backend, std::vector<std::int64_t> dims, std::uint
   return labels;
 }
 
-double loss_of(DeepLabV3Plus& model, Backend& backend, const Tensor& x, const Tensor& labels,
+double loss_of(Model& model, Backend& backend, const Tensor& x, const Tensor& labels,
                Tensor& dlogits) {
   const Tensor& logits = model.forward(x, true);
   if (!dlogits.defined()) dlogits = backend.empty(logits.dims(), DType::f32, logits.layout());
@@ -48,7 +50,7 @@ double loss_of(DeepLabV3Plus& model, Backend& backend, const Tensor& x, const Te
 TEST_CASE("model: logits have the input's spatial size for square and non-square inputs",
           "[core]") {
   auto backend = make_backend("cpu");
-  DeepLabV3Plus model(*backend, tiny_config());
+  Model model(*backend, tiny_config());
   model.initialize(1);
   for (auto dims :
        {std::vector<std::int64_t>{2, 16, 32, 32}, std::vector<std::int64_t>{1, 16, 24, 40}}) {
@@ -59,7 +61,7 @@ TEST_CASE("model: logits have the input's spatial size for square and non-square
 
 TEST_CASE("model: inputs whose size does not divide by the output stride are rejected", "[core]") {
   auto backend = make_backend("cpu");
-  DeepLabV3Plus model(*backend, tiny_config());
+  Model model(*backend, tiny_config());
   CHECK_THROWS_AS(model.forward(random_input(*backend, {1, 16, 30, 32}, 3), true), InvalidArgument);
   CHECK_THROWS_AS(model.forward(random_input(*backend, {1, 8, 32, 32}, 3), true), InvalidArgument);
 }
@@ -68,15 +70,15 @@ TEST_CASE("model: invalid configurations name the bad field", "[core]") {
   auto backend = make_backend("cpu");
   ModelConfig c = tiny_config();
   c.aspp_rates = {};
-  CHECK_THROWS_WITH(DeepLabV3Plus(*backend, c), Catch::Contains("aspp rates"));
+  CHECK_THROWS_WITH(Model(*backend, c), Catch::Contains("aspp rates"));
   c = tiny_config();
   c.width = 0;
-  CHECK_THROWS_WITH(DeepLabV3Plus(*backend, c), Catch::Contains("width"));
+  CHECK_THROWS_WITH(Model(*backend, c), Catch::Contains("width"));
 }
 
 TEST_CASE("model: the same seed gives the same weights, another seed other weights", "[core]") {
   auto backend = make_backend("cpu");
-  DeepLabV3Plus a(*backend, tiny_config()), b(*backend, tiny_config()), c(*backend, tiny_config());
+  Model a(*backend, tiny_config()), b(*backend, tiny_config()), c(*backend, tiny_config());
   a.initialize(5);
   b.initialize(5);
   c.initialize(6);
@@ -94,7 +96,7 @@ TEST_CASE("model: the same seed gives the same weights, another seed other weigh
 
 TEST_CASE("model: parameter names are unique layer paths", "[core]") {
   auto backend = make_backend("cpu");
-  DeepLabV3Plus model(*backend, tiny_config(NormKind::batch));
+  Model model(*backend, tiny_config(NormKind::batch));
   std::set<std::string> names;
   for (auto* p : model.parameters()) names.insert(p->name);
   for (auto& [name, tensor] : model.buffers()) names.insert(name);
@@ -106,7 +108,7 @@ TEST_CASE("model: parameter names are unique layer paths", "[core]") {
 
 TEST_CASE("model: every gradient is announced exactly once, after it is final", "[core]") {
   auto backend = make_backend("cpu");
-  DeepLabV3Plus model(*backend, tiny_config());
+  Model model(*backend, tiny_config());
   model.initialize(2);
   const Tensor x = random_input(*backend, {2, 16, 16, 16}, 4);
   const Tensor labels = random_labels(*backend, {2, 1, 16, 16}, 5);
@@ -130,11 +132,17 @@ TEST_CASE("model: every gradient is announced exactly once, after it is final", 
 // The whole network against central differences: this checks how the layers are wired (the
 // pyramid's parallel branches, the concatenations, the skip connection whose gradients add up),
 // on top of the per-operation checks of the backend tests.
+// The tiramisu's dropout draws the same masks in every pass here (the same keys), so the loss
+// stays a smooth function of the weights.
 TEST_CASE("model: gradients match finite differences through the whole network", "[core]") {
-  for (NormKind norm : {NormKind::group, NormKind::batch}) {
-    DYNAMIC_SECTION("normalization " << to_string(norm)) {
+  const std::vector<std::pair<std::string, ModelConfig>> networks{
+      {"compact, group norm", tiny_config(NormKind::group)},
+      {"compact, batch norm", tiny_config(NormKind::batch)},
+      {"tiramisu", tiny_tiramisu()}};
+  for (const auto& [what, config] : networks) {
+    DYNAMIC_SECTION(what) {
       auto backend = make_backend("cpu");
-      DeepLabV3Plus model(*backend, tiny_config(norm));
+      Model model(*backend, config);
       model.initialize(11);
       const Tensor x = random_input(*backend, {2, 16, 16, 16}, 12);
       const Tensor labels = random_labels(*backend, {2, 1, 16, 16}, 13);
@@ -178,7 +186,7 @@ TEST_CASE("model: gradients match finite differences through the whole network",
 
 TEST_CASE("model: batch normalization keeps running statistics for inference", "[core]") {
   auto backend = make_backend("cpu");
-  DeepLabV3Plus model(*backend, tiny_config(NormKind::batch));
+  Model model(*backend, tiny_config(NormKind::batch));
   model.initialize(3);
   const Tensor x = random_input(*backend, {4, 16, 16, 16}, 7);
   auto buffers = model.buffers();
@@ -192,4 +200,68 @@ TEST_CASE("model: batch normalization keeps running statistics for inference", "
                                   model.forward(x, true).f32().end());
   const auto eval_logits = model.forward(x, false).f32();
   CHECK_FALSE(std::equal(train_logits.begin(), train_logits.end(), eval_logits.begin()));
+}
+
+TEST_CASE("model: the published networks have their published parameter counts", "[core]") {
+  auto backend = make_backend("cpu");
+  // The Gordon Bell run's Tiramisu (--blocks 2 2 2 4 5 --growth 32 --filter-sz 5): hardy's
+  // defaults for --model tiramisu.
+  ModelConfig tiramisu;
+  tiramisu.architecture = Architecture::tiramisu;
+  CHECK(Model(*backend, tiramisu).parameter_count() == 7'504'835);
+  CHECK(tiramisu.input_multiple() == 16);
+  // The compact network at bench/gpu's climate size (the figure docs/gpu.md quotes).
+  ModelConfig compact;
+  compact.width = 64;
+  compact.aspp_channels = 128;
+  compact.decoder_channels = 128;
+  compact.low_level_channels = 48;
+  CHECK(Model(*backend, compact).parameter_count() == 2'360'163);
+  CHECK(compact.input_multiple() == 8);
+}
+
+TEST_CASE("model: the tiramisu takes inputs whose size divides by its downsampling", "[core]") {
+  auto backend = make_backend("cpu");
+  Model model(*backend, tiny_tiramisu());  // two transitions down: multiples of 4
+  model.initialize(1);
+  const Tensor& logits = model.forward(random_input(*backend, {2, 16, 12, 20}, 3), true);
+  CHECK(logits.dims() == std::vector<std::int64_t>{2, 3, 12, 20});
+  CHECK_THROWS_WITH(model.forward(random_input(*backend, {1, 16, 12, 18}, 3), true),
+                    Catch::Contains("divisible by 4"));
+  ModelConfig bad = tiny_tiramisu();
+  bad.dropout = 1.0f;
+  CHECK_THROWS_WITH(Model(*backend, bad), Catch::Contains("dropout"));
+  bad = tiny_tiramisu();
+  bad.dense_kernel = 4;
+  CHECK_THROWS_WITH(Model(*backend, bad), Catch::Contains("dense kernel"));
+}
+
+// A sample's dropout masks depend on its key and the step's seed only: a rank that computes it
+// in another batch (a rebalance) or again (a rollback) gets the same logits.
+TEST_CASE("model: dropout follows the sample and the step, not the batch", "[core]") {
+  auto backend = make_backend("cpu");
+  Model model(*backend, tiny_tiramisu());
+  model.initialize(4);
+  const Tensor pair = random_input(*backend, {2, 16, 8, 8}, 21);
+  Tensor second = backend->empty({1, 16, 8, 8}, DType::f32, backend->activation_layout());
+  const std::size_t per_sample = static_cast<std::size_t>(second.numel());
+  std::copy_n(pair.f32().begin() + static_cast<std::ptrdiff_t>(per_sample), per_sample,
+              second.f32().begin());
+  auto logits_of = [&](const Tensor& x, std::vector<std::uint64_t> keys, std::uint64_t seed) {
+    const Tensor& logits = model.forward(x, true, nullptr, {.seed = seed, .samples = keys});
+    const auto values = logits.f32();
+    const std::size_t last = values.size() / static_cast<std::size_t>(x.n());
+    return std::vector<float>(values.end() - static_cast<std::ptrdiff_t>(last), values.end());
+  };
+  const auto in_pair = logits_of(pair, {40, 41}, 7);
+  CHECK(logits_of(second, {41}, 7) == in_pair);            // the same sample alone
+  CHECK(logits_of(second, {40}, 7) != in_pair);            // another sample's masks
+  CHECK(logits_of(second, {41}, 8) != in_pair);            // another step's masks
+  const auto eval_a = model.forward(second, false).f32();  // no dropout in inference
+  const std::vector<float> eval(eval_a.begin(), eval_a.end());
+  CHECK(std::vector<float>(model.forward(second, false).f32().begin(),
+                           model.forward(second, false).f32().end()) == eval);
+  CHECK_THROWS_WITH(
+      model.forward(pair, true, nullptr, {.seed = 1, .samples = std::vector<std::uint64_t>{1}}),
+      Catch::Contains("dropout keys"));
 }

@@ -137,6 +137,128 @@ TEST_CASE("cuda backend: convolution arguments are checked", "[gpu]") {
   cuda.synchronize();
 }
 
+TEST_CASE("cuda backend: grouped and depthwise convolutions match the cpu backend", "[gpu]") {
+  auto cpu = make_backend("cpu");
+  struct Case {
+    std::int64_t in, out;
+    int kernel, stride, padding, dilation, groups;
+    bool bias;
+  };
+  // Two groups; depthwise, strided; depthwise with two filters per channel, dilated; and a
+  // grouped 1x1, which goes through cuDNN (cuBLAS takes ungrouped ones only).
+  const Case cases[] = {{16, 24, 3, 1, 1, 1, 2, true},
+                        {16, 16, 3, 2, 1, 1, 16, false},
+                        {16, 32, 3, 1, 2, 2, 16, true},
+                        {16, 16, 1, 1, 0, 1, 4, true}};
+  for (DType dtype : kPrecisions) {
+    CudaBackend cuda(options_for(dtype));
+    const double tolerance = tolerance_for(dtype);
+    std::uint64_t seed = 110;
+    for (const Case& c : cases) {
+      const ConvGeometry g{
+          .stride = c.stride, .padding = c.padding, .dilation = c.dilation, .groups = c.groups};
+      const std::int64_t n = 2, h = 12, w = 10, group_inputs = c.in / c.groups;
+      const std::int64_t oh = conv_output_size(static_cast<int>(h), c.kernel, g);
+      const std::int64_t ow = conv_output_size(static_cast<int>(w), c.kernel, g);
+      const std::string what = fmt::format("{} k{} s{} p{} d{} groups {}", precision_name(dtype),
+                                           c.kernel, c.stride, c.padding, c.dilation, c.groups);
+      const Twin x = twin(cuda, random_host({n, c.in, h, w}, ++seed), dtype);
+      const Param weight =
+          parameter(cuda, {c.out, group_inputs, c.kernel, c.kernel}, ++seed,
+                    std::sqrt(2.0f / static_cast<float>(group_inputs * c.kernel * c.kernel)));
+      const Param bias = parameter(cuda, {c.out}, ++seed);
+
+      Tensor y_cpu = Tensor::host({n, c.out, oh, ow});
+      Tensor y = device_activation(cuda, {n, c.out, oh, ow}, dtype);
+      cpu->conv2d_forward(x.host, weight.host, c.bias ? &bias.host : nullptr, g, y_cpu);
+      cuda.conv2d_forward(x.device, weight.device, c.bias ? &bias.device : nullptr, g, y);
+      check_close(cuda, y, y_cpu, tolerance, what + " forward");
+
+      const Twin dy = twin(cuda, random_host({n, c.out, oh, ow}, ++seed), dtype);
+      Tensor dx_cpu = Tensor::host({n, c.in, h, w});
+      Tensor dx = device_activation(cuda, {n, c.in, h, w}, dtype);
+      cpu->conv2d_backward_data(dy.host, weight.host, g, dx_cpu);
+      cuda.conv2d_backward_data(dy.device, weight.device, g, dx);
+      check_close(cuda, dx, dx_cpu, tolerance, what + " backward data");
+
+      Param dweight = zeros(cuda, {c.out, group_inputs, c.kernel, c.kernel});
+      Param dbias = zeros(cuda, {c.out});
+      cpu->conv2d_backward_weights(x.host, dy.host, g, dweight.host,
+                                   c.bias ? &dbias.host : nullptr);
+      cuda.conv2d_backward_weights(x.device, dy.device, g, dweight.device,
+                                   c.bias ? &dbias.device : nullptr);
+      check_close(cuda, dweight.device, dweight.host, tolerance, what + " backward weights");
+      if (c.bias) check_close(cuda, dbias.device, dbias.host, tolerance, what + " bias gradient");
+    }
+  }
+}
+
+TEST_CASE("cuda backend: transposed convolutions match the cpu backend", "[gpu]") {
+  auto cpu = make_backend("cpu");
+  struct Case {
+    int kernel, stride, padding, dilation;
+    int output_padding;  // y is this much larger than the smallest output
+    bool bias;
+  };
+  // Kernel 3 stride 2 with both output sizes; the decoder's kernel 2 stride 2; a dilated one;
+  // and a 1x1 stride-1 one, which goes through cuBLAS.
+  const Case cases[] = {{3, 2, 1, 1, 0, true},
+                        {3, 2, 1, 1, 1, false},
+                        {2, 2, 0, 1, 0, true},
+                        {3, 1, 2, 2, 0, false},
+                        {1, 1, 0, 1, 0, true}};
+  for (DType dtype : kPrecisions) {
+    CudaBackend cuda(options_for(dtype));
+    const double tolerance = tolerance_for(dtype);
+    std::uint64_t seed = 120;
+    for (const Case& c : cases) {
+      const ConvGeometry g{.stride = c.stride, .padding = c.padding, .dilation = c.dilation};
+      const std::int64_t n = 2, in = 16, h = 7, w = 5, out = 24;
+      const std::int64_t oh =
+          conv_transpose_output_size(static_cast<int>(h), c.kernel, g) + c.output_padding;
+      const std::int64_t ow =
+          conv_transpose_output_size(static_cast<int>(w), c.kernel, g) + c.output_padding;
+      const std::string what =
+          fmt::format("{} transposed k{} s{} p{} d{} -> {}x{}", precision_name(dtype), c.kernel,
+                      c.stride, c.padding, c.dilation, oh, ow);
+      const Twin x = twin(cuda, random_host({n, in, h, w}, ++seed), dtype);
+      const Param weight =
+          parameter(cuda, {in, out, c.kernel, c.kernel}, ++seed,
+                    std::sqrt(2.0f / static_cast<float>(in * c.kernel * c.kernel)));
+      const Param bias = parameter(cuda, {out}, ++seed);
+
+      Tensor y_cpu = Tensor::host({n, out, oh, ow});
+      Tensor y = device_activation(cuda, {n, out, oh, ow}, dtype);
+      cpu->conv2d_transpose_forward(x.host, weight.host, c.bias ? &bias.host : nullptr, g, y_cpu);
+      cuda.conv2d_transpose_forward(x.device, weight.device, c.bias ? &bias.device : nullptr, g, y);
+      check_close(cuda, y, y_cpu, tolerance, what + " forward");
+
+      const Twin dy = twin(cuda, random_host({n, out, oh, ow}, ++seed), dtype);
+      Tensor dx_cpu = Tensor::host({n, in, h, w});
+      Tensor dx = device_activation(cuda, {n, in, h, w}, dtype);
+      cpu->conv2d_transpose_backward_data(dy.host, weight.host, g, dx_cpu);
+      cuda.conv2d_transpose_backward_data(dy.device, weight.device, g, dx);
+      check_close(cuda, dx, dx_cpu, tolerance, what + " backward data");
+
+      Param dweight = zeros(cuda, {in, out, c.kernel, c.kernel});
+      Param dbias = zeros(cuda, {out});
+      cpu->conv2d_transpose_backward_weights(x.host, dy.host, g, dweight.host,
+                                             c.bias ? &dbias.host : nullptr);
+      cuda.conv2d_transpose_backward_weights(x.device, dy.device, g, dweight.device,
+                                             c.bias ? &dbias.device : nullptr);
+      check_close(cuda, dweight.device, dweight.host, tolerance, what + " backward weights");
+      if (c.bias) check_close(cuda, dbias.device, dbias.host, tolerance, what + " bias gradient");
+    }
+  }
+  CudaBackend cuda;
+  Tensor x = device_activation(cuda, {1, 8, 5, 5}, DType::bf16);
+  Tensor weight = cuda.empty({8, 4, 3, 3}, DType::f32, Layout::nchw);
+  Tensor too_large = device_activation(cuda, {1, 4, 11, 11}, DType::bf16);
+  CHECK_THROWS_AS(
+      cuda.conv2d_transpose_forward(x, weight, nullptr, {.stride = 2, .padding = 1}, too_large),
+      InvalidArgument);
+}
+
 TEST_CASE("cuda backend: normalization matches the cpu backend", "[gpu]") {
   auto cpu = make_backend("cpu");
   for (DType dtype : kPrecisions) {
@@ -144,7 +266,7 @@ TEST_CASE("cuda backend: normalization matches the cpu backend", "[gpu]") {
     const double tolerance = tolerance_for(dtype);
     const std::int64_t n = 3, h = 9, w = 11;
     // 24 channels: 16-byte runs of channels in every dtype, 12: single elements for bf16/f16.
-    for (const auto [c, relu] :
+    for (const auto& [c, relu] :
          {std::pair<std::int64_t, bool>{24, false}, {24, true}, {12, true}}) {
       const std::string what =
           fmt::format("{} {} channels relu {}", precision_name(dtype), c, relu);
@@ -389,6 +511,55 @@ TEST_CASE("cuda backend: relu, resampling, concatenation and pooling match the c
     cpu->global_avg_pool_backward(pooled_grad.host, dx_cpu);
     cuda.global_avg_pool_backward(pooled_grad.device, dx);
     check_close(cuda, dx, dx_cpu, tolerance, name + " pool backward");
+  }
+}
+
+TEST_CASE("cuda backend: dropout masks equal the cpu backend's", "[gpu]") {
+  auto cpu = make_backend("cpu");
+  const std::vector<std::uint64_t> keys{5, 6, 1u << 31};
+  for (DType dtype : kPrecisions) {
+    CudaBackend cuda(options_for(dtype));
+    const double tolerance = tolerance_for(dtype);
+    const std::string name = precision_name(dtype);
+    // Values at least 0.25 from zero, so that only the mask makes a zero.
+    Tensor values = random_host({3, 8, 9, 10}, 71);
+    for (float& v : values.f32()) v += v >= 0.0f ? 0.25f : -0.25f;
+    const Twin x = twin(cuda, values, dtype);
+    const Twin dy = twin(cuda, values, dtype);
+    for (const float rate : {0.0f, 0.3f, 0.7f}) {
+      const std::string what = fmt::format("{} dropout rate {}", name, rate);
+      const Dropout host_args{.x = x.host, .rate = rate, .seed = 77, .sample_keys = keys};
+      const Dropout device_args{.x = x.device, .rate = rate, .seed = 77, .sample_keys = keys};
+      Tensor y_cpu = Tensor::host(x.host.dims());
+      Tensor y = device_activation(cuda, x.host.dims(), dtype);
+      cpu->dropout_forward(host_args, y_cpu);
+      cuda.dropout_forward(device_args, y);
+      const Tensor y_host = to_host_f32(cuda, y);
+      std::size_t mask_mismatches = 0, zeros = 0;
+      for (std::size_t i = 0; i < y_host.f32().size(); ++i) {
+        mask_mismatches += (y_host.f32()[i] == 0.0f) != (y_cpu.f32()[i] == 0.0f);
+        zeros += y_cpu.f32()[i] == 0.0f;
+      }
+      INFO(what);
+      CHECK(mask_mismatches == 0);
+      CHECK((rate == 0.0f) == (zeros == 0));
+      check_close(cuda, y, y_cpu, rate == 0.0f ? 0.0 : tolerance, what + " forward");
+
+      Tensor dx_cpu = Tensor::host(x.host.dims());
+      Tensor dx = device_activation(cuda, x.host.dims(), dtype);
+      cpu->dropout_backward(host_args, dy.host, dx_cpu);
+      cuda.dropout_backward(device_args, dy.device, dx);
+      check_close(cuda, dx, dx_cpu, rate == 0.0f ? 0.0 : tolerance, what + " backward");
+
+      // An NCHW tensor gets the same mask.
+      Tensor x_nchw = cuda.empty(x.host.dims(), dtype, Layout::nchw);
+      cuda.copy(x.device, x_nchw);
+      Tensor y_nchw = cuda.empty(x.host.dims(), dtype, Layout::nchw);
+      cuda.dropout_forward({.x = x_nchw, .rate = rate, .seed = 77, .sample_keys = keys}, y_nchw);
+      Tensor y_back = device_activation(cuda, x.host.dims(), dtype);
+      cuda.copy(y_nchw, y_back);
+      check_close(cuda, y_back, y_host, 0.0, what + " nchw");
+    }
   }
 }
 
@@ -637,7 +808,7 @@ double loss_tolerance(DType activations) {
 
 // The mean loss; the gradients are those of the mean times `loss_scale` (f16 activation
 // gradients need one, as in training, or the small ones flush to zero).
-double train_step(Backend& backend, DeepLabV3Plus& model, const Tensor& x, const Tensor& labels,
+double train_step(Backend& backend, Model& model, const Tensor& x, const Tensor& labels,
                   Tensor& dlogits, float loss_scale = 1.0f) {
   const Tensor& logits = model.forward(x, /*training=*/true);
   ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
@@ -664,7 +835,7 @@ TEST_CASE("cuda backend: a model step matches the cpu backend", "[gpu]") {
     for (NormKind kind : {NormKind::group, NormKind::batch}) {
       auto cpu = make_backend("cpu");
       CudaBackend cuda(CudaOptions{.activation_dtype = activations});
-      DeepLabV3Plus cpu_model(*cpu, small_model(kind)), cuda_model(cuda, small_model(kind));
+      Model cpu_model(*cpu, small_model(kind)), cuda_model(cuda, small_model(kind));
       cpu_model.initialize(7);
       cuda_model.initialize(7);
       Batch b = make_batch(cuda, 70);
@@ -705,11 +876,38 @@ TEST_CASE("cuda backend: a model step matches the cpu backend", "[gpu]") {
   }
 }
 
+// The tiramisu's transposed convolutions, dropout (the same masks on both backends: one integer
+// hash) and dense concatenations, in a whole step.
+TEST_CASE("cuda backend: a tiramisu step matches the cpu backend", "[gpu]") {
+  for (DType activations : {DType::f32, DType::bf16}) {
+    auto cpu = make_backend("cpu");
+    CudaBackend cuda(CudaOptions{.activation_dtype = activations});
+    const ModelConfig config = testing::small_tiramisu_config();
+    Model cpu_model(*cpu, config), cuda_model(cuda, config);
+    cpu_model.initialize(9);
+    cuda_model.initialize(9);
+    Batch b = make_batch(cuda, 90);
+    Tensor dlogits_cpu, dlogits_cuda;
+    const double loss_cpu = train_step(*cpu, cpu_model, b.x_cpu, b.labels_cpu, dlogits_cpu);
+    const double loss_cuda = train_step(cuda, cuda_model, b.x_cuda, b.labels_cuda, dlogits_cuda);
+    INFO(precision_name(activations)
+         << " activations, loss cuda " << loss_cuda << " cpu " << loss_cpu);
+    CHECK(std::abs(loss_cuda - loss_cpu) <= loss_tolerance(activations) * std::abs(loss_cpu));
+    double largest = 0.0;
+    for (const Parameter* p : cpu_model.parameters()) largest = std::max(largest, norm(p->grad));
+    for (std::size_t i = 0; i < cuda_model.parameters().size(); ++i) {
+      const Parameter& reference = *cpu_model.parameters()[i];
+      check_close(cuda, cuda_model.parameters()[i]->grad, reference.grad,
+                  model_tolerance(activations), "gradient of " + reference.name, 1e-3 * largest);
+    }
+  }
+}
+
 TEST_CASE("cuda backend: training on a fixed batch lowers the loss as on the cpu backend",
           "[gpu]") {
   auto cpu = make_backend("cpu");
   CudaBackend cuda;
-  DeepLabV3Plus cpu_model(*cpu, small_model(NormKind::group)),
+  Model cpu_model(*cpu, small_model(NormKind::group)),
       cuda_model(cuda, small_model(NormKind::group));
   cpu_model.initialize(3);
   cuda_model.initialize(3);

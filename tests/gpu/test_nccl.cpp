@@ -72,7 +72,7 @@ TEST_CASE("nccl: bucketed gradient allreduce writes scaled sums and finds overfl
   CudaBackend cuda;
   comm::SelfCommunicator bootstrap;
   auto nccl = comm::NcclCommunicator::create(bootstrap);
-  DeepLabV3Plus model(cuda, small_model());
+  Model model(cuda, small_model());
   const auto& params = model.parameters();
   // Reverse order, as the trainer passes them; small buckets so that there are several.
   std::vector<Parameter*> reversed(params.rbegin(), params.rend());
@@ -111,7 +111,7 @@ TEST_CASE("nccl: two steps' bucket sets on one communicator keep their own gradi
   CudaBackend cuda;
   comm::SelfCommunicator bootstrap;
   auto nccl = comm::NcclCommunicator::create(bootstrap);
-  DeepLabV3Plus model(cuda, small_model());
+  Model model(cuda, small_model());
   std::vector<Parameter*> reversed(model.parameters().rbegin(), model.parameters().rend());
   comm::NcclGradientBuckets older(*nccl, cuda, cuda.stream(), reversed, 16 << 10);
   comm::NcclGradientBuckets newer(*nccl, cuda, cuda.stream(), reversed, 16 << 10);

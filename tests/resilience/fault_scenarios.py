@@ -99,6 +99,9 @@ SCENARIOS = {
     "lagged_allreduce": (["--inject-failure", "rank=4@step=11:allreduce"], None, 1, 7),
     "lagged_node": (["--inject-failure", "node=2@step=12"], None, 1, 6),
     "lagged_checkpoint_restore": (["--inject-failure", "rank=3@step=10", "--memory-snapshots", "false"], None, 1, 7),
+    # The Gordon Bell run's network (small): its dropout masks follow the sample and the step, so
+    # the samples that move to other ranks after the node loss draw the same masks there.
+    "tiramisu_node": (["--inject-failure", "node=1@step=10"], None, 1, 6),
 }
 # A smaller global batch after the failure changes the trajectory, not whether it converges.
 LOSS_TOLERANCE = {"constant_local_batch": 0.10}
@@ -108,6 +111,9 @@ with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
     options, during, expected_failures, final_world = SCENARIOS[scenario]
     if scenario.startswith("lagged"):
         COMMON += ["--gradient-lag", "1"]
+    if scenario.startswith("tiramisu"):
+        COMMON += ["--model", "tiramisu", "--dense-layers", "1,2,2", "--growth", "6", "--first-channels", "8",
+                   "--dense-kernel", "3"]
     if scenario.startswith("deepcam"):
         root = tmp / "deepcam"
         subprocess.run([hardy, "data", "generate", "--format", "deepcam", "--out", str(root), "--samples",

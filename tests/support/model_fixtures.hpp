@@ -18,4 +18,16 @@ inline core::ModelConfig small_model_config(int width,
   return c;
 }
 
+// A tiramisu with every part (dense blocks down and up, transitions, skips, dropout) on 3x3
+// kernels and a few maps: inputs divide by 4.
+inline core::ModelConfig small_tiramisu_config() {
+  core::ModelConfig c;
+  c.architecture = core::Architecture::tiramisu;
+  c.dense_layers = {1, 2, 2};
+  c.growth = 4;
+  c.first_channels = 6;
+  c.dense_kernel = 3;
+  return c;
+}
+
 }  // namespace hardy::testing

@@ -7,7 +7,7 @@
 
 namespace hardy::core {
 
-ConfusionMatrix evaluate(DeepLabV3Plus& model, const SampleSource& source, std::size_t batch_size) {
+ConfusionMatrix evaluate(Model& model, const SampleSource& source, std::size_t batch_size) {
   Backend& backend = model.backend();
   BatchAssembler assembler(backend, source.shape());
   ConfusionMatrix confusion(model.config().num_classes);

@@ -79,6 +79,46 @@ std::vector<Parameter*> Conv2d::parameters() {
 }
 
 // ---------------------------------------------------------------------------------------------
+ConvTranspose2d::ConvTranspose2d(Backend& backend, std::string name, int in_channels,
+                                 int out_channels, int kernel, ConvGeometry geometry, bool bias)
+    : backend_(backend),
+      in_channels_(in_channels),
+      out_channels_(out_channels),
+      geometry_(geometry),
+      has_bias_(bias) {
+  weight_ =
+      make_parameter(backend, name + ".weight", {in_channels, out_channels, kernel, kernel}, true);
+  if (has_bias_) bias_ = make_parameter(backend, name + ".bias", {out_channels}, false);
+}
+
+const Tensor& ConvTranspose2d::forward(const Tensor& x, std::int64_t out_height,
+                                       std::int64_t out_width) {
+  if (x.c() != in_channels_)
+    throw InvalidArgument(fmt::format("{}: expected {} input channels, got {}", weight_.name,
+                                      in_channels_, x.describe()));
+  input_ = x;
+  ensure_tensor(backend_, output_, {x.n(), out_channels_, out_height, out_width});
+  backend_.conv2d_transpose_forward(x, weight_.value, has_bias_ ? &bias_.value : nullptr, geometry_,
+                                    output_);
+  return output_;
+}
+
+const Tensor* ConvTranspose2d::backward(const Tensor& dy, bool need_input_grad) {
+  backend_.conv2d_transpose_backward_weights(input_, dy, geometry_, weight_.grad,
+                                             has_bias_ ? &bias_.grad : nullptr);
+  if (!need_input_grad) return nullptr;
+  ensure_tensor(backend_, input_grad_, input_.dims());
+  backend_.conv2d_transpose_backward_data(dy, weight_.value, geometry_, input_grad_);
+  return &input_grad_;
+}
+
+std::vector<Parameter*> ConvTranspose2d::parameters() {
+  std::vector<Parameter*> params{&weight_};
+  if (has_bias_) params.push_back(&bias_);
+  return params;
+}
+
+// ---------------------------------------------------------------------------------------------
 Norm::Norm(Backend& backend, std::string name, int channels, NormKind kind, int groups, float eps,
            bool relu)
     : backend_(backend),

@@ -96,15 +96,9 @@ std::string ensure_run_id(const fs::path& run_dir) {
 
 std::string resume_identity(const TrainingConfig& config, const core::SampleShape& sample_shape,
                             std::size_t train_samples) {
-  const core::ModelConfig& model = config.model;
   std::ostringstream text;
-  text << fmt::format(
-      "model.input_channels={}\nmodel.num_classes={}\nmodel.width={}\nmodel.depth={}\n"
-      "model.aspp_channels={}\nmodel.aspp_rates={}\nmodel.low_level_channels={}\n"
-      "model.decoder_channels={}\nmodel.norm={}\nmodel.groups={}\noptimizer={}\n",
-      model.input_channels, model.num_classes, model.width, model.depth, model.aspp_channels,
-      fmt::join(model.aspp_rates, ","), model.low_level_channels, model.decoder_channels,
-      core::to_string(model.norm), model.groups, core::to_string(config.optimizer.kind));
+  text << config.model.identity()
+       << fmt::format("optimizer={}\n", core::to_string(config.optimizer.kind));
   if (config.data.synthetic) {
     text << fmt::format("data=synthetic seed {}\n", config.data.seed);
   } else {
@@ -125,6 +119,16 @@ std::string config_hash(const std::string& identity) {
 std::optional<std::string> config_mismatch(const checkpoint::TrainingState& state,
                                            const RunIdentity& mine) {
   if (state.config_hash.empty() || state.config_hash == mine.config_hash) return std::nullopt;
+  // The network is named in the state's configuration (`model = ...`; written before hardy had
+  // other networks, none: the compact one).
+  std::string network = "compact";
+  std::istringstream ini(state.config_ini);
+  for (std::string line; std::getline(ini, line);)
+    if (line.starts_with("model = ")) network = line.substr(8);
+  if (network != mine.network)
+    return fmt::format(
+        "it holds the weights of another network (--model {}; this job trains --model {})", network,
+        mine.network);
   return fmt::format(
       "it was written for another configuration (configuration hash {}, this job's is {}: the "
       "model's shape, the optimizer, the dataset or its size differ)",

@@ -7,6 +7,7 @@
 
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/support/digest.hpp"
+#include "hardy/core/support/random.hpp"
 
 namespace hardy::resilience {
 
@@ -73,6 +74,7 @@ const core::BatchLoad& Trainer::load_batch(const Placement& placement) {
     stage(next);
   }
   slot.computed.samples = mine.size() - slot.computed.load.skipped.size();
+  slot.sample_keys.assign(mine.begin(), mine.end());  // a skipped sample keeps its row
   return slot.computed.load;
 }
 
@@ -117,7 +119,10 @@ double Trainer::compute(float grad_scale, const GradientReady& on_ready) {
     }
   }
   comm::GradientReducer& reducer = *slot.reducer;
-  const core::Tensor& logits = model_.forward(fields_, /*training=*/true, &cross_rank_);
+  const core::Tensor& logits =
+      model_.forward(fields_, /*training=*/true, &cross_rank_,
+                     {.seed = core::mix_seed(config_.seed, 0xd20, slot.computed.step),
+                      .samples = slot.sample_keys});
   core::ensure_tensor(*backend_, dlogits_, logits.dims());
   // fp16 scales the loss gradient up so that small gradients survive; finish_reduction() takes
   // the scale off again.
@@ -190,7 +195,7 @@ void Trainer::divide_gradients(double divisor) {
 
 checkpoint::StateSources Trainer::committed_sources() const {
   checkpoint::StateSources sources =
-      checkpoint::state_sources(const_cast<core::DeepLabV3Plus&>(model_), *optimizer_);
+      checkpoint::state_sources(const_cast<core::Model&>(model_), *optimizer_);
   // A computed step that is not committed yet has moved, under batch norm, the running
   // statistics: the committed state holds them as they were before it.
   const StepSlot* uncommitted = computed_ > 0 ? &slots_[oldest_slot_] : nullptr;

@@ -143,8 +143,8 @@ class Trainer {
   comm::TransportRebuild rebind(comm::Communicator& comm, std::span<const int> lost);
 
   core::Backend& backend() const { return *backend_; }
-  core::DeepLabV3Plus& model() { return model_; }
-  const core::DeepLabV3Plus& model() const { return model_; }
+  core::Model& model() { return model_; }
+  const core::Model& model() const { return model_; }
   core::Optimizer& optimizer() { return *optimizer_; }
   // The reducer of the next step to compute (every step's, without lag).
   comm::GradientReducer& reducer() { return *slots_[slot_after(computed_)].reducer; }
@@ -157,6 +157,9 @@ class Trainer {
     core::GlobalBatch batch;
     core::SamplerState sampler_before;  // where the sampler stood before drawing the batch
     ComputedStep computed;
+    // The dataset indices of the batch's rows on this rank: with the step, they pick dropout's
+    // masks, so that a step computed again (a rollback, a rebalance) draws the same ones.
+    std::vector<std::uint64_t> sample_keys;
     std::unique_ptr<comm::GradientReducer> reducer;
     float loss_scale = 1;  // the one compute() multiplied the loss gradient by
     // The batch norm's running statistics before this step's forward pass: a committed state
@@ -178,7 +181,7 @@ class Trainer {
 
   const TrainingConfig& config_;
   std::unique_ptr<core::Backend> backend_;
-  core::DeepLabV3Plus model_;
+  core::Model model_;
   std::unique_ptr<core::Optimizer> optimizer_;
   core::EpochSampler sampler_;
   core::BatchAssembler assembler_;

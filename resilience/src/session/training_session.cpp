@@ -67,12 +67,13 @@ void check_and_complete(TrainingConfig& config, int world_size, const core::Samp
   if (config.prefetch_batches < 0)
     throw InvalidArgument(
         fmt::format("--prefetch-batches {} is negative", config.prefetch_batches));
-  if (const auto shape = train.shape(); shape.height % core::ModelConfig::output_stride != 0 ||
-                                        shape.width % core::ModelConfig::output_stride != 0)
-    throw InvalidArgument(fmt::format(
-        "{} has samples of {}x{}; the model needs multiples of {} (choose --crop or --downsample "
-        "to get them)",
-        train.describe(), shape.height, shape.width, core::ModelConfig::output_stride));
+  if (const auto shape = train.shape(); shape.height % config.model.input_multiple() != 0 ||
+                                        shape.width % config.model.input_multiple() != 0)
+    throw InvalidArgument(
+        fmt::format("{} has samples of {}x{}; the {} model needs multiples of {} (choose --crop or "
+                    "--downsample to get them)",
+                    train.describe(), shape.height, shape.width,
+                    core::to_string(config.model.architecture), config.model.input_multiple()));
   if (config.ranks_per_node > 1 && world_size % config.ranks_per_node != 0)
     throw InvalidArgument(fmt::format("{} ranks do not make whole nodes of --ranks-per-node {}",
                                       world_size, config.ranks_per_node));
@@ -215,7 +216,8 @@ void TrainingSession::State::establish_run_identity() {
   if (message.front() == '\0')
     throw Error(
         fmt::format("rank 0 could not read or create the run id of {}", config.run_dir.string()));
-  identity = {message.substr(0, 32), message.substr(32, 16), message.substr(48)};
+  identity = {message.substr(0, 32), message.substr(32, 16), message.substr(48),
+              core::to_string(config.model.architecture)};
 }
 
 TrainingSession::State::~State() { watchdog.stop(); }

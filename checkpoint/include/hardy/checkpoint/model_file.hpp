@@ -12,9 +12,9 @@ namespace hardy::checkpoint {
 inline constexpr int kModelFileVersion = 1;
 
 // Writes atomically: a temporary file is written, flushed and fsynced, then renamed over `path`.
-void save_model(core::DeepLabV3Plus& model, const std::filesystem::path& path);
+void save_model(core::Model& model, const std::filesystem::path& path);
 // Loads every parameter and buffer; throws InvalidArgument naming the file and the tensor when a
 // tensor is missing or has another shape (a model built with another configuration).
-void load_model(core::DeepLabV3Plus& model, const std::filesystem::path& path);
+void load_model(core::Model& model, const std::filesystem::path& path);
 
 }  // namespace hardy::checkpoint

@@ -68,10 +68,10 @@ struct TrainingState {
 // stalls training), and sets optimizer_kind, optimizer_steps, hardy_version and unix_time. The
 // optimizer's state is created first if it has none yet, so a checkpoint taken before the first
 // step still restores into any later job.
-TrainingState capture(core::DeepLabV3Plus& model, core::Optimizer& optimizer);
+TrainingState capture(core::Model& model, core::Optimizer& optimizer);
 // The same into an existing state, reusing its buffers when names and sizes match (no allocation
 // for a snapshot taken every step); the state's scalars are left as they are.
-void capture_into(core::DeepLabV3Plus& model, core::Optimizer& optimizer, TrainingState& state);
+void capture_into(core::Model& model, core::Optimizer& optimizer, TrainingState& state);
 
 // The tensors capture_into copies, where they live: for a writer with memory of its own to fill
 // (a node-local snapshot's mapped slot), which copies them there itself and so saves the copy
@@ -87,7 +87,7 @@ struct StateSources {
   std::vector<TensorSource> optimizer;  // as Optimizer::state_tensors() names them
 };
 // The model's and optimizer's tensors (the optimizer's state created first, as capture does).
-StateSources state_sources(core::DeepLabV3Plus& model, core::Optimizer& optimizer);
+StateSources state_sources(core::Model& model, core::Optimizer& optimizer);
 // Copies the sources' tensors into the state's lists, reusing their buffers when names and sizes
 // match, and waits for the copies; the scalars are left as they are.
 void capture_tensors_into(const StateSources& sources, TrainingState& state);
@@ -104,7 +104,7 @@ void copy_to_host(core::Backend& backend, const core::Tensor& tensor, std::span<
 // InvalidArgument naming the tensor when one is missing, extra, or has another shape, and naming
 // both kinds when the optimizer kinds differ; the model and optimizer are then unchanged.
 // The loop's scalars (step, sampler, ...) are the caller's to restore.
-void apply(const TrainingState& state, core::DeepLabV3Plus& model, core::Optimizer& optimizer);
+void apply(const TrainingState& state, core::Model& model, core::Optimizer& optimizer);
 
 // Bytes of tensor data in a state (model and optimizer).
 std::uint64_t tensor_bytes(const TrainingState& state);

@@ -40,6 +40,8 @@ struct RunIdentity {
   // This launch's random token (16 hex digits): the ranks of one launch share it, the next
   // launch of the same run has another (what a node-local file "verified in this job" is keyed by).
   std::string launch;
+  // The network it trains (--model), named in a refusal to resume another network's state.
+  std::string network = "compact";
 };
 
 // A fresh random launch token.

@@ -9,6 +9,6 @@ namespace hardy::core {
 
 // Runs the model in inference mode over every sample of `source` and counts predicted against
 // true labels.
-ConfusionMatrix evaluate(DeepLabV3Plus& model, const SampleSource& source, std::size_t batch_size);
+ConfusionMatrix evaluate(Model& model, const SampleSource& source, std::size_t batch_size);
 
 }  // namespace hardy::core

@@ -43,6 +43,25 @@ class Conv2d {
   Tensor input_, output_, input_grad_;
 };
 
+// PyTorch's ConvTranspose2d: weight (in, out, k, k); the output size is the caller's choice
+// within what the geometry allows (it picks the output padding).
+class ConvTranspose2d {
+ public:
+  ConvTranspose2d(Backend& backend, std::string name, int in_channels, int out_channels, int kernel,
+                  ConvGeometry geometry, bool bias);
+  const Tensor& forward(const Tensor& x, std::int64_t out_height, std::int64_t out_width);
+  const Tensor* backward(const Tensor& dy, bool need_input_grad);
+  std::vector<Parameter*> parameters();
+
+ private:
+  Backend& backend_;
+  int in_channels_, out_channels_;
+  ConvGeometry geometry_;
+  Parameter weight_, bias_;
+  bool has_bias_;
+  Tensor input_, output_, input_grad_;
+};
+
 // Group or batch normalization with an optional fused ReLU.
 class Norm {
  public:

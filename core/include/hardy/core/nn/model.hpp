@@ -1,21 +1,36 @@
 #pragma once
-// A compact DeepLabv3+ (Chen et al., 2018) for climate segmentation: a strided-convolution
-// encoder down to output stride 8 with an atrous last stage, atrous spatial pyramid pooling
-// (parallel dilated convolutions plus an image-pooling branch), and a decoder that fuses the
-// upsampled pyramid output with low-level encoder features at stride 4 before upsampling to the
-// input size. Fully convolutional: any input whose height and width divide by 8.
+// The networks hardy trains, chosen by ModelConfig::architecture and described once each in
+// core/src/nn/architectures/ with a NetworkBuilder (network.hpp):
+// - compact: a compact DeepLabv3+ (Chen et al., 2018) for climate segmentation, a strided
+//   encoder down to output stride 8 with an atrous last stage, atrous spatial pyramid pooling
+//   with an image-pooling branch, and a decoder that fuses the pyramid's output with the
+//   stride-4 features (the default; fast enough for the demo and the tests);
+// - tiramisu: the FC-DenseNet of the 2018 Gordon Bell climate run (Kurth et al.): dense blocks
+//   of 5x5 convolutions, ReLU and dropout, transitions down by strided 1x1 convolutions and up by
+//   transposed convolutions, skip connections between the two paths.
+// Every network is fully convolutional: any input whose height and width divide by
+// input_multiple().
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "hardy/core/nn/layers.hpp"
+#include "hardy/core/nn/network.hpp"
 
 namespace hardy::core {
 
+enum class Architecture { compact, tiramisu };
+Architecture parse_architecture(const std::string& name);
+std::string to_string(Architecture architecture);
+
 struct ModelConfig {
+  Architecture architecture = Architecture::compact;
   int input_channels = 16;
   int num_classes = 3;
+
+  // compact DeepLabv3+
   int width = 16;          // channels of the first encoder stage; later stages double it
   int depth = 1;           // 3x3 convolution blocks per encoder stage
   int aspp_channels = 32;  // channels of every pyramid branch
@@ -26,22 +41,37 @@ struct ModelConfig {
   int groups = 8;
   float norm_eps = 1e-5f;
 
-  static constexpr int output_stride = 8;
+  // tiramisu (the Gordon Bell run's settings: --blocks 2 2 2 4 5 --growth 32 --filter-sz 5)
+  std::vector<int> dense_layers{2, 2, 2, 4, 5};  // per block down, the last is the bottleneck;
+                                                 // the up path mirrors the down path
+  int growth = 32;                               // feature maps each dense layer adds
+  int first_channels = 64;                       // of the first convolution
+  int dense_kernel = 5;                          // of every dense layer's convolution
+  float dropout = 0.2f;                          // after every layer, and on the logits
+
   void validate() const;  // throws InvalidArgument naming the bad field
+  // Height and width must divide by this (the network's total downsampling).
+  int input_multiple() const;
+  // The fields that make a checkpoint of this network loadable, one "model.key=value" line each
+  // (part of the run's resume identity).
+  std::string identity() const;
 };
 
-class DeepLabV3Plus {
+// A network built from its architecture's description.
+class Model {
  public:
-  DeepLabV3Plus(Backend& backend, ModelConfig config);
-  ~DeepLabV3Plus();
+  Model(Backend& backend, ModelConfig config);
+  ~Model();
 
   // Deterministic initialisation from a seed: Kaiming-normal convolution weights, zero biases,
   // unit normalization scales.
   void initialize(std::uint64_t seed);
 
   // x: (N, input_channels, H, W) in the backend's activation layout; returns logits
-  // (N, num_classes, H, W). `cross_rank` sums batch-norm statistics over ranks (may be null).
-  const Tensor& forward(const Tensor& x, bool training, CrossRankSum* cross_rank = nullptr);
+  // (N, num_classes, H, W). `cross_rank` sums batch-norm statistics over ranks (may be null);
+  // `dropout` makes dropout's masks a function of the step and the samples (training only).
+  const Tensor& forward(const Tensor& x, bool training, CrossRankSum* cross_rank = nullptr,
+                        DropoutKeys dropout = {});
 
   // Back-propagates dlogits and overwrites every parameter's gradient. `on_grad_ready(i)` is
   // called as soon as parameters()[i].grad is final, so that its allreduce can start while the
@@ -49,20 +79,19 @@ class DeepLabV3Plus {
   void backward(const Tensor& dlogits, const std::function<void(std::size_t)>& on_grad_ready = {},
                 CrossRankSum* cross_rank = nullptr);
 
-  // All trainable parameters, in a fixed order (the order of construction).
-  const std::vector<Parameter*>& parameters() const { return parameters_; }
+  // All trainable parameters, in a fixed order (the order of the description).
+  const std::vector<Parameter*>& parameters() const { return network_.parameters(); }
   // Non-trainable state (batch-norm running statistics).
-  std::vector<std::pair<std::string, Tensor*>> buffers();
+  std::vector<std::pair<std::string, Tensor*>> buffers() { return network_.buffers(); }
   std::size_t parameter_count() const;
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
 
  private:
-  struct Layers;
   Backend& backend_;
   ModelConfig config_;
-  std::unique_ptr<Layers> layers_;
-  std::vector<Parameter*> parameters_;
+  Network network_;
+  const Tensor* logits_ = nullptr;
 };
 
 }  // namespace hardy::core

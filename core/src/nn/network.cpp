@@ -1,0 +1,327 @@
+#include "hardy/core/nn/network.hpp"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/random.hpp"
+#include "nn/network_layers.hpp"
+
+namespace hardy::core {
+
+// ---- layers ----------------------------------------------------------------------------------
+namespace layers {
+
+const Tensor& Relu::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  ensure_tensor(backend_, output_, inputs[0]->dims());
+  backend_.relu_forward(*inputs[0], output_);
+  return output_;
+}
+
+void Relu::backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                    CrossRankSum*) {
+  if (!need[0]) return;
+  ensure_tensor(backend_, input_grad_, dy.dims());
+  backend_.relu_backward(output_, dy, input_grad_);
+  grads[0] = &input_grad_;
+}
+
+const Tensor& Add::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  if (!inputs[0]->same_shape(*inputs[1]))
+    throw InvalidArgument(fmt::format("add: inputs {} and {} differ in shape",
+                                      inputs[0]->describe(), inputs[1]->describe()));
+  ensure_tensor(backend_, output_, inputs[0]->dims());
+  backend_.copy(*inputs[0], output_);
+  backend_.axpy(1.0f, *inputs[1], output_);
+  return output_;
+}
+
+void Add::backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                   CrossRankSum*) {
+  // The gradient of a sum is dy for both; the network copies before it accumulates into it.
+  for (std::size_t i = 0; i < need.size(); ++i)
+    if (need[i]) grads[i] = &dy;
+}
+
+const Tensor& Concat::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  std::int64_t channels = 0;
+  for (const Tensor* t : inputs) channels += t->c();
+  const Tensor& first = *inputs[0];
+  ensure_tensor(backend_, output_, {first.n(), channels, first.h(), first.w()});
+  backend_.concat_channels(inputs, output_);
+  input_grads_.resize(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    ensure_tensor(backend_, input_grads_[i], inputs[i]->dims());
+  return output_;
+}
+
+void Concat::backward(const Tensor& dy, std::span<const bool>, std::span<const Tensor*> grads,
+                      CrossRankSum*) {
+  std::vector<Tensor*> slices;
+  for (Tensor& g : input_grads_) slices.push_back(&g);
+  backend_.split_channels(dy, slices);
+  for (std::size_t i = 0; i < input_grads_.size(); ++i) grads[i] = &input_grads_[i];
+}
+
+const Tensor& UpsampleLike::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  const Tensor &x = *inputs[0], &like = *inputs[1];
+  input_dims_ = x.dims();
+  ensure_tensor(backend_, output_, {x.n(), x.c(), like.h(), like.w()});
+  backend_.upsample_bilinear_forward(x, output_);
+  return output_;
+}
+
+void UpsampleLike::backward(const Tensor& dy, std::span<const bool> need,
+                            std::span<const Tensor*> grads, CrossRankSum*) {
+  if (!need[0]) return;
+  ensure_tensor(backend_, input_grad_, input_dims_);
+  backend_.upsample_bilinear_backward(dy, input_grad_);
+  grads[0] = &input_grad_;
+}
+
+const Tensor& GlobalAvgPool::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  const Tensor& x = *inputs[0];
+  input_dims_ = x.dims();
+  ensure_tensor(backend_, output_, {x.n(), x.c(), 1, 1});
+  backend_.global_avg_pool_forward(x, output_);
+  return output_;
+}
+
+void GlobalAvgPool::backward(const Tensor& dy, std::span<const bool> need,
+                             std::span<const Tensor*> grads, CrossRankSum*) {
+  if (!need[0]) return;
+  ensure_tensor(backend_, input_grad_, input_dims_);
+  backend_.global_avg_pool_backward(dy, input_grad_);
+  grads[0] = &input_grad_;
+}
+
+const Tensor& Dropout::forward(std::span<const Tensor* const> inputs, const ForwardPass& pass) {
+  const Tensor& x = *inputs[0];
+  applied_ = pass.training && rate_ > 0;
+  if (!applied_) return x;
+  keys_.assign(pass.dropout.samples.begin(), pass.dropout.samples.end());
+  if (keys_.empty())
+    for (std::int64_t n = 0; n < x.n(); ++n) keys_.push_back(static_cast<std::uint64_t>(n));
+  seed_ = mix_seed(pass.dropout.seed, 0xd0d0, salt_);
+  ensure_tensor(backend_, output_, x.dims());
+  backend_.dropout_forward({.x = x, .rate = rate_, .seed = seed_, .sample_keys = keys_}, output_);
+  return output_;
+}
+
+void Dropout::backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                       CrossRankSum*) {
+  if (!need[0]) return;
+  if (!applied_) {
+    grads[0] = &dy;
+    return;
+  }
+  ensure_tensor(backend_, input_grad_, dy.dims());
+  backend_.dropout_backward({.x = output_, .rate = rate_, .seed = seed_, .sample_keys = keys_}, dy,
+                            input_grad_);
+  grads[0] = &input_grad_;
+}
+
+}  // namespace layers
+
+// ---- the network -----------------------------------------------------------------------------
+Network::Network(Backend& backend, std::vector<Step> steps, int output)
+    : backend_(&backend), steps_(std::move(steps)), output_(output) {
+  const std::size_t nodes = steps_.size() + 1;
+  readers_.assign(nodes, 0);
+  for (Step& step : steps_) {
+    for (std::size_t i = 0; i < step.inputs.size(); ++i)
+      if (step.layer->takes_gradient(i)) ++readers_[step.inputs[i]];
+    for (Parameter* p : step.layer->parameters()) {
+      step.parameter_indices.push_back(parameters_.size());
+      parameters_.push_back(p);
+    }
+  }
+  outputs_.assign(nodes, nullptr);
+  gradient_sums_.resize(nodes);
+  input_grads_.assign(nodes, nullptr);
+}
+
+Network::Network(Network&&) noexcept = default;
+Network& Network::operator=(Network&&) noexcept = default;
+Network::~Network() = default;
+
+std::vector<std::pair<std::string, Tensor*>> Network::buffers() {
+  std::vector<std::pair<std::string, Tensor*>> all;
+  for (Step& step : steps_)
+    for (auto& entry : step.layer->buffers()) all.push_back(entry);
+  return all;
+}
+
+const Tensor& Network::forward(const Tensor& x, const ForwardPass& pass) {
+  outputs_[0] = &x;
+  std::vector<const Tensor*> inputs;
+  for (std::size_t s = 0; s < steps_.size(); ++s) {
+    inputs.clear();
+    for (int node : steps_[s].inputs) inputs.push_back(outputs_[node]);
+    outputs_[s + 1] = &steps_[s].layer->forward(inputs, pass);
+  }
+  forward_done_ = true;
+  return *outputs_[output_];
+}
+
+void Network::backward(const Tensor& dy, const std::function<void(std::size_t)>& on_grad_ready,
+                       CrossRankSum* cross_rank) {
+  if (!forward_done_) throw Error("network backward called before forward");
+  std::fill(input_grads_.begin(), input_grads_.end(), nullptr);
+  std::vector<int> contributions(readers_.size(), 0);
+  input_grads_[output_] = &dy;
+  // A node read by one layer takes that layer's gradient as it is; a node read by several sums
+  // them, in the order the readers run backward (so the sum is the same on every rank and run).
+  auto receive = [&](int node, const Tensor& grad) {
+    if (readers_[node] == 1) {
+      input_grads_[node] = &grad;
+      return;
+    }
+    Tensor& sum = gradient_sums_[node];
+    if (contributions[node]++ == 0) {
+      ensure_tensor(*backend_, sum, grad.dims());
+      backend_->copy(grad, sum);
+      input_grads_[node] = &sum;
+    } else {
+      backend_->axpy(1.0f, grad, sum);
+    }
+  };
+  std::vector<const Tensor*> grads;
+  bool need[NetworkBuilder::max_inputs];
+  for (std::size_t s = steps_.size(); s-- > 0;) {
+    Step& step = steps_[s];
+    const Tensor* dy_here = input_grads_[s + 1];
+    if (dy_here == nullptr)
+      throw Error(fmt::format("network layer {} got no gradient (it reaches no output)", s));
+    // The network's input takes no gradient.
+    for (std::size_t i = 0; i < step.inputs.size(); ++i)
+      need[i] = step.inputs[i] != 0 && step.layer->takes_gradient(i);
+    grads.assign(step.inputs.size(), nullptr);
+    step.layer->backward(*dy_here, std::span<const bool>(need, step.inputs.size()), grads,
+                         cross_rank);
+    if (on_grad_ready)  // in reverse order within a layer too: backward finishes them together
+      for (auto it = step.parameter_indices.rbegin(); it != step.parameter_indices.rend(); ++it)
+        on_grad_ready(*it);
+    for (std::size_t i = 0; i < step.inputs.size(); ++i) {
+      if (!need[i]) continue;
+      if (grads[i] == nullptr)
+        throw Error(fmt::format("network layer {} gave no gradient for its input {}", s, i));
+      receive(step.inputs[i], *grads[i]);
+    }
+  }
+}
+
+// ---- the builder -----------------------------------------------------------------------------
+NetworkBuilder::NetworkBuilder(Backend& backend, NormSettings norm)
+    : backend_(backend), norm_(norm) {}
+
+void NetworkBuilder::check(Node node) const {
+  if (node.index < 0 || node.index > static_cast<int>(steps_.size()) || !has_input_)
+    throw InvalidArgument(fmt::format("network description: node {} does not exist", node.index));
+}
+
+Node NetworkBuilder::append(std::unique_ptr<Layer> layer, std::vector<Node> inputs, int channels) {
+  if (inputs.size() > max_inputs)
+    throw InvalidArgument(
+        fmt::format("network description: a layer reads at most {} inputs", max_inputs));
+  Network::Step step;
+  step.layer = std::move(layer);
+  for (Node n : inputs) {
+    check(n);
+    step.inputs.push_back(n.index);
+  }
+  steps_.push_back(std::move(step));
+  return {static_cast<int>(steps_.size()), channels};
+}
+
+Node NetworkBuilder::input(int channels) {
+  if (has_input_) throw InvalidArgument("network description: a network has one input");
+  has_input_ = true;
+  return {0, channels};
+}
+
+Node NetworkBuilder::conv(const std::string& name, Node x, int out_channels, int kernel,
+                          ConvGeometry geometry, bool bias) {
+  return append(std::make_unique<layers::Convolution>(backend_, name, x.channels, out_channels,
+                                                      kernel, geometry, bias),
+                {x}, out_channels);
+}
+
+Node NetworkBuilder::conv_norm_relu(const std::string& name, Node x, int out_channels, int kernel,
+                                    ConvGeometry geometry) {
+  return append(std::make_unique<layers::ConvolutionNormRelu>(
+                    backend_, name, x.channels, out_channels, kernel, geometry, norm_),
+                {x}, out_channels);
+}
+
+Node NetworkBuilder::norm(const std::string& name, Node x, bool relu) {
+  return append(std::make_unique<layers::Normalization>(backend_, name, x.channels, norm_, relu),
+                {x}, x.channels);
+}
+
+Node NetworkBuilder::relu(Node x) {
+  return append(std::make_unique<layers::Relu>(backend_), {x}, x.channels);
+}
+
+Node NetworkBuilder::conv_transpose(const std::string& name, Node x, Node like, int out_channels,
+                                    int kernel, ConvGeometry geometry, bool bias) {
+  return append(std::make_unique<layers::TransposedConvolution>(
+                    backend_, name, x.channels, out_channels, kernel, geometry, bias),
+                {x, like}, out_channels);
+}
+
+Node NetworkBuilder::dropout(Node x, float rate) {
+  if (!(rate >= 0 && rate < 1))
+    throw InvalidArgument(
+        fmt::format("network description: dropout rate {} is not in [0, 1)", rate));
+  return append(std::make_unique<layers::Dropout>(backend_, rate,
+                                                  static_cast<std::uint64_t>(dropout_layers_++)),
+                {x}, x.channels);
+}
+
+Node NetworkBuilder::add(Node a, Node b) {
+  if (a.channels != b.channels)
+    throw InvalidArgument(
+        fmt::format("network description: add of {} and {} channels", a.channels, b.channels));
+  return append(std::make_unique<layers::Add>(backend_), {a, b}, a.channels);
+}
+
+Node NetworkBuilder::concat(const std::vector<Node>& inputs) {
+  if (inputs.size() < 2) throw InvalidArgument("network description: concat needs two inputs");
+  int channels = 0;
+  for (Node n : inputs) channels += n.channels;
+  return append(std::make_unique<layers::Concat>(backend_), inputs, channels);
+}
+
+Node NetworkBuilder::upsample_like(Node x, Node like) {
+  return append(std::make_unique<layers::UpsampleLike>(backend_), {x, like}, x.channels);
+}
+
+Node NetworkBuilder::global_avg_pool(Node x) {
+  return append(std::make_unique<layers::GlobalAvgPool>(backend_), {x}, x.channels);
+}
+
+Network NetworkBuilder::finish(Node output) {
+  check(output);
+  // Every layer must lead to the output, and parameter names must be unique: checkpoints
+  // address tensors by name.
+  std::vector<bool> used(steps_.size() + 1, false);
+  used[output.index] = true;
+  for (std::size_t s = steps_.size(); s-- > 0;)
+    if (used[s + 1])
+      for (int in : steps_[s].inputs) used[in] = true;
+  for (std::size_t s = 0; s < steps_.size(); ++s)
+    if (!used[s + 1])
+      throw InvalidArgument(fmt::format("network description: layer {} reaches no output", s));
+  std::set<std::string> names;
+  for (auto& step : steps_) {
+    for (Parameter* p : step.layer->parameters())
+      if (!names.insert(p->name).second)
+        throw InvalidArgument(
+            fmt::format("network description: two parameters are named {}", p->name));
+  }
+  return Network(backend_, std::move(steps_), output.index);
+}
+
+}  // namespace hardy::core

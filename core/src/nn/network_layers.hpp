@@ -1,0 +1,174 @@
+#pragma once
+// The layers a NetworkBuilder records: each wraps one backend operation (or a unit of
+// layers.hpp) behind the Layer interface, with the tensors its backward pass needs.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hardy/core/nn/network.hpp"
+
+namespace hardy::core::layers {
+
+class Convolution final : public Layer {
+ public:
+  Convolution(Backend& backend, std::string name, int in_channels, int out_channels, int kernel,
+              ConvGeometry geometry, bool bias)
+      : conv_(backend, std::move(name), in_channels, out_channels, kernel, geometry, bias) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override {
+    return conv_.forward(*inputs[0]);
+  }
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override {
+    grads[0] = conv_.backward(dy, need[0]);
+  }
+  std::vector<Parameter*> parameters() override { return conv_.parameters(); }
+
+ private:
+  Conv2d conv_;
+};
+
+class ConvolutionNormRelu final : public Layer {
+ public:
+  ConvolutionNormRelu(Backend& backend, const std::string& name, int in_channels, int out_channels,
+                      int kernel, ConvGeometry geometry, const NormSettings& n)
+      : block_(backend, name, in_channels, out_channels, kernel, geometry, n.kind, n.groups,
+               n.eps) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass& pass) override {
+    return block_.forward(*inputs[0], pass.training, pass.cross_rank);
+  }
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum* cross_rank) override {
+    grads[0] = block_.backward(dy, need[0], cross_rank);
+  }
+  std::vector<Parameter*> parameters() override { return block_.parameters(); }
+  std::vector<std::pair<std::string, Tensor*>> buffers() override { return block_.buffers(); }
+
+ private:
+  ConvNormRelu block_;
+};
+
+class Normalization final : public Layer {
+ public:
+  Normalization(Backend& backend, std::string name, int channels, const NormSettings& n, bool relu)
+      : norm_(backend, std::move(name), channels, n.kind, n.groups, n.eps, relu) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass& pass) override {
+    return norm_.forward(*inputs[0], pass.training, pass.cross_rank);
+  }
+  void backward(const Tensor& dy, std::span<const bool>, std::span<const Tensor*> grads,
+                CrossRankSum* cross_rank) override {
+    grads[0] = &norm_.backward(dy, cross_rank);
+  }
+  std::vector<Parameter*> parameters() override { return norm_.parameters(); }
+  std::vector<std::pair<std::string, Tensor*>> buffers() override { return norm_.buffers(); }
+
+ private:
+  Norm norm_;
+};
+
+class Relu final : public Layer {
+ public:
+  explicit Relu(Backend& backend) : backend_(backend) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+
+ private:
+  Backend& backend_;
+  Tensor output_, input_grad_;
+};
+
+// y = a + b (a residual connection); both inputs get dy itself.
+class Add final : public Layer {
+ public:
+  explicit Add(Backend& backend) : backend_(backend) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+
+ private:
+  Backend& backend_;
+  Tensor output_, input_grad_;
+};
+
+class Concat final : public Layer {
+ public:
+  explicit Concat(Backend& backend) : backend_(backend) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+
+ private:
+  Backend& backend_;
+  Tensor output_;
+  std::vector<Tensor> input_grads_;
+};
+
+// Bilinear resize of inputs[0] to inputs[1]'s height and width.
+class UpsampleLike final : public Layer {
+ public:
+  explicit UpsampleLike(Backend& backend) : backend_(backend) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+  bool takes_gradient(std::size_t input) const override { return input == 0; }
+
+ private:
+  Backend& backend_;
+  Tensor output_, input_grad_;
+  std::vector<std::int64_t> input_dims_;
+};
+
+class GlobalAvgPool final : public Layer {
+ public:
+  explicit GlobalAvgPool(Backend& backend) : backend_(backend) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+
+ private:
+  Backend& backend_;
+  Tensor output_, input_grad_;
+  std::vector<std::int64_t> input_dims_;
+};
+
+// PyTorch's ConvTranspose2d; the output takes inputs[1]'s height and width.
+class TransposedConvolution final : public Layer {
+ public:
+  TransposedConvolution(Backend& backend, std::string name, int in_channels, int out_channels,
+                        int kernel, ConvGeometry geometry, bool bias)
+      : conv_(backend, std::move(name), in_channels, out_channels, kernel, geometry, bias) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override {
+    return conv_.forward(*inputs[0], inputs[1]->h(), inputs[1]->w());
+  }
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override {
+    grads[0] = conv_.backward(dy, need[0]);
+  }
+  bool takes_gradient(std::size_t input) const override { return input == 0; }
+  std::vector<Parameter*> parameters() override { return conv_.parameters(); }
+
+ private:
+  ConvTranspose2d conv_;
+};
+
+// Inverted dropout in training (identity otherwise), its masks drawn from the pass's keys and
+// this layer's own salt, so that no two dropout layers share a mask.
+class Dropout final : public Layer {
+ public:
+  Dropout(Backend& backend, float rate, std::uint64_t salt)
+      : backend_(backend), rate_(rate), salt_(salt) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass& pass) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+
+ private:
+  Backend& backend_;
+  float rate_;
+  std::uint64_t salt_;
+  bool applied_ = false;  // in the last forward (training with a positive rate)
+  std::uint64_t seed_ = 0;
+  std::vector<std::uint64_t> keys_;
+  Tensor output_, input_grad_;
+};
+
+}  // namespace hardy::core::layers

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""End to end: `hardy train --model tiramisu` (the Gordon Bell run's FC-DenseNet, small) learns on
+small synthetic crops, checkpoints, and `hardy eval` reproduces its score; a run directory of one
+network refuses to resume as another, naming both.
+
+Usage: networks.py HARDY
+"""
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from hardy_test import Checks, read_jsonl  # noqa: E402
+
+hardy = sys.argv[1]
+# Every part of the network (two dense blocks down, the bottleneck, two up, transitions, skips,
+# dropout) on 3x3 kernels and 8 maps per layer: seconds per run on two cores.
+TIRAMISU = ["--model", "tiramisu", "--dense-layers", "2,2,3", "--growth", "8", "--first-channels", "16",
+            "--dense-kernel", "3", "--dropout", "0.1"]
+JOB = ["--synthetic", "--samples", "256", "--height", "32", "--width", "32", "--eval-samples", "64",
+       "--global-batch", "8", "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "10",
+       "--lr-decay", "cosine", "--seed", "7", "--log-every", "10", "--checkpoint-every", "50"]
+check = Checks()
+
+with tempfile.TemporaryDirectory(prefix="hardy-networks-") as tmp:
+    run = Path(tmp) / "tiramisu"
+    subprocess.run([hardy, "train", *JOB, *TIRAMISU, "--steps", "200", "--run-dir", str(run)], check=True,
+                   stdout=subprocess.DEVNULL)
+    metrics, events = read_jsonl(run / "metrics.jsonl"), read_jsonl(run / "events.jsonl")
+    first = sum(m["loss"] for m in metrics[:3]) / 3
+    last = sum(m["loss"] for m in metrics[-5:]) / 5
+    check(last <= 0.6 * first, f"tiramisu: loss fell from {first:.4f} to {last:.4f}")
+    finished = events[-1]
+    # Predicting background everywhere scores that class's IoU (its share of the pixels) and 0
+    # for the other two: a mean below 1/3.
+    check(finished["event"] == "job_finished" and finished["mean_iou"] > 0.45,
+          f"tiramisu: held-out mean IoU {finished.get('mean_iou')} is above all-background's (< 1/3)")
+    written = [e for e in events if e["event"] == "checkpoint_written"]
+    check(len(written) >= 3, f"tiramisu: {len(written)} checkpoints written")
+    scored = json.loads(subprocess.run([hardy, "eval", "--run-dir", str(run), "--json"], check=True,
+                                       capture_output=True, text=True).stdout)
+    check(abs(scored["mean_iou"] - finished["mean_iou"]) < 1e-9,
+          f"tiramisu: hardy eval reproduces the mean IoU ({scored['mean_iou']:.6f})")
+
+    # The same run directory, resumed as the compact network: refused, both networks named.
+    refused = subprocess.run([hardy, "train", *JOB, "--steps", "250", "--run-dir", str(run), "--resume", "latest"],
+                             capture_output=True, text=True)
+    message = refused.stderr
+    check(refused.returncode != 0 and "--model tiramisu" in message and "--model compact" in message,
+          f"resuming a tiramisu run as the compact network is refused naming both (status "
+          f"{refused.returncode}): {message.strip()[-400:]}")
+    # And as itself it goes on from its last checkpoint.
+    subprocess.run([hardy, "train", *JOB, *TIRAMISU, "--steps", "210", "--run-dir", str(run), "--resume", "latest"],
+                   check=True, stdout=subprocess.DEVNULL)
+    restored = [e for e in read_jsonl(run / "events.jsonl") if e["event"] == "state_restored"]
+    check(restored and restored[-1]["step"] == 200, f"tiramisu: resumed at step 200 ({restored[-1:]})")
+check.finish("networks")
