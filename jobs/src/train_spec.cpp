@@ -219,8 +219,9 @@ po::options_description data_options() {
 po::options_description model_options() {
   po::options_description model("Model");
   model.add_options()("model", po::value<std::string>()->default_value("compact"),
-                      "the network: compact (a compact DeepLabv3+, the default) or tiramisu (the "
-                      "2018 Gordon Bell run's FC-DenseNet)")(
+                      "the network: compact (a compact DeepLabv3+, the default), deepcam (MLPerf "
+                      "HPC DeepCAM's DeepLabv3+ on Xception, 56M parameters) or tiramisu (the "
+                      "2018 Gordon Bell run's FC-DenseNet, 7.5M)")(
       "dense-layers", po::value<std::string>()->default_value("2,2,2,4,5"),
       "tiramisu: layers per dense block down the encoder, the last one the bottleneck (the "
       "decoder mirrors them)")("growth", po::value<int>()->default_value(32),

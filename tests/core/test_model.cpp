@@ -210,6 +210,11 @@ TEST_CASE("model: the published networks have their published parameter counts",
   tiramisu.architecture = Architecture::tiramisu;
   CHECK(Model(*backend, tiramisu).parameter_count() == 7'504'835);
   CHECK(tiramisu.input_multiple() == 16);
+  // MLPerf HPC DeepCAM's DeepLabv3+ (16 channels in, 3 classes).
+  ModelConfig deepcam;
+  deepcam.architecture = Architecture::deepcam;
+  CHECK(Model(*backend, deepcam).parameter_count() == 56'454'720);
+  CHECK(deepcam.input_multiple() == 16);
   // The compact network at bench/gpu's climate size (the figure docs/gpu.md quotes).
   ModelConfig compact;
   compact.width = 64;

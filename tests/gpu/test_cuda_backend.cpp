@@ -780,18 +780,19 @@ struct Batch {
   Tensor x_cpu, x_cuda, labels_cpu, labels_cuda;
 };
 
-Batch make_batch(CudaBackend& cuda, std::uint64_t seed) {
+Batch make_batch(CudaBackend& cuda, std::uint64_t seed, std::int64_t height = 32,
+                 std::int64_t width = 40) {
   Batch b;
-  const std::vector<std::int64_t> dims{2, 16, 32, 40};
+  const std::vector<std::int64_t> dims{2, 16, height, width};
   Tensor values = random_host(dims, seed);
   ensure_tensor(cuda, b.x_cuda, dims);
   cuda.copy(values, b.x_cuda);
   b.x_cpu = to_host_f32(cuda, b.x_cuda);
-  b.labels_cpu = Tensor::host({2, 1, 32, 40}, DType::i32, Layout::nhwc);
+  b.labels_cpu = Tensor::host({2, 1, height, width}, DType::i32, Layout::nhwc);
   SplitMix64 rng(seed + 1);
   for (std::int64_t i = 0; i < b.labels_cpu.numel(); ++i)
     b.labels_cpu.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng.next() % 3);
-  ensure_tensor(cuda, b.labels_cuda, {2, 1, 32, 40}, DType::i32);
+  ensure_tensor(cuda, b.labels_cuda, {2, 1, height, width}, DType::i32);
   cuda.copy(b.labels_cpu, b.labels_cuda);
   return b;
 }
@@ -876,29 +877,38 @@ TEST_CASE("cuda backend: a model step matches the cpu backend", "[gpu]") {
   }
 }
 
-// The tiramisu's transposed convolutions, dropout (the same masks on both backends: one integer
-// hash) and dense concatenations, in a whole step.
-TEST_CASE("cuda backend: a tiramisu step matches the cpu backend", "[gpu]") {
-  for (DType activations : {DType::f32, DType::bf16}) {
+// The published networks' operations in whole steps: the tiramisu's transposed convolutions,
+// dropout (the same masks on both backends: one integer hash) and dense concatenations;
+// DeepCAM's depthwise convolutions, residual additions, per-channel affine and batch norm over
+// some 150 layers (f32: the kernels' arithmetic; the low-precision bounds are the compact
+// network's and would not hold through that depth).
+TEST_CASE("cuda backend: tiramisu and deepcam steps match the cpu backend", "[gpu]") {
+  ModelConfig deepcam;
+  deepcam.architecture = Architecture::deepcam;
+  const std::vector<std::tuple<std::string, ModelConfig, DType>> cases{
+      {"tiramisu", testing::small_tiramisu_config(), DType::f32},
+      {"tiramisu", testing::small_tiramisu_config(), DType::bf16},
+      {"deepcam", deepcam, DType::f32}};
+  for (const auto& [network, config, activations] : cases) {
     auto cpu = make_backend("cpu");
     CudaBackend cuda(CudaOptions{.activation_dtype = activations});
-    const ModelConfig config = testing::small_tiramisu_config();
     Model cpu_model(*cpu, config), cuda_model(cuda, config);
     cpu_model.initialize(9);
     cuda_model.initialize(9);
-    Batch b = make_batch(cuda, 90);
+    Batch b = make_batch(cuda, 90, 32, network == "deepcam" ? 48 : 40);  // divisible as needed
     Tensor dlogits_cpu, dlogits_cuda;
     const double loss_cpu = train_step(*cpu, cpu_model, b.x_cpu, b.labels_cpu, dlogits_cpu);
     const double loss_cuda = train_step(cuda, cuda_model, b.x_cuda, b.labels_cuda, dlogits_cuda);
-    INFO(precision_name(activations)
-         << " activations, loss cuda " << loss_cuda << " cpu " << loss_cpu);
+    INFO(network << ", " << precision_name(activations) << " activations, loss cuda " << loss_cuda
+                 << " cpu " << loss_cpu);
     CHECK(std::abs(loss_cuda - loss_cpu) <= loss_tolerance(activations) * std::abs(loss_cpu));
     double largest = 0.0;
     for (const Parameter* p : cpu_model.parameters()) largest = std::max(largest, norm(p->grad));
     for (std::size_t i = 0; i < cuda_model.parameters().size(); ++i) {
       const Parameter& reference = *cpu_model.parameters()[i];
       check_close(cuda, cuda_model.parameters()[i]->grad, reference.grad,
-                  model_tolerance(activations), "gradient of " + reference.name, 1e-3 * largest);
+                  model_tolerance(activations), network + " gradient of " + reference.name,
+                  1e-3 * largest);
     }
   }
 }

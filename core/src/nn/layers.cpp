@@ -22,8 +22,6 @@ int group_count(int channels, int wanted) {
   return 1;
 }
 
-namespace {
-
 Parameter make_parameter(Backend& backend, std::string name, std::vector<std::int64_t> dims,
                          bool weight_decay) {
   const Layout layout = dims.size() == 4 ? Layout::nchw : Layout::flat;  // weights are OIHW
@@ -35,8 +33,6 @@ Parameter make_parameter(Backend& backend, std::string name, std::vector<std::in
   return p;
 }
 
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------
 Conv2d::Conv2d(Backend& backend, std::string name, int in_channels, int out_channels, int kernel,
                ConvGeometry geometry, bool bias)
@@ -46,8 +42,12 @@ Conv2d::Conv2d(Backend& backend, std::string name, int in_channels, int out_chan
       kernel_(kernel),
       geometry_(geometry),
       has_bias_(bias) {
-  weight_ =
-      make_parameter(backend, name + ".weight", {out_channels, in_channels, kernel, kernel}, true);
+  if (geometry.groups < 1 || in_channels % geometry.groups != 0 ||
+      out_channels % geometry.groups != 0)
+    throw InvalidArgument(fmt::format("{}: {} groups do not divide {} input and {} output channels",
+                                      name, geometry.groups, in_channels, out_channels));
+  weight_ = make_parameter(backend, name + ".weight",
+                           {out_channels, in_channels / geometry.groups, kernel, kernel}, true);
   if (has_bias_) bias_ = make_parameter(backend, name + ".bias", {out_channels}, false);
 }
 

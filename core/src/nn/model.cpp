@@ -13,14 +13,18 @@ namespace hardy::core {
 
 Architecture parse_architecture(const std::string& name) {
   if (name == "compact") return Architecture::compact;
+  if (name == "deepcam") return Architecture::deepcam;
   if (name == "tiramisu") return Architecture::tiramisu;
-  throw InvalidArgument(fmt::format("unknown model '{}' (choose compact or tiramisu)", name));
+  throw InvalidArgument(
+      fmt::format("unknown model '{}' (choose compact, deepcam or tiramisu)", name));
 }
 
 std::string to_string(Architecture architecture) {
   switch (architecture) {
     case Architecture::compact:
       return "compact";
+    case Architecture::deepcam:
+      return "deepcam";
     case Architecture::tiramisu:
       return "tiramisu";
   }
@@ -63,6 +67,8 @@ int ModelConfig::input_multiple() const {
   switch (architecture) {
     case Architecture::compact:
       return 8;  // three stride-2 stages
+    case Architecture::deepcam:
+      return 16;  // output stride 16
     case Architecture::tiramisu:
       return 1 << (dense_layers.size() - 1);  // one transition down per block before the last
   }
@@ -86,6 +92,8 @@ std::string ModelConfig::identity() const {
           width, depth, aspp_channels, fmt::join(aspp_rates, ","), low_level_channels,
           decoder_channels, to_string(norm), groups);
       break;
+    case Architecture::deepcam:  // the published structure, no knobs
+      break;
     case Architecture::tiramisu:
       text << fmt::format(
           "model.dense_layers={}\nmodel.growth={}\nmodel.first_channels={}\n"
@@ -103,6 +111,8 @@ Network describe(Backend& backend, const ModelConfig& config) {
   switch (config.architecture) {
     case Architecture::compact:
       return architectures::describe_compact(backend, config);
+    case Architecture::deepcam:
+      return architectures::describe_deepcam(backend, config);
     case Architecture::tiramisu:
       return architectures::describe_tiramisu(backend, config);
   }

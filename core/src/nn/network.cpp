@@ -96,6 +96,49 @@ void GlobalAvgPool::backward(const Tensor& dy, std::span<const bool> need,
   grads[0] = &input_grad_;
 }
 
+ChannelAffine::ChannelAffine(Backend& backend, const std::string& name, int channels)
+    : backend_(backend),
+      gamma_(make_parameter(backend, name + ".gamma", {channels}, false)),
+      beta_(make_parameter(backend, name + ".beta", {channels}, false)),
+      zeros_(backend.empty({channels}, DType::f32, Layout::flat)),
+      ones_(backend.empty({channels}, DType::f32, Layout::flat)) {
+  backend.fill(gamma_.value, 1.0f);
+  backend.fill(zeros_, 0.0f);
+  backend.fill(ones_, 1.0f);
+}
+
+const Tensor& ChannelAffine::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  input_ = *inputs[0];
+  ensure_tensor(backend_, output_, input_.dims());
+  backend_.batch_norm_apply({.x = input_,
+                             .mean = zeros_,
+                             .variance = ones_,
+                             .gamma = gamma_.value,
+                             .beta = beta_.value,
+                             .eps = 0.0f},
+                            output_);
+  return output_;
+}
+
+void ChannelAffine::backward(const Tensor& dy, std::span<const bool> need,
+                             std::span<const Tensor*> grads, CrossRankSum*) {
+  // With mean 0 and variance 1 the normalized input is x itself: dgamma = sum(dy * x),
+  // dbeta = sum(dy).
+  backend_.batch_norm_backward_statistics(
+      {.x = input_, .y = output_, .dy = dy, .mean = zeros_, .variance = ones_, .eps = 0.0f},
+      gamma_.grad, beta_.grad);
+  if (!need[0]) return;
+  ensure_tensor(backend_, input_grad_, dy.dims());
+  backend_.batch_norm_apply({.x = dy,
+                             .mean = zeros_,
+                             .variance = ones_,
+                             .gamma = gamma_.value,
+                             .beta = zeros_,
+                             .eps = 0.0f},
+                            input_grad_);
+  grads[0] = &input_grad_;
+}
+
 const Tensor& Dropout::forward(std::span<const Tensor* const> inputs, const ForwardPass& pass) {
   const Tensor& x = *inputs[0];
   applied_ = pass.training && rate_ > 0;
@@ -258,6 +301,11 @@ Node NetworkBuilder::conv_norm_relu(const std::string& name, Node x, int out_cha
 Node NetworkBuilder::norm(const std::string& name, Node x, bool relu) {
   return append(std::make_unique<layers::Normalization>(backend_, name, x.channels, norm_, relu),
                 {x}, x.channels);
+}
+
+Node NetworkBuilder::channel_affine(const std::string& name, Node x) {
+  return append(std::make_unique<layers::ChannelAffine>(backend_, name, x.channels), {x},
+                x.channels);
 }
 
 Node NetworkBuilder::relu(Node x) {

@@ -131,6 +131,24 @@ class GlobalAvgPool final : public Layer {
   std::vector<std::int64_t> input_dims_;
 };
 
+// y = gamma[c] * x + beta[c] (DeepCAM's TrainableAffine on the pooled image features): batch
+// norm's apply with unit statistics, whose backward statistics are exactly these parameters'
+// gradients, and dx = gamma[c] * dy the same apply on dy.
+class ChannelAffine final : public Layer {
+ public:
+  ChannelAffine(Backend& backend, const std::string& name, int channels);
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+  std::vector<Parameter*> parameters() override { return {&gamma_, &beta_}; }
+
+ private:
+  Backend& backend_;
+  Parameter gamma_, beta_;
+  Tensor zeros_, ones_;  // the unit statistics (and beta's stand-in in backward)
+  Tensor input_, output_, input_grad_;
+};
+
 // PyTorch's ConvTranspose2d; the output takes inputs[1]'s height and width.
 class TransposedConvolution final : public Layer {
  public:

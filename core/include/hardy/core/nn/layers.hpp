@@ -105,6 +105,10 @@ class ConvNormRelu {
   Norm norm_;
 };
 
+// A parameter and its gradient, allocated by `backend` (4-D ones as OIHW weights, others flat).
+Parameter make_parameter(Backend& backend, std::string name, std::vector<std::int64_t> dims,
+                         bool weight_decay);
+
 // The largest group count <= wanted that divides channels (group norm needs an exact split).
 int group_count(int channels, int wanted);
 

@@ -5,6 +5,9 @@
 //   encoder down to output stride 8 with an atrous last stage, atrous spatial pyramid pooling
 //   with an image-pooling branch, and a decoder that fuses the pyramid's output with the
 //   stride-4 features (the default; fast enough for the demo and the tests);
+// - deepcam: MLPerf HPC DeepCAM's DeepLabv3+ on a modified aligned Xception at output stride
+//   16, as published (56,454,720 parameters): separable convolutions, batch norm across ranks,
+//   ASPP at rates 6, 12, 18 with image pooling, a decoder of transposed convolutions;
 // - tiramisu: the FC-DenseNet of the 2018 Gordon Bell climate run (Kurth et al.): dense blocks
 //   of 5x5 convolutions, ReLU and dropout, transitions down by strided 1x1 convolutions and up by
 //   transposed convolutions, skip connections between the two paths.
@@ -21,7 +24,7 @@
 
 namespace hardy::core {
 
-enum class Architecture { compact, tiramisu };
+enum class Architecture { compact, deepcam, tiramisu };
 Architecture parse_architecture(const std::string& name);
 std::string to_string(Architecture architecture);
 

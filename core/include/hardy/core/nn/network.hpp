@@ -119,6 +119,8 @@ class NetworkBuilder {
   Node conv_transpose(const std::string& name, Node x, Node like, int out_channels, int kernel,
                       ConvGeometry geometry, bool bias);
   Node norm(const std::string& name, Node x, bool relu);
+  // y = gamma[c] * x + beta[c], gamma starting at 1 and beta at 0.
+  Node channel_affine(const std::string& name, Node x);
   Node relu(Node x);
   Node dropout(Node x, float rate);
   Node add(Node a, Node b);
