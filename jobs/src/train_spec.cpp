@@ -566,6 +566,21 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
           "step that every domain committed");
 }
 
+// The shape options of the networks other than `architecture` (model_options()).
+std::vector<std::string> options_of_other_networks(core::Architecture architecture) {
+  const std::vector<std::string> compact{
+      "model-width",        "model-depth",      "aspp-channels", "aspp-rates",
+      "low-level-channels", "decoder-channels", "norm",          "groups"};
+  const std::vector<std::string> tiramisu{"dense-layers", "growth", "first-channels",
+                                          "dense-kernel", "dropout"};
+  std::vector<std::string> names;
+  if (architecture != core::Architecture::compact)
+    names.insert(names.end(), compact.begin(), compact.end());
+  if (architecture != core::Architecture::tiramisu)
+    names.insert(names.end(), tiramisu.begin(), tiramisu.end());
+  return names;
+}
+
 void read_model_options(const po::variables_map& vm, TrainSpec& spec) {
   auto& m = spec.model;
   m.width = get<int>(vm, "model-width");
@@ -577,6 +592,14 @@ void read_model_options(const po::variables_map& vm, TrainSpec& spec) {
   m.norm = core::parse_norm_kind(get<std::string>(vm, "norm"));
   m.groups = get<int>(vm, "groups");
   m.architecture = core::parse_architecture(get<std::string>(vm, "model"));
+  // An option of another network's shape would be silently ignored: refuse it by name.
+  std::vector<std::string> foreign;
+  for (const auto& name : options_of_other_networks(m.architecture))
+    if (vm.count(name) && !vm[name].defaulted()) foreign.push_back("--" + name);
+  const bool one = foreign.size() == 1;
+  require(foreign.empty(), fmt::format("{} {} another network's shape, not --model {}'s: remove {}",
+                                       fmt::join(foreign, ", "), one ? "sets" : "set",
+                                       core::to_string(m.architecture), one ? "it" : "them"));
   m.dense_layers = parse_int_list(get<std::string>(vm, "dense-layers"), "--dense-layers");
   m.growth = get<int>(vm, "growth");
   m.first_channels = get<int>(vm, "first-channels");
@@ -621,8 +644,12 @@ void read_schedule_options(const po::variables_map& vm, TrainSpec& spec) {
 std::string effective_config_ini(const po::variables_map& vm, const TrainSpec& spec) {
   std::ostringstream ini;
   ini << "# hardy " << HARDY_VERSION << " effective configuration\n";
+  const auto other_networks = options_of_other_networks(spec.model.architecture);
   for (const auto& [name, value] : vm) {
     if (name == "help" || name == "config" || value.empty()) continue;
+    // Another network's shape options mean nothing to this job (and would be refused).
+    if (std::find(other_networks.begin(), other_networks.end(), name) != other_networks.end())
+      continue;
     // Resolved below; a resume or an injected failure belongs to one launch, not to the job.
     if (name == "synthetic" || name == "dataset" || name == "run-dir" || name == "resume" ||
         name == "inject-failure" || name == "run-lock-token" ||

@@ -37,6 +37,12 @@ expect 2 "global-batch" -- train --global-batch 0 --run-dir "$tmp/a"
 expect 2 "unrecognised option\|unknown option\|unrecognized" -- train --bogus
 expect 2 "/nonexistent.ini" -- train --config /nonexistent.ini
 expect 2 "height" -- train --height 30 --run-dir "$tmp/b"
+expect 2 "multiples of 16 for --model tiramisu" -- train --model tiramisu --height 40 --run-dir "$tmp/b"
+expect 2 "unknown model 'resnet'" -- train --model resnet --run-dir "$tmp/b"
+expect 2 "--model-width, --norm set another network's shape, not --model deepcam's" -- \
+  train --model deepcam --model-width 8 --norm batch --run-dir "$tmp/b"
+expect 2 "--growth sets another network's shape, not --model compact's" -- train --growth 8 --run-dir "$tmp/b"
+expect 2 "dropout must be in" -- train --model tiramisu --dropout 1 --run-dir "$tmp/b"
 expect 2 "domain-sync-every must be at least 1" -- train --domain-sync-every 0 --run-dir "$tmp/c"
 expect 2 "loader-threads takes auto or a number of at least 1, got '0'" -- train --loader-threads 0 --run-dir "$tmp/d"
 expect 2 "overlap-input must be on, off or auto, not 'always'" -- train --overlap-input always --run-dir "$tmp/d"
