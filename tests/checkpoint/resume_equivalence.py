@@ -27,14 +27,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks  # noqa: E402
+from hardy_test import SMALL_TIRAMISU, Checks  # noqa: E402
 
 variant = sys.argv[1] if sys.argv[1] in ("--deepcam", "--tiramisu") else ""
 deepcam = variant == "--deepcam"
 hardy, mpirun = sys.argv[1 + bool(variant)], sys.argv[2 + bool(variant):]
 DATA = ["--synthetic", "--samples", "36", "--height", "64", "--width", "64"]
-MODEL = (["--model", "tiramisu", "--dense-layers", "1,2,2", "--growth", "6", "--first-channels", "8",
-          "--dense-kernel", "3"] if variant == "--tiramisu" else [])
+MODEL = SMALL_TIRAMISU if variant == "--tiramisu" else []
 TRAIN = [*MODEL, "--global-batch", "12",
          "--eval-samples", "0", "--seed", "3", "--warmup-steps", "3", "--lr-decay", "none",
          "--optimizer", "sgd", "--lr", "0.01",

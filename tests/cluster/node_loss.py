@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, Job, committed_steps, complete_epochs_exact, int_option, read_jsonl, relaunch_restores, run_watched, small_job, snapshot_files  # noqa: E402
+from hardy_test import SMALL_TIRAMISU, Checks, Job, committed_steps, complete_epochs_exact, int_option, read_jsonl, relaunch_restores, run_watched, small_job, snapshot_files  # noqa: E402
 
 # The tests run 240 steps with the fault at step 80, between checkpoints (every 100);
 # bench/cluster/node_loss_bench.py asks for the 600 and 150 that docs/resilience.md's table was
@@ -126,7 +126,11 @@ def timeline(job, faults):
 
 
 def main():
+    global TRAIN
     hardy, scenario, reference_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+    if scenario.startswith("tiramisu_"):  # the same scenario training the Gordon Bell run's network
+        TRAIN = small_job(SAMPLES, STEPS, 16, SMALL_TIRAMISU) + TRAIN[len(small_job(SAMPLES, STEPS, 16)):]
+        scenario = scenario.removeprefix("tiramisu_")
     json_out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
     keep = sys.argv[sys.argv.index("--keep") + 1] if "--keep" in sys.argv else None
     ok, why = namespaces_available()

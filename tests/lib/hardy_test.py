@@ -75,15 +75,23 @@ def int_option(name, default):
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
 
 
-def small_job(samples, steps, global_batch):
-    """`hardy train` options of the fault tests' job: synthetic 32x32 samples and a model of about
-    34,000 parameters that learns within a few hundred steps, every sample audited, and a node-local
-    snapshot of every step (not the default, auto): the tests check that a relaunch loses at most
-    the step in flight, which is what --snapshot-every 1 promises."""
+# The fault tests' networks: a compact DeepLabv3+ of about 34,000 parameters, and a tiramisu with
+# every part of the published one (dense blocks down and up, transitions, skips, dropout) on 3x3
+# kernels and 6 maps per layer (inputs divide by 4).
+SMALL_COMPACT = ["--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
+                 "--low-level-channels", "8", "--aspp-rates", "1,2"]
+SMALL_TIRAMISU = ["--model", "tiramisu", "--dense-layers", "1,2,2", "--growth", "6", "--first-channels", "8",
+                  "--dense-kernel", "3"]
+
+
+def small_job(samples, steps, global_batch, model=SMALL_COMPACT):
+    """`hardy train` options of the fault tests' job: synthetic 32x32 samples and a small network
+    that learns within a few hundred steps, every sample audited, and a node-local snapshot of
+    every step (not the default, auto): the tests check that a relaunch loses at most the step in
+    flight, which is what --snapshot-every 1 promises."""
     return ["--synthetic", "--samples", str(samples), "--height", "32", "--width", "32",
-            "--global-batch", str(global_batch), "--steps", str(steps), "--model-width", "8",
-            "--aspp-channels", "16", "--decoder-channels", "16", "--low-level-channels", "8",
-            "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5", "--optimizer", "adam",
+            "--global-batch", str(global_batch), "--steps", str(steps), *model,
+            "--eval-samples", "0", "--seed", "5", "--optimizer", "adam",
             "--lr", "0.003", "--warmup-steps", "2", "--audit-samples", "--log-every", "200",
             "--snapshot-every", "1"]
 

@@ -18,13 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, complete_epochs_exact, on_dataset, read_jsonl, run_watched, samples_by_epoch  # noqa: E402
+from hardy_test import SMALL_COMPACT, SMALL_TIRAMISU, Checks, complete_epochs_exact, on_dataset, read_jsonl, run_watched, samples_by_epoch  # noqa: E402
 
 hardy, source, scenario, mpirun = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4:]
 STEPS, SAMPLES, RANKS = 24, 40, 8
+# The Gordon Bell run's network (small) for the tiramisu scenarios, the compact one otherwise.
+MODEL = SMALL_TIRAMISU if scenario.startswith("tiramisu") else SMALL_COMPACT
 COMMON = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
-          "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
-          "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "5",
+          "--steps", str(STEPS), *MODEL, "--eval-samples", "0", "--seed", "5",
           "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--ranks-per-node", "2",
           "--audit-samples", "--log-every", "100", "--checkpoint-every", "4", "--max-failures", "4"]
 check = Checks()
@@ -111,9 +112,6 @@ with tempfile.TemporaryDirectory(prefix=f"hardy-fault-{scenario}-") as tmp:
     options, during, expected_failures, final_world = SCENARIOS[scenario]
     if scenario.startswith("lagged"):
         COMMON += ["--gradient-lag", "1"]
-    if scenario.startswith("tiramisu"):
-        COMMON += ["--model", "tiramisu", "--dense-layers", "1,2,2", "--growth", "6", "--first-channels", "8",
-                   "--dense-kernel", "3"]
     if scenario.startswith("deepcam"):
         root = tmp / "deepcam"
         subprocess.run([hardy, "data", "generate", "--format", "deepcam", "--out", str(root), "--samples",
