@@ -55,8 +55,9 @@ struct ModelShape {
 };
 
 // Applies one of the shape flags (--batch, --height, --width, --input-channels, --classes,
-// --model-width, --depth, --aspp-channels, --aspp-rates, --low-level-channels,
-// --decoder-channels, --groups); false when `flag` is none of them.
+// --model; the compact network's --model-width, --depth, --aspp-channels, --aspp-rates,
+// --low-level-channels, --decoder-channels, --groups; the tiramisu's --dense-layers, --growth,
+// --first-channels, --dense-kernel, --dropout); false when `flag` is none of them.
 inline bool apply_shape_flag(std::string_view flag, std::string_view value, ModelShape& shape) {
   auto integer = [&] { return parse_number<int>(flag, value); };
   auto& m = shape.model;
@@ -70,7 +71,13 @@ inline bool apply_shape_flag(std::string_view flag, std::string_view value, Mode
     m.input_channels = integer();
   else if (flag == "--classes")
     m.num_classes = integer();
-  else if (flag == "--model-width")
+  else if (flag == "--model") {
+    try {
+      m.architecture = core::parse_architecture(std::string(value));
+    } catch (const std::exception& e) {
+      throw UsageError(fmt::format("--model: {}", e.what()));
+    }
+  } else if (flag == "--model-width")
     m.width = integer();
   else if (flag == "--depth")
     m.depth = integer();
@@ -84,22 +91,50 @@ inline bool apply_shape_flag(std::string_view flag, std::string_view value, Mode
     m.decoder_channels = integer();
   else if (flag == "--groups")
     m.groups = integer();
+  else if (flag == "--dense-layers")
+    m.dense_layers = parse_rates(flag, value);
+  else if (flag == "--growth")
+    m.growth = integer();
+  else if (flag == "--first-channels")
+    m.first_channels = integer();
+  else if (flag == "--dense-kernel")
+    m.dense_kernel = integer();
+  else if (flag == "--dropout")
+    m.dropout = parse_number<float>(flag, value);
   else
     return false;
   return true;
 }
 
-// The model's shape as a benchmark reports it.
+// The model's shape as a benchmark reports it (and as bench/step/torch_networks.py build_model()
+// reads it): the architecture, then the fields of that architecture. The compact network's
+// fields are those written before hardy had other networks; deepcam has none (its structure is
+// fixed).
 inline nlohmann::json model_json(const core::ModelConfig& m) {
-  return {{"input_channels", m.input_channels},
-          {"num_classes", m.num_classes},
-          {"width", m.width},
-          {"depth", m.depth},
-          {"aspp_channels", m.aspp_channels},
-          {"aspp_rates", m.aspp_rates},
-          {"low_level_channels", m.low_level_channels},
-          {"decoder_channels", m.decoder_channels},
-          {"groups", m.groups}};
+  nlohmann::json config{{"architecture", core::to_string(m.architecture)},
+                        {"input_channels", m.input_channels},
+                        {"num_classes", m.num_classes}};
+  switch (m.architecture) {
+    case core::Architecture::compact:
+      config.update({{"width", m.width},
+                     {"depth", m.depth},
+                     {"aspp_channels", m.aspp_channels},
+                     {"aspp_rates", m.aspp_rates},
+                     {"low_level_channels", m.low_level_channels},
+                     {"decoder_channels", m.decoder_channels},
+                     {"groups", m.groups}});
+      break;
+    case core::Architecture::deepcam:
+      break;
+    case core::Architecture::tiramisu:
+      config.update({{"dense_layers", m.dense_layers},
+                     {"growth", m.growth},
+                     {"first_channels", m.first_channels},
+                     {"dense_kernel", m.dense_kernel},
+                     {"dropout", m.dropout}});
+      break;
+  }
+  return config;
 }
 
 // Fixed, unequal class weights, so that a cross-check notices a loss that ignores them.

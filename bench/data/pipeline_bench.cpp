@@ -78,6 +78,7 @@ constexpr bench::Command kCommand{
     "         [--samples N] [--load-samples N]\n"
     "         [--batch N] [--height H] [--width W] [--input-channels C] [--model-width W]\n"
     "         [--aspp-channels A] [--decoder-channels D] [--low-level-channels L]\n"
+    "         [--model compact|tiramisu|deepcam] (and hardy_step_bench's model flags)\n"
     "         [--loader-threads 1,2] [--prefetch-batches K] [--threads T] [--warmup S]\n"
     "         [--steps S] [--seed S] [--measure load,copy,pipeline,steps]\n"};
 

@@ -78,6 +78,7 @@ constexpr bench::Command kCommand{
     "         [--classes K] [--model-width W] [--depth D] [--aspp-channels A]\n"
     "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D]\n"
     "         [--groups G] [--norm group|batch] [--precision bf16|fp16|fp32]\n"
+    "         [--model compact|tiramisu|deepcam] (and hardy_step_bench's model flags)\n"
     "         [--warmup S] [--steps S] [--profile-steps S] [--op-profile] [--seed S]\n"
     "         [--lr LR]\n"
     "       hardy_gpu_bench --peak [--peak-size N]\n"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Times one CPU training step of hardy's DeepLabv3+ against the same model in PyTorch.
+"""Times one CPU training step of one of hardy's networks against the same model in PyTorch.
 
 For every model configuration and thread count it runs, in rotating order over several rounds,
   hardy    build/bin/hardy_step_bench (forward, loss, backward, Adam; NHWC, oneDNN)
@@ -11,10 +11,16 @@ its timed steps (warm-up excluded); a variant's result is the best (lowest) of i
 medians, which on a shared machine is the least disturbed estimate. The faster torch variant
 is the baseline; ratio = torch / hardy, so > 1 means hardy is faster.
 
+A configuration names its network (hardy's --model: compact, tiramisu or deepcam), which both
+sides get; --model picks every configuration of one network (tiny and large are the compact
+DeepLabv3+, tiramisu and deepcam the others at their published sizes on 64x64 inputs).
+
 Prints a table and writes everything, raw runs included, to
-bench/results/step-cpu-<date>.json. Run from anywhere:
+bench/results/step-cpu-<date>.json (step-cpu-<network>-<date>.json for the other networks). Run
+from anywhere:
 
     /usr/bin/python3 bench/step/bench_step.py
+    /usr/bin/python3 bench/step/bench_step.py --model deepcam --threads 2 --steps 5
 """
 import argparse
 import datetime
@@ -28,6 +34,8 @@ from benchlib import ROOT, find_binary, option_list, run_json, write_results  # 
 import benchlib  # noqa: E402
 
 # The model options both benchmarks take, with ModelConfig's defaults filled in per config.
+# CONFIGS and COMMON are the compact DeepLabv3+'s (ddp/ddp_bench.py and compare_step_builds.py
+# use them too, the latter also with binaries older than --model, so they pass no --model).
 CONFIGS = {
     "tiny": {"batch": 8, "height": 64, "width": 64, "model-width": 16, "aspp-channels": 32,
              "decoder-channels": 32, "low-level-channels": 16},
@@ -35,6 +43,23 @@ CONFIGS = {
               "decoder-channels": 64, "low-level-channels": 16},
 }
 COMMON = {"depth": 1, "aspp-rates": "2,4,6", "groups": 8, "input-channels": 16, "classes": 3}
+# The other networks, whose configurations name them (--model).
+NETWORK_CONFIGS = {
+    # The Gordon Bell run's Tiramisu (7,504,835 parameters; dropout 0.2 on both sides, with
+    # hardy's hash masks and torch's random ones).
+    "tiramisu": {"model": "tiramisu", "batch": 2, "height": 64, "width": 64,
+                 "dense-layers": "2,2,2,4,5", "growth": 32, "first-channels": 64,
+                 "dense-kernel": 5, "dropout": 0.2},
+    # MLPerf HPC DeepCAM as published (56,454,720 parameters).
+    "deepcam": {"model": "deepcam", "batch": 2, "height": 64, "width": 64},
+}
+NETWORK_COMMON = {"input-channels": 16, "classes": 3}
+ALL_CONFIGS = {**CONFIGS, **NETWORK_CONFIGS}
+MODELS = ("compact", "tiramisu", "deepcam")
+
+
+def model_of(config):
+    return ALL_CONFIGS[config].get("model", "compact")
 
 
 def variant_commands(hardy_bench, args):
@@ -73,13 +98,21 @@ def machine_info():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    benchlib.add_round_arguments(parser, CONFIGS, "tiny,large", warmup=3)
+    benchlib.add_round_arguments(parser, ALL_CONFIGS, None, warmup=3)
+    parser.add_argument("--model", choices=MODELS,
+                        help="every configuration of this network (default: --configs, or "
+                             "tiny,large)")
     parser.add_argument("--threads", default=str(os.cpu_count()),
                         help="comma-separated thread counts (default: all cores)")
     parser.add_argument("--hardy-bench", help="path of hardy_step_bench")
     parser.add_argument("--output", help="JSON file (default bench/results/step-cpu-<date>.json)")
     args = parser.parse_args()
-    configs = benchlib.chosen_configs(parser, args, CONFIGS)
+    if args.configs is None:
+        args.configs = ",".join(name for name in ALL_CONFIGS if model_of(name) == args.model) \
+            if args.model else "tiny,large"
+    configs = benchlib.chosen_configs(parser, args, ALL_CONFIGS)
+    if args.model and any(model_of(name) != args.model for name in configs):
+        parser.error(f"--configs {args.configs} are not all --model {args.model}")
     thread_counts = [int(t) for t in args.threads.split(",")]
     hardy_bench = find_binary("hardy_step_bench", args.hardy_bench, "bench_step.py",
                               ("build", "build-bench"), "build it or pass --hardy-bench")
@@ -88,9 +121,11 @@ def main():
     results = []
     for name in configs:
         for threads in thread_counts:
+            common = COMMON if model_of(name) == "compact" else NETWORK_COMMON
             commands = variant_commands(
-                hardy_bench, option_list(COMMON, CONFIGS[name], {"threads": threads, "warmup": args.warmup,
-                                                                 "steps": args.steps}))
+                hardy_bench, option_list(common, ALL_CONFIGS[name],
+                                         {"threads": threads, "warmup": args.warmup,
+                                          "steps": args.steps}))
             runs = {variant: [] for variant in commands}
             order = list(commands)
             for round_index in range(args.rounds):
@@ -104,7 +139,8 @@ def main():
             hardy_best = min(runs["hardy"], key=lambda r: r["median_s"])
             torch_variant = min(("torch-cl", "torch"), key=lambda v: best[v])
             row = {
-                "config": name, "threads": threads, "options": CONFIGS[name],
+                "config": name, "model": model_of(name), "threads": threads,
+                "options": ALL_CONFIGS[name],
                 "hardy_ms": 1e3 * best["hardy"],
                 "torch_channels_last_ms": 1e3 * best["torch-cl"],
                 "torch_contiguous_ms": 1e3 * best["torch"],
@@ -126,14 +162,14 @@ def main():
                   f"torch {1e3 * best[torch_variant]:.2f} ms ({torch_variant})", file=sys.stderr)
 
     info["load_average_end"] = os.getloadavg()
-    header = (f"{'config':<7} {'thr':>3} {'hardy ms':>9} {'torch-cl ms':>11} {'torch ms':>9} "
+    header = (f"{'config':<8} {'thr':>3} {'hardy ms':>9} {'torch-cl ms':>11} {'torch ms':>9} "
               f"{'ratio':>6} {'cpu ratio':>9}  hardy fwd/bwd/opt ms")
     print(f"best per-round median ms/step over {args.rounds} rounds of {args.steps} steps; "
           "ratio = faster torch / hardy (> 1: hardy faster); cpu ratio: the same in CPU time")
     print(header)
     for row in results:
         phases = row["hardy_phases_ms"]
-        print(f"{row['config']:<7} {row['threads']:>3} {row['hardy_ms']:>9.2f} "
+        print(f"{row['config']:<8} {row['threads']:>3} {row['hardy_ms']:>9.2f} "
               f"{row['torch_channels_last_ms']:>11.2f} {row['torch_contiguous_ms']:>9.2f} "
               f"{row['ratio_torch_over_hardy']:>6.2f} {row['cpu_ratio_torch_over_hardy']:>9.2f}  "
               f"{phases['forward']:.1f}/"
@@ -144,10 +180,11 @@ def main():
           f" -> {info['load_average_end'][0]:.1f}")
 
     now = datetime.datetime.now()
+    networks = "".join(f"{m}-" for m in MODELS[1:] if any(model_of(c) == m for c in configs))
     output = write_results({"date": now.isoformat(timespec="seconds"), "machine": info,
                             "rounds": args.rounds, "warmup": args.warmup, "steps": args.steps,
                             "hardy_bench": hardy_bench, "results": results},
-                           args.output, f"step-cpu-{now.strftime('%Y-%m-%d')}.json")
+                           args.output, f"step-cpu-{networks}{now.strftime('%Y-%m-%d')}.json")
     print(f"wrote {output}")
 
 

@@ -1,10 +1,12 @@
-// One full training step of hardy's DeepLabv3+ on the CPU backend: forward, weighted softmax
+// One full training step of one of hardy's networks (--model compact, the default, tiramisu or
+// deepcam; core/include/hardy/core/nn/model.hpp) on the CPU backend: forward, weighted softmax
 // cross-entropy, backward, Adam update, on a fixed random batch. Warm-up steps (which create
 // and cache the oneDNN primitives) are excluded; the result is one JSON line on stdout with
 // median and mean step seconds and the median of each phase. bench/step/bench_step.py runs it
-// next to the PyTorch version of the same model (bench/step/torch_deeplab.py).
+// next to the PyTorch version of the same model (bench/step/torch_networks.py).
 //
 //   build-bench/bin/hardy_step_bench --batch 8 --height 64 --width 64 --threads 2
+//   build-bench/bin/hardy_step_bench --model deepcam --batch 2 --height 64 --width 64
 //
 // --op-profile adds the time per backend operation and shape (bench/step/timing_backend.hpp),
 // summed over the timed steps, to stderr. --dump DIR writes the initial model, the batch, the
@@ -55,10 +57,14 @@ struct Options : bench::ModelShape, bench::RunFlags {
 constexpr bench::Command kCommand{
     "hardy_step_bench",
     "usage: hardy_step_bench [--batch N] [--height H] [--width W] [--input-channels C]\n"
-    "         [--classes K] [--model-width W] [--depth D] [--aspp-channels A]\n"
-    "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D]\n"
-    "         [--groups G] [--threads T] [--warmup S] [--steps S] [--seed S] [--lr LR]\n"
-    "         [--weight-decay WD] [--op-profile] [--dump DIR]\n"};
+    "         [--classes K] [--model compact|tiramisu|deepcam]\n"
+    "         [--threads T] [--warmup S] [--steps S] [--seed S] [--lr LR]\n"
+    "         [--weight-decay WD] [--op-profile] [--dump DIR]\n"
+    "       compact (the default): [--model-width W] [--depth D] [--aspp-channels A]\n"
+    "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D] [--groups G]\n"
+    "       tiramisu: [--dense-layers 2,2,2,4,5] [--growth G] [--first-channels F]\n"
+    "         [--dense-kernel K] [--dropout P]\n"
+    "       deepcam: no model flags (the published network)\n"};
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -134,8 +140,10 @@ nlohmann::json config_json(const Options& o) {
 //   DIR/model.h5  the initial parameters (checkpoint::save_model, /model/<name>)
 //   DIR/step.h5   /input (N,C,H,W), /labels (N,H,W) i32, /class_weights, /loss (the mean
 //                 loss, hardy's loss_sum * grad_scale), /logits (N,K,H,W), /grads/<name>,
-//                 /after_step/<name> (parameters after one Adam step at --lr), and attributes
-//                 config (JSON), lr, weight_decay.
+//                 /after_step/<name> (parameters after one Adam step at --lr), /buffers/<name>
+//                 (batch-norm running statistics after the step's forward), and attributes
+//                 config (JSON), lr, weight_decay, parameters and buffers (the names in the
+//                 model's order; HDF5 groups list them alphabetically).
 int dump_step(const Options& o) {
   auto backend = core::make_backend("cpu");
   core::Model model(*backend, o.model);
@@ -160,6 +168,11 @@ int dump_step(const Options& o) {
   h5::write_attribute(file.id(), "config", config_json(o).dump());
   h5::write_attribute(file.id(), "lr", static_cast<double>(o.lr));
   h5::write_attribute(file.id(), "weight_decay", static_cast<double>(o.weight_decay));
+  std::vector<std::string> parameter_names, buffer_names;
+  for (const core::Parameter* p : model.parameters()) parameter_names.push_back(p->name);
+  for (const auto& entry : model.buffers()) buffer_names.push_back(entry.first);
+  h5::write_attribute(file.id(), "parameters", parameter_names);
+  if (!buffer_names.empty()) h5::write_attribute(file.id(), "buffers", buffer_names);
   write_f32(file.id(), "input", *backend, b.fields);
   std::vector<std::int32_t> labels(b.labels.data<std::int32_t>(),
                                    b.labels.data<std::int32_t>() + b.labels.numel());
@@ -175,6 +188,11 @@ int dump_step(const Options& o) {
     h5::Handle grads = h5::create_groups(file.id(), "grads");
     for (const core::Parameter* p : model.parameters())
       write_f32(grads.id(), p->name, *backend, p->grad);
+  }
+  if (!buffer_names.empty()) {
+    h5::Handle buffers = h5::create_groups(file.id(), "buffers");
+    for (const auto& [name, tensor] : model.buffers())
+      write_f32(buffers.id(), name, *backend, *tensor);
   }
   auto optimizer = core::make_optimizer(bench::adam_config(o.weight_decay), *backend);
   optimizer->step(model.parameters(), o.lr);

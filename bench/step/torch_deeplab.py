@@ -1,15 +1,20 @@
 #!/usr/bin/python3
-"""hardy's compact DeepLabv3+ (core/src/nn/model.cpp) in PyTorch, for benchmarks and cross-checks.
+"""hardy's compact DeepLabv3+ (core/src/nn/architectures/compact_deeplab.cpp) in PyTorch, for
+benchmarks and cross-checks.
 
 The module tree mirrors hardy's layer paths, so that every torch parameter name equals the
 hardy parameter name (for example "encoder.stem.0.conv.weight", "encoder.stem.0.norm.gamma",
 "decoder.classifier.bias"), and parameters are registered in hardy's order
-(DeepLabV3Plus::parameters()). load_hardy_model() copies a hardy model.h5 (/model/<name>) in.
+(DeepLabV3Plus::parameters()). load_hardy_model() copies a hardy model.h5 (/model/<name>) in,
+for this network and for the others (bench/step/torch_networks.py: tiramisu and deepcam, and
+build_model(), which makes any of them from a model configuration).
 
-Run as a script it times training steps (forward, loss, backward, Adam) on random inputs and
-prints one JSON line, like bench/step/hardy_step_bench.cpp does for hardy:
+Run as a script it times training steps (forward, loss, backward, Adam) of any of the networks
+(--model compact, the default, tiramisu or deepcam) on random inputs and prints one JSON line,
+like bench/step/hardy_step_bench.cpp does for hardy:
 
     /usr/bin/python3 bench/step/torch_deeplab.py --batch 8 --height 64 --width 64 --threads 2
+    /usr/bin/python3 bench/step/torch_deeplab.py --model deepcam --batch 2 --threads 2
 """
 import argparse
 import json
@@ -188,23 +193,25 @@ class ModelConfig:
 
 
 def load_hardy_model(model, path):
-    """Copies every /model/<name> dataset of a hardy model file into the parameter of the same
-    name; fails on a missing tensor or a shape mismatch (another model configuration)."""
+    """Copies every /model/<name> dataset of a hardy model file into the parameter or buffer
+    (batch-norm running statistics) of the same name; fails on a missing tensor, a shape
+    mismatch (another model configuration) or a tensor in the file that the model lacks."""
     import h5py
     import numpy as np
 
+    tensors = list(model.named_parameters()) + list(model.named_buffers())
     with h5py.File(path, "r") as f:
         group = f["model"]
         with torch.no_grad():
-            for name, p in model.named_parameters():
+            for name, tensor in tensors:
                 if name not in group:
                     raise KeyError(f"{path} has no /model/{name}")
                 value = torch.from_numpy(np.asarray(group[name], dtype=np.float32))
-                if tuple(value.shape) != tuple(p.shape):
+                if tuple(value.shape) != tuple(tensor.shape):
                     raise ValueError(f"{path}: /model/{name} has shape {tuple(value.shape)}, "
-                                     f"torch expects {tuple(p.shape)}")
-                p.copy_(value)
-        extra = set(group.keys()) - {name for name, _ in model.named_parameters()}
+                                     f"torch expects {tuple(tensor.shape)}")
+                tensor.copy_(value)
+        extra = set(group.keys()) - {name for name, _ in tensors}
         if extra:
             raise ValueError(f"{path} holds tensors the torch model lacks: {sorted(extra)}")
 
@@ -228,6 +235,7 @@ def make_optimizer(model, lr, weight_decay, fused=None):
 def benchmark(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    config = model_config(args)
     model = model_from_arguments(args)
     model.train()
     memory_format = (torch.channels_last if args.memory_format == "channels_last"
@@ -265,7 +273,7 @@ def benchmark(args):
         "memory_format": args.memory_format,
         "threads": torch.get_num_threads(),
         "batch": args.batch, "height": args.height, "width": args.width,
-        "model": model.config.as_dict(),
+        "model": config,
         "parameters": sum(p.numel() for p in model.parameters()),
         "warmup": args.warmup, "steps": args.steps,
         "median_s": statistics.median(steps), "mean_s": statistics.fmean(steps),
@@ -281,12 +289,28 @@ def benchmark(args):
     print(json.dumps(result))
 
 
+def model_config(args):
+    """The model configuration that add_model_arguments() describes, as hardy's model_json()
+    writes it (bench/common/bench_support.hpp): the architecture and its fields."""
+    config = {"architecture": args.model, "input_channels": args.input_channels,
+              "num_classes": args.classes}
+    if args.model == "compact":
+        config.update(width=args.model_width, depth=args.depth, aspp_channels=args.aspp_channels,
+                      aspp_rates=parse_rates(args.aspp_rates),
+                      low_level_channels=args.low_level_channels,
+                      decoder_channels=args.decoder_channels, groups=args.groups)
+    elif args.model == "tiramisu":
+        config.update(dense_layers=parse_rates(args.dense_layers), growth=args.growth,
+                      first_channels=args.first_channels, dense_kernel=args.dense_kernel,
+                      dropout=args.dropout)
+    return config
+
+
 def model_from_arguments(args):
     """The model that add_model_arguments() describes, initialised as hardy initialises it."""
-    config = ModelConfig(args.input_channels, args.classes, args.model_width, args.depth,
-                         args.aspp_channels, parse_rates(args.aspp_rates),
-                         args.low_level_channels, args.decoder_channels, args.groups)
-    model = DeepLabV3Plus(config)
+    import torch_networks  # it imports this module
+
+    model = torch_networks.build_model(model_config(args))
     model.initialize(args.seed)
     return model
 
@@ -296,12 +320,15 @@ def parse_rates(text):
 
 
 def add_model_arguments(parser, batch, height, width):
-    """The batch and model-shape flags, the same as hardy's benchmarks take (bench/common)."""
+    """The batch and model-shape flags, the same as hardy's benchmarks take (bench/common/
+    bench_support.hpp apply_shape_flag)."""
     parser.add_argument("--batch", type=int, default=batch)
     parser.add_argument("--height", type=int, default=height)
     parser.add_argument("--width", type=int, default=width)
     parser.add_argument("--input-channels", type=int, default=16)
     parser.add_argument("--classes", type=int, default=3)
+    parser.add_argument("--model", choices=["compact", "tiramisu", "deepcam"], default="compact",
+                        help="the network (hardy's ModelConfig::architecture)")
     parser.add_argument("--model-width", type=int, default=16)
     parser.add_argument("--depth", type=int, default=1)
     parser.add_argument("--aspp-channels", type=int, default=32)
@@ -309,6 +336,12 @@ def add_model_arguments(parser, batch, height, width):
     parser.add_argument("--low-level-channels", type=int, default=16)
     parser.add_argument("--decoder-channels", type=int, default=32)
     parser.add_argument("--groups", type=int, default=8)
+    # tiramisu's (hardy's defaults: the Gordon Bell run's settings); deepcam has no knobs.
+    parser.add_argument("--dense-layers", default="2,2,2,4,5")
+    parser.add_argument("--growth", type=int, default=32)
+    parser.add_argument("--first-channels", type=int, default=64)
+    parser.add_argument("--dense-kernel", type=int, default=5)
+    parser.add_argument("--dropout", type=float, default=0.2)
 
 
 def main(argv=None):
