@@ -29,6 +29,22 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def initialize_like_hardy(model, seed):
+    """hardy's initialisation (Model::initialize): Kaiming-normal weights, std sqrt(2 / fan_in)
+    with fan_in from dims 1..3 as PyTorch counts it, zero biases and betas, unit scales; the
+    random numbers themselves differ from hardy's."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 4:
+                fan_in = p.shape[1] * p.shape[2] * p.shape[3]
+                p.copy_(torch.randn(p.shape, generator=generator) * math.sqrt(2.0 / fan_in))
+            elif name.endswith(".gamma"):
+                p.fill_(1.0)
+            else:
+                p.zero_()
+
+
 def group_count(channels, wanted):
     """The largest group count <= wanted that divides channels (hardy's group_count)."""
     for g in range(min(wanted, channels), 1, -1):
@@ -157,18 +173,7 @@ class DeepLabV3Plus(nn.Module):
         return self.decoder(low, self.aspp(high), x.shape[-2:])
 
     def initialize(self, seed):
-        """Kaiming-normal weights (std sqrt(2 / fan_in)), zero biases, unit scales, as hardy
-        does; the random numbers themselves differ from hardy's."""
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                if p.dim() == 4:
-                    fan_in = p.shape[1] * p.shape[2] * p.shape[3]
-                    p.copy_(torch.randn(p.shape, generator=generator) * math.sqrt(2.0 / fan_in))
-                elif name.endswith(".gamma"):
-                    p.fill_(1.0)
-                else:
-                    p.zero_()
+        initialize_like_hardy(self, seed)
 
 
 class ModelConfig:

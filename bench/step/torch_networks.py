@@ -30,7 +30,6 @@ The compact DeepLabv3+ is torch_deeplab.DeepLabV3Plus; build_model() returns it 
 architecture "compact" (the default, also for configurations written before the others
 existed).
 """
-import math
 import types
 
 import torch
@@ -216,19 +215,7 @@ class DescribedNetwork(nn.Module):
         return self.describe(Run(self), x)
 
     def initialize(self, seed):
-        """hardy's initialisation (Model::initialize): Kaiming-normal weights, std sqrt(2 /
-        fan_in) with fan_in from dims 1..3 as PyTorch counts it, zero biases and betas, unit
-        scales; the random numbers themselves differ from hardy's."""
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                if p.dim() == 4:
-                    fan_in = p.shape[1] * p.shape[2] * p.shape[3]
-                    p.copy_(torch.randn(p.shape, generator=generator) * math.sqrt(2.0 / fan_in))
-                elif name.endswith(".gamma"):
-                    p.fill_(1.0)
-                else:
-                    p.zero_()
+        torch_deeplab.initialize_like_hardy(self, seed)
 
 
 def same(kernel, dilation=1):

@@ -143,6 +143,51 @@ memory weights_for_reading(dnnl::stream& stream, const CachedPrimitive& cached,
   return cached.weights_in_primitive_layout;
 }
 
+// The runs of the three passes, the same for a convolution and a transposed convolution once
+// their primitive is made (the weights reordered into the primitive's layout where it has its
+// own, and a weight gradient back into the user's).
+template <class Impl>
+void run_forward(Impl& impl, const CachedPrimitive& cached, const ConvProblem& problem,
+                 const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
+  std::unordered_map<int, memory> arguments{
+      {DNNL_ARG_SRC, dnnl_memory(impl.engine, problem.source, x)},
+      {DNNL_ARG_WEIGHTS,
+       weights_for_reading(impl.stream, cached,
+                           dnnl_memory(impl.engine, problem.user_weights, weight))},
+      {DNNL_ARG_DST, dnnl_memory(impl.engine, problem.destination, y)}};
+  if (bias != nullptr)
+    arguments.emplace(DNNL_ARG_BIAS, dnnl_memory(impl.engine, problem.bias, *bias));
+  impl.execute(cached.primitive, arguments);
+}
+
+template <class Impl>
+void run_backward_data(Impl& impl, const CachedPrimitive& cached, const ConvProblem& problem,
+                       const Tensor& dy, const Tensor& weight, Tensor& dx) {
+  impl.execute(cached.primitive,
+               {{DNNL_ARG_DIFF_DST, dnnl_memory(impl.engine, problem.destination, dy)},
+                {DNNL_ARG_WEIGHTS,
+                 weights_for_reading(impl.stream, cached,
+                                     dnnl_memory(impl.engine, problem.user_weights, weight))},
+                {DNNL_ARG_DIFF_SRC, dnnl_memory(impl.engine, problem.source, dx)}});
+}
+
+template <class Impl>
+void run_backward_weights(Impl& impl, const CachedPrimitive& cached, const ConvProblem& problem,
+                          const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias) {
+  const memory user_weights = dnnl_memory(impl.engine, problem.user_weights, dweight);
+  std::unordered_map<int, memory> arguments{
+      {DNNL_ARG_SRC, dnnl_memory(impl.engine, problem.source, x)},
+      {DNNL_ARG_DIFF_DST, dnnl_memory(impl.engine, problem.destination, dy)},
+      {DNNL_ARG_DIFF_WEIGHTS,
+       cached.weights_reorder ? cached.weights_in_primitive_layout : user_weights}};
+  if (dbias != nullptr)
+    arguments.emplace(DNNL_ARG_DIFF_BIAS, dnnl_memory(impl.engine, problem.bias, *dbias));
+  impl.execute(cached.primitive, arguments);
+  if (cached.weights_reorder)
+    impl.execute(*cached.weights_reorder, {{DNNL_ARG_FROM, cached.weights_in_primitive_layout},
+                                           {DNNL_ARG_TO, user_weights}});
+}
+
 }  // namespace
 
 void CpuBackend::do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
@@ -158,15 +203,7 @@ void CpuBackend::do_conv2d_forward(const Tensor& x, const Tensor& weight, const 
       attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
       return cached;
     });
-    std::unordered_map<int, memory> arguments{
-        {DNNL_ARG_SRC, dnnl_memory(impl_->engine, problem.source, x)},
-        {DNNL_ARG_WEIGHTS,
-         weights_for_reading(impl_->stream, conv,
-                             dnnl_memory(impl_->engine, problem.user_weights, weight))},
-        {DNNL_ARG_DST, dnnl_memory(impl_->engine, problem.destination, y)}};
-    if (with_bias)
-      arguments.emplace(DNNL_ARG_BIAS, dnnl_memory(impl_->engine, problem.bias, *bias));
-    impl_->execute(conv.primitive, arguments);
+    run_forward(*impl_, conv, problem, x, weight, bias, y);
   });
 }
 
@@ -187,12 +224,7 @@ void CpuBackend::do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
       attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
       return cached;
     });
-    impl_->execute(conv.primitive,
-                   {{DNNL_ARG_DIFF_DST, dnnl_memory(impl_->engine, problem.destination, dy)},
-                    {DNNL_ARG_WEIGHTS,
-                     weights_for_reading(impl_->stream, conv,
-                                         dnnl_memory(impl_->engine, problem.user_weights, weight))},
-                    {DNNL_ARG_DIFF_SRC, dnnl_memory(impl_->engine, problem.source, dx)}});
+    run_backward_data(*impl_, conv, problem, dy, weight, dx);
   });
 }
 
@@ -228,18 +260,7 @@ void CpuBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
                              false);
       return cached;
     });
-    const memory user_weights = dnnl_memory(impl_->engine, problem.user_weights, dweight);
-    std::unordered_map<int, memory> arguments{
-        {DNNL_ARG_SRC, dnnl_memory(impl_->engine, problem.source, x)},
-        {DNNL_ARG_DIFF_DST, dnnl_memory(impl_->engine, problem.destination, dy)},
-        {DNNL_ARG_DIFF_WEIGHTS,
-         conv.weights_reorder ? conv.weights_in_primitive_layout : user_weights}};
-    if (with_bias)
-      arguments.emplace(DNNL_ARG_DIFF_BIAS, dnnl_memory(impl_->engine, problem.bias, *dbias));
-    impl_->execute(conv.primitive, arguments);
-    if (conv.weights_reorder)
-      impl_->execute(*conv.weights_reorder, {{DNNL_ARG_FROM, conv.weights_in_primitive_layout},
-                                             {DNNL_ARG_TO, user_weights}});
+    run_backward_weights(*impl_, conv, problem, x, dy, dweight, dbias);
   });
 }
 
@@ -259,15 +280,7 @@ void CpuBackend::do_conv2d_transpose_forward(const Tensor& x, const Tensor& weig
       attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
       return cached;
     });
-    std::unordered_map<int, memory> arguments{
-        {DNNL_ARG_SRC, dnnl_memory(impl_->engine, problem.source, x)},
-        {DNNL_ARG_WEIGHTS,
-         weights_for_reading(impl_->stream, deconv,
-                             dnnl_memory(impl_->engine, problem.user_weights, weight))},
-        {DNNL_ARG_DST, dnnl_memory(impl_->engine, problem.destination, y)}};
-    if (with_bias)
-      arguments.emplace(DNNL_ARG_BIAS, dnnl_memory(impl_->engine, problem.bias, *bias));
-    impl_->execute(deconv.primitive, arguments);
+    run_forward(*impl_, deconv, problem, x, weight, bias, y);
   });
 }
 
@@ -288,12 +301,7 @@ void CpuBackend::do_conv2d_transpose_backward_data(const Tensor& dy, const Tenso
       attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
       return cached;
     });
-    impl_->execute(deconv.primitive,
-                   {{DNNL_ARG_DIFF_DST, dnnl_memory(impl_->engine, problem.destination, dy)},
-                    {DNNL_ARG_WEIGHTS,
-                     weights_for_reading(impl_->stream, deconv,
-                                         dnnl_memory(impl_->engine, problem.user_weights, weight))},
-                    {DNNL_ARG_DIFF_SRC, dnnl_memory(impl_->engine, problem.source, dx)}});
+    run_backward_data(*impl_, deconv, problem, dy, weight, dx);
   });
 }
 
@@ -322,18 +330,7 @@ void CpuBackend::do_conv2d_transpose_backward_weights(const Tensor& x, const Ten
                              false);
       return cached;
     });
-    const memory user_weights = dnnl_memory(impl_->engine, problem.user_weights, dweight);
-    std::unordered_map<int, memory> arguments{
-        {DNNL_ARG_SRC, dnnl_memory(impl_->engine, problem.source, x)},
-        {DNNL_ARG_DIFF_DST, dnnl_memory(impl_->engine, problem.destination, dy)},
-        {DNNL_ARG_DIFF_WEIGHTS,
-         deconv.weights_reorder ? deconv.weights_in_primitive_layout : user_weights}};
-    if (with_bias)
-      arguments.emplace(DNNL_ARG_DIFF_BIAS, dnnl_memory(impl_->engine, problem.bias, *dbias));
-    impl_->execute(deconv.primitive, arguments);
-    if (deconv.weights_reorder)
-      impl_->execute(*deconv.weights_reorder, {{DNNL_ARG_FROM, deconv.weights_in_primitive_layout},
-                                               {DNNL_ARG_TO, user_weights}});
+    run_backward_weights(*impl_, deconv, problem, x, dy, dweight, dbias);
   });
 }
 
