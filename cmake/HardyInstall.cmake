@@ -89,6 +89,10 @@ install(FILES ${PROJECT_BINARY_DIR}/hardy.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/report.py ${PROJECT_SOURCE_DIR}/tools/timeline.py
         DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
 install(FILES ${PROJECT_SOURCE_DIR}/tools/tensorboard_events.py DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
+# `hardy export` runs tools/export_onnx.py on the networks' PyTorch twins, installed beside it.
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/export_onnx.py DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
+install(FILES ${PROJECT_SOURCE_DIR}/bench/step/torch_networks.py ${PROJECT_SOURCE_DIR}/bench/step/torch_deeplab.py
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
 
 # Bash completion, generated at install time by the installed hardy from its own option tables.
 install(CODE "

@@ -106,37 +106,6 @@ inline bool apply_shape_flag(std::string_view flag, std::string_view value, Mode
   return true;
 }
 
-// The model's shape as a benchmark reports it (and as bench/step/torch_networks.py build_model()
-// reads it): the architecture, then the fields of that architecture. The compact network's
-// fields are those written before hardy had other networks; deepcam has none (its structure is
-// fixed).
-inline nlohmann::json model_json(const core::ModelConfig& m) {
-  nlohmann::json config{{"architecture", core::to_string(m.architecture)},
-                        {"input_channels", m.input_channels},
-                        {"num_classes", m.num_classes}};
-  switch (m.architecture) {
-    case core::Architecture::compact:
-      config.update({{"width", m.width},
-                     {"depth", m.depth},
-                     {"aspp_channels", m.aspp_channels},
-                     {"aspp_rates", m.aspp_rates},
-                     {"low_level_channels", m.low_level_channels},
-                     {"decoder_channels", m.decoder_channels},
-                     {"groups", m.groups}});
-      break;
-    case core::Architecture::deepcam:
-      break;
-    case core::Architecture::tiramisu:
-      config.update({{"dense_layers", m.dense_layers},
-                     {"growth", m.growth},
-                     {"first_channels", m.first_channels},
-                     {"dense_kernel", m.dense_kernel},
-                     {"dropout", m.dropout}});
-      break;
-  }
-  return config;
-}
-
 // Fixed, unequal class weights, so that a cross-check notices a loss that ignores them.
 inline std::vector<float> unequal_class_weights(int num_classes) {
   std::vector<float> weights;

@@ -350,7 +350,7 @@ int step_benchmark(const Options& o) {
                             {"ms_per_step", 1e3 * e.seconds / o.profile_steps},
                             {"share_of_step", e.seconds / o.profile_steps / step}});
   }
-  nlohmann::json model_shape = bench::model_json(o.model);
+  nlohmann::json model_shape = core::to_json(o.model);
   model_shape["norm"] = core::to_string(o.model.norm);
   nlohmann::json result{
       {"bench", "hardy_gpu_step"},

@@ -131,7 +131,7 @@ void write_f32(core::h5::Id parent, const std::string& name, core::Backend& back
 }
 
 nlohmann::json config_json(const Options& o) {
-  nlohmann::json config = bench::model_json(o.model);
+  nlohmann::json config = core::to_json(o.model);
   config["norm_eps"] = o.model.norm_eps;
   return config;
 }

@@ -29,6 +29,7 @@ Commands:
   clean      remove node-local snapshots that crashed runs left:  hardy clean --node-local
   report     one picture of a run: loss, learning rate, world size, failures and recoveries;
              or the run as TensorBoard event files (--tensorboard DIR)
+  export     write a trained network as ONNX:  hardy export RUN_DIR --onnx model.onnx
   completion print a bash completion script:  source <(hardy completion bash)
   events     print the schema of events.jsonl (kinds, fields, types):  hardy events --schema
 
@@ -56,6 +57,7 @@ int run_cli(int argc, char** argv) {
     if (command == "cancel") return cancel_command(args);
     if (command == "clean") return clean_command(args);
     if (command == "report") return report_command(args);
+    if (command == "export") return export_command(args);
     if (command == "completion") return completion_command(args);
     if (command == "events") return events_command(args);
     if (command == "--help" || command == "-h" || command == "help") {

@@ -82,6 +82,7 @@ const std::vector<CommandTable>& command_tables() {
       {"cancel", cancel_options},
       {"clean", clean_options},
       {"report", report_options},
+      {"export", export_options},
       {"completion", completion_options},
       {"events", events_options},
   };

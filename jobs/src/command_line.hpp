@@ -58,6 +58,7 @@ boost::program_options::options_description status_options();      // status_com
 boost::program_options::options_description cancel_options();      // cancel_command.cpp
 boost::program_options::options_description clean_options();       // clean_command.cpp
 boost::program_options::options_description report_options();      // report_command.cpp
+boost::program_options::options_description export_options();      // export_command.cpp
 boost::program_options::options_description completion_options();  // completion_command.cpp
 boost::program_options::options_description events_options();      // events_command.cpp
 

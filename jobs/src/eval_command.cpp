@@ -13,6 +13,7 @@
 #include "hardy/core/data/dataset.hpp"
 #include "hardy/core/nn/evaluation.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/hdf5.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/run_directory.hpp"
 #include "hardy/jobs/train_spec.hpp"
@@ -28,6 +29,9 @@ po::options_description eval_options() {
       "run directory of a finished training job (its config.ini and model.h5)")(
       "model", po::value<std::string>(),
       "model or checkpoint file to score instead of RUN_DIR/model.h5")(
+      "predictions", po::value<std::string>(),
+      "also write every scored sample's input and logits to this HDF5 file (datasets fields and "
+      "logits, (N, C, H, W) float32), e.g. to check an exported model against hardy's")(
       "dataset", po::value<std::string>(),
       "score every sample of this dataset directory instead of the held-out set")(
       "split", po::value<std::string>(),
@@ -110,8 +114,36 @@ int eval_command(const std::vector<std::string>& args) {
     data = core::open_data(spec.data);
     source = data.held_out.get();
   }
+  core::EvaluatedBatch save;
+  core::h5::Handle predictions, fields_dataset, logits_dataset;
+  if (vm.count("predictions")) {
+    predictions = core::h5::create_file(vm["predictions"].as<std::string>());
+    const auto shape = source->shape();
+    const core::h5::Extent n = source->size();
+    fields_dataset = core::h5::create_dataset(
+        predictions.id(), "fields", core::h5::native_type(core::h5::number_type<float>()),
+        {n, static_cast<core::h5::Extent>(shape.channels),
+         static_cast<core::h5::Extent>(shape.height), static_cast<core::h5::Extent>(shape.width)});
+    logits_dataset = core::h5::create_dataset(
+        predictions.id(), "logits", core::h5::native_type(core::h5::number_type<float>()),
+        {n, static_cast<core::h5::Extent>(spec.model.num_classes),
+         static_cast<core::h5::Extent>(shape.height), static_cast<core::h5::Extent>(shape.width)});
+    save = [&](std::size_t first, const core::Tensor& fields, const core::Tensor& logits) {
+      for (auto [tensor, dataset] :
+           {std::pair{&fields, &fields_dataset}, {&logits, &logits_dataset}}) {
+        core::Tensor host =
+            core::Tensor::host(tensor->dims(), core::DType::f32, core::Layout::nchw);
+        backend->copy(*tensor, host);
+        core::h5::write_rows<float>(dataset->id(), first,
+                                    static_cast<core::h5::Extent>(tensor->n()), host.f32());
+      }
+    };
+  }
   const auto confusion =
-      core::evaluate(model, *source, static_cast<std::size_t>(spec.global_batch));
+      core::evaluate(model, *source, static_cast<std::size_t>(spec.global_batch), save);
+  fields_dataset.close();
+  logits_dataset.close();
+  predictions.close();
   const auto iou = confusion.iou();
   // The score of a model that predicts background everywhere, on the same pixels.
   const auto baseline = confusion.with_constant_prediction(core::kBackground);

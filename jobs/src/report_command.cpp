@@ -12,6 +12,7 @@
 #include "hardy/batch/command.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
+#include "python_tools.hpp"
 #include "submission.hpp"
 
 namespace po = boost::program_options;
@@ -39,64 +40,6 @@ global batch, step time, data wait and the other step timings; each failure, shr
 preemption and checkpoint as text at its step. Needs Python 3 with tensorboardX (pip install
 tensorboardX; scripts/test and scripts/demo put it into the checkout's .venv).
 )";
-
-fs::path this_executable() {
-  std::error_code error;
-  const auto path = fs::read_symlink("/proc/self/exe", error);
-  return error ? fs::path("hardy") : path;
-}
-
-// The helper next to an installed hardy (PREFIX/bin/hardy, PREFIX/share/hardy/tools/report.py),
-// else in the source tree this hardy was built from.
-fs::path find_helper() {
-  const fs::path installed =
-      this_executable().parent_path().parent_path() / "share/hardy/tools/report.py";
-  const fs::path source = fs::path(HARDY_SOURCE_DIR) / "tools/report.py";
-  if (fs::exists(installed)) return installed;
-  if (fs::exists(source)) return source;
-  throw InvalidArgument(fmt::format("the report helper is missing: neither {} nor {} exists",
-                                    installed.string(), source.string()));
-}
-
-// The last line a command wrote to stderr: Python's exception ("No module named 'matplotlib'").
-std::string last_error_line(const batch::CommandResult& result) {
-  std::string text = result.err.empty() ? result.out : result.err;
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  const auto newline = text.rfind('\n');
-  return newline == std::string::npos ? text : text.substr(newline + 1);
-}
-
-// The first Python that imports every one of `modules`: $HARDY_PYTHON alone when set, else the
-// checkout's .venv (for a hardy run from its build tree), python3 on PATH, and the system's
-// /usr/bin/python3 (a PATH python3 of pyenv or conda often lacks matplotlib where the system's
-// has it). `install` says how to get them.
-fs::path find_python(const fs::path& helper, const std::vector<std::string>& modules,
-                     const std::string& install) {
-  std::vector<fs::path> candidates;
-  if (const char* python = std::getenv("HARDY_PYTHON"); python != nullptr && *python != '\0') {
-    candidates.push_back(python);
-  } else {
-    const fs::path venv = helper.parent_path().parent_path() / ".venv/bin/python";
-    if (fs::exists(venv)) candidates.push_back(venv);
-    candidates.push_back("python3");
-    if (fs::exists("/usr/bin/python3")) candidates.push_back("/usr/bin/python3");
-  }
-  const std::string import = fmt::format("import {}", fmt::join(modules, ", "));
-  std::vector<std::string> tried;
-  for (const auto& python : candidates) {
-    try {
-      const auto check = batch::run_command({python.string(), "-c", import});
-      if (check.status == 0) return python;
-      tried.push_back(fmt::format("{}: {}", python.string(), last_error_line(check)));
-    } catch (const Error&) {
-      tried.push_back(fmt::format("{}: cannot be started", python.string()));
-    }
-  }
-  throw InvalidArgument(fmt::format(
-      "needs Python 3 with {}, and none was found ({}); install {} or set HARDY_PYTHON to a "
-      "Python that has it",
-      fmt::join(modules, " and "), fmt::join(tried, "; "), install));
-}
 
 }  // namespace
 
@@ -130,7 +73,7 @@ int report_command(const std::vector<std::string>& args) {
     install.emplace_back("tensorboardX (pip install tensorboardX)");
     command.insert(command.end(), {"--tensorboard", vm["tensorboard"].as<std::string>()});
   }
-  const fs::path helper = find_helper();
+  const fs::path helper = find_helper("report.py");
   const fs::path python =
       find_python(helper, modules, fmt::format("{}", fmt::join(install, " and ")));
   command.insert(command.begin(), {python.string(), helper.string(), run_dir->string()});

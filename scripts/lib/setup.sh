@@ -21,7 +21,7 @@ HARDY_APT_PACKAGES=(
 )
 
 # Python packages Debian lacks, pip-installed into .venv (tools and tests only).
-HARDY_PIP_PACKAGES=(tensorboardX==2.6.5 tensorboard==2.21.0)
+HARDY_PIP_PACKAGES=(tensorboardX==2.6.5 tensorboard==2.21.0 onnxruntime==1.23.2)
 
 # Compiler cache: a fresh clone or a second worktree on the same machine recompiles only what
 # differs (CI builds a fresh clone each time). CCACHE_BASEDIR makes paths relative, so checkouts
@@ -59,9 +59,10 @@ hardy_make_venv() {
   fi
   # `hardy report --tensorboard` writes with tensorboardX; its test reads the files back with
   # TensorBoard's own reader (and `tensorboard --logdir` shows them). Tools only: training never
-  # imports them. Debian packages neither.
-  if ! "$HARDY_VENV/bin/python" -c "import tensorboardX, tensorboard" >/dev/null 2>&1; then
-    hardy_log "installing tensorboardX and tensorboard into $HARDY_VENV"
+  # imports them. Debian packages neither. onnxruntime runs the networks `hardy export` writes,
+  # in the test that checks them against hardy's own predictions.
+  if ! "$HARDY_VENV/bin/python" -c "import tensorboardX, tensorboard, onnxruntime" >/dev/null 2>&1; then
+    hardy_log "installing tensorboardX, tensorboard and onnxruntime into $HARDY_VENV"
     "$HARDY_VENV/bin/python" -m pip install --quiet "${HARDY_PIP_PACKAGES[@]}"
   fi
 }

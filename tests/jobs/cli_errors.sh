@@ -43,6 +43,8 @@ expect 2 "--model-width, --norm set another network's shape, not --model deepcam
   train --model deepcam --model-width 8 --norm batch --run-dir "$tmp/b"
 expect 2 "--growth sets another network's shape, not --model compact's" -- train --growth 8 --run-dir "$tmp/b"
 expect 2 "dropout must be in" -- train --model tiramisu --dropout 1 --run-dir "$tmp/b"
+expect 0 "onnx" -- export --help
+expect 2 "does not exist" -- export "$tmp/no-such-run" --onnx "$tmp/m.onnx"
 expect 2 "domain-sync-every must be at least 1" -- train --domain-sync-every 0 --run-dir "$tmp/c"
 expect 2 "loader-threads takes auto or a number of at least 1, got '0'" -- train --loader-threads 0 --run-dir "$tmp/d"
 expect 2 "overlap-input must be on, off or auto, not 'always'" -- train --overlap-input always --run-dir "$tmp/d"
@@ -156,6 +158,8 @@ expect 0 "run directory" -- train --dataset "$tmp/data" --height 32 --width 32 -
   --eval-samples 8 --model-width 4 --aspp-channels 8 --decoder-channels 8 --low-level-channels 4 --run-dir "$tmp/run"
 expect 0 "mean IoU" -- eval --run-dir "$tmp/run"
 expect 2 "does not exist" -- eval --run-dir "$tmp/run" --model "$tmp/none.h5"
+expect 2 "needs --onnx FILE" -- export "$tmp/run"
+expect 2 "does not exist" -- export "$tmp/run" --onnx "$tmp/m.onnx" --model "$tmp/none.h5"
 
 echo "$((failures == 0 ? 1 : 0)) passed, $failures failed" >/dev/null
 [ "$failures" -eq 0 ] && echo "cli errors: all checks passed"

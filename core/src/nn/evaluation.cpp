@@ -7,7 +7,8 @@
 
 namespace hardy::core {
 
-ConfusionMatrix evaluate(Model& model, const SampleSource& source, std::size_t batch_size) {
+ConfusionMatrix evaluate(Model& model, const SampleSource& source, std::size_t batch_size,
+                         const EvaluatedBatch& each_batch) {
   Backend& backend = model.backend();
   BatchAssembler assembler(backend, source.shape());
   ConfusionMatrix confusion(model.config().num_classes);
@@ -19,6 +20,7 @@ ConfusionMatrix evaluate(Model& model, const SampleSource& source, std::size_t b
     std::iota(indices.begin(), indices.end(), first);
     assembler.load(source, indices, fields, labels);
     const Tensor& logits = model.forward(fields, /*training=*/false);
+    if (each_batch) each_batch(first, fields, logits);
     Tensor host_predicted = Tensor::host(labels.dims(), DType::i32, labels.layout());
     Tensor host_labels = Tensor::host(labels.dims(), DType::i32, labels.layout());
     ensure_tensor(backend, predicted, labels.dims(), DType::i32);

@@ -104,6 +104,33 @@ std::string ModelConfig::identity() const {
   return text.str();
 }
 
+nlohmann::json to_json(const ModelConfig& m) {
+  nlohmann::json config{{"architecture", to_string(m.architecture)},
+                        {"input_channels", m.input_channels},
+                        {"num_classes", m.num_classes}};
+  switch (m.architecture) {
+    case Architecture::compact:
+      config.update({{"width", m.width},
+                     {"depth", m.depth},
+                     {"aspp_channels", m.aspp_channels},
+                     {"aspp_rates", m.aspp_rates},
+                     {"low_level_channels", m.low_level_channels},
+                     {"decoder_channels", m.decoder_channels},
+                     {"groups", m.groups}});
+      break;
+    case Architecture::deepcam:
+      break;
+    case Architecture::tiramisu:
+      config.update({{"dense_layers", m.dense_layers},
+                     {"growth", m.growth},
+                     {"first_channels", m.first_channels},
+                     {"dense_kernel", m.dense_kernel},
+                     {"dropout", m.dropout}});
+      break;
+  }
+  return config;
+}
+
 namespace {
 
 Network describe(Backend& backend, const ModelConfig& config) {

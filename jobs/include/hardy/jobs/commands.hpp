@@ -21,6 +21,7 @@ int clean_command(const std::vector<std::string>& args);
 int run_command(const std::vector<std::string>& args);
 int simulate_command(const std::vector<std::string>& args);
 int report_command(const std::vector<std::string>& args);
+int export_command(const std::vector<std::string>& args);
 int completion_command(const std::vector<std::string>& args);
 int events_command(const std::vector<std::string>& args);
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +60,10 @@ struct ModelConfig {
   // (part of the run's resume identity).
   std::string identity() const;
 };
+
+// The network's shape as the Python tools read it (bench/step/torch_networks.py build_model):
+// "architecture", the input channels and classes, and that network's own fields.
+nlohmann::json to_json(const ModelConfig& config);
 
 // A network built from its architecture's description.
 class Model {
