@@ -22,8 +22,11 @@ from hardy_test import SMALL_COMPACT, SMALL_TIRAMISU, Checks, complete_epochs_ex
 
 hardy, source, scenario, mpirun = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4:]
 STEPS, SAMPLES, RANKS = 24, 40, 8
-# The Gordon Bell run's network (small) for the tiramisu scenarios, the compact one otherwise.
-MODEL = SMALL_TIRAMISU if scenario.startswith("tiramisu") else SMALL_COMPACT
+# The Gordon Bell run's network (small) for the tiramisu scenarios, DeepCAM's at full size for
+# network_deepcam ones (batch norm across ranks: the survivors' statistics cover the whole batch
+# again), the compact one otherwise.
+MODEL = (SMALL_TIRAMISU if scenario.startswith("tiramisu")
+         else ["--model", "deepcam"] if scenario.startswith("network_deepcam") else SMALL_COMPACT)
 COMMON = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
           "--steps", str(STEPS), *MODEL, "--eval-samples", "0", "--seed", "5",
           "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--ranks-per-node", "2",
@@ -103,6 +106,7 @@ SCENARIOS = {
     # The Gordon Bell run's network (small): its dropout masks follow the sample and the step, so
     # the samples that move to other ranks after the node loss draw the same masks there.
     "tiramisu_node": (["--inject-failure", "node=1@step=10"], None, 1, 6),
+    "network_deepcam_rank": (["--inject-failure", "rank=5@step=9"], None, 1, 7),
 }
 # A smaller global batch after the failure changes the trajectory, not whether it converges.
 LOSS_TOLERANCE = {"constant_local_batch": 0.10}
