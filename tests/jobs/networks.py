@@ -40,6 +40,8 @@ with tempfile.TemporaryDirectory(prefix="hardy-networks-") as tmp:
     # for the other two: a mean below 1/3.
     check(finished["event"] == "job_finished" and finished["mean_iou"] > 0.45,
           f"tiramisu: held-out mean IoU {finished.get('mean_iou')} is above all-background's (< 1/3)")
+    started = [e for e in events if e["event"] == "job_started"]
+    check(started and started[0].get("model") == "tiramisu", f"tiramisu: job_started names the network: {started[:1]}")
     written = [e for e in events if e["event"] == "checkpoint_written"]
     check(len(written) >= 3, f"tiramisu: {len(written)} checkpoints written")
     scored = json.loads(subprocess.run([hardy, "eval", "--run-dir", str(run), "--json"], check=True,

@@ -973,6 +973,7 @@ void TrainingSession::State::announce_start() {
                             {"steps", config.steps},
                             {"global_batch", config.global_batch},
                             {"parameters", trainer.model().parameter_count()},
+                            {"model", core::to_string(config.model.architecture)},
                             {"gradient_buckets", trainer.reducer().bucket_count()},
                             {"data", data.train->describe()},
                             {"resume", config.resume},
