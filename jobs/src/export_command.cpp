@@ -5,10 +5,8 @@
 // clear error. Python is a tool here, never on the training path.
 #include <fmt/format.h>
 
-#include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "hardy/batch/command.hpp"
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
@@ -75,14 +73,10 @@ int export_command(const std::vector<std::string>& args) {
   const fs::path python = find_python(helper, {"torch", "h5py", "numpy"},
                                       "torch, h5py and numpy (apt install python3-torch "
                                       "python3-h5py python3-numpy, or pip install them)");
-  const auto result = batch::run_command(
-      {python.string(), helper.string(), "--config", core::to_json(spec.model).dump(), "--weights",
-       weights.string(), "--height", std::to_string(shape.height), "--width",
-       std::to_string(shape.width), "--out", vm["onnx"].as<std::string>()});
-  std::cout << result.out;
-  std::cerr << result.err;
-  if (result.status != 0)
-    throw Error(fmt::format("{} failed (exit status {})", helper.string(), result.status));
+  run_helper(python, helper,
+             {"--config", core::to_json(spec.model).dump(), "--weights", weights.string(),
+              "--height", std::to_string(shape.height), "--width", std::to_string(shape.width),
+              "--out", vm["onnx"].as<std::string>()});
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <iostream>
 
 #include "hardy/batch/command.hpp"
 #include "hardy/core/support/error.hpp"
@@ -65,6 +66,17 @@ fs::path find_python(const fs::path& helper, const std::vector<std::string>& mod
       "needs Python 3 with {}, and none was found ({}); install {} or set HARDY_PYTHON to a "
       "Python that has it",
       fmt::join(modules, " and "), fmt::join(tried, "; "), install));
+}
+
+void run_helper(const fs::path& python, const fs::path& helper,
+                const std::vector<std::string>& args) {
+  std::vector<std::string> command{python.string(), helper.string()};
+  command.insert(command.end(), args.begin(), args.end());
+  const auto result = batch::run_command(command);
+  std::cout << result.out;
+  std::cerr << result.err;
+  if (result.status != 0)
+    throw Error(fmt::format("{} failed (exit status {})", helper.string(), result.status));
 }
 
 }  // namespace hardy::jobs

@@ -20,4 +20,9 @@ std::filesystem::path find_python(const std::filesystem::path& helper,
                                   const std::vector<std::string>& modules,
                                   const std::string& install);
 
+// Runs `python helper args...`, passes its output on, and throws Error naming the helper when it
+// fails.
+void run_helper(const std::filesystem::path& python, const std::filesystem::path& helper,
+                const std::vector<std::string>& args);
+
 }  // namespace hardy::jobs

@@ -4,12 +4,9 @@
 // clear error.
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <iostream>
 #include <vector>
 
 #include "command_line.hpp"
-#include "hardy/batch/command.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "python_tools.hpp"
@@ -76,12 +73,8 @@ int report_command(const std::vector<std::string>& args) {
   const fs::path helper = find_helper("report.py");
   const fs::path python =
       find_python(helper, modules, fmt::format("{}", fmt::join(install, " and ")));
-  command.insert(command.begin(), {python.string(), helper.string(), run_dir->string()});
-  const auto result = batch::run_command(command);
-  std::cout << result.out;
-  std::cerr << result.err;
-  if (result.status != 0)
-    throw Error(fmt::format("{} failed (exit status {})", helper.string(), result.status));
+  command.insert(command.begin(), run_dir->string());
+  run_helper(python, helper, command);
   return 0;
 }
 
