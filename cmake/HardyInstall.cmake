@@ -88,7 +88,8 @@ install(FILES ${PROJECT_BINARY_DIR}/hardy.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}
 # `hardy report` looks for its helper in PREFIX/share/hardy/tools next to PREFIX/bin/hardy.
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/report.py ${PROJECT_SOURCE_DIR}/tools/timeline.py
         DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
-install(FILES ${PROJECT_SOURCE_DIR}/tools/tensorboard_events.py DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
+install(FILES ${PROJECT_SOURCE_DIR}/tools/tensorboard_events.py ${PROJECT_SOURCE_DIR}/tools/run_files.py
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
 # `hardy export` runs tools/export_onnx.py on the networks' PyTorch twins, installed beside it.
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/export_onnx.py DESTINATION ${CMAKE_INSTALL_DATADIR}/hardy/tools)
 install(FILES ${PROJECT_SOURCE_DIR}/bench/step/torch_networks.py ${PROJECT_SOURCE_DIR}/bench/step/torch_deeplab.py

@@ -23,7 +23,7 @@ Needs tensorboardX (pip install tensorboardX): the writer TensorBoard's own docu
 PyTorch-free users to."""
 from pathlib import Path
 
-from report import StepClock, collect_marks, read_jsonl, summary
+from run_files import StepClock, collect_marks, read_jsonl, summary
 
 # metrics.jsonl field -> TensorBoard tag.
 SCALARS = {

@@ -11,7 +11,7 @@ The schema is `hardy events --schema` (core/support/event_schema.hpp as JSON). C
   they name kinds and fields through core::event_kind/event_field, which do not compile with an
   undeclared name; here, no bare `read_field(..., "name")` or `event == "kind"` may bypass that
   with a name the schema lacks;
-- the Python readers (tools/report.py, tools/timeline.py): a kind compared with an event's name
+- the Python readers (tools/run_files.py, tools/report.py, tools/timeline.py): a kind compared with an event's name
   or a key of a table looked up by it, and a field read from an event record (a variable named e,
   event, started or finished) inside the branch or table entry for one kind must belong to that
   kind, outside any such branch to some kind; a field
@@ -30,7 +30,7 @@ from pathlib import Path
 WRITER_DIRS = ("core", "comm", "checkpoint", "resilience", "batch", "slurm", "lsf", "jobs")
 CPP_READERS = ("resilience/src/supervisor/relaunch_plan.cpp", "jobs/src/scale_model.cpp",
                "jobs/src/run_progress.cpp", "jobs/src/status_command.cpp")
-PY_READERS = ("tools/report.py", "tools/timeline.py")
+PY_READERS = ("tools/run_files.py", "tools/report.py", "tools/timeline.py")
 EVENT_VARIABLES = {"e", "event", "started", "finished"}
 KIND_VARIABLES = {"name"}  # what both tools call an event's kind
 
