@@ -3,7 +3,8 @@
 bench/results/gpu-<date>.json:
 
   peak      hardy_gpu_bench --peak: the device's measured dense BF16 GEMM rate (cuBLAS)
-  step      per model configuration and precision, in rotating order over --rounds rounds:
+  step      per model configuration (the compact network at three sizes; deepcam and tiramisu,
+            the seed runs' networks, at 768x1152) and precision, in rotating order over --rounds rounds:
               hardy   hardy_gpu_bench (CUDA backend, cuDNN/cuBLAS, conv TFLOP/s per shape)
               torch   torch_gpu_step.py, tuned for speed: AMP with the input in its dtype,
                       fused Adam, channels_last, cudnn.benchmark, no synchronisation in the
@@ -43,8 +44,14 @@ CONFIGS = {
     # CAM5-sized climate fields (768 x 1152, 16 variables).
     "climate": {"batch": 8, "height": 768, "width": 1152, "model-width": 64,
                 "aspp-channels": 128, "decoder-channels": 128, "low-level-channels": 48},
+    # The seed runs' networks at the climate fields' full size (issue #42), at MLPerf HPC
+    # DeepCAM's local batch of 2 per GPU: their published shapes, no knobs.
+    "deepcam": {"model": "deepcam", "batch": 2, "height": 768, "width": 1152},
+    "tiramisu": {"model": "tiramisu", "batch": 2, "height": 768, "width": 1152},
 }
-COMMON = {"depth": 1, "aspp-rates": "2,4,6", "groups": 8, "input-channels": 16, "classes": 3}
+COMMON = {"input-channels": 16, "classes": 3}
+# The compact network's shape beyond its configuration (the networks above have none).
+COMPACT = {"depth": 1, "aspp-rates": "2,4,6", "groups": 8}
 ASSUMED_PEAK_TFLOPS = 790.0  # the H200's measured dense BF16 rate quoted in the issue
 
 
@@ -124,8 +131,10 @@ def main():
               f"{'step TF/s':>9} {'conv TF/s':>9} {'% peak':>6} {'act':>5}")
         for name in configs:
             for precision in args.precisions.split(","):
-                options = option_list(COMMON, CONFIGS[name], {"precision": precision, "warmup": args.warmup,
-                                                           "steps": args.steps})
+                shape = COMPACT if "model" not in CONFIGS[name] else {}
+                options = option_list(COMMON, shape, CONFIGS[name],
+                                      {"precision": precision, "warmup": args.warmup,
+                                       "steps": args.steps})
                 commands = {"hardy": [hardy_bench] + options}
                 if precision in (args.torch_precisions or args.precisions).split(","):
                     commands["torch"] = torch_step + options + [

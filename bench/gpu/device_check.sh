@@ -15,10 +15,17 @@
 #      (bench/gpu/one_gpu_rank.sh, test only) through NCCL's recoveries, bench/gpu/multi_rank_check.py;
 #   8. feed (only when asked): `hardy train --backend cuda` at the climate size from DeepCAM and
 #      packed files in /dev/shm beside the compute-only step (bench/gpu/feed_check.py), and an
-#      older hardy on the same inputs first when HARDY_DEVICE_FEED_BEFORE names one.
+#      older hardy on the same inputs first when HARDY_DEVICE_FEED_BEFORE names one;
+#   9. networks (only when asked): the seed runs' networks at the climate fields' full size
+#      (768x1152, local batch 2, bf16) under `hardy train --backend cuda`: DeepCAM's DeepLabv3+
+#      trains to a checkpoint, is inspected and resumed, the Gordon Bell Tiramisu trains; the
+#      device memory of each job sampled by nvidia-smi every 100 ms (its peak includes the CUDA
+#      context and cuDNN's workspaces); then their steps in hardy_gpu_bench (bench_gpu.py configs
+#      deepcam,tiramisu; part network-step, PyTorch beside them with HARDY_DEVICE_NETWORK_TORCH=1).
 # Run on the GPU machine, from the repository root, after build-cuda and bench/gpu/make_kit.sh:
 #   bash bench/gpu/device_check.sh [KIT.tar.xz] [BUDGET_S]
-# HARDY_DEVICE_PARTS picks parts (default tests,journey,step,sanitizer,snapshot,more).
+# HARDY_DEVICE_PARTS picks parts (default tests,journey,step,sanitizer,snapshot,more; also
+# feed, multirank, networks, network-step).
 # Everything lands in $OUT (the device tool's folder) or /tmp/hardy-device-check.
 set -uo pipefail
 
@@ -62,7 +69,8 @@ grep -v LD_LIBRARY_PATH "$work/machine.txt" | tail -n 8
 source bench/gpu/device_env.sh "$kit" > /dev/null 2>&1
 
 # 2. The test cases, one process each: Catch2 filters treat ',' and '[' specially.
-hardy_gpu_tests --list-test-names-only > "$work/test-names.txt" 2>&1
+# HARDY_DEVICE_TESTS: a grep -E pattern picking cases by name (default: all).
+hardy_gpu_tests --list-test-names-only 2>&1 | grep -E "${HARDY_DEVICE_TESTS:-.}" > "$work/test-names.txt"
 run_cases() {
   local failed=0
   : > "$work/gpu-tests-summary.txt"
@@ -115,12 +123,13 @@ if wanted step; then
     --precisions bf16,fp16 --torch-precisions "${HARDY_DEVICE_TORCH_PRECISIONS:-bf16}" \
     --rounds 1 --output "$out/gpu-step.json"
 fi
-# 5. Memory errors in kernels that had never run before this machine.
+# 5. Memory errors in kernels that had never run before this machine (HARDY_DEVICE_SANITIZER_SPEC:
+# a Catch2 test spec, e.g. "*tiramisu*,*dropout*"; default all).
 if wanted sanitizer; then
   sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)"
   if [[ -n "$sanitizer" ]]; then
     part sanitizer 240 env HARDY_CUDNN_ALGORITHMS=heuristic "$sanitizer" --tool memcheck --leak-check no --error-exitcode 9 \
-      hardy_gpu_tests --reporter compact
+      hardy_gpu_tests --reporter compact ${HARDY_DEVICE_SANITIZER_SPEC:+"$HARDY_DEVICE_SANITIZER_SPEC"}
     grep -E "ERROR SUMMARY|Invalid|out of bounds" "$out/sanitizer.txt" | head -n 20
   else
     echo "[sanitizer] skipped: compute-sanitizer not found" | tee -a "$out/summary.txt"
@@ -142,6 +151,54 @@ if wanted feed; then
     --inputs "${HARDY_DEVICE_FEED_INPUTS:-deepcam,packed}" --samples 32 --steps 30 --skip 10 \
     --loader-threads "${HARDY_DEVICE_FEED_LOADERS:-auto}" \
     ${HARDY_DEVICE_FEED_BEFORE:+--before "$HARDY_DEVICE_FEED_BEFORE"} --json "$out/gpu-feed.json"
+fi
+# The seed runs' networks at full size (issue #42).
+networks() {
+  set -e
+  local snap=/dev/shm/hardy-device-networks
+  rm -rf "$work/run-deepcam" "$work/run-tiramisu" "$snap"
+  # Runs a job while nvidia-smi samples the device's memory; prints the peak in MiB.
+  with_memory_peak() {
+    local label="$1"
+    shift
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$work/memory-$label.txt" &
+    local sampler=$!
+    local status=0
+    "$@" || status=$?
+    kill "$sampler" 2> /dev/null || true
+    wait "$sampler" 2> /dev/null || true
+    echo "== $label: exit $status, device memory peak $(sort -n "$work/memory-$label.txt" | tail -n 1) MiB"
+    return "$status"
+  }
+  local size=(--synthetic --height 768 --width 1152 --samples 16 --eval-samples 2 --global-batch 2
+              --backend cuda --snapshot-dir "$snap" --log-every 1)
+  local deepcam=("${size[@]}" --model deepcam --run-dir "$work/run-deepcam" --checkpoint-every 5)
+  with_memory_peak deepcam-10 hardy train "${deepcam[@]}" --steps 10
+  hardy ckpt inspect "$(ls "$work"/run-deepcam/checkpoints/*.h5 | tail -n 1)" | head -n 12
+  with_memory_peak deepcam-resume-20 hardy train "${deepcam[@]}" --steps 20 --resume latest
+  with_memory_peak tiramisu-10 hardy train "${size[@]}" --model tiramisu --run-dir "$work/run-tiramisu" --steps 10
+  local run
+  for run in "$work/run-deepcam" "$work/run-tiramisu"; do
+    python3 - "$run" <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1] + "/metrics.jsonl") if '"step"' in line]
+rows = [r for r in rows if "step_s" in r]
+later = [r for r in rows if r["step"] > 3]
+print(sys.argv[1].rsplit("/", 1)[-1], "steps", len(rows), "loss", [round(r["loss"], 4) for r in rows],
+      "median step_s after step 3", statistics.median(r["step_s"] for r in later) if later else None,
+      "compute_s", statistics.median(r.get("compute_s", 0) for r in later) if later else None)
+PY
+  done
+}
+wanted networks && part networks 240 bash -c "$(declare -f networks); work='$work'; networks"
+if wanted network-step; then
+  torch_precisions=none
+  [[ -n "${HARDY_DEVICE_NETWORK_TORCH:-}" ]] && torch_precisions=bf16
+  part network-step "${HARDY_DEVICE_NETWORK_STEP_LIMIT:-200}" python3 bench/gpu/bench_gpu.py \
+    --bin "$hardy_kit/bin" --parts step --configs "${HARDY_DEVICE_NETWORK_CONFIGS:-deepcam,tiramisu}" \
+    --precisions bf16 --torch-precisions "$torch_precisions" \
+    --torch-modes "${HARDY_DEVICE_NETWORK_TORCH_MODES:-eager,compile,reduce-overhead}" \
+    --rounds 1 --output "$out/gpu-network-step.json"
 fi
 if wanted multirank; then
   part multirank 540 python3 bench/gpu/multi_rank_check.py ${HARDY_DEVICE_SCENARIOS:+--only "$HARDY_DEVICE_SCENARIOS"} \

@@ -4,6 +4,7 @@
 // run. Tolerances: gpu_test_support.hpp.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -145,11 +146,14 @@ TEST_CASE("cuda backend: grouped and depthwise convolutions match the cpu backen
     bool bias;
   };
   // Two groups; depthwise, strided; depthwise with two filters per channel, dilated; and a
-  // grouped 1x1, which goes through cuDNN (cuBLAS takes ungrouped ones only).
-  const Case cases[] = {{16, 24, 3, 1, 1, 1, 2, true},
-                        {16, 16, 3, 2, 1, 1, 16, false},
-                        {16, 32, 3, 1, 2, 2, 16, true},
-                        {16, 16, 1, 1, 0, 1, 4, true}};
+  // grouped 1x1, which goes through cuDNN (cuBLAS takes ungrouped ones only). The 3x3
+  // depthwise ones with one filter per channel run depthwise.cu's kernels: strided, dilated,
+  // and 40 channels (a tile of 32 and a partial one) over 6 chunks of rows in the weight
+  // gradient's first stage.
+  const Case cases[] = {{16, 24, 3, 1, 1, 1, 2, true},  {16, 16, 3, 2, 1, 1, 16, false},
+                        {16, 32, 3, 1, 2, 2, 16, true}, {16, 16, 1, 1, 0, 1, 4, true},
+                        {16, 16, 3, 1, 2, 2, 16, true}, {40, 40, 3, 1, 1, 1, 40, false},
+                        {40, 40, 3, 2, 0, 1, 40, true}};
   for (DType dtype : kPrecisions) {
     CudaBackend cuda(options_for(dtype));
     const double tolerance = tolerance_for(dtype);
@@ -157,7 +161,7 @@ TEST_CASE("cuda backend: grouped and depthwise convolutions match the cpu backen
     for (const Case& c : cases) {
       const ConvGeometry g{
           .stride = c.stride, .padding = c.padding, .dilation = c.dilation, .groups = c.groups};
-      const std::int64_t n = 2, h = 12, w = 10, group_inputs = c.in / c.groups;
+      const std::int64_t n = 3, h = 12, w = 10, group_inputs = c.in / c.groups;
       const std::int64_t oh = conv_output_size(static_cast<int>(h), c.kernel, g);
       const std::int64_t ow = conv_output_size(static_cast<int>(w), c.kernel, g);
       const std::string what = fmt::format("{} k{} s{} p{} d{} groups {}", precision_name(dtype),
@@ -810,8 +814,12 @@ double loss_tolerance(DType activations) {
 // The mean loss; the gradients are those of the mean times `loss_scale` (f16 activation
 // gradients need one, as in training, or the small ones flush to zero).
 double train_step(Backend& backend, Model& model, const Tensor& x, const Tensor& labels,
-                  Tensor& dlogits, float loss_scale = 1.0f) {
+                  Tensor& dlogits, float loss_scale = 1.0f, Tensor* logits_nchw = nullptr) {
   const Tensor& logits = model.forward(x, /*training=*/true);
+  if (logits_nchw != nullptr) {
+    *logits_nchw = Tensor::host(logits.dims(), DType::f32, Layout::nchw);
+    backend.copy(logits, *logits_nchw);
+  }
   ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
   const std::vector<float> weights{1.0f, 2.0f, 3.0f};
   const float pixels = static_cast<float>(logits.n() * logits.h() * logits.w());
@@ -882,6 +890,16 @@ TEST_CASE("cuda backend: a model step matches the cpu backend", "[gpu]") {
 // DeepCAM's depthwise convolutions, residual additions, per-channel affine and batch norm over
 // some 150 layers (f32: the kernels' arithmetic; the low-precision bounds are the compact
 // network's and would not hold through that depth).
+//
+// DeepCAM's gradients cannot meet the compact network's f32 bound between ANY two float32
+// implementations: its forward drifts from exact arithmetic through 76 batch norms over a few
+// values per channel to about 1e-4 of the logits, a ReLU input within that drift of zero flips,
+// and a flipped element passes all or none of its gradient down (tests/core/
+// test_torch_crosscheck.py measured PyTorch float32 against float64 at 1.1e-2 to 2.6e-2, worst
+// tensor, and up to 8.9e-2 for one seed). The first GPU run (2026-11-27, H200) gave 1.85e-2
+// (worst tensor) between the backends here, with the loss equal to 6 digits. So deepcam's check
+// is the crosscheck's: logits within 1e-3 (a wrong dilation, stride, padding or weight layout
+// moves them far more), every gradient within 2e-1 and their median within 5e-2.
 TEST_CASE("cuda backend: tiramisu and deepcam steps match the cpu backend", "[gpu]") {
   ModelConfig deepcam;
   deepcam.architecture = Architecture::deepcam;
@@ -896,20 +914,36 @@ TEST_CASE("cuda backend: tiramisu and deepcam steps match the cpu backend", "[gp
     cpu_model.initialize(9);
     cuda_model.initialize(9);
     Batch b = make_batch(cuda, 90, 32, network == "deepcam" ? 48 : 40);  // divisible as needed
-    Tensor dlogits_cpu, dlogits_cuda;
-    const double loss_cpu = train_step(*cpu, cpu_model, b.x_cpu, b.labels_cpu, dlogits_cpu);
-    const double loss_cuda = train_step(cuda, cuda_model, b.x_cuda, b.labels_cuda, dlogits_cuda);
+    Tensor dlogits_cpu, dlogits_cuda, logits_cpu, logits_cuda;
+    const double loss_cpu =
+        train_step(*cpu, cpu_model, b.x_cpu, b.labels_cpu, dlogits_cpu, 1.0f, &logits_cpu);
+    const double loss_cuda =
+        train_step(cuda, cuda_model, b.x_cuda, b.labels_cuda, dlogits_cuda, 1.0f, &logits_cuda);
+    const bool drifting = network == "deepcam";
     INFO(network << ", " << precision_name(activations) << " activations, loss cuda " << loss_cuda
                  << " cpu " << loss_cpu);
     CHECK(std::abs(loss_cuda - loss_cpu) <= loss_tolerance(activations) * std::abs(loss_cpu));
+    const double logits_error = relative_error(logits_cuda, logits_cpu);
+    INFO("logits relative error " << logits_error);
+    CHECK(logits_error <= (drifting ? 1e-3 : model_tolerance(activations)));
     double largest = 0.0;
     for (const Parameter* p : cpu_model.parameters()) largest = std::max(largest, norm(p->grad));
+    std::vector<double> errors;
     for (std::size_t i = 0; i < cuda_model.parameters().size(); ++i) {
       const Parameter& reference = *cpu_model.parameters()[i];
+      errors.push_back(relative_error(to_host_f32(cuda, cuda_model.parameters()[i]->grad),
+                                      reference.grad, 1e-3 * largest));
       check_close(cuda, cuda_model.parameters()[i]->grad, reference.grad,
-                  model_tolerance(activations), network + " gradient of " + reference.name,
-                  1e-3 * largest);
+                  drifting ? 2e-1 : model_tolerance(activations),
+                  network + " gradient of " + reference.name, 1e-3 * largest);
     }
+    std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
+    const double median = errors[errors.size() / 2];
+    CHECK(median <= (drifting ? 5e-2 : model_tolerance(activations)));
+    WARN(network << ", " << precision_name(activations) << ": loss relative error "
+                 << std::abs(loss_cuda - loss_cpu) / std::abs(loss_cpu) << ", logits "
+                 << logits_error << ", median gradient relative error " << median << ", largest "
+                 << *std::max_element(errors.begin(), errors.end()));
   }
 }
 

@@ -2,7 +2,8 @@
 // KW) master copy, converted on the device into cuDNN's NHWC filter layout (O, KH, KW, I) in the
 // activation type before each use (a few MB per step, against GB of activations). Grouped
 // convolutions are cuDNN's (cudnnSetConvolutionGroupCount), with (O, I / groups, KH, KW) weights
-// converted the same way.
+// converted the same way, except depthwise 3x3 ones (one filter per channel), which run hardy's
+// own memory-bound kernels (depthwise.cu: cuDNN took 5-15 times longer for DeepCAM's).
 //
 // A transposed convolution (PyTorch's ConvTranspose2d, weights (I, O, KH, KW)) is the data
 // gradient of the convolution from its output to its input, whose weights (O', I') = (I, O) are
@@ -45,6 +46,22 @@ struct ConvShape {
   Index rows() const { return n * h * w; }  // of x; equals n * oh * ow for a GEMM convolution
   Index group_inputs() const { return c / g.groups; }  // the weights' second dimension
   Index weight_count() const { return o * group_inputs() * kh * kw; }
+  // One 3x3 filter per channel: depthwise.cu's kernels.
+  bool depthwise() const {
+    return g.groups > 1 && g.groups == c && o == c && kh == depthwise_kernel &&
+           kw == depthwise_kernel;
+  }
+  DepthwiseShape depthwise_shape() const {
+    return {.n = n,
+            .c = c,
+            .h = h,
+            .w = w,
+            .oh = oh,
+            .ow = ow,
+            .stride = g.stride,
+            .padding = g.padding,
+            .dilation = g.dilation};
+  }
   bool gemm() const {
     return kh == 1 && kw == 1 && g.stride == 1 && g.padding == 0 && g.groups == 1 &&
            rows() <= INT_MAX && c <= INT_MAX && o <= INT_MAX;
@@ -283,6 +300,8 @@ void add_bias_gradient(CudaBackend::Impl& impl, const Tensor& dy, Tensor& dbias)
 // or dy, and the f32 (O, C / groups, KH, KW) weights or their gradient.
 void convolve(CudaBackend::Impl& impl, const ConvShape& s, const void* x, const Tensor& weight,
               void* y) {
+  if (s.depthwise())
+    return depthwise_forward(x, weight.data<float>(), y, s.type, s.depthwise_shape(), impl.s());
   const void* w = weights_for(impl, weight, s);
   if (s.gemm()) {
     // y (O x R) = W^T (O x C) * x (C x R)
@@ -301,6 +320,9 @@ void convolve(CudaBackend::Impl& impl, const ConvShape& s, const void* x, const 
 
 void convolve_backward_data(CudaBackend::Impl& impl, const ConvShape& s, const void* dy,
                             const Tensor& weight, void* dx) {
+  if (s.depthwise())
+    return depthwise_backward_data(dy, weight.data<float>(), dx, s.type, s.depthwise_shape(),
+                                   impl.s());
   const void* w = weights_for(impl, weight, s);
   if (s.gemm()) {
     // dx (C x R) = W (C x O) * dy (O x R)
@@ -319,6 +341,13 @@ void convolve_backward_data(CudaBackend::Impl& impl, const ConvShape& s, const v
 
 void convolve_backward_weights(CudaBackend::Impl& impl, const ConvShape& s, const void* x,
                                const void* dy, Tensor& dweight) {
+  if (s.depthwise()) {
+    const DepthwiseShape shape = s.depthwise_shape();
+    float* scratch = impl.partials.get_as<float>(
+        static_cast<std::size_t>(depthwise_backward_weights_scratch(shape)));
+    return depthwise_backward_weights(x, dy, dweight.data<float>(), s.type, shape, scratch,
+                                      impl.s());
+  }
   if (s.gemm()) {
     // dW (C x O) = x (C x R) * dy^T (R x O), accumulated in fp32 and written as f32 directly.
     gemm(impl, CUBLAS_OP_N, CUBLAS_OP_T, s.c, s.o, s.rows(), x, s.type, s.c, dy, s.o, dweight.raw(),

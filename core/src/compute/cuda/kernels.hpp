@@ -2,8 +2,8 @@
 // hardy's own CUDA kernels, as host functions that validate nothing (CudaBackend checks the
 // tensors first), enqueue on `stream` and check the launch. Pointers are device pointers.
 // `type` is the element type of the activation operands: f32, bf16 or f16. Defined in
-// elementwise.cu (memory, point-wise, loss, optimizers) and spatial.cu (normalization,
-// channel reductions, resampling, pooling).
+// elementwise.cu (memory, point-wise, loss, optimizers), spatial.cu (normalization,
+// channel reductions, resampling, pooling) and depthwise.cu (depthwise 3x3 convolutions).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -175,5 +175,23 @@ void upsample_bilinear_backward(const void* dy, DType type, Index batch, Index c
                                 Index in_w, Index out_h, Index out_w, const LinearTaps& rows,
                                 const LinearTaps& columns, float* along_w, void* dx,
                                 cudaStream_t stream);
+
+// ---- depthwise convolutions (depthwise.cu) ----
+// x (N, H, W, C) and y (N, OH, OW, C) NHWC in `type`; weights the f32 (C, 1, K, K) master copy
+// or its gradient, K = depthwise_kernel; the output size is conv_output_size's.
+inline constexpr int depthwise_kernel = 3;
+struct DepthwiseShape {
+  Index n, c, h, w, oh, ow;
+  int stride, padding, dilation;
+};
+void depthwise_forward(const void* x, const float* weight, void* y, DType type,
+                       const DepthwiseShape& s, cudaStream_t stream);
+void depthwise_backward_data(const void* dy, const float* weight, void* dx, DType type,
+                             const DepthwiseShape& s, cudaStream_t stream);
+// Scratch floats depthwise_backward_weights needs for its per-chunk partial sums.
+Index depthwise_backward_weights_scratch(const DepthwiseShape& s);
+// Writes (does not add to) dweight.
+void depthwise_backward_weights(const void* x, const void* dy, float* dweight, DType type,
+                                const DepthwiseShape& s, float* scratch, cudaStream_t stream);
 
 }  // namespace hardy::core::cuda
