@@ -7,7 +7,8 @@
 //
 // Convolutions are also counted per pass and shape at 2 * N * OH * OW * O * I / groups * KH * KW
 // floating-point operations (multiply and add), the convention of PyTorch's and NVIDIA's TFLOP/s
-// figures (a transposed convolution at 2 * N * H * W * I * O * KH * KW, H and W its input's);
+// figures (a transposed convolution at 2 * N * H * W * I * O * KH * KW, H and W its input's; a
+// 3-D one at 2 * N * OD * OH * OW * O * I * KD * KH * KW; a dense layer at 2 * N * O * K);
 // their time includes the conversion of the weights into cuDNN's layout, which the backend does
 // inside each convolution.
 #include <fmt/format.h>
@@ -112,6 +113,42 @@ class OpProfileBackend final : public core::ForwardingBackend {
     convolution("conv_transpose_backward_weights", dy, dweight, g, x,
                 [&] { Base::do_conv2d_transpose_backward_weights(x, dy, g, dweight, dbias); });
   }
+  void do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                         const core::ConvGeometry& g, Tensor& y) override {
+    convolution("conv3d_forward", x, weight, g, y,
+                [&] { Base::do_conv3d_forward(x, weight, bias, g, y); });
+  }
+  void do_conv3d_backward_data(const Tensor& dy, const Tensor& weight, const core::ConvGeometry& g,
+                               Tensor& dx) override {
+    convolution("conv3d_backward_data", dx, weight, g, dy,
+                [&] { Base::do_conv3d_backward_data(dy, weight, g, dx); });
+  }
+  void do_conv3d_backward_weights(const Tensor& x, const Tensor& dy, const core::ConvGeometry& g,
+                                  Tensor& dweight, Tensor* dbias) override {
+    convolution("conv3d_backward_weights", x, dweight, g, dy,
+                [&] { Base::do_conv3d_backward_weights(x, dy, g, dweight, dbias); });
+  }
+  void do_max_pool3d_forward(const Tensor& x, const core::PoolGeometry& g, Tensor& y) override {
+    timed("max_pool3d_forward", [&] { Base::do_max_pool3d_forward(x, g, y); });
+  }
+  void do_max_pool3d_backward(const Tensor& x, const Tensor& dy, const core::PoolGeometry& g,
+                              Tensor& dx) override {
+    timed("max_pool3d_backward", [&] { Base::do_max_pool3d_backward(x, dy, g, dx); });
+  }
+  // A dense layer is a 1x1 convolution over N pixels: counted among the convolutions.
+  void do_dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                        Tensor& y) override {
+    dense("dense_forward", x, weight, y, [&] { Base::do_dense_forward(x, weight, bias, y); });
+  }
+  void do_dense_backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    dense("dense_backward_data", dx, weight, dy,
+          [&] { Base::do_dense_backward_data(dy, weight, dx); });
+  }
+  void do_dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight,
+                                 Tensor* dbias) override {
+    dense("dense_backward_weights", x, dweight, dy,
+          [&] { Base::do_dense_backward_weights(x, dy, dweight, dbias); });
+  }
   void do_group_norm_forward(const core::GroupNormForward& args, Tensor& y, Tensor& mean,
                              Tensor& rstd) override {
     timed("group_norm_forward", [&] { Base::do_group_norm_forward(args, y, mean, rstd); });
@@ -158,6 +195,19 @@ class OpProfileBackend final : public core::ForwardingBackend {
   void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) override {
     timed("global_avg_pool_backward", [&] { Base::do_global_avg_pool_backward(dy, dx); });
   }
+  void do_leaky_relu_forward(const Tensor& x, float slope, Tensor& y) override {
+    timed("leaky_relu_forward", [&] { Base::do_leaky_relu_forward(x, slope, y); });
+  }
+  void do_leaky_relu_backward(const Tensor& y, const Tensor& dy, float slope, Tensor& dx) override {
+    timed("leaky_relu_backward", [&] { Base::do_leaky_relu_backward(y, dy, slope, dx); });
+  }
+  void do_scaled_tanh_forward(const Tensor& x, float scale, Tensor& y) override {
+    timed("scaled_tanh_forward", [&] { Base::do_scaled_tanh_forward(x, scale, y); });
+  }
+  void do_scaled_tanh_backward(const Tensor& y, const Tensor& dy, float scale,
+                               Tensor& dx) override {
+    timed("scaled_tanh_backward", [&] { Base::do_scaled_tanh_backward(y, dy, scale, dx); });
+  }
   void do_dropout_forward(const core::Dropout& args, Tensor& y) override {
     timed("dropout_forward", [&] { Base::do_dropout_forward(args, y); });
   }
@@ -167,6 +217,9 @@ class OpProfileBackend final : public core::ForwardingBackend {
   double do_softmax_cross_entropy(const core::SoftmaxCrossEntropy& args, Tensor& dlogits) override {
     return timed("softmax_cross_entropy",
                  [&] { return Base::do_softmax_cross_entropy(args, dlogits); });
+  }
+  double do_mse_loss(const core::MseLoss& args, Tensor& dprediction) override {
+    return timed("mse_loss", [&] { return Base::do_mse_loss(args, dprediction); });
   }
   void do_axpy(float alpha, const Tensor& x, Tensor& y) override {
     timed("axpy", [&] { Base::do_axpy(alpha, x, y); });
@@ -218,21 +271,32 @@ class OpProfileBackend final : public core::ForwardingBackend {
     }
   }
 
-  // x: the convolution's input side, y: its output side, whatever the pass.
+  // x: the convolution's input side, y: its output side, whatever the pass; 2-D or 3-D (the
+  // output's spatial sizes times the weight's elements).
   template <class Call>
   void convolution(const char* pass, const Tensor& x, const Tensor& weight,
                    const core::ConvGeometry& g, const Tensor& y, Call&& call) {
-    const double flops =
-        2.0 * static_cast<double>(y.n() * y.h() * y.w()) *
-        static_cast<double>(weight.dim(0) * weight.dim(1) * weight.dim(2) * weight.dim(3));
+    const double flops = 2.0 * static_cast<double>(y.dim(0) * y.spatial_size()) *
+                         static_cast<double>(weight.numel());
     timed(pass, std::forward<Call>(call),
           {.operation = pass,
            .convolution = true,
            .shape =
-               fmt::format("{:<21} k{} s{} d{}{} [{}]->[{}]", pass, weight.dim(2), g.stride,
+               fmt::format("{:<23} k{} s{} d{}{} [{}]->[{}]", pass, weight.dim(2), g.stride,
                            g.dilation, g.groups > 1 ? fmt::format(" g{}", g.groups) : std::string(),
                            fmt::join(x.dims(), ","), fmt::join(y.dims(), ",")),
            .flops = flops});
+  }
+  // x (N, K), weight (O, K), y (N, O): 2 * N * O * K.
+  template <class Call>
+  void dense(const char* pass, const Tensor& x, const Tensor& weight, const Tensor& y,
+             Call&& call) {
+    timed(pass, std::forward<Call>(call),
+          {.operation = pass,
+           .convolution = true,
+           .shape = fmt::format("{:<23} [{}]->[{}]", pass, fmt::join(x.dims(), ","),
+                                fmt::join(y.dims(), ",")),
+           .flops = 2.0 * static_cast<double>(x.dim(0)) * static_cast<double>(weight.numel())});
   }
 
   core::CudaBackend& inner_;  // the same backend as ForwardingBackend::inner(), for its stream

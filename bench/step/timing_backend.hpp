@@ -134,6 +134,49 @@ class TimingBackend final : public core::ForwardingBackend {
           [&] { Base::do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias); });
   }
 
+  void do_conv3d_forward(const core::Tensor& x, const core::Tensor& weight,
+                         const core::Tensor* bias, const core::ConvGeometry& geometry,
+                         core::Tensor& y) override {
+    timed("conv3d_fwd", conv_shape(x, weight, geometry, y),
+          [&] { Base::do_conv3d_forward(x, weight, bias, geometry, y); });
+  }
+  void do_conv3d_backward_data(const core::Tensor& dy, const core::Tensor& weight,
+                               const core::ConvGeometry& geometry, core::Tensor& dx) override {
+    timed("conv3d_bwd_data", conv_shape(dx, weight, geometry, dy),
+          [&] { Base::do_conv3d_backward_data(dy, weight, geometry, dx); });
+  }
+  void do_conv3d_backward_weights(const core::Tensor& x, const core::Tensor& dy,
+                                  const core::ConvGeometry& geometry, core::Tensor& dweight,
+                                  core::Tensor* dbias) override {
+    timed("conv3d_bwd_weights", conv_shape(x, dweight, geometry, dy),
+          [&] { Base::do_conv3d_backward_weights(x, dy, geometry, dweight, dbias); });
+  }
+  void do_max_pool3d_forward(const core::Tensor& x, const core::PoolGeometry& geometry,
+                             core::Tensor& y) override {
+    timed("max_pool3d_fwd", fmt::format("{}->{}", shape(x), shape(y)),
+          [&] { Base::do_max_pool3d_forward(x, geometry, y); });
+  }
+  void do_max_pool3d_backward(const core::Tensor& x, const core::Tensor& dy,
+                              const core::PoolGeometry& geometry, core::Tensor& dx) override {
+    timed("max_pool3d_bwd", fmt::format("{}->{}", shape(dy), shape(dx)),
+          [&] { Base::do_max_pool3d_backward(x, dy, geometry, dx); });
+  }
+  void do_dense_forward(const core::Tensor& x, const core::Tensor& weight, const core::Tensor* bias,
+                        core::Tensor& y) override {
+    timed("dense_fwd", fmt::format("{}->{}", shape(x), shape(y)),
+          [&] { Base::do_dense_forward(x, weight, bias, y); });
+  }
+  void do_dense_backward_data(const core::Tensor& dy, const core::Tensor& weight,
+                              core::Tensor& dx) override {
+    timed("dense_bwd_data", fmt::format("{}->{}", shape(dy), shape(dx)),
+          [&] { Base::do_dense_backward_data(dy, weight, dx); });
+  }
+  void do_dense_backward_weights(const core::Tensor& x, const core::Tensor& dy,
+                                 core::Tensor& dweight, core::Tensor* dbias) override {
+    timed("dense_bwd_weights", shape(dweight),
+          [&] { Base::do_dense_backward_weights(x, dy, dweight, dbias); });
+  }
+
   void do_group_norm_forward(const core::GroupNormForward& args, core::Tensor& y,
                              core::Tensor& mean, core::Tensor& rstd) override {
     timed("group_norm_fwd", fmt::format("{} g{}", shape(args.x), args.groups),
@@ -190,6 +233,20 @@ class TimingBackend final : public core::ForwardingBackend {
   void do_global_avg_pool_backward(const core::Tensor& dy, core::Tensor& dx) override {
     timed("avg_pool_bwd", shape(dx), [&] { Base::do_global_avg_pool_backward(dy, dx); });
   }
+  void do_leaky_relu_forward(const core::Tensor& x, float slope, core::Tensor& y) override {
+    timed("leaky_relu_fwd", shape(x), [&] { Base::do_leaky_relu_forward(x, slope, y); });
+  }
+  void do_leaky_relu_backward(const core::Tensor& y, const core::Tensor& dy, float slope,
+                              core::Tensor& dx) override {
+    timed("leaky_relu_bwd", shape(y), [&] { Base::do_leaky_relu_backward(y, dy, slope, dx); });
+  }
+  void do_scaled_tanh_forward(const core::Tensor& x, float scale, core::Tensor& y) override {
+    timed("scaled_tanh_fwd", shape(x), [&] { Base::do_scaled_tanh_forward(x, scale, y); });
+  }
+  void do_scaled_tanh_backward(const core::Tensor& y, const core::Tensor& dy, float scale,
+                               core::Tensor& dx) override {
+    timed("scaled_tanh_bwd", shape(y), [&] { Base::do_scaled_tanh_backward(y, dy, scale, dx); });
+  }
   void do_dropout_forward(const core::Dropout& args, core::Tensor& y) override {
     timed("dropout_fwd", shape(args.x), [&] { Base::do_dropout_forward(args, y); });
   }
@@ -205,6 +262,10 @@ class TimingBackend final : public core::ForwardingBackend {
   }
   void do_argmax_channels(const core::Tensor& logits, core::Tensor& labels) override {
     timed("argmax", shape(logits), [&] { Base::do_argmax_channels(logits, labels); });
+  }
+  double do_mse_loss(const core::MseLoss& args, core::Tensor& dprediction) override {
+    return timed("mse_loss", shape(args.prediction),
+                 [&] { return Base::do_mse_loss(args, dprediction); });
   }
 
   // The optimizer's element-wise kernels run once per parameter tensor; they are summed under one

@@ -1,7 +1,7 @@
 #pragma once
 // Naive reference implementations of the backend's forward operations: straight loops over the
 // textbook formulas, accumulating in double, written for clarity rather than speed. They read
-// and write through offset4, so they work for any activation layout.
+// and write through offset4 (offset5 for volumes), so they work for any activation layout.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -185,6 +185,115 @@ inline Tensor global_avg_pool(const Tensor& x) {
         for (std::int64_t w = 0; w < x.w(); ++w) sum += at(x, n, c, h, w);
       at(y, n, c, 0, 0) = static_cast<float>(sum / static_cast<double>(x.h() * x.w()));
     }
+  return y;
+}
+
+// ---- volumes (N, C, D, H, W) and the layers of a regression network ----
+
+inline float& at5(Tensor& t, std::int64_t n, std::int64_t c, std::int64_t d, std::int64_t h,
+                  std::int64_t w) {
+  return t.data<float>()[core::offset5(t.layout(), t.dim(1), t.dim(2), t.dim(3), t.dim(4), n, c, d,
+                                       h, w)];
+}
+
+inline float at5(const Tensor& t, std::int64_t n, std::int64_t c, std::int64_t d, std::int64_t h,
+                 std::int64_t w) {
+  return t.data<float>()[core::offset5(t.layout(), t.dim(1), t.dim(2), t.dim(3), t.dim(4), n, c, d,
+                                       h, w)];
+}
+
+// Weights (O, I, KD, KH, KW) stored row-major.
+inline float weight_at5(const Tensor& weight, std::int64_t o, std::int64_t i, std::int64_t kd,
+                        std::int64_t kh, std::int64_t kw) {
+  return weight.data<float>()
+      [(((o * weight.dim(1) + i) * weight.dim(2) + kd) * weight.dim(3) + kh) * weight.dim(4) + kw];
+}
+
+// PyTorch's Conv3d (groups 1): y in x's layout.
+inline Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                     const ConvGeometry& g) {
+  std::vector<std::int64_t> out{x.dim(0), weight.dim(0)};
+  for (std::size_t i = 2; i < 5; ++i)
+    out.push_back(
+        core::conv_output_size(static_cast<int>(x.dim(i)), static_cast<int>(weight.dim(i)), g));
+  Tensor y = Tensor::host(out, core::DType::f32, x.layout());
+  for (std::int64_t n = 0; n < out[0]; ++n)
+    for (std::int64_t o = 0; o < out[1]; ++o)
+      for (std::int64_t od = 0; od < out[2]; ++od)
+        for (std::int64_t oh = 0; oh < out[3]; ++oh)
+          for (std::int64_t ow = 0; ow < out[4]; ++ow) {
+            double sum = bias != nullptr ? bias->data<float>()[o] : 0.0;
+            for (std::int64_t i = 0; i < x.dim(1); ++i)
+              for (std::int64_t kd = 0; kd < weight.dim(2); ++kd)
+                for (std::int64_t kh = 0; kh < weight.dim(3); ++kh)
+                  for (std::int64_t kw = 0; kw < weight.dim(4); ++kw) {
+                    const std::int64_t id = od * g.stride - g.padding + kd * g.dilation;
+                    const std::int64_t ih = oh * g.stride - g.padding + kh * g.dilation;
+                    const std::int64_t iw = ow * g.stride - g.padding + kw * g.dilation;
+                    if (id < 0 || id >= x.dim(2) || ih < 0 || ih >= x.dim(3) || iw < 0 ||
+                        iw >= x.dim(4))
+                      continue;
+                    sum += static_cast<double>(at5(x, n, i, id, ih, iw)) *
+                           weight_at5(weight, o, i, kd, kh, kw);
+                  }
+            at5(y, n, o, od, oh, ow) = static_cast<float>(sum);
+          }
+  return y;
+}
+
+// PyTorch's MaxPool3d: padding is -infinity, the first maximum of a window wins.
+inline Tensor max_pool3d(const Tensor& x, const core::PoolGeometry& g) {
+  std::vector<std::int64_t> out{x.dim(0), x.dim(1)};
+  for (std::size_t i = 2; i < 5; ++i)
+    out.push_back(core::pool_output_size(static_cast<int>(x.dim(i)), g));
+  Tensor y = Tensor::host(out, core::DType::f32, x.layout());
+  for (std::int64_t n = 0; n < out[0]; ++n)
+    for (std::int64_t c = 0; c < out[1]; ++c)
+      for (std::int64_t od = 0; od < out[2]; ++od)
+        for (std::int64_t oh = 0; oh < out[3]; ++oh)
+          for (std::int64_t ow = 0; ow < out[4]; ++ow) {
+            double best = -INFINITY;
+            for (std::int64_t kd = 0; kd < g.kernel; ++kd)
+              for (std::int64_t kh = 0; kh < g.kernel; ++kh)
+                for (std::int64_t kw = 0; kw < g.kernel; ++kw) {
+                  const std::int64_t id = od * g.stride - g.padding + kd;
+                  const std::int64_t ih = oh * g.stride - g.padding + kh;
+                  const std::int64_t iw = ow * g.stride - g.padding + kw;
+                  if (id < 0 || id >= x.dim(2) || ih < 0 || ih >= x.dim(3) || iw < 0 ||
+                      iw >= x.dim(4))
+                    continue;
+                  best = std::max(best, static_cast<double>(at5(x, n, c, id, ih, iw)));
+                }
+            at5(y, n, c, od, oh, ow) = static_cast<float>(best);
+          }
+  return y;
+}
+
+// nn.Linear: y (N, O) = x (N, K) weight (O, K)^T + bias.
+inline Tensor dense(const Tensor& x, const Tensor& weight, const Tensor* bias) {
+  const std::int64_t batch = x.dim(0), inputs = x.dim(1), outputs = weight.dim(0);
+  Tensor y = Tensor::host({batch, outputs}, core::DType::f32, Layout::flat);
+  for (std::int64_t n = 0; n < batch; ++n)
+    for (std::int64_t o = 0; o < outputs; ++o) {
+      double sum = bias != nullptr ? bias->data<float>()[o] : 0.0;
+      for (std::int64_t k = 0; k < inputs; ++k)
+        sum += static_cast<double>(x.data<float>()[n * inputs + k]) *
+               weight.data<float>()[o * inputs + k];
+      y.data<float>()[n * outputs + o] = static_cast<float>(sum);
+    }
+  return y;
+}
+
+// torch.flatten(x, 1) of a volume: (N, C * D * H * W) in logical (C, D, H, W) order.
+inline Tensor flatten(const Tensor& x) {
+  const std::int64_t features = x.dim(1) * x.dim(2) * x.dim(3) * x.dim(4);
+  Tensor y = Tensor::host({x.dim(0), features}, core::DType::f32, Layout::flat);
+  std::int64_t i = 0;
+  for (std::int64_t n = 0; n < x.dim(0); ++n)
+    for (std::int64_t c = 0; c < x.dim(1); ++c)
+      for (std::int64_t d = 0; d < x.dim(2); ++d)
+        for (std::int64_t h = 0; h < x.dim(3); ++h)
+          for (std::int64_t w = 0; w < x.dim(4); ++w) y.data<float>()[i++] = at5(x, n, c, d, h, w);
   return y;
 }
 

@@ -197,6 +197,238 @@ TEST_CASE("cuda backend: grouped and depthwise convolutions match the cpu backen
   }
 }
 
+TEST_CASE("cuda backend: 3-D convolutions match the cpu backend", "[gpu]") {
+  auto cpu = make_backend("cpu");
+  struct Case {
+    std::int64_t in;
+    int kernel, stride, padding, dilation;
+    bool bias;
+  };
+  // CosmoFlow's 'same' 3x3x3 on its 4 input channels, strided and dilated ones through cuDNN's Nd
+  // convolutions, a 1x1x1 through cuBLAS and a strided 1x1x1 through cuDNN again.
+  const Case cases[] = {{4, 3, 1, 1, 1, true},
+                        {8, 3, 2, 1, 1, false},
+                        {8, 3, 1, 2, 2, true},
+                        {8, 1, 1, 0, 1, true},
+                        {8, 1, 2, 0, 1, false}};
+  for (DType dtype : kPrecisions) {
+    CudaBackend cuda(options_for(dtype));
+    const double tolerance = tolerance_for(dtype);
+    std::uint64_t seed = 1010;
+    for (const Case& c : cases) {
+      const ConvGeometry g{c.stride, c.padding, c.dilation};
+      const std::int64_t n = 2, d = 6, h = 7, w = 5, out = 16;
+      const auto output = [&](std::int64_t size) {
+        return static_cast<std::int64_t>(conv_output_size(static_cast<int>(size), c.kernel, g));
+      };
+      const std::vector<std::int64_t> x_dims{n, c.in, d, h, w};
+      const std::vector<std::int64_t> y_dims{n, out, output(d), output(h), output(w)};
+      const std::vector<std::int64_t> w_dims{out, c.in, c.kernel, c.kernel, c.kernel};
+      const std::string what = fmt::format("{} conv3d in {} k{} s{} p{} d{}", precision_name(dtype),
+                                           c.in, c.kernel, c.stride, c.padding, c.dilation);
+      const Twin x = twin(cuda, random_host(x_dims, ++seed), dtype);
+      const Param weight =
+          parameter(cuda, w_dims, ++seed,
+                    std::sqrt(2.0f / static_cast<float>(c.in * c.kernel * c.kernel * c.kernel)));
+      const Param bias = parameter(cuda, {out}, ++seed);
+
+      Tensor y_cpu = Tensor::host(y_dims);
+      Tensor y = device_activation(cuda, y_dims, dtype);
+      cpu->conv3d_forward(x.host, weight.host, c.bias ? &bias.host : nullptr, g, y_cpu);
+      cuda.conv3d_forward(x.device, weight.device, c.bias ? &bias.device : nullptr, g, y);
+      check_close(cuda, y, y_cpu, tolerance, what + " forward");
+
+      const Twin dy = twin(cuda, random_host(y_dims, ++seed), dtype);
+      Tensor dx_cpu = Tensor::host(x_dims);
+      Tensor dx = device_activation(cuda, x_dims, dtype);
+      cpu->conv3d_backward_data(dy.host, weight.host, g, dx_cpu);
+      cuda.conv3d_backward_data(dy.device, weight.device, g, dx);
+      check_close(cuda, dx, dx_cpu, tolerance, what + " backward data");
+
+      Param dweight = zeros(cuda, w_dims);
+      Param dbias = zeros(cuda, {out});
+      cpu->conv3d_backward_weights(x.host, dy.host, g, dweight.host,
+                                   c.bias ? &dbias.host : nullptr);
+      cuda.conv3d_backward_weights(x.device, dy.device, g, dweight.device,
+                                   c.bias ? &dbias.device : nullptr);
+      check_close(cuda, dweight.device, dweight.host, tolerance, what + " backward weights");
+      if (c.bias) check_close(cuda, dbias.device, dbias.host, tolerance, what + " bias gradient");
+    }
+  }
+}
+
+TEST_CASE(
+    "cuda backend: 3-D pooling, dense layers, flatten and the regression ops match the cpu "
+    "backend",
+    "[gpu]") {
+  auto cpu = make_backend("cpu");
+  for (DType dtype : kPrecisions) {
+    CudaBackend cuda(options_for(dtype));
+    const double tolerance = tolerance_for(dtype);
+    const std::string name = precision_name(dtype);
+
+    // Max pooling: non-overlapping (CosmoFlow's) and overlapping windows with padding. Both
+    // backends take the first maximum of a window, so bf16 ties route alike: forward is exact.
+    const std::vector<std::int64_t> volume{2, 12, 7, 6, 5};
+    const Twin x = twin(cuda, random_host(volume, 1101), dtype);
+    for (const PoolGeometry g : {PoolGeometry{2, 2, 0}, PoolGeometry{3, 2, 1}}) {
+      const std::string what =
+          fmt::format("{} max_pool3d k{} s{} p{}", name, g.kernel, g.stride, g.padding);
+      std::vector<std::int64_t> pooled{volume[0], volume[1]};
+      for (std::size_t i = 2; i < 5; ++i)
+        pooled.push_back(pool_output_size(static_cast<int>(volume[i]), g));
+      Tensor y_cpu = Tensor::host(pooled);
+      Tensor y = device_activation(cuda, pooled, dtype);
+      cpu->max_pool3d_forward(x.host, g, y_cpu);
+      cuda.max_pool3d_forward(x.device, g, y);
+      check_close(cuda, y, y_cpu, 0.0, what + " forward");
+      const Twin dy = twin(cuda, random_host(pooled, 1102), dtype);
+      Tensor dx_cpu = Tensor::host(volume);
+      Tensor dx = device_activation(cuda, volume, dtype);
+      cpu->max_pool3d_backward(x.host, dy.host, g, dx_cpu);
+      cuda.max_pool3d_backward(x.device, dy.device, g, dx);
+      check_close(cuda, dx, dx_cpu, g.stride >= g.kernel ? 0.0 : tolerance, what + " backward");
+    }
+
+    // Flatten from NDHWC into PyTorch's (C, D, H, W) order, and back: pure copies.
+    const std::int64_t features = volume[1] * volume[2] * volume[3] * volume[4];
+    Tensor flat_cpu = Tensor::host({volume[0], features}, DType::f32, Layout::flat);
+    Tensor flat = cuda.empty({volume[0], features}, dtype, Layout::flat);
+    cpu->flatten_forward(x.host, flat_cpu);
+    cuda.flatten_forward(x.device, flat);
+    check_close(cuda, flat, flat_cpu, 0.0, name + " flatten forward");
+    Tensor unflat = device_activation(cuda, volume, dtype);
+    cuda.flatten_backward(flat, unflat);
+    check_close(cuda, unflat, x.host, 0.0, name + " flatten backward");
+
+    // Dense: CosmoFlow's shape at a small scale, with and without bias.
+    const std::int64_t batch = 3, inputs = 96, outputs = 20;
+    const Twin input = twin(cuda, random_host({batch, inputs}, 1103, 1.0f, Layout::flat), dtype);
+    const Param weight = parameter(cuda, {outputs, inputs}, 1104, 0.1f);
+    const Param bias = parameter(cuda, {outputs}, 1105);
+    for (const bool with_bias : {true, false}) {
+      const std::string what = fmt::format("{} dense{}", name, with_bias ? " with bias" : "");
+      Tensor y_cpu = Tensor::host({batch, outputs}, DType::f32, Layout::flat);
+      Tensor y = cuda.empty({batch, outputs}, dtype, Layout::flat);
+      cpu->dense_forward(input.host, weight.host, with_bias ? &bias.host : nullptr, y_cpu);
+      cuda.dense_forward(input.device, weight.device, with_bias ? &bias.device : nullptr, y);
+      check_close(cuda, y, y_cpu, tolerance, what + " forward");
+      const Twin dy = twin(cuda, random_host({batch, outputs}, 1106, 1.0f, Layout::flat), dtype);
+      Tensor dx_cpu = Tensor::host({batch, inputs}, DType::f32, Layout::flat);
+      Tensor dx = cuda.empty({batch, inputs}, dtype, Layout::flat);
+      cpu->dense_backward_data(dy.host, weight.host, dx_cpu);
+      cuda.dense_backward_data(dy.device, weight.device, dx);
+      check_close(cuda, dx, dx_cpu, tolerance, what + " backward data");
+      Param dweight = zeros(cuda, {outputs, inputs});
+      Param dbias = zeros(cuda, {outputs});
+      cpu->dense_backward_weights(input.host, dy.host, dweight.host,
+                                  with_bias ? &dbias.host : nullptr);
+      cuda.dense_backward_weights(input.device, dy.device, dweight.device,
+                                  with_bias ? &dbias.device : nullptr);
+      check_close(cuda, dweight.device, dweight.host, tolerance, what + " backward weights");
+      if (with_bias)
+        check_close(cuda, dbias.device, dbias.host, tolerance, what + " bias gradient");
+    }
+
+    // Leaky relu (on a volume and a matrix) and the scaled tanh of the output layer.
+    for (const Twin* t : {&x, &input}) {
+      const std::string what = fmt::format("{} leaky relu rank {}", name, t->host.rank());
+      Tensor y_cpu = Tensor::host(t->host.dims(), DType::f32, t->host.layout());
+      Tensor y = cuda.empty(t->host.dims(), dtype, t->host.layout());
+      cpu->leaky_relu_forward(t->host, 0.3f, y_cpu);
+      cuda.leaky_relu_forward(t->device, 0.3f, y);
+      check_close(cuda, y, y_cpu, tolerance, what + " forward");
+      const Twin dy = twin(cuda, random_host(t->host.dims(), 1107, 1.0f, t->host.layout()), dtype);
+      Tensor dx_cpu = Tensor::host(t->host.dims(), DType::f32, t->host.layout());
+      Tensor dx = cuda.empty(t->host.dims(), dtype, t->host.layout());
+      cpu->leaky_relu_backward(t->host, dy.host, 0.3f, dx_cpu);
+      cuda.leaky_relu_backward(t->device, dy.device, 0.3f, dx);
+      check_close(cuda, dx, dx_cpu, tolerance, what + " backward");
+    }
+    const Twin logits = twin(cuda, random_host({batch, 4}, 1108, 1.0f, Layout::flat), dtype);
+    Tensor tanh_cpu = Tensor::host({batch, 4}, DType::f32, Layout::flat);
+    Tensor tanh_y = cuda.empty({batch, 4}, dtype, Layout::flat);
+    cpu->scaled_tanh_forward(logits.host, 1.2f, tanh_cpu);
+    cuda.scaled_tanh_forward(logits.device, 1.2f, tanh_y);
+    check_close(cuda, tanh_y, tanh_cpu, tolerance, name + " scaled tanh forward");
+    // Backward from the device's own (rounded) output, on both sides.
+    const Tensor tanh_rounded = to_host_f32(cuda, tanh_y);
+    const Twin tanh_dy = twin(cuda, random_host({batch, 4}, 1109, 1.0f, Layout::flat), dtype);
+    Tensor tanh_dx_cpu = Tensor::host({batch, 4}, DType::f32, Layout::flat);
+    Tensor tanh_dx = cuda.empty({batch, 4}, dtype, Layout::flat);
+    cpu->scaled_tanh_backward(tanh_rounded, tanh_dy.host, 1.2f, tanh_dx_cpu);
+    cuda.scaled_tanh_backward(tanh_y, tanh_dy.device, 1.2f, tanh_dx);
+    check_close(cuda, tanh_dx, tanh_dx_cpu, tolerance, name + " scaled tanh backward");
+
+    // MSE against a host target and against the same target on the device.
+    const Tensor target = random_host({batch, 4}, 1110, 1.0f, Layout::flat);
+    Param device_target = parameter(cuda, {batch, 4}, 1110);
+    cuda.copy(target, device_target.device);
+    const float grad_scale = 1.0f / static_cast<float>(batch * 4);
+    Tensor dprediction_cpu = Tensor::host({batch, 4}, DType::f32, Layout::flat);
+    const double loss_cpu = cpu->mse_loss(
+        {.prediction = logits.host, .target = target, .grad_scale = grad_scale}, dprediction_cpu);
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&target, &device_target.device}) {
+      const std::string what =
+          fmt::format("{} mse (target on the {})", name, t == &target ? "host" : "device");
+      Tensor dprediction = cuda.empty({batch, 4}, dtype, Layout::flat);
+      const double loss = cuda.mse_loss(
+          {.prediction = logits.device, .target = *t, .grad_scale = grad_scale}, dprediction);
+      INFO(what);
+      CHECK(loss == Approx(loss_cpu).epsilon(1e-6));
+      check_close(cuda, dprediction, dprediction_cpu, tolerance, what + " gradient");
+    }
+  }
+}
+
+TEST_CASE("cuda backend: 5-D copies and 2-D and 5-D dropout masks equal the cpu backend's",
+          "[gpu]") {
+  auto cpu = make_backend("cpu");
+  const std::vector<std::uint64_t> keys{3, 1u << 30};
+  for (DType dtype : kPrecisions) {
+    CudaBackend cuda(options_for(dtype));
+    const std::string name = precision_name(dtype);
+    // Values at least 0.25 from zero, so that only the mask makes a zero.
+    Tensor values = random_host({2, 5, 4, 3, 6}, 1201);
+    for (float& v : values.f32()) v += v >= 0.0f ? 0.25f : -0.25f;
+    const Twin x = twin(cuda, values, dtype);
+    // NDHWC <-> NCDHW on the device, and into host NCDHW f32: the CPU's permutation.
+    Tensor channels_second = cuda.empty(values.dims(), dtype, Layout::nchw);
+    cuda.copy(x.device, channels_second);
+    Tensor expected = Tensor::host(values.dims(), DType::f32, Layout::nchw);
+    cpu->copy(x.host, expected);
+    Tensor on_host = Tensor::host(values.dims(), DType::f32, Layout::nchw);
+    cuda.copy(channels_second, on_host);
+    REQUIRE(relative_error(on_host, expected) == 0.0);
+    Tensor back = device_activation(cuda, values.dims(), dtype);
+    cuda.copy(channels_second, back);
+    check_close(cuda, back, x.host, 0.0, name + " 5-D copy round trip");
+
+    for (const float rate : {0.3f, 0.6f}) {
+      const std::string what = fmt::format("{} dropout rate {}", name, rate);
+      Tensor y_cpu = Tensor::host(values.dims());
+      Tensor y = device_activation(cuda, values.dims(), dtype);
+      cpu->dropout_forward({.x = x.host, .rate = rate, .seed = 5, .sample_keys = keys}, y_cpu);
+      cuda.dropout_forward({.x = x.device, .rate = rate, .seed = 5, .sample_keys = keys}, y);
+      check_close(cuda, y, y_cpu, tolerance_for(dtype), what + " 5-D");
+      const Tensor y_host = to_host_f32(cuda, y);
+      std::size_t mask_mismatches = 0;
+      for (std::size_t i = 0; i < y_host.f32().size(); ++i)
+        mask_mismatches += (y_host.f32()[i] == 0.0f) != (y_cpu.f32()[i] == 0.0f);
+      CHECK(mask_mismatches == 0);
+      // The flattened (N, F) matrix gets the volume's mask.
+      const std::int64_t features = values.numel() / 2;
+      Tensor flat = cuda.empty({2, features}, dtype, Layout::flat);
+      cuda.flatten_forward(x.device, flat);
+      Tensor flat_y = cuda.empty({2, features}, dtype, Layout::flat);
+      cuda.dropout_forward({.x = flat, .rate = rate, .seed = 5, .sample_keys = keys}, flat_y);
+      Tensor expected_flat = Tensor::host({2, features}, DType::f32, Layout::flat);
+      cpu->flatten_forward(y_cpu, expected_flat);
+      check_close(cuda, flat_y, expected_flat, tolerance_for(dtype), what + " 2-D");
+    }
+  }
+}
+
 TEST_CASE("cuda backend: transposed convolutions match the cpu backend", "[gpu]") {
   auto cpu = make_backend("cpu");
   struct Case {

@@ -20,6 +20,10 @@ int conv_output_size(int input, int kernel, const ConvGeometry& g) {
   return (input + 2 * g.padding - g.dilation * (kernel - 1) - 1) / g.stride + 1;
 }
 
+int pool_output_size(int input, const PoolGeometry& g) {
+  return (input + 2 * g.padding - g.kernel) / g.stride + 1;
+}
+
 int conv_transpose_output_size(int input, int kernel, const ConvGeometry& g) {
   return (input - 1) * g.stride - 2 * g.padding + g.dilation * (kernel - 1) + 1;
 }
@@ -161,6 +165,67 @@ void Backend::conv2d_transpose_backward_weights(const Tensor& x, const Tensor& d
   do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias);
 }
 
+// ---- volumetric convolution and pooling ----
+
+void Backend::conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                             const ConvGeometry& geometry, Tensor& y) {
+  constexpr std::string_view operation = "conv3d_forward";
+  check_convolution3d(rules_, operation, {"x", "weight", "y"}, x, weight, y, geometry);
+  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight.dim(0));
+  do_conv3d_forward(x, weight, bias, geometry, y);
+}
+
+void Backend::conv3d_backward_data(const Tensor& dy, const Tensor& weight,
+                                   const ConvGeometry& geometry, Tensor& dx) {
+  check_convolution3d(rules_, "conv3d_backward_data", {"dx", "weight", "dy"}, dx, weight, dy,
+                      geometry);
+  do_conv3d_backward_data(dy, weight, geometry, dx);
+}
+
+void Backend::conv3d_backward_weights(const Tensor& x, const Tensor& dy,
+                                      const ConvGeometry& geometry, Tensor& dweight,
+                                      Tensor* dbias) {
+  constexpr std::string_view operation = "conv3d_backward_weights";
+  check_convolution3d(rules_, operation, {"x", "dweight", "dy"}, x, dweight, dy, geometry);
+  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight.dim(0));
+  do_conv3d_backward_weights(x, dy, geometry, dweight, dbias);
+}
+
+void Backend::max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) {
+  check_pool3d(rules_, "max_pool3d_forward", "x", x, "y", y, geometry);
+  do_max_pool3d_forward(x, geometry, y);
+}
+
+void Backend::max_pool3d_backward(const Tensor& x, const Tensor& dy, const PoolGeometry& geometry,
+                                  Tensor& dx) {
+  constexpr std::string_view operation = "max_pool3d_backward";
+  check_pool3d(rules_, operation, "x", x, "dy", dy, geometry);
+  require_like_volume(operation, "dx", dx, "x", x);
+  do_max_pool3d_backward(x, dy, geometry, dx);
+}
+
+// ---- dense layers ----
+
+void Backend::dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {
+  constexpr std::string_view operation = "dense_forward";
+  check_dense(rules_, operation, {"x", "weight", "y"}, x, weight, y);
+  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight.dim(0));
+  do_dense_forward(x, weight, bias, y);
+}
+
+void Backend::dense_backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) {
+  check_dense(rules_, "dense_backward_data", {"dx", "weight", "dy"}, dx, weight, dy);
+  do_dense_backward_data(dy, weight, dx);
+}
+
+void Backend::dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight,
+                                     Tensor* dbias) {
+  constexpr std::string_view operation = "dense_backward_weights";
+  check_dense(rules_, operation, {"x", "dweight", "dy"}, x, dweight, dy);
+  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight.dim(0));
+  do_dense_backward_weights(x, dy, dweight, dbias);
+}
+
 // ---- group normalization ----
 
 void Backend::group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
@@ -268,6 +333,51 @@ void Backend::global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
   do_global_avg_pool_backward(dy, dx);
 }
 
+void Backend::leaky_relu_forward(const Tensor& x, float slope, Tensor& y) {
+  constexpr std::string_view operation = "leaky_relu_forward";
+  check_elementwise_pair(rules_, operation, "x", x, "y", y);
+  check_slope(operation, slope);
+  do_leaky_relu_forward(x, slope, y);
+}
+
+void Backend::leaky_relu_backward(const Tensor& y, const Tensor& dy, float slope, Tensor& dx) {
+  constexpr std::string_view operation = "leaky_relu_backward";
+  check_elementwise_pair(rules_, operation, "y", y, "dy", dy);
+  check_elementwise_pair(rules_, operation, "y", y, "dx", dx);
+  check_slope(operation, slope);
+  do_leaky_relu_backward(y, dy, slope, dx);
+}
+
+void Backend::scaled_tanh_forward(const Tensor& x, float scale, Tensor& y) {
+  constexpr std::string_view operation = "scaled_tanh_forward";
+  check_elementwise_pair(rules_, operation, "x", x, "y", y);
+  check_tanh_scale(operation, scale);
+  do_scaled_tanh_forward(x, scale, y);
+}
+
+void Backend::scaled_tanh_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) {
+  constexpr std::string_view operation = "scaled_tanh_backward";
+  check_elementwise_pair(rules_, operation, "y", y, "dy", dy);
+  check_elementwise_pair(rules_, operation, "y", y, "dx", dx);
+  check_tanh_scale(operation, scale);
+  do_scaled_tanh_backward(y, dy, scale, dx);
+}
+
+// Flattening is a copy into y seen as (N, C, ...) row-major: the backend's layout conversion
+// does the permutation from channels-last, so there is no kernel of its own.
+void Backend::flatten_forward(const Tensor& x, Tensor& y) {
+  constexpr std::string_view operation = "flatten_forward";
+  check_flatten(rules_, operation, "x", x, "y", y);
+  Tensor logical = y.view(x.dims(), Layout::nchw);
+  do_copy(x, logical);
+}
+
+void Backend::flatten_backward(const Tensor& dy, Tensor& dx) {
+  constexpr std::string_view operation = "flatten_backward";
+  check_flatten(rules_, operation, "dx", dx, "dy", dy);
+  do_copy(dy.view(dx.dims(), Layout::nchw), dx);
+}
+
 void Backend::dropout_forward(const Dropout& args, Tensor& y) {
   constexpr std::string_view operation = "dropout_forward";
   check_dropout(rules_, operation, args);
@@ -294,6 +404,11 @@ double Backend::softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& d
                                       args.class_weights.size(), args.logits.c(),
                                       args.logits.describe()));
   return do_softmax_cross_entropy(args, dlogits);
+}
+
+double Backend::mse_loss(const MseLoss& args, Tensor& dprediction) {
+  check_mse(rules_, "mse_loss", args, dprediction);
+  return do_mse_loss(args, dprediction);
 }
 
 void Backend::argmax_channels(const Tensor& logits, Tensor& labels) {
@@ -361,10 +476,10 @@ bool Backend::has_non_finite(std::span<const Tensor* const> tensors) {
 
 Tensor& ensure_tensor(Backend& backend, Tensor& t, const std::vector<std::int64_t>& dims,
                       std::optional<DType> requested) {
-  const DType dtype =
-      requested.value_or(dims.size() == 4 ? backend.activation_dtype() : DType::f32);
+  const bool activation = dims.size() == 4 || dims.size() == 5;
+  const DType dtype = requested.value_or(activation ? backend.activation_dtype() : DType::f32);
   if (!t.defined() || t.dims() != dims || t.dtype() != dtype) {
-    const Layout layout = dims.size() == 4 ? backend.activation_layout() : Layout::flat;
+    const Layout layout = activation ? backend.activation_layout() : Layout::flat;
     t = backend.empty(dims, dtype, layout);
   }
   return t;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -53,6 +54,19 @@ void require_activation(const OperandRules& rules, std::string_view operation,
   require_float(rules, operation, role, t);
   if (t.rank() != 4 || t.layout() != Layout::nhwc)
     throw tensor_error(operation, role, t, "a 4-D nhwc tensor");
+}
+
+void require_volume(const OperandRules& rules, std::string_view operation, std::string_view role,
+                    const Tensor& t) {
+  require_float(rules, operation, role, t);
+  if (t.rank() != 5 || t.layout() != Layout::nhwc)
+    throw tensor_error(operation, role, t, "a 5-D ndhwc tensor (N, C, D, H, W), channels last");
+}
+
+void require_matrix(const OperandRules& rules, std::string_view operation, std::string_view role,
+                    const Tensor& t) {
+  require_float(rules, operation, role, t);
+  if (t.rank() != 2) throw tensor_error(operation, role, t, "a 2-D (N, K) tensor");
 }
 
 void require_like(const OperandRules& rules, std::string_view operation, std::string_view role,
@@ -258,6 +272,110 @@ void check_transposed_convolution(const OperandRules& rules, std::string_view op
         h + g.stride - 1, w, w + g.stride - 1));
 }
 
+void check_convolution3d(const OperandRules& rules, std::string_view operation,
+                         const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                         const Tensor& y, const ConvGeometry& g) {
+  require_volume(rules, operation, roles.input, x);
+  require_volume(rules, operation, roles.output, y);
+  require_f32(rules, operation, roles.weight, weight);
+  if (g.stride < 1 || g.dilation < 1 || g.padding < 0)
+    throw InvalidArgument(fmt::format("{}: invalid geometry stride {}, padding {}, dilation {}",
+                                      operation, g.stride, g.padding, g.dilation));
+  if (g.groups != 1)
+    throw InvalidArgument(fmt::format(
+        "{}: groups {} is not supported (3-D convolutions take groups 1)", operation, g.groups));
+  if (x.dtype() != y.dtype())
+    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in dtype", operation,
+                                      roles.input, x.describe(), roles.output, y.describe()));
+  if (weight.rank() != 5 || weight.layout() == Layout::nhwc)
+    throw tensor_error(operation, roles.weight, weight,
+                       "a 5-D (O, I, KD, KH, KW) tensor, row-major (nchw or flat)");
+  if (weight.dim(1) != x.dim(1))
+    throw InvalidArgument(fmt::format("{}: {} {} does not fit {} {} (expected [O,{},KD,KH,KW])",
+                                      operation, roles.weight, weight.describe(), roles.input,
+                                      x.describe(), x.dim(1)));
+  std::vector<std::int64_t> expected{x.dim(0), weight.dim(0)};
+  for (std::size_t i = 2; i < 5; ++i)
+    expected.push_back(
+        conv_output_size(static_cast<int>(x.dim(i)), static_cast<int>(weight.dim(i)), g));
+  if (expected[2] < 1 || expected[3] < 1 || expected[4] < 1 || y.dims() != expected)
+    throw InvalidArgument(fmt::format(
+        "{}: {} {} does not match {} {}, {} {}, stride {}, padding {}, dilation {} (expected [{}])",
+        operation, roles.output, y.describe(), roles.input, x.describe(), roles.weight,
+        weight.describe(), g.stride, g.padding, g.dilation, fmt::join(expected, ",")));
+}
+
+void check_pool3d(const OperandRules& rules, std::string_view operation, std::string_view x_role,
+                  const Tensor& x, std::string_view y_role, const Tensor& y,
+                  const PoolGeometry& g) {
+  require_volume(rules, operation, x_role, x);
+  require_volume(rules, operation, y_role, y);
+  if (g.kernel < 1 || g.stride < 1 || g.padding < 0 || g.padding > g.kernel / 2)
+    throw InvalidArgument(fmt::format(
+        "{}: invalid pooling kernel {}, stride {}, padding {} (padding at most kernel / 2)",
+        operation, g.kernel, g.stride, g.padding));
+  if (x.dtype() != y.dtype())
+    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in dtype", operation, x_role,
+                                      x.describe(), y_role, y.describe()));
+  std::vector<std::int64_t> expected{x.dim(0), x.dim(1)};
+  for (std::size_t i = 2; i < 5; ++i)
+    expected.push_back(pool_output_size(static_cast<int>(x.dim(i)), g));
+  if (expected[2] < 1 || expected[3] < 1 || expected[4] < 1 || y.dims() != expected)
+    throw InvalidArgument(fmt::format(
+        "{}: {} {} does not match {} {} pooled by kernel {}, stride {}, padding {} (expected [{}])",
+        operation, y_role, y.describe(), x_role, x.describe(), g.kernel, g.stride, g.padding,
+        fmt::join(expected, ",")));
+}
+
+void require_like_volume(std::string_view operation, std::string_view role, const Tensor& t,
+                         std::string_view reference_role, const Tensor& reference) {
+  if (t.dims() != reference.dims() || t.dtype() != reference.dtype() ||
+      t.layout() != reference.layout() || t.device() != reference.device())
+    throw InvalidArgument(fmt::format("{}: {} ({}) must have the dims, dtype and layout of {} ({})",
+                                      operation, role, t.describe(), reference_role,
+                                      reference.describe()));
+}
+
+void check_flatten(const OperandRules& rules, std::string_view operation,
+                   std::string_view volume_role, const Tensor& volume, std::string_view flat_role,
+                   const Tensor& flat) {
+  require_float(rules, operation, volume_role, volume);
+  require_float(rules, operation, flat_role, flat);
+  if (volume.rank() != 4 && volume.rank() != 5)
+    throw tensor_error(operation, volume_role, volume, "a 4-D or 5-D tensor (N, C, ...)");
+  const std::int64_t features = volume.dim(1) * volume.spatial_size();
+  if (flat.rank() != 2 || flat.dim(0) != volume.dim(0) || flat.dim(1) != features ||
+      flat.dtype() != volume.dtype())
+    throw InvalidArgument(fmt::format(
+        "{}: {} is {}, expected {} [{},{}] to match {} ({})", operation, flat_role, flat.describe(),
+        to_string(volume.dtype()), volume.dim(0), features, volume_role, volume.describe()));
+}
+
+void check_slope(std::string_view operation, float slope) {
+  if (!(slope >= 0.0f) || !std::isfinite(slope))
+    throw InvalidArgument(fmt::format("{}: slope {} must be finite and >= 0", operation, slope));
+}
+
+void check_tanh_scale(std::string_view operation, float scale) {
+  if (scale == 0.0f || !std::isfinite(scale))
+    throw InvalidArgument(fmt::format("{}: scale {} must be finite and nonzero", operation, scale));
+}
+
+void check_dense(const OperandRules& rules, std::string_view operation, const ConvRoles& roles,
+                 const Tensor& x, const Tensor& weight, const Tensor& y) {
+  require_matrix(rules, operation, roles.input, x);
+  require_matrix(rules, operation, roles.output, y);
+  require_f32(rules, operation, roles.weight, weight);
+  if (x.dtype() != y.dtype())
+    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in dtype", operation,
+                                      roles.input, x.describe(), roles.output, y.describe()));
+  if (weight.rank() != 2 || weight.dim(1) != x.dim(1))
+    throw InvalidArgument(fmt::format("{}: {} {} does not fit {} {} (expected [O,{}])", operation,
+                                      roles.weight, weight.describe(), roles.input, x.describe(),
+                                      x.dim(1)));
+  require_dims(operation, roles.output, y, {x.dim(0), weight.dim(0)});
+}
+
 void check_bias(const OperandRules& rules, std::string_view operation, std::string_view role,
                 const Tensor& bias, std::int64_t output_channels) {
   require_f32(rules, operation, role, bias);
@@ -266,13 +384,14 @@ void check_bias(const OperandRules& rules, std::string_view operation, std::stri
 
 void check_dropout(const OperandRules& rules, std::string_view operation, const Dropout& args) {
   require_float(rules, operation, "x", args.x);
-  if (args.x.rank() != 4) throw tensor_error(operation, "x", args.x, "a 4-D tensor");
+  if (args.x.rank() != 2 && args.x.rank() != 4 && args.x.rank() != 5)
+    throw tensor_error(operation, "x", args.x, "a 2-D, 4-D or 5-D tensor");
   // Written so that NaN fails too.
   if (!(args.rate >= 0.0f && args.rate < 1.0f))
     throw InvalidArgument(fmt::format("{}: rate {} is outside [0, 1)", operation, args.rate));
-  if (args.sample_keys.size() != static_cast<std::size_t>(args.x.n()))
+  if (args.sample_keys.size() != static_cast<std::size_t>(args.x.dim(0)))
     throw InvalidArgument(fmt::format("{}: {} sample keys for the {} samples of x ({})", operation,
-                                      args.sample_keys.size(), args.x.n(), args.x.describe()));
+                                      args.sample_keys.size(), args.x.dim(0), args.x.describe()));
 }
 
 void check_elementwise_pair(const OperandRules& rules, std::string_view operation,
@@ -284,6 +403,27 @@ void check_elementwise_pair(const OperandRules& rules, std::string_view operatio
     throw InvalidArgument(
         fmt::format("{}: {} ({}) and {} ({}) must have equal dims, dtype and layout", operation,
                     role_a, a.describe(), role_b, b.describe()));
+}
+
+void check_mse(const OperandRules& rules, std::string_view operation, const MseLoss& args,
+               const Tensor& dprediction) {
+  require_float(rules, operation, "prediction", args.prediction);
+  // A target read from a data file may stay on the host: the backend copies what it needs.
+  if (!(args.target.defined() && args.target.device() == Device::host))
+    require_on(rules, operation, "target", args.target);
+  if (args.target.dtype() != DType::f32)
+    throw tensor_error(operation, "target", args.target, "an f32 tensor");
+  require_same_dims(operation, "prediction", args.prediction, "target", args.target);
+  require_float(rules, operation, "dprediction", dprediction);
+  if (dprediction.dims() != args.prediction.dims() ||
+      dprediction.dtype() != args.prediction.dtype())
+    throw InvalidArgument(
+        fmt::format("{}: dprediction ({}) must have the dims and dtype of "
+                    "prediction ({})",
+                    operation, dprediction.describe(), args.prediction.describe()));
+  if (!std::isfinite(args.grad_scale))
+    throw InvalidArgument(
+        fmt::format("{}: grad_scale {} is not finite", operation, args.grad_scale));
 }
 
 void check_labels(const OperandRules& rules, std::string_view operation, const Tensor& logits,

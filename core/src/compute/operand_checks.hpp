@@ -44,6 +44,12 @@ void require_float(const OperandRules& rules, std::string_view operation, std::s
 // ... and 4-D NHWC: an activation or its gradient.
 void require_activation(const OperandRules& rules, std::string_view operation,
                         std::string_view role, const Tensor& t);
+// ... and 5-D channels-last (NDHWC): a volumetric activation or its gradient.
+void require_volume(const OperandRules& rules, std::string_view operation, std::string_view role,
+                    const Tensor& t);
+// ... and 2-D (N, K): the activations of a dense layer (any layout tag: a matrix is row-major).
+void require_matrix(const OperandRules& rules, std::string_view operation, std::string_view role,
+                    const Tensor& t);
 // An activation with the dims and dtype of `reference`.
 void require_like(const OperandRules& rules, std::string_view operation, std::string_view role,
                   const Tensor& t, std::string_view reference_role, const Tensor& reference);
@@ -100,17 +106,47 @@ void check_convolution(const OperandRules& rules, std::string_view operation,
 void check_transposed_convolution(const OperandRules& rules, std::string_view operation,
                                   const ConvRoles& roles, const Tensor& x, const Tensor& weight,
                                   const Tensor& y, const ConvGeometry& geometry);
+// A 3-D convolution's x (N, I, D, H, W), weight (O, I, KD, KH, KW) and y (N, O, OD, OH, OW)
+// against each other and the geometry (groups 1); the same relation for dx/dy.
+void check_convolution3d(const OperandRules& rules, std::string_view operation,
+                         const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                         const Tensor& y, const ConvGeometry& geometry);
+// A 3-D max pooling's x (N, C, D, H, W) and y (N, C, OD, OH, OW) (or dx and dy): volumes of one
+// dtype, y's sizes the pooled sizes of x's under a valid geometry.
+void check_pool3d(const OperandRules& rules, std::string_view operation, std::string_view x_role,
+                  const Tensor& x, std::string_view y_role, const Tensor& y,
+                  const PoolGeometry& geometry);
+// dx of a pooling's backward: a volume with the dims and dtype of x.
+void require_like_volume(std::string_view operation, std::string_view role, const Tensor& t,
+                         std::string_view reference_role, const Tensor& reference);
+// A flatten's (N, C, ...) side, 4-D or 5-D float in any layout, and its (N, C * ...) side of the
+// same dtype.
+void check_flatten(const OperandRules& rules, std::string_view operation,
+                   std::string_view volume_role, const Tensor& volume, std::string_view flat_role,
+                   const Tensor& flat);
+// A leaky relu's slope: finite and >= 0 (so that the backward mask can come from y).
+void check_slope(std::string_view operation, float slope);
+// A scaled tanh's output scale: finite and nonzero (backward divides by it).
+void check_tanh_scale(std::string_view operation, float scale);
+// A dense layer's x (N, K), weight (O, K) f32 and y (N, O) (or dx, dweight, dy), x and y of one
+// dtype.
+void check_dense(const OperandRules& rules, std::string_view operation, const ConvRoles& roles,
+                 const Tensor& x, const Tensor& weight, const Tensor& y);
 // A convolution's bias (or its gradient): f32 with one value per output channel.
 void check_bias(const OperandRules& rules, std::string_view operation, std::string_view role,
                 const Tensor& bias, std::int64_t output_channels);
-// Dropout's settings and x: a 4-D tensor of a floating-point type (any layout), a rate in
-// [0, 1) and one sample key per sample of x.
+// Dropout's settings and x: a 2-D, 4-D or 5-D tensor of a floating-point type (any layout), a
+// rate in [0, 1) and one sample key per sample of x (its first dimension).
 void check_dropout(const OperandRules& rules, std::string_view operation, const Dropout& args);
 // Two tensors of a floating-point type with equal dims, dtype and layout, any shape: relu works
 // on the flat array.
 void check_elementwise_pair(const OperandRules& rules, std::string_view operation,
                             std::string_view role_a, const Tensor& a, std::string_view role_b,
                             const Tensor& b);
+// The MSE loss: prediction a float tensor, target f32 of its dims (on the backend's device or
+// the host), dprediction of the prediction's dims and dtype, grad_scale finite.
+void check_mse(const OperandRules& rules, std::string_view operation, const MseLoss& args,
+               const Tensor& dprediction);
 // The logits (an activation) and i32 labels (N, 1, H, W) of the loss and of argmax.
 void check_labels(const OperandRules& rules, std::string_view operation, const Tensor& logits,
                   const Tensor& labels);

@@ -53,6 +53,12 @@ std::string to_string(Layout layout) {
   return "?";
 }
 
+std::string layout_name(Layout layout, std::size_t rank) {
+  if (rank == 5 && layout == Layout::nchw) return "ncdhw";
+  if (rank == 5 && layout == Layout::nhwc) return "ndhwc";
+  return to_string(layout);
+}
+
 namespace {
 
 class HostBuffer final : public OwnedBuffer {
@@ -114,6 +120,21 @@ std::span<const float> Tensor::f32() const {
   return {data<float>(), static_cast<std::size_t>(numel())};
 }
 
+Tensor Tensor::view(std::vector<std::int64_t> dims, Layout layout) const {
+  Tensor viewed(std::move(dims), dtype_, layout, nullptr);
+  if (viewed.numel() != numel())
+    throw InvalidArgument(fmt::format("cannot view {} as [{}]: {} elements against {}", describe(),
+                                      fmt::join(viewed.dims_, ","), viewed.numel(), numel()));
+  viewed.buffer_ = buffer_;
+  return viewed;
+}
+
+std::int64_t Tensor::spatial_size() const {
+  std::int64_t size = 1;
+  for (std::size_t i = 2; i < dims_.size(); ++i) size *= dims_[i];
+  return size;
+}
+
 Tensor Tensor::clone() const {
   if (device() != Device::host) throw Error("Tensor::clone works on host tensors only");
   Tensor copy = host(dims_, dtype_, layout_);
@@ -122,8 +143,8 @@ Tensor Tensor::clone() const {
 }
 
 std::string Tensor::describe() const {
-  return fmt::format("{} {} [{}]{}", to_string(dtype_), to_string(layout_), fmt::join(dims_, ","),
-                     device() == Device::cuda ? " on cuda" : "");
+  return fmt::format("{} {} [{}]{}", to_string(dtype_), layout_name(layout_, dims_.size()),
+                     fmt::join(dims_, ","), device() == Device::cuda ? " on cuda" : "");
 }
 
 }  // namespace hardy::core

@@ -1,7 +1,8 @@
-// Convolution and transposed convolution through oneDNN (its convolution and deconvolution
-// primitives): activations stay NHWC (oneDNN picks its brgemm/jit AVX-512 kernels for
-// channels-last f32), weights are reordered between the user's OIHW (or, transposed, IOHW)
-// tensor and whatever blocked layout the primitive asks for.
+// Convolution (2-D and 3-D) and transposed convolution through oneDNN (its convolution and
+// deconvolution primitives): activations stay NHWC / NDHWC (oneDNN picks its brgemm/jit AVX-512
+// kernels for channels-last f32), weights are reordered between the user's OIHW / OIDHW (or,
+// transposed, IOHW) tensor and whatever blocked layout the primitive asks for. A 3-D
+// convolution is the same code with one more spatial dimension in every descriptor.
 #include "compute/cpu/dnnl_support.hpp"
 
 namespace hardy::core {
@@ -34,9 +35,10 @@ ConvProblem common_problem(PrimitiveKind kind, const Tensor& x, const Tensor& we
   ConvProblem problem;
   problem.source = dnnl_desc(x);
   problem.destination = dnnl_desc(y);
-  problem.strides = {g.stride, g.stride};
-  problem.dilation = {g.dilation - 1, g.dilation - 1};  // oneDNN counts the gaps
-  problem.padding = {g.padding, g.padding};
+  const std::size_t spatial = x.rank() - 2;  // 2 or 3
+  problem.strides.assign(spatial, g.stride);
+  problem.dilation.assign(spatial, g.dilation - 1);  // oneDNN counts the gaps
+  problem.padding.assign(spatial, g.padding);
   problem.padding_right = problem.padding;
   problem.key.add(static_cast<std::int64_t>(kind))
       .add(x.dims())
@@ -188,56 +190,63 @@ void run_backward_weights(Impl& impl, const CachedPrimitive& cached, const ConvP
                                            {DNNL_ARG_TO, user_weights}});
 }
 
-}  // namespace
-
-void CpuBackend::do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                   const ConvGeometry& geometry, Tensor& y) {
-  constexpr std::string_view operation = "conv2d_forward";
+// The three passes of a convolution, 2-D or 3-D alike (the descriptors carry the rank).
+template <class Impl>
+void convolution_forward(Impl& impl, std::string_view operation, const Tensor& x,
+                         const Tensor& weight, const Tensor* bias, const ConvGeometry& geometry,
+                         Tensor& y) {
   const bool with_bias = bias != nullptr;
   const ConvProblem problem =
       make_problem(PrimitiveKind::conv_forward, x, weight, y, geometry, with_bias);
   dnnl_checked(operation, {&x, &weight, bias, &y}, [&] {
-    const CachedPrimitive& conv = impl_->cached(problem.key, [&] {
-      const auto pd = forward_descriptor(impl_->engine, problem, with_bias);
+    const CachedPrimitive& conv = impl.cached(problem.key, [&] {
+      const auto pd = forward_descriptor(impl.engine, problem, with_bias);
       CachedPrimitive cached{dnnl::convolution_forward(pd), implementation_name(pd)};
-      attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
+      attach_weights_reorder(impl.engine, cached, problem.user_weights, pd.weights_desc(), true);
       return cached;
     });
-    run_forward(*impl_, conv, problem, x, weight, bias, y);
+    run_forward(impl, conv, problem, x, weight, bias, y);
   });
 }
 
-void CpuBackend::do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
-                                         const ConvGeometry& geometry, Tensor& dx) {
-  constexpr std::string_view operation = "conv2d_backward_data";
+template <class Impl>
+void convolution_backward_data(Impl& impl, std::string_view operation, const Tensor& dy,
+                               const Tensor& weight, const ConvGeometry& geometry, Tensor& dx) {
   const ConvProblem problem =
       make_problem(PrimitiveKind::conv_backward_data, dx, weight, dy, geometry, false);
   dnnl_checked(operation, {&dy, &weight, &dx}, [&] {
-    const CachedPrimitive& conv = impl_->cached(problem.key, [&] {
-      const auto hint = forward_descriptor(impl_->engine, problem, false);
+    const CachedPrimitive& conv = impl.cached(problem.key, [&] {
+      const auto hint = forward_descriptor(impl.engine, problem, false);
       const dnnl::convolution_backward_data::desc desc(
           dnnl::algorithm::convolution_direct, problem.source, problem.any_weights(),
           problem.destination, problem.strides, problem.dilation, problem.padding,
           problem.padding_right);
-      const dnnl::convolution_backward_data::primitive_desc pd(desc, impl_->engine, hint);
+      const dnnl::convolution_backward_data::primitive_desc pd(desc, impl.engine, hint);
       CachedPrimitive cached{dnnl::convolution_backward_data(pd), implementation_name(pd)};
-      attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
+      attach_weights_reorder(impl.engine, cached, problem.user_weights, pd.weights_desc(), true);
       return cached;
     });
-    run_backward_data(*impl_, conv, problem, dy, weight, dx);
+    run_backward_data(impl, conv, problem, dy, weight, dx);
   });
 }
 
-void CpuBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
-                                            const ConvGeometry& geometry, Tensor& dweight,
-                                            Tensor* dbias) {
-  constexpr std::string_view operation = "conv2d_backward_weights";
+// Whether every kernel size of (O, I, K...) weights is 1.
+bool pointwise_kernel(const Tensor& weight) {
+  for (std::size_t i = 2; i < weight.rank(); ++i)
+    if (weight.dim(i) != 1) return false;
+  return true;
+}
+
+template <class Impl>
+void convolution_backward_weights(Impl& impl, std::string_view operation, const Tensor& x,
+                                  const Tensor& dy, const ConvGeometry& geometry, Tensor& dweight,
+                                  Tensor* dbias) {
   const bool with_bias = dbias != nullptr;
   const ConvProblem problem =
       make_problem(PrimitiveKind::conv_backward_weights, x, dweight, dy, geometry, with_bias);
   dnnl_checked(operation, {&x, &dy, &dweight, dbias}, [&] {
-    const CachedPrimitive& conv = impl_->cached(problem.key, [&] {
-      const auto hint = forward_descriptor(impl_->engine, problem, with_bias);
+    const CachedPrimitive& conv = impl.cached(problem.key, [&] {
+      const auto hint = forward_descriptor(impl.engine, problem, with_bias);
       const auto desc =
           with_bias ? dnnl::convolution_backward_weights::desc(
                           dnnl::algorithm::convolution_direct, problem.source,
@@ -247,21 +256,56 @@ void CpuBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
                           dnnl::algorithm::convolution_direct, problem.source,
                           problem.any_weights(), problem.destination, problem.strides,
                           problem.dilation, problem.padding, problem.padding_right);
-      dnnl::convolution_backward_weights::primitive_desc pd(desc, impl_->engine, hint);
+      dnnl::convolution_backward_weights::primitive_desc pd(desc, impl.engine, hint);
       // oneDNN 2.6's jit_1x1 backward-weights kernel (Debian 12's libdnnl2 2.6.3) reads out of
       // bounds for a strided 1x1 convolution on NHWC inputs whose channels are not a multiple of
       // 16 (e.g. 14 channels, 64x64 -> 32x32, stride 2: SIGSEGV). The tiramisu's transitions
-      // down are such convolutions; the next implementation oneDNN offers computes them.
-      const bool strided_1x1 = dweight.dim(2) == 1 && dweight.dim(3) == 1 && geometry.stride > 1;
+      // down are such convolutions; the next implementation oneDNN offers computes them. A
+      // strided 1x1x1 3-D convolution is kept away from it the same way.
+      const bool strided_1x1 = pointwise_kernel(dweight) && geometry.stride > 1;
       while (strided_1x1 && implementation_name(pd).starts_with("jit_1x1") && pd.next_impl()) {
       }
       CachedPrimitive cached{dnnl::convolution_backward_weights(pd), implementation_name(pd)};
-      attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.diff_weights_desc(),
+      attach_weights_reorder(impl.engine, cached, problem.user_weights, pd.diff_weights_desc(),
                              false);
       return cached;
     });
-    run_backward_weights(*impl_, conv, problem, x, dy, dweight, dbias);
+    run_backward_weights(impl, conv, problem, x, dy, dweight, dbias);
   });
+}
+
+}  // namespace
+
+void CpuBackend::do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                   const ConvGeometry& geometry, Tensor& y) {
+  convolution_forward(*impl_, "conv2d_forward", x, weight, bias, geometry, y);
+}
+
+void CpuBackend::do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
+                                         const ConvGeometry& geometry, Tensor& dx) {
+  convolution_backward_data(*impl_, "conv2d_backward_data", dy, weight, geometry, dx);
+}
+
+void CpuBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
+                                            const ConvGeometry& geometry, Tensor& dweight,
+                                            Tensor* dbias) {
+  convolution_backward_weights(*impl_, "conv2d_backward_weights", x, dy, geometry, dweight, dbias);
+}
+
+void CpuBackend::do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                   const ConvGeometry& geometry, Tensor& y) {
+  convolution_forward(*impl_, "conv3d_forward", x, weight, bias, geometry, y);
+}
+
+void CpuBackend::do_conv3d_backward_data(const Tensor& dy, const Tensor& weight,
+                                         const ConvGeometry& geometry, Tensor& dx) {
+  convolution_backward_data(*impl_, "conv3d_backward_data", dy, weight, geometry, dx);
+}
+
+void CpuBackend::do_conv3d_backward_weights(const Tensor& x, const Tensor& dy,
+                                            const ConvGeometry& geometry, Tensor& dweight,
+                                            Tensor* dbias) {
+  convolution_backward_weights(*impl_, "conv3d_backward_weights", x, dy, geometry, dweight, dbias);
 }
 
 // ---- transposed convolution: oneDNN's deconvolution primitives, on the same weight handling ----

@@ -25,13 +25,14 @@ Tensor CpuBackend::do_empty(std::vector<std::int64_t> dims, DType dtype, Layout 
 
 namespace {
 
-// nchw and nhwc address the same bytes when C == 1 or H * W == 1 (and a flat 4-D tensor is
-// nchw), so only the remaining cases need a reorder.
+// Channels second and channels last address the same bytes when C == 1 or the spatial size
+// is 1 (and a flat 4-D or 5-D tensor is channels second), so only the remaining cases of 4-D
+// (nchw, nhwc) and 5-D (ncdhw, ndhwc) tensors need a reorder.
 bool same_memory_order(const Tensor& a, const Tensor& b) {
-  if (a.rank() != 4) return true;
+  if (a.rank() != 4 && a.rank() != 5) return true;
   const auto effective = [](Layout layout) { return layout == Layout::nhwc ? 1 : 0; };
   if (effective(a.layout()) == effective(b.layout())) return true;
-  return a.c() == 1 || a.h() * a.w() == 1;
+  return a.dim(1) == 1 || a.spatial_size() == 1;
 }
 
 }  // namespace

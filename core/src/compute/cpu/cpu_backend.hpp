@@ -1,9 +1,10 @@
 #pragma once
-// The CPU backend: oneDNN primitives for convolution (also grouped and transposed), batch-norm
-// application, relu, resampling and concatenation; OpenMP loops for what oneDNN has no primitive
-// for (group normalization, the split batch-norm reductions, global average pooling, dropout,
-// the loss, optimizer updates).
-// Activations are NHWC, weights OIHW.
+// The CPU backend: oneDNN primitives for convolution (2-D: also grouped and transposed; 3-D),
+// dense layers (inner product), batch-norm application, relu and leaky relu, resampling and
+// concatenation; OpenMP loops for what oneDNN has no primitive for (group normalization, the
+// split batch-norm reductions, global average pooling, 3-D max pooling, dropout, scaled tanh,
+// the losses, optimizer updates).
+// Activations are NHWC (NDHWC), weights OIHW (OIDHW).
 #include <cstddef>
 #include <memory>
 
@@ -45,6 +46,29 @@ class CpuBackend final : public Backend {
                                             const ConvGeometry& geometry, Tensor& dweight,
                                             Tensor* dbias) override;
 
+  void do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                         const ConvGeometry& geometry, Tensor& y) override;
+  void do_conv3d_backward_data(const Tensor& dy, const Tensor& weight, const ConvGeometry& geometry,
+                               Tensor& dx) override;
+  void do_conv3d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
+                                  Tensor& dweight, Tensor* dbias) override;
+
+  // Defined in cpu/pooling3d.cpp.
+  void do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) override;
+  void do_max_pool3d_backward(const Tensor& x, const Tensor& dy, const PoolGeometry& geometry,
+                              Tensor& dx) override;
+  // Defined in cpu/dense.cpp.
+  void do_dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                        Tensor& y) override;
+  void do_dense_backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override;
+  void do_dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight,
+                                 Tensor* dbias) override;
+  // Defined in cpu/activations.cpp.
+  void do_leaky_relu_forward(const Tensor& x, float slope, Tensor& y) override;
+  void do_leaky_relu_backward(const Tensor& y, const Tensor& dy, float slope, Tensor& dx) override;
+  void do_scaled_tanh_forward(const Tensor& x, float scale, Tensor& y) override;
+  void do_scaled_tanh_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) override;
+
   // Defined in cpu/normalization.cpp.
   void do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
                              Tensor& rstd) override;
@@ -73,6 +97,7 @@ class CpuBackend final : public Backend {
   // Defined in cpu/loss.cpp.
   double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override;
   void do_argmax_channels(const Tensor& logits, Tensor& labels) override;
+  double do_mse_loss(const MseLoss& args, Tensor& dprediction) override;
 
   // Defined in cpu/elementwise.cpp.
   void do_axpy(float alpha, const Tensor& x, Tensor& y) override;

@@ -35,8 +35,22 @@ memory::data_type dnnl_data_type(DType dtype) {
 }
 
 memory::desc dnnl_desc(const Tensor& t) {
-  // A flat 4-D tensor is row-major over its logical (N, C, H, W) dims, i.e. nchw.
-  const auto tag = t.layout() == Layout::nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw;
+  // A flat tensor is row-major over its logical (N, C, ...) dims, i.e. nchw (ncdhw).
+  const bool channels_last = t.layout() == Layout::nhwc;
+  memory::format_tag tag = memory::format_tag::undef;
+  switch (t.rank()) {
+    case 2:
+      tag = memory::format_tag::ab;
+      break;
+    case 4:
+      tag = channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
+      break;
+    case 5:
+      tag = channels_last ? memory::format_tag::ndhwc : memory::format_tag::ncdhw;
+      break;
+    default:
+      throw Error(fmt::format("no oneDNN memory layout for {}", t.describe()));
+  }
   return memory::desc(t.dims(), dnnl_data_type(t.dtype()), tag);
 }
 

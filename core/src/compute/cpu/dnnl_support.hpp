@@ -100,6 +100,11 @@ enum class PrimitiveKind : std::int64_t {
   layout_reorder,
   scalar_convert,
   exponential,
+  dense_forward,
+  dense_backward_data,
+  dense_backward_weights,
+  leaky_relu_forward,
+  leaky_relu_backward,
 };
 
 // A primitive plus, for convolutions, the reorder between the user's OIHW (IOHW) weights and the
@@ -140,7 +145,8 @@ namespace cpu {
 
 // ---- memory descriptors ----
 dnnl::memory::data_type dnnl_data_type(DType dtype);
-// A 4-D activation (or OIHW weights) as laid out by the tensor's layout.
+// A 2-D matrix (row-major), 4-D or 5-D activation (or OIHW / OIDHW weights) as laid out by the
+// tensor's layout.
 dnnl::memory::desc dnnl_desc(const Tensor& t);
 // The same dims with the layout left to the primitive.
 dnnl::memory::desc dnnl_any_desc(const Tensor& t);

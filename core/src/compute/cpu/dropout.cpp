@@ -16,15 +16,17 @@ constexpr std::int64_t parallel_threshold = 1 << 15;
 
 // out = in * keep / (1 - rate) for the mask of args (in may be out).
 void apply_dropout(const Dropout& args, const Tensor& in, Tensor& out) {
-  const std::int64_t batch = in.n(), channels = in.c(), plane = in.h() * in.w();
+  // A 2-D (N, F) tensor is F channels of one element; a 4-D or 5-D one has H * W or D * H * W.
+  const std::int64_t batch = in.dim(0), channels = in.dim(1), plane = in.spatial_size();
   const std::uint32_t threshold = dropout::keep_threshold(args.rate);
   const float scale = 1.0f / (1.0f - args.rate);
   std::vector<std::uint64_t> states(static_cast<std::size_t>(batch));
   for (std::int64_t n = 0; n < batch; ++n)
     states[n] = dropout::sample_state(args.seed, args.sample_keys[n]);
-  // A sample is `rows` contiguous rows of `row_length` elements: pixels of C channels (nhwc), or
-  // channels of H * W pixels (nchw, and flat 4-D tensors, which are row-major nchw). The
-  // logical index (c * H + h) * W + w of element j of row r is r * across_rows + j * along_row.
+  // A sample is `rows` contiguous rows of `row_length` elements: pixels of C channels (channels
+  // last), or channels of `plane` pixels (channels second, and flat tensors, which are row-major
+  // over the logical dims). The logical index c * plane + pixel of element j of row r is
+  // r * across_rows + j * along_row.
   const bool nhwc = in.layout() == Layout::nhwc;
   const std::int64_t rows = nhwc ? plane : channels, row_length = nhwc ? channels : plane;
   const std::int64_t along_row = nhwc ? plane : 1, across_rows = nhwc ? 1 : plane;

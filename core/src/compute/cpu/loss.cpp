@@ -1,5 +1,5 @@
 // Per-pixel softmax cross-entropy and argmax over the channels of NHWC logits, where each
-// pixel's class scores are contiguous.
+// pixel's class scores are contiguous; the mean-squared-error loss of regression outputs.
 #include <algorithm>
 #include <cmath>
 
@@ -118,6 +118,23 @@ void CpuBackend::do_argmax_channels(const Tensor& logits, Tensor& labels) {
       if (row[c] > row[best]) best = c;
     label[pixel] = static_cast<std::int32_t>(best);
   }
+}
+
+// The regression outputs are a handful of values per sample (CosmoFlow's 4), so one pass on the
+// calling thread, summed in double in element order (the same sum for any thread count).
+double CpuBackend::do_mse_loss(const MseLoss& args, Tensor& dprediction) {
+  const float* prediction = args.prediction.data<float>();
+  const float* target = args.target.data<float>();
+  float* gradient = dprediction.data<float>();  // may be prediction itself
+  const double twice_scale = 2.0 * static_cast<double>(args.grad_scale);
+  const std::int64_t count = args.prediction.numel();
+  double total = 0.0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const double error = static_cast<double>(prediction[i]) - target[i];
+    total += error * error;
+    gradient[i] = static_cast<float>(twice_scale * error);
+  }
+  return total;
 }
 
 }  // namespace hardy::core

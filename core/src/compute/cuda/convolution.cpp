@@ -23,8 +23,17 @@
 // 1x1 convolutions with stride 1 and no padding are plain matrix products over the N*H*W rows
 // of an NHWC tensor, so they go to cuBLAS (cublasGemmEx), which also writes the weight gradient
 // straight into the f32 master gradient (bf16 inputs, fp32 output) without a bf16 round trip.
+// A dense layer (x (N, K), weights (O, K)) is such a 1x1 convolution over N pixels.
+//
+// 3-D convolutions (NDHWC, weights (O, I, KD, KH, KW)) are the same code with cuDNN's Nd
+// descriptors: the tensors described by their dims and channels-last strides, the filter as
+// NHWC (cuDNN's (O, KD, KH, KW, I)), which is the 2-D conversion of the weights with KD * KH
+// rows of the kernel.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
+#include <array>
 #include <climits>
 
 #include "compute/cuda/cuda_support.hpp"
@@ -36,19 +45,20 @@ using namespace cuda;  // the backend's internal helpers, declared in cuda_suppo
 
 namespace {
 
-// Sizes of one convolution, validated: x (N, C, H, W), weight (O, C / groups, KH, KW),
-// y (N, O, OH, OW).
+// Sizes of one convolution, validated: x (N, C, [D,] H, W), weight (O, C / groups, [KD,] KH,
+// KW), y (N, O, [OD,] OH, OW); a 2-D convolution has d = kd = od = 1 and volumetric false.
 struct ConvShape {
-  Index n, c, h, w, o, kh, kw, oh, ow;
+  Index n, c, d, h, w, o, kd, kh, kw, od, oh, ow;
   ConvGeometry g;
   DType type;
+  bool volumetric;
 
-  Index rows() const { return n * h * w; }  // of x; equals n * oh * ow for a GEMM convolution
+  Index rows() const { return n * d * h * w; }  // of x; n * od * oh * ow for a GEMM convolution
   Index group_inputs() const { return c / g.groups; }  // the weights' second dimension
-  Index weight_count() const { return o * group_inputs() * kh * kw; }
-  // One 3x3 filter per channel: depthwise.cu's kernels.
+  Index weight_count() const { return o * group_inputs() * kd * kh * kw; }
+  // One 3x3 filter per channel of a 2-D convolution: depthwise.cu's kernels.
   bool depthwise() const {
-    return g.groups > 1 && g.groups == c && o == c && kh == depthwise_kernel &&
+    return !volumetric && g.groups > 1 && g.groups == c && o == c && kh == depthwise_kernel &&
            kw == depthwise_kernel;
   }
   DepthwiseShape depthwise_shape() const {
@@ -63,28 +73,57 @@ struct ConvShape {
             .dilation = g.dilation};
   }
   bool gemm() const {
-    return kh == 1 && kw == 1 && g.stride == 1 && g.padding == 0 && g.groups == 1 &&
+    return kd == 1 && kh == 1 && kw == 1 && g.stride == 1 && g.padding == 0 && g.groups == 1 &&
            rows() <= INT_MAX && c <= INT_MAX && o <= INT_MAX;
   }
 };
 
-// The sizes of x (N, C, H, W), weight (O, C / groups, KH, KW) and y (N, O, OH, OW), which
-// Backend has checked against each other and the geometry (operands::check_convolution). For a
-// transposed convolution, pass its y as x and its x as y (operands::check_transposed_convolution
-// checked that relation).
+// The sizes of x, weight and y, which Backend has checked against each other and the geometry
+// (operands::check_convolution, check_convolution3d). For a transposed convolution, pass its y
+// as x and its x as y (operands::check_transposed_convolution checked that relation).
 ConvShape conv_shape(const Tensor& x, const Tensor& weight, const Tensor& y,
                      const ConvGeometry& g) {
-  return {.n = x.n(),
-          .c = x.c(),
-          .h = x.h(),
-          .w = x.w(),
+  const bool volumetric = x.rank() == 5;
+  // Spatial dimension i (0: D, 1: H, 2: W) of t; a 4-D tensor has depth 1.
+  const auto spatial = [&](const Tensor& t, int i) -> Index {
+    if (volumetric) return t.dim(2 + static_cast<std::size_t>(i));
+    return i == 0 ? 1 : t.dim(1 + static_cast<std::size_t>(i));
+  };
+  return {.n = x.dim(0),
+          .c = x.dim(1),
+          .d = spatial(x, 0),
+          .h = spatial(x, 1),
+          .w = spatial(x, 2),
           .o = weight.dim(0),
-          .kh = weight.dim(2),
-          .kw = weight.dim(3),
-          .oh = y.h(),
-          .ow = y.w(),
+          .kd = spatial(weight, 0),
+          .kh = spatial(weight, 1),
+          .kw = spatial(weight, 2),
+          .od = spatial(y, 0),
+          .oh = spatial(y, 1),
+          .ow = spatial(y, 2),
           .g = g,
-          .type = x.dtype()};
+          .type = x.dtype(),
+          .volumetric = volumetric};
+}
+
+// A dense layer's x (N, K), weight (O, K) and y (N, O) as the 1x1 convolution of N pixels of K
+// channels into O channels.
+ConvShape dense_shape(const Tensor& x, const Tensor& weight) {
+  return {.n = x.dim(0),
+          .c = x.dim(1),
+          .d = 1,
+          .h = 1,
+          .w = 1,
+          .o = weight.dim(0),
+          .kd = 1,
+          .kh = 1,
+          .kw = 1,
+          .od = 1,
+          .oh = 1,
+          .ow = 1,
+          .g = {},
+          .type = x.dtype(),
+          .volumetric = false};
 }
 
 cudnnDataType_t cudnn_type(DType type) {
@@ -118,8 +157,8 @@ cudaDataType_t blas_type(DType type) {
 ConvKey key_of(ConvKind kind, const ConvShape& s) {
   const auto pass = static_cast<std::int64_t>(kind), type = static_cast<std::int64_t>(s.type);
   ConvKey key;
-  key.values = {pass, type, s.n,  s.c,        s.h,         s.w,          s.o,       s.kh,
-                s.kw, s.oh, s.ow, s.g.stride, s.g.padding, s.g.dilation, s.g.groups};
+  key.values = {pass, type, s.n,  s.c,  s.d,  s.h,        s.w,         s.o,          s.kd,
+                s.kh, s.kw, s.od, s.oh, s.ow, s.g.stride, s.g.padding, s.g.dilation, s.g.groups};
   return key;
 }
 
@@ -164,13 +203,8 @@ struct SearchOperands {
   void* out;
 };
 
-ConvPlan& plan_for(CudaBackend::Impl& impl, ConvKind kind, const ConvShape& s,
-                   const SearchOperands& operands) {
-  const ConvKey key = key_of(kind, s);
-  if (auto found = impl.conv_plans.find(key); found != impl.conv_plans.end()) return found->second;
-
-  ConvPlan plan;
-  const cudnnDataType_t type = cudnn_type(s.type);
+// The descriptors of a 2-D convolution: NHWC tensors and filter, a 2-D convolution.
+void describe_planar(ConvPlan& plan, const ConvShape& s, cudnnDataType_t type) {
   const auto as_int = [](Index v) { return static_cast<int>(v); };
   HARDY_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan.x.get(), CUDNN_TENSOR_NHWC, type, as_int(s.n),
                                                as_int(s.c), as_int(s.h), as_int(s.w)));
@@ -182,6 +216,45 @@ ConvPlan& plan_for(CudaBackend::Impl& impl, ConvKind kind, const ConvShape& s,
   HARDY_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
       plan.conv.get(), s.g.padding, s.g.padding, s.g.stride, s.g.stride, s.g.dilation, s.g.dilation,
       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+}
+
+// An NDHWC tensor (N, C, D, H, W) for cuDNN's Nd API: logical dims with channels-last strides.
+void describe_ndhwc(TensorDescriptor& descriptor, cudnnDataType_t type, Index n, Index c, Index d,
+                    Index h, Index w) {
+  const auto as_int = [](Index v) { return static_cast<int>(v); };
+  const int dims[5] = {as_int(n), as_int(c), as_int(d), as_int(h), as_int(w)};
+  const int strides[5] = {as_int(d * h * w * c), 1, as_int(h * w * c), as_int(w * c), as_int(c)};
+  HARDY_CUDNN_CHECK(cudnnSetTensorNdDescriptor(descriptor.get(), type, 5, dims, strides));
+}
+
+// The descriptors of a 3-D convolution: NDHWC tensors, the (O, KD, KH, KW, I) filter (cuDNN's
+// NHWC format for 5-D filters) and a 3-D convolution with one geometry for every dimension.
+void describe_volumetric(ConvPlan& plan, const ConvShape& s, cudnnDataType_t type) {
+  const auto as_int = [](Index v) { return static_cast<int>(v); };
+  describe_ndhwc(plan.x, type, s.n, s.c, s.d, s.h, s.w);
+  describe_ndhwc(plan.y, type, s.n, s.o, s.od, s.oh, s.ow);
+  const int filter[5] = {as_int(s.o), as_int(s.group_inputs()), as_int(s.kd), as_int(s.kh),
+                         as_int(s.kw)};
+  HARDY_CUDNN_CHECK(cudnnSetFilterNdDescriptor(plan.w.get(), type, CUDNN_TENSOR_NHWC, 5, filter));
+  const int padding[3] = {s.g.padding, s.g.padding, s.g.padding};
+  const int stride[3] = {s.g.stride, s.g.stride, s.g.stride};
+  const int dilation[3] = {s.g.dilation, s.g.dilation, s.g.dilation};
+  HARDY_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(plan.conv.get(), 3, padding, stride, dilation,
+                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+}
+
+ConvPlan& plan_for(CudaBackend::Impl& impl, ConvKind kind, const ConvShape& s,
+                   const SearchOperands& operands) {
+  const ConvKey key = key_of(kind, s);
+  if (auto found = impl.conv_plans.find(key); found != impl.conv_plans.end()) return found->second;
+
+  ConvPlan plan;
+  const cudnnDataType_t type = cudnn_type(s.type);
+  const auto as_int = [](Index v) { return static_cast<int>(v); };
+  if (s.volumetric)
+    describe_volumetric(plan, s, type);
+  else
+    describe_planar(plan, s, type);
   HARDY_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan.conv.get(), s.g.groups));
   const bool strict_fp32 = s.type == DType::f32 && !impl.options.allow_tf32;
   const cudnnMathType_t requested = s.type != DType::f32 ? CUDNN_TENSOR_OP_MATH
@@ -189,14 +262,18 @@ ConvPlan& plan_for(CudaBackend::Impl& impl, ConvKind kind, const ConvShape& s,
                                                          : CUDNN_DEFAULT_MATH;
   HARDY_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv.get(), requested));
   // cuDNN must agree with hardy about the output size, or the descriptors are wrong.
-  int out_n = 0, out_c = 0, out_h = 0, out_w = 0;
-  HARDY_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(
-      plan.conv.get(), plan.x.get(), plan.w.get(), &out_n, &out_c, &out_h, &out_w));
-  if (out_n != s.n || out_c != s.o || out_h != s.oh || out_w != s.ow)
-    throw BackendError(
-        fmt::format("cuDNN computes output [{},{},{},{}] for a convolution hardy "
-                    "sizes [{},{},{},{}]",
-                    out_n, out_c, out_h, out_w, s.n, s.o, s.oh, s.ow));
+  std::array<int, 5> out{};
+  const int rank = s.volumetric ? 5 : 4;
+  HARDY_CUDNN_CHECK(cudnnGetConvolutionNdForwardOutputDim(plan.conv.get(), plan.x.get(),
+                                                          plan.w.get(), rank, out.data()));
+  const std::array<int, 5> expected =
+      s.volumetric
+          ? std::array<int, 5>{as_int(s.n), as_int(s.o), as_int(s.od), as_int(s.oh), as_int(s.ow)}
+          : std::array<int, 5>{as_int(s.n), as_int(s.o), as_int(s.oh), as_int(s.ow), 0};
+  if (out != expected)
+    throw BackendError(fmt::format("cuDNN computes output [{}] for a convolution hardy sizes [{}]",
+                                   fmt::join(out.begin(), out.begin() + rank, ","),
+                                   fmt::join(expected.begin(), expected.begin() + rank, ",")));
 
   const std::size_t limit = impl.options.workspace_limit_bytes;
   const bool benchmark = impl.options.benchmark_algorithms;
@@ -248,21 +325,23 @@ ConvPlan& plan_for(CudaBackend::Impl& impl, ConvKind kind, const ConvShape& s,
   }
   if (!chosen)
     throw BackendError(fmt::format(
-        "cuDNN has no {} algorithm for a {} convolution x [{},{},{},{}], weight [{},{},{},{}], "
-        "stride {}, padding {}, dilation {}, groups {} within a {} MiB workspace (of {} tried)",
-        kind_name(kind), to_string(s.type), s.n, s.c, s.h, s.w, s.o, s.group_inputs(), s.kh, s.kw,
-        s.g.stride, s.g.padding, s.g.dilation, s.g.groups, limit >> 20, returned));
+        "cuDNN has no {} algorithm for a {} convolution x [{},{},{},{},{}], weight "
+        "[{},{},{},{},{}] (depth 1: 2-D), stride {}, padding {}, dilation {}, groups {} within a "
+        "{} MiB workspace (of {} tried)",
+        kind_name(kind), to_string(s.type), s.n, s.c, s.d, s.h, s.w, s.o, s.group_inputs(), s.kd,
+        s.kh, s.kw, s.g.stride, s.g.padding, s.g.dilation, s.g.groups, limit >> 20, returned));
   HARDY_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv.get(), plan.math));
   return impl.conv_plans.emplace(key, std::move(plan)).first->second;
 }
 
-// Weights in the layout and type a pass reads: cuDNN's (O, KH, KW, I) in the activation type.
-// For a 1x1 kernel that layout is the (O, I) matrix itself, so f32 GEMMs read the master copy.
+// Weights in the layout and type a pass reads: cuDNN's (O, [KD,] KH, KW, I) in the activation
+// type (a 3-D kernel converts as a 2-D one of KD * KH rows). For a 1x1 kernel that layout is the
+// (O, I) matrix itself, so f32 GEMMs read the master copy.
 const void* weights_for(CudaBackend::Impl& impl, const Tensor& weight, const ConvShape& s) {
-  if (s.type == DType::f32 && s.kh == 1 && s.kw == 1) return weight.raw();
+  if (s.type == DType::f32 && s.kd == 1 && s.kh == 1 && s.kw == 1) return weight.raw();
   void* converted =
       impl.weights.get(static_cast<std::size_t>(s.weight_count()) * dtype_size(s.type));
-  weights_to_ohwi(weight.data<float>(), converted, s.type, s.o, s.group_inputs(), s.kh, s.kw,
+  weights_to_ohwi(weight.data<float>(), converted, s.type, s.o, s.group_inputs(), s.kd * s.kh, s.kw,
                   impl.s());
   return converted;
 }
@@ -285,8 +364,10 @@ void gemm(CudaBackend::Impl& impl, cublasOperation_t op_a, cublasOperation_t op_
                                   gemm_compute(impl, input_type), CUBLAS_GEMM_DEFAULT));
 }
 
+// dbias = dy summed over every row (pixel, or sample of a dense layer) per channel; dy is
+// channels-last (N, C, ...) or (N, C).
 void add_bias_gradient(CudaBackend::Impl& impl, const Tensor& dy, Tensor& dbias) {
-  const Index rows = dy.n() * dy.h() * dy.w(), channels = dy.c();
+  const Index channels = dy.dim(1), rows = dy.numel() / std::max<Index>(channels, 1);
   float* partials = impl.partials.get_as<float>(
       static_cast<std::size_t>(std::max<Index>(channel_sums_scratch(1, rows, channels), 1)));
   double* sums = impl.sums.get_as<double>(static_cast<std::size_t>(2 * channels));
@@ -364,8 +445,8 @@ void convolve_backward_weights(CudaBackend::Impl& impl, const ConvShape& s, cons
       impl.cudnn.get(), &one, plan.x.get(), x, plan.y.get(), dy, plan.conv.get(),
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algorithm), workspace, plan.workspace_bytes,
       &zero, plan.w.get(), converted));
-  weights_from_ohwi(converted, s.type, dweight.data<float>(), s.o, s.group_inputs(), s.kh, s.kw,
-                    impl.s());
+  weights_from_ohwi(converted, s.type, dweight.data<float>(), s.o, s.group_inputs(), s.kd * s.kh,
+                    s.kw, impl.s());
 }
 
 }  // namespace
@@ -376,6 +457,49 @@ void CudaBackend::do_conv2d_forward(const Tensor& x, const Tensor& weight, const
   convolve(*impl_, s, x.raw(), weight, y.raw());
   if (bias != nullptr)
     add_channel_bias(y.raw(), s.type, bias->data<float>(), s.n * s.oh * s.ow, s.o, impl_->s());
+}
+
+// ---- 3-D convolution: the same passes with Nd descriptors ----
+
+void CudaBackend::do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                    const ConvGeometry& geometry, Tensor& y) {
+  const ConvShape s = conv_shape(x, weight, y, geometry);
+  convolve(*impl_, s, x.raw(), weight, y.raw());
+  if (bias != nullptr)
+    add_channel_bias(y.raw(), s.type, bias->data<float>(), s.n * s.od * s.oh * s.ow, s.o,
+                     impl_->s());
+}
+
+void CudaBackend::do_conv3d_backward_data(const Tensor& dy, const Tensor& weight,
+                                          const ConvGeometry& geometry, Tensor& dx) {
+  convolve_backward_data(*impl_, conv_shape(dx, weight, dy, geometry), dy.raw(), weight, dx.raw());
+}
+
+void CudaBackend::do_conv3d_backward_weights(const Tensor& x, const Tensor& dy,
+                                             const ConvGeometry& geometry, Tensor& dweight,
+                                             Tensor* dbias) {
+  convolve_backward_weights(*impl_, conv_shape(x, dweight, dy, geometry), x.raw(), dy.raw(),
+                            dweight);
+  if (dbias != nullptr) add_bias_gradient(*impl_, dy, *dbias);
+}
+
+// ---- dense layers: 1x1 convolutions of N pixels, always cuBLAS ----
+
+void CudaBackend::do_dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                   Tensor& y) {
+  const ConvShape s = dense_shape(x, weight);
+  convolve(*impl_, s, x.raw(), weight, y.raw());
+  if (bias != nullptr) add_channel_bias(y.raw(), s.type, bias->data<float>(), s.n, s.o, impl_->s());
+}
+
+void CudaBackend::do_dense_backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) {
+  convolve_backward_data(*impl_, dense_shape(dx, weight), dy.raw(), weight, dx.raw());
+}
+
+void CudaBackend::do_dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight,
+                                            Tensor* dbias) {
+  convolve_backward_weights(*impl_, dense_shape(x, dweight), x.raw(), dy.raw(), dweight);
+  if (dbias != nullptr) add_bias_gradient(*impl_, dy, *dbias);
 }
 
 void CudaBackend::do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,

@@ -112,12 +112,12 @@ Tensor CudaBackend::do_empty(std::vector<std::int64_t> dims, DType dtype, Layout
 
 namespace {
 
-// nchw and nhwc address the same bytes when C == 1 or H * W == 1 (and a flat 4-D tensor is
-// nchw), as in the CPU backend.
+// Channels second and channels last address the same bytes when C == 1 or the spatial size is 1
+// (and a flat 4-D or 5-D tensor is channels second), as in the CPU backend.
 bool same_memory_order(const Tensor& a, const Tensor& b) {
-  if (a.rank() != 4) return true;
+  if (a.rank() != 4 && a.rank() != 5) return true;
   if ((a.layout() == Layout::nhwc) == (b.layout() == Layout::nhwc)) return true;
-  return a.c() == 1 || a.h() * a.w() == 1;
+  return a.dim(1) == 1 || a.spatial_size() == 1;
 }
 
 cudaMemcpyKind copy_kind(const Tensor& src, const Tensor& dst) {
@@ -136,9 +136,11 @@ void CudaBackend::Impl::convert_async(const Tensor& src, const Tensor& dst, void
     HARDY_CUDA_CHECK(cudaMemcpyAsync(staged, src.raw(), src.bytes(), cudaMemcpyHostToDevice, on));
     from = staged;
   }
-  if (src.rank() == 4 && !same_memory_order(src, dst))
+  // A 5-D permutation between NCDHW and NDHWC is the 4-D one with D * H * W pixels in a row.
+  if (!same_memory_order(src, dst))
     convert_permute(from, src.dtype(), src.layout() == Layout::nhwc, to, dst.dtype(),
-                    dst.layout() == Layout::nhwc, src.n(), src.c(), src.h(), src.w(), on);
+                    dst.layout() == Layout::nhwc, src.dim(0), src.dim(1), src.spatial_size(), 1,
+                    on);
   else
     convert_permute(from, src.dtype(), false, to, dst.dtype(), false, src.numel(), 1, 1, 1, on);
 }
@@ -479,9 +481,10 @@ void run_dropout(CudaBackend::Impl& impl, const Dropout& args, const Tensor& in,
   // From pageable memory, as the loss's class weights: the copy has read `states` on return.
   impl.copy_async(device_states, states.data(), states.size() * sizeof(std::uint64_t),
                   cudaMemcpyHostToDevice);
-  cuda::apply_dropout(in.raw(), out.raw(), in.dtype(), in.layout() == Layout::nhwc, in.n(), in.c(),
-                      in.h(), in.w(), device_states, dropout::keep_threshold(args.rate),
-                      1.0f / (1.0f - args.rate), impl.s());
+  // (N, C, spatial) covers every rank: a 5-D volume's D * H * W pixels, a matrix's 1.
+  cuda::apply_dropout(in.raw(), out.raw(), in.dtype(), in.layout() == Layout::nhwc, in.dim(0),
+                      in.dim(1), in.spatial_size(), 1, device_states,
+                      dropout::keep_threshold(args.rate), 1.0f / (1.0f - args.rate), impl.s());
 }
 
 }  // namespace

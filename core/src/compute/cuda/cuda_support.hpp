@@ -122,7 +122,7 @@ enum class ConvKind : int { forward, backward_data, backward_weights };
 
 // One convolution problem: pass, activation type and every size and geometry parameter.
 struct ConvKey {
-  std::array<std::int64_t, 15> values{};
+  std::array<std::int64_t, 18> values{};
   bool operator==(const ConvKey&) const = default;
 };
 struct ConvKeyHash {

@@ -99,6 +99,38 @@ __global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, Index count
 }
 
 template <class T>
+__global__ void leaky_relu_forward_kernel(const T* x, T* y, float slope, Index count) {
+  HARDY_GRID_STRIDE_LOOP(i, count) {
+    const float v = to_float(x[i]);
+    y[i] = from_float<T>(v > 0.0f ? v : slope * v);
+  }
+}
+
+template <class T>
+__global__ void leaky_relu_backward_kernel(const T* y, const T* dy, T* dx, float slope,
+                                           Index count) {
+  HARDY_GRID_STRIDE_LOOP(i, count) {
+    const float g = to_float(dy[i]);
+    dx[i] = from_float<T>(to_float(y[i]) > 0.0f ? g : slope * g);
+  }
+}
+
+template <class T>
+__global__ void scaled_tanh_forward_kernel(const T* x, T* y, float scale, Index count) {
+  HARDY_GRID_STRIDE_LOOP(i, count) { y[i] = from_float<T>(scale * tanhf(to_float(x[i]))); }
+}
+
+// The CPU backend's arithmetic: t = y / scale, dx = dy * scale * (1 - t^2).
+template <class T>
+__global__ void scaled_tanh_backward_kernel(const T* y, const T* dy, T* dx, float scale,
+                                            float inverse_scale, Index count) {
+  HARDY_GRID_STRIDE_LOOP(i, count) {
+    const float t = to_float(y[i]) * inverse_scale;
+    dx[i] = from_float<T>(to_float(dy[i]) * scale * (1.0f - t * t));
+  }
+}
+
+template <class T>
 __global__ void axpy_kernel(float alpha, const T* x, T* y, Index count) {
   HARDY_GRID_STRIDE_LOOP(i, count) {
     y[i] = from_float<T>(to_float(y[i]) + alpha * to_float(x[i]));
@@ -150,6 +182,21 @@ __global__ void sum_squares_kernel(const T* x, Index count, double* partials) {
   HARDY_GRID_STRIDE_LOOP(i, count) {
     const double value = to_float(x[i]);
     total += value * value;
+  }
+  total = block_sum(total);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+// Partial sums of (prediction - target)^2 per block, and dprediction = 2 * grad_scale * error
+// (which may overwrite the prediction: each element is read before it is written).
+template <class T>
+__global__ void mse_kernel(const T* prediction, const float* target, Index count,
+                           double twice_scale, T* dprediction, double* partials) {
+  double total = 0.0;
+  HARDY_GRID_STRIDE_LOOP(i, count) {
+    const double error = static_cast<double>(to_float(prediction[i])) - target[i];
+    total += error * error;
+    dprediction[i] = from_float<T>(static_cast<float>(twice_scale * error));
   }
   total = block_sum(total);
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
@@ -382,6 +429,56 @@ void apply_dropout(const void* x, void* y, DType type, bool nhwc, Index n, Index
         static_cast<const T*>(x), static_cast<T*>(y), nhwc, Shape4{n, c, h, w}, sample_states,
         threshold, scale);
   });
+}
+
+void leaky_relu_forward(const void* x, void* y, DType type, float slope, Index count,
+                        cudaStream_t stream) {
+  launch_per_element(type, count, "leaky_relu_forward", [&](auto tag, unsigned int blocks) {
+    using T = decltype(tag);
+    leaky_relu_forward_kernel<<<blocks, threads_per_block, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), slope, count);
+  });
+}
+
+void leaky_relu_backward(const void* y, const void* dy, void* dx, DType type, float slope,
+                         Index count, cudaStream_t stream) {
+  launch_per_element(type, count, "leaky_relu_backward", [&](auto tag, unsigned int blocks) {
+    using T = decltype(tag);
+    leaky_relu_backward_kernel<<<blocks, threads_per_block, 0, stream>>>(
+        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), slope, count);
+  });
+}
+
+void scaled_tanh_forward(const void* x, void* y, DType type, float scale, Index count,
+                         cudaStream_t stream) {
+  launch_per_element(type, count, "scaled_tanh_forward", [&](auto tag, unsigned int blocks) {
+    using T = decltype(tag);
+    scaled_tanh_forward_kernel<<<blocks, threads_per_block, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), scale, count);
+  });
+}
+
+void scaled_tanh_backward(const void* y, const void* dy, void* dx, DType type, float scale,
+                          Index count, cudaStream_t stream) {
+  launch_per_element(type, count, "scaled_tanh_backward", [&](auto tag, unsigned int blocks) {
+    using T = decltype(tag);
+    scaled_tanh_backward_kernel<<<blocks, threads_per_block, 0, stream>>>(
+        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), scale,
+        1.0f / scale, count);
+  });
+}
+
+int mse_loss(const void* prediction, DType type, const float* target, Index count, float grad_scale,
+             void* dprediction, double* partials, cudaStream_t stream) {
+  const unsigned int blocks = reduction_blocks(count);
+  dispatch_float(type, [&](auto tag) {
+    using T = decltype(tag);
+    mse_kernel<<<blocks, threads_per_block, 0, stream>>>(
+        static_cast<const T*>(prediction), target, count, 2.0 * static_cast<double>(grad_scale),
+        static_cast<T*>(dprediction), partials);
+  });
+  check_launch("mse_loss");
+  return static_cast<int>(blocks);
 }
 
 int sum_squares_partials(const void* x, DType type, Index count, double* partials,

@@ -35,9 +35,19 @@ void relu_backward(const void* y, const void* dy, void* dx, DType type, Index co
                    cudaStream_t stream);
 void axpy(float alpha, const void* x, void* y, DType type, Index count, cudaStream_t stream);
 void scale(void* x, DType type, float alpha, Index count, cudaStream_t stream);
+void leaky_relu_forward(const void* x, void* y, DType type, float slope, Index count,
+                        cudaStream_t stream);
+// dx = dy where y > 0, slope * dy elsewhere.
+void leaky_relu_backward(const void* y, const void* dy, void* dx, DType type, float slope,
+                         Index count, cudaStream_t stream);
+// y = scale * tanh(x); backward from y: dx = dy * scale * (1 - (y / scale)^2).
+void scaled_tanh_forward(const void* x, void* y, DType type, float scale, Index count,
+                         cudaStream_t stream);
+void scaled_tanh_backward(const void* y, const void* dy, void* dx, DType type, float scale,
+                          Index count, cudaStream_t stream);
 // y = x * scale where compute/dropout_mask.hpp keeps the element, else 0, over a 4-D (N, C, H, W)
-// tensor in NHWC (nhwc) or NCHW order; sample_states: one per sample (dropout::sample_state).
-// x may be y.
+// tensor in NHWC (nhwc) or NCHW order (5-D and 2-D tensors pass their spatial size as h, w = 1);
+// sample_states: one per sample (dropout::sample_state). x may be y.
 void apply_dropout(const void* x, void* y, DType type, bool nhwc, Index n, Index c, Index h,
                    Index w, const std::uint64_t* sample_states, std::uint32_t threshold,
                    float scale, cudaStream_t stream);
@@ -47,6 +57,10 @@ void apply_dropout(const void* x, void* y, DType type, bool nhwc, Index n, Index
 inline constexpr int max_reduction_blocks = 1024;
 int sum_squares_partials(const void* x, DType type, Index count, double* partials,
                          cudaStream_t stream);
+// The MSE loss: per-block partial sums of (prediction - target)^2 (returns their number) and
+// dprediction = 2 * grad_scale * (prediction - target); target f32.
+int mse_loss(const void* prediction, DType type, const float* target, Index count, float grad_scale,
+             void* dprediction, double* partials, cudaStream_t stream);
 // Sets *flag (device int, zeroed by the caller) to 1 when any element is Inf or NaN.
 void find_non_finite(const void* x, DType type, Index count, int* flag, cudaStream_t stream);
 
@@ -154,6 +168,17 @@ void global_avg_pool_finish(const double* sums, Index batch, Index channels, dou
                             DType type, cudaStream_t stream);
 void global_avg_pool_backward(const void* dy, DType type, Index batch, Index pixels, Index channels,
                               void* dx, cudaStream_t stream);
+
+// ---- 3-D max pooling (volume.cu), NDHWC: the first maximum of a window in (d, h, w) order ----
+struct PoolShape3 {
+  Index n, c, d, h, w, od, oh, ow;
+  int kernel, stride, padding;
+};
+void max_pool3d_forward(const void* x, DType type, const PoolShape3& shape, void* y,
+                        cudaStream_t stream);
+// Each dx element gathers dy from the windows whose maximum it is, in a fixed order (no atomics).
+void max_pool3d_backward(const void* x, const void* dy, DType type, const PoolShape3& shape,
+                         void* dx, cudaStream_t stream);
 
 // ---- bilinear resampling (half-pixel centres, PyTorch's align_corners=False) ----
 // Per output coordinate o: the two source taps and weights; per input coordinate i: the range

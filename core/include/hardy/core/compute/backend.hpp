@@ -13,9 +13,13 @@
 // was expected), and a backend holds kernel code only.
 //
 // Conventions, shared by every implementation:
-// - Activations are 4-D (N, C, H, W) in the backend's activation_layout().
+// - Activations are 4-D (N, C, H, W) in the backend's activation_layout(); the volumetric
+//   operations (conv3d, max_pool3d) take 5-D (N, C, D, H, W) ones in the same layout (channels
+//   last: NDHWC), and the dense layers 2-D (N, K) ones. The 4-D operations refuse 5-D tensors
+//   and the other way round.
 // - Convolution weights are (O, I / groups, KH, KW), biases (O); transposed convolution weights
-//   are (I, O, KH, KW) (PyTorch's ConvTranspose2d); normalization parameters (C).
+//   are (I, O, KH, KW) (PyTorch's ConvTranspose2d); 3-D convolution weights (O, I, KD, KH, KW);
+//   dense weights (O, K) (PyTorch's nn.Linear); normalization parameters (C).
 // - Backward operations *overwrite* their outputs (dx, dw, ...); callers accumulate with axpy.
 // - All reductions that a data-parallel job must combine across ranks are exposed as separate
 //   "local statistics" calls so that the caller can allreduce them in between.
@@ -42,6 +46,17 @@ struct ConvGeometry {
 
 // Spatial output size of a convolution, as in PyTorch.
 int conv_output_size(int input, int kernel, const ConvGeometry& geometry);
+
+// A max pooling window, the same along every spatial dimension. Padding counts as -infinity
+// (PyTorch's MaxPool3d, ceil_mode=False) and may be at most kernel / 2.
+struct PoolGeometry {
+  int kernel = 2;
+  int stride = 2;
+  int padding = 0;
+};
+
+// Spatial output size of a pooling: (input + 2 * padding - kernel) / stride + 1, as in PyTorch.
+int pool_output_size(int input, const PoolGeometry& geometry);
 
 // What a backend accepts, stated once by the backend and checked by Backend's public operations.
 struct OperandRules {
@@ -151,14 +166,23 @@ struct AdamStep {
 
 // Inverted dropout of x (or, backward, of its gradient): an element is kept with probability
 // 1 - rate and scaled by 1 / (1 - rate), or zeroed. Whether it is kept is a counter-based hash
-// of (seed, sample_keys[n], the element's index in the sample's logical (C, H, W) order), so
-// that the mask depends neither on the layout, the backend, the batch split nor the thread
-// count: a rollback or a rebalance that recomputes a sample's step gets the same mask.
+// of (seed, sample_keys[n], the element's index in the sample's logical (C, ...) order: (C, H, W)
+// for 4-D, (C, D, H, W) for 5-D, (F) for a 2-D (N, F) tensor), so that the mask depends neither
+// on the layout, the backend, the batch split nor the thread count: a rollback or a rebalance
+// that recomputes a sample's step gets the same mask.
 struct Dropout {
   const Tensor& x;
   float rate;  // in [0, 1)
   std::uint64_t seed;
-  std::span<const std::uint64_t> sample_keys;  // one per sample of x (x.n())
+  std::span<const std::uint64_t> sample_keys;  // one per sample of x (x.dim(0))
+};
+
+// Mean-squared-error regression loss: prediction (N, K) in the activation dtype (f32, or bf16 /
+// f16 on a GPU), target (N, K) f32 on the backend's device or on the host.
+struct MseLoss {
+  const Tensor& prediction;
+  const Tensor& target;
+  float grad_scale;
 };
 
 class Backend;
@@ -248,6 +272,35 @@ class Backend {
                                          const ConvGeometry& geometry, Tensor& dweight,
                                          Tensor* dbias);
 
+  // ---- volumetric (3-D) convolution: 5-D activations (N, C, D, H, W) in activation_layout() ----
+  // weight (O, I, KD, KH, KW) f32, row-major (nchw or flat); bias (O). The geometry applies to
+  // all three spatial dimensions; groups must be 1. y is (N, O, OD, OH, OW) with each output
+  // size conv_output_size(input, kernel, geometry).
+  void conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                      const ConvGeometry& geometry, Tensor& y);
+  void conv3d_backward_data(const Tensor& dy, const Tensor& weight, const ConvGeometry& geometry,
+                            Tensor& dx);
+  // dbias may be null when the convolution has no bias.
+  void conv3d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
+                               Tensor& dweight, Tensor* dbias);
+
+  // ---- volumetric max pooling (5-D activations) ----
+  // y (N, C, OD, OH, OW) with each output size pool_output_size(input, geometry). Ties go to the
+  // first maximum of a window in (d, h, w) order, on every backend (and as in PyTorch).
+  void max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y);
+  // dx: dy routed to each window's maximum in x (summed where windows overlap).
+  void max_pool3d_backward(const Tensor& x, const Tensor& dy, const PoolGeometry& geometry,
+                           Tensor& dx);
+
+  // ---- dense (fully connected) layers, PyTorch's nn.Linear ----
+  // y (N, O) = x (N, K) weight^T + bias: x and y 2-D activations (activation dtype), weight
+  // (O, K) f32, bias (O) f32.
+  void dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y);
+  // dx (N, K) = dy (N, O) weight.
+  void dense_backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx);
+  // dweight (O, K) = dy^T x, dbias (O) = the sum of dy over the batch; dbias may be null.
+  void dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias);
+
   // ---- group normalization (per sample, so independent of how a batch is split) ----
   // mean and rstd are (N, groups) f32 scratch written by forward and read by backward.
   // With fuse_relu, y = relu(gn(x)) and backward takes the mask from y.
@@ -280,8 +333,24 @@ class Backend {
   // (N, C, H, W) -> (N, C, 1, 1) mean; backward spreads dy evenly.
   void global_avg_pool_forward(const Tensor& x, Tensor& y);
   void global_avg_pool_backward(const Tensor& dy, Tensor& dx);
-  // y = x * keep / (1 - rate) (struct Dropout). x and y: 4-D float tensors of equal dims, dtype
-  // and layout, which may be nchw as well as nhwc (the mask is the same in both).
+  // Leaky relu: y = x for x > 0, slope * x otherwise (slope >= 0), on float tensors of any shape.
+  void leaky_relu_forward(const Tensor& x, float slope, Tensor& y);
+  // dx = dy where y > 0, slope * dy elsewhere. Pass the forward output (or its input: with
+  // slope >= 0 they have the same sign) as y.
+  void leaky_relu_backward(const Tensor& y, const Tensor& dy, float slope, Tensor& dx);
+  // y = scale * tanh(x) (scale != 0), on float tensors of any shape.
+  void scaled_tanh_forward(const Tensor& x, float scale, Tensor& y);
+  // dx = dy * scale * (1 - tanh(x)^2), computed from the forward output y.
+  void scaled_tanh_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx);
+  // (N, C, ...) in any layout -> (N, C * ...) in PyTorch's logical order (torch.flatten(x, 1)),
+  // so that a following dense layer's (O, C * D * H * W) weights are PyTorch's. x: a 4-D or 5-D
+  // float tensor; y: 2-D with x's dtype. A copy, converted from channels-last where x is.
+  void flatten_forward(const Tensor& x, Tensor& y);
+  // The inverse: dy (N, C * ...) -> dx (N, C, ...) in dx's layout.
+  void flatten_backward(const Tensor& dy, Tensor& dx);
+  // y = x * keep / (1 - rate) (struct Dropout). x and y: float tensors of equal dims, dtype and
+  // layout with a leading batch dimension: 2-D (N, F), 4-D or 5-D, nchw as well as nhwc (the mask
+  // is the same in both).
   void dropout_forward(const Dropout& args, Tensor& y);
   // dx = dy * keep / (1 - rate), with the mask of dropout_forward for the same arguments;
   // args.x only gives the shape (dy and dx have its dims).
@@ -296,6 +365,11 @@ class Backend {
   double softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits);
   // Per-pixel argmax over channels into i32 (N, 1, H, W).
   void argmax_channels(const Tensor& logits, Tensor& labels);
+  // Sum of squared errors over every local element of prediction against target; writes
+  // dprediction = grad_scale * d(sum)/d(prediction) = grad_scale * 2 * (prediction - target)
+  // (dims and dtype of prediction). A data-parallel caller passes grad_scale = 1 / (global batch
+  // * K) so that the gradient is that of the mean over the global batch, however it is split.
+  double mse_loss(const MseLoss& args, Tensor& dprediction);
 
   // ---- element-wise operations for optimizers and gradient handling (flat f32) ----
   void axpy(float alpha, const Tensor& x, Tensor& y);  // y += alpha * x
@@ -340,6 +414,22 @@ class Backend {
                                                     const ConvGeometry& geometry, Tensor& dweight,
                                                     Tensor* dbias) = 0;
 
+  virtual void do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                 const ConvGeometry& geometry, Tensor& y) = 0;
+  virtual void do_conv3d_backward_data(const Tensor& dy, const Tensor& weight,
+                                       const ConvGeometry& geometry, Tensor& dx) = 0;
+  virtual void do_conv3d_backward_weights(const Tensor& x, const Tensor& dy,
+                                          const ConvGeometry& geometry, Tensor& dweight,
+                                          Tensor* dbias) = 0;
+  virtual void do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) = 0;
+  virtual void do_max_pool3d_backward(const Tensor& x, const Tensor& dy,
+                                      const PoolGeometry& geometry, Tensor& dx) = 0;
+  virtual void do_dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                Tensor& y) = 0;
+  virtual void do_dense_backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) = 0;
+  virtual void do_dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight,
+                                         Tensor* dbias) = 0;
+
   virtual void do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
                                      Tensor& rstd) = 0;
   virtual void do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
@@ -359,11 +449,18 @@ class Backend {
   virtual void do_split_channels(const Tensor& dy, std::span<Tensor* const> outputs) = 0;
   virtual void do_global_avg_pool_forward(const Tensor& x, Tensor& y) = 0;
   virtual void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) = 0;
+  virtual void do_leaky_relu_forward(const Tensor& x, float slope, Tensor& y) = 0;
+  virtual void do_leaky_relu_backward(const Tensor& y, const Tensor& dy, float slope,
+                                      Tensor& dx) = 0;
+  virtual void do_scaled_tanh_forward(const Tensor& x, float scale, Tensor& y) = 0;
+  virtual void do_scaled_tanh_backward(const Tensor& y, const Tensor& dy, float scale,
+                                       Tensor& dx) = 0;
   virtual void do_dropout_forward(const Dropout& args, Tensor& y) = 0;
   virtual void do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) = 0;
 
   virtual double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) = 0;
   virtual void do_argmax_channels(const Tensor& logits, Tensor& labels) = 0;
+  virtual double do_mse_loss(const MseLoss& args, Tensor& dprediction) = 0;
 
   virtual void do_axpy(float alpha, const Tensor& x, Tensor& y) = 0;
   virtual void do_scale(Tensor& x, float alpha) = 0;
@@ -388,8 +485,8 @@ std::unique_ptr<Backend> make_backend(std::string_view name);
 std::vector<std::string> available_backends();
 
 // Returns t, reallocated through the backend if its dims or dtype differ. Without a dtype,
-// 4-D tensors (activations and their gradients) get the backend's activation_dtype(), all
-// others f32.
+// 4-D and 5-D tensors (activations and their gradients) get the backend's activation_dtype()
+// and activation_layout(), all others f32 (flat).
 Tensor& ensure_tensor(Backend& backend, Tensor& t, const std::vector<std::int64_t>& dims,
                       std::optional<DType> dtype = std::nullopt);
 

@@ -1,7 +1,8 @@
 #pragma once
-// The CUDA backend: cuDNN convolutions (NHWC, tensor-op math in bf16 or fp16 with fp32
-// accumulation; also grouped and transposed), cuBLAS GEMMs for 1x1 convolutions, and hardy's
-// own kernels for normalization, resampling, dropout, the loss and optimizer updates. Only the CUDA
+// The CUDA backend: cuDNN convolutions (NHWC and NDHWC, tensor-op math in bf16 or fp16 with fp32
+// accumulation; also grouped and transposed), cuBLAS GEMMs for 1x1 convolutions and dense layers,
+// and hardy's own kernels for normalization, resampling, pooling, activations, dropout, the
+// losses and optimizer updates. Only the CUDA
 // build (HARDY_HAVE_CUDA) has it; make_backend("cuda") returns one configured from the environment
 // (CudaOptions).
 //
@@ -106,6 +107,21 @@ class CudaBackend final : public Backend {
                                             const ConvGeometry& geometry, Tensor& dweight,
                                             Tensor* dbias) override;
 
+  void do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                         const ConvGeometry& geometry, Tensor& y) override;
+  void do_conv3d_backward_data(const Tensor& dy, const Tensor& weight, const ConvGeometry& geometry,
+                               Tensor& dx) override;
+  void do_conv3d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
+                                  Tensor& dweight, Tensor* dbias) override;
+  void do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) override;
+  void do_max_pool3d_backward(const Tensor& x, const Tensor& dy, const PoolGeometry& geometry,
+                              Tensor& dx) override;
+  void do_dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                        Tensor& y) override;
+  void do_dense_backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override;
+  void do_dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight,
+                                 Tensor* dbias) override;
+
   void do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
                              Tensor& rstd) override;
   void do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
@@ -125,11 +141,16 @@ class CudaBackend final : public Backend {
   void do_split_channels(const Tensor& dy, std::span<Tensor* const> outputs) override;
   void do_global_avg_pool_forward(const Tensor& x, Tensor& y) override;
   void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) override;
+  void do_leaky_relu_forward(const Tensor& x, float slope, Tensor& y) override;
+  void do_leaky_relu_backward(const Tensor& y, const Tensor& dy, float slope, Tensor& dx) override;
+  void do_scaled_tanh_forward(const Tensor& x, float scale, Tensor& y) override;
+  void do_scaled_tanh_backward(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) override;
   void do_dropout_forward(const Dropout& args, Tensor& y) override;
   void do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) override;
 
   double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override;
   void do_argmax_channels(const Tensor& logits, Tensor& labels) override;
+  double do_mse_loss(const MseLoss& args, Tensor& dprediction) override;
 
   // axpy and scale also take bf16/f16 tensors (the model accumulates activation gradients).
   void do_axpy(float alpha, const Tensor& x, Tensor& y) override;

@@ -68,6 +68,37 @@ class ForwardingBackend : public Backend {
     inner_.do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias);
   }
 
+  void do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                         const ConvGeometry& geometry, Tensor& y) override {
+    inner_.do_conv3d_forward(x, weight, bias, geometry, y);
+  }
+  void do_conv3d_backward_data(const Tensor& dy, const Tensor& weight, const ConvGeometry& geometry,
+                               Tensor& dx) override {
+    inner_.do_conv3d_backward_data(dy, weight, geometry, dx);
+  }
+  void do_conv3d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
+                                  Tensor& dweight, Tensor* dbias) override {
+    inner_.do_conv3d_backward_weights(x, dy, geometry, dweight, dbias);
+  }
+  void do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) override {
+    inner_.do_max_pool3d_forward(x, geometry, y);
+  }
+  void do_max_pool3d_backward(const Tensor& x, const Tensor& dy, const PoolGeometry& geometry,
+                              Tensor& dx) override {
+    inner_.do_max_pool3d_backward(x, dy, geometry, dx);
+  }
+  void do_dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                        Tensor& y) override {
+    inner_.do_dense_forward(x, weight, bias, y);
+  }
+  void do_dense_backward_data(const Tensor& dy, const Tensor& weight, Tensor& dx) override {
+    inner_.do_dense_backward_data(dy, weight, dx);
+  }
+  void do_dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight,
+                                 Tensor* dbias) override {
+    inner_.do_dense_backward_weights(x, dy, dweight, dbias);
+  }
+
   void do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
                              Tensor& rstd) override {
     inner_.do_group_norm_forward(args, y, mean, rstd);
@@ -113,6 +144,19 @@ class ForwardingBackend : public Backend {
   void do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) override {
     inner_.do_global_avg_pool_backward(dy, dx);
   }
+  void do_leaky_relu_forward(const Tensor& x, float slope, Tensor& y) override {
+    inner_.do_leaky_relu_forward(x, slope, y);
+  }
+  void do_leaky_relu_backward(const Tensor& y, const Tensor& dy, float slope, Tensor& dx) override {
+    inner_.do_leaky_relu_backward(y, dy, slope, dx);
+  }
+  void do_scaled_tanh_forward(const Tensor& x, float scale, Tensor& y) override {
+    inner_.do_scaled_tanh_forward(x, scale, y);
+  }
+  void do_scaled_tanh_backward(const Tensor& y, const Tensor& dy, float scale,
+                               Tensor& dx) override {
+    inner_.do_scaled_tanh_backward(y, dy, scale, dx);
+  }
   void do_dropout_forward(const Dropout& args, Tensor& y) override {
     inner_.do_dropout_forward(args, y);
   }
@@ -125,6 +169,9 @@ class ForwardingBackend : public Backend {
   }
   void do_argmax_channels(const Tensor& logits, Tensor& labels) override {
     inner_.do_argmax_channels(logits, labels);
+  }
+  double do_mse_loss(const MseLoss& args, Tensor& dprediction) override {
+    return inner_.do_mse_loss(args, dprediction);
   }
 
   void do_axpy(float alpha, const Tensor& x, Tensor& y) override { inner_.do_axpy(alpha, x, y); }

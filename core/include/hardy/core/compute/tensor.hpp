@@ -1,9 +1,10 @@
 #pragma once
 // A Tensor is a handle: copying it shares the storage. Logical dimensions are always given in
-// (N, C, H, W) order for 4-D activations and (O, I, KH, KW) for convolution weights; `layout`
-// says how they are laid out in memory. hardy's backends keep activations channels-last (NHWC),
-// the layout that both oneDNN's AVX-512 kernels and cuDNN's Tensor Core kernels prefer, and
-// weights in OIHW (the layout of checkpoints and of PyTorch) on the CPU.
+// (N, C, H, W) order for 4-D activations, (N, C, D, H, W) for 5-D (volumetric) ones, (O, I, KH,
+// KW) for convolution weights and (O, I, KD, KH, KW) for 3-D ones; `layout` says how they are
+// laid out in memory. hardy's backends keep activations channels-last (NHWC, NDHWC), the layout
+// that both oneDNN's AVX-512 kernels and cuDNN's Tensor Core kernels prefer, and weights in OIHW
+// (OIDHW; the layout of checkpoints and of PyTorch) on the CPU.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,12 +15,18 @@
 namespace hardy::core {
 
 enum class DType { f32, f16, bf16, i32, u8 };
+// The layouts name the 4-D case but hold for any number of spatial dimensions: nchw is
+// "channels second" (row-major over the logical dims: NCHW, NCDHW, and (O, I, K...) weights),
+// nhwc is "channels last" (NHWC, NDHWC). A 5-D tensor describes itself as ncdhw or ndhwc.
+// flat is row-major with no channel meaning (vectors, matrices such as dense layers' (N, K)).
 enum class Layout { nchw, nhwc, flat };
 enum class Device { host, cuda };
 
 std::size_t dtype_size(DType dtype);
 std::string to_string(DType dtype);
 std::string to_string(Layout layout);
+// The layout's name for a tensor of this rank: "ncdhw" and "ndhwc" for 5-D tensors.
+std::string layout_name(Layout layout, std::size_t rank);
 
 // Owns one allocation. Backends derive from it for device memory.
 class Buffer {
@@ -74,10 +81,17 @@ class Tensor {
   std::span<float> f32();
   std::span<const float> f32() const;
 
+  // The same storage seen with other dims and layout (a reshape without a copy): `dims` must
+  // hold as many elements. Throws InvalidArgument otherwise.
+  Tensor view(std::vector<std::int64_t> dims, Layout layout) const;
+  // Product of the dims after the first two (D * H * W of a 5-D tensor, H * W of a 4-D one, 1
+  // for a matrix): the elements of one channel of one sample.
+  std::int64_t spatial_size() const;
+
   // Same dims, dtype and layout, fresh host storage holding a copy (host tensors only).
   Tensor clone() const;
   bool same_shape(const Tensor& other) const { return dims_ == other.dims_; }
-  std::string describe() const;  // "f32 nhwc [2,16,64,64]", for error messages
+  std::string describe() const;  // "f32 nhwc [2,16,64,64]", "f32 ndhwc [..]", for messages
 
  private:
   std::int64_t dim4(std::size_t i) const;
@@ -91,6 +105,14 @@ class Tensor {
 inline std::int64_t offset4(Layout layout, std::int64_t C, std::int64_t H, std::int64_t W,
                             std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
   return layout == Layout::nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
+}
+
+// Offset of element (n, c, d, h, w) of a 5-D tensor with the given dims and layout.
+inline std::int64_t offset5(Layout layout, std::int64_t C, std::int64_t D, std::int64_t H,
+                            std::int64_t W, std::int64_t n, std::int64_t c, std::int64_t d,
+                            std::int64_t h, std::int64_t w) {
+  return layout == Layout::nhwc ? (((n * D + d) * H + h) * W + w) * C + c
+                                : (((n * C + c) * D + d) * H + h) * W + w;
 }
 
 }  // namespace hardy::core

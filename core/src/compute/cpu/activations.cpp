@@ -1,0 +1,88 @@
+// The activations of regression networks (CosmoFlow): leaky relu through oneDNN's relu with a
+// negative slope (its backward takes the mask from the output, as relu's does), and the scaled
+// tanh of the output layer as a plain loop (a few values per sample).
+#include <bit>
+#include <cmath>
+
+#include "compute/cpu/dnnl_support.hpp"
+
+namespace hardy::core {
+
+using namespace cpu;  // the backend's internal helpers, declared in dnnl_support.hpp
+
+namespace {
+
+using dnnl::memory;
+
+constexpr std::int64_t parallel_threshold = 1 << 15;
+
+// The slope is part of the primitive, so it is part of its key (bit for bit).
+std::int64_t slope_key(float slope) { return std::bit_cast<std::uint32_t>(slope); }
+
+}  // namespace
+
+void CpuBackend::do_leaky_relu_forward(const Tensor& x, float slope, Tensor& y) {
+  dnnl_checked("leaky_relu_forward", {&x, &y}, [&] {
+    const memory::desc data = dnnl_flat_desc(x);
+    const auto key = PrimitiveKey{}
+                         .add(static_cast<std::int64_t>(PrimitiveKind::leaky_relu_forward))
+                         .add(x.numel())
+                         .add(slope_key(slope));
+    const CachedPrimitive& relu = impl_->cached(key, [&] {
+      const dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                             dnnl::algorithm::eltwise_relu, data, slope);
+      const dnnl::eltwise_forward::primitive_desc pd(desc, impl_->engine);
+      return CachedPrimitive{dnnl::eltwise_forward(pd), implementation_name(pd)};
+    });
+    impl_->execute(relu.primitive, {{DNNL_ARG_SRC, dnnl_memory(impl_->engine, data, x)},
+                                    {DNNL_ARG_DST, dnnl_memory(impl_->engine, data, y)}});
+  });
+}
+
+void CpuBackend::do_leaky_relu_backward(const Tensor& y, const Tensor& dy, float slope,
+                                        Tensor& dx) {
+  dnnl_checked("leaky_relu_backward", {&y, &dy, &dx}, [&] {
+    const memory::desc data = dnnl_flat_desc(y);
+    const auto key = PrimitiveKey{}
+                         .add(static_cast<std::int64_t>(PrimitiveKind::leaky_relu_backward))
+                         .add(y.numel())
+                         .add(slope_key(slope));
+    const CachedPrimitive& relu = impl_->cached(key, [&] {
+      // With slope >= 0 the output has the input's sign, so the mask comes from the output.
+      const auto algorithm = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
+      const dnnl::eltwise_forward::primitive_desc hint(
+          {dnnl::prop_kind::forward_training, algorithm, data, slope}, impl_->engine);
+      const dnnl::eltwise_backward::desc desc(algorithm, data, data, slope);
+      const dnnl::eltwise_backward::primitive_desc pd(desc, impl_->engine, hint);
+      return CachedPrimitive{dnnl::eltwise_backward(pd), implementation_name(pd)};
+    });
+    impl_->execute(relu.primitive, {{DNNL_ARG_DST, dnnl_memory(impl_->engine, data, y)},
+                                    {DNNL_ARG_DIFF_DST, dnnl_memory(impl_->engine, data, dy)},
+                                    {DNNL_ARG_DIFF_SRC, dnnl_memory(impl_->engine, data, dx)}});
+  });
+}
+
+void CpuBackend::do_scaled_tanh_forward(const Tensor& x, float scale, Tensor& y) {
+  const float* in = x.data<float>();
+  float* out = y.data<float>();
+  const std::int64_t count = x.numel();
+#pragma omp parallel for schedule(static) if (count >= parallel_threshold)
+  for (std::int64_t i = 0; i < count; ++i) out[i] = scale * std::tanh(in[i]);
+}
+
+// d(scale * tanh x)/dx = scale * (1 - tanh^2 x) = scale - y^2 / scale.
+void CpuBackend::do_scaled_tanh_backward(const Tensor& y, const Tensor& dy, float scale,
+                                         Tensor& dx) {
+  const float* out = y.data<float>();
+  const float* grad = dy.data<float>();
+  float* grad_src = dx.data<float>();
+  const float inverse_scale = 1.0f / scale;
+  const std::int64_t count = y.numel();
+#pragma omp parallel for schedule(static) if (count >= parallel_threshold)
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float t = out[i] * inverse_scale;
+    grad_src[i] = grad[i] * scale * (1.0f - t * t);
+  }
+}
+
+}  // namespace hardy::core

@@ -1,0 +1,118 @@
+// Volumetric max pooling on NDHWC tensors as plain loops. oneDNN has a pooling primitive, but
+// its backward pass needs the forward's workspace, and its choice among tied maxima is its own;
+// here both passes take the first maximum of a window in (d, h, w) order, which the CUDA kernels
+// and PyTorch take too, so that bf16 inputs (where ties are common) route the gradient alike on
+// every backend. The backward pass recomputes each window's maximum from x.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "compute/cpu/cpu_backend.hpp"
+
+namespace hardy::core {
+
+namespace {
+
+// Sizes of one pooling, validated by Backend: x (N, C, D, H, W), y (N, C, OD, OH, OW), NDHWC.
+struct PoolShape {
+  std::int64_t n, c, d, h, w, od, oh, ow;
+  PoolGeometry g;
+
+  PoolShape(const Tensor& x, const Tensor& y, const PoolGeometry& geometry)
+      : n(x.dim(0)),
+        c(x.dim(1)),
+        d(x.dim(2)),
+        h(x.dim(3)),
+        w(x.dim(4)),
+        od(y.dim(2)),
+        oh(y.dim(3)),
+        ow(y.dim(4)),
+        g(geometry) {}
+
+  // Calls visit(pixel) for the input pixels (n * D + id) * H * W + ... of the window of output
+  // (n, o_d, o_h, o_w) that lie inside x, in (d, h, w) order.
+  template <class Visit>
+  void for_window(std::int64_t sample, std::int64_t o_d, std::int64_t o_h, std::int64_t o_w,
+                  Visit&& visit) const {
+    for (std::int64_t kd = 0; kd < g.kernel; ++kd) {
+      const std::int64_t id = o_d * g.stride - g.padding + kd;
+      if (id < 0 || id >= d) continue;
+      for (std::int64_t kh = 0; kh < g.kernel; ++kh) {
+        const std::int64_t ih = o_h * g.stride - g.padding + kh;
+        if (ih < 0 || ih >= h) continue;
+        for (std::int64_t kw = 0; kw < g.kernel; ++kw) {
+          const std::int64_t iw = o_w * g.stride - g.padding + kw;
+          if (iw < 0 || iw >= w) continue;
+          visit(((sample * d + id) * h + ih) * w + iw);
+        }
+      }
+    }
+  }
+};
+
+// Channels handled together by one backward task: one AVX-512 vector of floats.
+constexpr std::int64_t channel_block = 16;
+
+}  // namespace
+
+void CpuBackend::do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) {
+  const PoolShape s(x, y, geometry);
+  const float* src = x.data<float>();
+  float* dst = y.data<float>();
+  const std::int64_t channels = s.c;
+#pragma omp parallel for collapse(3) schedule(static)
+  for (std::int64_t n = 0; n < s.n; ++n)
+    for (std::int64_t o_d = 0; o_d < s.od; ++o_d)
+      for (std::int64_t o_h = 0; o_h < s.oh; ++o_h)
+        for (std::int64_t o_w = 0; o_w < s.ow; ++o_w) {
+          float* out = dst + (((n * s.od + o_d) * s.oh + o_h) * s.ow + o_w) * channels;
+          std::fill(out, out + channels, -std::numeric_limits<float>::infinity());
+          s.for_window(n, o_d, o_h, o_w, [&](std::int64_t pixel) {
+            const float* in = src + pixel * channels;
+            // Strictly greater: the first maximum stays.
+            for (std::int64_t c = 0; c < channels; ++c) out[c] = in[c] > out[c] ? in[c] : out[c];
+          });
+        }
+}
+
+// Each task owns one sample's block of channels, so windows that overlap (stride < kernel) add
+// into dx from one thread, in output order: the result does not depend on the thread count.
+void CpuBackend::do_max_pool3d_backward(const Tensor& x, const Tensor& dy,
+                                        const PoolGeometry& geometry, Tensor& dx) {
+  const PoolShape s(x, dy, geometry);
+  const float* src = x.data<float>();
+  const float* grad = dy.data<float>();
+  float* grad_src = dx.data<float>();
+  const std::int64_t channels = s.c, pixels = s.d * s.h * s.w;
+  const std::int64_t blocks = (channels + channel_block - 1) / channel_block;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (std::int64_t n = 0; n < s.n; ++n)
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const std::int64_t first = b * channel_block;
+      const std::int64_t width = std::min(channel_block, channels - first);
+      for (std::int64_t p = 0; p < pixels; ++p)
+        std::fill_n(grad_src + (n * pixels + p) * channels + first, width, 0.0f);
+      for (std::int64_t o_d = 0; o_d < s.od; ++o_d)
+        for (std::int64_t o_h = 0; o_h < s.oh; ++o_h)
+          for (std::int64_t o_w = 0; o_w < s.ow; ++o_w) {
+            float best[channel_block];
+            std::int64_t where[channel_block];
+            std::fill_n(best, width, -std::numeric_limits<float>::infinity());
+            std::fill_n(where, width, std::int64_t{-1});
+            s.for_window(n, o_d, o_h, o_w, [&](std::int64_t pixel) {
+              const float* in = src + pixel * channels + first;
+              for (std::int64_t j = 0; j < width; ++j)
+                if (in[j] > best[j]) {
+                  best[j] = in[j];
+                  where[j] = pixel;
+                }
+            });
+            const float* g =
+                grad + (((n * s.od + o_d) * s.oh + o_h) * s.ow + o_w) * channels + first;
+            for (std::int64_t j = 0; j < width; ++j)
+              if (where[j] >= 0) grad_src[where[j] * channels + first + j] += g[j];
+          }
+    }
+}
+
+}  // namespace hardy::core
