@@ -220,8 +220,13 @@ po::options_description model_options() {
   po::options_description model("Model");
   model.add_options()("model", po::value<std::string>()->default_value("compact"),
                       "the network: compact (a compact DeepLabv3+, the default), deepcam (MLPerf "
-                      "HPC DeepCAM's DeepLabv3+ on Xception, 56M parameters) or tiramisu (the "
-                      "2018 Gordon Bell run's FC-DenseNet, 7.5M)")(
+                      "HPC DeepCAM's DeepLabv3+ on Xception, 56M parameters), tiramisu (the "
+                      "2018 Gordon Bell run's FC-DenseNet, 7.5M) or cosmoflow (MLPerf HPC "
+                      "CosmoFlow's 3-D network regressing 4 cosmological parameters, 8.9M at "
+                      "128^3)")(
+      "volume", po::value<int>()->default_value(128),
+      "cosmoflow: edge of the input cube, a multiple of 32 (the published data's 128; smaller "
+      "for tests)")(
       "dense-layers", po::value<std::string>()->default_value("2,2,2,4,5"),
       "tiramisu: layers per dense block down the encoder, the last one the bottleneck (the "
       "decoder mirrors them)")("growth", po::value<int>()->default_value(32),
@@ -573,11 +578,17 @@ std::vector<std::string> options_of_other_networks(core::Architecture architectu
       "low-level-channels", "decoder-channels", "norm",          "groups"};
   const std::vector<std::string> tiramisu{"dense-layers", "growth", "first-channels",
                                           "dense-kernel", "dropout"};
+  // cosmoflow's cube replaces the synthetic climate fields' height and width.
+  const std::vector<std::string> cosmoflow{"volume"}, fields{"height", "width"};
   std::vector<std::string> names;
   if (architecture != core::Architecture::compact)
     names.insert(names.end(), compact.begin(), compact.end());
   if (architecture != core::Architecture::tiramisu)
     names.insert(names.end(), tiramisu.begin(), tiramisu.end());
+  if (architecture != core::Architecture::cosmoflow)
+    names.insert(names.end(), cosmoflow.begin(), cosmoflow.end());
+  else
+    names.insert(names.end(), fields.begin(), fields.end());
   return names;
 }
 
@@ -605,11 +616,29 @@ void read_model_options(const po::variables_map& vm, TrainSpec& spec) {
   m.first_channels = get<int>(vm, "first-channels");
   m.dense_kernel = get<int>(vm, "dense-kernel");
   m.dropout = get<float>(vm, "dropout");
+  if (m.regression()) {
+    // CosmoFlow's sample: 4 redshifts of a cube, 4 targets.
+    m.input_channels = core::kCosmologyChannels;
+    m.num_classes = core::kCosmologyTargets;
+    m.volume = get<int>(vm, "volume");
+    require(spec.data.synthetic,
+            "--model cosmoflow trains on --synthetic data (SyntheticCosmology); a reader of the "
+            "published CosmoFlow files is not there yet");
+    require(!spec.class_weights,
+            "--class-weights weighs the classes of a segmentation; --model cosmoflow regresses "
+            "4 parameters (MSE): remove it");
+    spec.data.shape = {.channels = m.input_channels,
+                       .height = m.volume,
+                       .width = m.volume,
+                       .depth = m.volume,
+                       .targets = m.num_classes};
+  }
   m.validate();
   // A dataset's sample size is checked when it is opened (the crop and downsampling decide it).
   const int multiple = m.input_multiple();
   const auto& shape = spec.data.shape;
-  require(!spec.data.synthetic || (shape.height % multiple == 0 && shape.width % multiple == 0),
+  require(!spec.data.synthetic || m.volumetric() ||
+              (shape.height % multiple == 0 && shape.width % multiple == 0),
           fmt::format("--height and --width must be multiples of {} for --model {} (got {}x{})",
                       multiple, core::to_string(m.architecture), shape.height, shape.width));
 }
@@ -737,8 +766,8 @@ std::optional<TrainSpec> parse_train_spec(const std::vector<std::string>& args) 
           args, options,
           {.command = "hardy train",
            .usage = "Usage: hardy train [--config FILE] [options]\n\n"
-                    "Trains the DeepLabv3+ segmentation model data-parallel over all ranks of the "
-                    "job.\n",
+                    "Trains a network (--model: climate segmentation, or CosmoFlow's regression) "
+                    "data-parallel over all ranks of the job.\n",
            .notify = false},
           vm))
     return std::nullopt;

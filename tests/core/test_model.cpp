@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <set>
@@ -223,6 +224,41 @@ TEST_CASE("model: the published networks have their published parameter counts",
   compact.low_level_channels = 48;
   CHECK(Model(*backend, compact).parameter_count() == 2'360'163);
   CHECK(compact.input_multiple() == 8);
+  // MLPerf HPC CosmoFlow at its published 4 x 128^3 input, 4 targets.
+  ModelConfig cosmoflow;
+  cosmoflow.architecture = Architecture::cosmoflow;
+  cosmoflow.input_channels = 4;
+  cosmoflow.num_classes = 4;
+  CHECK(Model(*backend, cosmoflow).parameter_count() == 8'907'556);
+  CHECK(cosmoflow.input_multiple() == 32);
+}
+
+TEST_CASE("model: cosmoflow regresses its targets from cubes of its volume", "[core]") {
+  auto backend = make_backend("cpu");
+  ModelConfig config;
+  config.architecture = Architecture::cosmoflow;
+  config.input_channels = 4;
+  config.num_classes = 4;
+  config.volume = 32;
+  Model model(*backend, config);
+  model.initialize(3);
+  // Glorot-uniform weights, as the reference's Keras layers: within sqrt(6 / (fan_in + fan_out)).
+  const Parameter& first = *model.parameters().front();
+  CHECK(first.name == "conv0.weight");
+  const double limit = std::sqrt(6.0 / (4 * 27 + 32 * 27));
+  const auto values = first.value.f32();
+  CHECK(*std::max_element(values.begin(), values.end()) <= limit);
+  CHECK(*std::min_element(values.begin(), values.end()) >= -limit);
+  CHECK(*std::max_element(values.begin(), values.end()) > 0.9 * limit);
+  Tensor x = backend->empty({2, 4, 32, 32, 32}, DType::f32, backend->activation_layout());
+  backend->fill(x, 1.0f);
+  const Tensor& y = model.forward(x, true);
+  CHECK(y.dims() == std::vector<std::int64_t>{2, 4});
+  for (float v : y.f32()) CHECK(std::abs(v) < 1.2f);  // 1.2 tanh
+  CHECK_THROWS_WITH(model.forward(random_input(*backend, {1, 4, 32, 32}, 3), true),
+                    Catch::Contains("(N, 4, 32, 32, 32)"));
+  config.volume = 48;
+  CHECK_THROWS_WITH(config.validate(), Catch::Contains("multiple of 32"));
 }
 
 TEST_CASE("model: the tiramisu takes inputs whose size divides by its downsampling", "[core]") {

@@ -24,10 +24,13 @@ hardy, source, scenario, mpirun = sys.argv[1], Path(sys.argv[2]), sys.argv[3], s
 STEPS, SAMPLES, RANKS = 24, 40, 8
 # The Gordon Bell run's network (small) for the tiramisu scenarios, DeepCAM's at full size for
 # network_deepcam ones (batch norm across ranks: the survivors' statistics cover the whole batch
-# again), the compact one otherwise.
+# again), CosmoFlow's 3-D regression at 32^3 for the cosmoflow ones (its cube replaces the
+# fields' height and width), the compact one otherwise.
 MODEL = (SMALL_TIRAMISU if scenario.startswith("tiramisu")
-         else ["--model", "deepcam"] if scenario.startswith("network_deepcam") else SMALL_COMPACT)
-COMMON = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "16",
+         else ["--model", "deepcam"] if scenario.startswith("network_deepcam")
+         else ["--model", "cosmoflow", "--volume", "32"] if scenario.startswith("cosmoflow") else SMALL_COMPACT)
+SIZE = [] if scenario.startswith("cosmoflow") else ["--height", "32", "--width", "32"]
+COMMON = ["--synthetic", "--samples", str(SAMPLES), *SIZE, "--global-batch", "16",
           "--steps", str(STEPS), *MODEL, "--eval-samples", "0", "--seed", "5",
           "--optimizer", "adam", "--lr", "0.003", "--warmup-steps", "2", "--ranks-per-node", "2",
           "--audit-samples", "--log-every", "100", "--checkpoint-every", "4", "--max-failures", "4"]
@@ -107,6 +110,9 @@ SCENARIOS = {
     # the samples that move to other ranks after the node loss draw the same masks there.
     "tiramisu_node": (["--inject-failure", "node=1@step=10"], None, 1, 6),
     "network_deepcam_rank": (["--inject-failure", "rank=5@step=9"], None, 1, 7),
+    # CosmoFlow's regression: the skipped-sample and rebalance paths carry its targets (label
+    # words), and the MSE's scale follows the global batch over the survivors.
+    "cosmoflow_node": (["--inject-failure", "node=1@step=10"], None, 1, 6),
 }
 # A smaller global batch after the failure changes the trajectory, not whether it converges.
 LOSS_TOLERANCE = {"constant_local_batch": 0.10}

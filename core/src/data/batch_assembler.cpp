@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <optional>
 
 #include "hardy/core/support/error.hpp"
@@ -28,10 +29,39 @@ namespace {
 
 void check_shape(const SampleSource& source, const SampleShape& expected) {
   const auto s = source.shape();
-  if (s.channels != expected.channels || s.height != expected.height || s.width != expected.width)
-    throw InvalidArgument(fmt::format("{} has samples of {}x{}x{}, expected {}x{}x{}",
-                                      source.describe(), s.channels, s.height, s.width,
-                                      expected.channels, expected.height, expected.width));
+  if (s != expected)
+    throw InvalidArgument(fmt::format("{} has samples of {}, expected {}", source.describe(),
+                                      to_string(s), to_string(expected)));
+}
+
+// The batch's fields: (N, C, H, W), or (N, C, D, H, W) for volumes.
+std::vector<std::int64_t> field_dims(const SampleShape& s, std::int64_t n) {
+  if (s.volumetric()) return {n, s.channels, s.depth, s.height, s.width};
+  return {n, s.channels, s.height, s.width};
+}
+
+// The label words as loaded: i32 (N, 1, H, W) classes, or (N, K) targets' bits.
+std::vector<std::int64_t> label_word_dims(const SampleShape& s, std::int64_t n) {
+  if (s.regression()) return {n, s.targets};
+  return {n, 1, s.height, s.width};
+}
+
+// What the loss reads: the class labels themselves, or the targets as f32 (N, K).
+void ensure_targets(Backend& backend, const SampleShape& s, std::int64_t n, Tensor& labels) {
+  ensure_tensor(backend, labels, label_word_dims(s, n), s.regression() ? DType::f32 : DType::i32);
+}
+
+// Host label words into the backend's labels, through `host_targets` for regression targets.
+template <class Copy>
+void copy_labels(Backend& backend, const SampleShape& s, const Tensor& host_words,
+                 Tensor& host_targets, Tensor& labels, Copy&& copy) {
+  if (!s.regression()) return copy(host_words, labels);
+  if (!host_targets.defined() || host_targets.dims() != host_words.dims())
+    host_targets = backend.empty_host(host_words.dims(), DType::f32, Layout::flat);
+  const std::int32_t* words = host_words.data<std::int32_t>();
+  float* values = host_targets.data<float>();
+  for (std::int64_t i = 0; i < host_words.numel(); ++i) values[i] = target_value(words[i]);
+  copy(host_targets, labels);
 }
 
 // Batches of at least this many bytes of fields are taken from the prefetcher by several
@@ -51,27 +81,28 @@ template <class LoadSample>
 void BatchAssembler::assemble(const SampleSource& source, std::size_t count, Tensor& fields,
                               Tensor& labels, LoadSample&& load_sample) {
   check_shape(source, shape_);
-  const std::int64_t n = static_cast<std::int64_t>(count), C = shape_.channels, H = shape_.height,
-                     W = shape_.width;
-  const Layout layout = backend_.activation_layout();
-  // Samples are stored channel-major (C, H, W): the host batch keeps that order, so that each
-  // sample is loaded straight into its place, and the backend's copy converts to its own layout
-  // (oneDNN's reorder on the CPU, a kernel on the GPU) in one parallel pass.
-  if (!host_fields_.defined() || host_fields_.n() != n) {
-    host_fields_ = backend_.empty_host({n, C, H, W}, DType::f32, Layout::nchw);
-    host_labels_ = backend_.empty_host({n, 1, H, W}, DType::i32, layout);
+  const std::int64_t n = static_cast<std::int64_t>(count);
+  // Samples are stored channel-major (C, [D,] H, W): the host batch keeps that order, so that
+  // each sample is loaded straight into its place, and the backend's copy converts to its own
+  // layout (oneDNN's reorder on the CPU, a kernel on the GPU) in one parallel pass.
+  if (!host_fields_.defined() || host_fields_.dim(0) != n) {
+    host_fields_ = backend_.empty_host(field_dims(shape_, n), DType::f32, Layout::nchw);
+    host_labels_ =
+        backend_.empty_host(label_word_dims(shape_, n), DType::i32,
+                            shape_.regression() ? Layout::flat : backend_.activation_layout());
   }
-  ensure_tensor(backend_, fields, {n, C, H, W});
-  ensure_tensor(backend_, labels, {n, 1, H, W}, DType::i32);
-  const std::size_t plane = static_cast<std::size_t>(H * W);
-  const std::size_t sample_size = static_cast<std::size_t>(C) * plane;
+  ensure_tensor(backend_, fields, field_dims(shape_, n));
+  ensure_targets(backend_, shape_, n, labels);
+  const std::size_t words = shape_.label_elements();
+  const std::size_t sample_size = shape_.field_elements();
   for (std::int64_t i = 0; i < n; ++i)
     load_sample(static_cast<std::size_t>(i),
-                std::span<float>(host_fields_.data<float>() + i * C * H * W, sample_size),
-                std::span<std::int32_t>(host_labels_.data<std::int32_t>() + i * H * W, plane));
+                std::span<float>(host_fields_.data<float>() + i * sample_size, sample_size),
+                std::span<std::int32_t>(host_labels_.data<std::int32_t>() + i * words, words));
   const auto copy_start = std::chrono::steady_clock::now();
   backend_.copy(host_fields_, fields);
-  backend_.copy(host_labels_, labels);
+  copy_labels(backend_, shape_, host_labels_, host_targets_, labels,
+              [&](const Tensor& src, Tensor& dst) { backend_.copy(src, dst); });
   last_copy_s_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count();
 }
@@ -88,6 +119,7 @@ void BatchAssembler::load(const SampleSource& source, std::span<const std::size_
 std::optional<SkippedSample> BatchAssembler::take_sample(
     SamplePrefetcher& prefetcher, std::size_t index, BadSamplePolicy policy, bool as_stored,
     std::span<std::byte> fields, std::span<std::int32_t> labels, double& wait_s) {
+  const bool regression = prefetcher.source().shape().regression();
   const auto start = std::chrono::steady_clock::now();
   try {
     wait_s += as_stored ? prefetcher.take_stored(index, fields, labels)
@@ -97,7 +129,10 @@ std::optional<SkippedSample> BatchAssembler::take_sample(
     wait_s += seconds_since(start);
     if (policy == BadSamplePolicy::fail) throw;
     std::fill(fields.begin(), fields.end(), std::byte{0});  // 0.0 in every float type
-    std::fill(labels.begin(), labels.end(), kIgnoreLabel);
+    // A pixel or a target left out of the loss (the label word says which: labels hold
+    // class indices, targets the bits of floats).
+    std::fill(labels.begin(), labels.end(),
+              regression ? target_word(std::numeric_limits<float>::quiet_NaN()) : kIgnoreLabel);
     // BadSample's message is "file: reason".
     std::string reason = bad.what();
     if (reason.starts_with(bad.file() + ": ")) reason.erase(0, bad.file().size() + 2);
@@ -140,21 +175,21 @@ void BatchAssembler::stage(SamplePrefetcher& prefetcher, std::vector<std::size_t
                            BadSamplePolicy policy) {
   drop_staged();
   check_shape(prefetcher.source(), shape_);
-  const std::int64_t n = static_cast<std::int64_t>(indices.size()), C = shape_.channels,
-                     H = shape_.height, W = shape_.width;
+  const std::int64_t n = static_cast<std::int64_t>(indices.size());
   // Fields stored in fewer bytes (bf16 packed samples) travel so, and the backend's copy widens
   // them, where it converts float types (on a GPU, as the kernel that reorders them).
   const DType stored = prefetcher.source().stored_dtype();
   const bool as_stored = stored != DType::f32 && backend_.operand_rules().copy_converts_float_types;
   const DType host_dtype = as_stored ? stored : DType::f32;
-  if (!staged_host_fields_.defined() || staged_host_fields_.n() != n ||
+  if (!staged_host_fields_.defined() || staged_host_fields_.dim(0) != n ||
       staged_host_fields_.dtype() != host_dtype) {
-    staged_host_fields_ = backend_.empty_host({n, C, H, W}, host_dtype, Layout::nchw);
+    staged_host_fields_ = backend_.empty_host(field_dims(shape_, n), host_dtype, Layout::nchw);
     staged_host_labels_ =
-        backend_.empty_host({n, 1, H, W}, DType::i32, backend_.activation_layout());
+        backend_.empty_host(label_word_dims(shape_, n), DType::i32,
+                            shape_.regression() ? Layout::flat : backend_.activation_layout());
   }
-  ensure_tensor(backend_, staged_fields_, {n, C, H, W});
-  ensure_tensor(backend_, staged_labels_, {n, 1, H, W}, DType::i32);
+  ensure_tensor(backend_, staged_fields_, field_dims(shape_, n));
+  ensure_targets(backend_, shape_, n, staged_labels_);
   staged_.emplace(Staged{std::move(indices), backend_.start_upload(), {}});
   staged_->done = std::async(std::launch::async, [this, &prefetcher, policy, as_stored,
                                                   &upload = *staged_->upload,
@@ -187,7 +222,8 @@ void BatchAssembler::stage(SamplePrefetcher& prefetcher, std::vector<std::size_t
     for (auto& sample_skipped : skipped)
       if (sample_skipped) load.skipped.push_back(std::move(*sample_skipped));
     upload.copy(staged_host_fields_, staged_fields_);
-    upload.copy(staged_host_labels_, staged_labels_);
+    copy_labels(backend_, shape_, staged_host_labels_, staged_host_targets_, staged_labels_,
+                [&](const Tensor& src, Tensor& dst) { upload.copy(src, dst); });
     load.input_device_s = upload.finish();
     return load;
   });

@@ -6,108 +6,14 @@
 #include <bit>
 #include <cmath>
 
+#include "data/portable_math.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/random.hpp"
-
-// Bit-identical samples everywhere need identical rounding: forbid the fused multiply-adds that
-// compilers otherwise form when the target has them (-march=native), which change last bits.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
 
 namespace hardy::core {
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
-
-// ---- portable arithmetic: only +, -, *, /, sqrt and integer rounding, which IEEE 754 pins
-// down, instead of libm's exp and sin, whose last bits differ between libraries ----
-
-// A counter-based stream of core::SplitMix64, so that any (seed, index, stream) triple gives an
-// independent, reproducible sequence without state shared between samples.
-class Random {
- public:
-  Random(std::uint64_t seed, std::uint64_t index, std::uint64_t stream) : generator_(seed) {
-    generator_ = SplitMix64(generator_.next() ^ index);
-    generator_ = SplitMix64(generator_.next() ^ stream);
-    generator_ = SplitMix64(generator_.next());
-  }
-
-  std::uint64_t next() { return generator_.next(); }
-  double uniform() { return generator_.uniform(); }  // [0, 1)
-  double uniform(double low, double high) { return generator_.uniform(low, high); }
-  int integer(int low, int high) {  // inclusive
-    return low + static_cast<int>(uniform() * (high - low + 1));
-  }
-  double sign() { return (next() >> 63) != 0 ? 1.0 : -1.0; }
-  // Approximately standard normal (Irwin-Hall sum of four 16-bit uniforms), exact in float.
-  float noise() {
-    const std::uint64_t bits = next();
-    const auto sum = static_cast<std::int32_t>((bits & 0xffff) + ((bits >> 16) & 0xffff) +
-                                               ((bits >> 32) & 0xffff) + (bits >> 48));
-    return static_cast<float>(sum - 131070) * (1.7320508f / 65536.0f);
-  }
-
- private:
-  SplitMix64 generator_;
-};
-
-// 1/n and 1/(n (n + 1)), rounded once at compile time: multiplying by them is as portable as
-// dividing, and several times faster.
-constexpr auto kReciprocals = [] {
-  std::array<double, 20> table{};
-  for (int n = 1; n < 20; ++n) table[n] = 1.0 / n;
-  return table;
-}();
-constexpr auto kPairReciprocals = [] {
-  std::array<double, 20> table{};
-  for (int n = 1; n < 20; ++n) table[n] = 1.0 / (n * (n + 1));
-  return table;
-}();
-
-// Rounds to the nearest integer, halves away from zero, without a libm call.
-long long round_to_integer(double x) { return static_cast<long long>(x < 0 ? x - 0.5 : x + 0.5); }
-
-// exp(x) by Cody-Waite reduction to |r| <= ln(2)/2 and a Taylor polynomial, within a few ulp.
-double exp_portable(double x) {
-  if (x < -700.0) return 0.0;
-  x = std::min(x, 700.0);
-  const long long k = round_to_integer(x * 1.4426950408889634);
-  const double r = (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
-  double sum = 1.0;
-  for (int n = 13; n >= 1; --n) sum = 1.0 + sum * r * kReciprocals[n];
-  // Times 2^k, built directly: exact, as k stays within the normal exponent range.
-  return sum * std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52);
-}
-
-// sin and cos together, by reduction to [-pi/4, pi/4] and Taylor polynomials.
-void sincos_portable(double x, double& sine, double& cosine) {
-  const long long n = round_to_integer(x * 0.63661977236758134308);
-  const double r = (x - n * 1.57079632673412561417e+00) - n * 6.07710050650619224932e-11;
-  const double r2 = r * r;
-  double s = 1.0, c = 1.0;
-  for (int k = 9; k >= 1; --k) {
-    s = 1.0 - s * r2 * kPairReciprocals[2 * k];
-    c = 1.0 - c * r2 * kPairReciprocals[2 * k - 1];
-  }
-  s *= r;
-  switch (n & 3) {
-    case 0:
-      sine = s, cosine = c;
-      break;
-    case 1:
-      sine = c, cosine = -s;
-      break;
-    case 2:
-      sine = -s, cosine = -c;
-      break;
-    default:
-      sine = -c, cosine = s;
-      break;
-  }
-}
+using namespace portable;
 
 double square(double x) { return x * x; }
 

@@ -52,8 +52,12 @@ DataSources open_data(const DataSpec& spec) {
   std::size_t train_count = 0;
   if (spec.synthetic) {
     train_count = spec.samples;
-    data.storage =
-        std::make_unique<SyntheticClimate>(spec.shape, train_count + held_out, spec.seed);
+    if (spec.shape.regression())
+      data.storage =
+          std::make_unique<SyntheticCosmology>(spec.shape.depth, train_count + held_out, spec.seed);
+    else
+      data.storage =
+          std::make_unique<SyntheticClimate>(spec.shape, train_count + held_out, spec.seed);
   } else if (dataset_layout(spec.dataset) != DatasetLayout::other) {
     data.storage = open_split(spec, "train");
     train_count = data.storage->size();

@@ -11,7 +11,12 @@
 namespace hardy::core {
 
 std::string to_string(const SampleShape& shape) {
-  return fmt::format("{}x{}x{}", shape.channels, shape.height, shape.width);
+  std::string text =
+      shape.volumetric()
+          ? fmt::format("{}x{}x{}x{}", shape.channels, shape.depth, shape.height, shape.width)
+          : fmt::format("{}x{}x{}", shape.channels, shape.height, shape.width);
+  if (shape.regression()) text += fmt::format(" -> {} targets", shape.targets);
+  return text;
 }
 
 std::vector<std::string> SampleSource::channel_names() const {

@@ -1,6 +1,7 @@
 #include "hardy/core/nn/evaluation.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "hardy/core/data/batch_assembler.hpp"
@@ -31,6 +32,56 @@ ConfusionMatrix evaluate(Model& model, const SampleSource& source, std::size_t b
     confusion.add({host_labels.data<std::int32_t>(), n}, {host_predicted.data<std::int32_t>(), n});
   }
   return confusion;
+}
+
+std::vector<double> RegressionErrors::mean_absolute_errors() const {
+  std::vector<double> errors(absolute_sums.size());
+  for (std::size_t t = 0; t < errors.size(); ++t)
+    errors[t] = counts[t] > 0 ? absolute_sums[t] / static_cast<double>(counts[t]) : 0.0;
+  return errors;
+}
+
+double RegressionErrors::mean_absolute_error() const {
+  const double n = static_cast<double>(std::accumulate(counts.begin(), counts.end(), 0ULL));
+  return n > 0 ? std::accumulate(absolute_sums.begin(), absolute_sums.end(), 0.0) / n : 0.0;
+}
+
+double RegressionErrors::mean_squared_error() const {
+  const double n = static_cast<double>(std::accumulate(counts.begin(), counts.end(), 0ULL));
+  return n > 0 ? std::accumulate(squared_sums.begin(), squared_sums.end(), 0.0) / n : 0.0;
+}
+
+RegressionErrors evaluate_regression(Model& model, const SampleSource& source,
+                                     std::size_t batch_size, const EvaluatedBatch& each_batch) {
+  Backend& backend = model.backend();
+  BatchAssembler assembler(backend, source.shape());
+  const auto targets = static_cast<std::size_t>(source.shape().targets);
+  RegressionErrors errors{std::vector<double>(targets), std::vector<double>(targets),
+                          std::vector<std::size_t>(targets)};
+  Tensor fields, truth;
+  std::vector<std::size_t> indices;
+  for (std::size_t first = 0; first < source.size(); first += batch_size) {
+    const std::size_t count = std::min(batch_size, source.size() - first);
+    indices.resize(count);
+    std::iota(indices.begin(), indices.end(), first);
+    assembler.load(source, indices, fields, truth);
+    const Tensor& prediction = model.forward(fields, /*training=*/false);
+    if (each_batch) each_batch(first, fields, prediction);
+    Tensor host_prediction = Tensor::host(prediction.dims(), DType::f32, Layout::flat);
+    Tensor host_truth = Tensor::host(truth.dims(), DType::f32, Layout::flat);
+    backend.copy(prediction, host_prediction);
+    backend.copy(truth, host_truth);
+    const auto p = host_prediction.f32();
+    const auto y = host_truth.f32();
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      if (std::isnan(y[i])) continue;
+      const double error = static_cast<double>(p[i]) - y[i];
+      errors.absolute_sums[i % targets] += std::abs(error);
+      errors.squared_sums[i % targets] += error * error;
+      ++errors.counts[i % targets];
+    }
+  }
+  return errors;
 }
 
 }  // namespace hardy::core

@@ -24,7 +24,8 @@ int group_count(int channels, int wanted) {
 
 Parameter make_parameter(Backend& backend, std::string name, std::vector<std::int64_t> dims,
                          bool weight_decay) {
-  const Layout layout = dims.size() == 4 ? Layout::nchw : Layout::flat;  // weights are OIHW
+  // Convolution weights are row-major OIHW (OIDHW for volumes); the others flat.
+  const Layout layout = dims.size() == 4 || dims.size() == 5 ? Layout::nchw : Layout::flat;
   Parameter p;
   p.name = std::move(name);
   p.value = backend.empty(dims, DType::f32, layout);

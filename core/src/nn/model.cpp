@@ -15,8 +15,9 @@ Architecture parse_architecture(const std::string& name) {
   if (name == "compact") return Architecture::compact;
   if (name == "deepcam") return Architecture::deepcam;
   if (name == "tiramisu") return Architecture::tiramisu;
+  if (name == "cosmoflow") return Architecture::cosmoflow;
   throw InvalidArgument(
-      fmt::format("unknown model '{}' (choose compact, deepcam or tiramisu)", name));
+      fmt::format("unknown model '{}' (choose compact, deepcam, tiramisu or cosmoflow)", name));
 }
 
 std::string to_string(Architecture architecture) {
@@ -27,6 +28,8 @@ std::string to_string(Architecture architecture) {
       return "deepcam";
     case Architecture::tiramisu:
       return "tiramisu";
+    case Architecture::cosmoflow:
+      return "cosmoflow";
   }
   return "unknown";
 }
@@ -61,6 +64,10 @@ void ModelConfig::validate() const {
     if (!(dropout >= 0 && dropout < 1))
       throw InvalidArgument(fmt::format("model dropout must be in [0, 1), got {}", dropout));
   }
+  if (architecture == Architecture::cosmoflow && (volume <= 0 || volume % input_multiple() != 0))
+    throw InvalidArgument(
+        fmt::format("model volume must be a positive multiple of {} (five 2x2x2 poolings), got {}",
+                    input_multiple(), volume));
 }
 
 int ModelConfig::input_multiple() const {
@@ -71,6 +78,8 @@ int ModelConfig::input_multiple() const {
       return 16;  // output stride 16
     case Architecture::tiramisu:
       return 1 << (dense_layers.size() - 1);  // one transition down per block before the last
+    case Architecture::cosmoflow:
+      return 32;  // five 2x2x2 poolings
   }
   return 1;
 }
@@ -100,6 +109,9 @@ std::string ModelConfig::identity() const {
           "model.dense_kernel={}\nmodel.dropout={}\n",
           fmt::join(dense_layers, ","), growth, first_channels, dense_kernel, dropout);
       break;
+    case Architecture::cosmoflow:  // the published structure at this volume
+      text << fmt::format("model.volume={}\n", volume);
+      break;
   }
   return text.str();
 }
@@ -127,6 +139,9 @@ nlohmann::json to_json(const ModelConfig& m) {
                      {"dense_kernel", m.dense_kernel},
                      {"dropout", m.dropout}});
       break;
+    case Architecture::cosmoflow:
+      config.update({{"volume", m.volume}});
+      break;
   }
   return config;
 }
@@ -142,6 +157,8 @@ Network describe(Backend& backend, const ModelConfig& config) {
       return architectures::describe_deepcam(backend, config);
     case Architecture::tiramisu:
       return architectures::describe_tiramisu(backend, config);
+    case Architecture::cosmoflow:
+      return architectures::describe_cosmoflow(backend, config);
   }
   throw InvalidArgument("unknown model architecture");
 }
@@ -159,15 +176,24 @@ void Model::initialize(std::uint64_t seed) {
     Parameter& p = *parameters[i];
     Tensor host = Tensor::host(p.value.dims(), DType::f32, p.value.layout());
     auto values = host.f32();
-    const bool is_weight = p.value.rank() == 4;
+    // Convolution (4-D, 5-D) and dense (2-D) weights; biases and normalization scales are 1-D.
+    const bool is_weight = p.value.rank() >= 2;
     const bool is_scale = p.name.ends_with(".gamma");
     if (is_weight) {
-      // Kaiming-normal for ReLU networks: std = sqrt(2 / fan_in), fan_in from dims 1..3 as
-      // PyTorch counts it (also for grouped and transposed convolutions).
-      const double fan_in = static_cast<double>(p.value.dim(1) * p.value.dim(2) * p.value.dim(3));
-      const double stddev = std::sqrt(2.0 / fan_in);
+      // Fans as PyTorch counts them: fan_in from dims 1.., fan_out from dims 0 and 2.. (also
+      // for grouped and transposed convolutions).
+      const double receptive =
+          static_cast<double>(p.value.numel() / p.value.dim(0) / p.value.dim(1));
+      const double fan_in = static_cast<double>(p.value.numel() / p.value.dim(0));
+      const double fan_out = static_cast<double>(p.value.dim(0)) * receptive;
       SplitMix64 rng(mix_seed(seed, 0x5eed, i));
-      for (float& v : values) v = static_cast<float>(stddev * rng.normal());
+      if (p.init == WeightInit::glorot_uniform) {
+        const double limit = std::sqrt(6.0 / (fan_in + fan_out));
+        for (float& v : values) v = static_cast<float>(rng.uniform(-limit, limit));
+      } else {
+        const double stddev = std::sqrt(2.0 / fan_in);
+        for (float& v : values) v = static_cast<float>(stddev * rng.normal());
+      }
     } else {
       std::fill(values.begin(), values.end(), is_scale ? 1.0f : 0.0f);
     }
@@ -184,14 +210,22 @@ std::size_t Model::parameter_count() const {
 const Tensor& Model::forward(const Tensor& x, bool training, CrossRankSum* cross_rank,
                              DropoutKeys dropout) {
   const int multiple = config_.input_multiple();
-  if (x.rank() != 4 || x.c() != config_.input_channels || x.h() % multiple != 0 ||
-      x.w() % multiple != 0 || x.h() == 0 || x.w() == 0)
+  if (config_.volumetric()) {
+    const std::int64_t v = config_.volume;
+    if (x.rank() != 5 || x.dim(1) != config_.input_channels || x.dim(2) != v || x.dim(3) != v ||
+        x.dim(4) != v)
+      throw InvalidArgument(fmt::format("{} model input must be (N, {}, {}, {}, {}); got {}",
+                                        to_string(config_.architecture), config_.input_channels, v,
+                                        v, v, x.describe()));
+  } else if (x.rank() != 4 || x.c() != config_.input_channels || x.h() % multiple != 0 ||
+             x.w() % multiple != 0 || x.h() == 0 || x.w() == 0) {
     throw InvalidArgument(fmt::format(
         "{} model input must be (N, {}, H, W) with H and W divisible by {}; got {}",
         to_string(config_.architecture), config_.input_channels, multiple, x.describe()));
-  if (!dropout.samples.empty() && dropout.samples.size() != static_cast<std::size_t>(x.n()))
+  }
+  if (!dropout.samples.empty() && dropout.samples.size() != static_cast<std::size_t>(x.dim(0)))
     throw InvalidArgument(fmt::format("model forward: {} dropout keys for a batch of {}",
-                                      dropout.samples.size(), x.n()));
+                                      dropout.samples.size(), x.dim(0)));
   logits_ =
       &network_.forward(x, {.training = training, .cross_rank = cross_rank, .dropout = dropout});
   return *logits_;

@@ -145,7 +145,7 @@ const Tensor& Dropout::forward(std::span<const Tensor* const> inputs, const Forw
   if (!applied_) return x;
   keys_.assign(pass.dropout.samples.begin(), pass.dropout.samples.end());
   if (keys_.empty())
-    for (std::int64_t n = 0; n < x.n(); ++n) keys_.push_back(static_cast<std::uint64_t>(n));
+    for (std::int64_t n = 0; n < x.dim(0); ++n) keys_.push_back(static_cast<std::uint64_t>(n));
   seed_ = mix_seed(pass.dropout.seed, 0xd0d0, salt_);
   ensure_tensor(backend_, output_, x.dims());
   backend_.dropout_forward({.x = x, .rate = rate_, .seed = seed_, .sample_keys = keys_}, output_);
@@ -162,6 +162,161 @@ void Dropout::backward(const Tensor& dy, std::span<const bool> need, std::span<c
   ensure_tensor(backend_, input_grad_, dy.dims());
   backend_.dropout_backward({.x = output_, .rate = rate_, .seed = seed_, .sample_keys = keys_}, dy,
                             input_grad_);
+  grads[0] = &input_grad_;
+}
+
+// ---- the volumetric and dense layers ----------------------------------------------------------
+
+namespace {
+
+// The activation tensor a 2-D (N, F) output is kept in: the backend's activation dtype, as the
+// 4-D and 5-D ones (ensure_tensor gives other ranks f32).
+void ensure_features(Backend& backend, Tensor& t, std::int64_t n, std::int64_t features) {
+  ensure_tensor(backend, t, {n, features}, backend.activation_dtype());
+}
+
+}  // namespace
+
+Convolution3d::Convolution3d(Backend& backend, const std::string& name, int in_channels,
+                             int out_channels, int kernel, ConvGeometry geometry, bool bias)
+    : backend_(backend),
+      in_channels_(in_channels),
+      out_channels_(out_channels),
+      kernel_(kernel),
+      geometry_(geometry),
+      weight_(make_parameter(backend, name + ".weight",
+                             {out_channels, in_channels, kernel, kernel, kernel}, true)),
+      has_bias_(bias) {
+  if (has_bias_) bias_ = make_parameter(backend, name + ".bias", {out_channels}, false);
+}
+
+const Tensor& Convolution3d::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  const Tensor& x = *inputs[0];
+  if (x.rank() != 5 || x.dim(1) != in_channels_)
+    throw InvalidArgument(fmt::format("{}: expected (N, {}, D, H, W), got {}", weight_.name,
+                                      in_channels_, x.describe()));
+  input_ = x;
+  std::vector<std::int64_t> dims{x.dim(0), out_channels_};
+  for (std::size_t i = 2; i < 5; ++i)
+    dims.push_back(conv_output_size(static_cast<int>(x.dim(i)), kernel_, geometry_));
+  ensure_tensor(backend_, output_, dims);
+  backend_.conv3d_forward(x, weight_.value, has_bias_ ? &bias_.value : nullptr, geometry_, output_);
+  return output_;
+}
+
+void Convolution3d::backward(const Tensor& dy, std::span<const bool> need,
+                             std::span<const Tensor*> grads, CrossRankSum*) {
+  backend_.conv3d_backward_weights(input_, dy, geometry_, weight_.grad,
+                                   has_bias_ ? &bias_.grad : nullptr);
+  if (!need[0]) return;
+  ensure_tensor(backend_, input_grad_, input_.dims());
+  backend_.conv3d_backward_data(dy, weight_.value, geometry_, input_grad_);
+  grads[0] = &input_grad_;
+}
+
+std::vector<Parameter*> Convolution3d::parameters() {
+  std::vector<Parameter*> params{&weight_};
+  if (has_bias_) params.push_back(&bias_);
+  return params;
+}
+
+const Tensor& MaxPool3d::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  const Tensor& x = *inputs[0];
+  if (x.rank() != 5)
+    throw InvalidArgument(
+        fmt::format("max pool 3d: expected (N, C, D, H, W), got {}", x.describe()));
+  input_ = x;
+  std::vector<std::int64_t> dims{x.dim(0), x.dim(1)};
+  for (std::size_t i = 2; i < 5; ++i)
+    dims.push_back(pool_output_size(static_cast<int>(x.dim(i)), geometry_));
+  ensure_tensor(backend_, output_, dims);
+  backend_.max_pool3d_forward(x, geometry_, output_);
+  return output_;
+}
+
+void MaxPool3d::backward(const Tensor& dy, std::span<const bool> need,
+                         std::span<const Tensor*> grads, CrossRankSum*) {
+  if (!need[0]) return;
+  ensure_tensor(backend_, input_grad_, input_.dims());
+  backend_.max_pool3d_backward(input_, dy, geometry_, input_grad_);
+  grads[0] = &input_grad_;
+}
+
+const Tensor& LeakyRelu::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  const Tensor& x = *inputs[0];
+  ensure_tensor(backend_, output_, x.dims(), x.dtype());
+  backend_.leaky_relu_forward(x, slope_, output_);
+  return output_;
+}
+
+void LeakyRelu::backward(const Tensor& dy, std::span<const bool> need,
+                         std::span<const Tensor*> grads, CrossRankSum*) {
+  if (!need[0]) return;
+  ensure_tensor(backend_, input_grad_, dy.dims(), dy.dtype());
+  backend_.leaky_relu_backward(output_, dy, slope_, input_grad_);
+  grads[0] = &input_grad_;
+}
+
+const Tensor& Flatten::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  const Tensor& x = *inputs[0];
+  if (x.rank() < 2 || x.numel() != x.dim(0) * features_)
+    throw InvalidArgument(fmt::format(
+        "flatten: the description expects {} features per sample, got {} (is the input's size "
+        "the one the network was built for?)",
+        features_, x.describe()));
+  input_dims_ = x.dims();
+  ensure_tensor(backend_, output_, {x.dim(0), features_}, x.dtype());
+  backend_.flatten_forward(x, output_);
+  return output_;
+}
+
+void Flatten::backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                       CrossRankSum*) {
+  if (!need[0]) return;
+  ensure_tensor(backend_, input_grad_, input_dims_);
+  backend_.flatten_backward(dy, input_grad_);
+  grads[0] = &input_grad_;
+}
+
+Dense::Dense(Backend& backend, const std::string& name, int in_features, int out_features)
+    : backend_(backend),
+      in_features_(in_features),
+      out_features_(out_features),
+      weight_(make_parameter(backend, name + ".weight", {out_features, in_features}, true)),
+      bias_(make_parameter(backend, name + ".bias", {out_features}, false)) {}
+
+const Tensor& Dense::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  const Tensor& x = *inputs[0];
+  if (x.rank() != 2 || x.dim(1) != in_features_)
+    throw InvalidArgument(
+        fmt::format("{}: expected (N, {}), got {}", weight_.name, in_features_, x.describe()));
+  input_ = x;
+  ensure_features(backend_, output_, x.dim(0), out_features_);
+  backend_.dense_forward(x, weight_.value, &bias_.value, output_);
+  return output_;
+}
+
+void Dense::backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                     CrossRankSum*) {
+  backend_.dense_backward_weights(input_, dy, weight_.grad, &bias_.grad);
+  if (!need[0]) return;
+  ensure_features(backend_, input_grad_, input_.dim(0), in_features_);
+  backend_.dense_backward_data(dy, weight_.value, input_grad_);
+  grads[0] = &input_grad_;
+}
+
+const Tensor& ScaledTanh::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+  const Tensor& x = *inputs[0];
+  ensure_tensor(backend_, output_, x.dims(), x.dtype());
+  backend_.scaled_tanh_forward(x, scale_, output_);
+  return output_;
+}
+
+void ScaledTanh::backward(const Tensor& dy, std::span<const bool> need,
+                          std::span<const Tensor*> grads, CrossRankSum*) {
+  if (!need[0]) return;
+  ensure_tensor(backend_, input_grad_, dy.dims(), dy.dtype());
+  backend_.scaled_tanh_backward(output_, dy, scale_, input_grad_);
   grads[0] = &input_grad_;
 }
 
@@ -256,8 +411,8 @@ void Network::backward(const Tensor& dy, const std::function<void(std::size_t)>&
 }
 
 // ---- the builder -----------------------------------------------------------------------------
-NetworkBuilder::NetworkBuilder(Backend& backend, NormSettings norm)
-    : backend_(backend), norm_(norm) {}
+NetworkBuilder::NetworkBuilder(Backend& backend, NormSettings norm, WeightInit init)
+    : backend_(backend), norm_(norm), init_(init) {}
 
 void NetworkBuilder::check(Node node) const {
   if (node.index < 0 || node.index > static_cast<int>(steps_.size()) || !has_input_)
@@ -268,6 +423,7 @@ Node NetworkBuilder::append(std::unique_ptr<Layer> layer, std::vector<Node> inpu
   if (inputs.size() > max_inputs)
     throw InvalidArgument(
         fmt::format("network description: a layer reads at most {} inputs", max_inputs));
+  for (Parameter* p : layer->parameters()) p->init = init_;
   Network::Step step;
   step.layer = std::move(layer);
   for (Node n : inputs) {
@@ -348,6 +504,39 @@ Node NetworkBuilder::upsample_like(Node x, Node like) {
 
 Node NetworkBuilder::global_avg_pool(Node x) {
   return append(std::make_unique<layers::GlobalAvgPool>(backend_), {x}, x.channels);
+}
+
+Node NetworkBuilder::conv3d(const std::string& name, Node x, int out_channels, int kernel,
+                            ConvGeometry geometry, bool bias) {
+  return append(std::make_unique<layers::Convolution3d>(backend_, name, x.channels, out_channels,
+                                                        kernel, geometry, bias),
+                {x}, out_channels);
+}
+
+Node NetworkBuilder::max_pool3d(Node x, PoolGeometry geometry) {
+  return append(std::make_unique<layers::MaxPool3d>(backend_, geometry), {x}, x.channels);
+}
+
+Node NetworkBuilder::leaky_relu(Node x, float slope) {
+  if (!(slope >= 0))
+    throw InvalidArgument(fmt::format("network description: leaky relu slope {} < 0", slope));
+  return append(std::make_unique<layers::LeakyRelu>(backend_, slope), {x}, x.channels);
+}
+
+Node NetworkBuilder::flatten(Node x, int features) {
+  if (features <= 0 || features % x.channels != 0)
+    throw InvalidArgument(fmt::format(
+        "network description: flatten of {} channels into {} features", x.channels, features));
+  return append(std::make_unique<layers::Flatten>(backend_, features), {x}, features);
+}
+
+Node NetworkBuilder::dense(const std::string& name, Node x, int out_features) {
+  return append(std::make_unique<layers::Dense>(backend_, name, x.channels, out_features), {x},
+                out_features);
+}
+
+Node NetworkBuilder::scaled_tanh(Node x, float scale) {
+  return append(std::make_unique<layers::ScaledTanh>(backend_, scale), {x}, x.channels);
 }
 
 Network NetworkBuilder::finish(Node output) {

@@ -189,4 +189,98 @@ class Dropout final : public Layer {
   Tensor output_, input_grad_;
 };
 
+// ---- the volumetric and dense layers (CosmoFlow) ----
+
+// PyTorch's Conv3d: weight (O, I, K, K, K), cubic kernel, the geometry the same along D, H, W.
+class Convolution3d final : public Layer {
+ public:
+  Convolution3d(Backend& backend, const std::string& name, int in_channels, int out_channels,
+                int kernel, ConvGeometry geometry, bool bias);
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+  std::vector<Parameter*> parameters() override;
+
+ private:
+  Backend& backend_;
+  int in_channels_, out_channels_, kernel_;
+  ConvGeometry geometry_;
+  Parameter weight_, bias_;
+  bool has_bias_;
+  Tensor input_, output_, input_grad_;
+};
+
+class MaxPool3d final : public Layer {
+ public:
+  MaxPool3d(Backend& backend, PoolGeometry geometry) : backend_(backend), geometry_(geometry) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+
+ private:
+  Backend& backend_;
+  PoolGeometry geometry_;
+  Tensor input_, output_, input_grad_;
+};
+
+// y = x where x > 0, slope * x elsewhere; backward from y (the same sign as x).
+class LeakyRelu final : public Layer {
+ public:
+  LeakyRelu(Backend& backend, float slope) : backend_(backend), slope_(slope) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+
+ private:
+  Backend& backend_;
+  float slope_;
+  Tensor output_, input_grad_;
+};
+
+// (N, C, D, H, W) -> (N, features) in PyTorch's order (torch.flatten(x, 1)); the description
+// states the features, checked at the first forward.
+class Flatten final : public Layer {
+ public:
+  Flatten(Backend& backend, std::int64_t features) : backend_(backend), features_(features) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+
+ private:
+  Backend& backend_;
+  std::int64_t features_;
+  Tensor output_, input_grad_;
+  std::vector<std::int64_t> input_dims_;
+};
+
+// PyTorch's nn.Linear: y (N, O) = x (N, K) weight^T + bias, weight (O, K).
+class Dense final : public Layer {
+ public:
+  Dense(Backend& backend, const std::string& name, int in_features, int out_features);
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+  std::vector<Parameter*> parameters() override { return {&weight_, &bias_}; }
+
+ private:
+  Backend& backend_;
+  int in_features_, out_features_;
+  Parameter weight_, bias_;
+  Tensor input_, output_, input_grad_;
+};
+
+// y = scale * tanh(x): a bounded regression output (CosmoFlow's 1.2 tanh).
+class ScaledTanh final : public Layer {
+ public:
+  ScaledTanh(Backend& backend, float scale) : backend_(backend), scale_(scale) {}
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+
+ private:
+  Backend& backend_;
+  float scale_;
+  Tensor output_, input_grad_;
+};
+
 }  // namespace hardy::core::layers

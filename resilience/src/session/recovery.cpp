@@ -127,7 +127,8 @@ void TrainingSession::State::settle_step_across_domains(const std::string& what)
   // averaged state when the domains train alone between meetings) and commit it here too.
   const auto shape = data.train->shape();
   const std::size_t global_batch = current_global_batch();
-  const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
+  // The loss is a mean over the global batch's pixels (segmentation) or targets (regression).
+  const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.label_elements());
   trainer.draw_batch(global_batch);
   CommittedStep done{
       .started = started, .lr = current_lr(step()), .skipped_samples = std::lround(across.skipped)};

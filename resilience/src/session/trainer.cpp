@@ -29,8 +29,9 @@ Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
       slots_(static_cast<std::size_t>(1 + config.gradient_lag)),
       exchange_mirror_(*backend_) {
   omp_set_num_threads(threads.kernel_threads);
-  class_weights_ =
-      core::resolve_class_weights(config.class_weights, train, config.model.num_classes);
+  if (!config.model.regression())
+    class_weights_ =
+        core::resolve_class_weights(config.class_weights, train, config.model.num_classes);
   committed_sampler_ = sampler_.state();
   model_.initialize(config.seed);
   optimizer_->initialize_state(model_.parameters());
@@ -123,14 +124,20 @@ double Trainer::compute(float grad_scale, const GradientReady& on_ready) {
       model_.forward(fields_, /*training=*/true, &cross_rank_,
                      {.seed = core::mix_seed(config_.seed, 0xd20, slot.computed.step),
                       .samples = slot.sample_keys});
-  core::ensure_tensor(*backend_, dlogits_, logits.dims());
+  core::ensure_tensor(*backend_, dlogits_, logits.dims(), logits.dtype());
   // fp16 scales the loss gradient up so that small gradients survive; finish_reduction() takes
   // the scale off again.
-  const double loss = backend_->softmax_cross_entropy({.logits = logits,
-                                                       .labels = labels_,
-                                                       .class_weights = class_weights_,
-                                                       .grad_scale = grad_scale * slot.loss_scale},
-                                                      dlogits_);
+  const float loss_gradient_scale = grad_scale * slot.loss_scale;
+  const double loss =
+      config_.model.regression()
+          ? backend_->mse_loss(
+                {.prediction = logits, .target = labels_, .grad_scale = loss_gradient_scale},
+                dlogits_)
+          : backend_->softmax_cross_entropy({.logits = logits,
+                                             .labels = labels_,
+                                             .class_weights = class_weights_,
+                                             .grad_scale = loss_gradient_scale},
+                                            dlogits_);
   const std::size_t count = model_.parameters().size();
   std::size_t ready = 0;
   model_.backward(

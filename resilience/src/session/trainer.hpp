@@ -39,9 +39,9 @@ std::uint64_t plan_digest(const core::GlobalBatch& batch);
 // What computing a step gave, kept until the step is committed.
 struct ComputedStep {
   long step = 0;
-  float grad_scale = 0;           // what divided its loss gradient (the global batch's pixels)
-  double loss_sum = 0;            // this rank's
-  std::size_t samples = 0;        // the samples it covers here (loaded, less the skipped)
+  float grad_scale = 0;     // what divided its loss gradient (the global batch's pixels or targets)
+  double loss_sum = 0;      // this rank's
+  std::size_t samples = 0;  // the samples it covers here (loaded, less the skipped)
   std::uint64_t plan_digest = 0;  // of its global batch's sample indices (equal on every rank)
   core::BatchLoad load;           // its wait for data and the samples it skipped
 };
@@ -83,8 +83,9 @@ class Trainer {
   // decided by every rank.
   const core::BatchLoad& load_batch(const Placement& placement);
   // Forward pass, loss and backward pass, each gradient handed to the reducer as soon as it is
-  // ready. `grad_scale` divides the loss gradient (by the global batch's pixels); the loss scale
-  // multiplies it. Returns this rank's loss sum. The step is computed until advance().
+  // ready. `grad_scale` divides the loss gradient (by the global batch's pixels, or targets for
+  // regression: the MSE); the loss scale multiplies it. Returns this rank's loss sum. The step is
+  // computed until advance().
   double compute(float grad_scale, const GradientReady& on_ready);
   // Steps computed and not yet committed: at most 1, or 2 with --gradient-lag 1 between a compute
   // and the older step's advance().

@@ -564,7 +564,8 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
   const auto started = Clock::now();
   const auto shape = data.train->shape();
   const std::size_t global_batch = current_global_batch();
-  const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.height * shape.width);
+  // The loss is a mean over the global batch's pixels (segmentation) or targets (regression).
+  const float grad_scale = 1.0f / static_cast<float>(global_batch * shape.label_elements());
   injector.at(computed_step, Phase::forward);
   trainer.draw_batch(global_batch);
   // With a step in flight, a collective here would wait behind its allreduce on the network
@@ -1066,7 +1067,16 @@ int TrainingSession::State::finish() {
   if (writes_run_files()) {
     checkpoint::save_model(trainer.model(), config.run_dir / "model.h5");
     finished["model"] = (config.run_dir / "model.h5").string();
-    if (data.held_out) {
+    if (data.held_out && config.model.regression()) {
+      const auto errors = core::evaluate_regression(trainer.model(), *data.held_out,
+                                                    static_cast<std::size_t>(config.global_batch));
+      finished["mae"] = errors.mean_absolute_error();
+      finished["target_mae"] = errors.mean_absolute_errors();
+      std::cout << fmt::format(
+          "hardy: held-out mean absolute error {:.4f} (per target: {:.4f}) on {}\n",
+          errors.mean_absolute_error(), fmt::join(errors.mean_absolute_errors(), ", "),
+          data.held_out->describe());
+    } else if (data.held_out) {
       const auto confusion = core::evaluate(trainer.model(), *data.held_out,
                                             static_cast<std::size_t>(config.global_batch));
       finished["mean_iou"] = confusion.mean_iou();

@@ -130,7 +130,9 @@ double CpuBackend::do_mse_loss(const MseLoss& args, Tensor& dprediction) {
   const std::int64_t count = args.prediction.numel();
   double total = 0.0;
   for (std::int64_t i = 0; i < count; ++i) {
-    const double error = static_cast<double>(prediction[i]) - target[i];
+    // A NaN target is one left out (a skipped sample's): no loss, no gradient.
+    const double error =
+        std::isnan(target[i]) ? 0.0 : static_cast<double>(prediction[i]) - target[i];
     total += error * error;
     gradient[i] = static_cast<float>(twice_scale * error);
   }

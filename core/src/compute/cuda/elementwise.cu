@@ -194,7 +194,9 @@ __global__ void mse_kernel(const T* prediction, const float* target, Index count
                            double twice_scale, T* dprediction, double* partials) {
   double total = 0.0;
   HARDY_GRID_STRIDE_LOOP(i, count) {
-    const double error = static_cast<double>(to_float(prediction[i])) - target[i];
+    // A NaN target is one left out (a skipped sample's): no loss, no gradient.
+    const double error =
+        isnan(target[i]) ? 0.0 : static_cast<double>(to_float(prediction[i])) - target[i];
     total += error * error;
     dprediction[i] = from_float<T>(static_cast<float>(twice_scale * error));
   }

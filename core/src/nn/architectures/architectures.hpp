@@ -7,5 +7,6 @@ namespace hardy::core::architectures {
 Network describe_compact(Backend& backend, const ModelConfig& config);
 Network describe_deepcam(Backend& backend, const ModelConfig& config);
 Network describe_tiramisu(Backend& backend, const ModelConfig& config);
+Network describe_cosmoflow(Backend& backend, const ModelConfig& config);
 
 }  // namespace hardy::core::architectures

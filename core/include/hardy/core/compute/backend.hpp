@@ -178,7 +178,8 @@ struct Dropout {
 };
 
 // Mean-squared-error regression loss: prediction (N, K) in the activation dtype (f32, or bf16 /
-// f16 on a GPU), target (N, K) f32 on the backend's device or on the host.
+// f16 on a GPU), target (N, K) f32 on the backend's device or on the host. A NaN target is left
+// out (a skipped sample's, as kIgnoreLabel leaves out a pixel): it adds no loss and no gradient.
 struct MseLoss {
   const Tensor& prediction;
   const Tensor& target;

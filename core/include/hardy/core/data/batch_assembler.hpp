@@ -39,8 +39,9 @@ struct BatchLoad {
   std::vector<SkippedSample> skipped;
 };
 
-// Gathers samples by index into the backend's input tensors: fields (N, C, H, W) in the
-// backend's activation layout and labels i32 (N, 1, H, W).
+// Gathers samples by index into the backend's input tensors: fields (N, C, H, W), or
+// (N, C, D, H, W) for volumes, in the backend's activation layout, and labels i32 (N, 1, H, W),
+// or for regression the targets f32 (N, K) (a skipped sample's targets NaN).
 class BatchAssembler {
  public:
   BatchAssembler(Backend& backend, SampleShape shape);
@@ -94,7 +95,8 @@ class BatchAssembler {
   Backend& backend_;
   SampleShape shape_;
   Tensor host_fields_, host_labels_;
-  double last_copy_s_ = 0;  // assemble()'s copy into the backend's tensors
+  Tensor host_targets_, staged_host_targets_;  // regression targets, as floats, before the copy
+  double last_copy_s_ = 0;                     // assemble()'s copy into the backend's tensors
   // stage()'s own host batch and input tensors (swapped with the caller's when taken).
   Tensor staged_host_fields_, staged_host_labels_, staged_fields_, staged_labels_;
   std::optional<Staged> staged_;

@@ -10,6 +10,7 @@
 
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/data/climatenet.hpp"
+#include "hardy/core/data/cosmology_data.hpp"
 #include "hardy/core/data/deepcam.hpp"
 
 namespace hardy::core {
@@ -19,7 +20,7 @@ struct DataSpec {
   std::filesystem::path dataset;  // when not synthetic
   std::size_t samples = 1024;     // synthetic training-set size
   std::size_t eval_samples = 64;  // held out
-  SampleShape shape;              // synthetic sample shape
+  SampleShape shape;              // synthetic sample shape (a regression one: SyntheticCosmology)
   std::uint64_t seed = 1;
   // A dataset in the published DeepCAM layout (ROOT/stats.h5, ROOT/train/, ROOT/validation/):
   // label set, channels, crop and downsampling. Ignored for the other sources.

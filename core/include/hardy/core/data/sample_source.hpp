@@ -1,9 +1,17 @@
 #pragma once
 // What the training loop reads samples from: SampleShape (the size of one sample) and the
-// SampleSource interface. A sample is a stack of 2-D fields (channels, latitude rows, longitude
-// columns) and a per-pixel class label (compute/labels.hpp). Implementations: SyntheticClimate
-// (climate_data.hpp) makes samples on the fly, Hdf5Dataset (dataset.hpp) and the DeepCAM reader
+// SampleSource interface. A segmentation sample is a stack of 2-D fields (channels, latitude
+// rows, longitude columns) and a per-pixel class label (compute/labels.hpp). A regression sample
+// (CosmoFlow) is a stack of 3-D volumes (channels, depth, rows, columns) and a few real-valued
+// targets. Implementations: SyntheticClimate (climate_data.hpp) and SyntheticCosmology
+// (cosmology_data.hpp) make samples on the fly, Hdf5Dataset (dataset.hpp) and the DeepCAM reader
 // (deepcam.hpp) read them from disk.
+//
+// Both kinds of target travel as 4-byte "label words" through the same buffers (loaders, cache,
+// prefetcher, staging, the skip of a bad sample): a class index per pixel, or each target's
+// float bits (target_word / target_value), so that no path between a source and the loss needs
+// to know the task.
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -19,12 +27,29 @@ struct SampleShape {
   int channels = 16;
   int height = 64;  // latitude rows, north at row 0
   int width = 64;   // longitude columns, periodic
+  int depth = 1;    // > 1: volumes (channels, depth, height, width)
+  int targets = 0;  // > 0: regression, this many real-valued targets per sample; 0: a class per
+                    // pixel
 
-  std::size_t field_elements() const { return static_cast<std::size_t>(channels) * height * width; }
-  std::size_t label_elements() const { return static_cast<std::size_t>(height) * width; }
+  bool volumetric() const { return depth > 1; }
+  bool regression() const { return targets > 0; }
+  std::size_t field_elements() const {
+    return static_cast<std::size_t>(channels) * depth * height * width;
+  }
+  // Label words per sample: one per pixel, or one per target.
+  std::size_t label_elements() const {
+    return regression() ? static_cast<std::size_t>(targets)
+                        : static_cast<std::size_t>(height) * width;
+  }
   bool operator==(const SampleShape&) const = default;
 };
-std::string to_string(const SampleShape& shape);  // "16x64x64"
+// "16x64x64", a volume "4x32x32x32", a regression "4x32x32x32 -> 4 targets".
+std::string to_string(const SampleShape& shape);
+
+// A regression target in a label word and back (its float bits; a NaN word is a target left
+// out, as kIgnoreLabel is a pixel left out).
+inline std::int32_t target_word(float value) { return std::bit_cast<std::int32_t>(value); }
+inline float target_value(std::int32_t word) { return std::bit_cast<float>(word); }
 
 class SampleSource {
  public:

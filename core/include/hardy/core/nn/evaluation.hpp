@@ -1,6 +1,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "hardy/core/data/sample_source.hpp"
 #include "hardy/core/nn/model.hpp"
@@ -16,5 +17,21 @@ using EvaluatedBatch =
     std::function<void(std::size_t first, const Tensor& fields, const Tensor& logits)>;
 ConfusionMatrix evaluate(Model& model, const SampleSource& source, std::size_t batch_size,
                          const EvaluatedBatch& each_batch = {});
+
+// A regression model's errors over held-out samples (CosmoFlow: MLPerf HPC's metric is the mean
+// absolute error over every target of every sample).
+struct RegressionErrors {
+  std::vector<double> absolute_sums;  // per target
+  std::vector<double> squared_sums;   // per target
+  std::vector<std::size_t> counts;    // per target: the samples scored (NaN targets left out)
+
+  std::vector<double> mean_absolute_errors() const;  // per target
+  double mean_absolute_error() const;                // over every scored target
+  double mean_squared_error() const;
+};
+
+// Runs a regression model in inference mode over every sample of `source`.
+RegressionErrors evaluate_regression(Model& model, const SampleSource& source,
+                                     std::size_t batch_size, const EvaluatedBatch& each_batch = {});
 
 }  // namespace hardy::core

@@ -10,9 +10,12 @@
 //   ASPP at rates 6, 12, 18 with image pooling, a decoder of transposed convolutions;
 // - tiramisu: the FC-DenseNet of the 2018 Gordon Bell climate run (Kurth et al.): dense blocks
 //   of 5x5 convolutions, ReLU and dropout, transitions down by strided 1x1 convolutions and up by
-//   transposed convolutions, skip connections between the two paths.
-// Every network is fully convolutional: any input whose height and width divide by
-// input_multiple().
+//   transposed convolutions, skip connections between the two paths;
+// - cosmoflow: MLPerf HPC CosmoFlow's 3-D network (Mathuriya et al., SC18), as published
+//   (8,907,556 parameters at 128^3): five blocks of 3x3x3 convolution, leaky ReLU and 2x2x2 max
+//   pooling, then three dense layers regressing 4 cosmological parameters (1.2 tanh).
+// The segmentation networks are fully convolutional: any input whose height and width divide
+// by input_multiple(). cosmoflow takes cubes of its configured volume.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,7 +28,7 @@
 
 namespace hardy::core {
 
-enum class Architecture { compact, deepcam, tiramisu };
+enum class Architecture { compact, deepcam, tiramisu, cosmoflow };
 Architecture parse_architecture(const std::string& name);
 std::string to_string(Architecture architecture);
 
@@ -53,8 +56,15 @@ struct ModelConfig {
   int dense_kernel = 5;                          // of every dense layer's convolution
   float dropout = 0.2f;                          // after every layer, and on the logits
 
+  // cosmoflow (num_classes is its number of regression targets, 4; input_channels 4)
+  int volume = 128;  // the input cube's edge; the first dense layer's size follows from it
+
+  // Regression (cosmoflow: targets, MSE) rather than segmentation (classes per pixel).
+  bool regression() const { return architecture == Architecture::cosmoflow; }
+  bool volumetric() const { return architecture == Architecture::cosmoflow; }
+
   void validate() const;  // throws InvalidArgument naming the bad field
-  // Height and width must divide by this (the network's total downsampling).
+  // Height and width (or the volume) must divide by this (the network's total downsampling).
   int input_multiple() const;
   // The fields that make a checkpoint of this network loadable, one "model.key=value" line each
   // (part of the run's resume identity).
@@ -71,8 +81,8 @@ class Model {
   Model(Backend& backend, ModelConfig config);
   ~Model();
 
-  // Deterministic initialisation from a seed: Kaiming-normal convolution weights, zero biases,
-  // unit normalization scales.
+  // Deterministic initialisation from a seed: weights as their description says (Kaiming-normal,
+  // or Glorot-uniform for cosmoflow), zero biases, unit normalization scales.
   void initialize(std::uint64_t seed);
 
   // x: (N, input_channels, H, W) in the backend's activation layout; returns logits

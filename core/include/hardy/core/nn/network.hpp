@@ -106,7 +106,8 @@ struct NormSettings {
 class NetworkBuilder {
  public:
   static constexpr std::size_t max_inputs = 32;
-  NetworkBuilder(Backend& backend, NormSettings norm);
+  // `init`: how every weight of the description is drawn (Model::initialize).
+  NetworkBuilder(Backend& backend, NormSettings norm, WeightInit init = WeightInit::kaiming_normal);
 
   Node input(int channels);
   Node conv(const std::string& name, Node x, int out_channels, int kernel, ConvGeometry geometry,
@@ -128,6 +129,16 @@ class NetworkBuilder {
   // Bilinear resize of x to `like`'s height and width.
   Node upsample_like(Node x, Node like);
   Node global_avg_pool(Node x);
+  // Volumes and features (CosmoFlow): PyTorch's Conv3d (cubic kernel) and MaxPool3d; a leaky
+  // ReLU; flatten to `features` per sample (the architecture knows the spatial size left);
+  // nn.Linear, whose node's channels are its features; y = scale * tanh(x).
+  Node conv3d(const std::string& name, Node x, int out_channels, int kernel, ConvGeometry geometry,
+              bool bias);
+  Node max_pool3d(Node x, PoolGeometry geometry);
+  Node leaky_relu(Node x, float slope);
+  Node flatten(Node x, int features);
+  Node dense(const std::string& name, Node x, int out_features);
+  Node scaled_tanh(Node x, float scale);
 
   Network finish(Node output);
 
@@ -137,6 +148,7 @@ class NetworkBuilder {
 
   Backend& backend_;
   NormSettings norm_;
+  WeightInit init_;
   std::vector<Network::Step> steps_;
   int dropout_layers_ = 0;
   bool has_input_ = false;

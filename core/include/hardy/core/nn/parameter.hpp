@@ -12,11 +12,20 @@ namespace hardy::core {
 
 // A trainable tensor and its gradient, named by its path in the model ("encoder.stem.conv.weight")
 // so that checkpoints and optimizers can address it.
+// How Model::initialize draws a weight (biases start at 0, normalization scales at 1).
+enum class WeightInit {
+  kaiming_normal,  // std sqrt(2 / fan_in): hardy's ReLU networks, as PyTorch's kaiming_normal_
+  glorot_uniform,  // U(-a, a), a = sqrt(6 / (fan_in + fan_out)): Keras's default, which
+                   // CosmoFlow's reference uses (without normalization, the larger Kaiming
+                   // weights saturate its tanh output from the first step)
+};
+
 struct Parameter {
   std::string name;
   Tensor value;
   Tensor grad;
   bool weight_decay = true;  // false for biases and normalization scales/shifts
+  WeightInit init = WeightInit::kaiming_normal;
 };
 
 // Pointers to parameters held by value (tests, benchmarks); models hand out pointers already.

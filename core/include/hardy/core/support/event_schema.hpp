@@ -82,6 +82,8 @@ inline constexpr EventField job_finished[] = {{"status", T::string, req},
                                               {"model", T::string, opt},
                                               {"mean_iou", T::number, opt},
                                               {"iou", T::array, opt},
+                                              {"mae", T::number, opt},
+                                              {"target_mae", T::array, opt},
                                               {"parameter_digest", T::string, opt}};
 inline constexpr EventField rank_started[] = {{"rank", T::integer, req},
                                               {"pid", T::integer, req},
