@@ -101,6 +101,8 @@ inline bool apply_shape_flag(std::string_view flag, std::string_view value, Mode
     m.dense_kernel = integer();
   else if (flag == "--dropout")
     m.dropout = parse_number<float>(flag, value);
+  else if (flag == "--volume")
+    m.volume = integer();
   else
     return false;
   return true;
@@ -116,7 +118,10 @@ inline std::vector<float> unequal_class_weights(int num_classes) {
 }
 
 // 1 / (batch * H * W): hardy's per-pixel mean over the (here single-rank) global batch.
+// The loss is a mean over the batch's pixels, or over its targets for a regression.
 inline float grad_scale_of(const ModelShape& shape) {
+  if (shape.model.regression())
+    return 1.0f / static_cast<float>(static_cast<double>(shape.batch) * shape.model.num_classes);
   return 1.0f / static_cast<float>(static_cast<double>(shape.batch) * shape.height * shape.width);
 }
 

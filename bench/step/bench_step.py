@@ -52,10 +52,15 @@ NETWORK_CONFIGS = {
                  "dense-kernel": 5, "dropout": 0.2},
     # MLPerf HPC DeepCAM as published (56,454,720 parameters).
     "deepcam": {"model": "deepcam", "batch": 2, "height": 64, "width": 64},
+    # MLPerf HPC CosmoFlow (8,907,556 parameters at 128^3; 4,778,788 at 32^3), batch 4 as its
+    # reference's local batch; dropout 0.5 on both sides, hardy's hash masks and torch's random
+    # ones. The SC18 run trained it on CPU nodes.
+    "cosmoflow": {"model": "cosmoflow", "batch": 4, "volume": 32},
+    "cosmoflow-64": {"model": "cosmoflow", "batch": 4, "volume": 64},
 }
 NETWORK_COMMON = {"input-channels": 16, "classes": 3}
 ALL_CONFIGS = {**CONFIGS, **NETWORK_CONFIGS}
-MODELS = ("compact", "tiramisu", "deepcam")
+MODELS = ("compact", "tiramisu", "deepcam", "cosmoflow")
 
 
 def model_of(config):

@@ -1,9 +1,10 @@
-// One full training step of one of hardy's networks (--model compact, the default, tiramisu or
-// deepcam; core/include/hardy/core/nn/model.hpp) on the CPU backend: forward, weighted softmax
-// cross-entropy, backward, Adam update, on a fixed random batch. Warm-up steps (which create
-// and cache the oneDNN primitives) are excluded; the result is one JSON line on stdout with
-// median and mean step seconds and the median of each phase. bench/step/bench_step.py runs it
-// next to the PyTorch version of the same model (bench/step/torch_networks.py).
+// One full training step of one of hardy's networks (--model compact, the default, tiramisu,
+// deepcam or cosmoflow; core/include/hardy/core/nn/model.hpp) on the CPU backend: forward,
+// weighted softmax cross-entropy (cosmoflow: MSE), backward, Adam update, on a fixed random batch.
+// Warm-up steps (which create and cache the oneDNN primitives) are excluded; the result is one JSON
+// line on stdout with median and mean step seconds and the median of each phase.
+// bench/step/bench_step.py runs it next to the PyTorch version of the same model
+// (bench/step/torch_networks.py).
 //
 //   build-bench/bin/hardy_step_bench --batch 8 --height 64 --width 64 --threads 2
 //   build-bench/bin/hardy_step_bench --model deepcam --batch 2 --height 64 --width 64
@@ -57,14 +58,16 @@ struct Options : bench::ModelShape, bench::RunFlags {
 constexpr bench::Command kCommand{
     "hardy_step_bench",
     "usage: hardy_step_bench [--batch N] [--height H] [--width W] [--input-channels C]\n"
-    "         [--classes K] [--model compact|tiramisu|deepcam]\n"
+    "         [--classes K] [--model compact|tiramisu|deepcam|cosmoflow]\n"
     "         [--threads T] [--warmup S] [--steps S] [--seed S] [--lr LR]\n"
     "         [--weight-decay WD] [--op-profile] [--dump DIR]\n"
     "       compact (the default): [--model-width W] [--depth D] [--aspp-channels A]\n"
     "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D] [--groups G]\n"
     "       tiramisu: [--dense-layers 2,2,2,4,5] [--growth G] [--first-channels F]\n"
     "         [--dense-kernel K] [--dropout P]\n"
-    "       deepcam: no model flags (the published network)\n"};
+    "       deepcam: no model flags (the published network)\n"
+    "       cosmoflow: [--volume V] (its 4 redshifts in and 4 targets out are fixed; --height\n"
+    "         and --width are ignored)\n"};
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -84,6 +87,10 @@ Options parse(int argc, char** argv) {
     bench::usage_error(
         kCommand,
         "--batch, --height, --width and --steps must be positive, --warmup and --threads >= 0");
+  if (o.model.regression()) {  // CosmoFlow's sample: 4 redshifts in, 4 parameters out
+    o.model.input_channels = 4;
+    o.model.num_classes = 4;
+  }
   return o;
 }
 
@@ -91,20 +98,32 @@ double mean(const std::vector<double>& values) {
   return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
 }
 
-// A random standard-normal batch, random labels and fixed, unequal class weights.
+// A random standard-normal batch, random labels and fixed, unequal class weights; for a
+// regression (cosmoflow: cubes of the model's volume), targets uniform in [-1, 1].
 struct Batch {
-  core::Tensor fields, labels;
+  core::Tensor fields, labels;  // labels: i32 (N, 1, H, W), or the f32 (N, K) targets
   std::vector<float> class_weights;
 };
 
+std::vector<std::int64_t> input_dims(const Options& o) {
+  const auto& m = o.model;
+  if (m.volumetric()) return {o.batch, m.input_channels, m.volume, m.volume, m.volume};
+  return {o.batch, m.input_channels, o.height, o.width};
+}
+
 Batch make_batch(core::Backend& backend, const Options& o) {
   Batch b;
-  const std::vector<std::int64_t> dims{o.batch, o.model.input_channels, o.height, o.width};
+  const std::vector<std::int64_t> dims = input_dims(o);
   core::Tensor host = core::Tensor::host(dims, core::DType::f32, backend.activation_layout());
   core::SplitMix64 rng(core::mix_seed(o.seed, 0xbe7c4, 0));
   for (float& v : host.f32()) v = static_cast<float>(rng.normal());
   b.fields = backend.empty(dims, core::DType::f32, backend.activation_layout());
   backend.copy(host, b.fields);
+  if (o.model.regression()) {
+    b.labels = backend.empty({o.batch, o.model.num_classes}, core::DType::f32, core::Layout::flat);
+    for (float& t : b.labels.f32()) t = static_cast<float>(rng.uniform(-1.0, 1.0));
+    return b;
+  }
   b.labels =
       backend.empty({o.batch, 1, o.height, o.width}, core::DType::i32, backend.activation_layout());
   auto* label = b.labels.data<std::int32_t>();
@@ -115,10 +134,24 @@ Batch make_batch(core::Backend& backend, const Options& o) {
   return b;
 }
 
-// A host copy of a tensor in (N, C, H, W) order (or flat), as the Python side reads it.
+// The step's loss sum and its gradient: weighted cross-entropy, or MSE for a regression.
+double loss_of(core::Backend& backend, const Options& o, const Batch& b, const core::Tensor& logits,
+               float grad_scale, core::Tensor& dlogits) {
+  core::ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
+  if (o.model.regression())
+    return backend.mse_loss({.prediction = logits, .target = b.labels, .grad_scale = grad_scale},
+                            dlogits);
+  return backend.softmax_cross_entropy({.logits = logits,
+                                        .labels = b.labels,
+                                        .class_weights = b.class_weights,
+                                        .grad_scale = grad_scale},
+                                       dlogits);
+}
+
+// A host copy of a tensor in (N, C, [D,] H, W) order (or flat), as the Python side reads it.
 core::Tensor host_nchw(core::Backend& backend, const core::Tensor& t) {
   core::Tensor host = core::Tensor::host(t.dims(), t.dtype(),
-                                         t.rank() == 4 ? core::Layout::nchw : core::Layout::flat);
+                                         t.rank() >= 4 ? core::Layout::nchw : core::Layout::flat);
   backend.copy(t, host);
   return host;
 }
@@ -138,7 +171,8 @@ nlohmann::json config_json(const Options& o) {
 
 // One step on the initial weights, written for tests/core/test_torch_crosscheck.py:
 //   DIR/model.h5  the initial parameters (checkpoint::save_model, /model/<name>)
-//   DIR/step.h5   /input (N,C,H,W), /labels (N,H,W) i32, /class_weights, /loss (the mean
+//   DIR/step.h5   /input (N,C,H,W), /labels (N,H,W) i32, /class_weights (a regression:
+//                 /input (N,C,D,H,W) and /targets (N,K) instead), /loss (the mean
 //                 loss, hardy's loss_sum * grad_scale), /logits (N,K,H,W), /grads/<name>,
 //                 /after_step/<name> (parameters after one Adam step at --lr), /buffers/<name>
 //                 (batch-norm running statistics after the step's forward), and attributes
@@ -153,14 +187,13 @@ int dump_step(const Options& o) {
 
   Batch b = make_batch(*backend, o);
   const float grad_scale = bench::grad_scale_of(o);
-  const core::Tensor& logits = model.forward(b.fields, /*training=*/true);
+  // cosmoflow's dropout (0.5, as published) draws hardy's hash masks, which torch's random ones
+  // cannot match: its step is dumped with the forward pass in inference mode, which only turns
+  // dropout off (it has no batch norm).
+  const bool training = !o.model.regression();
+  const core::Tensor& logits = model.forward(b.fields, training);
   core::Tensor dlogits;
-  core::ensure_tensor(*backend, dlogits, logits.dims());
-  const double loss_sum = backend->softmax_cross_entropy({.logits = logits,
-                                                          .labels = b.labels,
-                                                          .class_weights = b.class_weights,
-                                                          .grad_scale = grad_scale},
-                                                         dlogits);
+  const double loss_sum = loss_of(*backend, o, b, logits, grad_scale, dlogits);
   model.backward(dlogits);
 
   namespace h5 = core::h5;
@@ -174,13 +207,17 @@ int dump_step(const Options& o) {
   h5::write_attribute(file.id(), "parameters", parameter_names);
   if (!buffer_names.empty()) h5::write_attribute(file.id(), "buffers", buffer_names);
   write_f32(file.id(), "input", *backend, b.fields);
-  std::vector<std::int32_t> labels(b.labels.data<std::int32_t>(),
-                                   b.labels.data<std::int32_t>() + b.labels.numel());
-  h5::write_dataset<std::int32_t>(
-      file.id(), "labels", labels,
-      {static_cast<core::h5::Extent>(o.batch), static_cast<core::h5::Extent>(o.height),
-       static_cast<core::h5::Extent>(o.width)});
-  h5::write_dataset<float>(file.id(), "class_weights", b.class_weights, {b.class_weights.size()});
+  if (o.model.regression()) {
+    write_f32(file.id(), "targets", *backend, b.labels);
+  } else {
+    std::vector<std::int32_t> labels(b.labels.data<std::int32_t>(),
+                                     b.labels.data<std::int32_t>() + b.labels.numel());
+    h5::write_dataset<std::int32_t>(
+        file.id(), "labels", labels,
+        {static_cast<core::h5::Extent>(o.batch), static_cast<core::h5::Extent>(o.height),
+         static_cast<core::h5::Extent>(o.width)});
+    h5::write_dataset<float>(file.id(), "class_weights", b.class_weights, {b.class_weights.size()});
+  }
   const double loss = loss_sum * grad_scale;
   h5::write_dataset<double>(file.id(), "loss", std::span(&loss, 1), {1});
   write_f32(file.id(), "logits", *backend, logits);
@@ -226,12 +263,7 @@ int benchmark(const Options& o) {
     const auto start = Clock::now();
     const double cpu_start = bench::TimingBackend::process_cpu_seconds();
     const core::Tensor& logits = model.forward(b.fields, /*training=*/true);
-    core::ensure_tensor(backend, dlogits, logits.dims());
-    const double loss_sum = backend.softmax_cross_entropy({.logits = logits,
-                                                           .labels = b.labels,
-                                                           .class_weights = b.class_weights,
-                                                           .grad_scale = grad_scale},
-                                                          dlogits);
+    const double loss_sum = loss_of(backend, o, b, logits, grad_scale, dlogits);
     backend.synchronize();
     const auto after_forward = Clock::now();
     model.backward(dlogits);

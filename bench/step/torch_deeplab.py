@@ -243,13 +243,20 @@ def benchmark(args):
     config = model_config(args)
     model = model_from_arguments(args)
     model.train()
-    memory_format = (torch.channels_last if args.memory_format == "channels_last"
-                     else torch.contiguous_format)
+    regression = args.model == "cosmoflow"
+    if regression:  # 3-D volumes in (channels_last_3d), 4 targets out, as hardy_step_bench
+        memory_format = (torch.channels_last_3d if args.memory_format == "channels_last"
+                         else torch.contiguous_format)
+        x = torch.randn(args.batch, 4, args.volume, args.volume, args.volume)
+        targets = torch.rand(args.batch, 4) * 2 - 1
+    else:
+        memory_format = (torch.channels_last if args.memory_format == "channels_last"
+                         else torch.contiguous_format)
+        x = torch.randn(args.batch, args.input_channels, args.height, args.width)
+        labels = torch.randint(0, args.classes, (args.batch, args.height, args.width))
+        class_weights = torch.linspace(0.5, 2.0, args.classes)
     model = model.to(memory_format=memory_format)
-    x = torch.randn(args.batch, args.input_channels, args.height, args.width)
     x = x.contiguous(memory_format=memory_format)
-    labels = torch.randint(0, args.classes, (args.batch, args.height, args.width))
-    class_weights = torch.linspace(0.5, 2.0, args.classes)
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
 
     steps, cpu, forward, backward, update, losses = [], [], [], [], [], []
@@ -257,7 +264,8 @@ def benchmark(args):
         start = time.perf_counter()
         cpu_start = time.process_time()
         optimizer.zero_grad(set_to_none=True)
-        loss = weighted_cross_entropy(model(x), labels, class_weights)
+        loss = (F.mse_loss(model(x), targets) if regression
+                else weighted_cross_entropy(model(x), labels, class_weights))
         after_forward = time.perf_counter()
         loss.backward()
         after_backward = time.perf_counter()
@@ -308,6 +316,8 @@ def model_config(args):
         config.update(dense_layers=parse_rates(args.dense_layers), growth=args.growth,
                       first_channels=args.first_channels, dense_kernel=args.dense_kernel,
                       dropout=args.dropout)
+    elif args.model == "cosmoflow":  # its 4 redshifts and 4 targets are fixed, as in hardy
+        config.update(input_channels=4, num_classes=4, volume=args.volume)
     return config
 
 
@@ -332,8 +342,9 @@ def add_model_arguments(parser, batch, height, width):
     parser.add_argument("--width", type=int, default=width)
     parser.add_argument("--input-channels", type=int, default=16)
     parser.add_argument("--classes", type=int, default=3)
-    parser.add_argument("--model", choices=["compact", "tiramisu", "deepcam"], default="compact",
-                        help="the network (hardy's ModelConfig::architecture)")
+    parser.add_argument("--model", choices=["compact", "tiramisu", "deepcam", "cosmoflow"],
+                        default="compact", help="the network (hardy's ModelConfig::architecture)")
+    parser.add_argument("--volume", type=int, default=128, help="cosmoflow: the input cube's edge")
     parser.add_argument("--model-width", type=int, default=16)
     parser.add_argument("--depth", type=int, default=1)
     parser.add_argument("--aspp-channels", type=int, default=32)

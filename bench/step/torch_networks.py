@@ -1,4 +1,4 @@
-"""hardy's tiramisu and deepcam networks in PyTorch, and build_model(): the one place that makes
+"""hardy's tiramisu, deepcam and cosmoflow networks in PyTorch, and build_model(): the one place that makes
 the torch version of any of hardy's networks from a model configuration (bench/common/
 bench_support.hpp model_json(), as hardy_step_bench prints it and writes it into its --dump).
 
@@ -43,6 +43,7 @@ TIRAMISU_DEFAULTS = {"input_channels": 16, "num_classes": 3, "dense_layers": [2,
                      "growth": 32, "first_channels": 64, "dense_kernel": 5, "dropout": 0.2,
                      "norm_eps": 1e-5}
 DEEPCAM_DEFAULTS = {"input_channels": 16, "num_classes": 3, "norm_eps": 1e-5}
+COSMOFLOW_DEFAULTS = {"input_channels": 4, "num_classes": 4, "volume": 128, "norm_eps": 1e-5}
 
 
 class NetworkConfig(types.SimpleNamespace):
@@ -122,6 +123,31 @@ class Declare:
     def global_avg_pool(self, x):
         return x
 
+    def conv3d(self, name, x, out, kernel, padding, bias=True):
+        self.network.declare(name + ".weight", torch.zeros(out, x, kernel, kernel, kernel))
+        if bias:
+            self.network.declare(name + ".bias", torch.zeros(out))
+        return out
+
+    def max_pool3d(self, x, kernel, stride):
+        return x
+
+    def leaky_relu(self, x, slope):
+        return x
+
+    def flatten(self, x, features):
+        if features % x:
+            raise ValueError(f"flatten of {x} channels into {features} features")
+        return features
+
+    def dense(self, name, x, out):
+        self.network.declare(name + ".weight", torch.zeros(out, x))
+        self.network.declare(name + ".bias", torch.zeros(out))
+        return out
+
+    def scaled_tanh(self, x, scale):
+        return x
+
 
 class Run:
     """forward(): nodes are tensors, layers functional ops on the registered tensors."""
@@ -183,6 +209,29 @@ class Run:
 
     def global_avg_pool(self, x):
         return x.mean(dim=(2, 3), keepdim=True)
+
+    def conv3d(self, name, x, out, kernel, padding, bias=True):
+        p = self.network.get_parameter
+        return F.conv3d(x, p(name + ".weight"), p(name + ".bias") if bias else None, 1, padding)
+
+    def max_pool3d(self, x, kernel, stride):
+        return F.max_pool3d(x, kernel, stride)
+
+    def leaky_relu(self, x, slope):
+        return F.leaky_relu(x, slope)
+
+    def flatten(self, x, features):
+        y = torch.flatten(x, 1)
+        if y.shape[1] != features:
+            raise ValueError(f"flatten: {features} features expected, got {tuple(x.shape)}")
+        return y
+
+    def dense(self, name, x, out):
+        p = self.network.get_parameter
+        return F.linear(x, p(name + ".weight"), p(name + ".bias"))
+
+    def scaled_tanh(self, x, scale):
+        return scale * torch.tanh(x)
 
 
 class DescribedNetwork(nn.Module):
@@ -349,6 +398,48 @@ class DeepCam(DescribedNetwork):
         return up("decoder.classifier", x, input, c.num_classes)
 
 
+# ---- cosmoflow ---------------------------------------------------------------------------------
+class CosmoFlow(DescribedNetwork):
+    """core/src/nn/architectures/cosmoflow.cpp: MLPerf HPC CosmoFlow's 3-D regression network
+    (inputs (N, 4, V, V, V), outputs (N, 4) in (-1.2, 1.2))."""
+
+    def __init__(self, config):
+        config = configuration(config, COSMOFLOW_DEFAULTS, "cosmoflow")
+        if config.volume % 32:
+            raise ValueError(f"cosmoflow: volume {config.volume} is not a multiple of 32")
+        super().__init__(config, 32)
+
+    def forward(self, x):
+        v = self.config.volume
+        if tuple(x.shape[1:]) != (self.config.input_channels, v, v, v):
+            raise ValueError(f"cosmoflow: input must be (N, {self.config.input_channels}, {v}, {v}, {v}), "
+                             f"got {tuple(x.shape)}")
+        return self.describe(Run(self), x)
+
+    def describe(self, b, input):
+        x, edge = input, self.config.volume
+        for block in range(5):
+            x = b.conv3d(f"conv{block}", x, 32 << block, 3, 1)
+            x = b.max_pool3d(b.leaky_relu(x, 0.3), 2, 2)
+            edge //= 2
+        x = b.flatten(x, b.channels(x) * edge ** 3)
+        x = b.dropout(b.leaky_relu(b.dense("dense0", x, 128), 0.3), 0.5)
+        x = b.dropout(b.leaky_relu(b.dense("dense1", x, 64), 0.3), 0.5)
+        return b.scaled_tanh(b.dense("output", x, self.config.num_classes), 1.2)
+
+    def initialize(self, seed):
+        """Glorot-uniform weights and zero biases, as hardy (and the reference's Keras)."""
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for _, p in self.named_parameters():
+                if p.dim() >= 2:
+                    receptive = p[0][0].numel()
+                    limit = (6.0 / ((p.shape[0] + p.shape[1]) * receptive)) ** 0.5
+                    p.copy_(torch.rand(p.shape, generator=generator) * 2 * limit - limit)
+                else:
+                    p.zero_()
+
+
 # ---- from a configuration ----------------------------------------------------------------------
 def build_model(config):
     """The torch version of the network a model_json() configuration describes (a dict, as
@@ -362,4 +453,6 @@ def build_model(config):
         return Tiramisu(config)
     if architecture == "deepcam":
         return DeepCam(config)
-    raise ValueError(f"unknown architecture '{architecture}' (compact, tiramisu or deepcam)")
+    if architecture == "cosmoflow":
+        return CosmoFlow(config)
+    raise ValueError(f"unknown architecture '{architecture}' (compact, tiramisu, deepcam or cosmoflow)")

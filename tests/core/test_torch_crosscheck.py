@@ -80,6 +80,9 @@ CASES = [
               "--dense-kernel", "3", "--dropout", "0"]},
     {"args": ["--model", "deepcam", "--batch", "2", "--height", "32", "--width", "32"],
      "limits": {"logits": 1e-3, "grad": 2e-1}},
+    # CosmoFlow at 32^3 (its dense layers see 512 features), the MSE of 4 targets; dropout off
+    # on both sides (hardy_step_bench dumps its forward in inference mode).
+    {"args": ["--model", "cosmoflow", "--volume", "32", "--batch", "3"]},
 ]
 
 
@@ -109,14 +112,18 @@ def check_case(bench, args, directory, verbose, limits):
             print(failures[-1] + "  FAIL")
     torch_deeplab.load_hardy_model(model, os.path.join(directory, "model.h5"))
     model = model.double()
-    model.train()
+    regression = "targets" in step
+    model.train(not regression)  # see hardy_step_bench's dump_step
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
 
     x = torch.from_numpy(np.asarray(step["input"], dtype=np.float64))
-    labels = torch.from_numpy(np.asarray(step["labels"]).astype(np.int64))
-    weights = torch.from_numpy(np.asarray(step["class_weights"], dtype=np.float64))
     logits = model(x)
-    loss = torch_deeplab.weighted_cross_entropy(logits, labels, weights)
+    if regression:
+        loss = torch.nn.functional.mse_loss(logits, torch.from_numpy(np.asarray(step["targets"], dtype=np.float64)))
+    else:
+        labels = torch.from_numpy(np.asarray(step["labels"]).astype(np.int64))
+        weights = torch.from_numpy(np.asarray(step["class_weights"], dtype=np.float64))
+        loss = torch_deeplab.weighted_cross_entropy(logits, labels, weights)
     loss.backward()
 
     worst = {}
@@ -165,7 +172,7 @@ def check_case(bench, args, directory, verbose, limits):
         # is not far above float32 rounding (g and weight_decay * w cancel) or near eps, its
         # sign and size are noise.
         grad = p.grad.numpy()
-        decay = weight_decay if p.dim() == 4 else 0.0
+        decay = weight_decay if p.dim() >= 2 else 0.0  # convolution and dense weights
         decayed = grad + decay * before[name].numpy()
         usable = np.abs(decayed) > max(1e-4 * np.abs(grad).max(), 1e-6)
         error = np.abs(hardy_update - torch_update)[usable].max(initial=0.0) / lr
