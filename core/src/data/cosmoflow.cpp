@@ -13,6 +13,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <tuple>
 
 #include "file_reads.hpp"
 #include "hardy/core/data/dataset.hpp"  // kMaxSampleBytes

@@ -52,11 +52,12 @@ NpyHeader parse_npy_header(std::string_view bytes);
 // One split of a CosmoFlow dataset as a SampleSource: shape {4 channels, edge^3, 4 targets}.
 //
 // The first file is validated at construction (it sets the edge); every other one when it is
-// first loaded. HDF5 files are checked through HDF5 (under a mutex; HDF5 is not reentrant) and
-// their y read then; a contiguous, unfiltered x is then read with pread without HDF5, any other
-// storage through HDF5 under the mutex. NumPy files need no library: their headers are parsed
-// and their data read with pread, so loads run in parallel; a sample's targets are kept after
-// its first load (16 bytes each), so its label file is read once per process.
+// first loaded. HDF5 files are checked through HDF5 (holding h5::Exclusive: HDF5 is not
+// reentrant unless built thread-safe) and their y read then; a contiguous, unfiltered,
+// little-endian x is then read with pread without HDF5, any other storage through HDF5. NumPy
+// files need no library: their headers are parsed and their data read with pread, so loads run
+// in parallel; a sample's targets are kept after its first load (16 bytes each), so its label
+// file is read once per process.
 //
 // Exceptions: InvalidArgument at construction for a split that cannot be used as a whole (no or
 // an empty split directory, both variants in one split, a bad first file). load() throws
@@ -101,7 +102,7 @@ class CosmoFlowDataset final : public SampleSource, public SampleFiles {
   std::vector<std::filesystem::path> files_;
   SampleShape shape_{};
 
-  mutable std::mutex mutex_;  // guards layouts_ and every HDF5 call
+  mutable std::mutex mutex_;  // guards layouts_
   mutable std::vector<std::unique_ptr<FileLayout>> layouts_;
   FileLocation location_;
 };
