@@ -7,6 +7,7 @@
 #include "command_line.hpp"
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/data/climatenet.hpp"
+#include "hardy/core/data/cosmoflow.hpp"
 #include "hardy/core/data/dataset.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
@@ -19,9 +20,10 @@ namespace hardy::jobs {
 namespace {
 
 constexpr const char* kDataUsage =
-    "Usage: hardy data generate --out DIR [--format hardy|deepcam] [--samples N]\n"
+    "Usage: hardy data generate --out DIR [--format hardy|deepcam|cosmoflow] [--samples N]\n"
     "                           [--validation-samples M] [--test-samples K] [--height H]\n"
-    "                           [--width W] [--seed S] [--samples-per-file F]\n\n"
+    "                           [--width W] [--volume V] [--variant hdf5|numpy] [--seed S]\n"
+    "                           [--samples-per-file F]\n\n"
     "Writes synthetic climate-like samples (16 channels, with tropical-cyclone and "
     "atmospheric-river\n"
     "masks) into HDF5 files, the same for the same seed.\n"
@@ -33,7 +35,14 @@ constexpr const char* kDataUsage =
     "sample,\n"
     "                    fields in physical units, 768x1152 by default; --samples counts the "
     "training\n"
-    "                    samples\n";
+    "                    samples\n"
+    "  --format cosmoflow  the MLPerf HPC CosmoFlow layout: DIR/train/, DIR/validation/, one "
+    "sample\n"
+    "                    per file (SyntheticCosmology's particle counts and 4 targets): with\n"
+    "                    --variant hdf5 (default) cosmo-NNNNN.h5 holding x int16 (V, V, V, 4) "
+    "and\n"
+    "                    y float32 (4); with --variant numpy cosmo-NNNNN_data.npy and\n"
+    "                    cosmo-NNNNN_label.npy; --volume V is the cube's edge (default 128)\n";
 
 constexpr const char* kStatsUsage =
     "Usage: hardy data stats --dataset ROOT [--out FILE]\n\n"
@@ -71,6 +80,40 @@ int data_stats_command(const std::vector<std::string>& args) {
   return 0;
 }
 
+int generate_cosmoflow(const po::variables_map& vm) {
+  for (const char* option : {"test-samples", "height", "width"})
+    if (vm.count(option))
+      throw InvalidArgument(fmt::format(
+          "--{} does not apply to --format cosmoflow (train/ and validation/ of V^3 cubes)",
+          option));
+  if (!vm["samples-per-file"].defaulted())
+    throw InvalidArgument("--samples-per-file does not apply to --format cosmoflow (one per file)");
+  const std::string variant = vm.count("variant") ? vm["variant"].as<std::string>() : "hdf5";
+  if (variant != "hdf5" && variant != "numpy")
+    throw InvalidArgument(
+        fmt::format("unknown --variant '{}'; the variants are hdf5 and numpy", variant));
+  const long samples = vm["samples"].as<long>();
+  const long validation = vm.count("validation-samples") ? vm["validation-samples"].as<long>() : 4;
+  if (samples <= 0) throw InvalidArgument("--samples must be positive");
+  if (validation < 0) throw InvalidArgument("--validation-samples must not be negative");
+  const core::CosmoFlowGenerateOptions options{
+      .train = static_cast<std::size_t>(samples),
+      .validation = static_cast<std::size_t>(validation),
+      .volume = vm.count("volume") ? vm["volume"].as<int>() : 128,
+      .seed = vm["seed"].as<std::uint64_t>(),
+      .variant = variant == "numpy" ? core::CosmoFlowVariant::numpy : core::CosmoFlowVariant::hdf5};
+  const std::filesystem::path out = vm["out"].as<std::string>();
+  const auto start = std::chrono::steady_clock::now();
+  core::write_cosmoflow_dataset(out, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << fmt::format(
+      "wrote a CosmoFlow dataset ({}) of {} training and {} validation samples of 4x{}^3 to {} in "
+      "{:.1f} s\n",
+      core::to_string(options.variant), samples, validation, options.volume, out.string(), seconds);
+  return 0;
+}
+
 }  // namespace
 
 po::options_description data_stats_options() {
@@ -85,7 +128,9 @@ po::options_description data_generate_options() {
   po::options_description options("hardy data generate options");
   options.add_options()("help,h", "print this help")("out", po::value<std::string>(),
                                                      "output directory (created)")(
-      "format", po::value<std::string>()->default_value("hardy"), "hardy or deepcam")(
+      "format", po::value<std::string>()->default_value("hardy"), "hardy, deepcam or cosmoflow")(
+      "variant", po::value<std::string>(), "cosmoflow: hdf5 (default) or numpy")(
+      "volume", po::value<int>(), "cosmoflow: the cube's edge (default 128)")(
       "samples", po::value<long>()->default_value(256),
       "number of samples (deepcam: training samples)")("validation-samples", po::value<long>(),
                                                        "deepcam: validation samples (default 4)")(
@@ -123,9 +168,12 @@ int data_command(const std::vector<std::string>& args) {
                     args.front()));
   if (!vm.count("out")) throw InvalidArgument("--out DIR is required");
   const std::string format = vm["format"].as<std::string>();
-  if (format != "hardy" && format != "deepcam")
+  if (format != "hardy" && format != "deepcam" && format != "cosmoflow")
     throw InvalidArgument(
-        fmt::format("unknown --format '{}'; the formats are hardy and deepcam", format));
+        fmt::format("unknown --format '{}'; the formats are hardy, deepcam and cosmoflow", format));
+  if (format != "cosmoflow" && (vm.count("variant") || vm.count("volume")))
+    throw InvalidArgument("--variant and --volume go with --format cosmoflow");
+  if (format == "cosmoflow") return generate_cosmoflow(vm);
   const bool deepcam = format == "deepcam";
   const long samples = vm["samples"].as<long>(), per_file = vm["samples-per-file"].as<long>();
   const int height = vm.count("height") ? vm["height"].as<int>() : deepcam ? 768 : 64;

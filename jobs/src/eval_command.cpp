@@ -79,7 +79,8 @@ int eval_command(const std::vector<std::string>& args) {
                             core::dataset_layout(spec.data.dataset) == core::DatasetLayout::other))
     throw InvalidArgument(
         "--split needs a job trained on a dataset of splits: the DeepCAM layout (ROOT/stats.h5, "
-        "ROOT/train/, ROOT/validation/) or ClimateNet's (ROOT/train/*.nc, ROOT/test/*.nc)");
+        "ROOT/train/, ROOT/validation/), CosmoFlow's (ROOT/train/, ROOT/validation/) or "
+        "ClimateNet's (ROOT/train/*.nc, ROOT/test/*.nc)");
   if (spec.data.eval_samples == 0 && !vm.count("dataset") && !vm.count("split"))
     throw InvalidArgument(
         "the job held out no samples (eval-samples = 0); give --eval-samples N or --dataset DIR");

@@ -8,6 +8,7 @@
 
 #include "command_line.hpp"
 #include "hardy/core/data/climatenet.hpp"
+#include "hardy/core/data/cosmoflow.hpp"
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/data/packed_samples.hpp"
@@ -24,9 +25,8 @@ namespace {
 constexpr const char* kStageUsage =
     "Usage: hardy data stage --dataset ROOT --to DIR [--split train] [--threads N]\n"
     "                        [--hosts H1,H2,...]\n\n"
-    "Copies a DeepCAM-, ClimateNet-layout or packed dataset's files to node-local storage where "
-    "`hardy "
-    "train --stage-to DIR`\n"
+    "Copies a DeepCAM-, ClimateNet-, CosmoFlow-layout or packed dataset's files to node-local\n"
+    "storage where `hardy train --stage-to DIR`\n"
     "finds them; files already there and unchanged (same size and modification time) are kept.\n"
     "With --hosts, only the files homed on this host among those hosts (the share --stage-to "
     "gives it).\n";
@@ -60,7 +60,8 @@ int data_stage_command(const std::vector<std::string>& args) {
   if (layout == core::DatasetLayout::other)
     throw InvalidArgument(fmt::format(
         "{} is not a dataset in the DeepCAM layout (ROOT/stats.h5 and ROOT/train/), ClimateNet's "
-        "(ROOT/train/*.nc) or one `hardy data pack` wrote (ROOT/packed.json)",
+        "(ROOT/train/*.nc), CosmoFlow's (ROOT/train/*.h5 or *_data.npy) or one `hardy data pack` "
+        "wrote (ROOT/packed.json)",
         root.string()));
   const auto splits = chosen_splits(root, vm["split"].as<std::string>());
   std::vector<std::uint64_t> keys;
@@ -88,9 +89,10 @@ int data_stage_command(const std::vector<std::string>& args) {
   for (const auto& name : splits) {
     // The split's files, as the job lists them (without reading statistics or samples).
     const auto files =
-        layout == core::DatasetLayout::deepcam  ? core::DeepCamDataset(root, name, {}).files()
-        : layout == core::DatasetLayout::packed ? core::PackedSamples(root, name).files()
-                                                : core::climatenet_files(root, name);
+        layout == core::DatasetLayout::deepcam     ? core::DeepCamDataset(root, name, {}).files()
+        : layout == core::DatasetLayout::packed    ? core::PackedSamples(root, name).files()
+        : layout == core::DatasetLayout::cosmoflow ? core::CosmoFlowDataset(root, name).files()
+                                                   : core::climatenet_files(root, name);
     for (const auto& file : files) {
       const auto relative = std::filesystem::path(name) / file.filename();
       if (!keys.empty() && core::home_node(relative.string(), keys) != mine) continue;

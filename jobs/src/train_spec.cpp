@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "command_line.hpp"
+#include "hardy/core/data/cosmoflow.hpp"
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/data/packed_samples.hpp"
@@ -453,8 +454,10 @@ void read_deepcam_options(const po::variables_map& vm, TrainSpec& spec) {
       {"crop", deepcam.crop_height > 0, deepcam_layout || climatenet_layout, kEither},
       {"downsample", deepcam.downsample != 1, deepcam_layout || climatenet_layout, kEither},
       {"stage-to", !get<std::string>(vm, "stage-to").empty(),
-       deepcam_layout || climatenet_layout || packed_layout,
-       "the DeepCAM or ClimateNet layout, or one `hardy data pack` wrote (docs/data.md)"},
+       deepcam_layout || climatenet_layout || packed_layout ||
+           layout == core::DatasetLayout::cosmoflow,
+       "the DeepCAM, ClimateNet or CosmoFlow layout, or one `hardy data pack` wrote "
+       "(docs/data.md)"},
       {"normalization", !climatenet.statistics.empty(), climatenet_layout, kClimateNet}};
   for (const auto& [option, chosen, applies, needs] : layout_only)
     require(!chosen || applies,
@@ -592,6 +595,23 @@ std::vector<std::string> options_of_other_networks(core::Architecture architectu
   return names;
 }
 
+// What a dataset directory is, for a message that refuses it.
+std::string layout_description(core::DatasetLayout layout) {
+  switch (layout) {
+    case core::DatasetLayout::deepcam:
+      return "a DeepCAM dataset (segmentation of climate fields)";
+    case core::DatasetLayout::climatenet:
+      return "a ClimateNet dataset (segmentation of climate fields)";
+    case core::DatasetLayout::packed:
+      return "a packed dataset of climate fields (`hardy data pack`)";
+    case core::DatasetLayout::cosmoflow:
+      return "a CosmoFlow dataset";
+    case core::DatasetLayout::other:
+      break;
+  }
+  return "not in the CosmoFlow layout";
+}
+
 void read_model_options(const po::variables_map& vm, TrainSpec& spec) {
   auto& m = spec.model;
   m.width = get<int>(vm, "model-width");
@@ -621,9 +641,20 @@ void read_model_options(const po::variables_map& vm, TrainSpec& spec) {
     m.input_channels = core::kCosmologyChannels;
     m.num_classes = core::kCosmologyTargets;
     m.volume = get<int>(vm, "volume");
-    require(spec.data.synthetic,
-            "--model cosmoflow trains on --synthetic data (SyntheticCosmology); a reader of the "
-            "published CosmoFlow files is not there yet");
+    const auto layout =
+        spec.data.synthetic ? core::DatasetLayout::other : core::dataset_layout(spec.data.dataset);
+    require(spec.data.synthetic || layout == core::DatasetLayout::cosmoflow,
+            fmt::format("--model cosmoflow regresses CosmoFlow's 4 parameters: it trains on "
+                        "--synthetic data or a dataset in the CosmoFlow layout (ROOT/train/ of "
+                        "NAME.h5 with x and y, or of NAME_data.npy; docs/data.md); {} is {}",
+                        spec.data.dataset.string(), layout_description(layout)));
+    if (layout == core::DatasetLayout::cosmoflow) {
+      // The network's input size is fixed by --volume; the files' cube must be that size.
+      const int edge = core::CosmoFlowDataset(spec.data.dataset, "train").shape().depth;
+      require(edge == m.volume,
+              fmt::format("{} holds volumes of {}^3 voxels but --volume is {}: give --volume {}",
+                          spec.data.dataset.string(), edge, m.volume, edge));
+    }
     require(!spec.class_weights,
             "--class-weights weighs the classes of a segmentation; --model cosmoflow regresses "
             "4 parameters (MSE): remove it");
@@ -633,6 +664,12 @@ void read_model_options(const po::variables_map& vm, TrainSpec& spec) {
                        .depth = m.volume,
                        .targets = m.num_classes};
   }
+  if (!m.regression() && !spec.data.synthetic &&
+      core::dataset_layout(spec.data.dataset) == core::DatasetLayout::cosmoflow)
+    throw InvalidArgument(fmt::format(
+        "{} is a CosmoFlow dataset (volumes and 4 regression targets); --model {} segments "
+        "climate fields: train it with --model cosmoflow",
+        spec.data.dataset.string(), core::to_string(m.architecture)));
   m.validate();
   // A dataset's sample size is checked when it is opened (the crop and downsampling decide it).
   const int multiple = m.input_multiple();

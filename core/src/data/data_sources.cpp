@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "hardy/core/data/batch_assembler.hpp"
+#include "hardy/core/data/cosmoflow.hpp"
 #include "hardy/core/data/dataset.hpp"
 #include "hardy/core/data/packed_samples.hpp"
 #include "hardy/core/data/sample_cache.hpp"
@@ -16,6 +17,7 @@ namespace hardy::core {
 DatasetLayout dataset_layout(const std::filesystem::path& root) {
   if (is_packed_layout(root)) return DatasetLayout::packed;
   if (is_deepcam_layout(root)) return DatasetLayout::deepcam;
+  if (is_cosmoflow_layout(root)) return DatasetLayout::cosmoflow;
   if (is_climatenet_layout(root)) return DatasetLayout::climatenet;
   return DatasetLayout::other;
 }
@@ -28,19 +30,24 @@ std::unique_ptr<SampleSource> open_split(const DataSpec& spec, std::string_view 
       return std::make_unique<ClimateNetDataset>(spec.dataset, split, spec.climatenet);
     case DatasetLayout::packed:
       return std::make_unique<PackedSamples>(spec.dataset, split);
+    case DatasetLayout::cosmoflow:
+      return std::make_unique<CosmoFlowDataset>(spec.dataset, split);
     case DatasetLayout::other:
       break;
   }
   throw InvalidArgument(fmt::format(
       "{} is not a dataset of splits (the DeepCAM layout: ROOT/stats.h5 and ROOT/train/*.h5; "
-      "ClimateNet's: ROOT/train/*.nc; or one `hardy data pack` wrote: ROOT/packed.json)",
+      "ClimateNet's: ROOT/train/*.nc; CosmoFlow's: ROOT/train/*.h5 or *_data.npy; or one `hardy "
+      "data "
+      "pack` wrote: ROOT/packed.json)",
       spec.dataset.string()));
 }
 
 std::string held_out_split(const std::filesystem::path& root) {
   std::error_code error;
   const DatasetLayout layout = dataset_layout(root);
-  return (layout == DatasetLayout::climatenet || layout == DatasetLayout::packed) &&
+  return (layout == DatasetLayout::climatenet || layout == DatasetLayout::packed ||
+          layout == DatasetLayout::cosmoflow) &&
                  !std::filesystem::is_directory(root / "validation", error)
              ? "test"
              : "validation";
@@ -74,6 +81,16 @@ DataSources open_data(const DataSpec& spec) {
                       spec.dataset.string(), data.storage->size(), held_out));
     train_count = data.storage->size() - held_out;
   }
+  if (!spec.synthetic && spec.shape.regression() != data.storage->shape().regression())
+    throw InvalidArgument(fmt::format(
+        "{} holds {} samples ({}); the model {}", spec.dataset.string(),
+        data.storage->shape().regression() ? "regression" : "segmentation",
+        to_string(data.storage->shape()),
+        spec.shape.regression() ? "regresses targets (--model cosmoflow)" : "segments fields"));
+  if (!spec.synthetic && spec.shape.regression() && data.storage->shape() != spec.shape)
+    throw InvalidArgument(fmt::format("{} holds samples of {}; the model takes {}",
+                                      spec.dataset.string(), to_string(data.storage->shape()),
+                                      to_string(spec.shape)));
   if (!spec.synthetic && data.storage->shape().channels != spec.shape.channels)
     throw InvalidArgument(fmt::format("{} has {} channels; the model takes {}",
                                       spec.dataset.string(), data.storage->shape().channels,

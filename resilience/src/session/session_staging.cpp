@@ -20,9 +20,8 @@ void TrainingSession::State::start_staging() {
   auto* dataset = dynamic_cast<core::SampleFiles*>(&core::uncached(*data.storage));
   if (dataset == nullptr)
     throw InvalidArgument(fmt::format(
-        "--stage-to needs a dataset of one file per sample (the DeepCAM or ClimateNet layout, or "
-        "packed); {} "
-        "is not",
+        "--stage-to needs a dataset of one file per sample (the DeepCAM, ClimateNet or CosmoFlow "
+        "layout, or packed); {} is not",
         data.storage->describe()));
   staging = std::make_shared<NodeStaging>(config.stage_to, config.data.dataset, dataset->files(),
                                           membership.host(), identity.launch, config.stage_threads);

@@ -41,24 +41,25 @@ struct DataSources {
 };
 
 // Synthetic: samples [0, samples) train and the next eval_samples are held out (each sample is
-// a pure function of seed and index, so these are unseen). A dataset of splits (DeepCAM or
-// ClimateNet layout): train/ trains and the first eval_samples of held_out_split() are held out.
-// Another dataset directory: the last eval_samples samples are held out. Throws InvalidArgument
-// when nothing would be left to train, or when the samples do not have the channels the model
-// takes.
+// a pure function of seed and index, so these are unseen). A dataset of splits (DeepCAM,
+// CosmoFlow or ClimateNet layout): train/ trains and the first eval_samples of held_out_split() are
+// held out. Another dataset directory: the last eval_samples samples are held out. Throws
+// InvalidArgument when nothing would be left to train, or when the samples do not have the channels
+// the model takes.
 DataSources open_data(const DataSpec& spec);
 
-// The layout of a dataset directory: DeepCAM (ROOT/stats.h5, ROOT/train/*.h5), ClimateNet
+// The layout of a dataset directory: DeepCAM (ROOT/stats.h5, ROOT/train/*.h5), CosmoFlow
+// (ROOT/train/*.h5 without stats.h5, or ROOT/train/*_data.npy; cosmoflow.hpp), ClimateNet
 // (ROOT/train/*.nc), packed by `hardy data pack` (ROOT/packed.json, packed_samples.hpp) or none
 // of them (a directory of `hardy data generate` files, or not a dataset).
-enum class DatasetLayout { deepcam, climatenet, packed, other };
+enum class DatasetLayout { deepcam, climatenet, packed, cosmoflow, other };
 DatasetLayout dataset_layout(const std::filesystem::path& root);
-// One split ("train", "validation" or "test") of a DeepCAM, ClimateNet or packed dataset, read
-// with the spec's options for its layout (a packed one has its window applied already). Throws
-// InvalidArgument for any other dataset or a missing split.
+// One split ("train", "validation" or "test") of a DeepCAM, CosmoFlow, ClimateNet or packed
+// dataset, read with the spec's options for its layout (a packed one has its window applied
+// already). Throws InvalidArgument for any other dataset or a missing split.
 std::unique_ptr<SampleSource> open_split(const DataSpec& spec, std::string_view split);
-// The split scored by default: validation/ (DeepCAM; ClimateNet and packed when the directory
-// exists), else test/ (the ClimateNet release has train/ and test/ only).
+// The split scored by default: validation/ (DeepCAM; ClimateNet, CosmoFlow and packed when the
+// directory exists), else test/ (the ClimateNet release has train/ and test/ only).
 std::string held_out_split(const std::filesystem::path& root);
 
 // Given weights are used as they are; without, the inverse square root of each class's frequency
