@@ -53,9 +53,9 @@ int eval_command(const std::vector<std::string>& args) {
           {"hardy eval",
            "Usage: hardy eval --run-dir DIR [--model FILE] [--split validation] [--json]\n\n"
            "Scores a trained model: intersection over union per class and its mean "
-           "on samples the job\n"
-           "did not train on (the held-out samples of its data, or another "
-           "dataset).\n"},
+           "(a regression,\n"
+           "--model cosmoflow: the mean absolute error per target) on samples the job did not\n"
+           "train on (the held-out samples of its data, or another dataset).\n"},
           vm))
     return 0;
   if (!vm.count("run-dir"))
@@ -114,6 +114,32 @@ int eval_command(const std::vector<std::string>& args) {
   } else {
     data = core::open_data(spec.data);
     source = data.held_out.get();
+  }
+  if (spec.model.regression()) {
+    // CosmoFlow: MLPerf HPC's metric, the mean absolute error over every target of every sample.
+    if (vm.count("predictions"))
+      throw InvalidArgument(
+          "--predictions writes a segmentation's logits; this run regresses (--model cosmoflow)");
+    const auto errors =
+        core::evaluate_regression(model, *source, static_cast<std::size_t>(spec.global_batch));
+    if (vm["json"].as<bool>()) {
+      std::cout << nlohmann::json{{"model", model_file.string()},
+                                  {"data", source->describe()},
+                                  {"samples", source->size()},
+                                  {"mae", errors.mean_absolute_error()},
+                                  {"target_mae", errors.mean_absolute_errors()},
+                                  {"mse", errors.mean_squared_error()}}
+                       .dump(2)
+                << "\n";
+    } else {
+      std::cout << fmt::format(
+          "model:               {}\ndata:                {} ({} samples)\n"
+          "mean absolute error: {:.4f}\nper target:          {:.4f}\n"
+          "mean squared error:  {:.4f}\n",
+          model_file.string(), source->describe(), source->size(), errors.mean_absolute_error(),
+          fmt::join(errors.mean_absolute_errors(), ", "), errors.mean_squared_error());
+    }
+    return 0;
   }
   core::EvaluatedBatch save;
   core::h5::Handle predictions, fields_dataset, logits_dataset;

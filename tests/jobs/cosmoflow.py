@@ -3,10 +3,11 @@
 cosmological parameters) on synthetic volumes at 32^3: its options are checked (status 2 for
 another network's shape, a volume the five poolings cannot halve, a dataset, class weights); it
 learns (the held-out mean absolute error well below the untrained network's and below predicting
-the targets' mean, 0.5); and 6 steps + a resume + 6 more end bit-identical to 12 straight.
+the targets' mean, 0.5), and `hardy eval` reproduces that error; and 6 steps + a resume + 6 more end bit-identical to 12 straight.
 
 Usage: cosmoflow.py HARDY
 """
+import json
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,10 @@ with tempfile.TemporaryDirectory(prefix="hardy-cosmoflow-") as tmp:
     check(after["mae"] < 0.75 * before and after["mae"] < 0.4,
           f"held-out mean absolute error fell from {before:.4f} to {after['mae']:.4f} (below 0.75 of it and "
           f"below 0.4; predicting the mean scores 0.5)")
+    scored = json.loads(subprocess.run([hardy, "eval", "--run-dir", str(run), "--json"], check=True,
+                                       capture_output=True, text=True).stdout)
+    check(abs(scored["mae"] - after["mae"]) < 1e-9 and len(scored["target_mae"]) == 4,
+          f"hardy eval reproduces the held-out mean absolute error ({scored['mae']:.6f})")
     started = [e for e in events if e["event"] == "job_started"]
     check(started and started[0].get("model") == "cosmoflow", f"job_started names the network: {started[:1]}")
 
