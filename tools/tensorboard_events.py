@@ -13,6 +13,9 @@ point per committed step of metrics.jsonl, at its step and wall-clock time:
   time/input_device_s                   a batch staged during the step before: its copy's device
                                         time (beside that step's kernels, not part of the step)
   data/skipped_samples                  bad samples skipped in the step
+and at the last step, when the run scored its held-out samples (job_finished): eval/mae and
+eval/mae_target_N for a regression run (CosmoFlow), eval/mean_iou and eval/iou_class_N for a
+segmentation run.
 A step trained twice (rolled back to a checkpoint by a relaunch) shows its last value, as
 TensorBoard itself shows a restarted run. Text, at the step where it happened (TensorBoard's Text
 tab): events/failure, events/shrink, events/relaunch, events/preemption, events/checkpoint, each
@@ -23,7 +26,7 @@ Needs tensorboardX (pip install tensorboardX): the writer TensorBoard's own docu
 PyTorch-free users to."""
 from pathlib import Path
 
-from run_files import StepClock, collect_marks, read_jsonl, summary
+from run_files import StepClock, collect_marks, held_out_scores, read_jsonl, summary
 
 # metrics.jsonl field -> TensorBoard tag.
 SCALARS = {
@@ -75,6 +78,11 @@ def write_events(run_dir, logdir):
                 value = record.get(field)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     writer.add_scalar(tag, value, record["step"], walltime=record.get("unix_time"))
+        finished = next((e for e in reversed(events) if e.get("event") == "job_finished"), None)
+        if finished and held_out_scores(finished):
+            step = finished.get("steps", steps[-1]["step"] if steps else 0)
+            for tag, value in held_out_scores(finished).items():
+                writer.add_scalar(tag, value, step, walltime=finished.get("unix_time"))
         for kind, step, label in marks:
             writer.add_text(f"events/{kind}", label, step, walltime=started)
         text = summary(run_dir, events, metrics) + "\n\n" + \

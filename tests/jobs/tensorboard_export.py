@@ -6,7 +6,9 @@
     committed step equals metrics.jsonl's, a step trained twice shows its last value, wall times are
     the steps' times, and each failure, shrink, relaunch, preemption and checkpoint is text at its
     step; exporting again replaces the files, and a second run lands beside the first;
-  - a real 4-step `hardy train` run exports the same way;
+  - a real 4-step `hardy train` run exports the same way, with its held-out score at its last step
+    (eval/mean_iou, eval/iou_class_N), and a real 2-step CosmoFlow run with its mean absolute error
+    (eval/mae, eval/mae_target_N), each equal to job_finished's and named in run/summary;
   - without tensorboardX, hardy report --tensorboard exits 2 naming it and the Python it tried.
 Exit 77 (skipped) when this Python has no TensorBoard to read with (scripts/test installs it).
 Usage: tensorboard_export.py HARDY_BINARY"""
@@ -77,6 +79,24 @@ def check_scalars(accumulator, metrics, what):
                     f"({len(got)} points; first {got[:2]}, want {want[:2]})")
 
 
+def check_held_out(accumulator, run, fields, words):
+    """The run's held-out scores (job_finished's `fields`, a number and a list) are scalars at its
+    last step, and run/summary names the first."""
+    finished = [e for e in read_jsonl(run / "events.jsonl") if e.get("event") == "job_finished"][-1]
+    tags = set(accumulator.Tags()["scalars"])
+    (whole, whole_tag), (each, each_tag) = fields.items()
+    want = {whole_tag: finished[whole], **{f"{each_tag}{i}": v for i, v in enumerate(finished[each])}}
+    got = {tag: [(p.step, p.value) for p in accumulator.Scalars(tag)] for tag in want if tag in tags}
+    check(len(want) > 1 and all(
+        len(got.get(tag, [])) == 1 and got[tag][0][0] == finished["steps"] and math.isclose(got[tag][0][1], value,
+                                                                                         rel_tol=1e-6)
+        for tag, value in want.items()),
+        f"{run.name}: the held-out scores are scalars at step {finished['steps']} equal to job_finished's "
+        f"({got}; want {want})")
+    summary = dict(texts(accumulator).get("run/summary", [])).get(0, "")
+    check(f"held-out {words} {finished[whole]:.3f}" in summary, f"{run.name}: run/summary names it ({summary!r})")
+
+
 with tempfile.TemporaryDirectory() as tmp:
     tmp = Path(tmp)
     # ---- a supervised run with failures, a rollback and checkpoints ----
@@ -130,7 +150,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # ---- a real training run, into the same log directory ----
     real = tmp / "runs" / "trained"
     r = subprocess.run([hardy, "train", "--run-dir", str(real), "--synthetic", "--samples", "16", "--height", "16",
-                        "--width", "16", "--eval-samples", "0", "--global-batch", "2", "--steps", "4",
+                        "--width", "16", "--eval-samples", "4", "--global-batch", "2", "--steps", "4",
                         "--checkpoint-every", "2", "--model-width", "4", "--aspp-channels", "8",
                         "--decoder-channels", "8", "--low-level-channels", "4", "--groups", "2", "--threads", "1"],
                        capture_output=True, text=True, timeout=300)
@@ -141,8 +161,19 @@ with tempfile.TemporaryDirectory() as tmp:
     check_scalars(trained, read_jsonl(real / "metrics.jsonl"), "trained run")
     check(sorted(s for s, _ in texts(trained).get("events/checkpoint", [])) == [2, 4],
           f"the trained run's checkpoints at steps 2 and 4 are text ({texts(trained).get('events/checkpoint')})")
+    check_held_out(trained, real, {"mean_iou": "eval/mean_iou", "iou": "eval/iou_class_"}, "mean IoU")
     check(sorted(p.name for p in logdir.iterdir()) == ["supervised", "trained"],
           "two runs exported to one log directory sit side by side, as TensorBoard's runs")
+
+    regression = tmp / "runs" / "cosmoflow"
+    r = subprocess.run([hardy, "train", "--run-dir", str(regression), "--model", "cosmoflow", "--synthetic",
+                        "--volume", "32", "--samples", "8", "--eval-samples", "4", "--global-batch", "2",
+                        "--steps", "2", "--threads", "1"], capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, f"a 2-step CosmoFlow run (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+    r = export(regression, logdir)
+    check(r.returncode == 0, f"hardy report --tensorboard on it (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+    check_held_out(read(logdir / "cosmoflow"), regression, {"mae": "eval/mae", "target_mae": "eval/mae_target_"},
+                   "MAE")
 
     # ---- without tensorboardX ----
     bare = "/usr/bin/python3"
