@@ -28,6 +28,9 @@ injected from outside once the job has committed FAULT_STEP steps:
   loaded            no fault, beside a CPU hog (a busy process per core, for the whole run): a
                     slower job must not be taken for a hung one (no hang_detected, no failure)
 
+tiramisu_SCENARIO and cosmoflow_SCENARIO run a scenario training the Gordon Bell run's Tiramisu
+(small) or CosmoFlow's 3-D regression network (as published, on 32^3 volumes) instead.
+
 The hung-rank scenarios also assert that the rank is named (hang_detected) and the job trains
 again within max(10 s, 5 x the median step) of the hang, with default options.
 
@@ -54,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import SMALL_TIRAMISU, Checks, Job, committed_steps, complete_epochs_exact, int_option, read_jsonl, relaunch_restores, run_watched, small_job, snapshot_files  # noqa: E402
+from hardy_test import SMALL_COSMOFLOW, SMALL_TIRAMISU, Checks, Job, committed_steps, complete_epochs_exact, int_option, read_jsonl, relaunch_restores, run_watched, small_job, snapshot_files  # noqa: E402
 
 # The tests run 240 steps with the fault at step 80, between checkpoints (every 100);
 # bench/cluster/node_loss_bench.py asks for the 600 and 150 that docs/resilience.md's table was
@@ -126,11 +129,17 @@ def timeline(job, faults):
 
 
 def main():
-    global TRAIN
+    global TRAIN, STEPS, FAULT_STEP
     hardy, scenario, reference_dir = sys.argv[1], sys.argv[2], sys.argv[3]
-    if scenario.startswith("tiramisu_"):  # the same scenario training the Gordon Bell run's network
-        TRAIN = small_job(SAMPLES, STEPS, 16, SMALL_TIRAMISU) + TRAIN[len(small_job(SAMPLES, STEPS, 16)):]
-        scenario = scenario.removeprefix("tiramisu_")
+    # The same scenario training the Gordon Bell run's network, or CosmoFlow's 3-D regression
+    # (half as many steps: its step is about 4 times the compact network's on 2 cores).
+    for prefix, model in (("tiramisu_", SMALL_TIRAMISU), ("cosmoflow_", SMALL_COSMOFLOW)):
+        if scenario.startswith(prefix):
+            tail = TRAIN[len(small_job(SAMPLES, STEPS, 16)):]
+            if prefix == "cosmoflow_":
+                STEPS, FAULT_STEP = int_option("--steps", 120), int_option("--fault-step", 40)
+            TRAIN = small_job(SAMPLES, STEPS, 16, model) + tail
+            scenario = scenario.removeprefix(prefix)
     json_out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
     keep = sys.argv[sys.argv.index("--keep") + 1] if "--keep" in sys.argv else None
     ok, why = namespaces_available()

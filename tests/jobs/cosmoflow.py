@@ -2,8 +2,8 @@
 """End to end: `hardy train --model cosmoflow` (MLPerf HPC CosmoFlow's 3-D network regressing 4
 cosmological parameters) on synthetic volumes at 32^3: its options are checked (status 2 for
 another network's shape, a volume the five poolings cannot halve, a dataset, class weights); it
-learns (the held-out mean absolute error well below the untrained network's and below predicting
-the targets' mean, 0.5), and `hardy eval` reproduces that error; and 6 steps + a resume + 6 more end bit-identical to 12 straight.
+learns (the held-out mean absolute error below half the untrained network's and well below
+predicting the targets' mean, 0.5), and `hardy eval` reproduces that error; and 6 steps + a resume + 6 more end bit-identical to 12 straight.
 
 Usage: cosmoflow.py HARDY
 """
@@ -42,23 +42,24 @@ with tempfile.TemporaryDirectory(prefix="hardy-cosmoflow-") as tmp:
               f"{' '.join(extra)} refused with status 2 naming {says!r} (status {refused.returncode}: "
               f"{refused.stderr.strip()[-200:]})")
 
-    # The untrained network's error (one step at a learning rate too small to move it), then 300
-    # steps. 2026-11-27 on 2 cores: 0.55 -> 0.29 in about 55 s (predicting 0 scores 0.5; the
-    # target t0, the fluctuations' amplitude, is learnt best).
+    # The untrained network's error (one step at a learning rate too small to move it), then 500
+    # steps (about 31 epochs of 256 samples). 2026-11-27 on 2 cores: 0.53 -> 0.17 in about 90 s,
+    # every target below 0.23 (predicting 0 scores 0.5). 300 steps reached 0.32 and 400 steps 0.26
+    # (cosine decay over the shorter run); a rate of 0.002 saturates the tanh output (1.19).
     untrained = tmp / "untrained"
     subprocess.run([hardy, "train", *BASE, *DATA, *ADAM, "--steps", "1", "--lr", "1e-9", "--run-dir", str(untrained)],
                    check=True,
                    stdout=subprocess.DEVNULL)
     before = finished(untrained)["mae"]
     run = tmp / "trained"
-    subprocess.run([hardy, "train", *JOB, "--steps", "300", "--checkpoint-every", "100", "--run-dir", str(run)],
+    subprocess.run([hardy, "train", *JOB, "--steps", "500", "--checkpoint-every", "250", "--run-dir", str(run)],
                    check=True, stdout=subprocess.DEVNULL)
     events = read_jsonl(run / "events.jsonl")
     after = finished(run)
     check(len(after["target_mae"]) == 4, f"job_finished holds the error per target: {after['target_mae']}")
-    check(after["mae"] < 0.75 * before and after["mae"] < 0.4,
-          f"held-out mean absolute error fell from {before:.4f} to {after['mae']:.4f} (below 0.75 of it and "
-          f"below 0.4; predicting the mean scores 0.5)")
+    check(after["mae"] < 0.5 * before and after["mae"] < 0.3,
+          f"held-out mean absolute error fell from {before:.4f} to {after['mae']:.4f} (below half of it and "
+          f"below 0.3; predicting the mean scores 0.5)")
     scored = json.loads(subprocess.run([hardy, "eval", "--run-dir", str(run), "--json"], check=True,
                                        capture_output=True, text=True).stdout)
     check(abs(scored["mae"] - after["mae"]) < 1e-9 and len(scored["target_mae"]) == 4,
