@@ -1,6 +1,7 @@
 #pragma once
 // What hardy's model benchmarks share: the flags that describe the model and its input, number
-// parsing, the training step's fixed ingredients, and timing statistics. Each benchmark keeps its
+// parsing, the training step's fixed ingredients (its batch and loss, on any backend), and timing
+// statistics. Each benchmark keeps its
 // own flags and usage text.
 #include <fmt/format.h>
 
@@ -19,8 +20,10 @@
 #include <utility>
 #include <vector>
 
+#include "hardy/core/compute/backend.hpp"
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/nn/optimizer.hpp"
+#include "hardy/core/support/random.hpp"
 
 namespace hardy::bench {
 
@@ -123,6 +126,71 @@ inline float grad_scale_of(const ModelShape& shape) {
   if (shape.model.regression())
     return 1.0f / static_cast<float>(static_cast<double>(shape.batch) * shape.model.num_classes);
   return 1.0f / static_cast<float>(static_cast<double>(shape.batch) * shape.height * shape.width);
+}
+
+// CosmoFlow's sample is fixed: its 4 redshifts in and 4 parameters out, whatever --input-channels
+// and --classes say.
+inline void fix_regression_shape(ModelShape& shape) {
+  if (!shape.model.regression()) return;
+  shape.model.input_channels = 4;
+  shape.model.num_classes = 4;
+}
+
+// The input's dims: (N, C, H, W), or (N, C, D, H, W) for a volumetric network (CosmoFlow's cubes
+// of the model's volume).
+inline std::vector<std::int64_t> input_dims(const ModelShape& shape) {
+  const auto& m = shape.model;
+  if (m.volumetric()) return {shape.batch, m.input_channels, m.volume, m.volume, m.volume};
+  return {shape.batch, m.input_channels, shape.height, shape.width};
+}
+
+// A fixed random batch on `backend`: standard-normal fields in the backend's activation dtype and
+// layout, random labels and fixed, unequal class weights; for a regression, targets uniform in
+// [-1, 1]. Drawn on the host and copied, so that it serves every backend.
+struct Batch {
+  core::Tensor fields, labels;  // labels: i32 (N, 1, H, W), or the f32 (N, K) targets
+  std::vector<float> class_weights;
+};
+
+inline Batch make_batch(core::Backend& backend, const ModelShape& shape, std::uint64_t seed) {
+  Batch b;
+  const std::vector<std::int64_t> dims = input_dims(shape);
+  core::Tensor host = core::Tensor::host(dims, core::DType::f32, backend.activation_layout());
+  core::SplitMix64 rng(core::mix_seed(seed, 0xbe7c4, 0));
+  for (float& v : host.f32()) v = static_cast<float>(rng.normal());
+  core::ensure_tensor(backend, b.fields, dims);
+  backend.copy(host, b.fields);
+  const int k = shape.model.num_classes;
+  if (shape.model.regression()) {
+    core::Tensor targets = core::Tensor::host({shape.batch, k}, core::DType::f32, core::Layout::flat);
+    for (float& t : targets.f32()) t = static_cast<float>(rng.uniform(-1.0, 1.0));
+    b.labels = backend.empty({shape.batch, k}, core::DType::f32, core::Layout::flat);
+    backend.copy(targets, b.labels);
+    return b;
+  }
+  const std::vector<std::int64_t> label_dims{shape.batch, 1, shape.height, shape.width};
+  core::Tensor labels = core::Tensor::host(label_dims, core::DType::i32, backend.activation_layout());
+  auto* label = labels.data<std::int32_t>();
+  for (std::int64_t i = 0; i < labels.numel(); ++i)
+    label[i] = static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(k));
+  b.labels = backend.empty(label_dims, core::DType::i32, backend.activation_layout());
+  backend.copy(labels, b.labels);
+  b.class_weights = unequal_class_weights(k);
+  return b;
+}
+
+// The step's loss sum and its gradient: weighted cross-entropy, or MSE for a regression.
+inline double loss_of(core::Backend& backend, const ModelShape& shape, const Batch& b,
+                      const core::Tensor& logits, float grad_scale, core::Tensor& dlogits) {
+  core::ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
+  if (shape.model.regression())
+    return backend.mse_loss({.prediction = logits, .target = b.labels, .grad_scale = grad_scale},
+                            dlogits);
+  return backend.softmax_cross_entropy({.logits = logits,
+                                        .labels = b.labels,
+                                        .class_weights = b.class_weights,
+                                        .grad_scale = grad_scale},
+                                       dlogits);
 }
 
 inline core::OptimizerConfig adam_config(float weight_decay) {

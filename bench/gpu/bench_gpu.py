@@ -4,7 +4,7 @@ bench/results/gpu-<date>.json:
 
   peak      hardy_gpu_bench --peak: the device's measured dense BF16 GEMM rate (cuBLAS)
   step      per model configuration (the compact network at three sizes; deepcam and tiramisu,
-            the seed runs' networks, at 768x1152) and precision, in rotating order over --rounds rounds:
+            the seed runs' networks, at 768x1152; cosmoflow at 128^3) and precision, in rotating order over --rounds rounds:
               hardy   hardy_gpu_bench (CUDA backend, cuDNN/cuBLAS, conv TFLOP/s per shape)
               torch   torch_gpu_step.py, tuned for speed: AMP with the input in its dtype,
                       fused Adam, channels_last, cudnn.benchmark, no synchronisation in the
@@ -48,6 +48,9 @@ CONFIGS = {
     # DeepCAM's local batch of 2 per GPU: their published shapes, no knobs.
     "deepcam": {"model": "deepcam", "batch": 2, "height": 768, "width": 1152},
     "tiramisu": {"model": "tiramisu", "batch": 2, "height": 768, "width": 1152},
+    # MLPerf HPC CosmoFlow as published (issue #44): 4 x 128^3 volumes, its reference's local
+    # batch of 4; MSE on 4 targets.
+    "cosmoflow": {"model": "cosmoflow", "batch": 4, "volume": 128},
 }
 COMMON = {"input-channels": 16, "classes": 3}
 # The compact network's shape beyond its configuration (the networks above have none).

@@ -18,10 +18,12 @@
 #      older hardy on the same inputs first when HARDY_DEVICE_FEED_BEFORE names one;
 #   9. networks (only when asked): the seed runs' networks at the climate fields' full size
 #      (768x1152, local batch 2, bf16) under `hardy train --backend cuda`: DeepCAM's DeepLabv3+
-#      trains to a checkpoint, is inspected and resumed, the Gordon Bell Tiramisu trains; the
-#      device memory of each job sampled by nvidia-smi every 100 ms (its peak includes the CUDA
-#      context and cuDNN's workspaces); then their steps in hardy_gpu_bench (bench_gpu.py configs
-#      deepcam,tiramisu; part network-step, PyTorch beside them with HARDY_DEVICE_NETWORK_TORCH=1).
+#      trains to a checkpoint, is inspected and resumed, the Gordon Bell Tiramisu trains, and
+#      CosmoFlow at 128^3 (local batch 4) trains, resumes and is scored; the device memory of
+#      each job sampled by nvidia-smi every 100 ms (its peak includes the CUDA context and
+#      cuDNN's workspaces); then their steps in hardy_gpu_bench (bench_gpu.py configs
+#      deepcam,tiramisu,cosmoflow; part network-step, PyTorch beside them with
+#      HARDY_DEVICE_NETWORK_TORCH=1).
 # Run on the GPU machine, from the repository root, after build-cuda and bench/gpu/make_kit.sh:
 #   bash bench/gpu/device_check.sh [KIT.tar.xz] [BUDGET_S]
 # HARDY_DEVICE_PARTS picks parts (default tests,journey,step,sanitizer,snapshot,more; also
@@ -156,7 +158,7 @@ fi
 networks() {
   set -e
   local snap=/dev/shm/hardy-device-networks
-  rm -rf "$work/run-deepcam" "$work/run-tiramisu" "$snap"
+  rm -rf "$work/run-deepcam" "$work/run-tiramisu" "$work/run-cosmoflow" "$snap"
   # Runs a job while nvidia-smi samples the device's memory; prints the peak in MiB.
   with_memory_peak() {
     local label="$1"
@@ -177,8 +179,15 @@ networks() {
   hardy ckpt inspect "$(ls "$work"/run-deepcam/checkpoints/*.h5 | tail -n 1)" | head -n 12
   with_memory_peak deepcam-resume-20 hardy train "${deepcam[@]}" --steps 20 --resume latest
   with_memory_peak tiramisu-10 hardy train "${size[@]}" --model tiramisu --run-dir "$work/run-tiramisu" --steps 10
+  # CosmoFlow as published (128^3, its local batch of 4): trains, checkpoints, resumes, and is
+  # scored (held-out mean absolute error).
+  local cosmoflow=(--synthetic --model cosmoflow --volume 128 --samples 16 --eval-samples 4 --global-batch 4
+                   --backend cuda --snapshot-dir "$snap" --log-every 1 --run-dir "$work/run-cosmoflow"
+                   --checkpoint-every 5)
+  with_memory_peak cosmoflow-10 hardy train "${cosmoflow[@]}" --steps 10
+  with_memory_peak cosmoflow-resume-20 hardy train "${cosmoflow[@]}" --steps 20 --resume latest
   local run
-  for run in "$work/run-deepcam" "$work/run-tiramisu"; do
+  for run in "$work/run-deepcam" "$work/run-tiramisu" "$work/run-cosmoflow"; do
     python3 - "$run" <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1] + "/metrics.jsonl") if '"step"' in line]
@@ -195,7 +204,7 @@ if wanted network-step; then
   torch_precisions=none
   [[ -n "${HARDY_DEVICE_NETWORK_TORCH:-}" ]] && torch_precisions=bf16
   part network-step "${HARDY_DEVICE_NETWORK_STEP_LIMIT:-200}" python3 bench/gpu/bench_gpu.py \
-    --bin "$hardy_kit/bin" --parts step --configs "${HARDY_DEVICE_NETWORK_CONFIGS:-deepcam,tiramisu}" \
+    --bin "$hardy_kit/bin" --parts step --configs "${HARDY_DEVICE_NETWORK_CONFIGS:-deepcam,tiramisu,cosmoflow}" \
     --precisions bf16 --torch-precisions "$torch_precisions" \
     --torch-modes "${HARDY_DEVICE_NETWORK_TORCH_MODES:-eager,compile,reduce-overhead}" \
     --rounds 1 --output "$out/gpu-network-step.json"

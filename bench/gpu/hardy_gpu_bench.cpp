@@ -1,5 +1,5 @@
-// hardy's training step on the CUDA backend: forward, weighted softmax cross-entropy, backward,
-// Adam, on a fixed random batch, timed after warm-up (which includes cuDNN's algorithm search).
+// hardy's training step on the CUDA backend: forward, weighted softmax cross-entropy (CosmoFlow:
+// MSE on its 4 targets), backward, Adam, on a fixed random batch, timed after warm-up (which includes cuDNN's algorithm search).
 // The step is the trainer's: fp16 runs the dynamic loss scaler (the loss gradient scaled, the
 // gradients unscaled and checked for Inf/NaN, an overflowed step skipped); bf16 and fp32 check
 // the gradients with a static scale of 1, as training does.
@@ -14,6 +14,7 @@
 //
 //   hardy_gpu_bench --batch 16 --height 256 --width 256 --model-width 32 --precision bf16
 //   hardy_gpu_bench --batch 8 --height 768 --width 1152 --model-width 64 --op-profile
+//   hardy_gpu_bench --model cosmoflow --volume 128 --batch 4
 //   hardy_gpu_bench --peak
 //   hardy_gpu_bench --converge [--steps 300]
 //
@@ -78,7 +79,8 @@ constexpr bench::Command kCommand{
     "         [--classes K] [--model-width W] [--depth D] [--aspp-channels A]\n"
     "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D]\n"
     "         [--groups G] [--norm group|batch] [--precision bf16|fp16|fp32]\n"
-    "         [--model compact|tiramisu|deepcam] (and hardy_step_bench's model flags)\n"
+    "         [--model compact|tiramisu|deepcam|cosmoflow] [--volume V] (and\n"
+    "         hardy_step_bench's model flags)\n"
     "         [--warmup S] [--steps S] [--profile-steps S] [--op-profile] [--seed S]\n"
     "         [--lr LR]\n"
     "       hardy_gpu_bench --peak [--peak-size N]\n"
@@ -104,6 +106,7 @@ Options parse(int argc, char** argv) {
                        return true;
                      });
   if (o.steps == 0) o.steps = o.converge ? 300 : 20;
+  bench::fix_regression_shape(o);
   if (o.batch < 1 || o.height < 1 || o.width < 1 || o.steps < 1 || o.warmup < 0 ||
       o.profile_steps < 0 || o.peak_size < 256)
     bench::usage_error(kCommand,
@@ -270,26 +273,14 @@ int step_benchmark(const Options& o) {
   core::Model model(backend, o.model);
   model.initialize(o.seed);
 
-  // The batch in the dtype the model's layers allocate activations in (ensure_tensor decides).
-  const std::vector<std::int64_t> dims{o.batch, o.model.input_channels, o.height, o.width};
-  core::Tensor host = core::Tensor::host(dims, core::DType::f32, core::Layout::nhwc);
-  core::SplitMix64 rng(core::mix_seed(o.seed, 0xbe7c4, 0));
-  for (float& v : host.f32()) v = static_cast<float>(rng.normal());
-  core::Tensor fields, labels, dlogits;
-  core::ensure_tensor(backend, fields, dims);
-  backend.copy(host, fields);
-  core::Tensor host_labels =
-      core::Tensor::host({o.batch, 1, o.height, o.width}, core::DType::i32, core::Layout::nhwc);
-  for (std::int64_t i = 0; i < host_labels.numel(); ++i)
-    host_labels.data<std::int32_t>()[i] =
-        static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(o.model.num_classes));
-  core::ensure_tensor(backend, labels, {o.batch, 1, o.height, o.width}, core::DType::i32);
-  backend.copy(host_labels, labels);
-  const std::vector<float> class_weights = bench::unequal_class_weights(o.model.num_classes);
+  // The batch in the dtype the model's layers allocate activations in (ensure_tensor decides);
+  // CosmoFlow's cubes and targets for a regression.
+  const bench::Batch batch = bench::make_batch(backend, o, o.seed);
+  core::Tensor dlogits;
   const float grad_scale = bench::grad_scale_of(o);
   auto optimizer = core::make_optimizer(bench::adam_config(o.weight_decay), backend);
   optimizer->initialize_state(model.parameters());
-  core::LossScaler scaler(core::LossScalerConfig::for_activations(fields.dtype()));
+  core::LossScaler scaler(core::LossScalerConfig::for_activations(batch.fields.dtype()));
 
   bench::StepPhases phases;
   std::vector<double> losses;
@@ -299,15 +290,10 @@ int step_benchmark(const Options& o) {
     const bool profiling = i >= o.warmup + o.steps;
     backend.enable(profiling);
     const auto start = Clock::now();
-    const core::Tensor& logits = model.forward(fields, /*training=*/true);
-    core::ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
+    const core::Tensor& logits = model.forward(batch.fields, /*training=*/true);
     // The loss comes back to the host, which waits for the forward pass.
     const double loss_sum =
-        backend.softmax_cross_entropy({.logits = logits,
-                                       .labels = labels,
-                                       .class_weights = class_weights,
-                                       .grad_scale = grad_scale * scaler.scale()},
-                                      dlogits);
+        bench::loss_of(backend, o, batch, logits, grad_scale * scaler.scale(), dlogits);
     const auto after_forward = Clock::now();
     model.backward(dlogits);
     backend.synchronize();
@@ -355,13 +341,12 @@ int step_benchmark(const Options& o) {
   nlohmann::json result{
       {"bench", "hardy_gpu_step"},
       {"device", cuda.device_description()},
-      {"activation_dtype", core::to_string(fields.dtype())},
+      {"activation_dtype", core::to_string(batch.fields.dtype())},
       {"backend_activation_dtype", core::to_string(cuda.activation_dtype())},
       {"cudnn_algorithms", options.benchmark_algorithms ? "benchmark" : "heuristic"},
       {"allow_tf32", options.allow_tf32},
       {"batch", o.batch},
-      {"height", o.height},
-      {"width", o.width},
+      {"input", bench::input_dims(o)},
       {"model", model_shape},
       {"parameters", model.parameter_count()},
       {"warmup", o.warmup},

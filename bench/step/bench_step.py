@@ -57,6 +57,7 @@ NETWORK_CONFIGS = {
     # ones. The SC18 run trained it on CPU nodes.
     "cosmoflow": {"model": "cosmoflow", "batch": 4, "volume": 32},
     "cosmoflow-64": {"model": "cosmoflow", "batch": 4, "volume": 64},
+    "cosmoflow-128": {"model": "cosmoflow", "batch": 4, "volume": 128},  # as published
 }
 NETWORK_COMMON = {"input-channels": 16, "classes": 3}
 ALL_CONFIGS = {**CONFIGS, **NETWORK_CONFIGS}

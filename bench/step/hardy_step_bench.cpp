@@ -87,65 +87,12 @@ Options parse(int argc, char** argv) {
     bench::usage_error(
         kCommand,
         "--batch, --height, --width and --steps must be positive, --warmup and --threads >= 0");
-  if (o.model.regression()) {  // CosmoFlow's sample: 4 redshifts in, 4 parameters out
-    o.model.input_channels = 4;
-    o.model.num_classes = 4;
-  }
+  bench::fix_regression_shape(o);
   return o;
 }
 
 double mean(const std::vector<double>& values) {
   return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
-}
-
-// A random standard-normal batch, random labels and fixed, unequal class weights; for a
-// regression (cosmoflow: cubes of the model's volume), targets uniform in [-1, 1].
-struct Batch {
-  core::Tensor fields, labels;  // labels: i32 (N, 1, H, W), or the f32 (N, K) targets
-  std::vector<float> class_weights;
-};
-
-std::vector<std::int64_t> input_dims(const Options& o) {
-  const auto& m = o.model;
-  if (m.volumetric()) return {o.batch, m.input_channels, m.volume, m.volume, m.volume};
-  return {o.batch, m.input_channels, o.height, o.width};
-}
-
-Batch make_batch(core::Backend& backend, const Options& o) {
-  Batch b;
-  const std::vector<std::int64_t> dims = input_dims(o);
-  core::Tensor host = core::Tensor::host(dims, core::DType::f32, backend.activation_layout());
-  core::SplitMix64 rng(core::mix_seed(o.seed, 0xbe7c4, 0));
-  for (float& v : host.f32()) v = static_cast<float>(rng.normal());
-  b.fields = backend.empty(dims, core::DType::f32, backend.activation_layout());
-  backend.copy(host, b.fields);
-  if (o.model.regression()) {
-    b.labels = backend.empty({o.batch, o.model.num_classes}, core::DType::f32, core::Layout::flat);
-    for (float& t : b.labels.f32()) t = static_cast<float>(rng.uniform(-1.0, 1.0));
-    return b;
-  }
-  b.labels =
-      backend.empty({o.batch, 1, o.height, o.width}, core::DType::i32, backend.activation_layout());
-  auto* label = b.labels.data<std::int32_t>();
-  for (std::int64_t i = 0; i < b.labels.numel(); ++i)
-    label[i] =
-        static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(o.model.num_classes));
-  b.class_weights = bench::unequal_class_weights(o.model.num_classes);
-  return b;
-}
-
-// The step's loss sum and its gradient: weighted cross-entropy, or MSE for a regression.
-double loss_of(core::Backend& backend, const Options& o, const Batch& b, const core::Tensor& logits,
-               float grad_scale, core::Tensor& dlogits) {
-  core::ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
-  if (o.model.regression())
-    return backend.mse_loss({.prediction = logits, .target = b.labels, .grad_scale = grad_scale},
-                            dlogits);
-  return backend.softmax_cross_entropy({.logits = logits,
-                                        .labels = b.labels,
-                                        .class_weights = b.class_weights,
-                                        .grad_scale = grad_scale},
-                                       dlogits);
 }
 
 // A host copy of a tensor in (N, C, [D,] H, W) order (or flat), as the Python side reads it.
@@ -185,7 +132,7 @@ int dump_step(const Options& o) {
   std::filesystem::create_directories(o.dump);
   checkpoint::save_model(model, o.dump / "model.h5");
 
-  Batch b = make_batch(*backend, o);
+  const bench::Batch b = bench::make_batch(*backend, o, o.seed);
   const float grad_scale = bench::grad_scale_of(o);
   // cosmoflow's dropout (0.5, as published) draws hardy's hash masks, which torch's random ones
   // cannot match: its step is dumped with the forward pass in inference mode, which only turns
@@ -193,7 +140,7 @@ int dump_step(const Options& o) {
   const bool training = !o.model.regression();
   const core::Tensor& logits = model.forward(b.fields, training);
   core::Tensor dlogits;
-  const double loss_sum = loss_of(*backend, o, b, logits, grad_scale, dlogits);
+  const double loss_sum = bench::loss_of(*backend, o, b, logits, grad_scale, dlogits);
   model.backward(dlogits);
 
   namespace h5 = core::h5;
@@ -251,7 +198,7 @@ int benchmark(const Options& o) {
   core::Backend& backend = o.op_profile ? static_cast<core::Backend&>(timing) : *cpu;
   core::Model model(backend, o.model);
   model.initialize(o.seed);
-  Batch b = make_batch(backend, o);
+  const bench::Batch b = bench::make_batch(backend, o, o.seed);
   const float grad_scale = bench::grad_scale_of(o);
   auto optimizer = core::make_optimizer(bench::adam_config(o.weight_decay), backend);
 
@@ -263,7 +210,7 @@ int benchmark(const Options& o) {
     const auto start = Clock::now();
     const double cpu_start = bench::TimingBackend::process_cpu_seconds();
     const core::Tensor& logits = model.forward(b.fields, /*training=*/true);
-    const double loss_sum = loss_of(backend, o, b, logits, grad_scale, dlogits);
+    const double loss_sum = bench::loss_of(backend, o, b, logits, grad_scale, dlogits);
     backend.synchronize();
     const auto after_forward = Clock::now();
     model.backward(dlogits);

@@ -29,6 +29,9 @@ outside (SIGKILL), as a node crash would:
   lagged_member  the member scenario with --gradient-lag 1: the domain that shrank settles the
            step in flight, and the step every domain computed ahead over the old split is
            computed again
+  cosmoflow  the leader scenario's loss (3 domains x 1 rank, domain 1) training CosmoFlow's 3-D
+           regression network (32^3 volumes, 4 targets, MSE): its targets cross the domains'
+           exchange, rebalance and heal as the segmentation's labels do
   staged   3 domains x 1 rank train on DeepCAM-layout files staged to node-local storage
            (--stage-to); domain 1 dies. Each domain stages the whole dataset over its own nodes,
            in a directory of its own; the relaunched domain stages again before it joins
@@ -52,7 +55,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
-from hardy_test import Checks, check_completed, check_private_staging, on_dataset, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job, snapshot_files  # noqa: E402
+from hardy_test import SMALL_COSMOFLOW, Checks, check_completed, check_private_staging, on_dataset, complete_epochs_exact, read_jsonl, read_jsonl_tail, run_watched, small_job, snapshot_files  # noqa: E402
 
 SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the domain)
     "leader": (4, 1, 2, [0]),
@@ -65,6 +68,7 @@ SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the 
     "lagged": (3, 1, 1, [0]),
     "lagged_member": (2, 2, 1, [1]),
     "staged": (3, 1, 1, [0]),
+    "cosmoflow": (3, 1, 1, [0]),
 }
 RUN_OPTIONS = {"owner_redis": ["--rendezvous", "redis", "--rendezvous-host", "127.0.0.1"]}  # hardy run's
 SYNC_EVERY = {"sync_every": 4}  # --domain-sync-every
@@ -75,7 +79,9 @@ SAMPLES, FAULT_STEP = 48, 20
 # two once a snapshot of every step became a copy into node memory): the scenarios that relaunch
 # one train longer, so that it comes back. Domains that train alone between meetings step faster
 # still: longer again.
-STEPS = {"member": 60, "lagged_member": 60, "sync_every": 1200, "late_loss": 60}.get(sys.argv[2] if len(sys.argv) > 2 else "", 700)
+# CosmoFlow's step is about 30 times the compact network's: 60 steps leave the relaunched domain
+# as long to come back (it healed at step 24 of 150 after the kill at 20, 2026-11-27).
+STEPS = {"member": 60, "lagged_member": 60, "sync_every": 1200, "late_loss": 60, "cosmoflow": 60}.get(sys.argv[2] if len(sys.argv) > 2 else "", 700)
 FAULT_AT = {"late_loss": STEPS - 15}  # the committed step at which the fault is injected (the
 # harness acts on the clock: steps of a few ms left 5 steps too little room, and the kill landed
 # after the last step)
@@ -84,8 +90,9 @@ def train_options(scenario):
     every = SYNC_EVERY.get(scenario, 1)
     # A checkpoint holds a step every domain committed: a multiple of the meeting interval.
     checkpoint_every = 25 if every == 1 else 6 * every
-    options = small_job(SAMPLES, STEPS, 12) + ["--checkpoint-every", str(checkpoint_every), "--threads", "1",
-                                               "--domain-sync-every", str(every)]
+    network = [SMALL_COSMOFLOW] if scenario == "cosmoflow" else []
+    options = small_job(SAMPLES, STEPS, 12, *network) + ["--checkpoint-every", str(checkpoint_every), "--threads",
+                                                         "1", "--domain-sync-every", str(every)]
     if scenario == "late_loss":
         # A long held-out evaluation after the last step: the lost domain's relaunch asks to join
         # while the survivor is past its last vote but has not ended yet.
