@@ -1,14 +1,22 @@
 #include "hardy/jobs/launchers.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <charconv>
 #include <cstdlib>
+#include <iostream>
+#include <limits>
 #include <regex>
 
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 #include "hardy/core/support/process_info.hpp"
 
 namespace hardy::jobs {
@@ -165,8 +173,22 @@ class OpenMpiLauncher final : public BuiltInLauncher {
       if (in_slurm_allocation())
         options.insert(options.end(), {"--prtemca", "plm_slurm_args", "--overlap"});
     }
+    if (!settings().runtime_dir.empty())
+      options.insert(options.end(),
+                     {"--prtemca", "prte_tmpdir_base", settings().runtime_dir.string()});
     if (::geteuid() == 0) options.push_back("--allow-run-as-root");
     return options;
+  }
+
+ public:
+  void before_launch() const override {
+    if (settings().runtime_dir.empty()) return;
+    const auto removed = remove_dead_session_dirs(settings().runtime_dir);
+    if (!removed.empty())
+      std::cerr << fmt::format(
+          "hardy run: removed {} Open MPI session director{} of killed launches from {}: {}\n",
+          removed.size(), removed.size() == 1 ? "y" : "ies", settings().runtime_dir.string(),
+          fmt::join(removed, " "));
   }
 };
 
@@ -254,7 +276,9 @@ std::shared_ptr<const resilience::Launcher> make_one(std::string_view name,
 
 constexpr std::array kKnownLaunchers{
     KnownLauncher{
-        "mpirun", {.starts_mpi_runtime = true, .offers_ulfm = true}, make_one<OpenMpiLauncher>},
+        "mpirun",
+        {.starts_mpi_runtime = true, .offers_ulfm = true, .keeps_session_dirs = true},
+        make_one<OpenMpiLauncher>},
     KnownLauncher{"mpiexec", {.starts_mpi_runtime = true}, make_one<MpichLauncher>},
     KnownLauncher{"srun", {}, make_one<SrunLauncher>},
     KnownLauncher{"jsrun", {}, make_one<JsrunLauncher>},
@@ -276,6 +300,42 @@ const KnownLauncher& known_launcher(std::string_view name) {
 }  // namespace
 
 LauncherTraits launcher_traits(std::string_view name) { return known_launcher(name).traits; }
+
+std::filesystem::path private_runtime_dir() {
+  if (const char* chosen = std::getenv("PRTE_MCA_prte_tmpdir_base"); chosen && *chosen) return {};
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::filesystem::path root = tmpdir && *tmpdir ? tmpdir : "/tmp";
+  const std::string name = fmt::format("hardy-openmpi-{}", ::geteuid());
+  // The directory is the tree's root: its ancestors (/tmp) may be shared if sticky.
+  core::check_private_tree(root / name, {}, /*create=*/true);
+  return root / name;
+}
+
+std::vector<std::string> remove_dead_session_dirs(const std::filesystem::path& dir) {
+  static const std::regex session(R"([a-z]+\.([0-9]+))");  // ompi.PID, prted.PID
+  std::vector<std::string> removed;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    std::smatch match;
+    if (!std::regex_match(name, match, session)) continue;
+    struct stat info {};
+    if (::lstat(entry.path().c_str(), &info) != 0 || !S_ISDIR(info.st_mode) ||
+        info.st_uid != ::geteuid())
+      continue;
+    long pid = 0;
+    const std::string digits = match[1].str();
+    if (std::from_chars(digits.data(), digits.data() + digits.size(), pid).ec != std::errc{} ||
+        pid <= 0 || pid > std::numeric_limits<pid_t>::max())
+      continue;
+    // Alive (or another user's, EPERM): its process may still use it.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code ignored;
+    if (std::filesystem::remove_all(entry.path(), ignored) != static_cast<std::uintmax_t>(-1))
+      removed.push_back(name);
+  }
+  return removed;
+}
 
 std::shared_ptr<const resilience::Launcher> make_launcher(std::string_view name,
                                                           LauncherSettings settings,

@@ -245,6 +245,7 @@ int run_command(const std::vector<std::string>& args) {
     throw InvalidArgument(fmt::format(
         "--heartbeat-period {} must be positive and shorter than --heartbeat-timeout {}",
         detection.heartbeat_period_s, detection.heartbeat_timeout_s));
+  if (traits.keeps_session_dirs) launcher_settings.runtime_dir = private_runtime_dir();
   config.launcher = make_launcher(launcher_name, std::move(launcher_settings), config.scheduler);
   config.hardy = this_executable();
   config.train_args = train_args;

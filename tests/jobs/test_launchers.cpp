@@ -1,14 +1,21 @@
 // hardy's launchers (jobs/launchers.hpp): the command line each builds around the program, how
 // each asks one node whether it answers, the launch agent split as Open MPI splits plm_ssh_agent,
-// and the hosts a launcher's output reports lost.
+// the hosts a launcher's output reports lost, and where Open MPI keeps its session directories.
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/private_tree.hpp"
 #include "hardy/jobs/launchers.hpp"
 
 using hardy::jobs::launch_agent_argv;
@@ -248,4 +255,105 @@ therefore will terminate the job.
         hosts_reported_lost("step 10/600 | loss 0.5\nRemote daemon: x on node y\nRemote host: z\n")
             .empty());
   }
+}
+
+TEST_CASE("Open MPI's session directories go where hardy run puts them", "[launcher]") {
+  const Args local{"localhost"};
+  auto settings = settings_for("mpirun");
+  settings.runtime_dir = "/tmp/hardy-openmpi-7";
+  CHECK(make_launcher("mpirun", settings, "")->command(local, 1, kProgram) ==
+        joined(joined({"/opt/mpirun", "-n", "1", "--oversubscribe", "--bind-to", "none",
+                       "--prtemca", "prte_tmpdir_base", "/tmp/hardy-openmpi-7"},
+                      as_root_if_root()),
+               kProgram));
+  CHECK(launcher_traits("mpirun").keeps_session_dirs);
+  for (const char* name : {"mpiexec", "srun", "jsrun"}) CHECK_FALSE(launcher_traits(name).keeps_session_dirs);
+}
+
+namespace {
+
+// A pid whose process is gone: a child that has exited and been reaped.
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
+}
+
+struct ScratchDir {
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("hardy-test-runtime-" + std::to_string(::getpid()));
+  ScratchDir() {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("what killed launches left in the runtime directory is removed, nothing else",
+          "[launcher]") {
+  ScratchDir scratch;
+  const auto& dir = scratch.path;
+  const pid_t gone = dead_pid(), gone_too = dead_pid(), gone_third = dead_pid();
+  const auto mkdir = [&](const std::string& name) {
+    std::filesystem::create_directories(dir / name / "0");
+    std::ofstream(dir / name / "pmix.vm.tool") << "leftover\n";
+  };
+  mkdir("ompi." + std::to_string(gone));
+  mkdir("prted." + std::to_string(gone_too));
+  mkdir("ompi." + std::to_string(::getpid()));  // a live launch's
+  mkdir("notes");
+  mkdir("ompi." + std::to_string(gone) + "x");
+  std::ofstream(dir / ("prted." + std::to_string(gone_third))) << "a file, not a session\n";
+  // A link named like a leftover, to a directory elsewhere: neither it nor its target goes.
+  const auto elsewhere = dir / "elsewhere";
+  std::filesystem::create_directories(elsewhere / "keep");
+  std::filesystem::create_directory_symlink(elsewhere, dir / ("ompi." + std::to_string(gone_third)));
+
+  auto removed = hardy::jobs::remove_dead_session_dirs(dir);
+  std::sort(removed.begin(), removed.end());
+  CHECK(removed == std::vector<std::string>{"ompi." + std::to_string(gone),
+                                            "prted." + std::to_string(gone_too)});
+  CHECK_FALSE(std::filesystem::exists(dir / ("ompi." + std::to_string(gone))));
+  CHECK(std::filesystem::exists(dir / ("ompi." + std::to_string(::getpid())) / "pmix.vm.tool"));
+  CHECK(std::filesystem::exists(dir / "notes"));
+  CHECK(std::filesystem::exists(dir / ("ompi." + std::to_string(gone) + "x")));
+  CHECK(std::filesystem::is_regular_file(dir / ("prted." + std::to_string(gone_third))));
+  CHECK(std::filesystem::is_symlink(dir / ("ompi." + std::to_string(gone_third))));
+  CHECK(std::filesystem::exists(elsewhere / "keep"));
+  // A directory that is not there is nothing to tidy.
+  CHECK(hardy::jobs::remove_dead_session_dirs(dir / "missing").empty());
+}
+
+TEST_CASE("hardy run's runtime directory is private to the user, unless one was chosen",
+          "[launcher]") {
+  ScratchDir scratch;
+  // Shared like /tmp: writable by all, with the sticky bit.
+  std::filesystem::permissions(scratch.path, std::filesystem::perms::all |
+                                                 std::filesystem::perms::sticky_bit);
+  const char* saved_tmpdir = std::getenv("TMPDIR");
+  const char* saved_base = std::getenv("PRTE_MCA_prte_tmpdir_base");
+  const std::string tmpdir_before = saved_tmpdir ? saved_tmpdir : "";
+  const std::string base_before = saved_base ? saved_base : "";
+  ::setenv("TMPDIR", scratch.path.c_str(), 1);
+  ::unsetenv("PRTE_MCA_prte_tmpdir_base");
+  const auto dir = hardy::jobs::private_runtime_dir();
+  CHECK(dir == scratch.path / ("hardy-openmpi-" + std::to_string(::geteuid())));
+  struct stat info {};
+  REQUIRE(::lstat(dir.c_str(), &info) == 0);
+  CHECK(S_ISDIR(info.st_mode));
+  CHECK((info.st_mode & 0777) == 0700);
+  CHECK(info.st_uid == ::geteuid());
+  // A link planted in its place is refused, never followed.
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory_symlink(scratch.path, dir);
+  CHECK_THROWS_AS(hardy::jobs::private_runtime_dir(), hardy::core::UnsafeDirectory);
+  ::setenv("PRTE_MCA_prte_tmpdir_base", "/somewhere/chosen", 1);
+  CHECK(hardy::jobs::private_runtime_dir().empty());
+  if (saved_tmpdir) ::setenv("TMPDIR", tmpdir_before.c_str(), 1); else ::unsetenv("TMPDIR");
+  if (saved_base) ::setenv("PRTE_MCA_prte_tmpdir_base", base_before.c_str(), 1);
+  else ::unsetenv("PRTE_MCA_prte_tmpdir_base");
 }

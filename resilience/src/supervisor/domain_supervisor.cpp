@@ -312,6 +312,7 @@ class DomainSupervision {
     one.train_args =
         domain_train_args(config_.train_args, domain.index, per_, config_.ranks_per_node);
     const bool relaunch = domain.launches > 0;
+    config_.launcher->before_launch();
     auto command = launch_command(one, domain.nodes, relaunch, /*newest_state=*/relaunch);
     command.insert(command.end(),
                    {"--domain", std::to_string(domain.index), "--domains", std::to_string(count_),

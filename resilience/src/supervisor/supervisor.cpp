@@ -308,6 +308,7 @@ class Supervision {
   }
 
   LaunchOutcome launch(int attempt) {
+    config_.launcher->before_launch();
     const auto command = launch_command(config_, nodes_.active, attempt > 0, run_wrote_state_);
     std::cerr << fmt::format(
         "hardy run: launch {} with {} ranks on {}: {}\n", attempt + 1,

@@ -4,6 +4,7 @@
 // above resilience/, because each knows its own runtime and the batch schedulers it meets; the
 // supervisor sees the interface alone, so a new launcher is a class and a table entry in
 // launchers.cpp.
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,7 +22,25 @@ struct LauncherTraits {
   bool starts_mpi_runtime = false;
   // Its runtime has Open MPI's ULFM: `--ulfm` defaults to on when this build has ULFM.
   bool offers_ulfm = false;
+  // Its runtime keeps per-launch files named after pids (Open MPI's session directories, by
+  // default in /tmp): `hardy run` gives it a directory of the user's own
+  // (LauncherSettings::runtime_dir, private_runtime_dir() below).
+  bool keeps_session_dirs = false;
 };
+
+// Where `hardy run` has the runtime of a launcher that keeps_session_dirs put them:
+// $TMPDIR (else /tmp)/hardy-openmpi-<uid>, created or checked as private to this user (0700,
+// owned, no link: core/support/private_tree.hpp); empty when the user chose a place already
+// (PRTE_MCA_prte_tmpdir_base in the environment). A leftover of a killed launch of another user,
+// named after a pid a later launcher gets, stopped that launch before any rank started ("The
+// PMIx server's listener thread failed to start").
+std::filesystem::path private_runtime_dir();
+
+// Removes, from the runtime directory `dir`, the session directories (NAME.PID) of this user
+// whose process is gone: what launches killed with SIGKILL left there, which would stop a later
+// launcher given the same pid. Never follows a link, never touches another user's entry, never
+// throws; returns the names removed.
+std::vector<std::string> remove_dead_session_dirs(const std::filesystem::path& dir);
 
 // Throws InvalidArgument naming the launchers there are when `name` is none of them.
 LauncherTraits launcher_traits(std::string_view name);

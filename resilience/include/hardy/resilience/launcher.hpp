@@ -45,6 +45,10 @@ struct LauncherSettings {
   // default, which for jsrun is one core and no GPU.
   int cpus_per_rank = 0;
   int gpus_per_rank = 0;
+  // A directory of this user's own where the launcher's runtime keeps its per-launch files on
+  // every node (Open MPI's session directories, named after the pid of the process that made
+  // them); empty: the runtime's default, which on a shared node other users write into too.
+  std::filesystem::path runtime_dir;
 };
 
 class Launcher {
@@ -76,6 +80,10 @@ class Launcher {
   // Those among them whose runtime daemon never started (rather than being lost while running):
   // a start can fail for a moment on a node that is fine.
   virtual std::vector<std::string> hosts_not_started(std::string_view) const { return {}; }
+
+  // Called before every launch, on the node the supervisor runs on: tidies what earlier launches
+  // killed there left behind that would stop this one (never throws; reports what it removed).
+  virtual void before_launch() const {}
 
  protected:
   explicit Launcher(LauncherSettings settings) : settings_(std::move(settings)) {}
