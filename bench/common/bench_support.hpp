@@ -162,14 +162,16 @@ inline Batch make_batch(core::Backend& backend, const ModelShape& shape, std::ui
   backend.copy(host, b.fields);
   const int k = shape.model.num_classes;
   if (shape.model.regression()) {
-    core::Tensor targets = core::Tensor::host({shape.batch, k}, core::DType::f32, core::Layout::flat);
+    core::Tensor targets =
+        core::Tensor::host({shape.batch, k}, core::DType::f32, core::Layout::flat);
     for (float& t : targets.f32()) t = static_cast<float>(rng.uniform(-1.0, 1.0));
     b.labels = backend.empty({shape.batch, k}, core::DType::f32, core::Layout::flat);
     backend.copy(targets, b.labels);
     return b;
   }
   const std::vector<std::int64_t> label_dims{shape.batch, 1, shape.height, shape.width};
-  core::Tensor labels = core::Tensor::host(label_dims, core::DType::i32, backend.activation_layout());
+  core::Tensor labels =
+      core::Tensor::host(label_dims, core::DType::i32, backend.activation_layout());
   auto* label = labels.data<std::int32_t>();
   for (std::int64_t i = 0; i < labels.numel(); ++i)
     label[i] = static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(k));

@@ -1,12 +1,12 @@
 // hardy's training step on the CUDA backend: forward, weighted softmax cross-entropy (CosmoFlow:
-// MSE on its 4 targets), backward, Adam, on a fixed random batch, timed after warm-up (which includes cuDNN's algorithm search).
-// The step is the trainer's: fp16 runs the dynamic loss scaler (the loss gradient scaled, the
-// gradients unscaled and checked for Inf/NaN, an overflowed step skipped); bf16 and fp32 check
-// the gradients with a static scale of 1, as training does.
-// Prints one JSON line: step time and its phases, the convolution FLOPs of a step, the achieved
-// TFLOP/s of the whole step (convolution FLOPs / step time) and of the convolutions alone
-// (convolution FLOPs / their GPU time), every operation's GPU time per step and the per-shape
-// convolution table (CUDA events around every operation in --profile-steps extra steps); with
+// MSE on its 4 targets), backward, Adam, on a fixed random batch, timed after warm-up (which
+// includes cuDNN's algorithm search). The step is the trainer's: fp16 runs the dynamic loss scaler
+// (the loss gradient scaled, the gradients unscaled and checked for Inf/NaN, an overflowed step
+// skipped); bf16 and fp32 check the gradients with a static scale of 1, as training does. Prints
+// one JSON line: step time and its phases, the convolution FLOPs of a step, the achieved TFLOP/s of
+// the whole step (convolution FLOPs / step time) and of the convolutions alone (convolution FLOPs /
+// their GPU time), every operation's GPU time per step and the per-shape convolution table (CUDA
+// events around every operation in --profile-steps extra steps); with
 // --op-profile also that table as text on stderr. With --peak it measures the device's dense BF16
 // peak instead: a large cuBLAS bf16 GEMM with fp32 accumulation. With --converge it trains the job
 // of examples/tiny.ini (synthetic climate data, 300 Adam steps) on the CPU and on the GPU from the

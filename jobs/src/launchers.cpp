@@ -275,10 +275,9 @@ std::shared_ptr<const resilience::Launcher> make_one(std::string_view name,
 }
 
 constexpr std::array kKnownLaunchers{
-    KnownLauncher{
-        "mpirun",
-        {.starts_mpi_runtime = true, .offers_ulfm = true, .keeps_session_dirs = true},
-        make_one<OpenMpiLauncher>},
+    KnownLauncher{"mpirun",
+                  {.starts_mpi_runtime = true, .offers_ulfm = true, .keeps_session_dirs = true},
+                  make_one<OpenMpiLauncher>},
     KnownLauncher{"mpiexec", {.starts_mpi_runtime = true}, make_one<MpichLauncher>},
     KnownLauncher{"srun", {}, make_one<SrunLauncher>},
     KnownLauncher{"jsrun", {}, make_one<JsrunLauncher>},

@@ -267,7 +267,8 @@ TEST_CASE("Open MPI's session directories go where hardy run puts them", "[launc
                       as_root_if_root()),
                kProgram));
   CHECK(launcher_traits("mpirun").keeps_session_dirs);
-  for (const char* name : {"mpiexec", "srun", "jsrun"}) CHECK_FALSE(launcher_traits(name).keeps_session_dirs);
+  for (const char* name : {"mpiexec", "srun", "jsrun"})
+    CHECK_FALSE(launcher_traits(name).keeps_session_dirs);
 }
 
 namespace {
@@ -282,8 +283,8 @@ pid_t dead_pid() {
 }
 
 struct ScratchDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("hardy-test-runtime-" + std::to_string(::getpid()));
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("hardy-test-runtime-" + std::to_string(::getpid()));
   ScratchDir() {
     std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);
@@ -311,7 +312,8 @@ TEST_CASE("what killed launches left in the runtime directory is removed, nothin
   // A link named like a leftover, to a directory elsewhere: neither it nor its target goes.
   const auto elsewhere = dir / "elsewhere";
   std::filesystem::create_directories(elsewhere / "keep");
-  std::filesystem::create_directory_symlink(elsewhere, dir / ("ompi." + std::to_string(gone_third)));
+  std::filesystem::create_directory_symlink(elsewhere,
+                                            dir / ("ompi." + std::to_string(gone_third)));
 
   auto removed = hardy::jobs::remove_dead_session_dirs(dir);
   std::sort(removed.begin(), removed.end());
@@ -332,8 +334,8 @@ TEST_CASE("hardy run's runtime directory is private to the user, unless one was 
           "[launcher]") {
   ScratchDir scratch;
   // Shared like /tmp: writable by all, with the sticky bit.
-  std::filesystem::permissions(scratch.path, std::filesystem::perms::all |
-                                                 std::filesystem::perms::sticky_bit);
+  std::filesystem::permissions(scratch.path,
+                               std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
   const char* saved_tmpdir = std::getenv("TMPDIR");
   const char* saved_base = std::getenv("PRTE_MCA_prte_tmpdir_base");
   const std::string tmpdir_before = saved_tmpdir ? saved_tmpdir : "";
@@ -353,7 +355,12 @@ TEST_CASE("hardy run's runtime directory is private to the user, unless one was 
   CHECK_THROWS_AS(hardy::jobs::private_runtime_dir(), hardy::core::UnsafeDirectory);
   ::setenv("PRTE_MCA_prte_tmpdir_base", "/somewhere/chosen", 1);
   CHECK(hardy::jobs::private_runtime_dir().empty());
-  if (saved_tmpdir) ::setenv("TMPDIR", tmpdir_before.c_str(), 1); else ::unsetenv("TMPDIR");
-  if (saved_base) ::setenv("PRTE_MCA_prte_tmpdir_base", base_before.c_str(), 1);
-  else ::unsetenv("PRTE_MCA_prte_tmpdir_base");
+  if (saved_tmpdir)
+    ::setenv("TMPDIR", tmpdir_before.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
+  if (saved_base)
+    ::setenv("PRTE_MCA_prte_tmpdir_base", base_before.c_str(), 1);
+  else
+    ::unsetenv("PRTE_MCA_prte_tmpdir_base");
 }
