@@ -314,7 +314,11 @@ std::vector<std::string> remove_dead_session_dirs(const std::filesystem::path& d
   static const std::regex session(R"([a-z]+\.([0-9]+))");  // ompi.PID, prted.PID
   std::vector<std::string> removed;
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+  // Tidying is best effort: a directory that cannot be read (or changes while it is read) is
+  // left for Open MPI to report if it matters.
+  std::filesystem::directory_iterator entries(dir, error), end;
+  for (; !error && entries != end; entries.increment(error)) {
+    const auto& entry = *entries;
     const std::string name = entry.path().filename().string();
     std::smatch match;
     if (!std::regex_match(name, match, session)) continue;
