@@ -1,5 +1,5 @@
-// The supervisor's part of a launch's command line (which state a relaunch resumes from) and its
-// start timeout. The launchers' own parts are tested with them (tests/jobs/test_launchers.cpp).
+// The supervisor's part of a launch's command line (which state a relaunch resumes from), its
+// start timeout, and the launcher's tidying before every launch. The launchers' own parts are tested with them (tests/jobs/test_launchers.cpp).
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <memory>
@@ -155,4 +155,47 @@ TEST_CASE("supervisor: the start timeout is learned from the run's earlier start
   std::ofstream(events) << R"({"event":"launch_started","launch":1,"start_s":0.8})"
                         << "\n";
   CHECK(StartTimeout(0, events).seconds() == kStartTimeoutFloorS);  // quick starts: the floor
+}
+
+namespace {
+
+// Runs `/bin/true` as its launch (which ends at once without the job having run) and counts the
+// supervisor's calls to before_launch, in order with the launches it makes.
+class CountingLauncher final : public Launcher {
+ public:
+  CountingLauncher() : Launcher({}) {}
+  std::string name() const override { return "counting"; }
+  std::vector<std::string> command(const std::vector<std::string>&, int,
+                                   const std::vector<std::string>&) const override {
+    ++commands;
+    return {"/bin/true"};
+  }
+  std::vector<std::string> probe_command(const std::vector<std::string>&, double) const override {
+    return {};
+  }
+  std::vector<std::string> hosts_reported_lost(std::string_view) const override { return {}; }
+  void before_launch() const override {
+    calls.push_back(commands);  // how many launches had been made when it was called
+  }
+  mutable int commands = 0;
+  mutable std::vector<int> calls;
+};
+
+}  // namespace
+
+TEST_CASE("supervisor: the launcher tidies its node before every launch") {
+  hardy::testing::ScratchDirectory run("before-launch");
+  SupervisorConfig config;
+  config.nodes = {"localhost"};
+  auto launcher = std::make_shared<CountingLauncher>();
+  config.launcher = launcher;
+  config.hardy = "/bin/hardy";
+  config.run_dir = run.path();
+  config.train_args = {"--steps", "3"};
+  config.max_restarts = 2;
+  config.backoff_s = 0;
+  // Three launches that each end without a job_finished: a failed job, after 2 restarts.
+  CHECK(supervise(config) != 0);
+  CHECK(launcher->commands == 3);
+  CHECK(launcher->calls == std::vector<int>{0, 1, 2});
 }
