@@ -12,7 +12,9 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "hardy/checkpoint/node_local_snapshots.hpp"
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
@@ -392,6 +394,32 @@ void HangMonitor::look_at_host_peers(const Watchdog::Progress& progress, double 
                              options_.world_rank);
     ::kill(suspect.pid, SIGKILL);
   }
+}
+
+std::unique_ptr<HangMonitor> make_hang_monitor(const TrainingConfig& config,
+                                               const Membership& membership,
+                                               const std::string& launch) {
+  if (config.hang_timeout_s < 0) return nullptr;
+  const auto pids = membership.comm().allgather(static_cast<std::int64_t>(::getpid()));
+  std::set<std::pair<std::string, std::int64_t>> processes;
+  for (int r = 0; r < membership.size(); ++r)
+    processes.emplace(membership.host_of(r), pids[static_cast<std::size_t>(r)]);
+  if (processes.size() != pids.size()) return nullptr;
+  auto shared = config.run_dir / "heartbeats";
+  if (config.domain >= 0) shared /= fmt::format("domain-{}", config.domain);
+  return std::make_unique<HangMonitor>(HangMonitor::Options{
+      .board = {.node_root = config.snapshot_dir,
+                .beats = std::filesystem::path(checkpoint::run_key(config.run_dir)) / ".heartbeats",
+                .shared = shared},
+      // a relaunch's ranks never read the last launch's beats
+      .launch = launch,
+      .world_rank = membership.world_rank(),
+      .hosts = membership.original_hosts(),
+      .fixed_timeout_s = config.hang_timeout_s,
+      .io_timeout_s = config.hang_io_timeout_s,
+      .collective_timeout_s = config.collective_timeout_s,
+      .keeps_longest_step = membership.lead(),
+      .first_on_host = membership.first_on_host()});
 }
 
 }  // namespace hardy::resilience

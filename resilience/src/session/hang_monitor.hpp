@@ -38,6 +38,8 @@
 #include <string>
 #include <vector>
 
+#include "hardy/resilience/training_config.hpp"
+#include "session/membership.hpp"
 #include "session/watchdog.hpp"
 
 namespace hardy::resilience {
@@ -177,5 +179,11 @@ class HangMonitor {
   double io_stretch_s_ = 0, longest_io_s_ = 0;
   bool board_failed_ = false;
 };
+
+// The session's monitor (--hang-timeout; null when off), on the board of `launch`. Null too where
+// ranks share a process (threads, in tests): it kills processes. Collective over the membership.
+std::unique_ptr<HangMonitor> make_hang_monitor(const TrainingConfig& config,
+                                               const Membership& membership,
+                                               const std::string& launch);
 
 }  // namespace hardy::resilience

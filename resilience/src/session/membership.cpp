@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <set>
+#include <thread>
 
 #include "hardy/comm/mpi_communicator.hpp"
 #include "hardy/core/data/staging.hpp"
+#include "hardy/core/support/process_info.hpp"
+#include "hardy/resilience/training_config.hpp"
 
 namespace hardy::resilience {
 
@@ -87,6 +90,20 @@ void Membership::announce(core::EventLog& events) {
 
 Departure Membership::survivors_are(std::span<const int> old_ranks) {
   return apply_shrink(world_rank_of_, old_ranks, hosts_, ranks_per_node_);
+}
+
+int Membership::cores_of_rank() const {
+  const core::AllowedCpus allowed = core::allowed_cpus();
+  const auto fingerprints = comm().allgather(static_cast<std::int64_t>(allowed.fingerprint));
+  const auto me = static_cast<std::size_t>(world_rank_);
+  int on_host = 0, sharing = 0;
+  for (std::size_t r = 0; r < hosts_.size(); ++r) {
+    if (hosts_[r] != hosts_[me]) continue;
+    ++on_host;
+    if (fingerprints[r] == fingerprints[me]) ++sharing;
+  }
+  const int online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return rank_cores(online, allowed.count, sharing, on_host);
 }
 
 }  // namespace hardy::resilience

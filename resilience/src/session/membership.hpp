@@ -57,6 +57,9 @@ class Membership {
   // node-local snapshots. Changes when a lower rank on the host dies.
   bool first_on_host() const;
 
+  // This rank's cores (training_config.hpp's rank_cores): the CPUs it may run on, or its share
+  // of its host's. Collective (every rank says which set it was allowed).
+  int cores_of_rank() const;
   // Collective: learns every rank's pid and logs rank_started for each.
   void announce(core::EventLog& events);
   // The communicator was shrunk to the survivors (communicator_slot() holds them already).

@@ -152,4 +152,28 @@ bool is_foreign(const checkpoint::TrainingState& state, const RunIdentity& mine)
   return state.run_id != mine.run_id;
 }
 
+RunIdentity establish_run_identity(comm::Communicator& comm, const TrainingConfig& config,
+                                   const core::SampleSource& train) {
+  // A fixed-size message: the run id's 32 digits, the hash's 16 and this launch's token's 16, or
+  // zeros when rank 0 failed.
+  std::string message(64, '\0');
+  std::exception_ptr failure;
+  if (comm.rank() == 0) {
+    try {
+      const std::string run_id = ensure_run_id(config.run_dir);
+      const std::string hash = config_hash(resume_identity(config, train.shape(), train.size()));
+      message = run_id + hash + random_launch_token();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  comm.broadcast(std::as_writable_bytes(std::span(message.data(), message.size())), 0);
+  if (failure) std::rethrow_exception(failure);
+  if (message.front() == '\0')
+    throw Error(
+        fmt::format("rank 0 could not read or create the run id of {}", config.run_dir.string()));
+  return {message.substr(0, 32), message.substr(32, 16), message.substr(48),
+          core::to_string(config.model.architecture)};
+}
+
 }  // namespace hardy::resilience

@@ -12,25 +12,156 @@
 namespace hardy::resilience {
 
 StateStore::StateStore(const TrainingConfig& config, const Membership& membership,
-                       core::EventLog& events, const StateSource& source, FailureInjector& injector,
-                       const RunIdentity& identity)
+                       core::EventLog& events, Trainer& trainer, StateTransport& transport,
+                       FailureInjector& injector, const RunIdentity& identity)
     : config_(config),
       membership_(membership),
       events_(events),
-      source_(source),
+      trainer_(trainer),
+      transport_(transport),
       injector_(injector),
       identity_(identity) {}
+
+void StateStore::capture_into(checkpoint::TrainingState& state) const {
+  trainer_.capture_into(state);
+  capture_job_into(state);
+}
+
+checkpoint::StateSources StateStore::committed_sources(checkpoint::TrainingState& scalars) const {
+  trainer_.capture_scalars_into(scalars);
+  capture_job_into(scalars);
+  return trainer_.committed_sources();
+}
+
+void StateStore::capture_job_into(checkpoint::TrainingState& state) const {
+  // A snapshot reuses its strings' and host list's memory: this allocates nothing per step.
+  state.config_ini = config_.config_ini;
+  state.world_size = membership_.size();
+  state.hosts.resize(static_cast<std::size_t>(membership_.size()));
+  for (int r = 0; r < membership_.size(); ++r)
+    state.hosts[static_cast<std::size_t>(r)] = membership_.host_of(r);
+  state.run_id = identity_.run_id;
+  state.config_hash = identity_.config_hash;
+}
+
+void StateStore::restore(checkpoint::TrainingState& state, int root) {
+  transport_.restore(membership_.comm(), trainer_, state, root);
+}
+
+std::optional<checkpoint::ValidCheckpoint> StateStore::newest_checkpoint() {
+  std::vector<std::string> skipped;
+  auto found = checkpoint::load_latest_valid(config_.run_dir / "checkpoints", &skipped);
+  for (const auto& reason : skipped) {
+    std::cerr << "hardy: skipping checkpoint: " << reason << "\n";
+    events_.emit("checkpoint_rejected", {{"reason", reason}});
+  }
+  if (found) check_fits_configuration(*found);
+  return found;
+}
+
+void StateStore::check_fits_configuration(const checkpoint::ValidCheckpoint& found) {
+  // A checkpoint may come from another run (a fork), but never from another configuration.
+  const auto mismatch = config_mismatch(found.state, identity_);
+  if (!mismatch) return;
+  const auto refusal = fmt::format(
+      "cannot resume from {}: {}; start a new run directory, or resume with the configuration it "
+      "was written for",
+      found.path.string(), *mismatch);
+  events_.emit("checkpoint_rejected", {{"path", found.path.string()}, {"reason", refusal}});
+  throw InvalidArgument(refusal);
+}
+
+std::optional<StateStore::Restored> StateStore::restore_newest(const RestoreFrom& from) {
+  comm::Communicator& comm = membership_.comm();
+  // Memory is the fast path: every survivor's live state is the committed step's, since a
+  // step's update runs only after its agreement, so forgetting the step that failed is the whole
+  // rollback. The step's agreement gives every survivor the same answer, so they stand at the
+  // same step; the check guards that, and --memory-snapshots false asks for a file instead.
+  if (from.memory &&
+      comm::allreduce(comm, config_.memory_snapshots ? 1 : 0, comm::ReduceOp::min) == 1 &&
+      comm::all_equal(comm, trainer_.step())) {
+    trainer_.drop_uncommitted();
+    return Restored{.source = "memory"};
+  }
+  checkpoint::ValidCheckpoint read;
+  // Only the lead reads; whatever stops it stops every rank, with the same message.
+  comm::agree_on_outcome(comm, membership_.lead(), [&] {
+    std::optional<checkpoint::ValidCheckpoint> found;
+    if (from.named_checkpoint) {
+      try {
+        found = checkpoint::ValidCheckpoint{config_.resume,
+                                            checkpoint::read_checkpoint(config_.resume)};
+      } catch (const Error& e) {  // the file the user named is not a usable checkpoint
+        throw InvalidArgument(fmt::format("--resume {}: {}", config_.resume, e.what()));
+      }
+      check_fits_configuration(*found);
+    } else {
+      found = newest_checkpoint();
+    }
+    if (found) read = std::move(*found);
+  });
+  // A relaunch after the job died as a whole: the nodes' copies may be newer than any checkpoint.
+  if (from.node_snapshots)
+    if (auto restored = restore_newer_node_snapshot(!read.path.empty() ? read.state.step : -1))
+      return restored;
+  // Rank 0 tells the others whether there is anything to restore.
+  if (comm::allreduce(comm, membership_.lead() && !read.path.empty() ? 1 : 0,
+                      comm::ReduceOp::max) == 0)
+    return std::nullopt;
+  restore(read.state, 0);
+  return Restored{
+      .source = "checkpoint", .path = std::move(read.path), .saved = std::move(read.state)};
+}
+
+std::optional<StateStore::Restored> StateStore::restore_newer_node_snapshot(long checkpoint_step) {
+  comm::Communicator& comm = membership_.comm();
+  std::optional<checkpoint::ValidCheckpoint> mine;
+  // Whatever goes wrong here must not leave the other ranks waiting below: it only means that
+  // this host has nothing to offer.
+  try {
+    mine = load_node_snapshot();
+    // It must fit this job's model and optimizer (checked before anything is copied); the
+    // restore below overwrites all of it, whichever source wins.
+    if (mine) trainer_.apply(mine->state);
+  } catch (const std::exception& e) {
+    std::cerr << "hardy: skipping node-local snapshots of " << membership_.host() << ": "
+              << e.what() << "\n";
+    events_.emit("snapshot_rejected", {{"host", membership_.host()}, {"reason", e.what()}});
+    mine.reset();
+  }
+  // Every rank's snapshot step (-1: none) and rank 0's checkpoint step.
+  const auto steps = comm.allgather(mine ? mine->state.step : -1);
+  const long checkpoint_at =
+      comm::allreduce(comm, membership_.lead() ? checkpoint_step : -1, comm::ReduceOp::max);
+  int root = -1;
+  long newest = -1;
+  for (std::size_t r = 0; r < steps.size(); ++r)  // strictly newer: the lowest rank wins a tie
+    if (steps[r] > newest) {
+      newest = steps[r];
+      root = static_cast<int>(r);
+    }
+  if (root < 0 || newest <= checkpoint_at) return std::nullopt;
+  Restored restored{.source = "node-local", .host = membership_.host_of(root)};
+  std::string path;
+  if (comm.rank() == root) {
+    restored.saved = std::move(mine->state);
+    path = mine->path.string();
+  }
+  restore(restored.saved, root);
+  restored.path = comm::broadcast_text(comm, path, root);
+  return restored;
+}
 
 void StateStore::keep_in_memory() {
   // Reuses the previous copy's buffers: a copy of the weights and optimizer state each step.
   if (!memory_) memory_.emplace();
-  source_.capture_into(*memory_);
+  capture_into(*memory_);
 }
 
 void StateStore::refresh_memory() {
   // The committed state at one step is one state: a restore to another (a heal, a rewind)
   // captures it afresh.
-  if (!memory_ || memory_->step != source_.committed_step()) keep_in_memory();
+  if (!memory_ || memory_->step != committed_step()) keep_in_memory();
 }
 
 void StateStore::keep_synced() {
@@ -55,7 +186,7 @@ const checkpoint::TrainingState* StateStore::synced() const {
 }
 
 bool StateStore::committed_step_synced() const {
-  return config_.sync_every() <= 1 || (synced_ && synced_->step == source_.committed_step());
+  return config_.sync_every() <= 1 || (synced_ && synced_->step == committed_step());
 }
 
 bool StateStore::persisted_into(checkpoint::TrainingState& into) const {
@@ -66,7 +197,7 @@ bool StateStore::persisted_into(checkpoint::TrainingState& into) const {
 
 const checkpoint::TrainingState* StateStore::committed_copy() const {
   if (config_.sync_every() > 1 && synced_) return &*synced_;
-  if (memory_ && memory_->step == source_.committed_step()) return &*memory_;
+  if (memory_ && memory_->step == committed_step()) return &*memory_;
   return nullptr;
 }
 
@@ -74,7 +205,7 @@ void StateStore::committed_into(checkpoint::TrainingState& into) const {
   if (const checkpoint::TrainingState* copy = committed_copy())
     into = *copy;
   else
-    source_.capture_into(into);  // --memory-snapshots false
+    capture_into(into);  // --memory-snapshots false
 }
 
 void StateStore::open_checkpoint_writer() {
@@ -100,7 +231,7 @@ void StateStore::open_checkpoint_writer() {
 
 void StateStore::checkpoint_if_due(bool force_sync) {
   if (!membership_.writes_run_files()) return;
-  const long step = source_.committed_step();
+  const long step = committed_step();
   const bool by_steps = config_.checkpoint_every > 0 && step % config_.checkpoint_every == 0;
   const bool by_time = config_.checkpoint_every_seconds > 0 &&
                        seconds_since(last_checkpoint_) >= config_.checkpoint_every_seconds;
@@ -200,7 +331,7 @@ bool StateStore::node_snapshot_wanted() const {
 }
 
 double StateStore::write_node_snapshot(bool agreed_wanted) {
-  const long step = source_.committed_step();
+  const long step = committed_step();
   if (config_.snapshot_every == 0) return 0;
   if (config_.snapshot_every == kSnapshotEveryAuto ? !agreed_wanted
                                                    : step % config_.snapshot_every != 0)
@@ -254,7 +385,7 @@ double StateStore::write_node_snapshot(bool agreed_wanted) {
     if (const checkpoint::TrainingState* copy = committed_copy())
       node_snapshots_->write_now(*copy);
     else
-      node_snapshots_->write_now(source_.committed_sources(snapshot_scalars_), snapshot_scalars_);
+      node_snapshots_->write_now(committed_sources(snapshot_scalars_), snapshot_scalars_);
   } else {
     // Into the buffers of the snapshot written last (no allocation); the writer's thread copies
     // them into the slot while training goes on.

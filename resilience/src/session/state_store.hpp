@@ -3,7 +3,8 @@
 // memory on every rank (what a shrink restores from), a node-local copy on each host's first rank
 // (what a relaunch of a job that died as a whole resumes from, when newer than a checkpoint) and
 // the checkpoints rank 0 writes into the run directory. The store decides when and into which
-// buffers the state is captured; the session says how (StateSource).
+// buffers the trainer's committed state is captured, and it alone reads it back: one path finds
+// the newest valid state for a resume and for a recovery alike (restore_newest).
 #include <atomic>
 #include <chrono>
 #include <optional>
@@ -16,29 +17,48 @@
 #include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/training_config.hpp"
 #include "session/membership.hpp"
+#include "session/state_transport.hpp"
+#include "session/trainer.hpp"
 
 namespace hardy::resilience {
 
 using core::seconds_since;
 
-class StateSource {
- public:
-  // The committed state into `state`, reusing its buffers; all of it, scalars included.
-  virtual void capture_into(checkpoint::TrainingState& state) const = 0;
-  // The same without copying the tensors: where they live, and everything else into `scalars`
-  // (its tensor lists left as they are); for a writer that copies the tensors itself.
-  virtual checkpoint::StateSources committed_sources(checkpoint::TrainingState& scalars) const = 0;
-  virtual long committed_step() const = 0;
-
- protected:
-  ~StateSource() = default;
-};
-
 class StateStore {
  public:
-  // `identity` is the run's (filled in before the first snapshot is written or read).
+  // `identity` is the run's (filled in before the first snapshot is written or read). The
+  // trainer's committed state is what the store keeps; `transport` carries a state read on one
+  // rank to every rank.
   StateStore(const TrainingConfig& config, const Membership& membership, core::EventLog& events,
-             const StateSource& source, FailureInjector& injector, const RunIdentity& identity);
+             Trainer& trainer, StateTransport& transport, FailureInjector& injector,
+             const RunIdentity& identity);
+
+  // ---- reading back: a resume, a recovery (collective) ----
+  // Where to look, newest first wins: the copy in memory (when every rank holds the same
+  // committed step), each host's newest node-local snapshot, and the checkpoint the lead reads
+  // (the one --resume names with `named_checkpoint`, else the run directory's newest valid one).
+  // A checkpoint wins a tie with a snapshot: it is on shared storage and was validated.
+  struct RestoreFrom {
+    bool memory = false;
+    bool node_snapshots = false;
+    bool named_checkpoint = false;
+  };
+  struct Restored {
+    std::string source = {};          // "memory", "node-local" or "checkpoint"
+    std::filesystem::path path = {};  // the file read, whatever its name says (none from memory)
+    std::string host = {};            // the node-local snapshot's host
+    checkpoint::TrainingState saved = {};  // who saved it (step, world size, run id): the scalars
+  };
+  // The newest state found, applied on every rank; nothing when there is none. Whatever stops
+  // the lead's read (a damaged file the user named, a checkpoint of another configuration: both
+  // InvalidArgument) stops every rank with its message.
+  std::optional<Restored> restore_newest(const RestoreFrom& from);
+  // The lead: the run directory's newest checkpoint that validates (the rejected ones logged),
+  // if any. One of another configuration is refused (checkpoint_rejected, InvalidArgument).
+  std::optional<checkpoint::ValidCheckpoint> newest_checkpoint();
+  // Root's `state` to every rank, applied everywhere; `state` may keep only the loop's scalars
+  // afterwards (collective).
+  void restore(checkpoint::TrainingState& state, int root);
 
   // ---- in memory, every rank ----
   // Captures the committed step now. Nothing needs a copy every step: the live state changes
@@ -89,14 +109,26 @@ class StateStore {
   // with the stall, what snapshots took from training (on a node whose cores all train, all of
   // it shows in the step time).
   double take_snapshot_write_cpu_s();
-  // This host's newest valid snapshot of this run and configuration (snapshot_rejected says
-  // why any other was passed over); nothing when there is none or this rank does not keep the
-  // host's snapshots.
-  std::optional<checkpoint::ValidCheckpoint> load_node_snapshot();
   // At the end of a job that completed, stopped or was preempted.
   void remove_node_snapshots();
 
  private:
+  // The trainer's committed state into `state`, reusing its buffers, with who ran it (the
+  // configuration, world, hosts and run identity).
+  void capture_into(checkpoint::TrainingState& state) const;
+  // The same without copying the tensors: where they live, and everything else into `scalars`.
+  checkpoint::StateSources committed_sources(checkpoint::TrainingState& scalars) const;
+  void capture_job_into(checkpoint::TrainingState& state) const;
+  long committed_step() const { return trainer_.step(); }
+  // This host's newest valid snapshot of this run and configuration (snapshot_rejected says
+  // why any other was passed over); nothing when there is none or this rank does not keep the
+  // host's snapshots.
+  std::optional<checkpoint::ValidCheckpoint> load_node_snapshot();
+  // With node-local snapshots: every rank's newest that is newer than the lead's checkpoint at
+  // `checkpoint_step` (-1: none), restored everywhere (collective).
+  std::optional<Restored> restore_newer_node_snapshot(long checkpoint_step);
+  // A checkpoint of another configuration is refused (checkpoint_rejected, InvalidArgument).
+  void check_fits_configuration(const checkpoint::ValidCheckpoint& found);
   // The committed state, from memory when that copy is current, else captured into `into`; the
   // synchronised state when the domains train alone between meetings.
   void committed_into(checkpoint::TrainingState& into) const;
@@ -119,7 +151,8 @@ class StateStore {
   const TrainingConfig& config_;
   const Membership& membership_;
   core::EventLog& events_;
-  const StateSource& source_;
+  Trainer& trainer_;
+  StateTransport& transport_;
   FailureInjector& injector_;
   const RunIdentity& identity_;
 

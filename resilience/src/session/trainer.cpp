@@ -7,12 +7,19 @@
 
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/support/digest.hpp"
+#include "hardy/core/support/error.hpp"
 #include "hardy/core/support/random.hpp"
 
 namespace hardy::resilience {
 
 std::uint64_t plan_digest(const core::GlobalBatch& batch) {
   return core::xxhash64(std::as_bytes(std::span(batch.samples)));
+}
+
+void check_same_plan(comm::Communicator& comm, std::uint64_t digest, long at_step) {
+  if (!comm::all_equal(comm, static_cast<std::int64_t>(digest)))
+    throw Error(fmt::format(
+        "step {}: the ranks planned different global batches (sampler states diverged)", at_step));
 }
 
 Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,

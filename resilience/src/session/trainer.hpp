@@ -9,9 +9,9 @@
 // and compute come between a step's compute and its finish_reduction: the trainer then holds two
 // computed steps, each with its own batch and reducer, and the oldest is the one finished,
 // updated and committed (computed_steps). The trainer knows nothing of failures, events or the run
-// directory: the session (training_session.cpp), recovery (recovery.cpp), the state store and the
-// fault domains reach it only through this interface. Its state is what a checkpoint holds of it
-// (capture_into, apply).
+// directory: the session (training_session.cpp), recovery, the state store, the domain
+// coordinator and the step hooks reach it only through this interface. Its state is what a
+// checkpoint holds of it (capture_into, apply).
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -35,6 +35,9 @@ namespace hardy::resilience {
 
 // What identifies a global batch across ranks (their samplers must agree on it).
 std::uint64_t plan_digest(const core::GlobalBatch& batch);
+// Collective: every rank drew the global batch of `digest` for `at_step` (Error otherwise: the
+// samplers' states diverged).
+void check_same_plan(comm::Communicator& comm, std::uint64_t digest, long at_step);
 
 // What computing a step gave, kept until the step is committed.
 struct ComputedStep {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "hardy/checkpoint/training_state.hpp"
+#include "hardy/comm/communicator.hpp"
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/resilience/training_config.hpp"
 
@@ -43,6 +44,11 @@ struct RunIdentity {
   // The network it trains (--model), named in a refusal to resume another network's state.
   std::string network = "compact";
 };
+
+// Collective: rank 0 gives the run directory its run id (ensure_run_id) and tells every rank the
+// id, the configuration's hash and a fresh launch token; every rank throws when rank 0 could not.
+RunIdentity establish_run_identity(comm::Communicator& comm, const TrainingConfig& config,
+                                   const core::SampleSource& train);
 
 // A fresh random launch token.
 std::string random_launch_token();

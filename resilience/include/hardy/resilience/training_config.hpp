@@ -118,9 +118,20 @@ struct TrainingConfig {
   int domain_sync_every = 1;
   // How often the domains meet: every step in a job of one domain.
   int sync_every() const { return domain >= 0 ? domain_sync_every : 1; }
+  // Whether the domains meet at `at_step` (--domain-sync-every; always without domains).
+  bool domains_meet_at(long at_step) const;
+  // The global batch with `live` of the `original` ranks left, under the rebalance policy: the
+  // same, or each survivor's original share.
+  std::size_t global_batch_with(int live, int original) const;
+  // The learning rate at `at_step` then: the schedule's, scaled linearly with the global batch.
+  float lr_with(long at_step, int live, int original) const;
 
   std::string config_ini;  // the effective configuration, as written to config.ini
 };
+
+// The options' checks (InvalidArgument) against the world and the samples, and the values they
+// imply (steps from epochs, the schedule's length).
+void check_and_complete(TrainingConfig& config, int world_size, const core::SampleSource& train);
 
 // The cores a rank may use. When a scheduler or launcher restricted the CPUs it may run on
 // (`allowed` < `online`: a Slurm cpuset, a binding), those, shared with the ranks of its host

@@ -1,0 +1,23 @@
+#include "session/hooks/step_hook.hpp"
+
+namespace hardy::resilience {
+
+std::vector<std::unique_ptr<StepHook>> make_step_hooks(const HookParts& parts) {
+  std::vector<std::unique_ptr<StepHook>> hooks;
+  if (parts.config.sync_every() > 1)
+    hooks.push_back(synced_copy_hook(parts.store, parts.trainer, parts.config));
+  hooks.push_back(node_snapshot_hook(parts.store, parts.injector, parts.trainer, parts.progress));
+  hooks.push_back(heartbeat_hook(parts.watchdog, parts.membership, parts.trainer, parts.progress));
+  if (parts.config.audit_samples)  // every rank keeps the line; rank 0 writes it
+    hooks.push_back(sample_audit_hook(parts.files, parts.trainer));
+  if (parts.config.verify_replicas_every > 0)
+    hooks.push_back(replica_check_hook(parts.trainer, parts.membership, parts.files.events(),
+                                       parts.config.verify_replicas_every));
+  // Before a checkpoint, so that a committed step is logged even if rank 0 dies writing one.
+  hooks.push_back(metrics_hook(parts));
+  hooks.push_back(preemption_hook(parts.store, parts.files.events(), parts.trainer));
+  hooks.push_back(checkpoint_hook(parts.store));
+  return hooks;
+}
+
+}  // namespace hardy::resilience
