@@ -1,6 +1,6 @@
 // `hardy events --schema`: the event kinds and fields that hardy writes to events.jsonl, as JSON
-// from the one table in core/support/event_schema.hpp. Tools that read events.jsonl (tools/,
-// tests/jobs/event_readers.py) check their names against it.
+// from the tables each layer declares, joined in hardy/resilience/events.hpp. Tools that read
+// events.jsonl (tools/, tests/jobs/event_readers.py) check their names against it.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -9,6 +9,7 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_schema.hpp"
 #include "hardy/jobs/commands.hpp"
+#include "hardy/resilience/events.hpp"
 
 namespace po = boost::program_options;
 
@@ -36,7 +37,7 @@ int events_command(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_command_line(args, events_options(), {"hardy events", kEventsUsage}, vm)) return 0;
   if (!vm["schema"].as<bool>()) throw InvalidArgument("nothing to do: hardy events --schema");
-  std::cout << core::event_schema_json().dump(2) << "\n";
+  std::cout << core::event_schema_json(resilience::event_kinds()).dump(2) << "\n";
   return 0;
 }
 

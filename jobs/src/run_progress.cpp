@@ -5,12 +5,13 @@
 
 #include "hardy/checkpoint/checkpoint_directory.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/resilience/events.hpp"
 
 namespace hardy::jobs {
 
-// Event kinds and fields by name, checked against core/support/event_schema.hpp at compile time.
-using core::event_field;
-using core::event_kind;
+// Event kinds and fields by name, checked against hardy/resilience/events.hpp at compile time.
+using resilience::event_field;
+using resilience::event_kind;
 
 namespace {
 
@@ -71,7 +72,7 @@ void read_events(const std::filesystem::path& path, RunProgress& progress) {
     const std::string event = core::read_field<std::string>(*record, "event").value_or("");
     progress.last_event = event;
     // Another hardy version's kind: shown as the last event, otherwise nothing here reads it.
-    if (!core::is_known_event_kind(event)) continue;
+    if (!resilience::is_known_event_kind(event)) continue;
     progress.failures_detected += event == event_kind("failure_detected");
     progress.relaunches += event == event_kind("job_relaunched");
     if (event == event_kind("job_relaunched"))

@@ -10,12 +10,13 @@
 
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/resilience/events.hpp"
 
 namespace hardy::jobs {
 
-// Event kinds and fields by name, checked against core/support/event_schema.hpp at compile time.
-using core::event_field;
-using core::event_kind;
+// Event kinds and fields by name, checked against hardy/resilience/events.hpp at compile time.
+using resilience::event_field;
+using resilience::event_kind;
 
 namespace {
 

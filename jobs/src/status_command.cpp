@@ -14,6 +14,7 @@
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/schedulers.hpp"
+#include "hardy/resilience/events.hpp"
 #include "run_progress.hpp"
 #include "submission.hpp"
 
@@ -21,9 +22,9 @@ namespace po = boost::program_options;
 
 namespace hardy::jobs {
 
-// Event kinds and fields by name, checked against core/support/event_schema.hpp at compile time.
-using core::event_field;
-using core::event_kind;
+// Event kinds and fields by name, checked against hardy/resilience/events.hpp at compile time.
+using resilience::event_field;
+using resilience::event_kind;
 
 namespace {
 
@@ -200,7 +201,8 @@ LiveView read_live_view(const std::filesystem::path& run_dir) {
   view.metrics = last_record(run_dir / "metrics.jsonl");
   for (auto& event : read_records(run_dir / "events.jsonl")) {
     const std::string name = core::read_field<std::string>(event, "event").value_or("");
-    if (!core::is_known_event_kind(name)) continue;  // another hardy version's: not for this view
+    if (!resilience::is_known_event_kind(name))
+      continue;  // another hardy version's: not for this view
     if (name == event_kind("supervisor_started"))
       view.supervised = true,
       view.pid =

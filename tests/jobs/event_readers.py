@@ -3,7 +3,7 @@
 
   event_readers.py HARDY SOURCE_DIR
 
-The schema is `hardy events --schema` (core/support/event_schema.hpp as JSON). Checked against it:
+The schema is `hardy events --schema` (the tables of hardy/resilience/events.hpp as JSON). Checked against it:
 - the C++ writers: each `emit("kind", {{"field", ...}, ...})` in the libraries names a declared
   kind and only its declared fields (EventLog::emit checks the calls that the other tests run;
   this reads all of them, those of paths no test takes included);
@@ -307,7 +307,7 @@ def main():
     for problem in problems:
         print(problem)
     if problems:
-        print(f"{len(problems)} name(s) not in the event schema (core/support/event_schema.hpp)")
+        print(f"{len(problems)} name(s) not in the event schema (hardy/resilience/events.hpp)")
         return 1
     print(f"event schema: {len(schema.kinds)} kinds; {emits} emit calls, {len(CPP_READERS)} C++ and "
           f"{len(PY_READERS)} Python readers name only declared kinds and fields")

@@ -21,6 +21,7 @@
 #include "domains/fault_domains.hpp"
 #include "hardy/comm/rendezvous_store.hpp"
 #include "hardy/comm/self_communicator.hpp"
+#include "hardy/resilience/events.hpp"
 #include "scratch_directory.hpp"
 
 using namespace hardy;
@@ -35,7 +36,8 @@ struct Domain {
   Domain(int index, int count, const std::filesystem::path& store, std::string join = {},
          const std::filesystem::path& events_file = {})
       : comm(std::make_unique<comm::SelfCommunicator>()),
-        events(events_file.empty() ? core::EventLog() : core::EventLog(events_file)),
+        events(events_file.empty() ? core::EventLog(hardy::resilience::event_kinds())
+                                   : core::EventLog(events_file, hardy::resilience::event_kinds())),
         gradient(core::Tensor::host({4})),
         domains(DomainOptions{.index = index,
                               .count = count,

@@ -4,6 +4,9 @@
   layering.py SOURCE_DIR core-rooms   core/'s rooms: support < compute < data < nn
   layering.py SOURCE_DIR folders      the top-level folders (jobs, slurm, lsf -> resilience ->
                                       checkpoint -> comm -> core; batch under slurm, lsf, jobs)
+  layering.py SOURCE_DIR core-events  core/ declares no event kind: it has the schema's mechanism
+                                      (core/support/event_schema.hpp), and each layer above it
+                                      declares the kinds it writes next to its code
   layering.py SOURCE_DIR resilience-rooms
                                       resilience/'s rooms, one lifetime each: domains/ (the
                                       leaders' protocol) under session/ (inside the job) and
@@ -140,7 +143,24 @@ def check_resilience_rooms(source_dir):
     return check_rooms(source_dir, "resilience/src", RESILIENCE_ROOMS, files)
 
 
-CHECKS = {"core-rooms": check_core_rooms, "folders": check_folders, "resilience-rooms": check_resilience_rooms}
+EVENT_TABLE = re.compile(r"\bEventKind\s+(\w+)\s*\[\s*\]\s*=")
+
+
+def check_core_events(source_dir):
+    """Every table of event kinds (`EventKind NAME[] = {...}`) in core/: a kind of an upper layer
+    declared in the engine, where a new kind would mean editing core/."""
+    problems = []
+    for path in sorted((source_dir / "core").rglob("*")):
+        if path.suffix not in (".hpp", ".cpp", ".h", ".cu", ".cuh") or not path.is_file():
+            continue
+        for match in EVENT_TABLE.finditer(path.read_text(errors="replace")):
+            problems.append(f"{path.relative_to(source_dir)}: declares the event kinds {match.group(1)}; "
+                            "declare them in the layer that writes them")
+    return problems
+
+
+CHECKS = {"core-rooms": check_core_rooms, "folders": check_folders, "resilience-rooms": check_resilience_rooms,
+          "core-events": check_core_events}
 
 
 def self_test(check_name):
@@ -152,6 +172,11 @@ def self_test(check_name):
             good = root / "resilience/src/session/good.cpp"
             bad_text = '#include "session/trainer.hpp"\n'
             good_text = '#include "domains/fault_domains.hpp"\n#include "hardy/core/nn/model.hpp"\n'
+        elif check_name == "core-events":
+            bad = root / "core/include/hardy/core/support/job_events.hpp"
+            good = root / "resilience/include/hardy/resilience/events/session_events.hpp"
+            bad_text = 'inline constexpr EventKind kJobEvents[] = {{"job_started", "", f}};\n'
+            good_text = 'struct EventKind {};\ninline constexpr EventKind kSessionEvents[] = {};\n'
         elif check_name == "core-rooms":
             bad = root / "core/src/support/bad.cpp"
             good = root / "core/src/nn/good.cpp"
@@ -184,9 +209,9 @@ def main():
     for problem in problems:
         print(problem)
     if problems:
-        print(f"{len(problems)} include(s) against the layering ({check_name}); see {sys.argv[0]}")
+        print(f"{len(problems)} finding(s) against the layering ({check_name}); see {sys.argv[0]}")
         return 1
-    print(f"{check_name}: every include points down")
+    print(f"{check_name}: nothing against the layering")
     return 0
 
 

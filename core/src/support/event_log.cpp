@@ -66,12 +66,12 @@ void JsonLines::write(const nlohmann::json& record) {
 
 void EventLog::add_context(const std::string& key, nlohmann::json value) {
   if (!is_event_context_field(key))
-    throw Error(fmt::format("'{}' is not a context field of event_schema.hpp", key));
+    throw Error(fmt::format("'{}' is not a context field of event_schema.hpp's envelope", key));
   context_[key] = std::move(value);
 }
 
 void EventLog::emit(const std::string& event, nlohmann::json fields) {
-  std::string problem = event_schema_problem(event, fields);
+  std::string problem = event_schema_problem(kinds_, event, fields);
 #if HARDY_STRICT_EVENTS
   if (!problem.empty()) throw Error(problem);
 #endif

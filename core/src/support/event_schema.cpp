@@ -37,9 +37,10 @@ std::string_view to_string(EventFieldType type) {
   return kNames[static_cast<std::size_t>(type)];
 }
 
-std::string event_schema_problem(std::string_view kind_name, const nlohmann::json& fields) {
-  const EventKind* kind = find_event_kind(kind_name);
-  if (!kind) return fmt::format("event kind '{}' is not declared in event_schema.hpp", kind_name);
+std::string event_schema_problem(EventKinds kinds, std::string_view kind_name,
+                                 const nlohmann::json& fields) {
+  const EventKind* kind = find_event_kind(kinds, kind_name);
+  if (!kind) return fmt::format("event kind '{}' is not declared in its layer's table", kind_name);
   if (!fields.is_object())
     return fmt::format("event '{}': fields are not a JSON object", kind_name);
   for (const auto& [name, value] : fields.items()) {
@@ -49,7 +50,7 @@ std::string event_schema_problem(std::string_view kind_name, const nlohmann::jso
     const EventField* field = find_event_field(*kind, name);
     if (!field) field = context_field(name);
     if (!field)
-      return fmt::format("event '{}': field '{}' is not declared in event_schema.hpp", kind_name,
+      return fmt::format("event '{}': field '{}' is not declared in its layer's table", kind_name,
                          name);
     if (!has_type(value, field->type))
       return fmt::format("event '{}': field '{}' should be {}, not {}", kind_name, name,
@@ -66,7 +67,7 @@ std::string event_schema_problem(std::string_view kind_name, const nlohmann::jso
   return {};
 }
 
-nlohmann::json event_schema_json() {
+nlohmann::json event_schema_json(EventKinds kinds) {
   const auto describe = [](std::span<const EventField> fields) {
     nlohmann::json out = nlohmann::json::object();
     for (const EventField& field : fields) {
@@ -78,7 +79,7 @@ nlohmann::json event_schema_json() {
     return out;
   };
   nlohmann::json events = nlohmann::json::object();
-  for (const EventKind& kind : kEventKinds)
+  for (const EventKind& kind : kinds)
     events[std::string(kind.name)] = {{"meaning", kind.meaning}, {"fields", describe(kind.fields)}};
   return {{"envelope", describe(event_fields::envelope)},
           {"context", describe(event_fields::context)},

@@ -13,6 +13,7 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_schema.hpp"
 #include "hardy/core/support/process_info.hpp"
+#include "hardy/resilience/events.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
 #include "hardy/resilience/training_session.hpp"
 
@@ -76,19 +77,18 @@ void Recovery::report_departure(const Shrink& shrink, const std::string& what,
   bool hung = false;
   if (membership_.lead())
     for (int world_rank : departed.world_ranks) hung = report_hang(world_rank) || hung;
-  events().emit(
-      "failure_detected",
-      {{"failed_ranks", departed.world_ranks},
-       {"failed_hosts", departed.hosts},
-       {"failed_nodes", departed.nodes},
-       {"detected_by",
-        hung ? core::event_value("failure_detected", "detected_by", "hang monitor")
-             : core::event_value("failure_detected", "detected_by", "process failure error")},
-       {"error", what},
-       {"step", trainer_.step() + 1},
-       {"detection_latency_s", clock.latency_s},
-       {"latency_from", clock.injected ? "injected kill time" : "last committed step"},
-       {"attempt", shrink.attempt}});
+  events().emit("failure_detected",
+                {{"failed_ranks", departed.world_ranks},
+                 {"failed_hosts", departed.hosts},
+                 {"failed_nodes", departed.nodes},
+                 {"detected_by",
+                  hung ? event_value("failure_detected", "detected_by", "hang monitor")
+                       : event_value("failure_detected", "detected_by", "process failure error")},
+                 {"error", what},
+                 {"step", trainer_.step() + 1},
+                 {"detection_latency_s", clock.latency_s},
+                 {"latency_from", clock.injected ? "injected kill time" : "last committed step"},
+                 {"attempt", shrink.attempt}});
   events().emit("communicator_shrunk", {{"old_size", shrink.old_size},
                                         {"new_size", membership_.comm().size()},
                                         {"seconds", shrink.seconds}});
@@ -171,7 +171,7 @@ void Recovery::end_stuck_job(const Watchdog::Stuck& stuck) {
   // A peer that hangs is not dead, so the MPI reports nothing. Treat it as a failure of the job:
   // keep the committed state and let the supervisor relaunch on the healthy nodes.
   events().emit("failure_detected",
-                {{"detected_by", core::event_value("failure_detected", "detected_by", "watchdog")},
+                {{"detected_by", event_value("failure_detected", "detected_by", "watchdog")},
                  {"stuck_in", stuck.in},
                  {"stuck_s", stuck.seconds},
                  {"step", stuck.committed.step + 1},

@@ -40,7 +40,7 @@ void RunFiles::prepare() {
 bool RunFiles::open_if_lead() {
   if (!membership_.lead()) return false;
   if (!events_.enabled()) {
-    events_ = core::EventLog(config_.run_dir / "events.jsonl");
+    events_ = core::EventLog(config_.run_dir / "events.jsonl", event_kinds());
     // Every domain's leader writes events: each record says whose it is.
     if (config_.domain >= 0) events_.add_context("domain", config_.domain);
   }

@@ -11,6 +11,7 @@
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/core/support/run_lock.hpp"
+#include "hardy/resilience/events.hpp"
 #include "hardy/resilience/training_config.hpp"
 #include "session/membership.hpp"
 
@@ -56,7 +57,7 @@ class RunFiles {
   const Membership& membership_;
   // The lead's lock of the run directory, when no `hardy run` holds it for this launch.
   std::unique_ptr<core::RunDirectoryLock> run_lock_;
-  core::EventLog events_;
+  core::EventLog events_{event_kinds()};  // disabled until this rank leads
   core::JsonLines metrics_, audit_;
   bool shared_open_ = false;  // this rank writes the run directory's files
   nlohmann::json committed_metrics_, committed_audit_;

@@ -4,6 +4,7 @@
 
 #include "hardy/core/support/event_schema.hpp"
 #include "hardy/core/support/json_fields.hpp"
+#include "hardy/resilience/events.hpp"
 
 namespace hardy::resilience {
 
@@ -20,13 +21,12 @@ void DomainLog::poll() {
     if (!domain || !event || *domain < 0 || *domain >= static_cast<long>(latest_.size())) continue;
     const double time = core::read_field<double>(record, "unix_time").value_or(0);
     Latest& latest = latest_[static_cast<std::size_t>(*domain)];
-    if (*event == core::event_kind("job_started") || *event == core::event_kind("domain_started"))
+    if (*event == event_kind("job_started") || *event == event_kind("domain_started"))
       latest.started = std::max(latest.started, time);
-    else if ((*event == core::event_kind("job_finished") ||
-              *event == core::event_kind("domain_finished")) &&
+    else if ((*event == event_kind("job_finished") || *event == event_kind("domain_finished")) &&
              core::read_field<std::string>(record, "status") == "completed")
       latest.finished = std::max(latest.finished, time);
-    else if (*event == core::event_kind("domain_joined"))
+    else if (*event == event_kind("domain_joined"))
       latest.joined = std::max(latest.joined, time);
   }
 }

@@ -21,13 +21,14 @@
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/core/support/json_fields.hpp"
 #include "hardy/core/support/process_info.hpp"
+#include "hardy/resilience/events.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/supervisor.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "supervisor/domain_log.hpp"
 #include "supervisor/launched_job.hpp"
-#include "supervisor/supervisor_events.hpp"
+#include "supervisor/supervisor_started.hpp"
 #include "supervisor/supervisor_steps.hpp"
 
 namespace hardy::resilience {
@@ -160,7 +161,7 @@ class DomainSupervision {
         per_(config.nodes_per_domain),
         count_(count),
         events_file_(config.run_dir / "events.jsonl"),
-        events_(events_file_),
+        events_(events_file_, event_kinds()),
         logged_(events_file_, count),
         store_dir_(own_store_dir(config.run_dir)),
         rendezvous_(start_rendezvous(config, store_dir_)),

@@ -9,14 +9,15 @@
 #include <set>
 
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/resilience/events.hpp"
 #include "supervisor/launch_event_reader.hpp"
 
 namespace hardy::resilience {
 
-// Event kinds and fields by name, checked against core/support/event_schema.hpp at compile time.
-using core::event_field;
-using core::event_kind;
-using core::event_value;
+// Event kinds and fields by name, checked against hardy/resilience/events.hpp at compile time.
+using resilience::event_field;
+using resilience::event_kind;
+using resilience::event_value;
 
 namespace {
 
@@ -33,8 +34,9 @@ namespace {
 // What one record of events.jsonl says of its launch.
 void note_event(LaunchEvents& launch, const nlohmann::json& record) {
   // Fields of another type or range count as missing (core::read_field): a damaged line must
-  // not stop the supervisor. Kinds and fields are named through event_schema.hpp (a name it lacks
-  // does not compile); kinds it does not know (another hardy version's) fall through every branch.
+  // not stop the supervisor. Kinds and fields are named through hardy/resilience/events.hpp (a name
+  // it lacks does not compile); kinds it does not know (another hardy version's) fall through every
+  // branch.
   const std::string event = core::read_field<std::string>(record, "event").value_or("");
   if (event == event_kind("job_started")) {
     if (const auto steps = core::read_field<long>(record, event_field("job_started", "steps")))

@@ -15,11 +15,12 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/core/support/json_fields.hpp"
+#include "hardy/resilience/events.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "supervisor/launch_event_reader.hpp"
 #include "supervisor/launched_job.hpp"
-#include "supervisor/supervisor_events.hpp"
+#include "supervisor/supervisor_started.hpp"
 #include "supervisor/supervisor_steps.hpp"
 
 namespace hardy::resilience {
@@ -300,7 +301,7 @@ class Supervision {
  public:
   explicit Supervision(const SupervisorConfig& config)
       : config_(config),
-        events_(config.run_dir / "events.jsonl"),
+        events_(config.run_dir / "events.jsonl", event_kinds()),
         nodes_{config.nodes, config.spare_nodes},
         start_timeout_(config.start_timeout_s, config.run_dir / "events.jsonl"),
         backoff_(config.backoff_s) {

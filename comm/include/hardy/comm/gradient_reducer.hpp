@@ -15,8 +15,8 @@
 namespace hardy::comm {
 
 // What rebind() did to a transport of its own, for the event log: the path taken (one of
-// core::event_fields::device_transport_paths) and its seconds. An empty path: nothing of its own
-// to rebuild (MPI buckets follow the shrunk communicator; a reducer whose transport another one
+// resilience::event_fields::device_transport_paths) and its seconds. An empty path: nothing of its
+// own to rebuild (MPI buckets follow the shrunk communicator; a reducer whose transport another one
 // of the same trainer rebuilt already).
 struct TransportRebuild {
   std::string path;

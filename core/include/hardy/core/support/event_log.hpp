@@ -42,15 +42,16 @@ class JsonLines {
 
 // events.jsonl: every record gets "time" (ISO-8601), "unix_time" and "event".
 //
-// emit checks each event against event_schema.hpp (a disabled log too, so every rank's calls are
-// checked in tests). A kind or field that is not declared there, a value of the wrong type or a
-// missing required field throws Error in builds with tests (HARDY_STRICT_EVENTS: the suite finds
-// the miss); elsewhere the record is written all the same, with the problem in "schema_problem",
-// because a log line must not end a training job.
+// emit checks each event against the log's table of kinds (event_schema.hpp; a disabled log too,
+// so every rank's calls are checked in tests). A kind or field that the table does not declare, a
+// value of the wrong type or a missing required field throws Error in builds with tests
+// (HARDY_STRICT_EVENTS: the suite finds the miss); elsewhere the record is written all the same,
+// with the problem in "schema_problem", because a log line must not end a training job.
 class EventLog {
  public:
-  EventLog() = default;
-  explicit EventLog(const std::filesystem::path& path) : lines_(path) {}
+  // A disabled log (write() does nothing: ranks other than the lead) that still checks.
+  explicit EventLog(EventKinds kinds) : kinds_(kinds) {}
+  EventLog(const std::filesystem::path& path, EventKinds kinds) : lines_(path), kinds_(kinds) {}
   void emit(const std::string& event, nlohmann::json fields = nlohmann::json::object());
   bool enabled() const { return lines_.enabled(); }
   // A field every later record carries (a fault domain's index, when several processes write
@@ -60,6 +61,7 @@ class EventLog {
 
  private:
   JsonLines lines_;
+  EventKinds kinds_;
   nlohmann::json context_ = nlohmann::json::object();
 };
 

@@ -1,0 +1,82 @@
+#pragma once
+// The event kinds of fault domains (resilience/src/domains/, the session's domain coordinator and
+// the domain supervisor): the leaders meeting, losing a domain, letting one in, healing it.
+#include "hardy/core/support/event_schema.hpp"
+#include "hardy/resilience/events/session_events.hpp"
+
+namespace hardy::resilience {
+
+using core::EventField;
+using core::EventKind;
+namespace event_fields {
+using T = core::EventFieldType;
+using core::event_fields::opt;
+using core::event_fields::req;
+// Fault domains (resilience/src/domains/fault_domains.hpp, domain_supervisor.cpp).
+inline constexpr EventField domain_membership[] = {{"generation", T::integer, req},
+                                                   {"members", T::array, req},
+                                                   {"ranks_per_domain", T::array, req},
+                                                   {"step", T::integer, req},
+                                                   {"seconds", T::number, req}};
+inline constexpr std::string_view resume_sources[] = {"checkpoint", "start"};
+inline constexpr EventField domains_resumed[] = {{"domain", T::integer, req},
+                                                 {"generation", T::integer, req},
+                                                 {"step", T::integer, req},
+                                                 {"source", T::string, req, resume_sources}};
+inline constexpr EventField domain_healed[] = {{"generation", T::integer, req},
+                                               {"from_domain", T::integer, req},
+                                               {"step", T::integer, req},
+                                               {"bytes", T::integer, req},
+                                               {"seconds", T::number, req}};
+inline constexpr EventField domain_quorum_changed[] = {
+    {"error", T::string, req},           {"step", T::integer, req},
+    {"old_generation", T::integer, req}, {"generation", T::integer, req},
+    {"lost_domains", T::array, req},     {"members", T::array, req},
+    {"ranks_per_domain", T::array, req}, {"agreed_step", T::integer, req},
+    {"action", T::string, req},          {"seconds", T::number, req}};
+inline constexpr EventField domain_rewound[] = {
+    {"step", T::integer, req}, {"to_step", T::integer, req}, {"steps_redone", T::integer, req}};
+inline constexpr EventField domain_generation_published[] = {
+    {"generation", T::integer, req}, {"members", T::array, req}, {"reason", T::string, req}};
+inline constexpr EventField domain_lost[] = {
+    {"launch", T::integer, req}, {"how", T::string, req},     {"exit_status", T::integer, req},
+    {"nodes", T::array, req},    {"excluded", T::array, req}, {"members", T::array, req}};
+inline constexpr EventField domain_relaunched[] = {{"launch", T::integer, req},
+                                                   {"nodes", T::array, req},
+                                                   {"spare_nodes", T::array, req},
+                                                   {"seconds_since_end", T::number, req}};
+}  // namespace event_fields
+
+inline constexpr EventKind kDomainEvents[] = {
+    {"domain_started", "a fault domain that does not write the run directory's files began",
+     event_fields::job_started},
+    {"domain_finished", "such a domain ended (job_finished's fields)", event_fields::job_finished},
+    {"domains_connected", "the domains' leaders met at the start", event_fields::domain_membership},
+    {"domain_joined", "a relaunched domain was let back in", event_fields::domain_membership},
+    {"domains_resumed",
+     "every domain that held committed state was lost: the relaunched ones go on from the run "
+     "directory's newest checkpoint (source checkpoint), or from the start",
+     event_fields::domains_resumed},
+    {"domain_admitted", "the members switched to a generation with a relaunched domain",
+     event_fields::domain_membership},
+    {"domain_healed", "a domain took the committed state from a live one",
+     event_fields::domain_healed},
+    {"domain_quorum_changed",
+     "the live domains changed: a leader's collective failed and the survivors regrouped, or the "
+     "supervisor published a generation without a domain whose job had ended",
+     event_fields::domain_quorum_changed},
+    {"step_rolled_forward", "after an in-domain recovery, a step the other domains committed",
+     core::event_fields::step_and_reason},
+    {"domain_rewound",
+     "a domain was lost between meetings (--domain-sync-every): the survivors went back to the "
+     "last step every domain committed",
+     event_fields::domain_rewound},
+    {"domain_generation_published", "hardy run published the domains' members",
+     event_fields::domain_generation_published},
+    {"domain_lost", "a domain's launcher ended before the job", event_fields::domain_lost},
+    {"domain_relaunched", "hardy run relaunched a lost domain", event_fields::domain_relaunched},
+    {"domain_abandoned", "a lost domain is not relaunched; the others train on",
+     core::event_fields::reason_only},
+};
+
+}  // namespace hardy::resilience

@@ -1,0 +1,174 @@
+#pragma once
+// The event kinds the training session writes inside the job (resilience/src/session/): the job,
+// its ranks and steps, failures and recovery, resumes and data staging.
+#include "hardy/checkpoint/checkpoint_events.hpp"
+#include "hardy/core/support/event_schema.hpp"
+
+namespace hardy::resilience {
+
+using core::EventField;
+using core::EventKind;
+namespace event_fields {
+using T = core::EventFieldType;
+using core::event_fields::opt;
+using core::event_fields::req;
+inline constexpr EventField job_started[] = {{"hardy_version", T::string, req},
+                                             {"world_size", T::integer, req},
+                                             {"fault_tolerant", T::boolean, req},
+                                             {"ranks_per_node", T::integer, req},
+                                             {"backend", T::string, req},
+                                             {"threads_per_rank", T::integer, req},
+                                             {"steps", T::integer, req},
+                                             {"global_batch", T::integer, req},
+                                             {"parameters", T::integer, req},
+                                             {"model", T::string, opt},
+                                             {"gradient_buckets", T::integer, req},
+                                             {"data", T::string, req},
+                                             {"resume", T::string, req},
+                                             {"run_dir", T::string, req},
+                                             {"domains", T::integer, opt},
+                                             {"domain_address", T::string, opt}};
+inline constexpr EventField job_finished[] = {{"status", T::string, req},
+                                              {"steps", T::integer, req},
+                                              {"reason", T::string, opt},
+                                              {"error", T::string, opt},
+                                              {"final_loss", T::number, opt},
+                                              {"world_size", T::integer, opt},
+                                              {"failures", T::integer, opt},
+                                              {"data_wait_s", T::number, opt},
+                                              {"data_wait_fraction", T::number, opt},
+                                              {"skipped_samples", T::integer, opt},
+                                              {"model", T::string, opt},
+                                              {"mean_iou", T::number, opt},
+                                              {"iou", T::array, opt},
+                                              {"mae", T::number, opt},
+                                              {"target_mae", T::array, opt},
+                                              {"parameter_digest", T::string, opt}};
+inline constexpr EventField rank_started[] = {{"rank", T::integer, req},
+                                              {"pid", T::integer, req},
+                                              {"host", T::string, req},
+                                              {"process_started_unix_time", T::number, opt},
+                                              {"mpi_ready_unix_time", T::number, opt}};
+inline constexpr EventField preemption_requested[] = {{"step", T::integer, req}};
+inline constexpr EventField replicas_verified[] = {{"step", T::integer, req},
+                                                   {"digest", T::string, req}};
+inline constexpr EventField sample_skipped[] = {{"sample", T::integer, req},
+                                                {"file", T::string, req},
+                                                {"reason", T::string, req},
+                                                {"rank", T::integer, req},
+                                                {"step", T::integer, req}};
+inline constexpr EventField step_skipped[] = {{"step", T::integer, req},
+                                              {"reason", T::string, req},
+                                              {"loss_scale", T::number, req},
+                                              {"new_loss_scale", T::number, req}};
+inline constexpr EventField hang_detected[] = {
+    {"rank", T::integer, req},     {"host", T::string, req},
+    {"pid", T::integer, req},      {"step", T::integer, req},
+    {"doing", T::string, req},     {"seconds_without_progress", T::number, req},
+    {"timeout_s", T::number, req}, {"detected_by", T::string, req},
+    {"reason", T::string, req},    {"detected_unix_time", T::number, req}};
+// What found a failure: the MPI's process-failure error (a crash, or a rank the hang monitor
+// killed and named in hang_detected), the hang monitor, or the watchdog (the job then ends).
+inline constexpr std::string_view failure_detectors[] = {"process failure error", "hang monitor",
+                                                         "watchdog"};
+inline constexpr EventField failure_detected[] = {
+    {"detected_by", T::string, req, failure_detectors},
+    {"step", T::integer, req},
+    {"failed_ranks", T::array, opt},
+    {"failed_hosts", T::array, opt},
+    {"failed_nodes", T::array, opt},
+    {"error", T::string, opt},
+    {"detection_latency_s", T::number, opt},
+    {"latency_from", T::string, opt},
+    {"attempt", T::integer, opt},
+    {"stuck_in", T::string, opt},
+    {"stuck_s", T::number, opt},
+    {"rank", T::integer, opt}};
+inline constexpr EventField communicator_shrunk[] = {
+    {"old_size", T::integer, req}, {"new_size", T::integer, req}, {"seconds", T::number, req}};
+// How the device gradients' NCCL communicator followed the MPI shrink: ncclCommShrink; an abort
+// and a new communicator over the shrunk MPI one (a survivor's NCCL communicator had been
+// aborted, by a timeout or an error); a new communicator (nobody was lost: NCCL cannot shrink
+// by nobody).
+inline constexpr std::string_view device_transport_paths[] = {"nccl_shrink", "nccl_abort_recreate",
+                                                              "nccl_recreate"};
+inline constexpr EventField device_communicator_rebuilt[] = {
+    {"path", T::string, req, device_transport_paths},
+    {"seconds", T::number, req},
+    {"size", T::integer, req}};
+inline constexpr EventField state_restored[] = {{"source", T::string, req},
+                                                {"step", T::integer, req},
+                                                {"seconds", T::number, req},
+                                                {"path", T::string, opt},
+                                                {"saved_world_size", T::integer, opt},
+                                                {"world_size", T::integer, opt},
+                                                {"host", T::string, opt},
+                                                {"foreign", T::boolean, opt},
+                                                {"saved_run_id", T::string, opt}};
+inline constexpr EventField shards_rebalanced[] = {{"policy", T::string, req},
+                                                   {"world_size", T::integer, req},
+                                                   {"global_batch", T::integer, req},
+                                                   {"per_rank_batch", T::array, req},
+                                                   {"lr_scale", T::number, req}};
+inline constexpr EventField training_resumed[] = {{"step", T::integer, req},
+                                                  {"seconds_since_detection", T::number, req}};
+inline constexpr EventField recovery_finished[] = {
+    {"step", T::integer, req}, {"seconds", T::number, req}, {"attempts", T::integer, req}};
+inline constexpr EventField mpi_segments_removed[] = {
+    {"host", T::string, req}, {"files", T::integer, req}, {"bytes", T::integer, req}};
+inline constexpr EventField data_restaging[] = {{"reason", T::string, req},
+                                                {"files_moved", T::integer, req},
+                                                {"world_size", T::integer, req},
+                                                {"directory", T::string, req}};
+inline constexpr EventField data_staging_failed[] = {
+    {"reason", T::string, req}, {"lead_error", T::string, req}, {"directory", T::string, req}};
+inline constexpr EventField data_staged[] = {
+    {"reason", T::string, req},  {"directory", T::string, req},        {"files", T::integer, req},
+    {"copied", T::integer, req}, {"already_current", T::integer, req}, {"bytes", T::integer, req},
+    {"seconds", T::number, req}, {"gb_per_s", T::number, req},         {"nodes", T::array, req}};
+}  // namespace event_fields
+
+inline constexpr EventKind kSessionEvents[] = {
+    {"job_started", "a training job began (every launch)", event_fields::job_started},
+    {"job_finished", "a training job ended: completed, stopped, preempted or failed",
+     event_fields::job_finished},
+    {"rank_started", "a rank of the job started, on which host", event_fields::rank_started},
+    {"preemption_requested", "the job got its scheduler's warning signal",
+     event_fields::preemption_requested},
+    {"replicas_verified", "every rank holds the same parameters (digest)",
+     event_fields::replicas_verified},
+    {"sample_skipped", "a sample a reader rejected was left out (--bad-samples skip)",
+     event_fields::sample_skipped},
+    {"step_skipped", "the optimizer skipped a step (loss-scale overflow)",
+     event_fields::step_skipped},
+    {"hang_detected",
+     "a rank made no progress for longer than its bound; its own monitor or a peer on its host "
+     "killed it (rank: its original world rank)",
+     event_fields::hang_detected},
+    {"failure_detected", "ranks failed, or the watchdog found one stuck",
+     event_fields::failure_detected},
+    {"communicator_shrunk", "the job continues on the survivors",
+     event_fields::communicator_shrunk},
+    {"device_communicator_rebuilt",
+     "the GPU gradients' NCCL communicator followed the shrink (which path, how long)",
+     event_fields::device_communicator_rebuilt},
+    {"state_restored", "the committed state came back: memory, snapshot or checkpoint",
+     event_fields::state_restored},
+    {"shards_rebalanced", "the global batch was shared out among the survivors",
+     event_fields::shards_rebalanced},
+    {"training_resumed", "the first step after a recovery", event_fields::training_resumed},
+    {"recovery_finished", "a recovery inside the job ended", event_fields::recovery_finished},
+    {"resume_skipped", "--resume found nothing to resume from", core::event_fields::reason_only},
+    {"mpi_segments_removed",
+     "the first rank on a host removed the shared-memory files killed MPI ranks had left in "
+     "/dev/shm (comm/mpi_segments.hpp)",
+     event_fields::mpi_segments_removed},
+    {"staging_refused", "the --stage-to tree failed the ownership checks",
+     checkpoint::event_fields::tree_refused},
+    {"data_restaging", "node-local data moves for a new membership", event_fields::data_restaging},
+    {"data_staging_failed", "staging data to node-local storage failed",
+     event_fields::data_staging_failed},
+    {"data_staged", "data was staged to node-local storage", event_fields::data_staged},
+};
+
+}  // namespace hardy::resilience

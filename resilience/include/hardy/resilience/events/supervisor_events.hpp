@@ -1,0 +1,73 @@
+#pragma once
+// The event kinds the supervisor writes outside the job (`hardy run`, resilience/src/supervisor/):
+// its launches, their ends, relaunches and requeues.
+#include "hardy/core/support/event_schema.hpp"
+
+namespace hardy::resilience {
+
+using core::EventField;
+using core::EventKind;
+namespace event_fields {
+using T = core::EventFieldType;
+using core::event_fields::opt;
+using core::event_fields::req;
+inline constexpr EventField supervisor_started[] = {{"nodes", T::array, req},
+                                                    {"spare_nodes", T::array, req},
+                                                    {"ranks_per_node", T::integer, req},
+                                                    {"launcher", T::string, req},
+                                                    {"launch_agent", T::string, req},
+                                                    {"ulfm", T::boolean, req},
+                                                    {"heartbeat_timeout_s", T::number, req},
+                                                    {"keepalive_time_s", T::number, req},
+                                                    {"scheduler", T::string, req},
+                                                    {"scheduler_job_id", T::string, req},
+                                                    {"scheduler_restart_count", T::integer, req},
+                                                    {"pid", T::integer, req},
+                                                    {"domains", T::integer, opt},
+                                                    {"nodes_per_domain", T::integer, opt},
+                                                    {"rendezvous_store", T::string, opt},
+                                                    {"domain_interface", T::string, opt},
+                                                    {"rendezvous_store_caveat", T::string, opt}};
+inline constexpr EventField launch_started[] = {{"launch", T::integer, req},
+                                                {"start_s", T::number, req}};
+inline constexpr EventField launch_ended[] = {{"launch", T::integer, req},
+                                              {"how", T::string, req},
+                                              {"exit_status", T::integer, req},
+                                              {"verdict", T::string, req},
+                                              {"last_committed_step", T::integer, req}};
+inline constexpr EventField job_relaunched[] = {
+    {"attempt", T::integer, req},         {"previous_end", T::string, req},
+    {"verdict", T::string, req},          {"excluded_nodes", T::array, req},
+    {"excluded", T::array, req},          {"kept_despite_reports", T::array, req},
+    {"spares_lost", T::array, req},       {"nodes", T::array, req},
+    {"spare_nodes", T::array, req},       {"world_size", T::integer, req},
+    {"decide_s", T::number, req},         {"backoff_s", T::number, req},
+    {"seconds_since_end", T::number, req}};
+inline constexpr EventField requeue_requested[] = {{"reason", T::string, req},
+                                                   {"step", T::integer, req},
+                                                   {"scheduler", T::string, req},
+                                                   {"scheduler_job_id", T::string, req},
+                                                   {"scheduler_restart_count", T::integer, req},
+                                                   {"newly_lost", T::array, req},
+                                                   {"exclude_nodes", T::array, req}};
+inline constexpr EventField supervisor_finished[] = {
+    {"status", T::integer, req},   {"how", T::string, req},
+    {"launches", T::integer, req}, {"excluded_nodes", T::array, opt},
+    {"reason", T::string, opt},    {"gave_up", T::boolean, opt},
+    {"domains", T::integer, opt},  {"generations", T::integer, opt}};
+}  // namespace event_fields
+
+inline constexpr EventKind kSupervisorEvents[] = {
+    {"supervisor_started", "hardy run began", event_fields::supervisor_started},
+    {"launch_started",
+     "the job of one launch under hardy run started (its job_started or domain_started came "
+     "start_s seconds after the launch)",
+     event_fields::launch_started},
+    {"launch_ended", "one launch of the job under hardy run ended", event_fields::launch_ended},
+    {"job_relaunched", "hardy run relaunched the job", event_fields::job_relaunched},
+    {"requeue_requested", "hardy run asked the scheduler to requeue the job",
+     event_fields::requeue_requested},
+    {"supervisor_finished", "hardy run ended", event_fields::supervisor_finished},
+};
+
+}  // namespace hardy::resilience
