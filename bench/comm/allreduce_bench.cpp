@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "hardy/comm/gradient_buckets.hpp"
-#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
 
 using namespace hardy;
 using Clock = std::chrono::steady_clock;

@@ -20,8 +20,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "hardy/comm/rendezvous_store.hpp"
-#include "hardy/comm/server_process.hpp"
+#include "hardy/comm/rendezvous/server_process.hpp"
+#include "hardy/comm/rendezvous/store.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::bench {

@@ -49,9 +49,9 @@
 
 #include "../common/bench_support.hpp"
 #include "etcd_gateway.hpp"
-#include "hardy/comm/gloo_communicator.hpp"
-#include "hardy/comm/redis_server.hpp"
-#include "hardy/comm/rendezvous_store.hpp"
+#include "hardy/comm/gloo/communicator.hpp"
+#include "hardy/comm/rendezvous/redis_server.hpp"
+#include "hardy/comm/rendezvous/store.hpp"
 
 using namespace hardy;
 using namespace std::chrono_literals;

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "event_timing.hpp"
-#include "hardy/comm/mpi_communicator.hpp"
-#include "hardy/comm/nccl_communicator.hpp"
-#include "hardy/comm/nccl_gradient_buckets.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
+#include "hardy/comm/nccl/communicator.hpp"
+#include "hardy/comm/nccl/gradient_buckets.hpp"
 #include "hardy/comm/self_communicator.hpp"
 #include "hardy/core/compute/cuda_backend.hpp"
 #include "hardy/core/nn/model.hpp"

@@ -5,7 +5,7 @@
 #include "hardy/comm/gradient_buckets.hpp"
 #include "hardy/core/support/error.hpp"
 #ifdef HARDY_HAVE_NCCL
-#include "nccl/nccl_gradient_reducer.hpp"
+#include "nccl/gradient_reducer.hpp"
 #endif
 
 namespace hardy::comm {

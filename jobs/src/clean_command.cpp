@@ -1,6 +1,6 @@
 // `hardy clean --node-local`: removes the node-local snapshot state that crashed runs left on this
 // node (checkpoint/stale_snapshots.hpp), as the next job's snapshot writer does after a day, and
-// the shared-memory files of killed MPI ranks (comm/mpi_segments.hpp), as every job's start does.
+// the shared-memory files of killed MPI ranks (comm/mpi/segments.hpp), as every job's start does.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "command_line.hpp"
 #include "hardy/checkpoint/stale_snapshots.hpp"
-#include "hardy/comm/mpi_segments.hpp"
+#include "hardy/comm/mpi/segments.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 

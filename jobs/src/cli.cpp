@@ -2,7 +2,7 @@
 
 #include <iostream>
 
-#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/version.hpp"
 #include "hardy/jobs/commands.hpp"

@@ -5,7 +5,7 @@
 
 #include "hardy/comm/agreement.hpp"
 #include "hardy/comm/errors.hpp"
-#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/train_spec.hpp"
 #include "hardy/resilience/training_session.hpp"

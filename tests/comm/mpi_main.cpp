@@ -5,7 +5,7 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
 
 int main(int argc, char** argv) {
   hardy::comm::MpiSession mpi(&argc, &argv);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "hardy/comm/errors.hpp"
-#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
 
 using hardy::comm::MpiCommunicator;
 using hardy::comm::ProcessFailure;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "hardy/comm/gradient_buckets.hpp"
-#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
 #include "hardy/core/support/error.hpp"
 
 using hardy::comm::GradientBuckets;

@@ -16,7 +16,7 @@
 
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/gradient_buckets.hpp"
-#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
 
 using hardy::comm::MpiCommunicator;
 using hardy::comm::ProcessFailure;

@@ -1,5 +1,5 @@
 // Killed MPI ranks' shared-memory files are removed; live ones, young ones, other users' and
-// anything that only looks like one are not (comm/mpi_segments.hpp).
+// anything that only looks like one are not (comm/mpi/segments.hpp).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "hardy/comm/mpi_segments.hpp"
+#include "hardy/comm/mpi/segments.hpp"
 #include "scratch_directory.hpp"
 
 using hardy::comm::remove_orphaned_mpi_segments;

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "hardy/comm/network_interface.hpp"
+#include "hardy/comm/rendezvous/network_interface.hpp"
 #include "hardy/core/support/error.hpp"
 
 using hardy::InvalidArgument;

@@ -13,9 +13,9 @@
 #include <future>
 #include <thread>
 
-#include "hardy/comm/gloo_communicator.hpp"
-#include "hardy/comm/redis_server.hpp"
-#include "hardy/comm/rendezvous_store.hpp"
+#include "hardy/comm/gloo/communicator.hpp"
+#include "hardy/comm/rendezvous/redis_server.hpp"
+#include "hardy/comm/rendezvous/store.hpp"
 #include "scratch_directory.hpp"
 
 using namespace hardy;

@@ -9,8 +9,8 @@
 
 #include "gpu_test_support.hpp"
 #include "hardy/comm/errors.hpp"
-#include "hardy/comm/nccl_communicator.hpp"
-#include "hardy/comm/nccl_gradient_buckets.hpp"
+#include "hardy/comm/nccl/communicator.hpp"
+#include "hardy/comm/nccl/gradient_buckets.hpp"
 #include "hardy/comm/self_communicator.hpp"
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/support/error.hpp"

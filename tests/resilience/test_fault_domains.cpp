@@ -19,7 +19,7 @@
 
 #include "domains/domain_store.hpp"
 #include "domains/fault_domains.hpp"
-#include "hardy/comm/rendezvous_store.hpp"
+#include "hardy/comm/rendezvous/store.hpp"
 #include "hardy/comm/self_communicator.hpp"
 #include "hardy/resilience/events.hpp"
 #include "scratch_directory.hpp"

@@ -4,6 +4,10 @@
   layering.py SOURCE_DIR core-rooms   core/'s rooms: support < compute < data < nn
   layering.py SOURCE_DIR folders      the top-level folders (jobs, slurm, lsf -> resilience ->
                                       checkpoint -> comm -> core; batch under slurm, lsf, jobs)
+  layering.py SOURCE_DIR comm-rooms   comm/'s rooms, one transport each: mpi/, nccl/, gloo/ and
+                                      rendezvous/ under the interface (communicator, agreement,
+                                      bucketing); gloo/ meets in rendezvous/; only the reducer's
+                                      factory reaches a transport (nccl/)
   layering.py SOURCE_DIR core-events  core/ declares no event kind: it has the schema's mechanism
                                       (core/support/event_schema.hpp), and each layer above it
                                       declares the kinds it writes next to its code
@@ -143,6 +147,38 @@ def check_resilience_rooms(source_dir):
     return check_rooms(source_dir, "resilience/src", RESILIENCE_ROOMS, files)
 
 
+COMM_ROOMS = {
+    "interface": {"nccl"},  # GradientReducer's factory makes the NCCL reducers on a GPU
+    "mpi": {"interface"},
+    "nccl": {"interface"},
+    "gloo": {"interface", "rendezvous"},
+    "rendezvous": {"interface"},
+}
+
+
+def check_comm_rooms(source_dir):
+    comm = source_dir / "comm"
+
+    def room_of(parts):
+        return parts[0] if len(parts) > 1 and parts[0] in COMM_ROOMS else "interface"
+
+    def room_of_include(target):
+        parts = target.split("/")
+        if parts[:2] == ["hardy", "comm"]:
+            return room_of(parts[2:])
+        if parts[0] == "hardy":
+            return None  # another folder: the folders check
+        return room_of(parts)
+
+    files = []
+    for base in (comm / "src", comm / "include" / "hardy" / "comm"):
+        for path in sources(base):
+            parts = path.relative_to(base).parts
+            room = parts[0] if len(parts) > 1 else "interface"
+            files.append((path, room, [(target, room_of_include(target)) for target in includes(path)]))
+    return check_rooms(source_dir, "comm", COMM_ROOMS, files)
+
+
 EVENT_TABLE = re.compile(r"\bEventKind\s+(\w+)\s*\[\s*\]\s*=")
 
 
@@ -160,7 +196,7 @@ def check_core_events(source_dir):
 
 
 CHECKS = {"core-rooms": check_core_rooms, "folders": check_folders, "resilience-rooms": check_resilience_rooms,
-          "core-events": check_core_events}
+          "core-events": check_core_events, "comm-rooms": check_comm_rooms}
 
 
 def self_test(check_name):
@@ -172,6 +208,11 @@ def self_test(check_name):
             good = root / "resilience/src/session/good.cpp"
             bad_text = '#include "session/trainer.hpp"\n'
             good_text = '#include "domains/fault_domains.hpp"\n#include "hardy/core/nn/model.hpp"\n'
+        elif check_name == "comm-rooms":
+            bad = root / "comm/src/mpi/bad.cpp"
+            good = root / "comm/src/gloo/good.cpp"
+            bad_text = '#include "hardy/comm/gloo/communicator.hpp"\n'
+            good_text = '#include "hardy/comm/rendezvous/store.hpp"\n#include "hardy/comm/communicator.hpp"\n'
         elif check_name == "core-events":
             bad = root / "core/include/hardy/core/support/job_events.hpp"
             good = root / "resilience/include/hardy/resilience/events/session_events.hpp"

@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "hardy/comm/rendezvous_store.hpp"
+#include "hardy/comm/rendezvous/store.hpp"
 
 namespace hardy::resilience {
 

@@ -15,7 +15,7 @@
 
 #include "domains/domain_store.hpp"
 #include "hardy/checkpoint/broadcast_state.hpp"
-#include "hardy/comm/gloo_communicator.hpp"
+#include "hardy/comm/gloo/communicator.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::resilience {

@@ -25,7 +25,7 @@
 #include "domains/domain_plan.hpp"
 #include "hardy/checkpoint/training_state.hpp"
 #include "hardy/comm/communicator.hpp"
-#include "hardy/comm/rendezvous_store.hpp"
+#include "hardy/comm/rendezvous/store.hpp"
 #include "hardy/core/compute/tensor.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"

@@ -7,7 +7,7 @@
 #include <set>
 #include <thread>
 
-#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
 #include "hardy/core/data/staging.hpp"
 #include "hardy/core/support/process_info.hpp"
 #include "hardy/resilience/training_config.hpp"

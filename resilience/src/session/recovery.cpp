@@ -9,7 +9,7 @@
 
 #include "hardy/comm/agreement.hpp"
 #include "hardy/comm/errors.hpp"
-#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_schema.hpp"
 #include "hardy/core/support/process_info.hpp"

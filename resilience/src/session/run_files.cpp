@@ -22,8 +22,8 @@ void RunFiles::prepare() {
     throw InvalidArgument(fmt::format("--run-dir {}: cannot create {}: {}",
                                       config_.run_dir.string(),
                                       (config_.run_dir / "checkpoints").string(), error.message()));
-  if (!core::RunDirectoryLock::holds(config_.run_dir, config_.run_lock_token)) {
-    run_lock_ = std::make_unique<core::RunDirectoryLock>(config_.run_dir, "hardy train");
+  if (!RunDirectoryLock::holds(config_.run_dir, config_.run_lock_token)) {
+    run_lock_ = std::make_unique<RunDirectoryLock>(config_.run_dir, "hardy train");
     if (run_lock_->caveat()) std::cerr << "hardy train: warning: " << *run_lock_->caveat() << "\n";
   }
   if (!open_if_lead()) return;

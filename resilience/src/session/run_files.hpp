@@ -10,8 +10,8 @@
 
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/support/event_log.hpp"
-#include "hardy/core/support/run_lock.hpp"
 #include "hardy/resilience/events.hpp"
+#include "hardy/resilience/run_lock.hpp"
 #include "hardy/resilience/training_config.hpp"
 #include "session/membership.hpp"
 
@@ -56,7 +56,7 @@ class RunFiles {
   const TrainingConfig& config_;
   const Membership& membership_;
   // The lead's lock of the run directory, when no `hardy run` holds it for this launch.
-  std::unique_ptr<core::RunDirectoryLock> run_lock_;
+  std::unique_ptr<RunDirectoryLock> run_lock_;
   core::EventLog events_{event_kinds()};  // disabled until this rank leads
   core::JsonLines metrics_, audit_;
   bool shared_open_ = false;  // this rank writes the run directory's files

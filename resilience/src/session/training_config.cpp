@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "domains/domain_plan.hpp"
-#include "hardy/comm/network_interface.hpp"
+#include "hardy/comm/rendezvous/network_interface.hpp"
 #include "hardy/core/data/sample_source.hpp"
 #include "hardy/core/support/error.hpp"
 

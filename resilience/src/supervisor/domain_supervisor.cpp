@@ -14,9 +14,9 @@
 
 #include "domains/domain_plan.hpp"
 #include "domains/domain_store.hpp"
-#include "hardy/comm/network_interface.hpp"
-#include "hardy/comm/redis_server.hpp"
-#include "hardy/comm/rendezvous_store.hpp"
+#include "hardy/comm/rendezvous/network_interface.hpp"
+#include "hardy/comm/rendezvous/redis_server.hpp"
+#include "hardy/comm/rendezvous/store.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/core/support/json_fields.hpp"
@@ -487,7 +487,7 @@ int supervise_domains(const SupervisorConfig& config) {
   if (count < 2) return supervise(config);
   if (!config.launcher) throw InvalidArgument("the supervisor needs a launcher");
 
-  std::unique_ptr<core::RunDirectoryLock> lock;
+  std::unique_ptr<RunDirectoryLock> lock;
   const SupervisorConfig locked = lock_run_directory(config, lock);
   DomainSupervision run(locked, count);
   run.launch_all();

@@ -245,9 +245,9 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
 }
 
 SupervisorConfig lock_run_directory(const SupervisorConfig& config,
-                                    std::unique_ptr<core::RunDirectoryLock>& lock) {
+                                    std::unique_ptr<RunDirectoryLock>& lock) {
   std::filesystem::create_directories(config.run_dir);
-  lock = std::make_unique<core::RunDirectoryLock>(config.run_dir, "hardy run");
+  lock = std::make_unique<RunDirectoryLock>(config.run_dir, "hardy run");
   if (lock->caveat()) std::cerr << "hardy run: warning: " << *lock->caveat() << "\n";
   SupervisorConfig locked = config;
   locked.run_lock_token = lock->token();
@@ -492,7 +492,7 @@ class Supervision {
 int supervise(const SupervisorConfig& config) {
   if (config.nodes.empty()) throw InvalidArgument("the supervisor needs at least one node");
   if (!config.launcher) throw InvalidArgument("the supervisor needs a launcher");
-  std::unique_ptr<core::RunDirectoryLock> lock;
+  std::unique_ptr<RunDirectoryLock> lock;
   const SupervisorConfig locked = lock_run_directory(config, lock);
   Supervision run(locked);
   for (int attempt = 0;; ++attempt) {

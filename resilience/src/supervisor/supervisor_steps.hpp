@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "hardy/core/support/run_lock.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
+#include "hardy/resilience/run_lock.hpp"
 #include "hardy/resilience/supervisor.hpp"
 
 namespace hardy::resilience {
@@ -41,7 +41,7 @@ nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes);
 // Creates the run directory and takes its lock for this `hardy run` (InvalidArgument naming the
 // holder when another run has it); returns `config` with the lock's token for the launches.
 SupervisorConfig lock_run_directory(const SupervisorConfig& config,
-                                    std::unique_ptr<core::RunDirectoryLock>& lock);
+                                    std::unique_ptr<RunDirectoryLock>& lock);
 
 inline constexpr double kStartTimeoutFloorS = 60.0;
 inline constexpr double kStartTimeoutStartMultiple = 10.0;

@@ -5,7 +5,7 @@
 // agree_on_outcome() follows such a step with a reduction, so that every rank throws the same
 // error. Its type says so (AgreedFailure): the CLI lets such an error end each process normally,
 // since no peer is left waiting, while any other fatal error ends the whole job at once
-// (abort_job in mpi_communicator.hpp).
+// (abort_job in mpi/communicator.hpp).
 #include <functional>
 
 #include "hardy/comm/communicator.hpp"

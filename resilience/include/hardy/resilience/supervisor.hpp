@@ -65,7 +65,7 @@ struct SupervisorConfig {
   std::string scheduler, scheduler_job_id;
   int scheduler_restart_count = 0;
   int max_requeues = 10;
-  // Set by the supervisor once it holds the run directory's lock (core/support/run_lock.hpp):
+  // Set by the supervisor once it holds the run directory's lock (hardy/resilience/run_lock.hpp):
   // its launches run under it (`hardy train --run-lock-token`).
   std::string run_lock_token;
 };

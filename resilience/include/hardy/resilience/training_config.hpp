@@ -35,7 +35,7 @@ inline constexpr double kSnapshotAutoCostFactor = 100;
 struct TrainingConfig {
   std::filesystem::path run_dir;
   // The token of the `hardy run` whose lock of run_dir this launch runs under (empty: the lead
-  // rank takes the lock itself; core/support/run_lock.hpp).
+  // rank takes the lock itself; hardy/resilience/run_lock.hpp).
   std::string run_lock_token;
   long steps = 0;  // the job's total, 0 = derive from epochs
   long epochs = 1;
@@ -109,7 +109,7 @@ struct TrainingConfig {
   std::filesystem::path domain_store_token;  // a redis:// store's password file
   std::string domain_address;                // where this domain's leader listens for the others
   // The network to listen on when no address is given: an interface's name or a subnet
-  // (comm/network_interface.hpp).
+  // (comm/rendezvous/network_interface.hpp).
   std::string domain_interface;
   double domain_timeout_s = 10;  // a cross-domain collective that takes longer fails
   std::string domain_join;       // a relaunched domain's token: join the running job, heal

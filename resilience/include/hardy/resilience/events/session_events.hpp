@@ -161,7 +161,7 @@ inline constexpr EventKind kSessionEvents[] = {
     {"resume_skipped", "--resume found nothing to resume from", core::event_fields::reason_only},
     {"mpi_segments_removed",
      "the first rank on a host removed the shared-memory files killed MPI ranks had left in "
-     "/dev/shm (comm/mpi_segments.hpp)",
+     "/dev/shm (comm/mpi/segments.hpp)",
      event_fields::mpi_segments_removed},
     {"staging_refused", "the --stage-to tree failed the ownership checks",
      checkpoint::event_fields::tree_refused},

@@ -1,5 +1,5 @@
 #pragma once
-// A private redis-server: the server behind the Redis rendezvous store (rendezvous_store.hpp) in
+// A private redis-server: the server behind the Redis rendezvous store (rendezvous/store.hpp) in
 // its tests and in bench/comm/store_bench.cpp. Nothing is persisted (no snapshots, no
 // append-only file): the keys of a rendezvous live only as long as the job that uses them.
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "hardy/comm/server_process.hpp"
+#include "hardy/comm/rendezvous/server_process.hpp"
 
 namespace hardy::comm {
 

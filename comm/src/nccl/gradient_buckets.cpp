@@ -1,10 +1,10 @@
-#include "hardy/comm/nccl_gradient_buckets.hpp"
+#include "hardy/comm/nccl/gradient_buckets.hpp"
 
 #include <fmt/format.h>
 
 #include <vector>
 
-#include "../bucket_plan.hpp"
+#include "bucket_plan.hpp"
 #include "hardy/comm/errors.hpp"
 #include "hardy/core/support/error.hpp"
 

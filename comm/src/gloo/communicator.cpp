@@ -1,4 +1,4 @@
-#include "hardy/comm/gloo_communicator.hpp"
+#include "hardy/comm/gloo/communicator.hpp"
 
 #include <fmt/format.h>
 #include <gloo/allgather.h>

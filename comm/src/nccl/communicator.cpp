@@ -1,4 +1,4 @@
-#include "hardy/comm/nccl_communicator.hpp"
+#include "hardy/comm/nccl/communicator.hpp"
 
 #include <fmt/format.h>
 

@@ -9,13 +9,13 @@
 #include <optional>
 
 #include "hardy/core/support/error.hpp"
-#include "hardy/core/support/run_lock.hpp"
+#include "hardy/resilience/run_lock.hpp"
 #include "scratch_directory.hpp"
 
 using hardy::InvalidArgument;
 using hardy::IoError;
-using hardy::core::run_lock_file;
-using hardy::core::RunDirectoryLock;
+using hardy::resilience::run_lock_file;
+using hardy::resilience::RunDirectoryLock;
 
 TEST_CASE("run lock: a second run of the directory is refused, naming the first") {
   hardy::testing::ScratchDirectory run("run-lock");

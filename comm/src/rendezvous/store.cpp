@@ -1,4 +1,4 @@
-#include "hardy/comm/rendezvous_store.hpp"
+#include "hardy/comm/rendezvous/store.hpp"
 
 #include <fmt/format.h>
 #include <gloo/common/error.h>
@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "hardy/core/support/error.hpp"
-#include "socket.hpp"
+#include "rendezvous/socket.hpp"
 
 namespace hardy::comm {
 

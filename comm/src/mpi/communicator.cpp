@@ -1,11 +1,11 @@
-#include "hardy/comm/mpi_communicator.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
 
 #include <climits>
 #include <string>
 
 #include "hardy/comm/errors.hpp"
 #include "hardy/core/support/error.hpp"
-#include "mpi_ulfm.hpp"
+#include "mpi/ulfm.hpp"
 
 namespace hardy::comm {
 

@@ -1,4 +1,4 @@
-#include "hardy/comm/server_process.hpp"
+#include "hardy/comm/rendezvous/server_process.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "hardy/core/support/error.hpp"
-#include "socket.hpp"
+#include "rendezvous/socket.hpp"
 
 namespace hardy::comm {
 

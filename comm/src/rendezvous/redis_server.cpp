@@ -1,4 +1,4 @@
-#include "hardy/comm/redis_server.hpp"
+#include "hardy/comm/rendezvous/redis_server.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
-#include "socket.hpp"
+#include "rendezvous/socket.hpp"
 
 namespace hardy::comm {
 

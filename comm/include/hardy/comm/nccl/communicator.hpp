@@ -11,7 +11,7 @@
 // dead peer turns into ProcessFailure instead of a hang.
 #ifndef HARDY_HAVE_NCCL
 #error \
-    "hardy/comm/nccl_communicator.hpp needs a build with the CUDA backend (HARDY_CUDA=ON or AUTO)"
+    "hardy/comm/nccl/communicator.hpp needs a build with the CUDA backend (HARDY_CUDA=ON or AUTO)"
 #endif
 #include <nccl.h>
 

@@ -27,7 +27,7 @@ class RendezvousStore {
   virtual std::optional<std::string> try_get(const std::string& key) = 0;
   // The value once the key is set, or nothing after `timeout`.
   std::optional<std::string> wait_for(const std::string& key, std::chrono::milliseconds timeout);
-  // The gloo store that connects peer groups (gloo_communicator.hpp).
+  // The gloo store that connects peer groups (gloo/communicator.hpp).
   virtual gloo::rendezvous::Store& gloo_store() = 0;
 };
 

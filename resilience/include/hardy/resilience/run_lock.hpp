@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-namespace hardy::core {
+namespace hardy::resilience {
 
 class RunDirectoryLock {
  public:
@@ -43,4 +43,4 @@ class RunDirectoryLock {
 
 std::filesystem::path run_lock_file(const std::filesystem::path& run_dir);
 
-}  // namespace hardy::core
+}  // namespace hardy::resilience

@@ -10,14 +10,14 @@
 // while the next step's backward fills the other set); their collectives run in the order they
 // were queued, the same on every rank.
 #ifndef HARDY_HAVE_NCCL
-#error "hardy/comm/nccl_gradient_buckets.hpp needs a build with the CUDA backend"
+#error "hardy/comm/nccl/gradient_buckets.hpp needs a build with the CUDA backend"
 #endif
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <vector>
 
-#include "hardy/comm/nccl_communicator.hpp"
+#include "hardy/comm/nccl/communicator.hpp"
 #include "hardy/core/compute/backend.hpp"
 #include "hardy/core/compute/cuda_runtime.hpp"
 #include "hardy/core/nn/parameter.hpp"

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "hardy/comm/errors.hpp"
-#include "hardy/comm/mpi_communicator.hpp"
-#include "mpi_ulfm.hpp"
+#include "hardy/comm/mpi/communicator.hpp"
+#include "mpi/ulfm.hpp"
 
 namespace hardy::comm {
 

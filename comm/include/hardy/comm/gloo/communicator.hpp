@@ -15,7 +15,7 @@
 #include <string>
 
 #include "hardy/comm/communicator.hpp"
-#include "hardy/comm/rendezvous_store.hpp"
+#include "hardy/comm/rendezvous/store.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::comm {

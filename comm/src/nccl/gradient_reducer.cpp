@@ -1,10 +1,10 @@
-#include "nccl_gradient_reducer.hpp"
+#include "nccl/gradient_reducer.hpp"
 
 #include <chrono>
 #include <optional>
 
-#include "hardy/comm/nccl_communicator.hpp"
-#include "hardy/comm/nccl_gradient_buckets.hpp"
+#include "hardy/comm/nccl/communicator.hpp"
+#include "hardy/comm/nccl/gradient_buckets.hpp"
 #include "hardy/core/compute/cuda_backend.hpp"
 #include "hardy/core/support/error.hpp"
 

@@ -1,4 +1,4 @@
-#include "hardy/comm/network_interface.hpp"
+#include "hardy/comm/rendezvous/network_interface.hpp"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "hardy/comm/mpi_segments.hpp"
+#include "hardy/comm/mpi/segments.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

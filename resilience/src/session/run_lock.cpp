@@ -1,4 +1,4 @@
-#include "hardy/core/support/run_lock.hpp"
+#include "hardy/resilience/run_lock.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -16,7 +16,12 @@
 #include "hardy/core/support/json_fields.hpp"
 #include "hardy/core/support/process_info.hpp"
 
-namespace hardy::core {
+namespace hardy::resilience {
+
+using core::host_name;
+using core::iso_time;
+using core::read_field;
+using core::unix_time;
 
 namespace {
 
@@ -117,4 +122,4 @@ bool RunDirectoryLock::holds(const std::filesystem::path& run_dir, std::string_v
   return !token.empty() && read_field<std::string>(record, "token") == token;
 }
 
-}  // namespace hardy::core
+}  // namespace hardy::resilience
