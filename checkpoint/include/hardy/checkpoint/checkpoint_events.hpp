@@ -6,12 +6,9 @@
 
 namespace hardy::checkpoint {
 
-using core::EventField;
-using core::EventKind;
 namespace event_fields {
-using T = core::EventFieldType;
-using core::event_fields::opt;
-using core::event_fields::req;
+using namespace core::event_fields;  // T, req, opt and the shapes several kinds share
+using core::EventField;
 inline constexpr EventField checkpoint_written[] = {{"step", T::integer, req},
                                                     {"path", T::string, req},
                                                     {"bytes", T::integer, req},
@@ -35,13 +32,12 @@ inline constexpr EventField tree_refused[] = {
     {"host", T::string, req}, {"directory", T::string, req}, {"reason", T::string, req}};
 }  // namespace event_fields
 
-inline constexpr EventKind kCheckpointEvents[] = {
+inline constexpr core::EventKind kCheckpointEvents[] = {
     {"checkpoint_written", "a checkpoint is on disk", event_fields::checkpoint_written},
     {"checkpoint_skipped", "a checkpoint was due but the writer was busy",
-     core::event_fields::step_and_reason},
+     event_fields::step_and_reason},
     {"checkpoint_failed", "writing a checkpoint failed", event_fields::checkpoint_failed},
-    {"final_checkpoint", "the checkpoint written as the job stops",
-     core::event_fields::step_and_reason},
+    {"final_checkpoint", "the checkpoint written as the job stops", event_fields::step_and_reason},
     {"checkpoint_rejected", "a checkpoint failed validation, or does not fit, and was passed over",
      event_fields::checkpoint_rejected},
     {"checkpoints_discarded", "checkpoints of another timeline, newer than the one resumed",

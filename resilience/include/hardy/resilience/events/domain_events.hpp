@@ -6,12 +6,9 @@
 
 namespace hardy::resilience {
 
-using core::EventField;
-using core::EventKind;
 namespace event_fields {
-using T = core::EventFieldType;
-using core::event_fields::opt;
-using core::event_fields::req;
+using namespace core::event_fields;  // T, req, opt and the shapes several kinds share
+using core::EventField;
 // Fault domains (resilience/src/domains/fault_domains.hpp, domain_supervisor.cpp).
 inline constexpr EventField domain_membership[] = {{"generation", T::integer, req},
                                                    {"members", T::array, req},
@@ -47,7 +44,7 @@ inline constexpr EventField domain_relaunched[] = {{"launch", T::integer, req},
                                                    {"seconds_since_end", T::number, req}};
 }  // namespace event_fields
 
-inline constexpr EventKind kDomainEvents[] = {
+inline constexpr core::EventKind kDomainEvents[] = {
     {"domain_started", "a fault domain that does not write the run directory's files began",
      event_fields::job_started},
     {"domain_finished", "such a domain ended (job_finished's fields)", event_fields::job_finished},
@@ -66,7 +63,7 @@ inline constexpr EventKind kDomainEvents[] = {
      "supervisor published a generation without a domain whose job had ended",
      event_fields::domain_quorum_changed},
     {"step_rolled_forward", "after an in-domain recovery, a step the other domains committed",
-     core::event_fields::step_and_reason},
+     event_fields::step_and_reason},
     {"domain_rewound",
      "a domain was lost between meetings (--domain-sync-every): the survivors went back to the "
      "last step every domain committed",
@@ -76,7 +73,7 @@ inline constexpr EventKind kDomainEvents[] = {
     {"domain_lost", "a domain's launcher ended before the job", event_fields::domain_lost},
     {"domain_relaunched", "hardy run relaunched a lost domain", event_fields::domain_relaunched},
     {"domain_abandoned", "a lost domain is not relaunched; the others train on",
-     core::event_fields::reason_only},
+     event_fields::reason_only},
 };
 
 }  // namespace hardy::resilience

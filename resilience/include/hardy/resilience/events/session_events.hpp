@@ -6,12 +6,9 @@
 
 namespace hardy::resilience {
 
-using core::EventField;
-using core::EventKind;
 namespace event_fields {
-using T = core::EventFieldType;
-using core::event_fields::opt;
-using core::event_fields::req;
+using namespace core::event_fields;  // T, req, opt and the shapes several kinds share
+using core::EventField;
 inline constexpr EventField job_started[] = {{"hardy_version", T::string, req},
                                              {"world_size", T::integer, req},
                                              {"fault_tolerant", T::boolean, req},
@@ -128,7 +125,7 @@ inline constexpr EventField data_staged[] = {
     {"seconds", T::number, req}, {"gb_per_s", T::number, req},         {"nodes", T::array, req}};
 }  // namespace event_fields
 
-inline constexpr EventKind kSessionEvents[] = {
+inline constexpr core::EventKind kSessionEvents[] = {
     {"job_started", "a training job began (every launch)", event_fields::job_started},
     {"job_finished", "a training job ended: completed, stopped, preempted or failed",
      event_fields::job_finished},
@@ -158,7 +155,7 @@ inline constexpr EventKind kSessionEvents[] = {
      event_fields::shards_rebalanced},
     {"training_resumed", "the first step after a recovery", event_fields::training_resumed},
     {"recovery_finished", "a recovery inside the job ended", event_fields::recovery_finished},
-    {"resume_skipped", "--resume found nothing to resume from", core::event_fields::reason_only},
+    {"resume_skipped", "--resume found nothing to resume from", event_fields::reason_only},
     {"mpi_segments_removed",
      "the first rank on a host removed the shared-memory files killed MPI ranks had left in "
      "/dev/shm (comm/mpi/segments.hpp)",

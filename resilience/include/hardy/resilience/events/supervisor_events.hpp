@@ -5,12 +5,9 @@
 
 namespace hardy::resilience {
 
-using core::EventField;
-using core::EventKind;
 namespace event_fields {
-using T = core::EventFieldType;
-using core::event_fields::opt;
-using core::event_fields::req;
+using namespace core::event_fields;  // T, req, opt and the shapes several kinds share
+using core::EventField;
 inline constexpr EventField supervisor_started[] = {{"nodes", T::array, req},
                                                     {"spare_nodes", T::array, req},
                                                     {"ranks_per_node", T::integer, req},
@@ -57,7 +54,7 @@ inline constexpr EventField supervisor_finished[] = {
     {"domains", T::integer, opt},  {"generations", T::integer, opt}};
 }  // namespace event_fields
 
-inline constexpr EventKind kSupervisorEvents[] = {
+inline constexpr core::EventKind kSupervisorEvents[] = {
     {"supervisor_started", "hardy run began", event_fields::supervisor_started},
     {"launch_started",
      "the job of one launch under hardy run started (its job_started or domain_started came "
