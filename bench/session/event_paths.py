@@ -25,7 +25,7 @@ DEFAULT_TESTS = "^(resilience/fault_rank|cluster/node_crash|resilience/domains_l
 # Fields that differ from run to run whatever the code does.
 VOLATILE = re.compile(r"(^time$|unix_time|_s$|seconds|^pid$|pids|run_id|launch|latency|address|port|"
                       r"^path$|^files$|directory|bytes|gb_per_s|digest|^error$|^reason$|stuck_in|hosts?$|"
-                      r"^model$|^run_dir$|^store$|loss|mae|iou|token|from$|rate|^attempts?$)")
+                      r"^model$|^run_dir$|store$|loss|mae|iou|token|from$|rate|fraction|^attempts?$)")
 
 # Installed as sitecustomize: a test's temporary directory leaves its event logs behind.
 KEEPER = '''
@@ -67,7 +67,7 @@ def main():
         status = subprocess.run(["ctest", "--output-on-failure", "-R", args.tests], cwd=args.build,
                                 env=env, stdout=sys.stderr).returncode
         for log in sorted(kept.rglob("events.jsonl")):
-            scenario = re.sub(r"[a-z0-9_]{8}$", "", log.relative_to(kept).parts[0])
+            scenario = re.sub(r"-?[a-z0-9_]{8}$", "", log.relative_to(kept).parts[0])
             print(f"== {scenario}/{'/'.join(log.relative_to(kept).parts[1:])}")
             records = []
             for line in log.read_text().splitlines():

@@ -33,8 +33,7 @@ Recovery::Recovery(const TrainingConfig& config, Membership& membership, Trainer
       progress_(progress),
       hang_monitor_(hang_monitor) {}
 
-int Recovery::recover(const std::string& what) {
-  const FailureClock clock = failure_clock();
+int Recovery::recover(const std::string& what, const FailureClock& clock) {
   const bool was_writer = files_.shared_open();
   // A failure during any of this starts the attempt again on what is left.
   const int attempts =

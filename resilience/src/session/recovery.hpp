@@ -28,22 +28,23 @@ class Recovery {
            StateStore& store, RunFiles& files, SessionStaging& staging, FailureInjector& injector,
            LoopProgress& progress, const std::unique_ptr<HangMonitor>& hang_monitor);
 
-  // After a ProcessFailure, or a step that some survivor did not finish (`what` says which):
-  // shrinks to the survivors (failure_detected, communicator_shrunk), stops past the limits
-  // (SessionStop), restores the committed step (state_restored) and re-splits the batch
-  // (shards_rebalanced, training_resumed). Returns the attempts it took.
-  int recover(const std::string& what);
-  // The watchdog's action: log, write what is committed, end the process for a relaunch.
-  [[noreturn]] void end_stuck_job(const Watchdog::Stuck& stuck);
-
- private:
   // How a failure was first seen: when, and how long after the failure itself.
   struct FailureClock {
     double detected_at;  // unix time
     double latency_s;
     bool injected;  // the victim of an injected failure wrote down when it died
   };
+  // Read before the recovery's own time starts: it looks for an injected victim's record.
   FailureClock failure_clock() const;
+  // After a ProcessFailure, or a step that some survivor did not finish (`what` says which),
+  // first seen at `clock`: shrinks to the survivors (failure_detected, communicator_shrunk),
+  // stops past the limits (SessionStop), restores the committed step (state_restored) and
+  // re-splits the batch (shards_rebalanced, training_resumed). Returns the attempts it took.
+  int recover(const std::string& what, const FailureClock& clock);
+  // The watchdog's action: log, write what is committed, end the process for a relaunch.
+  [[noreturn]] void end_stuck_job(const Watchdog::Stuck& stuck);
+
+ private:
   // One attempt's shrink: who left (failure_detected, communicator_shrunk).
   void report_departure(const Shrink& shrink, const std::string& what, const FailureClock& clock);
   // --min-world-size and --max-failures: a final checkpoint and SessionStop when crossed.

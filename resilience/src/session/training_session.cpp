@@ -261,8 +261,9 @@ void TrainingSession::State::recover(const std::string& what) {
   progress.steps_since_restart = 0;  // the hang monitor waits for the first step after it
   publish_to_watchdog();
   Watchdog::Scope scope(watchdog, "recovery", Activity::recovering);
+  const Recovery::FailureClock clock = recovery.failure_clock();
   const auto started = Clock::now();
-  const int attempts = recovery.recover(what);
+  const int attempts = recovery.recover(what, clock);
   if (domains.enabled())
     if (auto rolled_forward = domains.after_local_recovery(what))
       commit_step(std::move(*rolled_forward));
