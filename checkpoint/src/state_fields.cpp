@@ -11,6 +11,7 @@
 
 #include "hardy/checkpoint/checkpoint_file.hpp"
 #include "hardy/core/support/digest.hpp"
+#include "hardy/core/support/enum_names.hpp"
 
 namespace hardy::checkpoint::detail {
 
@@ -122,27 +123,15 @@ ScalarValue read_value(const FieldMap& fields, std::string_view field_path, cons
 
 }  // namespace
 
-std::string_view type_name(FieldType type) {
-  switch (type) {
-    case FieldType::f32:
-      return "f32";
-    case FieldType::f64:
-      return "f64";
-    case FieldType::i64:
-      return "i64";
-    case FieldType::u64:
-      return "u64";
-    case FieldType::str:
-      return "str";
-  }
-  return "?";
-}
+namespace {
+constexpr std::string_view kFieldTypeNames[] = {"f32", "f64", "i64", "u64", "str"};
+static_assert(std::size(kFieldTypeNames) == static_cast<std::size_t>(FieldType::str) + 1);
+}  // namespace
+
+std::string_view type_name(FieldType type) { return core::name_of(kFieldTypeNames, type); }
 
 std::optional<FieldType> parse_type_name(std::string_view name) {
-  for (FieldType type :
-       {FieldType::f32, FieldType::f64, FieldType::i64, FieldType::u64, FieldType::str})
-    if (type_name(type) == name) return type;
-  return std::nullopt;
+  return core::value_named<FieldType>(kFieldTypeNames, name);
 }
 
 std::uint64_t Field::element_count() const {

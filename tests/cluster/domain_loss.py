@@ -48,14 +48,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, Job, check_private_staging, on_dataset, check_completed, complete_epochs_exact, int_option, read_jsonl, run_watched, small_job, snapshot_files  # noqa: E402
+from hardy_test import Checks, Job, check_private_staging, on_dataset, check_completed, complete_epochs_exact, fault_job, read_jsonl, run_watched, snapshot_files  # noqa: E402
 
 
 NODES, PER_DOMAIN, SAMPLES = 8, 2, 48
 # Long enough after the fault for the lost domain to come back (up to about 9 s for a frozen
 # node) before the survivors finish.
-STEPS, FAULT_STEP = int_option("--steps", 240), int_option("--fault-step", 40)
-TRAIN = small_job(SAMPLES, STEPS, 16) + ["--checkpoint-every", "50", "--threads", "1"]
+STEPS, FAULT_STEP, TRAIN = fault_job(SAMPLES, 240, 40, ["--checkpoint-every", "50", "--threads", "1"])
 RUN_TIMEOUT_S = 300
 SPARES = {"two_domains": 2, "crash_in_heal": 2}
 FIRST_FAULT = {"node_crash": ("crash", 3), "node_crash_rpn2": ("crash", 3), "node_crash_redis": ("crash", 3),

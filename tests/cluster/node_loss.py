@@ -57,14 +57,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import SMALL_COSMOFLOW, SMALL_TIRAMISU, Checks, Job, committed_steps, complete_epochs_exact, int_option, read_jsonl, relaunch_restores, run_watched, small_job, snapshot_files  # noqa: E402
+from hardy_test import SMALL_COSMOFLOW, SMALL_TIRAMISU, Checks, Job, committed_steps, complete_epochs_exact, fault_job, read_jsonl, relaunch_restores, run_watched, snapshot_files  # noqa: E402
 
 # The tests run 240 steps with the fault at step 80, between checkpoints (every 100);
 # bench/cluster/node_loss_bench.py asks for the 600 and 150 that docs/resilience.md's table was
 # measured with.
 NODES, RANKS_PER_NODE, SAMPLES = 4, 2, 48
-STEPS, FAULT_STEP = int_option("--steps", 240), int_option("--fault-step", 80)
-TRAIN = small_job(SAMPLES, STEPS, 16) + ["--checkpoint-every", "100", "--max-failures", "4"]
+# The options after small_job's, whatever the network (main() swaps it for tiramisu_ and cosmoflow_).
+OPTIONS = ["--checkpoint-every", "100", "--max-failures", "4"]
+STEPS, FAULT_STEP, TRAIN = fault_job(SAMPLES, 240, 80, OPTIONS)
 RUN_TIMEOUT_S = 240
 
 
@@ -135,10 +136,8 @@ def main():
     # (half as many steps: its step is about 4 times the compact network's on 2 cores).
     for prefix, model in (("tiramisu_", SMALL_TIRAMISU), ("cosmoflow_", SMALL_COSMOFLOW)):
         if scenario.startswith(prefix):
-            tail = TRAIN[len(small_job(SAMPLES, STEPS, 16)):]
-            if prefix == "cosmoflow_":
-                STEPS, FAULT_STEP = int_option("--steps", 120), int_option("--fault-step", 40)
-            TRAIN = small_job(SAMPLES, STEPS, 16, model) + tail
+            steps, fault_step = (120, 40) if prefix == "cosmoflow_" else (STEPS, FAULT_STEP)
+            STEPS, FAULT_STEP, TRAIN = fault_job(SAMPLES, steps, fault_step, OPTIONS, model)
             scenario = scenario.removeprefix(prefix)
     json_out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
     keep = sys.argv[sys.argv.index("--keep") + 1] if "--keep" in sys.argv else None

@@ -9,11 +9,8 @@
 #include "hardy/comm/mpi/communicator.hpp"
 #include "hardy/core/support/error.hpp"
 
-using hardy::comm::GradientBuckets;
-using hardy::comm::MpiCommunicator;
-using hardy::core::Layout;
-using hardy::core::Parameter;
-using hardy::core::Tensor;
+using namespace hardy::comm;
+using namespace hardy::core;
 
 namespace {
 

@@ -134,4 +134,55 @@ inline void check_gradient(const std::string& what, Tensor& input, const Tensor&
   CHECK(comparison.worst_element < 2 * gradient_tolerance);
 }
 
+// One convolution case's tensors: input, weights, bias and output.
+struct ConvTensors {
+  Tensor x, weight, bias, y;
+};
+
+// A convolution's three passes (ordinary or transposed, 2-D or 3-D), bound to a backend and a
+// geometry, so that one gradient check serves them all.
+struct ConvPasses {
+  std::function<void(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y)> forward;
+  std::function<void(const Tensor& dy, const Tensor& weight, Tensor& dx)> backward_data;
+  std::function<void(const Tensor& x, const Tensor& dy, Tensor& dweight, Tensor* dbias)>
+      backward_weights;
+};
+
+// The passes as member functions of a backend (&Backend::conv3d_forward, ...) at geometry g.
+template <typename Backend, typename Geometry, typename Forward, typename BackwardData,
+          typename BackwardWeights>
+ConvPasses bind_conv_passes(Backend& backend, Geometry g, Forward forward,
+                            BackwardData backward_data, BackwardWeights backward_weights) {
+  return {
+      [&backend, g, forward](const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
+        (backend.*forward)(x, w, b, g, y);
+      },
+      [&backend, g, backward_data](const Tensor& dy, const Tensor& w, Tensor& dx) {
+        (backend.*backward_data)(dy, w, g, dx);
+      },
+      [&backend, g, backward_weights](const Tensor& x, const Tensor& dy, Tensor& dw, Tensor* db) {
+        (backend.*backward_weights)(x, dy, g, dw, db);
+      }};
+}
+
+// dx, dweight and (with_bias) dbias of L = sum(y .* r), r random from `seed`, against central
+// differences.
+inline void check_conv_gradients(ConvTensors& t, bool with_bias, unsigned seed,
+                                 const ConvPasses& passes) {
+  const Tensor* bias = with_bias ? &t.bias : nullptr;
+  const Tensor r = random_tensor(t.y.dims(), seed);
+  const auto objective = [&] {
+    passes.forward(t.x, t.weight, bias, t.y);
+    return weighted_sum(t.y, r);
+  };
+  Tensor dx = Tensor::host(t.x.dims());
+  Tensor dweight = Tensor::host(t.weight.dims(), DType::f32, Layout::nchw);
+  Tensor dbias = Tensor::host(t.bias.dims(), DType::f32, Layout::flat);
+  passes.backward_data(r, t.weight, dx);
+  passes.backward_weights(t.x, r, dweight, with_bias ? &dbias : nullptr);
+  check_gradient("dx", t.x, dx, objective);
+  check_gradient("dweight", t.weight, dweight, objective);
+  if (with_bias) check_gradient("dbias", t.bias, dbias, objective);
+}
+
 }  // namespace hardy::test_backend

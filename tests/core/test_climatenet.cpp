@@ -22,17 +22,8 @@
 #include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
-namespace h5 = hardy::core::h5;
-using hardy::BadSample;
-using hardy::InvalidArgument;
-using hardy::core::ClimateNetDataset;
-using hardy::core::ClimateNetOptions;
-using hardy::core::kClimateChannelNames;
-using hardy::core::SampleShape;
-using hardy::testing::load;
-using hardy::testing::message_of;
-using hardy::testing::Sample;
-using hardy::testing::ScratchDirectory;
+using namespace hardy::core;
+using namespace hardy::testing;
 
 namespace {
 
@@ -229,7 +220,7 @@ TEST_CASE("climatenet: every kind of bad sample file is a BadSample naming it, e
     const ClimateNetDataset dataset(root, "train", options);
     REQUIRE(dataset.size() == 3);
     const std::string first = message_of([&] { load(dataset, 2); });
-    CHECK_THROWS_AS(load(dataset, 2), BadSample);
+    CHECK_THROWS_AS(load(dataset, 2), hardy::BadSample);
     CHECK(message_of([&] { load(dataset, 2); }) == first);
     CHECK_NOTHROW(load(dataset, 0));
     fs::remove(bad);

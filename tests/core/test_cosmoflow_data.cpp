@@ -21,19 +21,8 @@
 #include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
-namespace h5 = hardy::core::h5;
-using hardy::BadSample;
-using hardy::InvalidArgument;
-using hardy::core::CosmoFlowDataset;
-using hardy::core::CosmoFlowGenerateOptions;
-using hardy::core::CosmoFlowVariant;
-using hardy::core::log1p_count;
-using hardy::core::parse_npy_header;
-using hardy::core::SyntheticCosmology;
-using hardy::core::target_value;
-using hardy::testing::load;
-using hardy::testing::message_of;
-using hardy::testing::ScratchDirectory;
+using namespace hardy::core;
+using namespace hardy::testing;
 
 namespace {
 
@@ -146,7 +135,7 @@ void write_hdf5(const fs::path& path, const Hdf5Sample& sample = {}) {
 std::string bad_load_message(const CosmoFlowDataset& dataset, std::size_t index) {
   try {
     load(dataset, index);
-  } catch (const BadSample& error) {
+  } catch (const hardy::BadSample& error) {
     CHECK(error.index() == index);
     CHECK(error.file() == dataset.files()[index].string());
     // Remembered: the second load fails the same way.
@@ -181,7 +170,8 @@ TEST_CASE("CosmoFlow generator output reads back as SyntheticCosmology's samples
     for (std::size_t i = 0; i < 3; ++i) CHECK(load(train, i) == load(synthetic, i));
     for (std::size_t i = 0; i < 2; ++i) CHECK(load(validation, i) == load(synthetic, 3 + i));
     // A second dataset into the same directory is refused, not mixed in.
-    CHECK_THROWS_AS(hardy::core::write_cosmoflow_dataset(dir.path(), options), InvalidArgument);
+    CHECK_THROWS_AS(hardy::core::write_cosmoflow_dataset(dir.path(), options),
+                    hardy::InvalidArgument);
   }
 }
 

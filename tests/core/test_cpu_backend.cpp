@@ -97,9 +97,11 @@ std::string describe_case(const ConvCase& c) {
          " groups=" + std::to_string(c.geometry.groups) + (c.bias ? " bias" : "");
 }
 
-struct ConvTensors {
-  Tensor x, weight, bias, y;
-};
+// The backend's conv2d passes at one geometry.
+ConvPasses conv2d_passes(CpuBackend& backend, const ConvGeometry& g) {
+  return bind_conv_passes(backend, g, &CpuBackend::conv2d_forward,
+                          &CpuBackend::conv2d_backward_data, &CpuBackend::conv2d_backward_weights);
+}
 
 ConvTensors make_conv(const ConvCase& c, unsigned seed) {
   const auto output = [&](std::int64_t size) {
@@ -157,20 +159,7 @@ TEST_CASE("cpu backend: conv2d gradients match finite differences", "[core]") {
   for (const ConvCase& c : conv_cases) {
     INFO(describe_case(c));
     ConvTensors t = make_conv(c, seed += 10);
-    const Tensor* bias = c.bias ? &t.bias : nullptr;
-    const Tensor r = random_tensor(t.y.dims(), seed + 5);
-    const auto objective = [&] {
-      backend.conv2d_forward(t.x, t.weight, bias, c.geometry, t.y);
-      return weighted_sum(t.y, r);
-    };
-    Tensor dx = Tensor::host(t.x.dims());
-    Tensor dweight = Tensor::host(t.weight.dims(), DType::f32, Layout::nchw);
-    Tensor dbias = Tensor::host(t.bias.dims(), DType::f32, Layout::flat);
-    backend.conv2d_backward_data(r, t.weight, c.geometry, dx);
-    backend.conv2d_backward_weights(t.x, r, c.geometry, dweight, c.bias ? &dbias : nullptr);
-    check_gradient("dx", t.x, dx, objective);
-    check_gradient("dweight", t.weight, dweight, objective);
-    if (c.bias) check_gradient("dbias", t.bias, dbias, objective);
+    check_conv_gradients(t, c.bias, seed + 5, conv2d_passes(backend, c.geometry));
   }
 }
 
@@ -190,20 +179,7 @@ TEST_CASE("cpu backend: grouped and depthwise conv2d match the reference and fin
     Tensor y_nhwc_weight = Tensor::host(t.y.dims());
     backend.conv2d_forward(t.x, nhwc_weight, bias, c.geometry, y_nhwc_weight);
     check_close(y_nhwc_weight, t.y, 1e-6);
-
-    const Tensor r = random_tensor(t.y.dims(), seed + 5);
-    const auto objective = [&] {
-      backend.conv2d_forward(t.x, t.weight, bias, c.geometry, t.y);
-      return weighted_sum(t.y, r);
-    };
-    Tensor dx = Tensor::host(t.x.dims());
-    Tensor dweight = Tensor::host(t.weight.dims(), DType::f32, Layout::nchw);
-    Tensor dbias = Tensor::host(t.bias.dims(), DType::f32, Layout::flat);
-    backend.conv2d_backward_data(r, t.weight, c.geometry, dx);
-    backend.conv2d_backward_weights(t.x, r, c.geometry, dweight, c.bias ? &dbias : nullptr);
-    check_gradient("dx", t.x, dx, objective);
-    check_gradient("dweight", t.weight, dweight, objective);
-    if (c.bias) check_gradient("dbias", t.bias, dbias, objective);
+    check_conv_gradients(t, c.bias, seed + 5, conv2d_passes(backend, c.geometry));
   }
 }
 
@@ -316,21 +292,11 @@ TEST_CASE("cpu backend: conv2d_transpose gradients match finite differences", "[
   for (const TransposedCase& c : transposed_cases) {
     INFO(describe_case(c));
     ConvTensors t = make_transposed(c, seed += 10);
-    const Tensor* bias = c.bias ? &t.bias : nullptr;
-    const Tensor r = random_tensor(t.y.dims(), seed + 5);
-    const auto objective = [&] {
-      backend.conv2d_transpose_forward(t.x, t.weight, bias, c.geometry, t.y);
-      return weighted_sum(t.y, r);
-    };
-    Tensor dx = Tensor::host(t.x.dims());
-    Tensor dweight = Tensor::host(t.weight.dims(), DType::f32, Layout::nchw);
-    Tensor dbias = Tensor::host(t.bias.dims(), DType::f32, Layout::flat);
-    backend.conv2d_transpose_backward_data(r, t.weight, c.geometry, dx);
-    backend.conv2d_transpose_backward_weights(t.x, r, c.geometry, dweight,
-                                              c.bias ? &dbias : nullptr);
-    check_gradient("dx", t.x, dx, objective);
-    check_gradient("dweight", t.weight, dweight, objective);
-    if (c.bias) check_gradient("dbias", t.bias, dbias, objective);
+    check_conv_gradients(
+        t, c.bias, seed + 5,
+        bind_conv_passes(backend, c.geometry, &CpuBackend::conv2d_transpose_forward,
+                         &CpuBackend::conv2d_transpose_backward_data,
+                         &CpuBackend::conv2d_transpose_backward_weights));
   }
 }
 

@@ -67,11 +67,7 @@ std::string describe_case(const Conv3dCase& c) {
          " dil=" + std::to_string(c.geometry.dilation) + (c.bias ? " bias" : "");
 }
 
-struct Conv3dTensors {
-  Tensor x, weight, bias, y;
-};
-
-Conv3dTensors make_conv3d(const Conv3dCase& c, unsigned seed) {
+ConvTensors make_conv3d(const Conv3dCase& c, unsigned seed) {
   const auto output = [&](std::int64_t size) {
     return conv_output_size(static_cast<int>(size), static_cast<int>(c.kernel), c.geometry);
   };
@@ -125,7 +121,7 @@ TEST_CASE("cpu backend: conv3d forward matches the reference", "[core]") {
   unsigned seed = 1;
   for (const Conv3dCase& c : conv3d_cases) {
     INFO(describe_case(c));
-    Conv3dTensors t = make_conv3d(c, seed += 10);
+    ConvTensors t = make_conv3d(c, seed += 10);
     const Tensor* bias = c.bias ? &t.bias : nullptr;
     backend.conv3d_forward(t.x, t.weight, bias, c.geometry, t.y);
     check_close(t.y, reference::conv3d(t.x, t.weight, bias, c.geometry));
@@ -137,27 +133,17 @@ TEST_CASE("cpu backend: conv3d gradients match finite differences", "[core]") {
   unsigned seed = 100;
   for (const Conv3dCase& c : conv3d_cases) {
     INFO(describe_case(c));
-    Conv3dTensors t = make_conv3d(c, seed += 10);
-    const Tensor* bias = c.bias ? &t.bias : nullptr;
-    const Tensor r = random_tensor(t.y.dims(), seed + 5);
-    const auto objective = [&] {
-      backend.conv3d_forward(t.x, t.weight, bias, c.geometry, t.y);
-      return weighted_sum(t.y, r);
-    };
-    Tensor dx = Tensor::host(t.x.dims());
-    Tensor dweight = Tensor::host(t.weight.dims(), DType::f32, Layout::nchw);
-    Tensor dbias = Tensor::host(t.bias.dims(), DType::f32, Layout::flat);
-    backend.conv3d_backward_data(r, t.weight, c.geometry, dx);
-    backend.conv3d_backward_weights(t.x, r, c.geometry, dweight, c.bias ? &dbias : nullptr);
-    check_gradient("dx", t.x, dx, objective);
-    check_gradient("dweight", t.weight, dweight, objective);
-    if (c.bias) check_gradient("dbias", t.bias, dbias, objective);
+    ConvTensors t = make_conv3d(c, seed += 10);
+    check_conv_gradients(
+        t, c.bias, seed + 5,
+        bind_conv_passes(backend, c.geometry, &CpuBackend::conv3d_forward,
+                         &CpuBackend::conv3d_backward_data, &CpuBackend::conv3d_backward_weights));
   }
 }
 
 TEST_CASE("cpu backend: conv3d repeats a shape without new primitives", "[core]") {
   CpuBackend backend;
-  Conv3dTensors t = make_conv3d(conv3d_cases.front(), 7);
+  ConvTensors t = make_conv3d(conv3d_cases.front(), 7);
   backend.conv3d_forward(t.x, t.weight, &t.bias, conv3d_cases.front().geometry, t.y);
   const std::size_t cached = backend.cached_primitive_count();
   backend.conv3d_forward(t.x, t.weight, &t.bias, conv3d_cases.front().geometry, t.y);

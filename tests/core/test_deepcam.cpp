@@ -20,17 +20,9 @@
 #include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
-namespace h5 = hardy::core::h5;
-using hardy::BadSample;
-using hardy::InvalidArgument;
-using hardy::core::DeepCamDataset;
-using hardy::core::DeepCamGenerateOptions;
-using hardy::core::DeepCamOptions;
-using hardy::core::SampleShape;
-using hardy::testing::load;
-using hardy::testing::message_of;
-using hardy::testing::Sample;
-using hardy::testing::ScratchDirectory;
+using namespace hardy;
+using namespace hardy::core;
+using namespace hardy::testing;
 
 namespace {
 

@@ -8,12 +8,8 @@
 #include "hardy/core/compute/host_mirror.hpp"
 #include "hardy/core/support/error.hpp"
 
-using hardy::core::CpuBackend;
-using hardy::core::DType;
-using hardy::core::HostMirror;
-using hardy::core::Layout;
-using hardy::core::Tensor;
-using hardy::testing::FakeDeviceBackend;
+using namespace hardy::core;
+using namespace hardy::testing;
 
 namespace {
 

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "hardy/core/compute/backend.hpp"
@@ -19,6 +20,13 @@ ModelConfig tiny_config(NormKind norm = NormKind::group) {
 }
 
 ModelConfig tiny_tiramisu() { return testing::small_tiramisu_config(); }
+
+// `config` with `change` applied is refused, naming `field`.
+void check_refused(Backend& backend, ModelConfig config,
+                   const std::function<void(ModelConfig&)>& change, const std::string& field) {
+  change(config);
+  CHECK_THROWS_WITH(Model(backend, config), Catch::Contains(field));
+}
 
 Tensor random_input(Backend& backend, std::vector<std::int64_t> dims, std::uint64_t seed) {
   Tensor host = Tensor::host(dims, DType::f32, backend.activation_layout());
@@ -69,12 +77,10 @@ TEST_CASE("model: inputs whose size does not divide by the output stride are rej
 
 TEST_CASE("model: invalid configurations name the bad field", "[core]") {
   auto backend = make_backend("cpu");
-  ModelConfig c = tiny_config();
-  c.aspp_rates = {};
-  CHECK_THROWS_WITH(Model(*backend, c), Catch::Contains("aspp rates"));
-  c = tiny_config();
-  c.width = 0;
-  CHECK_THROWS_WITH(Model(*backend, c), Catch::Contains("width"));
+  check_refused(
+      *backend, tiny_config(), [](ModelConfig& c) { c.aspp_rates = {}; }, "aspp rates");
+  check_refused(
+      *backend, tiny_config(), [](ModelConfig& c) { c.width = 0; }, "width");
 }
 
 TEST_CASE("model: the same seed gives the same weights, another seed other weights", "[core]") {
@@ -269,12 +275,10 @@ TEST_CASE("model: the tiramisu takes inputs whose size divides by its downsampli
   CHECK(logits.dims() == std::vector<std::int64_t>{2, 3, 12, 20});
   CHECK_THROWS_WITH(model.forward(random_input(*backend, {1, 16, 12, 18}, 3), true),
                     Catch::Contains("divisible by 4"));
-  ModelConfig bad = tiny_tiramisu();
-  bad.dropout = 1.0f;
-  CHECK_THROWS_WITH(Model(*backend, bad), Catch::Contains("dropout"));
-  bad = tiny_tiramisu();
-  bad.dense_kernel = 4;
-  CHECK_THROWS_WITH(Model(*backend, bad), Catch::Contains("dense kernel"));
+  check_refused(
+      *backend, tiny_tiramisu(), [](ModelConfig& c) { c.dropout = 1.0f; }, "dropout");
+  check_refused(
+      *backend, tiny_tiramisu(), [](ModelConfig& c) { c.dense_kernel = 4; }, "dense kernel");
 }
 
 // A sample's dropout masks depend on its key and the step's seed only: a rank that computes it

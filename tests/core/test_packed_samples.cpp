@@ -20,14 +20,9 @@
 #include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
-using hardy::BadSample;
-using hardy::InvalidArgument;
-using hardy::core::PackedSamples;
-using hardy::core::SampleShape;
-using hardy::core::SyntheticClimate;
-using hardy::testing::load;
-using hardy::testing::message_of;
-using hardy::testing::ScratchDirectory;
+using namespace hardy;
+using namespace hardy::core;
+using namespace hardy::testing;
 
 namespace {
 

@@ -21,13 +21,9 @@
 #include "scratch_directory.hpp"
 
 namespace fs = std::filesystem;
-using hardy::core::home_node;
-using hardy::core::place_batch;
-using hardy::core::shard_of;
-using hardy::core::stage_files;
-using hardy::core::StageCopy;
+using namespace hardy::core;
+using namespace hardy::testing;
 
-using hardy::testing::ScratchDirectory;
 namespace {
 
 std::vector<std::string> file_names(int count) {

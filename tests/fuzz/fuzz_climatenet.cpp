@@ -69,12 +69,11 @@ enum FileFlags : std::uint8_t { kTruncate = 1, kNotHdf5 = 2, kNetcdf3 = 4 };
 
 void write_sample(const std::filesystem::path& path, FuzzInput& input) {
   const std::uint8_t flags = input.byte();
-  if (flags & kNotHdf5) {
-    hardy::fuzz::write_file(
-        path, (flags & kNetcdf3 ? std::string("CDF\x01", 4) : std::string()) + input.text(64));
-    return;
-  }
-  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const auto created = hardy::fuzz::create_sample_file(
+      path, input, flags & kNotHdf5,
+      flags & kNetcdf3 ? std::string_view("CDF\x01", 4) : std::string_view());
+  if (!created) return;
+  const hid_t file = *created;
   const hsize_t height = claimed_extent(input), width = claimed_extent(input);
   // Each variable: (time = 1, lat, lon) by default, or (lat, lon), or something else.
   auto dims_of = [&](std::uint8_t choice) -> std::vector<hsize_t> {
@@ -89,11 +88,7 @@ void write_sample(const std::filesystem::path& path, FuzzInput& input) {
       add_variable(file, std::string(name).c_str(), dims_of(input.byte()), false, input);
   if (input.byte() < 240) add_variable(file, "LABELS", dims_of(input.byte()), true, input);
   H5Fclose(file);
-  if (flags & kTruncate) {
-    std::error_code ignored;
-    const auto size = std::filesystem::file_size(path, ignored);
-    std::filesystem::resize_file(path, size * input.byte() / 256, ignored);
-  }
+  if (flags & kTruncate) hardy::fuzz::truncate_file(path, input);
 }
 
 enum StatsFlags : std::uint8_t {

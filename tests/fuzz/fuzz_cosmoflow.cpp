@@ -45,19 +45,11 @@ std::vector<std::uint64_t> x_shape(std::uint8_t flags, FuzzInput& input) {
   return dims;
 }
 
-void truncate(const std::filesystem::path& path, FuzzInput& input) {
-  std::error_code ignored;
-  const auto size = std::filesystem::file_size(path, ignored);
-  std::filesystem::resize_file(path, size * input.byte() / 256, ignored);
-}
-
 void write_hdf5_sample(const std::filesystem::path& path, FuzzInput& input) {
   const std::uint8_t flags = input.byte();
-  if (flags & kNotTheFormat) {
-    hardy::fuzz::write_file(path, input.text(64));
-    return;
-  }
-  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const auto created = hardy::fuzz::create_sample_file(path, input, flags & kNotTheFormat);
+  if (!created) return;
+  const hid_t file = *created;
   const auto dims = x_shape(flags, input);
   const hid_t x =
       hardy::fuzz::create_fuzzed_dataset(file, "x", std::vector<hsize_t>(dims.begin(), dims.end()),
@@ -72,7 +64,7 @@ void write_hdf5_sample(const std::filesystem::path& path, FuzzInput& input) {
     if (y >= 0) H5Dclose(y);
   }
   H5Fclose(file);
-  if (flags & kTruncate) truncate(path, input);
+  if (flags & kTruncate) hardy::fuzz::truncate_file(path, input);
 }
 
 // A .npy file: NumPy's header for `descr` and `dims` (or the fuzzer's), then `bytes` of data
@@ -112,7 +104,7 @@ void write_numpy_sample(const std::filesystem::path& dir, const std::string& nam
     for (auto d : dims) elements = d > 4096 ? 4097 : elements * d;  // bytes written: capped
     write_npy(data, flags, kDescrs[input.byte() % std::size(kDescrs)], dims,
               static_cast<std::size_t>(std::min<std::uint64_t>(elements, 4096)) * 2, input);
-    if (flags & kTruncate) truncate(data, input);
+    if (flags & kTruncate) hardy::fuzz::truncate_file(data, input);
   }
   if (!(flags & kNoY)) {
     const std::uint8_t label_flags = input.byte() & (kRawHeader | kOtherShape);

@@ -91,11 +91,9 @@ enum FileFlags : std::uint8_t { kNoGroup = 1, kNoLabels = 2, kTruncate = 4, kNot
 
 void write_sample(const std::filesystem::path& path, FuzzInput& input) {
   const std::uint8_t flags = input.byte();
-  if (flags & kNotHdf5) {
-    hardy::fuzz::write_file(path, input.text(64));
-    return;
-  }
-  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const auto created = hardy::fuzz::create_sample_file(path, input, flags & kNotHdf5);
+  if (!created) return;
+  const hid_t file = *created;
   const hid_t group = flags & kNoGroup
                           ? H5Gcreate2(file, "other", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
                           : H5Gcreate2(file, "climate", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -120,11 +118,7 @@ void write_sample(const std::filesystem::path& path, FuzzInput& input) {
   }
   H5Gclose(group);
   H5Fclose(file);
-  if (flags & kTruncate) {
-    std::error_code ignored;
-    const auto size = std::filesystem::file_size(path, ignored);
-    std::filesystem::resize_file(path, size * input.byte() / 256, ignored);
-  }
+  if (flags & kTruncate) hardy::fuzz::truncate_file(path, input);
 }
 
 }  // namespace

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <iterator>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fuzz_support.hpp"
@@ -92,6 +95,24 @@ inline hid_t create_fuzzed_dataset(hid_t parent, const char* name, const std::ve
   H5Pclose(properties);
   H5Sclose(space);
   return dataset;
+}
+
+// A sample file as the fuzzer chose it: its bytes (after `magic`, the start of another format)
+// when `garbage`, else a new HDF5 file, returned open.
+inline std::optional<hid_t> create_sample_file(const std::filesystem::path& path, FuzzInput& input,
+                                               bool garbage, std::string_view magic = {}) {
+  if (garbage) {
+    write_file(path, std::string(magic) + input.text(64));
+    return std::nullopt;
+  }
+  return H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+}
+
+// Cuts the file to a fraction of its size the fuzzer picks.
+inline void truncate_file(const std::filesystem::path& path, FuzzInput& input) {
+  std::error_code ignored;
+  const auto size = std::filesystem::file_size(path, ignored);
+  std::filesystem::resize_file(path, size * input.byte() / 256, ignored);
 }
 
 }  // namespace hardy::fuzz

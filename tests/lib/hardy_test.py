@@ -105,6 +105,14 @@ def small_job(samples, steps, global_batch, model=SMALL_COMPACT):
             "--snapshot-every", "1"]
 
 
+def fault_job(samples, steps, fault_step, options, model=SMALL_COMPACT):
+    """(steps, fault step, `hardy train` options) of an emulated cluster's fault test: small_job's
+    job at a global batch of 16, then `options`. --steps and --fault-step on this script's command
+    line override the defaults: the benchmarks run the same scenarios longer."""
+    steps = int_option("--steps", steps)
+    return steps, int_option("--fault-step", fault_step), small_job(samples, steps, 16, model) + options
+
+
 def read_jsonl(path):
     path = Path(path)
     if not path.exists():

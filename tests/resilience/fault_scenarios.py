@@ -96,24 +96,30 @@ SCENARIOS = {
     "checkpoint_restore": (["--inject-failure", "rank=3@step=10", "--memory-snapshots", "false"], None, 1, 7),
     # The survivors keep their 2 samples each: a global batch of 14 and the learning rate x 14/16.
     "constant_local_batch": (["--inject-failure", "rank=3@step=7", "--rebalance", "constant-local-batch"], None, 1, 7),
+    # With --gradient-lag 1 (the reference run lagged too): a node is lost as step 12 starts, with
+    # step 11 in flight.
+    "lagged_node": (["--inject-failure", "node=2@step=12"], None, 1, 6),
+    "network_deepcam_rank": (["--inject-failure", "rank=5@step=9"], None, 1, 7),
+}
+# Scenarios that repeat another's failure in another setting, which the name's prefix selects
+# (MODEL, COMMON): name: the scenario whose failure it repeats.
+SAME_FAILURE = {
     # A node lost on the published DeepCAM layout, staged to node-local storage: its files get new
     # homes and the survivors fetch them in the background.
-    "deepcam_node": (["--inject-failure", "node=1@step=10"], None, 1, 6),
-    # With --gradient-lag 1 (the reference run lagged too): a rank dies in the middle of step
-    # 11's backward while step 10's reduction is in flight, so both are computed again; a node is
-    # lost as step 12 starts, with step 11 in flight; without the in-memory copy the rollback
+    "deepcam_node": "node",
+    # With --gradient-lag 1: a rank dies in the middle of step 11's backward while step 10's
+    # reduction is in flight, so both are computed again; without the in-memory copy the rollback
     # reads the step-8 checkpoint, written with step 9 in flight.
-    "lagged_allreduce": (["--inject-failure", "rank=4@step=11:allreduce"], None, 1, 7),
-    "lagged_node": (["--inject-failure", "node=2@step=12"], None, 1, 6),
-    "lagged_checkpoint_restore": (["--inject-failure", "rank=3@step=10", "--memory-snapshots", "false"], None, 1, 7),
+    "lagged_allreduce": "allreduce",
+    "lagged_checkpoint_restore": "checkpoint_restore",
     # The Gordon Bell run's network (small): its dropout masks follow the sample and the step, so
     # the samples that move to other ranks after the node loss draw the same masks there.
-    "tiramisu_node": (["--inject-failure", "node=1@step=10"], None, 1, 6),
-    "network_deepcam_rank": (["--inject-failure", "rank=5@step=9"], None, 1, 7),
+    "tiramisu_node": "node",
     # CosmoFlow's regression: the skipped-sample and rebalance paths carry its targets (label
     # words), and the MSE's scale follows the global batch over the survivors.
-    "cosmoflow_node": (["--inject-failure", "node=1@step=10"], None, 1, 6),
+    "cosmoflow_node": "node",
 }
+SCENARIOS.update((name, SCENARIOS[same]) for name, same in SAME_FAILURE.items())
 # A smaller global batch after the failure changes the trajectory, not whether it converges.
 LOSS_TOLERANCE = {"constant_local_batch": 0.10}
 

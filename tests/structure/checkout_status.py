@@ -19,6 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from findings import report  # noqa: E402
+
 SKIP = 77
 
 
@@ -50,14 +53,10 @@ def main():
         return SKIP
     before = set(state_file.read_text().splitlines())
     written = [line for line in now if line not in before]
-    if written:
-        print("the tests left these in the checkout (git status --porcelain); write to a temporary "
-              "directory or the build tree instead:")
-        for line in written:
-            print(f"  {line}")
-        return 1
-    print(f"the checkout is as the tests found it ({len(now)} line(s) of git status, all there before)")
-    return 0
+    return report(written,
+                  f"the checkout is as the tests found it ({len(now)} line(s) of git status, all there before)",
+                  heading="the tests left these in the checkout (git status --porcelain); write to a temporary "
+                          "directory or the build tree instead:", indent="  ")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from findings import report  # noqa: E402
+
 CORE_ROOMS = {
     "support": set(),
     "compute": {"support"},
@@ -199,37 +202,35 @@ CHECKS = {"core-rooms": check_core_rooms, "folders": check_folders, "resilience-
           "core-events": check_core_events, "comm-rooms": check_comm_rooms}
 
 
+# Each check's self-test tree: a file the check must flag (path, text) and one it must let be.
+SELF_TEST_FILES = {
+    "resilience-rooms": (("resilience/src/domains/bad.cpp", '#include "session/trainer.hpp"\n'),
+                         ("resilience/src/session/good.cpp",
+                          '#include "domains/fault_domains.hpp"\n#include "hardy/core/nn/model.hpp"\n')),
+    "comm-rooms": (("comm/src/mpi/bad.cpp", '#include "hardy/comm/gloo/communicator.hpp"\n'),
+                   ("comm/src/gloo/good.cpp",
+                    '#include "hardy/comm/rendezvous/store.hpp"\n#include "hardy/comm/communicator.hpp"\n')),
+    "core-events": (("core/include/hardy/core/support/job_events.hpp",
+                     'inline constexpr EventKind kJobEvents[] = {{"job_started", "", f}};\n'),
+                    ("resilience/include/hardy/resilience/events/session_events.hpp",
+                     'struct EventKind {};\ninline constexpr EventKind kSessionEvents[] = {};\n')),
+    "core-rooms": (("core/src/support/bad.cpp", '#include "hardy/core/nn/model.hpp"\n'),
+                   ("core/src/nn/good.cpp",
+                    '#include "hardy/core/data/sample_source.hpp"\n#include "compute/cpu/x.hpp"\n')),
+    "folders": (("comm/src/bad.cpp", '#include "hardy/resilience/supervisor.hpp"\n'),
+                ("jobs/src/good.cpp", '#include "hardy/slurm/x.hpp"\n#include "hardy/batch/y.hpp"\n')),
+}
+
+
 def self_test(check_name):
     """The checker must flag one upward include in a tree made for it, and nothing else."""
     with tempfile.TemporaryDirectory(prefix="hardy-layering-") as scratch:
         root = Path(scratch)
-        if check_name == "resilience-rooms":
-            bad = root / "resilience/src/domains/bad.cpp"
-            good = root / "resilience/src/session/good.cpp"
-            bad_text = '#include "session/trainer.hpp"\n'
-            good_text = '#include "domains/fault_domains.hpp"\n#include "hardy/core/nn/model.hpp"\n'
-        elif check_name == "comm-rooms":
-            bad = root / "comm/src/mpi/bad.cpp"
-            good = root / "comm/src/gloo/good.cpp"
-            bad_text = '#include "hardy/comm/gloo/communicator.hpp"\n'
-            good_text = '#include "hardy/comm/rendezvous/store.hpp"\n#include "hardy/comm/communicator.hpp"\n'
-        elif check_name == "core-events":
-            bad = root / "core/include/hardy/core/support/job_events.hpp"
-            good = root / "resilience/include/hardy/resilience/events/session_events.hpp"
-            bad_text = 'inline constexpr EventKind kJobEvents[] = {{"job_started", "", f}};\n'
-            good_text = 'struct EventKind {};\ninline constexpr EventKind kSessionEvents[] = {};\n'
-        elif check_name == "core-rooms":
-            bad = root / "core/src/support/bad.cpp"
-            good = root / "core/src/nn/good.cpp"
-            bad_text = '#include "hardy/core/nn/model.hpp"\n'
-            good_text = '#include "hardy/core/data/sample_source.hpp"\n#include "compute/cpu/x.hpp"\n'
-        else:
+        if check_name == "folders":
             for folder in FOLDERS:
                 (root / folder).mkdir()
-            bad = root / "comm/src/bad.cpp"
-            good = root / "jobs/src/good.cpp"
-            bad_text = '#include "hardy/resilience/supervisor.hpp"\n'
-            good_text = '#include "hardy/slurm/x.hpp"\n#include "hardy/batch/y.hpp"\n'
+        (bad, bad_text), (good, good_text) = SELF_TEST_FILES[check_name]
+        bad, good = root / bad, root / good
         for path, text in ((bad, bad_text), (good, good_text)):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
@@ -247,13 +248,8 @@ def main():
     if not self_test(check_name):
         return 1
     problems = CHECKS[check_name](source_dir)
-    for problem in problems:
-        print(problem)
-    if problems:
-        print(f"{len(problems)} finding(s) against the layering ({check_name}); see {sys.argv[0]}")
-        return 1
-    print(f"{check_name}: nothing against the layering")
-    return 0
+    return report(problems, f"{check_name}: nothing against the layering",
+                  summary=f"{len(problems)} finding(s) against the layering ({check_name}); see {sys.argv[0]}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "compute/owned_buffer.hpp"
+#include "hardy/core/support/enum_names.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {
@@ -25,33 +26,16 @@ std::size_t dtype_size(DType dtype) {
   throw Error("unknown dtype");
 }
 
-std::string to_string(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "f32";
-    case DType::f16:
-      return "f16";
-    case DType::bf16:
-      return "bf16";
-    case DType::i32:
-      return "i32";
-    case DType::u8:
-      return "u8";
-  }
-  return "?";
-}
+namespace {
+constexpr std::string_view kDTypeNames[] = {"f32", "f16", "bf16", "i32", "u8"};
+static_assert(std::size(kDTypeNames) == static_cast<std::size_t>(DType::u8) + 1);
+constexpr std::string_view kLayoutNames[] = {"nchw", "nhwc", "flat"};
+static_assert(std::size(kLayoutNames) == static_cast<std::size_t>(Layout::flat) + 1);
+}  // namespace
 
-std::string to_string(Layout layout) {
-  switch (layout) {
-    case Layout::nchw:
-      return "nchw";
-    case Layout::nhwc:
-      return "nhwc";
-    case Layout::flat:
-      return "flat";
-  }
-  return "?";
-}
+std::string to_string(DType dtype) { return std::string(name_of(kDTypeNames, dtype)); }
+
+std::string to_string(Layout layout) { return std::string(name_of(kLayoutNames, layout)); }
 
 std::string layout_name(Layout layout, std::size_t rank) {
   if (rank == 5 && layout == Layout::nchw) return "ncdhw";

@@ -2,26 +2,41 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "hardy/core/data/batch_assembler.hpp"
 
 namespace hardy::core {
 
+namespace {
+
+// Runs the model in inference mode over the source in order, batch_size samples at a time, and
+// hands each batch's truth (labels or targets) and output to `score`.
+void for_each_batch(Model& model, const SampleSource& source, std::size_t batch_size,
+                    const EvaluatedBatch& each_batch,
+                    const std::function<void(const Tensor& truth, const Tensor& output)>& score) {
+  BatchAssembler assembler(model.backend(), source.shape());
+  Tensor fields, truth;
+  std::vector<std::size_t> indices;
+  for (std::size_t first = 0; first < source.size(); first += batch_size) {
+    indices.resize(std::min(batch_size, source.size() - first));
+    std::iota(indices.begin(), indices.end(), first);
+    assembler.load(source, indices, fields, truth);
+    const Tensor& output = model.forward(fields, /*training=*/false);
+    if (each_batch) each_batch(first, fields, output);
+    score(truth, output);
+  }
+}
+
+}  // namespace
+
 ConfusionMatrix evaluate(Model& model, const SampleSource& source, std::size_t batch_size,
                          const EvaluatedBatch& each_batch) {
   Backend& backend = model.backend();
-  BatchAssembler assembler(backend, source.shape());
   ConfusionMatrix confusion(model.config().num_classes);
-  Tensor fields, labels, predicted;
-  std::vector<std::size_t> indices;
-  for (std::size_t first = 0; first < source.size(); first += batch_size) {
-    const std::size_t count = std::min(batch_size, source.size() - first);
-    indices.resize(count);
-    std::iota(indices.begin(), indices.end(), first);
-    assembler.load(source, indices, fields, labels);
-    const Tensor& logits = model.forward(fields, /*training=*/false);
-    if (each_batch) each_batch(first, fields, logits);
+  Tensor predicted;
+  const auto score = [&](const Tensor& labels, const Tensor& logits) {
     Tensor host_predicted = Tensor::host(labels.dims(), DType::i32, labels.layout());
     Tensor host_labels = Tensor::host(labels.dims(), DType::i32, labels.layout());
     ensure_tensor(backend, predicted, labels.dims(), DType::i32);
@@ -30,7 +45,8 @@ ConfusionMatrix evaluate(Model& model, const SampleSource& source, std::size_t b
     backend.copy(labels, host_labels);
     const auto n = static_cast<std::size_t>(labels.numel());
     confusion.add({host_labels.data<std::int32_t>(), n}, {host_predicted.data<std::int32_t>(), n});
-  }
+  };
+  for_each_batch(model, source, batch_size, each_batch, score);
   return confusion;
 }
 
@@ -54,19 +70,10 @@ double RegressionErrors::mean_squared_error() const {
 RegressionErrors evaluate_regression(Model& model, const SampleSource& source,
                                      std::size_t batch_size, const EvaluatedBatch& each_batch) {
   Backend& backend = model.backend();
-  BatchAssembler assembler(backend, source.shape());
   const auto targets = static_cast<std::size_t>(source.shape().targets);
   RegressionErrors errors{std::vector<double>(targets), std::vector<double>(targets),
                           std::vector<std::size_t>(targets)};
-  Tensor fields, truth;
-  std::vector<std::size_t> indices;
-  for (std::size_t first = 0; first < source.size(); first += batch_size) {
-    const std::size_t count = std::min(batch_size, source.size() - first);
-    indices.resize(count);
-    std::iota(indices.begin(), indices.end(), first);
-    assembler.load(source, indices, fields, truth);
-    const Tensor& prediction = model.forward(fields, /*training=*/false);
-    if (each_batch) each_batch(first, fields, prediction);
+  const auto score = [&](const Tensor& truth, const Tensor& prediction) {
     Tensor host_prediction = Tensor::host(prediction.dims(), DType::f32, Layout::flat);
     Tensor host_truth = Tensor::host(truth.dims(), DType::f32, Layout::flat);
     backend.copy(prediction, host_prediction);
@@ -80,7 +87,8 @@ RegressionErrors evaluate_regression(Model& model, const SampleSource& source,
       errors.squared_sums[i % targets] += error * error;
       ++errors.counts[i % targets];
     }
-  }
+  };
+  for_each_batch(model, source, batch_size, each_batch, score);
   return errors;
 }
 

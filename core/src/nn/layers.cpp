@@ -35,45 +35,62 @@ Parameter make_parameter(Backend& backend, std::string name, std::vector<std::in
 }
 
 // ---------------------------------------------------------------------------------------------
-Conv2d::Conv2d(Backend& backend, std::string name, int in_channels, int out_channels, int kernel,
-               ConvGeometry geometry, bool bias)
+Conv::Conv(Backend& backend, std::string name, int in_channels, int out_channels, int kernel,
+           ConvGeometry geometry, bool bias, int spatial_dims)
     : backend_(backend),
       in_channels_(in_channels),
       out_channels_(out_channels),
       kernel_(kernel),
+      spatial_dims_(spatial_dims),
       geometry_(geometry),
       has_bias_(bias) {
+  if (spatial_dims != 2 && spatial_dims != 3)
+    throw InvalidArgument(
+        fmt::format("{}: a convolution is 2-D or 3-D, not {}-D", name, spatial_dims));
   if (geometry.groups < 1 || in_channels % geometry.groups != 0 ||
       out_channels % geometry.groups != 0)
     throw InvalidArgument(fmt::format("{}: {} groups do not divide {} input and {} output channels",
                                       name, geometry.groups, in_channels, out_channels));
-  weight_ = make_parameter(backend, name + ".weight",
-                           {out_channels, in_channels / geometry.groups, kernel, kernel}, true);
+  std::vector<std::int64_t> weight_dims{out_channels, in_channels / geometry.groups};
+  weight_dims.insert(weight_dims.end(), spatial_dims, kernel);
+  weight_ = make_parameter(backend, name + ".weight", std::move(weight_dims), true);
   if (has_bias_) bias_ = make_parameter(backend, name + ".bias", {out_channels}, false);
 }
 
-const Tensor& Conv2d::forward(const Tensor& x) {
-  if (x.c() != in_channels_)
-    throw InvalidArgument(fmt::format("{}: expected {} input channels, got {}", weight_.name,
-                                      in_channels_, x.describe()));
+const Tensor& Conv::forward(const Tensor& x) {
+  if (static_cast<int>(x.rank()) != 2 + spatial_dims_ || x.dim(1) != in_channels_)
+    throw InvalidArgument(fmt::format("{}: expected (N, {}, {}), got {}", weight_.name,
+                                      in_channels_, spatial_dims_ == 3 ? "D, H, W" : "H, W",
+                                      x.describe()));
   input_ = x;
-  const int oh = conv_output_size(static_cast<int>(x.h()), kernel_, geometry_);
-  const int ow = conv_output_size(static_cast<int>(x.w()), kernel_, geometry_);
-  ensure_tensor(backend_, output_, {x.n(), out_channels_, oh, ow});
-  backend_.conv2d_forward(x, weight_.value, has_bias_ ? &bias_.value : nullptr, geometry_, output_);
+  std::vector<std::int64_t> dims{x.dim(0), out_channels_};
+  for (std::size_t i = 2; i < x.rank(); ++i)
+    dims.push_back(conv_output_size(static_cast<int>(x.dim(i)), kernel_, geometry_));
+  ensure_tensor(backend_, output_, dims);
+  const Tensor* bias = has_bias_ ? &bias_.value : nullptr;
+  if (spatial_dims_ == 3)
+    backend_.conv3d_forward(x, weight_.value, bias, geometry_, output_);
+  else
+    backend_.conv2d_forward(x, weight_.value, bias, geometry_, output_);
   return output_;
 }
 
-const Tensor* Conv2d::backward(const Tensor& dy, bool need_input_grad) {
-  backend_.conv2d_backward_weights(input_, dy, geometry_, weight_.grad,
-                                   has_bias_ ? &bias_.grad : nullptr);
+const Tensor* Conv::backward(const Tensor& dy, bool need_input_grad) {
+  Tensor* bias_grad = has_bias_ ? &bias_.grad : nullptr;
+  if (spatial_dims_ == 3)
+    backend_.conv3d_backward_weights(input_, dy, geometry_, weight_.grad, bias_grad);
+  else
+    backend_.conv2d_backward_weights(input_, dy, geometry_, weight_.grad, bias_grad);
   if (!need_input_grad) return nullptr;
   ensure_tensor(backend_, input_grad_, input_.dims());
-  backend_.conv2d_backward_data(dy, weight_.value, geometry_, input_grad_);
+  if (spatial_dims_ == 3)
+    backend_.conv3d_backward_data(dy, weight_.value, geometry_, input_grad_);
+  else
+    backend_.conv2d_backward_data(dy, weight_.value, geometry_, input_grad_);
   return &input_grad_;
 }
 
-std::vector<Parameter*> Conv2d::parameters() {
+std::vector<Parameter*> Conv::parameters() {
   std::vector<Parameter*> params{&weight_};
   if (has_bias_) params.push_back(&bias_);
   return params;

@@ -5,33 +5,27 @@
 #include <cmath>
 #include <sstream>
 
+#include "hardy/core/support/enum_names.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/random.hpp"
 #include "nn/architectures/architectures.hpp"
 
 namespace hardy::core {
 
+namespace {
+constexpr std::string_view kArchitectureNames[] = {"compact", "deepcam", "tiramisu", "cosmoflow"};
+static_assert(std::size(kArchitectureNames) ==
+              static_cast<std::size_t>(Architecture::cosmoflow) + 1);
+}  // namespace
+
 Architecture parse_architecture(const std::string& name) {
-  if (name == "compact") return Architecture::compact;
-  if (name == "deepcam") return Architecture::deepcam;
-  if (name == "tiramisu") return Architecture::tiramisu;
-  if (name == "cosmoflow") return Architecture::cosmoflow;
+  if (auto architecture = value_named<Architecture>(kArchitectureNames, name)) return *architecture;
   throw InvalidArgument(
-      fmt::format("unknown model '{}' (choose compact, deepcam, tiramisu or cosmoflow)", name));
+      fmt::format("unknown model '{}' (choose {})", name, choice_list(kArchitectureNames)));
 }
 
 std::string to_string(Architecture architecture) {
-  switch (architecture) {
-    case Architecture::compact:
-      return "compact";
-    case Architecture::deepcam:
-      return "deepcam";
-    case Architecture::tiramisu:
-      return "tiramisu";
-    case Architecture::cosmoflow:
-      return "cosmoflow";
-  }
-  return "unknown";
+  return std::string(name_of(kArchitectureNames, architecture, "unknown"));
 }
 
 void ModelConfig::validate() const {

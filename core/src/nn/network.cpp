@@ -177,49 +177,6 @@ void ensure_features(Backend& backend, Tensor& t, std::int64_t n, std::int64_t f
 
 }  // namespace
 
-Convolution3d::Convolution3d(Backend& backend, const std::string& name, int in_channels,
-                             int out_channels, int kernel, ConvGeometry geometry, bool bias)
-    : backend_(backend),
-      in_channels_(in_channels),
-      out_channels_(out_channels),
-      kernel_(kernel),
-      geometry_(geometry),
-      weight_(make_parameter(backend, name + ".weight",
-                             {out_channels, in_channels, kernel, kernel, kernel}, true)),
-      has_bias_(bias) {
-  if (has_bias_) bias_ = make_parameter(backend, name + ".bias", {out_channels}, false);
-}
-
-const Tensor& Convolution3d::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
-  const Tensor& x = *inputs[0];
-  if (x.rank() != 5 || x.dim(1) != in_channels_)
-    throw InvalidArgument(fmt::format("{}: expected (N, {}, D, H, W), got {}", weight_.name,
-                                      in_channels_, x.describe()));
-  input_ = x;
-  std::vector<std::int64_t> dims{x.dim(0), out_channels_};
-  for (std::size_t i = 2; i < 5; ++i)
-    dims.push_back(conv_output_size(static_cast<int>(x.dim(i)), kernel_, geometry_));
-  ensure_tensor(backend_, output_, dims);
-  backend_.conv3d_forward(x, weight_.value, has_bias_ ? &bias_.value : nullptr, geometry_, output_);
-  return output_;
-}
-
-void Convolution3d::backward(const Tensor& dy, std::span<const bool> need,
-                             std::span<const Tensor*> grads, CrossRankSum*) {
-  backend_.conv3d_backward_weights(input_, dy, geometry_, weight_.grad,
-                                   has_bias_ ? &bias_.grad : nullptr);
-  if (!need[0]) return;
-  ensure_tensor(backend_, input_grad_, input_.dims());
-  backend_.conv3d_backward_data(dy, weight_.value, geometry_, input_grad_);
-  grads[0] = &input_grad_;
-}
-
-std::vector<Parameter*> Convolution3d::parameters() {
-  std::vector<Parameter*> params{&weight_};
-  if (has_bias_) params.push_back(&bias_);
-  return params;
-}
-
 const Tensor& MaxPool3d::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
   const Tensor& x = *inputs[0];
   if (x.rank() != 5)
@@ -508,8 +465,8 @@ Node NetworkBuilder::global_avg_pool(Node x) {
 
 Node NetworkBuilder::conv3d(const std::string& name, Node x, int out_channels, int kernel,
                             ConvGeometry geometry, bool bias) {
-  return append(std::make_unique<layers::Convolution3d>(backend_, name, x.channels, out_channels,
-                                                        kernel, geometry, bias),
+  return append(std::make_unique<layers::Convolution>(backend_, name, x.channels, out_channels,
+                                                      kernel, geometry, bias, 3),
                 {x}, out_channels);
 }
 

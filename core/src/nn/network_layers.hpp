@@ -12,8 +12,9 @@ namespace hardy::core::layers {
 class Convolution final : public Layer {
  public:
   Convolution(Backend& backend, std::string name, int in_channels, int out_channels, int kernel,
-              ConvGeometry geometry, bool bias)
-      : conv_(backend, std::move(name), in_channels, out_channels, kernel, geometry, bias) {}
+              ConvGeometry geometry, bool bias, int spatial_dims = 2)
+      : conv_(backend, std::move(name), in_channels, out_channels, kernel, geometry, bias,
+              spatial_dims) {}
   const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override {
     return conv_.forward(*inputs[0]);
   }
@@ -24,7 +25,7 @@ class Convolution final : public Layer {
   std::vector<Parameter*> parameters() override { return conv_.parameters(); }
 
  private:
-  Conv2d conv_;
+  Conv conv_;
 };
 
 class ConvolutionNormRelu final : public Layer {
@@ -190,25 +191,6 @@ class Dropout final : public Layer {
 };
 
 // ---- the volumetric and dense layers (CosmoFlow) ----
-
-// PyTorch's Conv3d: weight (O, I, K, K, K), cubic kernel, the geometry the same along D, H, W.
-class Convolution3d final : public Layer {
- public:
-  Convolution3d(Backend& backend, const std::string& name, int in_channels, int out_channels,
-                int kernel, ConvGeometry geometry, bool bias);
-  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
-  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
-                CrossRankSum*) override;
-  std::vector<Parameter*> parameters() override;
-
- private:
-  Backend& backend_;
-  int in_channels_, out_channels_, kernel_;
-  ConvGeometry geometry_;
-  Parameter weight_, bias_;
-  bool has_bias_;
-  Tensor input_, output_, input_grad_;
-};
 
 class MaxPool3d final : public Layer {
  public:

@@ -11,63 +11,37 @@
 #include <string_view>
 #include <thread>
 
+#include "hardy/core/support/enum_names.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
 
 namespace hardy::resilience {
 
-Phase parse_phase(const std::string& name) {
-  if (name == "forward") return Phase::forward;
-  if (name == "allreduce") return Phase::allreduce;
-  if (name == "checkpoint-write") return Phase::checkpoint_write;
-  if (name == "snapshot-write") return Phase::snapshot_write;
-  if (name == "recovery") return Phase::recovery;
-  throw InvalidArgument(fmt::format(
-      "unknown failure phase '{}' (choose forward, allreduce, checkpoint-write, snapshot-write or "
-      "recovery; or a fault: kill, stop, spin, stall, sleep=S)",
-      name));
-}
-
-std::string to_string(Fault fault) {
-  switch (fault) {
-    case Fault::kill:
-      return "kill";
-    case Fault::stop:
-      return "stop";
-    case Fault::spin:
-      return "spin";
-    case Fault::stall:
-      return "stall";
-    case Fault::sleep:
-      return "sleep";
-  }
-  return "?";
-}
-
 namespace {
+constexpr std::string_view kPhaseNames[] = {"forward", "allreduce", "checkpoint-write",
+                                            "snapshot-write", "recovery"};
+static_assert(std::size(kPhaseNames) == static_cast<std::size_t>(Phase::recovery) + 1);
+// sleep=S carries its seconds, so it is parsed apart (fault_named).
+constexpr std::string_view kFaultNames[] = {"kill", "stop", "spin", "stall", "sleep"};
+static_assert(std::size(kFaultNames) == static_cast<std::size_t>(Fault::sleep) + 1);
+
 std::optional<Fault> fault_named(const std::string& name) {
-  for (Fault fault : {Fault::kill, Fault::stop, Fault::spin, Fault::stall})
-    if (name == to_string(fault)) return fault;
   if (name.starts_with("sleep=")) return Fault::sleep;
-  return std::nullopt;
+  if (name == "sleep") return std::nullopt;
+  return core::value_named<Fault>(kFaultNames, name);
 }
 }  // namespace
 
-std::string to_string(Phase phase) {
-  switch (phase) {
-    case Phase::forward:
-      return "forward";
-    case Phase::allreduce:
-      return "allreduce";
-    case Phase::checkpoint_write:
-      return "checkpoint-write";
-    case Phase::snapshot_write:
-      return "snapshot-write";
-    case Phase::recovery:
-      return "recovery";
-  }
-  return "?";
+Phase parse_phase(const std::string& name) {
+  if (auto phase = core::value_named<Phase>(kPhaseNames, name)) return *phase;
+  throw InvalidArgument(fmt::format(
+      "unknown failure phase '{}' (choose {}; or a fault: kill, stop, spin, stall, sleep=S)", name,
+      core::choice_list(kPhaseNames)));
 }
+
+std::string to_string(Fault fault) { return std::string(core::name_of(kFaultNames, fault)); }
+
+std::string to_string(Phase phase) { return std::string(core::name_of(kPhaseNames, phase)); }
 
 std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::string>& specs,
                                                      int ranks_per_node) {

@@ -43,9 +43,7 @@ nlohmann::json to_json(const Heartbeat& beat) {
 }
 
 Activity activity_named(const std::string& name) {
-  for (Activity a : {Activity::computing, Activity::communicating, Activity::loading_data,
-                     Activity::writing_state, Activity::recovering})
-    if (name == to_string(a)) return a;
+  if (auto activity = parse_activity(name)) return *activity;
   throw Error("unknown activity " + name);
 }
 

@@ -1,21 +1,19 @@
 #include "session/watchdog.hpp"
 
+#include "hardy/core/support/enum_names.hpp"
+
 namespace hardy::resilience {
 
-const char* to_string(Activity activity) {
-  switch (activity) {
-    case Activity::computing:
-      return "computing";
-    case Activity::communicating:
-      return "communicating";
-    case Activity::loading_data:
-      return "loading data";
-    case Activity::writing_state:
-      return "writing state";
-    case Activity::recovering:
-      return "recovering";
-  }
-  return "?";
+namespace {
+constexpr std::string_view kActivityNames[] = {"computing", "communicating", "loading data",
+                                               "writing state", "recovering"};
+static_assert(std::size(kActivityNames) == static_cast<std::size_t>(Activity::recovering) + 1);
+}  // namespace
+
+std::string_view to_string(Activity activity) { return core::name_of(kActivityNames, activity); }
+
+std::optional<Activity> parse_activity(std::string_view name) {
+  return core::value_named<Activity>(kActivityNames, name);
 }
 
 Watchdog::Watchdog(std::function<double(const Committed&)> timeout_for,

@@ -19,6 +19,8 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -27,7 +29,8 @@ namespace hardy::resilience {
 // What the training thread is doing. Waiting on peers (communicating, recovering) is never a
 // hang of this rank's own; each of the others has a bound (hang_monitor.hpp).
 enum class Activity { computing, communicating, loading_data, writing_state, recovering };
-const char* to_string(Activity activity);
+std::string_view to_string(Activity activity);
+std::optional<Activity> parse_activity(std::string_view name);
 
 class Watchdog {
  public:

@@ -160,29 +160,27 @@ int main(int argc, char** argv) {
   dump.tensor("dense.dweight", dweight);
   dump.tensor("dense.dbias", dbias);
 
-  const Tensor activation = dump.random({2, 3, 4, 3, 5}, 60);
-  Tensor leaky = Tensor::host(activation.dims());
-  backend->leaky_relu_forward(activation, 0.3f, leaky);
-  const Tensor dleaky = dump.random(activation.dims(), 61);
-  Tensor dactivation = Tensor::host(activation.dims());
-  backend->leaky_relu_backward(leaky, dleaky, 0.3f, dactivation);
-  dump.tensor("leaky_relu.x", activation);
-  dump.tensor("leaky_relu.y", leaky);
-  dump.tensor("leaky_relu.dy", dleaky);
-  dump.tensor("leaky_relu.dx", dactivation);
-  dump.scalar("leaky_relu.slope", 0.3f);
-
-  const Tensor logits = dump.random({3, 4}, 70, 1.5f, Layout::flat);
-  Tensor tanh = Tensor::host({3, 4}, DType::f32, Layout::flat);
-  backend->scaled_tanh_forward(logits, 1.2f, tanh);
-  const Tensor dtanh = dump.random({3, 4}, 71, 1.0f, Layout::flat);
-  Tensor dlogits = Tensor::host({3, 4}, DType::f32, Layout::flat);
-  backend->scaled_tanh_backward(tanh, dtanh, 1.2f, dlogits);
-  dump.tensor("scaled_tanh.x", logits);
-  dump.tensor("scaled_tanh.y", tanh);
-  dump.tensor("scaled_tanh.dy", dtanh);
-  dump.tensor("scaled_tanh.dx", dlogits);
-  dump.scalar("scaled_tanh.scale", 1.2f);
+  // An element-wise activation of one parameter: x, y, dy, dx and the parameter; returns y.
+  const auto activation = [&](const std::string& op, const Tensor& x, const Tensor& dy,
+                              const std::string& parameter, float value, auto forward,
+                              auto backward) {
+    Tensor y = Tensor::host(x.dims(), DType::f32, x.layout());
+    Tensor dx = Tensor::host(x.dims(), DType::f32, x.layout());
+    ((*backend).*forward)(x, value, y);
+    ((*backend).*backward)(y, dy, value, dx);
+    dump.tensor(op + ".x", x);
+    dump.tensor(op + ".y", y);
+    dump.tensor(op + ".dy", dy);
+    dump.tensor(op + ".dx", dx);
+    dump.scalar(op + "." + parameter, value);
+    return y;
+  };
+  const std::vector<std::int64_t> five_d{2, 3, 4, 3, 5};
+  activation("leaky_relu", dump.random(five_d, 60), dump.random(five_d, 61), "slope", 0.3f,
+             &Backend::leaky_relu_forward, &Backend::leaky_relu_backward);
+  const Tensor tanh = activation("scaled_tanh", dump.random({3, 4}, 70, 1.5f, Layout::flat),
+                                 dump.random({3, 4}, 71, 1.0f, Layout::flat), "scale", 1.2f,
+                                 &Backend::scaled_tanh_forward, &Backend::scaled_tanh_backward);
 
   const Tensor target = dump.random({3, 4}, 80, 1.0f, Layout::flat);
   Tensor dprediction = Tensor::host({3, 4}, DType::f32, Layout::flat);

@@ -37,6 +37,7 @@
 #include <climits>
 
 #include "compute/cuda/cuda_support.hpp"
+#include "hardy/core/support/enum_names.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {
@@ -162,17 +163,9 @@ ConvKey key_of(ConvKind kind, const ConvShape& s) {
   return key;
 }
 
-const char* kind_name(ConvKind kind) {
-  switch (kind) {
-    case ConvKind::forward:
-      return "forward";
-    case ConvKind::backward_data:
-      return "backward data";
-    case ConvKind::backward_weights:
-      return "backward weights";
-  }
-  return "?";
-}
+constexpr std::string_view kConvKindNames[] = {"forward", "backward data", "backward weights"};
+static_assert(std::size(kConvKindNames) ==
+              static_cast<std::size_t>(ConvKind::backward_weights) + 1);
 
 // The first (fastest, for Find; best ranked, for Get) algorithm that worked and fits the
 // workspace limit. For strict fp32 only true-fp32 (FMA) results qualify when there are any.
@@ -328,8 +321,9 @@ ConvPlan& plan_for(CudaBackend::Impl& impl, ConvKind kind, const ConvShape& s,
         "cuDNN has no {} algorithm for a {} convolution x [{},{},{},{},{}], weight "
         "[{},{},{},{},{}] (depth 1: 2-D), stride {}, padding {}, dilation {}, groups {} within a "
         "{} MiB workspace (of {} tried)",
-        kind_name(kind), to_string(s.type), s.n, s.c, s.d, s.h, s.w, s.o, s.group_inputs(), s.kd,
-        s.kh, s.kw, s.g.stride, s.g.padding, s.g.dilation, s.g.groups, limit >> 20, returned));
+        name_of(kConvKindNames, kind), to_string(s.type), s.n, s.c, s.d, s.h, s.w, s.o,
+        s.group_inputs(), s.kd, s.kh, s.kw, s.g.stride, s.g.padding, s.g.dilation, s.g.groups,
+        limit >> 20, returned));
   HARDY_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv.get(), plan.math));
   return impl.conv_plans.emplace(key, std::move(plan)).first->second;
 }

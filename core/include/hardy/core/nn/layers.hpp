@@ -24,10 +24,12 @@ class CrossRankSum {
   virtual void sum(std::span<double> values) = 0;
 };
 
-class Conv2d {
+// PyTorch's Conv2d (spatial_dims 2: weight (O, I / groups, K, K)) or Conv3d (3: a cubic kernel,
+// the geometry the same along D, H and W).
+class Conv {
  public:
-  Conv2d(Backend& backend, std::string name, int in_channels, int out_channels, int kernel,
-         ConvGeometry geometry, bool bias);
+  Conv(Backend& backend, std::string name, int in_channels, int out_channels, int kernel,
+       ConvGeometry geometry, bool bias, int spatial_dims = 2);
   const Tensor& forward(const Tensor& x);
   // Computes parameter gradients; returns dx unless `need_input_grad` is false.
   const Tensor* backward(const Tensor& dy, bool need_input_grad);
@@ -36,7 +38,7 @@ class Conv2d {
 
  private:
   Backend& backend_;
-  int in_channels_, out_channels_, kernel_;
+  int in_channels_, out_channels_, kernel_, spatial_dims_;
   ConvGeometry geometry_;
   Parameter weight_, bias_;
   bool has_bias_;
@@ -101,7 +103,7 @@ class ConvNormRelu {
   int out_channels() const { return conv_.out_channels(); }
 
  private:
-  Conv2d conv_;
+  Conv conv_;
   Norm norm_;
 };
 
