@@ -13,15 +13,13 @@ namespace hardy::resilience {
 
 DomainCoordinator::DomainCoordinator(const TrainingConfig& config, Membership& membership,
                                      Trainer& trainer, StateStore& store, RunFiles& files,
-                                     Watchdog& watchdog, const LoopProgress& progress,
-                                     std::size_t label_elements)
+                                     Watchdog& watchdog, std::size_t label_elements)
     : config_(config),
       membership_(membership),
       trainer_(trainer),
       store_(store),
       files_(files),
       watchdog_(watchdog),
-      progress_(progress),
       label_elements_(label_elements),
       domains_(
           std::make_unique<FaultDomains>(DomainOptions{.index = config.domain,
@@ -159,9 +157,12 @@ bool DomainCoordinator::settle_exchange(long this_step, std::vector<double>& los
         healed.allreduce_s = 0;
         healed.lr = config_.lr_with(this_step - 1, membership_.size(), membership_.original_size());
         healed.skipped_samples = 0;
-        files_.keep_metrics_line(
-            metrics_line(healed, seconds_since(done.started), trainer_, progress_.last_snapshot_s,
-                         store_.take_snapshot_write_cpu_s(), domains_->job_world_size()));
+        // No node snapshot was written in this step (the hooks run after a commit only), so
+        // it stalled on none (LoopProgress::last_snapshot_s is still an earlier step's).
+        files_.keep_metrics_line(metrics_line(healed, seconds_since(done.started), trainer_,
+                                              /*snapshot_stall_s=*/0,
+                                              store_.take_snapshot_write_cpu_s(),
+                                              domains_->job_world_size()));
         if (membership_.writes_run_files()) files_.log_committed_step_if_missing(trainer_.step());
       }
       return false;

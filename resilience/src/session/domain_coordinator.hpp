@@ -29,7 +29,7 @@ class DomainCoordinator {
   // count of loss terms (pixels or targets): a step rolled forward is scaled as a computed one.
   DomainCoordinator(const TrainingConfig& config, Membership& membership, Trainer& trainer,
                     StateStore& store, RunFiles& files, Watchdog& watchdog,
-                    const LoopProgress& progress, std::size_t label_elements);
+                    std::size_t label_elements);
   ~DomainCoordinator();
 
   FaultDomains& domains() { return *domains_; }
@@ -79,7 +79,6 @@ class DomainCoordinator {
   StateStore& store_;
   RunFiles& files_;
   Watchdog& watchdog_;
-  const LoopProgress& progress_;
   std::size_t label_elements_;
   std::unique_ptr<FaultDomains> domains_;  // always present; enabled() with --domain
   // FaultDomains::split_digest() when the newest computed step loaded its samples.

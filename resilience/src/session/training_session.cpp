@@ -59,7 +59,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
                membership.world_rank(), config.run_dir / "checkpoints"),
       files(config, membership),
       store(config, membership, files.events(), trainer, *transport, injector, identity),
-      domains(config, membership, trainer, store, files, watchdog, progress,
+      domains(config, membership, trainer, store, files, watchdog,
               data.train->shape().label_elements()),
       staging(config, membership, domains.domains(), files.events()),
       watchdog(
