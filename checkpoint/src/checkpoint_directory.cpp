@@ -6,6 +6,7 @@
 #include <charconv>
 #include <set>
 
+#include "first_valid.hpp"
 #include "hardy/core/support/atomic_file.hpp"
 #include "posix_file.hpp"
 
@@ -140,16 +141,13 @@ SavedCheckpoint save_checkpoint(const TrainingState& state, const fs::path& dir,
 std::optional<ValidCheckpoint> load_latest_valid(const fs::path& dir,
                                                  std::vector<std::string>* skipped,
                                                  const UnfitReason& unfit) {
-  const auto report = [&](std::string reason) {
-    if (skipped) skipped->push_back(std::move(reason));
-  };
   std::vector<fs::path> candidates;
   if (const auto latest = read_latest(dir)) {
     if (fs::exists(*latest))
       candidates.push_back(*latest);
-    else
-      report(fmt::format("{} names {}, which does not exist", (dir / kLatestLink).string(),
-                         latest->string()));
+    else if (skipped)
+      skipped->push_back(fmt::format("{} names {}, which does not exist",
+                                     (dir / kLatestLink).string(), latest->string()));
   }
   const auto entries = list_checkpoints(dir);
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
@@ -157,20 +155,34 @@ std::optional<ValidCheckpoint> load_latest_valid(const fs::path& dir,
     if (candidates.empty() || !fs::equivalent(candidates.front(), it->path, error))
       candidates.push_back(it->path);
   }
+  // read_checkpoint throws CorruptCheckpoint, or an Error for a file that is not a checkpoint
+  // or an I/O error.
+  return detail::first_valid(
+      candidates, [](const fs::path& path) { return read_checkpoint(path); }, unfit, skipped);
+}
+
+namespace detail {
+
+std::optional<ValidCheckpoint> first_valid(
+    std::span<const fs::path> candidates, const std::function<TrainingState(const fs::path&)>& read,
+    const UnfitReason& unfit, std::vector<std::string>* skipped) {
   for (const fs::path& candidate : candidates) {
     try {
-      ValidCheckpoint found{candidate, read_checkpoint(candidate)};
+      ValidCheckpoint found{candidate, read(candidate)};
       if (const auto reason = unfit ? unfit(found.state) : std::nullopt) {
-        report(fmt::format("{} is not restored: {}", candidate.string(), *reason));
+        if (skipped)
+          skipped->push_back(fmt::format("{} is not restored: {}", candidate.string(), *reason));
         continue;
       }
       return found;
-    } catch (const Error& e) {  // CorruptCheckpoint, a file that is not a checkpoint, an I/O error
-      report(e.what());
+    } catch (const Error& e) {
+      if (skipped) skipped->push_back(e.what());
     }
   }
   return std::nullopt;
 }
+
+}  // namespace detail
 
 std::optional<fs::path> find_latest_valid(const fs::path& dir, std::vector<std::string>* skipped) {
   auto found = load_latest_valid(dir, skipped);

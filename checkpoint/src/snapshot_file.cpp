@@ -15,6 +15,7 @@
 #include <tuple>
 #include <utility>
 
+#include "first_valid.hpp"
 #include "hardy/checkpoint/scalar_fields.hpp"
 #include "hardy/core/support/error.hpp"
 #include "posix_file.hpp"
@@ -281,9 +282,6 @@ std::vector<SnapshotEntry> list_snapshots(const fs::path& dir) {
 std::optional<ValidCheckpoint> load_newest_snapshot(const fs::path& dir,
                                                     std::vector<std::string>* skipped,
                                                     const UnfitReason& unfit) {
-  const auto report = [&](std::string reason) {
-    if (skipped) skipped->push_back(std::move(reason));
-  };
   const auto entries = list_snapshots(dir);
   // A slot without a complete header (a write cut short, damage) is passed over whatever else
   // is found: say why.
@@ -291,21 +289,14 @@ std::optional<ValidCheckpoint> load_newest_snapshot(const fs::path& dir,
     if (!entry.step) try {
         read_validated(entry.path, true);
       } catch (const Error& e) {
-        report(e.what());
+        if (skipped) skipped->push_back(e.what());
       }
-  for (auto entry = entries.rbegin(); entry != entries.rend() && entry->step; ++entry) {
-    try {
-      ValidCheckpoint found{entry->path, read_validated(entry->path, true).state};
-      if (const auto reason = unfit ? unfit(found.state) : std::nullopt) {
-        report(fmt::format("{} is not restored: {}", entry->path.string(), *reason));
-        continue;
-      }
-      return found;
-    } catch (const Error& e) {
-      report(e.what());
-    }
-  }
-  return std::nullopt;
+  std::vector<fs::path> complete;  // newest first
+  for (auto entry = entries.rbegin(); entry != entries.rend() && entry->step; ++entry)
+    complete.push_back(entry->path);
+  return detail::first_valid(
+      complete, [](const fs::path& path) { return read_validated(path, true).state; }, unfit,
+      skipped);
 }
 
 // ---- SnapshotSlots ----

@@ -148,6 +148,16 @@ std::string bad_load_message(const CosmoFlowDataset& dataset, std::size_t index)
   return {};
 }
 
+// Each sample of `expected` fails to load naming its file and the reason given.
+void check_bad_samples(const CosmoFlowDataset& dataset,
+                       const std::vector<std::pair<std::size_t, std::string>>& expected) {
+  for (const auto& [index, reason] : expected) {
+    const std::string message = bad_load_message(dataset, index);
+    CHECK_THAT(message, Catch::Contains(dataset.files()[index].filename().string()) &&
+                            Catch::Contains(reason));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("CosmoFlow generator output reads back as SyntheticCosmology's samples, both variants",
@@ -307,24 +317,18 @@ TEST_CASE("CosmoFlow reader: a bad file is a BadSample naming it, remembered",
     const CosmoFlowDataset dataset(dir.path(), "train");
     REQUIRE(dataset.size() == 13);
     check_regular_sample(load(dataset, 0));
-    const std::vector<std::pair<std::size_t, std::string>> expected = {
-        {1, "the split's first file has (4, 4, 4, 4)"},
-        {2, "holds elements of type '<f8'"},
-        {3, "holds elements of type '>i2'"},
-        {4, "Fortran order"},
-        {5, "has no label file"},
-        {6, "is truncated"},
-        {7, "bytes after the"},
-        {8, "negative particle count -3"},
-        {9, "non-finite target 2"},
-        {10, "has targets of shape (5)"},
-        {11, "is not a NumPy .npy file"},
-        {12, "hardy reads samples of up to"}};
-    for (const auto& [index, reason] : expected) {
-      const std::string message = bad_load_message(dataset, index);
-      CHECK_THAT(message, Catch::Contains(dataset.files()[index].filename().string()) &&
-                              Catch::Contains(reason));
-    }
+    check_bad_samples(dataset, {{1, "the split's first file has (4, 4, 4, 4)"},
+                                {2, "holds elements of type '<f8'"},
+                                {3, "holds elements of type '>i2'"},
+                                {4, "Fortran order"},
+                                {5, "has no label file"},
+                                {6, "is truncated"},
+                                {7, "bytes after the"},
+                                {8, "negative particle count -3"},
+                                {9, "non-finite target 2"},
+                                {10, "has targets of shape (5)"},
+                                {11, "is not a NumPy .npy file"},
+                                {12, "hardy reads samples of up to"}});
     // The good sample still loads after all that.
     check_regular_sample(load(dataset, 0));
   }
@@ -351,21 +355,15 @@ TEST_CASE("CosmoFlow reader: a bad file is a BadSample naming it, remembered",
     const CosmoFlowDataset dataset(dir.path(), "train");
     REQUIRE(dataset.size() == 10);
     check_regular_sample(load(dataset, 0));
-    const std::vector<std::pair<std::size_t, std::string>> expected = {
-        {1, "the split's first file has (4, 4, 4, 4)"},
-        {2, "x of a type other than int16"},
-        {3, "x of a type other than int16"},
-        {4, "has no dataset y"},
-        {5, "truncated"},
-        {6, "is not an HDF5 file"},
-        {7, "has no dataset x"},
-        {8, "negative particle count -1"},
-        {9, "non-finite target 0"}};
-    for (const auto& [index, reason] : expected) {
-      const std::string message = bad_load_message(dataset, index);
-      CHECK_THAT(message, Catch::Contains(dataset.files()[index].filename().string()) &&
-                              Catch::Contains(reason));
-    }
+    check_bad_samples(dataset, {{1, "the split's first file has (4, 4, 4, 4)"},
+                                {2, "x of a type other than int16"},
+                                {3, "x of a type other than int16"},
+                                {4, "has no dataset y"},
+                                {5, "truncated"},
+                                {6, "is not an HDF5 file"},
+                                {7, "has no dataset x"},
+                                {8, "negative particle count -1"},
+                                {9, "non-finite target 0"}});
   }
 }
 

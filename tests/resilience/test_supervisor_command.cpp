@@ -1,5 +1,6 @@
 // The supervisor's part of a launch's command line (which state a relaunch resumes from), its
-// start timeout, and the launcher's tidying before every launch. The launchers' own parts are tested with them (tests/jobs/test_launchers.cpp).
+// start timeout, and the launcher's tidying before every launch. The launchers' own parts are
+// tested with them (tests/jobs/test_launchers.cpp).
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <memory>
@@ -18,7 +19,7 @@ namespace {
 // Puts its name before the program. Reads the runtime's messages as the real launchers do: a
 // host after "lost:" was lost while running, after "unstarted:" its daemon never reported back.
 // Probes always answer.
-class PrefixLauncher final : public Launcher {
+class PrefixLauncher : public Launcher {
  public:
   PrefixLauncher() : Launcher({}) {}
   std::string name() const override { return "prefix"; }
@@ -159,21 +160,16 @@ TEST_CASE("supervisor: the start timeout is learned from the run's earlier start
 
 namespace {
 
-// Runs `/bin/true` as its launch (which ends at once without the job having run) and counts the
-// supervisor's calls to before_launch, in order with the launches it makes.
-class CountingLauncher final : public Launcher {
+// Runs `/bin/true` as its launch (which ends at once without the job having run, and reports no
+// host) and counts the supervisor's calls to before_launch, in order with the launches it makes.
+class CountingLauncher final : public PrefixLauncher {
  public:
-  CountingLauncher() : Launcher({}) {}
   std::string name() const override { return "counting"; }
   std::vector<std::string> command(const std::vector<std::string>&, int,
                                    const std::vector<std::string>&) const override {
     ++commands;
     return {"/bin/true"};
   }
-  std::vector<std::string> probe_command(const std::vector<std::string>&, double) const override {
-    return {};
-  }
-  std::vector<std::string> hosts_reported_lost(std::string_view) const override { return {}; }
   void before_launch() const override {
     calls.push_back(commands);  // how many launches had been made when it was called
   }

@@ -325,8 +325,7 @@ CosmoFlowDataset::CosmoFlowDataset(const fs::path& root, std::string_view split)
   } catch (const Error& error) {
     throw InvalidArgument(fmt::format("{}: {}", quoted(files_[0]), error.what()));
   }
-  layouts_.resize(files_.size());
-  layouts_[0] = std::make_unique<FileLayout>(first);
+  inspected_.reset(files_.size(), first);
   shape_ = {.channels = kCosmologyChannels,
             .height = first.edge,
             .width = first.edge,
@@ -439,27 +438,8 @@ CosmoFlowDataset::FileLayout CosmoFlowDataset::inspect(std::size_t index, int ed
 }
 
 CosmoFlowDataset::FileLayout CosmoFlowDataset::layout_of(std::size_t index) const {
-  {
-    const std::lock_guard lock(mutex_);
-    if (const auto& known = layouts_[index]) {
-      if (!known->bad_reason.empty())
-        throw BadSample(index, files_[index].string(), known->bad_reason);
-      return *known;
-    }
-  }
-  // Outside the lock: NumPy files are inspected in parallel (HDF5 serializes itself through
-  // h5::Exclusive). Two threads inspecting one file at once both reach the same verdict.
-  FileLayout inspected;
-  try {
-    inspected = inspect(index, shape_.depth);
-  } catch (const Error& error) {
-    inspected.bad_reason = error.what();
-  }
-  const std::lock_guard lock(mutex_);
-  auto& known = layouts_[index];
-  if (!known) known = std::make_unique<FileLayout>(std::move(inspected));
-  if (!known->bad_reason.empty()) throw BadSample(index, files_[index].string(), known->bad_reason);
-  return *known;
+  // NumPy files are inspected in parallel; HDF5 serializes itself through h5::Exclusive.
+  return inspected_.get(index, files_[index], [&] { return inspect(index, shape_.depth); });
 }
 
 void CosmoFlowDataset::load(std::size_t index, std::span<float> fields_cdhw,
@@ -468,13 +448,8 @@ void CosmoFlowDataset::load(std::size_t index, std::span<float> fields_cdhw,
   const FileLayout layout = layout_of(index);
   const fs::path& source = files_[index];
   const auto [path, copy_note] = location_.of(source);
-  // Remembers a bad file so that the next load of it fails at once, then throws.
   auto bad = [&](const std::string& reason) {
-    {
-      const std::lock_guard lock(mutex_);
-      layouts_[index]->bad_reason = reason + copy_note;
-    }
-    throw BadSample(index, source.string(), reason + copy_note);
+    inspected_.mark_bad(index, source, reason + copy_note);
   };
 
   const std::size_t voxels = static_cast<std::size_t>(layout.edge) * layout.edge * layout.edge;

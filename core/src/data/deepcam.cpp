@@ -260,8 +260,7 @@ DeepCamDataset::DeepCamDataset(const fs::path& root, std::string_view split, Dee
   }
   height_ = first.height;
   width_ = first.width;
-  layouts_.resize(files_.size());
-  layouts_[0] = std::make_unique<FileLayout>(first);
+  inspected_.reset(files_.size(), first);
 
   shape_ = windowed_shape("DeepCAM", static_cast<int>(options_.channels.size()), height_, width_,
                           options_.crop_height, options_.crop_width, options_.downsample);
@@ -279,24 +278,9 @@ const fs::path& DeepCamDataset::file(std::size_t index) const {
 void DeepCamDataset::set_file_locator(FileLocator locator) { location_.set(std::move(locator)); }
 
 DeepCamDataset::FileLayout DeepCamDataset::layout_of(std::size_t index) const {
-  FileLayout layout;
-  {
-    const std::lock_guard lock(mutex_);
-    std::unique_ptr<FileLayout>& known = layouts_[index];
-    if (!known) {
-      FileLayout inspected;
-      try {
-        inspected =
-            inspect_sample_file<FileLayout>(files_[index], options_.label_set, height_, width_);
-      } catch (const Error& error) {
-        inspected.bad_reason = error.what();
-      }
-      known = std::make_unique<FileLayout>(std::move(inspected));
-    }
-    layout = *known;
-  }
-  if (!layout.bad_reason.empty()) throw BadSample(index, files_[index].string(), layout.bad_reason);
-  return layout;
+  return inspected_.get(index, files_[index], [&] {
+    return inspect_sample_file<FileLayout>(files_[index], options_.label_set, height_, width_);
+  });
 }
 
 void DeepCamDataset::load(std::size_t index, std::span<float> fields_chw,
@@ -305,13 +289,8 @@ void DeepCamDataset::load(std::size_t index, std::span<float> fields_chw,
   const FileLayout layout = layout_of(index);
   const fs::path& source = files_[index];
   const auto [path, copy_note] = location_.of(source);
-  // Remembers a bad file so that the next load of it fails at once, then throws.
   auto bad = [&](const std::string& reason) {
-    {
-      const std::lock_guard lock(mutex_);
-      layouts_[index]->bad_reason = reason + copy_note;
-    }
-    throw BadSample(index, source.string(), reason + copy_note);
+    inspected_.mark_bad(index, source, reason + copy_note);
   };
 
   const FileDescriptor fd(path);

@@ -22,6 +22,16 @@ int group_count(int channels, int wanted) {
   return 1;
 }
 
+namespace {
+
+// The weight, then the bias where there is one: the order a checkpoint names them in.
+std::vector<Parameter*> weight_and_bias(Parameter& weight, Parameter& bias, bool has_bias) {
+  if (has_bias) return {&weight, &bias};
+  return {&weight};
+}
+
+}  // namespace
+
 Parameter make_parameter(Backend& backend, std::string name, std::vector<std::int64_t> dims,
                          bool weight_decay) {
   // Convolution weights are row-major OIHW (OIDHW for volumes); the others flat.
@@ -90,11 +100,7 @@ const Tensor* Conv::backward(const Tensor& dy, bool need_input_grad) {
   return &input_grad_;
 }
 
-std::vector<Parameter*> Conv::parameters() {
-  std::vector<Parameter*> params{&weight_};
-  if (has_bias_) params.push_back(&bias_);
-  return params;
-}
+std::vector<Parameter*> Conv::parameters() { return weight_and_bias(weight_, bias_, has_bias_); }
 
 // ---------------------------------------------------------------------------------------------
 ConvTranspose2d::ConvTranspose2d(Backend& backend, std::string name, int in_channels,
@@ -131,9 +137,7 @@ const Tensor* ConvTranspose2d::backward(const Tensor& dy, bool need_input_grad) 
 }
 
 std::vector<Parameter*> ConvTranspose2d::parameters() {
-  std::vector<Parameter*> params{&weight_};
-  if (has_bias_) params.push_back(&bias_);
-  return params;
+  return weight_and_bias(weight_, bias_, has_bias_);
 }
 
 // ---------------------------------------------------------------------------------------------

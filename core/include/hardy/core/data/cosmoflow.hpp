@@ -102,8 +102,7 @@ class CosmoFlowDataset final : public SampleSource, public SampleFiles {
   std::vector<std::filesystem::path> files_;
   SampleShape shape_{};
 
-  mutable std::mutex mutex_;  // guards layouts_
-  mutable std::vector<std::unique_ptr<FileLayout>> layouts_;
+  InspectedFiles<FileLayout> inspected_;
   FileLocation location_;
 };
 

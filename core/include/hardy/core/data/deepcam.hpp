@@ -106,8 +106,7 @@ class DeepCamDataset final : public SampleSource, public SampleFiles {
   SampleShape shape_{};
   std::vector<float> minval_, inverse_range_;  // per stored channel
 
-  mutable std::mutex mutex_;  // guards layouts_ and every HDF5 call
-  mutable std::vector<std::unique_ptr<FileLayout>> layouts_;
+  InspectedFiles<FileLayout> inspected_;
   FileLocation location_;
 };
 

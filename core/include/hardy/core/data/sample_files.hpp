@@ -1,12 +1,16 @@
 #pragma once
 // A sample source that keeps one file per sample (the DeepCAM and ClimateNet layouts): what
-// node-local staging (--stage-to, `hardy data stage`) needs to know of it.
+// node-local staging (--stage-to, `hardy data stage`) needs to know of it, where a load reads a
+// file from, and what a reader learnt of each file.
+#include <cstddef>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "hardy/core/support/error.hpp"
 
 namespace hardy::core {
 
@@ -37,6 +41,62 @@ class FileLocation {
  private:
   mutable std::mutex mutex_;
   std::shared_ptr<const SampleFiles::FileLocator> locator_;
+};
+
+// Each sample file's layout, found the first time a load needs it and kept for every thread
+// after; a file found bad stays bad, so every later load of it throws at once. `Layout` is a
+// reader's description of one file, with a `bad_reason` (empty: the file is good); it may be
+// incomplete where this is declared, complete where the members are called.
+template <typename Layout>
+class InspectedFiles {
+ public:
+  void reset(std::size_t count, Layout first) {
+    const std::lock_guard lock(mutex_);
+    layouts_.clear();
+    layouts_.resize(count);
+    layouts_[0] = std::make_unique<Layout>(std::move(first));
+  }
+
+  // The layout of `file` (sample `index`), from `inspect()` the first time, called outside the
+  // lock so that files are inspected in parallel (two threads inspecting one file at once reach
+  // the same verdict). An Error from it makes the file bad. BadSample for a bad file.
+  template <typename Inspect>
+  Layout get(std::size_t index, const std::filesystem::path& file, Inspect inspect) const {
+    {
+      const std::lock_guard lock(mutex_);
+      if (const auto& known = layouts_[index]) return checked(index, file, *known);
+    }
+    Layout inspected;
+    try {
+      inspected = inspect();
+    } catch (const Error& error) {
+      inspected.bad_reason = error.what();
+    }
+    const std::lock_guard lock(mutex_);
+    auto& known = layouts_[index];
+    if (!known) known = std::make_unique<Layout>(std::move(inspected));
+    return checked(index, file, *known);
+  }
+
+  // A load found `file` bad after its layout passed: remembered, then BadSample.
+  [[noreturn]] void mark_bad(std::size_t index, const std::filesystem::path& file,
+                             const std::string& reason) const {
+    {
+      const std::lock_guard lock(mutex_);
+      if (layouts_[index]) layouts_[index]->bad_reason = reason;
+    }
+    throw BadSample(index, file.string(), reason);
+  }
+
+ private:
+  static const Layout& checked(std::size_t index, const std::filesystem::path& file,
+                               const Layout& layout) {
+    if (!layout.bad_reason.empty()) throw BadSample(index, file.string(), layout.bad_reason);
+    return layout;
+  }
+
+  mutable std::mutex mutex_;
+  mutable std::vector<std::unique_ptr<Layout>> layouts_;
 };
 
 }  // namespace hardy::core
