@@ -3,7 +3,8 @@
 what domains cost every step (needs root for the network namespaces).
 
     sudo bench/cluster/domain_bench.py [--hardy build/bin/hardy] [--repeats 2] [--rounds 2] \
-        [--scenarios node_crash,leader_crash,node_freeze,node_crash_rpn2,node_freeze_rpn2] [--skip-overhead]
+        [--scenarios node_crash,leader_crash,node_freeze,node_crash_rpn2,node_freeze_rpn2] [--skip-overhead] \
+        [--exchange leader,sharded] [--sync-every 1,4]
 
 1. Recovery: tests/cluster/domain_loss.py's scenarios (8 emulated nodes as 4 domains of 2, one
    spare), --repeats times each; per scenario the median of each phase, in seconds from the fault:
@@ -13,8 +14,10 @@ what domains cost every step (needs root for the network namespaces).
    in the same run is docs/resilience.md's whole-job relaunch (bench/cluster/node_loss_bench.py).
 2. Overhead per step: the same job (examples/tiny.ini's model, 1 rank per node, 8 nodes) as one
    MPI job and as 4 domains of 2 nodes, on the same emulated nodes, alternating, --rounds each;
-   the median step_s of metrics.jsonl after the first 20 steps. The domains' price is the gloo
-   allreduce of the gradients between the leaders, the vote, and the in-domain broadcast. With
+   the median step_s of metrics.jsonl after the first 20 steps. The domains' price with the leader
+   exchange is the gloo allreduce of the gradients between the leaders, the vote, and the in-domain
+   broadcast; with the sharded one (--exchange, both by default, in the same rounds) each rank's
+   shard allreduce, the in-domain allgather of the shards and the leaders' vote. With
    --sync-every 1,4 also domains that meet every 4th step (--domain-sync-every) in the same
    rounds: their price is paid once per meeting, where the state is averaged too.
 
@@ -71,21 +74,25 @@ def overhead(args, tmp):
     tiny = ROOT / "examples/tiny.ini"
     nodes, per_domain_nodes = args.overhead_nodes, args.overhead_per_domain
     split = f"domains_{nodes // per_domain_nodes}x{per_domain_nodes}"
-    designs = [("one_job", 0, 1)] + [(split if every == 1 else f"{split}_sync_every_{every}", per_domain_nodes, every)
-                                     for every in args.sync_every]
-    rows = {name: [] for name, _, _ in designs}
+    # (name, nodes per domain, --domain-sync-every, --domain-exchange): the names hardy simulate's
+    # --domain-price-from reads (jobs/src/scale_model.cpp).
+    designs = [("one_job", 0, 1, "leader")] + [
+        (split + ("" if every == 1 else f"_sync_every_{every}") + ("" if exchange == "leader" else f"_{exchange}"),
+         per_domain_nodes, every, exchange)
+        for exchange in args.exchange for every in args.sync_every]
+    rows = {name: [] for name, *_ in designs}
     # Where a step's time goes (metrics.jsonl's phases), so that a change in the price is explained.
-    phases = {name: {"compute_s": [], "allreduce_s": []} for name, _, _ in designs}
+    phases = {name: {"compute_s": [], "allreduce_s": []} for name, *_ in designs}
     with EmulatedCluster(nodes=nodes) as cluster:
         env = {**os.environ, **cluster.mpi_env()}
         for round_ in range(args.rounds):
-            for name, per_domain, every in designs:
+            for name, per_domain, every, exchange in designs:
                 run = Path(tmp) / f"overhead-{name}-{round_}"
                 command = [args.hardy, "run", "--hosts", ",".join(cluster.hosts), "--launch-agent", cluster.agent,
                            "--ranks-per-node", "1", "--nodes-per-domain", str(per_domain), "--run-dir", str(run),
                            "--", "--config", str(tiny), "--steps", str(OVERHEAD_STEPS), "--threads", "1",
                            "--eval-samples", "0", "--snapshot-dir", str(Path(tmp) / "node-local"),
-                           "--domain-sync-every", str(every)]
+                           "--domain-sync-every", str(every), "--domain-exchange", exchange]
                 subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                timeout=600)
                 kept = [m for m in read_jsonl(run / "metrics.jsonl") if m["step"] > 20]
@@ -122,6 +129,8 @@ def main():
     parser.add_argument("--overhead-per-domain", type=int, default=2)
     parser.add_argument("--sync-every", type=lambda text: [int(n) for n in text.split(",")], default=[1],
                         help="--domain-sync-every values of the per-step comparison, e.g. 1,4")
+    parser.add_argument("--exchange", type=lambda text: text.split(","), default=["leader", "sharded"],
+                        help="--domain-exchange values of the per-step comparison (leader, sharded)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     ok, why = namespaces_available()

@@ -1,6 +1,7 @@
 // The helpers that every Communicator gets from its collectives.
 #include "hardy/comm/communicator.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,6 +63,19 @@ std::unique_ptr<Request> Communicator::ireduce_sum(std::span<float> data, int) {
 
 std::unique_ptr<Request> Communicator::ibroadcast(std::span<std::byte> data, int root) {
   broadcast(data, root);
+  return completed_request();
+}
+
+std::unique_ptr<Request> Communicator::iallgather_blocks(std::span<const std::byte> mine,
+                                                         std::span<std::byte> all) {
+  if (all.size() != mine.size() * static_cast<std::size_t>(size()))
+    throw InvalidArgument(fmt::format("allgather: {} bytes cannot hold {} blocks of {}", all.size(),
+                                      size(), mine.size()));
+  for (int r = 0; r < size(); ++r) {
+    const auto block = all.subspan(static_cast<std::size_t>(r) * mine.size(), mine.size());
+    if (r == rank()) std::copy(mine.begin(), mine.end(), block.begin());
+    broadcast(block, r);
+  }
   return completed_request();
 }
 

@@ -247,7 +247,8 @@ MeasuredScaling read_scaling(const std::filesystem::path& results) {
   return m;
 }
 
-MeasuredDomainPrice read_domain_price(const std::filesystem::path& results, int sync_every) {
+MeasuredDomainPrice read_domain_price(const std::filesystem::path& results, int sync_every,
+                                      std::string_view exchange) {
   const std::string source = results.string();
   nlohmann::json json;
   try {
@@ -271,6 +272,7 @@ MeasuredDomainPrice read_domain_price(const std::filesystem::path& results, int 
   const int per_domain = run["nodes_per_domain"].get<int>();
   std::string name = fmt::format("domains_{}x{}", nodes / per_domain, per_domain);
   if (sync_every > 1) name += fmt::format("_sync_every_{}", sync_every);
+  if (exchange != "leader") name += fmt::format("_{}", exchange);
   for (const char* rounds : {"pooled", "overhead"}) {
     const nlohmann::json price = member(member(member(json, rounds), "overhead_pct"), name.c_str());
     if (price.is_number())

@@ -7,6 +7,7 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
 #include "hardy/jobs/scale_model.hpp"
+#include "hardy/resilience/training_config.hpp"
 
 namespace po = boost::program_options;
 
@@ -57,6 +58,9 @@ po::options_description simulate_options() {
       "domain-sync-every", po::value<int>()->default_value(e.domain_sync_every),
       "the domains meet every N-th step: a lost domain costs (N-1)/2 more steps on average (give "
       "the per-step price measured for that N with --domain-step-overhead)")(
+      "domain-exchange", po::value<std::string>()->default_value("leader"),
+      "how the projected domains sum a step (leader or sharded): which of --domain-price-from's "
+      "measurements to read")(
       "protection-overhead", po::value<double>()->default_value(e.protection_overhead),
       "per-step price of the protections every design pays (agreement, snapshots, checkpoints), "
       "percent of a step");
@@ -89,8 +93,10 @@ int ettr_projection(const po::variables_map& vm) {
   if (vm.count("domain-price-from")) {
     if (domain_pct >= 0)
       throw InvalidArgument("give --domain-step-overhead or --domain-price-from, not both");
+    const std::string exchange = vm["domain-exchange"].as<std::string>();
+    resilience::parse_domain_exchange(exchange);  // refuses a name that is none
     const auto price =
-        read_domain_price(vm["domain-price-from"].as<std::string>(), a.domain_sync_every);
+        read_domain_price(vm["domain-price-from"].as<std::string>(), a.domain_sync_every, exchange);
     // A price below zero (fewer meetings wait less than one job) counts as none: those steps
     // converge less, which is measured apart.
     a.domain_step_overhead = std::max(0.0, price.overhead);

@@ -157,7 +157,11 @@ po::options_description domain_options() {
       "domain-sync-every", po::value<int>()->default_value(1),
       "with fault domains: they meet every N-th step (average their state, commit it together) "
       "and train alone in between; a lost domain costs the survivors up to N-1 steps "
-      "(docs/resilience.md)");
+      "(docs/resilience.md)")(
+      "domain-exchange", po::value<std::string>()->default_value("leader"),
+      "with fault domains, how a step is summed across them: leader (each domain's rank 0 sends "
+      "the whole sum) or sharded (rank i of every domain sums the i-th part: every rank carries "
+      "1/R of the bytes; equal domains, and a domain that loses a rank is relaunched)");
   return domains;
 }
 
@@ -567,6 +571,7 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
   require(spec.domain < 0 || !spec.domain_store.empty(), "--domain needs --domain-store");
   require(spec.domain_timeout_s > 0, "--domain-timeout must be positive");
   spec.domain_sync_every = get<int>(vm, "domain-sync-every");
+  spec.domain_exchange = resilience::parse_domain_exchange(get<std::string>(vm, "domain-exchange"));
   require(spec.domain_sync_every >= 1, "--domain-sync-every must be at least 1");
   // Checked with or without domains, so that `hardy submit` refuses it before the job queues.
   require(spec.checkpoint_every % spec.domain_sync_every == 0,
@@ -719,7 +724,7 @@ std::string effective_config_ini(const po::variables_map& vm, const TrainSpec& s
     // Resolved below; a resume or an injected failure belongs to one launch, not to the job.
     if (name == "synthetic" || name == "dataset" || name == "run-dir" || name == "resume" ||
         name == "inject-failure" || name == "run-lock-token" ||
-        (name.starts_with("domain") && name != "domain-sync-every"))
+        (name.starts_with("domain") && name != "domain-sync-every" && name != "domain-exchange"))
       continue;
     ini << name << " = " << value_text(value) << "\n";
   }

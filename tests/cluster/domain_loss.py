@@ -20,8 +20,11 @@ Once the job has committed FAULT_STEP steps a node fails:
                     every domain stages the whole dataset over its own 2 nodes; the spare stages
                     the lost node's share of domain 1 before the domain joins again
   lagged_node_crash node_crash with --gradient-lag 1 (the reference job lagged too)
+  *_sharded         node_crash, node_crash_rpn2 or node_freeze_rpn2 with --domain-exchange sharded:
+                    every rank sums its shard with the other domains' ranks of its index, over the
+                    cluster's network (--domain-interface)
 
-The staged and lagged scenarios name the network the leaders exchange over by its subnet
+The staged, lagged and sharded scenarios name the network the leaders exchange over by its subnet
 (--domain-interface 198.18.C.0/24, the emulated cluster's): every domain's leader must listen on
 its address there (domain_address of job_started and domain_started).
 
@@ -99,6 +102,8 @@ def reference_loss(hardy, ranks, tmp, train):
 
 def main():
     hardy, scenario = sys.argv[1], sys.argv[2]
+    sharded = scenario.endswith("_sharded")
+    base = scenario.removesuffix("_sharded")  # the fault and the ranks per node
     json_out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
     ok, why = namespaces_available()
     if not ok:
@@ -107,12 +112,14 @@ def main():
     if scenario.endswith("redis") and not shutil.which("redis-server"):
         print("skipped: redis-server is not on PATH (Debian: apt-get install redis-server)")
         sys.exit(77)
-    ranks = 2 if scenario.endswith("_rpn2") else 1
+    ranks = 2 if base.endswith("_rpn2") else 1
     spares = SPARES.get(scenario, 1)
     check = Checks()
     train = list(TRAIN)
     if scenario.startswith("lagged"):
         train += ["--gradient-lag", "1"]
+    if sharded:
+        train += ["--domain-exchange", "sharded"]
     with tempfile.TemporaryDirectory(prefix=f"hardy-domains-{scenario}-") as tmp:
         stage = Path(tmp) / "stage"
         if scenario.startswith("staged"):
@@ -133,7 +140,7 @@ def main():
                        "--probe-timeout", "2"]
             if scenario == "node_crash_redis":
                 command += ["--rendezvous", "redis", "--rendezvous-host", cluster.bridge_address]
-            if scenario.startswith(("staged", "lagged")):
+            if scenario.startswith(("staged", "lagged")) or sharded:
                 command += ["--domain-interface", cluster.subnet]
             command += ["--", *train, "--snapshot-dir", str(snapshots)]
             env = {**os.environ, **cluster.mpi_env()}
@@ -150,7 +157,7 @@ def main():
             def inject():
                 if not job.wait(lambda: job.step() >= FAULT_STEP, f"step {FAULT_STEP}"):
                     return
-                fault(*FIRST_FAULT[scenario])
+                fault(*FIRST_FAULT[base])
                 if scenario == "two_domains":
                     if job.wait(lambda: job.events("domain_healed") and job.step() >= FAULT_STEP + 30,
                                 "the first domain to come back"):

@@ -78,6 +78,24 @@ TEST_CASE("broadcast copies the root's bytes to every rank", "[mpi]") {
   REQUIRE_THROWS_AS(comm->broadcast(one, comm->size()), hardy::Error);
 }
 
+TEST_CASE("iallgather_blocks puts every rank's block in rank order", "[mpi]") {
+  auto comm = MpiCommunicator::world();
+  const auto n = static_cast<std::size_t>(comm->size());
+  std::vector<float> mine(1001), all(mine.size() * n, -1.0f);
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    mine[i] = static_cast<float>(comm->rank() * 10000 + static_cast<int>(i));
+  auto request = comm->iallgather_blocks(std::as_bytes(std::span(mine)),
+                                         std::as_writable_bytes(std::span(all)));
+  hardy::comm::wait_yielding(*request);
+  for (std::size_t r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      REQUIRE(all[r * mine.size() + i] == static_cast<float>(r * 10000 + i));
+  // A buffer that does not hold size() blocks is refused before anything is sent.
+  std::vector<std::byte> short_of_one(4 * (n - 1) + 1);
+  REQUIRE_THROWS_AS(comm->iallgather_blocks(std::as_bytes(std::span(mine).first(1)), short_of_one),
+                    hardy::InvalidArgument);
+}
+
 TEST_CASE("ibroadcast copies the root's bytes; wait_yielding waits without taking a core",
           "[mpi]") {
   auto comm = MpiCommunicator::world();

@@ -151,16 +151,21 @@ TEST_CASE("ETTR: refuses results it cannot use and machines domains do not divid
 
 TEST_CASE("ETTR: the domains' per-step price comes from the domain bench, pooled rounds first") {
   testing::ScratchDirectory dir("ettr-price");
-  nlohmann::json bench = {
-      {"overhead",
-       {{"nodes", 8},
-        {"nodes_per_domain", 2},
-        {"overhead_pct", {{"domains_4x2", 4.0}, {"domains_4x2_sync_every_4", -1.0}}}}}};
+  nlohmann::json bench = {{"overhead",
+                           {{"nodes", 8},
+                            {"nodes_per_domain", 2},
+                            {"overhead_pct",
+                             {{"domains_4x2", 4.0},
+                              {"domains_4x2_sync_every_4", -1.0},
+                              {"domains_4x2_sharded", 6.0}}}}}};
   std::ofstream(dir / "run.json") << bench.dump();
   CHECK(read_domain_price(dir / "run.json", 1).overhead == Approx(0.04));
   CHECK(read_domain_price(dir / "run.json", 4).overhead == Approx(-0.01));
   CHECK(read_domain_price(dir / "run.json", 4).measured_as.find("domains_4x2_sync_every_4") !=
         std::string::npos);
+  // Each exchange its own price (--domain-exchange); one the bench did not run is refused.
+  CHECK(read_domain_price(dir / "run.json", 1, "sharded").overhead == Approx(0.06));
+  CHECK_THROWS_AS(read_domain_price(dir / "run.json", 4, "sharded"), InvalidArgument);
   // Rounds pooled over several runs win over the last run's own.
   bench["pooled"] = {{"overhead_pct", {{"domains_4x2", 2.7}}}};
   std::ofstream(dir / "pooled.json") << bench.dump();

@@ -71,6 +71,16 @@ TEST_CASE("train spec: the effective configuration reads back to the same job", 
   CHECK(second.config_ini == first.config_ini);
 }
 
+TEST_CASE("train spec: the domain exchange is a property of the job, kept in its configuration",
+          "[jobs]") {
+  CHECK(parse({}).domain_exchange == resilience::DomainExchange::leader);
+  const TrainSpec sharded = parse({"--domain-exchange", "sharded"});
+  CHECK(sharded.domain_exchange == resilience::DomainExchange::sharded);
+  // A relaunched domain reads config.ini: it must exchange as the others do.
+  CHECK(load_train_spec(write_config("sharded", sharded.config_ini)).domain_exchange ==
+        resilience::DomainExchange::sharded);
+}
+
 TEST_CASE("train spec: bad values are rejected with a message naming the option", "[jobs]") {
   CHECK_THROWS_WITH(parse({"--global-batch", "0"}), Catch::Contains("--global-batch"));
   CHECK_THROWS_WITH(parse({"--height", "60"}), Catch::Contains("--height"));
@@ -79,6 +89,8 @@ TEST_CASE("train spec: bad values are rejected with a message naming the option"
   CHECK_THROWS_WITH(parse({"--class-weights", "1,2"}), Catch::Contains("3 values"));
   CHECK_THROWS_WITH(parse({"--lr", "-1"}), Catch::Contains("--lr"));
   CHECK_THROWS_WITH(parse({"--no-such-option"}), Catch::Contains("no-such-option"));
+  CHECK_THROWS_WITH(parse({"--domain-exchange", "ring"}),
+                    Catch::Contains("'ring'") && Catch::Contains("leader or sharded"));
   CHECK_THROWS_WITH(parse({"--config", "/nonexistent/job.ini"}),
                     Catch::Contains("/nonexistent/job.ini"));
   const auto unknown = write_config("unknown", "stepz = 3\n");

@@ -22,6 +22,7 @@
 #include "hardy/comm/rendezvous/store.hpp"
 #include "hardy/comm/self_communicator.hpp"
 #include "hardy/resilience/events.hpp"
+#include "in_process_world.hpp"
 #include "scratch_directory.hpp"
 
 using namespace hardy;
@@ -592,6 +593,129 @@ TEST_CASE("fault domains: an exchange left in flight travels while the domain co
     CHECK(computing.domains.generation() == 1);
     CHECK(computing.step(4).verdict == StepVerdict::commit);  // alone now
     CHECK(computing.summed.back() == 4.0f);
+  }
+}
+
+// --domain-exchange sharded: every domain is an in-process world of `ranks` threads, and rank i of
+// every domain sums the i-th shard with the others' rank i over a gloo group of its own.
+struct ShardedRank {
+  ShardedRank(std::unique_ptr<comm::Communicator> comm, int index, int count,
+              const std::filesystem::path& store)
+      : comm(std::move(comm)),
+        events(hardy::resilience::event_kinds()),
+        gradient(core::Tensor::host({5})),
+        domains(DomainOptions{.index = index,
+                              .count = count,
+                              .store = store,
+                              .address = "127.0.0.1",
+                              .timeout_s = 2,
+                              .membership_timeout_s = 20,
+                              .exchange = DomainExchange::sharded},
+                this->comm, events) {}
+
+  DomainStateAccess access() {
+    return {.committed = [this]() -> const checkpoint::TrainingState& { return state; },
+            .restore_in_domain = [this](checkpoint::TrainingState& s) { state = s; },
+            .committed_step = [this] { return state.step; },
+            .persisted = [] { return std::optional<checkpoint::TrainingState>(); },
+            .committed_lines = [] { return std::string(); },
+            .adopt_lines = [](const std::string&) {}};
+  }
+  // The step's exchange: `values` is the domain's sum of the step (every rank holds it, as after
+  // the in-domain allreduce); on commit the state moves on.
+  DomainStep step(const std::vector<float>& values) {
+    std::ranges::copy(values, gradient.f32().begin());
+    core::Tensor* gradients[] = {&gradient};
+    const DomainStep outcome = domains.exchange(state.step + 1, gradients, values[0], 0, access());
+    if (outcome.verdict == StepVerdict::commit) ++state.step;
+    return outcome;
+  }
+
+  std::unique_ptr<comm::Communicator> comm;
+  core::EventLog events;
+  core::Tensor gradient;
+  checkpoint::TrainingState state;
+  FaultDomains domains;
+};
+
+TEST_CASE("fault domains: sharded, every rank of every domain gets the whole sum") {
+  hardy::testing::ScratchDirectory scratch("sharded");
+  const auto store_dir = scratch.path() / "store";
+  auto supervisor = comm::open_file_store(store_dir);
+  supervisor->set(rendezvous_keys::members(0), "0,1");
+  constexpr int kDomains = 2, kRanks = 2;
+  // What each rank of each domain held after each step: the sums (or nothing on another verdict).
+  std::vector<std::vector<std::vector<float>>> seen(kDomains * kRanks);
+  std::vector<std::vector<StepVerdict>> verdicts(kDomains * kRanks);
+  // Domain d's sum at step s: d+1 times (s, 2s, 3s, 4s, 5s): 5 values over 2 ranks, shards of 3
+  // and 2.
+  const auto domain_sum = [](int d, int s) {
+    std::vector<float> values(5);
+    for (int i = 0; i < 5; ++i)
+      values[static_cast<std::size_t>(i)] = static_cast<float>((d + 1) * s * (i + 1));
+    return values;
+  };
+  // Domain 1 leaves after step `leaves_after` (its MPI job died: every rank's groups close); the
+  // test plays the supervisor, publishing generation 1 without it once domain 0 reports.
+  const int leaves_after = GENERATE(0, 2);
+  std::vector<std::unique_ptr<hardy::testing::InProcessWorld>> worlds;
+  for (int d = 0; d < kDomains; ++d)
+    worlds.push_back(std::make_unique<hardy::testing::InProcessWorld>(kRanks));
+  std::vector<std::future<std::vector<std::exception_ptr>>> running;
+  for (int d = 0; d < kDomains; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      return worlds[static_cast<std::size_t>(d)]->run(
+          [&, d](std::unique_ptr<comm::Communicator> c) {
+            const int slot = d * kRanks + c->rank();
+            ShardedRank rank(std::move(c), d, kDomains, store_dir);
+            rank.domains.start(rank.access());
+            const int steps = d == 1 && leaves_after > 0 ? leaves_after : 4;
+            for (int s = 1; s <= steps; ++s) {
+              const DomainStep outcome = rank.step(domain_sum(d, s));
+              verdicts[static_cast<std::size_t>(slot)].push_back(outcome.verdict);
+              seen[static_cast<std::size_t>(slot)].push_back(
+                  outcome.verdict == StepVerdict::commit
+                      ? std::vector<float>(rank.gradient.f32().begin(), rank.gradient.f32().end())
+                      : std::vector<float>());
+              if (outcome.verdict != StepVerdict::commit) --s;  // redone
+            }
+          });
+    }));
+  std::atomic<bool> done{false};
+  auto watcher = std::async(std::launch::async, [&] {
+    while (!done) {
+      if (supervisor->try_get(rendezvous_keys::failure(0, 0)) &&
+          !supervisor->try_get(rendezvous_keys::members(1)))
+        supervisor->set(rendezvous_keys::members(1), "0");
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  for (auto& r : running)
+    for (const auto& outcome : r.get()) CHECK(hardy::testing::describe(outcome).empty());
+  done = true;
+  watcher.get();
+  for (int slot = 0; slot < kDomains * kRanks; ++slot) {
+    const int d = slot / kRanks;
+    INFO("domain " << d << " rank " << slot % kRanks << ", domain 1 leaves after step "
+                   << leaves_after);
+    const auto& mine = seen[static_cast<std::size_t>(slot)];
+    if (leaves_after == 0) {
+      // Both domains, every step: the sum of both, at every rank.
+      REQUIRE(mine.size() == 4);
+      for (int s = 1; s <= 4; ++s) {
+        std::vector<float> expected = domain_sum(0, s);
+        for (std::size_t i = 0; i < 5; ++i) expected[i] += domain_sum(1, s)[i];
+        CHECK(mine[static_cast<std::size_t>(s - 1)] == expected);
+      }
+      continue;
+    }
+    if (d == 1) continue;
+    // Domain 0: steps 1 and 2 with both, then the step in flight dropped (rank 1's shard peer
+    // was gone: the leader regroups although its own shard arrived), then steps 3 and 4 alone.
+    const auto& verdict = verdicts[static_cast<std::size_t>(slot)];
+    REQUIRE(verdict.size() == 5);
+    CHECK(verdict[2] == StepVerdict::rewind);
+    CHECK(mine[4] == domain_sum(0, 4));
   }
 }
 

@@ -139,6 +139,20 @@ std::unique_ptr<Request> MpiCommunicator::ibroadcast(std::span<std::byte> data, 
   return std::make_unique<MpiRequest>(request, comm_, "MPI_Ibcast (wait)");
 }
 
+std::unique_ptr<Request> MpiCommunicator::iallgather_blocks(std::span<const std::byte> mine,
+                                                            std::span<std::byte> all) {
+  if (all.size() != mine.size() * static_cast<std::size_t>(size_))
+    throw hardy::InvalidArgument("MPI_Iallgather: " + std::to_string(all.size()) +
+                                 " bytes cannot hold " + std::to_string(size_) + " blocks of " +
+                                 std::to_string(mine.size()));
+  const int count = checked_count(mine.size(), "MPI_Iallgather");
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi_check(
+      MPI_Iallgather(mine.data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, comm_, &request),
+      "MPI_Iallgather", comm_);
+  return std::make_unique<MpiRequest>(request, comm_, "MPI_Iallgather (wait)");
+}
+
 void MpiCommunicator::barrier() { mpi_check(MPI_Barrier(comm_), "MPI_Barrier", comm_); }
 
 std::vector<std::string> MpiCommunicator::hostnames() {

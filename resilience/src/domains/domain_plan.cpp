@@ -71,6 +71,8 @@ namespace {
 constexpr std::size_t kVoteHeader = 5;
 }  // namespace
 
+std::size_t vote_values(std::size_t members) { return kVoteHeader + members; }
+
 void append_vote(std::vector<float>& buffer, const Vote& mine, std::size_t my_index,
                  std::size_t members) {
   const std::size_t at = buffer.size();

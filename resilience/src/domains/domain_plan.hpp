@@ -66,6 +66,8 @@ struct Vote {
   double skipped = 0;               // bad samples skipped in the domain this step
   std::vector<int> ranks;           // live ranks per member; a leader fills in its own slot only
 };
+// The values a vote of `members` members takes at the end of a buffer.
+std::size_t vote_values(std::size_t members);
 // Appends this leader's vote to `buffer` (its gradients).
 void append_vote(std::vector<float>& buffer, const Vote& mine, std::size_t my_index,
                  std::size_t members);

@@ -99,7 +99,7 @@ FaultDomains::FaultDomains(DomainOptions options, const std::unique_ptr<comm::Co
   if (options_.count < 1 || options_.index >= options_.count)
     throw InvalidArgument(
         fmt::format("domain {} of {}: no such domain", options_.index, options_.count));
-  if (leader()) store_ = open_domain_store(options_.store, options_.store_token);
+  if (leader() || sharded()) store_ = open_domain_store(options_.store, options_.store_token);
 }
 
 FaultDomains::~FaultDomains() = default;
@@ -373,7 +373,16 @@ DomainStep FaultDomains::settle_exchange(std::span<core::Tensor* const> tensors,
                                          const DomainStateAccess& state) {
   checkpoint::TrainingState healed;
   std::vector<double> decision;
-  if (leader()) decision = conclude(state, healed);
+  std::optional<std::string> shards_missing;
+  if (sharded()) {
+    const ShardsGathered gathered = gather_shards();
+    if (gathered.vote) {
+      in_flight_.reset();
+      return commit_gathered(*gathered.vote, tensors);
+    }
+    shards_missing = gathered.missing;
+  }
+  if (leader()) decision = conclude(state, healed, shards_missing);
   in_flight_.reset();
   return apply_decision(std::move(decision), tensors, &healed, state);
 }
@@ -449,42 +458,200 @@ void FaultDomains::start_step(long step, std::span<core::Tensor* const> tensors,
   if (in_flight_)
     throw Error(fmt::format("domain {}: step {}'s exchange started while step {}'s is in flight",
                             options_.index, step, in_flight_->step));
-  in_flight_.emplace();
+  // Sharded: collectives a newer generation left behind, once they ended on their own.
+  std::erase_if(abandoned_, [](const Abandoned& a) {
+    return a.exchange->sent.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
+  in_flight_ = std::make_unique<InFlight>();
   in_flight_->step = step;
-  if (!leader()) return;
-  in_flight_step_ = step;
-  in_flight_ok_.reset();
+  if (leader()) {
+    in_flight_step_ = step;
+    in_flight_ok_.reset();
+  } else if (!sharded()) {
+    return;  // the leader alone talks to the other domains
+  }
   std::vector<float>& values = in_flight_->values;
   try {
-    // A relaunched domain asks to join: every member learns it through the vote and admits it
-    // after this step, so all switch generation at the same step.
-    const bool pending = store_->try_get(rendezvous_keys::members(generation_ + 1)).has_value();
-    // One collective for every tensor and the vote: between domains each costs a network
-    // latency. A domain that votes against adds nothing (its tensors may be half-done).
-    Vote mine{.ok = ok,
+    // A domain that votes against adds nothing (its tensors may be half-done).
+    values = ok ? pack(tensors, weights) : std::vector<float>(values_in(tensors), 0.0f);
+    in_flight_->total = values.size();
+    if (leader()) {
+      // A relaunched domain asks to join: every member learns it through the vote and admits it
+      // after this step, so all switch generation at the same step.
+      const bool pending = store_->try_get(rendezvous_keys::members(generation_ + 1)).has_value();
+      Vote& mine = in_flight_->vote;
+      mine = {.ok = ok,
               .generation_pending = pending,
               .loss = loss,
               .skipped = skipped,
               .ranks = std::vector<int>(members_.size(), 0)};
-    mine.ranks[member_index()] = domain().size();
-    values = ok ? pack(tensors, weights) : std::vector<float>(values_in(tensors), 0.0f);
-    append_vote(values, mine, member_index(), members_.size());
+      mine.ranks[member_index()] = domain().size();
+    }
+    if (sharded()) {
+      const core::Shard mine = core::shard_of(values.size(), domain().rank(), domain().size());
+      values = std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(mine.begin),
+                                  values.begin() + static_cast<std::ptrdiff_t>(mine.end));
+    }
+    // One collective for every tensor and the vote: between domains each costs a network
+    // latency. Sharded, the vote rides with the leader's shard.
+    if (leader()) append_vote(values, in_flight_->vote, member_index(), members_.size());
   } catch (const comm::GroupFailure&) {
     std::promise<void> failed;  // conclude() takes it as the collective's failure
     failed.set_exception(std::current_exception());
     in_flight_->sent = failed.get_future();
     return;
   }
-  // Nothing else touches the group until conclude(): the thread owns it meanwhile.
-  in_flight_->sent = std::async(in_background ? std::launch::async : std::launch::deferred,
-                                [group = group_.get(), &values] { group->allreduce_sum(values); });
+  comm::Communicator* group = nullptr;
+  try {
+    group = &exchange_group();
+  } catch (const comm::GroupFailure&) {
+    std::promise<void> failed;
+    failed.set_exception(std::current_exception());
+    in_flight_->sent = failed.get_future();
+    return;
+  }
+  // Nothing else touches the group until conclude(): the thread owns it meanwhile. Sharded, the
+  // ranks other than the leader always send on a thread, so that they can stop waiting for it
+  // (gather_shards).
+  const bool on_thread = in_background || (sharded() && !leader());
+  in_flight_->sent = std::async(on_thread ? std::launch::async : std::launch::deferred,
+                                [group, &values] { group->allreduce_sum(values); });
+}
+
+comm::Communicator& FaultDomains::exchange_group() {
+  if (leader()) return *group_;
+  // At a new generation's first step: every member's rank of this index connects in that step.
+  if (shard_group_ == nullptr || shard_generation_ != generation_) {
+    shard_group_.reset();  // its sockets close first, so late peers of the old group fail at once
+    shard_group_ = comm::connect_gloo_group(
+        *store_, {.prefix = fmt::format("gen{}-shard{}", generation_, domain().rank()),
+                  .rank = static_cast<int>(member_index()),
+                  .size = static_cast<int>(members_.size()),
+                  .address = options_.address,
+                  .timeout = to_ms(options_.timeout_s),
+                  .connect_timeout = to_ms(options_.timeout_s)});
+    shard_generation_ = generation_;
+  }
+  return *shard_group_;
+}
+
+FaultDomains::ShardsGathered FaultDomains::gather_shards() {
+  // Each rank's block: its shard, padded to the largest with the vote's room (the leader's shard
+  // carries the vote), then 1 when it arrived, 0 when not.
+  const std::size_t total = in_flight_->total;
+  const int ranks = domain().size();
+  const std::size_t votes = vote_values(members_.size());
+  const std::size_t block =
+      (total + static_cast<std::size_t>(ranks) - 1) / static_cast<std::size_t>(ranks) + votes + 1;
+  std::vector<float> mine(block, 0.0f);
+  try {
+    if (!leader()) wait_for_shard_unless_superseded();
+    in_flight_->sent.get();
+    std::copy(in_flight_->values.begin(), in_flight_->values.end(), mine.begin());
+    mine.back() = 1.0f;
+  } catch (const comm::GroupFailure& e) {
+    std::cerr << fmt::format("hardy: domain {} rank {}: step {}'s shard: {}\n", options_.index,
+                             domain().rank(), in_flight_->step, e.what());
+  }
+  std::vector<float> all(block * static_cast<std::size_t>(ranks));
+  // Waited for without spinning: a rank whose shard arrived early gives its core to the others'
+  // exchanges (the nodes of a small cluster run several domains' ranks).
+  const auto gathered = domain().iallgather_blocks(std::as_bytes(std::span(mine)),
+                                                   std::as_writable_bytes(std::span(all)));
+  comm::wait_yielding(*gathered);
+  held_sums_.resize(total);
+  std::vector<int> missing;
+  for (int r = 0; r < ranks; ++r) {
+    const core::Shard part = core::shard_of(total, r, ranks);
+    const auto from =
+        all.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(r));
+    std::copy_n(from, part.size(), held_sums_.begin() + static_cast<std::ptrdiff_t>(part.begin));
+    if (*(from + static_cast<std::ptrdiff_t>(block - 1)) != 1.0f) missing.push_back(r);
+  }
+  if (!missing.empty())
+    return {.missing = fmt::format("the shards of ranks {} of domain {} did not arrive",
+                                   fmt::join(missing, ", "), options_.index)};
+  const auto vote_at =
+      all.begin() + static_cast<std::ptrdiff_t>(core::shard_of(total, 0, ranks).size());
+  std::vector<float> vote(vote_at, vote_at + static_cast<std::ptrdiff_t>(votes));
+  return {.vote = take_vote(vote, members_.size())};
+}
+
+void FaultDomains::wait_for_shard_unless_superseded() {
+  // A frozen peer in this shard's group (its node stopped, its sockets open) holds the
+  // collective for the whole --domain-timeout, while the supervisor publishes a generation
+  // without that peer's domain as soon as the domain ends. So the wait also looks for such a
+  // generation, and leaves the collective to end on its own: its thread keeps its buffer and
+  // group (abandoned_), and the shard counts as not arrived, so the leader regroups. A newer
+  // generation that only adds members (a relaunched domain waiting to be let in at a step
+  // boundary) is no reason to stop.
+  const auto member_lost = [this] {
+    for (std::size_t g = generation_ + 1;; ++g) {
+      const auto listed = store_->try_get(rendezvous_keys::members(g));
+      if (!listed) return false;
+      if (!missing_from(members_, parse_members(*listed)).empty()) return true;
+    }
+  };
+  auto looked = std::chrono::steady_clock::now();
+  while (in_flight_->sent.wait_for(std::chrono::milliseconds(2)) != std::future_status::ready) {
+    // A look at the store every 20 ms at most: a Redis store is a round trip away.
+    if (std::chrono::steady_clock::now() - looked < std::chrono::milliseconds(20)) continue;
+    looked = std::chrono::steady_clock::now();
+    if (!member_lost()) continue;
+    abandoned_.push_back({.group = std::move(shard_group_), .exchange = std::move(in_flight_)});
+    in_flight_ = std::make_unique<InFlight>();
+    in_flight_->step = abandoned_.back().exchange->step;
+    in_flight_->total = abandoned_.back().exchange->total;
+    throw comm::GroupFailure(fmt::format(
+        "a generation after {} without one of its members was published while this rank's shard "
+        "of the step waited",
+        generation_));
+  }
+}
+
+DomainStep FaultDomains::commit_gathered(const Vote& vote, std::span<core::Tensor* const> tensors) {
+  // Every rank of the domain gathered the same blocks: all decide alike, with no word from the
+  // leader. A domain that votes against would have sent nothing (sharded, none does: a domain
+  // that loses a rank ends), so the step is dropped everywhere.
+  if (!vote.ok) return {.verdict = StepVerdict::abandon};
+  if (std::ranges::any_of(vote.ranks, [&](int r) { return r != domain().size(); }))
+    throw Error(fmt::format(
+        "--domain-exchange sharded needs domains of equal size; domains {} have {} ranks",
+        format_members(members_), fmt::join(vote.ranks, ", ")));
+  ranks_per_member_ = vote.ranks;
+  if (leader()) {
+    last_vote_loss_ = vote.loss;
+    in_flight_ok_ = true;
+  }
+  put_held_sums(tensors);
+  return {.verdict = StepVerdict::commit,
+          .loss = vote.loss,
+          .skipped = vote.skipped,
+          .admit_pending = vote.generation_pending};
+}
+
+void FaultDomains::put_held_sums(std::span<core::Tensor* const> tensors) const {
+  std::size_t at = 0;
+  for (core::Tensor* tensor : tensors) {
+    const auto into = tensor->f32();
+    std::copy_n(held_sums_.begin() + static_cast<std::ptrdiff_t>(at), into.size(), into.begin());
+    at += into.size();
+  }
 }
 
 std::vector<double> FaultDomains::conclude(const DomainStateAccess& state,
-                                           checkpoint::TrainingState& healed) {
+                                           checkpoint::TrainingState& healed,
+                                           const std::optional<std::string>& shards_missing) {
   SharedDecision decision;
   const long step = in_flight_->step;
   try {
+    // Sharded, conclude() is only reached when a shard did not arrive here: the step fails as a
+    // lost peer would make it fail, and the leaders regroup (a new generation, new shard groups).
+    // A domain where every shard arrived committed the step, and the resync heals this one.
+    if (shards_missing) {
+      group_.reset();  // peers still in the leaders' shard fail at once
+      throw comm::GroupFailure(*shards_missing);
+    }
     in_flight_->sent.get();
     const Vote vote = take_vote(in_flight_->values, members_.size());
     held_sums_ = std::move(in_flight_->values);
@@ -553,18 +720,17 @@ DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
   const auto delivered = domain().ibroadcast(std::as_writable_bytes(std::span(header)), 0);
   comm::wait_yielding(*delivered);
   const SharedDecision decision = SharedDecision::decode(header);
+  if (sharded() && std::ranges::any_of(decision.ranks, [&](int r) { return r != domain().size(); }))
+    throw Error(fmt::format(
+        "--domain-exchange sharded needs domains of equal size; domains {} have {} ranks",
+        format_members(decision.members), fmt::join(decision.ranks, ", ")));
   generation_ = decision.generation;
   members_ = decision.members;
   ranks_per_member_ = decision.ranks;
   if (decision.verdict == kCommit && values > 0) {
     if (!leader()) held_sums_.resize(values);  // reused step after step
     domain().broadcast(std::as_writable_bytes(std::span(held_sums_)), 0);
-    std::size_t at = 0;
-    for (core::Tensor* tensor : tensors) {
-      const auto into = tensor->f32();
-      std::copy_n(held_sums_.begin() + static_cast<std::ptrdiff_t>(at), into.size(), into.begin());
-      at += into.size();
-    }
+    put_held_sums(tensors);
   }
   if (decision.verdict == kHealed) {
     checkpoint::TrainingState none;

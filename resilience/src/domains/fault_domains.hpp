@@ -29,6 +29,7 @@
 #include "hardy/core/compute/tensor.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/resilience/training_config.hpp"
 
 namespace hardy::resilience {
 
@@ -44,6 +45,7 @@ struct DomainOptions {
   // Relaunched after a loss: the supervisor's token for this launch (empty: the job's first
   // launch). The leader asks to be let in under it, then heals from a peer.
   std::string join_token;
+  DomainExchange exchange = DomainExchange::leader;
 };
 
 // A leader that finds its domain left out of a generation: the domain must end (the supervisor
@@ -99,6 +101,9 @@ class FaultDomains {
   // This domain is the lowest live one: its leader writes the run directory's files.
   bool owns_run_files() const { return !enabled() || members_.front() == options_.index; }
   std::size_t generation() const { return generation_; }
+  // Every rank of the domain exchanges with the other domains (--domain-exchange sharded): a
+  // rank lost inside the domain ends it, since its shard's peers cannot go on without it.
+  bool sharded() const { return enabled() && options_.exchange == DomainExchange::sharded; }
   // The job's live ranks: every member domain's, as last reported (the domain's own without
   // domains).
   int job_world_size() const;
@@ -139,7 +144,7 @@ class FaultDomains {
                       double skipped, std::span<const float> weights = {});
   DomainStep settle_exchange(std::span<core::Tensor* const> tensors,
                              const DomainStateAccess& state);
-  bool exchange_in_flight() const { return in_flight_.has_value(); }
+  bool exchange_in_flight() const { return in_flight_ != nullptr; }
 
   // After the domain recovered from a rank's death inside it (ULFM shrink, state back at the
   // domain's committed step): settles `next_step`, the step that was in flight. When the domains
@@ -179,13 +184,36 @@ class FaultDomains {
                   bool ok, std::span<const float> weights, bool in_background);
   // Leader: the encoded decision of the step started last (its vote, or after a lost peer domain
   // the resync that followed, with the healed state in `healed`).
-  std::vector<double> conclude(const DomainStateAccess& state, checkpoint::TrainingState& healed);
+  // Sharded, only when a shard did not arrive (`shards_missing`, from gather_shards).
+  std::vector<double> conclude(const DomainStateAccess& state, checkpoint::TrainingState& healed,
+                               const std::optional<std::string>& shards_missing = std::nullopt);
   // Every rank: takes the leader's encoded decision with the sums it holds (one broadcast; put
   // in `tensors` on commit), or the healed state (from `healed`, the leader's; others receive
   // it).
   DomainStep apply_decision(std::vector<double> encoded, std::span<core::Tensor* const> tensors,
                             checkpoint::TrainingState* healed, const DomainStateAccess& state);
   std::size_t member_index() const;
+  // The gloo group this rank sends its part of a step through: the leaders' group for the
+  // leader (the whole sum, or with the sharded exchange shard 0), else (sharded only) the group
+  // of this rank's shard in the current generation, connected at its first use.
+  comm::Communicator& exchange_group();
+  // Sharded, every rank: waits for its shard's sums, then the domain's ranks trade their shards
+  // (one in-domain allgather), so that each holds every sum in held_sums_, and the vote that
+  // rode with the leader's shard. Without the vote when a shard did not arrive (`missing` says
+  // whose).
+  struct ShardsGathered {
+    std::optional<Vote> vote;
+    std::string missing;
+  };
+  ShardsGathered gather_shards();
+  // Sharded, a rank other than the leader: until its shard's collective ends, or (GroupFailure)
+  // the supervisor publishes a newer generation first.
+  void wait_for_shard_unless_superseded();
+  // Sharded, every rank, when every shard arrived: the step commits here (the domain's commit
+  // point: a domain that missed a shard regroups, and the resync heals it from this one).
+  DomainStep commit_gathered(const Vote& vote, std::span<core::Tensor* const> tensors);
+  // The sums held (the step's, every value of every tensor in order) into `tensors`.
+  void put_held_sums(std::span<core::Tensor* const> tensors) const;
   // domain_quorum_changed: the members now (this generation's) and what changed.
   struct QuorumChange {
     std::string why;  // the failure, or the generation published without a domain
@@ -201,8 +229,12 @@ class FaultDomains {
   DomainOptions options_;
   const std::unique_ptr<comm::Communicator>& domain_;
   core::EventLog& events_;
-  std::unique_ptr<comm::RendezvousStore> store_;  // leader only
-  std::unique_ptr<comm::Communicator> group_;     // leader only
+  // The leader's; with the sharded exchange every rank's (for its shard's group).
+  std::unique_ptr<comm::RendezvousStore> store_;
+  std::unique_ptr<comm::Communicator> group_;  // leader only
+  // Sharded, ranks other than the leader: this rank's shard group and its generation.
+  std::unique_ptr<comm::Communicator> shard_group_;
+  std::size_t shard_generation_ = 0;
   std::size_t generation_ = 0;
   std::vector<int> members_;           // live domains, ascending
   std::vector<int> ranks_per_member_;  // as reported at the last vote or resync
@@ -217,13 +249,25 @@ class FaultDomains {
   long in_flight_step_ = -1;
   std::optional<bool> in_flight_ok_;
   // The exchange started and not yet concluded: what the leader sends (then the sums), and its
-  // collective, running (start_exchange) or deferred until conclude() (exchange).
+  // collective, running (start_exchange) or deferred until conclude() (exchange). Sharded: what
+  // this rank sends (its shard of the `total` values), and the leader's vote, sent after every
+  // shard arrived.
   struct InFlight {
     long step = 0;
     std::vector<float> values;
     std::future<void> sent;
+    std::size_t total = 0;
+    Vote vote;
   };
-  std::optional<InFlight> in_flight_;
+  // On the heap: a thread that still runs its collective keeps its address (abandoned_).
+  std::unique_ptr<InFlight> in_flight_;
+  // Sharded: exchanges given up on because a newer generation came first, with their groups,
+  // kept until their collectives end (gloo's timeout at the latest).
+  struct Abandoned {
+    std::unique_ptr<comm::Communicator> group;  // destroyed after the exchange's thread ended
+    std::unique_ptr<InFlight> exchange;
+  };
+  std::vector<Abandoned> abandoned_;
 };
 
 }  // namespace hardy::resilience

@@ -28,7 +28,8 @@ DomainCoordinator::DomainCoordinator(const TrainingConfig& config, Membership& m
                                                        .store_token = config.domain_store_token,
                                                        .address = config.domain_address,
                                                        .timeout_s = config.domain_timeout_s,
-                                                       .join_token = config.domain_join},
+                                                       .join_token = config.domain_join,
+                                                       .exchange = config.domain_exchange},
                                          membership.communicator_slot(), files.events())) {}
 
 DomainCoordinator::~DomainCoordinator() = default;
@@ -65,6 +66,14 @@ std::optional<CommittedStep> DomainCoordinator::after_local_recovery(const std::
   if (membership_.world_rank_of(0) != 0)
     throw comm::Agreed<Error>(fmt::format(
         "domain {} lost its leader ({}); the domain ends and is relaunched", config_.domain, what));
+  // Sharded, every rank sums a shard with the other domains' ranks of its index, and its peers
+  // there cannot go on without it: the domain ends too, and comes back whole (relaunched on
+  // healthy nodes or spares, healed from a live domain).
+  if (domains_->sharded())
+    throw comm::Agreed<Error>(fmt::format(
+        "domain {} lost a rank ({}); with --domain-exchange sharded the domain ends and is "
+        "relaunched",
+        config_.domain, what));
   const auto started = Clock::now();
   const long next = trainer_.step() + 1;
   const DomainStep across = domains_->after_local_recovery(

@@ -7,6 +7,7 @@
 #include "domains/domain_plan.hpp"
 #include "hardy/comm/rendezvous/network_interface.hpp"
 #include "hardy/core/data/sample_source.hpp"
+#include "hardy/core/support/enum_names.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::resilience {
@@ -22,6 +23,14 @@ RebalancePolicy parse_rebalance_policy(const std::string& name) {
 std::string to_string(RebalancePolicy policy) {
   return policy == RebalancePolicy::constant_global_batch ? "constant-global-batch"
                                                           : "constant-local-batch";
+}
+
+DomainExchange parse_domain_exchange(const std::string& name) {
+  static_assert(std::size(kDomainExchangeNames) == 1 + static_cast<int>(DomainExchange::sharded));
+  if (const auto exchange = core::value_named<DomainExchange>(kDomainExchangeNames, name))
+    return *exchange;
+  throw InvalidArgument(fmt::format("unknown domain exchange '{}' (choose {})", name,
+                                    core::choice_list(kDomainExchangeNames)));
 }
 
 bool TrainingConfig::domains_meet_at(long at_step) const {

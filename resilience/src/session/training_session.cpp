@@ -211,8 +211,9 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
   }();
   domains.note_split_of_computed();
   // Where the domains meet, only the leader needs the domain's sums: it exchanges them with the
-  // other domains and broadcasts the result to its members (FaultDomains::exchange).
-  if (domains.enabled() && config.domains_meet_at(computed_step))
+  // other domains and broadcasts the result to its members (FaultDomains::exchange). Sharded,
+  // every rank sends its shard of them.
+  if (domains.enabled() && config.domains_meet_at(computed_step) && !domains.domains().sharded())
     trainer.reducer().reduce_next_step_to(0);
   trainer.compute(grad_scale, [&](std::size_t ready, std::size_t count) {
     // Dying here leaves some buckets' allreduces in flight: the hardest moment to fail.

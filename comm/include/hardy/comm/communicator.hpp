@@ -65,6 +65,11 @@ class Communicator {
   // call this one (MPI never matches a blocking collective with a non-blocking one). A
   // communicator whose collectives block broadcasts at once and returns a completed request.
   virtual std::unique_ptr<Request> ibroadcast(std::span<std::byte> data, int root);
+  // Every rank's block (`mine`, the same size at every rank) into `all`, in rank order (size()
+  // blocks), without blocking; both must stay valid until the request completes. By default one
+  // broadcast per rank, completed on return.
+  virtual std::unique_ptr<Request> iallgather_blocks(std::span<const std::byte> mine,
+                                                     std::span<std::byte> all);
   virtual void barrier() = 0;
   // Every rank's host name, indexed by rank (for failure reports and node-aware placement).
   virtual std::vector<std::string> hostnames() = 0;

@@ -4,6 +4,7 @@
 // scales (docs/scale-model.md explains each one).
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hardy::jobs {
@@ -92,13 +93,15 @@ struct MeasuredScaling {
 MeasuredScaling read_scaling(const std::filesystem::path& results);
 
 // What bench/cluster/domain_bench.py measured of the domains' per-step price against one job on
-// the same nodes, for domains meeting every `sync_every`-th step: the pooled rounds where the
-// results hold them, else the run's own.
+// the same nodes, for domains meeting every `sync_every`-th step that exchange as `exchange`
+// says (--domain-exchange: "leader" or "sharded"): the pooled rounds where the results hold
+// them, else the run's own.
 struct MeasuredDomainPrice {
   double overhead = 0;      // the ratio of the median steps, less 1
   std::string measured_as;  // which configuration of the bench, and from which rounds
 };
-MeasuredDomainPrice read_domain_price(const std::filesystem::path& results, int sync_every);
+MeasuredDomainPrice read_domain_price(const std::filesystem::path& results, int sync_every,
+                                      std::string_view exchange = "leader");
 
 struct EttrAssumptions {
   int nodes = 4560;

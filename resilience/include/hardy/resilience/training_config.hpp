@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hardy/core/data/batch_assembler.hpp"
@@ -24,6 +25,18 @@ enum class RebalancePolicy {
 };
 RebalancePolicy parse_rebalance_policy(const std::string& name);
 std::string to_string(RebalancePolicy policy);
+
+// How fault domains sum a step across domains (docs/resilience.md, "Fault domains").
+enum class DomainExchange {
+  // Each domain's leader sends the whole sum to the other leaders, then broadcasts in its domain.
+  leader,
+  // Rank i of every domain sums the i-th shard with rank i of the others (a gloo group per
+  // shard), the domain gathers the shards, and the leaders vote: every rank carries 1/R of the
+  // bytes. Domains must be of equal size, and a domain that loses a rank ends (relaunched).
+  sharded,
+};
+inline constexpr std::string_view kDomainExchangeNames[] = {"leader", "sharded"};
+DomainExchange parse_domain_exchange(const std::string& name);
 
 // --snapshot-every auto: a node-local snapshot whenever the time since the last one is at least
 // kSnapshotAutoCostFactor times what the last one cost (the training thread's stall plus the
@@ -116,6 +129,7 @@ struct TrainingConfig {
   // The domains meet every N-th step and train alone in between (domain_plan.hpp); 1: every step,
   // as one job would. Ignored without domains.
   int domain_sync_every = 1;
+  DomainExchange domain_exchange = DomainExchange::leader;
   // How often the domains meet: every step in a job of one domain.
   int sync_every() const { return domain >= 0 ? domain_sync_every : 1; }
   // Whether the domains meet at `at_step` (--domain-sync-every; always without domains).

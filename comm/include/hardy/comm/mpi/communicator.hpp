@@ -72,6 +72,8 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Request> ireduce_sum(std::span<float> data, int root) override;
   void broadcast(std::span<std::byte> data, int root) override;
   std::unique_ptr<Request> ibroadcast(std::span<std::byte> data, int root) override;
+  std::unique_ptr<Request> iallgather_blocks(std::span<const std::byte> mine,
+                                             std::span<std::byte> all) override;
   void barrier() override;
   std::vector<std::string> hostnames() override;
 
