@@ -31,6 +31,20 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// What every domain of these tests runs with: loopback, and timeouts short enough for a test.
+DomainOptions test_options(int index, int count, const std::filesystem::path& store,
+                           std::string join = {},
+                           DomainExchange exchange = DomainExchange::leader) {
+  return {.index = index,
+          .count = count,
+          .store = store,
+          .address = "127.0.0.1",
+          .timeout_s = 2,
+          .membership_timeout_s = 20,
+          .join_token = std::move(join),
+          .exchange = exchange};
+}
+
 // One domain of one rank: its communicator, its committed "state" (a step and a tensor standing
 // for the model) and its leader's FaultDomains.
 struct Domain {
@@ -40,14 +54,7 @@ struct Domain {
         events(events_file.empty() ? core::EventLog(hardy::resilience::event_kinds())
                                    : core::EventLog(events_file, hardy::resilience::event_kinds())),
         gradient(core::Tensor::host({4})),
-        domains(DomainOptions{.index = index,
-                              .count = count,
-                              .store = store,
-                              .address = "127.0.0.1",
-                              .timeout_s = 2,
-                              .membership_timeout_s = 20,
-                              .join_token = std::move(join)},
-                comm, events) {
+        domains(test_options(index, count, store, std::move(join)), comm, events) {
     committed_state.step = 0;
   }
 
@@ -604,14 +611,8 @@ struct ShardedRank {
       : comm(std::move(comm)),
         events(hardy::resilience::event_kinds()),
         gradient(core::Tensor::host({5})),
-        domains(DomainOptions{.index = index,
-                              .count = count,
-                              .store = store,
-                              .address = "127.0.0.1",
-                              .timeout_s = 2,
-                              .membership_timeout_s = 20,
-                              .exchange = DomainExchange::sharded},
-                this->comm, events) {}
+        domains(test_options(index, count, store, {}, DomainExchange::sharded), this->comm,
+                events) {}
 
   DomainStateAccess access() {
     return {.committed = [this]() -> const checkpoint::TrainingState& { return state; },
