@@ -43,6 +43,8 @@ Each run also draws the job's layout (--layouts limits the draw):
   domains_sync4    the same meeting every 4th step (--domain-sync-every 4)
   domains_staged   the same on DeepCAM-layout files (`hardy data generate --format deepcam`) staged
                    to node-local storage (--stage-to)
+  domains_sharded  the domains layout with --domain-exchange sharded: every rank sums its shard with
+                   the other domain's rank of its index, and a domain that loses a rank ends
 
 A domain layout draws the faults that reach a domain from outside (rank_kill, node_crash,
 node_freeze, partition): a lost node ends its domain, which comes back on the spare when there is
@@ -149,6 +151,7 @@ LAYOUTS = {  # hardy run's options, hardy train's, the fault kinds that fit
     "domains_lag": (["--nodes-per-domain", "2"], ["--gradient-lag", "1"], DOMAIN_KINDS),
     "domains_sync4": (["--nodes-per-domain", "2"], ["--domain-sync-every", "4"], DOMAIN_KINDS),
     "domains_staged": (["--nodes-per-domain", "2"], ["--stage-to"], DOMAIN_KINDS),
+    "domains_sharded": (["--nodes-per-domain", "2"], ["--domain-exchange", "sharded"], DOMAIN_KINDS),
 }
 SYNC_EVERY = {"domains_sync4": 4}
 HOOKED = {"checkpoint_kill", "recovery_kill"}                 # --inject-failure, first launch only
