@@ -106,6 +106,8 @@ expect 2 "sleep=S takes a positive number of seconds" -- train --inject-failure 
 # Options every domain would refuse end the job of domains with their message, not in relaunches.
 expect 2 "domain-sync-every must be at least 1" -- run --nodes 2 --nodes-per-domain 1 --run-dir "$tmp/d" \
   -- --synthetic --steps 2 --domain-sync-every 0
+expect 2 "unknown domain exchange 'ring' (choose leader or sharded)" -- run --nodes 2 \
+  --nodes-per-domain 1 --run-dir "$tmp/d" -- --synthetic --steps 2 --domain-exchange ring
 expect 2 "multiple of --domain-sync-every" -- run --nodes 2 --nodes-per-domain 1 --run-dir "$tmp/e" \
   -- --synthetic --steps 2 --domain-sync-every 4 --checkpoint-every 25
 expect 2 "does not exist" -- eval --run-dir "$tmp/none"
