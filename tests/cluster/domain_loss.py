@@ -30,7 +30,8 @@ its address there (domain_address of job_started and domain_started).
 
 Each asserts what fault domains promise: exit 0 with job_finished at the last step; every step
 committed once and no committed step lost; every complete epoch covers every sample exactly once;
-the final loss within 2% of the same job as one MPI job; the other domains' ranks never restarted
+the final loss within 2% of the same job as one MPI job; every domain ending with the same
+parameters (their digests); the other domains' ranks never restarted
 (one rank_started each); the lost node named with its evidence and left out; the lost domain back
 at full strength on a spare, healed from a domain live at the time; the survivors training again
 within 2 s of a crash and 5 s of a freeze (fault to their next committed step after they
@@ -190,6 +191,13 @@ def main():
                   f"{scenario}: final loss {final:.5f} within 2% of one MPI job's {expected_final:.5f}")
             check(metrics and metrics[-1]["world_size"] == NODES * ranks,
                   f"{scenario}: back at full strength ({metrics[-1]['world_size'] if metrics else None} ranks)")
+            # Every domain, the relaunched ones too, ends with the same parameters to the bit.
+            ends = [e for e in all_events if e["event"] in ("job_finished", "domain_finished")
+                    and e.get("status") == "completed"]
+            digests = {e.get("domain"): e.get("parameter_digest") for e in ends}
+            check(len(digests) == NODES // PER_DOMAIN and None not in digests.values()
+                  and len(set(digests.values())) == 1,
+                  f"{scenario}: every domain ends with the same parameters: {digests}")
 
             victims = {f["node"] // PER_DOMAIN for f in faults}
             started_events = named("rank_started")

@@ -242,12 +242,14 @@ def main():
             check_staging(check, scenario, events, stage, domains, victim)
         final = metrics[-1]["loss"]
         if sync_every == 1:
-            # Before the fault the domains sum what one job sums, only grouped otherwise: the
-            # losses agree to float rounding (a wrong sum drifts within a step or two).
+            # Before the fault the domains sum what one job sums, only grouped otherwise: over the
+            # first 10 steps the losses agree but for float rounding, which training amplifies
+            # (1.4e-5 apart at step 13 on the staged files, 1e-8 on synthetic ones). A wrong sum
+            # is 0.6% off at step 2 (the sharded exchange's sums once reached only its leader).
             one_job = {m["step"]: m["loss"] for m in read_jsonl(reference / "metrics.jsonl")}
             apart = [(m["step"], m["loss"], one_job.get(m["step"])) for m in metrics
-                     if m["step"] <= min(fault.get("step", 0), 20)
-                     and abs(m["loss"] - one_job.get(m["step"], 0)) > 1e-5 * abs(m["loss"])]
+                     if m["step"] <= min(fault.get("step", 0), 10)
+                     and abs(m["loss"] - one_job.get(m["step"], 0)) > 1e-3 * abs(m["loss"])]
             check(not apart, f"{scenario}: the steps before the fault match one MPI job's losses: {apart[:3]}")
             check(abs(final - expected_final) <= 0.02 * abs(expected_final),
                   f"{scenario}: final loss {final:.5f} within 2% of one MPI job's {expected_final:.5f}")
