@@ -614,10 +614,7 @@ DomainStep FaultDomains::commit_gathered(const Vote& vote, std::span<core::Tenso
   // leader. A domain that votes against would have sent nothing (sharded, none does: a domain
   // that loses a rank ends), so the step is dropped everywhere.
   if (!vote.ok) return {.verdict = StepVerdict::abandon};
-  if (std::ranges::any_of(vote.ranks, [&](int r) { return r != domain().size(); }))
-    throw Error(fmt::format(
-        "--domain-exchange sharded needs domains of equal size; domains {} have {} ranks",
-        format_members(members_), fmt::join(vote.ranks, ", ")));
+  require_equal_sizes(members_, vote.ranks);
   ranks_per_member_ = vote.ranks;
   if (leader()) {
     last_vote_loss_ = vote.loss;
@@ -628,6 +625,14 @@ DomainStep FaultDomains::commit_gathered(const Vote& vote, std::span<core::Tenso
           .loss = vote.loss,
           .skipped = vote.skipped,
           .admit_pending = vote.generation_pending};
+}
+
+void FaultDomains::require_equal_sizes(const std::vector<int>& members,
+                                       const std::vector<int>& ranks) const {
+  if (std::ranges::any_of(ranks, [&](int r) { return r != domain().size(); }))
+    throw Error(fmt::format(
+        "--domain-exchange sharded needs domains of equal size; domains {} have {} ranks",
+        format_members(members), fmt::join(ranks, ", ")));
 }
 
 void FaultDomains::put_held_sums(std::span<core::Tensor* const> tensors) const {
@@ -720,10 +725,7 @@ DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
   const auto delivered = domain().ibroadcast(std::as_writable_bytes(std::span(header)), 0);
   comm::wait_yielding(*delivered);
   const SharedDecision decision = SharedDecision::decode(header);
-  if (sharded() && std::ranges::any_of(decision.ranks, [&](int r) { return r != domain().size(); }))
-    throw Error(fmt::format(
-        "--domain-exchange sharded needs domains of equal size; domains {} have {} ranks",
-        format_members(decision.members), fmt::join(decision.ranks, ", ")));
+  if (sharded()) require_equal_sizes(decision.members, decision.ranks);
   generation_ = decision.generation;
   members_ = decision.members;
   ranks_per_member_ = decision.ranks;

@@ -212,6 +212,8 @@ class FaultDomains {
   // Sharded, every rank, when every shard arrived: the step commits here (the domain's commit
   // point: a domain that missed a shard regroups, and the resync heals it from this one).
   DomainStep commit_gathered(const Vote& vote, std::span<core::Tensor* const> tensors);
+  // Sharded: every member (`ranks`, one count per member) the size of this domain, or Error.
+  void require_equal_sizes(const std::vector<int>& members, const std::vector<int>& ranks) const;
   // The sums held (the step's, every value of every tensor in order) into `tensors`.
   void put_held_sums(std::span<core::Tensor* const> tensors) const;
   // domain_quorum_changed: the members now (this generation's) and what changed.
