@@ -98,22 +98,24 @@ class TimingBackend final : public core::ForwardingBackend {
     timed("fill", shape(t), [&] { Base::do_fill(t, value); });
   }
 
-  void do_conv2d_forward(const core::Tensor& x, const core::Tensor& weight,
-                         const core::Tensor* bias, const core::ConvGeometry& geometry,
-                         core::Tensor& y) override {
-    timed("conv_fwd", conv_shape(x, weight, geometry, y),
-          [&] { Base::do_conv2d_forward(x, weight, bias, geometry, y); });
+  void do_convolution_forward(const core::Tensor& x, const core::Tensor& weight,
+                              const core::Tensor* bias, const core::ConvGeometry& geometry,
+                              core::Tensor& y) override {
+    timed(x.rank() == 5 ? "conv3d_fwd" : "conv_fwd", conv_shape(x, weight, geometry, y),
+          [&] { Base::do_convolution_forward(x, weight, bias, geometry, y); });
   }
-  void do_conv2d_backward_data(const core::Tensor& dy, const core::Tensor& weight,
-                               const core::ConvGeometry& geometry, core::Tensor& dx) override {
-    timed("conv_bwd_data", conv_shape(dx, weight, geometry, dy),
-          [&] { Base::do_conv2d_backward_data(dy, weight, geometry, dx); });
+  void do_convolution_backward_data(const core::Tensor& dy, const core::Tensor& weight,
+                                    const core::ConvGeometry& geometry, core::Tensor& dx) override {
+    timed(dx.rank() == 5 ? "conv3d_bwd_data" : "conv_bwd_data",
+          conv_shape(dx, weight, geometry, dy),
+          [&] { Base::do_convolution_backward_data(dy, weight, geometry, dx); });
   }
-  void do_conv2d_backward_weights(const core::Tensor& x, const core::Tensor& dy,
-                                  const core::ConvGeometry& geometry, core::Tensor& dweight,
-                                  core::Tensor* dbias) override {
-    timed("conv_bwd_weights", conv_shape(x, dweight, geometry, dy),
-          [&] { Base::do_conv2d_backward_weights(x, dy, geometry, dweight, dbias); });
+  void do_convolution_backward_weights(const core::Tensor& x, const core::Tensor& dy,
+                                       const core::ConvGeometry& geometry, core::Tensor& dweight,
+                                       core::Tensor* dbias) override {
+    timed(x.rank() == 5 ? "conv3d_bwd_weights" : "conv_bwd_weights",
+          conv_shape(x, dweight, geometry, dy),
+          [&] { Base::do_convolution_backward_weights(x, dy, geometry, dweight, dbias); });
   }
   void do_conv2d_transpose_forward(const core::Tensor& x, const core::Tensor& weight,
                                    const core::Tensor* bias, const core::ConvGeometry& geometry,
@@ -134,23 +136,6 @@ class TimingBackend final : public core::ForwardingBackend {
           [&] { Base::do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias); });
   }
 
-  void do_conv3d_forward(const core::Tensor& x, const core::Tensor& weight,
-                         const core::Tensor* bias, const core::ConvGeometry& geometry,
-                         core::Tensor& y) override {
-    timed("conv3d_fwd", conv_shape(x, weight, geometry, y),
-          [&] { Base::do_conv3d_forward(x, weight, bias, geometry, y); });
-  }
-  void do_conv3d_backward_data(const core::Tensor& dy, const core::Tensor& weight,
-                               const core::ConvGeometry& geometry, core::Tensor& dx) override {
-    timed("conv3d_bwd_data", conv_shape(dx, weight, geometry, dy),
-          [&] { Base::do_conv3d_backward_data(dy, weight, geometry, dx); });
-  }
-  void do_conv3d_backward_weights(const core::Tensor& x, const core::Tensor& dy,
-                                  const core::ConvGeometry& geometry, core::Tensor& dweight,
-                                  core::Tensor* dbias) override {
-    timed("conv3d_bwd_weights", conv_shape(x, dweight, geometry, dy),
-          [&] { Base::do_conv3d_backward_weights(x, dy, geometry, dweight, dbias); });
-  }
   void do_max_pool3d_forward(const core::Tensor& x, const core::PoolGeometry& geometry,
                              core::Tensor& y) override {
     timed("max_pool3d_fwd", fmt::format("{}->{}", shape(x), shape(y)),

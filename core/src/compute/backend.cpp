@@ -117,28 +117,72 @@ void Backend::fill(Tensor& t, float value) {
 
 // ---- convolution ----
 
+namespace {
+
+// The public operation's name (conv2d_forward, conv3d_forward, ...), without an allocation.
+std::string_view convolution_operation(int spatial_dims, std::string_view pass2d,
+                                       std::string_view pass3d) {
+  return spatial_dims == 3 ? pass3d : pass2d;
+}
+
+// The shape checks of a convolution of 2 or 3 spatial dimensions.
+void check_convolution_of(int spatial_dims, const OperandRules& rules, std::string_view operation,
+                          const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                          const Tensor& y, const ConvGeometry& geometry) {
+  if (spatial_dims == 3)
+    check_convolution3d(rules, operation, roles, x, weight, y, geometry);
+  else
+    check_convolution(rules, operation, roles, x, weight, y, geometry);
+}
+
+}  // namespace
+
+void Backend::checked_convolution_forward(int spatial_dims, const Tensor& x, const Tensor& weight,
+                                          const Tensor* bias, const ConvGeometry& geometry,
+                                          Tensor& y) {
+  const std::string_view operation =
+      convolution_operation(spatial_dims, "conv2d_forward", "conv3d_forward");
+  check_convolution_of(spatial_dims, rules_, operation, {"x", "weight", "y"}, x, weight, y,
+                       geometry);
+  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight.dim(0));
+  do_convolution_forward(x, weight, bias, geometry, y);
+}
+
+void Backend::checked_convolution_backward_data(int spatial_dims, const Tensor& dy,
+                                                const Tensor& weight, const ConvGeometry& geometry,
+                                                Tensor& dx) {
+  check_convolution_of(
+      spatial_dims, rules_,
+      convolution_operation(spatial_dims, "conv2d_backward_data", "conv3d_backward_data"),
+      {"dx", "weight", "dy"}, dx, weight, dy, geometry);
+  do_convolution_backward_data(dy, weight, geometry, dx);
+}
+
+void Backend::checked_convolution_backward_weights(int spatial_dims, const Tensor& x,
+                                                   const Tensor& dy, const ConvGeometry& geometry,
+                                                   Tensor& dweight, Tensor* dbias) {
+  const std::string_view operation =
+      convolution_operation(spatial_dims, "conv2d_backward_weights", "conv3d_backward_weights");
+  check_convolution_of(spatial_dims, rules_, operation, {"x", "dweight", "dy"}, x, dweight, dy,
+                       geometry);
+  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight.dim(0));
+  do_convolution_backward_weights(x, dy, geometry, dweight, dbias);
+}
+
 void Backend::conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                              const ConvGeometry& geometry, Tensor& y) {
-  constexpr std::string_view operation = "conv2d_forward";
-  check_convolution(rules_, operation, {"x", "weight", "y"}, x, weight, y, geometry);
-  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight.dim(0));
-  do_conv2d_forward(x, weight, bias, geometry, y);
+  checked_convolution_forward(2, x, weight, bias, geometry, y);
 }
 
 void Backend::conv2d_backward_data(const Tensor& dy, const Tensor& weight,
                                    const ConvGeometry& geometry, Tensor& dx) {
-  check_convolution(rules_, "conv2d_backward_data", {"dx", "weight", "dy"}, dx, weight, dy,
-                    geometry);
-  do_conv2d_backward_data(dy, weight, geometry, dx);
+  checked_convolution_backward_data(2, dy, weight, geometry, dx);
 }
 
 void Backend::conv2d_backward_weights(const Tensor& x, const Tensor& dy,
                                       const ConvGeometry& geometry, Tensor& dweight,
                                       Tensor* dbias) {
-  constexpr std::string_view operation = "conv2d_backward_weights";
-  check_convolution(rules_, operation, {"x", "dweight", "dy"}, x, dweight, dy, geometry);
-  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight.dim(0));
-  do_conv2d_backward_weights(x, dy, geometry, dweight, dbias);
+  checked_convolution_backward_weights(2, x, dy, geometry, dweight, dbias);
 }
 
 void Backend::conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
@@ -169,26 +213,18 @@ void Backend::conv2d_transpose_backward_weights(const Tensor& x, const Tensor& d
 
 void Backend::conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                              const ConvGeometry& geometry, Tensor& y) {
-  constexpr std::string_view operation = "conv3d_forward";
-  check_convolution3d(rules_, operation, {"x", "weight", "y"}, x, weight, y, geometry);
-  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight.dim(0));
-  do_conv3d_forward(x, weight, bias, geometry, y);
+  checked_convolution_forward(3, x, weight, bias, geometry, y);
 }
 
 void Backend::conv3d_backward_data(const Tensor& dy, const Tensor& weight,
                                    const ConvGeometry& geometry, Tensor& dx) {
-  check_convolution3d(rules_, "conv3d_backward_data", {"dx", "weight", "dy"}, dx, weight, dy,
-                      geometry);
-  do_conv3d_backward_data(dy, weight, geometry, dx);
+  checked_convolution_backward_data(3, dy, weight, geometry, dx);
 }
 
 void Backend::conv3d_backward_weights(const Tensor& x, const Tensor& dy,
                                       const ConvGeometry& geometry, Tensor& dweight,
                                       Tensor* dbias) {
-  constexpr std::string_view operation = "conv3d_backward_weights";
-  check_convolution3d(rules_, operation, {"x", "dweight", "dy"}, x, dweight, dy, geometry);
-  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight.dim(0));
-  do_conv3d_backward_weights(x, dy, geometry, dweight, dbias);
+  checked_convolution_backward_weights(3, x, dy, geometry, dweight, dbias);
 }
 
 void Backend::max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) {

@@ -569,12 +569,13 @@ FaultDomains::ShardsGathered FaultDomains::gather_shards() {
     if (*(from + static_cast<std::ptrdiff_t>(block - 1)) != 1.0f) missing.push_back(r);
   }
   if (!missing.empty())
-    return {.missing = fmt::format("the shards of ranks {} of domain {} did not arrive",
+    return {.vote = std::nullopt,
+            .missing = fmt::format("the shards of ranks {} of domain {} did not arrive",
                                    fmt::join(missing, ", "), options_.index)};
   const auto vote_at =
       all.begin() + static_cast<std::ptrdiff_t>(core::shard_of(total, 0, ranks).size());
   std::vector<float> vote(vote_at, vote_at + static_cast<std::ptrdiff_t>(votes));
-  return {.vote = take_vote(vote, members_.size())};
+  return {.vote = take_vote(vote, members_.size()), .missing = {}};
 }
 
 void FaultDomains::wait_for_shard_unless_superseded() {

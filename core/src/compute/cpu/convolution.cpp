@@ -274,38 +274,33 @@ void convolution_backward_weights(Impl& impl, std::string_view operation, const 
   });
 }
 
+// The operation a convolution's errors name: 2-D or 3-D by the rank of its activations.
+std::string_view operation_name(const Tensor& activations, std::string_view pass2d,
+                                std::string_view pass3d) {
+  return activations.rank() == 5 ? pass3d : pass2d;
+}
+
 }  // namespace
 
-void CpuBackend::do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                   const ConvGeometry& geometry, Tensor& y) {
-  convolution_forward(*impl_, "conv2d_forward", x, weight, bias, geometry, y);
+void CpuBackend::do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                        const ConvGeometry& geometry, Tensor& y) {
+  convolution_forward(*impl_, operation_name(x, "conv2d_forward", "conv3d_forward"), x, weight,
+                      bias, geometry, y);
 }
 
-void CpuBackend::do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
-                                         const ConvGeometry& geometry, Tensor& dx) {
-  convolution_backward_data(*impl_, "conv2d_backward_data", dy, weight, geometry, dx);
+void CpuBackend::do_convolution_backward_data(const Tensor& dy, const Tensor& weight,
+                                              const ConvGeometry& geometry, Tensor& dx) {
+  convolution_backward_data(*impl_,
+                            operation_name(dy, "conv2d_backward_data", "conv3d_backward_data"), dy,
+                            weight, geometry, dx);
 }
 
-void CpuBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
-                                            const ConvGeometry& geometry, Tensor& dweight,
-                                            Tensor* dbias) {
-  convolution_backward_weights(*impl_, "conv2d_backward_weights", x, dy, geometry, dweight, dbias);
-}
-
-void CpuBackend::do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                   const ConvGeometry& geometry, Tensor& y) {
-  convolution_forward(*impl_, "conv3d_forward", x, weight, bias, geometry, y);
-}
-
-void CpuBackend::do_conv3d_backward_data(const Tensor& dy, const Tensor& weight,
-                                         const ConvGeometry& geometry, Tensor& dx) {
-  convolution_backward_data(*impl_, "conv3d_backward_data", dy, weight, geometry, dx);
-}
-
-void CpuBackend::do_conv3d_backward_weights(const Tensor& x, const Tensor& dy,
-                                            const ConvGeometry& geometry, Tensor& dweight,
-                                            Tensor* dbias) {
-  convolution_backward_weights(*impl_, "conv3d_backward_weights", x, dy, geometry, dweight, dbias);
+void CpuBackend::do_convolution_backward_weights(const Tensor& x, const Tensor& dy,
+                                                 const ConvGeometry& geometry, Tensor& dweight,
+                                                 Tensor* dbias) {
+  convolution_backward_weights(
+      *impl_, operation_name(x, "conv2d_backward_weights", "conv3d_backward_weights"), x, dy,
+      geometry, dweight, dbias);
 }
 
 // ---- transposed convolution: oneDNN's deconvolution primitives, on the same weight handling ----

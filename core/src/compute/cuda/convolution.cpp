@@ -445,18 +445,10 @@ void convolve_backward_weights(CudaBackend::Impl& impl, const ConvShape& s, cons
 
 }  // namespace
 
-void CudaBackend::do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                    const ConvGeometry& geometry, Tensor& y) {
-  const ConvShape s = conv_shape(x, weight, y, geometry);
-  convolve(*impl_, s, x.raw(), weight, y.raw());
-  if (bias != nullptr)
-    add_channel_bias(y.raw(), s.type, bias->data<float>(), s.n * s.oh * s.ow, s.o, impl_->s());
-}
+// ---- convolution, 2-D (4-D activations, depth 1) or 3-D (5-D, Nd descriptors) alike ----
 
-// ---- 3-D convolution: the same passes with Nd descriptors ----
-
-void CudaBackend::do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                    const ConvGeometry& geometry, Tensor& y) {
+void CudaBackend::do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                         const ConvGeometry& geometry, Tensor& y) {
   const ConvShape s = conv_shape(x, weight, y, geometry);
   convolve(*impl_, s, x.raw(), weight, y.raw());
   if (bias != nullptr)
@@ -464,14 +456,14 @@ void CudaBackend::do_conv3d_forward(const Tensor& x, const Tensor& weight, const
                      impl_->s());
 }
 
-void CudaBackend::do_conv3d_backward_data(const Tensor& dy, const Tensor& weight,
-                                          const ConvGeometry& geometry, Tensor& dx) {
+void CudaBackend::do_convolution_backward_data(const Tensor& dy, const Tensor& weight,
+                                               const ConvGeometry& geometry, Tensor& dx) {
   convolve_backward_data(*impl_, conv_shape(dx, weight, dy, geometry), dy.raw(), weight, dx.raw());
 }
 
-void CudaBackend::do_conv3d_backward_weights(const Tensor& x, const Tensor& dy,
-                                             const ConvGeometry& geometry, Tensor& dweight,
-                                             Tensor* dbias) {
+void CudaBackend::do_convolution_backward_weights(const Tensor& x, const Tensor& dy,
+                                                  const ConvGeometry& geometry, Tensor& dweight,
+                                                  Tensor* dbias) {
   convolve_backward_weights(*impl_, conv_shape(x, dweight, dy, geometry), x.raw(), dy.raw(),
                             dweight);
   if (dbias != nullptr) add_bias_gradient(*impl_, dy, *dbias);
@@ -493,19 +485,6 @@ void CudaBackend::do_dense_backward_data(const Tensor& dy, const Tensor& weight,
 void CudaBackend::do_dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight,
                                             Tensor* dbias) {
   convolve_backward_weights(*impl_, dense_shape(x, dweight), x.raw(), dy.raw(), dweight);
-  if (dbias != nullptr) add_bias_gradient(*impl_, dy, *dbias);
-}
-
-void CudaBackend::do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
-                                          const ConvGeometry& geometry, Tensor& dx) {
-  convolve_backward_data(*impl_, conv_shape(dx, weight, dy, geometry), dy.raw(), weight, dx.raw());
-}
-
-void CudaBackend::do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
-                                             const ConvGeometry& geometry, Tensor& dweight,
-                                             Tensor* dbias) {
-  convolve_backward_weights(*impl_, conv_shape(x, dweight, dy, geometry), x.raw(), dy.raw(),
-                            dweight);
   if (dbias != nullptr) add_bias_gradient(*impl_, dy, *dbias);
 }
 

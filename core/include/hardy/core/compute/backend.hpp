@@ -399,13 +399,14 @@ class Backend {
   virtual std::unique_ptr<InputUpload> do_start_upload();
   virtual void do_synchronize() {}
 
-  virtual void do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                 const ConvGeometry& geometry, Tensor& y) = 0;
-  virtual void do_conv2d_backward_data(const Tensor& dy, const Tensor& weight,
-                                       const ConvGeometry& geometry, Tensor& dx) = 0;
-  virtual void do_conv2d_backward_weights(const Tensor& x, const Tensor& dy,
-                                          const ConvGeometry& geometry, Tensor& dweight,
-                                          Tensor* dbias) = 0;
+  // conv2d_* and conv3d_*: a convolution of 4-D or 5-D activations (the rank says which).
+  virtual void do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                                      const ConvGeometry& geometry, Tensor& y) = 0;
+  virtual void do_convolution_backward_data(const Tensor& dy, const Tensor& weight,
+                                            const ConvGeometry& geometry, Tensor& dx) = 0;
+  virtual void do_convolution_backward_weights(const Tensor& x, const Tensor& dy,
+                                               const ConvGeometry& geometry, Tensor& dweight,
+                                               Tensor* dbias) = 0;
   virtual void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight,
                                            const Tensor* bias, const ConvGeometry& geometry,
                                            Tensor& y) = 0;
@@ -415,13 +416,6 @@ class Backend {
                                                     const ConvGeometry& geometry, Tensor& dweight,
                                                     Tensor* dbias) = 0;
 
-  virtual void do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                 const ConvGeometry& geometry, Tensor& y) = 0;
-  virtual void do_conv3d_backward_data(const Tensor& dy, const Tensor& weight,
-                                       const ConvGeometry& geometry, Tensor& dx) = 0;
-  virtual void do_conv3d_backward_weights(const Tensor& x, const Tensor& dy,
-                                          const ConvGeometry& geometry, Tensor& dweight,
-                                          Tensor* dbias) = 0;
   virtual void do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) = 0;
   virtual void do_max_pool3d_backward(const Tensor& x, const Tensor& dy,
                                       const PoolGeometry& geometry, Tensor& dx) = 0;
@@ -476,6 +470,15 @@ class Backend {
   // Calls another backend's hooks directly: its operands were checked by the decorator's own
   // public operation, against the same rules.
   friend class ForwardingBackend;
+
+  // The checks of conv2d_* (spatial_dims 2) or conv3d_* (3), then do_convolution_*.
+  void checked_convolution_forward(int spatial_dims, const Tensor& x, const Tensor& weight,
+                                   const Tensor* bias, const ConvGeometry& geometry, Tensor& y);
+  void checked_convolution_backward_data(int spatial_dims, const Tensor& dy, const Tensor& weight,
+                                         const ConvGeometry& geometry, Tensor& dx);
+  void checked_convolution_backward_weights(int spatial_dims, const Tensor& x, const Tensor& dy,
+                                            const ConvGeometry& geometry, Tensor& dweight,
+                                            Tensor* dbias);
 
   OperandRules rules_;
 };

@@ -42,17 +42,18 @@ class ForwardingBackend : public Backend {
   std::unique_ptr<InputUpload> do_start_upload() override { return inner_.do_start_upload(); }
   void do_synchronize() override { inner_.do_synchronize(); }
 
-  void do_conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                         const ConvGeometry& geometry, Tensor& y) override {
-    inner_.do_conv2d_forward(x, weight, bias, geometry, y);
+  void do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                              const ConvGeometry& geometry, Tensor& y) override {
+    inner_.do_convolution_forward(x, weight, bias, geometry, y);
   }
-  void do_conv2d_backward_data(const Tensor& dy, const Tensor& weight, const ConvGeometry& geometry,
-                               Tensor& dx) override {
-    inner_.do_conv2d_backward_data(dy, weight, geometry, dx);
+  void do_convolution_backward_data(const Tensor& dy, const Tensor& weight,
+                                    const ConvGeometry& geometry, Tensor& dx) override {
+    inner_.do_convolution_backward_data(dy, weight, geometry, dx);
   }
-  void do_conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
-                                  Tensor& dweight, Tensor* dbias) override {
-    inner_.do_conv2d_backward_weights(x, dy, geometry, dweight, dbias);
+  void do_convolution_backward_weights(const Tensor& x, const Tensor& dy,
+                                       const ConvGeometry& geometry, Tensor& dweight,
+                                       Tensor* dbias) override {
+    inner_.do_convolution_backward_weights(x, dy, geometry, dweight, dbias);
   }
   void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                    const ConvGeometry& geometry, Tensor& y) override {
@@ -68,18 +69,6 @@ class ForwardingBackend : public Backend {
     inner_.do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias);
   }
 
-  void do_conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                         const ConvGeometry& geometry, Tensor& y) override {
-    inner_.do_conv3d_forward(x, weight, bias, geometry, y);
-  }
-  void do_conv3d_backward_data(const Tensor& dy, const Tensor& weight, const ConvGeometry& geometry,
-                               Tensor& dx) override {
-    inner_.do_conv3d_backward_data(dy, weight, geometry, dx);
-  }
-  void do_conv3d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeometry& geometry,
-                                  Tensor& dweight, Tensor* dbias) override {
-    inner_.do_conv3d_backward_weights(x, dy, geometry, dweight, dbias);
-  }
   void do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) override {
     inner_.do_max_pool3d_forward(x, geometry, y);
   }
