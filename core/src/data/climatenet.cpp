@@ -383,8 +383,6 @@ int ClimateNetDataset::load_concurrency() const {
   return h5::library_is_thread_safe() ? 1 : 0;
 }
 
-void ClimateNetDataset::set_file_locator(FileLocator locator) { location_.set(std::move(locator)); }
-
 void ClimateNetDataset::read_file(const fs::path& path, int y0, int x0, Sample& sample) const {
   if (!h5::is_hdf5_file(path))
     throw InvalidArgument(is_netcdf3(path) ? "is a netCDF-3 (classic) file, not netCDF-4"

@@ -335,8 +335,6 @@ CosmoFlowDataset::CosmoFlowDataset(const fs::path& root, std::string_view split)
 
 CosmoFlowDataset::~CosmoFlowDataset() = default;
 
-void CosmoFlowDataset::set_file_locator(FileLocator locator) { location_.set(std::move(locator)); }
-
 // Checks sample `index`'s file(s) at their source and reads its targets. edge: the first file's,
 // or 0 to learn it. Throws InvalidArgument (or IoError from HDF5) without the file's name.
 CosmoFlowDataset::FileLayout CosmoFlowDataset::inspect(std::size_t index, int edge) const {

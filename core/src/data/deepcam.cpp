@@ -275,8 +275,6 @@ const fs::path& DeepCamDataset::file(std::size_t index) const {
   return files_[index];
 }
 
-void DeepCamDataset::set_file_locator(FileLocator locator) { location_.set(std::move(locator)); }
-
 DeepCamDataset::FileLayout DeepCamDataset::layout_of(std::size_t index) const {
   return inspected_.get(index, files_[index], [&] {
     return inspect_sample_file<FileLayout>(files_[index], options_.label_set, height_, width_);

@@ -234,8 +234,6 @@ PackedSamples::PackedSamples(const fs::path& root, std::string_view split)
                                       quoted(root / kPackedManifest), counts[split_].dump()));
 }
 
-void PackedSamples::set_file_locator(FileLocator locator) { location_.set(std::move(locator)); }
-
 std::string PackedSamples::describe() const {
   return fmt::format("packed bf16 {} split of {}: {} samples of {} (from {})", split_,
                      quoted(root_), files_.size(), to_string(shape_), source_);

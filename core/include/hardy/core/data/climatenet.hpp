@@ -104,25 +104,20 @@ struct ClimateNetOptions {
 //
 // Thread-safety: every const member may be called from any number of threads at once, and
 // set_file_locator() too; HDF5 calls are serialized (HDF5's own lock, in a thread-safe build).
-class ClimateNetDataset final : public SampleSource, public SampleFiles {
+class ClimateNetDataset final : public FileSampleSource {
  public:
   // split: "train", "validation" or "test".
   ClimateNetDataset(const std::filesystem::path& root, std::string_view split,
                     ClimateNetOptions options = {});
   ~ClimateNetDataset() override;
 
-  std::size_t size() const override { return files_.size(); }
-  SampleShape shape() const override { return shape_; }
   void load(std::size_t index, std::span<float> fields_chw,
             std::span<std::int32_t> labels_hw) const override;
   // "ClimateNet train split of ROOT: 219 samples of 16x768x1152 (normalised by FILE, ...)".
   std::string describe() const override;
   std::vector<std::string> channel_names() const override;
+  // 1 or 0: HDF5 reads each sample's file (or its staged copy) and serializes the loads.
   int load_concurrency() const override;
-
-  const std::vector<std::filesystem::path>& files() const override { return files_; }
-  // Staging (SampleFiles): HDF5 opens the located copy.
-  void set_file_locator(FileLocator locator) override;
 
  private:
   struct Sample;  // one file's selected window, as read
@@ -134,15 +129,12 @@ class ClimateNetDataset final : public SampleSource, public SampleFiles {
   std::filesystem::path root_;
   std::string split_;
   ClimateNetOptions options_;
-  std::vector<std::filesystem::path> files_;
   int height_ = 0, width_ = 0;  // of the stored grid
-  SampleShape shape_{};
   std::filesystem::path statistics_path_;
   std::vector<double> mean_, inverse_std_;  // per selected channel (double: PS is ~1e5 Pa)
 
   mutable std::mutex mutex_;              // guards bad_
   mutable std::vector<std::string> bad_;  // why file i is bad; empty: not known to be
-  FileLocation location_;
 };
 
 }  // namespace hardy::core

@@ -70,26 +70,20 @@ NpyHeader parse_npy_header(std::string_view bytes);
 //
 // Thread-safety: every const member, load() included, may be called from any number of threads
 // at once; set_file_locator() too.
-class CosmoFlowDataset final : public SampleSource, public SampleFiles {
+class CosmoFlowDataset final : public FileSampleSource {
  public:
   // split: "train", "validation" or "test".
   CosmoFlowDataset(const std::filesystem::path& root, std::string_view split);
   ~CosmoFlowDataset() override;
 
-  std::size_t size() const override { return files_.size(); }
-  SampleShape shape() const override { return shape_; }
   void load(std::size_t index, std::span<float> fields_cdhw,
             std::span<std::int32_t> target_words) const override;
   // "CosmoFlow train split of 'ROOT': 512 samples of 4x128x128x128 -> 4 targets (HDF5)".
   std::string describe() const override;
   std::vector<std::string> channel_names() const override;
-  int load_concurrency() const override { return 1 << 20; }
+  // files() are the HDF5 files, or the NumPy *_data.npy files, in sample order. Staging copies
+  // these; a NumPy sample's label file is read from ROOT (once per process).
   CosmoFlowVariant variant() const { return variant_; }
-
-  // The sample files (HDF5 files, or the NumPy *_data.npy files), in sample order. Staging
-  // copies these; a NumPy sample's label file is read from ROOT (once per process).
-  const std::vector<std::filesystem::path>& files() const override { return files_; }
-  void set_file_locator(FileLocator locator) override;
 
  private:
   struct FileLayout;  // where a validated file keeps x, its targets, or why it is bad
@@ -99,11 +93,8 @@ class CosmoFlowDataset final : public SampleSource, public SampleFiles {
   std::filesystem::path root_;
   std::string split_;
   CosmoFlowVariant variant_ = CosmoFlowVariant::hdf5;
-  std::vector<std::filesystem::path> files_;
-  SampleShape shape_{};
 
   InspectedFiles<FileLayout> inspected_;
-  FileLocation location_;
 };
 
 struct CosmoFlowGenerateOptions {

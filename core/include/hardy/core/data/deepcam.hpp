@@ -72,27 +72,22 @@ std::vector<int> parse_channel_selection(std::string_view text);
 //
 // Thread-safety: every const member, load() included, may be called from any number of threads
 // at once; set_file_locator() too.
-class DeepCamDataset final : public SampleSource, public SampleFiles {
+class DeepCamDataset final : public FileSampleSource {
  public:
   // split: "train", "validation" or "test".
   DeepCamDataset(const std::filesystem::path& root, std::string_view split,
                  DeepCamOptions options = {});
   ~DeepCamDataset() override;
 
-  std::size_t size() const override { return files_.size(); }
-  SampleShape shape() const override { return shape_; }
   void load(std::size_t index, std::span<float> fields_chw,
             std::span<std::int32_t> labels_hw) const override;
   // "DeepCAM train split of ROOT: 1536 samples of 16x768x1152 (labels_0, crop 384x576, ...)".
   std::string describe() const override;
   std::vector<std::string> channel_names() const override;
-  int load_concurrency() const override { return 1 << 20; }
 
-  // The sample files, in sample order.
+  // Sample `index`'s file (files()[index]). Staged (set_file_locator), HDF5 checks the source
+  // file and pread reads the copy at the same offsets.
   const std::filesystem::path& file(std::size_t index) const;
-  const std::vector<std::filesystem::path>& files() const override { return files_; }
-  // Staging (SampleFiles): HDF5 checks the source file; pread reads the copy at the same offsets.
-  void set_file_locator(FileLocator locator) override;
 
  private:
   struct FileLayout;  // where a validated file keeps its datasets, or why it is bad
@@ -101,13 +96,10 @@ class DeepCamDataset final : public SampleSource, public SampleFiles {
   std::filesystem::path root_;
   std::string split_;
   DeepCamOptions options_;
-  std::vector<std::filesystem::path> files_;
-  int height_ = 0, width_ = 0;  // of the stored grid
-  SampleShape shape_{};
+  int height_ = 0, width_ = 0;                 // of the stored grid
   std::vector<float> minval_, inverse_range_;  // per stored channel
 
   InspectedFiles<FileLayout> inspected_;
-  FileLocation location_;
 };
 
 struct DeepCamGenerateOptions {

@@ -58,27 +58,21 @@ PackReport pack_dataset(const std::vector<PackedSplit>& splits, const std::files
 // One split of a packed dataset. load() throws BadSample (naming the file) for a file that is
 // missing, truncated, of another shape or format, or that holds a non-finite field or a label
 // outside the classes. Every const member may be called from any number of threads at once.
-class PackedSamples final : public SampleSource, public SampleFiles {
+class PackedSamples final : public FileSampleSource {
  public:
   // Throws InvalidArgument for a root without a valid packed.json or a split it does not hold
   // (or whose files do not match its count).
   PackedSamples(const std::filesystem::path& root, std::string_view split);
 
-  std::size_t size() const override { return files_.size(); }
-  SampleShape shape() const override { return shape_; }
   void load(std::size_t index, std::span<float> fields_chw,
             std::span<std::int32_t> labels_hw) const override;
   // "packed bf16 train split of ROOT: 1536 samples of 16x768x1152 (from ...)".
   std::string describe() const override;
   std::vector<std::string> channel_names() const override { return channel_names_; }
-  int load_concurrency() const override { return 1 << 20; }
   // bf16, read as stored: one read, nothing widened (each value still checked).
   DType stored_dtype() const override { return DType::bf16; }
   void load_stored(std::size_t index, std::span<std::byte> fields_chw,
                    std::span<std::int32_t> labels_hw) const override;
-
-  const std::vector<std::filesystem::path>& files() const override { return files_; }
-  void set_file_locator(FileLocator locator) override;
 
  private:
   // Exactly one of `widened` (f32) and `stored` (bf16 words) is given.
@@ -89,9 +83,6 @@ class PackedSamples final : public SampleSource, public SampleFiles {
   std::string split_;
   std::string source_;
   std::vector<std::string> channel_names_;
-  SampleShape shape_{};
-  std::vector<std::filesystem::path> files_;
-  FileLocation location_;
 };
 
 // The channel count a packed dataset's samples have (its packed.json); throws InvalidArgument

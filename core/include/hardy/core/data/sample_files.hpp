@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "hardy/core/data/sample_source.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {
@@ -97,6 +98,24 @@ class InspectedFiles {
 
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<Layout>> layouts_;
+};
+
+// A SampleSource that reads one file (or one file pair) per sample: the DeepCAM, ClimateNet,
+// CosmoFlow and packed readers. A reader fills files_ and shape_ in its constructor; its loads
+// read each sample from location_.of(files_[index]), which follows set_file_locator(). Loads run
+// in parallel unless a reader says otherwise (ClimateNet: HDF5 serializes them).
+class FileSampleSource : public SampleSource, public SampleFiles {
+ public:
+  std::size_t size() const override { return files_.size(); }
+  SampleShape shape() const override { return shape_; }
+  int load_concurrency() const override { return 1 << 20; }
+  const std::vector<std::filesystem::path>& files() const override { return files_; }
+  void set_file_locator(FileLocator locator) override { location_.set(std::move(locator)); }
+
+ protected:
+  std::vector<std::filesystem::path> files_;
+  SampleShape shape_{};
+  FileLocation location_;
 };
 
 }  // namespace hardy::core
