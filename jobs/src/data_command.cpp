@@ -11,6 +11,7 @@
 #include "hardy/core/data/dataset.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/process_info.hpp"
 #include "hardy/jobs/commands.hpp"
 
 namespace po = boost::program_options;
@@ -69,8 +70,7 @@ int data_stats_command(const std::vector<std::string>& args) {
       vm.count("out") ? vm["out"].as<std::string>() : (root / core::kClimateNetStatsFile).string();
   const auto start = std::chrono::steady_clock::now();
   const auto statistics = core::write_climatenet_statistics(root, out);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = core::seconds_since(start);
   std::cout << fmt::format(
       "wrote the statistics of {} variables over {} training files to {} in "
       "{:.1f} s\n",
@@ -105,8 +105,7 @@ int generate_cosmoflow(const po::variables_map& vm) {
   const std::filesystem::path out = vm["out"].as<std::string>();
   const auto start = std::chrono::steady_clock::now();
   core::write_cosmoflow_dataset(out, options);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = core::seconds_since(start);
   std::cout << fmt::format(
       "wrote a CosmoFlow dataset ({}) of {} training and {} validation samples of 4x{}^3 to {} in "
       "{:.1f} s\n",
@@ -202,8 +201,7 @@ int data_command(const std::vector<std::string>& args) {
                                                .seed = vm["seed"].as<std::uint64_t>()};
     const auto start = std::chrono::steady_clock::now();
     core::write_deepcam_dataset(out, options);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = core::seconds_since(start);
     std::cout << fmt::format(
         "wrote a DeepCAM dataset of {} training, {} validation and {} test samples of 16x{}x{} to "
         "{} in {:.1f} s\n",
@@ -215,8 +213,7 @@ int data_command(const std::vector<std::string>& args) {
   const auto start = std::chrono::steady_clock::now();
   core::write_dataset(source, 0, static_cast<std::size_t>(samples), out,
                       static_cast<std::size_t>(per_file));
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = core::seconds_since(start);
   std::cout << fmt::format("wrote {} samples of 16x{}x{} to {} in {:.1f} s\n", samples, height,
                            width, out.string(), seconds);
   return 0;

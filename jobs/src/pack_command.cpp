@@ -12,6 +12,7 @@
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/data/packed_samples.hpp"
 #include "hardy/core/support/error.hpp"
+#include "hardy/core/support/process_info.hpp"
 #include "hardy/jobs/train_spec.hpp"
 
 namespace po = boost::program_options;
@@ -129,8 +130,7 @@ int data_pack_command(const std::vector<std::string>& args) {
     if (done % every == 0 || done == total)
       std::cout << fmt::format("  {}/{} samples\n", done, total) << std::flush;
   });
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = core::seconds_since(start);
   std::cout << fmt::format("packed {} sample(s) of {} ({:.2f} GB) in {:.1f} s\n", total,
                            core::to_string(sources.front()->shape()),
                            static_cast<double>(report.bytes) / 1e9, seconds);

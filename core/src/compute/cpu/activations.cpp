@@ -16,24 +16,27 @@ using dnnl::memory;
 
 constexpr std::int64_t parallel_threshold = 1 << 15;
 
-// The slope is part of the primitive, so it is part of its key (bit for bit).
-std::int64_t slope_key(float slope) { return std::bit_cast<std::uint32_t>(slope); }
+// A leaky ReLU pass over `t`'s elements; the slope is part of the primitive, so it is part of its
+// key (bit for bit).
+PrimitiveKey relu_key(PrimitiveKind pass, const Tensor& t, float slope) {
+  return PrimitiveKey{}
+      .add(static_cast<std::int64_t>(pass))
+      .add(t.numel())
+      .add(std::bit_cast<std::uint32_t>(slope));
+}
 
 }  // namespace
 
 void CpuBackend::do_leaky_relu_forward(const Tensor& x, float slope, Tensor& y) {
   dnnl_checked("leaky_relu_forward", {&x, &y}, [&] {
     const memory::desc data = dnnl_flat_desc(x);
-    const auto key = PrimitiveKey{}
-                         .add(static_cast<std::int64_t>(PrimitiveKind::leaky_relu_forward))
-                         .add(x.numel())
-                         .add(slope_key(slope));
-    const CachedPrimitive& relu = impl_->cached(key, [&] {
-      const dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                             dnnl::algorithm::eltwise_relu, data, slope);
-      const dnnl::eltwise_forward::primitive_desc pd(desc, impl_->engine);
-      return CachedPrimitive{dnnl::eltwise_forward(pd), implementation_name(pd)};
-    });
+    const CachedPrimitive& relu =
+        impl_->cached(relu_key(PrimitiveKind::leaky_relu_forward, x, slope), [&] {
+          const dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                                 dnnl::algorithm::eltwise_relu, data, slope);
+          const dnnl::eltwise_forward::primitive_desc pd(desc, impl_->engine);
+          return CachedPrimitive{dnnl::eltwise_forward(pd), implementation_name(pd)};
+        });
     impl_->execute(relu.primitive, {{DNNL_ARG_SRC, dnnl_memory(impl_->engine, data, x)},
                                     {DNNL_ARG_DST, dnnl_memory(impl_->engine, data, y)}});
   });
@@ -43,19 +46,16 @@ void CpuBackend::do_leaky_relu_backward(const Tensor& y, const Tensor& dy, float
                                         Tensor& dx) {
   dnnl_checked("leaky_relu_backward", {&y, &dy, &dx}, [&] {
     const memory::desc data = dnnl_flat_desc(y);
-    const auto key = PrimitiveKey{}
-                         .add(static_cast<std::int64_t>(PrimitiveKind::leaky_relu_backward))
-                         .add(y.numel())
-                         .add(slope_key(slope));
-    const CachedPrimitive& relu = impl_->cached(key, [&] {
-      // With slope >= 0 the output has the input's sign, so the mask comes from the output.
-      const auto algorithm = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
-      const dnnl::eltwise_forward::primitive_desc hint(
-          {dnnl::prop_kind::forward_training, algorithm, data, slope}, impl_->engine);
-      const dnnl::eltwise_backward::desc desc(algorithm, data, data, slope);
-      const dnnl::eltwise_backward::primitive_desc pd(desc, impl_->engine, hint);
-      return CachedPrimitive{dnnl::eltwise_backward(pd), implementation_name(pd)};
-    });
+    const CachedPrimitive& relu =
+        impl_->cached(relu_key(PrimitiveKind::leaky_relu_backward, y, slope), [&] {
+          // With slope >= 0 the output has the input's sign, so the mask comes from the output.
+          const auto algorithm = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
+          const dnnl::eltwise_forward::primitive_desc hint(
+              {dnnl::prop_kind::forward_training, algorithm, data, slope}, impl_->engine);
+          const dnnl::eltwise_backward::desc desc(algorithm, data, data, slope);
+          const dnnl::eltwise_backward::primitive_desc pd(desc, impl_->engine, hint);
+          return CachedPrimitive{dnnl::eltwise_backward(pd), implementation_name(pd)};
+        });
     impl_->execute(relu.primitive, {{DNNL_ARG_DST, dnnl_memory(impl_->engine, data, y)},
                                     {DNNL_ARG_DIFF_DST, dnnl_memory(impl_->engine, data, dy)},
                                     {DNNL_ARG_DIFF_SRC, dnnl_memory(impl_->engine, data, dx)}});
