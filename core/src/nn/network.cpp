@@ -199,18 +199,19 @@ void MaxPool3d::backward(const Tensor& dy, std::span<const bool> need,
   grads[0] = &input_grad_;
 }
 
-const Tensor& LeakyRelu::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+const Tensor& ActivationFromOutput::forward(std::span<const Tensor* const> inputs,
+                                            const ForwardPass&) {
   const Tensor& x = *inputs[0];
   ensure_tensor(backend_, output_, x.dims(), x.dtype());
-  backend_.leaky_relu_forward(x, slope_, output_);
+  (backend_.*forward_)(x, parameter_, output_);
   return output_;
 }
 
-void LeakyRelu::backward(const Tensor& dy, std::span<const bool> need,
-                         std::span<const Tensor*> grads, CrossRankSum*) {
+void ActivationFromOutput::backward(const Tensor& dy, std::span<const bool> need,
+                                    std::span<const Tensor*> grads, CrossRankSum*) {
   if (!need[0]) return;
   ensure_tensor(backend_, input_grad_, dy.dims(), dy.dtype());
-  backend_.leaky_relu_backward(output_, dy, slope_, input_grad_);
+  (backend_.*backward_)(output_, dy, parameter_, input_grad_);
   grads[0] = &input_grad_;
 }
 
@@ -259,21 +260,6 @@ void Dense::backward(const Tensor& dy, std::span<const bool> need, std::span<con
   if (!need[0]) return;
   ensure_features(backend_, input_grad_, input_.dim(0), in_features_);
   backend_.dense_backward_data(dy, weight_.value, input_grad_);
-  grads[0] = &input_grad_;
-}
-
-const Tensor& ScaledTanh::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
-  const Tensor& x = *inputs[0];
-  ensure_tensor(backend_, output_, x.dims(), x.dtype());
-  backend_.scaled_tanh_forward(x, scale_, output_);
-  return output_;
-}
-
-void ScaledTanh::backward(const Tensor& dy, std::span<const bool> need,
-                          std::span<const Tensor*> grads, CrossRankSum*) {
-  if (!need[0]) return;
-  ensure_tensor(backend_, input_grad_, dy.dims(), dy.dtype());
-  backend_.scaled_tanh_backward(output_, dy, scale_, input_grad_);
   grads[0] = &input_grad_;
 }
 
@@ -477,7 +463,7 @@ Node NetworkBuilder::max_pool3d(Node x, PoolGeometry geometry) {
 Node NetworkBuilder::leaky_relu(Node x, float slope) {
   if (!(slope >= 0))
     throw InvalidArgument(fmt::format("network description: leaky relu slope {} < 0", slope));
-  return append(std::make_unique<layers::LeakyRelu>(backend_, slope), {x}, x.channels);
+  return append(layers::ActivationFromOutput::leaky_relu(backend_, slope), {x}, x.channels);
 }
 
 Node NetworkBuilder::flatten(Node x, int features) {
@@ -493,7 +479,7 @@ Node NetworkBuilder::dense(const std::string& name, Node x, int out_features) {
 }
 
 Node NetworkBuilder::scaled_tanh(Node x, float scale) {
-  return append(std::make_unique<layers::ScaledTanh>(backend_, scale), {x}, x.channels);
+  return append(layers::ActivationFromOutput::scaled_tanh(backend_, scale), {x}, x.channels);
 }
 
 Network NetworkBuilder::finish(Node output) {

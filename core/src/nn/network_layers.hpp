@@ -205,17 +205,34 @@ class MaxPool3d final : public Layer {
   Tensor input_, output_, input_grad_;
 };
 
-// y = x where x > 0, slope * x elsewhere; backward from y (the same sign as x).
-class LeakyRelu final : public Layer {
+// An elementwise activation of one parameter whose gradient is computed from its output: the
+// leaky ReLU (y = x where x > 0, slope * x elsewhere; y has x's sign) and the scaled tanh
+// (y = scale * tanh(x): a bounded regression output, CosmoFlow's 1.2 tanh).
+class ActivationFromOutput final : public Layer {
  public:
-  LeakyRelu(Backend& backend, float slope) : backend_(backend), slope_(slope) {}
+  using Forward = void (Backend::*)(const Tensor& x, float parameter, Tensor& y);
+  using Backward = void (Backend::*)(const Tensor& y, const Tensor& dy, float parameter,
+                                     Tensor& dx);
+  static std::unique_ptr<ActivationFromOutput> leaky_relu(Backend& backend, float slope) {
+    return std::make_unique<ActivationFromOutput>(backend, &Backend::leaky_relu_forward,
+                                                  &Backend::leaky_relu_backward, slope);
+  }
+  static std::unique_ptr<ActivationFromOutput> scaled_tanh(Backend& backend, float scale) {
+    return std::make_unique<ActivationFromOutput>(backend, &Backend::scaled_tanh_forward,
+                                                  &Backend::scaled_tanh_backward, scale);
+  }
+
+  ActivationFromOutput(Backend& backend, Forward forward, Backward backward, float parameter)
+      : backend_(backend), forward_(forward), backward_(backward), parameter_(parameter) {}
   const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
   void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
                 CrossRankSum*) override;
 
  private:
   Backend& backend_;
-  float slope_;
+  Forward forward_;
+  Backward backward_;
+  float parameter_;
   Tensor output_, input_grad_;
 };
 
@@ -249,20 +266,6 @@ class Dense final : public Layer {
   int in_features_, out_features_;
   Parameter weight_, bias_;
   Tensor input_, output_, input_grad_;
-};
-
-// y = scale * tanh(x): a bounded regression output (CosmoFlow's 1.2 tanh).
-class ScaledTanh final : public Layer {
- public:
-  ScaledTanh(Backend& backend, float scale) : backend_(backend), scale_(scale) {}
-  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
-  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
-                CrossRankSum*) override;
-
- private:
-  Backend& backend_;
-  float scale_;
-  Tensor output_, input_grad_;
 };
 
 }  // namespace hardy::core::layers
