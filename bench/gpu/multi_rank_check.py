@@ -25,6 +25,8 @@ domain 0 over the leaders' gloo group (device tensors staged through page-locked
   domains        meeting every step
   domains_lag    with --gradient-lag 1
   domains_sync4  with --domain-sync-every 4 (the survivors rewind to the last meeting)
+  domains_sharded  with --domain-exchange sharded: each rank's shard between the domains over a
+                 gloo group of its own, gathered in the domain (device gradients staged to host)
 Each asserts exit 0, job_finished completed at the last step, every step committed once (with
 --domain-sync-every, every step committed and the last at the end), every complete epoch's samples
 exactly once (--audit-samples), and the final loss within 2% of the same job on the CPU backend
@@ -51,7 +53,8 @@ sys.path.insert(0, str(ROOT / "tests/lib"))
 from hardy_test import complete_epochs_exact, read_jsonl_tail, run_watched  # noqa: E402
 
 SINGLE_JOB = ("clean", "between", "in_allreduce", "lead", "stopped", "resume", "lag", "lag_in_allreduce")
-DOMAIN_JOBS = {"domains": [], "domains_lag": ["--gradient-lag", "1"], "domains_sync4": ["--domain-sync-every", "4"]}
+DOMAIN_JOBS = {"domains": [], "domains_lag": ["--gradient-lag", "1"], "domains_sync4": ["--domain-sync-every", "4"],
+               "domains_sharded": ["--domain-exchange", "sharded"]}
 
 
 def read_jsonl(path):
