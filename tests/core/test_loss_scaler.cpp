@@ -15,12 +15,7 @@ using namespace hardy::core;
 namespace {
 
 LossScalerConfig small_config() {
-  LossScalerConfig config;
-  config.initial_scale = 1024.0f;
-  config.growth_interval = 3;
-  config.min_scale = 1.0f;
-  config.max_scale = 4096.0f;
-  return config;
+  return {.initial_scale = 1024.0f, .growth_interval = 3, .min_scale = 1.0f, .max_scale = 4096.0f};
 }
 
 Parameter host_parameter(std::vector<float> grad) {
