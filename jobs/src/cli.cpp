@@ -2,7 +2,6 @@
 
 #include <iostream>
 
-#include "hardy/comm/mpi/communicator.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/version.hpp"
 #include "hardy/jobs/commands.hpp"
@@ -42,11 +41,7 @@ int run_cli(int argc, char** argv) {
   std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
   const std::string command = argc >= 2 ? argv[1] : "";
   try {
-    if (command == "train") {
-      // Every rank of an MPI job runs `hardy train`; a plain start is a world of one.
-      comm::MpiSession mpi(&argc, &argv);
-      return train_command(args);
-    }
+    if (command == "train") return train_command(args);
     if (command == "eval") return eval_command(args);
     if (command == "run") return run_command(args);
     if (command == "simulate") return simulate_command(args);

@@ -13,9 +13,13 @@
 namespace hardy::jobs {
 
 int train_command(const std::vector<std::string>& args) {
-  // Every rank parses the same command line, so every rank fails here alike.
+  // Every rank parses the same command line, so every rank fails here alike: before MPI starts,
+  // so that a bad option or --help answers at once (MPI_Init of a plain start takes about a
+  // second: Open MPI's singleton brings up PMIx).
   auto spec = parse_train_spec(args);
   if (!spec) return 0;
+  // Every rank of an MPI job runs `hardy train`; a plain start is a world of one.
+  comm::MpiSession mpi(nullptr, nullptr);
   resilience::install_preemption_handler();
   auto world = comm::MpiCommunicator::world();
   const int world_size = world->size(), world_rank = world->rank();

@@ -34,6 +34,10 @@ expect 2 "bash only" -- completion zsh
 expect 2 "interval must be positive" -- status "$tmp" --follow --interval 0
 expect 2 "neither a run directory nor the job id" -- status 99999999 --runs "$tmp"
 expect 2 "global-batch" -- train --global-batch 0 --run-dir "$tmp/a"
+# Options are checked before MPI starts: a bad one or --help answers at once, whatever MPI would
+# make of the machine (here a transport that does not exist, which MPI_Init refuses).
+OMPI_MCA_pml=no-such-pml expect 2 "unrecognised option '--bogus'" -- train --bogus
+OMPI_MCA_pml=no-such-pml expect 0 "global-batch" -- train --help
 expect 2 "unrecognised option\|unknown option\|unrecognized" -- train --bogus
 expect 2 "/nonexistent.ini" -- train --config /nonexistent.ini
 expect 2 "height" -- train --height 30 --run-dir "$tmp/b"
