@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "hardy/comm/mpi/communicator.hpp"
 #include "hardy/core/support/error.hpp"
@@ -30,6 +32,23 @@ double process_started_unix_time() {
 }
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> singleton_mpi_settings(
+    const std::function<const char*(const char*)>& lookup) {
+  const auto set = [&](const char* name) {
+    const char* value = lookup(name);
+    return value != nullptr && *value != '\0';
+  };
+  // What the launchers give each process they start: Open MPI's mpirun and prterun (PMIx and
+  // OMPI_COMM_WORLD_*), srun --mpi=pmix (PMIx) and --mpi=pmi2 (PMI).
+  for (const char* launched :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMIX_NAMESPACE", "PMI_RANK", "PMI_FD"})
+    if (set(launched)) return {};
+  std::vector<std::pair<std::string, std::string>> settings;
+  for (const auto& [name, value] : {std::pair{"OMPI_MCA_btl", "self"}, {"OMPI_MCA_pml", "ob1"}})
+    if (!set(name)) settings.emplace_back(name, value);
+  return settings;
+}
+
 StartupTimes startup_times() {
   static const double process_started = process_started_unix_time();
   return {process_started, mpi_ready_unix_time.load()};
@@ -48,6 +67,10 @@ MpiSession::MpiSession(int* argc, char*** argv, Threads threads) {
   // every launch path (hardy run, mpirun, srun) gets it.
   if (const char* ft = std::getenv("OMPI_MCA_mpi_ft_enable"); ft && std::string_view(ft) == "1")
     ::setenv("OMPI_MCA_coll", "^han", /*overwrite=*/0);
+#endif
+#if defined(OPEN_MPI)
+  for (const auto& [name, value] : singleton_mpi_settings(&std::getenv))
+    ::setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
 #endif
   const int required = threads == Threads::funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_SERIALIZED;
   int provided = MPI_THREAD_SINGLE;

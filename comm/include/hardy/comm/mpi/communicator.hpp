@@ -3,7 +3,11 @@
 // MPI call's status goes through mpi_check().
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "hardy/comm/communicator.hpp"
 
@@ -15,8 +19,18 @@ namespace hardy::comm {
 // MPI_Error_string. With comm given, ProcessFailure lists the ranks of comm known to have failed.
 void mpi_check(int code, const char* call, MPI_Comm comm = MPI_COMM_NULL);
 
+// The Open MPI settings (environment variable, value) for a process that no launcher started, a
+// singleton: a world of one, with no peer to reach. Only the self transport, and ob1 over it:
+// with every transport, Open MPI 5.0's MPI_Init of a singleton takes about a second bringing up
+// transports for peers that cannot exist (1.15 s against 0.01 s on the 2-core CI machine). Empty
+// for a process that mpirun/prterun or srun (PMIx or PMI-2) started; a variable the user set is
+// left out, so his choice stands. `lookup` reads the environment (std::getenv for MpiSession).
+std::vector<std::pair<std::string, std::string>> singleton_mpi_settings(
+    const std::function<const char*(const char*)>& lookup);
+
 // Initializes MPI for the lifetime of the object and finalizes it afterwards, unless MPI was
-// already initialized by someone else. Construct one in main(), before any communicator.
+// already initialized by someone else. Construct one in main(), before any communicator. Under
+// Open MPI a singleton gets singleton_mpi_settings() first.
 class MpiSession {
  public:
   enum class Threads { funneled, serialized };  // only the main thread / one at a time calls MPI
