@@ -14,8 +14,7 @@ namespace hardy::jobs {
 
 int train_command(const std::vector<std::string>& args) {
   // Every rank parses the same command line, so every rank fails here alike: before MPI starts,
-  // so that a bad option or --help answers at once (MPI_Init of a plain start takes about a
-  // second: Open MPI's singleton brings up PMIx).
+  // so that a bad option or --help answers at once, whatever MPI_Init would cost or make of it.
   auto spec = parse_train_spec(args);
   if (!spec) return 0;
   // Every rank of an MPI job runs `hardy train`; a plain start is a world of one.
