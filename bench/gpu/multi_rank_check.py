@@ -25,6 +25,8 @@ domain 0 over the leaders' gloo group (device tensors staged through page-locked
   domains        meeting every step
   domains_lag    with --gradient-lag 1
   domains_sync4  with --domain-sync-every 4 (the survivors rewind to the last meeting)
+  domains_sync4_lag  the same with --gradient-lag 1 and batch norm (the state crosses the domains
+                 while the next step computes; its statistics give way to the meeting's average)
   domains_sharded  with --domain-exchange sharded: each rank's shard between the domains over a
                  gloo group of its own, gathered in the domain (device gradients staged to host)
 Each asserts exit 0, job_finished completed at the last step, every step committed once (with
@@ -54,6 +56,7 @@ from hardy_test import complete_epochs_exact, read_jsonl_tail, run_watched  # no
 
 SINGLE_JOB = ("clean", "between", "in_allreduce", "lead", "stopped", "resume", "lag", "lag_in_allreduce")
 DOMAIN_JOBS = {"domains": [], "domains_lag": ["--gradient-lag", "1"], "domains_sync4": ["--domain-sync-every", "4"],
+               "domains_sync4_lag": ["--domain-sync-every", "4", "--gradient-lag", "1", "--norm", "batch"],
                "domains_sharded": ["--domain-exchange", "sharded"]}
 
 
@@ -166,7 +169,7 @@ def main():
                      "lag_in_allreduce": ["--gradient-lag", "1", "--inject-failure",
                                           f"rank=1@step={fault_step}:allreduce"]}.get(name)
             total = args.domain_steps if name in DOMAIN_JOBS else steps
-            sync_every = 4 if name == "domains_sync4" else 1
+            sync_every = 4 if name.startswith("domains_sync4") else 1
             if name in DOMAIN_JOBS:
                 options = DOMAIN_JOBS[name]
                 expected = reference(name, lambda: domains(name + "-cpu", "cpu", options, kill=False))

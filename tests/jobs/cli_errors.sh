@@ -78,10 +78,6 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
   accepted train --backend cuda --synthetic --steps 1 --domain 0 --domains 2 --domain-store "$tmp/store" \
     --run-dir "$tmp/domains-cuda"
 fi
-# Lagged updates go with fault domains that meet every step (tests/resilience/fault_domains.py
-# lagged*), not yet with domains that train alone between meetings.
-expect 2 "gradient-lag 1 with --domain-sync-every above 1" -- run --nodes 2 --nodes-per-domain 1 \
-  --run-dir "$tmp/f" -- --synthetic --steps 8 --gradient-lag 1 --domain-sync-every 4
 # The network the domains exchange over: named by interface or subnet, refused when absent.
 expect 2 "domain-interface is the network fault domains exchange over" -- run --nodes 2 \
   --domain-interface lo --run-dir "$tmp/f" -- --synthetic --steps 2

@@ -18,6 +18,9 @@ outside (SIGKILL), as a node crash would:
   sync_every   3 domains x 1 rank meeting every 4th step (--domain-sync-every 4); domain 1 dies
            between meetings: the survivors find out at the next meeting and rewind to the last
            one (domain_rewound), so the steps since are redone over the new split
+  sync_every_lagged  the sync_every scenario with --gradient-lag 1 and batch norm: at a meeting
+           the next step computes while the states cross the domains, and the statistics it saw
+           give way to the domains' average (the state committed, healed from and rewound to)
   late_loss    2 domains x 1 rank; domain 1 dies 15 steps before the end: the survivor finishes
            the job while the lost domain is relaunched, which is stopped, not let in (it would
            wait for a member that is gone); hardy run ends completed at once
@@ -70,6 +73,7 @@ SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the 
     "member": (2, 2, 1, [1]),
     "leader_rank": (2, 2, 1, [0]),
     "sync_every": (3, 1, 1, [0]),
+    "sync_every_lagged": (3, 1, 1, [0]),
     "late_loss": (2, 1, 1, [0]),
     "owner_redis": (3, 1, 0, [0]),
     "lagged": (3, 1, 1, [0]),
@@ -80,7 +84,7 @@ SCENARIOS = {  # domains, ranks per domain, victim domain, victim ranks (in the 
     "sharded_leader": (4, 2, 2, [0, 1]),
 }
 RUN_OPTIONS = {"owner_redis": ["--rendezvous", "redis", "--rendezvous-host", "127.0.0.1"]}  # hardy run's
-SYNC_EVERY = {"sync_every": 4}  # --domain-sync-every
+SYNC_EVERY = {"sync_every": 4, "sync_every_lagged": 4}  # --domain-sync-every
 SHRINKS = {"member", "lagged_member"}  # survived inside the domain: no relaunch
 SAMPLES, FAULT_STEP = 48, 20
 # The survivors train fast enough here to finish 40 steps before a relaunched domain is up
@@ -90,7 +94,7 @@ SAMPLES, FAULT_STEP = 48, 20
 # still: longer again.
 # CosmoFlow's step is about 30 times the compact network's: 60 steps leave the relaunched domain
 # as long to come back (it healed at step 24 of 150 after the kill at 20, 2026-11-27).
-STEPS = {"member": 60, "lagged_member": 60, "sync_every": 1200, "late_loss": 60, "cosmoflow": 60}.get(sys.argv[2] if len(sys.argv) > 2 else "", 700)
+STEPS = {"member": 60, "lagged_member": 60, "sync_every": 1200, "sync_every_lagged": 1200, "late_loss": 60, "cosmoflow": 60}.get(sys.argv[2] if len(sys.argv) > 2 else "", 700)
 FAULT_AT = {"late_loss": STEPS - 15}  # the committed step at which the fault is injected (the
 # harness acts on the clock: steps of a few ms left 5 steps too little room, and the kill landed
 # after the last step)
@@ -106,8 +110,10 @@ def train_options(scenario):
         # A long held-out evaluation after the last step: the lost domain's relaunch asks to join
         # while the survivor is past its last vote but has not ended yet.
         options[options.index("--eval-samples") + 1] = "6000"
-    if scenario.startswith("lagged") or scenario == "sharded_leader":
+    if scenario.startswith("lagged") or scenario in ("sharded_leader", "sync_every_lagged"):
         options += ["--gradient-lag", "1"]
+    if scenario == "sync_every_lagged":
+        options += ["--norm", "batch"]
     if scenario.startswith("sharded"):
         options += ["--domain-exchange", "sharded"]
     return options

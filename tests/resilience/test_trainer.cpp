@@ -275,3 +275,75 @@ TEST_CASE("a computed step that is not committed is dropped without a copy of th
       },
       [](TrainingConfig& config) { config.model.norm = core::NormKind::batch; });
 }
+
+TEST_CASE(
+    "a meeting's averaged statistics, taken with a lagged step in flight, are what the "
+    "committed state holds and a rollback goes back to") {
+  on_ranks(
+      1,
+      [](comm::Communicator& comm, const TrainingConfig& config,
+         const core::SampleSource& samples) {
+        Trainer trainer(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        train_one_lagged_step(trainer, comm, config);
+        // A meeting at step 2 as the session takes it with the lag: step 2's reduction finished
+        // in the domain, what the domains sum (gradients and state) staged, step 3 computed
+        // while the sums travel, then the sums put in place and step 2 committed.
+        REQUIRE(trainer.computed_steps() == 1);
+        trainer.finish_reduction();
+        const auto exchanged = trainer.exchanged_tensors(/*whole_state=*/true);
+        compute_next_step(trainer, comm, config);
+        REQUIRE(trainer.computed_steps() == 2);
+        // The domains' average of the statistics: a value no domain's forward pass produced.
+        const std::size_t first_buffer = trainer.model().parameters().size();
+        const std::size_t buffers = trainer.model().buffers().size();
+        REQUIRE(buffers > 0);
+        for (std::size_t b = 0; b < buffers; ++b) {
+          auto values = exchanged[trainer.model().parameters().size() + first_buffer + b]->f32();
+          std::fill(values.begin(), values.end(), 0.25f + static_cast<float>(b));
+        }
+        trainer.take_exchanged();
+        REQUIRE(trainer.update(config.schedule.at(trainer.step())));
+        trainer.advance();
+        REQUIRE(trainer.step() == 2);
+        REQUIRE(trainer.computed_steps() == 1);  // step 3, computed before the average came
+
+        const auto holds_average = [&](const std::vector<float>& values, std::size_t b) {
+          return std::all_of(values.begin(), values.end(),
+                             [&](float v) { return v == 0.25f + static_cast<float>(b); });
+        };
+        checkpoint::TrainingState state;
+        trainer.capture_into(state);
+        for (std::size_t b = 0; b < buffers; ++b)
+          CHECK(holds_average(state.model[first_buffer + b].values, b));
+        trainer.drop_uncommitted();  // step 3 rolled back
+        for (std::size_t b = 0; b < buffers; ++b) {
+          const auto live = trainer.model().buffers()[b].second->f32();
+          CHECK(holds_average(std::vector<float>(live.begin(), live.end()), b));
+        }
+      },
+      [](TrainingConfig& config) {
+        config.gradient_lag = 1;
+        config.model.norm = core::NormKind::batch;
+      });
+}
+
+TEST_CASE("an update refuses gradients that a later step's backward pass overwrote") {
+  on_ranks(
+      1,
+      [](comm::Communicator& comm, const TrainingConfig& config,
+         const core::SampleSource& samples) {
+        Trainer trainer(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        compute_next_step(trainer, comm, config);
+        trainer.finish_reduction();
+        compute_next_step(trainer, comm, config);  // step 2's backward, after step 1's reduction
+        CHECK_THROWS_WITH(trainer.update(config.schedule.at(0)),
+                          Catch::Contains("gradients of a step computed after its reduction"));
+        // The domains' sums put in place are the step's again.
+        trainer.exchanged_tensors(/*whole_state=*/false);
+        trainer.take_exchanged();
+        CHECK_NOTHROW(trainer.apply_update(config.schedule.at(0)));
+        // And consumed: a second update without a reduction is refused.
+        CHECK_THROWS(trainer.apply_update(config.schedule.at(0)));
+      },
+      [](TrainingConfig& config) { config.gradient_lag = 1; });
+}

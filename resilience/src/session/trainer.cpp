@@ -155,6 +155,7 @@ double Trainer::compute(float grad_scale, const GradientReady& on_ready) {
       },
       &cross_rank_);
   ++computed_;
+  gradients_in_place_ = false;  // this step's own, not yet reduced
   slot.computed.loss_sum = loss;
   return loss;
 }
@@ -162,6 +163,19 @@ double Trainer::compute(float grad_scale, const GradientReady& on_ready) {
 void Trainer::finish_reduction() {
   const StepSlot& oldest = slots_[oldest_slot_];
   oldest.reducer->finish(1.0f / oldest.loss_scale);
+  gradients_in_place_ = true;
+}
+
+void Trainer::require_gradients_in_place() {
+  // The parameters' gradients are one buffer that every backward pass writes: a step computed
+  // between a reduction and its update would have the update apply its own raw gradients, which
+  // Adam's scale invariance and the averaging at the domains' meetings would hide.
+  if (!gradients_in_place_)
+    throw Error(fmt::format(
+        "internal error: step {}'s update found the gradients of a step computed after its "
+        "reduction in place",
+        step_ + 1));
+  gradients_in_place_ = false;
 }
 
 void Trainer::advance() {
@@ -176,6 +190,7 @@ void Trainer::advance() {
 }
 
 bool Trainer::update(float lr) {
+  require_gradients_in_place();
   // Every rank holds the same reduced gradients, so every rank takes the same decision.
   bool non_finite = false;
   if (std::exchange(gradients_exchanged_, false)) {
@@ -192,6 +207,7 @@ bool Trainer::update(float lr) {
 }
 
 void Trainer::apply_update(float lr) {
+  require_gradients_in_place();
   gradients_exchanged_ = false;
   optimizer_->step(model_.parameters(), lr);
   backend_->synchronize();
@@ -285,6 +301,7 @@ std::vector<core::Tensor*> Trainer::state_tensors() {
 }
 
 std::span<core::Tensor* const> Trainer::exchanged_tensors(bool whole_state) {
+  exchanged_whole_state_ = whole_state;
   std::vector<core::Tensor*> tensors;
   for (core::Parameter* p : model_.parameters()) tensors.push_back(&p->grad);
   if (whole_state) {
@@ -292,6 +309,22 @@ std::span<core::Tensor* const> Trainer::exchanged_tensors(bool whole_state) {
     tensors.insert(tensors.end(), state.begin(), state.end());
   }
   return exchange_mirror_.stage(tensors);
+}
+
+void Trainer::take_exchanged() {
+  exchange_mirror_.write_back();
+  gradients_exchanged_ = true;
+  gradients_in_place_ = true;
+  if (!exchanged_whole_state_) return;
+  // The steps computed after the oldest one found the statistics before the domains averaged
+  // them: what they go back to, or a state captured meanwhile holds, is the average now.
+  for (int ahead = 1; ahead < computed_; ++ahead) {
+    StepSlot& slot = slots_[slot_after(ahead)];
+    std::size_t b = 0;
+    for (const auto& [name, buffer] : model_.buffers())
+      backend_->copy(*buffer, slot.buffers_before[b++]);
+  }
+  backend_->synchronize();
 }
 
 comm::TransportRebuild Trainer::rebind(comm::Communicator& comm, std::span<const int> lost) {

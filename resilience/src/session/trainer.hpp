@@ -137,11 +137,12 @@ class Trainer {
   // of the device tensors, filled here, which take_exchanged() writes back.
   std::span<core::Tensor* const> exchanged_tensors(bool whole_state);
   // After the domains' sums were put into exchanged_tensors(): the live tensors take them (a
-  // no-op on the CPU backend, where they are the live ones).
-  void take_exchanged() {
-    exchange_mirror_.write_back();
-    gradients_exchanged_ = true;
-  }
+  // no-op on the CPU backend, where they are the live ones). With the whole state, the batch
+  // norm's statistics are the domains' average from here on, also for a step computed ahead
+  // (--gradient-lag 1): a state captured, or a rollback, while it is in flight holds the
+  // average, which its own forward pass would have moved (that move is dropped: every domain
+  // goes on from the same statistics).
+  void take_exchanged();
   // After a shrink: the reducer and the batch norm's sums go over the survivors' communicator.
   // Says how the device transport followed, if the reducers have one (NCCL).
   comm::TransportRebuild rebind(comm::Communicator& comm, std::span<const int> lost);
@@ -174,6 +175,8 @@ class Trainer {
     return (oldest_slot_ + static_cast<std::size_t>(computed)) % slots_.size();
   }
   void forget_computed_steps();
+  // Error unless the gradients in place are the step's to update with (gradients_in_place_).
+  void require_gradients_in_place();
   // Tells the prefetcher this rank's samples: `mine` (empty when already taken) and those of the
   // next --prefetch-batches steps, read from a copy of the sampler. Returns the next step's.
   std::vector<std::size_t> announce_ahead(const Placement& placement,
@@ -205,7 +208,11 @@ class Trainer {
   core::SamplerState committed_sampler_;
   std::vector<float> class_weights_;
   core::Tensor fields_, labels_, dlogits_;
-  core::HostMirror exchange_mirror_;  // what the domains exchange, on the host
+  core::HostMirror exchange_mirror_;    // what the domains exchange, on the host
+  bool exchanged_whole_state_ = false;  // exchanged_tensors(true): the state is exchanged too
+  // The gradients hold a reduced step's sums (finish_reduction, take_exchanged) that no later
+  // backward pass overwrote: what update() and apply_update() require, and consume.
+  bool gradients_in_place_ = false;
   // The gradients are the domains' sums (take_exchanged), not the reducer's: update() checks
   // them, not the reducer's buckets, for non-finite values, so that every domain decides alike.
   bool gradients_exchanged_ = false;

@@ -101,13 +101,6 @@ void check_and_complete(TrainingConfig& config, int world_size, const core::Samp
   config.schedule.total_steps = config.steps;
   config.schedule.validate();
   if (config.domain >= 0) {
-    // What the cross-domain exchange does not carry yet, refused before anything starts.
-    if (config.gradient_lag != 0 && config.sync_every() > 1)
-      // At a meeting the domains average their batch statistics, which the lagged step computed
-      // ahead has already moved; a joiner would heal from statistics before it.
-      throw InvalidArgument(
-          "--gradient-lag 1 with --domain-sync-every above 1 is not supported yet: domains that "
-          "train alone between meetings take --gradient-lag 0");
     // Each rank resolves its own node's address (only the leader's is used): a node without
     // that network is a misconfiguration to report before anything starts.
     if (config.domain_address.empty() && !config.domain_interface.empty()) {

@@ -102,11 +102,15 @@ void TrainingSession::State::train_step() {
   CommittedStep done{.started = Clock::now()};
   double reduce_s = 0;  // the waits for the step's sums, in the domain and across domains
   // With --gradient-lag 1 the step after it is computed first, while this one's gradients are
-  // still being reduced (docs/resilience.md); its update waits for the next iteration. Across
-  // fault domains the next step computes while this one's sums travel between the domains:
-  // the step computed in the last iteration is summed in its domain and sent first.
-  const bool sums_travel_while_computing =
-      domains.enabled() && config.gradient_lag != 0 && trainer.computed_steps() > 0;
+  // still being reduced (docs/resilience.md); its update waits for the next iteration. Where
+  // fault domains meet, the next step computes while this one's sums travel between the
+  // domains: the step computed in the last iteration is summed in its domain and sent first
+  // (the leader packs what it sends, so the next backward may overwrite the gradients). Between
+  // meetings nothing leaves the domain and the order is the plain lagged one: the next step's
+  // backward would overwrite this one's sums, which no exchange holds.
+  const bool sums_travel_while_computing = domains.enabled() && config.gradient_lag != 0 &&
+                                           trainer.computed_steps() > 0 &&
+                                           config.domains_meet_at(this_step);
   std::vector<double> loss;
   const std::size_t global_batch = current_global_batch();
   if (sums_travel_while_computing) {
