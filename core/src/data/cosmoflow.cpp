@@ -443,33 +443,29 @@ CosmoFlowDataset::FileLayout CosmoFlowDataset::layout_of(std::size_t index) cons
 void CosmoFlowDataset::load(std::size_t index, std::span<float> fields_cdhw,
                             std::span<std::int32_t> target_words) const {
   check_load_arguments(index, fields_cdhw, target_words);
-  const FileLayout layout = layout_of(index);
-  const fs::path& source = files_[index];
-  const auto [path, copy_note] = location_.of(source);
-  auto bad = [&](const std::string& reason) {
-    inspected_.mark_bad(index, source, reason + copy_note);
-  };
+  const auto sample = inspected_.read(index, files_[index], layout_of(index), location_);
+  const FileLayout& layout = sample.layout;
 
   const std::size_t voxels = static_cast<std::size_t>(layout.edge) * layout.edge * layout.edge;
   thread_local std::vector<std::int16_t> counts;
   counts.resize(voxels * kCosmologyChannels);
   if (layout.contiguous) {
-    const FileDescriptor fd(path);
-    if (fd.get() < 0) bad(fmt::format("cannot be opened: {}", std::strerror(errno)));
+    const FileDescriptor fd(sample.path());
+    if (fd.get() < 0) sample.fail(fmt::format("cannot be opened: {}", std::strerror(errno)));
     if (std::string problem = read_exactly(fd.get(), counts.data(),
                                            counts.size() * sizeof(std::int16_t), layout.x_offset);
         !problem.empty())
-      bad(problem);
+      sample.fail(problem);
   } else {
     std::string problem;
     try {
       const h5::Exclusive exclusive;
-      h5::Handle file = h5::open_file(path);
+      h5::Handle file = h5::open_file(sample.path());
       h5::read_dataset<std::int16_t>(file.id(), "x", std::span(counts));
     } catch (const Error& error) {
       problem = fmt::format("cannot read x: {}", error.what());
     }
-    if (!problem.empty()) bad(problem);
+    if (!problem.empty()) sample.fail(problem);
   }
 
   const std::int16_t lowest = *std::min_element(counts.begin(), counts.end());
@@ -478,9 +474,9 @@ void CosmoFlowDataset::load(std::size_t index, std::span<float> fields_cdhw,
         std::find_if(counts.begin(), counts.end(), [](std::int16_t c) { return c < 0; }) -
         counts.begin());
     const std::size_t voxel = at / kCosmologyChannels, e = static_cast<std::size_t>(layout.edge);
-    bad(fmt::format("has a negative particle count {} in x at ({}, {}, {}, {}); counts are >= 0",
-                    counts[at], voxel / (e * e), voxel / e % e, voxel % e,
-                    at % kCosmologyChannels));
+    sample.fail(fmt::format(
+        "has a negative particle count {} in x at ({}, {}, {}, {}); counts are >= 0", counts[at],
+        voxel / (e * e), voxel / e % e, voxel % e, at % kCosmologyChannels));
   }
   for (std::size_t voxel = 0; voxel < voxels; ++voxel) {
     const std::int16_t* in = counts.data() + voxel * kCosmologyChannels;

@@ -284,15 +284,10 @@ DeepCamDataset::FileLayout DeepCamDataset::layout_of(std::size_t index) const {
 void DeepCamDataset::load(std::size_t index, std::span<float> fields_chw,
                           std::span<std::int32_t> labels_hw) const {
   check_load_arguments(index, fields_chw, labels_hw);
-  const FileLayout layout = layout_of(index);
-  const fs::path& source = files_[index];
-  const auto [path, copy_note] = location_.of(source);
-  auto bad = [&](const std::string& reason) {
-    inspected_.mark_bad(index, source, reason + copy_note);
-  };
+  const auto sample = inspected_.read(index, files_[index], layout_of(index), location_);
 
-  const FileDescriptor fd(path);
-  if (fd.get() < 0) bad(fmt::format("cannot be opened: {}", std::strerror(errno)));
+  const FileDescriptor fd(sample.path());
+  if (fd.get() < 0) sample.fail(fmt::format("cannot be opened: {}", std::strerror(errno)));
 
   const int K = options_.downsample;
   const int crop_height = shape_.height * K, crop_width = shape_.width * K;
@@ -321,28 +316,28 @@ void DeepCamDataset::load(std::size_t index, std::span<float> fields_chw,
     std::string problem;
     if (full_rows) {
       problem = read_exactly(fd.get(), data.data(), rows * row_values * sizeof(float),
-                             layout.data_offset + first_row * W * kPixelBytes);
+                             sample.layout.data_offset + first_row * W * kPixelBytes);
       if (problem.empty())
         problem = read_exactly(fd.get(), labels.data(), rows * W * sizeof(float),
-                               layout.labels_offset + first_row * W * sizeof(float));
+                               sample.layout.labels_offset + first_row * W * sizeof(float));
     } else {
       for (int r = 0; r < rows && problem.empty(); ++r) {
         const std::size_t pixel = (first_row + r) * W + x0;
         problem = read_exactly(fd.get(), data.data() + r * row_values, row_values * sizeof(float),
-                               layout.data_offset + pixel * kPixelBytes);
+                               sample.layout.data_offset + pixel * kPixelBytes);
         if (problem.empty())
           problem =
               read_exactly(fd.get(), labels.data() + r * crop_width, crop_width * sizeof(float),
-                           layout.labels_offset + pixel * sizeof(float));
+                           sample.layout.labels_offset + pixel * sizeof(float));
       }
     }
-    if (!problem.empty()) bad(problem);
+    if (!problem.empty()) sample.fail(problem);
 
     for (int r = 0; r < rows; ++r)
       for (int x = 0; x < crop_width; ++x) {
         const float value = labels[static_cast<std::size_t>(r) * crop_width + x];
         if (value != 0.0f && value != 1.0f && value != 2.0f)
-          bad(
+          sample.fail(
               fmt::format("has label {} at row {}, column {} of climate/labels_{}; classes are "
                           "0, 1 and 2",
                           value, first_row + r, x0 + x, options_.label_set));
@@ -376,7 +371,7 @@ void DeepCamDataset::load(std::size_t index, std::span<float> fields_chw,
           for (std::size_t x = 0; x < w; ++x)
             for (std::size_t c = 0; c < channels; ++c)
               if (!std::isfinite(row[x * kDeepCamChannels + options_.channels[c]]))
-                bad(fmt::format(
+                sample.fail(fmt::format(
                     "has a non-finite value of {} near row {}, column {} of climate/data",
                     kClimateChannelNames[options_.channels[c]], y0 + oy, x0 + x));
         std::int32_t* out_labels = labels_hw.data() + static_cast<std::size_t>(oy) * w;
@@ -400,7 +395,8 @@ void DeepCamDataset::load(std::size_t index, std::span<float> fields_chw,
         for (std::size_t c = 0; c < channels; ++c) {
           const int stored = options_.channels[c];
           if (!std::isfinite(sums[c]))
-            bad(fmt::format("has a non-finite value of {} near row {}, column {} of climate/data",
+            sample.fail(
+                fmt::format("has a non-finite value of {} near row {}, column {} of climate/data",
                             kClimateChannelNames[stored], y0 + oy * K, x0 + ox * K));
           fields_chw[c * plane + oy * w + ox] =
               static_cast<float>((sums[c] * block_mean - minval_[stored]) * inverse_range_[stored]);

@@ -89,6 +89,25 @@ class InspectedFiles {
     throw BadSample(index, file.string(), reason);
   }
 
+  // What one load of sample `index` reads: the layout of its file `source`, the path it reads
+  // (`source`'s node-local copy where `location` has one), and fail(reason), which marks the file
+  // bad naming the copy read and throws BadSample.
+  struct Read {
+    const InspectedFiles& files;
+    std::size_t index;
+    const std::filesystem::path& source;
+    Layout layout;
+    FileLocation::Found found;
+    const std::filesystem::path& path() const { return found.path; }
+    [[noreturn]] void fail(const std::string& reason) const {
+      files.mark_bad(index, source, reason + found.note);
+    }
+  };
+  Read read(std::size_t index, const std::filesystem::path& source, Layout layout,
+            const FileLocation& location) const {
+    return {*this, index, source, std::move(layout), location.of(source)};
+  }
+
  private:
   static const Layout& checked(std::size_t index, const std::filesystem::path& file,
                                const Layout& layout) {
