@@ -80,6 +80,19 @@ void on_ranks(
   for (const auto& outcome : outcomes) REQUIRE(hardy::testing::describe(outcome).empty());
 }
 
+// A trainer of the small job on one kernel thread and one loader thread.
+Trainer small_trainer(const TrainingConfig& config, comm::Communicator& comm,
+                      const core::SampleSource& samples) {
+  return Trainer(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+}
+
+// The configurations the tests adjust the small job to.
+void lagged_with_batch_norm(TrainingConfig& config) {
+  config.gradient_lag = 1;
+  config.model.norm = core::NormKind::batch;
+}
+void with_batch_norm(TrainingConfig& config) { config.model.norm = core::NormKind::batch; }
+
 std::uint64_t digest_of(Trainer& trainer) {
   return core::parameter_digest(trainer.backend(), trainer.model().parameters());
 }
@@ -89,12 +102,12 @@ std::uint64_t digest_of(Trainer& trainer) {
 TEST_CASE("a state one trainer captured, applied to a fresh one, goes on bitwise the same") {
   on_ranks(1, [](comm::Communicator& comm, const TrainingConfig& config,
                  const core::SampleSource& samples) {
-    Trainer first(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    Trainer first = small_trainer(config, comm, samples);
     for (int k = 0; k < 3; ++k) train_one_step(first, comm, config);
     checkpoint::TrainingState state;
     first.capture_into(state);
 
-    Trainer second(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    Trainer second = small_trainer(config, comm, samples);
     const std::uint64_t fresh = digest_of(second);
     second.apply(state);
     CHECK(second.step() == 3);
@@ -109,7 +122,7 @@ TEST_CASE("a state one trainer captured, applied to a fresh one, goes on bitwise
     CHECK(digest_of(second) == digest_of(first));
 
     // A trainer that had the parameters but not Adam's moments does not.
-    Trainer partial(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    Trainer partial = small_trainer(config, comm, samples);
     partial.apply(state);
     for (auto& [name, tensor] : partial.optimizer().state_tensors())
       std::fill(tensor->f32().begin(), tensor->f32().end(), 0.0f);
@@ -122,11 +135,11 @@ TEST_CASE("a state one trainer captured, applied to a fresh one, goes on bitwise
 TEST_CASE("the state transport brings every rank to the root's state and the next step agrees") {
   on_ranks(3, [](comm::Communicator& comm, const TrainingConfig& config,
                  const core::SampleSource& samples) {
-    Trainer trained(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    Trainer trained = small_trainer(config, comm, samples);
     for (int k = 0; k < 2; ++k) train_one_step(trained, comm, config);
 
     // The root keeps its trainer; the others start again from nothing, as relaunched ranks do.
-    Trainer fresh(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    Trainer fresh = small_trainer(config, comm, samples);
     Trainer& mine = comm.rank() == 0 ? trained : fresh;
     checkpoint::TrainingState state;
     if (comm.rank() == 0) trained.capture_into(state);
@@ -148,8 +161,8 @@ TEST_CASE(
                  const core::SampleSource& samples) {
     TrainingConfig lagged_config = plain;
     lagged_config.gradient_lag = 1;
-    Trainer lagged(lagged_config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
-    Trainer unlagged(plain, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    Trainer lagged = small_trainer(lagged_config, comm, samples);
+    Trainer unlagged = small_trainer(plain, comm, samples);
     const std::uint64_t initial = digest_of(lagged);
     REQUIRE(digest_of(unlagged) == initial);
 
@@ -170,15 +183,14 @@ TEST_CASE(
 
     // The same stale update by hand: from the state after step 1, batch 2's gradients taken at
     // the initial parameters (a fresh trainer computing it), applied to step 1's parameters.
-    Trainer by_hand(plain, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    Trainer by_hand = small_trainer(plain, comm, samples);
     train_one_step(by_hand, comm, plain);  // step 1, as the unlagged trainer took it
     checkpoint::TrainingState after_step_1;
     by_hand.capture_into(after_step_1);
-    Trainer stale(plain, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+    Trainer stale = small_trainer(plain, comm, samples);
     stale.apply(after_step_1);  // the sampler at batch 2 ...
     checkpoint::TrainingState initial_state;
-    Trainer(plain, comm, samples, {.kernel_threads = 1, .loader_threads = 1})
-        .capture_into(initial_state);
+    small_trainer(plain, comm, samples).capture_into(initial_state);
     for (std::size_t i = 0; i < stale.model().parameters().size(); ++i)  // ... the weights at 0
       std::copy(initial_state.model[i].values.begin(), initial_state.model[i].values.end(),
                 stale.model().parameters()[i]->value.f32().begin());
@@ -197,7 +209,7 @@ TEST_CASE(
       2,
       [](comm::Communicator& comm, const TrainingConfig& config,
          const core::SampleSource& samples) {
-        Trainer first(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        Trainer first = small_trainer(config, comm, samples);
         for (int k = 0; k < 3; ++k) train_one_lagged_step(first, comm, config);
         REQUIRE(first.computed_steps() == 1);  // step 4 is in flight
         checkpoint::TrainingState state;
@@ -212,7 +224,7 @@ TEST_CASE(
                           state.model[first_buffer].values.begin()));
 
         // A fresh trainer restored from it draws step 4's batch next, as the first one did.
-        Trainer second(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        Trainer second = small_trainer(config, comm, samples);
         second.apply(state);
         CHECK(second.step() == 3);
         CHECK(second.computed_steps() == 0);
@@ -233,10 +245,7 @@ TEST_CASE(
         CHECK(first.step() == 4);
         CHECK(comm::all_equal(comm, static_cast<std::int64_t>(digest_of(first))));
       },
-      [](TrainingConfig& config) {
-        config.gradient_lag = 1;
-        config.model.norm = core::NormKind::batch;
-      });
+      lagged_with_batch_norm);
 }
 
 TEST_CASE("a computed step that is not committed is dropped without a copy of the state") {
@@ -244,8 +253,8 @@ TEST_CASE("a computed step that is not committed is dropped without a copy of th
       2,
       [](comm::Communicator& comm, const TrainingConfig& config,
          const core::SampleSource& samples) {
-        Trainer trainer(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
-        Trainer twin(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        Trainer trainer = small_trainer(config, comm, samples);
+        Trainer twin = small_trainer(config, comm, samples);
         for (int k = 0; k < 2; ++k) {
           train_one_step(trainer, comm, config);
           train_one_step(twin, comm, config);
@@ -273,7 +282,7 @@ TEST_CASE("a computed step that is not committed is dropped without a copy of th
         CHECK(trainer.batch().samples == twin.batch().samples);
         CHECK(digest_of(trainer) == digest_of(twin));
       },
-      [](TrainingConfig& config) { config.model.norm = core::NormKind::batch; });
+      with_batch_norm);
 }
 
 TEST_CASE(
@@ -283,7 +292,7 @@ TEST_CASE(
       1,
       [](comm::Communicator& comm, const TrainingConfig& config,
          const core::SampleSource& samples) {
-        Trainer trainer(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        Trainer trainer = small_trainer(config, comm, samples);
         train_one_lagged_step(trainer, comm, config);
         // A meeting at step 2 as the session takes it with the lag: step 2's reduction finished
         // in the domain, what the domains sum (gradients and state) staged, step 3 computed
@@ -321,10 +330,7 @@ TEST_CASE(
           CHECK(holds_average(std::vector<float>(live.begin(), live.end()), b));
         }
       },
-      [](TrainingConfig& config) {
-        config.gradient_lag = 1;
-        config.model.norm = core::NormKind::batch;
-      });
+      lagged_with_batch_norm);
 }
 
 TEST_CASE("an update refuses gradients that a later step's backward pass overwrote") {
@@ -332,7 +338,7 @@ TEST_CASE("an update refuses gradients that a later step's backward pass overwro
       1,
       [](comm::Communicator& comm, const TrainingConfig& config,
          const core::SampleSource& samples) {
-        Trainer trainer(config, comm, samples, {.kernel_threads = 1, .loader_threads = 1});
+        Trainer trainer = small_trainer(config, comm, samples);
         compute_next_step(trainer, comm, config);
         trainer.finish_reduction();
         compute_next_step(trainer, comm, config);  // step 2's backward, after step 1's reduction
