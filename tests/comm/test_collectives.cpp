@@ -2,8 +2,10 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -175,3 +177,27 @@ TEST_CASE("with ULFM: a revoked communicator raises ProcessFailure, agrees and s
   fresh->allreduce_sum(y);
   REQUIRE(y[15] == static_cast<float>(world->size()));
 }
+
+#if defined(OPEN_MPI)
+TEST_CASE("a rank on a node without a fabric device has btl/ofi left out, unless chosen", "[mpi]") {
+  // What MPI_Init ran with, read back through the MPI tool interface.
+  int provided = 0;
+  REQUIRE(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) == MPI_SUCCESS);
+  int index = 0, count = 0;
+  MPI_T_cvar_handle handle{};
+  REQUIRE(MPI_T_cvar_get_index("btl", &index) == MPI_SUCCESS);
+  REQUIRE(MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS);
+  std::string btl(static_cast<std::size_t>(count) + 1, '\0');
+  REQUIRE(MPI_T_cvar_read(handle, btl.data()) == MPI_SUCCESS);
+  MPI_T_cvar_handle_free(&handle);
+  MPI_T_finalize();
+  btl = btl.c_str();
+  // mpirun --with-ft ulfm sets "^usnic" (usnic is not fault tolerant).
+  if (const char* chosen = std::getenv("OMPI_MCA_btl"))
+    CHECK(btl == chosen);
+  else if (!hardy::comm::fabric_device_present())
+    CHECK((btl == "^ofi" || btl == "^usnic,ofi"));
+  else
+    CHECK((btl.empty() || btl == "^usnic"));
+}
+#endif

@@ -1,8 +1,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -49,6 +52,84 @@ std::vector<std::pair<std::string, std::string>> singleton_mpi_settings(
   return settings;
 }
 
+bool fabric_device_present(const std::filesystem::path& root) {
+  std::error_code error;
+  for (const auto& device :
+       std::filesystem::directory_iterator(root / "sys/class/infiniband", error)) {
+    (void)device;
+    return true;
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(root / "dev", error))
+    if (entry.path().filename().string().starts_with("cxi")) return true;
+  return false;
+}
+
+std::optional<std::string> btl_list_without_ofi(std::string_view chosen) {
+  if (chosen.empty()) return "^ofi";
+  if (!chosen.starts_with('^')) return std::nullopt;
+  // Open MPI's lists are comma-separated component names.
+  for (std::size_t at = 1; at <= chosen.size();) {
+    const std::size_t end = std::min(chosen.find(',', at), chosen.size());
+    if (chosen.substr(at, end - at) == "ofi") return std::nullopt;
+    at = end + 1;
+  }
+  return std::string(chosen) + ",ofi";
+}
+
+namespace {
+
+#if defined(OPEN_MPI)
+// Leaves btl/ofi out of Open MPI's btl list (fabric_device_present says why) when nobody chose
+// the list, through the MPI tool interface, which sees the environment and the parameter files
+// alike and may set a control variable before MPI_Init. It stays initialized until after
+// MPI_Init: Open MPI 5.0.11's MPI_Init crashes (in opal_common_ucx_support_level) after an
+// MPI_T_finalize. A failure here only leaves Open MPI's own choice.
+class OfiBtlLeftOut {
+ public:
+  OfiBtlLeftOut() {
+    if (fabric_device_present()) return;
+    int provided = 0;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
+    initialized_ = true;
+    if (!chosen("opal_common_ofi_provider_include").empty()) return;
+    const auto list = btl_list_without_ofi(chosen("btl"));
+    int index = 0;
+    MPI_T_cvar_handle handle{};
+    int count = 0;
+    if (list && MPI_T_cvar_get_index("btl", &index) == MPI_SUCCESS &&
+        MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      MPI_T_cvar_write(handle, list->c_str());
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  ~OfiBtlLeftOut() {
+    if (initialized_) MPI_T_finalize();
+  }
+
+  // A string control variable's value from whatever source set it, "" when unset or unknown
+  // (a provider list the user gave btl/ofi is a choice of it too).
+  static std::string chosen(const char* name) {
+    int index = 0;
+    MPI_T_cvar_handle handle{};
+    int count = 0;
+    if (MPI_T_cvar_get_index(name, &index) != MPI_SUCCESS ||
+        MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) != MPI_SUCCESS)
+      return "";
+    std::string value(static_cast<std::size_t>(std::max(count, 0)) + 1, '\0');
+    if (MPI_T_cvar_read(handle, value.data()) != MPI_SUCCESS) value.clear();
+    MPI_T_cvar_handle_free(&handle);
+    return value.c_str();  // up to its terminator
+  }
+  OfiBtlLeftOut(const OfiBtlLeftOut&) = delete;
+  OfiBtlLeftOut& operator=(const OfiBtlLeftOut&) = delete;
+
+ private:
+  bool initialized_ = false;
+};
+#endif
+
+}  // namespace
+
 StartupTimes startup_times() {
   static const double process_started = process_started_unix_time();
   return {process_started, mpi_ready_unix_time.load()};
@@ -74,7 +155,12 @@ MpiSession::MpiSession(int* argc, char*** argv, Threads threads) {
 #endif
   const int required = threads == Threads::funneled ? MPI_THREAD_FUNNELED : MPI_THREAD_SERIALIZED;
   int provided = MPI_THREAD_SINGLE;
-  mpi_check(MPI_Init_thread(argc, argv, required, &provided), "MPI_Init_thread");
+  {
+#if defined(OPEN_MPI)
+    const OfiBtlLeftOut ofi_btl;  // after the settings above: MPI_T reads them once
+#endif
+    mpi_check(MPI_Init_thread(argc, argv, required, &provided), "MPI_Init_thread");
+  }
   owned_ = true;
   mpi_ready_unix_time.store(core::unix_time());
   // Errors on MPI_COMM_WORLD (and on communicators derived from it later) are returned to

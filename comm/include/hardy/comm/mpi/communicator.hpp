@@ -3,9 +3,12 @@
 // MPI call's status goes through mpi_check().
 #include <mpi.h>
 
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,17 +23,33 @@ namespace hardy::comm {
 void mpi_check(int code, const char* call, MPI_Comm comm = MPI_COMM_NULL);
 
 // The Open MPI settings (environment variable, value) for a process that no launcher started, a
-// singleton: a world of one, with no peer to reach. Only the self transport, and ob1 over it:
-// with every transport, Open MPI 5.0's MPI_Init of a singleton takes about a second bringing up
-// transports for peers that cannot exist (1.15 s against 0.01 s on the 2-core CI machine). Empty
-// for a process that mpirun/prterun or srun (PMIx or PMI-2) started; a variable the user set is
-// left out, so his choice stands. `lookup` reads the environment (std::getenv for MpiSession).
+// singleton: a world of one, with no peer to reach. Only the self transport, and ob1 over it
+// (which also leaves out btl/ofi, whose second is below: 1.15 s against 0.01 s on the 2-core CI
+// machine). Empty for a process that mpirun/prterun or srun (PMIx or PMI-2) started; a variable
+// the user set is left out, so his choice stands. `lookup` reads the environment (std::getenv for
+// MpiSession).
 std::vector<std::pair<std::string, std::string>> singleton_mpi_settings(
     const std::function<const char*(const char*)>& lookup);
 
+// Whether the node under `root` has a device that a libfabric provider drives: an InfiniBand,
+// RoCE, Omni-Path or EFA device (ROOT/sys/class/infiniband/*) or an HPE Slingshot NIC
+// (ROOT/dev/cxi*). Without one, Open MPI's btl/ofi has nothing to use: it gives up in MPI_Init and
+// sleeps a second as it closes (Open MPI 5.0's workaround for libfabric's sockets provider,
+// ofiwg/libfabric#4225), which every rank of every launch pays on a TCP cluster or a cloud VM.
+// So MpiSession leaves btl/ofi out of the btl list there (btl_list_without_ofi), unless the user
+// or the site named the btls to use or chose btl/ofi's providers (in the environment or an
+// mca-params.conf: MPI_T reads every source).
+bool fabric_device_present(const std::filesystem::path& root = "/");
+// The btl list that leaves ofi out, given the list chosen so far (`chosen`: Open MPI's "btl"
+// parameter from any source, "" when nobody chose): "^ofi" for none, ofi added to a list of
+// exclusions (mpirun --with-ft ulfm sets "^usnic"), nothing for a list of inclusions (ofi is in
+// only where it is named, and then it was chosen) or one that excludes ofi already.
+std::optional<std::string> btl_list_without_ofi(std::string_view chosen);
+
 // Initializes MPI for the lifetime of the object and finalizes it afterwards, unless MPI was
 // already initialized by someone else. Construct one in main(), before any communicator. Under
-// Open MPI a singleton gets singleton_mpi_settings() first.
+// Open MPI a singleton gets singleton_mpi_settings() first, and a node without a fabric device
+// a btl list without ofi (fabric_device_present).
 class MpiSession {
  public:
   enum class Threads { funneled, serialized };  // only the main thread / one at a time calls MPI
