@@ -54,11 +54,9 @@ std::vector<std::pair<std::string, std::string>> singleton_mpi_settings(
 
 bool fabric_device_present(const std::filesystem::path& root) {
   std::error_code error;
-  for (const auto& device :
-       std::filesystem::directory_iterator(root / "sys/class/infiniband", error)) {
-    (void)device;
-    return true;
-  }
+  if (std::filesystem::directory_iterator(root / "sys/class/infiniband", error) !=
+      std::filesystem::directory_iterator())
+    return true;  // an entry: a device
   for (const auto& entry : std::filesystem::directory_iterator(root / "dev", error))
     if (entry.path().filename().string().starts_with("cxi")) return true;
   return false;
