@@ -4,7 +4,7 @@ what domains cost every step (needs root for the network namespaces).
 
     sudo bench/cluster/domain_bench.py [--hardy build/bin/hardy] [--repeats 2] [--rounds 2] \
         [--scenarios node_crash,leader_crash,node_freeze,node_crash_rpn2,node_freeze_rpn2] [--skip-overhead] \
-        [--exchange leader,sharded] [--sync-every 1,4] [--gradient-lag 0,1]
+        [--exchange leader,sharded] [--sync-every 1,4] [--gradient-lag 0,1] [--bucket-mib default,0.1]
 
 1. Recovery: tests/cluster/domain_loss.py's scenarios (8 emulated nodes as 4 domains of 2, one
    spare), --repeats times each; per scenario the median of each phase, in seconds from the fault:
@@ -21,7 +21,10 @@ what domains cost every step (needs root for the network namespaces).
    --sync-every 1,4 also domains that meet every 4th step (--domain-sync-every) in the same
    rounds: their price is paid once per meeting, where the state is averaged too. With
    --gradient-lag 0,1 also every design with lagged updates (the seed run's), against one job
-   with lagged updates: there a step's exchange travels while the next step computes.
+   with lagged updates: there a step's exchange travels while the next step computes. With
+   --bucket-mib default,0.1 every design also with gradient buckets of 0.1 MiB (about 6 for this
+   model), against one job with the same: the sharded exchange then sends each bucket's shards to
+   the other domains while backward still runs.
 
 Results go to bench/results/cluster-domains-<date>.json.
 """
@@ -79,24 +82,31 @@ def overhead(args, tmp):
     # (name, nodes per domain, --domain-sync-every, --domain-exchange): the names hardy simulate's
     # --domain-price-from reads (jobs/src/scale_model.cpp).
     # With --gradient-lag 1 on both sides (the seed run's lagged updates), "_lag" names the pair.
-    designs = [(f"one_job{'_lag' if lag else ''}", 0, 1, "leader", lag) for lag in args.gradient_lag] + [
+    # With --bucket-mib, "_bucket_<MiB>" names a design whose gradient buckets are not hardy's default
+    # (every design, one job included, at that size: with small buckets a step's reduction starts during
+    # backward, and the sharded exchange sends each bucket's shards on as soon as its domain has them).
+    def suffix(lag, bucket):
+        return ("_lag" if lag else "") + (f"_bucket_{bucket}" if bucket else "")
+    designs = [(f"one_job{suffix(lag, bucket)}", 0, 1, "leader", lag, bucket)
+               for bucket in args.bucket_mib for lag in args.gradient_lag] + [
         (split + ("" if every == 1 else f"_sync_every_{every}") + ("" if exchange == "leader" else f"_{exchange}")
-         + ("_lag" if lag else ""), per_domain_nodes, every, exchange, lag)
-        for lag in args.gradient_lag for exchange in args.exchange for every in args.sync_every]
+         + suffix(lag, bucket), per_domain_nodes, every, exchange, lag, bucket)
+        for bucket in args.bucket_mib for lag in args.gradient_lag for exchange in args.exchange
+        for every in args.sync_every]
     rows = {name: [] for name, *_ in designs}
     # Where a step's time goes (metrics.jsonl's phases), so that a change in the price is explained.
     phases = {name: {"compute_s": [], "allreduce_s": []} for name, *_ in designs}
     with EmulatedCluster(nodes=nodes) as cluster:
         env = {**os.environ, **cluster.mpi_env()}
         for round_ in range(args.rounds):
-            for name, per_domain, every, exchange, lag in designs:
+            for name, per_domain, every, exchange, lag, bucket in designs:
                 run = Path(tmp) / f"overhead-{name}-{round_}"
                 command = [args.hardy, "run", "--hosts", ",".join(cluster.hosts), "--launch-agent", cluster.agent,
                            "--ranks-per-node", "1", "--nodes-per-domain", str(per_domain), "--run-dir", str(run),
                            "--", "--config", str(tiny), "--steps", str(OVERHEAD_STEPS), "--threads", "1",
                            "--eval-samples", "0", "--snapshot-dir", str(Path(tmp) / "node-local"),
                            "--domain-sync-every", str(every), "--domain-exchange", exchange,
-                           "--gradient-lag", str(lag)]
+                           "--gradient-lag", str(lag)] + (["--bucket-mib", bucket] if bucket else [])
                 subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                timeout=600)
                 kept = [m for m in read_jsonl(run / "metrics.jsonl") if m["step"] > 20]
@@ -105,9 +115,9 @@ def overhead(args, tmp):
                     values.append(statistics.median(m[phase] for m in kept))
                 print(f"overhead round {round_ + 1} {name}: median step {rows[name][-1] * 1000:.1f} ms", flush=True)
     medians = {name: statistics.median(values) for name, values in rows.items()}
-    one = medians["one_job"] if "one_job" in medians else medians["one_job_lag"]
-    # Each design against the one job with the same --gradient-lag.
-    reference = {name: "one_job_lag" if lag else "one_job" for name, *_, lag in designs}
+    one = medians[next(name for name in medians if name.startswith("one_job"))]
+    # Each design against the one job with the same --gradient-lag and buckets.
+    reference = {name: f"one_job{suffix(lag, bucket)}" for name, *_, lag, bucket in designs}
     result = {"nodes": nodes, "nodes_per_domain": per_domain_nodes, "rounds": rows,
               "median_ms": {name: m * 1000 for name, m in medians.items()},
               "phase_median_ms": {name: {phase: statistics.median(values) * 1000 for phase, values in by_phase.items()}
@@ -142,6 +152,9 @@ def main():
     parser.add_argument("--gradient-lag", type=lambda text: [int(n) for n in text.split(",")], default=[0],
                         help="--gradient-lag values of the per-step comparison, each against one job with the same "
                              "(0,1: both)")
+    parser.add_argument("--bucket-mib", type=lambda text: [b if b != "default" else "" for b in text.split(",")],
+                        default=[""], help="--bucket-mib values of the per-step comparison, each against one job "
+                                           "with the same (default: hardy's; e.g. default,0.1)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     ok, why = namespaces_available()

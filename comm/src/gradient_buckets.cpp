@@ -16,6 +16,9 @@ GradientBuckets::GradientBuckets(Communicator& comm, std::vector<core::Parameter
       buckets_(plan_->bucket_count()) {
   for (std::size_t b = 0; b < buckets_.size(); ++b)
     buckets_[b].data.resize(plan_->bucket_floats(b));
+  bucket_members_.resize(buckets_.size());
+  for (std::size_t i = 0; i < plan_->parameter_count(); ++i)
+    bucket_members_[plan_->slot(i).bucket].push_back(i);
 }
 
 GradientBuckets::~GradientBuckets() = default;  // each pending Request waits in its destructor
@@ -55,6 +58,7 @@ void GradientBuckets::finish(float scale) {
     fail_and_drain();
     throw;
   }
+  tell_listener();
   for (std::size_t i = 0; i < plan_->parameter_count(); ++i) {
     const auto& slot = plan_->slot(i);
     const float* sum = buckets_[slot.bucket].data.data() + slot.offset;
@@ -78,8 +82,37 @@ void GradientBuckets::forget_step() {
     }
     bucket.request.reset();
   }
+  end_step();
+}
+
+void GradientBuckets::end_step() {
   plan_->reset();
   reduce_root_.reset();
+  listener_ = nullptr;
+  buckets_heard_ = 0;
+}
+
+void GradientBuckets::listen_next_step(BucketListener listener) {
+  if (plan_->launched() > 0)
+    throw hardy::Error("GradientBuckets: listen_next_step() after the step's first bucket");
+  listener_ = std::move(listener);
+}
+
+void GradientBuckets::tell_listener() {
+  if (!listener_) return;
+  ReducedBucket heard;
+  for (; buckets_heard_ < plan_->launched() && buckets_[buckets_heard_].request->done();
+       ++buckets_heard_) {
+    heard.index = buckets_heard_;
+    heard.parts.clear();
+    for (const std::size_t i : bucket_members_[buckets_heard_]) {
+      const auto& slot = plan_->slot(i);
+      heard.parts.push_back({.param = params_[i],
+                             .sums = std::span<const float>(buckets_[buckets_heard_].data)
+                                         .subspan(slot.offset, slot.count)});
+    }
+    listener_(heard);
+  }
 }
 
 void GradientBuckets::reduce_next_step_to(int root) {
@@ -100,6 +133,7 @@ void GradientBuckets::progress() {
   for (std::size_t b = 0; b < plan_->launched(); ++b) {
     if (!buckets_[b].request->done()) buckets_[b].request->test();
   }
+  tell_listener();
 }
 
 void GradientBuckets::fail_and_drain() {
@@ -119,8 +153,7 @@ void GradientBuckets::fail_and_drain() {
     }
   }
   for (Bucket& bucket : buckets_) bucket.request.reset();
-  plan_->reset();
-  reduce_root_.reset();
+  end_step();
 }
 
 }  // namespace hardy::comm

@@ -21,6 +21,10 @@ class MpiGradientReducer final : public GradientReducer {
   void mark_ready(std::size_t index) override { buckets_.mark_ready(index); }
   void finish(float scale) override { buckets_.finish(scale); }
   void reduce_next_step_to(int root) override { buckets_.reduce_next_step_to(root); }
+  bool listen_next_step(BucketListener listener) override {
+    buckets_.listen_next_step(std::move(listener));
+    return true;
+  }
   bool has_non_finite() override {
     std::vector<const core::Tensor*> grads;
     for (const core::Parameter* p : params_) grads.push_back(&p->grad);

@@ -22,7 +22,7 @@ Once the job has committed FAULT_STEP steps a node fails:
   lagged_node_crash node_crash with --gradient-lag 1 (the reference job lagged too)
   *_sharded         node_crash, node_crash_rpn2 or node_freeze_rpn2 with --domain-exchange sharded:
                     every rank sums its shard with the other domains' ranks of its index, over the
-                    cluster's network (--domain-interface)
+                    cluster's network (--domain-interface), bucket by bucket while backward runs
 
 The staged, lagged and sharded scenarios name the network the leaders exchange over by its subnet
 (--domain-interface 198.18.C.0/24, the emulated cluster's): every domain's leader must listen on
@@ -120,7 +120,9 @@ def main():
     if scenario.startswith("lagged"):
         train += ["--gradient-lag", "1"]
     if sharded:
-        train += ["--domain-exchange", "sharded"]
+        # Buckets of 16 KiB (about 8 for this network): each bucket's shards leave for the other
+        # domains as soon as the domain has summed it, while backward goes on.
+        train += ["--domain-exchange", "sharded", "--bucket-mib", "0.016"]
     with tempfile.TemporaryDirectory(prefix=f"hardy-domains-{scenario}-") as tmp:
         stage = Path(tmp) / "stage"
         if scenario.startswith("staged"):

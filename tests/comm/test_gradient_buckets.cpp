@@ -144,3 +144,44 @@ TEST_CASE("GradientBuckets reduces one step to a root, then allreduces again", "
   REQUIRE_THROWS_AS(buckets.reduce_next_step_to(root), hardy::Error);
   buckets.finish(1.0f);
 }
+
+TEST_CASE("GradientBuckets tells a listener each bucket's sums in order, for one step", "[mpi]") {
+  // A fault domain's sharded exchange sends each bucket on as soon as the domain has summed it.
+  auto comm = MpiCommunicator::world();
+  const int n = comm->size(), me = comm->rank();
+  auto params = make_params({1000, 10, 5000, 3, 20000, 7});
+  GradientBuckets buckets(*comm, hardy::core::pointers_to(params), 4096);
+  REQUIRE(buckets.bucket_count() >= 4);
+  fill_grads(params, me, 0);
+  std::vector<std::size_t> heard;
+  buckets.listen_next_step([&](const ReducedBucket& bucket) {
+    heard.push_back(bucket.index);
+    for (const ReducedBucket::Part& part : bucket.parts) {
+      const auto i = static_cast<std::size_t>(part.param - params.data());
+      REQUIRE(buckets.bucket_of(i) == bucket.index);
+      REQUIRE(part.sums.size() == params[i].grad.f32().size());
+      for (std::size_t j = 0; j < part.sums.size(); ++j) {
+        float sum = 0;  // unscaled: finish() has not scaled them yet
+        for (int r = 0; r < n; ++r)
+          sum += static_cast<float>((r + 1) * (static_cast<int>((i + j) % 13) - 6));
+        if (part.sums[j] != sum) FAIL("param " << i << " element " << j);
+      }
+    }
+  });
+  for (std::size_t i = 0; i < params.size(); ++i) buckets.mark_ready(i);
+  buckets.finish(0.5f);
+  std::vector<std::size_t> all(buckets.bucket_count());
+  std::iota(all.begin(), all.end(), 0);
+  REQUIRE(heard == all);  // every bucket once, in bucket order
+  // The next step has no listener unless asked again.
+  heard.clear();
+  fill_grads(params, me, 1);
+  for (std::size_t i = 0; i < params.size(); ++i) buckets.mark_ready(i);
+  buckets.finish(1.0f);
+  REQUIRE(heard.empty());
+  // Only before a step's first bucket.
+  for (std::size_t i = 0; i < params.size() && buckets.bucket_of(i) == 0; ++i)
+    buckets.mark_ready(i);
+  REQUIRE_THROWS_AS(buckets.listen_next_step([](const ReducedBucket&) {}), hardy::Error);
+  buckets.forget_step();
+}

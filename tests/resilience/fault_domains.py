@@ -38,7 +38,8 @@ outside (SIGKILL), as a node crash would:
   sharded_member  the member scenario with --domain-exchange sharded: rank i of every domain sums
            the i-th shard with the others' rank i, so the domain that lost rank 1 cannot shrink
            around it: it ends, comes back and heals like a lost node's, and the survivor's rank 1,
-           whose shard's peer died, trains on all the same
+           whose shard's peer died, trains on all the same (buckets of 16 KiB, each bucket's shard
+           sent on while backward runs)
   sharded_leader  the leader scenario's loss (4 domains x 2 ranks, both of domain 2's) with the
            sharded exchange and --gradient-lag 1 (each shard's sums cross the domains while the
            next step computes)
@@ -115,7 +116,9 @@ def train_options(scenario):
     if scenario == "sync_every_lagged":
         options += ["--norm", "batch"]
     if scenario.startswith("sharded"):
-        options += ["--domain-exchange", "sharded"]
+        # Buckets of 16 KiB (about 8 for this network): without the lag each bucket's shards
+        # leave for the other domains as soon as the domain has summed the bucket.
+        options += ["--domain-exchange", "sharded", "--bucket-mib", "0.016"]
     return options
 
 

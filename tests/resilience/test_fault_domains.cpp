@@ -623,9 +623,23 @@ struct ShardedRank {
             .adopt_lines = [](const std::string&) {}};
   }
   // The step's exchange: `values` is the domain's sum of the step (every rank holds it, as after
-  // the in-domain allreduce); on commit the state moves on.
-  DomainStep step(const std::vector<float>& values) {
+  // the in-domain allreduce); on commit the state moves on. `relayed`: the values go bucket by
+  // bucket before the exchange, as a reducer's listener hears them (values 3-4, then 0-2 given
+  // as two gradients in backward's order), at twice their size with a scale of 1/2.
+  DomainStep step(const std::vector<float>& values, bool relayed = false) {
     std::ranges::copy(values, gradient.f32().begin());
+    if (relayed) {
+      std::vector<float> unscaled(values);
+      for (float& v : unscaled) v *= 2;
+      const std::span<const float> sums(unscaled);
+      domains.start_relay(state.step + 1, values.size(), 0.5f);
+      const FaultDomains::RelayedPart last[] = {{.offset = 3, .sums = sums.subspan(3, 2)}};
+      domains.relay_bucket(last);
+      const FaultDomains::RelayedPart first[] = {{.offset = 1, .sums = sums.subspan(1, 2)},
+                                                 {.offset = 0, .sums = sums.subspan(0, 1)}};
+      domains.relay_bucket(first);
+      std::ranges::fill(gradient.f32(), -1.0f);  // what the exchange holds is not sent again
+    }
     core::Tensor* gradients[] = {&gradient};
     const DomainStep outcome = domains.exchange(state.step + 1, gradients, values[0], 0, access());
     if (outcome.verdict == StepVerdict::commit) ++state.step;
@@ -659,6 +673,8 @@ TEST_CASE("fault domains: sharded, every rank of every domain gets the whole sum
   // Domain 1 leaves after step `leaves_after` (its MPI job died: every rank's groups close); the
   // test plays the supervisor, publishing generation 1 without it once domain 0 reports.
   const int leaves_after = GENERATE(0, 2);
+  // Relayed: each bucket's shard leaves as the domain has it (FaultDomains::start_relay).
+  const bool relayed = GENERATE(false, true);
   std::vector<std::unique_ptr<hardy::testing::InProcessWorld>> worlds;
   for (int d = 0; d < kDomains; ++d)
     worlds.push_back(std::make_unique<hardy::testing::InProcessWorld>(kRanks));
@@ -672,7 +688,7 @@ TEST_CASE("fault domains: sharded, every rank of every domain gets the whole sum
             rank.domains.start(rank.access());
             const int steps = d == 1 && leaves_after > 0 ? leaves_after : 4;
             for (int s = 1; s <= steps; ++s) {
-              const DomainStep outcome = rank.step(domain_sum(d, s));
+              const DomainStep outcome = rank.step(domain_sum(d, s), relayed);
               verdicts[static_cast<std::size_t>(slot)].push_back(outcome.verdict);
               seen[static_cast<std::size_t>(slot)].push_back(
                   outcome.verdict == StepVerdict::commit
@@ -698,7 +714,7 @@ TEST_CASE("fault domains: sharded, every rank of every domain gets the whole sum
   for (int slot = 0; slot < kDomains * kRanks; ++slot) {
     const int d = slot / kRanks;
     INFO("domain " << d << " rank " << slot % kRanks << ", domain 1 leaves after step "
-                   << leaves_after);
+                   << leaves_after << (relayed ? ", relayed" : ""));
     const auto& mine = seen[static_cast<std::size_t>(slot)];
     if (leaves_after == 0) {
       // Both domains, every step: the sum of both, at every rank.

@@ -90,6 +90,13 @@ std::vector<float> pack(std::span<core::Tensor* const> tensors, std::span<const 
   return flat;
 }
 
+// The exception being handled, as the outcome of a collective that never started.
+std::future<void> failure_in_future() {
+  std::promise<void> failed;
+  failed.set_exception(std::current_exception());
+  return failed.get_future();
+}
+
 }  // namespace
 
 FaultDomains::FaultDomains(DomainOptions options, const std::unique_ptr<comm::Communicator>& domain,
@@ -455,13 +462,14 @@ std::size_t FaultDomains::member_index() const {
 void FaultDomains::start_step(long step, std::span<core::Tensor* const> tensors, double loss,
                               double skipped, bool ok, std::span<const float> weights,
                               bool in_background) {
+  if (in_flight_ && in_flight_->relayed && in_flight_->step == step && ok && weights.empty()) {
+    finish_relay(loss, skipped);  // the pieces left already
+    return;
+  }
   if (in_flight_)
     throw Error(fmt::format("domain {}: step {}'s exchange started while step {}'s is in flight",
                             options_.index, step, in_flight_->step));
-  // Sharded: collectives a newer generation left behind, once they ended on their own.
-  std::erase_if(abandoned_, [](const Abandoned& a) {
-    return a.exchange->sent.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-  });
+  forget_ended_abandoned();
   in_flight_ = std::make_unique<InFlight>();
   in_flight_->step = step;
   if (leader()) {
@@ -475,18 +483,8 @@ void FaultDomains::start_step(long step, std::span<core::Tensor* const> tensors,
     // A domain that votes against adds nothing (its tensors may be half-done).
     values = ok ? pack(tensors, weights) : std::vector<float>(values_in(tensors), 0.0f);
     in_flight_->total = values.size();
-    if (leader()) {
-      // A relaunched domain asks to join: every member learns it through the vote and admits it
-      // after this step, so all switch generation at the same step.
-      const bool pending = store_->try_get(rendezvous_keys::members(generation_ + 1)).has_value();
-      Vote& mine = in_flight_->vote;
-      mine = {.ok = ok,
-              .generation_pending = pending,
-              .loss = loss,
-              .skipped = skipped,
-              .ranks = std::vector<int>(members_.size(), 0)};
-      mine.ranks[member_index()] = domain().size();
-    }
+    in_flight_->segments = {{.begin = 0, .size = values.size()}};
+    if (leader()) in_flight_->vote = my_vote(ok, loss, skipped);
     if (sharded()) {
       const core::Shard mine = core::shard_of(values.size(), domain().rank(), domain().size());
       values = std::vector<float>(values.begin() + static_cast<std::ptrdiff_t>(mine.begin),
@@ -496,18 +494,14 @@ void FaultDomains::start_step(long step, std::span<core::Tensor* const> tensors,
     // latency. Sharded, the vote rides with the leader's shard.
     if (leader()) append_vote(values, in_flight_->vote, member_index(), members_.size());
   } catch (const comm::GroupFailure&) {
-    std::promise<void> failed;  // conclude() takes it as the collective's failure
-    failed.set_exception(std::current_exception());
-    in_flight_->sent = failed.get_future();
+    in_flight_->sent = failure_in_future();  // conclude() takes it as the collective's failure
     return;
   }
   comm::Communicator* group = nullptr;
   try {
     group = &exchange_group();
   } catch (const comm::GroupFailure&) {
-    std::promise<void> failed;
-    failed.set_exception(std::current_exception());
-    in_flight_->sent = failed.get_future();
+    in_flight_->sent = failure_in_future();
     return;
   }
   // Nothing else touches the group until conclude(): the thread owns it meanwhile. Sharded, the
@@ -516,6 +510,127 @@ void FaultDomains::start_step(long step, std::span<core::Tensor* const> tensors,
   const bool on_thread = in_background || (sharded() && !leader());
   in_flight_->sent = std::async(on_thread ? std::launch::async : std::launch::deferred,
                                 [group, &values] { group->allreduce_sum(values); });
+}
+
+void FaultDomains::forget_ended_abandoned() {
+  // Sharded: collectives a newer generation left behind, once they ended on their own.
+  std::erase_if(abandoned_, [](const Abandoned& a) {
+    return a.exchange->sent.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
+}
+
+Vote FaultDomains::my_vote(bool ok, double loss, double skipped) const {
+  // A relaunched domain asks to join: every member learns it through the vote and admits it
+  // after this step, so all switch generation at the same step.
+  const bool pending = store_->try_get(rendezvous_keys::members(generation_ + 1)).has_value();
+  Vote mine{.ok = ok,
+            .generation_pending = pending,
+            .loss = loss,
+            .skipped = skipped,
+            .ranks = std::vector<int>(members_.size(), 0)};
+  mine.ranks[member_index()] = domain().size();
+  return mine;
+}
+
+void FaultDomains::start_relay(long step, std::size_t total, float scale) {
+  if (!sharded()) throw Error("FaultDomains: start_relay() without --domain-exchange sharded");
+  if (in_flight_)
+    throw Error(fmt::format("domain {}: step {}'s relay started while step {}'s is in flight",
+                            options_.index, step, in_flight_->step));
+  forget_ended_abandoned();
+  in_flight_ = std::make_unique<InFlight>();
+  InFlight& flight = *in_flight_;
+  flight.step = step;
+  flight.total = total;
+  flight.scale = scale;
+  flight.relayed = true;
+  // Room for every piece (this rank's shards of the buckets take at most all the values) and
+  // the leader's vote: the thread sums pieces in place while later ones are written after them.
+  flight.values.resize(total + (leader() ? vote_values(members_.size()) : 0));
+  if (leader()) {
+    in_flight_step_ = step;
+    in_flight_ok_.reset();
+  }
+  comm::Communicator* group = nullptr;
+  try {
+    group = &exchange_group();
+  } catch (const comm::GroupFailure&) {
+    flight.sent = failure_in_future();  // the pieces go nowhere; the gather finds the shard missing
+    return;
+  }
+  flight.queue = std::make_unique<SumQueue>();
+  flight.sent =
+      std::async(std::launch::async, [queue = flight.queue.get(), group] { queue->run(*group); });
+}
+
+void FaultDomains::relay_bucket(std::span<const RelayedPart> parts) {
+  if (!in_flight_ || !in_flight_->relayed)
+    throw Error("FaultDomains: relay_bucket() without start_relay()");
+  InFlight& flight = *in_flight_;
+  std::size_t begin = std::numeric_limits<std::size_t>::max(), end = 0, size = 0;
+  for (const RelayedPart& part : parts) {
+    begin = std::min(begin, part.offset);
+    end = std::max(end, part.offset + part.sums.size());
+    size += part.sums.size();
+  }
+  if (parts.empty() || end - begin != size || end > flight.total)
+    throw Error(fmt::format(
+        "FaultDomains: a relayed bucket of {} values is not one range of the step's {} values",
+        size, flight.total));
+  flight.segments.push_back({.begin = begin, .size = size});
+  // This rank's shard of the bucket: the same range at this rank index in every domain, so each
+  // shard group sums the same pieces in the same order.
+  const core::Shard mine = core::shard_of(size, domain().rank(), domain().size());
+  if (mine.size() == 0) return;
+  const std::span<float> piece = std::span(flight.values).subspan(flight.filled, mine.size());
+  const std::size_t lo = begin + mine.begin, hi = begin + mine.end;
+  for (const RelayedPart& part : parts) {
+    const std::size_t from = std::max(lo, part.offset);
+    const std::size_t to = std::min(hi, part.offset + part.sums.size());
+    for (std::size_t at = from; at < to; ++at)
+      piece[at - lo] = part.sums[at - part.offset] * flight.scale;  // as finish() scales them
+  }
+  const std::size_t start = flight.filled;
+  flight.filled += mine.size();
+  if (!flight.queue) return;
+  if (!leader()) {
+    flight.queue->queue(piece);
+    return;
+  }
+  // The leader holds its newest piece back: the vote rides with the step's last one (one
+  // collective less, each a network latency between domains). Pieces lie end to end.
+  if (flight.held_back)
+    flight.queue->queue(
+        std::span(flight.values).subspan(*flight.held_back, start - *flight.held_back));
+  flight.held_back = start;
+}
+
+void FaultDomains::finish_relay(double loss, double skipped) {
+  InFlight& flight = *in_flight_;
+  std::size_t relayed = 0;
+  for (const Segment& segment : flight.segments) relayed += segment.size;
+  if (relayed != flight.total)
+    throw Error(fmt::format("domain {}: step {} relayed {} of its {} values", options_.index,
+                            flight.step, relayed, flight.total));
+  if (leader()) {
+    try {
+      flight.vote = my_vote(/*ok=*/true, loss, skipped);
+    } catch (const comm::GroupFailure&) {
+      if (flight.queue) flight.queue->stop();
+      if (flight.sent.valid()) flight.sent.wait();
+      flight.sent = failure_in_future();
+      return;
+    }
+    // The vote rides with the last piece, in the leaders' group (shard 0's), right behind it.
+    std::vector<float> vote;
+    append_vote(vote, flight.vote, member_index(), members_.size());
+    std::ranges::copy(vote, flight.values.begin() + static_cast<std::ptrdiff_t>(flight.filled));
+    const std::size_t from = flight.held_back.value_or(flight.filled);
+    flight.filled += vote.size();
+    if (flight.queue)
+      flight.queue->queue(std::span(flight.values).subspan(from, flight.filled - from));
+  }
+  if (flight.queue) flight.queue->close();
 }
 
 comm::Communicator& FaultDomains::exchange_group() {
@@ -539,15 +654,22 @@ FaultDomains::ShardsGathered FaultDomains::gather_shards() {
   // Each rank's block: its shard, padded to the largest with the vote's room (the leader's shard
   // carries the vote), then 1 when it arrived, 0 when not.
   const std::size_t total = in_flight_->total;
+  const std::vector<Segment> segments = in_flight_->segments;
   const int ranks = domain().size();
   const std::size_t votes = vote_values(members_.size());
-  const std::size_t block =
-      (total + static_cast<std::size_t>(ranks) - 1) / static_cast<std::size_t>(ranks) + votes + 1;
+  // The pieces of rank r: its shard of each segment, in order.
+  const auto pieces_of = [&](int r) {
+    std::size_t size = 0;
+    for (const Segment& segment : segments) size += core::shard_of(segment.size, r, ranks).size();
+    return size;
+  };
+  const std::size_t block = pieces_of(0) + votes + 1;  // rank 0's shards are the largest
   std::vector<float> mine(block, 0.0f);
   try {
     if (!leader()) wait_for_shard_unless_superseded();
     in_flight_->sent.get();
-    std::copy(in_flight_->values.begin(), in_flight_->values.end(), mine.begin());
+    const std::size_t sent = in_flight_->relayed ? in_flight_->filled : in_flight_->values.size();
+    std::copy_n(in_flight_->values.begin(), sent, mine.begin());
     mine.back() = 1.0f;
   } catch (const comm::GroupFailure& e) {
     std::cerr << fmt::format("hardy: domain {} rank {}: step {}'s shard: {}\n", options_.index,
@@ -562,18 +684,20 @@ FaultDomains::ShardsGathered FaultDomains::gather_shards() {
   held_sums_.resize(total);
   std::vector<int> missing;
   for (int r = 0; r < ranks; ++r) {
-    const core::Shard part = core::shard_of(total, r, ranks);
-    const auto from =
-        all.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(r));
-    std::copy_n(from, part.size(), held_sums_.begin() + static_cast<std::ptrdiff_t>(part.begin));
+    auto from = all.begin() + static_cast<std::ptrdiff_t>(block * static_cast<std::size_t>(r));
     if (*(from + static_cast<std::ptrdiff_t>(block - 1)) != 1.0f) missing.push_back(r);
+    for (const Segment& segment : segments) {
+      const core::Shard part = core::shard_of(segment.size, r, ranks);
+      std::copy_n(from, part.size(),
+                  held_sums_.begin() + static_cast<std::ptrdiff_t>(segment.begin + part.begin));
+      from += static_cast<std::ptrdiff_t>(part.size());
+    }
   }
   if (!missing.empty())
     return {.vote = std::nullopt,
             .missing = fmt::format("the shards of ranks {} of domain {} did not arrive",
                                    fmt::join(missing, ", "), options_.index)};
-  const auto vote_at =
-      all.begin() + static_cast<std::ptrdiff_t>(core::shard_of(total, 0, ranks).size());
+  const auto vote_at = all.begin() + static_cast<std::ptrdiff_t>(pieces_of(0));
   std::vector<float> vote(vote_at, vote_at + static_cast<std::ptrdiff_t>(votes));
   return {.vote = take_vote(vote, members_.size()), .missing = {}};
 }
@@ -603,6 +727,7 @@ void FaultDomains::wait_for_shard_unless_superseded() {
     in_flight_ = std::make_unique<InFlight>();
     in_flight_->step = abandoned_.back().exchange->step;
     in_flight_->total = abandoned_.back().exchange->total;
+    in_flight_->segments = abandoned_.back().exchange->segments;
     throw comm::GroupFailure(fmt::format(
         "a generation after {} without one of its members was published while this rank's shard "
         "of the step waited",

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "domains/domain_plan.hpp"
+#include "domains/sum_queue.hpp"
 #include "hardy/checkpoint/training_state.hpp"
 #include "hardy/comm/communicator.hpp"
 #include "hardy/comm/rendezvous/store.hpp"
@@ -146,6 +147,21 @@ class FaultDomains {
                              const DomainStateAccess& state);
   bool exchange_in_flight() const { return in_flight_ != nullptr; }
 
+  // Sharded, at a step where the domains meet to sum gradients alone (`total` values: every
+  // gradient in the order exchange() packs them, no weights): this rank's shard leaves bucket by
+  // bucket while backward still runs, as HSDP's and torchft's replica groups send theirs.
+  // start_relay() before the step's backward; relay_bucket() for each bucket the domain has
+  // reduced, in bucket order; then exchange() or start_exchange() as always, which add only the
+  // vote. A bucket is a contiguous range of the packed values, given gradient by gradient: where
+  // it starts, and its sums before finish() scales them by `scale` (scaled here alike, so the
+  // domains' sums are bitwise those of an exchange after finish()).
+  struct RelayedPart {
+    std::size_t offset = 0;  // in the packed values
+    std::span<const float> sums;
+  };
+  void start_relay(long step, std::size_t total, float scale);
+  void relay_bucket(std::span<const RelayedPart> parts);
+
   // After the domain recovered from a rank's death inside it (ULFM shrink, state back at the
   // domain's committed step): settles `next_step`, the step that was in flight. When the domains
   // meet at it (`synchronized`) it rolls forward (verdict commit, the sums its leader held put
@@ -182,6 +198,12 @@ class FaultDomains {
   // notes the step.
   void start_step(long step, std::span<core::Tensor* const> tensors, double loss, double skipped,
                   bool ok, std::span<const float> weights, bool in_background);
+  // Relayed: the leader's vote after the last piece, then nothing more (start_step's end).
+  void finish_relay(double loss, double skipped);
+  // The leader's vote for the step in flight (a relaunched domain waiting to join is seen here).
+  Vote my_vote(bool ok, double loss, double skipped) const;
+  // Sharded: drops the exchanges left behind (abandoned_) whose collectives have ended.
+  void forget_ended_abandoned();
   // Leader: the encoded decision of the step started last (its vote, or after a lost peer domain
   // the resync that followed, with the healed state in `healed`).
   // Sharded, only when a shard did not arrive (`shards_missing`, from gather_shards).
@@ -254,12 +276,26 @@ class FaultDomains {
   // collective, running (start_exchange) or deferred until conclude() (exchange). Sharded: what
   // this rank sends (its shard of the `total` values), and the leader's vote, sent after every
   // shard arrived.
+  // A range of the packed values whose shards travel in one collective per shard group: the
+  // whole (one exchange after finish()) or, relayed, one range per bucket in the order sent.
+  struct Segment {
+    std::size_t begin = 0, size = 0;
+  };
   struct InFlight {
+    ~InFlight() {
+      if (queue) queue->stop();  // a thread still sending ends after its sum in flight
+    }
     long step = 0;
     std::vector<float> values;
-    std::future<void> sent;
+    std::unique_ptr<SumQueue> queue;  // relayed: what the thread behind `sent` sums, in order
+    std::future<void> sent;           // destroyed first: its thread uses the above
     std::size_t total = 0;
     Vote vote;
+    std::vector<Segment> segments;  // this rank's pieces in `values`, one per segment, in order
+    bool relayed = false;           // start_relay(): the pieces leave as the buckets come
+    std::size_t filled = 0;         // relayed: the values of `values` the pieces use so far
+    std::optional<std::size_t> held_back;  // relayed, the leader: where its unsent piece starts
+    float scale = 1;                       // relayed: what the bucket sums are multiplied by
   };
   // On the heap: a thread that still runs its collective keeps its address (abandoned_).
   std::unique_ptr<InFlight> in_flight_;

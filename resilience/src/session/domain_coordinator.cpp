@@ -102,6 +102,32 @@ std::optional<CommittedStep> DomainCoordinator::after_local_recovery(const std::
   return done;
 }
 
+void DomainCoordinator::prepare_reduction(long computed_step) {
+  if (!domains_->enabled() || !config_.domains_meet_at(computed_step)) return;
+  if (!domains_->sharded()) {
+    trainer_.reducer().reduce_next_step_to(0);  // the leader exchanges them and broadcasts
+    return;
+  }
+  // A bucket's sums are what the domains exchange only when they exchange this step's
+  // gradients alone (no weighted state at a meeting, no step computed ahead in between).
+  if (config_.sync_every() > 1 || config_.gradient_lag != 0) return;
+  if (exchanged_offset_.empty()) {
+    for (const core::Parameter* param : trainer_.model().parameters()) {
+      exchanged_offset_[param] = exchanged_values_;
+      exchanged_values_ += static_cast<std::size_t>(param->value.numel());
+    }
+  }
+  const bool relayed = trainer_.reducer().listen_next_step([this](const comm::ReducedBucket& b) {
+    relayed_parts_.clear();
+    for (const comm::ReducedBucket::Part& part : b.parts)
+      relayed_parts_.push_back({.offset = exchanged_offset_.at(part.param), .sums = part.sums});
+    domains_->relay_bucket(relayed_parts_);
+  });
+  // finish_reduction() divides the sums by the loss scale the step is computed with.
+  if (relayed)
+    domains_->start_relay(computed_step, exchanged_values_, 1.0f / trainer_.loss_scale());
+}
+
 void DomainCoordinator::start_exchange(long this_step, std::size_t global_batch,
                                        std::vector<double>& loss, bool in_background) {
   if (!config_.domains_meet_at(this_step)) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "domains/fault_domains.hpp"
@@ -38,6 +39,12 @@ class DomainCoordinator {
 
   // Start or join: the leaders connect and every domain goes on from the newest member's state.
   void start();
+  // Before step `computed_step`'s backward, where the domains meet at it: the leader exchange
+  // needs the domain's sums at its leader alone; the sharded one sends each bucket's shard on to
+  // the other domains as soon as the domain has reduced the bucket, while backward goes on (when
+  // what the domains sum is this step's host gradients alone: meeting every step, no step
+  // computed ahead, not a GPU's; otherwise the shards leave after the reduction).
+  void prepare_reduction(long computed_step);
   // After the step's gradients are summed in the domain: where the domains meet, the exchange of
   // those sums with the other domains and the vote, left in flight (`in_background`, while the
   // next step computes) or done at once; elsewhere the sums become the domain's mean. `loss` is
@@ -88,6 +95,11 @@ class DomainCoordinator {
   std::span<core::Tensor* const> exchanging_;
   std::optional<core::GlobalBatch> batch_in_exchange_;
   std::optional<DomainStep> exchanged_now_;
+  // Relayed buckets: where each gradient starts in the values the domains exchange (every
+  // gradient in the model's order), their count, and one bucket's parts (reused).
+  std::unordered_map<const core::Parameter*, std::size_t> exchanged_offset_;
+  std::size_t exchanged_values_ = 0;
+  std::vector<FaultDomains::RelayedPart> relayed_parts_;
 };
 
 }  // namespace hardy::resilience

@@ -214,11 +214,9 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
         [this](const core::GlobalBatch& b) { return staging.local_samples(b); });
   }();
   domains.note_split_of_computed();
-  // Where the domains meet, only the leader needs the domain's sums: it exchanges them with the
-  // other domains and broadcasts the result to its members (FaultDomains::exchange). Sharded,
-  // every rank sends its shard of them.
-  if (domains.enabled() && config.domains_meet_at(computed_step) && !domains.domains().sharded())
-    trainer.reducer().reduce_next_step_to(0);
+  // Where the domains meet: the domain's sums go to its leader alone, or bucket by bucket to the
+  // other domains (sharded).
+  domains.prepare_reduction(computed_step);
   trainer.compute(grad_scale, [&](std::size_t ready, std::size_t count) {
     // Dying here leaves some buckets' allreduces in flight: the hardest moment to fail.
     if (ready == count / 2) injector.at(computed_step, Phase::allreduce);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hardy/comm/communicator.hpp"
+#include "hardy/comm/gradient_reducer.hpp"
 #include "hardy/core/nn/parameter.hpp"
 
 namespace hardy::comm {
@@ -59,6 +60,9 @@ class GradientBuckets {
   // broadcasts the result), so each bucket is reduced there instead of allreduced. The other
   // ranks' gradients are undefined after finish().
   void reduce_next_step_to(int root);
+  // For the step about to start only (GradientReducer::listen_next_step): `listener` hears each
+  // bucket's sums, in bucket order, as soon as its collective completed.
+  void listen_next_step(BucketListener listener);
 
   std::size_t bucket_count() const { return buckets_.size(); }
   std::size_t bucket_of(std::size_t index) const;
@@ -71,9 +75,15 @@ class GradientBuckets {
   void launch_due_buckets();
   void progress();
   void fail_and_drain();  // revokes and completes every request after a ProcessFailure
+  // Tells the listener of the completed buckets it has not heard of yet, in bucket order.
+  void tell_listener();
+  void end_step();  // nothing launched, nobody listening
 
   Communicator* comm_;
   std::optional<int> reduce_root_;  // this step's, when only one rank needs the sums
+  BucketListener listener_;         // this step's, if any
+  std::size_t buckets_heard_ = 0;   // buckets the listener heard of this step
+  std::vector<std::vector<std::size_t>> bucket_members_;  // the parameters of each bucket
   std::vector<core::Parameter*> params_;
   std::unique_ptr<detail::BucketPlan> plan_;
   std::vector<Bucket> buckets_;

@@ -3,6 +3,7 @@
 // for host gradients (gradient_buckets.hpp), NCCL buckets for device gradients (started and
 // shrunk through the MPI communicator). The training session holds one and never asks which.
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -23,6 +24,18 @@ struct TransportRebuild {
   double seconds = 0;
 };
 
+// One bucket's sums over the communicator as soon as its collective completed, before finish():
+// each gradient of the bucket with its summed values, not yet scaled.
+struct ReducedBucket {
+  std::size_t index = 0;  // buckets come in order: 0, 1, ...
+  struct Part {
+    const core::Parameter* param = nullptr;
+    std::span<const float> sums;
+  };
+  std::vector<Part> parts;  // valid during the call only
+};
+using BucketListener = std::function<void(const ReducedBucket&)>;
+
 class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
@@ -35,6 +48,12 @@ class GradientReducer {
   // leader); the other ranks' gradients are undefined after finish() and must be overwritten
   // (the domain's broadcast of the result does). By default every rank still gets them.
   virtual void reduce_next_step_to(int /*root*/) {}
+  // For the step about to start only: `listener` hears every bucket's sums as soon as they are
+  // there, in bucket order, on the calling thread (inside mark_ready() or finish()), so that the
+  // caller can send them on while backward still runs (a fault domain's shards to the other
+  // domains). False where the reducer cannot (device gradients: the sums live on the device);
+  // it never calls the listener then.
+  virtual bool listen_next_step(BucketListener /*listener*/) { return false; }
   // After finish(): whether a reduced gradient holds an Inf or NaN (a loss-scale overflow).
   virtual bool has_non_finite() = 0;
   // Forgets the step in flight (one computed but never finished, as a rollback abandons it):
