@@ -110,7 +110,11 @@ TEST_CASE(
   std::vector<Trajectory> runs;
   // Loading in the step; prefetching; prefetching with the next batch taken and copied while
   // the step computes (the GPU's default, forced here on the CPU backend).
-  for (const auto& [prefetch, overlap] : {std::pair{0L, false}, {2L, false}, {2L, true}}) {
+  // A pair, not a structured binding: clang before 16 (the sanitizer builds) cannot capture one
+  // in a lambda.
+  for (const auto& loading : {std::pair{0L, false}, {2L, false}, {2L, true}}) {
+    const long prefetch = loading.first;
+    const bool overlap = loading.second;
     CAPTURE(prefetch, overlap);
     const auto run_dir = fresh_run_dir(fmt::format("same-{}-{}", prefetch, overlap));
     InProcessWorld world(4, 2);

@@ -12,7 +12,6 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <ranges>
 
 #include "hardy/core/data/dataset.hpp"  // kMaxSampleBytes
 #include "hardy/core/support/error.hpp"
@@ -350,12 +349,15 @@ ClimateNetDataset::ClimateNetDataset(const fs::path& root, std::string_view spli
     mean_.push_back(found->second.mean);
     inverse_std_.push_back(1.0 / found->second.std);
   }
-  if (!missing.empty())
+  if (!missing.empty()) {
+    // Not std::views::keys: clang (the sanitizer builds) rejects it over libstdc++ 12's map.
+    std::vector<std::string> covered;
+    for (const auto& [name, statistic] : statistics.fields) covered.push_back(name);
     throw InvalidArgument(fmt::format(
         "normalisation statistics {} have no mean and std for {}; choose variables they cover "
         "with --channels ({})",
-        quoted(statistics_path_), fmt::join(missing, ", "),
-        fmt::join(statistics.fields | std::views::keys, ",")));
+        quoted(statistics_path_), fmt::join(missing, ", "), fmt::join(covered, ",")));
+  }
 
   Grid grid;
   try {

@@ -255,11 +255,13 @@ void PackedSamples::read_sample(std::size_t index, std::span<float> widened,
                                 std::span<std::byte> stored_out,
                                 std::span<std::int32_t> labels_hw) const {
   const fs::path& source = files_[index];
-  const auto [path, copy_note] = location_.of(source);
+  // A named struct, not a structured binding: clang before 16 (the sanitizer builds) cannot
+  // capture one in a lambda.
+  const FileLocation::Found located = location_.of(source);
   const auto bad = [&](const std::string& reason) {
-    throw BadSample(index, source.string(), reason + copy_note);
+    throw BadSample(index, source.string(), reason + located.note);
   };
-  const FileDescriptor fd(path);
+  const FileDescriptor fd(located.path);
   if (fd.get() < 0) bad(fmt::format("cannot be opened: {}", std::strerror(errno)));
   struct stat status {};
   if (::fstat(fd.get(), &status) != 0) bad(fmt::format("cannot be read: {}", std::strerror(errno)));
