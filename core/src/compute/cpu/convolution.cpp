@@ -96,32 +96,50 @@ ConvProblem make_transposed_problem(PrimitiveKind kind, const Tensor& x, const T
   return problem;
 }
 
-dnnl::convolution_forward::primitive_desc forward_descriptor(const dnnl::engine& engine,
-                                                             const ConvProblem& p, bool with_bias) {
-  const auto desc =
-      with_bias
-          ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                            dnnl::algorithm::convolution_direct, p.source,
-                                            p.any_weights(), p.bias, p.destination, p.strides,
-                                            p.dilation, p.padding, p.padding_right)
-          : dnnl::convolution_forward::desc(
-                dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, p.source,
-                p.any_weights(), p.destination, p.strides, p.dilation, p.padding, p.padding_right);
-  return {desc, engine};
+// What tells a convolution's passes from a transposed convolution's: the oneDNN primitives
+// (its deconvolution takes the same descriptors as its convolution), their algorithm, the keys
+// of their cached primitives and how the weights are described.
+template <class ForwardPrimitive, class BackwardDataPrimitive, class BackwardWeightsPrimitive,
+          dnnl::algorithm kAlgorithm, PrimitiveKind kForward, PrimitiveKind kBackwardData,
+          PrimitiveKind kBackwardWeights, auto kDescribe>
+struct ConvolutionKind {
+  using Forward = ForwardPrimitive;
+  using BackwardData = BackwardDataPrimitive;
+  using BackwardWeights = BackwardWeightsPrimitive;
+  static constexpr dnnl::algorithm algorithm = kAlgorithm;
+  static constexpr PrimitiveKind forward = kForward;
+  static constexpr PrimitiveKind backward_data = kBackwardData;
+  static constexpr PrimitiveKind backward_weights = kBackwardWeights;
+  static constexpr auto* describe = kDescribe;
+};
+
+using Direct =
+    ConvolutionKind<dnnl::convolution_forward, dnnl::convolution_backward_data,
+                    dnnl::convolution_backward_weights, dnnl::algorithm::convolution_direct,
+                    PrimitiveKind::conv_forward, PrimitiveKind::conv_backward_data,
+                    PrimitiveKind::conv_backward_weights, &make_problem>;
+using Transposed =
+    ConvolutionKind<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data,
+                    dnnl::deconvolution_backward_weights, dnnl::algorithm::deconvolution_direct,
+                    PrimitiveKind::deconv_forward, PrimitiveKind::deconv_backward_data,
+                    PrimitiveKind::deconv_backward_weights, &make_transposed_problem>;
+
+// The descriptor of a pass that may have a bias, with or without it (oneDNN has a constructor
+// for each); `lead` is what comes before the algorithm (the forward pass's prop_kind, or nothing).
+template <class Desc, class... Lead>
+Desc descriptor(const ConvProblem& p, bool with_bias, dnnl::algorithm algorithm, Lead... lead) {
+  return with_bias ? Desc(lead..., algorithm, p.source, p.any_weights(), p.bias, p.destination,
+                          p.strides, p.dilation, p.padding, p.padding_right)
+                   : Desc(lead..., algorithm, p.source, p.any_weights(), p.destination, p.strides,
+                          p.dilation, p.padding, p.padding_right);
 }
 
-dnnl::deconvolution_forward::primitive_desc transposed_forward_descriptor(
-    const dnnl::engine& engine, const ConvProblem& p, bool with_bias) {
-  const auto desc =
-      with_bias
-          ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_training,
-                                              dnnl::algorithm::deconvolution_direct, p.source,
-                                              p.any_weights(), p.bias, p.destination, p.strides,
-                                              p.dilation, p.padding, p.padding_right)
-          : dnnl::deconvolution_forward::desc(
-                dnnl::prop_kind::forward_training, dnnl::algorithm::deconvolution_direct, p.source,
-                p.any_weights(), p.destination, p.strides, p.dilation, p.padding, p.padding_right);
-  return {desc, engine};
+template <class Kind>
+typename Kind::Forward::primitive_desc forward_descriptor(const dnnl::engine& engine,
+                                                          const ConvProblem& p, bool with_bias) {
+  return {descriptor<typename Kind::Forward::desc>(p, with_bias, Kind::algorithm,
+                                                   dnnl::prop_kind::forward_training),
+          engine};
 }
 
 // Prepares the reorder between the user's weights and the primitive's layout, if they differ.
@@ -190,43 +208,40 @@ void run_backward_weights(Impl& impl, const CachedPrimitive& cached, const ConvP
                                            {DNNL_ARG_TO, user_weights}});
 }
 
-// The three passes of a convolution, 2-D or 3-D alike (the descriptors carry the rank).
-template <class Impl>
-void convolution_forward(Impl& impl, std::string_view operation, const Tensor& x,
-                         const Tensor& weight, const Tensor* bias, const ConvGeometry& geometry,
-                         Tensor& y) {
+// The three passes of a convolution (2-D or 3-D alike: the descriptors carry the rank) or of a
+// transposed convolution.
+template <class Kind, class Impl>
+void forward_pass(Impl& impl, std::string_view operation, const Tensor& x, const Tensor& weight,
+                  const Tensor* bias, const ConvGeometry& geometry, Tensor& y) {
   const bool with_bias = bias != nullptr;
-  const ConvProblem problem =
-      make_problem(PrimitiveKind::conv_forward, x, weight, y, geometry, with_bias);
+  const ConvProblem problem = Kind::describe(Kind::forward, x, weight, y, geometry, with_bias);
   dnnl_checked(operation, {&x, &weight, bias, &y}, [&] {
-    const CachedPrimitive& conv = impl.cached(problem.key, [&] {
-      const auto pd = forward_descriptor(impl.engine, problem, with_bias);
-      CachedPrimitive cached{dnnl::convolution_forward(pd), implementation_name(pd)};
+    const CachedPrimitive& primitive = impl.cached(problem.key, [&] {
+      const auto pd = forward_descriptor<Kind>(impl.engine, problem, with_bias);
+      CachedPrimitive cached{typename Kind::Forward(pd), implementation_name(pd)};
       attach_weights_reorder(impl.engine, cached, problem.user_weights, pd.weights_desc(), true);
       return cached;
     });
-    run_forward(impl, conv, problem, x, weight, bias, y);
+    run_forward(impl, primitive, problem, x, weight, bias, y);
   });
 }
 
-template <class Impl>
-void convolution_backward_data(Impl& impl, std::string_view operation, const Tensor& dy,
-                               const Tensor& weight, const ConvGeometry& geometry, Tensor& dx) {
-  const ConvProblem problem =
-      make_problem(PrimitiveKind::conv_backward_data, dx, weight, dy, geometry, false);
+template <class Kind, class Impl>
+void backward_data_pass(Impl& impl, std::string_view operation, const Tensor& dy,
+                        const Tensor& weight, const ConvGeometry& geometry, Tensor& dx) {
+  const ConvProblem problem = Kind::describe(Kind::backward_data, dx, weight, dy, geometry, false);
   dnnl_checked(operation, {&dy, &weight, &dx}, [&] {
-    const CachedPrimitive& conv = impl.cached(problem.key, [&] {
-      const auto hint = forward_descriptor(impl.engine, problem, false);
-      const dnnl::convolution_backward_data::desc desc(
-          dnnl::algorithm::convolution_direct, problem.source, problem.any_weights(),
-          problem.destination, problem.strides, problem.dilation, problem.padding,
-          problem.padding_right);
-      const dnnl::convolution_backward_data::primitive_desc pd(desc, impl.engine, hint);
-      CachedPrimitive cached{dnnl::convolution_backward_data(pd), implementation_name(pd)};
+    const CachedPrimitive& primitive = impl.cached(problem.key, [&] {
+      const auto hint = forward_descriptor<Kind>(impl.engine, problem, false);
+      const typename Kind::BackwardData::desc desc(
+          Kind::algorithm, problem.source, problem.any_weights(), problem.destination,
+          problem.strides, problem.dilation, problem.padding, problem.padding_right);
+      const typename Kind::BackwardData::primitive_desc pd(desc, impl.engine, hint);
+      CachedPrimitive cached{typename Kind::BackwardData(pd), implementation_name(pd)};
       attach_weights_reorder(impl.engine, cached, problem.user_weights, pd.weights_desc(), true);
       return cached;
     });
-    run_backward_data(impl, conv, problem, dy, weight, dx);
+    run_backward_data(impl, primitive, problem, dy, weight, dx);
   });
 }
 
@@ -237,40 +252,35 @@ bool pointwise_kernel(const Tensor& weight) {
   return true;
 }
 
-template <class Impl>
-void convolution_backward_weights(Impl& impl, std::string_view operation, const Tensor& x,
-                                  const Tensor& dy, const ConvGeometry& geometry, Tensor& dweight,
-                                  Tensor* dbias) {
+template <class Kind, class Impl>
+void backward_weights_pass(Impl& impl, std::string_view operation, const Tensor& x,
+                           const Tensor& dy, const ConvGeometry& geometry, Tensor& dweight,
+                           Tensor* dbias) {
   const bool with_bias = dbias != nullptr;
   const ConvProblem problem =
-      make_problem(PrimitiveKind::conv_backward_weights, x, dweight, dy, geometry, with_bias);
+      Kind::describe(Kind::backward_weights, x, dweight, dy, geometry, with_bias);
   dnnl_checked(operation, {&x, &dy, &dweight, dbias}, [&] {
-    const CachedPrimitive& conv = impl.cached(problem.key, [&] {
-      const auto hint = forward_descriptor(impl.engine, problem, with_bias);
+    const CachedPrimitive& primitive = impl.cached(problem.key, [&] {
+      const auto hint = forward_descriptor<Kind>(impl.engine, problem, with_bias);
+      // A named descriptor: oneDNN 2.6's primitive_desc keeps a pointer to it, which next_impl()
+      // below reads.
       const auto desc =
-          with_bias ? dnnl::convolution_backward_weights::desc(
-                          dnnl::algorithm::convolution_direct, problem.source,
-                          problem.any_weights(), problem.bias, problem.destination, problem.strides,
-                          problem.dilation, problem.padding, problem.padding_right)
-                    : dnnl::convolution_backward_weights::desc(
-                          dnnl::algorithm::convolution_direct, problem.source,
-                          problem.any_weights(), problem.destination, problem.strides,
-                          problem.dilation, problem.padding, problem.padding_right);
-      dnnl::convolution_backward_weights::primitive_desc pd(desc, impl.engine, hint);
+          descriptor<typename Kind::BackwardWeights::desc>(problem, with_bias, Kind::algorithm);
+      typename Kind::BackwardWeights::primitive_desc pd(desc, impl.engine, hint);
       // oneDNN 2.6's jit_1x1 backward-weights kernel (Debian 12's libdnnl2 2.6.3) reads out of
       // bounds for a strided 1x1 convolution on NHWC inputs whose channels are not a multiple of
       // 16 (e.g. 14 channels, 64x64 -> 32x32, stride 2: SIGSEGV). The tiramisu's transitions
       // down are such convolutions; the next implementation oneDNN offers computes them. A
-      // strided 1x1x1 3-D convolution is kept away from it the same way.
+      // strided 1x1x1 3-D convolution (or a transposed one) is kept away from it the same way.
       const bool strided_1x1 = pointwise_kernel(dweight) && geometry.stride > 1;
       while (strided_1x1 && implementation_name(pd).starts_with("jit_1x1") && pd.next_impl()) {
       }
-      CachedPrimitive cached{dnnl::convolution_backward_weights(pd), implementation_name(pd)};
+      CachedPrimitive cached{typename Kind::BackwardWeights(pd), implementation_name(pd)};
       attach_weights_reorder(impl.engine, cached, problem.user_weights, pd.diff_weights_desc(),
                              false);
       return cached;
     });
-    run_backward_weights(impl, conv, problem, x, dy, dweight, dbias);
+    run_backward_weights(impl, primitive, problem, x, dy, dweight, dbias);
   });
 }
 
@@ -284,21 +294,21 @@ std::string_view operation_name(const Tensor& activations, std::string_view pass
 
 void CpuBackend::do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                         const ConvGeometry& geometry, Tensor& y) {
-  convolution_forward(*impl_, operation_name(x, "conv2d_forward", "conv3d_forward"), x, weight,
-                      bias, geometry, y);
+  forward_pass<Direct>(*impl_, operation_name(x, "conv2d_forward", "conv3d_forward"), x, weight,
+                       bias, geometry, y);
 }
 
 void CpuBackend::do_convolution_backward_data(const Tensor& dy, const Tensor& weight,
                                               const ConvGeometry& geometry, Tensor& dx) {
-  convolution_backward_data(*impl_,
-                            operation_name(dy, "conv2d_backward_data", "conv3d_backward_data"), dy,
-                            weight, geometry, dx);
+  backward_data_pass<Direct>(*impl_,
+                             operation_name(dy, "conv2d_backward_data", "conv3d_backward_data"), dy,
+                             weight, geometry, dx);
 }
 
 void CpuBackend::do_convolution_backward_weights(const Tensor& x, const Tensor& dy,
                                                  const ConvGeometry& geometry, Tensor& dweight,
                                                  Tensor* dbias) {
-  convolution_backward_weights(
+  backward_weights_pass<Direct>(
       *impl_, operation_name(x, "conv2d_backward_weights", "conv3d_backward_weights"), x, dy,
       geometry, dweight, dbias);
 }
@@ -308,69 +318,20 @@ void CpuBackend::do_convolution_backward_weights(const Tensor& x, const Tensor& 
 void CpuBackend::do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight,
                                              const Tensor* bias, const ConvGeometry& geometry,
                                              Tensor& y) {
-  constexpr std::string_view operation = "conv2d_transpose_forward";
-  const bool with_bias = bias != nullptr;
-  const ConvProblem problem =
-      make_transposed_problem(PrimitiveKind::deconv_forward, x, weight, y, geometry, with_bias);
-  dnnl_checked(operation, {&x, &weight, bias, &y}, [&] {
-    const CachedPrimitive& deconv = impl_->cached(problem.key, [&] {
-      const auto pd = transposed_forward_descriptor(impl_->engine, problem, with_bias);
-      CachedPrimitive cached{dnnl::deconvolution_forward(pd), implementation_name(pd)};
-      attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
-      return cached;
-    });
-    run_forward(*impl_, deconv, problem, x, weight, bias, y);
-  });
+  forward_pass<Transposed>(*impl_, "conv2d_transpose_forward", x, weight, bias, geometry, y);
 }
 
 void CpuBackend::do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
                                                    const ConvGeometry& geometry, Tensor& dx) {
-  constexpr std::string_view operation = "conv2d_transpose_backward_data";
-  const ConvProblem problem =
-      make_transposed_problem(PrimitiveKind::deconv_backward_data, dx, weight, dy, geometry, false);
-  dnnl_checked(operation, {&dy, &weight, &dx}, [&] {
-    const CachedPrimitive& deconv = impl_->cached(problem.key, [&] {
-      const auto hint = transposed_forward_descriptor(impl_->engine, problem, false);
-      const dnnl::deconvolution_backward_data::desc desc(
-          dnnl::algorithm::deconvolution_direct, problem.source, problem.any_weights(),
-          problem.destination, problem.strides, problem.dilation, problem.padding,
-          problem.padding_right);
-      const dnnl::deconvolution_backward_data::primitive_desc pd(desc, impl_->engine, hint);
-      CachedPrimitive cached{dnnl::deconvolution_backward_data(pd), implementation_name(pd)};
-      attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.weights_desc(), true);
-      return cached;
-    });
-    run_backward_data(*impl_, deconv, problem, dy, weight, dx);
-  });
+  backward_data_pass<Transposed>(*impl_, "conv2d_transpose_backward_data", dy, weight, geometry,
+                                 dx);
 }
 
 void CpuBackend::do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
                                                       const ConvGeometry& geometry, Tensor& dweight,
                                                       Tensor* dbias) {
-  constexpr std::string_view operation = "conv2d_transpose_backward_weights";
-  const bool with_bias = dbias != nullptr;
-  const ConvProblem problem = make_transposed_problem(PrimitiveKind::deconv_backward_weights, x,
-                                                      dweight, dy, geometry, with_bias);
-  dnnl_checked(operation, {&x, &dy, &dweight, dbias}, [&] {
-    const CachedPrimitive& deconv = impl_->cached(problem.key, [&] {
-      const auto hint = transposed_forward_descriptor(impl_->engine, problem, with_bias);
-      const auto desc =
-          with_bias ? dnnl::deconvolution_backward_weights::desc(
-                          dnnl::algorithm::deconvolution_direct, problem.source,
-                          problem.any_weights(), problem.bias, problem.destination, problem.strides,
-                          problem.dilation, problem.padding, problem.padding_right)
-                    : dnnl::deconvolution_backward_weights::desc(
-                          dnnl::algorithm::deconvolution_direct, problem.source,
-                          problem.any_weights(), problem.destination, problem.strides,
-                          problem.dilation, problem.padding, problem.padding_right);
-      const dnnl::deconvolution_backward_weights::primitive_desc pd(desc, impl_->engine, hint);
-      CachedPrimitive cached{dnnl::deconvolution_backward_weights(pd), implementation_name(pd)};
-      attach_weights_reorder(impl_->engine, cached, problem.user_weights, pd.diff_weights_desc(),
-                             false);
-      return cached;
-    });
-    run_backward_weights(*impl_, deconv, problem, x, dy, dweight, dbias);
-  });
+  backward_weights_pass<Transposed>(*impl_, "conv2d_transpose_backward_weights", x, dy, geometry,
+                                    dweight, dbias);
 }
 
 }  // namespace hardy::core
