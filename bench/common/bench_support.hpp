@@ -27,6 +27,8 @@
 
 namespace hardy::bench {
 
+using Clock = std::chrono::steady_clock;
+
 // A bad flag or value; each benchmark prints it with its usage and exits with status 2.
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;

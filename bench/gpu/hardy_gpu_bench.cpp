@@ -55,9 +55,6 @@
 #include "op_profile_backend.hpp"
 
 using namespace hardy;
-using Clock = std::chrono::steady_clock;
-using bench::median;
-using bench::parse_number;
 
 namespace {
 
@@ -98,9 +95,9 @@ Options parse(int argc, char** argv) {
                        else if (flag == "--precision")
                          o.precision = std::string(value);
                        else if (flag == "--profile-steps")
-                         o.profile_steps = parse_number<int>(flag, value);
+                         o.profile_steps = bench::parse_number<int>(flag, value);
                        else if (flag == "--peak-size")
-                         o.peak_size = parse_number<int>(flag, value);
+                         o.peak_size = bench::parse_number<int>(flag, value);
                        else
                          return false;
                        return true;
@@ -208,7 +205,7 @@ nlohmann::json train_tiny_job(core::Backend& backend, long steps) {
   std::optional<core::LossScaler> scaler;
   std::vector<double> losses;
   long skipped = 0;
-  const auto start = Clock::now();
+  const auto start = bench::Clock::now();
   for (long step = 0; step < steps; ++step) {
     const core::GlobalBatch batch = sampler.next(global_batch);
     assembler.load(train, batch.samples, fields, labels);
@@ -230,7 +227,7 @@ nlohmann::json train_tiny_job(core::Backend& backend, long steps) {
     losses.push_back(loss * grad_scale);
   }
   backend.synchronize();
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(bench::Clock::now() - start).count();
   const core::ConfusionMatrix confusion = core::evaluate(model, held_out, 16);
   auto mean = [&](std::size_t begin, std::size_t end) {
     return std::accumulate(losses.begin() + static_cast<std::ptrdiff_t>(begin),
@@ -289,29 +286,29 @@ int step_benchmark(const Options& o) {
   for (int i = 0; i < total; ++i) {
     const bool profiling = i >= o.warmup + o.steps;
     backend.enable(profiling);
-    const auto start = Clock::now();
+    const auto start = bench::Clock::now();
     const core::Tensor& logits = model.forward(batch.fields, /*training=*/true);
     // The loss comes back to the host, which waits for the forward pass.
     const double loss_sum =
         bench::loss_of(backend, o, batch, logits, grad_scale * scaler.scale(), dlogits);
-    const auto after_forward = Clock::now();
+    const auto after_forward = bench::Clock::now();
     model.backward(dlogits);
     backend.synchronize();
-    const auto after_backward = Clock::now();
+    const auto after_backward = bench::Clock::now();
     // As the trainer: unscale and check (one wait for the device), then step or skip.
     if (scaler.update(scaler.unscale(backend, model.parameters())))
       optimizer->step(model.parameters(), o.lr);
     else if (!profiling && i >= o.warmup)
       ++skipped;
     backend.synchronize();
-    const auto end = Clock::now();
+    const auto end = bench::Clock::now();
     losses.push_back(loss_sum * grad_scale);
     if (profiling) backend.collect();
     if (i < o.warmup || profiling) continue;
     phases.add(start, after_forward, after_backward, end);
   }
 
-  const double step = median(phases.step_s);
+  const double step = bench::median(phases.step_s);
   nlohmann::json convolutions = nlohmann::json::array(), operations = nlohmann::json::array();
   double conv_flops_per_step = 0, conv_seconds_per_step = 0, op_seconds_per_step = 0;
   using Rows = std::vector<std::pair<std::string, bench::OpProfileBackend::Entry>>;

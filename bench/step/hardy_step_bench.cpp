@@ -41,9 +41,6 @@
 #include "timing_backend.hpp"
 
 using namespace hardy;
-using Clock = std::chrono::steady_clock;
-using bench::median;
-using bench::parse_number;
 
 namespace {
 
@@ -74,9 +71,9 @@ Options parse(int argc, char** argv) {
   bench::parse_flags(argc, argv, kCommand, o, {{"--op-profile", &Options::op_profile}},
                      [&](std::string_view flag, std::string_view value) {
                        if (flag == "--threads")
-                         o.threads = parse_number<int>(flag, value);
+                         o.threads = bench::parse_number<int>(flag, value);
                        else if (flag == "--weight-decay")
-                         o.weight_decay = parse_number<float>(flag, value);
+                         o.weight_decay = bench::parse_number<float>(flag, value);
                        else if (flag == "--dump")
                          o.dump = std::string(value);
                        else
@@ -207,18 +204,18 @@ int benchmark(const Options& o) {
   std::vector<double> cpu_s, losses;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     if (i == o.warmup) timing.reset();
-    const auto start = Clock::now();
+    const auto start = bench::Clock::now();
     const double cpu_start = bench::TimingBackend::process_cpu_seconds();
     const core::Tensor& logits = model.forward(b.fields, /*training=*/true);
     const double loss_sum = bench::loss_of(backend, o, b, logits, grad_scale, dlogits);
     backend.synchronize();
-    const auto after_forward = Clock::now();
+    const auto after_forward = bench::Clock::now();
     model.backward(dlogits);
     backend.synchronize();
-    const auto after_backward = Clock::now();
+    const auto after_backward = bench::Clock::now();
     optimizer->step(model.parameters(), o.lr);
     backend.synchronize();
-    const auto end = Clock::now();
+    const auto end = bench::Clock::now();
     const double cpu_end = bench::TimingBackend::process_cpu_seconds();
     losses.push_back(loss_sum * grad_scale);
     if (i < o.warmup) continue;
@@ -241,7 +238,7 @@ int benchmark(const Options& o) {
       {"steps", o.steps},
       {"mean_s", mean(phases.step_s)},
       // CPU time of all threads per step (spin-waiting OpenMP threads included).
-      {"cpu_median_s", median(cpu_s)},
+      {"cpu_median_s", bench::median(cpu_s)},
       {"first_loss", losses.front()},
       {"last_loss", losses.back()}};
   result.update(phases.summary());
@@ -253,7 +250,7 @@ int benchmark(const Options& o) {
                                                                           timing.entries().end());
     std::sort(rows.begin(), rows.end(),
               [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-    const double per_step = median(phases.step_s);
+    const double per_step = bench::median(phases.step_s);
     double total = 0;
     for (const auto& row : rows) total += row.second.seconds;
     std::cerr << fmt::format(

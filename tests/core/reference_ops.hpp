@@ -209,6 +209,24 @@ inline float weight_at5(const Tensor& weight, std::int64_t o, std::int64_t i, st
       [(((o * weight.dim(1) + i) * weight.dim(2) + kd) * weight.dim(3) + kh) * weight.dim(4) + kw];
 }
 
+// A new (N, C, D, H, W) tensor in `layout` with value(n, c, d, h, w) at every element.
+template <class Value>
+Tensor volume_of(const std::vector<std::int64_t>& dims, Layout layout, Value value) {
+  Tensor y = Tensor::host(dims, core::DType::f32, layout);
+  for (std::int64_t n = 0; n < dims[0]; ++n)
+    for (std::int64_t c = 0; c < dims[1]; ++c)
+      for (std::int64_t d = 0; d < dims[2]; ++d)
+        for (std::int64_t h = 0; h < dims[3]; ++h)
+          for (std::int64_t w = 0; w < dims[4]; ++w)
+            at5(y, n, c, d, h, w) = static_cast<float>(value(n, c, d, h, w));
+  return y;
+}
+
+// Whether (d, h, w) lies inside a volume's (N, C, D, H, W) extent (not in its padding).
+inline bool inside5(const Tensor& x, std::int64_t d, std::int64_t h, std::int64_t w) {
+  return d >= 0 && d < x.dim(2) && h >= 0 && h < x.dim(3) && w >= 0 && w < x.dim(4);
+}
+
 // PyTorch's Conv3d (groups 1): y in x's layout.
 inline Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor* bias,
                      const ConvGeometry& g) {
@@ -216,29 +234,21 @@ inline Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor* bias,
   for (std::size_t i = 2; i < 5; ++i)
     out.push_back(
         core::conv_output_size(static_cast<int>(x.dim(i)), static_cast<int>(weight.dim(i)), g));
-  Tensor y = Tensor::host(out, core::DType::f32, x.layout());
-  for (std::int64_t n = 0; n < out[0]; ++n)
-    for (std::int64_t o = 0; o < out[1]; ++o)
-      for (std::int64_t od = 0; od < out[2]; ++od)
-        for (std::int64_t oh = 0; oh < out[3]; ++oh)
-          for (std::int64_t ow = 0; ow < out[4]; ++ow) {
-            double sum = bias != nullptr ? bias->data<float>()[o] : 0.0;
-            for (std::int64_t i = 0; i < x.dim(1); ++i)
-              for (std::int64_t kd = 0; kd < weight.dim(2); ++kd)
-                for (std::int64_t kh = 0; kh < weight.dim(3); ++kh)
-                  for (std::int64_t kw = 0; kw < weight.dim(4); ++kw) {
-                    const std::int64_t id = od * g.stride - g.padding + kd * g.dilation;
-                    const std::int64_t ih = oh * g.stride - g.padding + kh * g.dilation;
-                    const std::int64_t iw = ow * g.stride - g.padding + kw * g.dilation;
-                    if (id < 0 || id >= x.dim(2) || ih < 0 || ih >= x.dim(3) || iw < 0 ||
-                        iw >= x.dim(4))
-                      continue;
-                    sum += static_cast<double>(at5(x, n, i, id, ih, iw)) *
-                           weight_at5(weight, o, i, kd, kh, kw);
-                  }
-            at5(y, n, o, od, oh, ow) = static_cast<float>(sum);
+  return volume_of(out, x.layout(), [&](auto n, auto o, auto od, auto oh, auto ow) {
+    double sum = bias != nullptr ? bias->data<float>()[o] : 0.0;
+    for (std::int64_t i = 0; i < x.dim(1); ++i)
+      for (std::int64_t kd = 0; kd < weight.dim(2); ++kd)
+        for (std::int64_t kh = 0; kh < weight.dim(3); ++kh)
+          for (std::int64_t kw = 0; kw < weight.dim(4); ++kw) {
+            const std::int64_t id = od * g.stride - g.padding + kd * g.dilation;
+            const std::int64_t ih = oh * g.stride - g.padding + kh * g.dilation;
+            const std::int64_t iw = ow * g.stride - g.padding + kw * g.dilation;
+            if (inside5(x, id, ih, iw))
+              sum += static_cast<double>(at5(x, n, i, id, ih, iw)) *
+                     weight_at5(weight, o, i, kd, kh, kw);
           }
-  return y;
+    return sum;
+  });
 }
 
 // PyTorch's MaxPool3d: padding is -infinity, the first maximum of a window wins.
@@ -246,27 +256,19 @@ inline Tensor max_pool3d(const Tensor& x, const core::PoolGeometry& g) {
   std::vector<std::int64_t> out{x.dim(0), x.dim(1)};
   for (std::size_t i = 2; i < 5; ++i)
     out.push_back(core::pool_output_size(static_cast<int>(x.dim(i)), g));
-  Tensor y = Tensor::host(out, core::DType::f32, x.layout());
-  for (std::int64_t n = 0; n < out[0]; ++n)
-    for (std::int64_t c = 0; c < out[1]; ++c)
-      for (std::int64_t od = 0; od < out[2]; ++od)
-        for (std::int64_t oh = 0; oh < out[3]; ++oh)
-          for (std::int64_t ow = 0; ow < out[4]; ++ow) {
-            double best = -INFINITY;
-            for (std::int64_t kd = 0; kd < g.kernel; ++kd)
-              for (std::int64_t kh = 0; kh < g.kernel; ++kh)
-                for (std::int64_t kw = 0; kw < g.kernel; ++kw) {
-                  const std::int64_t id = od * g.stride - g.padding + kd;
-                  const std::int64_t ih = oh * g.stride - g.padding + kh;
-                  const std::int64_t iw = ow * g.stride - g.padding + kw;
-                  if (id < 0 || id >= x.dim(2) || ih < 0 || ih >= x.dim(3) || iw < 0 ||
-                      iw >= x.dim(4))
-                    continue;
-                  best = std::max(best, static_cast<double>(at5(x, n, c, id, ih, iw)));
-                }
-            at5(y, n, c, od, oh, ow) = static_cast<float>(best);
-          }
-  return y;
+  return volume_of(out, x.layout(), [&](auto n, auto c, auto od, auto oh, auto ow) {
+    double best = -INFINITY;
+    for (std::int64_t kd = 0; kd < g.kernel; ++kd)
+      for (std::int64_t kh = 0; kh < g.kernel; ++kh)
+        for (std::int64_t kw = 0; kw < g.kernel; ++kw) {
+          const std::int64_t id = od * g.stride - g.padding + kd;
+          const std::int64_t ih = oh * g.stride - g.padding + kh;
+          const std::int64_t iw = ow * g.stride - g.padding + kw;
+          if (inside5(x, id, ih, iw))
+            best = std::max(best, static_cast<double>(at5(x, n, c, id, ih, iw)));
+        }
+    return best;
+  });
 }
 
 // nn.Linear: y (N, O) = x (N, K) weight (O, K)^T + bias.
