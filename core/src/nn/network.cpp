@@ -64,35 +64,21 @@ void Concat::backward(const Tensor& dy, std::span<const bool>, std::span<const T
   for (std::size_t i = 0; i < input_grads_.size(); ++i) grads[i] = &input_grads_[i];
 }
 
-const Tensor& UpsampleLike::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
-  const Tensor &x = *inputs[0], &like = *inputs[1];
-  input_dims_ = x.dims();
-  ensure_tensor(backend_, output_, {x.n(), x.c(), like.h(), like.w()});
-  backend_.upsample_bilinear_forward(x, output_);
-  return output_;
-}
-
-void UpsampleLike::backward(const Tensor& dy, std::span<const bool> need,
-                            std::span<const Tensor*> grads, CrossRankSum*) {
-  if (!need[0]) return;
-  ensure_tensor(backend_, input_grad_, input_dims_);
-  backend_.upsample_bilinear_backward(dy, input_grad_);
-  grads[0] = &input_grad_;
-}
-
-const Tensor& GlobalAvgPool::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
+const Tensor& Resample::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
   const Tensor& x = *inputs[0];
   input_dims_ = x.dims();
-  ensure_tensor(backend_, output_, {x.n(), x.c(), 1, 1});
-  backend_.global_avg_pool_forward(x, output_);
+  const bool to_second = inputs.size() > 1;
+  ensure_tensor(backend_, output_,
+                {x.n(), x.c(), to_second ? inputs[1]->h() : 1, to_second ? inputs[1]->w() : 1});
+  (backend_.*forward_)(x, output_);
   return output_;
 }
 
-void GlobalAvgPool::backward(const Tensor& dy, std::span<const bool> need,
-                             std::span<const Tensor*> grads, CrossRankSum*) {
+void Resample::backward(const Tensor& dy, std::span<const bool> need,
+                        std::span<const Tensor*> grads, CrossRankSum*) {
   if (!need[0]) return;
   ensure_tensor(backend_, input_grad_, input_dims_);
-  backend_.global_avg_pool_backward(dy, input_grad_);
+  (backend_.*backward_)(dy, input_grad_);
   grads[0] = &input_grad_;
 }
 
@@ -442,11 +428,11 @@ Node NetworkBuilder::concat(const std::vector<Node>& inputs) {
 }
 
 Node NetworkBuilder::upsample_like(Node x, Node like) {
-  return append(std::make_unique<layers::UpsampleLike>(backend_), {x, like}, x.channels);
+  return append(layers::Resample::upsample_like(backend_), {x, like}, x.channels);
 }
 
 Node NetworkBuilder::global_avg_pool(Node x) {
-  return append(std::make_unique<layers::GlobalAvgPool>(backend_), {x}, x.channels);
+  return append(layers::Resample::global_avg_pool(backend_), {x}, x.channels);
 }
 
 Node NetworkBuilder::conv3d(const std::string& name, Node x, int out_channels, int kernel,

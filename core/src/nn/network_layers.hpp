@@ -104,10 +104,23 @@ class Concat final : public Layer {
   std::vector<Tensor> input_grads_;
 };
 
-// Bilinear resize of inputs[0] to inputs[1]'s height and width.
-class UpsampleLike final : public Layer {
+// A resampling of inputs[0]'s height and width whose backward needs only its shape: bilinear
+// to inputs[1]'s height and width, or the average over the whole image (1x1).
+class Resample final : public Layer {
  public:
-  explicit UpsampleLike(Backend& backend) : backend_(backend) {}
+  using Forward = void (Backend::*)(const Tensor& x, Tensor& y);
+  using Backward = void (Backend::*)(const Tensor& dy, Tensor& dx);
+  static std::unique_ptr<Resample> upsample_like(Backend& backend) {
+    return std::make_unique<Resample>(backend, &Backend::upsample_bilinear_forward,
+                                      &Backend::upsample_bilinear_backward);
+  }
+  static std::unique_ptr<Resample> global_avg_pool(Backend& backend) {
+    return std::make_unique<Resample>(backend, &Backend::global_avg_pool_forward,
+                                      &Backend::global_avg_pool_backward);
+  }
+
+  Resample(Backend& backend, Forward forward, Backward backward)
+      : backend_(backend), forward_(forward), backward_(backward) {}
   const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
   void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
                 CrossRankSum*) override;
@@ -115,19 +128,8 @@ class UpsampleLike final : public Layer {
 
  private:
   Backend& backend_;
-  Tensor output_, input_grad_;
-  std::vector<std::int64_t> input_dims_;
-};
-
-class GlobalAvgPool final : public Layer {
- public:
-  explicit GlobalAvgPool(Backend& backend) : backend_(backend) {}
-  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
-  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
-                CrossRankSum*) override;
-
- private:
-  Backend& backend_;
+  Forward forward_;
+  Backward backward_;
   Tensor output_, input_grad_;
   std::vector<std::int64_t> input_dims_;
 };
