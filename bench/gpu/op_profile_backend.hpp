@@ -80,39 +80,34 @@ class OpProfileBackend final : public core::ForwardingBackend {
   void do_fill(Tensor& t, float value) override {
     timed("fill", [&] { Base::do_fill(t, value); });
   }
+  // A transposed convolution is a convolution from its output to its input, so its input side
+  // takes the place of a convolution's output side (which the flop count is taken over).
   void do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                               const core::ConvGeometry& g, Tensor& y) override {
-    convolution(x.rank() == 5 ? "conv3d_forward" : "conv_forward", x, weight, g, y,
-                [&] { Base::do_convolution_forward(x, weight, bias, g, y); });
+    const auto run = [&] { Base::do_convolution_forward(x, weight, bias, g, y); };
+    if (g.transposed)
+      convolution("conv_transpose_forward", y, weight, g, x, run);
+    else
+      convolution(x.rank() == 5 ? "conv3d_forward" : "conv_forward", x, weight, g, y, run);
   }
   void do_convolution_backward_data(const Tensor& dy, const Tensor& weight,
                                     const core::ConvGeometry& g, Tensor& dx) override {
-    convolution(dx.rank() == 5 ? "conv3d_backward_data" : "conv_backward_data", dx, weight, g, dy,
-                [&] { Base::do_convolution_backward_data(dy, weight, g, dx); });
+    const auto run = [&] { Base::do_convolution_backward_data(dy, weight, g, dx); };
+    if (g.transposed)
+      convolution("conv_transpose_backward_data", dy, weight, g, dx, run);
+    else
+      convolution(dx.rank() == 5 ? "conv3d_backward_data" : "conv_backward_data", dx, weight, g, dy,
+                  run);
   }
   void do_convolution_backward_weights(const Tensor& x, const Tensor& dy,
                                        const core::ConvGeometry& g, Tensor& dweight,
                                        Tensor* dbias) override {
-    convolution(x.rank() == 5 ? "conv3d_backward_weights" : "conv_backward_weights", x, dweight, g,
-                dy, [&] { Base::do_convolution_backward_weights(x, dy, g, dweight, dbias); });
-  }
-  // A transposed convolution is a convolution from its output to its input, so its input side
-  // takes the place of a convolution's output side (which the flop count is taken over).
-  void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                   const core::ConvGeometry& g, Tensor& y) override {
-    convolution("conv_transpose_forward", y, weight, g, x,
-                [&] { Base::do_conv2d_transpose_forward(x, weight, bias, g, y); });
-  }
-  void do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
-                                         const core::ConvGeometry& g, Tensor& dx) override {
-    convolution("conv_transpose_backward_data", dy, weight, g, dx,
-                [&] { Base::do_conv2d_transpose_backward_data(dy, weight, g, dx); });
-  }
-  void do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
-                                            const core::ConvGeometry& g, Tensor& dweight,
-                                            Tensor* dbias) override {
-    convolution("conv_transpose_backward_weights", dy, dweight, g, x,
-                [&] { Base::do_conv2d_transpose_backward_weights(x, dy, g, dweight, dbias); });
+    const auto run = [&] { Base::do_convolution_backward_weights(x, dy, g, dweight, dbias); };
+    if (g.transposed)
+      convolution("conv_transpose_backward_weights", dy, dweight, g, x, run);
+    else
+      convolution(x.rank() == 5 ? "conv3d_backward_weights" : "conv_backward_weights", x, dweight,
+                  g, dy, run);
   }
   void do_max_pool3d_forward(const Tensor& x, const core::PoolGeometry& g, Tensor& y) override {
     timed("max_pool3d_forward", [&] { Base::do_max_pool3d_forward(x, g, y); });

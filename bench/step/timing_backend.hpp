@@ -34,6 +34,17 @@ class TimingBackend final : public core::ForwardingBackend {
                        shape(y));
   }
 
+  // A convolution pass's name: conv_fwd, conv3d_bwd_data, conv_transpose_bwd_weights, ...
+  enum Pass { kForward, kBackwardData, kBackwardWeights };
+  static const char* pass_name(const core::Tensor& activations, const core::ConvGeometry& g,
+                               Pass pass) {
+    static constexpr const char* names[3][3] = {
+        {"conv_fwd", "conv_bwd_data", "conv_bwd_weights"},
+        {"conv3d_fwd", "conv3d_bwd_data", "conv3d_bwd_weights"},
+        {"conv_transpose_fwd", "conv_transpose_bwd_data", "conv_transpose_bwd_weights"}};
+    return names[g.transposed ? 2 : activations.rank() == 5 ? 1 : 0][pass];
+  }
+
   template <class Call>
   decltype(auto) timed(const char* operation, const std::string& detail, Call&& call) {
     if (!enabled_) return call();
@@ -101,39 +112,19 @@ class TimingBackend final : public core::ForwardingBackend {
   void do_convolution_forward(const core::Tensor& x, const core::Tensor& weight,
                               const core::Tensor* bias, const core::ConvGeometry& geometry,
                               core::Tensor& y) override {
-    timed(x.rank() == 5 ? "conv3d_fwd" : "conv_fwd", conv_shape(x, weight, geometry, y),
+    timed(pass_name(x, geometry, kForward), conv_shape(x, weight, geometry, y),
           [&] { Base::do_convolution_forward(x, weight, bias, geometry, y); });
   }
   void do_convolution_backward_data(const core::Tensor& dy, const core::Tensor& weight,
                                     const core::ConvGeometry& geometry, core::Tensor& dx) override {
-    timed(dx.rank() == 5 ? "conv3d_bwd_data" : "conv_bwd_data",
-          conv_shape(dx, weight, geometry, dy),
+    timed(pass_name(dx, geometry, kBackwardData), conv_shape(dx, weight, geometry, dy),
           [&] { Base::do_convolution_backward_data(dy, weight, geometry, dx); });
   }
   void do_convolution_backward_weights(const core::Tensor& x, const core::Tensor& dy,
                                        const core::ConvGeometry& geometry, core::Tensor& dweight,
                                        core::Tensor* dbias) override {
-    timed(x.rank() == 5 ? "conv3d_bwd_weights" : "conv_bwd_weights",
-          conv_shape(x, dweight, geometry, dy),
+    timed(pass_name(x, geometry, kBackwardWeights), conv_shape(x, dweight, geometry, dy),
           [&] { Base::do_convolution_backward_weights(x, dy, geometry, dweight, dbias); });
-  }
-  void do_conv2d_transpose_forward(const core::Tensor& x, const core::Tensor& weight,
-                                   const core::Tensor* bias, const core::ConvGeometry& geometry,
-                                   core::Tensor& y) override {
-    timed("conv_transpose_fwd", conv_shape(x, weight, geometry, y),
-          [&] { Base::do_conv2d_transpose_forward(x, weight, bias, geometry, y); });
-  }
-  void do_conv2d_transpose_backward_data(const core::Tensor& dy, const core::Tensor& weight,
-                                         const core::ConvGeometry& geometry,
-                                         core::Tensor& dx) override {
-    timed("conv_transpose_bwd_data", conv_shape(dx, weight, geometry, dy),
-          [&] { Base::do_conv2d_transpose_backward_data(dy, weight, geometry, dx); });
-  }
-  void do_conv2d_transpose_backward_weights(const core::Tensor& x, const core::Tensor& dy,
-                                            const core::ConvGeometry& geometry,
-                                            core::Tensor& dweight, core::Tensor* dbias) override {
-    timed("conv_transpose_bwd_weights", conv_shape(x, dweight, geometry, dy),
-          [&] { Base::do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias); });
   }
 
   void do_max_pool3d_forward(const core::Tensor& x, const core::PoolGeometry& geometry,

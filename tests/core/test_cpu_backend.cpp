@@ -321,6 +321,12 @@ TEST_CASE("cpu backend: conv2d_transpose operands are checked", "[core]") {
   REQUIRE_THROWS_WITH(
       backend.conv2d_transpose_forward(t.x, conv_weight, nullptr, c.geometry, t.y),
       Catch::Contains(conv_weight.describe()) && Catch::Contains("expected [3,O,KH,KW]"));
+  // A geometry that says transposed is the hooks' business: conv2d_* refuses it.
+  ConvGeometry marked = c.geometry;
+  marked.transposed = true;
+  Tensor conv_y = Tensor::host(t.x.dims());
+  REQUIRE_THROWS_WITH(backend.conv2d_backward_data(t.y, t.weight, marked, conv_y),
+                      Catch::Contains("conv2d_backward_data") && Catch::Contains("transposed"));
   ConvGeometry grouped = c.geometry;
   grouped.groups = 3;
   REQUIRE_THROWS_WITH(backend.conv2d_transpose_forward(t.x, t.weight, nullptr, grouped, t.y),

@@ -119,112 +119,116 @@ void Backend::fill(Tensor& t, float value) {
 
 namespace {
 
-// The public operation's name (conv2d_forward, conv3d_forward, ...), without an allocation.
-std::string_view convolution_operation(int spatial_dims, std::string_view pass2d,
-                                       std::string_view pass3d) {
-  return spatial_dims == 3 ? pass3d : pass2d;
+// The public operation of a family's pass (Backend::ConvFamily).
+template <class Family>
+std::string_view convolution_operation(Family family, ConvPass pass) {
+  return convolution_operation(family == Family::volumetric ? 3 : 2, family == Family::transposed,
+                               pass);
 }
 
-// The shape checks of a convolution of 2 or 3 spatial dimensions.
-void check_convolution_of(int spatial_dims, const OperandRules& rules, std::string_view operation,
-                          const ConvRoles& roles, const Tensor& x, const Tensor& weight,
-                          const Tensor& y, const ConvGeometry& geometry) {
-  if (spatial_dims == 3)
-    check_convolution3d(rules, operation, roles, x, weight, y, geometry);
-  else
+// The shape checks of a family's pass (Backend::ConvFamily); the geometry the hooks get.
+template <class Family>
+ConvGeometry checked_geometry(const OperandRules& rules, Family family, std::string_view operation,
+                              const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                              const Tensor& y, const ConvGeometry& geometry) {
+  if (geometry.transposed && family != Family::transposed)
+    throw InvalidArgument(fmt::format(
+        "{}: the geometry says transposed; a transposed convolution is conv2d_transpose_*",
+        operation));
+  if (family == Family::planar) {
     check_convolution(rules, operation, roles, x, weight, y, geometry);
+    return geometry;
+  }
+  if (family == Family::volumetric) {
+    check_convolution3d(rules, operation, roles, x, weight, y, geometry);
+    return geometry;
+  }
+  check_transposed_convolution(rules, operation, roles, x, weight, y, geometry);
+  ConvGeometry transposed = geometry;
+  transposed.transposed = true;
+  return transposed;
 }
 
 }  // namespace
 
-void Backend::checked_convolution_forward(int spatial_dims, const Tensor& x, const Tensor& weight,
+void Backend::checked_convolution_forward(ConvFamily family, const Tensor& x, const Tensor& weight,
                                           const Tensor* bias, const ConvGeometry& geometry,
                                           Tensor& y) {
-  const std::string_view operation =
-      convolution_operation(spatial_dims, "conv2d_forward", "conv3d_forward");
-  check_convolution_of(spatial_dims, rules_, operation, {"x", "weight", "y"}, x, weight, y,
-                       geometry);
-  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight.dim(0));
-  do_convolution_forward(x, weight, bias, geometry, y);
+  const std::string_view operation = convolution_operation(family, ConvPass::forward);
+  const ConvGeometry checked =
+      checked_geometry(rules_, family, operation, {"x", "weight", "y"}, x, weight, y, geometry);
+  // A transposed convolution's weight is (I, O, ...): its bias has its second extent.
+  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, y.dim(1));
+  do_convolution_forward(x, weight, bias, checked, y);
 }
 
-void Backend::checked_convolution_backward_data(int spatial_dims, const Tensor& dy,
+void Backend::checked_convolution_backward_data(ConvFamily family, const Tensor& dy,
                                                 const Tensor& weight, const ConvGeometry& geometry,
                                                 Tensor& dx) {
-  check_convolution_of(
-      spatial_dims, rules_,
-      convolution_operation(spatial_dims, "conv2d_backward_data", "conv3d_backward_data"),
-      {"dx", "weight", "dy"}, dx, weight, dy, geometry);
-  do_convolution_backward_data(dy, weight, geometry, dx);
+  const ConvGeometry checked =
+      checked_geometry(rules_, family, convolution_operation(family, ConvPass::backward_data),
+                       {"dx", "weight", "dy"}, dx, weight, dy, geometry);
+  do_convolution_backward_data(dy, weight, checked, dx);
 }
 
-void Backend::checked_convolution_backward_weights(int spatial_dims, const Tensor& x,
+void Backend::checked_convolution_backward_weights(ConvFamily family, const Tensor& x,
                                                    const Tensor& dy, const ConvGeometry& geometry,
                                                    Tensor& dweight, Tensor* dbias) {
-  const std::string_view operation =
-      convolution_operation(spatial_dims, "conv2d_backward_weights", "conv3d_backward_weights");
-  check_convolution_of(spatial_dims, rules_, operation, {"x", "dweight", "dy"}, x, dweight, dy,
-                       geometry);
-  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight.dim(0));
-  do_convolution_backward_weights(x, dy, geometry, dweight, dbias);
+  const std::string_view operation = convolution_operation(family, ConvPass::backward_weights);
+  const ConvGeometry checked =
+      checked_geometry(rules_, family, operation, {"x", "dweight", "dy"}, x, dweight, dy, geometry);
+  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dy.dim(1));
+  do_convolution_backward_weights(x, dy, checked, dweight, dbias);
 }
 
 void Backend::conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                              const ConvGeometry& geometry, Tensor& y) {
-  checked_convolution_forward(2, x, weight, bias, geometry, y);
+  checked_convolution_forward(ConvFamily::planar, x, weight, bias, geometry, y);
 }
 
 void Backend::conv2d_backward_data(const Tensor& dy, const Tensor& weight,
                                    const ConvGeometry& geometry, Tensor& dx) {
-  checked_convolution_backward_data(2, dy, weight, geometry, dx);
+  checked_convolution_backward_data(ConvFamily::planar, dy, weight, geometry, dx);
 }
 
 void Backend::conv2d_backward_weights(const Tensor& x, const Tensor& dy,
                                       const ConvGeometry& geometry, Tensor& dweight,
                                       Tensor* dbias) {
-  checked_convolution_backward_weights(2, x, dy, geometry, dweight, dbias);
+  checked_convolution_backward_weights(ConvFamily::planar, x, dy, geometry, dweight, dbias);
 }
 
 void Backend::conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                        const ConvGeometry& geometry, Tensor& y) {
-  constexpr std::string_view operation = "conv2d_transpose_forward";
-  check_transposed_convolution(rules_, operation, {"x", "weight", "y"}, x, weight, y, geometry);
-  if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, weight.dim(1));
-  do_conv2d_transpose_forward(x, weight, bias, geometry, y);
+  checked_convolution_forward(ConvFamily::transposed, x, weight, bias, geometry, y);
 }
 
 void Backend::conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
                                              const ConvGeometry& geometry, Tensor& dx) {
-  check_transposed_convolution(rules_, "conv2d_transpose_backward_data", {"dx", "weight", "dy"}, dx,
-                               weight, dy, geometry);
-  do_conv2d_transpose_backward_data(dy, weight, geometry, dx);
+  checked_convolution_backward_data(ConvFamily::transposed, dy, weight, geometry, dx);
 }
 
 void Backend::conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
                                                 const ConvGeometry& geometry, Tensor& dweight,
                                                 Tensor* dbias) {
-  constexpr std::string_view operation = "conv2d_transpose_backward_weights";
-  check_transposed_convolution(rules_, operation, {"x", "dweight", "dy"}, x, dweight, dy, geometry);
-  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, dweight.dim(1));
-  do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias);
+  checked_convolution_backward_weights(ConvFamily::transposed, x, dy, geometry, dweight, dbias);
 }
 
 // ---- volumetric convolution and pooling ----
 
 void Backend::conv3d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                              const ConvGeometry& geometry, Tensor& y) {
-  checked_convolution_forward(3, x, weight, bias, geometry, y);
+  checked_convolution_forward(ConvFamily::volumetric, x, weight, bias, geometry, y);
 }
 
 void Backend::conv3d_backward_data(const Tensor& dy, const Tensor& weight,
                                    const ConvGeometry& geometry, Tensor& dx) {
-  checked_convolution_backward_data(3, dy, weight, geometry, dx);
+  checked_convolution_backward_data(ConvFamily::volumetric, dy, weight, geometry, dx);
 }
 
 void Backend::conv3d_backward_weights(const Tensor& x, const Tensor& dy,
                                       const ConvGeometry& geometry, Tensor& dweight,
                                       Tensor* dbias) {
-  checked_convolution_backward_weights(3, x, dy, geometry, dweight, dbias);
+  checked_convolution_backward_weights(ConvFamily::volumetric, x, dy, geometry, dweight, dbias);
 }
 
 void Backend::max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) {

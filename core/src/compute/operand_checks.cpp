@@ -215,6 +215,15 @@ void check_convolution_operands(const OperandRules& rules, std::string_view oper
 
 }  // namespace
 
+std::string_view convolution_operation(int spatial_dims, bool transposed, ConvPass pass) {
+  static constexpr std::string_view names[3][3] = {
+      {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weights"},
+      {"conv3d_forward", "conv3d_backward_data", "conv3d_backward_weights"},
+      {"conv2d_transpose_forward", "conv2d_transpose_backward_data",
+       "conv2d_transpose_backward_weights"}};
+  return names[transposed ? 2 : spatial_dims == 3 ? 1 : 0][static_cast<int>(pass)];
+}
+
 void check_convolution(const OperandRules& rules, std::string_view operation,
                        const ConvRoles& roles, const Tensor& x, const Tensor& weight,
                        const Tensor& y, const ConvGeometry& g) {

@@ -98,6 +98,10 @@ void check_copy(const OperandRules& rules, const Tensor& src, const Tensor& dst)
 struct ConvRoles {
   std::string_view input, weight, output;
 };
+enum class ConvPass { forward, backward_data, backward_weights };
+// The public operation a convolution's pass belongs to (conv2d_forward, conv3d_backward_data,
+// conv2d_transpose_backward_weights, ...), for errors; without an allocation.
+std::string_view convolution_operation(int spatial_dims, bool transposed, ConvPass pass);
 void check_convolution(const OperandRules& rules, std::string_view operation,
                        const ConvRoles& roles, const Tensor& x, const Tensor& weight,
                        const Tensor& y, const ConvGeometry& geometry);

@@ -8,6 +8,8 @@
 namespace hardy::core {
 
 using namespace cpu;  // the backend's internal helpers, declared in dnnl_support.hpp
+using operands::convolution_operation;
+using operands::ConvPass;
 
 namespace {
 
@@ -284,54 +286,43 @@ void backward_weights_pass(Impl& impl, std::string_view operation, const Tensor&
   });
 }
 
-// The operation a convolution's errors name: 2-D or 3-D by the rank of its activations.
-std::string_view operation_name(const Tensor& activations, std::string_view pass2d,
-                                std::string_view pass3d) {
-  return activations.rank() == 5 ? pass3d : pass2d;
+// The operation a convolution's errors name: transposed by the geometry, else 2-D or 3-D by the
+// rank of its activations.
+std::string_view operation_name(const Tensor& activations, const ConvGeometry& geometry,
+                                ConvPass pass) {
+  return convolution_operation(static_cast<int>(activations.rank()) - 2, geometry.transposed, pass);
 }
 
 }  // namespace
 
+// A transposed convolution runs oneDNN's deconvolution primitives, on the same weight handling.
+
 void CpuBackend::do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                         const ConvGeometry& geometry, Tensor& y) {
-  forward_pass<Direct>(*impl_, operation_name(x, "conv2d_forward", "conv3d_forward"), x, weight,
-                       bias, geometry, y);
+  const std::string_view operation = operation_name(x, geometry, ConvPass::forward);
+  if (geometry.transposed)
+    forward_pass<Transposed>(*impl_, operation, x, weight, bias, geometry, y);
+  else
+    forward_pass<Direct>(*impl_, operation, x, weight, bias, geometry, y);
 }
 
 void CpuBackend::do_convolution_backward_data(const Tensor& dy, const Tensor& weight,
                                               const ConvGeometry& geometry, Tensor& dx) {
-  backward_data_pass<Direct>(*impl_,
-                             operation_name(dy, "conv2d_backward_data", "conv3d_backward_data"), dy,
-                             weight, geometry, dx);
+  const std::string_view operation = operation_name(dy, geometry, ConvPass::backward_data);
+  if (geometry.transposed)
+    backward_data_pass<Transposed>(*impl_, operation, dy, weight, geometry, dx);
+  else
+    backward_data_pass<Direct>(*impl_, operation, dy, weight, geometry, dx);
 }
 
 void CpuBackend::do_convolution_backward_weights(const Tensor& x, const Tensor& dy,
                                                  const ConvGeometry& geometry, Tensor& dweight,
                                                  Tensor* dbias) {
-  backward_weights_pass<Direct>(
-      *impl_, operation_name(x, "conv2d_backward_weights", "conv3d_backward_weights"), x, dy,
-      geometry, dweight, dbias);
-}
-
-// ---- transposed convolution: oneDNN's deconvolution primitives, on the same weight handling ----
-
-void CpuBackend::do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight,
-                                             const Tensor* bias, const ConvGeometry& geometry,
-                                             Tensor& y) {
-  forward_pass<Transposed>(*impl_, "conv2d_transpose_forward", x, weight, bias, geometry, y);
-}
-
-void CpuBackend::do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
-                                                   const ConvGeometry& geometry, Tensor& dx) {
-  backward_data_pass<Transposed>(*impl_, "conv2d_transpose_backward_data", dy, weight, geometry,
-                                 dx);
-}
-
-void CpuBackend::do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
-                                                      const ConvGeometry& geometry, Tensor& dweight,
-                                                      Tensor* dbias) {
-  backward_weights_pass<Transposed>(*impl_, "conv2d_transpose_backward_weights", x, dy, geometry,
-                                    dweight, dbias);
+  const std::string_view operation = operation_name(x, geometry, ConvPass::backward_weights);
+  if (geometry.transposed)
+    backward_weights_pass<Transposed>(*impl_, operation, x, dy, geometry, dweight, dbias);
+  else
+    backward_weights_pass<Direct>(*impl_, operation, x, dy, geometry, dweight, dbias);
 }
 
 }  // namespace hardy::core

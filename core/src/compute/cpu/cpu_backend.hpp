@@ -39,13 +39,6 @@ class CpuBackend final : public Backend {
   void do_convolution_backward_weights(const Tensor& x, const Tensor& dy,
                                        const ConvGeometry& geometry, Tensor& dweight,
                                        Tensor* dbias) override;
-  void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                   const ConvGeometry& geometry, Tensor& y) override;
-  void do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
-                                         const ConvGeometry& geometry, Tensor& dx) override;
-  void do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
-                                            const ConvGeometry& geometry, Tensor& dweight,
-                                            Tensor* dbias) override;
 
   // Defined in cpu/pooling3d.cpp.
   void do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) override;

@@ -447,25 +447,45 @@ void convolve_backward_weights(CudaBackend::Impl& impl, const ConvShape& s, cons
 
 // ---- convolution, 2-D (4-D activations, depth 1) or 3-D (5-D, Nd descriptors) alike ----
 
+// A transposed convolution is the convolution from y to x, run backwards: its forward pass is
+// that convolution's data gradient, its data gradient that convolution's forward pass, and its
+// weight gradient that convolution's with x and dy in each other's places.
+
 void CudaBackend::do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                          const ConvGeometry& geometry, Tensor& y) {
-  const ConvShape s = conv_shape(x, weight, y, geometry);
-  convolve(*impl_, s, x.raw(), weight, y.raw());
-  if (bias != nullptr)
-    add_channel_bias(y.raw(), s.type, bias->data<float>(), s.n * s.od * s.oh * s.ow, s.o,
-                     impl_->s());
+  const ConvShape s =
+      geometry.transposed ? conv_shape(y, weight, x, geometry) : conv_shape(x, weight, y, geometry);
+  if (geometry.transposed)
+    convolve_backward_data(*impl_, s, x.raw(), weight, y.raw());
+  else
+    convolve(*impl_, s, x.raw(), weight, y.raw());
+  if (bias != nullptr) {
+    // y's pixels and channels: the output side of the convolution, or the input side of the one
+    // a transposed convolution runs backwards.
+    const Index pixels = geometry.transposed ? s.rows() : s.n * s.od * s.oh * s.ow;
+    const Index channels = geometry.transposed ? s.c : s.o;
+    add_channel_bias(y.raw(), s.type, bias->data<float>(), pixels, channels, impl_->s());
+  }
 }
 
 void CudaBackend::do_convolution_backward_data(const Tensor& dy, const Tensor& weight,
                                                const ConvGeometry& geometry, Tensor& dx) {
-  convolve_backward_data(*impl_, conv_shape(dx, weight, dy, geometry), dy.raw(), weight, dx.raw());
+  if (geometry.transposed)
+    convolve(*impl_, conv_shape(dy, weight, dx, geometry), dy.raw(), weight, dx.raw());
+  else
+    convolve_backward_data(*impl_, conv_shape(dx, weight, dy, geometry), dy.raw(), weight,
+                           dx.raw());
 }
 
 void CudaBackend::do_convolution_backward_weights(const Tensor& x, const Tensor& dy,
                                                   const ConvGeometry& geometry, Tensor& dweight,
                                                   Tensor* dbias) {
-  convolve_backward_weights(*impl_, conv_shape(x, dweight, dy, geometry), x.raw(), dy.raw(),
-                            dweight);
+  if (geometry.transposed)
+    convolve_backward_weights(*impl_, conv_shape(dy, dweight, x, geometry), dy.raw(), x.raw(),
+                              dweight);
+  else
+    convolve_backward_weights(*impl_, conv_shape(x, dweight, dy, geometry), x.raw(), dy.raw(),
+                              dweight);
   if (dbias != nullptr) add_bias_gradient(*impl_, dy, *dbias);
 }
 
@@ -485,30 +505,6 @@ void CudaBackend::do_dense_backward_data(const Tensor& dy, const Tensor& weight,
 void CudaBackend::do_dense_backward_weights(const Tensor& x, const Tensor& dy, Tensor& dweight,
                                             Tensor* dbias) {
   convolve_backward_weights(*impl_, dense_shape(x, dweight), x.raw(), dy.raw(), dweight);
-  if (dbias != nullptr) add_bias_gradient(*impl_, dy, *dbias);
-}
-
-// ---- transposed convolution: the convolution from y to x, run backwards ----
-
-void CudaBackend::do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight,
-                                              const Tensor* bias, const ConvGeometry& geometry,
-                                              Tensor& y) {
-  const ConvShape s = conv_shape(y, weight, x, geometry);
-  convolve_backward_data(*impl_, s, x.raw(), weight, y.raw());
-  if (bias != nullptr)
-    add_channel_bias(y.raw(), s.type, bias->data<float>(), s.rows(), s.c, impl_->s());
-}
-
-void CudaBackend::do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
-                                                    const ConvGeometry& geometry, Tensor& dx) {
-  convolve(*impl_, conv_shape(dy, weight, dx, geometry), dy.raw(), weight, dx.raw());
-}
-
-void CudaBackend::do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
-                                                       const ConvGeometry& geometry,
-                                                       Tensor& dweight, Tensor* dbias) {
-  convolve_backward_weights(*impl_, conv_shape(dy, dweight, x, geometry), dy.raw(), x.raw(),
-                            dweight);
   if (dbias != nullptr) add_bias_gradient(*impl_, dy, *dbias);
 }
 

@@ -42,6 +42,9 @@ struct ConvGeometry {
   // Input and output channels split into this many groups, each convolved with its own
   // O / groups filters of I / groups channels; groups == I is a depthwise convolution.
   int groups = 1;
+  // A transposed convolution (PyTorch's ConvTranspose2d), as ATen's convolution takes it: set by
+  // Backend::conv2d_transpose_* for the do_convolution_* hooks, refused by conv2d_* and conv3d_*.
+  bool transposed = false;
 };
 
 // Spatial output size of a convolution, as in PyTorch.
@@ -399,7 +402,9 @@ class Backend {
   virtual std::unique_ptr<InputUpload> do_start_upload();
   virtual void do_synchronize() {}
 
-  // conv2d_* and conv3d_*: a convolution of 4-D or 5-D activations (the rank says which).
+  // conv2d_*, conv3d_* and conv2d_transpose_*: a convolution of 4-D or 5-D activations (the rank
+  // says which), or a transposed one (geometry.transposed: weight (I, O, KH, KW), the roles of x
+  // and y as in conv2d_transpose_*).
   virtual void do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                                       const ConvGeometry& geometry, Tensor& y) = 0;
   virtual void do_convolution_backward_data(const Tensor& dy, const Tensor& weight,
@@ -407,14 +412,6 @@ class Backend {
   virtual void do_convolution_backward_weights(const Tensor& x, const Tensor& dy,
                                                const ConvGeometry& geometry, Tensor& dweight,
                                                Tensor* dbias) = 0;
-  virtual void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight,
-                                           const Tensor* bias, const ConvGeometry& geometry,
-                                           Tensor& y) = 0;
-  virtual void do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
-                                                 const ConvGeometry& geometry, Tensor& dx) = 0;
-  virtual void do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
-                                                    const ConvGeometry& geometry, Tensor& dweight,
-                                                    Tensor* dbias) = 0;
 
   virtual void do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) = 0;
   virtual void do_max_pool3d_backward(const Tensor& x, const Tensor& dy,
@@ -471,12 +468,15 @@ class Backend {
   // public operation, against the same rules.
   friend class ForwardingBackend;
 
-  // The checks of conv2d_* (spatial_dims 2) or conv3d_* (3), then do_convolution_*.
-  void checked_convolution_forward(int spatial_dims, const Tensor& x, const Tensor& weight,
+  // Which public convolution: conv2d_*, conv3d_* or conv2d_transpose_*.
+  enum class ConvFamily { planar, volumetric, transposed };
+  // The checks of that family's pass, then do_convolution_* (the geometry marked transposed for
+  // the transposed family).
+  void checked_convolution_forward(ConvFamily family, const Tensor& x, const Tensor& weight,
                                    const Tensor* bias, const ConvGeometry& geometry, Tensor& y);
-  void checked_convolution_backward_data(int spatial_dims, const Tensor& dy, const Tensor& weight,
+  void checked_convolution_backward_data(ConvFamily family, const Tensor& dy, const Tensor& weight,
                                          const ConvGeometry& geometry, Tensor& dx);
-  void checked_convolution_backward_weights(int spatial_dims, const Tensor& x, const Tensor& dy,
+  void checked_convolution_backward_weights(ConvFamily family, const Tensor& x, const Tensor& dy,
                                             const ConvGeometry& geometry, Tensor& dweight,
                                             Tensor* dbias);
 

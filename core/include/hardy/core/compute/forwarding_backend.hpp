@@ -55,19 +55,6 @@ class ForwardingBackend : public Backend {
                                        Tensor* dbias) override {
     inner_.do_convolution_backward_weights(x, dy, geometry, dweight, dbias);
   }
-  void do_conv2d_transpose_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
-                                   const ConvGeometry& geometry, Tensor& y) override {
-    inner_.do_conv2d_transpose_forward(x, weight, bias, geometry, y);
-  }
-  void do_conv2d_transpose_backward_data(const Tensor& dy, const Tensor& weight,
-                                         const ConvGeometry& geometry, Tensor& dx) override {
-    inner_.do_conv2d_transpose_backward_data(dy, weight, geometry, dx);
-  }
-  void do_conv2d_transpose_backward_weights(const Tensor& x, const Tensor& dy,
-                                            const ConvGeometry& geometry, Tensor& dweight,
-                                            Tensor* dbias) override {
-    inner_.do_conv2d_transpose_backward_weights(x, dy, geometry, dweight, dbias);
-  }
 
   void do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) override {
     inner_.do_max_pool3d_forward(x, geometry, y);
