@@ -58,6 +58,67 @@ Tensor device_activation(CudaBackend& cuda, std::vector<std::int64_t> dims, DTyp
   return cuda.empty(std::move(dims), dtype, Layout::nhwc);
 }
 
+// One convolution's three passes (conv2d_*, conv3d_* or conv2d_transpose_*) on both backends,
+// each result compared with the CPU backend's: y, dx, dweight and, with a bias, dbias. The
+// weights are drawn at the scale sqrt(2 / fan_in).
+enum class ConvKind { planar, volumetric, transposed };
+struct ConvCheck {
+  ConvKind kind;
+  std::vector<std::int64_t> x_dims, weight_dims, y_dims;
+  ConvGeometry geometry;
+  bool bias;
+  std::int64_t fan_in;
+};
+
+void compare_convolution_passes(CudaBackend& cuda, Backend& cpu, DType dtype, const ConvCheck& c,
+                                std::uint64_t& seed, const std::string& what) {
+  using Forward =
+      void (Backend::*)(const Tensor&, const Tensor&, const Tensor*, const ConvGeometry&, Tensor&);
+  using BackwardData =
+      void (Backend::*)(const Tensor&, const Tensor&, const ConvGeometry&, Tensor&);
+  using BackwardWeights =
+      void (Backend::*)(const Tensor&, const Tensor&, const ConvGeometry&, Tensor&, Tensor*);
+  struct Passes {
+    Forward forward;
+    BackwardData backward_data;
+    BackwardWeights backward_weights;
+  };
+  const Passes passes[] = {
+      {&Backend::conv2d_forward, &Backend::conv2d_backward_data, &Backend::conv2d_backward_weights},
+      {&Backend::conv3d_forward, &Backend::conv3d_backward_data, &Backend::conv3d_backward_weights},
+      {&Backend::conv2d_transpose_forward, &Backend::conv2d_transpose_backward_data,
+       &Backend::conv2d_transpose_backward_weights}};
+  const auto [forward, backward_data, backward_weights] = passes[static_cast<int>(c.kind)];
+  const double tolerance = tolerance_for(dtype);
+  const ConvGeometry& g = c.geometry;
+  const std::int64_t out = c.y_dims[1];
+  const Twin x = twin(cuda, random_host(c.x_dims, ++seed), dtype);
+  const Param weight =
+      parameter(cuda, c.weight_dims, ++seed, std::sqrt(2.0f / static_cast<float>(c.fan_in)));
+  const Param bias = parameter(cuda, {out}, ++seed);
+
+  Tensor y_cpu = Tensor::host(c.y_dims);
+  Tensor y = device_activation(cuda, c.y_dims, dtype);
+  (cpu.*forward)(x.host, weight.host, c.bias ? &bias.host : nullptr, g, y_cpu);
+  (cuda.*forward)(x.device, weight.device, c.bias ? &bias.device : nullptr, g, y);
+  check_close(cuda, y, y_cpu, tolerance, what + " forward");
+
+  const Twin dy = twin(cuda, random_host(c.y_dims, ++seed), dtype);
+  Tensor dx_cpu = Tensor::host(c.x_dims);
+  Tensor dx = device_activation(cuda, c.x_dims, dtype);
+  (cpu.*backward_data)(dy.host, weight.host, g, dx_cpu);
+  (cuda.*backward_data)(dy.device, weight.device, g, dx);
+  check_close(cuda, dx, dx_cpu, tolerance, what + " backward data");
+
+  Param dweight = zeros(cuda, c.weight_dims);
+  Param dbias = zeros(cuda, {out});
+  (cpu.*backward_weights)(x.host, dy.host, g, dweight.host, c.bias ? &dbias.host : nullptr);
+  (cuda.*backward_weights)(x.device, dy.device, g, dweight.device,
+                           c.bias ? &dbias.device : nullptr);
+  check_close(cuda, dweight.device, dweight.host, tolerance, what + " backward weights");
+  if (c.bias) check_close(cuda, dbias.device, dbias.host, tolerance, what + " bias gradient");
+}
+
 }  // namespace
 
 TEST_CASE("cuda backend: convolutions match the cpu backend", "[gpu]") {
@@ -75,7 +136,6 @@ TEST_CASE("cuda backend: convolutions match the cpu backend", "[gpu]") {
                         {1, 2, 0, 1, false}};
   for (DType dtype : kPrecisions) {
     CudaBackend cuda(options_for(dtype));
-    const double tolerance = tolerance_for(dtype);
     std::uint64_t seed = 10;
     for (const Case& c : cases) {
       const ConvGeometry g{c.stride, c.padding, c.dilation};
@@ -84,33 +144,15 @@ TEST_CASE("cuda backend: convolutions match the cpu backend", "[gpu]") {
       const std::int64_t ow = conv_output_size(static_cast<int>(w), c.kernel, g);
       const std::string what = fmt::format("{} k{} s{} p{} d{}", precision_name(dtype), c.kernel,
                                            c.stride, c.padding, c.dilation);
-      const Twin x = twin(cuda, random_host({n, in, h, w}, ++seed), dtype);
-      const Param weight =
-          parameter(cuda, {out, in, c.kernel, c.kernel}, ++seed,
-                    std::sqrt(2.0f / static_cast<float>(in * c.kernel * c.kernel)));
-      const Param bias = parameter(cuda, {out}, ++seed);
-
-      Tensor y_cpu = Tensor::host({n, out, oh, ow});
-      Tensor y = device_activation(cuda, {n, out, oh, ow}, dtype);
-      cpu->conv2d_forward(x.host, weight.host, c.bias ? &bias.host : nullptr, g, y_cpu);
-      cuda.conv2d_forward(x.device, weight.device, c.bias ? &bias.device : nullptr, g, y);
-      check_close(cuda, y, y_cpu, tolerance, what + " forward");
-
-      const Twin dy = twin(cuda, random_host({n, out, oh, ow}, ++seed), dtype);
-      Tensor dx_cpu = Tensor::host({n, in, h, w});
-      Tensor dx = device_activation(cuda, {n, in, h, w}, dtype);
-      cpu->conv2d_backward_data(dy.host, weight.host, g, dx_cpu);
-      cuda.conv2d_backward_data(dy.device, weight.device, g, dx);
-      check_close(cuda, dx, dx_cpu, tolerance, what + " backward data");
-
-      Param dweight = zeros(cuda, {out, in, c.kernel, c.kernel});
-      Param dbias = zeros(cuda, {out});
-      cpu->conv2d_backward_weights(x.host, dy.host, g, dweight.host,
-                                   c.bias ? &dbias.host : nullptr);
-      cuda.conv2d_backward_weights(x.device, dy.device, g, dweight.device,
-                                   c.bias ? &dbias.device : nullptr);
-      check_close(cuda, dweight.device, dweight.host, tolerance, what + " backward weights");
-      if (c.bias) check_close(cuda, dbias.device, dbias.host, tolerance, what + " bias gradient");
+      compare_convolution_passes(cuda, *cpu, dtype,
+                                 {.kind = ConvKind::planar,
+                                  .x_dims = {n, in, h, w},
+                                  .weight_dims = {out, in, c.kernel, c.kernel},
+                                  .y_dims = {n, out, oh, ow},
+                                  .geometry = g,
+                                  .bias = c.bias,
+                                  .fan_in = in * c.kernel * c.kernel},
+                                 seed, what);
     }
     // Every shape and pass was planned once; running them again plans nothing new.
     const std::size_t plans = cuda.cached_convolution_count();
@@ -156,7 +198,6 @@ TEST_CASE("cuda backend: grouped and depthwise convolutions match the cpu backen
                         {40, 40, 3, 2, 0, 1, 40, true}};
   for (DType dtype : kPrecisions) {
     CudaBackend cuda(options_for(dtype));
-    const double tolerance = tolerance_for(dtype);
     std::uint64_t seed = 110;
     for (const Case& c : cases) {
       const ConvGeometry g{
@@ -166,33 +207,15 @@ TEST_CASE("cuda backend: grouped and depthwise convolutions match the cpu backen
       const std::int64_t ow = conv_output_size(static_cast<int>(w), c.kernel, g);
       const std::string what = fmt::format("{} k{} s{} p{} d{} groups {}", precision_name(dtype),
                                            c.kernel, c.stride, c.padding, c.dilation, c.groups);
-      const Twin x = twin(cuda, random_host({n, c.in, h, w}, ++seed), dtype);
-      const Param weight =
-          parameter(cuda, {c.out, group_inputs, c.kernel, c.kernel}, ++seed,
-                    std::sqrt(2.0f / static_cast<float>(group_inputs * c.kernel * c.kernel)));
-      const Param bias = parameter(cuda, {c.out}, ++seed);
-
-      Tensor y_cpu = Tensor::host({n, c.out, oh, ow});
-      Tensor y = device_activation(cuda, {n, c.out, oh, ow}, dtype);
-      cpu->conv2d_forward(x.host, weight.host, c.bias ? &bias.host : nullptr, g, y_cpu);
-      cuda.conv2d_forward(x.device, weight.device, c.bias ? &bias.device : nullptr, g, y);
-      check_close(cuda, y, y_cpu, tolerance, what + " forward");
-
-      const Twin dy = twin(cuda, random_host({n, c.out, oh, ow}, ++seed), dtype);
-      Tensor dx_cpu = Tensor::host({n, c.in, h, w});
-      Tensor dx = device_activation(cuda, {n, c.in, h, w}, dtype);
-      cpu->conv2d_backward_data(dy.host, weight.host, g, dx_cpu);
-      cuda.conv2d_backward_data(dy.device, weight.device, g, dx);
-      check_close(cuda, dx, dx_cpu, tolerance, what + " backward data");
-
-      Param dweight = zeros(cuda, {c.out, group_inputs, c.kernel, c.kernel});
-      Param dbias = zeros(cuda, {c.out});
-      cpu->conv2d_backward_weights(x.host, dy.host, g, dweight.host,
-                                   c.bias ? &dbias.host : nullptr);
-      cuda.conv2d_backward_weights(x.device, dy.device, g, dweight.device,
-                                   c.bias ? &dbias.device : nullptr);
-      check_close(cuda, dweight.device, dweight.host, tolerance, what + " backward weights");
-      if (c.bias) check_close(cuda, dbias.device, dbias.host, tolerance, what + " bias gradient");
+      compare_convolution_passes(cuda, *cpu, dtype,
+                                 {.kind = ConvKind::planar,
+                                  .x_dims = {n, c.in, h, w},
+                                  .weight_dims = {c.out, group_inputs, c.kernel, c.kernel},
+                                  .y_dims = {n, c.out, oh, ow},
+                                  .geometry = g,
+                                  .bias = c.bias,
+                                  .fan_in = group_inputs * c.kernel * c.kernel},
+                                 seed, what);
     }
   }
 }
@@ -213,7 +236,6 @@ TEST_CASE("cuda backend: 3-D convolutions match the cpu backend", "[gpu]") {
                         {8, 1, 2, 0, 1, false}};
   for (DType dtype : kPrecisions) {
     CudaBackend cuda(options_for(dtype));
-    const double tolerance = tolerance_for(dtype);
     std::uint64_t seed = 1010;
     for (const Case& c : cases) {
       const ConvGeometry g{c.stride, c.padding, c.dilation};
@@ -226,33 +248,15 @@ TEST_CASE("cuda backend: 3-D convolutions match the cpu backend", "[gpu]") {
       const std::vector<std::int64_t> w_dims{out, c.in, c.kernel, c.kernel, c.kernel};
       const std::string what = fmt::format("{} conv3d in {} k{} s{} p{} d{}", precision_name(dtype),
                                            c.in, c.kernel, c.stride, c.padding, c.dilation);
-      const Twin x = twin(cuda, random_host(x_dims, ++seed), dtype);
-      const Param weight =
-          parameter(cuda, w_dims, ++seed,
-                    std::sqrt(2.0f / static_cast<float>(c.in * c.kernel * c.kernel * c.kernel)));
-      const Param bias = parameter(cuda, {out}, ++seed);
-
-      Tensor y_cpu = Tensor::host(y_dims);
-      Tensor y = device_activation(cuda, y_dims, dtype);
-      cpu->conv3d_forward(x.host, weight.host, c.bias ? &bias.host : nullptr, g, y_cpu);
-      cuda.conv3d_forward(x.device, weight.device, c.bias ? &bias.device : nullptr, g, y);
-      check_close(cuda, y, y_cpu, tolerance, what + " forward");
-
-      const Twin dy = twin(cuda, random_host(y_dims, ++seed), dtype);
-      Tensor dx_cpu = Tensor::host(x_dims);
-      Tensor dx = device_activation(cuda, x_dims, dtype);
-      cpu->conv3d_backward_data(dy.host, weight.host, g, dx_cpu);
-      cuda.conv3d_backward_data(dy.device, weight.device, g, dx);
-      check_close(cuda, dx, dx_cpu, tolerance, what + " backward data");
-
-      Param dweight = zeros(cuda, w_dims);
-      Param dbias = zeros(cuda, {out});
-      cpu->conv3d_backward_weights(x.host, dy.host, g, dweight.host,
-                                   c.bias ? &dbias.host : nullptr);
-      cuda.conv3d_backward_weights(x.device, dy.device, g, dweight.device,
-                                   c.bias ? &dbias.device : nullptr);
-      check_close(cuda, dweight.device, dweight.host, tolerance, what + " backward weights");
-      if (c.bias) check_close(cuda, dbias.device, dbias.host, tolerance, what + " bias gradient");
+      compare_convolution_passes(cuda, *cpu, dtype,
+                                 {.kind = ConvKind::volumetric,
+                                  .x_dims = x_dims,
+                                  .weight_dims = w_dims,
+                                  .y_dims = y_dims,
+                                  .geometry = g,
+                                  .bias = c.bias,
+                                  .fan_in = c.in * c.kernel * c.kernel * c.kernel},
+                                 seed, what);
     }
   }
 }
@@ -445,7 +449,6 @@ TEST_CASE("cuda backend: transposed convolutions match the cpu backend", "[gpu]"
                         {1, 1, 0, 1, 0, true}};
   for (DType dtype : kPrecisions) {
     CudaBackend cuda(options_for(dtype));
-    const double tolerance = tolerance_for(dtype);
     std::uint64_t seed = 120;
     for (const Case& c : cases) {
       const ConvGeometry g{.stride = c.stride, .padding = c.padding, .dilation = c.dilation};
@@ -457,33 +460,15 @@ TEST_CASE("cuda backend: transposed convolutions match the cpu backend", "[gpu]"
       const std::string what =
           fmt::format("{} transposed k{} s{} p{} d{} -> {}x{}", precision_name(dtype), c.kernel,
                       c.stride, c.padding, c.dilation, oh, ow);
-      const Twin x = twin(cuda, random_host({n, in, h, w}, ++seed), dtype);
-      const Param weight =
-          parameter(cuda, {in, out, c.kernel, c.kernel}, ++seed,
-                    std::sqrt(2.0f / static_cast<float>(in * c.kernel * c.kernel)));
-      const Param bias = parameter(cuda, {out}, ++seed);
-
-      Tensor y_cpu = Tensor::host({n, out, oh, ow});
-      Tensor y = device_activation(cuda, {n, out, oh, ow}, dtype);
-      cpu->conv2d_transpose_forward(x.host, weight.host, c.bias ? &bias.host : nullptr, g, y_cpu);
-      cuda.conv2d_transpose_forward(x.device, weight.device, c.bias ? &bias.device : nullptr, g, y);
-      check_close(cuda, y, y_cpu, tolerance, what + " forward");
-
-      const Twin dy = twin(cuda, random_host({n, out, oh, ow}, ++seed), dtype);
-      Tensor dx_cpu = Tensor::host({n, in, h, w});
-      Tensor dx = device_activation(cuda, {n, in, h, w}, dtype);
-      cpu->conv2d_transpose_backward_data(dy.host, weight.host, g, dx_cpu);
-      cuda.conv2d_transpose_backward_data(dy.device, weight.device, g, dx);
-      check_close(cuda, dx, dx_cpu, tolerance, what + " backward data");
-
-      Param dweight = zeros(cuda, {in, out, c.kernel, c.kernel});
-      Param dbias = zeros(cuda, {out});
-      cpu->conv2d_transpose_backward_weights(x.host, dy.host, g, dweight.host,
-                                             c.bias ? &dbias.host : nullptr);
-      cuda.conv2d_transpose_backward_weights(x.device, dy.device, g, dweight.device,
-                                             c.bias ? &dbias.device : nullptr);
-      check_close(cuda, dweight.device, dweight.host, tolerance, what + " backward weights");
-      if (c.bias) check_close(cuda, dbias.device, dbias.host, tolerance, what + " bias gradient");
+      compare_convolution_passes(cuda, *cpu, dtype,
+                                 {.kind = ConvKind::transposed,
+                                  .x_dims = {n, in, h, w},
+                                  .weight_dims = {in, out, c.kernel, c.kernel},
+                                  .y_dims = {n, out, oh, ow},
+                                  .geometry = g,
+                                  .bias = c.bias,
+                                  .fan_in = in * c.kernel * c.kernel},
+                                 seed, what);
     }
   }
   CudaBackend cuda;

@@ -98,35 +98,33 @@ __global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, Index count
   }
 }
 
-template <class T>
-__global__ void leaky_relu_forward_kernel(const T* x, T* y, float slope, Index count) {
-  HARDY_GRID_STRIDE_LOOP(i, count) {
-    const float v = to_float(x[i]);
-    y[i] = from_float<T>(v > 0.0f ? v : slope * v);
+// The activations of one parameter whose gradient is computed from their output.
+struct LeakyRelu {
+  float slope;
+  __device__ float forward(float x) const { return x > 0.0f ? x : slope * x; }
+  __device__ float backward(float y, float dy) const { return y > 0.0f ? dy : slope * dy; }
+};
+
+struct ScaledTanh {
+  float scale, inverse_scale;
+  __device__ float forward(float x) const { return scale * tanhf(x); }
+  // The CPU backend's arithmetic: t = y / scale, dx = dy * scale * (1 - t^2).
+  __device__ float backward(float y, float dy) const {
+    const float t = y * inverse_scale;
+    return dy * scale * (1.0f - t * t);
   }
+};
+
+template <class T, class Activation>
+__global__ void activation_forward_kernel(const T* x, T* y, Activation activation, Index count) {
+  HARDY_GRID_STRIDE_LOOP(i, count) { y[i] = from_float<T>(activation.forward(to_float(x[i]))); }
 }
 
-template <class T>
-__global__ void leaky_relu_backward_kernel(const T* y, const T* dy, T* dx, float slope,
+template <class T, class Activation>
+__global__ void activation_backward_kernel(const T* y, const T* dy, T* dx, Activation activation,
                                            Index count) {
   HARDY_GRID_STRIDE_LOOP(i, count) {
-    const float g = to_float(dy[i]);
-    dx[i] = from_float<T>(to_float(y[i]) > 0.0f ? g : slope * g);
-  }
-}
-
-template <class T>
-__global__ void scaled_tanh_forward_kernel(const T* x, T* y, float scale, Index count) {
-  HARDY_GRID_STRIDE_LOOP(i, count) { y[i] = from_float<T>(scale * tanhf(to_float(x[i]))); }
-}
-
-// The CPU backend's arithmetic: t = y / scale, dx = dy * scale * (1 - t^2).
-template <class T>
-__global__ void scaled_tanh_backward_kernel(const T* y, const T* dy, T* dx, float scale,
-                                            float inverse_scale, Index count) {
-  HARDY_GRID_STRIDE_LOOP(i, count) {
-    const float t = to_float(y[i]) * inverse_scale;
-    dx[i] = from_float<T>(to_float(dy[i]) * scale * (1.0f - t * t));
+    dx[i] = from_float<T>(activation.backward(to_float(y[i]), to_float(dy[i])));
   }
 }
 
@@ -433,41 +431,47 @@ void apply_dropout(const void* x, void* y, DType type, bool nhwc, Index n, Index
   });
 }
 
+template <class Activation>
+void activation_forward(const char* name, const void* x, void* y, DType type, Activation activation,
+                        Index count, cudaStream_t stream) {
+  launch_per_element(type, count, name, [&](auto tag, unsigned int blocks) {
+    using T = decltype(tag);
+    activation_forward_kernel<<<blocks, threads_per_block, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(y), activation, count);
+  });
+}
+
+template <class Activation>
+void activation_backward(const char* name, const void* y, const void* dy, void* dx, DType type,
+                         Activation activation, Index count, cudaStream_t stream) {
+  launch_per_element(type, count, name, [&](auto tag, unsigned int blocks) {
+    using T = decltype(tag);
+    activation_backward_kernel<<<blocks, threads_per_block, 0, stream>>>(
+        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), activation,
+        count);
+  });
+}
+
 void leaky_relu_forward(const void* x, void* y, DType type, float slope, Index count,
                         cudaStream_t stream) {
-  launch_per_element(type, count, "leaky_relu_forward", [&](auto tag, unsigned int blocks) {
-    using T = decltype(tag);
-    leaky_relu_forward_kernel<<<blocks, threads_per_block, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), slope, count);
-  });
+  activation_forward("leaky_relu_forward", x, y, type, LeakyRelu{slope}, count, stream);
 }
 
 void leaky_relu_backward(const void* y, const void* dy, void* dx, DType type, float slope,
                          Index count, cudaStream_t stream) {
-  launch_per_element(type, count, "leaky_relu_backward", [&](auto tag, unsigned int blocks) {
-    using T = decltype(tag);
-    leaky_relu_backward_kernel<<<blocks, threads_per_block, 0, stream>>>(
-        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), slope, count);
-  });
+  activation_backward("leaky_relu_backward", y, dy, dx, type, LeakyRelu{slope}, count, stream);
 }
 
 void scaled_tanh_forward(const void* x, void* y, DType type, float scale, Index count,
                          cudaStream_t stream) {
-  launch_per_element(type, count, "scaled_tanh_forward", [&](auto tag, unsigned int blocks) {
-    using T = decltype(tag);
-    scaled_tanh_forward_kernel<<<blocks, threads_per_block, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), scale, count);
-  });
+  activation_forward("scaled_tanh_forward", x, y, type, ScaledTanh{scale, 1.0f / scale}, count,
+                     stream);
 }
 
 void scaled_tanh_backward(const void* y, const void* dy, void* dx, DType type, float scale,
                           Index count, cudaStream_t stream) {
-  launch_per_element(type, count, "scaled_tanh_backward", [&](auto tag, unsigned int blocks) {
-    using T = decltype(tag);
-    scaled_tanh_backward_kernel<<<blocks, threads_per_block, 0, stream>>>(
-        static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), scale,
-        1.0f / scale, count);
-  });
+  activation_backward("scaled_tanh_backward", y, dy, dx, type, ScaledTanh{scale, 1.0f / scale},
+                      count, stream);
 }
 
 int mse_loss(const void* prediction, DType type, const float* target, Index count, float grad_scale,
