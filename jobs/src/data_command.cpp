@@ -45,6 +45,15 @@ constexpr const char* kDataUsage =
     "                    y float32 (4); with --variant numpy cosmo-NNNNN_data.npy and\n"
     "                    cosmo-NNNNN_label.npy; --volume V is the cube's edge (default 128)\n";
 
+// Runs `write`, then says what it wrote and in how long: "wrote WHAT in 1.2 s". Exit status 0.
+template <class Write>
+int write_timed(Write&& write, const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  write();
+  std::cout << fmt::format("wrote {} in {:.1f} s\n", what, core::seconds_since(start));
+  return 0;
+}
+
 constexpr const char* kStatsUsage =
     "Usage: hardy data stats --dataset ROOT [--out FILE]\n\n"
     "Computes the normalisation statistics of a ClimateNet-layout dataset (ROOT/train/*.nc): the "
@@ -103,14 +112,11 @@ int generate_cosmoflow(const po::variables_map& vm) {
       .seed = vm["seed"].as<std::uint64_t>(),
       .variant = variant == "numpy" ? core::CosmoFlowVariant::numpy : core::CosmoFlowVariant::hdf5};
   const std::filesystem::path out = vm["out"].as<std::string>();
-  const auto start = std::chrono::steady_clock::now();
-  core::write_cosmoflow_dataset(out, options);
-  const double seconds = core::seconds_since(start);
-  std::cout << fmt::format(
-      "wrote a CosmoFlow dataset ({}) of {} training and {} validation samples of 4x{}^3 to {} in "
-      "{:.1f} s\n",
-      core::to_string(options.variant), samples, validation, options.volume, out.string(), seconds);
-  return 0;
+  return write_timed([&] { core::write_cosmoflow_dataset(out, options); },
+                     fmt::format("a CosmoFlow dataset ({}) of {} training and {} validation "
+                                 "samples of 4x{}^3 to {}",
+                                 core::to_string(options.variant), samples, validation,
+                                 options.volume, out.string()));
 }
 
 }  // namespace
@@ -199,24 +205,19 @@ int data_command(const std::vector<std::string>& args) {
                                                .height = height,
                                                .width = width,
                                                .seed = vm["seed"].as<std::uint64_t>()};
-    const auto start = std::chrono::steady_clock::now();
-    core::write_deepcam_dataset(out, options);
-    const double seconds = core::seconds_since(start);
-    std::cout << fmt::format(
-        "wrote a DeepCAM dataset of {} training, {} validation and {} test samples of 16x{}x{} to "
-        "{} in {:.1f} s\n",
-        samples, validation, test, height, width, out.string(), seconds);
-    return 0;
+    return write_timed([&] { core::write_deepcam_dataset(out, options); },
+                       fmt::format("a DeepCAM dataset of {} training, {} validation and {} test "
+                                   "samples of 16x{}x{} to {}",
+                                   samples, validation, test, height, width, out.string()));
   }
   const core::SyntheticClimate source({16, height, width}, static_cast<std::size_t>(samples),
                                       vm["seed"].as<std::uint64_t>());
-  const auto start = std::chrono::steady_clock::now();
-  core::write_dataset(source, 0, static_cast<std::size_t>(samples), out,
-                      static_cast<std::size_t>(per_file));
-  const double seconds = core::seconds_since(start);
-  std::cout << fmt::format("wrote {} samples of 16x{}x{} to {} in {:.1f} s\n", samples, height,
-                           width, out.string(), seconds);
-  return 0;
+  return write_timed(
+      [&] {
+        core::write_dataset(source, 0, static_cast<std::size_t>(samples), out,
+                            static_cast<std::size_t>(per_file));
+      },
+      fmt::format("{} samples of 16x{}x{} to {}", samples, height, width, out.string()));
 }
 
 }  // namespace hardy::jobs

@@ -120,6 +120,11 @@ struct StartedJob {
     for (auto& r : running) first.push_back(r.get());
   }
 
+  // Every domain committed the first step.
+  void check_first_committed() const {
+    for (const DomainStep& outcome : first) CHECK(outcome.verdict == StepVerdict::commit);
+  }
+
   // Domain `lost` of a job of 2 comes back as the supervisor relaunches it: once the survivor
   // reports its failed exchange, generation 1 lets the relaunched domain in, which starts (and
   // heals). The survivor's next step runs meanwhile.
@@ -433,18 +438,16 @@ TEST_CASE("fault domains: a generation that names a member already gone is left 
   // learns of the second, then generation 2. The survivor must not wait on the dead member of
   // generation 1 (gloo's full-mesh connect would, for its own 30 s store timeout).
   StartedJob job("domains-twice", 3, [](int) { return 1.0f; });
-  auto& supervisor = job.supervisor;
   auto& domains = job.domains;
-  auto& first = job.first;
-  for (const DomainStep& outcome : first) CHECK(outcome.verdict == StepVerdict::commit);
+  job.check_first_committed();
 
   domains[0].reset();
   domains[1].reset();
   auto watcher = std::async(std::launch::async, [&] {
-    REQUIRE(supervisor->wait_for("fail.0.2", 20s));
-    supervisor->set(rendezvous_keys::members(1), "1,2");
+    REQUIRE(job.supervisor->wait_for("fail.0.2", 20s));
+    job.supervisor->set(rendezvous_keys::members(1), "1,2");
     std::this_thread::sleep_for(300ms);
-    supervisor->set("gen.2.members", "2");
+    job.supervisor->set("gen.2.members", "2");
   });
   const auto started = std::chrono::steady_clock::now();
   const DomainStep outcome = domains[2]->step(5.0f);
@@ -468,8 +471,7 @@ TEST_CASE("fault domains: a generation that a member left for a newer one is not
   StartedJob job("domains-left", 3, [](int) { return 1.0f; });
   auto& supervisor = job.supervisor;
   auto& domains = job.domains;
-  auto& first = job.first;
-  for (const DomainStep& outcome : first) CHECK(outcome.verdict == StepVerdict::commit);
+  job.check_first_committed();
 
   domains[2].reset();
   auto one = std::async(std::launch::async, [&] { return domains[1]->step(2.0f); });
@@ -499,7 +501,7 @@ TEST_CASE("fault domains: a generation that a member left for a newer one is not
 TEST_CASE("fault domains: a recovery inside a domain settles its step without the others") {
   StartedJob job("domains-settle", 2, [](int d) { return static_cast<float>(d + 1); });
   auto& domains = job.domains;
-  for (const DomainStep& outcome : job.first) CHECK(outcome.verdict == StepVerdict::commit);
+  job.check_first_committed();
 
   SECTION("between meetings (--domain-sync-every): nothing is in flight with the others") {
     // Domain 1 lost a rank at step 2, where the domains do not meet; domain 0 trains alone and
@@ -546,8 +548,7 @@ TEST_CASE("fault domains: an exchange left in flight travels while the domain co
   StartedJob job("domains-in-flight", 2, [](int d) { return static_cast<float>(d + 1); });
   auto& supervisor = job.supervisor;
   auto& domains = job.domains;
-  auto& first = job.first;
-  for (const DomainStep& outcome : first) CHECK(outcome.verdict == StepVerdict::commit);
+  job.check_first_committed();
   Domain& computing = *domains[0];
   core::Tensor* tensors[] = {&computing.gradient};
 
