@@ -157,7 +157,7 @@ void Backend::checked_convolution_forward(ConvFamily family, const Tensor& x, co
   const std::string_view operation = convolution_operation(family, ConvPass::forward);
   const ConvGeometry checked =
       checked_geometry(rules_, family, operation, {"x", "weight", "y"}, x, weight, y, geometry);
-  // A transposed convolution's weight is (I, O, ...): its bias has its second extent.
+  // One bias per output channel: the weight's first extent, or a transposed one's second.
   if (bias != nullptr) check_bias(rules_, operation, "bias", *bias, y.dim(1));
   do_convolution_forward(x, weight, bias, checked, y);
 }
