@@ -121,6 +121,10 @@ class MemoryImage {
  private:
   void* track(void* memory, std::size_t size) {
     if (memory != nullptr) {
+      // A file closed before this one (H5Fcreate's look at an existing file of the same name) is
+      // not the image wanted.
+      if (kept_ && memory != data_) std::free(data_);
+      kept_ = false;
       data_ = memory;
       size_ = size;
     }
@@ -206,14 +210,13 @@ void lay_out(const std::vector<Field>& fields, const RootAttributes& root,
   file.close();
 }
 
-// Every byte of the file is written here, HDF5's metadata image first, then one pwrite per field
-// into the space HDF5 reserved for it. HDF5 itself never writes to the disk: a full disk
+// Every byte of the file is written here, into `file` (created empty at `file_path`), HDF5's
+// metadata image first, then one pwrite per field into the space HDF5 reserved for it. HDF5 itself never writes to the disk: a full disk
 // surfaces as ENOSPC from pwrite, in hardy's code (where the fault injection sits too), rather
 // than as a failed H5Fclose, after which HDF5 1.10 keeps a half-closed file that crashes the
 // process at exit. HDF5's global lock is held only while the image is built in memory.
-void write_image(const Layout& layout, const std::vector<Field>& fields,
-                 const std::filesystem::path& file_path, const WriteProgress& progress,
-                 mode_t mode) {
+void write_image(const Layout& layout, const std::vector<Field>& fields, PosixFile& file,
+                 const std::filesystem::path& file_path, const WriteProgress& progress) {
   const auto metadata = layout.metadata.bytes();
   if (metadata.empty())
     throw IoError(fmt::format("HDF5 produced no file image for {}", file_path.string()));
@@ -234,7 +237,6 @@ void write_image(const Layout& layout, const std::vector<Field>& fields,
   std::uint64_t total = 0, written = 0;
   for (const auto& [offset, piece] : pieces) total += piece.bytes.size();
 
-  PosixFile file = PosixFile::create(file_path, mode);
   std::vector<PosixFile::Piece> run;
   std::uint64_t run_start = 0, run_end = 0;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -257,9 +259,13 @@ void write_hdf5_file(const std::vector<Field>& fields, const RootAttributes& roo
                      const std::filesystem::path& path, const WriteProgress& progress,
                      FileAccess access) {
   const core::h5::Exclusive exclusive;  // see hdf5.hpp: the whole file, one writer at a time
+  // Created before HDF5 sees the name, replacing whatever was there without following a link:
+  // H5Fcreate first opens an existing file at that name as if to read it, and the core driver
+  // then loads all of it into memory (a crashed write's leftover: the model's size, read in full).
+  PosixFile file = PosixFile::create(path, access == FileAccess::owner_only ? 0600 : 0644);
   Layout layout;
   lay_out(fields, root, path, layout);
-  write_image(layout, fields, path, progress, access == FileAccess::owner_only ? 0600 : 0644);
+  write_image(layout, fields, file, path, progress);
 }
 
 }  // namespace hardy::checkpoint::detail

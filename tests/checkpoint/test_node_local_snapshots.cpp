@@ -1,3 +1,5 @@
+#include <sys/resource.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
@@ -18,6 +20,12 @@ using namespace hardy::checkpoint::testing;
 namespace {
 
 namespace fs = std::filesystem;
+
+long peak_resident_kib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
 
 std::vector<long> steps_in(const fs::path& dir) {
   std::vector<long> steps;
@@ -334,6 +342,25 @@ TEST_CASE("checkpoints: a planted .tmp link is replaced, never written through",
   in >> text;
   CHECK(text == "precious");
   CHECK(read_checkpoint(dir / "ckpt-4.h5").step == 4);
+}
+
+TEST_CASE("checkpoints: a large .tmp left by a crashed write is replaced, never read",
+          "[checkpoint]") {
+  // HDF5 loads a file that exists at the name it lays out into memory first: a leftover of a
+  // large model's write would cost its size in memory and a full read on the next save. CTest
+  // runs this case in a process of its own, whose peak memory is far below the leftover's size.
+  ScratchDirectory scratch("leftover-tmp");
+  const fs::path dir = scratch / "checkpoints";
+  fs::create_directories(dir);
+  const fs::path leftover = dir / "ckpt-6.h5.tmp";
+  constexpr std::uintmax_t leftover_bytes = std::uintmax_t{512} << 20;
+  std::ofstream(leftover) << "a crashed write";
+  fs::resize_file(leftover, leftover_bytes);
+  const long peak_before = peak_resident_kib();
+  save_checkpoint(synthetic_state(6), dir);
+  CHECK(peak_resident_kib() - peak_before < static_cast<long>(leftover_bytes / 2 / 1024));
+  CHECK(read_checkpoint(dir / "ckpt-6.h5").step == 6);
+  CHECK_FALSE(fs::exists(leftover));
 }
 
 TEST_CASE("node-local snapshots: a valid snapshot that is unfit is passed over, with the reason",
