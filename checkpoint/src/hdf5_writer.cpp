@@ -211,10 +211,11 @@ void lay_out(const std::vector<Field>& fields, const RootAttributes& root,
 }
 
 // Every byte of the file is written here, into `file` (created empty at `file_path`), HDF5's
-// metadata image first, then one pwrite per field into the space HDF5 reserved for it. HDF5 itself never writes to the disk: a full disk
-// surfaces as ENOSPC from pwrite, in hardy's code (where the fault injection sits too), rather
-// than as a failed H5Fclose, after which HDF5 1.10 keeps a half-closed file that crashes the
-// process at exit. HDF5's global lock is held only while the image is built in memory.
+// metadata image first, then one pwrite per field into the space HDF5 reserved for it. HDF5 itself
+// never writes to the disk: a full disk surfaces as ENOSPC from pwrite, in hardy's code (where the
+// fault injection sits too), rather than as a failed H5Fclose, after which HDF5 1.10 keeps a
+// half-closed file that crashes the process at exit. HDF5's global lock is held only while the
+// image is built in memory.
 void write_image(const Layout& layout, const std::vector<Field>& fields, PosixFile& file,
                  const std::filesystem::path& file_path, const WriteProgress& progress) {
   const auto metadata = layout.metadata.bytes();

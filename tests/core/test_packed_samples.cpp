@@ -197,7 +197,7 @@ TEST_CASE(
       std::vector<std::int32_t> labels(range.shape().label_elements());
       range.load_stored(i, stored, labels);
       std::vector<float> widened(values);
-      hardy::core::widen_stored(hardy::core::DType::bf16, stored, widened);
+      hardy::core::widen_to_f32(hardy::core::DType::bf16, stored, widened);
       const auto expected = reference(2 + i);
       CHECK(widened == expected.fields);
       CHECK(labels == expected.labels);
@@ -213,6 +213,6 @@ TEST_CASE(
   std::vector<std::byte> as_f32(4 * values);
   train.load_stored(1, as_f32, labels);
   std::vector<float> f32_fields(values);
-  hardy::core::widen_stored(hardy::core::DType::f32, as_f32, f32_fields);
+  hardy::core::widen_to_f32(hardy::core::DType::f32, as_f32, f32_fields);
   CHECK(f32_fields == load(train, 1).fields);
 }

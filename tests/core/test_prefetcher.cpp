@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hardy/core/compute/backend.hpp"
+#include "hardy/core/compute/forwarding_backend.hpp"
 #include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/prefetcher.hpp"
 #include "hardy/core/support/error.hpp"
@@ -431,7 +432,7 @@ class Bf16Source final : public SampleSource {
     check_load_arguments(index, fields, labels);
     std::vector<std::byte> stored(2 * fields.size());
     load_stored(index, stored, labels);
-    widen_stored(DType::bf16, stored, fields);
+    widen_to_f32(DType::bf16, stored, fields);
   }
   void load_stored(std::size_t index, std::span<std::byte> fields,
                    std::span<std::int32_t> labels) const override {
@@ -458,7 +459,7 @@ TEST_CASE("prefetcher: a source's stored fields are loaded so, taken so or widen
   std::vector<std::int32_t> labels(kShape.label_elements());
   prefetcher.take_stored(3, stored, labels);
   std::vector<float> widened(kShape.field_elements());
-  widen_stored(DType::bf16, stored, widened);
+  widen_to_f32(DType::bf16, stored, widened);
   Sample direct_sample;
   source.load(3, direct_sample.fields, direct_sample.labels);
   CHECK(widened == direct_sample.fields);
@@ -471,4 +472,201 @@ TEST_CASE("prefetcher: a source's stored fields are loaded so, taken so or widen
   CHECK(widened[1] == 3.125f);
   CHECK_THROWS_AS(prefetcher.take_stored(5, std::span<std::byte>(stored).first(10), labels),
                   InvalidArgument);
+}
+
+namespace {
+
+// The prefetcher's memory, noting every block it hands out.
+struct NotedMemory {
+  std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>();
+  std::shared_ptr<std::vector<const void*>> blocks = std::make_shared<std::vector<const void*>>();
+  Tensor operator()(std::vector<std::int64_t> dims, DType dtype, Layout layout) const {
+    Tensor t = Tensor::host(std::move(dims), dtype, layout);
+    std::lock_guard lock(*mutex);
+    blocks->push_back(t.raw());
+    return t;
+  }
+  bool handed_out(const void* block) const {
+    std::lock_guard lock(*mutex);
+    return std::find(blocks->begin(), blocks->end(), block) != blocks->end();
+  }
+  std::size_t count() const {
+    std::lock_guard lock(*mutex);
+    return blocks->size();
+  }
+};
+
+Sample contents(SamplePrefetcher::Lease& lease) {
+  Sample s;
+  widen_to_f32(lease.fields().dtype(),
+               {static_cast<const std::byte*>(lease.fields().raw()), lease.fields().bytes()},
+               s.fields);
+  std::copy_n(lease.labels().data<std::int32_t>(), s.labels.size(), s.labels.begin());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("prefetcher: a lease is the loader's own buffer, and it goes back when the lease ends",
+          "[core]") {
+  const FakeSource source(4, 1ms);
+  const NotedMemory memory;
+  SamplePrefetcher prefetcher(source, 1, 1, memory);
+  prefetcher.announce(std::vector<std::size_t>{4, 5});
+  const void* first_block = nullptr;
+  {
+    SamplePrefetcher::Lease lease = prefetcher.lease(4);
+    lease.rethrow_error();
+    CHECK(contents(lease) == direct(4));
+    CHECK(lease.fields().dims() == std::vector<std::int64_t>{1, 2, 4, 4});
+    CHECK(lease.labels().dims() == std::vector<std::int64_t>{1, 1, 4, 4});
+    CHECK(memory.handed_out(lease.fields().raw()));
+    CHECK(memory.handed_out(lease.labels().raw()));
+    first_block = lease.fields().raw();
+    // Depth 1: while the lease holds the only buffer, sample 5 cannot start.
+    std::this_thread::sleep_for(30ms);
+    CHECK(source.started.load() == 1);
+  }
+  SamplePrefetcher::Lease next = prefetcher.lease(5);
+  CHECK(contents(next) == direct(5));
+  CHECK(next.fields().raw() == first_block);  // the same buffer, back in the pool
+  CHECK(memory.count() == 2);                 // one buffer: its fields and its labels
+  CHECK(source.started.load() == 2);
+}
+
+TEST_CASE("prefetcher: a lease of a sample not loaded ahead loads it; a failed load is the lease's",
+          "[core]") {
+  const FakeSource source(4, 0ms, {6});
+  const NotedMemory memory;
+  SamplePrefetcher prefetcher(source, 2, 2, memory);
+  SamplePrefetcher::Lease unplanned = prefetcher.lease(3);  // never announced: loaded here
+  unplanned.rethrow_error();
+  CHECK(contents(unplanned) == direct(3));
+  CHECK(memory.handed_out(unplanned.fields().raw()));
+  SamplePrefetcher::Lease bad = prefetcher.lease(6);
+  CHECK_THROWS_AS(bad.rethrow_error(), BadSample);
+  prefetcher.announce(std::vector<std::size_t>{999});
+  SamplePrefetcher::Lease lost = prefetcher.lease(999);  // loaded by a worker, which failed
+  CHECK_THROWS_WITH(lost.rethrow_error(), Catch::Contains("disk gone"));
+  SamplePrefetcher::Lease moved = std::move(unplanned);
+  CHECK(contents(moved) == direct(3));
+}
+
+namespace {
+
+// A backend whose uploads note the host memory they copy from.
+class NotingBackend final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  std::vector<const void*> sources;  // every host tensor an upload copied from
+
+ protected:
+  std::unique_ptr<InputUpload> do_start_upload() override {
+    return std::make_unique<NotingUpload>(*this, ForwardingBackend::do_start_upload());
+  }
+
+ private:
+  class NotingUpload final : public InputUpload {
+   public:
+    NotingUpload(NotingBackend& owner, std::unique_ptr<InputUpload> inner)
+        : InputUpload(owner.operand_rules()), owner_(owner), inner_(std::move(inner)) {}
+    double finish() override { return inner_->finish(); }
+    void hand_over() override { inner_->hand_over(); }
+
+   protected:
+    void do_copy(const Tensor& src, Tensor& dst) override {
+      owner_.sources.push_back(src.raw());
+      inner_->copy(src, dst);
+    }
+    void do_copy_samples(std::span<const Tensor* const> samples, Tensor& dst) override {
+      for (const Tensor* sample : samples) owner_.sources.push_back(sample->raw());
+      inner_->copy_samples(samples, dst);
+    }
+
+   private:
+    NotingBackend& owner_;
+    std::unique_ptr<InputUpload> inner_;
+  };
+};
+
+}  // namespace
+
+TEST_CASE("batch assembler: a staged batch goes to the upload from the loaders' own buffers",
+          "[core]") {
+  const FakeSource source(4, 1ms, {6});
+  auto cpu = make_backend("cpu");
+  NotingBackend backend(*cpu);
+  const NotedMemory memory;
+  SamplePrefetcher prefetcher(source, 2, 8, memory);
+  BatchAssembler assembler(backend, kShape);
+  const std::vector<std::size_t> batch{5, 6, 7};
+  prefetcher.announce(batch);
+  assembler.stage(prefetcher, batch, BadSamplePolicy::skip);
+  Tensor fields, labels;
+  const BatchLoad load = assembler.load(prefetcher, batch, fields, labels);
+  REQUIRE(load.staged);
+  REQUIRE(load.skipped.size() == 1);
+  // Fields and labels of each sample, copied from nowhere but the prefetcher's buffers.
+  CHECK(backend.sources.size() == 2 * batch.size());
+  for (const void* source_memory : backend.sources) CHECK(memory.handed_out(source_memory));
+  const auto values = host_values(backend, fields);
+  const auto per_sample = static_cast<std::ptrdiff_t>(kShape.field_elements());
+  CHECK(std::equal(values.begin(), values.begin() + per_sample, direct(5).fields.begin()));
+  CHECK(std::all_of(values.begin() + per_sample, values.begin() + 2 * per_sample,
+                    [](float v) { return v == 0.0f; }));  // the bad sample, blanked in its lease
+  CHECK(std::equal(values.begin() + 2 * per_sample, values.end(), direct(7).fields.begin()));
+  const auto plane = static_cast<std::ptrdiff_t>(kShape.label_elements());
+  CHECK(labels.data<std::int32_t>()[plane] == kIgnoreLabel);
+  CHECK(labels.data<std::int32_t>()[2 * plane] == 7 % 3);
+}
+
+TEST_CASE("batch assembler: a staged batch of bf16 samples on the cpu is widened, as a load is",
+          "[core]") {
+  const Bf16Source source;
+  auto backend = make_backend("cpu");
+  SamplePrefetcher prefetcher(source, 2, 8);
+  BatchAssembler assembler(*backend, kShape);
+  const std::vector<std::size_t> batch{3, 9};
+  prefetcher.announce(batch);
+  assembler.stage(prefetcher, batch);
+  Tensor fields, labels;
+  REQUIRE(assembler.load(prefetcher, batch, fields, labels).staged);
+  Tensor direct_fields, direct_labels;
+  assembler.load(source, batch, direct_fields, direct_labels);
+  CHECK(host_values(*backend, fields) == host_values(*backend, direct_fields));
+  CHECK(host_values(*backend, fields)[1] == 3.125f);
+}
+
+TEST_CASE("input upload: samples that lie apart are copied as their stack would be", "[core]") {
+  auto backend = make_backend("cpu");
+  Tensor stacked = Tensor::host({3, 2, 2, 2}, DType::f32, Layout::nchw);
+  for (std::int64_t i = 0; i < stacked.numel(); ++i) stacked.f32()[i] = static_cast<float>(i);
+  std::vector<Tensor> samples;
+  for (std::int64_t n = 0; n < 3; ++n) {
+    Tensor& sample = samples.emplace_back(Tensor::host({1, 2, 2, 2}, DType::f32, Layout::nchw));
+    std::copy_n(stacked.f32().begin() + n * 8, 8, sample.f32().begin());
+  }
+  const std::vector<const Tensor*> parts{&samples[0], &samples[1], &samples[2]};
+  Tensor expected = backend->empty({3, 2, 2, 2}, DType::f32, backend->activation_layout());
+  backend->copy(stacked, expected);
+  Tensor dst = backend->empty({3, 2, 2, 2}, DType::f32, backend->activation_layout());
+  {
+    auto upload = backend->start_upload();
+    upload->copy_samples(parts, dst);
+    upload->finish();
+    samples.clear();  // free once finished: the copy does not read them later
+    upload->hand_over();
+  }
+  CHECK(host_values(*backend, dst) == host_values(*backend, expected));
+
+  auto upload = backend->start_upload();
+  const Tensor other = Tensor::host({1, 2, 2, 1}, DType::f32, Layout::nchw);
+  const Tensor wrong_type = Tensor::host({1, 2, 2, 2}, DType::i32, Layout::nchw);
+  CHECK_THROWS_AS(upload->copy_samples(std::vector<const Tensor*>{&other, &other, &other}, dst),
+                  InvalidArgument);
+  CHECK_THROWS_AS(upload->copy_samples(std::vector<const Tensor*>{&wrong_type}, dst),
+                  InvalidArgument);
+  CHECK_THROWS_WITH(
+      upload->copy_samples(std::vector<const Tensor*>{&wrong_type, &wrong_type, &wrong_type}, dst),
+      Catch::Contains("differ in dtype"));
 }

@@ -1,7 +1,7 @@
-// The next step's batch staged on a GPU (core::BatchAssembler::stage): loaded from the
-// prefetcher into page-locked memory on a thread of its own, copied on the upload's stream and
-// handed to the compute stream, it equals the batch a synchronous load gives, bit for bit, in
-// f32 from an f32 source and in bf16 as a bf16 source stores it.
+// The next step's batch staged on a GPU (core::BatchAssembler::stage): leased from the
+// prefetcher's buffers (page-locked or not) on a thread of its own, each sample copied from its
+// buffer on the upload's stream and handed to the compute stream, it equals the batch a synchronous
+// load gives, bit for bit, in f32 from an f32 source and in bf16 as a bf16 source stores it.
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -35,7 +35,7 @@ class Fields final : public SampleSource {
     if (stored_ == DType::bf16) {
       std::vector<std::byte> stored(2 * fields.size());
       load_stored(index, stored, labels);
-      widen_stored(DType::bf16, stored, fields);
+      widen_to_f32(DType::bf16, stored, fields);
       return;
     }
     for (std::size_t k = 0; k < fields.size(); ++k) fields[k] = value(index, k);
@@ -66,38 +66,45 @@ TEST_CASE("staged input on the gpu: a staged batch equals a synchronous load, bi
           "[gpu]") {
   for (DType activations : {DType::f32, DType::bf16}) {
     for (DType stored : {DType::f32, DType::bf16}) {
-      CAPTURE(to_string(activations), to_string(stored));
-      CudaOptions options;
-      options.activation_dtype = activations;
-      CudaBackend cuda(options);
-      const Fields source(stored);
-      SamplePrefetcher prefetcher(source, 4, 16);
-      BatchAssembler staged_assembler(cuda, kShape), direct_assembler(cuda, kShape);
-      Tensor fields, labels, direct_fields, direct_labels;
-      std::vector<std::vector<std::size_t>> batches{{1, 2, 3, 4}, {9, 8, 7, 6}, {5, 5, 10, 11}};
-      std::vector<std::size_t> plan;
-      for (const auto& b : batches) plan.insert(plan.end(), b.begin(), b.end());
-      prefetcher.announce(plan);
-      staged_assembler.load(prefetcher, batches[0], fields, labels);
-      for (std::size_t b = 1; b < batches.size(); ++b) {
-        staged_assembler.stage(prefetcher, batches[b]);
-        // The step that reads the current batch runs meanwhile.
-        Tensor doubled = cuda.empty(fields.dims(), fields.dtype(), Layout::nhwc);
-        cuda.fill(doubled, 0.0f);
-        cuda.axpy(2.0f, fields, doubled);
-        const BatchLoad load = staged_assembler.load(prefetcher, batches[b], fields, labels);
-        CHECK(load.staged);
-        CHECK(load.input_device_s > 0);
-        direct_assembler.load(source, batches[b], direct_fields, direct_labels);
-        const Tensor got = to_host_f32(cuda, fields), want = to_host_f32(cuda, direct_fields);
-        for (std::int64_t i = 0; i < got.numel(); ++i)
-          REQUIRE(got.data<float>()[i] == want.data<float>()[i]);
-        Tensor got_labels = Tensor::host(labels.dims(), DType::i32, labels.layout());
-        Tensor want_labels = Tensor::host(labels.dims(), DType::i32, labels.layout());
-        cuda.copy(labels, got_labels);
-        cuda.copy(direct_labels, want_labels);
-        for (std::int64_t i = 0; i < got_labels.numel(); ++i)
-          REQUIRE(got_labels.data<std::int32_t>()[i] == want_labels.data<std::int32_t>()[i]);
+      // The loaders' buffers page-locked (as training has them), or pageable.
+      for (bool pinned : {true, false}) {
+        CAPTURE(to_string(activations), to_string(stored), pinned);
+        CudaOptions options;
+        options.activation_dtype = activations;
+        CudaBackend cuda(options);
+        const Fields source(stored);
+        SamplePrefetcher prefetcher(
+            source, 4, 16, [&](std::vector<std::int64_t> dims, DType dtype, Layout layout) {
+              return pinned ? cuda.empty_host(std::move(dims), dtype, layout)
+                            : Tensor::host(std::move(dims), dtype, layout);
+            });
+        BatchAssembler staged_assembler(cuda, kShape), direct_assembler(cuda, kShape);
+        Tensor fields, labels, direct_fields, direct_labels;
+        std::vector<std::vector<std::size_t>> batches{{1, 2, 3, 4}, {9, 8, 7, 6}, {5, 5, 10, 11}};
+        std::vector<std::size_t> plan;
+        for (const auto& b : batches) plan.insert(plan.end(), b.begin(), b.end());
+        prefetcher.announce(plan);
+        staged_assembler.load(prefetcher, batches[0], fields, labels);
+        for (std::size_t b = 1; b < batches.size(); ++b) {
+          staged_assembler.stage(prefetcher, batches[b]);
+          // The step that reads the current batch runs meanwhile.
+          Tensor doubled = cuda.empty(fields.dims(), fields.dtype(), Layout::nhwc);
+          cuda.fill(doubled, 0.0f);
+          cuda.axpy(2.0f, fields, doubled);
+          const BatchLoad load = staged_assembler.load(prefetcher, batches[b], fields, labels);
+          CHECK(load.staged);
+          CHECK(load.input_device_s > 0);
+          direct_assembler.load(source, batches[b], direct_fields, direct_labels);
+          const Tensor got = to_host_f32(cuda, fields), want = to_host_f32(cuda, direct_fields);
+          for (std::int64_t i = 0; i < got.numel(); ++i)
+            REQUIRE(got.data<float>()[i] == want.data<float>()[i]);
+          Tensor got_labels = Tensor::host(labels.dims(), DType::i32, labels.layout());
+          Tensor want_labels = Tensor::host(labels.dims(), DType::i32, labels.layout());
+          cuda.copy(labels, got_labels);
+          cuda.copy(direct_labels, want_labels);
+          for (std::int64_t i = 0; i < got_labels.numel(); ++i)
+            REQUIRE(got_labels.data<std::int32_t>()[i] == want_labels.data<std::int32_t>()[i]);
+        }
       }
     }
   }

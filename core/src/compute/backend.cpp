@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstring>
+#include <deque>
+
 #include "compute/cpu/cpu_backend.hpp"
 #include "compute/operand_checks.hpp"
 #include "hardy/core/support/error.hpp"
@@ -82,6 +85,28 @@ void InputUpload::copy(const Tensor& src, Tensor& dst) {
   do_copy(src, dst);
 }
 
+void InputUpload::copy_samples(std::span<const Tensor* const> samples, Tensor& dst) {
+  constexpr std::string_view operation = "upload of samples";
+  if (dst.rank() < 2 || samples.size() != static_cast<std::size_t>(dst.dim(0)))
+    throw InvalidArgument(
+        fmt::format("{}: {} samples for dst {}", operation, samples.size(), dst.describe()));
+  std::vector<std::int64_t> sample_dims = dst.dims();
+  sample_dims[0] = 1;
+  const Tensor& first = *samples.front();
+  for (const Tensor* sample : samples) {
+    if (sample->device() != Device::host || sample->dims() != sample_dims ||
+        sample->dtype() != first.dtype() || sample->layout() != first.layout())
+      throw InvalidArgument(fmt::format("{}: sample {} is not a host tensor like {} for dst {}",
+                                        operation, sample->describe(), first.describe(),
+                                        dst.describe()));
+  }
+  if (first.dtype() != dst.dtype() && !(is_float_type(first.dtype()) && is_float_type(dst.dtype())))
+    throw InvalidArgument(fmt::format("{}: samples {} and dst {} differ in dtype", operation,
+                                      first.describe(), dst.describe()));
+  if (dst.device() != Device::host) require_on(rules_, operation, "dst", dst);
+  do_copy_samples(samples, dst);
+}
+
 namespace {
 
 // A backend without a device of its own: its copies would compete with its kernels for the
@@ -94,14 +119,36 @@ class DeferredUpload final : public InputUpload {
   void hand_over() override {
     for (auto& [src, dst] : copies_) backend_.copy(*src, *dst);
     copies_.clear();
+    gathered_.clear();
   }
 
  protected:
   void do_copy(const Tensor& src, Tensor& dst) override { copies_.emplace_back(&src, &dst); }
+  // Gathered into one host batch now, so that the samples' memory is free after finish(); in
+  // f32 where the backend's copy does not convert float types.
+  void do_copy_samples(std::span<const Tensor* const> samples, Tensor& dst) override {
+    const Tensor& first = *samples.front();
+    const bool widen =
+        first.dtype() != dst.dtype() && !backend_.operand_rules().copy_converts_float_types;
+    Tensor& batch = gathered_.emplace_back(
+        Tensor::host(dst.dims(), widen ? DType::f32 : first.dtype(), first.layout()));
+    const std::size_t bytes = first.bytes();
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      const auto from = std::span(static_cast<const std::byte*>(samples[i]->raw()), bytes);
+      if (widen)
+        widen_to_f32(first.dtype(), from,
+                     batch.f32().subspan(i * static_cast<std::size_t>(first.numel()),
+                                         static_cast<std::size_t>(first.numel())));
+      else
+        std::memcpy(static_cast<std::byte*>(batch.raw()) + i * bytes, from.data(), bytes);
+    }
+    copies_.emplace_back(&batch, &dst);
+  }
 
  private:
   Backend& backend_;
   std::vector<std::pair<const Tensor*, Tensor*>> copies_;
+  std::deque<Tensor> gathered_;  // copy_samples()'s batches (a deque: their addresses stay)
 };
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -61,6 +63,19 @@ class HostBuffer final : public OwnedBuffer {
 };
 
 }  // namespace
+
+void widen_to_f32(DType dtype, std::span<const std::byte> stored, std::span<float> fields) {
+  if (dtype == DType::f32) {
+    std::memcpy(fields.data(), stored.data(), std::min(stored.size(), fields.size_bytes()));
+    return;
+  }
+  if (dtype != DType::bf16)
+    throw Error(fmt::format("{} values cannot be widened to f32", to_string(dtype)));
+  const auto* words = reinterpret_cast<const std::uint16_t*>(stored.data());
+  const std::size_t count = std::min(stored.size() / 2, fields.size());
+  for (std::size_t i = 0; i < count; ++i)
+    fields[i] = std::bit_cast<float>(static_cast<std::uint32_t>(words[i]) << 16);
+}
 
 std::shared_ptr<Buffer> allocate_host(std::size_t bytes) {
   return std::make_shared<HostBuffer>(bytes);

@@ -34,21 +34,9 @@ void check_shape(const SampleSource& source, const SampleShape& expected) {
                                       to_string(s), to_string(expected)));
 }
 
-// The batch's fields: (N, C, H, W), or (N, C, D, H, W) for volumes.
-std::vector<std::int64_t> field_dims(const SampleShape& s, std::int64_t n) {
-  if (s.volumetric()) return {n, s.channels, s.depth, s.height, s.width};
-  return {n, s.channels, s.height, s.width};
-}
-
-// The label words as loaded: i32 (N, 1, H, W) classes, or (N, K) targets' bits.
-std::vector<std::int64_t> label_word_dims(const SampleShape& s, std::int64_t n) {
-  if (s.regression()) return {n, s.targets};
-  return {n, 1, s.height, s.width};
-}
-
 // What the loss reads: the class labels themselves, or the targets as f32 (N, K).
 void ensure_targets(Backend& backend, const SampleShape& s, std::int64_t n, Tensor& labels) {
-  ensure_tensor(backend, labels, label_word_dims(s, n), s.regression() ? DType::f32 : DType::i32);
+  ensure_tensor(backend, labels, batch_label_dims(s, n), s.regression() ? DType::f32 : DType::i32);
 }
 
 // Host label words into the backend's labels, through `host_targets` for regression targets.
@@ -64,15 +52,28 @@ void copy_labels(Backend& backend, const SampleShape& s, const Tensor& host_word
   copy(host_targets, labels);
 }
 
-// Batches of at least this many bytes of fields are taken from the prefetcher by several
-// threads at once: one thread's copy out of the loaders' buffers (28 MB per CAM5-sized bf16
-// sample, 57 MB in f32) would take longer than a GPU's step (12 ms at that size on an H200).
-constexpr std::size_t kParallelTakeBytes = std::size_t{64} << 20;
-
-// As many as the rank has loader threads (its share of the node's cores for loading), at most
-// 8: the takes run in bursts between the loaders' reads.
-std::size_t take_threads(std::size_t samples, int loaders) {
-  return std::clamp<std::size_t>(std::min(samples, static_cast<std::size_t>(loaders)), 1, 8);
+// Runs `load` (which fills `fields` and `labels`, or throws). Under `skip` a BadSample leaves
+// the sample with fields 0 and labels left out of the loss, and is returned; under `fail`, and
+// any other error, propagates.
+template <class Load>
+std::optional<SkippedSample> load_or_skip(Load&& load, BadSamplePolicy policy, bool regression,
+                                          std::size_t index, std::span<std::byte> fields,
+                                          std::span<std::int32_t> labels) {
+  try {
+    load();
+    return std::nullopt;
+  } catch (const BadSample& bad) {
+    if (policy == BadSamplePolicy::fail) throw;
+    std::fill(fields.begin(), fields.end(), std::byte{0});  // 0.0 in every float type
+    // A pixel or a target left out of the loss (the label word says which: labels hold
+    // class indices, targets the bits of floats).
+    std::fill(labels.begin(), labels.end(),
+              regression ? target_word(std::numeric_limits<float>::quiet_NaN()) : kIgnoreLabel);
+    // BadSample's message is "file: reason".
+    std::string reason = bad.what();
+    if (reason.starts_with(bad.file() + ": ")) reason.erase(0, bad.file().size() + 2);
+    return SkippedSample{index, bad.file(), std::move(reason)};
+  }
 }
 
 }  // namespace
@@ -86,12 +87,12 @@ void BatchAssembler::assemble(const SampleSource& source, std::size_t count, Ten
   // each sample is loaded straight into its place, and the backend's copy converts to its own
   // layout (oneDNN's reorder on the CPU, a kernel on the GPU) in one parallel pass.
   if (!host_fields_.defined() || host_fields_.dim(0) != n) {
-    host_fields_ = backend_.empty_host(field_dims(shape_, n), DType::f32, Layout::nchw);
+    host_fields_ = backend_.empty_host(batch_field_dims(shape_, n), DType::f32, Layout::nchw);
     host_labels_ =
-        backend_.empty_host(label_word_dims(shape_, n), DType::i32,
+        backend_.empty_host(batch_label_dims(shape_, n), DType::i32,
                             shape_.regression() ? Layout::flat : backend_.activation_layout());
   }
-  ensure_tensor(backend_, fields, field_dims(shape_, n));
+  ensure_tensor(backend_, fields, batch_field_dims(shape_, n));
   ensure_targets(backend_, shape_, n, labels);
   const std::size_t words = shape_.label_elements();
   const std::size_t sample_size = shape_.field_elements();
@@ -116,28 +117,22 @@ void BatchAssembler::load(const SampleSource& source, std::span<const std::size_
       });
 }
 
-std::optional<SkippedSample> BatchAssembler::take_sample(
-    SamplePrefetcher& prefetcher, std::size_t index, BadSamplePolicy policy, bool as_stored,
-    std::span<std::byte> fields, std::span<std::int32_t> labels, double& wait_s) {
-  const bool regression = prefetcher.source().shape().regression();
+std::optional<SkippedSample> BatchAssembler::take_sample(SamplePrefetcher& prefetcher,
+                                                         std::size_t index, BadSamplePolicy policy,
+                                                         std::span<float> fields,
+                                                         std::span<std::int32_t> labels,
+                                                         double& wait_s) {
   const auto start = std::chrono::steady_clock::now();
-  try {
-    wait_s += as_stored ? prefetcher.take_stored(index, fields, labels)
-                        : prefetcher.take(index, as_floats(fields), labels);
-    return std::nullopt;
-  } catch (const BadSample& bad) {
-    wait_s += seconds_since(start);
-    if (policy == BadSamplePolicy::fail) throw;
-    std::fill(fields.begin(), fields.end(), std::byte{0});  // 0.0 in every float type
-    // A pixel or a target left out of the loss (the label word says which: labels hold
-    // class indices, targets the bits of floats).
-    std::fill(labels.begin(), labels.end(),
-              regression ? target_word(std::numeric_limits<float>::quiet_NaN()) : kIgnoreLabel);
-    // BadSample's message is "file: reason".
-    std::string reason = bad.what();
-    if (reason.starts_with(bad.file() + ": ")) reason.erase(0, bad.file().size() + 2);
-    return SkippedSample{index, bad.file(), std::move(reason)};
-  }
+  bool taken = false;
+  auto skipped = load_or_skip(
+      [&] {
+        wait_s += prefetcher.take(index, fields, labels);
+        taken = true;
+      },
+      policy, prefetcher.source().shape().regression(), index, std::as_writable_bytes(fields),
+      labels);
+  if (!taken) wait_s += seconds_since(start);
+  return skipped;
 }
 
 BatchLoad BatchAssembler::load(SamplePrefetcher& prefetcher, std::span<const std::size_t> indices,
@@ -162,8 +157,7 @@ BatchLoad BatchAssembler::load(SamplePrefetcher& prefetcher, std::span<const std
   assemble(
       prefetcher.source(), indices.size(), fields, labels,
       [&](std::size_t i, std::span<float> sample_fields, std::span<std::int32_t> sample_labels) {
-        if (auto skipped = take_sample(prefetcher, indices[i], policy, /*as_stored=*/false,
-                                       std::as_writable_bytes(sample_fields), sample_labels,
+        if (auto skipped = take_sample(prefetcher, indices[i], policy, sample_fields, sample_labels,
                                        result.data_wait_s))
           result.skipped.push_back(std::move(*skipped));
       });
@@ -176,55 +170,59 @@ void BatchAssembler::stage(SamplePrefetcher& prefetcher, std::vector<std::size_t
   drop_staged();
   check_shape(prefetcher.source(), shape_);
   const std::int64_t n = static_cast<std::int64_t>(indices.size());
-  // Fields stored in fewer bytes (bf16 packed samples) travel so, and the backend's copy widens
-  // them, where it converts float types (on a GPU, as the kernel that reorders them).
-  const DType stored = prefetcher.source().stored_dtype();
-  const bool as_stored = stored != DType::f32 && backend_.operand_rules().copy_converts_float_types;
-  const DType host_dtype = as_stored ? stored : DType::f32;
-  if (!staged_host_fields_.defined() || staged_host_fields_.dim(0) != n ||
-      staged_host_fields_.dtype() != host_dtype) {
-    staged_host_fields_ = backend_.empty_host(field_dims(shape_, n), host_dtype, Layout::nchw);
-    staged_host_labels_ =
-        backend_.empty_host(label_word_dims(shape_, n), DType::i32,
-                            shape_.regression() ? Layout::flat : backend_.activation_layout());
-  }
-  ensure_tensor(backend_, staged_fields_, field_dims(shape_, n));
+  ensure_tensor(backend_, staged_fields_, batch_field_dims(shape_, n));
   ensure_targets(backend_, shape_, n, staged_labels_);
+  if (shape_.regression() && (!staged_host_labels_.defined() || staged_host_labels_.dim(0) != n))
+    staged_host_labels_ =
+        backend_.empty_host(batch_label_dims(shape_, n), DType::i32, Layout::flat);
   staged_.emplace(Staged{std::move(indices), backend_.start_upload(), {}});
-  staged_->done = std::async(std::launch::async, [this, &prefetcher, policy, as_stored,
+  staged_->done = std::async(std::launch::async, [this, &prefetcher, policy,
                                                   &upload = *staged_->upload,
                                                   order = staged_->indices] {
-    const std::size_t count = order.size();
-    const std::size_t plane = shape_.label_elements();
-    const std::size_t sample = shape_.field_elements() * dtype_size(staged_host_fields_.dtype());
-    const std::size_t threads =
-        count * sample >= kParallelTakeBytes ? take_threads(count, prefetcher.workers()) : 1;
-    std::vector<std::optional<SkippedSample>> skipped(count);
-    auto take_every = [&](std::size_t first) {
-      double wait_s = 0;
-      for (std::size_t i = first; i < count; i += threads)
-        skipped[i] = take_sample(
-            prefetcher, order[i], policy, as_stored,
-            std::span<std::byte>(static_cast<std::byte*>(staged_host_fields_.raw()) + i * sample,
-                                 sample),
-            std::span<std::int32_t>(staged_host_labels_.data<std::int32_t>() + i * plane, plane),
-            wait_s);
-    };
-    {
-      std::vector<std::future<void>> helpers;
-      for (std::size_t t = 1; t < threads; ++t)
-        helpers.push_back(std::async(std::launch::async, take_every, t));
-      take_every(0);
-      for (auto& helper : helpers) helper.get();
-    }
+    // Each sample stays in its loader's buffer (page-locked on a GPU) and goes to the device
+    // from there: the leases end after finish(), when the device has its copies.
+    std::vector<SamplePrefetcher::Lease> leases;
+    leases.reserve(order.size());
+    struct FinishedCopies {  // an error after the copies started: they may not read freed leases
+      InputUpload& upload;
+      bool finished = false;
+      ~FinishedCopies() {
+        if (!finished) try {
+            upload.finish();
+          } catch (...) {  // the batch is dropped with the error being thrown
+          }
+      }
+    } copies{upload};
     BatchLoad load;
     load.staged = true;
-    for (auto& sample_skipped : skipped)
-      if (sample_skipped) load.skipped.push_back(std::move(*sample_skipped));
-    upload.copy(staged_host_fields_, staged_fields_);
-    copy_labels(backend_, shape_, staged_host_labels_, staged_host_targets_, staged_labels_,
-                [&](const Tensor& src, Tensor& dst) { upload.copy(src, dst); });
+    for (const std::size_t index : order) {
+      SamplePrefetcher::Lease& lease = leases.emplace_back(prefetcher.lease(index));
+      Tensor& fields = lease.fields();
+      Tensor& labels = lease.labels();
+      if (auto skipped =
+              load_or_skip([&] { lease.rethrow_error(); }, policy, shape_.regression(), index,
+                           {static_cast<std::byte*>(fields.raw()), fields.bytes()},
+                           {labels.data<std::int32_t>(), static_cast<std::size_t>(labels.numel())}))
+        load.skipped.push_back(std::move(*skipped));
+    }
+    std::vector<const Tensor*> fields, labels;
+    for (auto& lease : leases) {
+      fields.push_back(&lease.fields());
+      labels.push_back(&lease.labels());
+    }
+    upload.copy_samples(fields, staged_fields_);
+    if (shape_.regression()) {  // a few words per sample: converted to targets on the host
+      const std::size_t words = shape_.label_elements();
+      for (std::size_t i = 0; i < labels.size(); ++i)
+        std::copy_n(labels[i]->data<std::int32_t>(), words,
+                    staged_host_labels_.data<std::int32_t>() + i * words);
+      copy_labels(backend_, shape_, staged_host_labels_, staged_host_targets_, staged_labels_,
+                  [&](const Tensor& src, Tensor& dst) { upload.copy(src, dst); });
+    } else {
+      upload.copy_samples(labels, staged_labels_);
+    }
     load.input_device_s = upload.finish();
+    copies.finished = true;
     return load;
   });
 }

@@ -4,14 +4,47 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/process_info.hpp"
 
 namespace hardy::core {
 
-SamplePrefetcher::SamplePrefetcher(const SampleSource& source, int threads, std::size_t depth)
-    : source_(source), concurrency_(std::max(1, source.load_concurrency())), depth_(depth) {
+namespace {
+
+std::span<std::byte> bytes_of(Tensor& t) { return {static_cast<std::byte*>(t.raw()), t.bytes()}; }
+std::span<std::int32_t> words_of(Tensor& t) {
+  return {t.data<std::int32_t>(), static_cast<std::size_t>(t.numel())};
+}
+
+}  // namespace
+
+SamplePrefetcher::Lease::Lease(Lease&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr)),
+      buffer_(std::move(other.buffer_)),
+      error_(std::move(other.error_)),
+      wait_s_(other.wait_s_) {}
+
+SamplePrefetcher::Lease::~Lease() {
+  if (owner_ == nullptr) return;
+  {
+    std::lock_guard lock(owner_->mutex_);
+    owner_->release_buffer(std::move(buffer_));
+  }
+  owner_->work_ready_.notify_all();
+}
+
+void SamplePrefetcher::Lease::rethrow_error() const {
+  if (error_) std::rethrow_exception(error_);
+}
+
+SamplePrefetcher::SamplePrefetcher(const SampleSource& source, int threads, std::size_t depth,
+                                   HostMemory memory)
+    : source_(source),
+      memory_(std::move(memory)),
+      concurrency_(std::max(1, source.load_concurrency())),
+      depth_(depth) {
   if (threads < 0)
     throw InvalidArgument(fmt::format("{} loader threads: expected 0 or more", threads));
   const int count = std::min(threads, std::max(0, source.load_concurrency()));
@@ -89,6 +122,14 @@ void SamplePrefetcher::release_buffer(Buffer&& buffer) {
   if (buffers_in_use_ + free_buffers_.size() < depth_) free_buffers_.push_back(std::move(buffer));
 }
 
+void SamplePrefetcher::allocate(Buffer& buffer) const {
+  if (buffer.fields.defined()) return;
+  const SampleShape shape = source_.shape();
+  buffer.fields = memory_(batch_field_dims(shape, 1), source_.stored_dtype(), Layout::nchw);
+  buffer.labels = memory_(batch_label_dims(shape, 1), DType::i32,
+                          shape.regression() ? Layout::flat : Layout::nchw);
+}
+
 void SamplePrefetcher::work() {
   std::unique_lock lock(mutex_);
   for (;;) {
@@ -107,9 +148,8 @@ void SamplePrefetcher::work() {
     lock.unlock();
     std::exception_ptr error;
     try {
-      buffer.fields.resize(source_.shape().field_elements() * dtype_size(source_.stored_dtype()));
-      buffer.labels.resize(source_.shape().label_elements());
-      source_.load_stored(index, buffer.fields, buffer.labels);
+      allocate(buffer);
+      source_.load_stored(index, bytes_of(buffer.fields), words_of(buffer.labels));
     } catch (...) {
       error = std::current_exception();
     }
@@ -173,6 +213,23 @@ double SamplePrefetcher::take_stored(std::size_t index, std::span<std::byte> fie
   return take_into(index, {}, fields_chw, labels_hw);
 }
 
+std::optional<SamplePrefetcher::Slot> SamplePrefetcher::wait_for_slot(std::size_t index) {
+  std::unique_lock lock(mutex_);
+  const auto planned = std::find(plan_.begin(), plan_.end(), index);
+  const auto slot_it = slots_.find(index);
+  if (planned == plan_.end() || slot_it == slots_.end() || !slot_it->second.wanted) {
+    // Never announced, or announced but not started: the caller loads it.
+    if (planned != plan_.end()) plan_.erase(planned);
+    lock.unlock();
+    work_ready_.notify_all();  // the plan's window moved on
+    return std::nullopt;
+  }
+  plan_.erase(planned);
+  sample_done_.wait(lock, [&] { return stopping_ || !slots_.at(index).loading; });
+  if (stopping_) throw Error("the sample prefetcher is shutting down");
+  return std::move(slots_.extract(index).mapped());
+}
+
 double SamplePrefetcher::take_into(std::size_t index, std::span<float> widened,
                                    std::span<std::byte> stored, std::span<std::int32_t> labels_hw) {
   const auto start = std::chrono::steady_clock::now();
@@ -185,36 +242,47 @@ double SamplePrefetcher::take_into(std::size_t index, std::span<float> widened,
                     "and {}",
                     index, source_.describe(), values, labels_hw.size(),
                     source_.shape().field_elements(), source_.shape().label_elements()));
-  std::unique_lock lock(mutex_);
-  const auto planned = std::find(plan_.begin(), plan_.end(), index);
-  const auto slot_it = slots_.find(index);
-  if (planned == plan_.end() || slot_it == slots_.end() || !slot_it->second.wanted) {
-    // Never announced, or announced but not started: this thread loads it.
-    if (planned != plan_.end()) plan_.erase(planned);
-    lock.unlock();
-    work_ready_.notify_all();  // the plan's window moved on
+  std::optional<Slot> slot = wait_for_slot(index);
+  if (!slot) {
     load_synchronously(index, widened, stored, labels_hw);
     return seconds_since(start);
   }
-  plan_.erase(planned);
-  sample_done_.wait(lock, [&] { return stopping_ || !slots_.at(index).loading; });
-  if (stopping_) throw Error("the sample prefetcher is shutting down");
-  auto node = slots_.extract(index);
-  lock.unlock();
-  Slot& slot = node.mapped();
-  if (!slot.error) {  // copied outside the lock: the workers go on meanwhile
+  if (!slot->error) {  // copied outside the lock: the workers go on meanwhile
+    const auto fields = bytes_of(slot->buffer.fields);
     if (stored.empty())
-      widen_stored(source_.stored_dtype(), slot.buffer.fields, widened);
+      widen_to_f32(source_.stored_dtype(), fields, widened);
     else
-      std::copy(slot.buffer.fields.begin(), slot.buffer.fields.end(), stored.begin());
-    std::copy(slot.buffer.labels.begin(), slot.buffer.labels.end(), labels_hw.begin());
+      std::copy(fields.begin(), fields.end(), stored.begin());
+    const auto labels = words_of(slot->buffer.labels);
+    std::copy(labels.begin(), labels.end(), labels_hw.begin());
   }
-  lock.lock();
-  release_buffer(std::move(slot.buffer));
-  lock.unlock();
+  {
+    std::lock_guard lock(mutex_);
+    release_buffer(std::move(slot->buffer));
+  }
   work_ready_.notify_all();
-  if (slot.error) std::rethrow_exception(slot.error);
+  if (slot->error) std::rethrow_exception(slot->error);
   return seconds_since(start);
+}
+
+SamplePrefetcher::Lease SamplePrefetcher::lease(std::size_t index) {
+  const auto start = std::chrono::steady_clock::now();
+  if (std::optional<Slot> slot = wait_for_slot(index))
+    return Lease(*this, std::move(slot->buffer), slot->error, seconds_since(start));
+  Buffer buffer;
+  {
+    std::lock_guard lock(mutex_);
+    buffer = acquire_buffer();  // counted from here: the lease gives it back
+  }
+  Lease lease(*this, std::move(buffer), nullptr, 0);
+  try {
+    allocate(lease.buffer_);
+    load_synchronously(index, {}, bytes_of(lease.buffer_.fields), words_of(lease.buffer_.labels));
+  } catch (...) {
+    lease.error_ = std::current_exception();
+  }
+  lease.wait_s_ = seconds_since(start);
+  return lease;
 }
 
 }  // namespace hardy::core

@@ -30,7 +30,7 @@ void CachedSamples::load(std::size_t index, std::span<float> fields_chw,
                          std::span<std::int32_t> labels_hw) const {
   check_load_arguments(index, fields_chw, labels_hw);
   if (const Sample* sample = kept(index)) {
-    widen_stored(source_->stored_dtype(), sample->fields, fields_chw);
+    widen_to_f32(source_->stored_dtype(), sample->fields, fields_chw);
     std::copy(sample->labels.begin(), sample->labels.end(), labels_hw.begin());
     return;
   }
@@ -42,7 +42,7 @@ void CachedSamples::load(std::size_t index, std::span<float> fields_chw,
   // Kept as stored: loaded so, then widened for this caller.
   std::vector<std::byte> stored(fields_chw.size() * dtype_size(source_->stored_dtype()));
   source_->load_stored(index, stored, labels_hw);
-  widen_stored(source_->stored_dtype(), stored, fields_chw);
+  widen_to_f32(source_->stored_dtype(), stored, fields_chw);
   keep(index, stored, labels_hw);
 }
 

@@ -19,6 +19,16 @@ std::string to_string(const SampleShape& shape) {
   return text;
 }
 
+std::vector<std::int64_t> batch_field_dims(const SampleShape& s, std::int64_t n) {
+  if (s.volumetric()) return {n, s.channels, s.depth, s.height, s.width};
+  return {n, s.channels, s.height, s.width};
+}
+
+std::vector<std::int64_t> batch_label_dims(const SampleShape& s, std::int64_t n) {
+  if (s.regression()) return {n, s.targets};
+  return {n, 1, s.height, s.width};
+}
+
 std::vector<std::string> SampleSource::channel_names() const {
   std::vector<std::string> names;
   for (int c = 0; c < shape().channels; ++c) names.push_back(fmt::format("channel_{}", c));
@@ -58,19 +68,6 @@ void SampleSource::load_stored(std::size_t index, std::span<std::byte> fields_ch
 
 std::span<float> as_floats(std::span<std::byte> bytes) {
   return {reinterpret_cast<float*>(bytes.data()), bytes.size() / sizeof(float)};
-}
-
-void widen_stored(DType dtype, std::span<const std::byte> stored, std::span<float> fields) {
-  if (dtype == DType::f32) {
-    std::memcpy(fields.data(), stored.data(), std::min(stored.size(), fields.size_bytes()));
-    return;
-  }
-  if (dtype != DType::bf16)
-    throw Error(fmt::format("fields stored as {} cannot be widened", to_string(dtype)));
-  const auto* words = reinterpret_cast<const std::uint16_t*>(stored.data());
-  const std::size_t count = std::min(stored.size() / 2, fields.size());
-  for (std::size_t i = 0; i < count; ++i)
-    fields[i] = std::bit_cast<float>(static_cast<std::uint32_t>(words[i]) << 16);
 }
 
 }  // namespace hardy::core

@@ -30,7 +30,13 @@ Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
       optimizer_(core::make_optimizer(config.optimizer, *backend_)),
       sampler_(train.size(), config.seed),
       assembler_(*backend_, train.shape()),
-      prefetcher_(train, config.prefetch_batches > 0 ? threads.loader_threads : 0, 0),
+      // A staged batch goes to the device from the loaders' buffers: page-locked on a GPU.
+      prefetcher_(train, config.prefetch_batches > 0 ? threads.loader_threads : 0, 0,
+                  [backend = backend_.get(), pinned = stages_input(config, *backend_)](
+                      std::vector<std::int64_t> dims, core::DType dtype, core::Layout layout) {
+                    return pinned ? backend->empty_host(std::move(dims), dtype, layout)
+                                  : core::Tensor::host(std::move(dims), dtype, layout);
+                  }),
       scaler_(core::LossScalerConfig::for_activations(backend_->activation_dtype())),
       cross_rank_(comm),
       slots_(static_cast<std::size_t>(1 + config.gradient_lag)),
@@ -86,10 +92,14 @@ const core::BatchLoad& Trainer::load_batch(const Placement& placement) {
   return slot.computed.load;
 }
 
-void Trainer::stage(std::vector<std::size_t> next) {
+bool Trainer::stages_input(const TrainingConfig& config, const core::Backend& backend) {
   // Without prefetching every load is the caller's own (--prefetch-batches 0).
-  if (config_.prefetch_batches == 0 || next.empty()) return;
-  if (!config_.overlap_input.value_or(backend_->device() != core::Device::host)) return;
+  return config.prefetch_batches > 0 &&
+         config.overlap_input.value_or(backend.device() != core::Device::host);
+}
+
+void Trainer::stage(std::vector<std::size_t> next) {
+  if (!stages_input(config_, *backend_) || next.empty()) return;
   assembler_.stage(prefetcher_, std::move(next), core::BadSamplePolicy::skip);
 }
 
@@ -105,8 +115,10 @@ std::vector<std::size_t> Trainer::announce_ahead(const Placement& placement,
     if (k == 0) next = share;
     plan.insert(plan.end(), share.begin(), share.end());
   }
-  // A shrink makes this rank's share larger; the depth follows, in whole steps.
-  prefetcher_.set_depth(static_cast<std::size_t>(config_.prefetch_batches) * next.size());
+  // A shrink makes this rank's share larger; the depth follows, in whole steps. A staged batch
+  // holds one step's buffers (leased) until its copy is done: one step more for the loaders.
+  const long steps = config_.prefetch_batches + (stages_input(config_, *backend_) ? 1 : 0);
+  prefetcher_.set_depth(static_cast<std::size_t>(steps) * next.size());
   prefetcher_.announce(plan);
   return next;
 }

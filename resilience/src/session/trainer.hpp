@@ -185,6 +185,8 @@ class Trainer {
   // Starts loading the next step's share and its copy to the backend while this step computes
   // (core::BatchAssembler::stage); taken by the next load_batch() if the plan still holds.
   void stage(std::vector<std::size_t> next);
+  // Whether stage() runs (--overlap-input, prefetching on).
+  static bool stages_input(const TrainingConfig& config, const core::Backend& backend);
 
   const TrainingConfig& config_;
   std::unique_ptr<core::Backend> backend_;

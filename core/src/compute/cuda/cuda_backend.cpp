@@ -136,13 +136,21 @@ void CudaBackend::Impl::convert_async(const Tensor& src, const Tensor& dst, void
     HARDY_CUDA_CHECK(cudaMemcpyAsync(staged, src.raw(), src.bytes(), cudaMemcpyHostToDevice, on));
     from = staged;
   }
-  // A 5-D permutation between NCDHW and NDHWC is the 4-D one with D * H * W pixels in a row.
-  if (!same_memory_order(src, dst))
-    convert_permute(from, src.dtype(), src.layout() == Layout::nhwc, to, dst.dtype(),
-                    dst.layout() == Layout::nhwc, src.dim(0), src.dim(1), src.spatial_size(), 1,
-                    on);
+  convert_on_device(from, src.dtype(), src.layout(), dst, to, on);
+}
+
+void CudaBackend::Impl::convert_on_device(const void* from, DType from_dtype, Layout from_layout,
+                                          const Tensor& dst, void* to, cudaStream_t on) {
+  // Channels second and channels last address the same bytes when C == 1 or the spatial size
+  // is 1 (a flat tensor is channels second). A 5-D permutation between NCDHW and NDHWC is the
+  // 4-D one with D * H * W pixels in a row.
+  const bool from_nhwc = from_layout == Layout::nhwc, to_nhwc = dst.layout() == Layout::nhwc;
+  if ((dst.rank() == 4 || dst.rank() == 5) && from_nhwc != to_nhwc && dst.dim(1) != 1 &&
+      dst.spatial_size() != 1)
+    convert_permute(from, from_dtype, from_nhwc, to, dst.dtype(), to_nhwc, dst.dim(0), dst.dim(1),
+                    dst.spatial_size(), 1, on);
   else
-    convert_permute(from, src.dtype(), false, to, dst.dtype(), false, src.numel(), 1, 1, 1, on);
+    convert_permute(from, from_dtype, false, to, dst.dtype(), false, dst.numel(), 1, 1, 1, on);
 }
 
 namespace {
@@ -192,6 +200,23 @@ class CudaInputUpload final : public InputUpload {
                                        lane_.stream->get()));
     else
       impl_.convert_async(src, dst, dst.raw(), lane_.staging, lane_.stream->get());
+  }
+  // Each sample straight from its own memory into its place: in dst itself when nothing needs
+  // converting, else in the lane's staging, converted from there in one kernel.
+  void do_copy_samples(std::span<const Tensor* const> samples, Tensor& dst) override {
+    HARDY_CUDA_CHECK(cudaSetDevice(impl_.device));
+    if (!std::exchange(copied_, true)) lane_.start.record(lane_.stream->get());
+    const Tensor& first = *samples.front();
+    const bool direct = first.dtype() == dst.dtype() && same_memory_order(first, dst);
+    const std::size_t bytes = first.bytes();
+    auto* to =
+        static_cast<std::byte*>(direct ? dst.raw() : lane_.staging.get(bytes * samples.size()));
+    for (std::size_t i = 0; i < samples.size(); ++i)
+      HARDY_CUDA_CHECK(cudaMemcpyAsync(to + i * bytes, samples[i]->raw(), bytes,
+                                       cudaMemcpyHostToDevice, lane_.stream->get()));
+    if (!direct)
+      impl_.convert_on_device(to, first.dtype(), first.layout(), dst, dst.raw(),
+                              lane_.stream->get());
   }
 
  private:

@@ -183,6 +183,9 @@ struct CudaBackend::Impl {
   // `stream`: dtype and layout conversions run as a kernel; a host source goes through `staging`.
   void convert_async(const Tensor& src, const Tensor& dst, void* to, cuda::DeviceScratch& staging,
                      cudaStream_t stream);
+  // The same from device memory `from` holding dst's dims as `from_dtype` in `from_layout`.
+  void convert_on_device(const void* from, DType from_dtype, Layout from_layout, const Tensor& dst,
+                         void* to, cudaStream_t stream);
   // Waits for the stream; `why` names the operation in an error message.
   void wait(const char* why) { stream->synchronize(why); }
   const cuda::LinearTaps& linear_taps(std::int64_t in_size, std::int64_t out_size);

@@ -206,6 +206,13 @@ class InputUpload {
   // Backend::copy converts. `src` must stay unchanged until hand_over() returns; `dst` must not
   // be used by work queued after the start until hand_over().
   void copy(const Tensor& src, Tensor& dst);
+  // From the same thread: a batch whose samples lie apart, one host tensor of dims (1, dst's
+  // other dims) per sample of `dst`, all of one dtype and layout, copied as copy() would copy
+  // them stacked into one tensor, float types converted (on the host where the backend has no
+  // device of its own). Each must stay unchanged until finish() returns. From page-locked memory
+  // (Backend::empty_host) a GPU copies each straight to the device: the loaders' buffers go
+  // there as they are, without being gathered into one host batch first.
+  void copy_samples(std::span<const Tensor* const> samples, Tensor& dst);
   // From the same thread, after the copies: waits until they are done on the device and returns
   // the device's seconds for them (measured with events; 0 where nothing runs apart).
   virtual double finish() = 0;
@@ -215,6 +222,7 @@ class InputUpload {
  protected:
   explicit InputUpload(const OperandRules& rules) : rules_(rules) {}
   virtual void do_copy(const Tensor& src, Tensor& dst) = 0;
+  virtual void do_copy_samples(std::span<const Tensor* const> samples, Tensor& dst) = 0;
 
  private:
   const OperandRules& rules_;

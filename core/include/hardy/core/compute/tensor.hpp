@@ -40,6 +40,9 @@ class Buffer {
 // 64-byte-aligned host memory (one AVX-512 line), zero-initialised.
 std::shared_ptr<Buffer> allocate_host(std::size_t bytes);
 
+// Values of `dtype` (f32 or bf16), as bytes, into f32: min(stored, fields) of them.
+void widen_to_f32(DType dtype, std::span<const std::byte> stored, std::span<float> fields);
+
 class Tensor {
  public:
   Tensor() = default;

@@ -55,11 +55,13 @@ class BatchAssembler {
   BatchLoad load(SamplePrefetcher& prefetcher, std::span<const std::size_t> indices, Tensor& fields,
                  Tensor& labels, BadSamplePolicy policy = BadSamplePolicy::fail);
 
-  // Starts taking `indices` from `prefetcher` on a thread of its own, into a host batch in the
-  // memory the backend copies from fastest, and their copy into a second pair of input tensors
-  // beside the backend's work (Backend::start_upload): the next step's input, while this step
-  // computes. Call it on the thread that queues the backend's work, after this step's work that
-  // reads the input tensors was queued. Replaces a staged batch not yet taken.
+  // Starts taking `indices` from `prefetcher` on a thread of its own, each sample leased in its
+  // loader's buffer (page-locked where the prefetcher's memory is the backend's empty_host), and
+  // their copy into a second pair of input tensors beside the backend's work
+  // (Backend::start_upload): the next step's input, while this step computes. The leases hold
+  // one batch of the prefetcher's buffers until the copy is done. Call it on the thread that queues
+  // the backend's work, after this step's work that reads the input tensors was queued. Replaces a
+  // staged batch not yet taken.
   void stage(SamplePrefetcher& prefetcher, std::vector<std::size_t> indices,
              BadSamplePolicy policy = BadSamplePolicy::fail);
   // Whether the staged batch (ready or still loading) holds exactly these indices.
@@ -78,12 +80,11 @@ class BatchAssembler {
     std::unique_ptr<InputUpload> upload;
     std::future<BatchLoad> done;  // the loads and the copy, on their own thread
   };
-  // Takes sample `index` from the prefetcher into its place in a host batch (f32 fields, or as
-  // the source stores them), adding the wait to wait_s; under `skip` a BadSample leaves the
-  // sample with fields 0 and labels kIgnoreLabel and is returned, any other error propagates.
+  // Takes sample `index` from the prefetcher into its place in the host batch, adding the wait
+  // to wait_s; under `skip` a BadSample leaves the sample with fields 0 and labels kIgnoreLabel
+  // and is returned, any other error propagates.
   static std::optional<SkippedSample> take_sample(SamplePrefetcher& prefetcher, std::size_t index,
-                                                  BadSamplePolicy policy, bool as_stored,
-                                                  std::span<std::byte> fields,
+                                                  BadSamplePolicy policy, std::span<float> fields,
                                                   std::span<std::int32_t> labels, double& wait_s);
 
   // Fills every sample i through load_sample(i, fields_chw, labels_hw), converts to the
@@ -97,8 +98,9 @@ class BatchAssembler {
   Tensor host_fields_, host_labels_;
   Tensor host_targets_, staged_host_targets_;  // regression targets, as floats, before the copy
   double last_copy_s_ = 0;                     // assemble()'s copy into the backend's tensors
-  // stage()'s own host batch and input tensors (swapped with the caller's when taken).
-  Tensor staged_host_fields_, staged_host_labels_, staged_fields_, staged_labels_;
+  // stage()'s input tensors (swapped with the caller's when taken), and its regression targets'
+  // words gathered from the leased samples.
+  Tensor staged_fields_, staged_labels_, staged_host_labels_;
   std::optional<Staged> staged_;
 };
 

@@ -14,22 +14,63 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "hardy/core/compute/tensor.hpp"
 #include "hardy/core/data/sample_source.hpp"
 
 namespace hardy::core {
 
 class SamplePrefetcher {
+  struct Buffer {
+    Tensor fields;  // (1, C, [D,] H, W) as the source stores them, channels second
+    Tensor labels;  // i32 (1, 1, H, W), or (1, K) for regression targets' bits
+  };
+
  public:
+  // Where the loaders' buffers come from: host memory of the given dims, dtype and layout
+  // (Tensor::host, or a GPU backend's page-locked Backend::empty_host, from which a leased
+  // sample goes to the device without another copy).
+  using HostMemory = std::function<Tensor(std::vector<std::int64_t>, DType, Layout)>;
+
+  // A taken sample in the loader's own buffer, which goes back to the prefetcher when the lease
+  // ends: no copy on the way (BatchAssembler::stage hands it to the device's upload as it is).
+  class Lease {
+   public:
+    Lease(Lease&& other) noexcept;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease();
+    // The sample's fields and label words; writable, e.g. to blank a sample left out.
+    Tensor& fields() { return buffer_.fields; }
+    Tensor& labels() { return buffer_.labels; }
+    // Rethrows the load's exception (BadSample, IoError, ...) unchanged, if it failed: the
+    // buffer's contents are then undefined.
+    void rethrow_error() const;
+    // The seconds the caller spent in lease().
+    double wait_s() const { return wait_s_; }
+
+   private:
+    friend class SamplePrefetcher;
+    Lease(SamplePrefetcher& owner, Buffer buffer, std::exception_ptr error, double wait_s)
+        : owner_(&owner), buffer_(std::move(buffer)), error_(std::move(error)), wait_s_(wait_s) {}
+    SamplePrefetcher* owner_;
+    Buffer buffer_;
+    std::exception_ptr error_;
+    double wait_s_;
+  };
+
   // `threads` background workers, fewer when the source allows fewer (load_concurrency() 0: none,
   // every sample loads synchronously in take()). `depth`: at most this many samples loaded or
-  // loading ahead of consumption, each in a buffer of one sample that is reused.
-  SamplePrefetcher(const SampleSource& source, int threads, std::size_t depth);
+  // loading ahead of consumption, each in a buffer of one sample that is reused; leased buffers
+  // count until their leases end.
+  SamplePrefetcher(const SampleSource& source, int threads, std::size_t depth,
+                   HostMemory memory = Tensor::host);
   // Joins the workers after their current loads; whatever they load is dropped.
   ~SamplePrefetcher();
   SamplePrefetcher(const SamplePrefetcher&) = delete;
@@ -49,6 +90,10 @@ class SamplePrefetcher {
   // load them so, and take() widens them.
   double take_stored(std::size_t index, std::span<std::byte> fields_chw,
                      std::span<std::int32_t> labels_hw);
+  // The same without the copy: the sample in its loader's buffer, as the source stores it. A
+  // sample that take() would load synchronously loads into a buffer of its own; its error, if
+  // any, is the lease's (Lease::rethrow_error).
+  Lease lease(std::size_t index);
 
   // Changes the depth (e.g. when a shrink makes each rank's share of the batch larger). Loads
   // already running complete; buffers beyond the new depth are freed as they come back.
@@ -59,10 +104,6 @@ class SamplePrefetcher {
   const SampleSource& source() const { return source_; }
 
  private:
-  struct Buffer {
-    std::vector<std::byte> fields;  // as the source stores them
-    std::vector<std::int32_t> labels;
-  };
   struct Slot {
     bool loading = true;
     bool wanted = true;  // still in the plan (or being taken); a finished unwanted load is dropped
@@ -75,6 +116,10 @@ class SamplePrefetcher {
   std::deque<std::size_t>::iterator next_to_load();
   Buffer acquire_buffer();               // mutex_ held
   void release_buffer(Buffer&& buffer);  // mutex_ held
+  void allocate(Buffer& buffer) const;   // a buffer acquired empty, outside the lock
+  // The slot of a planned sample, once loaded, taken out of slots_; none when this thread is to
+  // load the sample itself (never announced, or announced but not started).
+  std::optional<Slot> wait_for_slot(std::size_t index);
   // Exactly one of `widened` and `stored` is given.
   double take_into(std::size_t index, std::span<float> widened, std::span<std::byte> stored,
                    std::span<std::int32_t> labels_hw);
@@ -82,6 +127,7 @@ class SamplePrefetcher {
                           std::span<std::int32_t> labels_hw);
 
   const SampleSource& source_;
+  const HostMemory memory_;
   const int concurrency_;  // source's load_concurrency(), at least 1 for the synchronous path
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;   // workers: a plan entry, a buffer or a load slot freed

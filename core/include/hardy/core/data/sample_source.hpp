@@ -45,6 +45,10 @@ struct SampleShape {
 };
 // "16x64x64", a volume "4x32x32x32", a regression "4x32x32x32 -> 4 targets".
 std::string to_string(const SampleShape& shape);
+// A batch of n such samples: fields (N, C, H, W), or (N, C, D, H, W) for volumes, and label
+// words i32 (N, 1, H, W), or (N, K) for regression targets' bits.
+std::vector<std::int64_t> batch_field_dims(const SampleShape& shape, std::int64_t n);
+std::vector<std::int64_t> batch_label_dims(const SampleShape& shape, std::int64_t n);
 
 // A regression target in a label word and back (its float bits; a NaN word is a target left
 // out, as kIgnoreLabel is a pixel left out).
@@ -86,7 +90,5 @@ class SampleSource {
 
 // A float viewed in its stored bytes (f32 fields handed around as bytes).
 std::span<float> as_floats(std::span<std::byte> bytes);
-// Fields as a source stores them (stored_dtype `dtype`) into f32.
-void widen_stored(DType dtype, std::span<const std::byte> stored, std::span<float> fields);
 
 }  // namespace hardy::core
