@@ -47,6 +47,9 @@ if not shutil.which("ldd"):
 checkout = Path(__file__).resolve().parents[2]
 
 
+sanitizer_options = []  # "ASAN_OPTIONS=...", naming reachable copies of the suppression files
+
+
 def reachable_copy(executable, below):
     """A world-readable copy of `executable` and of the shared libraries it loads from `below`
     (with Open MPI's bundled libraries, which its RUNPATH finds in `openmpi/` beside libmpi):
@@ -69,6 +72,21 @@ def reachable_copy(executable, below):
         bundled = path.parent / "openmpi"
         if bundled.is_dir() and not (lib / "openmpi").exists():
             shutil.copytree(bundled, lib / "openmpi", symlinks=True)
+    # A sanitizer build's runtime reads the suppression files its options name at start: the
+    # checkout's copies are out of the other users' reach too.
+    sanitizers = top / "sanitizers"
+    for variable in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"):
+        if variable not in os.environ:
+            continue
+        options = []
+        for option in os.environ[variable].split(":"):
+            key, _, value = option.partition("=")
+            if key == "suppressions" and Path(value).is_file():
+                sanitizers.mkdir(exist_ok=True)
+                shutil.copy2(value, sanitizers / Path(value).name)
+                option = f"suppressions={sanitizers / Path(value).name}"
+            options.append(option)
+        sanitizer_options.append(f"{variable}={':'.join(options)}")
     for directory, _, files in os.walk(top):
         os.chmod(directory, 0o755)
         for name in files:
@@ -90,8 +108,8 @@ created = []
 
 
 def as_user(name, command, **kwargs):
-    return subprocess.run(["runuser", "-u", name, "--", *command], capture_output=True, text=True,
-                          timeout=240, **kwargs)
+    return subprocess.run(["runuser", "-u", name, "--", "env", *sanitizer_options, *command],
+                          capture_output=True, text=True, timeout=240, **kwargs)
 
 
 def train(name, run, *extra):

@@ -219,7 +219,8 @@ TEST_CASE(
         // Step 4's batch norm statistics are not in the state: its forward pass moved them.
         const std::size_t first_buffer = first.model().parameters().size();
         REQUIRE(state.model.size() > first_buffer);
-        const auto& [name, live] = first.model().buffers().front();
+        const auto buffers = first.model().buffers();  // by value: keep it while reading
+        const auto& [name, live] = buffers.front();
         CHECK(!std::equal(live->f32().begin(), live->f32().end(),
                           state.model[first_buffer].values.begin()));
 
