@@ -32,15 +32,17 @@ MAX_CHECKPOINT_LABELS = 12  # beyond this the checkpoint marks stay, unlabelled,
 # The parts of a step as metrics.jsonl times them: compute_s runs from the draw of the batch to the
 # end of backward and holds data_wait_s and input_copy_s; allreduce_s is the wait for the sums
 # after it; snapshot_s the node-local snapshot; the rest (the agreement, logs, checkpoints) is
-# what step_s holds beyond them.
+# what step_s holds beyond them. On a GPU, compute_device_s is the device's span of the step's
+# forward and backward (from events; its backward may end after compute_s, which does not wait for
+# it): shown beside the bar, it is not a part of it.
 STEP_PARTS = [("data wait", "#d62728"), ("input copy", "#ff7f0e"), ("compute", "#1f77b4"),
               ("gradient sums", "#2ca02c"), ("snapshot", "#9467bd"), ("the rest", "#bbbbbb")]
 
 
 def step_breakdown(metrics):
-    """(steps, mean step_s, {part: mean seconds}) over the committed steps after the first (which
-    builds the kernels' primitives), or None without timings. Means, so that the parts add up to
-    the step."""
+    """(steps, mean step_s, {part: mean seconds}, mean compute_device_s or None) over the committed
+    steps after the first (which builds the kernels' primitives), or None without timings. Means,
+    so that the parts add up to the step."""
     timed = [m for m in metrics if isinstance(m.get("step_s"), (int, float)) and isinstance(m.get("compute_s"), (int, float))]
     if len(timed) > 1:
         timed = timed[1:]
@@ -60,7 +62,10 @@ def step_breakdown(metrics):
                   "snapshot": snapshot, "the rest": max(0.0, m["step_s"] - m["compute_s"] - sums - snapshot)}
         for name, value in values.items():
             parts[name].append(value)
-    return len(timed), mean(m["step_s"] for m in timed), {name: mean(values) for name, values in parts.items()}
+    spans = [m.get("compute_device_s") for m in timed]
+    device = mean(spans) if all(isinstance(span, (int, float)) for span in spans) else None
+    return (len(timed), mean(m["step_s"] for m in timed), {name: mean(values) for name, values in parts.items()},
+            device)
 
 
 def draw_breakdown(ax, metrics):
@@ -71,7 +76,7 @@ def draw_breakdown(ax, metrics):
     if not found:
         ax.text(0.5, 0.5, "no step timings in metrics.jsonl", ha="center", va="center", transform=ax.transAxes)
         return
-    steps, step_s, parts = found
+    steps, step_s, parts, device = found
     total = sum(parts.values()) or 1.0
     left = 0.0
     for name, colour in STEP_PARTS:
@@ -84,7 +89,8 @@ def draw_breakdown(ax, metrics):
     ax.set_xlim(0, 1)
     ax.set_title(f"where the step goes: mean of {steps} steps, {1000 * step_s:.1f} ms "
                  f"(data wait {1000 * parts['data wait']:.2f} ms, input copy {1000 * parts['input copy']:.2f} ms, "
-                 f"compute {1000 * parts['compute']:.2f} ms, gradient sums {1000 * parts['gradient sums']:.2f} ms)",
+                 f"compute {1000 * parts['compute']:.2f} ms, gradient sums {1000 * parts['gradient sums']:.2f} ms)"
+                 + ("" if device is None else f"; the GPU's span of forward and backward {1000 * device:.2f} ms"),
                  fontsize=9)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=len(STEP_PARTS), fontsize=8, frameon=False)
 

@@ -12,6 +12,8 @@ point per committed step of metrics.jsonl, at its step and wall-clock time:
   time/allreduce_s, time/snapshot_s     the batch into the backend's input)
   time/input_device_s                   a batch staged during the step before: its copy's device
                                         time (beside that step's kernels, not part of the step)
+  time/compute_device_s                 on a GPU: the device's span of the step's forward and
+                                        backward, from events (absent on the CPU)
   data/skipped_samples                  bad samples skipped in the step
 and at the last step, when the run scored its held-out samples (job_finished): eval/mae and
 eval/mae_target_N for a regression run (CosmoFlow), eval/mean_iou and eval/iou_class_N for a
@@ -40,6 +42,7 @@ SCALARS = {
     "input_copy_s": "time/input_copy_s",
     "input_device_s": "time/input_device_s",
     "compute_s": "time/compute_s",
+    "compute_device_s": "time/compute_device_s",
     "allreduce_s": "time/allreduce_s",
     "snapshot_s": "time/snapshot_s",
     "skipped_samples": "data/skipped_samples",

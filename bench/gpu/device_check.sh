@@ -110,6 +110,18 @@ journey() {
     hardy train "${common[@]}" --steps 60 --resume latest
     echo "== $backend: the last metrics"
     tail -n 2 "$run/metrics.jsonl"
+    # The GPU's span of each step's kernels is in every line on cuda, in none on the CPU.
+    python3 - "$run/metrics.jsonl" "$backend" <<'PY'
+import json, sys
+lines = [json.loads(line) for line in open(sys.argv[1]) if '"step"' in line]
+spans = [line.get("compute_device_s") for line in lines]
+if sys.argv[2] == "cuda":
+    assert all(isinstance(s, float) and s > 0 for s in spans), f"compute_device_s: {spans}"
+    print(f"compute_device_s: median {1e3 * sorted(spans)[len(spans) // 2]:.2f} ms of compute_s "
+          f"{1e3 * sorted(l['compute_s'] for l in lines)[len(lines) // 2]:.2f} ms")
+else:
+    assert all(s is None for s in spans), f"compute_device_s on the cpu: {spans}"
+PY
   done
   hardy ckpt diff "$(ls "$work"/run-cuda/checkpoints/*.h5 | tail -n 1)" \
     "$(ls "$work"/run-cpu/checkpoints/*.h5 | tail -n 1)"

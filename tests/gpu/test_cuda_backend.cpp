@@ -990,6 +990,34 @@ TEST_CASE("cuda backend: an upload beside queued work equals a copy and orders a
   CHECK_THROWS_AS(cuda.start_upload(), Error);
 }
 
+TEST_CASE("cuda backend: a device span times the work queued inside it, without a host wait",
+          "[gpu]") {
+  CudaBackend cuda;
+  const std::vector<std::int64_t> dims{8, 64, 256, 256};
+  Tensor target = cuda.empty(dims, DType::f32, Layout::nchw);
+  auto time_fills = [&](int fills) {
+    auto span = cuda.start_device_span();
+    REQUIRE(span != nullptr);
+    for (int i = 0; i < fills; ++i) cuda.fill(target, static_cast<float>(i));
+    span->end();
+    return span;
+  };
+  time_fills(2)->seconds();  // the first kernels load their modules
+  auto few = time_fills(2);
+  // Read before end(): refused.
+  auto unended = cuda.start_device_span();
+  CHECK_THROWS_AS(unended->seconds(), Error);
+  unended->end();
+  auto many = time_fills(40);
+  // Spans overlap in time on the host and are read out of order: each keeps its own events.
+  const double many_s = many->seconds(), few_s = few->seconds();
+  CHECK(few_s > 0);
+  // 40 fills of 128 MiB take longer than 2 (bandwidth-bound: about 20x, at least 5x here).
+  CHECK(many_s > 5 * few_s);
+  const Tensor back = to_host_f32(cuda, target);
+  CHECK(back.data<float>()[0] == 39.0f);
+}
+
 namespace {
 
 ModelConfig small_model(NormKind norm) { return testing::small_model_config(8, norm); }

@@ -48,7 +48,8 @@ with tempfile.TemporaryDirectory() as tmp:
         label = f"failure {number} at step {failure['step']}"
         check(label in labels, f"the SVG labels '{label}' (found {sorted(set(labels))})")
     for text in ("shrink 4 -&gt; 2 ranks", "relaunch on 1 ranks", "preemption", "ckpt 30", "recovered in 20.0 ms",
-                 "where the step goes", "input copy 2.00 ms"):
+                 "where the step goes", "input copy 2.00 ms",
+                 "the GPU's span of forward and backward 45.00 ms"):
         check(text in svg, f"the SVG shows '{text}'")
     r = subprocess.run([hardy, "report", str(run), "--out", str(tmp / "x.png")], capture_output=True, text=True,
                        env={**os.environ, "HARDY_PYTHON": str(tmp / "no-python")}, timeout=60)

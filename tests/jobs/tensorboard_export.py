@@ -33,7 +33,7 @@ hardy = sys.argv[1]
 check = Checks()
 TAGS = {"loss": "train/loss", "lr": "train/lr", "samples_per_s": "throughput/samples_per_s",
         "world_size": "job/world_size", "global_batch": "job/global_batch", "step_s": "time/step_s",
-        "data_wait_s": "time/data_wait_s", "input_copy_s": "time/input_copy_s", "input_device_s": "time/input_device_s", "compute_s": "time/compute_s", "allreduce_s": "time/allreduce_s",
+        "data_wait_s": "time/data_wait_s", "input_copy_s": "time/input_copy_s", "input_device_s": "time/input_device_s", "compute_s": "time/compute_s", "compute_device_s": "time/compute_device_s", "allreduce_s": "time/allreduce_s",
         "snapshot_s": "time/snapshot_s", "skipped_samples": "data/skipped_samples"}
 
 

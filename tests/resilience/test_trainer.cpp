@@ -6,6 +6,7 @@
 #include "hardy/comm/agreement.hpp"
 #include "in_process_world.hpp"
 #include "scratch_directory.hpp"
+#include "session/hooks/step_hook.hpp"
 #include "session/state_transport.hpp"
 #include "session/trainer.hpp"
 #include "training_fixtures.hpp"
@@ -353,4 +354,43 @@ TEST_CASE("an update refuses gradients that a later step's backward pass overwro
         CHECK_THROWS(trainer.apply_update(config.schedule.at(0)));
       },
       [](TrainingConfig& config) { config.gradient_lag = 1; });
+}
+
+namespace {
+
+// A device's span as a test sets it: ended by the code under test, read only after that.
+class FixedSpan final : public core::DeviceSpan {
+ public:
+  explicit FixedSpan(double seconds) : seconds_(seconds) {}
+  void end() override { ended_ = true; }
+  double seconds() override {
+    if (!ended_) throw Error("FixedSpan read before end()");
+    return seconds_;
+  }
+
+ private:
+  double seconds_;
+  bool ended_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("a step's metrics line carries the device's span of its compute where there is one") {
+  on_ranks(1, [](comm::Communicator& comm, const TrainingConfig& config,
+                 const core::SampleSource& samples) {
+    Trainer trainer = small_trainer(config, comm, samples);
+    train_one_step(trainer, comm, config);
+    CommittedStep done{.started = Clock::now(), .compute_s = 0.05, .data_wait_s = 0.01};
+    // The CPU backend has no device of its own: no span, and no field in the line.
+    CHECK(trainer.backend().start_device_span() == nullptr);
+    nlohmann::json line = metrics_line(done, 0.08, trainer, 0, 0, 1);
+    CHECK(line["compute_s"] == 0.05);
+    CHECK_FALSE(line.contains("compute_device_s"));
+
+    auto span = std::make_shared<FixedSpan>(0.0375);
+    span->end();
+    done.compute_span = span;
+    line = metrics_line(done, 0.08, trainer, 0, 0, 1);
+    CHECK(line["compute_device_s"] == 0.0375);
+  });
 }

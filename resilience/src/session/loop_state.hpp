@@ -3,8 +3,10 @@
 // the step it committed, the loop's running figures, and how a part stops the job early.
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 
+#include "hardy/core/compute/backend.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
 
 namespace hardy::resilience {
@@ -26,6 +28,9 @@ struct CommittedStep {
   // input_copy_s are parts of it. input_device_s: the device's time for the batch's copy when it
   // was staged during the previous step (beside that step's kernels, not part of compute_s).
   double compute_s = 0, allreduce_s = 0, data_wait_s = 0, input_copy_s = 0, input_device_s = 0;
+  // The device's time over the step's forward, loss and backward, read when the metrics line is
+  // written (by then the step's sums have waited for its backward): null on the CPU.
+  std::shared_ptr<core::DeviceSpan> compute_span = {};
   bool input_staged = false;
   float lr = 0;
   long skipped_samples = 0;

@@ -217,10 +217,13 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
   // Where the domains meet: the domain's sums go to its leader alone, or bucket by bucket to the
   // other domains (sharded).
   domains.prepare_reduction(computed_step);
+  std::shared_ptr<core::DeviceSpan> span = trainer.backend().start_device_span();
   trainer.compute(grad_scale, [&](std::size_t ready, std::size_t count) {
     // Dying here leaves some buckets' allreduces in flight: the hardest moment to fail.
     if (ready == count / 2) injector.at(computed_step, Phase::allreduce);
   });
+  if (span) span->end();
+  done.compute_span = std::move(span);
   done.compute_s = seconds_since(started);
   done.data_wait_s = input.data_wait_s;
   done.input_copy_s = input.input_copy_s;

@@ -14,27 +14,31 @@ namespace hardy::resilience {
 nlohmann::json metrics_line(const CommittedStep& done, double step_s, const Trainer& trainer,
                             double snapshot_stall_s, double snapshot_write_cpu_s, int world_size) {
   const auto global_batch = static_cast<double>(trainer.batch().samples.size());
-  return {{"step", trainer.step()},
-          {"epoch", trainer.batch().epochs.front()},
-          {"loss", trainer.last_loss()},
-          {"lr", done.lr},
-          {"global_batch", trainer.batch().samples.size()},
-          {"samples_per_s", global_batch / step_s},
-          {"step_s", step_s},
-          {"compute_s", done.compute_s},
-          {"data_wait_s", done.data_wait_s},
-          {"input_copy_s", done.input_copy_s},
-          {"input_device_s", done.input_device_s},
-          {"input_staged", done.input_staged},
-          {"allreduce_s", done.allreduce_s},
-          // The background writes that finished since the last line: with the stall, the
-          // whole cost.
-          {"snapshot_s", snapshot_stall_s + snapshot_write_cpu_s},
-          {"snapshot_stall_s", snapshot_stall_s},
-          {"snapshot_write_cpu_s", snapshot_write_cpu_s},
-          {"skipped_samples", done.skipped_samples},
-          {"world_size", world_size},
-          {"unix_time", core::unix_time()}};
+  nlohmann::json line = {{"step", trainer.step()},
+                         {"epoch", trainer.batch().epochs.front()},
+                         {"loss", trainer.last_loss()},
+                         {"lr", done.lr},
+                         {"global_batch", trainer.batch().samples.size()},
+                         {"samples_per_s", global_batch / step_s},
+                         {"step_s", step_s},
+                         {"compute_s", done.compute_s},
+                         {"data_wait_s", done.data_wait_s},
+                         {"input_copy_s", done.input_copy_s},
+                         {"input_device_s", done.input_device_s},
+                         {"input_staged", done.input_staged},
+                         {"allreduce_s", done.allreduce_s},
+                         // The background writes that finished since the last line: with the stall,
+                         // the whole cost.
+                         {"snapshot_s", snapshot_stall_s + snapshot_write_cpu_s},
+                         {"snapshot_stall_s", snapshot_stall_s},
+                         {"snapshot_write_cpu_s", snapshot_write_cpu_s},
+                         {"skipped_samples", done.skipped_samples},
+                         {"world_size", world_size},
+                         {"unix_time", core::unix_time()}};
+  // A GPU's span from the step's first kernel to the end of its backward (gaps included): what
+  // step_s holds beyond it is time in which the device had none of the step's compute to run.
+  if (done.compute_span) line["compute_device_s"] = done.compute_span->seconds();
+  return line;
 }
 
 namespace {

@@ -228,6 +228,26 @@ class InputUpload {
   const OperandRules& rules_;
 };
 
+// The device's time over a stretch of the work queued on a backend (Backend::start_device_span),
+// from events queued with that work: reading it after the stretch is done costs no wait inside
+// the stretch. It spans the device's clock from the stretch's start reaching the device to its
+// last work finishing, idle gaps included: where the host queues work more slowly than the device
+// runs it, the span approaches the host's time.
+class DeviceSpan {
+ public:
+  virtual ~DeviceSpan() = default;
+  DeviceSpan(const DeviceSpan&) = delete;
+  DeviceSpan& operator=(const DeviceSpan&) = delete;
+  // From the thread that queues the backend's work: the stretch ends with the work queued so far.
+  virtual void end() = 0;
+  // From any thread, after end(): waits for the stretch to finish on the device and returns its
+  // seconds.
+  virtual double seconds() = 0;
+
+ protected:
+  DeviceSpan() = default;
+};
+
 class Backend {
  public:
   explicit Backend(const OperandRules& rules) : rules_(rules) {}
@@ -262,6 +282,10 @@ class Backend {
   std::unique_ptr<InputUpload> start_upload() { return do_start_upload(); }
   // Waits until all queued work is done (a no-op on the CPU).
   void synchronize() { do_synchronize(); }
+  // From the thread that queues this backend's work: a span that starts with the work queued
+  // next. Null on a backend without a device of its own (the CPU), whose operations run on the
+  // calling thread: the host's clock times them.
+  std::unique_ptr<DeviceSpan> start_device_span() { return do_start_device_span(); }
 
   // ---- convolution ----
   void conv2d_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
@@ -409,6 +433,7 @@ class Backend {
   // Copies made by hand_over() on the calling thread (a backend without a device of its own).
   virtual std::unique_ptr<InputUpload> do_start_upload();
   virtual void do_synchronize() {}
+  virtual std::unique_ptr<DeviceSpan> do_start_device_span() { return nullptr; }
 
   // conv2d_*, conv3d_* and conv2d_transpose_*: a convolution of 4-D or 5-D activations (the rank
   // says which), or a transposed one (geometry.transposed: weight (I, O, KH, KW), the roles of x

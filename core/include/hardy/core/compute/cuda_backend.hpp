@@ -92,6 +92,7 @@ class CudaBackend final : public Backend {
   void do_fill(Tensor& t, float value) override;
   std::unique_ptr<InputUpload> do_start_upload() override;
   void do_synchronize() override;
+  std::unique_ptr<DeviceSpan> do_start_device_span() override;
 
   void do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                               const ConvGeometry& geometry, Tensor& y) override;

@@ -41,6 +41,9 @@ class ForwardingBackend : public Backend {
   void do_fill(Tensor& t, float value) override { inner_.do_fill(t, value); }
   std::unique_ptr<InputUpload> do_start_upload() override { return inner_.do_start_upload(); }
   void do_synchronize() override { inner_.do_synchronize(); }
+  std::unique_ptr<DeviceSpan> do_start_device_span() override {
+    return inner_.do_start_device_span();
+  }
 
   void do_convolution_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                               const ConvGeometry& geometry, Tensor& y) override {
