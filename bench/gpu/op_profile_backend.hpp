@@ -195,11 +195,12 @@ class OpProfileBackend final : public core::ForwardingBackend {
   void do_dropout_backward(const core::Dropout& args, const Tensor& dy, Tensor& dx) override {
     timed("dropout_backward", [&] { Base::do_dropout_backward(args, dy, dx); });
   }
-  double do_softmax_cross_entropy(const core::SoftmaxCrossEntropy& args, Tensor& dlogits) override {
+  core::PendingSum do_softmax_cross_entropy(const core::SoftmaxCrossEntropy& args,
+                                            Tensor& dlogits) override {
     return timed("softmax_cross_entropy",
                  [&] { return Base::do_softmax_cross_entropy(args, dlogits); });
   }
-  double do_mse_loss(const core::MseLoss& args, Tensor& dprediction) override {
+  core::PendingSum do_mse_loss(const core::MseLoss& args, Tensor& dprediction) override {
     return timed("mse_loss", [&] { return Base::do_mse_loss(args, dprediction); });
   }
   void do_axpy(float alpha, const Tensor& x, Tensor& y) override {

@@ -231,15 +231,15 @@ class TimingBackend final : public core::ForwardingBackend {
     timed("dropout_bwd", shape(dy), [&] { Base::do_dropout_backward(args, dy, dx); });
   }
 
-  double do_softmax_cross_entropy(const core::SoftmaxCrossEntropy& args,
-                                  core::Tensor& dlogits) override {
+  core::PendingSum do_softmax_cross_entropy(const core::SoftmaxCrossEntropy& args,
+                                            core::Tensor& dlogits) override {
     return timed("softmax_cross_entropy", shape(args.logits),
                  [&] { return Base::do_softmax_cross_entropy(args, dlogits); });
   }
   void do_argmax_channels(const core::Tensor& logits, core::Tensor& labels) override {
     timed("argmax", shape(logits), [&] { Base::do_argmax_channels(logits, labels); });
   }
-  double do_mse_loss(const core::MseLoss& args, core::Tensor& dprediction) override {
+  core::PendingSum do_mse_loss(const core::MseLoss& args, core::Tensor& dprediction) override {
     return timed("mse_loss", shape(args.prediction),
                  [&] { return Base::do_mse_loss(args, dprediction); });
   }

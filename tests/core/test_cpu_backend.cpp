@@ -795,6 +795,50 @@ TEST_CASE("cpu backend: softmax cross-entropy on a hand-checked case", "[core]")
     CHECK(dlogits.f32()[i] == Approx(expected[i]).epsilon(1e-5));
 }
 
+TEST_CASE("a pending sum reads its source once, and rethrows what the source found", "[core]") {
+  struct CountingSource final : PendingSum::Source {
+    CountingSource(int& reads, bool fails) : reads_(reads), fails_(fails) {}
+    double read() override {
+      ++reads_;
+      if (fails_) throw hardy::InvalidArgument("label 9 at (n=0, h=0, w=1) is outside [0, 3)");
+      return 2.5;
+    }
+    int& reads_;
+    bool fails_;
+  };
+  CHECK(PendingSum().value() == 0.0);
+  CHECK(PendingSum::ready(1.25).value() == 1.25);
+  int reads = 0;
+  PendingSum good(std::make_unique<CountingSource>(reads, false));
+  CHECK(reads == 0);  // nothing is read before it is asked for
+  CHECK(good.value() == 2.5);
+  CHECK(good.value() == 2.5);
+  CHECK(reads == 1);
+  PendingSum moved = std::move(good);
+  CHECK(moved.value() == 2.5);
+  CHECK(reads == 1);
+  int failed_reads = 0;
+  PendingSum bad(std::make_unique<CountingSource>(failed_reads, true));
+  CHECK_THROWS_WITH(bad.value(), Catch::Contains("label 9"));
+  CHECK_THROWS_AS(bad.value(), hardy::InvalidArgument);  // never a silent 0 after the first throw
+  CHECK(failed_reads == 2);
+
+  // The CPU's queued losses are the losses: its kernels ran on the call.
+  CpuBackend backend;
+  const Tensor logits = values_tensor({1, 3, 1, 2}, {1, 2, 3, 0, 0, 0});
+  const Tensor labels = labels_tensor({1, 1, 1, 2}, {2, 0});
+  const std::vector<float> class_weights{1.0f, 2.0f, 0.5f};
+  Tensor dlogits = Tensor::host(logits.dims());
+  const SoftmaxCrossEntropy args{
+      .logits = logits, .labels = labels, .class_weights = class_weights, .grad_scale = 2.0f};
+  PendingSum queued = backend.queue_softmax_cross_entropy(args, dlogits);
+  CHECK(queued.value() == backend.softmax_cross_entropy(args, dlogits));
+  const Tensor target = values_tensor({1, 3, 1, 2}, {0, 2, 3, 1, 0, 0});
+  Tensor dprediction = Tensor::host(logits.dims());
+  const MseLoss mse{.prediction = logits, .target = target, .grad_scale = 1.0f};
+  CHECK(backend.queue_mse_loss(mse, dprediction).value() == Approx(2.0));  // (1-0)^2 + (0-1)^2
+}
+
 TEST_CASE("cpu backend: softmax cross-entropy gradient matches finite differences", "[core]") {
   CpuBackend backend;
   Tensor logits = random_tensor({2, 4, 3, 3}, 90, -2.0f, 2.0f);

@@ -824,15 +824,33 @@ TEST_CASE("cuda backend: the loss and argmax match the cpu backend", "[gpu]") {
     for (std::int64_t i = 0; i < argmax_back.numel(); ++i)
       REQUIRE(argmax_back.data<std::int32_t>()[i] == argmax_cpu.data<std::int32_t>()[i]);
 
-    // A label outside [0, classes) is reported like the CPU backend does.
+    // Queued, the loss is read after later work: two in flight, each its own, read out of order,
+    // equal to the synchronous one although the labels were overwritten since.
+    const SoftmaxCrossEntropy args{.logits = logits.device,
+                                   .labels = labels,
+                                   .class_weights = weights,
+                                   .grad_scale = grad_scale};
+    PendingSum first = cuda.queue_softmax_cross_entropy(args, dlogits);
+    const std::vector<float> heavier{1.0f, 1.0f, 4.0f};
+    PendingSum second = cuda.queue_softmax_cross_entropy(
+        {.logits = logits.device, .labels = labels, .class_weights = heavier, .grad_scale = 1.0f},
+        dlogits);
+    Tensor zeros = Tensor::host({n, 1, h, w}, DType::i32, Layout::nhwc);
+    cuda.copy(zeros, labels);
+    const double second_loss = second.value();
+    CHECK(first.value() == loss);
+    CHECK(second_loss != loss);
+    cuda.copy(labels_host, labels);
+
+    // A label outside [0, classes) is reported like the CPU backend does, with its value as it
+    // was when the loss was queued.
     labels_host.data<std::int32_t>()[37] = 7;
     cuda.copy(labels_host, labels);
-    CHECK_THROWS_AS(cuda.softmax_cross_entropy({.logits = logits.device,
-                                                .labels = labels,
-                                                .class_weights = weights,
-                                                .grad_scale = grad_scale},
-                                               dlogits),
-                    InvalidArgument);
+    CHECK_THROWS_AS(cuda.softmax_cross_entropy(args, dlogits), InvalidArgument);
+    PendingSum bad = cuda.queue_softmax_cross_entropy(args, dlogits);
+    cuda.copy(zeros, labels);
+    CHECK_THROWS_WITH(bad.value(), Catch::Contains("label 7 at (n=0, h=3, w=1)"));
+    CHECK_THROWS_AS(bad.value(), InvalidArgument);
   }
 }
 

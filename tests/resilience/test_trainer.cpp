@@ -34,7 +34,7 @@ void compute_next_step(Trainer& trainer, const comm::Communicator& comm,
 
 // The second half: the oldest computed step's reduction, update and commit.
 void commit_oldest_step(Trainer& trainer, const TrainingConfig& config) {
-  trainer.set_last_loss(trainer.oldest_computed().loss_sum);
+  trainer.set_last_loss(trainer.oldest_loss_sum());
   trainer.finish_reduction();
   REQUIRE(trainer.update(config.schedule.at(trainer.step())));
   trainer.advance();

@@ -482,7 +482,25 @@ void Backend::dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx
 
 // ---- loss ----
 
+PendingSum PendingSum::ready(double value) {
+  PendingSum sum;
+  sum.value_ = value;
+  return sum;
+}
+
+double PendingSum::value() {
+  if (source_) {
+    value_ = source_->read();  // a throw leaves the source, to throw again
+    source_.reset();
+  }
+  return value_;
+}
+
 double Backend::softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
+  return queue_softmax_cross_entropy(args, dlogits).value();
+}
+
+PendingSum Backend::queue_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
   constexpr std::string_view operation = "softmax_cross_entropy";
   check_labels(rules_, operation, args.logits, args.labels);
   require_like(rules_, operation, "dlogits", dlogits, "logits", args.logits);
@@ -494,6 +512,10 @@ double Backend::softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& d
 }
 
 double Backend::mse_loss(const MseLoss& args, Tensor& dprediction) {
+  return queue_mse_loss(args, dprediction).value();
+}
+
+PendingSum Backend::queue_mse_loss(const MseLoss& args, Tensor& dprediction) {
   check_mse(rules_, "mse_loss", args, dprediction);
   return do_mse_loss(args, dprediction);
 }

@@ -123,7 +123,7 @@ std::vector<std::size_t> Trainer::announce_ahead(const Placement& placement,
   return next;
 }
 
-double Trainer::compute(float grad_scale, const GradientReady& on_ready) {
+void Trainer::compute(float grad_scale, const GradientReady& on_ready) {
   if (computed_ == static_cast<int>(slots_.size()))
     throw Error(fmt::format("Trainer: {} steps computed and none committed", computed_));
   StepSlot& slot = slots_[slot_after(computed_)];
@@ -147,16 +147,16 @@ double Trainer::compute(float grad_scale, const GradientReady& on_ready) {
   // fp16 scales the loss gradient up so that small gradients survive; finish_reduction() takes
   // the scale off again.
   const float loss_gradient_scale = grad_scale * slot.loss_scale;
-  const double loss =
+  core::PendingSum loss =
       config_.model.regression()
-          ? backend_->mse_loss(
+          ? backend_->queue_mse_loss(
                 {.prediction = logits, .target = labels_, .grad_scale = loss_gradient_scale},
                 dlogits_)
-          : backend_->softmax_cross_entropy({.logits = logits,
-                                             .labels = labels_,
-                                             .class_weights = class_weights_,
-                                             .grad_scale = loss_gradient_scale},
-                                            dlogits_);
+          : backend_->queue_softmax_cross_entropy({.logits = logits,
+                                                   .labels = labels_,
+                                                   .class_weights = class_weights_,
+                                                   .grad_scale = loss_gradient_scale},
+                                                  dlogits_);
   const std::size_t count = model_.parameters().size();
   std::size_t ready = 0;
   model_.backward(
@@ -168,8 +168,12 @@ double Trainer::compute(float grad_scale, const GradientReady& on_ready) {
       &cross_rank_);
   ++computed_;
   gradients_in_place_ = false;  // this step's own, not yet reduced
-  slot.computed.loss_sum = loss;
-  return loss;
+  slot.loss_sum = std::move(loss);
+}
+
+double Trainer::oldest_loss_sum() {
+  if (computed_ == 0) throw Error("Trainer: the loss of a step asked for with none computed");
+  return slots_[oldest_slot_].loss_sum.value();
 }
 
 void Trainer::finish_reduction() {

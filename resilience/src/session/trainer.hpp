@@ -43,7 +43,6 @@ void check_same_plan(comm::Communicator& comm, std::uint64_t digest, long at_ste
 struct ComputedStep {
   long step = 0;
   float grad_scale = 0;     // what divided its loss gradient (the global batch's pixels or targets)
-  double loss_sum = 0;      // this rank's
   std::size_t samples = 0;  // the samples it covers here (loaded, less the skipped)
   std::uint64_t plan_digest = 0;  // of its global batch's sample indices (equal on every rank)
   core::BatchLoad load;           // its wait for data and the samples it skipped
@@ -88,13 +87,17 @@ class Trainer {
   // Forward pass, loss and backward pass, each gradient handed to the reducer as soon as it is
   // ready. `grad_scale` divides the loss gradient (by the global batch's pixels, or targets for
   // regression: the MSE); the loss scale multiplies it. Returns this rank's loss sum. The step is
-  // computed until advance().
-  double compute(float grad_scale, const GradientReady& on_ready);
+  // computed until advance(). Its loss is read later (oldest_loss_sum), so that the step's
+  // kernels are all queued before the host waits for any of them.
+  void compute(float grad_scale, const GradientReady& on_ready);
   // Steps computed and not yet committed: at most 1, or 2 with --gradient-lag 1 between a compute
   // and the older step's advance().
   int computed_steps() const { return computed_; }
   // The oldest of them: the one finish_reduction(), update() and advance() act on.
   const ComputedStep& oldest_computed() const { return slots_[oldest_slot_].computed; }
+  // This rank's loss sum of the oldest computed step: waits for its forward pass on the device.
+  // Throws what the loss found (a label out of range), every time it is asked.
+  double oldest_loss_sum();
   // Waits for the oldest computed step's gradient allreduce and takes its loss scale off.
   void finish_reduction();
   // The optimizer step, unless the loss scaler skips it (non-finite gradients): whether it ran.
@@ -166,7 +169,8 @@ class Trainer {
     // masks, so that a step computed again (a rollback, a rebalance) draws the same ones.
     std::vector<std::uint64_t> sample_keys;
     std::unique_ptr<comm::GradientReducer> reducer;
-    float loss_scale = 1;  // the one compute() multiplied the loss gradient by
+    float loss_scale = 1;       // the one compute() multiplied the loss gradient by
+    core::PendingSum loss_sum;  // this rank's
     // The batch norm's running statistics before this step's forward pass: a committed state
     // holds them as they were then when a later step is already computed.
     std::vector<core::Tensor> buffers_before;

@@ -180,7 +180,8 @@ std::vector<double> TrainingSession::State::reduce_in_domain(long this_step) {
   const ComputedStep& computed = trainer.oldest_computed();
   // The loss, the samples every rank skipped and those it computed (summed with it: no
   // collective of its own).
-  std::vector<double> loss{computed.loss_sum, static_cast<double>(computed.load.skipped.size()),
+  std::vector<double> loss{trainer.oldest_loss_sum(),
+                           static_cast<double>(computed.load.skipped.size()),
                            static_cast<double>(computed.samples)};
   Watchdog::Scope scope(watchdog, "gradient allreduce");
   // grad_scale already divides by the global batch, so the sum over ranks is the mean.

@@ -82,9 +82,9 @@ class CpuBackend final : public Backend {
   void do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) override;
 
   // Defined in cpu/loss.cpp.
-  double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override;
+  PendingSum do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override;
   void do_argmax_channels(const Tensor& logits, Tensor& labels) override;
-  double do_mse_loss(const MseLoss& args, Tensor& dprediction) override;
+  PendingSum do_mse_loss(const MseLoss& args, Tensor& dprediction) override;
 
   // Defined in cpu/elementwise.cpp.
   void do_axpy(float alpha, const Tensor& x, Tensor& y) override;

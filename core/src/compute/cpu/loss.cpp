@@ -28,7 +28,7 @@ void check_label_range(const Tensor& labels, std::int64_t classes) {
 
 }  // namespace
 
-double CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
+PendingSum CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
   // Named references, not a structured binding: Clang before 16 cannot capture bindings in
   // the OpenMP regions below.
   const auto& logits = args.logits;
@@ -103,7 +103,7 @@ double CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Ten
         for (std::int64_t c = 0; c < classes; ++c) grad_row[c] *= scale;
         grad_row[target] -= grad_scale * weight;
       });
-  return loss[0];
+  return PendingSum::ready(loss[0]);
 }
 
 void CpuBackend::do_argmax_channels(const Tensor& logits, Tensor& labels) {
@@ -122,7 +122,7 @@ void CpuBackend::do_argmax_channels(const Tensor& logits, Tensor& labels) {
 
 // The regression outputs are a handful of values per sample (CosmoFlow's 4), so one pass on the
 // calling thread, summed in double in element order (the same sum for any thread count).
-double CpuBackend::do_mse_loss(const MseLoss& args, Tensor& dprediction) {
+PendingSum CpuBackend::do_mse_loss(const MseLoss& args, Tensor& dprediction) {
   const float* prediction = args.prediction.data<float>();
   const float* target = args.target.data<float>();
   float* gradient = dprediction.data<float>();  // may be prediction itself
@@ -136,7 +136,7 @@ double CpuBackend::do_mse_loss(const MseLoss& args, Tensor& dprediction) {
     total += error * error;
     gradient[i] = static_cast<float>(twice_scale * error);
   }
-  return total;
+  return PendingSum::ready(total);
 }
 
 }  // namespace hardy::core

@@ -558,43 +558,35 @@ void CudaBackend::do_dropout_backward(const Dropout& args, const Tensor& dy, Ten
 
 // ---- loss ----
 
-double CudaBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
-  constexpr std::string_view operation = "softmax_cross_entropy";
+// The loss's partial sums, the first bad pixel and its label come back to the host in one copy,
+// queued behind the kernels; the host reads them when the caller asks (PendingSum).
+PendingSum CudaBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
   const auto& [logits, labels, class_weights, grad_scale] = args;
   const Index classes = logits.c(), pixels = labels.numel();
-  // small: [max_reduction_blocks partials][first bad pixel][class weights]
-  constexpr std::size_t partial_bytes = std::size_t{max_reduction_blocks} * sizeof(double);
-  auto* base = static_cast<char*>(
-      impl_->small.get(partial_bytes + sizeof(unsigned long long) + class_weights.size_bytes()));
+  // small: [partials][first bad pixel][its label, padding][class weights], as the result slot
+  constexpr std::size_t head_bytes = cuda::ResultSlot::bytes;
+  constexpr std::size_t partial_bytes = cuda::ResultSlot::partials_bytes;
+  auto* base = static_cast<char*>(impl_->small.get(head_bytes + class_weights.size_bytes()));
   auto* partials = reinterpret_cast<double*>(base);
   auto* first_bad = reinterpret_cast<unsigned long long*>(base + partial_bytes);
-  auto* weights = reinterpret_cast<float*>(base + partial_bytes + sizeof(unsigned long long));
+  auto* bad_label =
+      reinterpret_cast<std::int32_t*>(base + partial_bytes + sizeof(unsigned long long));
+  auto* weights = reinterpret_cast<float*>(base + head_bytes);
+  // From pageable memory: the copy has read class_weights on return.
   impl_->copy_async(weights, class_weights.data(), class_weights.size_bytes(),
                     cudaMemcpyHostToDevice);
   HARDY_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned long long), impl_->s()));
-  const int blocks = cuda::softmax_cross_entropy(
-      logits.raw(), logits.dtype(), labels.data<std::int32_t>(), weights, pixels,
-      static_cast<int>(classes), grad_scale, dlogits.raw(), partials, first_bad, impl_->s());
-  // One copy back: the partials and the bad-pixel marker are adjacent.
-  impl_->copy_async(impl_->pinned.as<char>(), base, partial_bytes + sizeof(unsigned long long),
-                    cudaMemcpyDeviceToHost);
-  impl_->wait(operation.data());
-  const double* host_partials = impl_->pinned.as<double>();
-  unsigned long long bad = 0;
-  std::memcpy(&bad, impl_->pinned.as<char>() + partial_bytes, sizeof bad);
-  if (bad != std::numeric_limits<unsigned long long>::max()) {
-    // Labels come from data files: report the first bad one as the CPU backend does.
-    std::int32_t label = 0;
-    HARDY_CUDA_CHECK(cudaMemcpy(&label, labels.data<std::int32_t>() + bad, sizeof label,
-                                cudaMemcpyDeviceToHost));
-    const auto pixel = static_cast<std::int64_t>(bad), plane = labels.h() * labels.w();
-    throw InvalidArgument(fmt::format("{}: label {} at (n={}, h={}, w={}) is outside [0, {})",
-                                      operation, label, pixel / plane, pixel % plane / labels.w(),
-                                      pixel % labels.w(), classes));
-  }
-  double total = 0.0;
-  for (int b = 0; b < blocks; ++b) total += host_partials[b];
-  return total;
+  const int blocks =
+      cuda::softmax_cross_entropy(logits.raw(), logits.dtype(), labels.data<std::int32_t>(),
+                                  weights, pixels, static_cast<int>(classes), grad_scale,
+                                  dlogits.raw(), partials, first_bad, bad_label, impl_->s());
+  std::shared_ptr<cuda::ResultSlot> slot = impl_->results->take();
+  impl_->copy_async(slot->memory.as<char>(), base, head_bytes, cudaMemcpyDeviceToHost);
+  slot->arrived.record(impl_->s());
+  return cuda::pending_partials_sum(
+      impl_->device, std::move(slot), blocks,
+      cuda::LabelPlane{
+          .height = labels.h(), .width = labels.w(), .classes = static_cast<int>(classes)});
 }
 
 void CudaBackend::do_argmax_channels(const Tensor& logits, Tensor& labels) {

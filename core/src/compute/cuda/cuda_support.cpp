@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 
 #include "hardy/core/support/error.hpp"
 
@@ -104,6 +105,73 @@ DeviceBuffer::~DeviceBuffer() {
   // error here would have been reported by the operation that caused it.
   cudaStreamSynchronize(stream_->get());
   cudaFree(data_);
+}
+
+std::shared_ptr<ResultSlot> ResultSlots::take() {
+  std::unique_ptr<ResultSlot> slot;
+  {
+    const std::lock_guard lock(mutex_);
+    if (!free_.empty()) {
+      slot = std::move(free_.back());
+      free_.pop_back();
+    }
+  }
+  if (!slot) slot = std::make_unique<ResultSlot>();
+  return std::shared_ptr<ResultSlot>(slot.release(), [pool = shared_from_this()](ResultSlot* done) {
+    const std::lock_guard lock(pool->mutex_);
+    try {
+      pool->free_.emplace_back(done);
+    } catch (...) {  // no room to keep it: free it instead
+      delete done;
+    }
+  });
+}
+
+namespace {
+
+class PartialsSum final : public PendingSum::Source {
+ public:
+  PartialsSum(int device, std::shared_ptr<ResultSlot> slot, int blocks,
+              std::optional<LabelPlane> labels)
+      : device_(device), slot_(std::move(slot)), blocks_(blocks), labels_(labels) {}
+  double read() override {
+    HARDY_CUDA_CHECK(cudaSetDevice(device_));
+    HARDY_CUDA_CHECK(cudaEventSynchronize(slot_->arrived.get()));
+    const auto* host = slot_->memory.as<const char>();
+    if (labels_) {
+      unsigned long long bad = 0;
+      std::memcpy(&bad, host + ResultSlot::partials_bytes, sizeof bad);
+      if (bad != std::numeric_limits<unsigned long long>::max()) {
+        // Labels come from data files: report the first bad one as the CPU backend does.
+        std::int32_t label = 0;
+        std::memcpy(&label, host + ResultSlot::partials_bytes + sizeof bad, sizeof label);
+        const auto pixel = static_cast<std::int64_t>(bad);
+        const std::int64_t plane = labels_->height * labels_->width;
+        throw InvalidArgument(
+            fmt::format("softmax_cross_entropy: label {} at (n={}, h={}, w={}) is outside [0, {})",
+                        label, pixel / plane, pixel % plane / labels_->width,
+                        pixel % labels_->width, labels_->classes));
+      }
+    }
+    // Added in block order: the same sum on every run.
+    const auto* partials = reinterpret_cast<const double*>(host);
+    double total = 0.0;
+    for (int b = 0; b < blocks_; ++b) total += partials[b];
+    return total;
+  }
+
+ private:
+  int device_;
+  std::shared_ptr<ResultSlot> slot_;
+  int blocks_;
+  std::optional<LabelPlane> labels_;
+};
+
+}  // namespace
+
+PendingSum pending_partials_sum(int device, std::shared_ptr<ResultSlot> slot, int blocks,
+                                std::optional<LabelPlane> labels) {
+  return PendingSum(std::make_unique<PartialsSum>(device, std::move(slot), blocks, labels));
 }
 
 DeviceScratch::~DeviceScratch() {

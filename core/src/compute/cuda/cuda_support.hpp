@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -105,6 +107,42 @@ class PinnedBuffer final : public OwnedBuffer {
   }
 };
 
+// Page-locked memory for a result that queued work copies back (a loss's per-block partial sums,
+// the first bad pixel and its label), with the event that marks its arrival. A loss is read after
+// its step (PendingSum), and with gradient lag two are in flight, so each has its own.
+struct ResultSlot {
+  static constexpr std::size_t partials_bytes = std::size_t{max_reduction_blocks} * sizeof(double);
+  // [partials][first bad pixel: u64][its label: i32][4 bytes of padding]
+  static constexpr std::size_t bytes = partials_bytes + 16;
+  ResultSlot() : memory(bytes) {}
+  PinnedBuffer memory;
+  Event arrived;
+};
+
+// The slots not in use, made as needed (cudaMallocHost is slow: the first steps make them) and
+// reused. A slot goes back when the last owner of take()'s pointer drops it, even after the
+// backend is gone.
+class ResultSlots : public std::enable_shared_from_this<ResultSlots> {
+ public:
+  std::shared_ptr<ResultSlot> take();
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<ResultSlot>> free_;
+};
+
+// Where a cross-entropy's labels lie, for the message about a bad one.
+struct LabelPlane {
+  std::int64_t height = 0, width = 0;
+  int classes = 0;
+};
+
+// The sum of the `blocks` partials that work queued before slot->arrived copies into the slot,
+// read after it has arrived; with `labels`, a bad label found by that work is thrown as the CPU
+// backend throws it.
+PendingSum pending_partials_sum(int device, std::shared_ptr<ResultSlot> slot, int blocks,
+                                std::optional<LabelPlane> labels);
+
 // What CudaBackend::start_upload's copies run with, made at the first upload and reused: a
 // stream of their own, device memory for a host batch before its conversion, and events (the
 // work queued before the start; the copies' start and end, timed).
@@ -175,6 +213,7 @@ struct CudaBackend::Impl {
   cuda::DeviceScratch small;        // flags, class weights, per-block partials, coefficients
   cuda::PinnedBuffer pinned;        // small results on their way to the host
   std::unique_ptr<cuda::UploadLane> upload_lane;  // start_upload()'s, made at the first
+  std::shared_ptr<cuda::ResultSlots> results = std::make_shared<cuda::ResultSlots>();  // losses'
 
   cudaStream_t s() const { return stream->get(); }
   // cudaMemcpyAsync on the stream, checked.

@@ -279,6 +279,15 @@ __global__ void softmax_cross_entropy_kernel(const T* logits, const std::int32_t
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
+// The label at the first bad pixel, read beside the loss: the loss is read after the step, when
+// the labels may hold the next batch's.
+__global__ void label_at_first_bad_kernel(const std::int32_t* labels,
+                                          const unsigned long long* first_bad_pixel,
+                                          std::int32_t* first_bad_label) {
+  const unsigned long long pixel = *first_bad_pixel;
+  if (pixel != ~0ull) *first_bad_label = labels[pixel];
+}
+
 template <class T>
 __global__ void argmax_kernel(const T* logits, std::int32_t* labels, Index pixels, int classes) {
   HARDY_GRID_STRIDE_LOOP(pixel, pixels) {
@@ -532,7 +541,7 @@ void adam_update(float* param, const float* grad, float* m, float* v, Index coun
 int softmax_cross_entropy(const void* logits, DType type, const std::int32_t* labels,
                           const float* class_weights, Index pixels, int classes, float grad_scale,
                           void* dlogits, double* partials, unsigned long long* first_bad_pixel,
-                          cudaStream_t stream) {
+                          std::int32_t* first_bad_label, cudaStream_t stream) {
   const unsigned int blocks = reduction_blocks(pixels);
   dispatch_float(type, [&](auto tag) {
     using T = decltype(tag);
@@ -541,6 +550,8 @@ int softmax_cross_entropy(const void* logits, DType type, const std::int32_t* la
         static_cast<T*>(dlogits), partials, first_bad_pixel);
   });
   check_launch("softmax_cross_entropy");
+  label_at_first_bad_kernel<<<1, 1, 0, stream>>>(labels, first_bad_pixel, first_bad_label);
+  check_launch("softmax_cross_entropy (bad label)");
   return static_cast<int>(blocks);
 }
 

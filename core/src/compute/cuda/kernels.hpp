@@ -74,11 +74,12 @@ void adam_update(float* param, const float* grad, float* m, float* v, Index coun
 // ---- loss (NHWC: each pixel's class scores are contiguous) ----
 // Writes per-block partial sums of the weighted negative log-likelihood (returns their number)
 // and dlogits; a label outside [0, classes) leaves the smallest such pixel index in
-// *first_bad_pixel (device, initialised to UINT64_MAX by the caller).
+// *first_bad_pixel (device, initialised to UINT64_MAX by the caller) and its label in
+// *first_bad_label (untouched when every label is good).
 int softmax_cross_entropy(const void* logits, DType type, const std::int32_t* labels,
                           const float* class_weights, Index pixels, int classes, float grad_scale,
                           void* dlogits, double* partials, unsigned long long* first_bad_pixel,
-                          cudaStream_t stream);
+                          std::int32_t* first_bad_label, cudaStream_t stream);
 void argmax_channels(const void* logits, DType type, std::int32_t* labels, Index pixels,
                      int classes, cudaStream_t stream);
 

@@ -57,9 +57,10 @@ void CudaBackend::do_scaled_tanh_backward(const Tensor& y, const Tensor& dy, flo
   cuda::scaled_tanh_backward(y.raw(), dy.raw(), dx.raw(), y.dtype(), scale, y.numel(), impl_->s());
 }
 
-// The loss comes back to the host: per-block partial sums, added here in block order (the same
-// sum on every run). A host target (read from a data file) is uploaded first.
-double CudaBackend::do_mse_loss(const MseLoss& args, Tensor& dprediction) {
+// The loss's per-block partial sums come back to the host in one copy queued behind the kernel,
+// read when the caller asks (PendingSum), added in block order (the same sum on every run). A
+// host target (read from a data file) is uploaded first.
+PendingSum CudaBackend::do_mse_loss(const MseLoss& args, Tensor& dprediction) {
   const Index count = args.prediction.numel();
   const float* target = args.target.data<float>();
   if (args.target.device() == Device::host) {
@@ -73,11 +74,11 @@ double CudaBackend::do_mse_loss(const MseLoss& args, Tensor& dprediction) {
   auto* partials = impl_->small.get_as<double>(max_reduction_blocks);
   const int blocks = cuda::mse_loss(args.prediction.raw(), args.prediction.dtype(), target, count,
                                     args.grad_scale, dprediction.raw(), partials, impl_->s());
-  impl_->copy_async(impl_->pinned.as<double>(), partials,
+  std::shared_ptr<cuda::ResultSlot> slot = impl_->results->take();
+  impl_->copy_async(slot->memory.as<double>(), partials,
                     static_cast<std::size_t>(blocks) * sizeof(double), cudaMemcpyDeviceToHost);
-  impl_->wait("mse_loss");
-  const double* host = impl_->pinned.as<double>();
-  return std::accumulate(host, host + blocks, 0.0);
+  slot->arrived.record(impl_->s());
+  return cuda::pending_partials_sum(impl_->device, std::move(slot), blocks, std::nullopt);
 }
 
 }  // namespace hardy::core

@@ -228,6 +228,30 @@ class InputUpload {
   const OperandRules& rules_;
 };
 
+// A sum that queued work computes (a loss), read when it is wanted. On a GPU its copy to the host
+// is queued behind that work, so that a training step reads its loss once its backward pass is
+// queued as well, not between forward and backward (where the device would idle while the host
+// queues the backward's first kernels). Ready at once where the work ran on the calling thread
+// (the CPU). An error the work found (a label out of range) is thrown by value(), every time.
+class PendingSum {
+ public:
+  class Source {
+   public:
+    virtual ~Source() = default;
+    // Waits for the work and returns the sum (or throws what the work found).
+    virtual double read() = 0;
+  };
+  PendingSum() = default;  // 0, ready
+  static PendingSum ready(double value);
+  explicit PendingSum(std::unique_ptr<Source> source) : source_(std::move(source)) {}
+  // From any thread, once: later calls return the same value without waiting.
+  double value();
+
+ private:
+  std::unique_ptr<Source> source_;
+  double value_ = 0;
+};
+
 // The device's time over a stretch of the work queued on a backend (Backend::start_device_span),
 // from events queued with that work: reading it after the stretch is done costs no wait inside
 // the stretch. It spans the device's clock from the stretch's start reaching the device to its
@@ -399,6 +423,9 @@ class Backend {
   // grad_scale = 1 / (global batch * H * W) so that the gradient does not depend on how the
   // batch is split.
   double softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits);
+  // The same with the sum read later (PendingSum): dlogits is written by the queued work, as by
+  // any other operation.
+  PendingSum queue_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits);
   // Per-pixel argmax over channels into i32 (N, 1, H, W).
   void argmax_channels(const Tensor& logits, Tensor& labels);
   // Sum of squared errors over every local element of prediction against target; writes
@@ -406,6 +433,7 @@ class Backend {
   // (dims and dtype of prediction). A data-parallel caller passes grad_scale = 1 / (global batch
   // * K) so that the gradient is that of the mean over the global batch, however it is split.
   double mse_loss(const MseLoss& args, Tensor& dprediction);
+  PendingSum queue_mse_loss(const MseLoss& args, Tensor& dprediction);
 
   // ---- element-wise operations for optimizers and gradient handling (flat f32) ----
   void axpy(float alpha, const Tensor& x, Tensor& y);  // y += alpha * x
@@ -483,9 +511,9 @@ class Backend {
   virtual void do_dropout_forward(const Dropout& args, Tensor& y) = 0;
   virtual void do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) = 0;
 
-  virtual double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) = 0;
+  virtual PendingSum do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) = 0;
   virtual void do_argmax_channels(const Tensor& logits, Tensor& labels) = 0;
-  virtual double do_mse_loss(const MseLoss& args, Tensor& dprediction) = 0;
+  virtual PendingSum do_mse_loss(const MseLoss& args, Tensor& dprediction) = 0;
 
   virtual void do_axpy(float alpha, const Tensor& x, Tensor& y) = 0;
   virtual void do_scale(Tensor& x, float alpha) = 0;

@@ -137,9 +137,9 @@ class CudaBackend final : public Backend {
   void do_dropout_forward(const Dropout& args, Tensor& y) override;
   void do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) override;
 
-  double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override;
+  PendingSum do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override;
   void do_argmax_channels(const Tensor& logits, Tensor& labels) override;
-  double do_mse_loss(const MseLoss& args, Tensor& dprediction) override;
+  PendingSum do_mse_loss(const MseLoss& args, Tensor& dprediction) override;
 
   // axpy and scale also take bf16/f16 tensors (the model accumulates activation gradients).
   void do_axpy(float alpha, const Tensor& x, Tensor& y) override;

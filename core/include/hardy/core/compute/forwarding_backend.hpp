@@ -143,13 +143,13 @@ class ForwardingBackend : public Backend {
     inner_.do_dropout_backward(args, dy, dx);
   }
 
-  double do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override {
+  PendingSum do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) override {
     return inner_.do_softmax_cross_entropy(args, dlogits);
   }
   void do_argmax_channels(const Tensor& logits, Tensor& labels) override {
     inner_.do_argmax_channels(logits, labels);
   }
-  double do_mse_loss(const MseLoss& args, Tensor& dprediction) override {
+  PendingSum do_mse_loss(const MseLoss& args, Tensor& dprediction) override {
     return inner_.do_mse_loss(args, dprediction);
   }
 
