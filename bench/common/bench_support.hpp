@@ -184,17 +184,26 @@ inline Batch make_batch(core::Backend& backend, const ModelShape& shape, std::ui
 }
 
 // The step's loss sum and its gradient: weighted cross-entropy, or MSE for a regression.
-inline double loss_of(core::Backend& backend, const ModelShape& shape, const Batch& b,
-                      const core::Tensor& logits, float grad_scale, core::Tensor& dlogits) {
+// The loss of `logits` against the batch's labels or targets, read when the caller asks
+// (core::PendingSum): a step that reads it after its backward pass is queued runs as the
+// trainer's does.
+inline core::PendingSum queue_loss_of(core::Backend& backend, const ModelShape& shape,
+                                      const Batch& b, const core::Tensor& logits, float grad_scale,
+                                      core::Tensor& dlogits) {
   core::ensure_tensor(backend, dlogits, logits.dims(), logits.dtype());
   if (shape.model.regression())
-    return backend.mse_loss({.prediction = logits, .target = b.labels, .grad_scale = grad_scale},
-                            dlogits);
-  return backend.softmax_cross_entropy({.logits = logits,
-                                        .labels = b.labels,
-                                        .class_weights = b.class_weights,
-                                        .grad_scale = grad_scale},
-                                       dlogits);
+    return backend.queue_mse_loss(
+        {.prediction = logits, .target = b.labels, .grad_scale = grad_scale}, dlogits);
+  return backend.queue_softmax_cross_entropy({.logits = logits,
+                                              .labels = b.labels,
+                                              .class_weights = b.class_weights,
+                                              .grad_scale = grad_scale},
+                                             dlogits);
+}
+
+inline double loss_of(core::Backend& backend, const ModelShape& shape, const Batch& b,
+                      const core::Tensor& logits, float grad_scale, core::Tensor& dlogits) {
+  return queue_loss_of(backend, shape, b, logits, grad_scale, dlogits).value();
 }
 
 inline core::OptimizerConfig adam_config(float weight_decay) {

@@ -165,6 +165,11 @@ def main():
                        "step_tflops_share_of_peak": hardy["step_tflops"] / peak,
                        "hardy_non_conv_share": 1 - hardy["conv_share_of_step"],
                        "hardy_op_profile": hardy.get("operations"),
+                       # As the trainer queues the step (no waits after forward and backward),
+                       # back to back: host clock and device events.
+                       "hardy_back_to_back_ms": 1e3 * hardy.get("back_to_back_s", float("nan")),
+                       "hardy_back_to_back_device_ms": 1e3 * hardy.get("back_to_back_device_s",
+                                                                         float("nan")),
                        "runs": runs}
                 torch_run = best.get("torch")
                 if torch_run:
@@ -182,6 +187,9 @@ def main():
                 print(f"{name:<8} {precision:<5} {row['hardy_ms']:9.2f} {torch_ms} {ratio} "
                       f"{hardy['step_tflops']:9.1f} {hardy['conv_tflops']:9.1f} "
                       f"{100 * hardy['conv_tflops'] / peak:6.1f} {hardy['activation_dtype']:>5}")
+                print(f"  hardy as the trainer queues it, back to back: "
+                      f"{row['hardy_back_to_back_ms']:.2f} ms per step "
+                      f"({row['hardy_back_to_back_device_ms']:.2f} ms on the device's clock)")
                 if torch_run:
                     print("  torch by mode (ms): " + ", ".join(
                         f"{m} {ms:.2f}" for m, ms in row["torch_ms_by_mode"].items()) +

@@ -308,6 +308,31 @@ int step_benchmark(const Options& o) {
     phases.add(start, after_forward, after_backward, end);
   }
 
+  // The step as the trainer queues it: the loss read once the step's kernels are queued, the
+  // host waiting only at the overflow check and after the update (Trainer::update), --steps
+  // steps back to back, timed by the host's clock and by events on the backend's stream (as
+  // torch_gpu_step.py times PyTorch's steps). The phases above wait after forward and backward
+  // to time them, which this step does not.
+  backend.enable(false);
+  double back_to_back_s = 0, back_to_back_device_s = 0;
+  if (o.steps > 0) {
+    std::unique_ptr<core::DeviceSpan> span = backend.start_device_span();
+    const auto start = bench::Clock::now();
+    for (int i = 0; i < o.steps; ++i) {
+      const core::Tensor& logits = model.forward(batch.fields, /*training=*/true);
+      core::PendingSum loss_sum =
+          bench::queue_loss_of(backend, o, batch, logits, grad_scale * scaler.scale(), dlogits);
+      model.backward(dlogits);
+      if (scaler.update(scaler.unscale(backend, model.parameters())))
+        optimizer->step(model.parameters(), o.lr);
+      backend.synchronize();
+      losses.push_back(loss_sum.value() * grad_scale);
+    }
+    span->end();
+    back_to_back_s = bench::seconds_between(start, bench::Clock::now()) / o.steps;
+    back_to_back_device_s = span->seconds() / o.steps;
+  }
+
   const double step = bench::median(phases.step_s);
   nlohmann::json convolutions = nlohmann::json::array(), operations = nlohmann::json::array();
   double conv_flops_per_step = 0, conv_seconds_per_step = 0, op_seconds_per_step = 0;
@@ -359,6 +384,8 @@ int step_benchmark(const Options& o) {
       // GPU time inside operations; the rest of the step is host work and launch gaps.
       {"op_gpu_s_per_step", op_seconds_per_step},
       {"outside_operations_s_per_step", step - op_seconds_per_step},
+      {"back_to_back_s", back_to_back_s},
+      {"back_to_back_device_s", back_to_back_device_s},
       {"loss_scale", scaler.scale()},
       {"skipped_steps", skipped},
       {"operations", operations},
