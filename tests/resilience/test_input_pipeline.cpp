@@ -62,6 +62,8 @@ Trajectory trajectory_of(const std::filesystem::path& run_dir) {
     CHECK(line["input_copy_s"].get<double>() > 0);
     CHECK(line["input_copy_s"].get<double>() + line["data_wait_s"].get<double>() <=
           line["compute_s"].get<double>());
+    // The CPU backend's kernels run on the host's clock: no device span in the line.
+    CHECK_FALSE(line.contains("compute_device_s"));
   }
   // Steps redone after the rollback are verified twice; the last digest of each step counts.
   std::map<long, std::string> by_step;
