@@ -183,10 +183,9 @@ inline Batch make_batch(core::Backend& backend, const ModelShape& shape, std::ui
   return b;
 }
 
-// The step's loss sum and its gradient: weighted cross-entropy, or MSE for a regression.
-// The loss of `logits` against the batch's labels or targets, read when the caller asks
-// (core::PendingSum): a step that reads it after its backward pass is queued runs as the
-// trainer's does.
+// The step's loss sum and its gradient: weighted cross-entropy, or MSE for a regression. The sum
+// is read when the caller asks (core::PendingSum): a step that reads it after its backward pass
+// is queued runs as the trainer's does.
 inline core::PendingSum queue_loss_of(core::Backend& backend, const ModelShape& shape,
                                       const Batch& b, const core::Tensor& logits, float grad_scale,
                                       core::Tensor& dlogits) {
