@@ -296,6 +296,9 @@ const KnownLauncher& known_launcher(std::string_view name) {
   throw InvalidArgument(fmt::format("unknown launcher '{}' (choose {})", name, choices));
 }
 
+// The runtime directory's name, under $TMPDIR or /tmp.
+std::string runtime_dir_name() { return fmt::format("hardy-openmpi-{}", ::geteuid()); }
+
 }  // namespace
 
 LauncherTraits launcher_traits(std::string_view name) { return known_launcher(name).traits; }
@@ -304,10 +307,29 @@ std::filesystem::path private_runtime_dir() {
   if (const char* chosen = std::getenv("PRTE_MCA_prte_tmpdir_base"); chosen && *chosen) return {};
   const char* tmpdir = std::getenv("TMPDIR");
   const std::filesystem::path root = tmpdir && *tmpdir ? tmpdir : "/tmp";
-  const std::string name = fmt::format("hardy-openmpi-{}", ::geteuid());
   // The directory is the tree's root: its ancestors (/tmp) may be shared if sticky.
-  core::check_private_tree(root / name, {}, /*create=*/true);
-  return root / name;
+  core::check_private_tree(root / runtime_dir_name(), {}, /*create=*/true);
+  return root / runtime_dir_name();
+}
+
+void check_node_runtime_dir() {
+  const char* server_dir = std::getenv("PMIX_SERVER_TMPDIR");
+  if (server_dir == nullptr || *server_dir == '\0') return;
+  std::filesystem::path session = server_dir;
+  if (!session.has_filename()) session = session.parent_path();  // a trailing '/'
+  const std::filesystem::path base = session.parent_path();
+  // Open MPI's default, or a place the user or the scheduler's PMIx chose: not hardy's to judge.
+  if (base.filename() != runtime_dir_name()) return;
+  try {
+    // Open MPI creates what is missing with mode 0700, but uses what it finds, whoever made it.
+    core::check_private_tree(base, session.filename(), /*create=*/false);
+  } catch (const core::UnsafeDirectory& e) {
+    throw core::UnsafeDirectory(fmt::format(
+        "on {}, Open MPI's session directory is not private to this user: {}. Another user could "
+        "read or replace the runtime's sockets there; remove {} on that node (or give the job "
+        "a TMPDIR of your own) and launch again",
+        core::host_name(), e.what(), base.string()));
+  }
 }
 
 std::vector<std::string> remove_dead_session_dirs(const std::filesystem::path& dir) {

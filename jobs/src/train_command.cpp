@@ -6,7 +6,9 @@
 #include "hardy/comm/agreement.hpp"
 #include "hardy/comm/errors.hpp"
 #include "hardy/comm/mpi/communicator.hpp"
+#include "hardy/core/support/private_tree.hpp"
 #include "hardy/jobs/commands.hpp"
+#include "hardy/jobs/launchers.hpp"
 #include "hardy/jobs/train_spec.hpp"
 #include "hardy/resilience/training_session.hpp"
 
@@ -17,6 +19,12 @@ int train_command(const std::vector<std::string>& args) {
   // so that a bad option or --help answers at once, whatever MPI_Init would cost or make of it.
   auto spec = parse_train_spec(args);
   if (!spec) return 0;
+  try {
+    check_node_runtime_dir();
+  } catch (const core::UnsafeDirectory& e) {
+    // Nothing a relaunch could mend: the user must (exit status 2, the supervisor stops).
+    throw InvalidArgument(e.what());
+  }
   // Every rank of an MPI job runs `hardy train`; a plain start is a world of one.
   comm::MpiSession mpi(nullptr, nullptr);
   resilience::install_preemption_handler();

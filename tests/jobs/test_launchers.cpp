@@ -10,12 +10,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
+#include "hardy/core/support/process_info.hpp"
 #include "hardy/jobs/launchers.hpp"
 
 using hardy::jobs::launch_agent_argv;
@@ -330,18 +333,38 @@ TEST_CASE("what killed launches left in the runtime directory is removed, nothin
   CHECK(hardy::jobs::remove_dead_session_dirs(dir / "missing").empty());
 }
 
+// Sets (or, given nullptr, unsets) an environment variable for one scope.
+class ScopedEnvironmentVariable {
+ public:
+  ScopedEnvironmentVariable(std::string name, const char* value) : name_(std::move(name)) {
+    if (const char* before = std::getenv(name_.c_str())) before_ = before;
+    if (value)
+      ::setenv(name_.c_str(), value, 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+  ~ScopedEnvironmentVariable() {
+    if (before_)
+      ::setenv(name_.c_str(), before_->c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+  ScopedEnvironmentVariable(const ScopedEnvironmentVariable&) = delete;
+  ScopedEnvironmentVariable& operator=(const ScopedEnvironmentVariable&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> before_;
+};
+
 TEST_CASE("hardy run's runtime directory is private to the user, unless one was chosen",
           "[launcher]") {
   ScratchDir scratch;
   // Shared like /tmp: writable by all, with the sticky bit.
   std::filesystem::permissions(scratch.path,
                                std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
-  const char* saved_tmpdir = std::getenv("TMPDIR");
-  const char* saved_base = std::getenv("PRTE_MCA_prte_tmpdir_base");
-  const std::string tmpdir_before = saved_tmpdir ? saved_tmpdir : "";
-  const std::string base_before = saved_base ? saved_base : "";
-  ::setenv("TMPDIR", scratch.path.c_str(), 1);
-  ::unsetenv("PRTE_MCA_prte_tmpdir_base");
+  ScopedEnvironmentVariable tmpdir("TMPDIR", scratch.path.c_str());
+  ScopedEnvironmentVariable base("PRTE_MCA_prte_tmpdir_base", nullptr);
   const auto dir = hardy::jobs::private_runtime_dir();
   CHECK(dir == scratch.path / ("hardy-openmpi-" + std::to_string(::geteuid())));
   struct stat info {};
@@ -355,12 +378,52 @@ TEST_CASE("hardy run's runtime directory is private to the user, unless one was 
   CHECK_THROWS_AS(hardy::jobs::private_runtime_dir(), hardy::core::UnsafeDirectory);
   ::setenv("PRTE_MCA_prte_tmpdir_base", "/somewhere/chosen", 1);
   CHECK(hardy::jobs::private_runtime_dir().empty());
-  if (saved_tmpdir)
-    ::setenv("TMPDIR", tmpdir_before.c_str(), 1);
-  else
-    ::unsetenv("TMPDIR");
-  if (saved_base)
-    ::setenv("PRTE_MCA_prte_tmpdir_base", base_before.c_str(), 1);
-  else
-    ::unsetenv("PRTE_MCA_prte_tmpdir_base");
+}
+
+TEST_CASE("a rank refuses a runtime directory on its node that another user could change",
+          "[launcher]") {
+  ScratchDir scratch;
+  std::filesystem::permissions(scratch.path,
+                               std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+  const auto base = scratch.path / ("hardy-openmpi-" + std::to_string(::geteuid()));
+  const auto session = base / "prted.4242";
+  std::filesystem::create_directories(session);
+  std::filesystem::permissions(base, std::filesystem::perms::owner_all);
+  std::filesystem::permissions(session, std::filesystem::perms::owner_all);
+  ScopedEnvironmentVariable server_dir("PMIX_SERVER_TMPDIR", session.c_str());
+  // As Open MPI creates it on a node that had none: mode 0700, this user's.
+  CHECK_NOTHROW(hardy::jobs::check_node_runtime_dir());
+  ::setenv("PMIX_SERVER_TMPDIR", (session.string() + "/").c_str(), 1);
+  CHECK_NOTHROW(hardy::jobs::check_node_runtime_dir());
+
+  // Made by someone else before the job came (here: writable by all, which Open MPI accepts).
+  std::filesystem::permissions(base, std::filesystem::perms::all);
+  try {
+    hardy::jobs::check_node_runtime_dir();
+    FAIL("a world-writable runtime directory passed");
+  } catch (const hardy::core::UnsafeDirectory& e) {
+    const std::string message = e.what();
+    CHECK(message.find(hardy::core::host_name()) != std::string::npos);
+    CHECK(message.find(base.string()) != std::string::npos);
+    CHECK(message.find("not private to this user") != std::string::npos);
+  }
+  std::filesystem::permissions(base, std::filesystem::perms::owner_all);
+  // The session directory below it counts too.
+  std::filesystem::permissions(session, std::filesystem::perms::all);
+  CHECK_THROWS_AS(hardy::jobs::check_node_runtime_dir(), hardy::core::UnsafeDirectory);
+  std::filesystem::permissions(session, std::filesystem::perms::owner_all);
+  // A link in the runtime directory's place is refused, not followed.
+  const auto elsewhere = scratch.path / "elsewhere";
+  std::filesystem::rename(base, elsewhere);
+  std::filesystem::create_directory_symlink(elsewhere, base);
+  CHECK_THROWS_AS(hardy::jobs::check_node_runtime_dir(), hardy::core::UnsafeDirectory);
+
+  // Not hardy's directory (Open MPI's default, a scheduler's PMIx, the user's choice): unjudged.
+  const auto other = scratch.path / "chosen" / "ompi.4242";
+  std::filesystem::create_directories(other);
+  std::filesystem::permissions(other.parent_path(), std::filesystem::perms::all);
+  ::setenv("PMIX_SERVER_TMPDIR", other.c_str(), 1);
+  CHECK_NOTHROW(hardy::jobs::check_node_runtime_dir());
+  ::unsetenv("PMIX_SERVER_TMPDIR");
+  CHECK_NOTHROW(hardy::jobs::check_node_runtime_dir());
 }

@@ -116,7 +116,8 @@ Verdict judge_launch(int exit_status, const LaunchEvents& events) {
     return {LaunchVerdict::completed, fmt::format("completed at step {} (launcher exit status {})",
                                                   *events.total_steps, exit_status)};
   if (exit_status == 2 && !events.total_steps)
-    return {LaunchVerdict::bad_input, "the job refused its options (exit status 2)"};
+    return {LaunchVerdict::bad_input,
+            "the job refused its options or a node's setup (exit status 2)"};
   if (exit_status == 3 && events.finished_status == "stopped")
     return {LaunchVerdict::stopped, "the job stopped at its limits (exit status 3)"};
   if (exit_status == 4 && events.finished_status == "preempted")

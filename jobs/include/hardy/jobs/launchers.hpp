@@ -36,6 +36,14 @@ struct LauncherTraits {
 // PMIx server's listener thread failed to start").
 std::filesystem::path private_runtime_dir();
 
+// What every rank checks on its own node before MPI starts: the other nodes' daemons are only
+// handed the path private_runtime_dir() checked on the launching host, and Open MPI uses a
+// directory it finds there whoever owns it. When this process's PMIx server keeps its session
+// directory (PMIX_SERVER_TMPDIR) in hardy's runtime directory, that directory and the session
+// directory must pass core::check_private_tree; throws core::UnsafeDirectory naming the node and
+// what is wrong. Does nothing outside Open MPI or where the user chose the place.
+void check_node_runtime_dir();
+
 // Removes, from the runtime directory `dir`, the session directories (NAME.PID) of this user
 // whose process is gone: what launches killed with SIGKILL left there, which would stop a later
 // launcher given the same pid. Never follows a link, never touches another user's entry, never
