@@ -6,9 +6,12 @@ parameters and batch-norm statistics by hardy's names), loads the weights from a
 checkpoint file (/model/<name>), switches it to inference (batch norm on its running statistics,
 no dropout) and traces it at the run's sample size with a free batch dimension:
 
-    export_onnx.py --config JSON --weights model.h5 --height H --width W --out model.onnx
+    export_onnx.py --config JSON --weights model.h5 [--depth D] --height H --width W \
+        [--output logits|outputs] --out model.onnx
 
-JSON is the network's configuration as hardy's core::to_json(ModelConfig) writes it.
+JSON is the network's configuration as hardy's core::to_json(ModelConfig) writes it. The input is
+`fields`, (N, C, H, W), or (N, C, D, H, W) for a volume; the output `logits` (a segmentation's, N,
+K, H, W) or `outputs` (a regression's, N, targets).
 """
 import argparse
 import json
@@ -33,22 +36,26 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="the network's configuration (JSON)")
     parser.add_argument("--weights", required=True, help="hardy model or checkpoint file")
+    parser.add_argument("--depth", type=int, help="a volume's depth (CosmoFlow)")
     parser.add_argument("--height", type=int, required=True)
     parser.add_argument("--width", type=int, required=True)
+    parser.add_argument("--output", choices=("logits", "outputs"), default="logits",
+                        help="the output's name: a segmentation's logits, a regression's outputs")
     parser.add_argument("--out", required=True, help="ONNX file to write")
     args = parser.parse_args()
     config = json.loads(args.config)
     model = torch_networks.build_model(config)
     torch_deeplab.load_hardy_model(model, args.weights)
     model.eval()
-    example = torch.zeros(1, config["input_channels"], args.height, args.width)
+    sample = [config["input_channels"], *([args.depth] if args.depth else []), args.height, args.width]
+    example = torch.zeros(1, *sample)
     with torch.no_grad():
-        torch.onnx.export(model, example, args.out, input_names=["fields"], output_names=["logits"],
-                          dynamic_axes={"fields": {0: "batch"}, "logits": {0: "batch"}},
+        torch.onnx.export(model, example, args.out, input_names=["fields"], output_names=[args.output],
+                          dynamic_axes={"fields": {0: "batch"}, args.output: {0: "batch"}},
                           opset_version=13)
     parameters = sum(p.numel() for p in model.parameters())
     print(f"hardy export: {config.get('architecture', 'compact')} network, {parameters:,} parameters, "
-          f"input (N, {config['input_channels']}, {args.height}, {args.width}) -> {args.out}")
+          f"input (N, {', '.join(map(str, sample))}) -> {args.output}, {args.out}")
 
 
 if __name__ == "__main__":

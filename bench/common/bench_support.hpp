@@ -61,10 +61,18 @@ struct ModelShape {
 
 // Applies one of the shape flags (--batch, --height, --width, --input-channels, --classes,
 // --model; the compact network's --model-width, --depth, --aspp-channels, --aspp-rates,
-// --low-level-channels, --decoder-channels, --groups; the tiramisu's --dense-layers, --growth,
-// --first-channels, --dense-kernel, --dropout); false when `flag` is none of them.
+// --low-level-channels, --decoder-channels, --groups, --norm; the tiramisu's --dense-layers,
+// --growth, --first-channels, --dense-kernel, --dropout); false when `flag` is none of them.
 inline bool apply_shape_flag(std::string_view flag, std::string_view value, ModelShape& shape) {
   auto integer = [&] { return parse_number<int>(flag, value); };
+  // A name core parses (a network, a norm), its error a usage error.
+  auto named = [&](auto parse) {
+    try {
+      return parse(std::string(value));
+    } catch (const std::exception& e) {
+      throw UsageError(fmt::format("{}: {}", flag, e.what()));
+    }
+  };
   auto& m = shape.model;
   if (flag == "--batch")
     shape.batch = integer();
@@ -76,13 +84,9 @@ inline bool apply_shape_flag(std::string_view flag, std::string_view value, Mode
     m.input_channels = integer();
   else if (flag == "--classes")
     m.num_classes = integer();
-  else if (flag == "--model") {
-    try {
-      m.architecture = core::parse_architecture(std::string(value));
-    } catch (const std::exception& e) {
-      throw UsageError(fmt::format("--model: {}", e.what()));
-    }
-  } else if (flag == "--model-width")
+  else if (flag == "--model")
+    m.architecture = named(core::parse_architecture);
+  else if (flag == "--model-width")
     m.width = integer();
   else if (flag == "--depth")
     m.depth = integer();
@@ -96,6 +100,8 @@ inline bool apply_shape_flag(std::string_view flag, std::string_view value, Mode
     m.decoder_channels = integer();
   else if (flag == "--groups")
     m.groups = integer();
+  else if (flag == "--norm")
+    m.norm = named(core::parse_norm_kind);
   else if (flag == "--dense-layers")
     m.dense_layers = parse_rates(flag, value);
   else if (flag == "--growth")

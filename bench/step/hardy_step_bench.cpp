@@ -60,6 +60,7 @@ constexpr bench::Command kCommand{
     "         [--weight-decay WD] [--op-profile] [--dump DIR]\n"
     "       compact (the default): [--model-width W] [--depth D] [--aspp-channels A]\n"
     "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D] [--groups G]\n"
+    "         [--norm group|batch]\n"
     "       tiramisu: [--dense-layers 2,2,2,4,5] [--growth G] [--first-channels F]\n"
     "         [--dense-kernel K] [--dropout P]\n"
     "       deepcam: no model flags (the published network)\n"

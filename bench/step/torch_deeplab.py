@@ -78,24 +78,43 @@ class GroupNormRelu(nn.Module):
         return F.relu(F.group_norm(x, self.groups, self.gamma, self.beta, self.eps))
 
 
-class ConvNormRelu(nn.Module):
-    """hardy's ConvNormRelu: conv without bias -> group norm -> relu."""
+class BatchNormRelu(nn.Module):
+    """Batch normalization with hardy's names (gamma, beta; running_mean and running_var as
+    buffers) and the fused ReLU: batch statistics in training, the running ones in inference,
+    momentum 0.1 and the unbiased variance, as hardy's Norm (and PyTorch's own)."""
 
-    def __init__(self, in_channels, out_channels, kernel, stride, dilation, groups, eps):
+    def __init__(self, channels, eps):
+        super().__init__()
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.ones(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("running_mean", torch.zeros(channels))
+        self.register_buffer("running_var", torch.ones(channels))
+
+    def forward(self, x):
+        return F.relu(F.batch_norm(x, self.running_mean, self.running_var, self.gamma, self.beta,
+                                   training=self.training, momentum=0.1, eps=self.eps))
+
+
+class ConvNormRelu(nn.Module):
+    """hardy's ConvNormRelu: conv without bias -> group (or batch) norm -> relu."""
+
+    def __init__(self, in_channels, out_channels, kernel, stride, dilation, c):
         super().__init__()
         padding = dilation * (kernel - 1) // 2  # "same" padding, as hardy's same()
         self.conv = nn.Conv2d(in_channels, out_channels, kernel, stride=stride, padding=padding,
                               dilation=dilation, bias=False)
-        self.norm = GroupNormRelu(out_channels, groups, eps)
+        self.norm = (BatchNormRelu(out_channels, c.norm_eps) if c.norm == "batch"
+                     else GroupNormRelu(out_channels, c.groups, c.norm_eps))
 
     def forward(self, x):
         return self.norm(self.conv(x))
 
 
-def make_stage(depth, in_channels, out_channels, stride, dilation, groups, eps):
+def make_stage(depth, in_channels, out_channels, stride, dilation, c):
     return nn.ModuleList(
         ConvNormRelu(in_channels if i == 0 else out_channels, out_channels, 3,
-                     stride if i == 0 else 1, dilation, groups, eps) for i in range(depth))
+                     stride if i == 0 else 1, dilation, c) for i in range(depth))
 
 
 def run_stage(blocks, x):
@@ -108,10 +127,10 @@ class Encoder(nn.Module):
     def __init__(self, c):
         super().__init__()
         w = c.width
-        self.stem = make_stage(c.depth, c.input_channels, w, 2, 1, c.groups, c.norm_eps)
-        self.stage4x = make_stage(c.depth, w, 2 * w, 2, 1, c.groups, c.norm_eps)
-        self.stage8x = make_stage(c.depth, 2 * w, 4 * w, 2, 1, c.groups, c.norm_eps)
-        self.atrous = make_stage(c.depth, 4 * w, 4 * w, 1, 2, c.groups, c.norm_eps)
+        self.stem = make_stage(c.depth, c.input_channels, w, 2, 1, c)
+        self.stage4x = make_stage(c.depth, w, 2 * w, 2, 1, c)
+        self.stage8x = make_stage(c.depth, 2 * w, 4 * w, 2, 1, c)
+        self.atrous = make_stage(c.depth, 4 * w, 4 * w, 1, 2, c)
 
     def forward(self, x):
         low = run_stage(self.stage4x, run_stage(self.stem, x))
@@ -124,11 +143,11 @@ class Aspp(nn.Module):
         super().__init__()
         high, a = 4 * c.width, c.aspp_channels
         self.rates = list(c.aspp_rates)
-        self.branch1x1 = ConvNormRelu(high, a, 1, 1, 1, c.groups, c.norm_eps)
+        self.branch1x1 = ConvNormRelu(high, a, 1, 1, 1, c)
         for rate in self.rates:
-            self.add_module(f"rate{rate}", ConvNormRelu(high, a, 3, 1, rate, c.groups, c.norm_eps))
-        self.image_pool = ConvNormRelu(high, a, 1, 1, 1, c.groups, c.norm_eps)
-        self.projection = ConvNormRelu(a * (len(self.rates) + 2), a, 1, 1, 1, c.groups, c.norm_eps)
+            self.add_module(f"rate{rate}", ConvNormRelu(high, a, 3, 1, rate, c))
+        self.image_pool = ConvNormRelu(high, a, 1, 1, 1, c)
+        self.projection = ConvNormRelu(a * (len(self.rates) + 2), a, 1, 1, 1, c)
 
     def forward(self, high):
         branches = [self.branch1x1(high)]
@@ -142,12 +161,10 @@ class Aspp(nn.Module):
 class Decoder(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.low_level = ConvNormRelu(2 * c.width, c.low_level_channels, 1, 1, 1, c.groups,
-                                      c.norm_eps)
+        self.low_level = ConvNormRelu(2 * c.width, c.low_level_channels, 1, 1, 1, c)
         self.fuse1 = ConvNormRelu(c.aspp_channels + c.low_level_channels, c.decoder_channels, 3,
-                                  1, 1, c.groups, c.norm_eps)
-        self.fuse2 = ConvNormRelu(c.decoder_channels, c.decoder_channels, 3, 1, 1, c.groups,
-                                  c.norm_eps)
+                                  1, 1, c)
+        self.fuse2 = ConvNormRelu(c.decoder_channels, c.decoder_channels, 3, 1, 1, c)
         self.classifier = nn.Conv2d(c.decoder_channels, c.num_classes, 1, bias=True)
 
     def forward(self, low, pyramid, size):
@@ -181,7 +198,7 @@ class ModelConfig:
 
     def __init__(self, input_channels=16, num_classes=3, width=16, depth=1, aspp_channels=32,
                  aspp_rates=(2, 4, 6), low_level_channels=16, decoder_channels=32, groups=8,
-                 norm_eps=1e-5):
+                 norm_eps=1e-5, norm="group"):
         self.input_channels = input_channels
         self.num_classes = num_classes
         self.width = width
@@ -192,6 +209,9 @@ class ModelConfig:
         self.decoder_channels = decoder_channels
         self.groups = groups
         self.norm_eps = norm_eps
+        if norm not in ("group", "batch"):
+            raise ValueError(f"unknown norm '{norm}' (group or batch)")
+        self.norm = norm
 
     def as_dict(self):
         return dict(vars(self))

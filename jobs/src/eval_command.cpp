@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "command_line.hpp"
 #include "hardy/checkpoint/model_file.hpp"
@@ -30,10 +31,11 @@ po::options_description eval_options() {
       "model", po::value<std::string>(),
       "model or checkpoint file to score instead of RUN_DIR/model.h5")(
       "predictions", po::value<std::string>(),
-      "also write every scored sample's input and logits to this HDF5 file (datasets fields and "
-      "logits, (N, C, H, W) float32), e.g. to check an exported model against hardy's")(
-      "dataset", po::value<std::string>(),
-      "score every sample of this dataset directory instead of the held-out set")(
+      "also write every scored sample's input and the network's output to this HDF5 file "
+      "(float32 datasets fields, (N, C, H, W) or (N, C, D, H, W), and logits, (N, K, H, W), or "
+      "for a regression outputs, (N, targets)), e.g. to check an exported model against "
+      "hardy's")("dataset", po::value<std::string>(),
+                 "score every sample of this dataset directory instead of the held-out set")(
       "split", po::value<std::string>(),
       "a job on a DeepCAM- or ClimateNet-layout dataset: score this split of it (validation, "
       "test or train), "
@@ -115,13 +117,49 @@ int eval_command(const std::vector<std::string>& args) {
     data = core::open_data(spec.data);
     source = data.held_out.get();
   }
+  // --predictions: every scored sample's input and the network's output (a segmentation's
+  // logits, a regression's outputs), to check an exported network against.
+  core::EvaluatedBatch save;
+  core::h5::Handle predictions, fields_dataset, outputs_dataset;
+  const auto close_predictions = [&] {
+    fields_dataset.close();
+    outputs_dataset.close();
+    predictions.close();
+  };
+  if (vm.count("predictions")) {
+    predictions = core::h5::create_file(vm["predictions"].as<std::string>());
+    const auto shape = source->shape();
+    const auto extent = [](auto value) { return static_cast<core::h5::Extent>(value); };
+    const core::h5::Extent n = source->size();
+    std::vector<core::h5::Extent> fields{n, extent(shape.channels)};
+    if (shape.volumetric()) fields.push_back(extent(shape.depth));
+    fields.insert(fields.end(), {extent(shape.height), extent(shape.width)});
+    const auto outputs =
+        shape.regression()
+            ? std::vector<core::h5::Extent>{n, extent(shape.targets)}
+            : std::vector<core::h5::Extent>{n, extent(spec.model.num_classes), extent(shape.height),
+                                            extent(shape.width)};
+    const auto f32 = core::h5::native_type(core::h5::number_type<float>());
+    fields_dataset = core::h5::create_dataset(predictions.id(), "fields", f32, fields);
+    outputs_dataset = core::h5::create_dataset(
+        predictions.id(), shape.regression() ? "outputs" : "logits", f32, outputs);
+    save = [&](std::size_t first, const core::Tensor& fields, const core::Tensor& outputs) {
+      for (auto [tensor, dataset] :
+           {std::pair{&fields, &fields_dataset}, {&outputs, &outputs_dataset}}) {
+        core::Tensor host = core::Tensor::host(
+            tensor->dims(), core::DType::f32,
+            tensor->dims().size() == 2 ? core::Layout::flat : core::Layout::nchw);
+        backend->copy(*tensor, host);
+        core::h5::write_rows<float>(dataset->id(), first,
+                                    static_cast<core::h5::Extent>(tensor->dims()[0]), host.f32());
+      }
+    };
+  }
   if (spec.model.regression()) {
     // CosmoFlow: MLPerf HPC's metric, the mean absolute error over every target of every sample.
-    if (vm.count("predictions"))
-      throw InvalidArgument(
-          "--predictions writes a segmentation's logits; this run regresses (--model cosmoflow)");
-    const auto errors =
-        core::evaluate_regression(model, *source, static_cast<std::size_t>(spec.global_batch));
+    const auto errors = core::evaluate_regression(
+        model, *source, static_cast<std::size_t>(spec.global_batch), save);
+    close_predictions();
     if (vm["json"].as<bool>()) {
       std::cout << nlohmann::json{{"model", model_file.string()},
                                   {"data", source->describe()},
@@ -141,36 +179,9 @@ int eval_command(const std::vector<std::string>& args) {
     }
     return 0;
   }
-  core::EvaluatedBatch save;
-  core::h5::Handle predictions, fields_dataset, logits_dataset;
-  if (vm.count("predictions")) {
-    predictions = core::h5::create_file(vm["predictions"].as<std::string>());
-    const auto shape = source->shape();
-    const core::h5::Extent n = source->size();
-    fields_dataset = core::h5::create_dataset(
-        predictions.id(), "fields", core::h5::native_type(core::h5::number_type<float>()),
-        {n, static_cast<core::h5::Extent>(shape.channels),
-         static_cast<core::h5::Extent>(shape.height), static_cast<core::h5::Extent>(shape.width)});
-    logits_dataset = core::h5::create_dataset(
-        predictions.id(), "logits", core::h5::native_type(core::h5::number_type<float>()),
-        {n, static_cast<core::h5::Extent>(spec.model.num_classes),
-         static_cast<core::h5::Extent>(shape.height), static_cast<core::h5::Extent>(shape.width)});
-    save = [&](std::size_t first, const core::Tensor& fields, const core::Tensor& logits) {
-      for (auto [tensor, dataset] :
-           {std::pair{&fields, &fields_dataset}, {&logits, &logits_dataset}}) {
-        core::Tensor host =
-            core::Tensor::host(tensor->dims(), core::DType::f32, core::Layout::nchw);
-        backend->copy(*tensor, host);
-        core::h5::write_rows<float>(dataset->id(), first,
-                                    static_cast<core::h5::Extent>(tensor->n()), host.f32());
-      }
-    };
-  }
   const auto confusion =
       core::evaluate(model, *source, static_cast<std::size_t>(spec.global_batch), save);
-  fields_dataset.close();
-  logits_dataset.close();
-  predictions.close();
+  close_predictions();
   const auto iou = confusion.iou();
   // The score of a model that predicts background everywhere, on the same pixels.
   const auto baseline = confusion.with_constant_prediction(core::kBackground);

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/support/error.hpp"
@@ -54,11 +56,6 @@ int export_command(const std::vector<std::string>& args) {
     throw InvalidArgument(
         fmt::format("{} has no config.ini; is it a hardy run directory?", run_path->string()));
   const TrainSpec spec = load_train_spec(run_dir.config());
-  if (spec.model.architecture == core::Architecture::compact &&
-      spec.model.norm != core::NormKind::group)
-    throw InvalidArgument(
-        "hardy export writes the compact network with group norm only (its PyTorch twin has no "
-        "batch norm); this run trained with --norm batch");
   const fs::path weights =
       vm.count("model") ? fs::path(vm["model"].as<std::string>()) : run_dir.final_model();
   if (!fs::exists(weights))
@@ -73,10 +70,15 @@ int export_command(const std::vector<std::string>& args) {
   const fs::path python = find_python(helper, {"torch", "h5py", "numpy"},
                                       "torch, h5py and numpy (apt install python3-torch "
                                       "python3-h5py python3-numpy, or pip install them)");
-  run_helper(python, helper,
-             {"--config", core::to_json(spec.model).dump(), "--weights", weights.string(),
-              "--height", std::to_string(shape.height), "--width", std::to_string(shape.width),
-              "--out", vm["onnx"].as<std::string>()});
+  std::vector<std::string> helper_args{"--config",  core::to_json(spec.model).dump(),
+                                       "--weights", weights.string(),
+                                       "--height",  std::to_string(shape.height),
+                                       "--width",   std::to_string(shape.width),
+                                       "--output",  shape.regression() ? "outputs" : "logits",
+                                       "--out",     vm["onnx"].as<std::string>()};
+  if (shape.volumetric())
+    helper_args.insert(helper_args.end(), {"--depth", std::to_string(shape.depth)});
+  run_helper(python, helper, helper_args);
   return 0;
 }
 

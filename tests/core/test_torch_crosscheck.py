@@ -75,6 +75,11 @@ CASES = [
     {"args": ["--batch", "3", "--height", "24", "--width", "40", "--model-width", "6",
               "--depth", "2", "--aspp-channels", "12", "--aspp-rates", "1,3",
               "--decoder-channels", "10", "--low-level-channels", "6", "--groups", "4"]},
+    # The compact network with batch norm (its statistics over the batch, the running ones
+    # moved): the twin hardy export traces for a run trained with --norm batch.
+    {"args": ["--batch", "3", "--height", "24", "--width", "32", "--model-width", "6",
+              "--aspp-channels", "8", "--aspp-rates", "1,2", "--decoder-channels", "8",
+              "--low-level-channels", "6", "--norm", "batch"]},
     {"args": ["--model", "tiramisu", "--batch", "2", "--height", "32", "--width", "48",
               "--dense-layers", "1,2,2", "--growth", "4", "--first-channels", "6",
               "--dense-kernel", "3", "--dropout", "0"]},

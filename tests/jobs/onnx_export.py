@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`hardy export RUN_DIR --onnx FILE` for each network: onnxruntime's predictions on held-out
 samples equal `hardy eval`'s (argmax agreement >= 99.9% of pixels, logits within 1e-4 of their
-largest magnitude: both run float32, hardy on oneDNN, onnxruntime on its own kernels).
+largest magnitude: both run float32, hardy on oneDNN, onnxruntime on its own kernels; CosmoFlow's
+regression outputs within 1e-4 of the largest).
 
 Usage: onnx_export.py HARDY   (exit 77, skipped, without onnxruntime in this Python)
 """
@@ -11,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import SMALL_COMPACT, SMALL_TIRAMISU, Checks, skip  # noqa: E402
+from hardy_test import SMALL_COMPACT, SMALL_COSMOFLOW, SMALL_TIRAMISU, Checks, skip  # noqa: E402
 
 try:
     import h5py
@@ -27,13 +28,16 @@ JOB = ["--synthetic", "--samples", "64", "--eval-samples", "16", "--global-batch
 # from training); DeepCAM's at its full 56M parameters on 32x32 crops.
 NETWORKS = {
     "compact": [*SMALL_COMPACT, "--height", "32", "--width", "40", "--steps", "20"],
+    "compact, batch norm": [*SMALL_COMPACT, "--norm", "batch", "--height", "32", "--width", "40",
+                            "--steps", "20"],
     "tiramisu": [*SMALL_TIRAMISU, "--height", "32", "--width", "40", "--steps", "20"],
     "deepcam": ["--model", "deepcam", "--height", "32", "--width", "48", "--steps", "4"],
+    "cosmoflow": [*SMALL_COSMOFLOW, "--steps", "4"],
 }
 check = Checks()
 with tempfile.TemporaryDirectory(prefix="hardy-onnx-") as tmp:
     for name, options in NETWORKS.items():
-        run = Path(tmp) / name
+        run = Path(tmp) / name.replace(", ", "-").replace(" ", "-")
         subprocess.run([hardy, "train", *JOB, *options, "--run-dir", str(run)], check=True,
                        stdout=subprocess.DEVNULL)
         onnx_file, predictions = run / "model.onnx", run / "predictions.h5"
@@ -45,13 +49,19 @@ with tempfile.TemporaryDirectory(prefix="hardy-onnx-") as tmp:
             continue
         subprocess.run([hardy, "eval", "--run-dir", str(run), "--predictions", str(predictions)], check=True,
                        stdout=subprocess.DEVNULL)
+        output = "outputs" if name == "cosmoflow" else "logits"
         with h5py.File(predictions, "r") as f:
-            fields, expected = np.asarray(f["fields"]), np.asarray(f["logits"])
+            fields, expected = np.asarray(f["fields"]), np.asarray(f[output])
         session = onnxruntime.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
-        logits = session.run(["logits"], {"fields": fields})[0]
-        agreement = float((logits.argmax(1) == expected.argmax(1)).mean())
-        difference = float(np.abs(logits - expected).max() / np.abs(expected).max())
-        check(logits.shape == expected.shape and agreement >= 0.999 and difference <= 1e-4,
+        got = session.run([output], {"fields": fields})[0]
+        difference = float(np.abs(got - expected).max() / np.abs(expected).max())
+        if output == "outputs":
+            check(got.shape == expected.shape == (len(fields), 4) and difference <= 1e-4,
+                  f"{name}: onnxruntime on {len(fields)} held-out volumes {fields.shape[1:]} agrees "
+                  f"with hardy eval, outputs within {difference:.1e} of the largest")
+            continue
+        agreement = float((got.argmax(1) == expected.argmax(1)).mean())
+        check(got.shape == expected.shape and agreement >= 0.999 and difference <= 1e-4,
               f"{name}: onnxruntime on {len(fields)} held-out samples agrees with hardy eval on "
               f"{agreement:.2%} of pixels, logits within {difference:.1e} of the largest")
 check.finish("onnx export")

@@ -122,6 +122,7 @@ nlohmann::json to_json(const ModelConfig& m) {
                      {"aspp_rates", m.aspp_rates},
                      {"low_level_channels", m.low_level_channels},
                      {"decoder_channels", m.decoder_channels},
+                     {"norm", to_string(m.norm)},
                      {"groups", m.groups}});
       break;
     case Architecture::deepcam:
