@@ -59,6 +59,10 @@ NODES, PER_DOMAIN, SAMPLES = 8, 2, 48
 # Long enough after the fault for the lost domain to come back (up to about 9 s for a frozen
 # node) before the survivors finish.
 STEPS, FAULT_STEP, TRAIN = fault_job(SAMPLES, 240, 40, ["--checkpoint-every", "50", "--threads", "1"])
+# crash_in_heal loses its second node only once the first domain's relaunch has begun (about step
+# 60), and that domain relaunches a second time: at 240 steps the survivors finished before it
+# was back on a machine whose step took 20 ms (2026-11-29).
+LONGER = {"crash_in_heal": 3 * STEPS}
 RUN_TIMEOUT_S = 300
 SPARES = {"two_domains": 2, "crash_in_heal": 2}
 FIRST_FAULT = {"node_crash": ("crash", 3), "node_crash_rpn2": ("crash", 3), "node_crash_redis": ("crash", 3),
@@ -116,7 +120,9 @@ def main():
     ranks = 2 if base.endswith("_rpn2") else 1
     spares = SPARES.get(scenario, 1)
     check = Checks()
-    train = list(TRAIN)
+    steps = LONGER.get(scenario, STEPS)
+    train = [str(steps) if previous == "--steps" else word
+             for previous, word in zip([None, *TRAIN], TRAIN)]
     if scenario.startswith("lagged"):
         train += ["--gradient-lag", "1"]
     if sharded:
@@ -182,11 +188,11 @@ def main():
             all_events = job.events()
             metrics = read_jsonl(run / "metrics.jsonl")
             named = lambda name: [e for e in all_events if e["event"] == name]  # noqa: E731
-            check_completed(check, all_events, STEPS, scenario)
-            steps = [m["step"] for m in metrics]
-            check(steps == list(range(1, STEPS + 1)), f"{scenario}: every step committed once, none lost")
+            check_completed(check, all_events, steps, scenario)
+            committed = [m["step"] for m in metrics]
+            check(committed == list(range(1, steps + 1)), f"{scenario}: every step committed once, none lost")
             complete, wrong = complete_epochs_exact(run, SAMPLES)
-            check(len(complete) >= STEPS * 16 // SAMPLES and not wrong,
+            check(len(complete) >= steps * 16 // SAMPLES and not wrong,
                   f"{scenario}: {len(complete)} complete epochs cover every sample exactly once (wrong: {wrong})")
             final = metrics[-1]["loss"] if metrics else float("nan")
             check(abs(final - expected_final) <= 0.02 * abs(expected_final),
