@@ -50,8 +50,9 @@ A domain layout draws the faults that reach a domain from outside (rank_kill, no
 node_freeze, partition): a lost node ends its domain, which comes back on the spare when there is
 one and is abandoned otherwise, while the other domain trains on. Its invariants are the ones below,
 with: a fault's domain_lost (or a failure found inside the domain) after it; no domain relaunched on
-a lost node; with --domain-sync-every 4, a restore may go back to the last meeting (up to 4 steps)
-and the last tenth's mean loss is compared (within 5%) instead of the final loss; with staging,
+a lost node; with --domain-sync-every 4, a restore may go back to the last meeting (up to 4 steps);
+with it, or after a domain was lost (the other trains alone meanwhile), the last tenth's mean loss
+is compared (within 5%) instead of the final loss; with staging,
 everything staged private and nothing half-copied but on lost nodes. Each layout's failure-free
 reference is its own (one MPI job of 8 ranks on this host, or 2 domains of 4 ranks for
 domains_sync4), cached.
@@ -675,12 +676,13 @@ class Run:
             self.fail(f"every step 1..{STEPS} committed (missing {missing[:10]}{'...' if len(missing) > 10 else ''})")
         reference = self.soak.references.get(self.layout)
         if metrics and reference and metrics[-1]["step"] == STEPS:
-            if self.layout in SYNC_EVERY:
+            if self.layout in SYNC_EVERY or (self.layout.startswith("domains") and named("domain_lost")):
                 # Domains that train alone between meetings redo different steps after a loss (the
                 # rewind): their last tenth's mean loss against the failure-free run's, within 5%.
                 # A lost domain leaves one domain until it is back (for good when abandoned: no
                 # spare), which trains as one job meanwhile: between the two failure-free runs,
-                # within 5% of either end.
+                # within 5% of either end. (domains_lag's final loss, compared within 2% before,
+                # ended 2.8% off after its domain was abandoned at step 38: seed 656107231, run 90.)
                 final, expected = tail_mean(metrics), tail_mean(reference)
                 low, high = expected, expected
                 if named("domain_lost") and self.soak.references.get("domains"):
