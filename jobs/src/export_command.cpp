@@ -28,10 +28,11 @@ constexpr const char* kExportUsage = R"(Usage: hardy export RUN_DIR --onnx FILE 
 
 Writes the run's trained network (RUN_DIR/model.h5, or --model, a model or checkpoint file) as
 ONNX (opset 13): input "fields" (N, C, H, W) float32, normalised as the run's samples are, output
-"logits" (N, classes, H, W); N is free, H and W are the run's sample size. Any of the networks
-(--model compact with group norm, deepcam, tiramisu). `hardy eval --predictions FILE` writes
-hardy's own logits for the same samples, to check an exported model against. Needs Python 3 with
-torch, h5py and numpy ($HARDY_PYTHON, else the checkout's .venv/bin/python, python3 on PATH,
+"logits" (N, classes, H, W); N is free, H and W are the run's sample size. Any of the networks:
+compact (group or batch norm), deepcam, tiramisu, and cosmoflow, whose input is its volumes
+(N, 4, D, H, W) and output "outputs" (N, 4). `hardy eval --predictions FILE` writes hardy's own
+outputs for the same samples, to check an exported model against. Needs Python 3 with torch,
+h5py and numpy ($HARDY_PYTHON, else the checkout's .venv/bin/python, python3 on PATH,
 /usr/bin/python3).
 )";
 
