@@ -5,7 +5,7 @@
 #   2. every test case of hardy_gpu_tests in its own process (a crash names its case);
 #   3. journey 3 on the GPU: `hardy train --backend cuda` on examples/tiny.ini to a checkpoint,
 #      `hardy ckpt inspect` of it, a resume to the end; the same on the CPU backend, and the
-#      difference of the two final checkpoints;
+#      difference of the two final checkpoints; --precision fp16 winning over HARDY_CUDA_PRECISION;
 #   4. bench_gpu.py: the peak GEMM and the step against PyTorch tuned for speed (eager,
 #      torch.compile, CUDA graphs; HARDY_DEVICE_CONFIGS, default small; HARDY_DEVICE_STEP_LIMIT);
 #   5. compute-sanitizer's memcheck over the GPU tests;
@@ -125,6 +125,20 @@ PY
   done
   hardy ckpt diff "$(ls "$work"/run-cuda/checkpoints/*.h5 | tail -n 1)" \
     "$(ls "$work"/run-cpu/checkpoints/*.h5 | tail -n 1)"
+  # --precision does on the GPU what HARDY_CUDA_PRECISION did, and wins over it: fp16 asked for
+  # with the variable saying bf16 trains in fp16 (its loss scaler active), recorded as such.
+  local run="$work/run-cuda-fp16"
+  rm -rf "$run"
+  HARDY_CUDA_PRECISION=bf16 hardy train --config examples/tiny.ini --backend cuda --precision fp16 \
+    --steps 20 --checkpoint-every 20 --run-dir "$run" --log-every 10
+  grep -q '^precision = fp16$' "$run/config.ini"
+  hardy ckpt inspect "$run/checkpoints/ckpt-20.h5" | grep -E '^ *precision: +fp16'
+  python3 - "$run/events.jsonl" <<'PY'
+import json, sys
+started = [json.loads(l) for l in open(sys.argv[1]) if '"job_started"' in l][0]
+assert started["precision"] == "fp16", started
+print("--precision fp16 over HARDY_CUDA_PRECISION=bf16: job_started says", started["precision"])
+PY
 }
 wanted journey && part journey 150 bash -c "$(declare -f journey); work='$work'; journey"
 

@@ -50,6 +50,7 @@ struct Options : bench::ModelShape, bench::RunFlags {
   float weight_decay = 1e-4f;
   bool op_profile = false;
   std::filesystem::path dump;
+  core::Precision precision = core::Precision::f32;  // --precision f32|bf16
 };
 
 constexpr bench::Command kCommand{
@@ -57,7 +58,7 @@ constexpr bench::Command kCommand{
     "usage: hardy_step_bench [--batch N] [--height H] [--width W] [--input-channels C]\n"
     "         [--classes K] [--model compact|tiramisu|deepcam|cosmoflow]\n"
     "         [--threads T] [--warmup S] [--steps S] [--seed S] [--lr LR]\n"
-    "         [--weight-decay WD] [--op-profile] [--dump DIR]\n"
+    "         [--weight-decay WD] [--precision f32|bf16] [--op-profile] [--dump DIR]\n"
     "       compact (the default): [--model-width W] [--depth D] [--aspp-channels A]\n"
     "         [--aspp-rates 2,4,6] [--low-level-channels L] [--decoder-channels D] [--groups G]\n"
     "         [--norm group|batch]\n"
@@ -77,6 +78,8 @@ Options parse(int argc, char** argv) {
                          o.weight_decay = bench::parse_number<float>(flag, value);
                        else if (flag == "--dump")
                          o.dump = std::string(value);
+                       else if (flag == "--precision")
+                         o.precision = core::parse_precision(value);
                        else
                          return false;
                        return true;
@@ -93,9 +96,10 @@ double mean(const std::vector<double>& values) {
   return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
 }
 
-// A host copy of a tensor in (N, C, [D,] H, W) order (or flat), as the Python side reads it.
+// A host f32 copy of a tensor in (N, C, [D,] H, W) order (or flat), as the Python side reads it
+// (bf16 activations widened).
 core::Tensor host_nchw(core::Backend& backend, const core::Tensor& t) {
-  core::Tensor host = core::Tensor::host(t.dims(), t.dtype(),
+  core::Tensor host = core::Tensor::host(t.dims(), core::DType::f32,
                                          t.rank() >= 4 ? core::Layout::nchw : core::Layout::flat);
   backend.copy(t, host);
   return host;
@@ -124,7 +128,7 @@ nlohmann::json config_json(const Options& o) {
 //                 config (JSON), lr, weight_decay, parameters and buffers (the names in the
 //                 model's order; HDF5 groups list them alphabetically).
 int dump_step(const Options& o) {
-  auto backend = core::make_backend("cpu");
+  auto backend = core::make_backend("cpu", o.precision);
   core::Model model(*backend, o.model);
   model.initialize(o.seed);
   std::filesystem::create_directories(o.dump);
@@ -189,7 +193,7 @@ int dump_step(const Options& o) {
 }
 
 int benchmark(const Options& o) {
-  auto cpu = core::make_backend("cpu");
+  auto cpu = core::make_backend("cpu", o.precision);
   bench::TimingBackend timing(*cpu);
   // Without --op-profile the model talks to the CPU backend directly, so that the step time
   // carries no decorator overhead at all.
@@ -228,6 +232,7 @@ int benchmark(const Options& o) {
   nlohmann::json result{
       {"bench", "hardy_step"},
       {"backend", std::string(cpu->name())},
+      {"precision", std::string(core::to_string(o.precision))},
       {"onednn_version", fmt::format("{}.{}.{}", dnnl->major, dnnl->minor, dnnl->patch)},
       {"threads", omp_get_max_threads()},
       {"batch", o.batch},

@@ -143,6 +143,11 @@ std::span<const ScalarField> scalar_fields() {
           "/job/config_hash", "/config_hash",
           "hash of what a resume must match (model shape, optimizer, dataset and its size)",
           [](auto& s) -> auto& { return s.config_hash; }),
+      optional_field<std::string>(
+          "/job/precision", "/precision",
+          "the precision the writer trained in: f32, bf16 or fp16 (its parameters and optimizer "
+          "state are f32 in every one); empty: written before hardy recorded it",
+          [](auto& s) -> auto& { return s.precision; }),
   };
   return table;
 }

@@ -308,6 +308,7 @@ constexpr SummaryLine kSummary[] = {
      "steps, {lr_schedule_total_steps} steps in all (final fraction "
      "{lr_schedule_final_fraction:g}, poly power {lr_schedule_poly_power:g}, step decay "
      "x{lr_schedule_step_gamma:g} every {lr_schedule_step_every} steps)"},
+    {"precision", "{precision} (parameters and optimizer state are f32 in every precision)"},
     {"loss scale", "{loss_scale_scale:g} ({loss_scale_good_steps} good steps)"},
     {"saved", "{unix_time} by hardy {hardy_version} on {hosts}"},
     {"run", "{run_id} (configuration hash {config_hash})"},

@@ -91,7 +91,7 @@ int eval_command(const std::vector<std::string>& args) {
       vm.count("model") ? std::filesystem::path(vm["model"].as<std::string>())
                         : run_dir.final_model();
 
-  auto backend = core::make_backend(spec.backend);
+  auto backend = core::make_backend(spec.backend, spec.precision);
   core::Model model(*backend, spec.model);
   checkpoint::load_model(model, model_file);
 

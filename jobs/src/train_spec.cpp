@@ -46,6 +46,11 @@ po::options_description job_options() {
       "seed for weights, data order and synthetic data")(
       "backend", po::value<std::string>()->default_value("cpu"),
       "kernel backend: cpu (oneDNN) or cuda")(
+      "precision", po::value<std::string>()->default_value("auto"),
+      "what the network computes in: f32, or mixed precision with activations in bf16 (CPUs "
+      "with AVX512-BF16 or AMX, and GPUs) or fp16 (GPUs, with loss scaling); parameters, "
+      "gradients and optimizer state stay f32, so a checkpoint resumes in any precision. auto: "
+      "f32 on the cpu backend; with --backend cuda, HARDY_CUDA_PRECISION, else bf16")(
       "threads", po::value<int>()->default_value(0),
       "kernel (OpenMP) threads per rank (0: the CPUs the rank may run on, as a scheduler's cpuset "
       "or a binding left them, or else its share of the host's cores; with --backend cuda at "
@@ -374,6 +379,15 @@ void read_run_options(const po::variables_map& vm, TrainSpec& spec) {
   spec.global_batch = get<long>(vm, "global-batch");
   spec.seed = get<std::uint64_t>(vm, "seed");
   spec.backend = get<std::string>(vm, "backend");
+  const auto precision = get<std::string>(vm, "precision");
+  try {
+    spec.precision = precision == "auto" ? core::default_precision(spec.backend)
+                                         : core::parse_precision(precision);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("--precision: {}", e.what()));
+  }
+  if (const auto why = core::precision_unsupported(spec.backend, spec.precision))
+    throw InvalidArgument(fmt::format("--precision {}: {}", precision, *why));
   spec.threads = get<int>(vm, "threads");
   spec.log_every = get<long>(vm, "log-every");
   require(spec.steps >= 0, "--steps must not be negative");
@@ -723,11 +737,13 @@ std::string effective_config_ini(const po::variables_map& vm, const TrainSpec& s
       continue;
     // Resolved below; a resume or an injected failure belongs to one launch, not to the job.
     if (name == "synthetic" || name == "dataset" || name == "run-dir" || name == "resume" ||
-        name == "inject-failure" || name == "run-lock-token" ||
+        name == "precision" || name == "inject-failure" || name == "run-lock-token" ||
         (name.starts_with("domain") && name != "domain-sync-every" && name != "domain-exchange"))
       continue;
     ini << name << " = " << value_text(value) << "\n";
   }
+  // As resolved: `auto` becomes the precision this job trains in.
+  ini << "precision = " << core::to_string(spec.precision) << "\n";
   ini << "run-dir = " << spec.run_dir.string() << "\n";
   if (spec.data.synthetic)
     ini << "synthetic = true\n";

@@ -79,7 +79,7 @@ TEST_CASE(
   CHECK(contents.state.model == saved.model);
   CHECK(contents.state.optimizer == saved.optimizer);
   check_same_scalars(contents.state, saved);
-  CHECK(contents.datasets.size() == saved.model.size() + saved.optimizer.size() + 26);
+  CHECK(contents.datasets.size() == saved.model.size() + saved.optimizer.size() + 27);
 
   TrainedModel target(2, core::OptimizerKind::adam, 0);
   apply(contents.state, target.model, *target.optimizer);

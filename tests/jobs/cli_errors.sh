@@ -58,6 +58,11 @@ expect 2 "snapshot-every takes auto or a number of steps (0: never), got 'often'
 expect 2 "snapshot-every takes auto or a number of steps (0: never), got '-2'" -- train --snapshot-every -2 --run-dir "$tmp/c"
 expect 2 "sample-cache-mib must be between 0 and 1e9" -- train --sample-cache-mib -1 --run-dir "$tmp/c"
 expect 2 "hang-io-timeout must be positive" -- train --hang-io-timeout 0 --run-dir "$tmp/c"
+expect 2 "precision: precision 'int8' is not one of f32, bf16, fp16" -- train --precision int8 --run-dir "$tmp/c"
+expect 2 "fp16 training needs --backend cuda" -- train --precision fp16 --run-dir "$tmp/c"
+# A CPU without native bf16 (oneDNN held below AVX512-BF16) is told what it lacks.
+ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI expect 2 "needs a CPU with the AVX512-BF16 or AMX instructions.*AVX-512 with VNNI" -- \
+  train --precision bf16 --run-dir "$tmp/c"
 expect 2 "gradient-lag must be 0 or 1" -- train --gradient-lag 2 --run-dir "$tmp/c"
 # The GPU takes lagged updates and fault domains (#39): the options pass their checks. On a machine
 # without a GPU what stops the job is the missing device (status 1); with one, the checks stop here.

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 
@@ -39,10 +40,74 @@ std::vector<std::string> available_backends() {
   return names;
 }
 
-std::unique_ptr<Backend> make_backend(std::string_view name) {
-  if (name == "cpu") return std::make_unique<CpuBackend>();
+std::string_view to_string(Precision precision) {
+  switch (precision) {
+    case Precision::f32:
+      return "f32";
+    case Precision::bf16:
+      return "bf16";
+    case Precision::fp16:
+      return "fp16";
+  }
+  return "unknown";
+}
+
+Precision parse_precision(std::string_view text) {
+  if (text == "f32" || text == "fp32") return Precision::f32;
+  if (text == "bf16") return Precision::bf16;
+  if (text == "fp16" || text == "f16") return Precision::fp16;
+  throw InvalidArgument(fmt::format("precision '{}' is not one of f32, bf16, fp16", text));
+}
+
+DType activation_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::bf16:
+      return DType::bf16;
+    case Precision::fp16:
+      return DType::f16;
+    case Precision::f32:
+      break;
+  }
+  return DType::f32;
+}
+
+Precision precision_of(DType activation_dtype) {
+  switch (activation_dtype) {
+    case DType::bf16:
+      return Precision::bf16;
+    case DType::f16:
+      return Precision::fp16;
+    default:
+      return Precision::f32;
+  }
+}
+
+Precision default_precision(std::string_view backend_name) {
+  if (backend_name != "cuda") return Precision::f32;
+  const char* text = std::getenv("HARDY_CUDA_PRECISION");
+  if (text == nullptr) return Precision::bf16;
+  try {
+    return parse_precision(text);
+  } catch (const InvalidArgument&) {
+    throw InvalidArgument(
+        fmt::format("HARDY_CUDA_PRECISION={} is not one of bf16, fp16, fp32", text));
+  }
+}
+
+std::optional<std::string> precision_unsupported(std::string_view backend_name,
+                                                 Precision precision) {
+  if (backend_name != "cpu") return std::nullopt;
+  return cpu_precision_unsupported(activation_dtype(precision));
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name, std::optional<Precision> precision) {
+  if (name == "cpu")
+    return std::make_unique<CpuBackend>(
+        CpuOptions{.activation_dtype = activation_dtype(precision.value_or(Precision::f32))});
 #ifdef HARDY_HAVE_CUDA
-  if (name == "cuda") return make_cuda_backend();
+  if (name == "cuda")
+    return make_cuda_backend(precision ? std::optional(activation_dtype(*precision))
+                                       : std::nullopt);
 #endif
   throw InvalidArgument(fmt::format("unknown backend '{}'; this build has: {}", name,
                                     fmt::join(available_backends(), ", ")));

@@ -45,8 +45,15 @@ void require_f32(const OperandRules& rules, std::string_view operation, std::str
 void require_float(const OperandRules& rules, std::string_view operation, std::string_view role,
                    const Tensor& t) {
   require_on(rules, operation, role, t);
-  if (rules.reduced_precision ? !is_float_type(t.dtype()) : t.dtype() != DType::f32)
-    throw tensor_error(operation, role, t, rules.reduced_precision ? "f32, bf16 or f16" : "f32");
+  const bool accepted = t.dtype() == DType::f32 ||
+                        (t.dtype() == DType::bf16 && rules.bf16_activations) ||
+                        (t.dtype() == DType::f16 && rules.f16_activations);
+  if (!accepted) {
+    const std::string_view expected = rules.f16_activations    ? "f32, bf16 or f16"
+                                      : rules.bf16_activations ? "f32 or bf16"
+                                                               : "f32";
+    throw tensor_error(operation, role, t, expected);
+  }
 }
 
 void require_activation(const OperandRules& rules, std::string_view operation,

@@ -19,14 +19,26 @@ inline constexpr OperandRules cpu_rules{
     .device = Device::host,
     .device_name = "host",
     .elsewhere_hint = "the cpu backend works on host tensors only",
-    .reduced_precision = false,
+    .bf16_activations = false,
+    .f16_activations = false,
     .copy_converts_float_types = false,
+    .oihw_weights_only = false};
+// The CPU backend in bf16 mixed precision (CpuOptions::activation_dtype bf16): bf16 activations,
+// converted from and to f32 by copy().
+inline constexpr OperandRules cpu_bf16_rules{
+    .device = Device::host,
+    .device_name = "host",
+    .elsewhere_hint = "the cpu backend works on host tensors only",
+    .bf16_activations = true,
+    .f16_activations = false,
+    .copy_converts_float_types = true,
     .oihw_weights_only = false};
 inline constexpr OperandRules cuda_rules{
     .device = Device::cuda,
     .device_name = "device",
     .elsewhere_hint = "the cuda backend computes on device tensors (copy host data in first)",
-    .reduced_precision = true,
+    .bf16_activations = true,
+    .f16_activations = true,
     .copy_converts_float_types = true,
     .oihw_weights_only = true};
 

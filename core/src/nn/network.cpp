@@ -133,7 +133,9 @@ const Tensor& Dropout::forward(std::span<const Tensor* const> inputs, const Forw
   if (keys_.empty())
     for (std::int64_t n = 0; n < x.dim(0); ++n) keys_.push_back(static_cast<std::uint64_t>(n));
   seed_ = mix_seed(pass.dropout.seed, 0xd0d0, salt_);
-  ensure_tensor(backend_, output_, x.dims());
+  // x's dtype, not the default for its rank: a dense layer's 2-D activations are bf16 in mixed
+  // precision too.
+  ensure_tensor(backend_, output_, x.dims(), x.dtype());
   backend_.dropout_forward({.x = x, .rate = rate_, .seed = seed_, .sample_keys = keys_}, output_);
   return output_;
 }
@@ -145,7 +147,7 @@ void Dropout::backward(const Tensor& dy, std::span<const bool> need, std::span<c
     grads[0] = &dy;
     return;
   }
-  ensure_tensor(backend_, input_grad_, dy.dims());
+  ensure_tensor(backend_, input_grad_, dy.dims(), dy.dtype());
   backend_.dropout_backward({.x = output_, .rate = rate_, .seed = seed_, .sample_keys = keys_}, dy,
                             input_grad_);
   grads[0] = &input_grad_;
@@ -266,6 +268,8 @@ Network::Network(Backend& backend, std::vector<Step> steps, int output)
   }
   outputs_.assign(nodes, nullptr);
   gradient_sums_.resize(nodes);
+  wide_sums_.resize(nodes);
+  wide_parts_.resize(nodes);
   input_grads_.assign(nodes, nullptr);
 }
 
@@ -306,12 +310,33 @@ void Network::backward(const Tensor& dy, const std::function<void(std::size_t)>&
       return;
     }
     Tensor& sum = gradient_sums_[node];
+    if (grad.dtype() == DType::f32) {
+      if (contributions[node]++ == 0) {
+        ensure_tensor(*backend_, sum, grad.dims());
+        backend_->copy(grad, sum);
+        input_grads_[node] = &sum;
+      } else {
+        backend_->axpy(1.0f, grad, sum);
+      }
+      return;
+    }
+    // bf16 or f16 gradients: summed in f32, rounded once after the last reader's part. Rounding
+    // after every addition would lose a rounding per branch (the compact network's ASPP input
+    // takes five), which PyTorch's autocast does not.
+    Tensor& wide = wide_sums_[node];
     if (contributions[node]++ == 0) {
-      ensure_tensor(*backend_, sum, grad.dims());
-      backend_->copy(grad, sum);
-      input_grads_[node] = &sum;
+      ensure_tensor(*backend_, wide, grad.dims(), DType::f32);
+      backend_->copy(grad, wide);
     } else {
-      backend_->axpy(1.0f, grad, sum);
+      Tensor& part = wide_parts_[node];
+      ensure_tensor(*backend_, part, grad.dims(), DType::f32);
+      backend_->copy(grad, part);
+      backend_->axpy(1.0f, part, wide);
+    }
+    if (contributions[node] == readers_[node]) {
+      ensure_tensor(*backend_, sum, grad.dims(), grad.dtype());
+      backend_->copy(wide, sum);
+      input_grads_[node] = &sum;
     }
   };
   std::vector<const Tensor*> grads;

@@ -19,6 +19,7 @@ nlohmann::json job_started_fields(const TrainingConfig& config, const Membership
                             {"fault_tolerant", membership.comm().fault_tolerant()},
                             {"ranks_per_node", config.ranks_per_node},
                             {"backend", trainer.backend().name()},
+                            {"precision", core::to_string(config.precision)},
                             {"threads_per_rank", omp_get_max_threads()},
                             {"steps", config.steps},
                             {"global_batch", config.global_batch},
@@ -40,11 +41,12 @@ nlohmann::json job_started_fields(const TrainingConfig& config, const Membership
 void print_training_line(const TrainingConfig& config, const Membership& membership,
                          Trainer& trainer, const core::DataSources& data) {
   std::cout << fmt::format(
-      "hardy: training {} parameters on {} with {} rank(s) x {} thread(s){}, {} steps of {} "
+      "hardy: training {} parameters in {} on {} with {} rank(s) x {} thread(s){}, {} steps of {} "
       "samples\n",
-      trainer.model().parameter_count(), data.train->describe(), membership.size(),
-      omp_get_max_threads(), membership.comm().fault_tolerant() ? " (fault tolerant)" : "",
-      config.steps, config.global_batch);
+      trainer.model().parameter_count(), core::to_string(config.precision), data.train->describe(),
+      membership.size(), omp_get_max_threads(),
+      membership.comm().fault_tolerant() ? " (fault tolerant)" : "", config.steps,
+      config.global_batch);
 }
 
 void save_and_evaluate(const TrainingConfig& config, Trainer& trainer,

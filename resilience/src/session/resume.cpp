@@ -16,7 +16,7 @@ namespace {
 // The state_restored event (`host` only for a node-local snapshot; `foreign` and the saved run id
 // when the state is another run's) and, on the lead, the console line.
 void report_resumed(const StateStore::Restored& restored, long step, const Membership& membership,
-                    core::EventLog& events, const RunIdentity& identity,
+                    core::EventLog& events, const RunIdentity& identity, core::Precision precision,
                     Clock::time_point started) {
   const int saved_world_size = restored.saved.world_size;
   const bool foreign = is_foreign(restored.saved, identity);
@@ -30,17 +30,29 @@ void report_resumed(const StateStore::Restored& restored, long step, const Membe
   if (!restored.host.empty()) fields["host"] = restored.host;
   // Another run's state (a fork) or one written before run ids: say whose it was.
   if (foreign) fields["saved_run_id"] = restored.saved.run_id;
+  // A state saved in another precision restores as it is (its tensors are f32 master copies);
+  // from here on the activations are this job's precision.
+  const std::string_view now = core::to_string(precision);
+  const std::string& saved_precision = restored.saved.precision;
+  const bool precision_changed = !saved_precision.empty() && saved_precision != now;
+  fields["precision"] = now;
+  if (!saved_precision.empty()) fields["saved_precision"] = saved_precision;
   events.emit("state_restored", fields);
   if (membership.lead())
     std::cout << fmt::format(
-        "hardy: resumed from {} at step {} (saved by {} ranks, now {}){}\n",
-        restored.host.empty() ? restored.path.string()
-                              : fmt::format("the node-local snapshot {} of {}",
-                                            restored.path.string(), restored.host),
-        step, saved_world_size, membership.size(),
-        foreign ? fmt::format("; it is another run's ({})",
-                              restored.saved.run_id.empty() ? "no run id" : restored.saved.run_id)
-                : "");
+                     "hardy: resumed from {} at step {} (saved by {} ranks, now {}){}\n",
+                     restored.host.empty() ? restored.path.string()
+                                           : fmt::format("the node-local snapshot {} of {}",
+                                                         restored.path.string(), restored.host),
+                     step, saved_world_size, membership.size(),
+                     foreign ? fmt::format("; it is another run's ({})",
+                                           restored.saved.run_id.empty() ? "no run id"
+                                                                         : restored.saved.run_id)
+                             : "")
+              << (precision_changed
+                      ? fmt::format("hardy: the state was saved in {}; training goes on in {}\n",
+                                    saved_precision, now)
+                      : "");
 }
 
 }  // namespace
@@ -62,7 +74,8 @@ void resume_if_asked(const TrainingConfig& config, const Membership& membership,
                 {{"reason", "no valid checkpoint in the run directory; starting at step 0"}});
     return;
   }
-  report_resumed(*restored, trainer.step(), membership, events, identity, started);
+  report_resumed(*restored, trainer.step(), membership, events, identity, config.precision,
+                 started);
   if (restored->source != "checkpoint" || !membership.lead()) return;
   // Training goes on from this step: later checkpoints in the run directory are another timeline,
   // which retention would otherwise keep in place of this one's.

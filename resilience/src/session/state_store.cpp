@@ -42,6 +42,7 @@ void StateStore::capture_job_into(checkpoint::TrainingState& state) const {
     state.hosts[static_cast<std::size_t>(r)] = membership_.host_of(r);
   state.run_id = identity_.run_id;
   state.config_hash = identity_.config_hash;
+  state.precision = core::to_string(config_.precision);
 }
 
 void StateStore::restore(checkpoint::TrainingState& state, int root) {

@@ -62,6 +62,9 @@ struct TrainingState {
   // before hardy recorded them.
   std::string run_id;
   std::string config_hash;
+  // The precision the writer trained in ("f32", "bf16", "fp16"; empty in older checkpoints).
+  // Informational: the tensors are f32 in every precision, so a state restores into any.
+  std::string precision;
 };
 
 // Copies every model tensor and every optimizer state tensor into host memory (this copy is what

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "compute/cpu/dnnl_support.hpp"
+#include "compute/cpu/element_types.hpp"
 
 namespace hardy::core {
 
@@ -62,27 +63,45 @@ void CpuBackend::do_leaky_relu_backward(const Tensor& y, const Tensor& dy, float
   });
 }
 
-void CpuBackend::do_scaled_tanh_forward(const Tensor& x, float scale, Tensor& y) {
-  const float* in = x.data<float>();
-  float* out = y.data<float>();
+namespace {
+
+template <class T>
+void scaled_tanh_forward_kernel(const Tensor& x, float scale, Tensor& y) {
+  const T* in = x.data<T>();
+  T* out = y.data<T>();
   const std::int64_t count = x.numel();
 #pragma omp parallel for schedule(static) if (count >= parallel_threshold)
-  for (std::int64_t i = 0; i < count; ++i) out[i] = scale * std::tanh(in[i]);
+  for (std::int64_t i = 0; i < count; ++i)
+    out[i] = from_float<T>(scale * std::tanh(to_float(in[i])));
 }
 
 // d(scale * tanh x)/dx = scale * (1 - tanh^2 x) = scale - y^2 / scale.
-void CpuBackend::do_scaled_tanh_backward(const Tensor& y, const Tensor& dy, float scale,
-                                         Tensor& dx) {
-  const float* out = y.data<float>();
-  const float* grad = dy.data<float>();
-  float* grad_src = dx.data<float>();
+template <class T>
+void scaled_tanh_backward_kernel(const Tensor& y, const Tensor& dy, float scale, Tensor& dx) {
+  const T* out = y.data<T>();
+  const T* grad = dy.data<T>();
+  T* grad_src = dx.data<T>();
   const float inverse_scale = 1.0f / scale;
   const std::int64_t count = y.numel();
 #pragma omp parallel for schedule(static) if (count >= parallel_threshold)
   for (std::int64_t i = 0; i < count; ++i) {
-    const float t = out[i] * inverse_scale;
-    grad_src[i] = grad[i] * scale * (1.0f - t * t);
+    const float t = to_float(out[i]) * inverse_scale;
+    grad_src[i] = from_float<T>(to_float(grad[i]) * scale * (1.0f - t * t));
   }
+}
+
+}  // namespace
+
+void CpuBackend::do_scaled_tanh_forward(const Tensor& x, float scale, Tensor& y) {
+  with_element_type(
+      x.dtype(), [&](auto element) { scaled_tanh_forward_kernel<decltype(element)>(x, scale, y); });
+}
+
+void CpuBackend::do_scaled_tanh_backward(const Tensor& y, const Tensor& dy, float scale,
+                                         Tensor& dx) {
+  with_element_type(y.dtype(), [&](auto element) {
+    scaled_tanh_backward_kernel<decltype(element)>(y, dy, scale, dx);
+  });
 }
 
 }  // namespace hardy::core

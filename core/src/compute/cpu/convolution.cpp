@@ -2,7 +2,9 @@
 // deconvolution primitives): activations stay NHWC / NDHWC (oneDNN picks its brgemm/jit AVX-512
 // kernels for channels-last f32), weights are reordered between the user's OIHW / OIDHW (or,
 // transposed, IOHW) tensor and whatever blocked layout the primitive asks for. A 3-D
-// convolution is the same code with one more spatial dimension in every descriptor.
+// convolution is the same code with one more spatial dimension in every descriptor. With bf16
+// activations the forward and backward-data passes read the weights converted to bf16 by that
+// same reorder, and the backward-weights pass writes f32 gradients (oneDNN accumulates in f32).
 #include "compute/cpu/dnnl_support.hpp"
 
 namespace hardy::core {
@@ -23,10 +25,21 @@ struct ConvProblem {
   memory::desc user_weights;
   memory::desc bias;
   memory::dims strides, dilation, padding, padding_right;
+  // The weights' type inside the primitive: the activations' for the passes that read weights,
+  // f32 for the weight gradient (the master weights' type).
+  memory::data_type weights_type = memory::data_type::f32;
+  memory::data_type activation_type = memory::data_type::f32;
   PrimitiveKey key;
 
   memory::desc any_weights() const {
-    return memory::desc(user_weights.dims(), memory::data_type::f32, memory::format_tag::any);
+    return memory::desc(user_weights.dims(), weights_type, memory::format_tag::any);
+  }
+  // The problem seen as its forward pass (a backward pass's hint), which reads the weights in
+  // the activations' type.
+  ConvProblem as_forward() const {
+    ConvProblem forward = *this;
+    forward.weights_type = activation_type;
+    return forward;
   }
 };
 
@@ -42,7 +55,12 @@ ConvProblem common_problem(PrimitiveKind kind, const Tensor& x, const Tensor& we
   problem.dilation.assign(spatial, g.dilation - 1);  // oneDNN counts the gaps
   problem.padding.assign(spatial, g.padding);
   problem.padding_right = problem.padding;
+  const bool weight_gradient = kind == PrimitiveKind::conv_backward_weights ||
+                               kind == PrimitiveKind::deconv_backward_weights;
+  problem.activation_type = dnnl_data_type(x.dtype());
+  problem.weights_type = weight_gradient ? memory::data_type::f32 : problem.activation_type;
   problem.key.add(static_cast<std::int64_t>(kind))
+      .add(static_cast<std::int64_t>(x.dtype()))
       .add(x.dims())
       .add(weight.dims())
       .add(static_cast<std::int64_t>(weight.layout() == Layout::nhwc))
@@ -139,30 +157,9 @@ Desc descriptor(const ConvProblem& p, bool with_bias, dnnl::algorithm algorithm,
 template <class Kind>
 typename Kind::Forward::primitive_desc forward_descriptor(const dnnl::engine& engine,
                                                           const ConvProblem& p, bool with_bias) {
-  return {descriptor<typename Kind::Forward::desc>(p, with_bias, Kind::algorithm,
+  return {descriptor<typename Kind::Forward::desc>(p.as_forward(), with_bias, Kind::algorithm,
                                                    dnnl::prop_kind::forward_training),
           engine};
-}
-
-// Prepares the reorder between the user's weights and the primitive's layout, if they differ.
-void attach_weights_reorder(const dnnl::engine& engine, CachedPrimitive& cached,
-                            const memory::desc& user, const memory::desc& primitive_layout,
-                            bool into_primitive) {
-  if (primitive_layout == user) return;
-  cached.weights_in_primitive_layout = memory(primitive_layout, engine);
-  const auto& from = into_primitive ? user : primitive_layout;
-  const auto& to = into_primitive ? primitive_layout : user;
-  cached.weights_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, from, engine, to));
-}
-
-// The weights argument of a primitive that reads them: the user's tensor itself or its copy in
-// the primitive's layout (queued on the in-order stream ahead of the primitive).
-memory weights_for_reading(dnnl::stream& stream, const CachedPrimitive& cached,
-                           const memory& user) {
-  if (!cached.weights_reorder) return user;
-  cached.weights_reorder->execute(
-      stream, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, cached.weights_in_primitive_layout}});
-  return cached.weights_in_primitive_layout;
 }
 
 // The runs of the three passes, the same for a convolution and a transposed convolution once

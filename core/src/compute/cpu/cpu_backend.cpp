@@ -1,6 +1,7 @@
 // CpuBackend lifetime and memory operations.
 #include "compute/cpu/cpu_backend.hpp"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "compute/cpu/dnnl_support.hpp"
@@ -10,10 +11,71 @@ namespace hardy::core {
 using namespace cpu;  // the backend's internal helpers, declared in dnnl_support.hpp
 using dnnl::memory;
 
-CpuBackend::CpuBackend()
-    : Backend(operands::cpu_rules), impl_(dnnl_checked("creating the oneDNN CPU engine", {}, [] {
-        return std::make_unique<Impl>();
-      })) {}
+namespace {
+
+const OperandRules& rules_for(const CpuOptions& options) {
+  if (const auto why = cpu_precision_unsupported(options.activation_dtype))
+    throw InvalidArgument(*why);
+  return options.activation_dtype == DType::bf16 ? operands::cpu_bf16_rules : operands::cpu_rules;
+}
+
+}  // namespace
+
+bool cpu_has_native_bf16() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  // oneDNN's ISA values are bit sets: each includes the bits of those it extends.
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+}
+
+std::string cpu_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41:
+      return "SSE4.1";
+    case dnnl::cpu_isa::avx:
+      return "AVX";
+    case dnnl::cpu_isa::avx2:
+      return "AVX2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "AVX2 with VNNI";
+    case dnnl::cpu_isa::avx512_core:
+      return "AVX-512";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "AVX-512 with VNNI";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "AVX-512 with BF16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "AVX-512 with AMX";
+    default:
+      return fmt::format("instruction set {:#x}",
+                         static_cast<unsigned>(dnnl::get_effective_cpu_isa()));
+  }
+}
+
+std::optional<std::string> cpu_precision_unsupported(DType dtype) {
+  if (dtype == DType::f32) return std::nullopt;
+  if (dtype != DType::bf16)
+    return fmt::format(
+        "the cpu backend trains in f32 or bf16, not {} (fp16 training needs --backend cuda)",
+        to_string(dtype));
+  if (cpu_has_native_bf16()) return std::nullopt;
+  // Emulated bf16 (oneDNN's AVX-512 kernels without the BF16 instructions, or reference code
+  // below AVX-512) would be slower than the f32 it is meant to beat, so it is refused.
+  return fmt::format(
+      "bf16 training on the cpu needs a CPU with the AVX512-BF16 or AMX instructions, and oneDNN "
+      "finds {} here{}; without them every bf16 operation would be emulated, slower than f32: "
+      "train with --precision f32",
+      cpu_isa_name(),
+      std::getenv("ONEDNN_MAX_CPU_ISA") || std::getenv("DNNL_MAX_CPU_ISA")
+          ? " (limited by ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA)"
+          : "");
+}
+
+CpuBackend::CpuBackend(CpuOptions options)
+    : Backend(rules_for(options)),
+      impl_(dnnl_checked("creating the oneDNN CPU engine", {},
+                         [] { return std::make_unique<Impl>(); })),
+      activation_dtype_(options.activation_dtype) {}
 
 CpuBackend::~CpuBackend() = default;
 
@@ -38,19 +100,24 @@ bool same_memory_order(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 void CpuBackend::do_copy(const Tensor& src, Tensor& dst) {
-  if (src.raw() == dst.raw() && src.layout() == dst.layout()) return;
-  if (same_memory_order(src, dst)) {
+  const bool same_type = src.dtype() == dst.dtype();
+  if (same_type && src.raw() == dst.raw() && src.layout() == dst.layout()) return;
+  if (same_type && same_memory_order(src, dst)) {
     if (src.bytes() > 0) std::memcpy(dst.raw(), src.raw(), src.bytes());
     return;
   }
-  dnnl_checked("copy (layout conversion)", {&src, &dst}, [&] {
-    const memory::desc from = dnnl_desc(src);
-    const memory::desc to = dnnl_desc(dst);
+  // A layout or type conversion (f32 <-> bf16, rounding to nearest even): oneDNN's reorder.
+  dnnl_checked("copy (layout or type conversion)", {&src, &dst}, [&] {
+    const bool flat = src.rank() != 2 && src.rank() != 4 && src.rank() != 5;
+    const memory::desc from = flat ? dnnl_flat_desc(src) : dnnl_desc(src);
+    const memory::desc to = flat ? dnnl_flat_desc(dst) : dnnl_desc(dst);
     const auto key = PrimitiveKey{}
                          .add(static_cast<std::int64_t>(PrimitiveKind::layout_reorder))
                          .add(src.dims())
                          .add(static_cast<std::int64_t>(src.dtype()))
-                         .add(static_cast<std::int64_t>(src.layout() == Layout::nhwc));
+                         .add(static_cast<std::int64_t>(dst.dtype()))
+                         .add(static_cast<std::int64_t>(src.layout() == Layout::nhwc))
+                         .add(static_cast<std::int64_t>(dst.layout() == Layout::nhwc));
     const CachedPrimitive& reorder = impl_->cached(key, [&] {
       const dnnl::reorder::primitive_desc pd(impl_->engine, from, impl_->engine, to);
       return CachedPrimitive{dnnl::reorder(pd), implementation_name(pd)};

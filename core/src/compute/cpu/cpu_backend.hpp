@@ -5,21 +5,45 @@
 // split batch-norm reductions, global average pooling, 3-D max pooling, dropout, scaled tanh,
 // the losses, optimizer updates).
 // Activations are NHWC (NDHWC), weights OIHW (OIDHW).
+//
+// Precision contract (the CUDA backend's, hardy/core/compute/cuda_backend.hpp): activations
+// (4-D, 5-D and the dense layers' 2-D ones, and their gradients) are f32 or, in mixed precision,
+// bf16; parameters, their gradients, optimizer state and normalization statistics are f32
+// always. In bf16, convolutions and dense layers read bf16 activations and the f32 weights
+// converted to bf16 (oneDNN's reorder, into the primitive's own layout), accumulate in f32 and
+// write weight gradients in f32; the hand-written kernels load bf16 into float, reduce in double
+// and round once when they store (compute/cpu/element_types.hpp).
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "hardy/core/compute/backend.hpp"
 
 namespace hardy::core {
 
+struct CpuOptions {
+  // f32, or bf16 (mixed precision). bf16 needs a CPU on which oneDNN computes it natively
+  // (cpu_has_native_bf16()): the constructor refuses it elsewhere.
+  DType activation_dtype = DType::f32;
+};
+
+// Whether oneDNN computes bf16 natively on this CPU (AVX512-BF16 or AMX), within any limit set by
+// ONEDNN_MAX_CPU_ISA (DNNL_MAX_CPU_ISA); the name of the instruction set it would use.
+bool cpu_has_native_bf16();
+std::string cpu_isa_name();
+// Why the CPU backend cannot keep activations in `dtype` here, or nullopt when it can.
+std::optional<std::string> cpu_precision_unsupported(DType dtype);
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend();
+  explicit CpuBackend(CpuOptions options = {});
   ~CpuBackend() override;
 
   std::string_view name() const override { return "cpu"; }
   Layout activation_layout() const override { return Layout::nhwc; }
   Device device() const override { return Device::host; }
+  DType activation_dtype() const override { return activation_dtype_; }
 
   // Number of cached oneDNN primitives (a convolution counts once with its weights reorder);
   // tests use it to check that repeating a shape creates nothing new.
@@ -101,6 +125,7 @@ class CpuBackend final : public Backend {
   // that dnnl.hpp stays out of every other translation unit.
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  DType activation_dtype_;
 };
 
 }  // namespace hardy::core

@@ -69,4 +69,22 @@ memory dnnl_memory(const dnnl::engine& engine, const memory::desc& desc, const T
 
 std::string implementation_name(const dnnl::primitive_desc_base& pd) { return pd.impl_info_str(); }
 
+void attach_weights_reorder(const dnnl::engine& engine, CachedPrimitive& cached,
+                            const memory::desc& user, const memory::desc& primitive_layout,
+                            bool into_primitive) {
+  if (primitive_layout == user) return;
+  cached.weights_in_primitive_layout = memory(primitive_layout, engine);
+  const auto& from = into_primitive ? user : primitive_layout;
+  const auto& to = into_primitive ? primitive_layout : user;
+  cached.weights_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, from, engine, to));
+}
+
+memory weights_for_reading(dnnl::stream& stream, const CachedPrimitive& cached,
+                           const memory& user) {
+  if (!cached.weights_reorder) return user;
+  cached.weights_reorder->execute(
+      stream, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, cached.weights_in_primitive_layout}});
+  return cached.weights_in_primitive_layout;
+}
+
 }  // namespace hardy::core::cpu

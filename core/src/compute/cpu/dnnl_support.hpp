@@ -157,6 +157,18 @@ dnnl::memory dnnl_memory(const dnnl::engine& engine, const dnnl::memory::desc& d
 // CachedPrimitive::implementation of a primitive descriptor, kept for diagnostics.
 std::string implementation_name(const dnnl::primitive_desc_base& pd);
 
+// ---- weights in the primitive's layout and type ----
+// Prepares the reorder between the user's f32 weights and the layout (and, in bf16, the type) the
+// primitive takes them in, if they differ: into the primitive for passes that read weights, out
+// of it for a weight gradient.
+void attach_weights_reorder(const dnnl::engine& engine, CachedPrimitive& cached,
+                            const dnnl::memory::desc& user,
+                            const dnnl::memory::desc& primitive_layout, bool into_primitive);
+// The weights argument of a primitive that reads them: the user's tensor itself or its copy in
+// the primitive's layout (queued on the in-order stream ahead of the primitive).
+dnnl::memory weights_for_reading(dnnl::stream& stream, const CachedPrimitive& cached,
+                                 const dnnl::memory& user);
+
 // ---- reproducible reductions ----
 // Each sample's pixels are cut into a fixed number of chunks, independent of the thread count;
 // partial sums are kept per chunk and added in chunk order, so a reduction gives bitwise the

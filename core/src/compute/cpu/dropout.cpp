@@ -5,16 +5,20 @@
 #include <vector>
 
 #include "compute/cpu/cpu_backend.hpp"
+#include "compute/cpu/element_types.hpp"
 #include "compute/dropout_mask.hpp"
 
 namespace hardy::core {
+
+using namespace cpu;  // the backend's internal helpers (element types)
 
 namespace {
 
 // Below this many elements starting a parallel region costs more than the loop itself.
 constexpr std::int64_t parallel_threshold = 1 << 15;
 
-// out = in * keep / (1 - rate) for the mask of args (in may be out).
+// out = in * keep / (1 - rate) for the mask of args (in may be out), f32 or bf16.
+template <class T>
 void apply_dropout(const Dropout& args, const Tensor& in, Tensor& out) {
   // A 2-D (N, F) tensor is F channels of one element; a 4-D or 5-D one has H * W or D * H * W.
   const std::int64_t batch = in.dim(0), channels = in.dim(1), plane = in.spatial_size();
@@ -30,8 +34,8 @@ void apply_dropout(const Dropout& args, const Tensor& in, Tensor& out) {
   const bool nhwc = in.layout() == Layout::nhwc;
   const std::int64_t rows = nhwc ? plane : channels, row_length = nhwc ? channels : plane;
   const std::int64_t along_row = nhwc ? plane : 1, across_rows = nhwc ? 1 : plane;
-  const float* src = in.data<float>();
-  float* dst = out.data<float>();
+  const T* src = in.data<T>();
+  T* dst = out.data<T>();
 #pragma omp parallel for collapse(2) \
     schedule(static) if (batch * rows * row_length >= parallel_threshold)
   for (std::int64_t n = 0; n < batch; ++n)
@@ -39,7 +43,8 @@ void apply_dropout(const Dropout& args, const Tensor& in, Tensor& out) {
       const std::int64_t first = (n * rows + r) * row_length;
       for (std::int64_t j = 0; j < row_length; ++j) {
         const auto index = static_cast<std::uint64_t>(r * across_rows + j * along_row);
-        dst[first + j] = dropout::keep(states[n], index, threshold) ? src[first + j] * scale : 0.0f;
+        dst[first + j] = from_float<T>(
+            dropout::keep(states[n], index, threshold) ? to_float(src[first + j]) * scale : 0.0f);
       }
     }
 }
@@ -47,11 +52,13 @@ void apply_dropout(const Dropout& args, const Tensor& in, Tensor& out) {
 }  // namespace
 
 void CpuBackend::do_dropout_forward(const Dropout& args, Tensor& y) {
-  apply_dropout(args, args.x, y);
+  with_element_type(y.dtype(),
+                    [&](auto element) { apply_dropout<decltype(element)>(args, args.x, y); });
 }
 
 void CpuBackend::do_dropout_backward(const Dropout& args, const Tensor& dy, Tensor& dx) {
-  apply_dropout(args, dy, dx);
+  with_element_type(dx.dtype(),
+                    [&](auto element) { apply_dropout<decltype(element)>(args, dy, dx); });
 }
 
 }  // namespace hardy::core

@@ -2,7 +2,9 @@
 // every parameter every step, so each is a single pass that the compiler can vectorise (no
 // branches or calls in the loop bodies). Reductions accumulate in double: however OpenMP splits
 // the loop, the partial sums then agree far below float resolution, which keeps LARS trust ratios
-// (and so the replicas of a data-parallel run) from drifting with the thread count.
+// (and so the replicas of a data-parallel run) from drifting with the thread count. axpy, scale,
+// sum_squares and the finiteness test also take bf16 activations (their gradients are summed
+// where a network branches); the optimizer updates work on f32 parameters only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 
 #include "compute/cpu/cpu_backend.hpp"
 #include "compute/cpu/dnnl_support.hpp"
+#include "compute/cpu/element_types.hpp"
 #include "hardy/core/support/error.hpp"
 
 namespace hardy::core {
@@ -26,31 +29,52 @@ constexpr std::int64_t parallel_threshold = 1 << 15;
 
 }  // namespace
 
-void CpuBackend::do_axpy(float alpha, const Tensor& x, Tensor& y) {
-  const float* __restrict xs = x.data<float>();
-  float* __restrict ys = y.data<float>();
+namespace {
+
+template <class T>
+void axpy_kernel(float alpha, const Tensor& x, Tensor& y) {
+  const T* __restrict xs = x.data<T>();
+  T* __restrict ys = y.data<T>();
   const std::int64_t n = y.numel();
 #pragma omp parallel for simd schedule(static) if (parallel : n >= parallel_threshold)
-  for (std::int64_t i = 0; i < n; ++i) ys[i] += alpha * xs[i];
+  for (std::int64_t i = 0; i < n; ++i)
+    ys[i] = from_float<T>(to_float(ys[i]) + alpha * to_float(xs[i]));
 }
 
-void CpuBackend::do_scale(Tensor& x, float alpha) {
-  float* xs = x.data<float>();
+template <class T>
+void scale_kernel(Tensor& x, float alpha) {
+  T* xs = x.data<T>();
   const std::int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static) if (parallel : n >= parallel_threshold)
-  for (std::int64_t i = 0; i < n; ++i) xs[i] *= alpha;
+  for (std::int64_t i = 0; i < n; ++i) xs[i] = from_float<T>(to_float(xs[i]) * alpha);
 }
 
-double CpuBackend::do_sum_squares(const Tensor& x) {
-  const float* xs = x.data<float>();
+template <class T>
+double sum_squares_kernel(const Tensor& x) {
+  const T* xs = x.data<T>();
   const std::int64_t n = x.numel();
   double total = 0.0;
 #pragma omp parallel for simd schedule(static) reduction(+ : total) if (parallel : n >= parallel_threshold)
   for (std::int64_t i = 0; i < n; ++i) {
-    const double value = xs[i];
+    const double value = to_float(xs[i]);
     total += value * value;
   }
   return total;
+}
+
+}  // namespace
+
+void CpuBackend::do_axpy(float alpha, const Tensor& x, Tensor& y) {
+  with_element_type(y.dtype(), [&](auto element) { axpy_kernel<decltype(element)>(alpha, x, y); });
+}
+
+void CpuBackend::do_scale(Tensor& x, float alpha) {
+  with_element_type(x.dtype(), [&](auto element) { scale_kernel<decltype(element)>(x, alpha); });
+}
+
+double CpuBackend::do_sum_squares(const Tensor& x) {
+  return with_element_type(x.dtype(),
+                           [&](auto element) { return sum_squares_kernel<decltype(element)>(x); });
 }
 
 void CpuBackend::do_sgd_update(Tensor& param, const Tensor& grad, Tensor& velocity,
@@ -106,8 +130,9 @@ void CpuBackend::do_adam_update(Tensor& param, const Tensor& grad, Tensor& m, Te
 
 namespace {
 
+template <class T>
 bool has_non_finite_elements(const Tensor& x) {
-  const float* xs = x.data<float>();
+  const T* xs = x.data<T>();
   const std::int64_t n = x.numel();
   // std::isfinite rather than testing exponent bits: GCC and Clang both vectorise it, while
   // Clang 14 gives up on the bit-pattern form inside an OpenMP reduction. It relies on hardy
@@ -116,15 +141,17 @@ bool has_non_finite_elements(const Tensor& x) {
 #pragma omp parallel for simd schedule(static) reduction(|                     \
                                                          : found) if (parallel \
                                                                       : n >= parallel_threshold)
-  for (std::int64_t i = 0; i < n; ++i) found |= static_cast<int>(!std::isfinite(xs[i]));
+  for (std::int64_t i = 0; i < n; ++i) found |= static_cast<int>(!std::isfinite(to_float(xs[i])));
   return found != 0;
 }
 
 }  // namespace
 
 bool CpuBackend::do_has_non_finite(std::span<const Tensor* const> tensors) {
-  return std::any_of(tensors.begin(), tensors.end(),
-                     [](const Tensor* x) { return has_non_finite_elements(*x); });
+  return std::any_of(tensors.begin(), tensors.end(), [](const Tensor* x) {
+    return with_element_type(
+        x->dtype(), [&](auto element) { return has_non_finite_elements<decltype(element)>(*x); });
+  });
 }
 
 }  // namespace hardy::core

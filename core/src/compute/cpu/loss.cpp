@@ -1,9 +1,13 @@
 // Per-pixel softmax cross-entropy and argmax over the channels of NHWC logits, where each
-// pixel's class scores are contiguous; the mean-squared-error loss of regression outputs.
+// pixel's class scores are contiguous; the mean-squared-error loss of regression outputs. Logits
+// and predictions are f32 or bf16; the loss is computed in f32 (sums in double), and a bf16
+// gradient is rounded once, at the end.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "compute/cpu/dnnl_support.hpp"
+#include "compute/cpu/element_types.hpp"
 #include "hardy/core/compute/labels.hpp"
 
 namespace hardy::core {
@@ -26,9 +30,8 @@ void check_label_range(const Tensor& labels, std::int64_t classes) {
     }
 }
 
-}  // namespace
-
-PendingSum CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
+template <class T, class Impl>
+double softmax_cross_entropy_kernel(Impl& impl, const SoftmaxCrossEntropy& args, Tensor& dlogits) {
   // Named references, not a structured binding: Clang before 16 cannot capture bindings in
   // the OpenMP regions below.
   const auto& logits = args.logits;
@@ -37,27 +40,32 @@ PendingSum CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args,
   const auto& grad_scale = args.grad_scale;
   const std::int64_t classes = logits.c(), pixels = labels.numel();
   check_label_range(labels, classes);
-  const float* scores = logits.data<float>();
+  const T* scores = logits.data<T>();
   const std::int32_t* label = labels.data<std::int32_t>();
-  float* grad = dlogits.data<float>();
+  // The work is in f32: in dlogits itself where that is f32, else in a buffer of its own, which
+  // is rounded into dlogits at the end.
+  constexpr bool in_place = std::is_same_v<T, float>;
+  Tensor work = in_place ? dlogits : Tensor::host({dlogits.numel()}, DType::f32, Layout::flat);
+  float* grad = work.data<float>();
   // The exponentials go through oneDNN's element-wise kernel, which runs at the machine's full
   // vector width over the whole buffer; a per-pixel std::exp over a handful of classes (and a
   // logarithm in double) took 9% of the tiny configuration's step. The plain loops around it do
   // a few flops per pixel.
   const auto exponentials_in_place = [&] {
     dnnl_checked("softmax_cross_entropy", {&logits, &labels, &dlogits}, [&] {
-      const dnnl::memory::desc data = dnnl_flat_desc(dlogits);
+      const dnnl::memory::desc data({work.numel()}, dnnl::memory::data_type::f32,
+                                    dnnl::memory::format_tag::a);
       const auto key = PrimitiveKey{}
                            .add(static_cast<std::int64_t>(PrimitiveKind::exponential))
-                           .add(dlogits.numel());
-      const CachedPrimitive& exp = impl_->cached(key, [&] {
+                           .add(work.numel());
+      const CachedPrimitive& exp = impl.cached(key, [&] {
         const dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_inference,
                                                dnnl::algorithm::eltwise_exp, data, 0.0f, 0.0f);
-        const dnnl::eltwise_forward::primitive_desc pd(desc, impl_->engine);
+        const dnnl::eltwise_forward::primitive_desc pd(desc, impl.engine);
         return CachedPrimitive{dnnl::eltwise_forward(pd), implementation_name(pd)};
       });
-      const dnnl::memory values = dnnl_memory(impl_->engine, data, dlogits);
-      impl_->execute(exp.primitive, {{DNNL_ARG_SRC, values}, {DNNL_ARG_DST, values}});
+      const dnnl::memory values = dnnl_memory(impl.engine, data, work);
+      impl.execute(exp.primitive, {{DNNL_ARG_SRC, values}, {DNNL_ARG_DST, values}});
     });
   };
   // 1. Scores shifted by each pixel's largest, so that no exponential overflows (into dlogits,
@@ -66,12 +74,13 @@ PendingSum CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args,
   float* target_z = target_shifted.data<float>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t pixel = 0; pixel < pixels; ++pixel) {
-    const float* row = scores + pixel * classes;
+    const T* row = scores + pixel * classes;
     float* grad_row = grad + pixel * classes;
-    const float largest = *std::max_element(row, row + classes);
+    float largest = to_float(row[0]);
+    for (std::int64_t c = 1; c < classes; ++c) largest = std::max(largest, to_float(row[c]));
     const std::int32_t target = label[pixel];
-    target_z[pixel] = target == kIgnoreLabel ? 0.0f : row[target] - largest;
-    for (std::int64_t c = 0; c < classes; ++c) grad_row[c] = row[c] - largest;
+    target_z[pixel] = target == kIgnoreLabel ? 0.0f : to_float(row[target]) - largest;
+    for (std::int64_t c = 0; c < classes; ++c) grad_row[c] = to_float(row[c]) - largest;
   }
   exponentials_in_place();
   // 2. Each pixel's sum of exponentials, in double: the image-pooling branch's gradient sums
@@ -103,40 +112,68 @@ PendingSum CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args,
         for (std::int64_t c = 0; c < classes; ++c) grad_row[c] *= scale;
         grad_row[target] -= grad_scale * weight;
       });
-  return PendingSum::ready(loss[0]);
+  if constexpr (!in_place) {
+    T* out = dlogits.data<T>();
+    const std::int64_t count = dlogits.numel();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < count; ++i) out[i] = from_float<T>(grad[i]);
+  }
+  return loss[0];
 }
 
-void CpuBackend::do_argmax_channels(const Tensor& logits, Tensor& labels) {
+template <class T>
+void argmax_channels_kernel(const Tensor& logits, Tensor& labels) {
   const std::int64_t classes = logits.c(), pixels = labels.numel();
-  const float* scores = logits.data<float>();
+  const T* scores = logits.data<T>();
   std::int32_t* label = labels.data<std::int32_t>();
 #pragma omp parallel for schedule(static)
   for (std::int64_t pixel = 0; pixel < pixels; ++pixel) {
-    const float* row = scores + pixel * classes;
+    const T* row = scores + pixel * classes;
     std::int64_t best = 0;
     for (std::int64_t c = 1; c < classes; ++c)
-      if (row[c] > row[best]) best = c;
+      if (to_float(row[c]) > to_float(row[best])) best = c;
     label[pixel] = static_cast<std::int32_t>(best);
   }
 }
 
 // The regression outputs are a handful of values per sample (CosmoFlow's 4), so one pass on the
 // calling thread, summed in double in element order (the same sum for any thread count).
-PendingSum CpuBackend::do_mse_loss(const MseLoss& args, Tensor& dprediction) {
-  const float* prediction = args.prediction.data<float>();
+template <class T>
+double mse_loss_kernel(const MseLoss& args, Tensor& dprediction) {
+  const T* prediction = args.prediction.data<T>();
   const float* target = args.target.data<float>();
-  float* gradient = dprediction.data<float>();  // may be prediction itself
+  T* gradient = dprediction.data<T>();  // may be prediction itself
   const double twice_scale = 2.0 * static_cast<double>(args.grad_scale);
   const std::int64_t count = args.prediction.numel();
   double total = 0.0;
   for (std::int64_t i = 0; i < count; ++i) {
     // A NaN target is one left out (a skipped sample's): no loss, no gradient.
     const double error =
-        std::isnan(target[i]) ? 0.0 : static_cast<double>(prediction[i]) - target[i];
+        std::isnan(target[i]) ? 0.0 : static_cast<double>(to_float(prediction[i])) - target[i];
     total += error * error;
-    gradient[i] = static_cast<float>(twice_scale * error);
+    gradient[i] = from_float<T>(static_cast<float>(twice_scale * error));
   }
-  return PendingSum::ready(total);
+  return total;
+}
+
+}  // namespace
+
+PendingSum CpuBackend::do_softmax_cross_entropy(const SoftmaxCrossEntropy& args, Tensor& dlogits) {
+  return PendingSum::ready(with_element_type(args.logits.dtype(), [&](auto element) {
+    return softmax_cross_entropy_kernel<decltype(element)>(*impl_, args, dlogits);
+  }));
+}
+
+void CpuBackend::do_argmax_channels(const Tensor& logits, Tensor& labels) {
+  with_element_type(logits.dtype(), [&](auto element) {
+    argmax_channels_kernel<decltype(element)>(logits, labels);
+  });
+}
+
+PendingSum CpuBackend::do_mse_loss(const MseLoss& args, Tensor& dprediction) {
+  return PendingSum::ready(with_element_type(args.prediction.dtype(), [&](auto element) {
+    return mse_loss_kernel<decltype(element)>(args, dprediction);
+  }));
 }
 
 }  // namespace hardy::core

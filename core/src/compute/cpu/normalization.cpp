@@ -2,12 +2,13 @@
 // stream NHWC memory row by row with per-channel accumulators (a per-group walk would stride
 // across every row); reductions accumulate in double and are summed in a fixed order, so results
 // do not depend on the number of threads. Batch-norm application is oneDNN's inference
-// primitive.
+// primitive. Activations are f32 or bf16 (element_types.hpp), statistics and parameters f32.
 #include <bit>
 #include <cmath>
 #include <type_traits>
 
 #include "compute/cpu/dnnl_support.hpp"
+#include "compute/cpu/element_types.hpp"
 
 namespace hardy::core {
 
@@ -26,11 +27,11 @@ void with_relu_choice(bool fuse_relu, Kernel&& kernel) {
 }
 
 // dy masked by the fused relu: the relu passed gradient only where its output was positive.
-template <bool FuseRelu>
-inline float masked_gradient(const float* y, const float* dy, std::int64_t i) {
+template <bool FuseRelu, class T>
+inline float masked_gradient(const T* y, const T* dy, std::int64_t i) {
   // Both loads unconditional: a load under the condition keeps the loops from vectorizing.
-  const float gradient = dy[i];
-  if constexpr (FuseRelu) return y[i] > 0.0f ? gradient : 0.0f;
+  const float gradient = to_float(dy[i]);
+  if constexpr (FuseRelu) return to_float(y[i]) > 0.0f ? gradient : 0.0f;
   return gradient;
 }
 
@@ -61,8 +62,11 @@ ChannelStatistics per_channel(const NhwcExtent& extent, int groups, const float*
 
 }  // namespace
 
-void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
-                                       Tensor& rstd) {
+namespace {
+
+template <class T>
+void group_norm_forward_kernel(const GroupNormForward& args, Tensor& y, Tensor& mean,
+                               Tensor& rstd) {
   // Named references, not structured bindings (here and below): Clang before 16 cannot capture
   // bindings in OpenMP regions.
   const auto& x = args.x;
@@ -75,14 +79,14 @@ void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, 
   const std::int64_t channels = extent.channels, group_channels = channels / groups;
   const double group_size = static_cast<double>(group_channels * extent.pixels);
   if (group_size == 0) return;
-  const float* src = x.data<float>();
+  const T* src = x.data<T>();
 
   // Two passes (mean, then centred squares): one-pass sums of squares lose the variance of data
   // whose mean is large against its spread.
   const std::vector<double> sums = sum_over_pixels(
       extent.batch, extent.pixels, channels, [&](std::int64_t n, std::int64_t p, double* totals) {
-        const float* row = src + (n * extent.pixels + p) * channels;
-        for (std::int64_t c = 0; c < channels; ++c) totals[c] += row[c];
+        const T* row = src + (n * extent.pixels + p) * channels;
+        for (std::int64_t c = 0; c < channels; ++c) totals[c] += to_float(row[c]);
       });
   std::vector<double> channel_mean(static_cast<std::size_t>(extent.batch * channels));
   for (std::int64_t n = 0; n < extent.batch; ++n)
@@ -96,10 +100,12 @@ void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, 
     }
   const std::vector<double> squares = sum_over_pixels(
       extent.batch, extent.pixels, channels, [&](std::int64_t n, std::int64_t p, double* totals) {
-        const float* row = src + (n * extent.pixels + p) * channels;
+        const T* row = src + (n * extent.pixels + p) * channels;
         const double* centre = channel_mean.data() + n * channels;
-        for (std::int64_t c = 0; c < channels; ++c)
-          totals[c] += (row[c] - centre[c]) * (row[c] - centre[c]);
+        for (std::int64_t c = 0; c < channels; ++c) {
+          const double centred = to_float(row[c]) - centre[c];
+          totals[c] += centred * centred;
+        }
       });
   for (std::int64_t n = 0; n < extent.batch; ++n)
     for (std::int64_t g = 0; g < groups; ++g) {
@@ -114,7 +120,7 @@ void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, 
       per_channel(extent, groups, mean.data<float>(), rstd.data<float>());
   const float* scale = gamma.data<float>();
   const float* shift = beta.data<float>();
-  float* dst = y.data<float>();
+  T* dst = y.data<T>();
   with_relu_choice(fuse_relu, [&](auto fuse) {
 #pragma omp parallel for schedule(static)
     for (std::int64_t row = 0; row < extent.rows(); ++row) {
@@ -124,15 +130,28 @@ void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, 
       for (std::int64_t c = 0; c < channels; ++c) {
         // x - mean first: it is exact for x near a large mean, where x * a + b would not be.
         const float value =
-            (src[row * channels + c] - centre[c]) * (inv_std[c] * scale[c]) + shift[c];
-        dst[row * channels + c] = decltype(fuse)::value ? std::max(value, 0.0f) : value;
+            (to_float(src[row * channels + c]) - centre[c]) * (inv_std[c] * scale[c]) + shift[c];
+        dst[row * channels + c] =
+            from_float<T>(decltype(fuse)::value ? std::max(value, 0.0f) : value);
       }
     }
   });
 }
 
-void CpuBackend::do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
-                                        Tensor& dbeta) {
+}  // namespace
+
+void CpuBackend::do_group_norm_forward(const GroupNormForward& args, Tensor& y, Tensor& mean,
+                                       Tensor& rstd) {
+  with_element_type(args.x.dtype(), [&](auto element) {
+    group_norm_forward_kernel<decltype(element)>(args, y, mean, rstd);
+  });
+}
+
+namespace {
+
+template <class T>
+void group_norm_backward_kernel(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
+                                Tensor& dbeta) {
   const auto& x = args.x;
   const auto& y = args.y;
   const auto& dy = args.dy;
@@ -144,11 +163,11 @@ void CpuBackend::do_group_norm_backward(const GroupNormBackward& args, Tensor& d
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels, group_channels = channels / groups;
   const double group_size = static_cast<double>(group_channels * extent.pixels);
-  const float* src = x.data<float>();
-  const float* out = fuse_relu ? y.data<float>() : nullptr;
-  const float* grad = dy.data<float>();
+  const T* src = x.data<T>();
+  const T* out = fuse_relu ? y.data<T>() : nullptr;
+  const T* grad = dy.data<T>();
   const float* scale = gamma.data<float>();
-  float* grad_src = dx.data<float>();
+  T* grad_src = dx.data<T>();
   const ChannelStatistics statistics =
       per_channel(extent, groups, mean.data<float>(), rstd.data<float>());
 
@@ -163,7 +182,7 @@ void CpuBackend::do_group_norm_backward(const GroupNormBackward& args, Tensor& d
           const float* __restrict inv_std = statistics.rstd.data() + n * channels;
           for (std::int64_t c = 0; c < channels; ++c) {
             const float d = masked_gradient<fused>(out, grad, first + c);
-            totals[c] += d * ((src[first + c] - centre[c]) * inv_std[c]);
+            totals[c] += d * ((to_float(src[first + c]) - centre[c]) * inv_std[c]);
             totals[channels + c] += d;
           }
         });
@@ -204,26 +223,48 @@ void CpuBackend::do_group_norm_backward(const GroupNormBackward& args, Tensor& d
       const std::int64_t first = (row / extent.pixels) * channels;
       for (std::int64_t c = 0; c < channels; ++c) {
         const std::int64_t i = row * channels + c;
-        grad_src[i] = dy_scale[first + c] * masked_gradient<fused>(out, grad, i) +
-                      centred_scale[first + c] * (src[i] - statistics.mean[first + c]) +
-                      offset[first + c];
+        grad_src[i] = from_float<T>(dy_scale[first + c] * masked_gradient<fused>(out, grad, i) +
+                                    centred_scale[first + c] *
+                                        (to_float(src[i]) - statistics.mean[first + c]) +
+                                    offset[first + c]);
       }
     }
   });
 }
 
-void CpuBackend::do_batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) {
+}  // namespace
+
+void CpuBackend::do_group_norm_backward(const GroupNormBackward& args, Tensor& dx, Tensor& dgamma,
+                                        Tensor& dbeta) {
+  with_element_type(args.x.dtype(), [&](auto element) {
+    group_norm_backward_kernel<decltype(element)>(args, dx, dgamma, dbeta);
+  });
+}
+
+namespace {
+
+template <class T>
+std::vector<double> channel_sums(const Tensor& x) {
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
-  const float* src = x.data<float>();
-  const std::vector<double> sums = sum_over_pixels(
-      1, extent.rows(), 2 * channels, [&](std::int64_t, std::int64_t row, double* totals) {
-        const float* values = src + row * channels;
-        for (std::int64_t c = 0; c < channels; ++c) {
-          totals[c] += values[c];
-          totals[channels + c] += static_cast<double>(values[c]) * values[c];
-        }
-      });
+  const T* src = x.data<T>();
+  return sum_over_pixels(1, extent.rows(), 2 * channels,
+                         [&](std::int64_t, std::int64_t row, double* totals) {
+                           const T* values = src + row * channels;
+                           for (std::int64_t c = 0; c < channels; ++c) {
+                             const double value = to_float(values[c]);
+                             totals[c] += value;
+                             totals[channels + c] += value * value;
+                           }
+                         });
+}
+
+}  // namespace
+
+void CpuBackend::do_batch_norm_statistics(const Tensor& x, Tensor& sum, Tensor& sum_squares) {
+  const std::int64_t channels = x.c();
+  const std::vector<double> sums = with_element_type(
+      x.dtype(), [&](auto element) { return channel_sums<decltype(element)>(x); });
   for (std::int64_t c = 0; c < channels; ++c) {
     sum.data<float>()[c] = static_cast<float>(sums[c]);
     sum_squares.data<float>()[c] = static_cast<float>(sums[channels + c]);
@@ -278,8 +319,11 @@ std::vector<float> channel_rstd(const Tensor& variance, float eps) {
 
 }  // namespace
 
-void CpuBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatistics& args,
-                                                   Tensor& dgamma, Tensor& dbeta) {
+namespace {
+
+template <class T>
+void batch_norm_backward_statistics_kernel(const BatchNormBackwardStatistics& args, Tensor& dgamma,
+                                           Tensor& dbeta) {
   const auto& x = args.x;
   const auto& y = args.y;
   const auto& dy = args.dy;
@@ -290,9 +334,9 @@ void CpuBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatis
   const NhwcExtent extent(x);
   const std::int64_t channels = extent.channels;
   const std::vector<float> rstd = channel_rstd(variance, eps);
-  const float* src = x.data<float>();
-  const float* out = fuse_relu ? y.data<float>() : nullptr;
-  const float* grad = dy.data<float>();
+  const T* src = x.data<T>();
+  const T* out = fuse_relu ? y.data<T>() : nullptr;
+  const T* grad = dy.data<T>();
   const float* centre = mean.data<float>();
   with_relu_choice(fuse_relu, [&](auto fuse) {
     // sum(dy' * xhat) in [0, C), sum(dy') in [C, 2C).
@@ -301,7 +345,7 @@ void CpuBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatis
           for (std::int64_t c = 0; c < channels; ++c) {
             const std::int64_t i = row * channels + c;
             const double d = masked_gradient<decltype(fuse)::value>(out, grad, i);
-            totals[c] += d * ((src[i] - centre[c]) * rstd[c]);
+            totals[c] += d * ((to_float(src[i]) - centre[c]) * rstd[c]);
             totals[channels + c] += d;
           }
         });
@@ -312,7 +356,19 @@ void CpuBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatis
   });
 }
 
-void CpuBackend::do_batch_norm_backward_data(const BatchNormBackwardData& args, Tensor& dx) {
+}  // namespace
+
+void CpuBackend::do_batch_norm_backward_statistics(const BatchNormBackwardStatistics& args,
+                                                   Tensor& dgamma, Tensor& dbeta) {
+  with_element_type(args.x.dtype(), [&](auto element) {
+    batch_norm_backward_statistics_kernel<decltype(element)>(args, dgamma, dbeta);
+  });
+}
+
+namespace {
+
+template <class T>
+void batch_norm_backward_data_kernel(const BatchNormBackwardData& args, Tensor& dx) {
   const auto& x = args.x;
   const auto& y = args.y;
   const auto& dy = args.dy;
@@ -336,19 +392,28 @@ void CpuBackend::do_batch_norm_backward_data(const BatchNormBackwardData& args, 
     centred_scale[c] = static_cast<float>(-g * dgamma.data<float>()[c] / count * rstd[c]);
     offset[c] = static_cast<float>(-g * dbeta.data<float>()[c] / count);
   }
-  const float* src = x.data<float>();
-  const float* out = fuse_relu ? y.data<float>() : nullptr;
-  const float* grad = dy.data<float>();
+  const T* src = x.data<T>();
+  const T* out = fuse_relu ? y.data<T>() : nullptr;
+  const T* grad = dy.data<T>();
   const float* centre = mean.data<float>();
-  float* grad_src = dx.data<float>();
+  T* grad_src = dx.data<T>();
   with_relu_choice(fuse_relu, [&](auto fuse) {
 #pragma omp parallel for schedule(static)
     for (std::int64_t row = 0; row < extent.rows(); ++row)
       for (std::int64_t c = 0; c < channels; ++c) {
         const std::int64_t i = row * channels + c;
-        grad_src[i] = dy_scale[c] * masked_gradient<decltype(fuse)::value>(out, grad, i) +
-                      centred_scale[c] * (src[i] - centre[c]) + offset[c];
+        grad_src[i] =
+            from_float<T>(dy_scale[c] * masked_gradient<decltype(fuse)::value>(out, grad, i) +
+                          centred_scale[c] * (to_float(src[i]) - centre[c]) + offset[c]);
       }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::do_batch_norm_backward_data(const BatchNormBackwardData& args, Tensor& dx) {
+  with_element_type(args.x.dtype(), [&](auto element) {
+    batch_norm_backward_data_kernel<decltype(element)>(args, dx);
   });
 }
 

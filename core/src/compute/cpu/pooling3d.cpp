@@ -2,14 +2,18 @@
 // its backward pass needs the forward's workspace, and its choice among tied maxima is its own;
 // here both passes take the first maximum of a window in (d, h, w) order, which the CUDA kernels
 // and PyTorch take too, so that bf16 inputs (where ties are common) route the gradient alike on
-// every backend. The backward pass recomputes each window's maximum from x.
+// every backend. The backward pass recomputes each window's maximum from x. f32 or bf16 volumes
+// (a maximum is one of its inputs, so bf16 outputs are exact).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
 #include "compute/cpu/cpu_backend.hpp"
+#include "compute/cpu/element_types.hpp"
 
 namespace hardy::core {
+
+using namespace cpu;  // the backend's internal helpers (element types)
 
 namespace {
 
@@ -53,36 +57,38 @@ struct PoolShape {
 // Channels handled together by one backward task: one AVX-512 vector of floats.
 constexpr std::int64_t channel_block = 16;
 
-}  // namespace
-
-void CpuBackend::do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) {
+template <class T>
+void max_pool3d_forward_kernel(const Tensor& x, const PoolGeometry& geometry, Tensor& y) {
   const PoolShape s(x, y, geometry);
-  const float* src = x.data<float>();
-  float* dst = y.data<float>();
+  const T* src = x.data<T>();
+  T* dst = y.data<T>();
   const std::int64_t channels = s.c;
+  const T lowest = from_float<T>(-std::numeric_limits<float>::infinity());
 #pragma omp parallel for collapse(3) schedule(static)
   for (std::int64_t n = 0; n < s.n; ++n)
     for (std::int64_t o_d = 0; o_d < s.od; ++o_d)
       for (std::int64_t o_h = 0; o_h < s.oh; ++o_h)
         for (std::int64_t o_w = 0; o_w < s.ow; ++o_w) {
-          float* out = dst + (((n * s.od + o_d) * s.oh + o_h) * s.ow + o_w) * channels;
-          std::fill(out, out + channels, -std::numeric_limits<float>::infinity());
+          T* out = dst + (((n * s.od + o_d) * s.oh + o_h) * s.ow + o_w) * channels;
+          std::fill(out, out + channels, lowest);
           s.for_window(n, o_d, o_h, o_w, [&](std::int64_t pixel) {
-            const float* in = src + pixel * channels;
+            const T* in = src + pixel * channels;
             // Strictly greater: the first maximum stays.
-            for (std::int64_t c = 0; c < channels; ++c) out[c] = in[c] > out[c] ? in[c] : out[c];
+            for (std::int64_t c = 0; c < channels; ++c)
+              out[c] = to_float(in[c]) > to_float(out[c]) ? in[c] : out[c];
           });
         }
 }
 
 // Each task owns one sample's block of channels, so windows that overlap (stride < kernel) add
 // into dx from one thread, in output order: the result does not depend on the thread count.
-void CpuBackend::do_max_pool3d_backward(const Tensor& x, const Tensor& dy,
-                                        const PoolGeometry& geometry, Tensor& dx) {
+template <class T>
+void max_pool3d_backward_kernel(const Tensor& x, const Tensor& dy, const PoolGeometry& geometry,
+                                Tensor& dx) {
   const PoolShape s(x, dy, geometry);
-  const float* src = x.data<float>();
-  const float* grad = dy.data<float>();
-  float* grad_src = dx.data<float>();
+  const T* src = x.data<T>();
+  const T* grad = dy.data<T>();
+  T* grad_src = dx.data<T>();
   const std::int64_t channels = s.c, pixels = s.d * s.h * s.w;
   const std::int64_t blocks = (channels + channel_block - 1) / channel_block;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -91,7 +97,7 @@ void CpuBackend::do_max_pool3d_backward(const Tensor& x, const Tensor& dy,
       const std::int64_t first = b * channel_block;
       const std::int64_t width = std::min(channel_block, channels - first);
       for (std::int64_t p = 0; p < pixels; ++p)
-        std::fill_n(grad_src + (n * pixels + p) * channels + first, width, 0.0f);
+        std::fill_n(grad_src + (n * pixels + p) * channels + first, width, from_float<T>(0.0f));
       for (std::int64_t o_d = 0; o_d < s.od; ++o_d)
         for (std::int64_t o_h = 0; o_h < s.oh; ++o_h)
           for (std::int64_t o_w = 0; o_w < s.ow; ++o_w) {
@@ -100,19 +106,36 @@ void CpuBackend::do_max_pool3d_backward(const Tensor& x, const Tensor& dy,
             std::fill_n(best, width, -std::numeric_limits<float>::infinity());
             std::fill_n(where, width, std::int64_t{-1});
             s.for_window(n, o_d, o_h, o_w, [&](std::int64_t pixel) {
-              const float* in = src + pixel * channels + first;
+              const T* in = src + pixel * channels + first;
               for (std::int64_t j = 0; j < width; ++j)
-                if (in[j] > best[j]) {
-                  best[j] = in[j];
+                if (to_float(in[j]) > best[j]) {
+                  best[j] = to_float(in[j]);
                   where[j] = pixel;
                 }
             });
-            const float* g =
-                grad + (((n * s.od + o_d) * s.oh + o_h) * s.ow + o_w) * channels + first;
+            const T* g = grad + (((n * s.od + o_d) * s.oh + o_h) * s.ow + o_w) * channels + first;
             for (std::int64_t j = 0; j < width; ++j)
-              if (where[j] >= 0) grad_src[where[j] * channels + first + j] += g[j];
+              if (where[j] >= 0) {
+                T& target = grad_src[where[j] * channels + first + j];
+                target = from_float<T>(to_float(target) + to_float(g[j]));
+              }
           }
     }
+}
+
+}  // namespace
+
+void CpuBackend::do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) {
+  with_element_type(x.dtype(), [&](auto element) {
+    max_pool3d_forward_kernel<decltype(element)>(x, geometry, y);
+  });
+}
+
+void CpuBackend::do_max_pool3d_backward(const Tensor& x, const Tensor& dy,
+                                        const PoolGeometry& geometry, Tensor& dx) {
+  with_element_type(x.dtype(), [&](auto element) {
+    max_pool3d_backward_kernel<decltype(element)>(x, dy, geometry, dx);
+  });
 }
 
 }  // namespace hardy::core

@@ -1,6 +1,10 @@
 // Relu, bilinear resampling and channel concatenation through oneDNN; global average pooling as
 // plain loops (a reduction over H*W per channel, where a pooling primitive gains nothing).
+// Activations are f32 or bf16: oneDNN's primitives take either, the loops load into float.
+#include <type_traits>
+
 #include "compute/cpu/dnnl_support.hpp"
+#include "compute/cpu/element_types.hpp"
 
 namespace hardy::core {
 
@@ -102,37 +106,40 @@ std::vector<LinearTaps> linear_taps(std::int64_t in_size, std::int64_t out_size)
   return taps;
 }
 
-}  // namespace
-
 // The transpose of bilinear resizing, done separably on NHWC rows: first every dy row is
 // scattered along W into a (N, OH, IW, C) buffer, then those rows are scattered along H into
 // dx. Each output row is written by one thread, in a fixed order, so the result does not depend
 // on the thread count. oneDNN 2.6's resampling backward gathers per dx pixel and runs several
 // times slower than its forward, worst for few channels (the logits: 7x for C = 3).
-void CpuBackend::do_upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
+template <class T>
+void upsample_bilinear_backward_kernel(const Tensor& dy, Tensor& dx) {
   const std::int64_t batch = dx.n(), channels = dx.c();
   const std::int64_t in_h = dx.h(), in_w = dx.w(), out_h = dy.h(), out_w = dy.w();
   const std::vector<LinearTaps> rows = linear_taps(in_h, out_h);
   const std::vector<LinearTaps> columns = linear_taps(in_w, out_w);
   const std::int64_t in_row = in_w * channels, out_row = out_w * channels;
   std::vector<float> along_w(static_cast<std::size_t>(batch * out_h * in_row));
-  const float* grad = dy.data<float>();
-  float* grad_src = dx.data<float>();
+  const T* grad = dy.data<T>();
+  T* grad_src = dx.data<T>();
   const bool parallel = dy.numel() >= (1 << 15);
+  // Rows of dx are summed in float and stored once (in place where T is float).
+  std::vector<float> dx_rows(std::is_same_v<T, float> ? 0 : static_cast<std::size_t>(dx.numel()));
+  float* sums = std::is_same_v<T, float> ? reinterpret_cast<float*>(grad_src) : dx_rows.data();
 
 #pragma omp parallel for schedule(static) if (parallel)
   for (std::int64_t row = 0; row < batch * out_h; ++row) {
     float* to = along_w.data() + row * in_row;
-    const float* __restrict from = grad + row * out_row;
+    const T* __restrict from = grad + row * out_row;
     std::fill(to, to + in_row, 0.0f);
     for (std::int64_t ow = 0; ow < out_w; ++ow) {
       const LinearTaps& tap = columns[ow];
       // first == second at the clamped border, so neither is restrict.
       float* first = to + tap.first * channels;
       float* second = to + tap.second * channels;
-      const float* __restrict value = from + ow * channels;
-      for (std::int64_t c = 0; c < channels; ++c) first[c] += tap.first_weight * value[c];
-      for (std::int64_t c = 0; c < channels; ++c) second[c] += tap.second_weight * value[c];
+      const T* __restrict value = from + ow * channels;
+      for (std::int64_t c = 0; c < channels; ++c) first[c] += tap.first_weight * to_float(value[c]);
+      for (std::int64_t c = 0; c < channels; ++c)
+        second[c] += tap.second_weight * to_float(value[c]);
     }
   }
   // Along H, per sample and block of a row's columns (so that a batch of one still spreads).
@@ -143,16 +150,30 @@ void CpuBackend::do_upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
     for (std::int64_t b = 0; b < blocks; ++b) {
       const std::int64_t begin = b * block, width = std::min(block, in_row - begin);
       for (std::int64_t ih = 0; ih < in_h; ++ih)
-        std::fill_n(grad_src + (n * in_h + ih) * in_row + begin, width, 0.0f);
+        std::fill_n(sums + (n * in_h + ih) * in_row + begin, width, 0.0f);
       for (std::int64_t oh = 0; oh < out_h; ++oh) {
         const LinearTaps& tap = rows[oh];
         const float* __restrict value = along_w.data() + (n * out_h + oh) * in_row + begin;
-        float* first = grad_src + (n * in_h + tap.first) * in_row + begin;
-        float* second = grad_src + (n * in_h + tap.second) * in_row + begin;
+        float* first = sums + (n * in_h + tap.first) * in_row + begin;
+        float* second = sums + (n * in_h + tap.second) * in_row + begin;
         for (std::int64_t i = 0; i < width; ++i) first[i] += tap.first_weight * value[i];
         for (std::int64_t i = 0; i < width; ++i) second[i] += tap.second_weight * value[i];
       }
+      if constexpr (!std::is_same_v<T, float>)
+        for (std::int64_t ih = 0; ih < in_h; ++ih) {
+          const std::int64_t offset = (n * in_h + ih) * in_row + begin;
+          for (std::int64_t i = 0; i < width; ++i)
+            grad_src[offset + i] = from_float<T>(sums[offset + i]);
+        }
     }
+}
+
+}  // namespace
+
+void CpuBackend::do_upsample_bilinear_backward(const Tensor& dy, Tensor& dx) {
+  with_element_type(dx.dtype(), [&](auto element) {
+    upsample_bilinear_backward_kernel<decltype(element)>(dy, dx);
+  });
 }
 
 void CpuBackend::do_concat_channels(std::span<const Tensor* const> inputs, Tensor& y) {
@@ -208,10 +229,13 @@ void CpuBackend::do_split_channels(const Tensor& dy, std::span<Tensor* const> ou
   });
 }
 
-void CpuBackend::do_global_avg_pool_forward(const Tensor& x, Tensor& y) {
+namespace {
+
+template <class T>
+void global_avg_pool_forward_kernel(const Tensor& x, Tensor& y) {
   const std::int64_t batch = x.n(), channels = x.c(), pixels = x.h() * x.w();
-  const float* src = x.data<float>();
-  float* dst = y.data<float>();
+  const T* src = x.data<T>();
+  T* dst = y.data<T>();
   // Blocks of channels give both threads work when the batch is 1.
   constexpr std::int64_t block = 64;
   const std::int64_t blocks = (channels + block - 1) / block;
@@ -221,25 +245,41 @@ void CpuBackend::do_global_avg_pool_forward(const Tensor& x, Tensor& y) {
       const std::int64_t first = b * block, width = std::min(block, channels - first);
       double sums[block] = {};
       for (std::int64_t p = 0; p < pixels; ++p) {
-        const float* row = src + (n * pixels + p) * channels + first;
-        for (std::int64_t j = 0; j < width; ++j) sums[j] += row[j];
+        const T* row = src + (n * pixels + p) * channels + first;
+        for (std::int64_t j = 0; j < width; ++j) sums[j] += to_float(row[j]);
       }
       for (std::int64_t j = 0; j < width; ++j)
-        dst[n * channels + first + j] = static_cast<float>(sums[j] / static_cast<double>(pixels));
+        dst[n * channels + first + j] =
+            from_float<T>(static_cast<float>(sums[j] / static_cast<double>(pixels)));
     }
 }
 
-void CpuBackend::do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
+template <class T>
+void global_avg_pool_backward_kernel(const Tensor& dy, Tensor& dx) {
   const std::int64_t batch = dx.n(), channels = dx.c(), pixels = dx.h() * dx.w();
-  const float* grad = dy.data<float>();
-  float* grad_src = dx.data<float>();
+  const T* grad = dy.data<T>();
+  T* grad_src = dx.data<T>();
   const float share = pixels > 0 ? 1.0f / static_cast<float>(pixels) : 0.0f;
 #pragma omp parallel for collapse(2) schedule(static)
   for (std::int64_t n = 0; n < batch; ++n)
     for (std::int64_t p = 0; p < pixels; ++p) {
-      float* row = grad_src + (n * pixels + p) * channels;
-      for (std::int64_t c = 0; c < channels; ++c) row[c] = grad[n * channels + c] * share;
+      T* row = grad_src + (n * pixels + p) * channels;
+      for (std::int64_t c = 0; c < channels; ++c)
+        row[c] = from_float<T>(to_float(grad[n * channels + c]) * share);
     }
+}
+
+}  // namespace
+
+void CpuBackend::do_global_avg_pool_forward(const Tensor& x, Tensor& y) {
+  with_element_type(x.dtype(),
+                    [&](auto element) { global_avg_pool_forward_kernel<decltype(element)>(x, y); });
+}
+
+void CpuBackend::do_global_avg_pool_backward(const Tensor& dy, Tensor& dx) {
+  with_element_type(dx.dtype(), [&](auto element) {
+    global_avg_pool_backward_kernel<decltype(element)>(dy, dx);
+  });
 }
 
 }  // namespace hardy::core

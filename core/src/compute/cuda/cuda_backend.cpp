@@ -42,18 +42,8 @@ long environment_integer(const char* name, long minimum) {
 
 CudaOptions CudaOptions::from_environment() {
   CudaOptions options;
-  if (const char* precision = environment("HARDY_CUDA_PRECISION")) {
-    const std::string_view text = precision;
-    if (text == "bf16")
-      options.activation_dtype = DType::bf16;
-    else if (text == "fp16" || text == "f16")
-      options.activation_dtype = DType::f16;
-    else if (text == "fp32" || text == "f32")
-      options.activation_dtype = DType::f32;
-    else
-      throw InvalidArgument(
-          fmt::format("HARDY_CUDA_PRECISION={} is not one of bf16, fp16, fp32", text));
-  }
+  // hardy train --precision replaces this (make_cuda_backend); the variable stays for scripts.
+  options.activation_dtype = core::activation_dtype(default_precision("cuda"));
   if (environment("HARDY_CUDA_DEVICE"))
     options.device = static_cast<int>(environment_integer("HARDY_CUDA_DEVICE", 0));
   if (environment("HARDY_CUDA_TF32"))
@@ -74,8 +64,10 @@ CudaOptions CudaOptions::from_environment() {
   return options;
 }
 
-std::unique_ptr<Backend> make_cuda_backend() {
-  return std::make_unique<CudaBackend>(CudaOptions::from_environment());
+std::unique_ptr<Backend> make_cuda_backend(std::optional<DType> activation_dtype) {
+  CudaOptions options = CudaOptions::from_environment();
+  if (activation_dtype) options.activation_dtype = *activation_dtype;
+  return std::make_unique<CudaBackend>(options);
 }
 
 // ---- lifetime and properties ----

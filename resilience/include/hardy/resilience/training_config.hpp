@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hardy/core/compute/backend.hpp"
 #include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/nn/lr_schedule.hpp"
@@ -55,6 +56,9 @@ struct TrainingConfig {
   long global_batch = 8;
   std::uint64_t seed = 1;
   std::string backend = "cpu";
+  // f32, or mixed precision with bf16 (CPU and GPU) or fp16 (GPU) activations; jobs/ resolves
+  // `--precision auto` (core::default_precision).
+  core::Precision precision = core::Precision::f32;
   int threads = 0;  // kernel (OpenMP) threads per rank, 0 = auto (split_host_threads)
   long log_every = 10;
 

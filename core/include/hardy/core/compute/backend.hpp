@@ -66,9 +66,11 @@ struct OperandRules {
   Device device;                    // where the backend computes
   std::string_view device_name;     // "host" or "device", for messages
   std::string_view elsewhere_hint;  // why a tensor on another device is refused
-  bool reduced_precision;           // activations (and axpy/scale operands) may be bf16 or f16
-  bool copy_converts_float_types;   // copy() converts between f32, bf16 and f16
-  bool oihw_weights_only;           // convolution weights must be laid out (O, I, KH, KW) (nchw)
+  // Besides f32, the types activations (and axpy/scale operands) may have.
+  bool bf16_activations;
+  bool f16_activations;
+  bool copy_converts_float_types;  // copy() converts between f32, bf16 and f16
+  bool oihw_weights_only;          // convolution weights must be laid out (O, I, KH, KW) (nchw)
 };
 
 // Smallest spatial output size of a transposed convolution, as in PyTorch without output
@@ -282,8 +284,8 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual Layout activation_layout() const = 0;
   virtual Device device() const = 0;
-  // The dtype activations (4-D tensors and their gradients) are kept in: f32 on the CPU, bf16
-  // or f16 on a GPU in mixed precision (parameters, gradients and statistics stay f32).
+  // The dtype activations (4-D tensors and their gradients) are kept in: f32, or bf16 (CPU and
+  // GPU) or f16 (GPU) in mixed precision (parameters, gradients and statistics stay f32).
   virtual DType activation_dtype() const { return DType::f32; }
   // What the operations below accept (a decorator takes over its inner backend's rules).
   const OperandRules& operand_rules() const { return rules_; }
@@ -544,9 +546,30 @@ class Backend {
   OperandRules rules_;
 };
 
+// The precision a run trains in (hardy train --precision): f32 throughout, or mixed precision with
+// bf16 or fp16 activations (parameters, gradients, optimizer state and statistics stay f32, so a
+// checkpoint is the same in every precision).
+enum class Precision { f32, bf16, fp16 };
+std::string_view to_string(Precision precision);  // "f32", "bf16", "fp16"
+// "f32" (or "fp32"), "bf16", "fp16" (or "f16"); throws InvalidArgument naming the accepted ones.
+Precision parse_precision(std::string_view text);
+DType activation_dtype(Precision precision);
+Precision precision_of(DType activation_dtype);
+// The precision a backend trains in when none is asked for: f32 on the CPU; on a GPU what
+// HARDY_CUDA_PRECISION says (the fallback for scripts written before --precision), else bf16.
+// Throws InvalidArgument for a value of HARDY_CUDA_PRECISION it does not know.
+Precision default_precision(std::string_view backend_name);
+// Why `backend_name` cannot train in `precision` on this machine (fp16 on the CPU; bf16 on a CPU
+// without native bf16 instructions, naming what oneDNN found), or nullopt when it can.
+std::optional<std::string> precision_unsupported(std::string_view backend_name,
+                                                 Precision precision);
+
 // "cpu" (oneDNN, always built) or "cuda" (when built with HARDY_CUDA). Throws InvalidArgument
-// naming the known backends otherwise.
-std::unique_ptr<Backend> make_backend(std::string_view name);
+// naming the known backends otherwise. Without a precision the CPU trains in f32 and a GPU in
+// what HARDY_CUDA_PRECISION says (bf16 when unset); the CPU refuses fp16, and bf16 on a CPU that
+// lacks native bf16 instructions (InvalidArgument, naming what it lacks).
+std::unique_ptr<Backend> make_backend(std::string_view name,
+                                      std::optional<Precision> precision = std::nullopt);
 std::vector<std::string> available_backends();
 
 // Returns t, reallocated through the backend if its dims or dtype differ. Without a dtype,

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "hardy/core/compute/backend.hpp"
@@ -155,7 +156,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Impl> impl_;
 };
 
-// make_backend("cuda"): a CudaBackend with CudaOptions::from_environment().
-std::unique_ptr<Backend> make_cuda_backend();
+// make_backend("cuda"): a CudaBackend with CudaOptions::from_environment(), its activation dtype
+// replaced by `activation_dtype` where one is given (hardy train --precision wins over
+// HARDY_CUDA_PRECISION, which stays as the fallback for scripts that set it).
+std::unique_ptr<Backend> make_cuda_backend(std::optional<DType> activation_dtype = std::nullopt);
 
 }  // namespace hardy::core

@@ -89,6 +89,10 @@ class Network {
   std::vector<Parameter*> parameters_;
   std::vector<const Tensor*> outputs_;  // per node, during a pass
   std::vector<Tensor> gradient_sums_;   // per node read more than once
+  // In mixed precision, a node read more than once sums its readers' gradients in f32 here, and
+  // rounds the sum into gradient_sums_ once, after its last reader (as autocast accumulates);
+  // wide_parts_ holds one reader's gradient widened.
+  std::vector<Tensor> wide_sums_, wide_parts_;
   std::vector<const Tensor*> input_grads_;
   bool forward_done_ = false;
 };

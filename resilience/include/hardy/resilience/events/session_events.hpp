@@ -14,6 +14,7 @@ inline constexpr EventField job_started[] = {{"hardy_version", T::string, req},
                                              {"fault_tolerant", T::boolean, req},
                                              {"ranks_per_node", T::integer, req},
                                              {"backend", T::string, req},
+                                             {"precision", T::string, opt},
                                              {"threads_per_rank", T::integer, req},
                                              {"steps", T::integer, req},
                                              {"global_batch", T::integer, req},
@@ -101,7 +102,11 @@ inline constexpr EventField state_restored[] = {{"source", T::string, req},
                                                 {"world_size", T::integer, opt},
                                                 {"host", T::string, opt},
                                                 {"foreign", T::boolean, opt},
-                                                {"saved_run_id", T::string, opt}};
+                                                {"saved_run_id", T::string, opt},
+                                                // The job's precision, and the one the state
+                                                // was saved in where it recorded one.
+                                                {"precision", T::string, opt},
+                                                {"saved_precision", T::string, opt}};
 inline constexpr EventField shards_rebalanced[] = {{"policy", T::string, req},
                                                    {"world_size", T::integer, req},
                                                    {"global_batch", T::integer, req},
