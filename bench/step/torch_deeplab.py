@@ -248,10 +248,11 @@ def weighted_cross_entropy(logits, labels, class_weights):
 
 
 def make_optimizer(model, lr, weight_decay, fused=None):
-    """Adam with L2 decay on convolution weights only (hardy's Parameter::weight_decay).
-    fused=True: PyTorch's fused CUDA Adam (one kernel over all parameters), the fastest it has."""
-    decayed = [p for p in model.parameters() if p.dim() == 4]
-    others = [p for p in model.parameters() if p.dim() != 4]
+    """Adam with L2 decay on convolution and dense weights only (hardy's Parameter::weight_decay:
+    not on biases and normalization scales, the 1-D parameters; CosmoFlow's 5-D and 2-D weights
+    decay too). fused=True: PyTorch's fused CUDA Adam (one kernel over all parameters)."""
+    decayed = [p for p in model.parameters() if p.dim() >= 2]
+    others = [p for p in model.parameters() if p.dim() < 2]
     return torch.optim.Adam([{"params": decayed, "weight_decay": weight_decay},
                              {"params": others, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=fused)
