@@ -9,7 +9,9 @@ Checks: `hardy data pack` writes packed.json (the window's channels and shape) a
 sample of every split, half the fp32 bytes; `hardy data stage` copies the packed training files;
 `hardy train --stage-to` on the packed set stages them (data_staged), completes, plans every
 sample once per epoch, and ends within 3% of the same job's loss on the DeepCAM files (bf16
-rounding is all that differs); `hardy eval --split validation` scores the packed validation
+rounding is all that differs), and so does the packed job trained with `--precision bf16` (the
+fields go in as they are; only where the CPU has native bf16); `hardy eval --split validation`
+scores the packed validation
 split; packing into a non-empty directory, packing a packed set, and window options on a packed
 set are refused with status 2.
 """
@@ -54,8 +56,16 @@ with tempfile.TemporaryDirectory(prefix="hardy-packed-") as tmp:
               "--eval-samples", "4", "--audit-samples", "--log-every", "100", "--seed", "3",
               "--prefetch-batches", "2", "--loader-threads", "2", "--threads", "1"]
     runs = {}
-    for name, data in (("packed", ["--dataset", str(packed), "--stage-to", str(stage)]),
-                       ("deepcam", ["--dataset", str(root), *WINDOW])):
+    # bf16 training takes the packed bf16 fields as they are (no widening to f32 on the way in),
+    # where the CPU computes bf16 natively.
+    bf16 = subprocess.run([hardy, "train", "--precision", "bf16", "--help"], capture_output=True).returncode == 0 and \
+        subprocess.run([hardy, "train", "--precision", "bf16", "--steps", "1", "--samples", "4", "--eval-samples", "0",
+                        "--run-dir", str(tmp / "bf16-probe")], capture_output=True).returncode == 0
+    variants = [("packed", ["--dataset", str(packed), "--stage-to", str(stage)]),
+                ("deepcam", ["--dataset", str(root), *WINDOW])]
+    if bf16:
+        variants.append(("packed-bf16", ["--dataset", str(packed), "--precision", "bf16"]))
+    for name, data in variants:
         run = tmp / f"run-{name}"
         status, output = run_watched([*mpirun, "-n", "2", hardy, "train", *data, *common, "--run-dir", str(run)],
                                      timeout=400)
@@ -76,6 +86,12 @@ with tempfile.TemporaryDirectory(prefix="hardy-packed-") as tmp:
     packed_loss, deepcam_loss = metrics[-1]["loss"], runs["deepcam"][2][-1]["loss"]
     check(abs(packed_loss - deepcam_loss) <= 0.03 * deepcam_loss,
           f"final loss {packed_loss:.5f} on packed samples, {deepcam_loss:.5f} on the DeepCAM files (within 3%)")
+
+    if bf16:
+        bf16_loss = runs["packed-bf16"][2][-1]["loss"]
+        check(abs(bf16_loss - deepcam_loss) <= 0.03 * deepcam_loss,
+              f"final loss {bf16_loss:.5f} training in bf16 on packed samples, {deepcam_loss:.5f} in f32 on the "
+              f"DeepCAM files (within 3%)")
 
     scored = run_hardy(hardy, "eval", "--run-dir", str(run), "--split", "validation", "--json")
     result = json.loads(scored.stdout) if scored.returncode == 0 else {}

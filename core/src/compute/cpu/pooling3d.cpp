@@ -80,6 +80,41 @@ void max_pool3d_forward_kernel(const Tensor& x, const PoolGeometry& geometry, Te
         }
 }
 
+// Windows of 2x2x2 that tile x exactly (stride 2, no padding, even sizes: CosmoFlow's pooling):
+// every input voxel lies in one window, so dx is written once, in one pass over the outputs,
+// without the general path's zero fill and scatter; the channel loop vectorizes. The same
+// choice among tied maxima (the first in (d, h, w) order, none when no value exceeds -infinity).
+template <class T>
+bool max_pool3d_backward_tiled(const PoolShape& s, const T* src, const T* grad, T* grad_src) {
+  constexpr std::int64_t kernel = 2, window = kernel * kernel * kernel;
+  if (s.g.kernel != kernel || s.g.stride != kernel || s.g.padding != 0 || s.d != s.od * kernel ||
+      s.h != s.oh * kernel || s.w != s.ow * kernel)
+    return false;
+  const std::int64_t channels = s.c;
+  const T zero = from_float<T>(0.0f);
+#pragma omp parallel for collapse(3) schedule(static)
+  for (std::int64_t n = 0; n < s.n; ++n)
+    for (std::int64_t o_d = 0; o_d < s.od; ++o_d)
+      for (std::int64_t o_h = 0; o_h < s.oh; ++o_h)
+        for (std::int64_t o_w = 0; o_w < s.ow; ++o_w) {
+          std::int64_t at[window];
+          int i = 0;
+          s.for_window(n, o_d, o_h, o_w, [&](std::int64_t pixel) { at[i++] = pixel * channels; });
+          const T* g = grad + (((n * s.od + o_d) * s.oh + o_h) * s.ow + o_w) * channels;
+          for (std::int64_t c = 0; c < channels; ++c) {
+            float best = -std::numeric_limits<float>::infinity();
+            int chosen = -1;
+            for (int k = 0; k < window; ++k) {
+              const float value = to_float(src[at[k] + c]);
+              chosen = value > best ? k : chosen;
+              best = value > best ? value : best;
+            }
+            for (int k = 0; k < window; ++k) grad_src[at[k] + c] = k == chosen ? g[c] : zero;
+          }
+        }
+  return true;
+}
+
 // Each task owns one sample's block of channels, so windows that overlap (stride < kernel) add
 // into dx from one thread, in output order: the result does not depend on the thread count.
 template <class T>
@@ -89,6 +124,7 @@ void max_pool3d_backward_kernel(const Tensor& x, const Tensor& dy, const PoolGeo
   const T* src = x.data<T>();
   const T* grad = dy.data<T>();
   T* grad_src = dx.data<T>();
+  if (max_pool3d_backward_tiled(s, src, grad, grad_src)) return;
   const std::int64_t channels = s.c, pixels = s.d * s.h * s.w;
   const std::int64_t blocks = (channels + channel_block - 1) / channel_block;
 #pragma omp parallel for collapse(2) schedule(static)
