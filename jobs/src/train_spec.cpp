@@ -799,10 +799,10 @@ void read_schedule_options(const po::variables_map& vm, TrainSpec& spec) {
             fmt::format("--lr-decay multistep needs --lr-milestones and as many "
                         "--lr-milestone-factors (got {} and {})",
                         s.milestones.size(), s.milestone_factors.size()));
-    // The remaining checks need the job's length; with a stand-in length they run now, so that
-    // a bad list is refused before the job starts.
+    // The remaining checks need the job's length; with a long stand-in (distinct fractions stay
+    // distinct steps) they run now, so that a bad list is refused before the job starts.
     auto check = s;
-    check.total_steps = std::max<long>(1, s.warmup_steps);
+    check.total_steps = std::max<long>(1'000'000, s.warmup_steps);
     check.warmup_may_outlast_run = true;
     check.validate();
   }

@@ -135,6 +135,10 @@ TEST_CASE("recipes: bad recipe options are refused naming the option", "[jobs]")
                            "--lr-milestone-factors", "0.5,0.1"}),
                     Catch::Contains("ascending"));
   CHECK_THROWS_WITH(parse({"--class-weights", "frequency^x"}), Catch::Contains("frequency^P"));
+  // Close fractions are distinct steps of a long enough job: not refused before it starts.
+  CHECK(parse({"--lr-decay", "multistep", "--lr-milestones", "0.25,0.3", "--lr-milestone-factors",
+               "0.5,0.1"})
+            .schedule.milestones.size() == 2);
   CHECK_THROWS_WITH(parse({"--warmup-fraction", "2"}), Catch::Contains("--warmup-fraction"));
   CHECK_THROWS_WITH(parse({"--divergence-factor", "0.5"}), Catch::Contains("--divergence-factor"));
   auto cosmo = kCosmoFlow;
