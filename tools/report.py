@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One picture of a hardy run: loss and learning rate against step, world size against step, a
-vertical mark for every failure, shrink, relaunch, preemption and checkpoint (labelled from
-events.jsonl), and the recovery time of each failure.
+vertical mark for every failure, shrink, relaunch, preemption, checkpoint and divergence of the
+loss (labelled from events.jsonl), and the recovery time of each failure.
 
 Usage: tools/report.py RUN_DIR [--out FILE]   (FILE: .png, .svg, .pdf, or .html with an inline SVG)
        tools/report.py RUN_DIR --tensorboard DIR [--out FILE]   (TensorBoard event files instead,
@@ -25,6 +25,7 @@ MARKS = {
     "relaunch": ("#9467bd", "-", 1.6),
     "preemption": ("#8c564b", "-.", 1.4),
     "checkpoint": ("#2ca02c", ":", 0.9),
+    "diverging": ("#e377c2", "-", 2.0),
 }
 MAX_CHECKPOINT_LABELS = 12  # beyond this the checkpoint marks stay, unlabelled, and the legend says so
 

@@ -105,9 +105,19 @@ def collect_marks(events, clock):
             marks.append(("preemption", step, "preemption (the scheduler's warning signal)"))
         elif name in ("checkpoint_written", "final_checkpoint"):
             marks.append(("checkpoint", step, f"ckpt {step}"))
+        elif name == "training_diverging":
+            # Drawn where the loss first stayed above the threshold, labelled with the figures.
+            marks.append(("diverging", e.get("since_step", step),
+                          f"diverging since step {e.get('since_step', '?')}: loss above "
+                          f"{e.get('factor', '?')} x {number_text(e.get('early_loss'))} for "
+                          f"{e.get('window', '?')} steps"))
     if open_failure:
         recoveries.append(f"{open_failure[0]}: not recovered (no recovery_finished)")
     return marks, recoveries
+
+
+def number_text(value):
+    return f"{value:.3g}" if isinstance(value, (int, float)) else "?"
 
 
 def held_out_scores(finished):
@@ -149,6 +159,9 @@ def summary(run_dir, events, metrics):
                      f"{finished.get('failures', 0)} failure(s) survived")
         if held_out_text(finished):
             parts.append(held_out_text(finished))
+    diverging = next((e for e in reversed(events) if e.get("event") == "training_diverging"), None)
+    if diverging:
+        parts.append(f"DIVERGING since step {diverging.get('since_step', '?')}")
     else:
         parts.append("not finished")
     return "  |  ".join(parts)

@@ -75,6 +75,7 @@ void read_events(const std::filesystem::path& path, RunProgress& progress) {
     if (!resilience::is_known_event_kind(event)) continue;
     progress.failures_detected += event == event_kind("failure_detected");
     progress.relaunches += event == event_kind("job_relaunched");
+    if (event == event_kind("training_diverging")) progress.diverging = *record;
     if (event == event_kind("job_relaunched"))
       read_lost_nodes(*record, event_field("job_relaunched", "excluded"), "", progress);
     if (event ==

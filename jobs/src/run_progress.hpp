@@ -30,6 +30,7 @@ struct RunProgress {
   long failures_detected = 0;        // failure_detected events: survived inside the job
   long relaunches = 0;               // job_relaunched events: the supervisor restarted the job
   std::vector<LostNode> lost_nodes;  // in the order the supervisor left them out
+  std::optional<nlohmann::json> diverging;  // the last training_diverging event
 };
 
 // The last complete line of a JSON-lines file (events.jsonl, metrics.jsonl), reading only the

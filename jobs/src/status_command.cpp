@@ -34,13 +34,14 @@ constexpr const char* kStatusUsage =
 Where a job stands: its scheduler job id and state (for a job started with `hardy submit`), the
 last step it logged, its newest valid checkpoint, the failures it survived (failure_detected
 events: recovered inside the job; job_relaunched events: restarted by `hardy run`), and the nodes
-`hardy run` left out, with its evidence and what it did.
+`hardy run` left out, with its evidence and what it did; and whether the training loss diverged
+(a training_diverging event: docs/training.md).
 
 A Slurm or LSF job id instead of RUN_DIR names the run directory whose scheduler.json (written by
 `hardy submit`) records that job; it is looked for under --runs.
 
 --follow refreshes a compact view (step, ETA, world size, samples/s, the last failure and its
-recovery, the newest checkpoint and its age) every --interval seconds until the job ends, then
+recovery, a divergence, the newest checkpoint and its age) every --interval seconds until the job ends, then
 prints the final state. Exit status 0 when the job finished its last step, 1 when it ended
 otherwise (failed, cancelled, or no longer running without having finished).
 )";
@@ -102,7 +103,25 @@ nlohmann::json status_json(const std::filesystem::path& run_dir) {
            {{"failure_detected", progress.failures_detected},
             {"job_relaunched", progress.relaunches},
             {"survived", progress.failures_detected + progress.relaunches}}},
-          {"lost_nodes", lost_nodes_json(progress.lost_nodes)}};
+          {"lost_nodes", lost_nodes_json(progress.lost_nodes)},
+          {"diverging", optional_json(progress.diverging)}};
+}
+
+// The training_diverging event in a line: since when, how far above the early level.
+std::string diverging_text(const nlohmann::json& event) {
+  const auto number_or_nan = [&](std::string_view key) {
+    return core::read_field<double>(event, key).value_or(NAN);
+  };
+  return fmt::format(
+      "since step {:.0f}: the loss stayed above {:g} x its early level {:.4g} for {:.0f} steps "
+      "(mean {:.4g}, {:.4g} at step {:.0f}); the job trains on",
+      number_or_nan(event_field("training_diverging", "since_step")),
+      number_or_nan(event_field("training_diverging", "factor")),
+      number_or_nan(event_field("training_diverging", "early_loss")),
+      number_or_nan(event_field("training_diverging", "window")),
+      number_or_nan(event_field("training_diverging", "window_mean_loss")),
+      number_or_nan(event_field("training_diverging", "loss")),
+      number_or_nan(event_field("training_diverging", "step")));
 }
 
 std::string text_or(const nlohmann::json& value, const std::string& otherwise) {
@@ -147,6 +166,8 @@ void print_text(const nlohmann::json& status) {
     std::cout << fmt::format("lost node      {} at {}: {} ({})\n", node["host"].get<std::string>(),
                              text_or(node["time"], "?"), node["outcome"].get<std::string>(),
                              fmt::join(node["evidence"].get<std::vector<std::string>>(), "; "));
+  if (!status["diverging"].is_null())
+    std::cout << fmt::format("diverging      {}\n", diverging_text(status["diverging"]));
 }
 
 // ---- RUN_DIR or a job id ----
@@ -188,7 +209,7 @@ std::filesystem::path resolve_run_dir(const std::string& target,
 struct LiveView {
   std::optional<nlohmann::json> metrics;  // the last metrics line
   long total_steps = 0;                   // job_started's `steps`
-  std::optional<nlohmann::json> last_failure, last_recovery, last_checkpoint, finished;
+  std::optional<nlohmann::json> last_failure, last_recovery, last_checkpoint, finished, diverging;
   bool supervised = false;            // supervisor_started was logged: wait for supervisor_finished
   std::optional<nlohmann::json> end;  // job_finished (unsupervised) or supervisor_finished
   long failures = 0, relaunches = 0;
@@ -220,6 +241,7 @@ LiveView read_live_view(const std::filesystem::path& run_dir) {
     if (name == event_kind("checkpoint_written") || name == event_kind("final_checkpoint"))
       view.last_checkpoint = event;
     if (name == event_kind("job_finished")) view.finished = event;
+    if (name == event_kind("training_diverging")) view.diverging = event;
     if (name == event_kind("supervisor_finished") ||
         (name == event_kind("job_finished") && !view.supervised))
       view.end = event;
@@ -314,6 +336,7 @@ std::string compact_text(const std::filesystem::path& run_dir, const LiveView& v
             .value_or("detected"),
         recovery);
   }
+  if (view.diverging) text += fmt::format("diverging {}\n", diverging_text(*view.diverging));
   if (!view.last_checkpoint)
     text += "ckpt      none written yet\n";
   else

@@ -19,6 +19,8 @@
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
 #include "hardy/core/version.hpp"
+#include "hardy/jobs/training_recipes.hpp"
+#include "recipe_defaults.hpp"
 
 namespace po = boost::program_options;
 
@@ -182,8 +184,9 @@ po::options_description data_options() {
                                           "synthetic training-set size")(
       "height", po::value<int>()->default_value(64), "synthetic sample height (divisible by 8)")(
       "width", po::value<int>()->default_value(64), "synthetic sample width (divisible by 8)")(
-      "class-weights", po::value<std::string>()->default_value("auto"),
-      "loss weight per class, e.g. 1,4,4, or auto (inverse square root of class frequency)")(
+      "class-weights", po::value<std::string>(),
+      "[recipe] loss weight per class, e.g. 1,4,4; auto (the inverse square root of each "
+      "class's frequency); or frequency^P (its frequency to the power P, e.g. frequency^-0.125)")(
       "eval-samples", po::value<long>()->default_value(64),
       "held-out samples scored for mean IoU at the end (0: skip); of validation/ for a "
       "DeepCAM-layout dataset, of test/ for ClimateNet's (validation/ when it has one)")(
@@ -264,26 +267,52 @@ po::options_description model_options() {
   return model;
 }
 
-// The optimizer and the learning-rate schedule.
+// The optimizer and the learning-rate schedule. The options without a default here take the
+// network's training recipe (training_recipes.cpp) where the user gives none.
 po::options_description optimizer_options() {
-  po::options_description optim("Optimizer");
-  optim.add_options()("optimizer", po::value<std::string>()->default_value("adam"),
-                      "sgd, lars or adam")("lr", po::value<float>()->default_value(0.002f),
-                                           "peak learning rate")(
-      "momentum", po::value<float>()->default_value(0.9f), "SGD/LARS momentum")(
+  po::options_description optim(
+      "Optimizer (default: the --model's training recipe, listed below, for the options marked "
+      "[recipe])");
+  optim.add_options()("optimizer", po::value<std::string>(), "[recipe] sgd, lars, adam or lamb")(
+      "lr", po::value<float>(),
+      "[recipe] peak learning rate at --lr-reference-batch (a --lr given without --lr-scaling is "
+      "the job's own peak rate)")(
+      "lr-reference-batch", po::value<long>(),
+      "[recipe] the global batch --lr is meant for (0: the job's --global-batch)")(
+      "lr-scaling", po::value<std::string>(),
+      "[recipe] how --lr follows the job's --global-batch from --lr-reference-batch: none, "
+      "linear or sqrt")("momentum", po::value<float>(), "[recipe] SGD/LARS momentum")(
       "nesterov", po::value<bool>()->default_value(false), "Nesterov momentum for SGD/LARS")(
-      "weight-decay", po::value<float>()->default_value(1e-4f),
-      "L2 weight decay (not applied to biases and normalization parameters)")(
-      "beta1", po::value<float>()->default_value(0.9f), "Adam first-moment decay")(
-      "beta2", po::value<float>()->default_value(0.999f), "Adam second-moment decay")(
-      "lars-eta", po::value<float>()->default_value(0.001f), "LARS trust coefficient")(
+      "weight-decay", po::value<float>(),
+      "[recipe] weight decay (not applied to biases and normalization parameters): L2 added to "
+      "the gradient for sgd, lars and adam, decoupled for lamb")(
+      "beta1", po::value<float>()->default_value(0.9f), "Adam/LAMB first-moment decay")(
+      "beta2", po::value<float>()->default_value(0.999f), "Adam/LAMB second-moment decay")(
+      "eps", po::value<float>(), "[recipe] Adam/LAMB denominator guard")(
+      "lamb-max-grad-norm", po::value<float>()->default_value(1.0f),
+      "LAMB: scale all gradients together down to this norm when larger (apex FusedLAMB's "
+      "max_grad_norm; 0: never)")("lars-eta", po::value<float>()->default_value(0.001f),
+                                  "LARS trust coefficient")(
       "larc-clip", po::value<bool>()->default_value(true),
       "LARC: clip the layer-wise rate at the global rate")(
-      "warmup-steps", po::value<long>()->default_value(0), "linear learning-rate warm-up steps")(
-      "lr-decay", po::value<std::string>()->default_value("cosine"),
-      "learning-rate decay after warm-up: none, cosine, poly or step")(
-      "final-lr-fraction", po::value<float>()->default_value(0.0f),
-      "cosine/poly floor as a fraction of the peak rate");
+      "warmup-steps", po::value<long>(), "[recipe] linear learning-rate warm-up steps")(
+      "warmup-fraction", po::value<float>(),
+      "[recipe] warm-up as a fraction of the job's steps instead (0: --warmup-steps)")(
+      "lr-decay", po::value<std::string>(),
+      "[recipe] learning-rate decay after warm-up: none, cosine, poly, step or multistep")(
+      "final-lr-fraction", po::value<float>(),
+      "[recipe] cosine/poly floor as a fraction of the peak rate")(
+      "lr-milestones", po::value<std::string>(),
+      "[recipe] multistep: where the rate changes, e.g. 0.25,0.5 (fractions of the job's steps) "
+      "or 1200 (steps); none")(
+      "lr-milestone-factors", po::value<std::string>(),
+      "[recipe] multistep: the rate from each milestone on, as a factor of the peak, e.g. "
+      "0.25,0.125; none")(
+      "divergence-factor", po::value<double>()->default_value(2.0),
+      "report the job as diverging (event training_diverging, a line on stderr; nothing else) "
+      "when the loss stays above this many times its early level, the first step's loss (0: "
+      "never)")("divergence-window", po::value<long>()->default_value(20),
+                "... for this many consecutive steps");
   return optim;
 }
 
@@ -518,7 +547,23 @@ void read_input_pipeline(const po::variables_map& vm, TrainSpec& spec) {
   const double cache_mib = get<double>(vm, "sample-cache-mib");
   require(cache_mib >= 0 && cache_mib < 1e9, "--sample-cache-mib must be between 0 and 1e9");
   spec.data.cache_bytes = static_cast<std::size_t>(cache_mib * (1 << 20));
-  if (const auto text = get<std::string>(vm, "class-weights"); text != "auto") {
+  // The regression has none (read_model_options refuses one given).
+  const auto text = vm.count("class-weights") ? get<std::string>(vm, "class-weights") : "auto";
+  if (text.starts_with("frequency^")) {
+    const auto power = text.substr(std::string_view("frequency^").size());
+    std::size_t used = 0;
+    double value = 0;
+    try {
+      value = std::stod(power, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used != 0 && used == power.size() && std::isfinite(value) && value <= 0,
+            fmt::format("--class-weights frequency^P takes a power P of 0 or below (e.g. "
+                        "frequency^-0.125), got '{}'",
+                        text));
+    spec.class_weight_power = value;
+  } else if (text != "auto") {
     auto weights = parse_float_list(text, "--class-weights");
     require(weights.size() == static_cast<std::size_t>(spec.model.num_classes),
             fmt::format("--class-weights needs {} values, got {}", spec.model.num_classes,
@@ -674,7 +719,7 @@ void read_model_options(const po::variables_map& vm, TrainSpec& spec) {
               fmt::format("{} holds volumes of {}^3 voxels but --volume is {}: give --volume {}",
                           spec.data.dataset.string(), edge, m.volume, edge));
     }
-    require(!spec.class_weights,
+    require(!vm.count("class-weights") || vm["class-weights"].defaulted(),
             "--class-weights weighs the classes of a segmentation; --model cosmoflow regresses "
             "4 parameters (MSE): remove it");
     spec.data.shape = {.channels = m.input_channels,
@@ -707,28 +752,88 @@ void read_optimizer_options(const po::variables_map& vm, TrainSpec& spec) {
   o.weight_decay = get<float>(vm, "weight-decay");
   o.beta1 = get<float>(vm, "beta1");
   o.beta2 = get<float>(vm, "beta2");
+  o.eps = get<float>(vm, "eps");
+  o.lamb_max_grad_norm = get<float>(vm, "lamb-max-grad-norm");
   o.lars_eta = get<float>(vm, "lars-eta");
   o.larc_clip = get<bool>(vm, "larc-clip");
   require(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1)");
   require(o.weight_decay >= 0, "--weight-decay must not be negative");
   require(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
           "--beta1 and --beta2 must be in [0, 1)");
+  require(o.eps > 0 && std::isfinite(o.eps), "--eps must be positive");
+  require(o.lamb_max_grad_norm >= 0 && std::isfinite(o.lamb_max_grad_norm),
+          "--lamb-max-grad-norm must not be negative");
+  spec.divergence.factor = get<double>(vm, "divergence-factor");
+  spec.divergence.window = get<long>(vm, "divergence-window");
+  require(spec.divergence.factor == 0 ||
+              (spec.divergence.factor > 1 && std::isfinite(spec.divergence.factor)),
+          "--divergence-factor must be 0 (never) or a number above 1");
+  require(spec.divergence.window >= 1, "--divergence-window must be at least 1 step");
+}
+
+// --lr scaled from --lr-reference-batch to the job's --global-batch by --lr-scaling.
+float peak_lr(const po::variables_map& vm, long global_batch) {
+  const float lr = get<float>(vm, "lr");
+  require(lr > 0 && std::isfinite(lr), "--lr must be positive");
+  const auto scaling = get<std::string>(vm, "lr-scaling");
+  require(scaling == "none" || scaling == "linear" || scaling == "sqrt",
+          fmt::format("--lr-scaling must be none, linear or sqrt, not '{}'", scaling));
+  const long reference = get<long>(vm, "lr-reference-batch");
+  require(reference >= 0, "--lr-reference-batch must not be negative (0: the job's batch)");
+  if (scaling == "none" || reference == 0) return lr;
+  const double ratio = static_cast<double>(global_batch) / static_cast<double>(reference);
+  return static_cast<float>(lr * (scaling == "linear" ? ratio : std::sqrt(ratio)));
+}
+
+// A list option's value, or nothing for "none".
+std::vector<float> optional_float_list(const po::variables_map& vm, const char* option) {
+  const auto text = get<std::string>(vm, option);
+  if (text == "none") return {};
+  return parse_float_list(text, fmt::format("--{}", option));
 }
 
 void read_schedule_options(const po::variables_map& vm, TrainSpec& spec) {
   auto& s = spec.schedule;
-  s.base_lr = get<float>(vm, "lr");
-  require(s.base_lr > 0, "--lr must be positive");
+  s.base_lr = peak_lr(vm, spec.global_batch);
   s.warmup_steps = get<long>(vm, "warmup-steps");
+  s.warmup_fraction = get<float>(vm, "warmup-fraction");
+  require(s.warmup_steps >= 0, "--warmup-steps must not be negative");
+  require(s.warmup_fraction >= 0 && s.warmup_fraction <= 1, "--warmup-fraction must be in [0, 1]");
+  // A recipe's warm-up is sized for the reference's run, and config.ini carries it into a
+  // relaunch: a job shorter than its warm-up ends inside it, as the references' code would.
+  s.warmup_may_outlast_run = true;
   s.decay = core::parse_lr_decay(get<std::string>(vm, "lr-decay"));
   s.final_fraction = get<float>(vm, "final-lr-fraction");
+  require(s.final_fraction >= 0 && s.final_fraction <= 1, "--final-lr-fraction must be in [0, 1]");
+  const auto milestones = optional_float_list(vm, "lr-milestones");
+  s.milestones.assign(milestones.begin(), milestones.end());
+  s.milestone_factors = optional_float_list(vm, "lr-milestone-factors");
+  if (s.decay == core::LrSchedule::Decay::multistep) {
+    require(!s.milestones.empty() && s.milestones.size() == s.milestone_factors.size(),
+            fmt::format("--lr-decay multistep needs --lr-milestones and as many "
+                        "--lr-milestone-factors (got {} and {})",
+                        s.milestones.size(), s.milestone_factors.size()));
+    // The remaining checks need the job's length; with a long stand-in (distinct fractions stay
+    // distinct steps) they run now, so that a bad list is refused before the job starts.
+    auto check = s;
+    check.total_steps = std::max<long>(1'000'000, s.warmup_steps);
+    check.warmup_may_outlast_run = true;
+    check.validate();
+  }
   // total_steps is set by the trainer, which knows the dataset size when --steps is 0.
 }
 
 // config.ini of the run: every option as resolved, so that a relaunch trains the same job.
-std::string effective_config_ini(const po::variables_map& vm, const TrainSpec& spec) {
+// A recipe option's line ends with where its value came from (RecipeOrigins).
+std::string effective_config_ini(const po::variables_map& vm, const TrainSpec& spec,
+                                 const RecipeOrigins& origins) {
   std::ostringstream ini;
   ini << "# hardy " << HARDY_VERSION << " effective configuration\n";
+  ini << fmt::format(
+      "# training recipe: --model {}: {} ({}); the options below marked with it "
+      "take its values, the others were given\n",
+      core::to_string(spec.model.architecture), training_recipe(spec.model.architecture).name,
+      training_recipe(spec.model.architecture).reference);
   const auto other_networks = options_of_other_networks(spec.model.architecture);
   for (const auto& [name, value] : vm) {
     if (name == "help" || name == "config" || value.empty()) continue;
@@ -740,7 +845,13 @@ std::string effective_config_ini(const po::variables_map& vm, const TrainSpec& s
         name == "precision" || name == "inject-failure" || name == "run-lock-token" ||
         (name.starts_with("domain") && name != "domain-sync-every" && name != "domain-exchange"))
       continue;
-    ini << name << " = " << value_text(value) << "\n";
+    ini << name << " = " << value_text(value);
+    if (const auto origin = origins.find(name); origin != origins.end())
+      ini << "  # " << origin->second;
+    if (name == "lr" && spec.schedule.base_lr != get<float>(vm, "lr"))
+      ini << fmt::format(" (peak rate at --global-batch {}: {:g})", spec.global_batch,
+                         spec.schedule.base_lr);
+    ini << "\n";
   }
   // As resolved: `auto` becomes the precision this job trains in.
   ini << "precision = " << core::to_string(spec.precision) << "\n";
@@ -755,7 +866,7 @@ std::string effective_config_ini(const po::variables_map& vm, const TrainSpec& s
 // Each step reads its options and checks them; the order matters where a later step builds on
 // an earlier one (the data shape takes the model's input channels, a DeepCAM channel selection
 // changes them), and decides which of several wrong options is reported first.
-TrainSpec spec_from(const po::variables_map& vm) {
+TrainSpec spec_from(const po::variables_map& vm, const RecipeOrigins& origins) {
   TrainSpec spec;
   read_run_options(vm, spec);
   read_data_source(vm, spec);
@@ -766,7 +877,7 @@ TrainSpec spec_from(const po::variables_map& vm) {
   read_model_options(vm, spec);
   read_optimizer_options(vm, spec);
   read_schedule_options(vm, spec);
-  spec.config_ini = effective_config_ini(vm, spec);
+  spec.config_ini = effective_config_ini(vm, spec, origins);
   return spec;
 }
 
@@ -827,7 +938,7 @@ std::optional<TrainSpec> parse_train_spec(const std::vector<std::string>& args) 
                     "Trains a network (--model: climate segmentation, or CosmoFlow's regression) "
                     "data-parallel over all ranks of the job.\n",
            .notify = false},
-          vm))
+          vm, recipes_help()))
     return std::nullopt;
   const bool dataset_cli = vm.count("dataset") > 0;
   const bool synthetic_cli = vm.count("synthetic") > 0;
@@ -846,7 +957,8 @@ std::optional<TrainSpec> parse_train_spec(const std::vector<std::string>& args) 
   } catch (const po::error& e) {
     throw InvalidArgument(e.what());
   }
-  return spec_from(vm);
+  const auto origins = apply_training_recipe(vm, options);
+  return spec_from(vm, origins);
 }
 
 TrainSpec load_train_spec(const std::filesystem::path& config_file) {
@@ -854,7 +966,8 @@ TrainSpec load_train_spec(const std::filesystem::path& config_file) {
   po::variables_map vm;
   read_config_file(config_file.string(), options, vm);
   po::notify(vm);
-  return spec_from(vm);
+  const auto origins = apply_training_recipe(vm, options);
+  return spec_from(vm, origins);
 }
 
 }  // namespace hardy::jobs

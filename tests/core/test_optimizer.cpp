@@ -68,11 +68,12 @@ TEST_CASE("optimizer: kind names parse and print", "[core]") {
   for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::lars, OptimizerKind::adam})
     CHECK(parse_optimizer_kind(to_string(kind)) == kind);
   CHECK(parse_optimizer_kind("lars") == OptimizerKind::lars);
+  CHECK(parse_optimizer_kind("lamb") == OptimizerKind::lamb);
   try {
     parse_optimizer_kind("rmsprop");
     FAIL("expected InvalidArgument");
   } catch (const hardy::InvalidArgument& e) {
-    CHECK_THAT(e.what(), Catch::Contains("rmsprop") && Catch::Contains("sgd, lars, adam"));
+    CHECK_THAT(e.what(), Catch::Contains("rmsprop") && Catch::Contains("sgd, lars, adam, lamb"));
   }
 }
 
@@ -497,6 +498,42 @@ TEST_CASE("optimizer: lr schedule step decay", "[core]") {
   CHECK(schedule.at(200) == Approx(0.00004));
 }
 
+TEST_CASE("optimizer: lr schedule multistep decay at fractions of the run or at steps", "[core]") {
+  // CosmoFlow's reference: x0.25 from 25% of the run, x0.125 from 50%, after a warm-up of 1/32.
+  LrSchedule schedule = schedule_with(LrSchedule::Decay::multistep);
+  schedule.total_steps = 200;
+  schedule.warmup_steps = 0;
+  schedule.warmup_fraction = 0.03125f;  // round(6.25) = 6 steps
+  schedule.milestones = {0.25, 0.5};
+  schedule.milestone_factors = {0.25f, 0.125f};
+  CHECK(schedule.warmup() == 6);
+  CHECK(schedule.at(0) == Approx(0.4 / 6));
+  CHECK(schedule.at(5) == Approx(0.4));
+  CHECK(schedule.at(49) == Approx(0.4));
+  CHECK(schedule.at(50) == Approx(0.1));
+  CHECK(schedule.at(99) == Approx(0.1));
+  CHECK(schedule.at(100) == Approx(0.05));
+  CHECK(schedule.at(199) == Approx(0.05));
+  CHECK(schedule.at(400) == Approx(0.05));
+
+  // DeepCAM's: warm-up 400 steps, x0.1 from step 1200; a run of 200 steps ends inside the
+  // warm-up when the schedule allows it, and is refused otherwise.
+  LrSchedule steps = schedule_with(LrSchedule::Decay::multistep);
+  steps.total_steps = 200;
+  steps.warmup_steps = 400;
+  steps.milestones = {1200};
+  steps.milestone_factors = {0.1f};
+  CHECK_THROWS_AS(steps.validate(), hardy::InvalidArgument);
+  steps.warmup_may_outlast_run = true;
+  CHECK(steps.at(0) == Approx(0.4 / 400));
+  CHECK(steps.at(199) == Approx(0.4 * 200 / 400));
+  steps.total_steps = 2000;
+  CHECK(steps.at(399) == Approx(0.4));
+  CHECK(steps.at(1199) == Approx(0.4));
+  CHECK(steps.at(1200) == Approx(0.04));
+  CHECK(steps.at(1999) == Approx(0.04));
+}
+
 TEST_CASE("optimizer: lr schedule rejects bad settings", "[core]") {
   const auto rejects = [](auto change) {
     LrSchedule schedule = schedule_with(LrSchedule::Decay::cosine);
@@ -523,17 +560,150 @@ TEST_CASE("optimizer: lr schedule rejects bad settings", "[core]") {
     s.step_every = 10;
     s.step_gamma = 0.0f;
   });
+  rejects([](LrSchedule& s) { s.warmup_fraction = 1.5f; });
+  rejects([](LrSchedule& s) { s.decay = LrSchedule::Decay::multistep; });  // no milestones
+  rejects([](LrSchedule& s) {
+    s.decay = LrSchedule::Decay::multistep;
+    s.milestones = {0.5, 0.25};  // descending
+    s.milestone_factors = {0.5f, 0.25f};
+  });
+  rejects([](LrSchedule& s) {
+    s.decay = LrSchedule::Decay::multistep;
+    s.milestones = {0.5};
+    s.milestone_factors = {0.5f, 0.25f};  // one too many
+  });
+  rejects([](LrSchedule& s) {
+    s.decay = LrSchedule::Decay::multistep;
+    s.milestones = {12.5};  // neither a fraction nor a whole step
+    s.milestone_factors = {0.5f};
+  });
+  rejects([](LrSchedule& s) {
+    s.decay = LrSchedule::Decay::multistep;
+    s.milestones = {0.5};
+    s.milestone_factors = {0.0f};
+  });
   CHECK_THROWS_AS(schedule_with(LrSchedule::Decay::none).at(-1), hardy::InvalidArgument);
 
-  for (LrSchedule::Decay decay : {LrSchedule::Decay::none, LrSchedule::Decay::cosine,
-                                  LrSchedule::Decay::poly, LrSchedule::Decay::step})
+  for (LrSchedule::Decay decay :
+       {LrSchedule::Decay::none, LrSchedule::Decay::cosine, LrSchedule::Decay::poly,
+        LrSchedule::Decay::step, LrSchedule::Decay::multistep})
     CHECK(parse_lr_decay(to_string(decay)) == decay);
   try {
     parse_lr_decay("exponential");
     FAIL("expected InvalidArgument");
   } catch (const hardy::InvalidArgument& e) {
-    CHECK_THAT(e.what(),
-               Catch::Contains("exponential") && Catch::Contains("none, cosine, poly, step"));
+    CHECK_THAT(e.what(), Catch::Contains("exponential") &&
+                             Catch::Contains("none, cosine, poly, step, multistep"));
+  }
+}
+
+// ---- LAMB ----
+// The reference: apex's FusedLAMB (adam_w_mode, bias correction, grad averaging, global
+// gradient-norm clipping, use_nvlamb = false) written out in double precision, one parameter at a
+// time, independent of the optimizer's code path through the backend's kernels.
+
+namespace {
+
+struct LambReference {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-6, weight_decay = 0.01, max_grad_norm = 1.0;
+  std::vector<std::vector<double>> m, v;
+  long t = 0;
+
+  void step(std::vector<std::vector<double>>& w, const std::vector<std::vector<double>>& g,
+            const std::vector<bool>& decayed, double lr) {
+    if (m.empty())
+      for (const auto& tensor : w) {
+        m.emplace_back(tensor.size(), 0.0);
+        v.emplace_back(tensor.size(), 0.0);
+      }
+    ++t;
+    double squares = 0;
+    for (const auto& tensor : g)
+      for (double x : tensor) squares += x * x;
+    const double clip = max_grad_norm > 0 ? std::max(std::sqrt(squares) / max_grad_norm, 1.0) : 1.0;
+    for (std::size_t p = 0; p < w.size(); ++p) {
+      const double wd = decayed[p] ? weight_decay : 0.0;
+      std::vector<double> u(w[p].size());
+      double w_norm = 0, u_norm = 0;
+      for (std::size_t i = 0; i < w[p].size(); ++i) {
+        const double grad = g[p][i] / clip;
+        m[p][i] = beta1 * m[p][i] + (1 - beta1) * grad;
+        v[p][i] = beta2 * v[p][i] + (1 - beta2) * grad * grad;
+        const double m_hat = m[p][i] / (1 - std::pow(beta1, static_cast<double>(t)));
+        const double v_hat = v[p][i] / (1 - std::pow(beta2, static_cast<double>(t)));
+        u[i] = m_hat / (std::sqrt(v_hat) + eps) + wd * w[p][i];
+        w_norm += w[p][i] * w[p][i];
+        u_norm += u[i] * u[i];
+      }
+      w_norm = std::sqrt(w_norm);
+      u_norm = std::sqrt(u_norm);
+      const double trust = (wd != 0 && w_norm > 0 && u_norm > 0) ? w_norm / u_norm : 1.0;
+      for (std::size_t i = 0; i < w[p].size(); ++i) w[p][i] -= lr * trust * u[i];
+    }
+  }
+};
+
+OptimizerConfig lamb_config(float max_grad_norm) {
+  OptimizerConfig config;
+  config.kind = OptimizerKind::lamb;
+  config.beta1 = 0.9f;
+  config.beta2 = 0.999f;
+  config.eps = 1e-6f;
+  config.weight_decay = 0.01f;
+  config.lamb_max_grad_norm = max_grad_norm;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("optimizer: lamb matches a double-precision reference over three steps", "[core]") {
+  for (const float max_grad_norm : {1.0f, 0.0f}) {
+    INFO("lamb_max_grad_norm " << max_grad_norm);
+    auto backend = make_backend("cpu");
+    auto optimizer = make_optimizer(lamb_config(max_grad_norm), *backend);
+    std::vector<Parameter> params;
+    params.push_back(
+        make_parameter("layer.weight", {3.0f, -4.0f, 0.5f}, {0.6f, 0.8f, -0.3f}, true));
+    params.push_back(make_parameter("layer.bias", {0.25f, -1.0f}, {-1.0f, 0.2f}, false));
+    LambReference reference;
+    reference.max_grad_norm = max_grad_norm;
+    std::vector<std::vector<double>> w{{3.0, -4.0, 0.5}, {0.25, -1.0}};
+    // Three steps with new gradients each time, so that the moments, the bias corrections and
+    // the clipping (global norm about 1.5, 1.2 and 0.9 against 1) all take part.
+    const std::vector<std::vector<std::vector<float>>> grads{{{0.6f, 0.8f, -0.3f}, {-1.0f, 0.2f}},
+                                                             {{0.4f, -0.9f, 0.2f}, {0.5f, -0.3f}},
+                                                             {{-0.2f, 0.5f, 0.6f}, {0.3f, 0.1f}}};
+    const std::vector<double> rates{0.01, 0.02, 0.005};
+    for (std::size_t step = 0; step < grads.size(); ++step) {
+      for (std::size_t p = 0; p < params.size(); ++p)
+        std::copy(grads[step][p].begin(), grads[step][p].end(), params[p].grad.f32().begin());
+      std::vector<std::vector<double>> g;
+      for (const auto& tensor : grads[step]) g.emplace_back(tensor.begin(), tensor.end());
+      reference.step(w, g, {true, false}, rates[step]);
+      optimizer->step(params, static_cast<float>(rates[step]));
+      INFO("step " << step + 1);
+      require_values(params[0].value, w[0]);
+      require_values(params[1].value, w[1]);
+    }
+    CHECK(optimizer->state_tensors().front().first == "lamb_m/layer.weight");
+    // The caller's gradients are left as they were (the clipping works on a copy).
+    require_values(params[0].grad, {-0.2, 0.5, 0.6});
+  }
+}
+
+TEST_CASE("optimizer: lamb moves a decayed tensor by lr times its norm", "[core]") {
+  // The trust ratio makes the step's norm lr * ||w||, whatever the gradient's size: the layer-wise
+  // adaptation that lets LAMB take large batches.
+  auto backend = make_backend("cpu");
+  auto optimizer = make_optimizer(lamb_config(0.0f), *backend);
+  for (const float scale : {1e-3f, 1.0f, 1e3f}) {
+    std::vector<Parameter> params;
+    params.push_back(make_parameter("w" + std::to_string(scale), {3.0f, 4.0f},
+                                    {0.6f * scale, -0.8f * scale}, true));
+    optimizer->step(params, 0.1f);
+    const auto moved = params[0].value.f32();
+    const double distance = std::hypot(moved[0] - 3.0, moved[1] - 4.0);
+    CHECK(distance == Approx(0.1 * 5.0).epsilon(1e-4));
   }
 }
 

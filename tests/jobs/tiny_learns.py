@@ -35,6 +35,7 @@ with tempfile.TemporaryDirectory(prefix="hardy-tiny-") as tmp:
     check(all("time" in e for e in events), "every event has a time")
     check(finished["mean_iou"] >= min_iou, f"held-out mean IoU {finished['mean_iou']:.4f} >= {min_iou}")
     check((run / "config.ini").is_file() and (run / "model.h5").is_file(), "config.ini and model.h5 written")
+    check("training_diverging" not in names, "a learning job is never reported as diverging")
 
     # hardy eval reads the run directory back and must reproduce the training job's score.
     result = subprocess.run([hardy, "eval", "--run-dir", str(run), "--json"], check=True, capture_output=True,

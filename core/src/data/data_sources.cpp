@@ -104,15 +104,19 @@ DataSources open_data(const DataSpec& spec) {
 }
 
 std::vector<float> resolve_class_weights(const std::optional<std::vector<float>>& given,
-                                         const SampleSource& source, int classes) {
+                                         const SampleSource& source, int classes,
+                                         double frequency_power) {
   if (given) return *given;
   const auto frequencies = class_frequencies(source, 64);
   std::vector<float> weights(static_cast<std::size_t>(classes));
   double mean_weight = 0;
   for (int c = 0; c < classes; ++c) {
     const double f = std::max(frequencies[static_cast<std::size_t>(c)], 1e-4);
-    weights[static_cast<std::size_t>(c)] = static_cast<float>(1.0 / std::sqrt(f));
-    mean_weight += f / std::sqrt(f);
+    // The inverse square root exactly as before recipes had other powers (bit for bit).
+    const double weight =
+        frequency_power == -0.5 ? 1.0 / std::sqrt(f) : std::pow(f, frequency_power);
+    weights[static_cast<std::size_t>(c)] = static_cast<float>(weight);
+    mean_weight += f * weight;
   }
   for (auto& w : weights) w = static_cast<float>(w / mean_weight);
   return weights;

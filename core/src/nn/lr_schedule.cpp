@@ -17,7 +17,8 @@ namespace {
 
 constexpr std::array decay_names{
     std::pair{LrSchedule::Decay::none, "none"}, std::pair{LrSchedule::Decay::cosine, "cosine"},
-    std::pair{LrSchedule::Decay::poly, "poly"}, std::pair{LrSchedule::Decay::step, "step"}};
+    std::pair{LrSchedule::Decay::poly, "poly"}, std::pair{LrSchedule::Decay::step, "step"},
+    std::pair{LrSchedule::Decay::multistep, "multistep"}};
 
 }  // namespace
 
@@ -43,7 +44,10 @@ void LrSchedule::validate() const {
         fmt::format("base learning rate must be finite and >= 0, got {}", base_lr));
   if (total_steps <= 0)
     throw InvalidArgument(fmt::format("total steps must be > 0, got {}", total_steps));
-  if (warmup_steps < 0 || warmup_steps > total_steps)
+  if (!(warmup_fraction >= 0.0f && warmup_fraction <= 1.0f))
+    throw InvalidArgument(
+        fmt::format("warm-up fraction must be in [0, 1], got {}", warmup_fraction));
+  if (warmup_steps < 0 || (warmup_steps > total_steps && !warmup_may_outlast_run))
     throw InvalidArgument(fmt::format("warm-up steps must be in [0, total steps = {}], got {}",
                                       total_steps, warmup_steps));
   if (!(final_fraction >= 0.0f && final_fraction <= 1.0f))
@@ -56,18 +60,50 @@ void LrSchedule::validate() const {
     throw InvalidArgument(fmt::format("step decay period must be > 0 steps, got {}", step_every));
   if (decay == Decay::step && !(step_gamma > 0.0f && step_gamma <= 1.0f))
     throw InvalidArgument(fmt::format("step decay gamma must be in (0, 1], got {}", step_gamma));
+  if (decay == Decay::multistep) {
+    if (milestones.empty() || milestones.size() != milestone_factors.size())
+      throw InvalidArgument(fmt::format(
+          "multistep decay needs as many milestone factors as milestones, at least one (got {} "
+          "milestones, {} factors)",
+          milestones.size(), milestone_factors.size()));
+    for (std::size_t i = 0; i < milestones.size(); ++i) {
+      const double m = milestones[i];
+      if (!(m > 0.0) || std::isinf(m) || (m >= 1.0 && m != std::trunc(m)) ||
+          (i > 0 && !(milestone_step(i) > milestone_step(i - 1))))
+        throw InvalidArgument(fmt::format(
+            "multistep milestones must be ascending fractions of the run in (0, 1) or whole "
+            "steps >= 1, got {}",
+            fmt::join(milestones, ",")));
+      if (!(milestone_factors[i] > 0.0f) || std::isinf(milestone_factors[i]))
+        throw InvalidArgument(
+            fmt::format("multistep milestone factors must be finite and > 0, got {}",
+                        fmt::join(milestone_factors, ",")));
+    }
+  }
+}
+
+long LrSchedule::milestone_step(std::size_t i) const {
+  const double m = milestones.at(i);
+  return m < 1.0 ? std::lround(m * static_cast<double>(total_steps)) : std::lround(m);
+}
+
+long LrSchedule::warmup() const {
+  if (warmup_fraction > 0.0f)
+    return std::lround(static_cast<double>(warmup_fraction) * static_cast<double>(total_steps));
+  return warmup_steps;
 }
 
 float LrSchedule::at(long step) const {
   validate();
   if (step < 0) throw InvalidArgument(fmt::format("learning-rate step must be >= 0, got {}", step));
   const double base = base_lr;
-  if (step < warmup_steps)
+  const long warmup_length = warmup();
+  if (step < warmup_length)
     return static_cast<float>(base * static_cast<double>(step + 1) /
-                              static_cast<double>(warmup_steps));
+                              static_cast<double>(warmup_length));
 
-  const long steps_after_warmup = std::min(step, total_steps) - warmup_steps;
-  const long decay_steps = total_steps - warmup_steps;
+  const long steps_after_warmup = std::min(step, total_steps) - warmup_length;
+  const long decay_steps = total_steps - warmup_length;
   const double progress =
       decay_steps == 0 ? 1.0
                        : static_cast<double>(steps_after_warmup) / static_cast<double>(decay_steps);
@@ -84,6 +120,12 @@ float LrSchedule::at(long step) const {
     case Decay::step:
       return static_cast<float>(
           base * std::pow(static_cast<double>(step_gamma), steps_after_warmup / step_every));
+    case Decay::multistep: {
+      double factor = 1.0;
+      for (std::size_t i = 0; i < milestones.size(); ++i)
+        if (step >= milestone_step(i)) factor = milestone_factors[i];
+      return static_cast<float>(base * factor);
+    }
   }
   throw Error(fmt::format("unknown LrSchedule::Decay {}", static_cast<int>(decay)));
 }

@@ -13,9 +13,9 @@ namespace hardy::core {
 
 namespace {
 
-constexpr std::array optimizer_kind_names{std::pair{OptimizerKind::sgd, "sgd"},
-                                          std::pair{OptimizerKind::lars, "lars"},
-                                          std::pair{OptimizerKind::adam, "adam"}};
+constexpr std::array optimizer_kind_names{
+    std::pair{OptimizerKind::sgd, "sgd"}, std::pair{OptimizerKind::lars, "lars"},
+    std::pair{OptimizerKind::adam, "adam"}, std::pair{OptimizerKind::lamb, "lamb"}};
 
 void require_in_unit_interval(float value, std::string_view field) {
   if (!(value >= 0.0f && value < 1.0f))
@@ -52,10 +52,15 @@ void validate(const OptimizerConfig& config) {
   if (!(config.lars_eta > 0.0f) || std::isinf(config.lars_eta))
     throw InvalidArgument(
         fmt::format("optimizer lars_eta must be finite and > 0, got {}", config.lars_eta));
+  if (!(config.lamb_max_grad_norm >= 0.0f) || std::isinf(config.lamb_max_grad_norm))
+    throw InvalidArgument(fmt::format(
+        "optimizer lamb_max_grad_norm must be finite and >= 0, got {}", config.lamb_max_grad_norm));
   if (!(config.lars_eps >= 0.0f) || std::isinf(config.lars_eps))
     throw InvalidArgument(
         fmt::format("optimizer lars_eps must be finite and >= 0, got {}", config.lars_eps));
-  if (config.nesterov && config.kind != OptimizerKind::adam && config.momentum == 0.0f)
+  if (config.nesterov &&
+      (config.kind == OptimizerKind::sgd || config.kind == OptimizerKind::lars) &&
+      config.momentum == 0.0f)
     throw InvalidArgument("optimizer nesterov needs momentum > 0");
 }
 
@@ -82,6 +87,7 @@ std::vector<std::pair<std::string, Tensor*>> Optimizer::state_tensors() {
 
 void Optimizer::step(std::span<Parameter* const> params, float lr) {
   begin_step(params, lr);
+  prepare_step(params);
   for (Parameter* param : params) update(*param, lr);
   ++steps_taken_;
 }
@@ -225,6 +231,62 @@ class LarsOptimizer final : public Optimizer {
   std::map<std::int64_t, Tensor> scratch_by_numel_;
 };
 
+class LambOptimizer final : public Optimizer {
+ public:
+  LambOptimizer(const OptimizerConfig& config, Backend& backend)
+      : Optimizer(config, backend, {"lamb_m", "lamb_v"}) {}
+
+ protected:
+  void prepare_step(std::span<Parameter* const> params) override {
+    grad_scale_ = 1.0f;
+    if (config_.lamb_max_grad_norm == 0.0f) return;
+    double squares = 0;
+    for (const Parameter* param : params) squares += backend_.sum_squares(param->grad);
+    const double norm = std::sqrt(squares);
+    if (norm > config_.lamb_max_grad_norm)
+      grad_scale_ = static_cast<float>(config_.lamb_max_grad_norm / norm);
+  }
+
+  void update(Parameter& param, float lr) override {
+    std::span<Tensor> moments = state_of(param);
+    // The clipped gradient, in scratch so that the caller's gradient stays as it was.
+    Tensor& grad = scratch_for(param.grad.numel(), 0);
+    backend_.fill(grad, 0.0f);
+    backend_.axpy(grad_scale_, param.grad, grad);
+    // adam_update with lr 1 and no decay, applied to a zero tensor, leaves in it minus Adam's
+    // bias-corrected direction m^ / (sqrt(v^) + eps), and updates the moments as LAMB does.
+    Tensor& update_step = scratch_for(param.grad.numel(), 1);
+    backend_.fill(update_step, 0.0f);
+    backend_.adam_update(update_step, grad, moments[0], moments[1],
+                         {.lr = 1.0f,
+                          .beta1 = config_.beta1,
+                          .beta2 = config_.beta2,
+                          .eps = config_.eps,
+                          .weight_decay = 0.0f,
+                          .step = steps_taken() + 1});
+    // update_step = -(direction + wd * w) = -u.
+    const float weight_decay = decay_for(param);
+    if (weight_decay != 0.0f) backend_.axpy(-weight_decay, param.value, update_step);
+    double trust_ratio = 1.0;
+    if (weight_decay != 0.0f) {
+      const double weight_norm = std::sqrt(backend_.sum_squares(param.value));
+      const double update_norm = std::sqrt(backend_.sum_squares(update_step));
+      if (weight_norm > 0.0 && update_norm > 0.0) trust_ratio = weight_norm / update_norm;
+    }
+    backend_.axpy(static_cast<float>(lr * trust_ratio), update_step, param.value);
+  }
+
+ private:
+  // Two flat scratch tensors per distinct size (the clipped gradient, the update).
+  Tensor& scratch_for(std::int64_t numel, int which) {
+    auto [it, inserted] = scratch_by_numel_.try_emplace({numel, which});
+    if (inserted) it->second = backend_.empty({numel}, DType::f32, Layout::flat);
+    return it->second;
+  }
+  std::map<std::pair<std::int64_t, int>, Tensor> scratch_by_numel_;
+  float grad_scale_ = 1.0f;
+};
+
 }  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, Backend& backend) {
@@ -235,6 +297,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, Backend
       return std::make_unique<LarsOptimizer>(config, backend);
     case OptimizerKind::adam:
       return std::make_unique<AdamOptimizer>(config, backend);
+    case OptimizerKind::lamb:
+      return std::make_unique<LambOptimizer>(config, backend);
   }
   throw InvalidArgument(fmt::format("unknown optimizer kind {}", static_cast<int>(config.kind)));
 }

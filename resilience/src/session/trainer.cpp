@@ -43,8 +43,8 @@ Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
       exchange_mirror_(*backend_) {
   omp_set_num_threads(threads.kernel_threads);
   if (!config.model.regression())
-    class_weights_ =
-        core::resolve_class_weights(config.class_weights, train, config.model.num_classes);
+    class_weights_ = core::resolve_class_weights(
+        config.class_weights, train, config.model.num_classes, config.class_weight_power);
   committed_sampler_ = sampler_.state();
   model_.initialize(config.seed);
   optimizer_->initialize_state(model_.parameters());

@@ -100,6 +100,8 @@ void check_and_complete(TrainingConfig& config, int world_size, const core::Samp
   }
   config.schedule.total_steps = config.steps;
   config.schedule.validate();
+  // A warm-up given as a fraction of the run (a training recipe's) in steps, for the record.
+  config.schedule.warmup_steps = config.schedule.warmup();
   if (config.domain >= 0) {
     // Each rank resolves its own node's address (only the leader's is used): a node without
     // that network is a misconfiguration to report before anything starts.

@@ -6,6 +6,8 @@
 // The reference flattens Keras's channels-last (D, H, W, C); hardy flattens PyTorch's (C, D, H,
 // W), the PyTorch ports' order: the same count, a permutation of that layer's inputs. Weights
 // start Glorot-uniform, biases at zero, as the reference's Keras layers do.
+// It trains by default with the reference's recipe (SGD, momentum 0.9, 0.001 per global batch 64,
+// warm-up, x0.25 and x0.125 steps; cosmo.yaml): jobs/src/training_recipes.cpp, docs/training.md.
 #include <fmt/format.h>
 
 #include "nn/architectures/architectures.hpp"

@@ -14,6 +14,9 @@
 //   with the low-level feature projected to 48 channels, two 3x3 convolutions and a 1x1, a third
 //   to stride 2 and a last one, without bias or normalization, to the classes.
 // Batch norm everywhere, its statistics summed over the data-parallel ranks.
+// It trains by default with the reference's recipe (LAMB at 0.0055, weight decay 0.01, 400 warm-up
+// steps, x0.1 at step 1200, class weights frequency^-1/8; run_training.sh, train.py):
+// jobs/src/training_recipes.cpp, docs/training.md.
 #include <fmt/format.h>
 
 #include "nn/architectures/architectures.hpp"

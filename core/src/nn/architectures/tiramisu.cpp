@@ -4,6 +4,9 @@
 // `growth` maps, ReLU and dropout, concatenated to its input; transitions down are strided 1x1
 // convolutions keeping the channels; transitions up are 3x3 transposed convolutions of the
 // previous block's new maps only, concatenated with the skip connection of their resolution.
+// It trains by default with the run's recipe (Adam at 1e-4, L2 1e-4, class weights 1/frequency;
+// tiramisu-tf-train.py and common_helpers.py; its LARC clipping left out): jobs/src/
+// training_recipes.cpp, docs/training.md.
 #include <fmt/format.h>
 
 #include "nn/architectures/architectures.hpp"

@@ -16,6 +16,7 @@
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/nn/optimizer.hpp"
 #include "hardy/core/support/private_tree.hpp"
+#include "hardy/resilience/divergence_watch.hpp"
 
 namespace hardy::resilience {
 
@@ -73,6 +74,8 @@ struct TrainingConfig {
   // Data.
   core::DataSpec data;
   std::optional<std::vector<float>> class_weights;  // nullopt = from class frequencies
+  // ... each class's frequency to this power (core::resolve_class_weights).
+  double class_weight_power = -0.5;
   // Node-local staging (core/data/staging.hpp): empty = read the dataset where it is.
   std::filesystem::path stage_to;
   int stage_threads = 4;
@@ -117,6 +120,9 @@ struct TrainingConfig {
   double hang_timeout_s = 0;
   double hang_io_timeout_s = 60;  // a data wait or a state write longer than this is a hang
   std::vector<std::string> inject_failures;
+  // The divergence watch (divergence_watch.hpp): reports a loss that stays above its early
+  // level, does nothing else; factor 0 turns it off.
+  DivergenceThresholds divergence;
 
   // Fault domains (set by `hardy run --nodes-per-domain`; docs/resilience.md): this process's
   // domain among domain_count separate MPI jobs whose leaders meet in the store at domain_store.

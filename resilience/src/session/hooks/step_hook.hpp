@@ -10,6 +10,7 @@
 
 #include "domains/fault_domains.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/resilience/divergence_watch.hpp"
 #include "hardy/resilience/failure_injection.hpp"
 #include "hardy/resilience/training_config.hpp"
 #include "session/hang_monitor.hpp"
@@ -54,8 +55,8 @@ struct HookParts {
 
 // The hooks the configuration asks for, in the order they run: the synchronised copy, the
 // node-local snapshot, the heartbeat, the audit, the replica check, the metrics line (before a
-// checkpoint, so that a committed step is logged even if rank 0 dies writing one), preemption,
-// the checkpoint.
+// checkpoint, so that a committed step is logged even if rank 0 dies writing one), the divergence
+// watch, preemption, the checkpoint.
 std::vector<std::unique_ptr<StepHook>> make_step_hooks(const HookParts& parts);
 
 std::unique_ptr<StepHook> synced_copy_hook(StateStore& store, const Trainer& trainer,
@@ -68,6 +69,9 @@ std::unique_ptr<StepHook> sample_audit_hook(RunFiles& files, const Trainer& trai
 std::unique_ptr<StepHook> replica_check_hook(const Trainer& trainer, const Membership& membership,
                                              core::EventLog& events, long every);
 std::unique_ptr<StepHook> metrics_hook(const HookParts& parts);
+std::unique_ptr<StepHook> divergence_hook(const Trainer& trainer, const Membership& membership,
+                                          core::EventLog& events,
+                                          const DivergenceThresholds& thresholds);
 std::unique_ptr<StepHook> preemption_hook(StateStore& store, core::EventLog& events,
                                           const Trainer& trainer);
 std::unique_ptr<StepHook> checkpoint_hook(StateStore& store);

@@ -15,6 +15,9 @@ std::vector<std::unique_ptr<StepHook>> make_step_hooks(const HookParts& parts) {
                                        parts.config.verify_replicas_every));
   // Before a checkpoint, so that a committed step is logged even if rank 0 dies writing one.
   hooks.push_back(metrics_hook(parts));
+  if (parts.config.divergence.factor > 0)
+    hooks.push_back(divergence_hook(parts.trainer, parts.membership, parts.files.events(),
+                                    parts.config.divergence));
   hooks.push_back(preemption_hook(parts.store, parts.files.events(), parts.trainer));
   hooks.push_back(checkpoint_hook(parts.store));
   return hooks;

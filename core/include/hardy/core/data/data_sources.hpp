@@ -62,9 +62,12 @@ std::unique_ptr<SampleSource> open_split(const DataSpec& spec, std::string_view 
 // directory exists), else test/ (the ClimateNet release has train/ and test/ only).
 std::string held_out_split(const std::filesystem::path& root);
 
-// Given weights are used as they are; without, the inverse square root of each class's frequency
-// over the first samples, normalised so that the average pixel weight is 1.
+// Given weights are used as they are; without, each class's frequency over the first samples to
+// the power `frequency_power` (-0.5, the inverse square root, unless a training recipe says
+// otherwise: DeepCAM's -1/8, the Gordon Bell Tiramisu's -1), normalised so that the average pixel
+// weight is 1. Frequencies below 1e-4 count as 1e-4.
 std::vector<float> resolve_class_weights(const std::optional<std::vector<float>>& given,
-                                         const SampleSource& source, int classes);
+                                         const SampleSource& source, int classes,
+                                         double frequency_power = -0.5);
 
 }  // namespace hardy::core

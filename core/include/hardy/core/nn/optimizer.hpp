@@ -30,6 +30,18 @@
 //       Parameters with Parameter::weight_decay = false (biases, normalization scales and
 //       shifts) are excluded from adaptation as usual for LARS: local_lr = lr and wd = 0.
 //
+// lamb  (You et al. 2020, "Large Batch Optimization for Deep Learning: Training BERT in 76
+//       minutes"; as NVIDIA apex's FusedLAMB, which MLPerf HPC DeepCAM's reference trains with)
+//       clip = max(||G|| / lamb_max_grad_norm, 1)   ||G||: the norm of all gradients together
+//                                                   (lamb_max_grad_norm = 0: clip = 1)
+//       g' = g / clip
+//       m  = beta1 * m + (1 - beta1) * g'
+//       v  = beta2 * v + (1 - beta2) * g'^2
+//       u  = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps) + wd * w   (decoupled decay)
+//       trust_ratio = ||w|| / ||u||   (1 when either norm is 0, or when wd = 0 for the
+//                                      parameter: apex's default use_nvlamb = false)
+//       w -= lr * trust_ratio * u
+//
 // The norms are those of the whole parameter tensor (one trust ratio per tensor, not per layer
 // group), computed with Backend::sum_squares.
 #include <cstdint>
@@ -46,9 +58,9 @@
 
 namespace hardy::core {
 
-enum class OptimizerKind { sgd, lars, adam };
+enum class OptimizerKind { sgd, lars, adam, lamb };
 
-// "sgd", "lars", "adam"; anything else throws InvalidArgument listing these.
+// "sgd", "lars", "adam", "lamb"; anything else throws InvalidArgument listing these.
 OptimizerKind parse_optimizer_kind(std::string_view name);
 std::string to_string(OptimizerKind kind);
 
@@ -64,8 +76,11 @@ struct OptimizerConfig {
   // Adam's exponential decay rates of the first and second moment estimates, each in [0, 1).
   float beta1 = 0.9f;
   float beta2 = 0.999f;
-  // Adam's denominator guard against division by a vanishing second moment, > 0.
+  // Adam's and LAMB's denominator guard against division by a vanishing second moment, > 0.
   float eps = 1e-8f;
+  // LAMB: the gradients of all parameters together are scaled down to this norm when theirs is
+  // larger (apex FusedLAMB's max_grad_norm, 1 by default); 0 turns the clipping off. >= 0.
+  float lamb_max_grad_norm = 1.0f;
   // LARS trust coefficient: how far, relative to ||w||, one step may move a tensor, > 0.
   float lars_eta = 0.001f;
   // LARC clipping: use min(trust_ratio, lr) instead of lr * trust_ratio, so that the adaptive
@@ -114,6 +129,9 @@ class Optimizer {
   // One parameter's update within step(), which has checked lr and every gradient and created
   // the missing state first, and counts the step after the last update.
   virtual void update(Parameter& param, float lr) = 0;
+  // Called once per step() after those checks and before the first update(), with every
+  // parameter of the step: for what depends on all gradients together (LAMB's global norm).
+  virtual void prepare_step(std::span<Parameter* const> /*params*/) {}
 
   // The state tensors of one parameter, one per entry of state_kinds, in that order.
   std::span<Tensor> state_of(const Parameter& param);

@@ -128,6 +128,12 @@ inline constexpr EventField data_staged[] = {
     {"reason", T::string, req},  {"directory", T::string, req},        {"files", T::integer, req},
     {"copied", T::integer, req}, {"already_current", T::integer, req}, {"bytes", T::integer, req},
     {"seconds", T::number, req}, {"gb_per_s", T::number, req},         {"nodes", T::array, req}};
+inline constexpr EventField training_diverging[] = {
+    {"step", T::integer, req},           {"since_step", T::integer, req},
+    {"early_loss", T::number, req},      {"factor", T::number, req},
+    {"window", T::integer, req},         {"early_steps", T::integer, req},
+    {"non_finite", T::integer, req},     {"loss", T::number, opt},
+    {"window_mean_loss", T::number, opt}};
 }  // namespace event_fields
 
 inline constexpr core::EventKind kSessionEvents[] = {
@@ -143,6 +149,11 @@ inline constexpr core::EventKind kSessionEvents[] = {
      event_fields::sample_skipped},
     {"step_skipped", "the optimizer skipped a step (loss-scale overflow)",
      event_fields::step_skipped},
+    {"training_diverging",
+     "the training loss stayed above --divergence-factor x its early level (the mean loss of "
+     "the first early_steps steps) for --divergence-window steps, since_step to step; reported "
+     "once, nothing is done about it (docs/training.md)",
+     event_fields::training_diverging},
     {"hang_detected",
      "a rank made no progress for longer than its bound; its own monitor or a peer on its host "
      "killed it (rank: its original world rank)",
