@@ -54,10 +54,11 @@ with tempfile.TemporaryDirectory(prefix="hardy-bf16-") as tmp:
         skip(f"this CPU has no native bf16: {refused.stderr.strip()[-200:]}")
 
     if learn:
-        # CosmoFlow as tests/jobs/cosmoflow.py --learn trains it (Adam at 1e-3, 500 steps).
+        # CosmoFlow as tests/jobs/cosmoflow.py --learn trains it (Adam at 1e-3, cosine decay, weight
+        # decay 1e-4, 500 steps).
         job = ["--model", "cosmoflow", "--synthetic", "--volume", "32", "--samples", "256", "--eval-samples", "64",
                "--global-batch", "8", "--seed", "1", "--snapshot-every", "0", "--optimizer", "adam", "--lr",
-               "0.001", "--steps", "500"]
+               "0.001", "--lr-decay", "cosine", "--weight-decay", "1e-4", "--steps", "500"]
         scores = {}
         for precision in ("f32", "bf16"):
             events, _ = train(tmp / f"cosmoflow-{precision}", *job, "--precision", precision)
