@@ -314,120 +314,103 @@ TEST_CASE("bf16: normalizations keep f32 statistics and match f32", "[core]") {
   const Twin dy = random_twin(b, dims, 8);
   const Tensor gamma = channel_vector(16, 9, 0.5f, 1.5f),
                beta = channel_vector(16, 10, -0.5f, 0.5f);
+  const double count = 2.0 * 36;
+  // One side's tensors: the bf16 backend's or the f32 one's, each with statistics and parameter
+  // gradients of its own (f32 on both).
+  struct Side {
+    Backend& backend;
+    const Tensor &x, &dy;
+    Tensor y, dx, mean = f32_zeros({2, 4}), rstd = f32_zeros({2, 4});
+    Tensor dgamma = f32_zeros({16}), dbeta = f32_zeros({16});
+    Tensor sum = f32_zeros({16}), squares = f32_zeros({16});
+  };
   for (const bool relu : {false, true}) {
     INFO("fused relu: " << relu);
-    // Group norm.
-    Outputs y = outputs(dims), dx = outputs(dims);
-    Tensor mean_bf16 = f32_zeros({2, 4}), rstd_bf16 = f32_zeros({2, 4});
-    Tensor mean_f32 = f32_zeros({2, 4}), rstd_f32 = f32_zeros({2, 4});
-    b.bf16.group_norm_forward(
-        {.x = x.bf16, .gamma = gamma, .beta = beta, .groups = 4, .eps = 1e-5f, .fuse_relu = relu},
-        y.bf16, mean_bf16, rstd_bf16);
-    b.f32.group_norm_forward(
-        {.x = x.f32, .gamma = gamma, .beta = beta, .groups = 4, .eps = 1e-5f, .fuse_relu = relu},
-        y.f32, mean_f32, rstd_f32);
-    check_bf16_close(b, y.bf16, y.f32, "group norm forward");
-    // The statistics come from the same (bf16) values in f32 and double on both sides.
-    check_bf16_close(b, mean_bf16, mean_f32, "group norm mean", 1e-6);
-    check_bf16_close(b, rstd_bf16, rstd_f32, "group norm rstd", 1e-6);
-    Tensor dgamma_bf16 = f32_zeros({16}), dbeta_bf16 = f32_zeros({16});
-    Tensor dgamma_f32 = f32_zeros({16}), dbeta_f32 = f32_zeros({16});
-    b.bf16.group_norm_backward({.x = x.bf16,
-                                .y = y.bf16,
-                                .dy = dy.bf16,
-                                .gamma = gamma,
-                                .mean = mean_bf16,
-                                .rstd = rstd_bf16,
-                                .groups = 4,
-                                .fuse_relu = relu},
-                               dx.bf16, dgamma_bf16, dbeta_bf16);
-    b.f32.group_norm_backward({.x = x.f32,
-                               .y = y.f32,
-                               .dy = dy.f32,
-                               .gamma = gamma,
-                               .mean = mean_f32,
-                               .rstd = rstd_f32,
-                               .groups = 4,
-                               .fuse_relu = relu},
-                              dx.f32, dgamma_f32, dbeta_f32);
-    check_bf16_close(b, dx.bf16, dx.f32, "group norm backward");
-    check_bf16_close(b, dgamma_bf16, dgamma_f32, "group norm dgamma");
-    check_bf16_close(b, dbeta_bf16, dbeta_f32, "group norm dbeta");
+    const Outputs y = outputs(dims), dx = outputs(dims);
+    Side half{b.bf16, x.bf16, dy.bf16, y.bf16, dx.bf16};
+    Side full{b.f32, x.f32, dy.f32, y.f32, dx.f32};
+    // Each operation once, on both sides; then the bf16 side against the f32 one.
+    const auto on_both = [&](auto&& operation) {
+      operation(half);
+      operation(full);
+    };
+    const auto compare = [&](Tensor Side::*member, const std::string& what,
+                             double tolerance = kBf16Tolerance) {
+      check_bf16_close(b, half.*member, full.*member, what, tolerance);
+    };
 
-    // Batch norm, split as a data-parallel job runs it.
-    Tensor sum_bf16 = f32_zeros({16}), squares_bf16 = f32_zeros({16});
-    Tensor sum_f32 = f32_zeros({16}), squares_f32 = f32_zeros({16});
-    b.bf16.batch_norm_statistics(x.bf16, sum_bf16, squares_bf16);
-    b.f32.batch_norm_statistics(x.f32, sum_f32, squares_f32);
-    check_bf16_close(b, sum_bf16, sum_f32, "batch norm sums", 1e-6);
-    check_bf16_close(b, squares_bf16, squares_f32, "batch norm sums of squares", 1e-6);
-    const double count = 2.0 * 36;
+    on_both([&](Side& s) {
+      s.backend.group_norm_forward(
+          {.x = s.x, .gamma = gamma, .beta = beta, .groups = 4, .eps = 1e-5f, .fuse_relu = relu},
+          s.y, s.mean, s.rstd);
+    });
+    compare(&Side::y, "group norm forward");
+    // The statistics come from the same (bf16) values in f32 and double on both sides.
+    compare(&Side::mean, "group norm mean", 1e-6);
+    compare(&Side::rstd, "group norm rstd", 1e-6);
+    on_both([&](Side& s) {
+      s.backend.group_norm_backward({.x = s.x,
+                                     .y = s.y,
+                                     .dy = s.dy,
+                                     .gamma = gamma,
+                                     .mean = s.mean,
+                                     .rstd = s.rstd,
+                                     .groups = 4,
+                                     .fuse_relu = relu},
+                                    s.dx, s.dgamma, s.dbeta);
+    });
+    compare(&Side::dx, "group norm backward");
+    compare(&Side::dgamma, "group norm dgamma");
+    compare(&Side::dbeta, "group norm dbeta");
+
+    // Batch norm, split as a data-parallel job runs it, on the f32 side's statistics.
+    on_both([&](Side& s) { s.backend.batch_norm_statistics(s.x, s.sum, s.squares); });
+    compare(&Side::sum, "batch norm sums", 1e-6);
+    compare(&Side::squares, "batch norm sums of squares", 1e-6);
     Tensor mean = f32_zeros({16}), variance = f32_zeros({16});
     for (int c = 0; c < 16; ++c) {
-      mean.f32()[c] = static_cast<float>(sum_f32.f32()[c] / count);
+      mean.f32()[c] = static_cast<float>(full.sum.f32()[c] / count);
       variance.f32()[c] =
-          static_cast<float>(squares_f32.f32()[c] / count - mean.f32()[c] * mean.f32()[c]);
+          static_cast<float>(full.squares.f32()[c] / count - mean.f32()[c] * mean.f32()[c]);
     }
-    b.bf16.batch_norm_apply({.x = x.bf16,
-                             .mean = mean,
-                             .variance = variance,
-                             .gamma = gamma,
-                             .beta = beta,
-                             .eps = 1e-5f,
-                             .fuse_relu = relu},
-                            y.bf16);
-    b.f32.batch_norm_apply({.x = x.f32,
-                            .mean = mean,
-                            .variance = variance,
-                            .gamma = gamma,
-                            .beta = beta,
-                            .eps = 1e-5f,
-                            .fuse_relu = relu},
-                           y.f32);
-    check_bf16_close(b, y.bf16, y.f32, "batch norm apply");
-    b.bf16.batch_norm_backward_statistics({.x = x.bf16,
-                                           .y = y.bf16,
-                                           .dy = dy.bf16,
-                                           .mean = mean,
-                                           .variance = variance,
-                                           .eps = 1e-5f,
-                                           .fuse_relu = relu},
-                                          dgamma_bf16, dbeta_bf16);
-    b.f32.batch_norm_backward_statistics({.x = x.f32,
-                                          .y = y.f32,
-                                          .dy = dy.f32,
+    on_both([&](Side& s) {
+      s.backend.batch_norm_apply({.x = s.x,
+                                  .mean = mean,
+                                  .variance = variance,
+                                  .gamma = gamma,
+                                  .beta = beta,
+                                  .eps = 1e-5f,
+                                  .fuse_relu = relu},
+                                 s.y);
+    });
+    compare(&Side::y, "batch norm apply");
+    on_both([&](Side& s) {
+      s.backend.batch_norm_backward_statistics({.x = s.x,
+                                                .y = s.y,
+                                                .dy = s.dy,
+                                                .mean = mean,
+                                                .variance = variance,
+                                                .eps = 1e-5f,
+                                                .fuse_relu = relu},
+                                               s.dgamma, s.dbeta);
+    });
+    compare(&Side::dgamma, "batch norm dgamma");
+    compare(&Side::dbeta, "batch norm dbeta");
+    on_both([&](Side& s) {
+      s.backend.batch_norm_backward_data({.x = s.x,
+                                          .y = s.y,
+                                          .dy = s.dy,
                                           .mean = mean,
                                           .variance = variance,
+                                          .gamma = gamma,
+                                          .dgamma = full.dgamma,
+                                          .dbeta = full.dbeta,
                                           .eps = 1e-5f,
-                                          .fuse_relu = relu},
-                                         dgamma_f32, dbeta_f32);
-    check_bf16_close(b, dgamma_bf16, dgamma_f32, "batch norm dgamma");
-    check_bf16_close(b, dbeta_bf16, dbeta_f32, "batch norm dbeta");
-    b.bf16.batch_norm_backward_data({.x = x.bf16,
-                                     .y = y.bf16,
-                                     .dy = dy.bf16,
-                                     .mean = mean,
-                                     .variance = variance,
-                                     .gamma = gamma,
-                                     .dgamma = dgamma_f32,
-                                     .dbeta = dbeta_f32,
-                                     .eps = 1e-5f,
-                                     .fuse_relu = relu,
-                                     .count = count},
-                                    dx.bf16);
-    b.f32.batch_norm_backward_data({.x = x.f32,
-                                    .y = y.f32,
-                                    .dy = dy.f32,
-                                    .mean = mean,
-                                    .variance = variance,
-                                    .gamma = gamma,
-                                    .dgamma = dgamma_f32,
-                                    .dbeta = dbeta_f32,
-                                    .eps = 1e-5f,
-                                    .fuse_relu = relu,
-                                    .count = count},
-                                   dx.f32);
-    check_bf16_close(b, dx.bf16, dx.f32, "batch norm backward data");
+                                          .fuse_relu = relu,
+                                          .count = count},
+                                         s.dx);
+    });
+    compare(&Side::dx, "batch norm backward data");
   }
 }
 
