@@ -515,6 +515,11 @@ TEST_CASE("optimizer: lr schedule multistep decay at fractions of the run or at 
   CHECK(schedule.at(100) == Approx(0.05));
   CHECK(schedule.at(199) == Approx(0.05));
   CHECK(schedule.at(400) == Approx(0.05));
+  // A run too short to keep the fractions apart (a 2-step job with CosmoFlow's recipe): both land
+  // on step 1, where the later factor applies.
+  schedule.total_steps = 2;
+  CHECK_NOTHROW(schedule.validate());
+  CHECK(schedule.at(1) == Approx(0.4 * 0.125));
 
   // DeepCAM's: warm-up 400 steps, x0.1 from step 1200; a run of 200 steps ends inside the
   // warm-up when the schedule allows it, and is refused otherwise.

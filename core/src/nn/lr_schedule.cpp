@@ -68,8 +68,12 @@ void LrSchedule::validate() const {
           milestones.size(), milestone_factors.size()));
     for (std::size_t i = 0; i < milestones.size(); ++i) {
       const double m = milestones[i];
-      if (!(m > 0.0) || std::isinf(m) || (m >= 1.0 && m != std::trunc(m)) ||
-          (i > 0 && !(milestone_step(i) > milestone_step(i - 1))))
+      // Ascending as given; fractions of a short run may land on the same step (0.25 and 0.5 of
+      // 2 steps both round to step 1), where the later factor applies, as at() reads them.
+      const bool ascending = i == 0 || ((m < 1.0) == (milestones[i - 1] < 1.0)
+                                            ? m > milestones[i - 1]
+                                            : milestone_step(i) >= milestone_step(i - 1));
+      if (!(m > 0.0) || std::isinf(m) || (m >= 1.0 && m != std::trunc(m)) || !ascending)
         throw InvalidArgument(fmt::format(
             "multistep milestones must be ascending fractions of the run in (0, 1) or whole "
             "steps >= 1, got {}",
