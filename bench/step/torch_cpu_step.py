@@ -25,16 +25,14 @@ import contextlib
 import json
 import os
 import re
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_deeplab import (add_model_arguments, make_optimizer, model_config,  # noqa: E402
-                           model_from_arguments, weighted_cross_entropy)
+                           model_from_arguments, time_steps, weighted_cross_entropy)
 
 
 def onednn_version():
@@ -78,29 +76,7 @@ def make_step(args):
 def benchmark(args):
     torch.set_num_threads(args.threads)
     model, optimizer, forward_loss = make_step(args)
-    steps, cpu, forward, backward, update, losses = [], [], [], [], [], []
-    started = time.perf_counter()
-    warmup_s = 0.0
-    for i in range(args.warmup + args.steps):
-        if i == args.warmup:
-            warmup_s = time.perf_counter() - started  # compiling included
-        start = time.perf_counter()
-        cpu_start = time.process_time()
-        optimizer.zero_grad(set_to_none=True)
-        loss = forward_loss()
-        after_forward = time.perf_counter()
-        loss.backward()
-        after_backward = time.perf_counter()
-        optimizer.step()
-        end = time.perf_counter()
-        cpu_end = time.process_time()
-        losses.append(loss.item())
-        if i >= args.warmup:
-            steps.append(end - start)
-            cpu.append(cpu_end - cpu_start)
-            forward.append(after_forward - start)
-            backward.append(after_backward - after_forward)
-            update.append(end - after_backward)
+    timed = time_steps(forward_loss, optimizer, args.warmup, args.steps)
     print(json.dumps({
         "bench": "torch_cpu_step",
         "torch_version": torch.__version__,
@@ -111,16 +87,7 @@ def benchmark(args):
         "batch": args.batch, "height": args.height, "width": args.width,
         "model": model_config(args),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "warmup": args.warmup, "steps": args.steps, "warmup_s": warmup_s,
-        "median_s": statistics.median(steps), "mean_s": statistics.fmean(steps),
-        "min_s": min(steps),
-        # CPU time of all threads per step (spin-waiting OpenMP threads included).
-        "cpu_median_s": statistics.median(cpu),
-        # forward includes the loss (and zero_grad); optimizer is Adam alone.
-        "forward_median_s": statistics.median(forward),
-        "backward_median_s": statistics.median(backward),
-        "optimizer_median_s": statistics.median(update),
-        "first_loss": losses[0], "last_loss": losses[-1],
+        "warmup": args.warmup, "steps": args.steps, **timed,
     }))
 
 

@@ -258,6 +258,42 @@ def make_optimizer(model, lr, weight_decay, fused=None):
                             lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=fused)
 
 
+def time_steps(forward_loss, optimizer, warmup, steps):
+    """Runs warmup + steps training steps (forward_loss() returns the step's loss) and returns the
+    timed steps' figures: median, mean and fastest step, the CPU time of all threads per step
+    (spin-waiting OpenMP threads included), the forward (with the loss and zero_grad) / backward /
+    optimizer split, the first and last loss, and the warm-up's seconds (compiling included)."""
+    step_s, cpu, forward, backward, update, losses = [], [], [], [], [], []
+    started = time.perf_counter()
+    warmup_s = 0.0
+    for i in range(warmup + steps):
+        if i == warmup:
+            warmup_s = time.perf_counter() - started
+        start = time.perf_counter()
+        cpu_start = time.process_time()
+        optimizer.zero_grad(set_to_none=True)
+        loss = forward_loss()
+        after_forward = time.perf_counter()
+        loss.backward()
+        after_backward = time.perf_counter()
+        optimizer.step()
+        end = time.perf_counter()
+        cpu_end = time.process_time()
+        losses.append(loss.item())
+        if i >= warmup:
+            step_s.append(end - start)
+            cpu.append(cpu_end - cpu_start)
+            forward.append(after_forward - start)
+            backward.append(after_backward - after_forward)
+            update.append(end - after_backward)
+    return {"warmup_s": warmup_s, "median_s": statistics.median(step_s),
+            "mean_s": statistics.fmean(step_s), "min_s": min(step_s),
+            "cpu_median_s": statistics.median(cpu), "forward_median_s": statistics.median(forward),
+            "backward_median_s": statistics.median(backward),
+            "optimizer_median_s": statistics.median(update),
+            "first_loss": losses[0], "last_loss": losses[-1]}
+
+
 def benchmark(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -280,26 +316,11 @@ def benchmark(args):
     x = x.contiguous(memory_format=memory_format)
     optimizer = make_optimizer(model, args.lr, args.weight_decay)
 
-    steps, cpu, forward, backward, update, losses = [], [], [], [], [], []
-    for i in range(args.warmup + args.steps):
-        start = time.perf_counter()
-        cpu_start = time.process_time()
-        optimizer.zero_grad(set_to_none=True)
-        loss = (F.mse_loss(model(x), targets) if regression
+    def forward_loss():
+        return (F.mse_loss(model(x), targets) if regression
                 else weighted_cross_entropy(model(x), labels, class_weights))
-        after_forward = time.perf_counter()
-        loss.backward()
-        after_backward = time.perf_counter()
-        optimizer.step()
-        end = time.perf_counter()
-        cpu_end = time.process_time()
-        losses.append(loss.item())
-        if i >= args.warmup:
-            steps.append(end - start)
-            cpu.append(cpu_end - cpu_start)
-            forward.append(after_forward - start)
-            backward.append(after_backward - after_forward)
-            update.append(end - after_backward)
+
+    timed = time_steps(forward_loss, optimizer, args.warmup, args.steps)
 
     result = {
         "bench": "torch_step",
@@ -310,15 +331,7 @@ def benchmark(args):
         "model": config,
         "parameters": sum(p.numel() for p in model.parameters()),
         "warmup": args.warmup, "steps": args.steps,
-        "median_s": statistics.median(steps), "mean_s": statistics.fmean(steps),
-        "min_s": min(steps),
-        # CPU time of all threads per step (spin-waiting OpenMP threads included).
-        "cpu_median_s": statistics.median(cpu),
-        # forward includes the loss; optimizer includes nothing else (zero_grad is in forward).
-        "forward_median_s": statistics.median(forward),
-        "backward_median_s": statistics.median(backward),
-        "optimizer_median_s": statistics.median(update),
-        "first_loss": losses[0], "last_loss": losses[-1],
+        **{key: value for key, value in timed.items() if key != "warmup_s"},
     }
     print(json.dumps(result))
 
