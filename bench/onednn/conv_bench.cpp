@@ -201,7 +201,7 @@ static void bench_conv(const ConvShape &c, int mode) {
             t = same ? 0.0 : time_ms([&] { r_dw.execute(strm, dw, user_dw); }, reps, warm);
             report(c.net, shape, "dw_reorder", dtn, t, same ? std::string("none") : rpd_dw.impl_info_str());
         } else {
-            report(c.net, shape, "bwd_weights", dtn, -1, "UNIMPLEMENTED");
+            report(c.net, shape, "bwd_weights", dtn, -1, "no implementation in this oneDNN");
         }
     } catch (dnnl::error &e) {
         std::printf("ERR|%s|%s|%s|%s|%s\n", g_lib, c.net.c_str(), shape.c_str(), dtn, e.what());

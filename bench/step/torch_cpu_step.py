@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_deeplab import (add_model_arguments, make_optimizer, model_config,  # noqa: E402
+from torch_deeplab import (add_step_arguments, make_optimizer, model_config,  # noqa: E402
                            model_from_arguments, time_steps, weighted_cross_entropy)
 
 
@@ -93,13 +93,7 @@ def benchmark(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_model_arguments(parser, batch=8, height=64, width=64)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--weight-decay", type=float, default=1e-4)
+    add_step_arguments(parser)
     parser.add_argument("--mode", choices=["eager", "compile"], default="eager")
     parser.add_argument("--precision", choices=["f32", "bf16"], default="f32")
     parser.add_argument("--memory-format", choices=["channels_last", "contiguous"],

@@ -394,8 +394,9 @@ def add_model_arguments(parser, batch, height, width):
     parser.add_argument("--dropout", type=float, default=0.2)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_step_arguments(parser):
+    """The network's options (add_model_arguments) and a timed step's: threads, warm-up and timed
+    steps, seed, Adam's rate and weight decay, as hardy_step_bench takes them."""
     add_model_arguments(parser, batch=8, height=64, width=64)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--warmup", type=int, default=3)
@@ -403,6 +404,11 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--weight-decay", type=float, default=1e-4)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_step_arguments(parser)
     parser.add_argument("--memory-format", choices=["channels_last", "contiguous"],
                         default="channels_last")
     args = parser.parse_args(argv)
