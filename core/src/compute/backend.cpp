@@ -71,17 +71,6 @@ DType activation_dtype(Precision precision) {
   return DType::f32;
 }
 
-Precision precision_of(DType activation_dtype) {
-  switch (activation_dtype) {
-    case DType::bf16:
-      return Precision::bf16;
-    case DType::f16:
-      return Precision::fp16;
-    default:
-      return Precision::f32;
-  }
-}
-
 Precision default_precision(std::string_view backend_name) {
   if (backend_name != "cuda") return Precision::f32;
   const char* text = std::getenv("HARDY_CUDA_PRECISION");

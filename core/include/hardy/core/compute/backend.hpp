@@ -554,7 +554,6 @@ std::string_view to_string(Precision precision);  // "f32", "bf16", "fp16"
 // "f32" (or "fp32"), "bf16", "fp16" (or "f16"); throws InvalidArgument naming the accepted ones.
 Precision parse_precision(std::string_view text);
 DType activation_dtype(Precision precision);
-Precision precision_of(DType activation_dtype);
 // The precision a backend trains in when none is asked for: f32 on the CPU; on a GPU what
 // HARDY_CUDA_PRECISION says (the fallback for scripts written before --precision), else bf16.
 // Throws InvalidArgument for a value of HARDY_CUDA_PRECISION it does not know.
