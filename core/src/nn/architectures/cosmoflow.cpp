@@ -31,7 +31,12 @@ Network describe_cosmoflow(Backend& backend, const ModelConfig& c) {
   for (int block = 0; block < kBlocks; ++block) {
     x = b.conv3d(fmt::format("conv{}", block), x, kFirstChannels << block, 3, same_padding(3),
                  true);
-    x = b.max_pool3d(b.leaky_relu(x, kSlope), {.kernel = 2, .stride = 2});
+    // Pooled before the LeakyReLU, the reverse of the reference's order and the same function:
+    // an increasing activation commutes with a maximum, and the gradient takes the same slope
+    // to the window's maximum (to another voxel only where two inputs round to one activation,
+    // a tie either order breaks by position). The activation then runs over an eighth of the
+    // voxels: at 128^3 the first block's two passes took 59 ms of a 1117 ms bf16 step.
+    x = b.leaky_relu(b.max_pool3d(x, {.kernel = 2, .stride = 2}), kSlope);
     edge /= 2;
   }
   x = b.flatten(x, x.channels * edge * edge * edge);
