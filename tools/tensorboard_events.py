@@ -15,6 +15,9 @@ point per committed step of metrics.jsonl, at its step and wall-clock time:
   time/compute_device_s                 on a GPU: the device's span of the step's forward and
                                         backward, from events (absent on the CPU)
   data/skipped_samples                  bad samples skipped in the step
+  stragglers/slowest_score,             the slow-rank watch's lowest score (the peers' time per
+  stragglers/rank_N_score               sample over the rank's own; 1 is typical), and every
+                                        --straggler-window steps each rank's
 and at the last step, when the run scored its held-out samples (job_finished): eval/mae and
 eval/mae_target_N for a regression run (CosmoFlow), eval/mean_iou and eval/iou_class_N for a
 segmentation run.
@@ -46,6 +49,7 @@ SCALARS = {
     "allreduce_s": "time/allreduce_s",
     "snapshot_s": "time/snapshot_s",
     "skipped_samples": "data/skipped_samples",
+    "slowest_score": "stragglers/slowest_score",
 }
 
 
@@ -81,6 +85,10 @@ def write_events(run_dir, logdir):
                 value = record.get(field)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     writer.add_scalar(tag, value, record["step"], walltime=record.get("unix_time"))
+            # The slow-rank watch's scores (every --straggler-window steps): one tag per rank.
+            for rank, score in enumerate(record.get("rank_scores") or []):
+                writer.add_scalar(f"stragglers/rank_{rank}_score", score, record["step"],
+                                  walltime=record.get("unix_time"))
         finished = next((e for e in reversed(events) if e.get("event") == "job_finished"), None)
         if finished and held_out_scores(finished):
             step = finished.get("steps", steps[-1]["step"] if steps else 0)

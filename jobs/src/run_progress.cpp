@@ -64,6 +64,31 @@ void read_lost_nodes(const nlohmann::json& record, std::string_view key, const s
   }
 }
 
+// The straggler policy's view: who is slow, and the shares it set. A shrink or a new launch
+// renumbers the ranks and shares the batch evenly again.
+void read_slow_ranks(const std::string& event, const nlohmann::json& record,
+                     RunProgress& progress) {
+  const auto rank_of = [](const nlohmann::json& r) { return core::read_field<int>(r, "rank"); };
+  if (event == event_kind("communicator_shrunk") || event == event_kind("job_started")) {
+    progress.slow_ranks.clear();
+    progress.straggler_shares.clear();
+  } else if (event == event_kind("rank_slow")) {
+    progress.slow_ranks.push_back(record);
+  } else if (event == event_kind("rank_recovered")) {
+    std::erase_if(progress.slow_ranks,
+                  [&](const nlohmann::json& slow) { return rank_of(slow) == rank_of(record); });
+  } else if (event == event_kind("shards_rebalanced") &&
+             core::read_field<std::string>(record, event_field("shards_rebalanced", "policy")) ==
+                 "straggler") {
+    const bool even = core::read_field<std::string>(record, "reason") == "recovered";
+    progress.straggler_shares.clear();
+    if (!even && record.contains("per_rank_batch") && record["per_rank_batch"].is_array())
+      for (const auto& share : record["per_rank_batch"])
+        if (share.is_number_unsigned())
+          progress.straggler_shares.push_back(share.get<std::size_t>());
+  }
+}
+
 void read_events(const std::filesystem::path& path, RunProgress& progress) {
   std::ifstream file(path);
   for (std::string line; std::getline(file, line);) {
@@ -76,6 +101,7 @@ void read_events(const std::filesystem::path& path, RunProgress& progress) {
     progress.failures_detected += event == event_kind("failure_detected");
     progress.relaunches += event == event_kind("job_relaunched");
     if (event == event_kind("training_diverging")) progress.diverging = *record;
+    read_slow_ranks(event, *record, progress);
     if (event == event_kind("job_relaunched"))
       read_lost_nodes(*record, event_field("job_relaunched", "excluded"), "", progress);
     if (event ==

@@ -31,6 +31,10 @@ struct RunProgress {
   long relaunches = 0;               // job_relaunched events: the supervisor restarted the job
   std::vector<LostNode> lost_nodes;  // in the order the supervisor left them out
   std::optional<nlohmann::json> diverging;  // the last training_diverging event
+  // The ranks slow now (rank_slow events not followed by rank_recovered, a shrink or a new
+  // launch), and the shares the straggler policy set last (empty: even).
+  std::vector<nlohmann::json> slow_ranks;
+  std::vector<std::size_t> straggler_shares;
 };
 
 // The last complete line of a JSON-lines file (events.jsonl, metrics.jsonl), reading only the

@@ -104,7 +104,11 @@ nlohmann::json status_json(const std::filesystem::path& run_dir) {
             {"job_relaunched", progress.relaunches},
             {"survived", progress.failures_detected + progress.relaunches}}},
           {"lost_nodes", lost_nodes_json(progress.lost_nodes)},
-          {"diverging", optional_json(progress.diverging)}};
+          {"diverging", optional_json(progress.diverging)},
+          {"slow_ranks", progress.slow_ranks},
+          {"straggler_shares", progress.straggler_shares},
+          {"slowest_rank", metric("slowest_rank")},
+          {"slowest_score", metric("slowest_score")}};
 }
 
 // The training_diverging event in a line: since when, how far above the early level.
@@ -168,6 +172,20 @@ void print_text(const nlohmann::json& status) {
                              fmt::join(node["evidence"].get<std::vector<std::string>>(), "; "));
   if (!status["diverging"].is_null())
     std::cout << fmt::format("diverging      {}\n", diverging_text(status["diverging"]));
+  for (const auto& slow : status["slow_ranks"])
+    std::cout << fmt::format("slow rank      {} on {}: {:.2f} of its peers' speed since step {}\n",
+                             core::read_field<int>(slow, "rank").value_or(-1),
+                             core::read_field<std::string>(slow, "host").value_or("?"),
+                             core::read_field<double>(slow, "score").value_or(NAN),
+                             core::read_field<long>(slow, "since_step").value_or(-1));
+  if (!status["straggler_shares"].empty())
+    std::cout << fmt::format(
+        "shares         {} samples per rank (around slow ranks)\n",
+        fmt::join(status["straggler_shares"].get<std::vector<std::size_t>>(), ","));
+  if (!status["slowest_score"].is_null())
+    std::cout << fmt::format(
+        "slowest rank   {} at {} of its peers' speed (the peers' time per sample over its own)\n",
+        text_or(status["slowest_rank"], "?"), text_or(status["slowest_score"], "?"));
 }
 
 // ---- RUN_DIR or a job id ----

@@ -133,11 +133,26 @@ po::options_description resilience_options() {
       "a number, or off")(
       "hang-io-timeout", po::value<double>()->default_value(60.0),
       "seconds a rank may wait on data or write state before it is hung (at least --hang-timeout)")(
+      "straggler", po::value<std::string>()->default_value("rebalance"),
+      "slow ranks (docs/resilience.md, \"Slow ranks\"): off; detect (report them: rank_slow, "
+      "rank_recovered); or rebalance (also give a slow rank fewer samples, in proportion to its "
+      "speed, the global batch and every sample's once per epoch unchanged)")(
+      "straggler-slowdown", po::value<double>()->default_value(0.15),
+      "how much slower than its peers' median a rank's own work per sample (data wait, forward, "
+      "backward) must be to count: 0.15 is 15%")("straggler-window",
+                                                po::value<long>()->default_value(5),
+                                                "steps in each rank's median own time")(
+      "straggler-confirm", po::value<long>()->default_value(10),
+      "consecutive steps a slowdown, or a recovery, must last before it is reported and acted on")(
+      "straggler-warmup", po::value<long>()->default_value(20),
+      "steps after the start or a shrink that are not watched (the ranks warm up at their own "
+      "pace)")(
       "inject-failure", po::value<std::vector<std::string>>()->composing(),
       "testing: kill ranks with SIGKILL, e.g. rank=3@step=40 or node=1@step=40:allreduce (phases "
       "forward, allreduce, checkpoint-write, snapshot-write, recovery), or hang them: "
       "rank=3@step=40:stop (SIGSTOP), :spin (compute forever), :stall (block in the snapshot "
-      "write)");
+      "write), or slow them: rank=3@step=40:slow=3 (its forward and backward take 3x as long from "
+      "step 40 on; slow=1 ends it)");
   return resilience;
 }
 
@@ -610,6 +625,16 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
   spec.hang_io_timeout_s = get<double>(vm, "hang-io-timeout");
   if (vm.count("inject-failure"))
     spec.inject_failures = get<std::vector<std::string>>(vm, "inject-failure");
+  spec.stragglers = {.mode = resilience::parse_straggler_mode(get<std::string>(vm, "straggler")),
+                     .slowdown = get<double>(vm, "straggler-slowdown"),
+                     .window = get<long>(vm, "straggler-window"),
+                     .confirm = get<long>(vm, "straggler-confirm"),
+                     .warmup = get<long>(vm, "straggler-warmup")};
+  require(spec.stragglers.slowdown > 0 && std::isfinite(spec.stragglers.slowdown),
+          "--straggler-slowdown must be a positive fraction (0.1: 10% slower)");
+  require(spec.stragglers.window >= 1, "--straggler-window must be at least 1 step");
+  require(spec.stragglers.confirm >= 1, "--straggler-confirm must be at least 1 step");
+  require(spec.stragglers.warmup >= 0, "--straggler-warmup must not be negative");
   require(spec.ranks_per_node >= 1, "--ranks-per-node must be at least 1");
   require(spec.min_world_size >= 1, "--min-world-size must be at least 1");
   require(spec.max_failures >= 0, "--max-failures must not be negative");

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <map>
 
 #include "hardy/core/data/climate_data.hpp"
@@ -27,6 +28,63 @@ TEST_CASE("sampler: shards are contiguous, cover the batch once, and differ by a
     }
   }
   CHECK_THROWS_AS(shard_of(8, 4, 4), InvalidArgument);
+}
+
+TEST_CASE("sampler: weighted shares are whole samples that add up to the batch, at least one each",
+          "[core]") {
+  // Equal weights: the even split, the first ranks one more.
+  for (std::size_t batch : {4u, 7u, 16u, 33u})
+    for (int world : {1, 2, 3, 4}) {
+      if (batch < static_cast<std::size_t>(world)) continue;
+      const std::vector<double> equal(static_cast<std::size_t>(world), 0.7);
+      for (int rank = 0; rank < world; ++rank) {
+        CHECK(shard_of(batch, rank, world, equal).begin == shard_of(batch, rank, world).begin);
+        CHECK(shard_of(batch, rank, world, equal).end == shard_of(batch, rank, world).end);
+      }
+    }
+  // One rank at a third of the others' speed, 8 ranks, a global batch of 64: 7 x 8.7 + 2.9.
+  std::vector<double> weights(8, 1.0);
+  weights[5] = 1.0 / 3;
+  const auto shares = weighted_shares(64, weights);
+  std::size_t sum = 0;
+  for (std::size_t share : shares) sum += share;
+  CHECK(sum == 64);
+  CHECK(shares[5] == 3);
+  for (std::size_t r = 0; r < 8; ++r)
+    if (r != 5) CHECK((shares[r] == 8 || shares[r] == 9));
+  // Slices are contiguous and cover the batch once.
+  std::size_t next = 0;
+  for (int rank = 0; rank < 8; ++rank) {
+    const Shard s = shard_of(64, rank, 8, weights);
+    CHECK(s.begin == next);
+    CHECK(s.size() == shares[static_cast<std::size_t>(rank)]);
+    next = s.end;
+  }
+  CHECK(next == 64);
+  // A weight so small it rounds to nothing still leaves the rank one sample.
+  CHECK(weighted_shares(16, std::vector<double>{1, 1, 1e-9}) == std::vector<std::size_t>{7, 8, 1});
+  // Whole-number weights that add up to the batch are the shares themselves.
+  CHECK(weighted_shares(64, std::vector<double>{9, 9, 9, 9, 9, 9, 7, 3}) ==
+        std::vector<std::size_t>{9, 9, 9, 9, 9, 9, 7, 3});
+  // Random weights and batches: the sum and the floor of one always hold.
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::size_t world = 1 + static_cast<std::size_t>(trial % 9);
+    const std::size_t batch = world + static_cast<std::size_t>((trial * 37) % 101);
+    std::vector<double> w(world);
+    for (std::size_t r = 0; r < world; ++r)
+      w[r] = 0.05 + static_cast<double>((trial * 13 + r * 7) % 23);
+    const auto got = weighted_shares(batch, w);
+    std::size_t total = 0;
+    for (std::size_t share : got) {
+      CHECK(share >= 1);
+      total += share;
+    }
+    CHECK(total == batch);
+  }
+  CHECK_THROWS_AS(weighted_shares(2, std::vector<double>{1, 1, 1}), InvalidArgument);
+  CHECK_THROWS_AS(weighted_shares(8, std::vector<double>{1, 0}), InvalidArgument);
+  CHECK_THROWS_AS(weighted_shares(8, std::vector<double>{1, std::nan("")}), InvalidArgument);
+  CHECK_THROWS_AS(shard_of(8, 2, 2, std::vector<double>{1, 1}), InvalidArgument);
 }
 
 TEST_CASE("sampler: every epoch sees every sample exactly once, also across batch boundaries",

@@ -43,7 +43,8 @@ CORE_ROOMS = {
 
 RESILIENCE_ROOMS = {
     "domains": set(),
-    "session": {"domains"},
+    "stragglers": set(),
+    "session": {"domains", "stragglers"},
     "supervisor": {"domains"},
 }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "hardy/core/support/error.hpp"
@@ -17,6 +19,55 @@ Shard shard_of(std::size_t global_batch, int rank, int world_size) {
   const std::size_t base = global_batch / world, extra = global_batch % world;
   const std::size_t begin = r * base + std::min(r, extra);
   return {begin, begin + base + (r < extra ? 1 : 0)};
+}
+
+std::vector<std::size_t> weighted_shares(std::size_t global_batch,
+                                         std::span<const double> weights) {
+  const std::size_t world = weights.size();
+  if (world == 0) throw InvalidArgument("no ranks to share a batch among");
+  if (global_batch < world)
+    throw InvalidArgument(fmt::format("a global batch of {} cannot give each of {} ranks a sample",
+                                      global_batch, world));
+  for (double w : weights)
+    if (!(w > 0) || !std::isfinite(w))
+      throw InvalidArgument(fmt::format("a rank's share weight is {}; weights are positive", w));
+  // Whole parts first, then the largest remainders (whole-number weights that add up to the
+  // batch come out as themselves).
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<std::size_t> shares(world);
+  std::vector<double> remainder(world);
+  std::size_t given = 0;
+  for (std::size_t r = 0; r < world; ++r) {
+    const double exact = static_cast<double>(global_batch) * weights[r] / total;
+    shares[r] = std::min(global_batch - given, static_cast<std::size_t>(std::floor(exact)));
+    given += shares[r];
+    remainder[r] = exact - static_cast<double>(shares[r]);
+  }
+  std::vector<std::size_t> order(world);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return remainder[a] > remainder[b]; });
+  for (std::size_t i = 0; given < global_batch; i = (i + 1) % world, ++given) ++shares[order[i]];
+  // No rank is left idle: the loaders, normalizations and losses all assume a batch. A rank
+  // rounded to nothing takes a sample from the largest share.
+  for (std::size_t r = 0; r < world; ++r)
+    if (shares[r] == 0) {
+      --*std::max_element(shares.begin(), shares.end());
+      shares[r] = 1;
+    }
+  return shares;
+}
+
+Shard shard_of(std::size_t global_batch, int rank, int world_size,
+               std::span<const double> weights) {
+  if (weights.empty()) return shard_of(global_batch, rank, world_size);
+  if (static_cast<std::size_t>(world_size) != weights.size() || rank < 0 || rank >= world_size)
+    throw InvalidArgument(fmt::format("rank {} of {} has no share among {} weights", rank,
+                                      world_size, weights.size()));
+  const auto shares = weighted_shares(global_batch, weights);
+  const auto mine = static_cast<std::size_t>(rank);
+  const std::size_t begin = std::accumulate(shares.begin(), shares.begin() + mine, std::size_t{0});
+  return {begin, begin + shares[mine]};
 }
 
 EpochSampler::EpochSampler(std::size_t dataset_size, std::uint64_t seed) : size_(dataset_size) {

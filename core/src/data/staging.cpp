@@ -64,12 +64,13 @@ std::size_t home_node(std::string_view file, std::span<const std::uint64_t> node
 }
 
 std::vector<std::vector<std::size_t>> place_batch(std::span<const int> home_of_sample,
-                                                  std::span<const int> node_of_rank) {
+                                                  std::span<const int> node_of_rank,
+                                                  std::span<const double> weights) {
   const int world = static_cast<int>(node_of_rank.size());
   if (world == 0) throw InvalidArgument("place_batch: no ranks");
   std::vector<std::size_t> room(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r)
-    room[static_cast<std::size_t>(r)] = shard_of(home_of_sample.size(), r, world).size();
+    room[static_cast<std::size_t>(r)] = shard_of(home_of_sample.size(), r, world, weights).size();
   std::vector<std::vector<std::size_t>> placed(static_cast<std::size_t>(world));
   std::vector<std::size_t> homeless;
   for (std::size_t i = 0; i < home_of_sample.size(); ++i) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -21,14 +22,29 @@ namespace {
 constexpr std::string_view kPhaseNames[] = {"forward", "allreduce", "checkpoint-write",
                                             "snapshot-write", "recovery"};
 static_assert(std::size(kPhaseNames) == static_cast<std::size_t>(Phase::recovery) + 1);
-// sleep=S carries its seconds, so it is parsed apart (fault_named).
-constexpr std::string_view kFaultNames[] = {"kill", "stop", "spin", "stall", "sleep"};
-static_assert(std::size(kFaultNames) == static_cast<std::size_t>(Fault::sleep) + 1);
+// sleep=S and slow=F carry their numbers, so they are parsed apart (fault_named).
+constexpr std::string_view kFaultNames[] = {"kill", "stop", "spin", "stall", "sleep", "slow"};
+static_assert(std::size(kFaultNames) == static_cast<std::size_t>(Fault::slow) + 1);
 
 std::optional<Fault> fault_named(const std::string& name) {
   if (name.starts_with("sleep=")) return Fault::sleep;
-  if (name == "sleep") return std::nullopt;
+  if (name.starts_with("slow=")) return Fault::slow;
+  if (name == "sleep" || name == "slow") return std::nullopt;
   return core::value_named<Fault>(kFaultNames, name);
+}
+
+// The number after "name=" in `part`, or nullopt when it is not all a number.
+std::optional<double> number_after(const std::string& part, std::string_view name) {
+  const std::string text = part.substr(name.size() + 1);
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size()) return std::nullopt;
+  return value;
 }
 }  // namespace
 
@@ -72,16 +88,18 @@ std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::stri
         if (auto fault = fault_named(parts.back())) {
           failure.fault = *fault;
           if (failure.fault == Fault::sleep) {
-            const std::string seconds = parts.back().substr(std::string_view("sleep=").size());
-            std::size_t used = 0;
-            try {
-              failure.sleep_s = std::stod(seconds, &used);
-            } catch (const std::exception&) {
-              used = 0;
-            }
-            if (used != seconds.size() || !(failure.sleep_s > 0))
+            failure.sleep_s = number_after(parts.back(), "sleep").value_or(0);
+            if (!(failure.sleep_s > 0))
               throw InvalidArgument(fmt::format(
                   "--inject-failure '{}': sleep=S takes a positive number of seconds", spec));
+          }
+          if (failure.fault == Fault::slow) {
+            failure.slow_factor = number_after(parts.back(), "slow").value_or(0);
+            if (!(failure.slow_factor >= 1) || !std::isfinite(failure.slow_factor))
+              throw InvalidArgument(fmt::format(
+                  "--inject-failure '{}': slow=F takes a factor of at least 1 (3: three times "
+                  "as long; 1: back to full speed)",
+                  spec));
           }
           parts.pop_back();
           if (failure.fault == Fault::stall) failure.phase = Phase::snapshot_write;
@@ -113,6 +131,7 @@ void FailureInjector::at(long step, Phase phase) const {
     if (std::find(failure.world_ranks.begin(), failure.world_ranks.end(), world_rank_) ==
         failure.world_ranks.end())
       continue;
+    if (failure.fault == Fault::slow) continue;  // slowdown() applies it, step after step
     if (!record_dir_.empty() && failure.fault != Fault::sleep) {  // a delay is no failure
       std::ofstream(record_dir_ / fmt::format("injected-kill-{}.time", world_rank_))
           << fmt::format("{:.6f}\n", core::unix_time());
@@ -133,8 +152,23 @@ void FailureInjector::at(long step, Phase phase) const {
       case Fault::sleep:
         std::this_thread::sleep_for(std::chrono::duration<double>(failure.sleep_s));
         break;
+      case Fault::slow:
+        break;
     }
   }
+}
+
+double FailureInjector::slowdown(long step) const {
+  double factor = 1;
+  long latest = 0;
+  for (const auto& failure : failures_)
+    if (failure.fault == Fault::slow && failure.step <= step && failure.step >= latest &&
+        std::find(failure.world_ranks.begin(), failure.world_ranks.end(), world_rank_) !=
+            failure.world_ranks.end()) {
+      factor = failure.slow_factor;
+      latest = failure.step;
+    }
+  return factor;
 }
 
 std::optional<double> FailureInjector::last_kill_time() const {

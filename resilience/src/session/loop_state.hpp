@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hardy/core/compute/backend.hpp"
 #include "hardy/resilience/recovery_protocol.hpp"
@@ -34,6 +35,11 @@ struct CommittedStep {
   bool input_staged = false;
   float lr = 0;
   long skipped_samples = 0;
+  // The slow-rank watch's scores (straggler_watch.hpp: the peers' median time per sample over
+  // each rank's own; empty until it has a window): the lowest goes into every metrics line, all
+  // of them every --straggler-window steps (`all_scores`).
+  std::vector<double> rank_scores = {};
+  bool all_scores = false;
   // The optimizer update, run once every survivor agreed on the step: until then the live state
   // is the last committed one, so a step that does not commit needs nothing rolled back.
   std::function<void()> update = {};

@@ -103,6 +103,8 @@ int Membership::cores_of_rank() const {
     if (fingerprints[r] == fingerprints[me]) ++sharing;
   }
   const int online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_share_ = allowed.count < online ? static_cast<double>(allowed.count) / std::max(1, sharing)
+                                      : static_cast<double>(online) / std::max(1, on_host);
   return rank_cores(online, allowed.count, sharing, on_host);
 }
 

@@ -60,6 +60,9 @@ class Membership {
   // This rank's cores (training_config.hpp's rank_cores): the CPUs it may run on, or its share
   // of its host's. Collective (every rank says which set it was allowed).
   int cores_of_rank() const;
+  // The CPUs this rank has to itself, as a fraction where more ranks than CPUs share its set (4
+  // ranks on 2 CPUs: 0.5); known once cores_of_rank() has run.
+  double cpu_share() const { return cpu_share_; }
   // Collective: learns every rank's pid and logs rank_started for each.
   void announce(core::EventLog& events);
   // The communicator was shrunk to the survivors (communicator_slot() holds them already).
@@ -72,6 +75,7 @@ class Membership {
   std::vector<int> world_rank_of_;  // current rank -> original world rank
   std::vector<std::string> hosts_;  // by original world rank
   bool owns_run_files_ = true;
+  mutable double cpu_share_ = 1;  // set by cores_of_rank()
 };
 
 }  // namespace hardy::resilience

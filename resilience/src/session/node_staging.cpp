@@ -104,10 +104,11 @@ NodeStagingPlan NodeStaging::plan(const std::vector<std::string>& node_of_rank, 
 }
 
 std::vector<std::size_t> NodeStaging::local_positions(std::span<const std::size_t> samples,
-                                                      int rank) const {
+                                                      int rank,
+                                                      std::span<const double> weights) const {
   std::vector<int> home(samples.size());
   for (std::size_t i = 0; i < home.size(); ++i) home[i] = home_of_file_.at(samples[i]);
-  return core::place_batch(home, node_of_rank_).at(static_cast<std::size_t>(rank));
+  return core::place_batch(home, node_of_rank_, weights).at(static_cast<std::size_t>(rank));
 }
 
 void NodeStaging::record_verified(const std::vector<core::StageCopy>& copies) {

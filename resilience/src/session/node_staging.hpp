@@ -53,8 +53,9 @@ class NodeStaging {
 
   // This rank's positions in `samples` (a global batch's sample indices, or the slice of one
   // that this job's ranks share: a fault domain's; see core::place_batch), under the current
-  // plan.
-  std::vector<std::size_t> local_positions(std::span<const std::size_t> samples, int rank) const;
+  // plan, each rank taking its share of them by `weights` (none: even shares).
+  std::vector<std::size_t> local_positions(std::span<const std::size_t> samples, int rank,
+                                           std::span<const double> weights = {}) const;
   // The staged copy of `source` when this launch's copier on the node made or verified it (it
   // lists them in DIRECTORY/.verified-<launch>-<pid>, which any rank on the node reads), else
   // `source`:

@@ -32,12 +32,19 @@ class SessionStaging {
   // samples to ranks: the step and the prefetcher's look-ahead both ask it. Its contiguous slice
   // (core::shard_of), or with --stage-to its node's staged samples first.
   std::vector<std::size_t> local_samples(const core::GlobalBatch& batch) const;
+  // How the ranks of this communicator (of the domain, with fault domains) share out their slice
+  // of each batch from the next one drawn: in proportion to `weights`, one per rank
+  // (core::weighted_shares); empty: evenly. Every rank sets the same weights at the same step
+  // (the straggler policy decides from figures every rank has).
+  void set_share_weights(std::vector<double> weights) { weights_ = std::move(weights); }
+  const std::vector<double>& share_weights() const { return weights_; }
 
  private:
   const TrainingConfig& config_;
   const Membership& membership_;
   const FaultDomains& domains_;
   core::EventLog& events_;
+  std::vector<double> weights_;  // empty: even shares
   // Shared with the dataset's file locator, through which the prefetcher's workers read until
   // they are joined: it outlives them whatever order the session's members go in.
   std::shared_ptr<NodeStaging> staging_;

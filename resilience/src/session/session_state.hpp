@@ -22,6 +22,7 @@
 #include "session/recovery.hpp"
 #include "session/run_files.hpp"
 #include "session/session_staging.hpp"
+#include "session/slow_ranks.hpp"
 #include "session/state_store.hpp"
 #include "session/state_transport.hpp"
 #include "session/trainer.hpp"
@@ -89,6 +90,7 @@ struct TrainingSession::State final {
   Recovery recovery;
   std::vector<std::unique_ptr<StepHook>> step_hooks;
   BadSamples bad_samples;
+  SlowRanks slow_ranks;  // each rank's own work shared with the loss; slow ranks' shares
 };
 
 }  // namespace hardy::resilience

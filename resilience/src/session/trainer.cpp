@@ -25,6 +25,7 @@ void check_same_plan(comm::Communicator& comm, std::uint64_t digest, long at_ste
 Trainer::Trainer(const TrainingConfig& config, comm::Communicator& comm,
                  const core::SampleSource& train, ThreadSplit threads)
     : config_(config),
+      kernel_threads_(threads.kernel_threads),
       backend_(core::make_backend(config.backend, config.precision)),
       model_(*backend_, config.model),
       optimizer_(core::make_optimizer(config.optimizer, *backend_)),

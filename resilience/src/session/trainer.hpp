@@ -95,6 +95,10 @@ class Trainer {
   int computed_steps() const { return computed_; }
   // The oldest of them: the one finish_reduction(), update() and advance() act on.
   const ComputedStep& oldest_computed() const { return slots_[oldest_slot_].computed; }
+  // The samples this rank loaded for the step computed last (none computed: 0).
+  std::size_t newest_computed_samples() const {
+    return computed_ > 0 ? slots_[slot_after(computed_ - 1)].computed.samples : 0;
+  }
   // This rank's loss sum of the oldest computed step: waits for its forward pass on the device.
   // Throws what the loss found (a label out of range), every time it is asked.
   double oldest_loss_sum();
@@ -157,6 +161,7 @@ class Trainer {
   // The reducer of the next step to compute (every step's, without lag).
   comm::GradientReducer& reducer() { return *slots_[slot_after(computed_)].reducer; }
   const core::SamplePrefetcher& prefetcher() const { return prefetcher_; }
+  int kernel_threads() const { return kernel_threads_; }
   const core::EpochSampler& sampler() const { return sampler_; }
 
  private:
@@ -193,6 +198,7 @@ class Trainer {
   static bool stages_input(const TrainingConfig& config, const core::Backend& backend);
 
   const TrainingConfig& config_;
+  int kernel_threads_;
   std::unique_ptr<core::Backend> backend_;
   core::Model model_;
   std::unique_ptr<core::Optimizer> optimizer_;

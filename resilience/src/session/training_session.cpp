@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <thread>
 
 #include "hardy/checkpoint/checkpoint.hpp"
 #include "hardy/comm/agreement.hpp"
@@ -72,7 +73,8 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
           [this](const Watchdog::Stuck& stuck) { recovery.end_stuck_job(stuck); }),
       recovery(config, membership, trainer, store, files, staging, injector, progress,
                hang_monitor),
-      bad_samples(config.bad_samples, files.events()) {
+      bad_samples(config.bad_samples, files.events()),
+      slow_ranks(config.stragglers, membership, staging, files.events(), trainer.kernel_threads()) {
   // Until the domains have met, the first domain writes the run directory's files (a relaunched
   // one never does before it joins).
   if (config.domain >= 0)
@@ -147,6 +149,8 @@ void TrainingSession::State::train_step() {
     if (!commits) return;
   }
   done.allreduce_s = reduce_s;
+  done.rank_scores = slow_ranks.scores();
+  done.all_scores = this_step % config.stragglers.window == 0;
   done.lr = config.lr_with(step(), membership.size(), membership.original_size());
   const double step_loss = loss[0] * grad_scale;
   if (!std::isfinite(step_loss))
@@ -188,7 +192,11 @@ std::vector<double> TrainingSession::State::reduce_in_domain(long this_step) {
   trainer.finish_reduction();
   if (comm().size() > 1 && config.gradient_lag != 0)  // before it is committed
     check_same_plan(comm(), computed.plan_digest, this_step);
+  const std::size_t kept = loss.size();
+  slow_ranks.append_slots(loss);  // every rank's own work per sample, in the same sum
   comm().allreduce_sum(loss);
+  slow_ranks.decide(this_step, loss, kept,
+                    domains.domains().my_domain_slice(current_global_batch()).size());
   domains.check_samples_covered(std::lround(loss[2]), std::lround(loss[1]), this_step);
   // Every rank learns of every bad sample of the step (bad_samples.hpp).
   if (loss[1] > 0) bad_samples.report(comm(), computed.load.skipped, this_step);
@@ -209,6 +217,9 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
     Watchdog::Scope scope(watchdog, "sample plan check");
     check_same_plan(comm(), trainer.drawn_plan_digest(), computed_step);
   }
+  // This rank's own work from here: its data wait, forward and backward, not the collectives'
+  // waits for its peers (the slow-rank watch compares it across ranks).
+  const auto own_started = Clock::now();
   const core::BatchLoad& input = [&]() -> const core::BatchLoad& {
     Watchdog::Scope scope(watchdog, "data wait", Activity::loading_data);
     return trainer.load_batch(
@@ -224,6 +235,11 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
     if (ready == count / 2) injector.at(computed_step, Phase::allreduce);
   });
   if (span) span->end();
+  // --inject-failure ...:slow=F: this rank's own work takes F times as long.
+  if (const double slowdown = injector.slowdown(computed_step); slowdown > 1)
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>((slowdown - 1) * seconds_since(own_started)));
+  slow_ranks.measured(seconds_since(own_started), trainer.newest_computed_samples());
   done.compute_span = std::move(span);
   done.compute_s = seconds_since(started);
   done.data_wait_s = input.data_wait_s;
@@ -271,6 +287,7 @@ void TrainingSession::State::recover(const std::string& what) {
   const Recovery::FailureClock clock = recovery.failure_clock();
   const auto started = Clock::now();
   const int attempts = recovery.recover(what, clock);
+  slow_ranks.reset();  // the survivors are renumbered: even shares, the watch starts afresh
   if (domains.enabled())
     if (auto rolled_forward = domains.after_local_recovery(what))
       commit_step(std::move(*rolled_forward));

@@ -6,7 +6,9 @@
 // a real failure or an external `kill -9`. A hang keeps the process alive, as a real one would:
 // `rank=3@step=40:stop` stops it (SIGSTOP, in the forward pass unless a phase is given),
 // `:spin` computes forever, `:stall` blocks forever in the node snapshot write; `:sleep=S` only
-// delays it S seconds (a slow step, which must not be taken for a hang).
+// delays it S seconds (a slow step, which must not be taken for a hang); `:slow=F` makes its
+// forward and backward passes take F times as long from that step on (a node at 1/F of its
+// speed: a straggler; a later `:slow=1` of the same rank ends it).
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -18,7 +20,7 @@ enum class Phase { forward, allreduce, checkpoint_write, snapshot_write, recover
 Phase parse_phase(const std::string& name);
 std::string to_string(Phase phase);
 
-enum class Fault { kill, stop, spin, stall, sleep };
+enum class Fault { kill, stop, spin, stall, sleep, slow };
 std::string to_string(Fault fault);
 
 struct InjectedFailure {
@@ -26,8 +28,9 @@ struct InjectedFailure {
   long step = 0;                 // 1-based step at which they die
   Phase phase = Phase::forward;
   Fault fault = Fault::kill;
-  double sleep_s = 0;  // Fault::sleep
-  std::string spec;    // as given, for events
+  double sleep_s = 0;      // Fault::sleep
+  double slow_factor = 1;  // Fault::slow
+  std::string spec;        // as given, for events
 };
 
 // Parses "rank=R@step=S[:phase][:fault]" or "node=N@step=S[:phase][:fault]"; several specs are
@@ -44,6 +47,9 @@ class FailureInjector {
                   std::filesystem::path record_dir);
   // Kills or hangs this process (after recording the time) if a failure is due at this point.
   void at(long step, Phase phase) const;
+  // How many times as long this rank's own work takes at `step` (Fault::slow): the factor of
+  // its latest slow= at or before the step, 1 without one.
+  double slowdown(long step) const;
   // The time the most recent injected victim recorded, if any (Unix seconds).
   std::optional<double> last_kill_time() const;
 

@@ -17,6 +17,7 @@
 #include "hardy/core/nn/optimizer.hpp"
 #include "hardy/core/support/private_tree.hpp"
 #include "hardy/resilience/divergence_watch.hpp"
+#include "hardy/resilience/straggler_watch.hpp"
 
 namespace hardy::resilience {
 
@@ -123,6 +124,9 @@ struct TrainingConfig {
   // The divergence watch (divergence_watch.hpp): reports a loss that stays above its early
   // level, does nothing else; factor 0 turns it off.
   DivergenceThresholds divergence;
+  // Slow ranks (straggler_watch.hpp): detected from every rank's own work per sample, and with
+  // `rebalance` given fewer samples while they are slow.
+  StragglerThresholds stragglers;
 
   // Fault domains (set by `hardy run --nodes-per-domain`; docs/resilience.md): this process's
   // domain among domain_count separate MPI jobs whose leaders meet in the store at domain_store.

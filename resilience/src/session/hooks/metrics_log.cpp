@@ -38,6 +38,17 @@ nlohmann::json metrics_line(const CommittedStep& done, double step_s, const Trai
   // A GPU's span from the step's first kernel to the end of its backward (gaps included): what
   // step_s holds beyond it is time in which the device had none of the step's compute to run.
   if (done.compute_span) line["compute_device_s"] = done.compute_span->seconds();
+  if (!done.rank_scores.empty()) {
+    const auto rounded = [](double score) { return std::round(score * 1000) / 1000; };
+    const auto lowest = std::min_element(done.rank_scores.begin(), done.rank_scores.end());
+    line["slowest_rank"] = lowest - done.rank_scores.begin();
+    line["slowest_score"] = rounded(*lowest);
+    if (done.all_scores) {
+      std::vector<double> all;
+      for (double score : done.rank_scores) all.push_back(rounded(score));
+      line["rank_scores"] = all;
+    }
+  }
   return line;
 }
 

@@ -4,6 +4,7 @@
 // every rank derives the same global batch and takes its contiguous slice of it.
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace hardy::core {
@@ -27,6 +28,16 @@ struct Shard {
   std::size_t size() const { return end - begin; }
 };
 Shard shard_of(std::size_t global_batch, int rank, int world_size);
+
+// Whole-sample shares of a global batch in proportion to `weights` (one per rank, each positive
+// and finite): the whole parts, then the samples left to the largest remainders (ties to the
+// lower rank, so equal weights give shard_of's split, and whole-number weights that add up to
+// the batch give themselves); a rank rounded to nothing takes one sample from the largest share.
+// Throws InvalidArgument for a bad weight or a batch smaller than the ranks.
+std::vector<std::size_t> weighted_shares(std::size_t global_batch, std::span<const double> weights);
+// Rank r's contiguous slice of the batch under weighted_shares; no weights: shard_of's even split
+// over `world_size` ranks.
+Shard shard_of(std::size_t global_batch, int rank, int world_size, std::span<const double> weights);
 
 class EpochSampler {
  public:

@@ -44,13 +44,14 @@ std::size_t home_node(std::string_view file, std::span<const std::uint64_t> node
 
 // Which ranks take which samples of a global batch. home_of_sample[i] is the node (an index)
 // where sample i of the batch is staged, or -1 when it is staged nowhere; node_of_rank[r] the
-// node of rank r. Rank r takes exactly shard_of(batch, r, world).size() samples, as without
-// staging (so the batch stays split the same way); first the samples homed on its node, in
-// batch order and over the node's ranks in rank order, then what no home could take, in batch
-// order over the ranks with room left. Returns, per rank, positions into the batch, ascending.
-// A pure function of its arguments: every rank computes the same placement.
+// node of rank r. Rank r takes exactly shard_of(batch, r, world, weights).size() samples, as
+// without staging (so the batch stays split the same way; no weights: the even split); first the
+// samples homed on its node, in batch order and over the node's ranks in rank order, then what no
+// home could take, in batch order over the ranks with room left. Returns, per rank, positions into
+// the batch, ascending. A pure function of its arguments: every rank computes the same placement.
 std::vector<std::vector<std::size_t>> place_batch(std::span<const int> home_of_sample,
-                                                  std::span<const int> node_of_rank);
+                                                  std::span<const int> node_of_rank,
+                                                  std::span<const double> weights = {});
 
 // A copy looks current when it has the source's size and modification time (the copy is given
 // the source's time when it is made): the check rsync makes by default, one stat() each. Anyone

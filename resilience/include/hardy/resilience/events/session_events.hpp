@@ -107,11 +107,30 @@ inline constexpr EventField state_restored[] = {{"source", T::string, req},
                                                 // was saved in where it recorded one.
                                                 {"precision", T::string, opt},
                                                 {"saved_precision", T::string, opt}};
-inline constexpr EventField shards_rebalanced[] = {{"policy", T::string, req},
-                                                   {"world_size", T::integer, req},
-                                                   {"global_batch", T::integer, req},
-                                                   {"per_rank_batch", T::array, req},
-                                                   {"lr_scale", T::number, req}};
+inline constexpr EventField shards_rebalanced[] = {
+    {"policy", T::string, req},
+    {"world_size", T::integer, req},
+    {"global_batch", T::integer, req},
+    {"per_rank_batch", T::array, req},
+    {"lr_scale", T::number, req},
+    // policy "straggler" (slow_ranks.hpp): why ("straggler", "recovered", "replanned"), at which
+    // step, the step time predicted under the old shares over the new, and every rank's score.
+    {"reason", T::string, opt},
+    {"step", T::integer, opt},
+    {"predicted_gain", T::number, opt},
+    {"scores", T::array, opt}};
+inline constexpr EventField rank_slow[] = {{"step", T::integer, req},
+                                           {"rank", T::integer, req},
+                                           {"host", T::string, req},
+                                           {"score", T::number, req},
+                                           {"own_s_per_sample", T::number, req},
+                                           {"peers_s_per_sample", T::number, req},
+                                           {"since_step", T::integer, req}};
+inline constexpr EventField rank_recovered[] = {{"step", T::integer, req},
+                                                {"rank", T::integer, req},
+                                                {"host", T::string, req},
+                                                {"score", T::number, req},
+                                                {"since_step", T::integer, req}};
 inline constexpr EventField training_resumed[] = {{"step", T::integer, req},
                                                   {"seconds_since_detection", T::number, req}};
 inline constexpr EventField recovery_finished[] = {
@@ -167,8 +186,17 @@ inline constexpr core::EventKind kSessionEvents[] = {
      event_fields::device_communicator_rebuilt},
     {"state_restored", "the committed state came back: memory, snapshot or checkpoint",
      event_fields::state_restored},
-    {"shards_rebalanced", "the global batch was shared out among the survivors",
+    {"shards_rebalanced",
+     "the global batch was shared out among the survivors, or (policy straggler) anew around a "
+     "slow rank",
      event_fields::shards_rebalanced},
+    {"rank_slow",
+     "a rank's own work per sample stayed --straggler-slowdown above its peers' median for "
+     "--straggler-confirm steps (score: the peers' time over its own; rank: in the current "
+     "communicator)",
+     event_fields::rank_slow},
+    {"rank_recovered", "a slow rank kept up with its peers again for --straggler-confirm steps",
+     event_fields::rank_recovered},
     {"training_resumed", "the first step after a recovery", event_fields::training_resumed},
     {"recovery_finished", "a recovery inside the job ended", event_fields::recovery_finished},
     {"resume_skipped", "--resume found nothing to resume from", event_fields::reason_only},

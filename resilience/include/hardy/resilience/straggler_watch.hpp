@@ -1,0 +1,109 @@
+#pragma once
+// Which ranks are slow, and how the batch should be shared out around them: a pure decision over
+// every rank's own work per sample, step by step, with no clock, no communicator and no files, so
+// that it is unit-tested with scripted timings. The session feeds it the figures every rank
+// shares at each step's loss reduction and acts on what it returns (docs/resilience.md, "Slow
+// ranks").
+//
+// The rule, in two stages so that noise never acts:
+//   own time   = the median of a rank's own work per sample (data wait, forward and backward over
+//                its samples, not the waits inside collectives) over the last `window` steps;
+//   score      = the median of the other ranks' own times over the rank's own: 1 is typical,
+//                1/3 a rank at a third of its peers' speed (NVIDIA's resiliency extension's
+//                score; it flags below 0.75);
+//   flagged    = a step whose own time is at least (1 + slowdown) x the peers' median;
+//   slow       = flagged for `confirm` steps, counted as a streak that a step not flagged
+//                shortens by one rather than ends (a rank 20% slow under noise dips below the
+//                line now and then); a single spike, a pause of a few steps or a drift of the
+//                whole job never is (the peers drift with it);
+//   recovered  = for `confirm` steps (the same streak), a slow rank back under (1 + slowdown / 2) x its peers' time
+//                per sample, or done with its (smaller) share of the batch in under half their
+//                median own time: with few samples its time per sample carries more of each
+//                step's fixed costs, and it would never look as fast as its peers by that
+//                measure alone (and a balanced split may leave it a little ahead of them).
+// With `rebalance`, while some rank is slow the shares are those that minimize the predicted step
+// (the slowest rank's samples x its own time per sample, the healthy ranks at their median):
+// whole samples, at least one each, every sample to the rank that would finish it soonest. They
+// change when a rank turns slow (if they gain at least slowdown / 2) or recovers (back to even),
+// or when the predicted step under the current shares is slowdown / 2 longer than under the new
+// ones for `confirm` steps (each step's fixed costs, which a slow node pays slowly too, make the
+// first shares too generous to it). After a change the window starts afresh: the times under the old
+// shares say nothing of the new ones.
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hardy::resilience {
+
+enum class StragglerMode { off, detect, rebalance };
+StragglerMode parse_straggler_mode(const std::string& name);  // InvalidArgument naming the choices
+std::string to_string(StragglerMode mode);
+
+struct StragglerThresholds {
+  StragglerMode mode = StragglerMode::rebalance;
+  // How much slower than its peers' median a rank's own time must be to count, > 0 (0.15: 15%).
+  // Greyhound acts on 10% on GPUs; on the 2-core machines the tests run on, healthy ranks ran
+  // 9-11% apart for tens of steps (the lead's writer threads, who shares a core with mpirun),
+  // and a rank 20% slow must still be found.
+  double slowdown = 0.15;
+  long window = 5;    // steps in a rank's own median, >= 1
+  long confirm = 10;  // consecutive steps before slow or recovered is believed, >= 1
+  // Steps after the start (or a shrink) that are not watched: the first steps create the
+  // kernels, fill the caches and start the loaders at each rank's own pace (a healthy rank of
+  // two ran at 0.6 of its peer's speed for ten steps from the start), >= 0.
+  long warmup = 20;
+};
+
+struct RankSlowness {
+  int rank = 0;
+  double score = 1;     // the peers' median own time over this rank's
+  double own_s = 0;     // this rank's own work per sample, median over the window
+  double peers_s = 0;   // the other ranks' median of theirs
+  long since_step = 0;  // the first step of the run of flagged steps
+};
+
+struct StragglerVerdict {
+  // Per rank, once the window is full (empty before): the current score.
+  std::vector<double> scores;
+  std::vector<RankSlowness> became_slow, recovered;
+  // rebalance: the weights the next batches are to be shared out by (whole numbers that add up to
+  // the batch: the shares themselves; an empty vector: evenly),
+  // the reason ("straggler", "recovered" or "replanned") and the predicted step time under the
+  // current shares over that under the new ones.
+  std::optional<std::vector<double>> new_weights;
+  std::string reason;
+  double predicted_gain = 1;
+};
+
+class StragglerWatch {
+ public:
+  // Throws InvalidArgument for thresholds outside their documented ranges.
+  explicit StragglerWatch(StragglerThresholds thresholds);
+
+  // One step: every rank's own work in seconds and the samples it covered (index: rank), the
+  // weights the batches are shared out by now (empty: evenly) and how many samples these ranks
+  // share. A different number of ranks than before (a shrink) starts the watch afresh.
+  StragglerVerdict observe(long step, std::span<const double> own_s,
+                           std::span<const double> own_samples,
+                           std::span<const double> current_weights, std::size_t samples);
+
+  bool enabled() const { return thresholds_.mode != StragglerMode::off; }
+  const StragglerThresholds& thresholds() const { return thresholds_; }
+  // Whether `rank` is slow now (false when the watch has no such rank).
+  bool is_slow(int rank) const;
+
+ private:
+  void restart_window();
+
+  StragglerThresholds thresholds_;
+  // Per rank, the last `window` own times per sample and own step times.
+  std::vector<std::vector<double>> per_sample_, per_step_;
+  std::vector<bool> slow_;
+  std::vector<long> streak_, since_;
+  long observed_ = 0;  // steps since the start or a shrink
+  long imbalance_streak_ = 0;
+};
+
+}  // namespace hardy::resilience

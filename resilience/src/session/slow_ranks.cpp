@@ -1,0 +1,111 @@
+#include "session/slow_ranks.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "hardy/comm/communicator.hpp"
+#include "hardy/core/data/sampler.hpp"
+
+namespace hardy::resilience {
+
+SlowRanks::SlowRanks(const StragglerThresholds& thresholds, const Membership& membership,
+                     SessionStaging& staging, core::EventLog& events, int kernel_threads)
+    : watch_(thresholds), membership_(membership), staging_(staging), events_(events) {
+  if (!watch_.enabled() || membership_.comm().size() < 2) return;
+  const bool shared_here = membership_.cpu_share() < std::max(1, kernel_threads);
+  cpus_shared_ = comm::allreduce(membership_.comm(), shared_here ? 1 : 0, comm::ReduceOp::max) != 0;
+  if (cpus_shared_ && membership_.lead())
+    std::cout << fmt::format(
+        "hardy: slow ranks are not watched in this job (--straggler {}): its ranks share CPUs "
+        "({:.2g} CPU(s) for {} thread(s) here), so their timings measure the scheduler\n",
+        to_string(thresholds.mode), membership_.cpu_share(), kernel_threads);
+}
+
+bool SlowRanks::active() const {
+  return watch_.enabled() && !cpus_shared_ && membership_.comm().size() > 1;
+}
+
+void SlowRanks::measured(double own_s, std::size_t samples) {
+  own_s_ = own_s;
+  own_samples_ = static_cast<double>(samples);
+}
+
+void SlowRanks::append_slots(std::vector<double>& sums) const {
+  if (!active()) return;
+  const std::size_t first = sums.size(),
+                    world = static_cast<std::size_t>(membership_.comm().size()),
+                    rank = static_cast<std::size_t>(membership_.comm().rank());
+  sums.resize(first + 2 * world, 0.0);
+  sums[first + rank] = own_s_;
+  sums[first + world + rank] = own_samples_;
+}
+
+void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
+                       std::size_t samples) {
+  if (!active() || sums.size() <= kept) return;
+  // Each slot had one non-zero addend: the sums are exact, the same on every rank.
+  const auto world = static_cast<std::ptrdiff_t>(membership_.comm().size());
+  const auto first = sums.begin() + static_cast<std::ptrdiff_t>(kept);
+  const std::vector<double> own(first, first + world), own_samples(first + world, sums.end());
+  sums.resize(kept);
+  const StragglerVerdict verdict =
+      watch_.observe(step, own, own_samples, staging_.share_weights(), samples);
+  if (!verdict.scores.empty()) scores_ = verdict.scores;
+  const bool lead = membership_.lead();
+  for (const RankSlowness& slow : verdict.became_slow) {
+    events_.emit("rank_slow", {{"step", step},
+                               {"rank", slow.rank},
+                               {"host", membership_.host_of(slow.rank)},
+                               {"score", slow.score},
+                               {"own_s_per_sample", slow.own_s},
+                               {"peers_s_per_sample", slow.peers_s},
+                               {"since_step", slow.since_step}});
+    if (lead)
+      std::cout << fmt::format(
+          "hardy: rank {} on {} is slow since step {}: {:.2f} of its peers' speed ({:.1f} ms "
+          "against {:.1f} ms a sample)\n",
+          slow.rank, membership_.host_of(slow.rank), slow.since_step, slow.score, slow.own_s * 1e3,
+          slow.peers_s * 1e3);
+  }
+  for (const RankSlowness& back : verdict.recovered) {
+    events_.emit("rank_recovered", {{"step", step},
+                                    {"rank", back.rank},
+                                    {"host", membership_.host_of(back.rank)},
+                                    {"score", back.score},
+                                    {"since_step", back.since_step}});
+    if (lead)
+      std::cout << fmt::format("hardy: rank {} on {} is back to its peers' speed ({:.2f})\n",
+                               back.rank, membership_.host_of(back.rank), back.score);
+  }
+  if (!verdict.new_weights) return;
+  staging_.set_share_weights(*verdict.new_weights);
+  std::vector<std::size_t> shares;
+  for (int r = 0; r < world; ++r)
+    shares.push_back(
+        core::shard_of(samples, r, static_cast<int>(world), staging_.share_weights()).size());
+  events_.emit("shards_rebalanced", {{"policy", "straggler"},
+                                     {"reason", verdict.reason},
+                                     {"step", step},
+                                     {"world_size", world},
+                                     {"global_batch", samples},
+                                     {"per_rank_batch", shares},
+                                     {"lr_scale", 1.0},
+                                     {"predicted_gain", verdict.predicted_gain},
+                                     {"scores", verdict.scores}});
+  if (lead)
+    std::cout << fmt::format(
+        "hardy: the batch is shared out anew ({}) at step {}, from the next batch drawn: {} "
+        "samples per rank, the step predicted {:.2f}x faster\n",
+        verdict.reason, step, fmt::join(shares, ","), verdict.predicted_gain);
+}
+
+void SlowRanks::reset() {
+  staging_.set_share_weights({});
+  scores_.clear();
+  watch_ = StragglerWatch(watch_.thresholds());
+}
+
+}  // namespace hardy::resilience

@@ -1,0 +1,52 @@
+#pragma once
+// The session's side of the straggler policy (stragglers/, straggler_watch.hpp): each rank's own
+// work per sample rides along with the step's loss sum (no collective of its own), every rank
+// feeds the same figures to the same watch, so every rank takes the same decision at the same
+// step without a word more; this reports it (rank_slow, rank_recovered, shards_rebalanced with
+// reason "straggler") and hands the new shares to SessionStaging, which applies them from the
+// next batch drawn.
+#include <vector>
+
+#include "hardy/core/support/event_log.hpp"
+#include "hardy/resilience/straggler_watch.hpp"
+#include "session/membership.hpp"
+#include "session/session_staging.hpp"
+
+namespace hardy::resilience {
+
+class SlowRanks {
+ public:
+  // Collective: the watch stays off where some rank of the communicator has less than a CPU to
+  // each of its `kernel_threads` (more ranks than CPUs on a host, as in tests that run a whole
+  // job on one small machine): there every rank's timing is the scheduler's turn-taking, not its
+  // node's speed, and the policy would chase it. Says so once, from the lead.
+  SlowRanks(const StragglerThresholds& thresholds, const Membership& membership,
+            SessionStaging& staging, core::EventLog& events, int kernel_threads);
+
+  // This rank's own work for its latest computed step: seconds over its samples.
+  void measured(double own_s, std::size_t samples);
+  // Appends two slots per rank to `sums` (a vector about to be summed over the communicator),
+  // this rank's own time and samples in its own, zero in the others'; nothing when disabled.
+  void append_slots(std::vector<double>& sums) const;
+  // After the sum: takes the slots back off `sums` (leaving `kept` values) and decides at
+  // `step`, the ranks sharing `samples` samples per batch.
+  void decide(long step, std::vector<double>& sums, std::size_t kept, std::size_t samples);
+  // A shrink renumbered the ranks: even shares, and the watch starts afresh.
+  void reset();
+
+  // Every rank's latest score (empty until the watch has a full window).
+  const std::vector<double>& scores() const { return scores_; }
+
+ private:
+  bool active() const;
+
+  StragglerWatch watch_;
+  bool cpus_shared_ = false;  // some rank of the communicator has less than a CPU per thread
+  const Membership& membership_;
+  SessionStaging& staging_;
+  core::EventLog& events_;
+  double own_s_ = 0, own_samples_ = 0;
+  std::vector<double> scores_;
+};
+
+}  // namespace hardy::resilience

@@ -1,0 +1,230 @@
+#include "hardy/resilience/straggler_watch.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <queue>
+#include <utility>
+
+#include "hardy/core/data/sampler.hpp"
+#include "hardy/core/support/enum_names.hpp"
+#include "hardy/core/support/error.hpp"
+
+namespace hardy::resilience {
+
+namespace {
+
+constexpr std::string_view kModeNames[] = {"off", "detect", "rebalance"};
+static_assert(std::size(kModeNames) == static_cast<std::size_t>(StragglerMode::rebalance) + 1);
+
+double median(std::vector<double> values) {
+  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  if (values.size() % 2 == 1) return *middle;
+  return (*middle + *std::max_element(values.begin(), middle)) / 2;
+}
+
+// The step time a split predicts: its slowest rank's samples x that rank's time per sample.
+double predicted_step(std::span<const std::size_t> shares, std::span<const double> own) {
+  double slowest = 0;
+  for (std::size_t r = 0; r < shares.size(); ++r)
+    slowest = std::max(slowest, static_cast<double>(shares[r]) * own[r]);
+  return slowest;
+}
+
+// One sample each, then each next one to the rank whose time (samples x its time per sample)
+// would grow least; ties to the lower rank. Returned as weights.
+std::vector<double> balanced_shares(std::size_t samples, const std::vector<double>& per_sample) {
+  using Entry = std::pair<double, std::size_t>;  // (time with one sample more, rank)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> next;
+  std::vector<double> shares(per_sample.size(), 1.0);
+  for (std::size_t r = 0; r < per_sample.size(); ++r) next.push({2 * per_sample[r], r});
+  for (std::size_t given = per_sample.size(); given < samples; ++given) {
+    const auto [time, r] = next.top();
+    next.pop();
+    shares[r] += 1;
+    next.push({(shares[r] + 1) * per_sample[r], r});
+  }
+  return shares;
+}
+
+std::vector<std::size_t> shares_by(std::size_t samples, std::span<const double> weights,
+                                   std::size_t world) {
+  if (!weights.empty()) return core::weighted_shares(samples, weights);
+  const std::vector<double> even(world, 1.0);
+  return core::weighted_shares(samples, even);
+}
+
+}  // namespace
+
+StragglerMode parse_straggler_mode(const std::string& name) {
+  if (auto mode = core::value_named<StragglerMode>(kModeNames, name)) return *mode;
+  throw InvalidArgument(
+      fmt::format("--straggler '{}' is not one of {}", name, core::choice_list(kModeNames)));
+}
+
+std::string to_string(StragglerMode mode) { return std::string(core::name_of(kModeNames, mode)); }
+
+StragglerWatch::StragglerWatch(StragglerThresholds thresholds) : thresholds_(thresholds) {
+  if (!(thresholds_.slowdown > 0) || !std::isfinite(thresholds_.slowdown))
+    throw InvalidArgument(
+        fmt::format("--straggler-slowdown must be a positive fraction (0.1: 10% slower), not {}",
+                    thresholds_.slowdown));
+  if (thresholds_.window < 1)
+    throw InvalidArgument(
+        fmt::format("--straggler-window must be at least 1 step, not {}", thresholds_.window));
+  if (thresholds_.warmup < 0)
+    throw InvalidArgument(
+        fmt::format("--straggler-warmup must not be negative, not {}", thresholds_.warmup));
+  if (thresholds_.confirm < 1)
+    throw InvalidArgument(
+        fmt::format("--straggler-confirm must be at least 1 step, not {}", thresholds_.confirm));
+}
+
+bool StragglerWatch::is_slow(int rank) const {
+  return rank >= 0 && static_cast<std::size_t>(rank) < slow_.size() &&
+         slow_[static_cast<std::size_t>(rank)];
+}
+
+void StragglerWatch::restart_window() {
+  for (auto& times : per_sample_) times.clear();
+  for (auto& times : per_step_) times.clear();
+  imbalance_streak_ = 0;
+}
+
+StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_s,
+                                         std::span<const double> own_samples,
+                                         std::span<const double> current_weights,
+                                         std::size_t samples) {
+  StragglerVerdict verdict;
+  const std::size_t world = own_s.size();
+  if (own_samples.size() != world)
+    throw InvalidArgument(
+        fmt::format("{} own times but {} sample counts", world, own_samples.size()));
+  if (!enabled() || world < 2) return verdict;  // one rank has no peers to be slower than
+  if (per_sample_.size() != world) {
+    per_sample_.assign(world, {});
+    per_step_.assign(world, {});
+    slow_.assign(world, false);
+    streak_.assign(world, 0);
+    since_.assign(world, 0);
+    imbalance_streak_ = 0;
+    observed_ = 0;
+  }
+  if (++observed_ <= thresholds_.warmup) return verdict;
+  const auto window = static_cast<std::size_t>(thresholds_.window);
+  const auto keep = [window](std::vector<double>& times, double value) {
+    times.push_back(value);
+    if (times.size() > window) times.erase(times.begin());
+  };
+  for (std::size_t r = 0; r < world; ++r) {
+    keep(per_sample_[r], own_s[r] / std::max(1.0, own_samples[r]));
+    keep(per_step_[r], own_s[r]);
+  }
+  if (per_sample_.front().size() < window) return verdict;
+
+  std::vector<double> own(world), own_step(world);
+  for (std::size_t r = 0; r < world; ++r) {
+    own[r] = median(per_sample_[r]);
+    own_step[r] = median(per_step_[r]);
+  }
+  const double flag_at = 1 + thresholds_.slowdown, clear_below = 1 + thresholds_.slowdown / 2;
+  verdict.scores.resize(world);
+  bool slow_set_changed = false;
+  const auto peers_median = [world](const std::vector<double>& values, std::size_t r) {
+    std::vector<double> peers;
+    for (std::size_t q = 0; q < world; ++q)
+      if (q != r) peers.push_back(values[q]);
+    return median(std::move(peers));
+  };
+  for (std::size_t r = 0; r < world; ++r) {
+    const double peers_s = peers_median(own, r);
+    const double slowdown = peers_s > 0 ? own[r] / peers_s : 1.0;
+    verdict.scores[r] = own[r] > 0 ? peers_s / own[r] : 1.0;
+    const RankSlowness figures{.rank = static_cast<int>(r),
+                               .score = verdict.scores[r],
+                               .own_s = own[r],
+                               .peers_s = peers_s,
+                               .since_step = since_[r]};
+    if (!slow_[r]) {
+      if (slowdown >= flag_at) {
+        if (streak_[r]++ == 0) since_[r] = step;
+      } else {
+        streak_[r] = std::max(0L, streak_[r] - 1);
+      }
+      if (streak_[r] >= thresholds_.confirm) {
+        slow_[r] = true;
+        streak_[r] = 0;
+        verdict.became_slow.push_back({.rank = figures.rank,
+                                       .score = figures.score,
+                                       .own_s = figures.own_s,
+                                       .peers_s = figures.peers_s,
+                                       .since_step = since_[r]});
+        slow_set_changed = true;
+      }
+    } else {
+      const double peers_step = peers_median(own_step, r);
+      if (slowdown < clear_below || 2 * own_step[r] < peers_step) {
+        if (streak_[r]++ == 0) since_[r] = step;
+      } else {
+        streak_[r] = std::max(0L, streak_[r] - 1);
+      }
+      if (streak_[r] >= thresholds_.confirm) {
+        slow_[r] = false;
+        streak_[r] = 0;
+        verdict.recovered.push_back({.rank = figures.rank,
+                                     .score = figures.score,
+                                     .own_s = figures.own_s,
+                                     .peers_s = figures.peers_s,
+                                     .since_step = since_[r]});
+        slow_set_changed = true;
+      }
+    }
+  }
+  if (thresholds_.mode != StragglerMode::rebalance) return verdict;
+
+  // The shares that would balance the step, while some rank is slow: whole samples, one each
+  // first, then each next sample to the rank that would finish it soonest (which minimizes the
+  // slowest rank's time), slow ranks at their own time per sample and the others at their
+  // median, so that noise among healthy ranks never splits them. Given as whole-number weights
+  // (weighted_shares returns them as they are). None slow: evenly.
+  std::vector<double> healthy;
+  for (std::size_t r = 0; r < world; ++r)
+    if (!slow_[r]) healthy.push_back(own[r]);
+  const double typical = healthy.empty() ? median(own) : median(healthy);
+  std::vector<double> cost(world);  // the time per sample each split is predicted with
+  for (std::size_t r = 0; r < world; ++r) cost[r] = slow_[r] ? own[r] : typical;
+  std::vector<double> target;
+  if (healthy.size() < world && samples >= world) target = balanced_shares(samples, cost);
+  const auto current = shares_by(samples, current_weights, world);
+  const auto proposed = shares_by(samples, target, world);
+  if (proposed == current) {
+    imbalance_streak_ = 0;
+    return verdict;
+  }
+  const double gain = predicted_step(current, cost) / predicted_step(proposed, cost);
+  // A rank turned slow or recovered: act as soon as the new shares pay (a recovered rank goes
+  // back to its even share whatever it gains). Otherwise re-plan only after a lasting
+  // imbalance under the shares in force.
+  bool act = false;
+  if (slow_set_changed) {
+    act = target.empty() || gain >= 1 + thresholds_.slowdown / 2;
+    verdict.reason = target.empty() ? "recovered" : "straggler";
+  } else {
+    imbalance_streak_ = gain >= 1 + thresholds_.slowdown / 2 ? imbalance_streak_ + 1 : 0;
+    act = imbalance_streak_ >= thresholds_.confirm;
+    verdict.reason = "replanned";
+  }
+  if (act) {
+    verdict.new_weights = std::move(target);
+    verdict.predicted_gain = gain;
+    restart_window();
+  } else {
+    verdict.reason.clear();
+  }
+  return verdict;
+}
+
+}  // namespace hardy::resilience

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""A slow rank is named, the batch shared out around it and back when it recovers (CTest labels
+`fault`, `mpi`).
+
+Usage: slow_ranks.py HARDY MPIRUN [MPIRUN FLAGS...]
+
+Two ranks of one thread each (one CPU each on the 2-core machines the tests run on: where ranks
+share CPUs, hardy does not watch, and a third scenario checks that it says so). The small job of
+the fault tests, 220 steps of 32 samples; from step 40 rank 1's own work takes 3x as long
+(--inject-failure rank=1@step=40:slow=3), from step 140 it is back to full speed (slow=1):
+
+  rebalance  (the default) rank_slow names rank 1 within window + confirm steps of the slowdown
+             (5 + 10, plus the window's half to turn); shards_rebalanced (policy straggler)
+             gives it fewer samples, the global batch unchanged; the step is then at most 0.75 x
+             the slow, unbalanced one; rank_recovered and even shares again after step 140.
+             Every step committed once, every epoch's samples once (the audit). The same job
+             without the slowdown takes no action at all, and hardy status names the slow rank
+             while it is slow.
+  detect     --straggler detect: rank_slow, and no share changes.
+  lag        --gradient-lag 1: named and rebalanced as well, every step and sample once.
+  shared     4 ranks on the 2 CPUs: "not watched", and no event, slowdown or not.
+"""
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, small_job  # noqa: E402
+
+hardy, mpirun = sys.argv[1], sys.argv[2:]
+SAMPLES, STEPS, BATCH, SLOW_FROM, SLOW_UNTIL = 128, 220, 32, 40, 140
+SLOW = ["--inject-failure", f"rank=1@step={SLOW_FROM}:slow=3", "--inject-failure", f"rank=1@step={SLOW_UNTIL}:slow=1"]
+check = Checks()
+
+
+def job(steps):
+    """small_job's options without its node-local snapshot of every step (not what this tests)."""
+    options = small_job(SAMPLES, steps, BATCH)
+    at = options.index("--snapshot-every")
+    return options[:at] + ["--snapshot-every", "0"] + options[at + 2:]
+
+
+def train(run, *options, ranks=2):
+    command = [*mpirun, "-n", str(ranks), hardy, "train", "--run-dir", str(run), "--threads", "1",
+               *job(STEPS), *options]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        print(result.stdout[-3000:], result.stderr[-3000:])
+    check(result.returncode == 0, f"{run.name}: exits 0")
+    events = read_jsonl(run / "events.jsonl")
+    metrics = read_jsonl(run / "metrics.jsonl")
+    check(sorted(m["step"] for m in metrics) == list(range(1, STEPS + 1)), f"{run.name}: every step committed once")
+    complete, wrong = complete_epochs_exact(run, SAMPLES)
+    check(complete and not wrong, f"{run.name}: {len(complete)} epochs, each sample once in each ({wrong})")
+    return events, metrics, result.stdout
+
+
+def of(events, kind, **fields):
+    return [e for e in events if e["event"] == kind and all(e.get(k) == v for k, v in fields.items())]
+
+
+def median_step(metrics, first, last):
+    return statistics.median(m["step_s"] for m in metrics if first <= m["step"] <= last)
+
+
+with tempfile.TemporaryDirectory(prefix="hardy-slow-ranks-") as tmp:
+    tmp = Path(tmp)
+
+    # rebalance (the default)
+    events, metrics, stdout = train(tmp / "rebalance", *SLOW)
+    slow = of(events, "rank_slow")
+    check(len(slow) == 1 and slow[0]["rank"] == 1 and slow[0]["host"],
+          f"rebalance: one rank_slow, naming rank 1 and its host: {slow}")
+    if slow:
+        named_after = slow[0]["step"] - SLOW_FROM
+        check(0 < named_after <= 5 + 10 + 3, f"rebalance: named {named_after} steps after it slowed (at most 18)")
+        check(0.2 < slow[0]["score"] < 0.5, f"rebalance: its score {slow[0]['score']:.2f} (a third of its peers' speed)")
+        check(f"rank 1 on {slow[0]['host']} is slow" in stdout, "rebalance: the lead says so")
+    moved = of(events, "shards_rebalanced", policy="straggler")
+    check(moved and moved[0]["reason"] == "straggler" and moved[0]["per_rank_batch"][1] < BATCH // 2,
+          f"rebalance: the slow rank's share cut: {[(e['reason'], e['per_rank_batch']) for e in moved]}")
+    check(all(sum(e["per_rank_batch"]) == BATCH and e["global_batch"] == BATCH for e in moved)
+          and all(m["global_batch"] == BATCH for m in metrics), "rebalance: the global batch stays 32")
+    if slow and moved:
+        unbalanced = median_step(metrics, SLOW_FROM + 3, slow[0]["step"])
+        balanced = median_step(metrics, moved[0]["step"] + 5, SLOW_UNTIL - 1)
+        healthy = median_step(metrics, 21, SLOW_FROM - 1)
+        check(balanced <= 0.75 * unbalanced,
+              f"rebalance: step {1e3 * healthy:.2f} ms healthy, {1e3 * unbalanced:.2f} ms slow, "
+              f"{1e3 * balanced:.2f} ms rebalanced (at most 0.75 x slow)")
+    back = of(events, "rank_recovered", rank=1)
+    check(len(back) == 1 and SLOW_UNTIL < back[0]["step"] <= SLOW_UNTIL + 20,
+          f"rebalance: rank_recovered after step {SLOW_UNTIL}: {[e['step'] for e in back]}")
+    check(moved and moved[-1]["reason"] == "recovered" and moved[-1]["per_rank_batch"] == [BATCH // 2] * 2,
+          f"rebalance: even shares again: {moved[-1] if moved else None}")
+    scored = [m for m in metrics if "rank_scores" in m]
+    check(scored and all(len(m["rank_scores"]) == 2 for m in scored) and "slowest_score" in metrics[-1],
+          f"rebalance: metrics carry the scores ({len(scored)} lines with every rank's)")
+
+    # The same job without a slowdown: nothing is done.
+    events, metrics, _ = train(tmp / "healthy")
+    check(not of(events, "rank_slow") and not of(events, "shards_rebalanced"),
+          f"healthy: no rank_slow, no share change: {of(events, 'rank_slow')}")
+
+    # hardy status while a rank is slow: a run that ends inside the slowdown.
+    status_run = tmp / "status"
+    done = subprocess.run([*mpirun, "-n", "2", hardy, "train", "--run-dir", str(status_run), "--threads", "1",
+                           *job(100), *SLOW[:2]],
+                          capture_output=True, text=True, timeout=600)
+    check(done.returncode == 0, "status: a 100-step run ending while rank 1 is slow exits 0")
+    shown = subprocess.run([hardy, "status", str(status_run)], capture_output=True, text=True)
+    check("slow rank      1 on" in shown.stdout and "shares" in shown.stdout,
+          f"status: hardy status names the slow rank and the shares:\n{shown.stdout}")
+    as_json = json.loads(subprocess.run([hardy, "status", str(status_run), "--json"], capture_output=True,
+                                        text=True).stdout)
+    check([r["rank"] for r in as_json["slow_ranks"]] == [1] and as_json["straggler_shares"][1] < BATCH // 2,
+          f"status: --json has slow_ranks and straggler_shares: {as_json['slow_ranks']}, {as_json['straggler_shares']}")
+
+    # detect
+    events, _, _ = train(tmp / "detect", *SLOW, "--straggler", "detect")
+    check(len(of(events, "rank_slow", rank=1)) == 1 and not of(events, "shards_rebalanced"),
+          f"detect: rank 1 named, no share changed: {[e['event'] for e in events if 'rank' in e.get('event', '')]}")
+
+    # --gradient-lag 1
+    events, _, _ = train(tmp / "lag", *SLOW, "--gradient-lag", "1")
+    check(of(events, "rank_slow", rank=1) and of(events, "shards_rebalanced", policy="straggler", reason="straggler"),
+          "lag: named and rebalanced with --gradient-lag 1")
+
+    # Four ranks on two CPUs: the watch stays off, and says so.
+    events, _, stdout = train(tmp / "shared", *SLOW, ranks=4)
+    check("slow ranks are not watched in this job" in stdout, "shared: the lead says slow ranks are not watched")
+    check(not of(events, "rank_slow") and not of(events, "shards_rebalanced"), "shared: no rank_slow, no share change")
+
+check.finish("slow ranks")

@@ -1,0 +1,238 @@
+// The straggler watch's rule (hardy/resilience/straggler_watch.hpp) on scripted timings: a rank
+// at a third of its peers' speed is named within its window and its share cut in proportion; a
+// rank 20% slow is named within 30 steps; noise of 10%, single spikes of 2x, a pause of a few
+// steps and a slow drift of the whole job never are; a recovered rank goes back to an even
+// share; the predicted gain's arithmetic.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "hardy/core/data/sampler.hpp"
+#include "hardy/core/support/error.hpp"
+#include "hardy/core/support/random.hpp"
+#include "hardy/resilience/straggler_watch.hpp"
+
+using hardy::resilience::StragglerMode;
+using hardy::resilience::StragglerThresholds;
+using hardy::resilience::StragglerVerdict;
+using hardy::resilience::StragglerWatch;
+
+namespace {
+
+constexpr double kPerSample = 0.001;
+
+// A job of `world` ranks sharing `batch` samples: a rank's own work is a fixed cost per step plus
+// kPerSample per sample, times its slowness `slowness(step, rank)` (a slow node is slow at both);
+// it applies the watch's new weights as the session does, and keeps every verdict.
+struct ScriptedJob {
+  int world;
+  std::size_t batch;
+  StragglerWatch watch;
+  double fixed_s = 0.002;
+  std::vector<double> weights;  // empty: even
+  std::vector<StragglerVerdict> verdicts;
+  std::vector<double> step_s;  // the slowest rank's own time, per step
+
+  template <class Slowness>
+  void run(long first, long last, Slowness&& slowness) {
+    for (long step = first; step <= last; ++step) {
+      const auto shares = weights.empty()
+                              ? hardy::core::weighted_shares(
+                                    batch, std::vector<double>(static_cast<std::size_t>(world), 1))
+                              : hardy::core::weighted_shares(batch, weights);
+      std::vector<double> own(static_cast<std::size_t>(world)), samples(own.size());
+      double slowest = 0;
+      for (int r = 0; r < world; ++r) {
+        const auto i = static_cast<std::size_t>(r);
+        samples[i] = static_cast<double>(shares[i]);
+        own[i] = slowness(step, r) * (fixed_s + samples[i] * kPerSample);
+        slowest = std::max(slowest, own[i]);
+      }
+      step_s.push_back(slowest);
+      StragglerVerdict verdict = watch.observe(step, own, samples, weights, batch);
+      if (verdict.new_weights) weights = *verdict.new_weights;
+      verdicts.push_back(std::move(verdict));
+    }
+  }
+  long slow_events() const {
+    long count = 0;
+    for (const auto& v : verdicts) count += static_cast<long>(v.became_slow.size());
+    return count;
+  }
+  long actions() const {
+    long count = 0;
+    for (const auto& v : verdicts) count += v.new_weights ? 1 : 0;
+    return count;
+  }
+  // The first step (1-based, from `first`) at which `rank` was named slow; 0 if never.
+  long named_at(int rank, long first = 1) const {
+    for (std::size_t i = 0; i < verdicts.size(); ++i)
+      for (const auto& slow : verdicts[i].became_slow)
+        if (slow.rank == rank) return first + static_cast<long>(i);
+    return 0;
+  }
+};
+
+// Uniform noise of +-`amplitude` around 1, the same on every run.
+struct Noise {
+  hardy::core::SplitMix64 rng{12345};
+  double amplitude;
+  double operator()() {
+    const double unit = static_cast<double>(rng.next() >> 11) * 0x1.0p-53;
+    return 1 + amplitude * (2 * unit - 1);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("stragglers: a rank at a third of its peers' speed is named and its share cut",
+          "[resilience]") {
+  ScriptedJob job{.world = 8, .batch = 64, .watch = StragglerWatch({.warmup = 0})};
+  job.run(1, 30, [](long, int) { return 1.0; });
+  CHECK(job.slow_events() == 0);
+  CHECK(job.actions() == 0);
+  job.run(31, 120, [](long step, int r) { return r == 5 && step > 40 ? 3.0 : 1.0; });
+  const long named = job.named_at(5);
+  REQUIRE(named > 40);
+  // The window's median turns after half of it, then `confirm` steps: at most window + confirm.
+  CHECK(named - 40 <= 5 + 10);
+  const auto& verdict = job.verdicts[static_cast<std::size_t>(named - 1)];
+  REQUIRE(verdict.became_slow.size() == 1);
+  CHECK(verdict.became_slow[0].score == Approx(1.0 / 3));
+  CHECK(verdict.became_slow[0].since_step > 40);
+  REQUIRE(verdict.new_weights);
+  CHECK(verdict.reason == "straggler");
+  const auto shares = hardy::core::weighted_shares(64, *verdict.new_weights);
+  CHECK(shares[5] < 8);
+  // The healthy ranks share the rest alike.
+  for (std::size_t r = 0; r < 8; ++r)
+    if (r != 5)
+      CHECK((shares[r] == shares[0] || shares[r] + 1 == shares[0] || shares[r] == shares[0] + 1));
+  // Balanced again, after a re-plan or two (the fixed cost per step is 20% of it, and the slow
+  // rank pays it 3x): the step within 15% of the healthy one (it was 3x).
+  const double healthy = job.step_s[20], slow = job.step_s[static_cast<std::size_t>(named - 2)];
+  CHECK(slow > 2.5 * healthy);
+  CHECK(job.step_s.back() <= 1.15 * healthy);
+  CHECK(job.actions() <= 3);
+  CHECK(job.watch.is_slow(5));
+}
+
+TEST_CASE("stragglers: a rank 20% slow is named within 30 steps", "[resilience]") {
+  ScriptedJob job{.world = 8, .batch = 64, .watch = StragglerWatch({.warmup = 0})};
+  Noise noise{.amplitude = 0.05};
+  job.run(1, 80, [&](long step, int r) { return (r == 2 && step > 20 ? 1.2 : 1.0) * noise(); });
+  const long named = job.named_at(2);
+  REQUIRE(named > 20);
+  CHECK(named - 20 <= 30);
+  CHECK(job.slow_events() == 1);
+}
+
+TEST_CASE(
+    "stragglers: noise, single spikes, a pause and a drift of the whole job are never acted on",
+    "[resilience]") {
+  SECTION("10% noise on every rank, 10,000 steps") {
+    ScriptedJob job{.world = 8, .batch = 64, .watch = StragglerWatch({})};
+    Noise noise{.amplitude = 0.10};
+    job.run(1, 10000, [&](long, int) { return noise(); });
+    CHECK(job.slow_events() == 0);
+    CHECK(job.actions() == 0);
+  }
+  SECTION("2x spikes, one rank at a time, every few steps") {
+    ScriptedJob job{.world = 8, .batch = 64, .watch = StragglerWatch({})};
+    job.run(1, 2000, [](long step, int r) {
+      return step % 3 == 0 && r == static_cast<int>(step / 3 % 8) ? 2.0 : 1.0;
+    });
+    CHECK(job.slow_events() == 0);
+    CHECK(job.actions() == 0);
+  }
+  SECTION("one rank paused (a collection, a page-cache flush) for 4 steps at 5x") {
+    ScriptedJob job{.world = 8, .batch = 64, .watch = StragglerWatch({})};
+    job.run(1, 200,
+            [](long step, int r) { return r == 1 && step > 100 && step <= 104 ? 5.0 : 1.0; });
+    CHECK(job.slow_events() == 0);
+    CHECK(job.actions() == 0);
+  }
+  SECTION("the whole job drifts 2% slower, and 30% slower over time") {
+    for (double drift : {0.02, 0.30}) {
+      ScriptedJob job{.world = 8, .batch = 64, .watch = StragglerWatch({})};
+      job.run(1, 3000,
+              [drift](long step, int) { return 1 + drift * static_cast<double>(step) / 3000; });
+      CHECK(job.slow_events() == 0);
+      CHECK(job.actions() == 0);
+    }
+  }
+}
+
+TEST_CASE("stragglers: a recovered rank goes back to an even share", "[resilience]") {
+  ScriptedJob job{.world = 4, .batch = 32, .watch = StragglerWatch({.warmup = 0})};
+  job.run(1, 120, [](long step, int r) { return r == 3 && step > 20 && step <= 60 ? 3.0 : 1.0; });
+  CHECK(job.named_at(3) > 20);
+  long recovered_at = 0;
+  for (std::size_t i = 0; i < job.verdicts.size(); ++i)
+    if (!job.verdicts[i].recovered.empty()) recovered_at = static_cast<long>(i) + 1;
+  REQUIRE(recovered_at > 60);
+  CHECK(recovered_at - 60 <= 5 + 10);
+  const auto& verdict = job.verdicts[static_cast<std::size_t>(recovered_at - 1)];
+  REQUIRE(verdict.new_weights);
+  CHECK(verdict.new_weights->empty());
+  CHECK(verdict.reason == "recovered");
+  CHECK(job.weights.empty());
+  CHECK(!job.watch.is_slow(3));
+}
+
+TEST_CASE("stragglers: detect names the rank and changes no share; off sees nothing",
+          "[resilience]") {
+  const auto slow_third = [](long step, int r) { return r == 0 && step > 10 ? 3.0 : 1.0; };
+  ScriptedJob detect{.world = 4,
+                     .batch = 32,
+                     .watch = StragglerWatch({.mode = StragglerMode::detect, .warmup = 0})};
+  detect.run(1, 60, slow_third);
+  CHECK(detect.slow_events() == 1);
+  CHECK(detect.actions() == 0);
+  ScriptedJob off{
+      .world = 4, .batch = 32, .watch = StragglerWatch({.mode = StragglerMode::off, .warmup = 0})};
+  off.run(1, 60, slow_third);
+  CHECK(off.slow_events() == 0);
+  CHECK(off.verdicts.back().scores.empty());
+}
+
+TEST_CASE("stragglers: the warm-up and a shrink start the watch afresh", "[resilience]") {
+  StragglerWatch watch({.window = 2, .confirm = 2, .warmup = 3});
+  const std::vector<double> slow{0.003, 0.001, 0.001}, samples{1, 1, 1};
+  for (long step = 1; step <= 4; ++step)
+    CHECK(watch.observe(step, slow, samples, {}, 3).scores.empty());  // 3 warm-up, 1 to fill
+  CHECK(!watch.observe(5, slow, samples, {}, 3).scores.empty());
+  const auto named = watch.observe(6, slow, samples, {}, 3);
+  REQUIRE(named.became_slow.size() == 1);
+  CHECK(named.became_slow[0].rank == 0);
+  // Two ranks left: nothing carried over.
+  const std::vector<double> two{0.003, 0.001}, two_samples{1, 1};
+  CHECK(!watch.is_slow(5));
+  CHECK(watch.observe(7, two, two_samples, {}, 2).scores.empty());
+  CHECK(!watch.is_slow(0));
+}
+
+TEST_CASE("stragglers: the predicted gain is the slowest rank's time under each split",
+          "[resilience]") {
+  // 2 ranks, 16 samples, rank 1 at 3x per sample, no fixed cost: even 8 x 3 = 24 units; the
+  // proportional 12/4 split gives max(12, 12) = 12: a gain of 2.
+  ScriptedJob job{
+      .world = 2, .batch = 16, .watch = StragglerWatch({.window = 1, .confirm = 1, .warmup = 0})};
+  job.fixed_s = 0;
+  job.run(1, 1, [](long, int r) { return r == 1 ? 3.0 : 1.0; });
+  REQUIRE(job.verdicts[0].new_weights);
+  CHECK(job.verdicts[0].predicted_gain == Approx(2.0));
+  CHECK(hardy::core::weighted_shares(16, *job.verdicts[0].new_weights) ==
+        std::vector<std::size_t>{12, 4});
+}
+
+TEST_CASE("stragglers: thresholds outside their ranges are refused", "[resilience]") {
+  using hardy::InvalidArgument;
+  CHECK_THROWS_AS(StragglerWatch({.slowdown = 0}), InvalidArgument);
+  CHECK_THROWS_AS(StragglerWatch({.window = 0}), InvalidArgument);
+  CHECK_THROWS_AS(StragglerWatch({.confirm = 0}), InvalidArgument);
+  CHECK_THROWS_AS(StragglerWatch({.warmup = -1}), InvalidArgument);
+  CHECK_THROWS_AS(hardy::resilience::parse_straggler_mode("evict"), InvalidArgument);
+  CHECK(hardy::resilience::parse_straggler_mode("detect") == StragglerMode::detect);
+}
