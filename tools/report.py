@@ -26,6 +26,8 @@ MARKS = {
     "preemption": ("#8c564b", "-.", 1.4),
     "checkpoint": ("#2ca02c", ":", 0.9),
     "diverging": ("#e377c2", "-", 2.0),
+    "slow rank": ("#bcbd22", "-", 1.4),
+    "shares": ("#7f7f7f", "--", 1.0),
 }
 MAX_CHECKPOINT_LABELS = 12  # beyond this the checkpoint marks stay, unlabelled, and the legend says so
 
@@ -109,11 +111,27 @@ def draw(run_dir, out):
     clock = StepClock(metrics)
     marks, recoveries = collect_marks(events, clock)
 
-    fig, (ax_loss, ax_world, ax_parts) = plt.subplots(3, 1, figsize=(13, 10),
-                                                      gridspec_kw={"height_ratios": [3, 1, 0.55]})
+    # The slow-rank watch's scores, when it ran (every --straggler-window steps, each rank's).
+    scored = [m for m in metrics if isinstance(m.get("rank_scores"), list)]
+    rows = 4 if scored else 3
+    fig, axes = plt.subplots(rows, 1, figsize=(13, 10 + 2 * (rows - 3)),
+                             gridspec_kw={"height_ratios": [3, 1, 1, 0.55][:rows - 1] + [0.55]})
+    ax_loss, ax_world, ax_parts = axes[0], axes[1], axes[-1]
     ax_world.sharex(ax_loss)
     ax_loss.tick_params(labelbottom=False)
     draw_breakdown(ax_parts, metrics)
+    if scored:
+        ax_scores = axes[2]
+        ax_scores.sharex(ax_loss)
+        for rank in range(max(len(m["rank_scores"]) for m in scored)):
+            points = [(m["step"], m["rank_scores"][rank]) for m in scored if rank < len(m["rank_scores"])]
+            ax_scores.plot([p[0] for p in points], [p[1] for p in points], linewidth=0.8, label=f"rank {rank}")
+        ax_scores.axhline(1, color="#999999", linewidth=0.6)
+        ax_scores.set_yscale("log")  # a third of the peers' speed and three times it, alike
+        ax_scores.set_ylabel("score\n(peers / own)")
+        ax_scores.grid(alpha=0.25)
+        if len(scored[0]["rank_scores"]) <= 8:
+            ax_scores.legend(loc="upper right", fontsize=7, ncol=4)
     steps = [m["step"] for m in metrics]
     losses = [m.get("loss") for m in metrics]
     ax_loss.plot(steps, losses, color="#1f77b4", linewidth=0.9, label="loss")

@@ -105,6 +105,15 @@ def collect_marks(events, clock):
             marks.append(("preemption", step, "preemption (the scheduler's warning signal)"))
         elif name in ("checkpoint_written", "final_checkpoint"):
             marks.append(("checkpoint", step, f"ckpt {step}"))
+        elif name == "rank_slow":
+            marks.append(("slow rank", e.get("since_step", step),
+                          f"rank {e.get('rank', '?')} on {e.get('host', '?')} slow since step "
+                          f"{e.get('since_step', '?')}: {number_text(e.get('score'))} of its peers' speed"))
+        elif name == "rank_recovered":
+            marks.append(("slow rank", step, f"rank {e.get('rank', '?')} back to its peers' speed"))
+        elif name == "shards_rebalanced" and e.get("policy") == "straggler":
+            shares = ",".join(str(x) for x in e.get("per_rank_batch") or [])
+            marks.append(("shares", step, f"shares {shares} ({e.get('reason', '?')})"))
         elif name == "training_diverging":
             # Drawn where the loss first stayed above the threshold, labelled with the figures.
             marks.append(("diverging", e.get("since_step", step),

@@ -133,17 +133,27 @@ po::options_description resilience_options() {
       "a number, or off")(
       "hang-io-timeout", po::value<double>()->default_value(60.0),
       "seconds a rank may wait on data or write state before it is hung (at least --hang-timeout)")(
-      "straggler", po::value<std::string>()->default_value("rebalance"),
+      "straggler", po::value<std::string>()->default_value("evict"),
       "slow ranks (docs/resilience.md, \"Slow ranks\"): off; detect (report them: rank_slow, "
-      "rank_recovered); or rebalance (also give a slow rank fewer samples, in proportion to its "
-      "speed, the global batch and every sample's once per epoch unchanged)")(
+      "rank_recovered); rebalance (also give a slow rank fewer samples, in proportion to its "
+      "speed, the global batch and every sample's once per epoch unchanged); or evict (the "
+      "default: rebalance, and under hardy run with a spare node, once the time a slow rank "
+      "cost reaches what a relaunch costs, leave its node out: node_evicted, a final "
+      "checkpoint, and a relaunch on the spare)")(
       "straggler-slowdown", po::value<double>()->default_value(0.15),
       "how much slower than its peers' median a rank's own work per sample (data wait, forward, "
       "backward) must be to count: 0.15 is 15%")("straggler-window",
-                                                po::value<long>()->default_value(5),
-                                                "steps in each rank's median own time")(
+                                                 po::value<long>()->default_value(5),
+                                                 "steps in each rank's median own time")(
       "straggler-confirm", po::value<long>()->default_value(10),
       "consecutive steps a slowdown, or a recovery, must last before it is reported and acted on")(
+      "straggler-evict-cost", po::value<std::string>()->default_value("auto"),
+      "seconds a relaunch without a slow node costs, against which --straggler evict weighs the "
+      "time lost to it: auto (twice this launch's time from its start to its first committed "
+      "step) or a number")(
+      "spare-nodes-left", po::value<int>()->default_value(0),
+      "set by hardy run: the spare nodes it has left to relaunch on (--straggler evict leaves a "
+      "slow node out only when one is there)")(
       "straggler-warmup", po::value<long>()->default_value(20),
       "steps after the start or a shrink that are not watched (the ranks warm up at their own "
       "pace)")(
@@ -635,6 +645,20 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
   require(spec.stragglers.window >= 1, "--straggler-window must be at least 1 step");
   require(spec.stragglers.confirm >= 1, "--straggler-confirm must be at least 1 step");
   require(spec.stragglers.warmup >= 0, "--straggler-warmup must not be negative");
+  if (const auto cost = get<std::string>(vm, "straggler-evict-cost"); cost != "auto") {
+    double seconds = 0;
+    std::size_t used = 0;
+    try {
+      seconds = std::stod(cost, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used == cost.size() && seconds > 0 && std::isfinite(seconds),
+            "--straggler-evict-cost must be auto or a positive number of seconds");
+    spec.stragglers.evict_cost_s = seconds;
+  }
+  spec.spare_nodes_left = get<int>(vm, "spare-nodes-left");
+  require(spec.spare_nodes_left >= 0, "--spare-nodes-left must not be negative");
   require(spec.ranks_per_node >= 1, "--ranks-per-node must be at least 1");
   require(spec.min_world_size >= 1, "--min-world-size must be at least 1");
   require(spec.max_failures >= 0, "--max-failures must not be negative");

@@ -60,7 +60,7 @@ expect 2 "sample-cache-mib must be between 0 and 1e9" -- train --sample-cache-mi
 expect 2 "hang-io-timeout must be positive" -- train --hang-io-timeout 0 --run-dir "$tmp/c"
 expect 2 "precision: precision 'int8' is not one of f32, bf16, fp16" -- train --precision int8 --run-dir "$tmp/c"
 expect 2 "fp16 training needs --backend cuda" -- train --precision fp16 --run-dir "$tmp/c"
-expect 2 "--straggler 'evict' is not one of off, detect or rebalance" -- train --straggler evict --run-dir "$tmp/c"
+expect 2 "--straggler 'kick' is not one of off, detect, rebalance or evict" -- train --straggler kick --run-dir "$tmp/c"
 expect 2 "straggler-slowdown must be a positive fraction" -- train --straggler-slowdown 0 --run-dir "$tmp/c"
 expect 2 "straggler-window must be at least 1" -- train --straggler-window 0 --run-dir "$tmp/c"
 expect 2 "slow=F takes a factor of at least 1" -- train --inject-failure rank=1@step=3:slow=0.5 --run-dir "$tmp/c"

@@ -147,6 +147,32 @@ TEST_CASE("injected kills of this launch name their nodes", "[relaunch]") {
   CHECK(events.killed_nodes.count(2) == 1);
 }
 
+TEST_CASE("a node the job evicted as slow is named, and the launch is an eviction, no failure",
+          "[relaunch]") {
+  TemporaryRun run;
+  run.append("events.jsonl",
+             R"({"event":"job_started","steps":300}
+{"event":"node_evicted","step":120,"rank":3,"world_rank":3,"node":1,"host":"n1","score":0.33,"lost_s":41.5,"cost_s":40.0,"evidence":"slow since step 60"}
+{"event":"job_finished","status":"evicting","steps":120}
+)");
+  const auto events = read_launch_events(run.dir, 0, 0.0, 2);
+  REQUIRE(events.evicted_nodes.size() == 1);
+  CHECK_THAT(events.evicted_nodes.at(1).front(),
+             Catch::Contains("evicted as slow") && Catch::Contains("slow since step 60"));
+  CHECK(events.failed_nodes.empty());
+  const Verdict verdict = judge_launch(5, events);
+  CHECK(verdict.kind == LaunchVerdict::evicting);
+  CHECK_THAT(verdict.reason, Catch::Contains("step 120"));
+  // Status 5 without the event, or the event with another status, is a failure.
+  CHECK(judge_launch(5, finished("evicting", 120, 300)).kind == LaunchVerdict::failed);
+  CHECK(judge_launch(1, events).kind == LaunchVerdict::failed);
+  // The evicted node's place goes to the first spare.
+  const auto plan = plan_relaunch({{"n0", "n1", "n2"}, {"s0"}}, events.evicted_nodes, {});
+  CHECK(plan.nodes.active == std::vector<std::string>{"n0", "s0", "n2"});
+  REQUIRE(plan.excluded.size() == 1);
+  CHECK(plan.excluded[0].host == "n1");
+}
+
 TEST_CASE("the job's own failure reports count only where nothing conclusive names a node",
           "[relaunch]") {
   // Seen on the emulated cluster: node 3 crashed, and before the runtime's teardown had killed

@@ -3,6 +3,7 @@
 // rank 20% slow is named within 30 steps; noise of 10%, single spikes of 2x, a pause of a few
 // steps and a slow drift of the whole job never are; a recovered rank goes back to an even
 // share; the predicted gain's arithmetic.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -181,6 +182,41 @@ TEST_CASE("stragglers: a recovered rank goes back to an even share", "[resilienc
   CHECK(!job.watch.is_slow(3));
 }
 
+TEST_CASE("stragglers: evict names the slow rank once the time lost reaches a relaunch's cost",
+          "[resilience]") {
+  // 8 ranks, rank 6 at a third of its speed from step 21: rebalanced first; every step still
+  // loses the predicted step under the shares in force less a healthy one's.
+  ScriptedJob job{.world = 8, .batch = 64, .watch = StragglerWatch({.warmup = 0})};
+  job.watch.allow_eviction(0.05);  // a relaunch costs as much as 5 healthy steps
+  job.run(1, 200, [](long step, int r) { return r == 6 && step > 20 ? 3.0 : 1.0; });
+  std::vector<std::size_t> named;
+  for (std::size_t i = 0; i < job.verdicts.size(); ++i)
+    if (job.verdicts[i].evict) named.push_back(i);
+  REQUIRE(named.size() == 1);  // once
+  const auto& verdict = job.verdicts[named[0]];
+  CHECK(verdict.evict->rank == 6);
+  CHECK(verdict.lost_s >= 0.05);
+  CHECK(verdict.evict_cost_s == 0.05);
+  // Not before the rank was slow, and it was rebalanced before (rent, then buy).
+  CHECK(named[0] + 1 > static_cast<std::size_t>(job.named_at(6)));
+  CHECK(job.actions() >= 1);
+  // Without a spare (no cost given), or with `rebalance`, nothing is evicted.
+  for (auto mode : {StragglerMode::evict, StragglerMode::rebalance}) {
+    ScriptedJob other{
+        .world = 8, .batch = 64, .watch = StragglerWatch({.mode = mode, .warmup = 0})};
+    if (mode == StragglerMode::rebalance) other.watch.allow_eviction(0.05);
+    other.run(1, 200, [](long step, int r) { return r == 6 && step > 20 ? 3.0 : 1.0; });
+    for (const auto& v : other.verdicts) CHECK_FALSE(v.evict);
+  }
+  // A healthy job loses nothing, whatever the cost.
+  ScriptedJob healthy{.world = 8, .batch = 64, .watch = StragglerWatch({.warmup = 0})};
+  healthy.watch.allow_eviction(1e-9);
+  Noise noise{.amplitude = 0.10};
+  healthy.run(1, 2000, [&](long, int) { return noise(); });
+  for (const auto& v : healthy.verdicts) CHECK_FALSE(v.evict);
+  CHECK(healthy.watch.lost_s() == 0);
+}
+
 TEST_CASE("stragglers: detect names the rank and changes no share; off sees nothing",
           "[resilience]") {
   const auto slow_third = [](long step, int r) { return r == 0 && step > 10 ? 3.0 : 1.0; };
@@ -233,6 +269,29 @@ TEST_CASE("stragglers: thresholds outside their ranges are refused", "[resilienc
   CHECK_THROWS_AS(StragglerWatch({.window = 0}), InvalidArgument);
   CHECK_THROWS_AS(StragglerWatch({.confirm = 0}), InvalidArgument);
   CHECK_THROWS_AS(StragglerWatch({.warmup = -1}), InvalidArgument);
-  CHECK_THROWS_AS(hardy::resilience::parse_straggler_mode("evict"), InvalidArgument);
+  CHECK_THROWS_AS(hardy::resilience::parse_straggler_mode("kick"), InvalidArgument);
+  CHECK(hardy::resilience::parse_straggler_mode("evict") == StragglerMode::evict);
   CHECK(hardy::resilience::parse_straggler_mode("detect") == StragglerMode::detect);
+}
+
+TEST_CASE("stragglers: every rank's score is its peers' median over its own", "[resilience]") {
+  // The watch takes each peers' median from one sort; here against the plain definition, for
+  // odd and even worlds, with ties.
+  hardy::core::SplitMix64 rng(7);
+  for (std::size_t world : {2u, 3u, 4u, 7u, 8u, 33u}) {
+    StragglerWatch watch({.mode = StragglerMode::detect, .window = 1, .warmup = 0});
+    std::vector<double> own(world), samples(world, 1.0);
+    for (auto& value : own) value = 1e-3 * static_cast<double>(1 + rng.next() % 5);  // ties
+    const auto verdict = watch.observe(1, own, samples, {}, world);
+    REQUIRE(verdict.scores.size() == world);
+    for (std::size_t r = 0; r < world; ++r) {
+      std::vector<double> peers;
+      for (std::size_t q = 0; q < world; ++q)
+        if (q != r) peers.push_back(own[q]);
+      std::sort(peers.begin(), peers.end());
+      const std::size_t n = peers.size();
+      const double median = n % 2 == 1 ? peers[n / 2] : (peers[n / 2 - 1] + peers[n / 2]) / 2;
+      CHECK(verdict.scores[r] == Approx(median / own[r]));
+    }
+  }
 }

@@ -61,6 +61,9 @@ struct TrainingSession::State final {
   // After a ProcessFailure, or a step that some survivor did not finish: Recovery, then the
   // step that was in flight across domains settled (recovery_finished).
   void recover(const std::string& what);
+  // The slow-rank watch named a rank for eviction: a final checkpoint, node_evicted, and a stop
+  // with kEvicting, so that `hardy run` relaunches on a spare (SessionStop).
+  [[noreturn]] void evict_slow_node(const StragglerVerdict& verdict);
   void publish_to_watchdog() {
     publish_progress(watchdog, membership, step(), progress.steps_since_restart);
   }
@@ -72,6 +75,7 @@ struct TrainingSession::State final {
   }
   core::EventLog& events() { return files.events(); }
 
+  const Clock::time_point launched = Clock::now();  // this launch's start, for its costs
   TrainingConfig config;
   Membership membership;
   core::DataSources data;

@@ -12,12 +12,28 @@
 namespace hardy::resilience {
 
 SlowRanks::SlowRanks(const StragglerThresholds& thresholds, const Membership& membership,
-                     SessionStaging& staging, core::EventLog& events, int kernel_threads)
-    : watch_(thresholds), membership_(membership), staging_(staging), events_(events) {
+                     SessionStaging& staging, core::EventLog& events, bool host_timed,
+                     int kernel_threads, bool may_evict)
+    : watch_(thresholds),
+      membership_(membership),
+      staging_(staging),
+      events_(events),
+      may_evict_(may_evict && thresholds.mode == StragglerMode::evict) {
   if (!watch_.enabled() || membership_.comm().size() < 2) return;
+  if (!host_timed) {
+    // A GPU step's own work is its device time (the compute span), which this does not read
+    // yet: the host only queues the kernels, and its time says nothing of the device's speed.
+    unwatched_ = true;
+    if (membership_.lead())
+      std::cout << fmt::format(
+          "hardy: slow ranks are not watched on the GPU backend yet (--straggler {}): the host "
+          "times only the kernels' queueing\n",
+          to_string(thresholds.mode));
+    return;
+  }
   const bool shared_here = membership_.cpu_share() < std::max(1, kernel_threads);
-  cpus_shared_ = comm::allreduce(membership_.comm(), shared_here ? 1 : 0, comm::ReduceOp::max) != 0;
-  if (cpus_shared_ && membership_.lead())
+  unwatched_ = comm::allreduce(membership_.comm(), shared_here ? 1 : 0, comm::ReduceOp::max) != 0;
+  if (unwatched_ && membership_.lead())
     std::cout << fmt::format(
         "hardy: slow ranks are not watched in this job (--straggler {}): its ranks share CPUs "
         "({:.2g} CPU(s) for {} thread(s) here), so their timings measure the scheduler\n",
@@ -25,7 +41,7 @@ SlowRanks::SlowRanks(const StragglerThresholds& thresholds, const Membership& me
 }
 
 bool SlowRanks::active() const {
-  return watch_.enabled() && !cpus_shared_ && membership_.comm().size() > 1;
+  return watch_.enabled() && !unwatched_ && membership_.comm().size() > 1;
 }
 
 void SlowRanks::measured(double own_s, std::size_t samples) {
@@ -80,6 +96,7 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
       std::cout << fmt::format("hardy: rank {} on {} is back to its peers' speed ({:.2f})\n",
                                back.rank, membership_.host_of(back.rank), back.score);
   }
+  if (verdict.evict) eviction_ = verdict;
   if (!verdict.new_weights) return;
   staging_.set_share_weights(*verdict.new_weights);
   std::vector<std::size_t> shares;
@@ -102,10 +119,19 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
         verdict.reason, step, fmt::join(shares, ","), verdict.predicted_gain);
 }
 
+void SlowRanks::first_step_committed(double launch_s) {
+  if (cost_known_ || !may_evict_) return;
+  cost_known_ = true;
+  const double given = watch_.thresholds().evict_cost_s;
+  evict_cost_s_ = given > 0 ? given : 2 * launch_s;
+  watch_.allow_eviction(evict_cost_s_);
+}
+
 void SlowRanks::reset() {
   staging_.set_share_weights({});
   scores_.clear();
   watch_ = StragglerWatch(watch_.thresholds());
+  watch_.allow_eviction(evict_cost_s_);
 }
 
 }  // namespace hardy::resilience

@@ -5,6 +5,7 @@
 // step without a word more; this reports it (rank_slow, rank_recovered, shards_rebalanced with
 // reason "straggler") and hands the new shares to SessionStaging, which applies them from the
 // next batch drawn.
+#include <optional>
 #include <vector>
 
 #include "hardy/core/support/event_log.hpp"
@@ -19,9 +20,11 @@ class SlowRanks {
   // Collective: the watch stays off where some rank of the communicator has less than a CPU to
   // each of its `kernel_threads` (more ranks than CPUs on a host, as in tests that run a whole
   // job on one small machine): there every rank's timing is the scheduler's turn-taking, not its
-  // node's speed, and the policy would chase it. Says so once, from the lead.
+  // node's speed, and the policy would chase it. Off as well unless the step's own work is
+  // `host_timed` (the CPU backend; a GPU's is its device time). Says so once, from the lead.
   SlowRanks(const StragglerThresholds& thresholds, const Membership& membership,
-            SessionStaging& staging, core::EventLog& events, int kernel_threads);
+            SessionStaging& staging, core::EventLog& events, bool host_timed, int kernel_threads,
+            bool may_evict);
 
   // This rank's own work for its latest computed step: seconds over its samples.
   void measured(double own_s, std::size_t samples);
@@ -33,6 +36,12 @@ class SlowRanks {
   void decide(long step, std::vector<double>& sums, std::size_t kept, std::size_t samples);
   // A shrink renumbered the ranks: even shares, and the watch starts afresh.
   void reset();
+  // This launch took `launch_s` from its start to its first committed step: a relaunch without a
+  // slow node would cost about twice that (it starts again, and reads the state back), and with
+  // --straggler evict and a spare left the watch may name one for eviction from now on.
+  void first_step_committed(double launch_s);
+  // The node to leave out, once the watch named its rank (--straggler evict).
+  const std::optional<StragglerVerdict>& eviction_due() const { return eviction_; }
 
   // Every rank's latest score (empty until the watch has a full window).
   const std::vector<double>& scores() const { return scores_; }
@@ -41,11 +50,17 @@ class SlowRanks {
   bool active() const;
 
   StragglerWatch watch_;
-  bool cpus_shared_ = false;  // some rank of the communicator has less than a CPU per thread
+  // Some rank of the communicator has less than a CPU per thread, or the host's time is not the
+  // step's: nothing is measured, sent or decided.
+  bool unwatched_ = false;
   const Membership& membership_;
   SessionStaging& staging_;
   core::EventLog& events_;
   double own_s_ = 0, own_samples_ = 0;
+  bool may_evict_;  // --straggler evict, a spare left, one MPI job
+  bool cost_known_ = false;
+  double evict_cost_s_ = 0;  // 0 until known: nothing is evicted
+  std::optional<StragglerVerdict> eviction_;
   std::vector<double> scores_;
 };
 

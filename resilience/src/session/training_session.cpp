@@ -74,7 +74,9 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       recovery(config, membership, trainer, store, files, staging, injector, progress,
                hang_monitor),
       bad_samples(config.bad_samples, files.events()),
-      slow_ranks(config.stragglers, membership, staging, files.events(), trainer.kernel_threads()) {
+      slow_ranks(config.stragglers, membership, staging, files.events(),
+                 /*host_timed=*/config.backend == "cpu", trainer.kernel_threads(),
+                 /*may_evict=*/config.spare_nodes_left > 0 && config.domain < 0) {
   // Until the domains have met, the first domain writes the run directory's files (a relaunched
   // one never does before it joins).
   if (config.domain >= 0)
@@ -167,6 +169,7 @@ void TrainingSession::State::train_step() {
     trainer.set_last_loss(step_loss);
   };
   commit_step(std::move(done));
+  if (slow_ranks.eviction_due()) evict_slow_node(*slow_ranks.eviction_due());
   if (admit_after_commit) {
     Watchdog::Scope scope(watchdog, "domain admission");
     domains.admit_pending();
@@ -272,11 +275,36 @@ void TrainingSession::State::commit_step(CommittedStep done) {
   progress.step_clock = now;
   progress.last_commit_unix = core::unix_time();
   progress.samples_seen += static_cast<double>(trainer.batch().samples.size());
+  slow_ranks.first_step_committed(seconds_since(launched));
   for (const auto& hook : step_hooks) {
     std::optional<Watchdog::Scope> scope;
     if (hook->watched()) scope.emplace(watchdog, hook->name(), *hook->watched());
     hook->after_commit(done);
   }
+}
+
+void TrainingSession::State::evict_slow_node(const StragglerVerdict& verdict) {
+  const RankSlowness& slow = *verdict.evict;
+  const int world_rank = membership.world_rank_of(slow.rank);
+  const std::string evidence = fmt::format(
+      "slow since step {}: {:.2f} of its peers' speed ({:.3g} s a sample against {:.3g} s); "
+      "{:.1f} s lost to it, a relaunch costs about {:.1f} s",
+      slow.since_step, slow.score, slow.own_s, slow.peers_s, verdict.lost_s, verdict.evict_cost_s);
+  // The committed state first, so that the relaunch on the spare loses no step.
+  store.write_final_checkpoint("evicting a slow node");
+  events().emit("node_evicted", {{"step", step()},
+                                 {"rank", slow.rank},
+                                 {"world_rank", world_rank},
+                                 {"node", world_rank / config.ranks_per_node},
+                                 {"host", membership.host_of(slow.rank)},
+                                 {"score", slow.score},
+                                 {"lost_s", verdict.lost_s},
+                                 {"cost_s", verdict.evict_cost_s},
+                                 {"evidence", evidence}});
+  throw SessionStop{
+      kEvicting,
+      fmt::format("leaving out node {} ({}), {}; hardy run relaunches on a spare",
+                  world_rank / config.ranks_per_node, membership.host_of(slow.rank), evidence)};
 }
 
 void TrainingSession::State::recover(const std::string& what) {
@@ -404,7 +432,10 @@ int TrainingSession::State::stop_early(const SessionStop& stop) {
   // The final checkpoint holds the last committed step, so a later `--resume latest` (perhaps
   // on other nodes) starts from it; the node-local copies would only be left behind.
   store.remove_node_snapshots();
-  events().emit("job_finished", {{"status", stop.status == kPreempted ? "preempted" : "stopped"},
+  const char* status = stop.status == kPreempted  ? "preempted"
+                       : stop.status == kEvicting ? "evicting"
+                                                  : "stopped";
+  events().emit("job_finished", {{"status", status},
                                  {"reason", stop.reason},
                                  {"steps", step()},
                                  {"world_size", comm().size()},

@@ -48,6 +48,14 @@ void note_event(LaunchEvents& launch, const nlohmann::json& record) {
     launch.finished_steps = core::read_field<long>(record, event_field("job_finished", "steps"));
   } else if (event == event_kind("checkpoint_written") || event == event_kind("final_checkpoint")) {
     launch.checkpoint_written = true;
+  } else if (event == event_kind("node_evicted")) {
+    if (const auto node =
+            core::read_field<std::size_t>(record, event_field("node_evicted", "node")))
+      add_evidence(
+          launch.evicted_nodes, *node,
+          fmt::format("job: evicted as slow ({})",
+                      core::read_field<std::string>(record, event_field("node_evicted", "evidence"))
+                          .value_or("no evidence given")));
   } else if (event == event_kind("failure_detected")) {
     if (core::read_field<std::string>(record, event_field("failure_detected", "detected_by")) ==
         event_value("failure_detected", "detected_by", "watchdog"))
@@ -105,7 +113,7 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
 }
 
 void restrict_to_launch(LaunchEvents& events, std::size_t node_count) {
-  for (auto* nodes : {&events.failed_nodes, &events.killed_nodes})
+  for (auto* nodes : {&events.failed_nodes, &events.killed_nodes, &events.evicted_nodes})
     std::erase_if(*nodes, [&](const auto& entry) { return entry.first >= node_count; });
 }
 
@@ -122,6 +130,10 @@ Verdict judge_launch(int exit_status, const LaunchEvents& events) {
     return {LaunchVerdict::stopped, "the job stopped at its limits (exit status 3)"};
   if (exit_status == 4 && events.finished_status == "preempted")
     return {LaunchVerdict::preempted, "the job was preempted (exit status 4)"};
+  if (exit_status == 5 && events.finished_status == "evicting" && !events.evicted_nodes.empty())
+    return {LaunchVerdict::evicting,
+            fmt::format("the job left out a slow node (exit status 5) at step {}",
+                        events.finished_steps.value_or(0))};
   const std::string where = events.last_committed_step
                                 ? fmt::format("last committed step {}", *events.last_committed_step)
                                 : std::string("no step committed");

@@ -47,6 +47,8 @@ int status_of(LaunchVerdict verdict) {
       return kStopped;
     case LaunchVerdict::preempted:
       return kPreempted;
+    case LaunchVerdict::evicting:
+      return kEvicting;
     case LaunchVerdict::failed:
       return kFailed;
   }
@@ -177,7 +179,7 @@ std::filesystem::path exclude_nodes_file(const std::filesystem::path& run_dir) {
 
 std::vector<std::string> launch_command(const SupervisorConfig& config,
                                         const std::vector<std::string>& nodes, bool relaunch,
-                                        bool newest_state) {
+                                        bool newest_state, std::size_t spares_left) {
   const std::string per_node = std::to_string(config.ranks_per_node);
   std::vector<std::string> program{config.hardy.string(), "train"};
   // Injected failures belong to the first launch: a relaunch must not kill itself again.
@@ -197,6 +199,9 @@ std::vector<std::string> launch_command(const SupervisorConfig& config,
   }
   program.insert(program.end(),
                  {"--run-dir", config.run_dir.string(), "--ranks-per-node", per_node});
+  // What a slow node could be swapped for (--straggler evict).
+  if (spares_left > 0)
+    program.insert(program.end(), {"--spare-nodes-left", std::to_string(spares_left)});
   if (!config.run_lock_token.empty())
     program.insert(program.end(), {"--run-lock-token", config.run_lock_token});
   if (newest_state || (relaunch && !asked_resume))
@@ -310,7 +315,8 @@ class Supervision {
 
   LaunchOutcome launch(int attempt) {
     config_.launcher->before_launch();
-    const auto command = launch_command(config_, nodes_.active, attempt > 0, run_wrote_state_);
+    const auto command =
+        launch_command(config_, nodes_.active, attempt > 0, run_wrote_state_, nodes_.spares.size());
     std::cerr << fmt::format(
         "hardy run: launch {} with {} ranks on {}: {}\n", attempt + 1,
         nodes_.active.size() * static_cast<std::size_t>(config_.ranks_per_node),
@@ -342,10 +348,16 @@ class Supervision {
   // The exit status when the launch ends the run: it did not fail, or it failed once too often.
   std::optional<int> finish_if_over(int attempt, const Verdict& verdict,
                                     const LaunchEvents& launch) {
+    // A planned relaunch without a slow node is no failure: it is not counted against
+    // --max-restarts.
+    if (verdict.kind == LaunchVerdict::evicting) {
+      ++evictions_;
+      return std::nullopt;
+    }
     const bool final = verdict.kind != LaunchVerdict::failed;
     if (verdict.kind == LaunchVerdict::preempted && !config_.scheduler.empty())
       return request_requeue(verdict.reason, {}, launch, attempt + 1);
-    if (!final && attempt < config_.max_restarts) return std::nullopt;
+    if (!final && attempt - evictions_ < config_.max_restarts) return std::nullopt;
     events_.emit("supervisor_finished", {{"status", status_of(verdict.kind)},
                                          {"how", verdict.reason},
                                          {"launches", attempt + 1},
@@ -361,8 +373,12 @@ class Supervision {
   NextLaunch decide_next(const LaunchOutcome& launch) {
     NextLaunch next;
     next.decide_start = core::unix_time();
-    const NodeEvidence evidence = gather_node_evidence(config_, nodes_, launch.output,
-                                                       start_failures_, launch.events.killed_nodes);
+    // Conclusive: the test's injected kills, and the nodes the job itself evicted as slow.
+    auto known = launch.events.killed_nodes;
+    for (const auto& [node, reports] : launch.events.evicted_nodes)
+      for (const auto& report : reports) known[node].push_back(report);
+    const NodeEvidence evidence =
+        gather_node_evidence(config_, nodes_, launch.output, start_failures_, std::move(known));
     const WeighedEvidence weighed = weigh_evidence(evidence.active, launch.events.failed_nodes);
     for (const auto& [i, report] : evidence.forgiven) {
       next.kept.push_back({{"host", nodes_.active[i]}, {"evidence", {report}}});
@@ -413,7 +429,9 @@ class Supervision {
                                fmt::join(lost.evidence, "; "),
                                lost.replaced_by ? " for spare " + *lost.replaced_by : "");
     const double decide_s = core::unix_time() - next.decide_start;
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff_));
+    // A planned eviction waits for nothing: the node is slow, not failing.
+    const bool planned = verdict.kind == LaunchVerdict::evicting;
+    if (!planned) std::this_thread::sleep_for(std::chrono::duration<double>(backoff_));
     std::vector<std::string> excluded_hosts;
     for (const auto& lost : next.plan.excluded) excluded_hosts.push_back(lost.host);
     events_.emit("job_relaunched", {{"attempt", attempt + 1},
@@ -427,10 +445,10 @@ class Supervision {
                                     {"spare_nodes", next.plan.nodes.spares},
                                     {"world_size", next.world},
                                     {"decide_s", decide_s},
-                                    {"backoff_s", backoff_},
+                                    {"backoff_s", planned ? 0.0 : backoff_},
                                     {"seconds_since_end", core::unix_time() - launch.ended_unix}});
     nodes_ = next.plan.nodes;
-    backoff_ = std::min(60.0, backoff_ * 2);
+    if (!planned) backoff_ = std::min(60.0, backoff_ * 2);
   }
 
  private:
@@ -485,6 +503,7 @@ class Supervision {
   StartTimeout start_timeout_;
   double backoff_;
   bool run_wrote_state_ = false;  // a launch wrote a checkpoint: relaunches go on from the newest
+  int evictions_ = 0;             // planned relaunches without a slow node so far
 };
 
 }  // namespace
@@ -499,7 +518,9 @@ int supervise(const SupervisorConfig& config) {
     const LaunchOutcome launch = run.launch(attempt);
     const Verdict verdict = run.judge(attempt, launch);
     if (const auto status = run.finish_if_over(attempt, verdict, launch.events)) return *status;
-    std::cerr << fmt::format("hardy run: launch {} failed: {}\n", attempt + 1, verdict.reason);
+    std::cerr << fmt::format("hardy run: launch {} {}: {}\n", attempt + 1,
+                             verdict.kind == LaunchVerdict::evicting ? "ended" : "failed",
+                             verdict.reason);
     const NextLaunch next = run.decide_next(launch);
     if (const auto status = run.stop_if_too_few(attempt, verdict, launch.events, next))
       return *status;

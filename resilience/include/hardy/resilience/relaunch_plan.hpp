@@ -33,6 +33,8 @@ struct LaunchEvents {
   std::map<std::size_t, std::vector<std::string>> failed_nodes;
   // Nodes whose ranks --inject-failure killed in this launch: the test's own word.
   std::map<std::size_t, std::vector<std::string>> killed_nodes;
+  // Nodes the job left out as slow (node_evicted, --straggler evict): its own measured word.
+  std::map<std::size_t, std::vector<std::string>> evicted_nodes;
 };
 
 // Reads them; missing files and lines cut short by a crash give empty fields, not errors.
@@ -42,7 +44,9 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
 // Drops what the events say about nodes at or past `node_count` (the launch's node list): a
 // damaged or stale log may name nodes this launch never had.
 void restrict_to_launch(LaunchEvents& events, std::size_t node_count);
-enum class LaunchVerdict { completed, bad_input, stopped, preempted, failed };
+// evicting: the job stopped to leave out a slow node (exit status 5 with a node_evicted event),
+// to be relaunched on a spare in its place at once: no failure, no backoff.
+enum class LaunchVerdict { completed, bad_input, stopped, preempted, evicting, failed };
 struct Verdict {
   LaunchVerdict kind = LaunchVerdict::failed;
   std::string reason;  // for events and the console

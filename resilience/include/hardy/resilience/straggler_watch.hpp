@@ -16,7 +16,8 @@
 //                shortens by one rather than ends (a rank 20% slow under noise dips below the
 //                line now and then); a single spike, a pause of a few steps or a drift of the
 //                whole job never is (the peers drift with it);
-//   recovered  = for `confirm` steps (the same streak), a slow rank back under (1 + slowdown / 2) x its peers' time
+//   recovered  = for `confirm` steps (the same streak), a slow rank back under (1 + slowdown / 2) x
+//   its peers' time
 //                per sample, or done with its (smaller) share of the batch in under half their
 //                median own time: with few samples its time per sample carries more of each
 //                step's fixed costs, and it would never look as fast as its peers by that
@@ -27,8 +28,14 @@
 // change when a rank turns slow (if they gain at least slowdown / 2) or recovers (back to even),
 // or when the predicted step under the current shares is slowdown / 2 longer than under the new
 // ones for `confirm` steps (each step's fixed costs, which a slow node pays slowly too, make the
-// first shares too generous to it). After a change the window starts afresh: the times under the old
-// shares say nothing of the new ones.
+// first shares too generous to it). After a change the window starts afresh: the times under the
+// old shares say nothing of the new ones.
+//
+// With `evict`, also ski rental: once some rank is slow, every step adds to the time lost (the
+// predicted step under the shares in force less the predicted step of a healthy job: every rank
+// at the healthy ranks' median, even shares); when it reaches the cost of relaunching the job
+// without the slowest rank's node (allow_eviction(): measured by the session), that rank is
+// named for eviction, once. Until then, and where nothing can be evicted, it rebalances.
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -37,12 +44,12 @@
 
 namespace hardy::resilience {
 
-enum class StragglerMode { off, detect, rebalance };
+enum class StragglerMode { off, detect, rebalance, evict };
 StragglerMode parse_straggler_mode(const std::string& name);  // InvalidArgument naming the choices
 std::string to_string(StragglerMode mode);
 
 struct StragglerThresholds {
-  StragglerMode mode = StragglerMode::rebalance;
+  StragglerMode mode = StragglerMode::evict;
   // How much slower than its peers' median a rank's own time must be to count, > 0 (0.15: 15%).
   // Greyhound acts on 10% on GPUs; on the 2-core machines the tests run on, healthy ranks ran
   // 9-11% apart for tens of steps (the lead's writer threads, who shares a core with mpirun),
@@ -54,6 +61,8 @@ struct StragglerThresholds {
   // kernels, fill the caches and start the loaders at each rank's own pace (a healthy rank of
   // two ran at 0.6 of its peer's speed for ten steps from the start), >= 0.
   long warmup = 20;
+  // evict: what a relaunch without a node costs, in seconds; 0: measured by the session.
+  double evict_cost_s = 0;
 };
 
 struct RankSlowness {
@@ -75,6 +84,10 @@ struct StragglerVerdict {
   std::optional<std::vector<double>> new_weights;
   std::string reason;
   double predicted_gain = 1;
+  // evict: the rank whose node is to go (with the figures it was named slow with), the time lost
+  // to slow ranks so far and the cost it was weighed against.
+  std::optional<RankSlowness> evict;
+  double lost_s = 0, evict_cost_s = 0;
 };
 
 class StragglerWatch {
@@ -93,6 +106,11 @@ class StragglerWatch {
   const StragglerThresholds& thresholds() const { return thresholds_; }
   // Whether `rank` is slow now (false when the watch has no such rank).
   bool is_slow(int rank) const;
+  // evict: a relaunch without a node would cost `cost_s` seconds (> 0); 0: nothing can be
+  // evicted (no spare node), so slow ranks are only rebalanced.
+  void allow_eviction(double cost_s) { evict_cost_s_ = cost_s; }
+  // The seconds lost to slow ranks since some rank was first slow (0 while none is).
+  double lost_s() const { return lost_s_; }
 
  private:
   void restart_window();
@@ -102,8 +120,11 @@ class StragglerWatch {
   std::vector<std::vector<double>> per_sample_, per_step_;
   std::vector<bool> slow_;
   std::vector<long> streak_, since_;
+  std::vector<RankSlowness> named_as_;  // each slow rank's figures when it was named
   long observed_ = 0;  // steps since the start or a shrink
   long imbalance_streak_ = 0;
+  double evict_cost_s_ = 0, lost_s_ = 0;
+  bool evicted_ = false;  // named once
 };
 
 }  // namespace hardy::resilience

@@ -78,10 +78,11 @@ std::filesystem::path exclude_nodes_file(const std::filesystem::path& run_dir);
 // The command line of one launch on `nodes`: `hardy train` with the job's options, through the
 // config's launcher. A relaunch drops --inject-failure; with `newest_state` it resumes with
 // `--resume latest`, in place of any --resume the user gave (that state is older than what the run
-// has written since).
+// has written since). With `spares_left` spare nodes it tells the job so (--spare-nodes-left),
+// for --straggler evict.
 std::vector<std::string> launch_command(const SupervisorConfig& config,
                                         const std::vector<std::string>& nodes, bool relaunch,
-                                        bool newest_state);
+                                        bool newest_state, std::size_t spares_left = 0);
 
 // Runs the job until it completes, is preempted or stopped, or has failed more than max_restarts
 // times; returns the exit status to report (kCompleted only when the job finished its last step).

@@ -127,6 +127,9 @@ struct TrainingConfig {
   // Slow ranks (straggler_watch.hpp): detected from every rank's own work per sample, and with
   // `rebalance` given fewer samples while they are slow.
   StragglerThresholds stragglers;
+  // Spare nodes `hardy run` has left to relaunch on (it passes --spare-nodes-left): with
+  // --straggler evict, a slow node is left out only when one is there to take its place.
+  int spare_nodes_left = 0;
 
   // Fault domains (set by `hardy run --nodes-per-domain`; docs/resilience.md): this process's
   // domain among domain_count separate MPI jobs whose leaders meet in the store at domain_store.

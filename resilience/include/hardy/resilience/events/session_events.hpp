@@ -126,6 +126,10 @@ inline constexpr EventField rank_slow[] = {{"step", T::integer, req},
                                            {"own_s_per_sample", T::number, req},
                                            {"peers_s_per_sample", T::number, req},
                                            {"since_step", T::integer, req}};
+inline constexpr EventField node_evicted[] = {
+    {"step", T::integer, req},  {"rank", T::integer, req},  {"world_rank", T::integer, req},
+    {"node", T::integer, req},  {"host", T::string, req},   {"score", T::number, req},
+    {"lost_s", T::number, req}, {"cost_s", T::number, req}, {"evidence", T::string, req}};
 inline constexpr EventField rank_recovered[] = {{"step", T::integer, req},
                                                 {"rank", T::integer, req},
                                                 {"host", T::string, req},
@@ -195,6 +199,12 @@ inline constexpr core::EventKind kSessionEvents[] = {
      "--straggler-confirm steps (score: the peers' time over its own; rank: in the current "
      "communicator)",
      event_fields::rank_slow},
+    {"node_evicted",
+     "--straggler evict: the time lost to a slow rank reached the cost of a relaunch without its "
+     "node (lost_s against cost_s); the job wrote a final checkpoint and stops with status 5 so "
+     "that hardy run relaunches on a spare in the node's place (node: in --ranks-per-node terms "
+     "of the original world)",
+     event_fields::node_evicted},
     {"rank_recovered", "a slow rank kept up with its peers again for --straggler-confirm steps",
      event_fields::rank_recovered},
     {"training_resumed", "the first step after a recovery", event_fields::training_resumed},
