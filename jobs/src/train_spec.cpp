@@ -142,11 +142,16 @@ po::options_description resilience_options() {
       "checkpoint, and a relaunch on the spare)")(
       "straggler-slowdown", po::value<double>()->default_value(0.15),
       "how much slower than its peers' median a rank's own work per sample (data wait, forward, "
-      "backward) must be to count: 0.15 is 15%")("straggler-window",
-                                                 po::value<long>()->default_value(5),
-                                                 "steps in each rank's median own time")(
+      "backward) must be to count: 0.15 is 15%")(
+      "straggler-window", po::value<long>()->default_value(5),
+      "steps in each rank's median own time, at least ...")(
+      "straggler-window-s", po::value<double>()->default_value(1.0),
+      "... and at least this many seconds of steps (at most 256 steps)")(
       "straggler-confirm", po::value<long>()->default_value(10),
-      "consecutive steps a slowdown, or a recovery, must last before it is reported and acted on")(
+      "steps a slowdown, or a recovery, must last before it is reported and acted on, at least "
+      "...")("straggler-confirm-s", po::value<double>()->default_value(3.0),
+             "... and at least this many seconds of steps (at a few milliseconds a step, one time "
+             "slice of the scheduler doubles a step)")(
       "straggler-evict-cost", po::value<std::string>()->default_value("auto"),
       "seconds a relaunch without a slow node costs, against which --straggler evict weighs the "
       "time lost to it: auto (twice this launch's time from its start to its first committed "
@@ -638,13 +643,18 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
   spec.stragglers = {.mode = resilience::parse_straggler_mode(get<std::string>(vm, "straggler")),
                      .slowdown = get<double>(vm, "straggler-slowdown"),
                      .window = get<long>(vm, "straggler-window"),
+                     .window_s = get<double>(vm, "straggler-window-s"),
                      .confirm = get<long>(vm, "straggler-confirm"),
+                     .confirm_s = get<double>(vm, "straggler-confirm-s"),
                      .warmup = get<long>(vm, "straggler-warmup")};
   require(spec.stragglers.slowdown > 0 && std::isfinite(spec.stragglers.slowdown),
           "--straggler-slowdown must be a positive fraction (0.1: 10% slower)");
   require(spec.stragglers.window >= 1, "--straggler-window must be at least 1 step");
   require(spec.stragglers.confirm >= 1, "--straggler-confirm must be at least 1 step");
   require(spec.stragglers.warmup >= 0, "--straggler-warmup must not be negative");
+  require(spec.stragglers.window_s >= 0 && std::isfinite(spec.stragglers.window_s) &&
+              spec.stragglers.confirm_s >= 0 && std::isfinite(spec.stragglers.confirm_s),
+          "--straggler-window-s and --straggler-confirm-s must not be negative");
   if (const auto cost = get<std::string>(vm, "straggler-evict-cost"); cost != "auto") {
     double seconds = 0;
     std::size_t used = 0;

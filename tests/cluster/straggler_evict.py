@@ -4,8 +4,8 @@
 Usage: straggler_evict.py HARDY
 
 `hardy run` trains on 2 emulated nodes of one rank (one thread each) with a third host kept as a
-spare; from step 40 the rank of node 1 does its work 3x as long (--inject-failure
-rank=1@step=40:slow=3). With the default `--straggler evict` and a relaunch said to cost 0.5 s
+spare; from step 300 the rank of node 1 does its work 3x as long (--inject-failure
+rank=1@step=300:slow=3). With the default `--straggler evict` and a relaunch said to cost 0.5 s
 (--straggler-evict-cost: the measured default, twice the launch's start, takes thousands of this
 small job's steps to pay back): rank_slow names rank 1, the batch is shared out around it, and
 once the time lost to it reaches the cost, node_evicted names node 1 with its evidence, the job
@@ -27,7 +27,8 @@ from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
 from hardy_test import Checks, complete_epochs_exact, read_jsonl, small_job  # noqa: E402
 
 hardy = sys.argv[1]
-SAMPLES, STEPS, BATCH, SLOW_FROM = 128, 300, 32, 40
+# At about 5 ms a step the watch's 1 s window and 3 s confirmation are hundreds of steps.
+SAMPLES, STEPS, BATCH, SLOW_FROM = 128, 2500, 32, 300
 
 
 def median_step(metrics, first, last):
@@ -83,8 +84,8 @@ with EmulatedCluster(nodes=3) as cluster, tempfile.TemporaryDirectory(prefix="ha
     complete, wrong = complete_epochs_exact(run, SAMPLES)
     check(complete and not wrong, f"{len(complete)} epochs, each sample once in each ({wrong})")
     if evicted:
-        healthy = median_step(metrics, 21, SLOW_FROM - 1)
-        slowed = median_step(metrics, SLOW_FROM + 3, slow[0]["step"] if slow else SLOW_FROM + 10)
+        healthy = median_step(metrics, 100, SLOW_FROM - 1)
+        slowed = median_step(metrics, SLOW_FROM + 10, slow[0]["step"] if slow else SLOW_FROM + 100)
         after = median_step(metrics, evicted[0]["step"] + 10, STEPS)
         print(f"step: healthy {1e3 * healthy:.2f} ms, slow {1e3 * slowed:.2f} ms, after the eviction "
               f"{1e3 * after:.2f} ms")

@@ -9,10 +9,10 @@ share CPUs, hardy does not watch, and a third scenario checks that it says so). 
 the fault tests, 220 steps of 32 samples; from step 40 rank 1's own work takes 3x as long
 (--inject-failure rank=1@step=40:slow=3), from step 140 it is back to full speed (slow=1):
 
-  rebalance  (the default) rank_slow names rank 1 within window + confirm steps of the slowdown
-             (5 + 10, plus the window's half to turn); shards_rebalanced (policy straggler)
+  rebalance  (the default) rank_slow names rank 1 within 15 s of the slowdown and not before its
+             3 s of confirmation; shards_rebalanced (policy straggler)
              gives it fewer samples, the global batch unchanged; the step is then at most 0.75 x
-             the slow, unbalanced one; rank_recovered and even shares again after step 140.
+             the slow, unbalanced one; rank_recovered and even shares again after step 1700.
              Every step committed once, every epoch's samples once (the audit). The same job
              without the slowdown takes no action at all, and hardy status names the slow rank
              while it is slow.
@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from hardy_test import Checks, complete_epochs_exact, read_jsonl, small_job  # noqa: E402
 
 hardy, mpirun = sys.argv[1], sys.argv[2:]
-SAMPLES, STEPS, BATCH, SLOW_FROM, SLOW_UNTIL = 128, 220, 32, 40, 140
+# At 2-6 ms a step the watch's least seconds (a 1 s window, 3 s to confirm) are hundreds of steps.
+SAMPLES, STEPS, BATCH, SLOW_FROM, SLOW_UNTIL = 128, 3000, 32, 300, 1700
 SLOW = ["--inject-failure", f"rank=1@step={SLOW_FROM}:slow=3", "--inject-failure", f"rank=1@step={SLOW_UNTIL}:slow=1"]
 check = Checks()
 
@@ -75,8 +76,10 @@ with tempfile.TemporaryDirectory(prefix="hardy-slow-ranks-") as tmp:
     check(len(slow) == 1 and slow[0]["rank"] == 1 and slow[0]["host"],
           f"rebalance: one rank_slow, naming rank 1 and its host: {slow}")
     if slow:
-        named_after = slow[0]["step"] - SLOW_FROM
-        check(0 < named_after <= 5 + 10 + 3, f"rebalance: named {named_after} steps after it slowed (at most 18)")
+        slowed_at = next(m["unix_time"] for m in metrics if m["step"] == SLOW_FROM)
+        named_at = slow[0]["unix_time"]
+        check(3 <= named_at - slowed_at <= 15, f"rebalance: named {named_at - slowed_at:.1f} s "
+              f"({slow[0]['step'] - SLOW_FROM} steps) after it slowed (3 to 15 s)")
         check(0.2 < slow[0]["score"] < 0.5, f"rebalance: its score {slow[0]['score']:.2f} (a third of its peers' speed)")
         check(f"rank 1 on {slow[0]['host']} is slow" in stdout, "rebalance: the lead says so")
     moved = of(events, "shards_rebalanced", policy="straggler")
@@ -85,14 +88,14 @@ with tempfile.TemporaryDirectory(prefix="hardy-slow-ranks-") as tmp:
     check(all(sum(e["per_rank_batch"]) == BATCH and e["global_batch"] == BATCH for e in moved)
           and all(m["global_batch"] == BATCH for m in metrics), "rebalance: the global batch stays 32")
     if slow and moved:
-        unbalanced = median_step(metrics, SLOW_FROM + 3, slow[0]["step"])
-        balanced = median_step(metrics, moved[0]["step"] + 5, SLOW_UNTIL - 1)
-        healthy = median_step(metrics, 21, SLOW_FROM - 1)
+        unbalanced = median_step(metrics, SLOW_FROM + 10, slow[0]["step"])
+        balanced = median_step(metrics, moved[-2 if len(moved) > 1 else -1]["step"] + 5, SLOW_UNTIL - 1)
+        healthy = median_step(metrics, 100, SLOW_FROM - 1)
         check(balanced <= 0.75 * unbalanced,
               f"rebalance: step {1e3 * healthy:.2f} ms healthy, {1e3 * unbalanced:.2f} ms slow, "
               f"{1e3 * balanced:.2f} ms rebalanced (at most 0.75 x slow)")
     back = of(events, "rank_recovered", rank=1)
-    check(len(back) == 1 and SLOW_UNTIL < back[0]["step"] <= SLOW_UNTIL + 20,
+    check(len(back) == 1 and SLOW_UNTIL < back[0]["step"] <= SLOW_UNTIL + 1200,
           f"rebalance: rank_recovered after step {SLOW_UNTIL}: {[e['step'] for e in back]}")
     check(moved and moved[-1]["reason"] == "recovered" and moved[-1]["per_rank_batch"] == [BATCH // 2] * 2,
           f"rebalance: even shares again: {moved[-1] if moved else None}")
@@ -108,9 +111,9 @@ with tempfile.TemporaryDirectory(prefix="hardy-slow-ranks-") as tmp:
     # hardy status while a rank is slow: a run that ends inside the slowdown.
     status_run = tmp / "status"
     done = subprocess.run([*mpirun, "-n", "2", hardy, "train", "--run-dir", str(status_run), "--threads", "1",
-                           *job(100), *SLOW[:2]],
+                           *job(1500), *SLOW[:2]],
                           capture_output=True, text=True, timeout=600)
-    check(done.returncode == 0, "status: a 100-step run ending while rank 1 is slow exits 0")
+    check(done.returncode == 0, "status: a 1500-step run ending while rank 1 is slow exits 0")
     shown = subprocess.run([hardy, "status", str(status_run)], capture_output=True, text=True)
     check("slow rank      1 on" in shown.stdout and "shares" in shown.stdout,
           f"status: hardy status names the slow rank and the shares:\n{shown.stdout}")

@@ -21,7 +21,9 @@ using hardy::resilience::StragglerWatch;
 
 namespace {
 
-constexpr double kPerSample = 0.001;
+// A step of about a second: the window's and the confirmation's least seconds (1 s, 3 s) take
+// no more steps than their least steps (5, 10), which these tests count in.
+constexpr double kPerSample = 0.1;
 
 // A job of `world` ranks sharing `batch` samples: a rank's own work is a fixed cost per step plus
 // kPerSample per sample, times its slowness `slowness(step, rank)` (a slow node is slow at both);
@@ -30,7 +32,7 @@ struct ScriptedJob {
   int world;
   std::size_t batch;
   StragglerWatch watch;
-  double fixed_s = 0.002;
+  double fixed_s = 0.2;
   std::vector<double> weights;  // empty: even
   std::vector<StragglerVerdict> verdicts;
   std::vector<double> step_s;  // the slowest rank's own time, per step
@@ -187,7 +189,7 @@ TEST_CASE("stragglers: evict names the slow rank once the time lost reaches a re
   // 8 ranks, rank 6 at a third of its speed from step 21: rebalanced first; every step still
   // loses the predicted step under the shares in force less a healthy one's.
   ScriptedJob job{.world = 8, .batch = 64, .watch = StragglerWatch({.warmup = 0})};
-  job.watch.allow_eviction(0.05);  // a relaunch costs as much as 5 healthy steps
+  job.watch.allow_eviction(5.0);  // a relaunch costs as much as 5 healthy steps
   job.run(1, 200, [](long step, int r) { return r == 6 && step > 20 ? 3.0 : 1.0; });
   std::vector<std::size_t> named;
   for (std::size_t i = 0; i < job.verdicts.size(); ++i)
@@ -195,8 +197,8 @@ TEST_CASE("stragglers: evict names the slow rank once the time lost reaches a re
   REQUIRE(named.size() == 1);  // once
   const auto& verdict = job.verdicts[named[0]];
   CHECK(verdict.evict->rank == 6);
-  CHECK(verdict.lost_s >= 0.05);
-  CHECK(verdict.evict_cost_s == 0.05);
+  CHECK(verdict.lost_s >= 5.0);
+  CHECK(verdict.evict_cost_s == 5.0);
   // Not before the rank was slow, and it was rebalanced before (rent, then buy).
   CHECK(named[0] + 1 > static_cast<std::size_t>(job.named_at(6)));
   CHECK(job.actions() >= 1);
@@ -204,7 +206,7 @@ TEST_CASE("stragglers: evict names the slow rank once the time lost reaches a re
   for (auto mode : {StragglerMode::evict, StragglerMode::rebalance}) {
     ScriptedJob other{
         .world = 8, .batch = 64, .watch = StragglerWatch({.mode = mode, .warmup = 0})};
-    if (mode == StragglerMode::rebalance) other.watch.allow_eviction(0.05);
+    if (mode == StragglerMode::rebalance) other.watch.allow_eviction(5.0);
     other.run(1, 200, [](long step, int r) { return r == 6 && step > 20 ? 3.0 : 1.0; });
     for (const auto& v : other.verdicts) CHECK_FALSE(v.evict);
   }
@@ -234,7 +236,7 @@ TEST_CASE("stragglers: detect names the rank and changes no share; off sees noth
 }
 
 TEST_CASE("stragglers: the warm-up and a shrink start the watch afresh", "[resilience]") {
-  StragglerWatch watch({.window = 2, .confirm = 2, .warmup = 3});
+  StragglerWatch watch({.window = 2, .window_s = 0, .confirm = 2, .confirm_s = 0, .warmup = 3});
   const std::vector<double> slow{0.003, 0.001, 0.001}, samples{1, 1, 1};
   for (long step = 1; step <= 4; ++step)
     CHECK(watch.observe(step, slow, samples, {}, 3).scores.empty());  // 3 warm-up, 1 to fill
@@ -253,8 +255,10 @@ TEST_CASE("stragglers: the predicted gain is the slowest rank's time under each 
           "[resilience]") {
   // 2 ranks, 16 samples, rank 1 at 3x per sample, no fixed cost: even 8 x 3 = 24 units; the
   // proportional 12/4 split gives max(12, 12) = 12: a gain of 2.
-  ScriptedJob job{
-      .world = 2, .batch = 16, .watch = StragglerWatch({.window = 1, .confirm = 1, .warmup = 0})};
+  ScriptedJob job{.world = 2,
+                  .batch = 16,
+                  .watch = StragglerWatch(
+                      {.window = 1, .window_s = 0, .confirm = 1, .confirm_s = 0, .warmup = 0})};
   job.fixed_s = 0;
   job.run(1, 1, [](long, int r) { return r == 1 ? 3.0 : 1.0; });
   REQUIRE(job.verdicts[0].new_weights);
@@ -269,6 +273,7 @@ TEST_CASE("stragglers: thresholds outside their ranges are refused", "[resilienc
   CHECK_THROWS_AS(StragglerWatch({.window = 0}), InvalidArgument);
   CHECK_THROWS_AS(StragglerWatch({.confirm = 0}), InvalidArgument);
   CHECK_THROWS_AS(StragglerWatch({.warmup = -1}), InvalidArgument);
+  CHECK_THROWS_AS(StragglerWatch({.window_s = -1}), InvalidArgument);
   CHECK_THROWS_AS(hardy::resilience::parse_straggler_mode("kick"), InvalidArgument);
   CHECK(hardy::resilience::parse_straggler_mode("evict") == StragglerMode::evict);
   CHECK(hardy::resilience::parse_straggler_mode("detect") == StragglerMode::detect);
@@ -279,7 +284,7 @@ TEST_CASE("stragglers: every rank's score is its peers' median over its own", "[
   // odd and even worlds, with ties.
   hardy::core::SplitMix64 rng(7);
   for (std::size_t world : {2u, 3u, 4u, 7u, 8u, 33u}) {
-    StragglerWatch watch({.mode = StragglerMode::detect, .window = 1, .warmup = 0});
+    StragglerWatch watch({.mode = StragglerMode::detect, .window = 1, .window_s = 0, .warmup = 0});
     std::vector<double> own(world), samples(world, 1.0);
     for (auto& value : own) value = 1e-3 * static_cast<double>(1 + rng.next() % 5);  // ties
     const auto verdict = watch.observe(1, own, samples, {}, world);
@@ -294,4 +299,28 @@ TEST_CASE("stragglers: every rank's score is its peers' median over its own", "[
       CHECK(verdict.scores[r] == Approx(median / own[r]));
     }
   }
+}
+
+TEST_CASE("stragglers: at milliseconds a step, the window and the confirmation last seconds",
+          "[resilience]") {
+  // The tiny job's pace on 2 cores: 5 ms steps, where one time slice of the scheduler doubles a
+  // step. Noise of 40% on single steps, every rank, for 20,000 steps: nothing; a rank 3x slow:
+  // named only after its slowdown lasted the confirmation's 3 s (about 600 of its steps), and
+  // within 15 s.
+  ScriptedJob noisy{.world = 2, .batch = 8, .watch = StragglerWatch({})};
+  noisy.fixed_s = 0.001;
+  Noise noise{.amplitude = 0.4};
+  noisy.run(1, 20000, [&](long, int) { return 0.01 * noise(); });  // 0.01 x (1 + 4 x 0.1) s
+  CHECK(noisy.slow_events() == 0);
+  CHECK(noisy.actions() == 0);
+  ScriptedJob slow{.world = 2, .batch = 8, .watch = StragglerWatch({})};
+  slow.fixed_s = 0.001;
+  slow.run(1, 4000, [](long step, int r) { return 0.01 * (r == 1 && step > 1000 ? 3.0 : 1.0); });
+  const long named = slow.named_at(1);
+  REQUIRE(named > 1000);
+  double seconds = 0;
+  for (long step = 1001; step <= named; ++step)
+    seconds += slow.step_s[static_cast<std::size_t>(step - 1)];
+  CHECK(seconds >= 3.0);
+  CHECK(seconds <= 15.0);
 }

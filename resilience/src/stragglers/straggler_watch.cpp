@@ -105,6 +105,11 @@ StragglerWatch::StragglerWatch(StragglerThresholds thresholds) : thresholds_(thr
   if (thresholds_.window < 1)
     throw InvalidArgument(
         fmt::format("--straggler-window must be at least 1 step, not {}", thresholds_.window));
+  if (!(thresholds_.window_s >= 0) || !(thresholds_.confirm_s >= 0) ||
+      !std::isfinite(thresholds_.window_s) || !std::isfinite(thresholds_.confirm_s))
+    throw InvalidArgument(fmt::format(
+        "--straggler-window-s and --straggler-confirm-s must not be negative, not {} and {}",
+        thresholds_.window_s, thresholds_.confirm_s));
   if (thresholds_.warmup < 0)
     throw InvalidArgument(
         fmt::format("--straggler-warmup must not be negative, not {}", thresholds_.warmup));
@@ -149,21 +154,36 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
     observed_ = 0;
   }
   if (++observed_ <= thresholds_.warmup) return verdict;
-  const auto window = static_cast<std::size_t>(thresholds_.window);
-  const auto keep = [window](std::vector<double>& times, double value) {
+  // The window and the confirmation in steps: at least the steps given, and at least the
+  // seconds given, at the typical rank's pace (its own work a step, from the last step's figures):
+  // at a few milliseconds a step, a scheduler's time slice alone doubles some steps.
+  std::vector<double> last_steps(own_s.begin(), own_s.end());
+  const double pace = std::max(median(std::move(last_steps)), 1e-6);
+  const auto steps_for = [pace](double seconds, long at_least, long at_most) {
+    return std::clamp(static_cast<long>(std::ceil(seconds / pace)), at_least, at_most);
+  };
+  const auto window = static_cast<std::size_t>(steps_for(thresholds_.window_s, thresholds_.window,
+                                                         std::max(thresholds_.window, kMaxWindow)));
+  confirm_ = steps_for(thresholds_.confirm_s, thresholds_.confirm,
+                       std::max(thresholds_.confirm, kMaxConfirm));
+  const auto keep = [](std::vector<double>& times, double value) {
     times.push_back(value);
-    if (times.size() > window) times.erase(times.begin());
+    if (times.size() > static_cast<std::size_t>(kMaxWindow)) times.erase(times.begin());
   };
   for (std::size_t r = 0; r < world; ++r) {
     keep(per_sample_[r], own_s[r] / std::max(1.0, own_samples[r]));
     keep(per_step_[r], own_s[r]);
   }
   if (per_sample_.front().size() < window) return verdict;
+  const auto recent = [window](const std::vector<double>& times) {
+    return median(std::vector<double>(
+        times.end() - static_cast<std::ptrdiff_t>(std::min(window, times.size())), times.end()));
+  };
 
   std::vector<double> own(world), own_step(world);
   for (std::size_t r = 0; r < world; ++r) {
-    own[r] = median(per_sample_[r]);
-    own_step[r] = median(per_step_[r]);
+    own[r] = recent(per_sample_[r]);
+    own_step[r] = recent(per_step_[r]);
   }
   const double flag_at = 1 + thresholds_.slowdown, clear_below = 1 + thresholds_.slowdown / 2;
   verdict.scores.resize(world);
@@ -186,7 +206,7 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
       } else {
         streak_[r] = std::max(0L, streak_[r] - 1);
       }
-      if (streak_[r] >= thresholds_.confirm) {
+      if (streak_[r] >= confirm_) {
         slow_[r] = true;
         streak_[r] = 0;
         named_as_[r] = {.rank = figures.rank,
@@ -204,7 +224,7 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
       } else {
         streak_[r] = std::max(0L, streak_[r] - 1);
       }
-      if (streak_[r] >= thresholds_.confirm) {
+      if (streak_[r] >= confirm_) {
         slow_[r] = false;
         streak_[r] = 0;
         verdict.recovered.push_back({.rank = figures.rank,
@@ -231,6 +251,12 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
   for (std::size_t r = 0; r < world; ++r) cost[r] = slow_[r] ? own[r] : typical;
   std::vector<double> target;
   if (healthy.size() < world && samples >= world) target = balanced_shares(samples, cost);
+  // The common case, a healthy job sharing evenly, decides nothing more.
+  if (target.empty() && current_weights.empty()) {
+    lost_s_ = 0;
+    imbalance_streak_ = 0;
+    return verdict;
+  }
   const auto current = shares_by(samples, current_weights, world);
   const auto proposed = shares_by(samples, target, world);
   // Ski rental: the time slow ranks cost so far, against what evicting one would cost.
@@ -268,7 +294,7 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
     verdict.reason = target.empty() ? "recovered" : "straggler";
   } else {
     imbalance_streak_ = gain >= 1 + thresholds_.slowdown / 2 ? imbalance_streak_ + 1 : 0;
-    act = imbalance_streak_ >= thresholds_.confirm;
+    act = imbalance_streak_ >= confirm_;
     verdict.reason = "replanned";
   }
   if (act) {

@@ -7,12 +7,14 @@
 //
 // The rule, in two stages so that noise never acts:
 //   own time   = the median of a rank's own work per sample (data wait, forward and backward over
-//                its samples, not the waits inside collectives) over the last `window` steps;
+//                its samples, not the waits inside collectives) over the last `window` steps, or
+//                more where they take less than `window_s` seconds (at the typical rank's pace);
 //   score      = the median of the other ranks' own times over the rank's own: 1 is typical,
 //                1/3 a rank at a third of its peers' speed (NVIDIA's resiliency extension's
 //                score; it flags below 0.75);
 //   flagged    = a step whose own time is at least (1 + slowdown) x the peers' median;
-//   slow       = flagged for `confirm` steps, counted as a streak that a step not flagged
+//   slow       = flagged for `confirm` steps (or more, to last `confirm_s` seconds), counted as a
+//                streak that a step not flagged
 //                shortens by one rather than ends (a rank 20% slow under noise dips below the
 //                line now and then); a single spike, a pause of a few steps or a drift of the
 //                whole job never is (the peers drift with it);
@@ -55,8 +57,10 @@ struct StragglerThresholds {
   // 9-11% apart for tens of steps (the lead's writer threads, who shares a core with mpirun),
   // and a rank 20% slow must still be found.
   double slowdown = 0.15;
-  long window = 5;    // steps in a rank's own median, >= 1
-  long confirm = 10;  // consecutive steps before slow or recovered is believed, >= 1
+  long window = 5;       // steps in a rank's own median, >= 1 ...
+  double window_s = 1;   // ... and at least this many seconds of them (at most 256 steps), >= 0
+  long confirm = 10;     // steps flagged before slow or recovered is believed, >= 1 ...
+  double confirm_s = 3;  // ... and at least this many seconds of them (at most 4096 steps)
   // Steps after the start (or a shrink) that are not watched: the first steps create the
   // kernels, fill the caches and start the loaders at each rank's own pace (a healthy rank of
   // two ran at 0.6 of its peer's speed for ten steps from the start), >= 0.
@@ -121,7 +125,9 @@ class StragglerWatch {
   std::vector<bool> slow_;
   std::vector<long> streak_, since_;
   std::vector<RankSlowness> named_as_;  // each slow rank's figures when it was named
-  long observed_ = 0;  // steps since the start or a shrink
+  long observed_ = 0;                   // steps since the start or a shrink
+  long confirm_ = 1;                    // the confirmation in steps at the current pace
+  static constexpr long kMaxWindow = 256, kMaxConfirm = 4096;
   long imbalance_streak_ = 0;
   double evict_cost_s_ = 0, lost_s_ = 0;
   bool evicted_ = false;  // named once
