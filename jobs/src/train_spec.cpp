@@ -167,7 +167,7 @@ po::options_description resilience_options() {
       "forward, allreduce, checkpoint-write, snapshot-write, recovery), or hang them: "
       "rank=3@step=40:stop (SIGSTOP), :spin (compute forever), :stall (block in the snapshot "
       "write), or slow them: rank=3@step=40:slow=3 (its forward and backward take 3x as long from "
-      "step 40 on; slow=1 ends it)");
+      "step 40 on; slow=1 ends it), :noise=0.2 (each step up to 20% longer at random)");
   return resilience;
 }
 

@@ -64,6 +64,7 @@ expect 2 "--straggler 'kick' is not one of off, detect, rebalance or evict" -- t
 expect 2 "straggler-slowdown must be a positive fraction" -- train --straggler-slowdown 0 --run-dir "$tmp/c"
 expect 2 "straggler-window must be at least 1" -- train --straggler-window 0 --run-dir "$tmp/c"
 expect 2 "slow=F takes a factor of at least 1" -- train --inject-failure rank=1@step=3:slow=0.5 --run-dir "$tmp/c"
+expect 2 "noise=A takes an amplitude of at least 0" -- train --inject-failure rank=1@step=3:noise=1.2.3 --run-dir "$tmp/c"
 expect 0 "straggler-confirm" -- train --help
 # A CPU without native bf16 (oneDNN held below AVX512-BF16) is told what it lacks.
 ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI expect 2 "needs a CPU with the AVX512-BF16 or AMX instructions.*AVX-512 with VNNI" -- \

@@ -2,7 +2,11 @@
 """A slow rank is named, the batch shared out around it and back when it recovers (CTest labels
 `fault`, `mpi`).
 
-Usage: slow_ranks.py HARDY MPIRUN [MPIRUN FLAGS...]
+Usage: slow_ranks.py HARDY [--healthy-long] MPIRUN [MPIRUN FLAGS...]
+
+With --healthy-long (nightly): only a healthy run of 10,000 steps with timing noise injected on
+both ranks (each step's own work up to 30% longer at random, --inject-failure ...:noise=0.3),
+which must take no action at all.
 
 Two ranks of one thread each (one CPU each on the 2-core machines the tests run on: where ranks
 share CPUs, hardy does not watch, and a third scenario checks that it says so). The small job of
@@ -30,7 +34,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from hardy_test import Checks, complete_epochs_exact, read_jsonl, small_job  # noqa: E402
 
-hardy, mpirun = sys.argv[1], sys.argv[2:]
+hardy = sys.argv[1]
+healthy_long = "--healthy-long" in sys.argv[2:]
+mpirun = [a for a in sys.argv[2:] if a != "--healthy-long"]
 # At 2-6 ms a step the watch's least seconds (a 1 s window, 3 s to confirm) are hundreds of steps.
 SAMPLES, STEPS, BATCH, SLOW_FROM, SLOW_UNTIL = 128, 3000, 32, 300, 1700
 SLOW = ["--inject-failure", f"rank=1@step={SLOW_FROM}:slow=3", "--inject-failure", f"rank=1@step={SLOW_UNTIL}:slow=1"]
@@ -66,6 +72,19 @@ def of(events, kind, **fields):
 def median_step(metrics, first, last):
     return statistics.median(m["step_s"] for m in metrics if first <= m["step"] <= last)
 
+
+if healthy_long:
+    with tempfile.TemporaryDirectory(prefix="hardy-slow-ranks-long-") as tmp:
+        STEPS = 10000
+        noise = [x for r in (0, 1) for x in ("--inject-failure", f"rank={r}@step=1:noise=0.3")]
+        events, metrics, _ = train(Path(tmp) / "healthy-long", *noise)
+        watched = [m for m in metrics if "slowest_score" in m]
+        check(len(watched) > 9000, f"healthy-long: the watch scored {len(watched)} of {STEPS} steps")
+        check(not of(events, "rank_slow") and not of(events, "shards_rebalanced") and not of(events, "node_evicted"),
+              f"healthy-long: 10,000 noisy steps, no rank_slow, no share change: {of(events, 'rank_slow')}")
+        if watched:
+            print(f"lowest score seen: {min(m['slowest_score'] for m in watched):.3f}")
+    check.finish("slow ranks: a long healthy run")
 
 with tempfile.TemporaryDirectory(prefix="hardy-slow-ranks-") as tmp:
     tmp = Path(tmp)

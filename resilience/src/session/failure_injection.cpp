@@ -15,6 +15,7 @@
 #include "hardy/core/support/enum_names.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/core/support/random.hpp"
 
 namespace hardy::resilience {
 
@@ -22,14 +23,16 @@ namespace {
 constexpr std::string_view kPhaseNames[] = {"forward", "allreduce", "checkpoint-write",
                                             "snapshot-write", "recovery"};
 static_assert(std::size(kPhaseNames) == static_cast<std::size_t>(Phase::recovery) + 1);
-// sleep=S and slow=F carry their numbers, so they are parsed apart (fault_named).
-constexpr std::string_view kFaultNames[] = {"kill", "stop", "spin", "stall", "sleep", "slow"};
-static_assert(std::size(kFaultNames) == static_cast<std::size_t>(Fault::slow) + 1);
+// sleep=S, slow=F and noise=A carry their numbers, so they are parsed apart (fault_named).
+constexpr std::string_view kFaultNames[] = {"kill",  "stop", "spin", "stall",
+                                            "sleep", "slow", "noise"};
+static_assert(std::size(kFaultNames) == static_cast<std::size_t>(Fault::noise) + 1);
 
 std::optional<Fault> fault_named(const std::string& name) {
   if (name.starts_with("sleep=")) return Fault::sleep;
   if (name.starts_with("slow=")) return Fault::slow;
-  if (name == "sleep" || name == "slow") return std::nullopt;
+  if (name.starts_with("noise=")) return Fault::noise;
+  if (name == "sleep" || name == "slow" || name == "noise") return std::nullopt;
   return core::value_named<Fault>(kFaultNames, name);
 }
 
@@ -93,6 +96,14 @@ std::vector<InjectedFailure> parse_injected_failures(const std::vector<std::stri
               throw InvalidArgument(fmt::format(
                   "--inject-failure '{}': sleep=S takes a positive number of seconds", spec));
           }
+          if (failure.fault == Fault::noise) {
+            failure.noise = number_after(parts.back(), "noise").value_or(-1);
+            if (!(failure.noise >= 0) || !std::isfinite(failure.noise))
+              throw InvalidArgument(fmt::format(
+                  "--inject-failure '{}': noise=A takes an amplitude of at least 0 (0.2: each "
+                  "step's own work up to 20% longer, at random)",
+                  spec));
+          }
           if (failure.fault == Fault::slow) {
             failure.slow_factor = number_after(parts.back(), "slow").value_or(0);
             if (!(failure.slow_factor >= 1) || !std::isfinite(failure.slow_factor))
@@ -131,7 +142,8 @@ void FailureInjector::at(long step, Phase phase) const {
     if (std::find(failure.world_ranks.begin(), failure.world_ranks.end(), world_rank_) ==
         failure.world_ranks.end())
       continue;
-    if (failure.fault == Fault::slow) continue;  // slowdown() applies it, step after step
+    // slowdown() applies these, step after step.
+    if (failure.fault == Fault::slow || failure.fault == Fault::noise) continue;
     if (!record_dir_.empty() && failure.fault != Fault::sleep) {  // a delay is no failure
       std::ofstream(record_dir_ / fmt::format("injected-kill-{}.time", world_rank_))
           << fmt::format("{:.6f}\n", core::unix_time());
@@ -153,21 +165,32 @@ void FailureInjector::at(long step, Phase phase) const {
         std::this_thread::sleep_for(std::chrono::duration<double>(failure.sleep_s));
         break;
       case Fault::slow:
+      case Fault::noise:
         break;
     }
   }
 }
 
 double FailureInjector::slowdown(long step) const {
-  double factor = 1;
-  long latest = 0;
-  for (const auto& failure : failures_)
-    if (failure.fault == Fault::slow && failure.step <= step && failure.step >= latest &&
-        std::find(failure.world_ranks.begin(), failure.world_ranks.end(), world_rank_) !=
-            failure.world_ranks.end()) {
+  double factor = 1, noise = 0;
+  long latest_slow = 0, latest_noise = 0;
+  for (const auto& failure : failures_) {
+    if (failure.step > step || std::find(failure.world_ranks.begin(), failure.world_ranks.end(),
+                                         world_rank_) == failure.world_ranks.end())
+      continue;
+    if (failure.fault == Fault::slow && failure.step >= latest_slow) {
       factor = failure.slow_factor;
-      latest = failure.step;
+      latest_slow = failure.step;
+    } else if (failure.fault == Fault::noise && failure.step >= latest_noise) {
+      noise = failure.noise;
+      latest_noise = failure.step;
     }
+  }
+  if (noise > 0) {  // the same draw for a rank and step on every run
+    core::SplitMix64 draw(core::mix_seed(0x6e015e, static_cast<std::uint64_t>(world_rank_),
+                                         static_cast<std::uint64_t>(step)));
+    factor *= 1 + noise * static_cast<double>(draw.next() >> 11) * 0x1.0p-53;
+  }
   return factor;
 }
 

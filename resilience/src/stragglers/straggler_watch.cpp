@@ -193,47 +193,33 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
     const double peers_s = peers_of_own(r);
     const double slowdown = peers_s > 0 ? own[r] / peers_s : 1.0;
     verdict.scores[r] = own[r] > 0 ? peers_s / own[r] : 1.0;
+    // A streak counts from its first step (flagged steps of a healthy rank, steps back at speed
+    // of a slow one); a step against it shortens it by one. True once it is long enough.
+    const auto streak_holds = [&](bool counts) {
+      if (counts) {
+        if (streak_[r]++ == 0) since_[r] = step;
+      } else {
+        streak_[r] = std::max(0L, streak_[r] - 1);
+      }
+      return streak_[r] >= confirm_;
+    };
+    const bool turns =
+        slow_[r] ? streak_holds(slowdown < clear_below || 2 * own_step[r] < peers_of_step(r))
+                 : streak_holds(slowdown >= flag_at);
+    if (!turns) continue;
+    streak_[r] = 0;
+    slow_[r] = !slow_[r];
+    slow_set_changed = true;
     const RankSlowness figures{.rank = static_cast<int>(r),
                                .score = verdict.scores[r],
                                .own_s = own[r],
                                .peers_s = peers_s,
                                .since_step = since_[r]};
-    // A streak counts from its first step: flagged steps of a healthy rank, steps back at speed
-    // of a slow one.
-    if (!slow_[r]) {
-      if (slowdown >= flag_at) {
-        if (streak_[r]++ == 0) since_[r] = step;
-      } else {
-        streak_[r] = std::max(0L, streak_[r] - 1);
-      }
-      if (streak_[r] >= confirm_) {
-        slow_[r] = true;
-        streak_[r] = 0;
-        named_as_[r] = {.rank = figures.rank,
-                        .score = figures.score,
-                        .own_s = figures.own_s,
-                        .peers_s = figures.peers_s,
-                        .since_step = since_[r]};
-        verdict.became_slow.push_back(named_as_[r]);
-        slow_set_changed = true;
-      }
+    if (slow_[r]) {
+      named_as_[r] = figures;
+      verdict.became_slow.push_back(figures);
     } else {
-      const double peers_step = peers_of_step(r);
-      if (slowdown < clear_below || 2 * own_step[r] < peers_step) {
-        if (streak_[r]++ == 0) since_[r] = step;
-      } else {
-        streak_[r] = std::max(0L, streak_[r] - 1);
-      }
-      if (streak_[r] >= confirm_) {
-        slow_[r] = false;
-        streak_[r] = 0;
-        verdict.recovered.push_back({.rank = figures.rank,
-                                     .score = figures.score,
-                                     .own_s = figures.own_s,
-                                     .peers_s = figures.peers_s,
-                                     .since_step = since_[r]});
-        slow_set_changed = true;
-      }
+      verdict.recovered.push_back(figures);
     }
   }
   if (thresholds_.mode == StragglerMode::detect) return verdict;

@@ -8,7 +8,9 @@
 // `:spin` computes forever, `:stall` blocks forever in the node snapshot write; `:sleep=S` only
 // delays it S seconds (a slow step, which must not be taken for a hang); `:slow=F` makes its
 // forward and backward passes take F times as long from that step on (a node at 1/F of its
-// speed: a straggler; a later `:slow=1` of the same rank ends it).
+// speed: a straggler; a later `:slow=1` of the same rank ends it); `:noise=A` makes each step's
+// forward and backward up to A times longer at random from that step on (timing noise, which
+// must never be taken for a straggler).
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -20,7 +22,7 @@ enum class Phase { forward, allreduce, checkpoint_write, snapshot_write, recover
 Phase parse_phase(const std::string& name);
 std::string to_string(Phase phase);
 
-enum class Fault { kill, stop, spin, stall, sleep, slow };
+enum class Fault { kill, stop, spin, stall, sleep, slow, noise };
 std::string to_string(Fault fault);
 
 struct InjectedFailure {
@@ -30,6 +32,7 @@ struct InjectedFailure {
   Fault fault = Fault::kill;
   double sleep_s = 0;      // Fault::sleep
   double slow_factor = 1;  // Fault::slow
+  double noise = 0;        // Fault::noise: each step's own work up to this fraction longer
   std::string spec;        // as given, for events
 };
 
@@ -47,8 +50,9 @@ class FailureInjector {
                   std::filesystem::path record_dir);
   // Kills or hangs this process (after recording the time) if a failure is due at this point.
   void at(long step, Phase phase) const;
-  // How many times as long this rank's own work takes at `step` (Fault::slow): the factor of
-  // its latest slow= at or before the step, 1 without one.
+  // How many times as long this rank's own work takes at `step`: the factor of its latest slow=
+  // at or before the step (1 without one), times 1 + its latest noise= amplitude x a draw in
+  // [0, 1) fixed by the rank and the step.
   double slowdown(long step) const;
   // The time the most recent injected victim recorded, if any (Unix seconds).
   std::optional<double> last_kill_time() const;
