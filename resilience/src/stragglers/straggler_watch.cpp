@@ -155,10 +155,9 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
   }
   if (++observed_ <= thresholds_.warmup) return verdict;
   // The window and the confirmation in steps: at least the steps given, and at least the
-  // seconds given, at the typical rank's pace (its own work a step, from the last step's figures):
-  // at a few milliseconds a step, a scheduler's time slice alone doubles some steps.
-  std::vector<double> last_steps(own_s.begin(), own_s.end());
-  const double pace = std::max(median(std::move(last_steps)), 1e-6);
+  // seconds given, at the job's pace: the slowest rank's own work this step, which the step
+  // waits for (at a few milliseconds a step, a scheduler's time slice alone doubles some steps).
+  const double pace = std::max(*std::max_element(own_s.begin(), own_s.end()), 1e-6);
   const auto steps_for = [pace](double seconds, long at_least, long at_most) {
     return std::clamp(static_cast<long>(std::ceil(seconds / pace)), at_least, at_most);
   };
@@ -201,7 +200,9 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
       } else {
         streak_[r] = std::max(0L, streak_[r] - 1);
       }
-      return streak_[r] >= confirm_;
+      // Only a step that counts completes one: the confirmation's length follows the pace, and
+      // a streak left from slower steps must not name a rank on a step that does not count.
+      return counts && streak_[r] >= confirm_;
     };
     const bool turns =
         slow_[r] ? streak_holds(slowdown < clear_below || 2 * own_step[r] < peers_of_step(r))

@@ -8,7 +8,8 @@
 // The rule, in two stages so that noise never acts:
 //   own time   = the median of a rank's own work per sample (data wait, forward and backward over
 //                its samples, not the waits inside collectives) over the last `window` steps, or
-//                more where they take less than `window_s` seconds (at the typical rank's pace);
+//                more where they take less than `window_s` seconds (at the pace of the slowest
+//                rank's own work, which each step waits for);
 //   score      = the median of the other ranks' own times over the rank's own: 1 is typical,
 //                1/3 a rank at a third of its peers' speed (NVIDIA's resiliency extension's
 //                score; it flags below 0.75);
