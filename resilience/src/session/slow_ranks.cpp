@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <iostream>
 
 #include "hardy/comm/communicator.hpp"
@@ -67,8 +68,13 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
   const auto first = sums.begin() + static_cast<std::ptrdiff_t>(kept);
   const std::vector<double> own(first, first + world), own_samples(first + world, sums.end());
   sums.resize(kept);
+  // The time since the last decision: a step's duration, waits included (the first: unknown).
+  const auto now = std::chrono::steady_clock::now();
+  const double step_s =
+      last_decided_ ? std::chrono::duration<double>(now - *last_decided_).count() : 0.0;
+  last_decided_ = now;
   const StragglerVerdict verdict =
-      watch_.observe(step, own, own_samples, staging_.share_weights(), samples);
+      watch_.observe(step, own, own_samples, staging_.share_weights(), samples, step_s);
   if (!verdict.scores.empty()) scores_ = verdict.scores;
   const bool lead = membership_.lead();
   for (const RankSlowness& slow : verdict.became_slow) {
@@ -129,6 +135,7 @@ void SlowRanks::first_step_committed(double launch_s) {
 
 void SlowRanks::reset() {
   staging_.set_share_weights({});
+  last_decided_.reset();  // the recovery's time is no step's
   scores_.clear();
   watch_ = StragglerWatch(watch_.thresholds());
   watch_.allow_eviction(evict_cost_s_);

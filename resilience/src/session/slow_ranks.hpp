@@ -5,6 +5,7 @@
 // step without a word more; this reports it (rank_slow, rank_recovered, shards_rebalanced with
 // reason "straggler") and hands the new shares to SessionStaging, which applies them from the
 // next batch drawn.
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -57,6 +58,7 @@ class SlowRanks {
   SessionStaging& staging_;
   core::EventLog& events_;
   double own_s_ = 0, own_samples_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_decided_;
   bool may_evict_;  // --straggler evict, a spare left, one MPI job
   bool cost_known_ = false;
   double evict_cost_s_ = 0;  // 0 until known: nothing is evicted

@@ -135,7 +135,7 @@ void StragglerWatch::restart_window() {
 StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_s,
                                          std::span<const double> own_samples,
                                          std::span<const double> current_weights,
-                                         std::size_t samples) {
+                                         std::size_t samples, double step_s) {
   StragglerVerdict verdict;
   const std::size_t world = own_s.size();
   if (own_samples.size() != world)
@@ -152,12 +152,24 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
     imbalance_streak_ = 0;
     lost_s_ = 0;
     observed_ = 0;
+    pace_s_ = 0;
+    step_times_.clear();
   }
   if (++observed_ <= thresholds_.warmup) return verdict;
   // The window and the confirmation in steps: at least the steps given, and at least the
-  // seconds given, at the job's pace: the slowest rank's own work this step, which the step
-  // waits for (at a few milliseconds a step, a scheduler's time slice alone doubles some steps).
-  const double pace = std::max(*std::max_element(own_s.begin(), own_s.end()), 1e-6);
+  // seconds given, at the job's pace: the median of the last steps' durations where the caller
+  // gives them, else the slowest rank's median own work a step (which each step waits for; this
+  // step's alone until there is a window). At a few milliseconds a step a scheduler's time slice
+  // alone doubles some steps, so neither the pace nor the counts may follow single steps.
+  if (step_s > 0) {
+    step_times_.push_back(step_s);
+    if (step_times_.size() > static_cast<std::size_t>(thresholds_.window))
+      step_times_.erase(step_times_.begin());
+    pace_s_ = median(step_times_);
+  } else if (pace_s_ <= 0) {
+    pace_s_ = *std::max_element(own_s.begin(), own_s.end());
+  }
+  const double pace = std::max(pace_s_, 1e-6);
   const auto steps_for = [pace](double seconds, long at_least, long at_most) {
     return std::clamp(static_cast<long>(std::ceil(seconds / pace)), at_least, at_most);
   };
@@ -184,6 +196,7 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
     own[r] = recent(per_sample_[r]);
     own_step[r] = recent(per_step_[r]);
   }
+  if (step_s <= 0) pace_s_ = *std::max_element(own_step.begin(), own_step.end());
   const double flag_at = 1 + thresholds_.slowdown, clear_below = 1 + thresholds_.slowdown / 2;
   verdict.scores.resize(world);
   bool slow_set_changed = false;

@@ -8,8 +8,8 @@
 // The rule, in two stages so that noise never acts:
 //   own time   = the median of a rank's own work per sample (data wait, forward and backward over
 //                its samples, not the waits inside collectives) over the last `window` steps, or
-//                more where they take less than `window_s` seconds (at the pace of the slowest
-//                rank's own work, which each step waits for);
+//                more where they take less than `window_s` seconds (at the job's pace: the
+//                median step's duration);
 //   score      = the median of the other ranks' own times over the rank's own: 1 is typical,
 //                1/3 a rank at a third of its peers' speed (NVIDIA's resiliency extension's
 //                score; it flags below 0.75);
@@ -101,11 +101,14 @@ class StragglerWatch {
   explicit StragglerWatch(StragglerThresholds thresholds);
 
   // One step: every rank's own work in seconds and the samples it covered (index: rank), the
-  // weights the batches are shared out by now (empty: evenly) and how many samples these ranks
-  // share. A different number of ranks than before (a shrink) starts the watch afresh.
+  // weights the batches are shared out by now (empty: evenly), how many samples these ranks
+  // share, and how long the step took from the last one (0: not known; the pace of the slowest
+  // rank's own work stands in for it). A different number of ranks than before (a shrink)
+  // starts the watch afresh.
   StragglerVerdict observe(long step, std::span<const double> own_s,
                            std::span<const double> own_samples,
-                           std::span<const double> current_weights, std::size_t samples);
+                           std::span<const double> current_weights, std::size_t samples,
+                           double step_s = 0);
 
   bool enabled() const { return thresholds_.mode != StragglerMode::off; }
   const StragglerThresholds& thresholds() const { return thresholds_; }
@@ -128,6 +131,8 @@ class StragglerWatch {
   std::vector<RankSlowness> named_as_;  // each slow rank's figures when it was named
   long observed_ = 0;                   // steps since the start or a shrink
   long confirm_ = 1;                    // the confirmation in steps at the current pace
+  double pace_s_ = 0;                   // seconds a step (0: not known yet)
+  std::vector<double> step_times_;      // the last `window` steps' durations, where given
   static constexpr long kMaxWindow = 256, kMaxConfirm = 4096;
   long imbalance_streak_ = 0;
   double evict_cost_s_ = 0, lost_s_ = 0;
