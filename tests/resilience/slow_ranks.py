@@ -110,7 +110,9 @@ with tempfile.TemporaryDirectory(prefix="hardy-slow-ranks-") as tmp:
           and all(m["global_batch"] == BATCH for m in metrics), "rebalance: the global batch stays 32")
     if slow and moved:
         unbalanced = median_step(metrics, SLOW_FROM + 10, slow[0]["step"])
-        balanced = median_step(metrics, moved[-2 if len(moved) > 1 else -1]["step"] + 5, SLOW_UNTIL - 1)
+        # From the last share change while it was slow (a later one follows its recovery).
+        last_while_slow = max((e["step"] for e in moved if e["step"] < SLOW_UNTIL - 50), default=SLOW_UNTIL - 50)
+        balanced = median_step(metrics, last_while_slow + 5, SLOW_UNTIL - 1)
         healthy = median_step(metrics, 100, SLOW_FROM - 1)
         check(balanced <= 0.75 * unbalanced,
               f"rebalance: step {1e3 * healthy:.2f} ms healthy, {1e3 * unbalanced:.2f} ms slow, "

@@ -48,9 +48,10 @@ core::Shard domain_slice(std::size_t global_batch, const std::vector<int>& ranks
 }
 
 core::Shard rank_slice_in_domain(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
-                                 std::size_t domain, int rank, int live_ranks) {
+                                 std::size_t domain, int rank, int live_ranks,
+                                 std::span<const double> weights) {
   const core::Shard slice = domain_slice(global_batch, ranks_per_domain, domain);
-  const core::Shard inner = core::shard_of(slice.size(), rank, live_ranks);
+  const core::Shard inner = core::shard_of(slice.size(), rank, live_ranks, weights);
   return {slice.begin + inner.begin, slice.begin + inner.end};
 }
 

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,12 +30,14 @@ std::string format_members(const std::vector<int>& members);
 // The global batch split over the live ranks of the live domains, domain after domain: domain i
 // (an index into `ranks_per_domain`, the live ranks each domain reported at the last vote) takes
 // the slices of its ranks in the job-wide split, and inside the domain its `live_ranks` split
-// that slice among themselves. So a domain that lost ranks since it reported covers its share
-// with fewer, the others never notice, and every sample is still assigned exactly once.
+// that slice among themselves, evenly or by `weights` (one per live rank: core::weighted_shares,
+// the slow-rank policy's). So a domain that lost ranks since it reported covers its share with
+// fewer, the others never notice, and every sample is still assigned exactly once.
 core::Shard domain_slice(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
                          std::size_t domain);
 core::Shard rank_slice_in_domain(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
-                                 std::size_t domain, int rank, int live_ranks);
+                                 std::size_t domain, int rank, int live_ranks,
+                                 std::span<const double> weights = {});
 
 // ---- synchronising every N steps (--domain-sync-every, the NERSC hybrid scheme; LocalSGD) ----
 //

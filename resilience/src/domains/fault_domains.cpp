@@ -123,10 +123,11 @@ double FaultDomains::share(std::size_t global_batch) const {
   return domain_share(global_batch, ranks_per_member_, member_index());
 }
 
-core::Shard FaultDomains::my_slice(std::size_t global_batch) const {
-  if (!enabled()) return core::shard_of(global_batch, domain().rank(), domain().size());
+core::Shard FaultDomains::my_slice(std::size_t global_batch,
+                                   std::span<const double> weights) const {
+  if (!enabled()) return core::shard_of(global_batch, domain().rank(), domain().size(), weights);
   return rank_slice_in_domain(global_batch, ranks_per_member_, member_index(), domain().rank(),
-                              domain().size());
+                              domain().size(), weights);
 }
 
 std::uint64_t FaultDomains::split_digest() const {

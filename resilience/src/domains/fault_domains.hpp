@@ -109,8 +109,9 @@ class FaultDomains {
   // domains).
   int job_world_size() const;
 
-  // The job-wide split (domain_plan.hpp): this rank's slice of a global batch.
-  core::Shard my_slice(std::size_t global_batch) const;
+  // The job-wide split (domain_plan.hpp): this rank's slice of a global batch, the domain's
+  // ranks sharing theirs evenly or by `weights` (one per rank of the domain).
+  core::Shard my_slice(std::size_t global_batch, std::span<const double> weights = {}) const;
   // This domain's slice of a global batch, which its ranks split among themselves (the whole
   // batch without domains).
   core::Shard my_domain_slice(std::size_t global_batch) const;

@@ -128,25 +128,24 @@ void SessionStaging::restage(bool wait, const std::string& reason) {
 }
 
 std::vector<std::size_t> SessionStaging::local_samples(const core::GlobalBatch& batch) const {
-  // With fault domains each domain's ranks share its slice of the batch (with --stage-to each
-  // domain stages the whole dataset over its own nodes, as MLPerf HPC DeepCAM's instances do, so
-  // a lost domain moves no other domain's files). Without domains the slice is the whole batch.
-  const core::Shard slice = domains_.my_domain_slice(batch.samples.size());
-  const std::span<const std::size_t> part(batch.samples.data() + slice.begin, slice.size());
-  const int rank = membership_.comm().rank();
   const std::span<const double> weights =
       weights_.size() == static_cast<std::size_t>(membership_.comm().size())
           ? std::span<const double>(weights_)
           : std::span<const double>();  // set for another membership: even shares
   if (staging_) {
+    // With fault domains each domain stages the whole dataset over its own nodes (as MLPerf HPC
+    // DeepCAM's instances do), so a lost domain moves no other domain's files; its slice of the
+    // batch is placed among its own ranks. Without domains the slice is the whole batch.
+    const core::Shard slice = domains_.my_domain_slice(batch.samples.size());
+    const std::span<const std::size_t> part(batch.samples.data() + slice.begin, slice.size());
     std::vector<std::size_t> mine;
-    for (std::size_t position : staging_->local_positions(part, rank, weights))
+    for (std::size_t position : staging_->local_positions(part, membership_.comm().rank(), weights))
       mine.push_back(part[position]);
     return mine;
   }
-  const core::Shard shard = core::shard_of(part.size(), rank, membership_.comm().size(), weights);
-  return {part.begin() + static_cast<std::ptrdiff_t>(shard.begin),
-          part.begin() + static_cast<std::ptrdiff_t>(shard.end)};
+  const auto shard = domains_.my_slice(batch.samples.size(), weights);
+  const auto first = batch.samples.begin() + static_cast<std::ptrdiff_t>(shard.begin);
+  return {first, first + static_cast<std::ptrdiff_t>(shard.size())};
 }
 
 }  // namespace hardy::resilience
