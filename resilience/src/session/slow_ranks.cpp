@@ -55,9 +55,15 @@ void SlowRanks::append_slots(std::vector<double>& sums) const {
   const std::size_t first = sums.size(),
                     world = static_cast<std::size_t>(membership_.comm().size()),
                     rank = static_cast<std::size_t>(membership_.comm().rank());
-  sums.resize(first + 2 * world, 0.0);
+  sums.resize(first + 2 * world + kLeadSlots, 0.0);
   sums[first + rank] = own_s_;
   sums[first + world + rank] = own_samples_;
+  if (membership_.lead()) {
+    // The clocks the decision reads are the lead's alone: each rank's own would differ by a
+    // little, and a threshold crossed on one rank and not on another splits the job's plans.
+    sums[first + 2 * world] = last_step_s_;
+    sums[first + 2 * world + 1] = launch_s_;
+  }
 }
 
 void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
@@ -66,15 +72,23 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
   // Each slot had one non-zero addend: the sums are exact, the same on every rank.
   const auto world = static_cast<std::ptrdiff_t>(membership_.comm().size());
   const auto first = sums.begin() + static_cast<std::ptrdiff_t>(kept);
-  const std::vector<double> own(first, first + world), own_samples(first + world, sums.end());
+  const std::vector<double> own(first, first + world),
+      own_samples(first + world, first + 2 * world);
+  const double lead_step_s = first[2 * world], lead_launch_s = first[2 * world + 1];
   sums.resize(kept);
-  // The time since the last decision: a step's duration, waits included (the first: unknown).
+  // The time since the last decision here: a step's duration, waits included (the first:
+  // unknown). It travels with the next step's sums; this step's decision reads the lead's last.
   const auto now = std::chrono::steady_clock::now();
-  const double step_s =
-      last_decided_ ? std::chrono::duration<double>(now - *last_decided_).count() : 0.0;
+  last_step_s_ = last_decided_ ? std::chrono::duration<double>(now - *last_decided_).count() : 0.0;
   last_decided_ = now;
+  if (may_evict_ && !cost_known_ && lead_launch_s > 0) {
+    cost_known_ = true;
+    const double given = watch_.thresholds().evict_cost_s;
+    evict_cost_s_ = given > 0 ? given : 2 * lead_launch_s;
+    watch_.allow_eviction(evict_cost_s_);
+  }
   const StragglerVerdict verdict =
-      watch_.observe(step, own, own_samples, staging_.share_weights(), samples, step_s);
+      watch_.observe(step, own, own_samples, staging_.share_weights(), samples, lead_step_s);
   if (!verdict.scores.empty()) scores_ = verdict.scores;
   const bool lead = membership_.lead();
   for (const RankSlowness& slow : verdict.became_slow) {
@@ -126,16 +140,13 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
 }
 
 void SlowRanks::first_step_committed(double launch_s) {
-  if (cost_known_ || !may_evict_) return;
-  cost_known_ = true;
-  const double given = watch_.thresholds().evict_cost_s;
-  evict_cost_s_ = given > 0 ? given : 2 * launch_s;
-  watch_.allow_eviction(evict_cost_s_);
+  if (launch_s_ <= 0) launch_s_ = launch_s;  // the lead's goes to every rank with the next sums
 }
 
 void SlowRanks::reset() {
   staging_.set_share_weights({});
   last_decided_.reset();  // the recovery's time is no step's
+  last_step_s_ = 0;
   scores_.clear();
   watch_ = StragglerWatch(watch_.thresholds());
   watch_.allow_eviction(evict_cost_s_);

@@ -30,7 +30,8 @@ class SlowRanks {
   // This rank's own work for its latest computed step: seconds over its samples.
   void measured(double own_s, std::size_t samples);
   // Appends two slots per rank to `sums` (a vector about to be summed over the communicator),
-  // this rank's own time and samples in its own, zero in the others'; nothing when disabled.
+  // this rank's own time and samples in its own, zero in the others', and the lead's clocks
+  // (its last step's duration, its launch's time to the first commit); nothing when disabled.
   void append_slots(std::vector<double>& sums) const;
   // After the sum: takes the slots back off `sums` (leaving `kept` values) and decides at
   // `step`, the ranks sharing `samples` samples per batch.
@@ -39,7 +40,8 @@ class SlowRanks {
   void reset();
   // This launch took `launch_s` from its start to its first committed step: a relaunch without a
   // slow node would cost about twice that (it starts again, and reads the state back), and with
-  // --straggler evict and a spare left the watch may name one for eviction from now on.
+  // --straggler evict and a spare left the watch may name one for eviction once the lead's
+  // figure has reached every rank (the next step's sums).
   void first_step_committed(double launch_s);
   // The node to leave out, once the watch named its rank (--straggler evict).
   const std::optional<StragglerVerdict>& eviction_due() const { return eviction_; }
@@ -50,6 +52,8 @@ class SlowRanks {
  private:
   bool active() const;
 
+  static constexpr std::size_t kLeadSlots = 2;  // the lead's step duration and launch time
+
   StragglerWatch watch_;
   // Some rank of the communicator has less than a CPU per thread, or the host's time is not the
   // step's: nothing is measured, sent or decided.
@@ -59,7 +63,9 @@ class SlowRanks {
   core::EventLog& events_;
   double own_s_ = 0, own_samples_ = 0;
   std::optional<std::chrono::steady_clock::time_point> last_decided_;
-  bool may_evict_;  // --straggler evict, a spare left, one MPI job
+  double last_step_s_ = 0;  // this rank's time between its last two decisions
+  double launch_s_ = 0;     // this launch's start to its first commit, here (0: not yet)
+  bool may_evict_;          // --straggler evict, a spare left, one MPI job
   bool cost_known_ = false;
   double evict_cost_s_ = 0;  // 0 until known: nothing is evicted
   std::optional<StragglerVerdict> eviction_;

@@ -1,0 +1,84 @@
+// The session's side of the slow-rank watch (session/slow_ranks.hpp) over an in-process world:
+// every rank must take the same decision at the same step, even where what each rank reads from
+// its own clock differs, or the ranks split the batch differently and a step covers some samples
+// twice and others never.
+#include <catch2/catch.hpp>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "domains/fault_domains.hpp"
+#include "hardy/resilience/events.hpp"
+#include "hardy/resilience/training_config.hpp"
+#include "in_process_world.hpp"
+#include "session/membership.hpp"
+#include "session/session_staging.hpp"
+#include "session/slow_ranks.hpp"
+
+using namespace hardy;
+using namespace hardy::resilience;
+using hardy::testing::InProcessWorld;
+
+namespace {
+
+// What one rank saw, step by step.
+struct RankDecisions {
+  std::vector<std::vector<double>> weights;  // the shares in force after each step
+  std::optional<long> evicted_at;            // the step the watch named a rank for eviction
+};
+
+}  // namespace
+
+TEST_CASE(
+    "slow ranks: the ranks decide alike when their own clocks disagree (the launch time that "
+    "prices an eviction is the lead's)") {
+  constexpr int kRanks = 3;
+  constexpr std::size_t kBatch = 30;
+  constexpr long kSteps = 400;
+  StragglerThresholds thresholds;
+  thresholds.mode = StragglerMode::evict;
+  thresholds.warmup = 2;
+  thresholds.window = 3;
+  thresholds.window_s = 0;
+  thresholds.confirm = 4;
+  thresholds.confirm_s = 0;
+
+  std::vector<RankDecisions> seen(kRanks);
+  InProcessWorld world(kRanks);
+  const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
+    const int me = comm->rank();
+    Membership membership(std::move(comm), 1);
+    core::EventLog events(event_kinds());
+    FaultDomains domains(DomainOptions{}, membership.communicator_slot(), events);
+    const TrainingConfig config;
+    SessionStaging staging(config, membership, domains, events);
+    SlowRanks slow(thresholds, membership, staging, events, /*host_timed=*/true,
+                   /*kernel_threads=*/1, /*may_evict=*/true);
+    RankDecisions& mine = seen[static_cast<std::size_t>(me)];
+    for (long step = 1; step <= kSteps && !mine.evicted_at; ++step) {
+      // Rank 2 takes three times its peers' time a sample, on every share it is given.
+      const auto share = static_cast<double>(kBatch) / kRanks;
+      const double per_sample = me == 2 ? 3e-3 : 1e-3;
+      slow.measured(per_sample * share, static_cast<std::size_t>(share));
+      std::vector<double> sums{1.0};
+      slow.append_slots(sums);
+      membership.comm().allreduce_sum(sums);
+      slow.decide(step, sums, 1, kBatch);
+      REQUIRE(sums == std::vector<double>{kRanks});  // the loss slot is the caller's again
+      // Each rank's own launch took very different times (rank 0 a fraction of a second, the
+      // others minutes): priced by its own, one rank would evict while its peers carry on.
+      if (step == 1) slow.first_step_committed(me == 0 ? 0.02 : 600.0);
+      mine.weights.push_back(staging.share_weights());
+      if (slow.eviction_due()) mine.evicted_at = step;
+    }
+  });
+  for (const auto& outcome : outcomes) REQUIRE_FALSE(outcome);
+  REQUIRE(seen[0].evicted_at);  // the lead's 0.02 s priced it: 0.04 s lost is soon reached
+  for (int r = 1; r < kRanks; ++r) {
+    CHECK(seen[static_cast<std::size_t>(r)].evicted_at == seen[0].evicted_at);
+    CHECK(seen[static_cast<std::size_t>(r)].weights == seen[0].weights);
+  }
+  // Rebalanced before: rank 2's share was cut.
+  REQUIRE_FALSE(seen[0].weights.back().empty());
+  CHECK(seen[0].weights.back()[2] < seen[0].weights.back()[0]);
+}
