@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""One node at a third of its speed on the emulated cluster: what it costs, and what sharing the
-batch out around it gives back, side by side in one run.
+"""One node at a third of its speed, or one node's link at a tenth of its bandwidth, on the
+emulated cluster: what it costs, and what sharing the batch out around it, or evicting it to a
+spare, gives back, side by side in one run.
 
 Runs tests/cluster/straggler.py's scenarios (imported: the same job, the same cgroup emulation,
 the same figures) on one cluster of 8 emulated nodes x 1 rank of 1 thread and a spare (network
@@ -13,6 +14,10 @@ a CPU), the slow node's cut by --throttle-by when the job has committed --slow-s
   slow, evict       the throttle, --straggler evict with the ninth host as a spare (hardy run
                     --spare-nodes 1) and a relaunch said to cost 1 s: rank_slow, fewer samples,
                     then node_evicted and a relaunch with the spare in the slow node's place
+  slow link, off    no throttle; every node's link capped at 200 Mbit/s with tc from the start,
+                    the slow node's at 20 from --slow-step, --straggler off
+  slow link, evict  the same caps, --straggler evict and the spare: link_probe, link_slow, then
+                    node_evicted (cause link) and a relaunch with the spare in its place
 
     sudo bench/cluster/straggler_bench.py [--hardy build/bin/hardy] [--steps 500] [--slow-step 120]
         [--rounds 1] [--global-batch 32] [--size 128] [--cpus 2] [--throttle-by 6]
@@ -47,6 +52,7 @@ import straggler  # noqa: E402
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
 
 COLUMNS = [("healthy", "healthy"), ("off", "slow, off"), ("rebalance", "slow, rebalance"), ("evict", "slow, evict")]
+LINK_COLUMNS = [("link_off", "slow link, off"), ("link", "slow link, evict")]
 
 
 def median_of(runs, key):
@@ -81,6 +87,10 @@ def summary(runs):
                                  for r in runs]
     s["shares"] = [[(m["step"], m["reason"], m["per_rank_batch"]) for m in r["shards_rebalanced"]] for r in runs]
     s["recovered"] = [[(e["rank"], e["step"]) for e in r["rank_recovered"]] for r in runs]
+    s["link_named"] = [[(e["rank"], e["host"], e["step"]) for e in r.get("link_slow", [])] for r in runs]
+    s["probes"] = [[(p["step"], p["named_host"], round(p["seconds"], 2)) for p in r.get("link_probes", [])]
+                   for r in runs]
+    s["evicted_cause"] = [[e.get("cause") for e in r["node_evicted"]] for r in runs]
     s["steps_committed_once"] = all(r["steps_committed_once"] for r in runs)
     s["samples_once"] = all(r["samples_once"] for r in runs)
     s["exit_0"] = all(r["status"] == 0 and r["finished"] for r in runs)
@@ -129,6 +139,37 @@ def table(summaries, slow_host, slow_rank):
     return "\n".join(lines)
 
 
+def link_table(summaries, slow_host):
+    """The slow link's scenarios: the healthy phase (every link capped at 200 Mbit/s), the slow
+    one (the slow node's at 20), and the steps on the spare."""
+    per = [summaries.get(key) for key, _ in LINK_COLUMNS]
+    get = lambda s, k: s.get(k) if s else None  # noqa: E731
+    rows = [
+        ["median step, healthy phase (every link 200 Mbit/s)", *[fmt_ms(get(s, "healthy_median_s")) for s in per]],
+        ["median step, slow link before any action", *[fmt_ms(get(s, "slow_median_s")) for s in per]],
+        ["slow / healthy", *[fmt_x(get(s, "slow_over_healthy")) for s in per]],
+        ["median step on the spare, after the eviction", *[fmt_ms(get(s, "evicted_median_s")) for s in per]],
+        ["evicted / healthy", *[fmt_x(get(s, "evicted_over_healthy")) for s in per]],
+        ["link_slow: steps / seconds after the cap",
+         *[f"{get(s, 'named_after_steps'):.0f} / {get(s, 'named_after_s'):.1f} s"
+           if get(s, "named_after_steps") is not None else "-" for s in per]],
+        ["evicted: seconds after the cap",
+         *[f"{get(s, 'evicted_after_s'):.1f} s" if get(s, "evicted_after_s") is not None else "-" for s in per]],
+        [f"named (capped: {slow_host})",
+         *["; ".join(",".join(f"{h} @{st}" for _, h, st in run) or "nobody" for run in get(s, "link_named") or [])
+           or "-" for s in per]],
+        ["probes (step, named, seconds)",
+         *["; ".join(" / ".join(f"{st} {h or 'nobody'} {sec} s" for st, h, sec in run) or "none"
+                     for run in get(s, "probes") or []) or "-" for s in per]],
+        ["every step committed once", *[("yes" if s["steps_committed_once"] else "NO") if s else "-" for s in per]],
+        ["every epoch's samples once", *[("yes" if s["samples_once"] else "NO") if s else "-" for s in per]],
+        ["exit 0, completed", *[("yes" if s["exit_0"] else "NO") if s else "-" for s in per]],
+    ]
+    lines = ["| | " + " | ".join(label for _, label in LINK_COLUMNS) + " |", "|---|" + "---|" * len(LINK_COLUMNS)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hardy", help="path of hardy (default build/bin/hardy)")
@@ -146,7 +187,7 @@ def main():
     parser.add_argument("--spin", action="store_true",
                         help="leave Open MPI's waiting ranks polling (sched_yield), not sleeping")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--scenarios", default=",".join(key for key, _ in COLUMNS))
+    parser.add_argument("--scenarios", default=",".join(key for key, _ in COLUMNS + LINK_COLUMNS))
     parser.add_argument("--output", help="JSON file (default bench/results/straggler-<date>.json)")
     args = parser.parse_args()
     args.hardy = benchlib.find_binary("hardy", args.hardy, "straggler_bench")
@@ -166,7 +207,7 @@ def main():
                "evict_cost_s": straggler.EVICT_COST_S}
     by_scenario = {s: [] for s in scenarios}
     with tempfile.TemporaryDirectory(prefix="hardy-straggler-bench-") as tmp, \
-            EmulatedCluster(nodes=straggler.NODES + (1 if "evict" in scenarios else 0)) as cluster:
+            EmulatedCluster(nodes=straggler.NODES + (1 if {"evict", "link"} & set(scenarios) else 0)) as cluster:
         for round_index in range(args.rounds):
             order = scenarios if round_index % 2 == 0 else list(reversed(scenarios))
             for scenario in order:
@@ -193,7 +234,11 @@ def main():
     results["machine"]["load_average_end"] = os.getloadavg()
     first = results["runs"][0] if results["runs"] else {}
     print()
-    print(table(summaries, first.get("slow_host"), first.get("slow_rank")))
+    if set(summaries) & {key for key, _ in COLUMNS}:
+        print(table(summaries, first.get("slow_host"), first.get("slow_rank")))
+    if set(summaries) & {key for key, _ in LINK_COLUMNS}:
+        print()
+        print(link_table(summaries, first.get("slow_host")))
     stamp = datetime.now(timezone.utc).date().isoformat()
     path = benchlib.write_results(results, args.output, f"straggler-{stamp}.json")
     print(f"\nwritten to {path}")

@@ -99,6 +99,11 @@ void SelfCommunicator::revoke() {
   throw Error("revoke: a one-rank communicator has no fault tolerance");
 }
 
+std::unique_ptr<Communicator> SelfCommunicator::split(int color, int /*key*/) {
+  if (color < 0) return nullptr;
+  return std::make_unique<SelfCommunicator>();
+}
+
 Survivors SelfCommunicator::shrink() {
   throw Error("shrink: a one-rank communicator has no fault tolerance");
 }

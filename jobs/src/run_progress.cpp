@@ -71,7 +71,15 @@ void read_slow_ranks(const std::string& event, const nlohmann::json& record,
   const auto rank_of = [](const nlohmann::json& r) { return core::read_field<int>(r, "rank"); };
   if (event == event_kind("communicator_shrunk") || event == event_kind("job_started")) {
     progress.slow_ranks.clear();
+    progress.slow_links.clear();
     progress.straggler_shares.clear();
+  } else if (event == event_kind("link_slow")) {
+    progress.slow_links.push_back(record);
+  } else if (event == event_kind("link_recovered")) {
+    const auto host = core::read_field<std::string>(record, "host");
+    std::erase_if(progress.slow_links, [&](const nlohmann::json& slow) {
+      return core::read_field<std::string>(slow, "host") == host;
+    });
   } else if (event == event_kind("rank_slow")) {
     progress.slow_ranks.push_back(record);
   } else if (event == event_kind("rank_recovered")) {

@@ -34,6 +34,9 @@ struct RunProgress {
   // The ranks slow now (rank_slow events not followed by rank_recovered, a shrink or a new
   // launch), and the shares the straggler policy set last (empty: even).
   std::vector<nlohmann::json> slow_ranks;
+  // The nodes whose link is slow now (link_slow events not followed by link_recovered, a shrink
+  // or a new launch).
+  std::vector<nlohmann::json> slow_links;
   std::vector<std::size_t> straggler_shares;
 };
 

@@ -106,6 +106,7 @@ nlohmann::json status_json(const std::filesystem::path& run_dir) {
           {"lost_nodes", lost_nodes_json(progress.lost_nodes)},
           {"diverging", optional_json(progress.diverging)},
           {"slow_ranks", progress.slow_ranks},
+          {"slow_links", progress.slow_links},
           {"straggler_shares", progress.straggler_shares},
           {"slowest_rank", metric("slowest_rank")},
           {"slowest_score", metric("slowest_score")}};
@@ -178,6 +179,13 @@ void print_text(const nlohmann::json& status) {
                              core::read_field<std::string>(slow, "host").value_or("?"),
                              core::read_field<double>(slow, "score").value_or(NAN),
                              core::read_field<long>(slow, "since_step").value_or(-1));
+  for (const auto& link : status["slow_links"])
+    std::cout << fmt::format(
+        "slow link      {} since step {}: its pairs' exchanges {:.1f} ms against {:.1f} ms\n",
+        core::read_field<std::string>(link, "host").value_or("?"),
+        core::read_field<long>(link, "since_step").value_or(-1),
+        1e3 * core::read_field<double>(link, "pair_s").value_or(NAN),
+        1e3 * core::read_field<double>(link, "peers_pair_s").value_or(NAN));
   if (!status["straggler_shares"].empty())
     std::cout << fmt::format(
         "shares         {} samples per rank (around slow ranks)\n",

@@ -134,12 +134,13 @@ po::options_description resilience_options() {
       "hang-io-timeout", po::value<double>()->default_value(60.0),
       "seconds a rank may wait on data or write state before it is hung (at least --hang-timeout)")(
       "straggler", po::value<std::string>()->default_value("evict"),
-      "slow ranks (docs/resilience.md, \"Slow ranks\"): off; detect (report them: rank_slow, "
-      "rank_recovered); rebalance (also give a slow rank fewer samples, in proportion to its "
-      "speed, the global batch and every sample's once per epoch unchanged); or evict (the "
-      "default: rebalance, and under hardy run with a spare node, once the time a slow rank "
-      "cost reaches what a relaunch costs, leave its node out: node_evicted, a final "
-      "checkpoint, and a relaunch on the spare)")(
+      "slow ranks and links (docs/resilience.md, \"Slow ranks\"): off; detect (report them: "
+      "rank_slow, rank_recovered; a probe of pairs of nodes when the exchange grows while no "
+      "rank's own work does: link_probe, link_slow); rebalance (also give a slow rank fewer "
+      "samples, in proportion to its speed, the global batch and every sample's once per "
+      "epoch unchanged); or evict (the default: rebalance, and under hardy run with a spare "
+      "node, once the time a slow rank or link cost reaches what a relaunch costs, leave its "
+      "node out: node_evicted, a final checkpoint, and a relaunch on the spare)")(
       "straggler-slowdown", po::value<double>()->default_value(0.15),
       "how much slower than its peers' median a rank's own work per sample (data wait, forward, "
       "backward) must be to count: 0.15 is 15%")(

@@ -318,6 +318,24 @@ class EmulatedCluster:
         _ip("link", "set", self.node(node).veth, "up")
         self._signal_all(node, signal.SIGCONT)
 
+    def shape_link(self, node, mbit):
+        """Caps the node's link at `mbit` Mbit/s both ways (a token bucket on each end of its veth:
+        the host side shapes what reaches the node, eth0 inside its namespace what leaves it), as
+        a NIC that fell back to a lower rate; None removes the cap. The caps go with the veth."""
+        node = self.node(node)
+        for device, namespace in ((node.veth, None), ("eth0", node.netns)):
+            ns = ["-n", namespace] if namespace else []
+            if mbit is None:
+                subprocess.run(["tc", *ns, "qdisc", "del", "dev", device, "root"], capture_output=True)
+                continue
+            # A burst of 32 KB: enough for the token bucket's clock, small enough that a
+            # 100-KB exchange already runs at the rate.
+            argv = ["tc", *ns, "qdisc", "replace", "dev", device, "root", "tbf", "rate", f"{mbit}mbit",
+                    "burst", "32kb", "latency", "100ms"]
+            result = subprocess.run(argv, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"{' '.join(argv)}: {result.stderr.strip()}")
+
     def reachable(self, node, timeout=None):
         return _reachable(self.node(node).address, self.probe_timeout if timeout is None else timeout)
 

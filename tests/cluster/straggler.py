@@ -36,6 +36,12 @@ Scenarios:
   evict      the throttle with `--straggler evict` and a ninth host as a spare (hardy run
              --spare-nodes 1): node_evicted names the throttled node, hardy run relaunches once
              with the spare in its place, and the steps after that run at the healthy pace
+  link       (the CTest cluster/straggler_link) no throttle: every node's link capped with tc at
+             LINK_MBIT (200 Mbit/s) both ways from the start, node 5's at a tenth of that from
+             --slow-step, `--straggler evict` and a spare: link_slow names node 5 (a probe of
+             pairs of nodes), node_evicted (cause link) relaunches on the spare, whose steps run
+             at most 1.3 x the healthy ones; nobody's own work is named slow
+  link_off   the same caps with `--straggler off` (the bench's unmitigated slow link)
 
 Checked for every scenario: `hardy run` exits 0 with job_finished at the last step, no relaunch;
 every step 1..N committed exactly once; every sample of every complete epoch trained exactly once
@@ -69,8 +75,13 @@ from emulated_cluster import NETNS_DIR, EmulatedCluster, _pid_alive, namespaces_
 from hardy_test import Checks, Job, complete_epochs_exact, int_option, read_jsonl, run_watched, small_job  # noqa: E402
 
 NODES = 8
-SCENARIOS = {"healthy": ("rebalance", False), "off": ("off", True), "rebalance": ("rebalance", True),
-             "evict": ("evict", True)}
+# scenario: (--straggler, what is slowed at --slow-step: None, "cpu" or "link")
+SCENARIOS = {"healthy": ("rebalance", None), "off": ("off", "cpu"), "rebalance": ("rebalance", "cpu"),
+             "evict": ("evict", "cpu"), "link": ("evict", "link"), "link_off": ("off", "link")}
+# link: every node's link capped at LINK_MBIT from the start (a veth has no rate of its own), the
+# slow node's at a tenth of that from --slow-step: the exchange of the test model's 135 KB of
+# gradients goes from about 10 ms to about 100 ms, the nodes' own work unchanged.
+LINK_MBIT = 200
 # evict: a ninth host kept as a spare, and a relaunch said to cost 1 s (--straggler-evict-cost):
 # measured, twice the launch's start, it is several seconds here, which these 500 short steps
 # would not lose to a rebalanced node.
@@ -322,7 +333,8 @@ def _ratio(a, b):
 def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_STEP, slow_node=5, batch=BATCH,
                  size=SIZE, cpus=None, period_us=None, mca=None, throttle_by=THROTTLE_BY, keep=None):
     """Runs one scenario on the cluster and returns its figures (a dict, JSON-ready)."""
-    mode, throttled = SCENARIOS[scenario]
+    mode, slowed = SCENARIOS[scenario]
+    throttled = slowed is not None
     run = Path(workdir) / f"run-{scenario}"
     shutil.rmtree(run, ignore_errors=True)
     job = Job(run)
@@ -335,15 +347,28 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
                *(["--straggler-evict-cost", str(EVICT_COST_S)] if evicting else [])]
     env = {**os.environ, **cluster.mpi_env(), **(mca or {})}
     marks, ended = {}, threading.Event()
+    if slowed == "link":
+        for node in range(len(hosts)):
+            cluster.shape_link(node, LINK_MBIT)
     with NodeCpuGroups(cluster, cpus=cpus, period_us=period_us, active_nodes=NODES) as groups:
+        def slow_down():
+            if slowed == "link":
+                cluster.shape_link(slow_node, LINK_MBIT / 10)
+                return time.time()
+            return groups.throttle(slow_node, throttle_by) if throttled else time.time()
+
         def watch():
             if not job.wait(lambda: ended.is_set() or job.step() >= slow_step, f"step {slow_step}",
                             timeout=RUN_TIMEOUT_S) or ended.is_set():
                 return
             before = groups.stats()
-            at = groups.throttle(slow_node, throttle_by) if throttled else time.time()
+            at = slow_down()
             marks["throttle"] = {"time": at, "step": job.step(), "cpu_stat": before,
                                  "quota_us": groups.quotas[slow_node], "period_us": groups.periods[slow_node]}
+            if slowed == "link":
+                print(f"--- the link of {cluster.hosts[slow_node]} capped at {LINK_MBIT / 10:g} Mbit/s (the others "
+                      f"{LINK_MBIT}) at step {marks['throttle']['step']}", flush=True)
+                return
             print(f"--- {'throttled' if throttled else 'not throttled (healthy)'} {cluster.hosts[slow_node]}: "
                   f"{groups.quotas[slow_node]} us every {groups.periods[slow_node]} us (the others "
                   f"{groups.quota_us} of {groups.period_us}) at step {marks['throttle']['step']}", flush=True)
@@ -357,6 +382,9 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
         placed, move_errors = dict(groups.placed), groups.move_errors
         period_us, quota_us = groups.period_us, groups.quota_us
         leftovers = cluster.wait_no_leftovers()
+    if slowed == "link":  # the next scenario on this cluster starts with plain links
+        for node in range(len(hosts)):
+            cluster.shape_link(node, None)
     if keep:
         shutil.copytree(run, Path(keep) / scenario, dirs_exist_ok=True)
 
@@ -374,13 +402,19 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
              for e in events if e["event"] == "shards_rebalanced" and e.get("policy") == "straggler"]
     recovered = [{k: e.get(k) for k in ("step", "rank", "host", "score")} for e in events
                  if e["event"] == "rank_recovered"]
-    evicted = [{k: e.get(k) for k in ("step", "rank", "node", "host", "score", "lost_s", "cost_s", "unix_time")}
+    evicted = [{k: e.get(k) for k in ("step", "rank", "node", "host", "score", "lost_s", "cost_s", "cause",
+                                      "unix_time")}
                for e in events if e["event"] == "node_evicted"]
+    link_slow = [{k: e.get(k) for k in ("step", "rank", "host", "pair_s", "peers_pair_s", "exchange_s", "baseline_s",
+                                        "since_step", "unix_time")} for e in events if e["event"] == "link_slow"]
+    link_probes = [{k: e.get(k) for k in ("step", "seconds", "exchange_s", "baseline_s", "named_host", "pairs")}
+                   for e in events if e["event"] == "link_probe"]
     finished = [e for e in events if e["event"] == "job_finished"]
     complete, wrong = complete_epochs_exact(run, 3 * batch)
 
     result = {
-        "scenario": scenario, "straggler": mode, "throttled": throttled, "status": status, "elapsed_s": elapsed,
+        "scenario": scenario, "straggler": mode, "throttled": throttled, "slowed": slowed,
+        "link_mbit": LINK_MBIT if slowed == "link" else None, "status": status, "elapsed_s": elapsed,
         "steps": steps, "slow_step": slow_step, "global_batch": batch, "size": size, "slow_node": slow_node, "slow_host": host,
         "slow_rank": slow_rank, "cpus": cpus or os.cpu_count(), "period_us": period_us, "quota_us": quota_us,
         "throttled_quota_us": throttle.get("quota_us"), "throttled_period_us": throttle.get("period_us"),
@@ -395,6 +429,7 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
         "samples_once": bool(complete) and not wrong,
         "global_batch_constant": bool(metrics) and all(m.get("global_batch") == batch for m in metrics),
         "rank_slow": rank_slow, "shards_rebalanced": moves, "rank_recovered": recovered, "node_evicted": evicted,
+        "link_slow": link_slow, "link_probes": link_probes,
         "leftovers": leftovers, "processes_placed": placed, "move_errors": move_errors,
         "cpu_stat_at_throttle": throttle.get("cpu_stat"), "cpu_stat_end": end_stats,
         "series": [[m["step"], round(m["step_s"], 5), round(m.get("compute_s", 0.0), 5), m.get("slowest_rank"),
@@ -404,7 +439,7 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
     # steps after it to the first share change (or the end); rebalanced from a few steps after
     # the last change to the end.
     if throttle_step is not None:
-        first_move = moves[0]["step"] if moves else steps
+        first_move = moves[0]["step"] if moves else (evicted[0]["step"] if evicted else steps)
         last_move = moves[-1]["step"] if moves else None
         for name, first, last in (("healthy", WARMUP + 1, throttle_step),
                                   ("slow", throttle_step + SLOW_SETTLE, first_move),
@@ -426,11 +461,13 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
             result["cpu_ms_per_step_before"] = [round(1e3 * c / throttle_step, 3) for c in before_cpu]
             result["cpu_ms_per_step_after"] = [round(1e3 * (e - b) / max(1, steps - throttle_step), 3)
                                                for b, e in zip(before_cpu, end_cpu)]
-        if rank_slow:
-            result["named_after_steps"] = rank_slow[0]["step"] - throttle_step
-            result["named_after_s"] = rank_slow[0]["unix_time"] - throttle_time
+        named = link_slow if slowed == "link" else rank_slow
+        if named:
+            result["named_after_steps"] = named[0]["step"] - throttle_step
+            result["named_after_s"] = named[0]["unix_time"] - throttle_time
     result["said"] = [line[:300] for line in output.splitlines()
-                      if "hardy: rank" in line or "shared out" in line or "not watched" in line]
+                      if "hardy: rank" in line or "shared out" in line or "not watched" in line
+                      or "hardy: the link" in line or "hardy: the exchange" in line]
     result["output_tail"] = output[-4000:]
     return result
 
@@ -440,7 +477,7 @@ def check_result(check, r):
     s = r["scenario"]
     check(r["status"] == 0, f"{s}: hardy run exits 0 ({r['status']}, {r['elapsed_s']:.1f} s)")
     check(r["finished"], f"{s}: job_finished completed at step {r['steps']}")
-    relaunches = 1 if s == "evict" else 0
+    relaunches = 1 if s in ("evict", "link") else 0
     check(r["relaunches"] == relaunches and not r["hangs"],
           f"{s}: {relaunches} relaunch(es) ({r['relaunches']}), nothing hung or failed: {r['hangs']}")
     check(r["steps_committed_once"], f"{s}: every step 1..{r['steps']} committed exactly once")
@@ -456,6 +493,32 @@ def check_result(check, r):
           f"rebalanced {ms(r.get('rebalanced_median_s'))}; slow/healthy {r.get('slow_over_healthy')}, "
           f"rebalanced/healthy {r.get('rebalanced_over_healthy')}, rebalanced/slow {r.get('rebalanced_over_slow')}",
           flush=True)
+    probes = r["link_probes"]
+    print(f"{s}: {len(probes)} link probe(s): {[(p['step'], p['named_host'], round(p['seconds'], 3)) for p in probes]}",
+          flush=True)
+    if s == "link_off":
+        check(not r["link_slow"] and not r["node_evicted"] and not probes,
+              f"{s}: nothing probed, named or evicted: {r['link_slow']} {r['node_evicted']}")
+        return
+    if s == "link":
+        named, ev = r["link_slow"], r["node_evicted"]
+        bound = max(5 * (r.get("slow_median_s") or 0.0), 15.0)
+        check(len(named) == 1 and named[0]["host"] == r["slow_host"],
+              f"{s}: link_slow names {r['slow_host']} once: {[(e['host'], e['step']) for e in named]}")
+        check(r.get("named_after_s") is not None and 0 < r["named_after_s"] <= bound,
+              f"{s}: named {r.get('named_after_s')} s ({r.get('named_after_steps')} steps) after the cap "
+              f"(at most {bound:.1f} s)")
+        check(not r["rank_slow"], f"{s}: no rank's own work named slow: {r['rank_slow']}")
+        check(len(ev) == 1 and ev[0]["host"] == r["slow_host"] and ev[0]["cause"] == "link"
+              and ev[0]["lost_s"] >= ev[0]["cost_s"],
+              f"{s}: node_evicted (cause link) names {r['slow_host']} once, the time lost against the cost: {ev}")
+        ratio = r.get("evicted_over_healthy")
+        print(f"{s}: slow {r.get('slow_over_healthy')} x healthy; after the eviction "
+              f"{1e3 * (r.get('evicted_median_s') or 0):.1f} ms a step, {ratio} x healthy; evicted "
+              f"{r.get('evicted_after_s')} s after the cap", flush=True)
+        check(ratio is not None and ratio <= 1.3, f"{s}: the steps on the spare at most 1.3 x healthy ({ratio})")
+        return
+    check(not r["link_slow"], f"{s}: no link named slow: {r['link_slow']}")
     if s == "evict":
         ev = r["node_evicted"]
         check(len(ev) == 1 and ev[0]["host"] == r["slow_host"] and ev[0]["lost_s"] >= ev[0]["cost_s"],
@@ -506,7 +569,7 @@ def main():
         print(f"skipped: cannot emulate a cluster with slow nodes here: {why}")
         sys.exit(77)
     check = Checks()
-    with EmulatedCluster(nodes=NODES + (1 if scenario == "evict" else 0)) as cluster, \
+    with EmulatedCluster(nodes=NODES + (1 if SCENARIOS[scenario][0] == "evict" else 0)) as cluster, \
             tempfile.TemporaryDirectory(prefix="hardy-straggler-") as tmp:
         result = run_scenario(hardy, cluster, scenario, tmp, steps=int_option("--steps", STEPS),
                               slow_step=int_option("--slow-step", SLOW_STEP), slow_node=int_option("--slow-node", 5),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hardy/comm/errors.hpp"
+#include "hardy/comm/link_probe.hpp"
 #include "hardy/comm/mpi/communicator.hpp"
 
 using hardy::comm::MpiCommunicator;
@@ -139,6 +140,44 @@ TEST_CASE("barrier and hostnames", "[mpi]") {
   const auto names = comm->hostnames();
   REQUIRE(names.size() == static_cast<std::size_t>(comm->size()));
   for (const auto& name : names) REQUIRE_FALSE(name.empty());
+}
+
+TEST_CASE("split groups ranks by color and key; a probe times every ring pair of nodes", "[mpi]") {
+  auto comm = MpiCommunicator::world();
+  const int r = comm->rank(), n = comm->size();
+  // Even and odd ranks, each group in reverse rank order; the last rank joins none.
+  const bool joins = r != n - 1;
+  auto part = comm->split(joins ? r % 2 : -1, -r);
+  REQUIRE((part != nullptr) == joins);
+  if (part) {
+    int expected_size = 0;
+    for (int q = 0; q < n - 1; ++q) expected_size += q % 2 == r % 2 ? 1 : 0;
+    REQUIRE(part->size() == expected_size);
+    const auto all = part->allgather(r);
+    if (part->size() > 1) REQUIRE(all.front() > all.back());  // by key: -r
+    REQUIRE(all[static_cast<std::size_t>(part->rank())] == r);
+  }
+  // Every rank a node of its own: ring pairs (0,1), (1,2), ... (n-1,0), each timed once or more.
+  std::vector<int> node_of_rank(static_cast<std::size_t>(n));
+  std::iota(node_of_rank.begin(), node_of_rank.end(), 0);
+  const auto probe = hardy::comm::probe_links(*comm, node_of_rank, 1 << 16, 2);
+  if (n < 3) {
+    REQUIRE(probe.pairs.empty());
+    return;
+  }
+  REQUIRE(probe.pairs.size() == static_cast<std::size_t>(n));
+  for (int edge = 0; edge < n; ++edge) {
+    const auto& pair = probe.pairs[static_cast<std::size_t>(edge)];
+    REQUIRE(pair.node_a == edge);
+    REQUIRE(pair.node_b == (edge + 1) % n);
+    REQUIRE(pair.seconds > 0);
+  }
+  // The same figures on every rank.
+  std::vector<double> mine;
+  for (const auto& pair : probe.pairs) mine.push_back(pair.seconds);
+  comm->allreduce_sum(mine);
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    REQUIRE(mine[i] == Approx(n * probe.pairs[i].seconds));
 }
 
 TEST_CASE("agree is the bitwise AND of every rank's flag", "[mpi]") {

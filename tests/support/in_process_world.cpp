@@ -37,6 +37,7 @@ struct Group {
   std::vector<int> members;  // world ranks, by rank in this communicator
   bool revoked = false;
   std::map<long, Operation> collectives, agreements;  // by sequence number
+  std::map<std::pair<long, int>, Group*> splits;      // by split's sequence number and color
 };
 
 template <class T>
@@ -159,6 +160,25 @@ class InProcessCommunicator final : public comm::Communicator {
     if (hook) hook(me_, data);
   }
   void barrier() override { collective("barrier", {}); }
+  std::unique_ptr<comm::Communicator> split(int color, int key) override {
+    const std::int64_t mine[2] = {color, key};
+    const long seq = deposit("split", bytes_of(std::span<const std::int64_t>(mine, 2)));
+    const auto result = *finish(seq, "split", true);
+    if (color < 0) return nullptr;
+    std::vector<std::int64_t> all(result.size() / sizeof(std::int64_t));
+    std::memcpy(all.data(), result.data(), result.size());
+    std::vector<std::pair<std::int64_t, int>> joining;  // (key, rank here)
+    for (std::size_t r = 0; r < all.size() / 2; ++r)
+      if (all[2 * r] == color) joining.emplace_back(all[2 * r + 1], static_cast<int>(r));
+    std::sort(joining.begin(), joining.end());
+    std::vector<int> members;
+    for (const auto& [k, r] : joining)
+      members.push_back(group_->members[static_cast<std::size_t>(r)]);
+    auto lock = shared_->lock();
+    Group*& made = group_->splits[{seq, color}];
+    if (made == nullptr) made = shared_->new_group(std::move(members));
+    return std::make_unique<InProcessCommunicator>(shared_, made, me_);
+  }
   std::vector<std::string> hostnames() override {
     const auto nodes = allgather(me_ / shared_->ranks_per_node);
     std::vector<std::string> names;
@@ -295,7 +315,7 @@ class InProcessCommunicator final : public comm::Communicator {
       return;
     }
     if (kind == "barrier") return;
-    if (kind == "allgather i64") {
+    if (kind == "allgather i64" || kind == "split") {
       for (auto& [rank, bytes] : op.contributions)
         op.result.insert(op.result.end(), bytes.begin(), bytes.end());
       return;

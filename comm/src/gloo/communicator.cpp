@@ -92,6 +92,9 @@ class GlooCommunicator final : public Communicator {
   int agree(int) override { throw Error("a gloo group has no fault-tolerant agreement"); }
   std::vector<int> failed_ranks() override { return {}; }
   Survivors shrink() override { throw Error("a gloo group cannot shrink; connect a new one"); }
+  std::unique_ptr<Communicator> split(int, int) override {
+    throw Error("a gloo group cannot be split; connect one per part");
+  }
 
  private:
   using Reduce = void (*)(void*, const void*, const void*, size_t);

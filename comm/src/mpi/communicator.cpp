@@ -210,6 +210,14 @@ std::vector<int> MpiCommunicator::failed_ranks() {
   return fault_tolerant_ ? known_failed_ranks(comm_) : std::vector<int>{};
 }
 
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  MPI_Comm part = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &part), "MPI_Comm_split",
+            comm_);
+  if (part == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiCommunicator>(part, true);
+}
+
 Survivors MpiCommunicator::shrink() {
   require_fault_tolerance("shrink");
   MPI_Comm shrunk = MPI_COMM_NULL;

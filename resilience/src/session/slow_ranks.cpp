@@ -6,20 +6,25 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <unordered_map>
 
 #include "hardy/comm/communicator.hpp"
+#include "hardy/comm/link_probe.hpp"
 #include "hardy/core/data/sampler.hpp"
 
 namespace hardy::resilience {
 
 SlowRanks::SlowRanks(const StragglerThresholds& thresholds, const Membership& membership,
                      SessionStaging& staging, core::EventLog& events, bool host_timed,
-                     int kernel_threads, bool may_evict)
+                     int kernel_threads, bool may_evict, bool links_watched)
     : watch_(thresholds),
+      link_(thresholds),
+      links_watched_(links_watched),
       membership_(membership),
       staging_(staging),
       events_(events),
       may_evict_(may_evict && thresholds.mode == StragglerMode::evict) {
+  node_count_ = count_nodes();
   if (!watch_.enabled() || membership_.comm().size() < 2) return;
   if (!host_timed) {
     // A GPU step's own work is its device time (the compute span), which this does not read
@@ -39,10 +44,38 @@ SlowRanks::SlowRanks(const StragglerThresholds& thresholds, const Membership& me
         "hardy: slow ranks are not watched in this job (--straggler {}): its ranks share CPUs "
         "({:.2g} CPU(s) for {} thread(s) here), so their timings measure the scheduler\n",
         to_string(thresholds.mode), membership_.cpu_share(), kernel_threads);
+  if (!unwatched_ && !links_watched_ && membership_.lead())
+    std::cout << fmt::format(
+        "hardy: slow links are not watched with fault domains (--straggler {}): the domains' "
+        "exchange crosses gloo groups that the link probe does not reach\n",
+        to_string(thresholds.mode));
 }
 
 bool SlowRanks::active() const {
   return watch_.enabled() && !unwatched_ && membership_.comm().size() > 1;
+}
+
+bool SlowRanks::links_active() const {
+  // A probe tells the two ends of a link apart only with a third node to pair each with.
+  return active() && links_watched_ && link_.enabled() && node_count_ >= 3;
+}
+
+std::vector<int> SlowRanks::node_of_rank(std::vector<std::string>& hosts) const {
+  std::unordered_map<std::string, int> index;
+  std::vector<int> nodes;
+  for (int r = 0; r < membership_.comm().size(); ++r) {
+    const std::string& host = membership_.host_of(r);
+    const auto [at, added] = index.emplace(host, static_cast<int>(hosts.size()));
+    if (added) hosts.push_back(host);
+    nodes.push_back(at->second);
+  }
+  return nodes;
+}
+
+std::size_t SlowRanks::count_nodes() const {
+  std::vector<std::string> hosts;
+  node_of_rank(hosts);
+  return hosts.size();
 }
 
 void SlowRanks::measured(double own_s, std::size_t samples) {
@@ -63,6 +96,7 @@ void SlowRanks::append_slots(std::vector<double>& sums) const {
     // little, and a threshold crossed on one rank and not on another splits the job's plans.
     sums[first + 2 * world] = last_step_s_;
     sums[first + 2 * world + 1] = launch_s_;
+    sums[first + 2 * world + 2] = exchange_s_;
   }
 }
 
@@ -74,7 +108,8 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
   const auto first = sums.begin() + static_cast<std::ptrdiff_t>(kept);
   const std::vector<double> own(first, first + world),
       own_samples(first + world, first + 2 * world);
-  const double lead_step_s = first[2 * world], lead_launch_s = first[2 * world + 1];
+  const double lead_step_s = first[2 * world], lead_launch_s = first[2 * world + 1],
+               lead_exchange_s = first[2 * world + 2];
   sums.resize(kept);
   // The time since the last decision here: a step's duration, waits included (the first:
   // unknown). It travels with the next step's sums; this step's decision reads the lead's last.
@@ -86,6 +121,7 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
     const double given = watch_.thresholds().evict_cost_s;
     evict_cost_s_ = given > 0 ? given : 2 * lead_launch_s;
     watch_.allow_eviction(evict_cost_s_);
+    link_.allow_eviction(evict_cost_s_);
   }
   const StragglerVerdict verdict =
       watch_.observe(step, own, own_samples, staging_.share_weights(), samples, lead_step_s);
@@ -116,7 +152,11 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
       std::cout << fmt::format("hardy: rank {} on {} is back to its peers' speed ({:.2f})\n",
                                back.rank, membership_.host_of(back.rank), back.score);
   }
-  if (verdict.evict) eviction_ = verdict;
+  if (verdict.evict) {
+    eviction_ = verdict;
+    eviction_cause_ = "compute";
+  }
+  if (links_active()) watch_links(step, lead_exchange_s, lead_step_s);
   if (!verdict.new_weights) return;
   staging_.set_share_weights(*verdict.new_weights);
   std::vector<std::size_t> shares;
@@ -139,6 +179,84 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
         verdict.reason, step, fmt::join(shares, ","), verdict.predicted_gain);
 }
 
+void SlowRanks::watch_links(long step, double exchange_s, double step_s) {
+  const LinkVerdict verdict = link_.observe(step, exchange_s, watch_.suspects(), step_s);
+  probe_due_ = verdict.probe;
+  if (!verdict.recovered && !verdict.evict) return;
+  std::vector<std::string> hosts;
+  const std::vector<int> nodes = node_of_rank(hosts);
+  const auto lowest_rank = [&](int node) {
+    return static_cast<int>(std::find(nodes.begin(), nodes.end(), node) - nodes.begin());
+  };
+  if (verdict.recovered) {
+    const LinkSlowness& link = *verdict.recovered;
+    events_.emit("link_recovered", {{"step", step},
+                                    {"rank", lowest_rank(link.node)},
+                                    {"host", hosts[static_cast<std::size_t>(link.node)]},
+                                    {"since_step", link.since_step}});
+    if (membership_.lead())
+      std::cout << fmt::format("hardy: the link of {} is back to its speed\n",
+                               hosts[static_cast<std::size_t>(link.node)]);
+  }
+  if (verdict.evict && !eviction_) {
+    const LinkSlowness& link = *verdict.evict;
+    StragglerVerdict evict;
+    evict.evict = RankSlowness{.rank = lowest_rank(link.node),
+                               .score = link.peers_pair_s / link.pair_s,
+                               .own_s = link.pair_s,
+                               .peers_s = link.peers_pair_s,
+                               .since_step = link.since_step};
+    evict.lost_s = verdict.lost_s;
+    evict.evict_cost_s = verdict.evict_cost_s;
+    eviction_ = std::move(evict);
+    eviction_cause_ = "link";
+  }
+}
+
+void SlowRanks::probe_links(long step, std::size_t bytes) {
+  probe_due_ = false;
+  std::vector<std::string> hosts;
+  const std::vector<int> nodes = node_of_rank(hosts);
+  const comm::LinkProbe probe =
+      comm::probe_links(membership_.comm(), nodes, bytes, kProbeRepetitions);
+  const double exchange_s = link_.current_exchange_s(), baseline_s = link_.baseline_s();
+  const std::optional<LinkSlowness> named = link_.probed(probe.pairs);
+  nlohmann::json pairs = nlohmann::json::array();
+  for (const comm::LinkPair& pair : probe.pairs)
+    pairs.push_back({hosts[static_cast<std::size_t>(pair.node_a)],
+                     hosts[static_cast<std::size_t>(pair.node_b)], pair.seconds});
+  nlohmann::json fields = {
+      {"step", step},   {"seconds", probe.seconds}, {"bytes", bytes},
+      {"pairs", pairs}, {"exchange_s", exchange_s}, {"baseline_s", baseline_s}};
+  if (named) fields["named_host"] = hosts[static_cast<std::size_t>(named->node)];
+  events_.emit("link_probe", std::move(fields));
+  const bool lead = membership_.lead();
+  if (!named) {
+    if (lead)
+      std::cout << fmt::format(
+          "hardy: the exchange took {:.1f} ms against its best {:.1f} ms; a probe of {} pairs of "
+          "nodes found no one slow link ({:.2f} s)\n",
+          exchange_s * 1e3, baseline_s * 1e3, probe.pairs.size(), probe.seconds);
+    return;
+  }
+  const std::string& host = hosts[static_cast<std::size_t>(named->node)];
+  events_.emit("link_slow",
+               {{"step", step},
+                {"rank", probe.lead_rank_of_node[static_cast<std::size_t>(named->node)]},
+                {"host", host},
+                {"pair_s", named->pair_s},
+                {"peers_pair_s", named->peers_pair_s},
+                {"exchange_s", named->exchange_s},
+                {"baseline_s", named->baseline_s},
+                {"since_step", named->since_step}});
+  if (lead)
+    std::cout << fmt::format(
+        "hardy: the link of {} is slow since step {}: its pairs took {:.1f} ms against {:.1f} ms "
+        "for the others' ({} bytes), the exchange {:.1f} ms against its best {:.1f} ms\n",
+        host, named->since_step, named->pair_s * 1e3, named->peers_pair_s * 1e3, bytes,
+        named->exchange_s * 1e3, named->baseline_s * 1e3);
+}
+
 void SlowRanks::first_step_committed(double launch_s) {
   if (launch_s_ <= 0) launch_s_ = launch_s;  // the lead's goes to every rank with the next sums
 }
@@ -150,6 +268,10 @@ void SlowRanks::reset() {
   scores_.clear();
   watch_ = StragglerWatch(watch_.thresholds());
   watch_.allow_eviction(evict_cost_s_);
+  link_ = LinkWatch(watch_.thresholds());
+  link_.allow_eviction(evict_cost_s_);
+  probe_due_ = false;
+  node_count_ = count_nodes();
 }
 
 }  // namespace hardy::resilience

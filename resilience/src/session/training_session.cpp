@@ -76,7 +76,8 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       bad_samples(config.bad_samples, files.events()),
       slow_ranks(config.stragglers, membership, staging, files.events(),
                  /*host_timed=*/config.backend == "cpu", trainer.kernel_threads(),
-                 /*may_evict=*/config.spare_nodes_left > 0 && config.domain < 0) {
+                 /*may_evict=*/config.spare_nodes_left > 0 && config.domain < 0,
+                 /*links_watched=*/config.domain < 0) {
   // Until the domains have met, the first domain writes the run directory's files (a relaunched
   // one never does before it joins).
   if (config.domain >= 0)
@@ -192,7 +193,9 @@ std::vector<double> TrainingSession::State::reduce_in_domain(long this_step) {
                            static_cast<double>(computed.samples)};
   Watchdog::Scope scope(watchdog, "gradient allreduce");
   // grad_scale already divides by the global batch, so the sum over ranks is the mean.
+  const auto exchange_started = Clock::now();
   trainer.finish_reduction();
+  slow_ranks.measured_exchange(seconds_since(exchange_started));
   if (comm().size() > 1 && config.gradient_lag != 0)  // before it is committed
     check_same_plan(comm(), computed.plan_digest, this_step);
   const std::size_t kept = loss.size();
@@ -200,6 +203,10 @@ std::vector<double> TrainingSession::State::reduce_in_domain(long this_step) {
   comm().allreduce_sum(loss);
   slow_ranks.decide(this_step, loss, kept,
                     domains.domains().my_domain_slice(current_global_batch()).size());
+  if (slow_ranks.probe_due()) {  // every rank: the decision is the same everywhere
+    Watchdog::Scope probe(watchdog, "link probe");
+    slow_ranks.probe_links(this_step, trainer.model().parameter_count() * sizeof(float));
+  }
   domains.check_samples_covered(std::lround(loss[2]), std::lround(loss[1]), this_step);
   // Every rank learns of every bad sample of the step (bad_samples.hpp).
   if (loss[1] > 0) bad_samples.report(comm(), computed.load.skipped, this_step);
@@ -286,10 +293,17 @@ void TrainingSession::State::commit_step(CommittedStep done) {
 void TrainingSession::State::evict_slow_node(const StragglerVerdict& verdict) {
   const RankSlowness& slow = *verdict.evict;
   const int world_rank = membership.world_rank_of(slow.rank);
-  const std::string evidence = fmt::format(
-      "slow since step {}: {:.2f} of its peers' speed ({:.3g} s a sample against {:.3g} s); "
-      "{:.1f} s lost to it, a relaunch costs about {:.1f} s",
-      slow.since_step, slow.score, slow.own_s, slow.peers_s, verdict.lost_s, verdict.evict_cost_s);
+  const bool link = slow_ranks.eviction_cause() == "link";
+  const std::string evidence =
+      link ? fmt::format(
+                 "its link slow since step {}: its pairs' exchanges took {:.3g} s against {:.3g} s "
+                 "for the other pairs; {:.1f} s lost to it, a relaunch costs about {:.1f} s",
+                 slow.since_step, slow.own_s, slow.peers_s, verdict.lost_s, verdict.evict_cost_s)
+           : fmt::format(
+                 "slow since step {}: {:.2f} of its peers' speed ({:.3g} s a sample against "
+                 "{:.3g} s); {:.1f} s lost to it, a relaunch costs about {:.1f} s",
+                 slow.since_step, slow.score, slow.own_s, slow.peers_s, verdict.lost_s,
+                 verdict.evict_cost_s);
   // The committed state first, so that the relaunch on the spare loses no step.
   store.write_final_checkpoint("evicting a slow node");
   events().emit("node_evicted", {{"step", step()},
@@ -300,6 +314,7 @@ void TrainingSession::State::evict_slow_node(const StragglerVerdict& verdict) {
                                  {"score", slow.score},
                                  {"lost_s", verdict.lost_s},
                                  {"cost_s", verdict.evict_cost_s},
+                                 {"cause", slow_ranks.eviction_cause()},
                                  {"evidence", evidence}});
   throw SessionStop{
       kEvicting,

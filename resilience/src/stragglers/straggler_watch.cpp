@@ -121,6 +121,12 @@ StragglerWatch::StragglerWatch(StragglerThresholds thresholds) : thresholds_(thr
         fmt::format("--straggler-confirm must be at least 1 step, not {}", thresholds_.confirm));
 }
 
+bool StragglerWatch::suspects() const {
+  for (std::size_t r = 0; r < slow_.size(); ++r)
+    if (slow_[r] || 2 * streak_[r] >= confirm_) return true;
+  return false;
+}
+
 bool StragglerWatch::is_slow(int rank) const {
   return rank >= 0 && static_cast<std::size_t>(rank) < slow_.size() &&
          slow_[static_cast<std::size_t>(rank)];

@@ -71,6 +71,11 @@ class Communicator {
   virtual std::unique_ptr<Request> iallgather_blocks(std::span<const std::byte> mine,
                                                      std::span<std::byte> all);
   virtual void barrier() = 0;
+  // A new communicator of the ranks that pass the same `color` (>= 0), ranked by `key`, then by
+  // their rank here; nullptr where `color` is negative (this rank joins none). Collective: every
+  // rank calls it, and a failure shows as in any collective. For short-lived groups of a few
+  // ranks (comm/link_probe.hpp's pairs of nodes).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
   // Every rank's host name, indexed by rank (for failure reports and node-aware placement).
   virtual std::vector<std::string> hostnames() = 0;
 

@@ -17,6 +17,7 @@ class SelfCommunicator final : public Communicator {
   std::unique_ptr<Request> iallreduce_sum(std::span<float> data) override;
   void broadcast(std::span<std::byte> data, int root) override;
   void barrier() override {}
+  std::unique_ptr<Communicator> split(int color, int key) override;
   std::vector<std::string> hostnames() override;
   bool fault_tolerant() const override { return false; }
   void revoke() override;

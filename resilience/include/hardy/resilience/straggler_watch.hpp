@@ -114,6 +114,9 @@ class StragglerWatch {
   const StragglerThresholds& thresholds() const { return thresholds_; }
   // Whether `rank` is slow now (false when the watch has no such rank).
   bool is_slow(int rank) const;
+  // Whether some rank is slow, or half way to being named so (LinkWatch leaves a slow exchange
+  // alone while a rank's own work may explain it; single flagged steps of noise do not count).
+  bool suspects() const;
   // evict: a relaunch without a node would cost `cost_s` seconds (> 0); 0: nothing can be
   // evicted (no spare node), so slow ranks are only rebalanced.
   void allow_eviction(double cost_s) { evict_cost_s_ = cost_s; }

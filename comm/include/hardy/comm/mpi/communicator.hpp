@@ -108,6 +108,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Request> iallgather_blocks(std::span<const std::byte> mine,
                                              std::span<std::byte> all) override;
   void barrier() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
   std::vector<std::string> hostnames() override;
 
   bool fault_tolerant() const override { return fault_tolerant_; }

@@ -127,9 +127,30 @@ inline constexpr EventField rank_slow[] = {{"step", T::integer, req},
                                            {"peers_s_per_sample", T::number, req},
                                            {"since_step", T::integer, req}};
 inline constexpr EventField node_evicted[] = {
-    {"step", T::integer, req},  {"rank", T::integer, req},  {"world_rank", T::integer, req},
-    {"node", T::integer, req},  {"host", T::string, req},   {"score", T::number, req},
-    {"lost_s", T::number, req}, {"cost_s", T::number, req}, {"evidence", T::string, req}};
+    {"step", T::integer, req},
+    {"rank", T::integer, req},
+    {"world_rank", T::integer, req},
+    {"node", T::integer, req},
+    {"host", T::string, req},
+    {"score", T::number, req},
+    {"lost_s", T::number, req},
+    {"cost_s", T::number, req},
+    {"evidence", T::string, req},
+    // "compute" (the rank's own work, rank_slow) or "link" (its node's network, link_slow).
+    {"cause", T::string, opt}};
+inline constexpr EventField link_probe[] = {
+    {"step", T::integer, req},     {"seconds", T::number, req},    {"bytes", T::integer, req},
+    {"pairs", T::array, req},      {"exchange_s", T::number, req}, {"baseline_s", T::number, req},
+    {"named_host", T::string, opt}};
+inline constexpr EventField link_slow[] = {
+    {"step", T::integer, req},        {"rank", T::integer, req},
+    {"host", T::string, req},         {"pair_s", T::number, req},
+    {"peers_pair_s", T::number, req}, {"exchange_s", T::number, req},
+    {"baseline_s", T::number, req},   {"since_step", T::integer, req}};
+inline constexpr EventField link_recovered[] = {{"step", T::integer, req},
+                                                {"rank", T::integer, req},
+                                                {"host", T::string, req},
+                                                {"since_step", T::integer, req}};
 inline constexpr EventField rank_recovered[] = {{"step", T::integer, req},
                                                 {"rank", T::integer, req},
                                                 {"host", T::string, req},
@@ -207,6 +228,19 @@ inline constexpr core::EventKind kSessionEvents[] = {
      event_fields::node_evicted},
     {"rank_recovered", "a slow rank kept up with its peers again for --straggler-confirm steps",
      event_fields::rank_recovered},
+    {"link_probe",
+     "the step's exchange stayed --straggler-slowdown of a step above its own best while no "
+     "rank's own work was slow: pairs of neighbouring nodes timed an exchange of the gradients' "
+     "size (pairs: [host, host, seconds]; named_host: the node in two slow pairs, if one)",
+     event_fields::link_probe},
+    {"link_slow",
+     "a probe found one node whose two pairs took at least twice the other pairs' median: its "
+     "network link is slow (rank: that node's lowest, in the current communicator)",
+     event_fields::link_slow},
+    {"link_recovered",
+     "the exchange came back within half --straggler-slowdown of a step of its best for "
+     "--straggler-confirm steps after a slow link",
+     event_fields::link_recovered},
     {"training_resumed", "the first step after a recovery", event_fields::training_resumed},
     {"recovery_finished", "a recovery inside the job ended", event_fields::recovery_finished},
     {"resume_skipped", "--resume found nothing to resume from", event_fields::reason_only},
