@@ -472,6 +472,20 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
     return result
 
 
+def check_evicted(check, r, cause, slowed_by):
+    """One node_evicted naming the slow host for `cause`, the time lost against the cost, and the
+    steps on the spare at most 1.3 x the healthy ones."""
+    s, ev = r["scenario"], r["node_evicted"]
+    check(len(ev) == 1 and ev[0]["host"] == r["slow_host"] and ev[0].get("cause") == cause
+          and ev[0]["lost_s"] >= ev[0]["cost_s"],
+          f"{s}: node_evicted (cause {cause}) names {r['slow_host']} once, the time lost against the cost: {ev}")
+    ratio = r.get("evicted_over_healthy")
+    print(f"{s}: slow {r.get('slow_over_healthy')} x healthy; after the eviction "
+          f"{1e3 * (r.get('evicted_median_s') or 0):.1f} ms a step, {ratio} x healthy; evicted "
+          f"{r.get('evicted_after_s')} s after the {slowed_by}", flush=True)
+    check(ratio is not None and ratio <= 1.3, f"{s}: the steps on the spare at most 1.3 x healthy ({ratio})")
+
+
 def check_result(check, r):
     """The checks of a scenario's result (what a user relies on, and what the scenario is for)."""
     s = r["scenario"]
@@ -501,7 +515,7 @@ def check_result(check, r):
               f"{s}: nothing probed, named or evicted: {r['link_slow']} {r['node_evicted']}")
         return
     if s == "link":
-        named, ev = r["link_slow"], r["node_evicted"]
+        named = r["link_slow"]
         bound = max(5 * (r.get("slow_median_s") or 0.0), 15.0)
         check(len(named) == 1 and named[0]["host"] == r["slow_host"],
               f"{s}: link_slow names {r['slow_host']} once: {[(e['host'], e['step']) for e in named]}")
@@ -509,25 +523,11 @@ def check_result(check, r):
               f"{s}: named {r.get('named_after_s')} s ({r.get('named_after_steps')} steps) after the cap "
               f"(at most {bound:.1f} s)")
         check(not r["rank_slow"], f"{s}: no rank's own work named slow: {r['rank_slow']}")
-        check(len(ev) == 1 and ev[0]["host"] == r["slow_host"] and ev[0]["cause"] == "link"
-              and ev[0]["lost_s"] >= ev[0]["cost_s"],
-              f"{s}: node_evicted (cause link) names {r['slow_host']} once, the time lost against the cost: {ev}")
-        ratio = r.get("evicted_over_healthy")
-        print(f"{s}: slow {r.get('slow_over_healthy')} x healthy; after the eviction "
-              f"{1e3 * (r.get('evicted_median_s') or 0):.1f} ms a step, {ratio} x healthy; evicted "
-              f"{r.get('evicted_after_s')} s after the cap", flush=True)
-        check(ratio is not None and ratio <= 1.3, f"{s}: the steps on the spare at most 1.3 x healthy ({ratio})")
+        check_evicted(check, r, "link", "cap")
         return
     check(not r["link_slow"], f"{s}: no link named slow: {r['link_slow']}")
     if s == "evict":
-        ev = r["node_evicted"]
-        check(len(ev) == 1 and ev[0]["host"] == r["slow_host"] and ev[0]["lost_s"] >= ev[0]["cost_s"],
-              f"{s}: node_evicted names {r['slow_host']} once, the time lost against the cost: {ev}")
-        ratio = r.get("evicted_over_healthy")
-        print(f"{s}: after the eviction {1e3 * (r.get('evicted_median_s') or 0):.1f} ms a step, "
-              f"{ratio if ratio is None else f'{ratio:.2f}'} x healthy; evicted {r.get('evicted_after_s')} s after "
-              f"the throttle", flush=True)
-        check(ratio is not None and ratio <= 1.3, f"{s}: the steps on the spare at most 1.3 x healthy ({ratio})")
+        check_evicted(check, r, "compute", "throttle")
         return
     if r["scenario"] != "rebalance":
         check(not r["rank_slow"] and not r["shards_rebalanced"],
