@@ -148,6 +148,12 @@ std::span<const ScalarField> scalar_fields() {
           "the precision the writer trained in: f32, bf16 or fp16 (its parameters and optimizer "
           "state are f32 in every one); empty: written before hardy recorded it",
           [](auto& s) -> auto& { return s.precision; }),
+      optional_field<std::string>(
+          "/job/committed_lines", "/committed_lines",
+          "the step's lines of metrics.jsonl and samples.jsonl as JSON {\"metrics\": ..., "
+          "\"audit\": ...}, for a restore to log a step its writer died before logging; empty: "
+          "not recorded",
+          [](auto& s) -> auto& { return s.committed_lines; }),
   };
   return table;
 }

@@ -165,7 +165,8 @@ po::options_description resilience_options() {
       "pace)")(
       "inject-failure", po::value<std::vector<std::string>>()->composing(),
       "testing: kill ranks with SIGKILL, e.g. rank=3@step=40 or node=1@step=40:allreduce (phases "
-      "forward, allreduce, checkpoint-write, snapshot-write, recovery), or hang them: "
+      "forward, allreduce, checkpoint-write, snapshot-write, log-write (after the step's "
+      "snapshot, before its log lines), recovery), or hang them: "
       "rank=3@step=40:stop (SIGSTOP), :spin (compute forever), :stall (block in the snapshot "
       "write), or slow them: rank=3@step=40:slow=3 (its forward and backward take 3x as long from "
       "step 40 on; slow=1 ends it), :noise=0.2 (each step up to 20% longer at random)");

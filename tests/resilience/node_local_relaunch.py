@@ -14,6 +14,12 @@ Then: every step committed, every epoch of the audit covers every sample exactly
 loss is within 2% of a failure-free run, and the snapshots are gone once the job completed. A
 run whose snapshot directory cannot be created reports snapshot_failed and trains on.
 
+Rank 0, which writes metrics.jsonl and samples.jsonl, killed after step 10's agreement and
+node-local snapshot but before it logged the step (--inject-failure rank=0@step=10:log-write), with
+and without --gradient-lag 1: the relaunch restores step 10 from the snapshot, which carries the
+step's lines, and logs them (restored_from: node-local), so that both files hold every step
+exactly once.
+
 That one-step guarantee is --snapshot-every 1's. The default, auto, spaces the snapshots by 100
 times what the last one cost: a last job with it and the same failure snapshots far fewer steps
 than it commits (the first one always), and its relaunch resumes from the newest snapshot, which
@@ -84,6 +90,29 @@ with tempfile.TemporaryDirectory(prefix="hardy-node-local-", dir=shm) as scratch
         final, expected = committed[STEPS]["loss"], reference[-1]["loss"]
         check(abs(final - expected) <= 0.02 * abs(expected), f"final loss {final:.5f} within 2% of {expected:.5f}")
     check(not any(snapshots.iterdir()), "the relaunched job removed the snapshot directories once it completed")
+
+    # Rank 0 dies between the step's snapshot and its log lines: the restore logs them.
+    for lag in ([], ["--gradient-lag", "1"]):
+        name = "unlogged" + ("-lagged" if lag else "")
+        run = tmp / name
+        status = supervise(run, snapshots, *EVERY_STEP, *lag, "--inject-failure", "rank=0@step=10:log-write")
+        restored = [e for e in read_jsonl(run / "events.jsonl") if e["event"] == "state_restored"]
+        metrics, audit = read_jsonl(run / "metrics.jsonl"), read_jsonl(run / "samples.jsonl")
+        check(status == 0 and restored and restored[-1].get("source") == "node-local"
+              and restored[-1].get("step") == 10,
+              f"{name}: rank 0 killed before logging step 10; the relaunch restored step 10 from the node-local "
+              f"snapshot (status {status}, {restored[-1] if restored else None})")
+        for label, lines in (("metrics.jsonl", metrics), ("samples.jsonl", audit)):
+            steps = [line["step"] for line in lines]
+            check(steps == list(range(1, STEPS + 1)),
+                  f"{name}: {label} has every step once, in order (missing: "
+                  f"{sorted(set(range(1, STEPS + 1)) - set(steps))}, twice: "
+                  f"{sorted({s for s in steps if steps.count(s) > 1})})")
+        step10 = [m for m in metrics if m["step"] == 10]
+        check(step10 and step10[0].get("restored_from") == "node-local",
+              f"{name}: step 10's metrics line came with the snapshot (restored_from: node-local): {step10}")
+        complete, wrong = complete_epochs_exact(run, SAMPLES)
+        check(len(complete) >= 3 and not wrong, f"{name}: epochs {complete} each cover every sample exactly once")
 
     # A snapshot directory that cannot be created (a file in its way) must not stop training.
     blocked = scratch / "not-a-directory"

@@ -20,8 +20,8 @@
 namespace hardy::resilience {
 
 namespace {
-constexpr std::string_view kPhaseNames[] = {"forward", "allreduce", "checkpoint-write",
-                                            "snapshot-write", "recovery"};
+constexpr std::string_view kPhaseNames[] = {"forward",        "allreduce", "checkpoint-write",
+                                            "snapshot-write", "log-write", "recovery"};
 static_assert(std::size(kPhaseNames) == static_cast<std::size_t>(Phase::recovery) + 1);
 // sleep=S, slow=F and noise=A carry their numbers, so they are parsed apart (fault_named).
 constexpr std::string_view kFaultNames[] = {"kill",  "stop", "spin", "stall",

@@ -57,10 +57,10 @@ void report_resumed(const StateStore::Restored& restored, long step, const Membe
 
 }  // namespace
 
-void resume_if_asked(const TrainingConfig& config, const Membership& membership,
-                     const Trainer& trainer, StateStore& store, core::EventLog& events,
-                     const RunIdentity& identity) {
-  if (config.resume.empty()) return;
+std::optional<Resumed> resume_if_asked(const TrainingConfig& config, const Membership& membership,
+                                       const Trainer& trainer, StateStore& store,
+                                       core::EventLog& events, const RunIdentity& identity) {
+  if (config.resume.empty()) return std::nullopt;
   const auto started = Clock::now();
   const bool latest = config.resume == "latest";
   // A relaunch after the job died as a whole: the nodes' copies may be newer than any
@@ -72,11 +72,12 @@ void resume_if_asked(const TrainingConfig& config, const Membership& membership,
       throw comm::Agreed<InvalidArgument>(fmt::format("cannot resume from {}", config.resume));
     events.emit("resume_skipped",
                 {{"reason", "no valid checkpoint in the run directory; starting at step 0"}});
-    return;
+    return std::nullopt;
   }
   report_resumed(*restored, trainer.step(), membership, events, identity, config.precision,
                  started);
-  if (restored->source != "checkpoint" || !membership.lead()) return;
+  Resumed resumed{.source = restored->source, .committed_lines = restored->saved.committed_lines};
+  if (restored->source != "checkpoint" || !membership.lead()) return resumed;
   // Training goes on from this step: later checkpoints in the run directory are another timeline,
   // which retention would otherwise keep in place of this one's.
   if (const auto discarded = checkpoint::discard_checkpoints_newer_than(
@@ -86,6 +87,7 @@ void resume_if_asked(const TrainingConfig& config, const Membership& membership,
     for (const auto& path : discarded) names.push_back(path.filename().string());
     events.emit("checkpoints_discarded", {{"newer_than_step", trainer.step()}, {"files", names}});
   }
+  return resumed;
 }
 
 }  // namespace hardy::resilience

@@ -98,15 +98,17 @@ std::string RunFiles::committed_lines(bool synced) const {
       .dump();
 }
 
-void RunFiles::adopt_lines(const std::string& text) {
+void RunFiles::adopt_lines(const std::string& text, const std::string& restored_from) {
   // A peer's lines of a later step than this domain's own (a joiner has none).
   const auto lines = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!lines.is_object()) return;
   const auto step_of = [](const nlohmann::json& line) {
     return line.is_object() ? line.value("step", -1L) : -1L;
   };
-  if (step_of(lines["metrics"]) > step_of(committed_metrics_))
+  if (step_of(lines["metrics"]) > step_of(committed_metrics_)) {
     committed_metrics_ = lines["metrics"];
+    if (!restored_from.empty()) committed_metrics_["restored_from"] = restored_from;
+  }
   if (step_of(lines["audit"]) > step_of(committed_audit_)) committed_audit_ = lines["audit"];
 }
 

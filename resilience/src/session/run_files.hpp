@@ -48,9 +48,11 @@ class RunFiles {
   // Back at the last meeting, `step`: its lines become the committed ones again.
   void back_to_synced(long step);
   // The lines of the committed step (or, `synced`, of the last meeting) as one string, and a
-  // peer's taken where they are of a later step than this rank's (fault_domains.hpp).
+  // peer's (fault_domains.hpp) or a restored state's taken where they are of a later step than
+  // this rank's; a metrics line from a state says so (`restored_from`: where it was restored
+  // from; its times are the ones it had when the state was copied).
   std::string committed_lines(bool synced) const;
-  void adopt_lines(const std::string& text);
+  void adopt_lines(const std::string& text, const std::string& restored_from = {});
 
  private:
   const TrainingConfig& config_;

@@ -13,14 +13,16 @@ namespace hardy::resilience {
 
 StateStore::StateStore(const TrainingConfig& config, const Membership& membership,
                        core::EventLog& events, Trainer& trainer, StateTransport& transport,
-                       FailureInjector& injector, const RunIdentity& identity)
+                       FailureInjector& injector, const RunIdentity& identity,
+                       const RunFiles& files)
     : config_(config),
       membership_(membership),
       events_(events),
       trainer_(trainer),
       transport_(transport),
       injector_(injector),
-      identity_(identity) {}
+      identity_(identity),
+      files_(files) {}
 
 void StateStore::capture_into(checkpoint::TrainingState& state) const {
   trainer_.capture_into(state);
@@ -43,6 +45,9 @@ void StateStore::capture_job_into(checkpoint::TrainingState& state) const {
   state.run_id = identity_.run_id;
   state.config_hash = identity_.config_hash;
   state.precision = core::to_string(config_.precision);
+  // The lines of the step being captured (kept before any copy of it is taken: step_hooks.cpp):
+  // a job that restores it logs them where their writer died first.
+  state.committed_lines = files_.committed_lines(/*synced=*/false);
 }
 
 void StateStore::restore(checkpoint::TrainingState& state, int root) {

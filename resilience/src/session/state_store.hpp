@@ -17,6 +17,7 @@
 #include "hardy/resilience/run_identity.hpp"
 #include "hardy/resilience/training_config.hpp"
 #include "session/membership.hpp"
+#include "session/run_files.hpp"
 #include "session/state_transport.hpp"
 #include "session/trainer.hpp"
 
@@ -28,10 +29,11 @@ class StateStore {
  public:
   // `identity` is the run's (filled in before the first snapshot is written or read). The
   // trainer's committed state is what the store keeps; `transport` carries a state read on one
-  // rank to every rank.
+  // rank to every rank. Every state it saves carries the committed step's lines of the run's
+  // logs as `files` keeps them (TrainingState::committed_lines).
   StateStore(const TrainingConfig& config, const Membership& membership, core::EventLog& events,
              Trainer& trainer, StateTransport& transport, FailureInjector& injector,
-             const RunIdentity& identity);
+             const RunIdentity& identity, const RunFiles& files);
 
   // ---- reading back: a resume, a recovery (collective) ----
   // Where to look, newest first wins: the copy in memory (when every rank holds the same
@@ -155,6 +157,7 @@ class StateStore {
   StateTransport& transport_;
   FailureInjector& injector_;
   const RunIdentity& identity_;
+  const RunFiles& files_;
 
   std::optional<checkpoint::TrainingState> memory_;
   std::optional<checkpoint::TrainingState> synced_;  // only with --domain-sync-every above 1

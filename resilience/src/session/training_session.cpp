@@ -59,7 +59,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       injector(parse_injected_failures(config.inject_failures, config.ranks_per_node),
                membership.world_rank(), config.run_dir / "checkpoints"),
       files(config, membership),
-      store(config, membership, files.events(), trainer, *transport, injector, identity),
+      store(config, membership, files.events(), trainer, *transport, injector, identity, files),
       domains(config, membership, trainer, store, files, watchdog,
               data.train->shape().label_elements()),
       staging(config, membership, domains.domains(), files.events()),
@@ -374,7 +374,14 @@ void TrainingSession::State::announce_start() {
 
 void TrainingSession::State::prepare_to_train() {
   if (config.domain_join.empty())  // a relaunched domain heals from a peer
-    resume_if_asked(config, membership, trainer, store, events(), identity);
+    if (const auto resumed =
+            resume_if_asked(config, membership, trainer, store, events(), identity);
+        resumed && !resumed->committed_lines.empty()) {
+      // The launch before may have died between this step's copies and its log lines: they came
+      // with the state, for the writer to log where they are missing.
+      files.adopt_lines(resumed->committed_lines, resumed->source);
+      if (membership.writes_run_files()) files.log_committed_step_if_missing(step());
+    }
   domains.start();
   if (!hang_monitor) {
     hang_monitor = make_hang_monitor(config, membership, identity.launch);

@@ -65,6 +65,10 @@ struct TrainingState {
   // The precision the writer trained in ("f32", "bf16", "fp16"; empty in older checkpoints).
   // Informational: the tensors are f32 in every precision, so a state restores into any.
   std::string precision;
+  // The step's lines of the run directory's logs, as JSON {"metrics": ..., "audit": ...}
+  // (either may be null), so that a job restoring this state can log a step whose writer died
+  // before it did (empty: not recorded, as in older checkpoints).
+  std::string committed_lines;
 };
 
 // Copies every model tensor and every optimizer state tensor into host memory (this copy is what

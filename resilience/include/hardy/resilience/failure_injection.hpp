@@ -18,7 +18,9 @@
 
 namespace hardy::resilience {
 
-enum class Phase { forward, allreduce, checkpoint_write, snapshot_write, recovery };
+// log_write: after the step's agreement and its copies (node-local snapshot), before its lines
+// are written to metrics.jsonl and samples.jsonl.
+enum class Phase { forward, allreduce, checkpoint_write, snapshot_write, log_write, recovery };
 Phase parse_phase(const std::string& name);
 std::string to_string(Phase phase);
 

@@ -1,5 +1,6 @@
-// The committed step's line in metrics.jsonl (every rank keeps it; the writer of the run files
-// writes it) and, every --log-every steps, the console's progress line.
+// The committed step's lines written: samples.jsonl's (--audit-samples) as step_lines.cpp kept
+// it, metrics.jsonl's final (every rank keeps it; the writer of the run files writes both), and,
+// every --log-every steps, the console's progress line.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -68,16 +69,21 @@ class MetricsLog final : public StepHook {
         trainer_(parts.trainer),
         store_(parts.store),
         files_(parts.files),
+        injector_(parts.injector),
         domains_(parts.domains),
         progress_(parts.progress) {}
 
   void after_commit(const CommittedStep& done) override {
+    // --inject-failure ...:log-write: dying here leaves a step agreed, copied and snapshotted
+    // but not logged, which whoever restores it must log.
+    injector_.at(trainer_.step(), Phase::log_write);
     const double step_s = std::max(1e-6, seconds_since(done.started));
     progress_.data_wait_total_s += done.data_wait_s;
     progress_.step_total_s += step_s;
     files_.keep_metrics_line(metrics_line(done, step_s, trainer_, progress_.last_snapshot_s,
                                           store_.take_snapshot_write_cpu_s(),
                                           domains_.job_world_size()));
+    files_.write_audit_line();  // nothing without --audit-samples
     files_.write_metrics_line();
     const long step = trainer_.step();
     if (membership_.writes_run_files() &&
@@ -101,6 +107,7 @@ class MetricsLog final : public StepHook {
   const Trainer& trainer_;
   StateStore& store_;
   RunFiles& files_;
+  FailureInjector& injector_;
   const FaultDomains& domains_;
   LoopProgress& progress_;
 };

@@ -53,10 +53,11 @@ struct HookParts {
   LoopProgress& progress;
 };
 
-// The hooks the configuration asks for, in the order they run: the synchronised copy, the
-// node-local snapshot, the heartbeat, the audit, the replica check, the metrics line (before a
-// checkpoint, so that a committed step is logged even if rank 0 dies writing one), the divergence
-// watch, preemption, the checkpoint.
+// The hooks the configuration asks for, in the order they run: the step's lines kept (before
+// any copy of the step, which carries them), the synchronised copy, the node-local snapshot, the
+// heartbeat, the replica check, the step's lines written (before a checkpoint, so that a
+// committed step is logged even if rank 0 dies writing one), the divergence watch, preemption,
+// the checkpoint.
 std::vector<std::unique_ptr<StepHook>> make_step_hooks(const HookParts& parts);
 
 std::unique_ptr<StepHook> synced_copy_hook(StateStore& store, const Trainer& trainer,
@@ -65,7 +66,7 @@ std::unique_ptr<StepHook> node_snapshot_hook(StateStore& store, FailureInjector&
                                              const Trainer& trainer, LoopProgress& progress);
 std::unique_ptr<StepHook> heartbeat_hook(Watchdog& watchdog, const Membership& membership,
                                          const Trainer& trainer, const LoopProgress& progress);
-std::unique_ptr<StepHook> sample_audit_hook(RunFiles& files, const Trainer& trainer);
+std::unique_ptr<StepHook> step_lines_hook(const HookParts& parts);
 std::unique_ptr<StepHook> replica_check_hook(const Trainer& trainer, const Membership& membership,
                                              core::EventLog& events, long every);
 std::unique_ptr<StepHook> metrics_hook(const HookParts& parts);
