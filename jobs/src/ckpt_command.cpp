@@ -313,8 +313,9 @@ constexpr SummaryLine kSummary[] = {
     {"saved", "{unix_time} by hardy {hardy_version} on {hosts}"},
     {"run", "{run_id} (configuration hash {config_hash})"},
 };
-// Scalars that only --json shows: the configuration is dozens of lines.
-constexpr std::string_view kOnlyInJson[] = {"/job/config"};
+// Scalars that only --json shows: the configuration is dozens of lines, the step's log lines
+// (metrics and the audit's every sample) are one long JSON text.
+constexpr std::string_view kOnlyInJson[] = {"/job/config", "/job/committed_lines"};
 
 std::string summary_key(std::string_view json_pointer) {
   std::string key(json_pointer.substr(1));

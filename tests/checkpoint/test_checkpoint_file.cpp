@@ -40,6 +40,7 @@ void check_same_scalars(const TrainingState& a, const TrainingState& b) {
   CHECK(a.hardy_version == b.hardy_version);
   CHECK(a.hosts == b.hosts);
   CHECK(a.unix_time == b.unix_time);
+  CHECK(a.committed_lines == b.committed_lines);
 }
 
 // A valid checkpoint of a trained tiny model, for the damage tests.
@@ -67,6 +68,8 @@ TEST_CASE(
   TrainedModel source(1);
   TrainingState saved = capture(source.model, *source.optimizer);
   set_scalars(saved, 10);
+  saved.committed_lines =
+      R"({"metrics":{"step":10,"loss":0.5},"audit":{"step":10,"samples":[3,1]}})";
   const auto path = dir / "ckpt-10.h5";
   const std::uint64_t bytes = write_checkpoint_file(saved, path);
   CHECK(bytes == std::filesystem::file_size(path));
@@ -79,7 +82,7 @@ TEST_CASE(
   CHECK(contents.state.model == saved.model);
   CHECK(contents.state.optimizer == saved.optimizer);
   check_same_scalars(contents.state, saved);
-  CHECK(contents.datasets.size() == saved.model.size() + saved.optimizer.size() + 27);
+  CHECK(contents.datasets.size() == saved.model.size() + saved.optimizer.size() + 28);
 
   TrainedModel target(2, core::OptimizerKind::adam, 0);
   apply(contents.state, target.model, *target.optimizer);

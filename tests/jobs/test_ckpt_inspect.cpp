@@ -58,7 +58,9 @@ TEST_CASE("hardy ckpt inspect --json shows every scalar field at its JSON pointe
   }
 }
 
-TEST_CASE("hardy ckpt inspect's text shows every scalar field but the configuration") {
+TEST_CASE(
+    "hardy ckpt inspect's text shows every scalar field but the configuration and the step's log "
+    "lines") {
   const CheckpointWithDistinctScalars checkpoint;
   // Throws when a field of the table has no place in the text.
   const std::string text = run_ckpt({"inspect", checkpoint.path.string()});
@@ -71,8 +73,10 @@ TEST_CASE("hardy ckpt inspect's text shows every scalar field but the configurat
             CHECK_THAT(text, Catch::Contains(std::to_string(value)));
           if constexpr (std::is_same_v<T, std::vector<std::string>>)  // hosts, each once in a row
             CHECK_THAT(text, Catch::Contains(value[0] + ", " + value[1] + ", " + value[2]));
+          // Those two are long texts that only --json shows.
           if constexpr (std::is_same_v<T, std::string>)
-            if (scalar.path != "/job/config") CHECK_THAT(text, Catch::Contains(value));
+            if (scalar.path != "/job/config" && scalar.path != "/job/committed_lines")
+              CHECK_THAT(text, Catch::Contains(value));
         },
         scalar.get(checkpoint.state));
   }
