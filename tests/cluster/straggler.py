@@ -42,6 +42,9 @@ Scenarios:
              pairs of nodes), node_evicted (cause link) relaunches on the spare, whose steps run
              at most 1.3 x the healthy ones; nobody's own work is named slow
   link_off   the same caps with `--straggler off` (the bench's unmitigated slow link)
+  healthy_long  (nightly, about 12 min) 10,000 steps, no throttle, every rank's own work up to
+             10% longer at random each step, `--straggler evict` and a spare: no rank_slow, no
+             share change, no link probe, no eviction
 
 Checked for every scenario: `hardy run` exits 0 with job_finished at the last step, no relaunch;
 every step 1..N committed exactly once; every sample of every complete epoch trained exactly once
@@ -77,7 +80,12 @@ from hardy_test import Checks, Job, complete_epochs_exact, int_option, read_json
 NODES = 8
 # scenario: (--straggler, what is slowed at --slow-step: None, "cpu" or "link")
 SCENARIOS = {"healthy": ("rebalance", None), "off": ("off", "cpu"), "rebalance": ("rebalance", "cpu"),
-             "evict": ("evict", "cpu"), "link": ("evict", "link"), "link_off": ("off", "link")}
+             "evict": ("evict", "cpu"), "link": ("evict", "link"), "link_off": ("off", "link"),
+             "healthy_long": ("evict", None)}
+# healthy_long: HEALTHY_LONG_STEPS steps with every rank's own work up to NOISE longer at random
+# each step (--inject-failure rank=R@step=1:noise=NOISE), the default --straggler evict and a
+# spare: nothing may be named, rebalanced, probed or evicted.
+HEALTHY_LONG_STEPS, NOISE = 10000, 0.1
 # link: every node's link capped at LINK_MBIT from the start (a veth has no rate of its own), the
 # slow node's at a tenth of that from --slow-step: the exchange of the test model's 135 KB of
 # gradients goes from about 10 ms to about 100 ms, the nodes' own work unchanged.
@@ -340,10 +348,15 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
     job = Job(run)
     evicting = mode == "evict"
     hosts = cluster.hosts[:NODES + (1 if evicting else 0)]
+    if scenario == "healthy_long":
+        steps = HEALTHY_LONG_STEPS
+    noise = [f"rank={r}@step=1:noise={NOISE}" for r in range(NODES)] if scenario == "healthy_long" else []
+    timeout = RUN_TIMEOUT_S * max(1, steps // STEPS) * (1.5 if noise else 1)
     command = [hardy, "run", "--hosts", ",".join(hosts), "--launch-agent", cluster.agent,
                "--ranks-per-node", "1", "--run-dir", str(run), "--backoff", "0.5", "--probe-timeout", "2",
                "--finish-grace", "5", *(["--spare-nodes", "1"] if evicting else []), "--",
                *train_options(steps, batch, size), "--straggler", mode,
+               *(["--inject-failure", ",".join(noise)] if noise else []),
                *(["--straggler-evict-cost", str(EVICT_COST_S)] if evicting else [])]
     env = {**os.environ, **cluster.mpi_env(), **(mca or {})}
     marks, ended = {}, threading.Event()
@@ -359,7 +372,7 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
 
         def watch():
             if not job.wait(lambda: ended.is_set() or job.step() >= slow_step, f"step {slow_step}",
-                            timeout=RUN_TIMEOUT_S) or ended.is_set():
+                            timeout=timeout) or ended.is_set():
                 return
             before = groups.stats()
             at = slow_down()
@@ -375,7 +388,7 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
 
         load_before = os.getloadavg()
         started = time.time()
-        status, output = run_watched(command, watch, RUN_TIMEOUT_S, env=env)
+        status, output = run_watched(command, watch, timeout, env=env)
         ended.set()
         elapsed = time.time() - started
         end_stats = groups.stats()
@@ -510,6 +523,14 @@ def check_result(check, r):
     probes = r["link_probes"]
     print(f"{s}: {len(probes)} link probe(s): {[(p['step'], p['named_host'], round(p['seconds'], 3)) for p in probes]}",
           flush=True)
+    if s == "healthy_long":
+        check(not r["rank_slow"] and not r["shards_rebalanced"] and not probes and not r["link_slow"]
+              and not r["node_evicted"],
+              f"{s}: {r['steps']} steps with {NOISE:.0%} noise: nobody named, no share changed, no link probed, "
+              f"nothing evicted: {r['rank_slow']} {r['shards_rebalanced']} {r['link_slow']} {r['node_evicted']}")
+        lowest = min((row[4] for row in r["series"] if row[4] is not None), default=None)
+        print(f"{s}: the lowest score seen {lowest}", flush=True)
+        return
     if s == "link_off":
         check(not r["link_slow"] and not r["node_evicted"] and not probes,
               f"{s}: nothing probed, named or evicted: {r['link_slow']} {r['node_evicted']}")

@@ -24,6 +24,8 @@ faults), and hits each with 1 to 3 faults drawn at random in kind, victim and st
                    job_relaunched event), crash another node for good (link down too); a draw
                    without such a fault before it gets a node_crash put in front
   checkpoint_kill  SIGKILL rank 0 half-way through writing a checkpoint
+  log_kill         SIGKILL rank 0 after a step's agreement and node-local snapshot, before it logs
+                   the step (metrics.jsonl, samples.jsonl): whoever carries on logs it
   recovery_kill    SIGKILL one rank, then another between the shrink and the restore of the
                    recovery from the first death
   preemption       SIGUSR1 to `hardy run`, which forwards it: the job writes a final checkpoint
@@ -57,10 +59,13 @@ everything staged private and nothing half-copied but on lost nodes. Each layout
 reference is its own (one MPI job of 8 ranks on this host, or 2 domains of 4 ranks for
 domains_sync4), cached.
 
-checkpoint_kill and recovery_kill use hardy's own test hook (`--inject-failure
-rank=0@step=C:checkpoint-write`, `rank=A@step=S,rank=B@step=S:recovery`): a write of half a
-megabyte takes about 0.1 s and a recovery a few ms, too short to hit from outside at the right
-instant. The hook belongs to the first launch only (`hardy run` strips it from relaunches), so
+checkpoint_kill, recovery_kill and log_kill use hardy's own test hook (`--inject-failure
+rank=0@step=C:checkpoint-write`, `rank=A@step=S,rank=B@step=S:recovery`,
+`rank=0@step=S:log-write`): a write of half a megabyte takes about 0.1 s and a recovery a few ms,
+too short to hit from outside at the right instant, and the moment between a step's snapshot and
+its log lines has no width at all. log_kill is drawn apart from the other kinds (a stream of its
+own, in a third of the one-job runs without a checkpoint_kill, which kills rank 0 too), so that
+seeds drawn before it existed still draw the same faults besides it. The hook belongs to the first launch only (`hardy run` strips it from relaunches), so
 those faults are drawn at earlier steps than the ones from outside; and since a relaunch leaves
 out the nodes of injected victims (the supervisor takes the hook's record as conclusive), the
 draw keeps at least one node for the job. Every other fault, the full disk included, is caused
@@ -141,6 +146,8 @@ LOSS_TOLERANCE = 0.02
 
 KINDS = ["rank_kill", "node_crash", "node_freeze", "partition", "relaunch_crash", "checkpoint_kill",
          "recovery_kill", "preemption", "full_disk"]
+# Drawn apart from KINDS (draw(): a stream of its own), so that older seeds replay.
+LOG_KILL = "log_kill"
 # How a run's job is laid out, drawn per run: one MPI job, or fault domains of 2 nodes (2 domains, each
 # its own mpirun) alone, with lagged updates, meeting every 4th step, or training on DeepCAM-layout
 # files staged to node-local storage. Domain layouts draw the faults that reach a domain from outside
@@ -155,7 +162,7 @@ LAYOUTS = {  # hardy run's options, hardy train's, the fault kinds that fit
     "domains_sharded": (["--nodes-per-domain", "2"], ["--domain-exchange", "sharded"], DOMAIN_KINDS),
 }
 SYNC_EVERY = {"domains_sync4": 4}
-HOOKED = {"checkpoint_kill", "recovery_kill"}                 # --inject-failure, first launch only
+HOOKED = {"checkpoint_kill", "recovery_kill", LOG_KILL}       # --inject-failure, first launch only
 NODE_LOSS = {"node_crash", "node_freeze", "partition", "relaunch_crash"}
 RELAUNCHING = {"node_crash", "node_freeze", "partition"}    # what a relaunch_crash can follow
 ONCE = {"checkpoint_kill", "recovery_kill", "preemption", "full_disk"}
@@ -166,6 +173,8 @@ def draw(seed, index, kinds, layouts=("one_job",)):
     """The layout and faults of run `index`: a dict with "layout", "spares" and "faults" (in the
     order they happen), a function of (seed, index, kinds, layouts) alone."""
     rng = random.Random(f"hardy-soak:{seed}:{index}")
+    log_kinds = set(kinds) & {LOG_KILL}
+    kinds = [k for k in kinds if k != LOG_KILL]
     fitting = [name for name in layouts if set(kinds) & set(LAYOUTS[name][2])]
     if not fitting:
         raise RuntimeError(f"no layout of {list(layouts)} takes the fault kinds {kinds}")
@@ -229,6 +238,17 @@ def draw(seed, index, kinds, layouts=("one_job",)):
         # all. One domain must be left to finish the job.
         if layout != "one_job" and lost > spares + 1:
             continue
+        # A kill of rank 0 between a step's snapshot and its log lines, drawn last from a stream of
+        # its own (the draw above is what it was before log_kill existed), where rank 0 has no
+        # other death drawn and its node may go too.
+        own = random.Random(f"hardy-soak-log-kill:{seed}:{index}")
+        rank0_dies = any(0 in f.get("ranks", []) for f in faults)
+        room_for_node = not lost or lost + 1 <= NODES + spares - 1
+        if LOG_KILL in log_kinds and layout == "one_job" and not rank0_dies and room_for_node \
+                and own.random() < 1 / 3:
+            avoid = {f["step"] + d for f in faults if "step" in f for d in range(-4, 5)}
+            step = own.choice([s for s in range(6, 91) if s not in avoid])
+            faults.append({"kind": LOG_KILL, "step": step, "ranks": [0]})
         return {"layout": layout, "spares": spares, "faults": faults}
     raise RuntimeError(f"no valid draw for kinds {kinds}")
 
@@ -435,6 +455,8 @@ class Run:
             for f in hooks:
                 if f["kind"] == "checkpoint_kill":
                     specs.append(f"rank=0@step={f['step']}:checkpoint-write")
+                elif f["kind"] == LOG_KILL:
+                    specs.append(f"rank=0@step={f['step']}:log-write")
                 else:
                     first, second = f["ranks"]
                     specs += [f"rank={first}@step={f['step']}", f"rank={second}@step={f['step']}:recovery"]
@@ -982,7 +1004,7 @@ def main():
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--only-run", type=int, default=None)
-    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--kinds", default=",".join(KINDS + [LOG_KILL]))
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
     parser.add_argument("--json", default=None)
     parser.add_argument("--keep-failed", default=None)
@@ -992,9 +1014,9 @@ def main():
     if args.seed is None:
         args.seed = time.time_ns() % 1_000_000_007
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    unknown = [k for k in kinds if k not in KINDS]
+    unknown = [k for k in kinds if k not in KINDS + [LOG_KILL]]
     if unknown or not kinds:
-        parser.error(f"unknown fault kinds {unknown}; choose among {','.join(KINDS)}")
+        parser.error(f"unknown fault kinds {unknown}; choose among {','.join(KINDS + [LOG_KILL])}")
     layouts = [name.strip() for name in args.layouts.split(",") if name.strip()]
     if not layouts or [name for name in layouts if name not in LAYOUTS]:
         parser.error(f"unknown layouts in {args.layouts}; choose among {','.join(LAYOUTS)}")
@@ -1006,7 +1028,7 @@ def main():
         build_tests = ROOT / "build" / "tests"
         args.reference_dir = str(build_tests / "soak-reference" if build_tests.is_dir()
                                  else Path(tempfile.gettempdir()) / "hardy-soak-reference")
-    replay = f"--seed {args.seed}" + (f" --kinds {args.kinds}" if set(kinds) != set(KINDS) else "") + \
+    replay = f"--seed {args.seed}" + (f" --kinds {args.kinds}" if set(kinds) != set(KINDS + [LOG_KILL]) else "") + \
         (f" --layouts {args.layouts}" if set(layouts) != set(LAYOUTS) else "")
     print(f"seed {args.seed}: replay with {replay} --runs K (or one run alone: --only-run K)", flush=True)
     ok, why = namespaces_available()
