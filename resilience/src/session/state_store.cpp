@@ -36,7 +36,8 @@ checkpoint::StateSources StateStore::committed_sources(checkpoint::TrainingState
 }
 
 void StateStore::capture_job_into(checkpoint::TrainingState& state) const {
-  // A snapshot reuses its strings' and host list's memory: this allocates nothing per step.
+  // A snapshot reuses its strings' and host list's memory; only the step's lines (below, a few
+  // hundred bytes, more with a large batch's audit) are a new string each step.
   state.config_ini = config_.config_ini;
   state.world_size = membership_.size();
   state.hosts.resize(static_cast<std::size_t>(membership_.size()));
