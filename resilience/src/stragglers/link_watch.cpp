@@ -1,19 +1,15 @@
 #include "hardy/resilience/link_watch.hpp"
 
 #include <algorithm>
-#include <cmath>
+
+#include "stragglers/window.hpp"
 
 namespace hardy::resilience {
 
 namespace {
 
-constexpr long kMaxWindow = 256, kMaxConfirm = 4096;
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
+using stragglers::kMaxWindow;
+using stragglers::median;
 
 void keep_last(std::vector<double>& values, double value, std::size_t most) {
   values.push_back(value);
@@ -33,13 +29,7 @@ LinkVerdict LinkWatch::observe(long step, double exchange_s, bool compute_suspec
   // The pace as StragglerWatch's: the median step, or where steps are not timed the exchange's
   // own median (the rise is then measured against the exchange itself).
   const double pace = std::max(step_times_.empty() ? median_s_ : median(step_times_), 1e-6);
-  const auto steps_for = [pace](double seconds, long at_least, long at_most) {
-    return std::clamp(static_cast<long>(std::ceil(seconds / pace)), at_least, at_most);
-  };
-  const auto window = static_cast<std::size_t>(steps_for(thresholds_.window_s, thresholds_.window,
-                                                         std::max(thresholds_.window, kMaxWindow)));
-  const long confirm = steps_for(thresholds_.confirm_s, thresholds_.confirm,
-                                 std::max(thresholds_.confirm, kMaxConfirm));
+  const auto [window, confirm] = stragglers::step_counts(thresholds_, pace);
   keep_last(exchange_times_, exchange_s, static_cast<std::size_t>(kMaxWindow));
   if (exchange_times_.size() < window) return verdict;
   median_s_ = median(std::vector<double>(

@@ -12,6 +12,7 @@
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/support/enum_names.hpp"
 #include "hardy/core/support/error.hpp"
+#include "stragglers/window.hpp"
 
 namespace hardy::resilience {
 
@@ -20,12 +21,7 @@ namespace {
 constexpr std::string_view kModeNames[] = {"off", "detect", "rebalance", "evict"};
 static_assert(std::size(kModeNames) == static_cast<std::size_t>(StragglerMode::evict) + 1);
 
-double median(std::vector<double> values) {
-  const auto middle = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
-  std::nth_element(values.begin(), middle, values.end());
-  if (values.size() % 2 == 1) return *middle;
-  return (*middle + *std::max_element(values.begin(), middle)) / 2;
-}
+using stragglers::median;
 
 // The median of every value but one, for each one in turn, from one sort: O(n log n) for all of
 // them where taking each median apart would be O(n^2) (4,560 ranks: 20 million steps a step).
@@ -175,17 +171,11 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
   } else if (pace_s_ <= 0) {
     pace_s_ = *std::max_element(own_s.begin(), own_s.end());
   }
-  const double pace = std::max(pace_s_, 1e-6);
-  const auto steps_for = [pace](double seconds, long at_least, long at_most) {
-    return std::clamp(static_cast<long>(std::ceil(seconds / pace)), at_least, at_most);
-  };
-  const auto window = static_cast<std::size_t>(steps_for(thresholds_.window_s, thresholds_.window,
-                                                         std::max(thresholds_.window, kMaxWindow)));
-  confirm_ = steps_for(thresholds_.confirm_s, thresholds_.confirm,
-                       std::max(thresholds_.confirm, kMaxConfirm));
+  const auto [window, confirm] = stragglers::step_counts(thresholds_, pace_s_);
+  confirm_ = confirm;
   const auto keep = [](std::vector<double>& times, double value) {
     times.push_back(value);
-    if (times.size() > static_cast<std::size_t>(kMaxWindow)) times.erase(times.begin());
+    if (times.size() > static_cast<std::size_t>(stragglers::kMaxWindow)) times.erase(times.begin());
   };
   for (std::size_t r = 0; r < world; ++r) {
     keep(per_sample_[r], own_s[r] / std::max(1.0, own_samples[r]));

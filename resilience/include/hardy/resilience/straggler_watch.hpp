@@ -136,7 +136,6 @@ class StragglerWatch {
   long confirm_ = 1;                    // the confirmation in steps at the current pace
   double pace_s_ = 0;                   // seconds a step (0: not known yet)
   std::vector<double> step_times_;      // the last `window` steps' durations, where given
-  static constexpr long kMaxWindow = 256, kMaxConfirm = 4096;
   long imbalance_streak_ = 0;
   double evict_cost_s_ = 0, lost_s_ = 0;
   bool evicted_ = false;  // named once
