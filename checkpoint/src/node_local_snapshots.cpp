@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 
 #include "hardy/core/support/digest.hpp"
 #include "hardy/core/support/error.hpp"
@@ -33,6 +34,10 @@ CheckpointWriter::Options writer_options(NodeLocalSnapshots::Writing writing) {
 
 fs::path checked_directory(const fs::path& root, const fs::path& run_dir, const std::string& host) {
   check_node_snapshot_tree(root, run_dir, host, true);
+  const fs::path record = root / run_key(run_dir) / kRunDirectoryRecord;
+  std::error_code error;
+  if (!fs::exists(fs::symlink_status(record, error)))
+    core::write_private_file(record, fs::absolute(run_dir).lexically_normal().string() + "\n");
   return node_snapshot_directory(root, run_dir, host);
 }
 
@@ -58,6 +63,40 @@ bool check_node_snapshot_tree(const fs::path& root, const fs::path& run_dir,
                                   create);
 }
 
+std::optional<fs::path> recorded_run_directory(const fs::path& root, const std::string& run_key) {
+  const fs::path record = root / run_key / kRunDirectoryRecord;
+  std::error_code error;
+  if (!fs::is_regular_file(fs::symlink_status(record, error))) return std::nullopt;
+  std::ifstream in(record);
+  std::string line;
+  if (!std::getline(in, line) || line.empty() || line.front() != '/') return std::nullopt;
+  return fs::path(line);
+}
+
+fs::path domain_snapshot_root(const fs::path& root, int domain) {
+  return root / fmt::format("domain-{}", domain);
+}
+
+std::vector<fs::path> node_snapshot_roots(const fs::path& root) {
+  std::vector<fs::path> roots;
+  std::error_code error;
+  if (!fs::is_directory(fs::symlink_status(root, error))) return roots;
+  roots.push_back(root);
+  for (fs::directory_iterator entry(root, error), end; !error && entry != end;
+       entry.increment(error)) {
+    const std::string name = entry->path().filename().string();
+    const std::string_view digits =
+        std::string_view(name).substr(std::min(std::string_view("domain-").size(), name.size()));
+    if (!name.starts_with("domain-") || digits.empty() ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    std::error_code status_error;
+    if (fs::is_directory(entry->symlink_status(status_error))) roots.push_back(entry->path());
+  }
+  std::sort(roots.begin() + 1, roots.end());
+  return roots;
+}
+
 void remove_node_snapshots(const fs::path& root, const fs::path& run_dir, const std::string& host) {
   if (!check_node_snapshot_tree(root, run_dir, host, false)) return;
   const fs::path dir = node_snapshot_directory(root, run_dir, host);
@@ -66,9 +105,27 @@ void remove_node_snapshots(const fs::path& root, const fs::path& run_dir, const 
   if (error)
     throw IoError(fmt::format("cannot remove the node-local snapshots {}: {}", dir.string(),
                               error.message()));
-  // Other hosts' directories (on a node that shares this file system) keep it: not an error.
-  const fs::path run = dir.parent_path();
-  if (fs::is_empty(run, error) && !error) fs::remove(run, error);
+  // Other hosts' directories (on a node that shares this file system) keep it, and so do other
+  // hosts' heartbeats: not an error.
+  remove_node_run_directory(root, run_dir, /*heartbeats=*/false);
+}
+
+void remove_node_run_directory(const fs::path& root, const fs::path& run_dir, bool heartbeats) {
+  const fs::path key = run_key(run_dir);
+  if (!core::check_private_tree(root, key, false)) return;
+  const fs::path run = root / key;
+  std::error_code error;
+  if (heartbeats && core::check_private_tree(root, key / kHeartbeatDirectory, false))
+    fs::remove_all(run / kHeartbeatDirectory, error);
+  for (fs::directory_iterator entry(run, error), end; !error && entry != end;
+       entry.increment(error)) {
+    const std::string name = entry->path().filename().string();
+    if (name != kRunDirectoryRecord && name != kHeartbeatDirectory) return;  // a host's
+  }
+  fs::remove(run / kHeartbeatDirectory, error);  // fails, and it stays, unless empty
+  if (fs::exists(run / kHeartbeatDirectory, error)) return;
+  fs::remove(run / kRunDirectoryRecord, error);
+  fs::remove(run, error);
 }
 
 NodeLocalSnapshots::NodeLocalSnapshots(const fs::path& root, const fs::path& run_dir,

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "hardy/checkpoint/node_local_snapshots.hpp"
+
 namespace hardy::checkpoint {
 
 namespace fs = std::filesystem;
@@ -18,7 +20,8 @@ bool is_run_key(const std::string& name) {
 
 std::vector<StaleRun> remove_stale_node_snapshots(const fs::path& root,
                                                   const std::string& keep_run_key,
-                                                  std::chrono::seconds grace) {
+                                                  std::chrono::seconds grace,
+                                                  const RunIsOver& over) {
   std::vector<StaleRun> removed;
   const auto now = fs::file_time_type::clock::now();
   std::error_code error;
@@ -38,10 +41,16 @@ std::vector<StaleRun> remove_stale_node_snapshots(const fs::path& root,
       if (file->is_regular_file(unreadable)) bytes += file->file_size(unreadable);
     }
     const auto idle = now - newest;
-    if (ignored || idle < grace) continue;
+    if (ignored) continue;
+    bool run_over = false;
+    if (idle < grace) {
+      const auto run_dir = over ? recorded_run_directory(root, name) : std::nullopt;
+      if (!run_dir || !over(*run_dir)) continue;
+      run_over = true;
+    }
     if (fs::remove_all(run->path(), ignored) == static_cast<std::uintmax_t>(-1) || ignored)
       continue;
-    removed.push_back({run->path(), std::chrono::duration<double>(idle).count(), bytes});
+    removed.push_back({run->path(), std::chrono::duration<double>(idle).count(), bytes, run_over});
   }
   return removed;
 }

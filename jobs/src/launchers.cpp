@@ -72,14 +72,14 @@ Args runtime_reported_lost(std::string_view launcher_output, bool unstarted_only
 
 // Inside a Slurm allocation the launch path is srun (Open MPI starts its daemons with it too) and
 // the nodes need not run sshd; --overlap as in OpenMpiLauncher.
-Args srun_probe(const std::string& srun) {
-  return {srun, "--overlap", "--nodes=1", "--ntasks=1", "--nodelist={host}", "true"};
+Args srun_on_one_node(const std::string& srun) {
+  return {srun, "--overlap", "--nodes=1", "--ntasks=1", "--nodelist={host}"};
 }
 
 // What hardy's launchers share: the name they are known by (kKnownLaunchers); the command is the
-// executable, its options, the extra arguments and the program; a probe goes through the launch
-// agent when there is one, else ssh or srun unless the launcher knows better; and every launcher
-// reads every runtime message hardy knows (runtime_reported_lost).
+// executable, its options, the extra arguments and the program; a command on one node goes through
+// the launch agent when there is one, else ssh or srun unless the launcher knows better; and every
+// launcher reads every runtime message hardy knows (runtime_reported_lost).
 class BuiltInLauncher : public resilience::Launcher {
  public:
   BuiltInLauncher(std::string name, LauncherSettings settings, bool in_slurm_allocation)
@@ -98,13 +98,15 @@ class BuiltInLauncher : public resilience::Launcher {
     return command;
   }
 
-  Args probe_command(const Args& nodes, double timeout_s) const final {
-    if (all_local(nodes)) return {};
-    if (auto agent = launch_agent_argv(settings().launch_agent); !agent.empty()) {
-      agent.insert(agent.end(), {"{host}", "true"});
-      return agent;
-    }
-    return remote_probe(timeout_s);
+  Args node_command(const Args& nodes, double timeout_s, const Args& program) const final {
+    if (all_local(nodes)) return program;
+    Args command = launch_agent_argv(settings().launch_agent);
+    if (!command.empty())
+      command.push_back("{host}");
+    else if ((command = remote_command(timeout_s)).empty())
+      return {};
+    command.insert(command.end(), program.begin(), program.end());
+    return command;
   }
 
   Args hosts_reported_lost(std::string_view output) const final {
@@ -117,16 +119,16 @@ class BuiltInLauncher : public resilience::Launcher {
  protected:
   // The launcher's options for `ranks_per_node` ranks on each of `nodes`.
   virtual Args options(const Args& nodes, int ranks_per_node) const = 0;
-  // How a remote node is asked without a launch agent (by default ssh, or srun inside a Slurm
-  // allocation); empty when it cannot be.
-  virtual Args remote_probe(double timeout_s) const { return ssh_or_srun_probe(timeout_s); }
+  // How a command reaches a remote node without a launch agent (by default ssh, or srun inside a
+  // Slurm allocation), up to the program; empty when it cannot.
+  virtual Args remote_command(double timeout_s) const { return ssh_or_srun(timeout_s); }
 
   bool in_slurm_allocation() const { return in_slurm_allocation_; }
 
-  Args ssh_or_srun_probe(double timeout_s) const {
-    if (in_slurm_allocation_) return srun_probe("srun");
+  Args ssh_or_srun(double timeout_s) const {
+    if (in_slurm_allocation_) return srun_on_one_node("srun");
     const auto timeout = fmt::format("{}", std::max(1, static_cast<int>(timeout_s)));
-    return {"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=" + timeout, "{host}", "true"};
+    return {"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=" + timeout, "{host}"};
   }
 
  private:
@@ -234,7 +236,9 @@ class SrunLauncher final : public BuiltInLauncher {
                                      std::to_string(nodes.size())});
     return options;
   }
-  Args remote_probe(double) const override { return srun_probe(settings().executable.string()); }
+  Args remote_command(double) const override {
+    return srun_on_one_node(settings().executable.string());
+  }
 };
 
 // LSF on Summit-like machines: one resource set per rank.
@@ -254,8 +258,8 @@ class JsrunLauncher final : public BuiltInLauncher {
     return options;
   }
   // LSF's CSM health checks decide; jsrun cannot target a host.
-  Args remote_probe(double) const override {
-    return in_slurm_allocation() ? srun_probe("srun") : Args{};
+  Args remote_command(double) const override {
+    return in_slurm_allocation() ? srun_on_one_node("srun") : Args{};
   }
 };
 

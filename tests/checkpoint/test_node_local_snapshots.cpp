@@ -236,6 +236,27 @@ TEST_CASE("node-local snapshots: cleanup removes exactly the job's directories",
   CHECK_NOTHROW(remove_node_snapshots(root.path(), "runs/ours", "node1"));
 }
 
+TEST_CASE(
+    "node-local snapshots: the run's tree records its run directory, and the roots a run's "
+    "trees may be under are one job's and each fault domain's",
+    "[checkpoint]") {
+  ScratchDirectory root("node-local-roots");
+  NodeLocalSnapshots one_job(root.path(), "runs/a", "node0");
+  NodeLocalSnapshots domain_1(domain_snapshot_root(root.path(), 1), "runs/a", "node0");
+  NodeLocalSnapshots domain_12(domain_snapshot_root(root.path(), 12), "runs/a", "node0");
+  CHECK(recorded_run_directory(root.path(), run_key("runs/a")) ==
+        fs::absolute("runs/a").lexically_normal());
+  CHECK_FALSE(recorded_run_directory(root.path(), run_key("runs/b")));
+  fs::create_directories(root / "domain-x");                           // not a domain's
+  fs::create_directory_symlink(root / "domain-1", root / "domain-7");  // a link: never followed
+  CHECK(node_snapshot_roots(root.path()) ==
+        std::vector<fs::path>{root.path(), root / "domain-1", root / "domain-12"});
+  CHECK(node_snapshot_roots(root / "missing").empty());
+  // The last host's removal takes the record and the run's directory with it.
+  domain_1.remove();
+  CHECK_FALSE(fs::exists(domain_snapshot_root(root.path(), 1) / run_key("runs/a")));
+}
+
 TEST_CASE("node-local snapshots: failures are reported, not thrown", "[checkpoint]") {
   ScratchDirectory root("node-local-failure");
   std::mutex mutex;

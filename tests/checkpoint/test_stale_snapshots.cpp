@@ -54,3 +54,36 @@ TEST_CASE("stale node-local snapshots: idle runs go, active, kept and foreign en
   CHECK(remove_stale_node_snapshots(root, run_key(dir / "run"), kStaleSnapshotGrace).empty());
   CHECK(remove_stale_node_snapshots(dir / "no-such-root", "", 0s).empty());
 }
+
+TEST_CASE("stale node-local snapshots: a run that is over goes at once, a live one stays",
+          "[checkpoint]") {
+  ScratchDirectory dir("over-snapshots");
+  const fs::path root = dir / "shm";
+  // Two runs whose trees were written a moment ago, each with the record of its run directory
+  // (as NodeLocalSnapshots writes it), and one tree without a record.
+  const auto run_tree = [&](const std::string& name) {
+    const fs::path run_dir = dir / name;
+    NodeLocalSnapshots writer(root, run_dir, "node0");
+    return std::pair{run_dir, root / run_key(run_dir)};
+  };
+  const auto [over_dir, over_tree] = run_tree("over");
+  const auto [live_dir, live_tree] = run_tree("live");
+  const fs::path unrecorded = make_run(root, "00000000000000ee", 0h);
+  REQUIRE(recorded_run_directory(root, run_key(over_dir)) == fs::absolute(over_dir));
+
+  std::vector<fs::path> asked;
+  const auto removed =
+      remove_stale_node_snapshots(root, "", kStaleSnapshotGrace, [&](const fs::path& run_dir) {
+        asked.push_back(run_dir);
+        return run_dir == fs::absolute(over_dir);
+      });
+  REQUIRE(removed.size() == 1);
+  CHECK(removed[0].directory == over_tree);
+  CHECK(removed[0].run_over);
+  CHECK_FALSE(fs::exists(over_tree));
+  CHECK(fs::exists(live_tree));
+  CHECK(fs::exists(unrecorded));  // no record: only its age can tell
+  CHECK(asked.size() == 2);
+  // Without the question, age alone decides, as before.
+  CHECK(remove_stale_node_snapshots(root, "", kStaleSnapshotGrace).empty());
+}

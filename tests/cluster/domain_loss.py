@@ -52,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, Job, check_private_staging, on_dataset, check_completed, complete_epochs_exact, fault_job, read_jsonl, run_watched, snapshot_files  # noqa: E402
+from hardy_test import Checks, Job, check_private_staging, on_dataset, check_completed, complete_epochs_exact, fault_job, node_state_left, read_jsonl, run_watched  # noqa: E402
 
 
 NODES, PER_DOMAIN, SAMPLES = 8, 2, 48
@@ -291,10 +291,10 @@ def main():
                       f"{scenario}: every leader listened on {cluster.subnet} ({len(starts)} starts, outside: {outside})")
                 check(any(e.get("domain_interface") == cluster.subnet for e in named("supervisor_started")),
                       f"{scenario}: supervisor_started names the network")
-            left_copies = sorted({str(p.parent) for p in snapshot_files(snapshots)})
-            down_hosts = {f["host"] for f in faults}
-            left_copies = [c for c in left_copies if not any(h in c for h in down_hosts)]
-            check(not left_copies, f"{scenario}: node-local snapshots removed at the end ({left_copies})")
+            # Every domain's trees on every node that answers, the lost node's too when it does
+            # (node_state_removed names those that do not).
+            _, problems = node_state_left(snapshots, read_jsonl(run / "events.jsonl"))
+            check(not problems, f"{scenario}: nothing of the run left in node memory: {problems}")
             frozen = {f["host"] for f in faults if f["kind"] == "freeze"}
             deadline = time.time() + 10
             while (left := [ln for ln in cluster.leftovers() if ln.split(":")[0] not in frozen]) \

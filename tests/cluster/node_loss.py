@@ -57,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import SMALL_COSMOFLOW, SMALL_TIRAMISU, Checks, Job, committed_steps, complete_epochs_exact, fault_job, read_jsonl, relaunch_restores, run_watched, snapshot_files  # noqa: E402
+from hardy_test import SMALL_COSMOFLOW, SMALL_TIRAMISU, Checks, Job, committed_steps, complete_epochs_exact, fault_job, node_state_left, read_jsonl, relaunch_restores, run_watched  # noqa: E402
 
 # The tests run 240 steps with the fault at step 80, between checkpoints (every 100);
 # bench/cluster/node_loss_bench.py asks for the 600 and 150 that docs/resilience.md's table was
@@ -336,10 +336,10 @@ def main():
             if scenario == "node_crash_spare":
                 swap = excluded.get(victims[0], {}).get("replaced_by")
                 check(swap == cluster.hosts[4], f"{scenario}: the spare {cluster.hosts[4]} took {victims[0]}'s place ({swap})")
-        # Every node of the finished job removed its copy; a lost node's copy dies with the node's
-        # memory on a real machine (here all nodes share one /dev/shm, so it stays).
-        left_copies = sorted({p.parent.name for p in snapshot_files(snapshot_dir)} - set(victims))
-        check(not left_copies, f"{scenario}: node-local snapshots removed at the end (left on {left_copies})")
+        # Every node of the run, a lost one included when it still answers, removed the run's
+        # node-local state at the end; one that does not answer is named (node_state_removed).
+        _, problems = node_state_left(snapshot_dir, events)
+        check(not problems, f"{scenario}: nothing of the run left in node memory: {problems}")
         # Nothing of the job is left on the nodes that are still up (a frozen node's stopped
         # processes stay until the node is rebooted: the harness's teardown plays that part).
         down = {f["host"] for f in faults if f["kind"] in ("freeze",)}

@@ -198,6 +198,31 @@ TEST_CASE("each launcher's way to ask one node whether it answers", "[launcher]"
   CHECK(make_launcher("jsrun", settings_for("jsrun"), "lsf")->probe_command(kRemote, 5).empty());
 }
 
+TEST_CASE("each launcher's way to run a program on one node", "[launcher]") {
+  const Args program{"/opt/hardy", "clean", "--node-local"};
+  for (const char* name : kLauncherNames) {
+    INFO(name);
+    // This host alone: the program runs here.
+    CHECK(make_launcher(name, settings_for(name), "")->node_command({"localhost"}, 5, program) ==
+          program);
+  }
+  CHECK(make_launcher("mpirun", settings_for("mpirun"), "")->node_command(kRemote, 30, program) ==
+        Args{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "{host}", "/opt/hardy",
+             "clean", "--node-local"});
+  CHECK(make_launcher("mpiexec", settings_for("mpiexec"), "slurm")
+            ->node_command(kRemote, 30, program) == Args{"srun", "--overlap", "--nodes=1",
+                                                         "--ntasks=1", "--nodelist={host}",
+                                                         "/opt/hardy", "clean", "--node-local"});
+  LauncherSettings settings;
+  settings.launch_agent = "/bin/sh -x";
+  CHECK(make_launcher("mpirun", settings, "")->node_command({"n0", "n1"}, 5, program) ==
+        Args{"/bin/sh", "-x", "{host}", "/opt/hardy", "clean", "--node-local"});
+  // jsrun cannot aim at one host.
+  CHECK(make_launcher("jsrun", settings_for("jsrun"), "lsf")
+            ->node_command(kRemote, 5, program)
+            .empty());
+}
+
 TEST_CASE("a launch agent with arguments is a program and its arguments", "[launcher]") {
   CHECK(launch_agent_argv("ssh -x") == Args{"ssh", "-x"});
   CHECK(launch_agent_argv("  ssh\t-x  -q ") == Args{"ssh", "-x", "-q"});

@@ -18,7 +18,7 @@ namespace {
 
 // Puts its name before the program. Reads the runtime's messages as the real launchers do: a
 // host after "lost:" was lost while running, after "unstarted:" its daemon never reported back.
-// Probes always answer.
+// Its nodes are this host, so nothing is probed.
 class PrefixLauncher : public Launcher {
  public:
   PrefixLauncher() : Launcher({}) {}
@@ -29,8 +29,10 @@ class PrefixLauncher : public Launcher {
     command.insert(command.end(), program.begin(), program.end());
     return command;
   }
-  std::vector<std::string> probe_command(const std::vector<std::string>&, double) const override {
-    return {};
+  // Every node is this host.
+  std::vector<std::string> node_command(const std::vector<std::string>&, double,
+                                        const std::vector<std::string>& program) const override {
+    return program;
   }
   std::vector<std::string> hosts_reported_lost(std::string_view output) const override {
     std::vector<std::string> hosts = named(output, "lost:");

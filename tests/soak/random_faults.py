@@ -47,6 +47,11 @@ Each run also draws the job's layout (--layouts limits the draw):
                    to node-local storage (--stage-to)
   domains_sharded  the domains layout with --domain-exchange sharded: every rank sums its shard with
                    the other domain's rank of its index, and a domain that loses a rank ends
+  one_job_bf16     one_job computing in bf16 (--precision bf16; the CPU backend runs it on AVX512-BF16)
+  domains_lag_sync4  domains_sync4 with --gradient-lag 1 too
+
+The last two are variants of one_job and domains_sync4: a run that draws the base layout runs as its
+variant half the time, from a stream of its own, so that older seeds draw what they drew.
 
 A domain layout draws the faults that reach a domain from outside (rank_kill, node_crash,
 node_freeze, partition): a lost node ends its domain, which comes back on the spare when there is
@@ -125,7 +130,7 @@ sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 sys.path.insert(0, str(ROOT / "tests" / "lib"))
 import emulated_cluster  # noqa: E402
 from emulated_cluster import EmulatedCluster, namespaces_available, remaining_resources  # noqa: E402
-from hardy_test import check_private_staging, committed_steps, complete_epochs_exact, on_dataset, read_jsonl_tail, snapshot_files  # noqa: E402
+from hardy_test import check_private_staging, committed_steps, complete_epochs_exact, on_dataset, node_state_left, read_jsonl_tail  # noqa: E402
 
 NODES, RANKS_PER_NODE, SAMPLES, GLOBAL_BATCH = 4, 2, 48, 16
 STEPS, CHECKPOINT_EVERY = 240, 20
@@ -160,8 +165,19 @@ LAYOUTS = {  # hardy run's options, hardy train's, the fault kinds that fit
     "domains_sync4": (["--nodes-per-domain", "2"], ["--domain-sync-every", "4"], DOMAIN_KINDS),
     "domains_staged": (["--nodes-per-domain", "2"], ["--stage-to"], DOMAIN_KINDS),
     "domains_sharded": (["--nodes-per-domain", "2"], ["--domain-exchange", "sharded"], DOMAIN_KINDS),
+    "one_job_bf16": ([], ["--precision", "bf16"], KINDS),
+    "domains_lag_sync4": (["--nodes-per-domain", "2"], ["--gradient-lag", "1", "--domain-sync-every", "4"],
+                          DOMAIN_KINDS),
 }
-SYNC_EVERY = {"domains_sync4": 4}
+# Variants of a layout, drawn in its place half the time from a stream of their own (draw()), so that
+# older seeds still draw the layouts and faults they drew (a run of the base layout may now run as
+# its variant; the stream's name keeps seed 656107231's run 64, the log-write case of #71, as it was).
+VARIANT_OF = {"one_job_bf16": "one_job", "domains_lag_sync4": "domains_sync4"}
+SYNC_EVERY = {"domains_sync4": 4, "domains_lag_sync4": 4}
+# What a layout that meets every few steps trains as once one domain is lost for good: one
+# domain, meeting nobody (the reference that bounds its loss with its own).
+ALONE = {"domains_sync4": "domains", "domains_lag_sync4": "domains_lag"}
+ONE_JOB = {"one_job", "one_job_bf16"}
 HOOKED = {"checkpoint_kill", "recovery_kill", LOG_KILL}       # --inject-failure, first launch only
 NODE_LOSS = {"node_crash", "node_freeze", "partition", "relaunch_crash"}
 RELAUNCHING = {"node_crash", "node_freeze", "partition"}    # what a relaunch_crash can follow
@@ -175,10 +191,15 @@ def draw(seed, index, kinds, layouts=("one_job",)):
     rng = random.Random(f"hardy-soak:{seed}:{index}")
     log_kinds = set(kinds) & {LOG_KILL}
     kinds = [k for k in kinds if k != LOG_KILL]
-    fitting = [name for name in layouts if set(kinds) & set(LAYOUTS[name][2])]
+    bases = [name for name in LAYOUTS if name not in VARIANT_OF and
+             (name in layouts or any(VARIANT_OF[v] == name for v in layouts if v in VARIANT_OF))]
+    fitting = [name for name in bases if set(kinds) & set(LAYOUTS[name][2])]
     if not fitting:
         raise RuntimeError(f"no layout of {list(layouts)} takes the fault kinds {kinds}")
     layout = rng.choice(fitting)
+    choices = ([layout] if layout in layouts else []) + \
+        [v for v, base in VARIANT_OF.items() if base == layout and v in layouts]
+    layout = random.Random(f"hardy-soak-layout-variant:{seed}:{index}").choice(choices)
     kinds = [k for k in kinds if k in LAYOUTS[layout][2]]
     for _ in range(1000):
         spares = 1 if rng.random() < 0.3 else 0
@@ -236,7 +257,7 @@ def draw(seed, index, kinds, layouts=("one_job",)):
             continue
         # Domains of 2 nodes: a lost node ends its domain, which comes back on a spare or not at
         # all. One domain must be left to finish the job.
-        if layout != "one_job" and lost > spares + 1:
+        if layout not in ONE_JOB and lost > spares + 1:
             continue
         # A kill of rank 0 between a step's snapshot and its log lines, drawn last from a stream of
         # its own (the draw above is what it was before log_kill existed), where rank 0 has no
@@ -244,7 +265,7 @@ def draw(seed, index, kinds, layouts=("one_job",)):
         own = random.Random(f"hardy-soak-log-kill:{seed}:{index}")
         rank0_dies = any(0 in f.get("ranks", []) for f in faults)
         room_for_node = not lost or lost + 1 <= NODES + spares - 1
-        if LOG_KILL in log_kinds and layout == "one_job" and not rank0_dies and room_for_node \
+        if LOG_KILL in log_kinds and layout in ONE_JOB and not rank0_dies and room_for_node \
                 and own.random() < 1 / 3:
             avoid = {f["step"] + d for f in faults if "step" in f for d in range(-4, 5)}
             step = own.choice([s for s in range(6, 91) if s not in avoid])
@@ -707,8 +728,9 @@ class Run:
                 # ended 2.8% off after its domain was abandoned at step 38: seed 656107231, run 90.)
                 final, expected = tail_mean(metrics), tail_mean(reference)
                 low, high = expected, expected
-                if named("domain_lost") and self.soak.references.get("domains"):
-                    one_job = tail_mean(self.soak.references["domains"])
+                alone = self.soak.references.get(ALONE.get(self.layout, "domains"))
+                if named("domain_lost") and alone:
+                    one_job = tail_mean(alone)
                     low, high = min(expected, one_job), max(expected, one_job)
                 if not 0.95 * low <= final <= 1.05 * high:
                     self.fail(f"the last {STEPS // 10} steps' mean loss {final:.5f} not within 5% of the "
@@ -787,23 +809,17 @@ class Run:
             time.sleep(0.1)
         if left:
             self.fail(f"processes left on nodes that are up: {left}")
-        # A lost node's copy would die with its memory (here all nodes share one directory).
-        excluded = {h for e in events if e.get("event") == "job_relaunched" for h in e.get("excluded_nodes", [])}
-        excluded |= {x if isinstance(x, str) else x.get("host", x.get("node")) for e in events
-                     if e.get("event") == "domain_lost" for x in e.get("excluded") or []}
-        copies = sorted({p.parent.name for p in snapshot_files(self.snapshots)} - set(self.down) - excluded)
-        # A host all of whose ranks died inside the job is lost to it too (failure_detected names it).
-        lost_in_job = {h for e in events if e.get("event") == "failure_detected" for h in e.get("failed_hosts", [])}
-        # So are the nodes of a domain that ended (its launcher killed their ranks); a relaunch
-        # there removes them at the end, an abandoned domain's healthy node keeps them.
-        lost_in_job |= {h for e in events if e.get("event") == "domain_lost" for h in e.get("nodes", [])}
-        if [h for h in copies if h in lost_in_job]:
-            self.notes.append(f"node-local snapshots left on {[h for h in copies if h in lost_in_job]}, whose "
-                              f"ranks died inside the job (nobody there removes them)")
-            print(f"  NOTE: {self.notes[-1]}", flush=True)
-        copies = [h for h in copies if h not in lost_in_job]
-        if copies:
-            self.fail(f"node-local snapshots left on {copies}")
+        # Every node of the run removed the run's node-local state at the end, a node whose ranks
+        # died inside the job and one a relaunch left out included; only a node the cleanup
+        # could not reach keeps its copy, and the event names it (a crashed node's memory would
+        # be gone; a frozen node's is removed by the user's next job there).
+        hosts, problems = node_state_left(self.snapshots, events)
+        for problem in problems:
+            self.fail(problem)
+        unexpected = [h for h in hosts if h not in self.down]
+        if unexpected:
+            self.notes.append(f"node-local snapshots left on {unexpected}, which the cleanup could not reach "
+                              f"though no fault took them")
 
     def check_faults_happened(self, events):
         failed_ranks = lambda after: {r for e in events if e.get("event") == "failure_detected"  # noqa: E731
@@ -827,7 +843,7 @@ class Run:
         for record in self.injected:
             kind, after = record["kind"], record["time"]
             later = [e for e in events if e["unix_time"] >= after]
-            domains = self.layout != "one_job"
+            domains = self.layout not in ONE_JOB
             if kind == "rank_kill" and domains:
                 # A domain's rank numbers are its own: any failure found after, or its domain lost.
                 if not any(e.get("event") in ("failure_detected", "domain_lost") for e in later):
@@ -915,8 +931,9 @@ class Soak:
         mpirun = self.args.mpirun or os.environ.get("HARDY_MPIRUN", str(ROOT / ".venv" / "bin" / "mpirun"))
         # Domains meeting every 4th step that lose one domain for good train on as one job: its
         # reference (the domains layout's) bounds theirs.
-        if "domains_sync4" in layouts and "domains" not in layouts:
-            layouts = [*layouts, "domains"]
+        # Domains meeting every 4th step that lose one domain for good train on as one domain: its
+        # reference (ALONE) bounds theirs.
+        layouts = [*layouts, *[ALONE[name] for name in layouts if name in ALONE and ALONE[name] not in layouts]]
         for layout in layouts:
             train = self.train_options(layout)
             key = hashlib.sha1(" ".join(train + [str(NODES * RANKS_PER_NODE), layout]).encode()).hexdigest()[:12]
@@ -1046,7 +1063,7 @@ def main():
     finals = ", ".join(f"{name} {metrics[-1]['loss']:.5f}" for name, metrics in soak.references.items())
     print(f"failure-free final losses: {finals}; soaking for {args.duration:.0f} s", flush=True)
     survived, not_injected, failures, crashes, runs = Counter(), Counter(), [], [], 0
-    layouts_run = Counter()
+    layouts_run, drawn, layout_kinds = Counter(), Counter(), Counter()
     indices = [args.only_run] if args.only_run is not None else None
     index = 0
     while True:
@@ -1066,6 +1083,9 @@ def main():
             crashes.append({"run": index, "replay": f"{replay} --only-run {index}", "plan": run.plan,
                             "passed": not run.problems, "crashes": run.crashes, "notes": run.notes})
         layouts_run[run.layout] += 1
+        for fault in run.plan["faults"]:
+            drawn[fault["kind"]] += 1
+            layout_kinds[f"{run.layout}/{fault['kind']}"] += 1
         if run.problems:
             failures.append({"run": index, "replay": f"{replay} --only-run {index}", "plan": run.plan,
                              "injected": run.injected, "problems": run.problems, "kept": getattr(run, "kept", None)})
@@ -1080,6 +1100,7 @@ def main():
     print(f"\nsoak: {runs} run(s) in {wall:.0f} s, {len(failures)} failed; seed {args.seed}")
     print(f"faults survived: {dict(sorted(survived.items()))} ({sum(survived.values())} in all); "
           f"runs by layout: {dict(sorted(layouts_run.items()))}")
+    print(f"faults drawn: {dict(sorted(drawn.items()))}; by layout and kind: {dict(sorted(layout_kinds.items()))}")
     if not_injected:
         print(f"faults not injected (the job outran them): {dict(sorted(not_injected.items()))}")
     for crash in crashes:
@@ -1102,6 +1123,8 @@ def main():
         Path(args.json).write_text(json.dumps({
             "seed": args.seed, "runs": runs, "wall_s": round(wall, 1), "duration_s": args.duration,
             "kinds": kinds, "layouts": dict(sorted(layouts_run.items())),
+            "faults_drawn": dict(sorted(drawn.items())),
+            "faults_by_layout": dict(sorted(layout_kinds.items())),
             "faults_survived": dict(sorted(survived.items())),
             "faults_not_injected": dict(sorted(not_injected.items())), "failed_runs": len(failures),
             "failures": failures, "notes": crashes}, indent=1))

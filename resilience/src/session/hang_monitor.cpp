@@ -407,7 +407,8 @@ std::unique_ptr<HangMonitor> make_hang_monitor(const TrainingConfig& config,
   if (config.domain >= 0) shared /= fmt::format("domain-{}", config.domain);
   return std::make_unique<HangMonitor>(HangMonitor::Options{
       .board = {.node_root = config.snapshot_dir,
-                .beats = std::filesystem::path(checkpoint::run_key(config.run_dir)) / ".heartbeats",
+                .beats = std::filesystem::path(checkpoint::run_key(config.run_dir)) /
+                         checkpoint::kHeartbeatDirectory,
                 .shared = shared},
       // a relaunch's ranks never read the last launch's beats
       .launch = launch,

@@ -79,10 +79,10 @@ void create_run_id(const fs::path& file) {
 
 }  // namespace
 
-std::string ensure_run_id(const fs::path& run_dir) {
+std::optional<std::string> read_run_id(const fs::path& run_dir) {
   const fs::path file = run_dir / kRunIdFile;
   std::error_code error;
-  if (!fs::exists(fs::symlink_status(file, error))) create_run_id(file);
+  if (!fs::exists(fs::symlink_status(file, error))) return std::nullopt;
   std::ifstream in(file);
   std::string id;
   if (!(in >> id)) throw IoError(fmt::format("cannot read the run id from {}", file.string()));
@@ -92,6 +92,13 @@ std::string ensure_run_id(const fs::path& run_dir) {
         "one",
         file.string(), id.substr(0, 64), kRunIdDigits));
   return id;
+}
+
+std::string ensure_run_id(const fs::path& run_dir) {
+  if (auto id = read_run_id(run_dir)) return *id;
+  create_run_id(run_dir / kRunIdFile);
+  if (auto id = read_run_id(run_dir)) return *id;
+  throw IoError(fmt::format("cannot read the run id from {}", (run_dir / kRunIdFile).string()));
 }
 
 std::string resume_identity(const TrainingConfig& config, const core::SampleShape& sample_shape,

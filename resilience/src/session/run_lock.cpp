@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -120,6 +121,20 @@ bool RunDirectoryLock::holds(const std::filesystem::path& run_dir, std::string_v
   const auto record = nlohmann::json::parse(read_all(fd), nullptr, false);
   ::close(fd);
   return !token.empty() && read_field<std::string>(record, "token") == token;
+}
+
+bool run_is_over(const std::filesystem::path& run_dir) {
+  std::ifstream events(run_dir / "events.jsonl");
+  bool over = false;
+  for (std::string line; std::getline(events, line);) {
+    // Only the supervisor's own two kinds matter; most lines are neither.
+    if (line.find("\"supervisor_") == std::string::npos) continue;
+    const auto record = nlohmann::json::parse(line, nullptr, false);
+    const auto event = core::read_field<std::string>(record, "event");
+    if (event == "supervisor_started") over = false;
+    if (event == "supervisor_finished") over = true;
+  }
+  return over;
 }
 
 }  // namespace hardy::resilience

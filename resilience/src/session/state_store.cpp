@@ -8,6 +8,7 @@
 #include "hardy/comm/agreement.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/private_tree.hpp"
+#include "hardy/resilience/run_lock.hpp"
 
 namespace hardy::resilience {
 
@@ -369,14 +370,16 @@ double StateStore::write_node_snapshot(bool agreed_wanted) {
           background ? checkpoint::NodeLocalSnapshots::Writing::background
                      : checkpoint::NodeLocalSnapshots::Writing::in_step);
       node_snapshots_->discard_newer_than(step);
-      // Crashed runs' state that no job came back for within a day (stale_snapshots.hpp).
+      // Crashed runs' state that no job came back for within a day, and what runs that are
+      // over left on a node their supervisor could not reach (stale_snapshots.hpp).
       for (const auto& stale : checkpoint::remove_stale_node_snapshots(
                config_.snapshot_dir, checkpoint::run_key(config_.run_dir),
-               checkpoint::kStaleSnapshotGrace))
+               checkpoint::kStaleSnapshotGrace, &run_is_over))
         events_.emit("stale_snapshots_removed", {{"host", membership_.host()},
                                                  {"directory", stale.directory.string()},
                                                  {"idle_s", stale.idle_s},
-                                                 {"bytes", stale.bytes}});
+                                                 {"bytes", stale.bytes},
+                                                 {"run_over", stale.run_over}});
     } catch (const core::UnsafeDirectory& e) {
       refuse_node_tree(e.what());
       return 0;

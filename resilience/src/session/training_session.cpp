@@ -28,7 +28,7 @@ namespace {
 // file.
 TrainingConfig with_domain_directories(TrainingConfig config) {
   if (config.domain < 0) return config;
-  config.snapshot_dir /= fmt::format("domain-{}", config.domain);
+  config.snapshot_dir = checkpoint::domain_snapshot_root(config.snapshot_dir, config.domain);
   if (!config.stage_to.empty()) config.stage_to /= fmt::format("domain-{}", config.domain);
   return config;
 }

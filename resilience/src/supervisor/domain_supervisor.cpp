@@ -28,6 +28,7 @@
 #include "hardy/resilience/training_session.hpp"
 #include "supervisor/domain_log.hpp"
 #include "supervisor/launched_job.hpp"
+#include "supervisor/node_cleanup.hpp"
 #include "supervisor/supervisor_started.hpp"
 #include "supervisor/supervisor_steps.hpp"
 
@@ -188,6 +189,8 @@ class DomainSupervision {
     if (caveat_) started["rendezvous_store_caveat"] = *caveat_;
     events_.emit("supervisor_started", std::move(started));
   }
+
+  core::EventLog& events() { return events_; }
 
   void launch_all() {
     for (auto& domain : domains_) launch(domain);
@@ -491,19 +494,23 @@ int supervise_domains(const SupervisorConfig& config) {
   const SupervisorConfig locked = lock_run_directory(config, lock);
   DomainSupervision run(locked, count);
   run.launch_all();
-  for (;;) {
-    if (const auto status = run.watch_launchers()) return *status;
-    run.regroup_after_failed_collective();
-    // Once the others finished the job a relaunched domain is not let in (it would wait for
-    // members that are gone).
-    const bool job_done = run.job_done();
-    if (job_done)
-      run.end_relaunches_left_out();
-    else
-      run.admit_rejoining();
-    if (job_done && !run.member_running()) return run.finish();
-    if (!run.launcher_running()) return run.finish_early(kFailed, "no domain left running");
-  }
+  const int status = [&] {
+    for (;;) {
+      if (const auto status = run.watch_launchers()) return *status;
+      run.regroup_after_failed_collective();
+      // Once the others finished the job a relaunched domain is not let in (it would wait for
+      // members that are gone).
+      const bool job_done = run.job_done();
+      if (job_done)
+        run.end_relaunches_left_out();
+      else
+        run.admit_rejoining();
+      if (job_done && !run.member_running()) return run.finish();
+      if (!run.launcher_running()) return run.finish_early(kFailed, "no domain left running");
+    }
+  }();
+  remove_node_state(locked, status == kCompleted, run.events());
+  return status;
 }
 
 }  // namespace hardy::resilience

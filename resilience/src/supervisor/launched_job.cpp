@@ -198,9 +198,9 @@ std::string LaunchedJob::how() const {
   return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
 }
 
-std::vector<std::optional<std::string>> probe_hosts(const std::vector<std::string>& command,
-                                                    const std::vector<std::string>& hosts,
-                                                    std::chrono::milliseconds timeout) {
+std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::string>& command,
+                                                     const std::vector<std::string>& hosts,
+                                                     std::chrono::milliseconds timeout) {
   std::vector<std::optional<std::string>> verdicts(hosts.size());
   std::vector<pid_t> children(hosts.size(), -1);
   const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -226,7 +226,7 @@ std::vector<std::optional<std::string>> probe_hosts(const std::vector<std::strin
       children[i] = -1;
       --pending;
       if (decode(raw) != 0)
-        verdicts[i] = fmt::format("probe `{}` failed ({})", fmt::join(command, " "),
+        verdicts[i] = fmt::format("`{}` failed ({})", fmt::join(command, " "),
                                   WIFEXITED(raw) ? fmt::format("exit status {}", WEXITSTATUS(raw))
                                                  : fmt::format("signal {}", WTERMSIG(raw)));
     }

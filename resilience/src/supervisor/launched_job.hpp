@@ -51,10 +51,11 @@ class LaunchedJob {
   std::string output_;
 };
 
-// Runs `command` for each host (`{host}` in it replaced by the host) at the same time and
+// Runs `command` for each host (`{host}` in it replaced by the host) at the same time (a probe, a
+// node's cleanup at the end of the run) and
 // returns, per host, nullopt when it exited 0 within `timeout`, or what went wrong in words.
-std::vector<std::optional<std::string>> probe_hosts(const std::vector<std::string>& command,
-                                                    const std::vector<std::string>& hosts,
-                                                    std::chrono::milliseconds timeout);
+std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::string>& command,
+                                                     const std::vector<std::string>& hosts,
+                                                     std::chrono::milliseconds timeout);
 
 }  // namespace hardy::resilience

@@ -20,6 +20,7 @@
 #include "hardy/resilience/training_session.hpp"
 #include "supervisor/launch_event_reader.hpp"
 #include "supervisor/launched_job.hpp"
+#include "supervisor/node_cleanup.hpp"
 #include "supervisor/supervisor_started.hpp"
 #include "supervisor/supervisor_steps.hpp"
 
@@ -232,7 +233,7 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
       !probe.empty()) {
     std::vector<std::string> all = nodes.active;
     all.insert(all.end(), nodes.spares.begin(), nodes.spares.end());
-    const auto answers = probe_hosts(probe, all, to_ms(config.probe_timeout_s));
+    const auto answers = run_on_hosts(probe, all, to_ms(config.probe_timeout_s));
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (!answers[i]) continue;
       auto& against =
@@ -344,6 +345,8 @@ class Supervision {
                                               : nlohmann::json(nullptr)}});
     return verdict;
   }
+
+  core::EventLog& events() { return events_; }
 
   // The exit status when the launch ends the run: it did not fail, or it failed once too often.
   std::optional<int> finish_if_over(int attempt, const Verdict& verdict,
@@ -514,18 +517,22 @@ int supervise(const SupervisorConfig& config) {
   std::unique_ptr<RunDirectoryLock> lock;
   const SupervisorConfig locked = lock_run_directory(config, lock);
   Supervision run(locked);
-  for (int attempt = 0;; ++attempt) {
-    const LaunchOutcome launch = run.launch(attempt);
-    const Verdict verdict = run.judge(attempt, launch);
-    if (const auto status = run.finish_if_over(attempt, verdict, launch.events)) return *status;
-    std::cerr << fmt::format("hardy run: launch {} {}: {}\n", attempt + 1,
-                             verdict.kind == LaunchVerdict::evicting ? "ended" : "failed",
-                             verdict.reason);
-    const NextLaunch next = run.decide_next(launch);
-    if (const auto status = run.stop_if_too_few(attempt, verdict, launch.events, next))
-      return *status;
-    run.move_to(attempt, verdict, launch, next);
-  }
+  const int status = [&] {
+    for (int attempt = 0;; ++attempt) {
+      const LaunchOutcome launch = run.launch(attempt);
+      const Verdict verdict = run.judge(attempt, launch);
+      if (const auto status = run.finish_if_over(attempt, verdict, launch.events)) return *status;
+      std::cerr << fmt::format("hardy run: launch {} {}: {}\n", attempt + 1,
+                               verdict.kind == LaunchVerdict::evicting ? "ended" : "failed",
+                               verdict.reason);
+      const NextLaunch next = run.decide_next(launch);
+      if (const auto status = run.stop_if_too_few(attempt, verdict, launch.events, next))
+        return *status;
+      run.move_to(attempt, verdict, launch, next);
+    }
+  }();
+  remove_node_state(locked, status == kCompleted, run.events());
+  return status;
 }
 
 }  // namespace hardy::resilience

@@ -27,7 +27,8 @@ inline constexpr EventField snapshot_rejected[] = {{"host", T::string, req},
 inline constexpr EventField stale_snapshots_removed[] = {{"host", T::string, req},
                                                          {"directory", T::string, req},
                                                          {"idle_s", T::number, req},
-                                                         {"bytes", T::integer, req}};
+                                                         {"bytes", T::integer, req},
+                                                         {"run_over", T::boolean, opt}};
 inline constexpr EventField tree_refused[] = {
     {"host", T::string, req}, {"directory", T::string, req}, {"reason", T::string, req}};
 }  // namespace event_fields
@@ -45,7 +46,9 @@ inline constexpr core::EventKind kCheckpointEvents[] = {
     {"snapshot_failed", "writing a node-local snapshot failed", event_fields::snapshot_failed},
     {"snapshot_rejected", "a node-local snapshot was passed over", event_fields::snapshot_rejected},
     {"stale_snapshots_removed",
-     "a crashed run's node-local snapshots, idle past the grace, removed",
+     "another run's node-local snapshots removed from this node: idle past the grace (a "
+     "crash's), or left by a run that is over (run_over: its supervisor could not reach the "
+     "node at the end)",
      event_fields::stale_snapshots_removed},
     {"snapshot_tier_refused", "the node-local snapshot tree failed the ownership checks",
      event_fields::tree_refused},

@@ -13,12 +13,25 @@
 // says before anything in it is written, read or removed, directories are created 0700 and
 // files 0600, and a tree that fails the checks throws core::UnsafeDirectory.
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "hardy/checkpoint/checkpoint_writer.hpp"
 #include "hardy/checkpoint/snapshot_file.hpp"
 
 namespace hardy::checkpoint {
+
+// ROOT/<run key>/.heartbeats: where the run's hang monitor keeps its heartbeats on the node
+// (resilience/src/session/hang_monitor.hpp), beside the hosts' snapshot directories.
+inline constexpr const char* kHeartbeatDirectory = ".heartbeats";
+
+// ROOT/<run key>/run-dir: the run directory the key was made from (absolute), so that a later job
+// on the node can tell whether the run is over (stale_snapshots.hpp); written with the tree.
+inline constexpr const char* kRunDirectoryRecord = "run-dir";
+// The run directory recorded under ROOT/<run key>, nullopt when there is none or it is unreadable.
+std::optional<std::filesystem::path> recorded_run_directory(const std::filesystem::path& root,
+                                                            const std::string& run_key);
 
 // 16 hexadecimal digits: the xxHash64 of the run directory made absolute and lexically normal
 // ("runs/x", "./runs/x/" and "/cwd/runs/x" give the same key).
@@ -42,6 +55,20 @@ bool check_node_snapshot_tree(const std::filesystem::path& root,
 // could not be removed.
 void remove_node_snapshots(const std::filesystem::path& root, const std::filesystem::path& run_dir,
                            const std::string& host);
+
+// A fault domain's own snapshot root under ROOT: ROOT/domain-<domain> (domains sharing a node on a
+// small cluster must never write one file).
+std::filesystem::path domain_snapshot_root(const std::filesystem::path& root, int domain);
+
+// ROOT and the domain roots under it (domain_snapshot_root), those that are directories and not
+// links: where a run's trees on this node may be, whichever layout it ran in.
+std::vector<std::filesystem::path> node_snapshot_roots(const std::filesystem::path& root);
+
+// Removes ROOT/<run key> once no host's directory is left in it: its record and its heartbeat
+// directory (with what is in it when `heartbeats`: the run is over on this node; else only when
+// empty, since other hosts sharing the node may still beat). Best effort, after the tree's checks.
+void remove_node_run_directory(const std::filesystem::path& root,
+                               const std::filesystem::path& run_dir, bool heartbeats);
 
 // One host's writer of the tier. Keeps the last two snapshots: the newest may be cut short by the
 // job's end, and then the one before it is complete (see submit()).

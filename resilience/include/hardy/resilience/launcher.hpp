@@ -68,11 +68,22 @@ class Launcher {
                                            int ranks_per_node,
                                            const std::vector<std::string>& program) const = 0;
 
+  // The command that runs `program` on one node ({host} in it stands for the node's name)
+  // through the launch path, giving it up to `timeout_s` to connect: `program` itself when the
+  // nodes are this host, empty when the launcher has no way to reach one node.
+  virtual std::vector<std::string> node_command(const std::vector<std::string>& nodes,
+                                                double timeout_s,
+                                                const std::vector<std::string>& program) const = 0;
+
   // The command that asks one node ({host} in it stands for the node's name) whether it is alive
   // through the launch path, giving it up to `timeout_s` to answer; empty when the nodes are this
   // host or the launcher has no way to reach one node.
-  virtual std::vector<std::string> probe_command(const std::vector<std::string>& nodes,
-                                                 double timeout_s) const = 0;
+  std::vector<std::string> probe_command(const std::vector<std::string>& nodes,
+                                         double timeout_s) const {
+    const std::vector<std::string> program{"true"};
+    auto command = node_command(nodes, timeout_s, program);
+    return command == program ? std::vector<std::string>{} : command;
+  }
 
   // Host names that the launcher's output (its runtime's messages, interleaved with the job's)
   // reports lost, in order of first mention.

@@ -25,6 +25,8 @@ inline constexpr const char* kRunIdFile = "run_id";
 // reader never sees half of it. Throws IoError when the file cannot be written or read, and
 // InvalidArgument when it holds something that is not a run id.
 std::string ensure_run_id(const std::filesystem::path& run_dir);
+// The run id of run_dir, nullopt when it has none yet; throws as ensure_run_id.
+std::optional<std::string> read_run_id(const std::filesystem::path& run_dir);
 
 // What a resume must match, one "key=value" line each: the model's shape, the optimizer, the
 // dataset's identity (a synthetic dataset's seed, else its canonical path), the training

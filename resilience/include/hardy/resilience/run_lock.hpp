@@ -43,4 +43,9 @@ class RunDirectoryLock {
 
 std::filesystem::path run_lock_file(const std::filesystem::path& run_dir);
 
+// Whether the run of run_dir is over: its events end a `hardy run` (supervisor_finished) and no
+// other has started since (supervisor_started). False for a run that never ran under `hardy run`
+// (nothing says its end) and for a run directory that cannot be read here.
+bool run_is_over(const std::filesystem::path& run_dir);
+
 }  // namespace hardy::resilience

@@ -52,6 +52,10 @@ inline constexpr EventField supervisor_finished[] = {
     {"launches", T::integer, req}, {"excluded_nodes", T::array, opt},
     {"reason", T::string, opt},    {"gave_up", T::boolean, opt},
     {"domains", T::integer, opt},  {"generations", T::integer, opt}};
+inline constexpr EventField node_state_removed[] = {{"nodes", T::array, req},
+                                                    {"unreachable", T::array, req},
+                                                    {"kept", T::object, req},
+                                                    {"seconds", T::number, req}};
 }  // namespace event_fields
 
 inline constexpr core::EventKind kSupervisorEvents[] = {
@@ -65,6 +69,11 @@ inline constexpr core::EventKind kSupervisorEvents[] = {
     {"requeue_requested", "hardy run asked the scheduler to requeue the job",
      event_fields::requeue_requested},
     {"supervisor_finished", "hardy run ended", event_fields::supervisor_finished},
+    {"node_state_removed",
+     "after the run: the nodes whose node-local snapshots of the run were removed, those that "
+     "could not be reached (host, why), and the step a node kept as a checkpoint first (host, "
+     "step; null when none needed keeping)",
+     event_fields::node_state_removed},
 };
 
 }  // namespace hardy::resilience

@@ -1,0 +1,33 @@
+#pragma once
+// Nothing of a run stays in the memory of the nodes it used. Its ranks remove their own
+// node-local snapshots when the job finishes, but not those of a node whose ranks all died
+// inside the job, nor of a node a relaunch left out, nor any when the run ends by failing, being
+// stopped or asking for a requeue: /dev/shm is node memory that every user of the node shares,
+// and the next job the scheduler puts there would find it full. So once a run is over, however it
+// ended, the supervisor has every node of the run (spares included) run `hardy clean --node-local
+// --run-dir` through the launch path; a node that cannot be reached is named in the event, and a
+// later job of the same user there removes what it left (checkpoint/stale_snapshots.hpp).
+//
+// When the run did not complete, the node-local snapshots may hold committed steps newer than its
+// newest checkpoint: before they go, one node at a time (the run's nodes in order) keeps its
+// newest snapshot as a checkpoint (`--keep-newest`) until a checkpoint of the run's last
+// committed step exists, so a requeue or a later `hardy run --resume latest` loses nothing.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hardy/core/support/event_log.hpp"
+#include "hardy/resilience/supervisor.hpp"
+
+namespace hardy::resilience {
+
+// Runs the cleanup of `config`'s nodes and logs it (node_state_removed); `completed`: the run
+// finished its last step (its final checkpoint, if any, holds the newest state). Never throws.
+void remove_node_state(const SupervisorConfig& config, bool completed, core::EventLog& events);
+
+// `hardy train`'s value of `option` in train_args ("--opt V" or "--opt=V"), the last one given.
+std::optional<std::string> train_option(const std::vector<std::string>& train_args,
+                                        std::string_view option);
+
+}  // namespace hardy::resilience
