@@ -257,14 +257,15 @@ def node_state_left(root, events):
     """What a finished run left under the node-local root ROOT, as (hosts, problems): the hosts whose
     snapshot files are still there, and what is wrong. Every `hardy run` of the run has every node
     it used remove the run's tree when it ends (node_state_removed, one per supervisor_finished);
-    only a node it could not reach keeps its copy, and is named in the event's `unreachable`.
+    only a node it could not reach keeps its copy, named in the event's `unreachable`, or one where
+    keeping the newest snapshot as a checkpoint failed (`left`).
     Every file of the run goes when all answered."""
     problems = []
     removed = [e for e in events if e.get("event") == "node_state_removed"]
     runs = sum(1 for e in events if e.get("event") == "supervisor_finished")
     if len(removed) != runs:
         problems.append(f"{len(removed)} node_state_removed events after {runs} `hardy run`(s)")
-    unreachable = {u["host"] for e in removed for u in e.get("unreachable", [])}
+    unreachable = {u["host"] for e in removed for u in e.get("unreachable", []) + e.get("left", [])}
     hosts = sorted({p.parent.name for p in snapshot_files(root)})
     left = [h for h in hosts if h not in unreachable]
     if left:

@@ -18,7 +18,8 @@ Rank 0, which writes metrics.jsonl and samples.jsonl, killed after step 10's agr
 node-local snapshot but before it logged the step (--inject-failure rank=0@step=10:log-write), with
 and without --gradient-lag 1: the relaunch restores step 10 from the snapshot, which carries the
 step's lines, and logs them (restored_from: node-local), so that both files hold every step
-exactly once.
+exactly once. The same in fault domains (`--nodes-per-domain 1`: 2 domains): rank 0 is domain 0's
+leader; its domain is lost, and the step's lines are written all the same, once.
 
 That one-step guarantee is --snapshot-every 1's. The default, auto, spaces the snapshots by 100
 times what the last one cost: a last job with it and the same failure snapshots far fewer steps
@@ -43,9 +44,9 @@ EVERY_STEP = ["--snapshot-every", "1"]
 check = Checks()
 
 
-def supervise(run, snapshots, *train_extra):
+def supervise(run, snapshots, *train_extra, run_options=()):
     command = [hardy, "run", "--nodes", "2", "--ranks-per-node", "2", "--ulfm", "false", "--backoff", "0.2",
-               "--run-dir", str(run), "--", *TRAIN, "--snapshot-dir", str(snapshots), *train_extra]
+               *run_options, "--run-dir", str(run), "--", *TRAIN, "--snapshot-dir", str(snapshots), *train_extra]
     result = subprocess.run(command, capture_output=True, text=True, timeout=250)
     print(result.stdout[-800:], result.stderr[-1500:], flush=True)
     return result.returncode
@@ -91,17 +92,27 @@ with tempfile.TemporaryDirectory(prefix="hardy-node-local-", dir=shm) as scratch
         check(abs(final - expected) <= 0.02 * abs(expected), f"final loss {final:.5f} within 2% of {expected:.5f}")
     check(not any(snapshots.iterdir()), "the relaunched job removed the snapshot directories once it completed")
 
-    # Rank 0 dies between the step's snapshot and its log lines: the restore logs them.
-    for lag in ([], ["--gradient-lag", "1"]):
-        name = "unlogged" + ("-lagged" if lag else "")
+    # Rank 0 dies between the step's snapshot and its log lines: the restore logs them. In fault
+    # domains (2 domains of 1 node here) rank 0 is domain 0's leader, which writes the run's files:
+    # the domain is lost, the other one writes on, and whoever holds the step's lines logs them.
+    for domains, lag in ((False, []), (False, ["--gradient-lag", "1"]), (True, []), (True, ["--gradient-lag", "1"])):
+        name = "unlogged" + ("-domains" if domains else "") + ("-lagged" if lag else "")
         run = tmp / name
-        status = supervise(run, snapshots, *EVERY_STEP, *lag, "--inject-failure", "rank=0@step=10:log-write")
-        restored = [e for e in read_jsonl(run / "events.jsonl") if e["event"] == "state_restored"]
+        status = supervise(run, snapshots, *EVERY_STEP, *lag, "--inject-failure", "rank=0@step=10:log-write",
+                           run_options=["--nodes-per-domain", "1"] if domains else [])
+        events = read_jsonl(run / "events.jsonl")
+        restored = [e for e in events if e["event"] == "state_restored"]
         metrics, audit = read_jsonl(run / "metrics.jsonl"), read_jsonl(run / "samples.jsonl")
-        check(status == 0 and restored and restored[-1].get("source") == "node-local"
-              and restored[-1].get("step") == 10,
-              f"{name}: rank 0 killed before logging step 10; the relaunch restored step 10 from the node-local "
-              f"snapshot (status {status}, {restored[-1] if restored else None})")
+        if domains:
+            lost = [e for e in events if e["event"] == "domain_lost"]
+            check(status == 0 and lost and lost[0].get("domain") == 0,
+                  f"{name}: domain 0 lost with its leader before it logged step 10, the job completes "
+                  f"(status {status}, {lost[:1]})")
+        else:
+            check(status == 0 and restored and restored[-1].get("source") == "node-local"
+                  and restored[-1].get("step") == 10,
+                  f"{name}: rank 0 killed before logging step 10; the relaunch restored step 10 from the "
+                  f"node-local snapshot (status {status}, {restored[-1] if restored else None})")
         for label, lines in (("metrics.jsonl", metrics), ("samples.jsonl", audit)):
             steps = [line["step"] for line in lines]
             check(steps == list(range(1, STEPS + 1)),
@@ -109,8 +120,9 @@ with tempfile.TemporaryDirectory(prefix="hardy-node-local-", dir=shm) as scratch
                   f"{sorted(set(range(1, STEPS + 1)) - set(steps))}, twice: "
                   f"{sorted({s for s in steps if steps.count(s) > 1})})")
         step10 = [m for m in metrics if m["step"] == 10]
-        check(step10 and step10[0].get("restored_from") == "node-local",
-              f"{name}: step 10's metrics line came with the snapshot (restored_from: node-local): {step10}")
+        if not domains:
+            check(step10 and step10[0].get("restored_from") == "node-local",
+                  f"{name}: step 10's metrics line came with the snapshot (restored_from: node-local): {step10}")
         complete, wrong = complete_epochs_exact(run, SAMPLES)
         check(len(complete) >= 3 and not wrong, f"{name}: epochs {complete} each cover every sample exactly once")
 

@@ -24,15 +24,11 @@ import sys
 import tempfile
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, snapshot_files  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, read_jsonl, small_job, snapshot_files  # noqa: E402
 
 hardy = sys.argv[1]
 STEPS, SAMPLES = 20, 36
-TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "32", "--width", "32", "--global-batch", "8",
-         "--steps", str(STEPS), "--model-width", "8", "--aspp-channels", "16", "--decoder-channels", "16",
-         "--low-level-channels", "8", "--aspp-rates", "1,2", "--eval-samples", "0", "--seed", "11",
-         "--warmup-steps", "2", "--checkpoint-every", "100", "--audit-samples", "--log-every", "100",
-         "--snapshot-every", "1"]
+TRAIN = small_job(SAMPLES, STEPS, 8) + ["--checkpoint-every", "100"]
 check = Checks()
 
 

@@ -24,16 +24,19 @@ namespace {
 
 // Reaches a node by running SCRIPT with the node's name and the program: the script appends
 // "HOST ARGS..." to its log, fails for the hosts in `unreachable`, and for the host `keeper`,
-// asked to keep, writes the checkpoint file of `kept_step` as `hardy clean --keep-newest` would.
+// asked to keep, writes the checkpoint file of `kept_step` as `hardy clean --keep-newest` would;
+// asked to keep, the hosts in `keep_fails` fail (a full disk).
 class ScriptLauncher final : public Launcher {
  public:
   ScriptLauncher(const fs::path& log, const fs::path& run_dir, std::string unreachable,
-                 std::string keeper, long kept_step)
+                 std::string keeper, long kept_step, std::string keep_fails)
       : Launcher({}),
         script_(fmt::format("echo \"$*\" >> '{}'; case \" {} \" in *\" $1 \"*) exit 1;; esac; "
                             "case \"$*\" in *--keep-newest*) [ \"$1\" = '{}' ] && "
-                            "touch '{}/checkpoints/ckpt-{}.h5';; esac; exit 0",
-                            log.string(), unreachable, keeper, run_dir.string(), kept_step)) {}
+                            "touch '{}/checkpoints/ckpt-{}.h5'; case \" {} \" in *\" $1 \"*) "
+                            "exit 1;; esac;; esac; exit 0",
+                            log.string(), unreachable, keeper, run_dir.string(), kept_step,
+                            keep_fails)) {}
   std::string name() const override { return "script"; }
   std::vector<std::string> command(const std::vector<std::string>&, int,
                                    const std::vector<std::string>& program) const override {
@@ -79,7 +82,7 @@ struct Run {
   fs::path run_dir = scratch / "run", log = scratch / "asked.log";
   SupervisorConfig config;
 
-  Run(std::string unreachable, std::string keeper, long kept_step) {
+  Run(std::string unreachable, std::string keeper, long kept_step, std::string keep_fails = "") {
     fs::create_directories(run_dir / "checkpoints");
     config.nodes = {"n0", "n1", "n2", "n2"};  // a node named twice is asked once
     config.spare_nodes = {"s0"};
@@ -88,7 +91,8 @@ struct Run {
     config.run_lock_token = "token";
     config.train_args = {"--steps", "20", "--snapshot-dir=/dev/shm/mine"};
     config.launcher =
-        std::make_shared<ScriptLauncher>(log, run_dir, unreachable, keeper, kept_step);
+        std::make_shared<ScriptLauncher>(log, run_dir, unreachable, keeper, kept_step,
+                                                       keep_fails);
   }
   void finish(bool completed) {
     hardy::core::EventLog events(run_dir / "events.jsonl", event_kinds());
@@ -136,11 +140,33 @@ TEST_CASE(
   for (const auto& line : cleanups(run.log))
     if (line.find("--keep-newest") != std::string::npos) keeping.push_back(line.substr(0, 2));
   CHECK(keeping == std::vector<std::string>{"n0", "n1", "n2"});  // in order, and no further
-  CHECK(cleanups(run.log).size() == 3 + 3);  // then every node that answers removes
+  CHECK(cleanups(run.log).size() == 3);  // each removed its snapshots as it kept, or had none
   const auto events = removals(run.run_dir);
   REQUIRE(events.size() == 1);
   CHECK(events[0]["kept"] == nlohmann::json({{"host", "n2"}, {"step", 9}}));
+  CHECK(events[0]["nodes"] == nlohmann::json({"n0", "n1", "n2"}));
   CHECK(events[0]["unreachable"][0]["host"] == "s0");
+  CHECK(events[0]["left"].empty());
+}
+
+TEST_CASE(
+    "node cleanup: a node where keeping the newest snapshot fails keeps its snapshots, and the "
+    "next node is asked") {
+  // n0 answers but cannot write the checkpoint (a full disk); n1 keeps step 9.
+  Run run("", "n1", 9, "n0");
+  std::ofstream(run.run_dir / "metrics.jsonl") << "{\"step\":9}\n";
+  run.finish(/*completed=*/false);
+  std::vector<std::string> removing;
+  for (const auto& line : cleanups(run.log))
+    if (line.find("--keep-newest") == std::string::npos) removing.push_back(line.substr(0, 2));
+  std::sort(removing.begin(), removing.end());
+  CHECK(removing == std::vector<std::string>{"n2", "s0"});  // not n0: its copy may be the newest
+  const auto events = removals(run.run_dir);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0]["kept"] == nlohmann::json({{"host", "n1"}, {"step", 9}}));
+  REQUIRE(events[0]["left"].size() == 1);
+  CHECK(events[0]["left"][0]["host"] == "n0");
+  CHECK(events[0]["nodes"] == nlohmann::json({"n1", "n2", "s0"}));
 }
 
 TEST_CASE(

@@ -100,21 +100,37 @@ void remove_node_state(const SupervisorConfig& config, bool completed, core::Eve
   }
 
   nlohmann::json kept = nullptr;
+  auto left = nlohmann::json::array();
+  std::vector<std::string> cleaned;
   const auto last = core::last_json_record(config.run_dir / "metrics.jsonl");
   const long target = last ? core::read_field<long>(*last, "step").value_or(-1) : -1;
   if (!completed && newest_checkpoint_step(config.run_dir) < target) {
-    for (std::size_t i = 0; i < std::min(kKeepAttempts, nodes.size()); ++i) {
+    std::vector<std::string> removable;
+    std::size_t attempts = 0;
+    for (const auto& node : nodes) {
+      if (attempts == kKeepAttempts || newest_checkpoint_step(config.run_dir) >= target) {
+        removable.push_back(node);
+        continue;
+      }
+      ++attempts;
       const long before = newest_checkpoint_step(config.run_dir);
-      const auto failed = on_nodes({nodes[i]}, true, kKeepTimeout).front();
+      const auto failed = on_nodes({node}, true, kKeepTimeout).front();
       const long after = newest_checkpoint_step(config.run_dir);
-      if (failed)
-        std::cerr << fmt::format("hardy run: keeping {}'s newest snapshot failed: {}\n", nodes[i],
-                                 *failed);
-      if (after > before) kept = {{"host", nodes[i]}, {"step", after}};
-      if (after >= target) break;
+      if (after > before) kept = {{"host", node}, {"step", after}};
+      if (!failed) {  // kept, or had nothing newer: its snapshots are gone
+        cleaned.push_back(node);
+        continue;
+      }
+      // Its snapshots may hold the newest state, which could not be written out (a full disk):
+      // they stay for a `--resume latest` on the node rather than go unkept.
+      left.push_back({{"host", node}, {"why", *failed}});
+      std::cerr << fmt::format(
+          "hardy run: {}'s newest snapshot could not be kept as a checkpoint ({}); its snapshots "
+          "stay there\n",
+          node, *failed);
     }
+    nodes = std::move(removable);
   }
-  std::vector<std::string> cleaned;
   if (!nodes.empty()) {
     const auto answers = on_nodes(nodes, false, kRemoveTimeout);
     for (std::size_t i = 0; i < nodes.size(); ++i)
@@ -126,6 +142,7 @@ void remove_node_state(const SupervisorConfig& config, bool completed, core::Eve
   events.emit("node_state_removed", {{"nodes", cleaned},
                                      {"unreachable", unreachable},
                                      {"kept", kept},
+                                     {"left", left},
                                      {"seconds", core::unix_time() - started}});
 }
 

@@ -11,7 +11,9 @@
 // When the run did not complete, the node-local snapshots may hold committed steps newer than its
 // newest checkpoint: before they go, one node at a time (the run's nodes in order) keeps its
 // newest snapshot as a checkpoint (`--keep-newest`) until a checkpoint of the run's last
-// committed step exists, so a requeue or a later `hardy run --resume latest` loses nothing.
+// committed step exists (at most 8 nodes), so a requeue or a later `hardy run --resume latest`
+// loses nothing. A node where keeping failed (a full disk) keeps its snapshots instead: they may
+// be the only copy of the newest state.
 #include <optional>
 #include <string>
 #include <string_view>

@@ -55,6 +55,7 @@ inline constexpr EventField supervisor_finished[] = {
 inline constexpr EventField node_state_removed[] = {{"nodes", T::array, req},
                                                     {"unreachable", T::array, req},
                                                     {"kept", T::object, req},
+                                                    {"left", T::array, req},
                                                     {"seconds", T::number, req}};
 }  // namespace event_fields
 
@@ -71,8 +72,9 @@ inline constexpr core::EventKind kSupervisorEvents[] = {
     {"supervisor_finished", "hardy run ended", event_fields::supervisor_finished},
     {"node_state_removed",
      "after the run: the nodes whose node-local snapshots of the run were removed, those that "
-     "could not be reached (host, why), and the step a node kept as a checkpoint first (host, "
-     "step; null when none needed keeping)",
+     "could not be reached (host, why), the step a node kept as a checkpoint first (host, step; "
+     "null when none needed keeping), and the nodes whose snapshots were left because keeping "
+     "them failed there (host, why)",
      event_fields::node_state_removed},
 };
 
