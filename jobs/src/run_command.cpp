@@ -163,11 +163,10 @@ int run_command(const std::vector<std::string>& args) {
     throw InvalidArgument("give --run-dir to hardy run, not after --");
   // Options the job would refuse end here, before anything is launched (as `hardy submit` checks
   // them before the job queues): every rank, and every domain, would refuse them alike.
-  {
-    auto checked = train_args;
-    checked.insert(checked.end(), {"--run-dir", vm["run-dir"].as<std::string>()});
-    if (!parse_train_spec(checked)) return 0;  // `-- --help` printed the training options
-  }
+  auto checked = train_args;
+  checked.insert(checked.end(), {"--run-dir", vm["run-dir"].as<std::string>()});
+  const auto spec = parse_train_spec(checked);
+  if (!spec) return 0;  // `-- --help` printed the training options
   if (vm.count("hosts") && vm.count("hostfile"))
     throw InvalidArgument("give --hosts or --hostfile, not both");
   resilience::SupervisorConfig config;
@@ -249,6 +248,8 @@ int run_command(const std::vector<std::string>& args) {
   config.launcher = make_launcher(launcher_name, std::move(launcher_settings), config.scheduler);
   config.hardy = this_executable();
   config.train_args = train_args;
+  // Where the ranks keep node-local snapshots, for the cleanup of the nodes when the run ends.
+  if (spec->snapshot_every != 0) config.snapshot_dir = spec->snapshot_dir;
   config.run_dir = vm["run-dir"].as<std::string>();
   config.max_restarts = vm["max-restarts"].as<int>();
   config.backoff_s = vm["backoff"].as<double>();

@@ -89,10 +89,9 @@ struct Run {
     config.hardy = "/opt/hardy";
     config.run_dir = run_dir;
     config.run_lock_token = "token";
-    config.train_args = {"--steps", "20", "--snapshot-dir=/dev/shm/mine"};
+    config.snapshot_dir = "/dev/shm/mine";
     config.launcher =
-        std::make_shared<ScriptLauncher>(log, run_dir, unreachable, keeper, kept_step,
-                                                       keep_fails);
+        std::make_shared<ScriptLauncher>(log, run_dir, unreachable, keeper, kept_step, keep_fails);
   }
   void finish(bool completed) {
     hardy::core::EventLog events(run_dir / "events.jsonl", event_kinds());
@@ -180,14 +179,8 @@ TEST_CASE(
   CHECK(removals(run.run_dir).at(0)["kept"].is_null());
 
   Run off("", "n0", 9);
-  off.config.train_args.insert(off.config.train_args.end(), {"--snapshot-every", "0"});
+  off.config.snapshot_dir.clear();  // --snapshot-every 0
   off.finish(/*completed=*/false);
   CHECK_FALSE(fs::exists(off.log));
   CHECK(removals(off.run_dir).empty());
-}
-
-TEST_CASE("node cleanup: a train option's value, as the ranks will read it") {
-  CHECK(train_option({"--a", "1", "--b=2", "--a", "3"}, "--a") == "3");
-  CHECK(train_option({"--a", "1", "--b=2"}, "--b") == "2");
-  CHECK_FALSE(train_option({"--ab", "1", "--a"}, "--a"));  // no value follows
 }

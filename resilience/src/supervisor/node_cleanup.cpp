@@ -30,21 +30,8 @@ long newest_checkpoint_step(const std::filesystem::path& run_dir) {
 
 }  // namespace
 
-std::optional<std::string> train_option(const std::vector<std::string>& train_args,
-                                        std::string_view option) {
-  std::optional<std::string> value;
-  const std::string prefix = std::string(option) + "=";
-  for (std::size_t i = 0; i < train_args.size(); ++i) {
-    if (train_args[i] == option && i + 1 < train_args.size())
-      value = train_args[++i];
-    else if (train_args[i].starts_with(prefix))
-      value = train_args[i].substr(prefix.size());
-  }
-  return value;
-}
-
 void remove_node_state(const SupervisorConfig& config, bool completed, core::EventLog& events) {
-  if (train_option(config.train_args, "--snapshot-every") == "0") return;  // none written
+  if (config.snapshot_dir.empty()) return;  // the ranks keep no snapshots
   const double started = core::unix_time();
   std::vector<std::string> program{config.hardy.string(),
                                    "clean",
@@ -52,9 +39,9 @@ void remove_node_state(const SupervisorConfig& config, bool completed, core::Eve
                                    "--run-dir",
                                    std::filesystem::absolute(config.run_dir).lexically_normal(),
                                    "--run-lock-token",
-                                   config.run_lock_token};
-  if (const auto root = train_option(config.train_args, "--snapshot-dir"))
-    program.insert(program.end(), {"--snapshot-dir", *root});
+                                   config.run_lock_token,
+                                   "--snapshot-dir",
+                                   config.snapshot_dir.string()};
   std::vector<std::string> nodes;
   for (const auto* list : {&config.nodes, &config.spare_nodes})
     for (const auto& node : *list)

@@ -14,22 +14,14 @@
 // committed step exists (at most 8 nodes), so a requeue or a later `hardy run --resume latest`
 // loses nothing. A node where keeping failed (a full disk) keeps its snapshots instead: they may
 // be the only copy of the newest state.
-#include <optional>
-#include <string>
-#include <string_view>
-#include <vector>
-
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/resilience/supervisor.hpp"
 
 namespace hardy::resilience {
 
-// Runs the cleanup of `config`'s nodes and logs it (node_state_removed); `completed`: the run
-// finished its last step (its final checkpoint, if any, holds the newest state). Never throws.
+// Runs the cleanup of `config`'s nodes under its snapshot_dir and logs it (node_state_removed);
+// nothing when the ranks keep no snapshots. `completed`: the run finished its last step (its
+// final checkpoint, if any, holds the newest state). Never throws.
 void remove_node_state(const SupervisorConfig& config, bool completed, core::EventLog& events);
-
-// `hardy train`'s value of `option` in train_args ("--opt V" or "--opt=V"), the last one given.
-std::optional<std::string> train_option(const std::vector<std::string>& train_args,
-                                        std::string_view option);
 
 }  // namespace hardy::resilience

@@ -28,6 +28,9 @@ struct SupervisorConfig {
   std::filesystem::path hardy;          // the hardy executable the ranks run
   std::vector<std::string> train_args;  // `hardy train` options
   std::filesystem::path run_dir;
+  // Where the ranks keep their node-local snapshots (`hardy train --snapshot-dir`, as the job
+  // reads it); empty when they keep none. Once the run is over every node's are removed.
+  std::filesystem::path snapshot_dir;
   int max_restarts = 3;
   double backoff_s = 1.0;  // doubled after each relaunch, at most 60 s
   int min_world_size = 1;
