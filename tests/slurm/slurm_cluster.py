@@ -22,8 +22,9 @@ Usage: slurm_cluster.py HARDY_BINARY SOURCE_DIR SCENARIO
   requeue       a 4-node job on a 5-node cluster that needs all 4 (--min-nodes 4): a node dies,
                 `hardy run` asks for a requeue without it (RUN_DIR/exclude-nodes), the batch script
                 requeues the job and excludes the node (ExcNodeList), Slurm runs it again on the
-                4 healthy nodes and it completes from its node-local snapshots, at most one
-                committed step lost; prints the time from the node's death to training again
+                4 healthy nodes and it completes from the checkpoint that `hardy run` kept of its
+                newest node-local snapshot before asking (node_state_removed's `kept`), at most
+                one committed step lost; prints the time from the node's death to training again
 Exit status 77 (skip) where it cannot run: not root, no namespaces, no slurm-wlm/munge, no
 supervisor in this build.
 """
@@ -41,7 +42,7 @@ sys.path.insert(0, str(HERE.parent / "cluster"))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from cluster_slurm import ClusterSlurm, missing_requirements  # noqa: E402
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, committed_steps, complete_epochs_exact, read_jsonl, relaunch_restores  # noqa: E402
+from hardy_test import Checks, committed_steps, complete_epochs_exact, node_state_left, read_jsonl, relaunch_restores  # noqa: E402
 from scheduler_test_lib import Hardy  # noqa: E402
 
 SKIP = 77
@@ -216,7 +217,8 @@ def job(s):
 
     # A second job, ended by hardy cancel while it trains.
     run2 = tmp / "cancelled"
-    # A cancelled job keeps its node-local snapshots for a resubmission: in the test's own tree.
+    # A cancelled job's node-local snapshots go when its hardy run ends (the newest kept as a
+    # checkpoint): in the test's own tree all the same.
     job2 = s.submit(run2, job_ini(tmp / "long.ini", 100000, **{"snapshot-dir": tmp / "node-local-cancelled"}))
     if s.wait_for_step(run2, job2, 20, timeout=120):
         result = s.hardy("cancel", run2, env=s.env)
@@ -370,9 +372,17 @@ def requeue(s):
     check(metrics[-1]["world_size"] == NODES * RANKS_PER_NODE, f"{metrics[-1]['world_size']} ranks at the end")
     restored = [e for e in events if e["event"] == "state_restored" and started and e["unix_time"] > started[-1]["unix_time"]]
     lost = asked[0]["step"] - restored[0]["step"] if asked and restored else None
-    check(lost is not None and 0 <= lost <= 1 and restored[0]["source"] == "node-local",
+    # Before asking, hardy run kept the newest snapshot as a checkpoint and cleared node memory.
+    removed = [e for e in events if e["event"] == "node_state_removed"]
+    kept = (removed[0].get("kept") or {}) if removed else {}
+    check(lost is not None and 0 <= lost <= 1 and restored[0]["source"] == "checkpoint"
+          and restored[0]["step"] == kept.get("step"),
           f"{lost} committed step(s) lost across the requeue (asked at {asked[0]['step'] if asked else None}, "
-          f"restored {restored[0]['step'] if restored else None} from {restored[0]['source'] if restored else None})")
+          f"restored {restored[0]['step'] if restored else None} from {restored[0]['source'] if restored else None}, "
+          f"the checkpoint kept of the newest snapshot: {kept})")
+    _, problems = node_state_left(tmp / "node-local", events)
+    check(not problems, f"nothing of the run left in node memory: {problems} (the cleanups took "
+                        f"{[round(e['seconds'], 1) for e in removed]} s)")
     status = s.status(run)
     lost_nodes = status.get("lost_nodes", [])
     check([(n["host"], n["outcome"]) for n in lost_nodes] == [(host, "requeued without it")],
