@@ -28,9 +28,8 @@ long newest_checkpoint_step(const std::filesystem::path& run_dir) {
   return entries.empty() ? -1 : entries.back().step;
 }
 
-}  // namespace
-
-void remove_node_state(const SupervisorConfig& config, bool completed, core::EventLog& events) {
+// remove_node_state's work; throws what it meets.
+void clean_nodes(const SupervisorConfig& config, bool completed, core::EventLog& events) {
   if (config.snapshot_dir.empty()) return;  // the ranks keep no snapshots
   const double started = core::unix_time();
   std::vector<std::string> program{config.hardy.string(),
@@ -131,6 +130,18 @@ void remove_node_state(const SupervisorConfig& config, bool completed, core::Eve
                                      {"kept", kept},
                                      {"left", left},
                                      {"seconds", core::unix_time() - started}});
+}
+
+}  // namespace
+
+void remove_node_state(const SupervisorConfig& config, bool completed, core::EventLog& events) {
+  // The run's outcome is decided: a cleanup that cannot be done must not change its exit status.
+  try {
+    clean_nodes(config, completed, events);
+  } catch (const std::exception& e) {
+    std::cerr << "hardy run: the node-local snapshots of the run could not be removed: " << e.what()
+              << "\n";
+  }
 }
 
 }  // namespace hardy::resilience
