@@ -73,10 +73,13 @@ TEST_CASE("stale node-local snapshots: a run that is over goes at once, a live o
 
   std::vector<fs::path> asked;
   const auto removed =
-      remove_stale_node_snapshots(root, "", kStaleSnapshotGrace, [&](const fs::path& run_dir) {
-        asked.push_back(run_dir);
-        return run_dir == fs::absolute(over_dir);
-      });
+      remove_stale_node_snapshots(root, "", kStaleSnapshotGrace,
+                                  // An init-capture: Clang before 16 cannot capture a structured
+                                  // binding by name.
+                                  [&, over = fs::absolute(over_dir)](const fs::path& run_dir) {
+                                    asked.push_back(run_dir);
+                                    return run_dir == over;
+                                  });
   REQUIRE(removed.size() == 1);
   CHECK(removed[0].directory == over_tree);
   CHECK(removed[0].run_over);

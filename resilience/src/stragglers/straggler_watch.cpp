@@ -182,9 +182,10 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
     keep(per_step_[r], own_s[r]);
   }
   if (per_sample_.front().size() < window) return verdict;
-  const auto recent = [window](const std::vector<double>& times) {
+  // An init-capture: Clang before 16 cannot capture a structured binding by name.
+  const auto recent = [steps = window](const std::vector<double>& times) {
     return median(std::vector<double>(
-        times.end() - static_cast<std::ptrdiff_t>(std::min(window, times.size())), times.end()));
+        times.end() - static_cast<std::ptrdiff_t>(std::min(steps, times.size())), times.end()));
   };
 
   std::vector<double> own(world), own_step(world);
