@@ -137,6 +137,18 @@ class TimingBackend final : public core::ForwardingBackend {
     timed("max_pool3d_bwd", fmt::format("{}->{}", shape(dy), shape(dx)),
           [&] { Base::do_max_pool3d_backward(x, dy, geometry, dx); });
   }
+  void do_conv3d_max_pool_forward(const core::Conv3dMaxPool& op, core::Tensor& y,
+                                  core::Tensor& window) override {
+    timed("conv3d_max_pool_fwd", fmt::format("{}->{}", shape(op.x), shape(y)),
+          [&] { Base::do_conv3d_max_pool_forward(op, y, window); });
+  }
+  void do_conv3d_max_pool_backward(const core::Conv3dMaxPool& op, const core::Tensor& dy,
+                                   const core::Tensor& window, core::Tensor* dx,
+                                   core::Tensor& dweight, core::Tensor* dbias) override {
+    timed(dx != nullptr ? "conv3d_max_pool_bwd" : "conv3d_max_pool_bwd_weights",
+          fmt::format("{}->{}", shape(dy), shape(op.x)),
+          [&] { Base::do_conv3d_max_pool_backward(op, dy, window, dx, dweight, dbias); });
+  }
   void do_dense_forward(const core::Tensor& x, const core::Tensor& weight, const core::Tensor* bias,
                         core::Tensor& y) override {
     timed("dense_fwd", fmt::format("{}->{}", shape(x), shape(y)),

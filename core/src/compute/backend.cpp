@@ -345,6 +345,58 @@ void Backend::max_pool3d_backward(const Tensor& x, const Tensor& dy, const PoolG
   do_max_pool3d_backward(x, dy, geometry, dx);
 }
 
+bool Backend::fuses_conv3d_max_pool(const ConvGeometry&, const PoolGeometry&) const {
+  return false;
+}
+
+namespace {
+
+constexpr std::string_view kConv3dMaxPoolForward = "conv3d_max_pool_forward";
+constexpr std::string_view kConv3dMaxPoolBackward = "conv3d_max_pool_backward";
+
+void require_fused(const Backend& backend, std::string_view operation, const Conv3dMaxPool& op) {
+  if (!backend.fuses_conv3d_max_pool(op.convolution, op.pooling))
+    throw InvalidArgument(fmt::format(
+        "{}: the {} backend does not fuse this convolution (stride {}, padding {}, dilation {}) "
+        "and pooling (kernel {}, stride {}, padding {}); run conv3d_* and max_pool3d_*",
+        operation, backend.name(), op.convolution.stride, op.convolution.padding,
+        op.convolution.dilation, op.pooling.kernel, op.pooling.stride, op.pooling.padding));
+}
+
+}  // namespace
+
+void Backend::conv3d_max_pool_forward(const Conv3dMaxPool& op, Tensor& y, Tensor& window) {
+  check_conv3d_max_pool(rules_, kConv3dMaxPoolForward, op, "y", y, window);
+  require_fused(*this, kConv3dMaxPoolForward, op);
+  do_conv3d_max_pool_forward(op, y, window);
+}
+
+void Backend::conv3d_max_pool_backward(const Conv3dMaxPool& op, const Tensor& dy,
+                                       const Tensor& window, Tensor* dx, Tensor& dweight,
+                                       Tensor* dbias) {
+  constexpr std::string_view operation = kConv3dMaxPoolBackward;
+  check_conv3d_max_pool(rules_, operation, op, "dy", dy, window);
+  require_fused(*this, operation, op);
+  if (dx != nullptr) require_like_volume(operation, "dx", *dx, "x", op.x);
+  require_f32(rules_, operation, "dweight", dweight);
+  if (dweight.dims() != op.weight.dims())
+    throw InvalidArgument(fmt::format("{}: dweight ({}) must have the dims of weight ({})",
+                                      operation, dweight.describe(), op.weight.describe()));
+  if ((dbias == nullptr) != (op.bias == nullptr))
+    throw InvalidArgument(fmt::format("{}: dbias is given exactly when the bias is", operation));
+  if (dbias != nullptr) check_bias(rules_, operation, "dbias", *dbias, op.weight.dim(0));
+  do_conv3d_max_pool_backward(op, dy, window, dx, dweight, dbias);
+}
+
+void Backend::do_conv3d_max_pool_forward(const Conv3dMaxPool& op, Tensor&, Tensor&) {
+  require_fused(*this, kConv3dMaxPoolForward, op);  // refuses: no backend fuses by default
+}
+
+void Backend::do_conv3d_max_pool_backward(const Conv3dMaxPool& op, const Tensor&, const Tensor&,
+                                          Tensor*, Tensor&, Tensor*) {
+  require_fused(*this, kConv3dMaxPoolBackward, op);
+}
+
 // ---- dense layers ----
 
 void Backend::dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) {

@@ -288,11 +288,11 @@ void check_transposed_convolution(const OperandRules& rules, std::string_view op
         h + g.stride - 1, w, w + g.stride - 1));
 }
 
-void check_convolution3d(const OperandRules& rules, std::string_view operation,
-                         const ConvRoles& roles, const Tensor& x, const Tensor& weight,
-                         const Tensor& y, const ConvGeometry& g) {
+std::vector<std::int64_t> checked_conv3d_output_dims(const OperandRules& rules,
+                                                     std::string_view operation,
+                                                     const ConvRoles& roles, const Tensor& x,
+                                                     const Tensor& weight, const ConvGeometry& g) {
   require_volume(rules, operation, roles.input, x);
-  require_volume(rules, operation, roles.output, y);
   require_f32(rules, operation, roles.weight, weight);
   if (g.stride < 1 || g.dilation < 1 || g.padding < 0)
     throw InvalidArgument(fmt::format("{}: invalid geometry stride {}, padding {}, dilation {}",
@@ -300,9 +300,6 @@ void check_convolution3d(const OperandRules& rules, std::string_view operation,
   if (g.groups != 1)
     throw InvalidArgument(fmt::format(
         "{}: groups {} is not supported (3-D convolutions take groups 1)", operation, g.groups));
-  if (x.dtype() != y.dtype())
-    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in dtype", operation,
-                                      roles.input, x.describe(), roles.output, y.describe()));
   if (weight.rank() != 5 || weight.layout() == Layout::nhwc)
     throw tensor_error(operation, roles.weight, weight,
                        "a 5-D (O, I, KD, KH, KW) tensor, row-major (nchw or flat)");
@@ -314,11 +311,59 @@ void check_convolution3d(const OperandRules& rules, std::string_view operation,
   for (std::size_t i = 2; i < 5; ++i)
     expected.push_back(
         conv_output_size(static_cast<int>(x.dim(i)), static_cast<int>(weight.dim(i)), g));
-  if (expected[2] < 1 || expected[3] < 1 || expected[4] < 1 || y.dims() != expected)
+  if (expected[2] < 1 || expected[3] < 1 || expected[4] < 1)
+    throw InvalidArgument(
+        fmt::format("{}: {} {} leaves no output of {} {}, stride {}, padding {}, dilation {}",
+                    operation, roles.weight, weight.describe(), roles.input, x.describe(), g.stride,
+                    g.padding, g.dilation));
+  return expected;
+}
+
+void check_convolution3d(const OperandRules& rules, std::string_view operation,
+                         const ConvRoles& roles, const Tensor& x, const Tensor& weight,
+                         const Tensor& y, const ConvGeometry& g) {
+  const std::vector<std::int64_t> expected =
+      checked_conv3d_output_dims(rules, operation, roles, x, weight, g);
+  require_volume(rules, operation, roles.output, y);
+  if (x.dtype() != y.dtype())
+    throw InvalidArgument(fmt::format("{}: {} ({}) and {} ({}) differ in dtype", operation,
+                                      roles.input, x.describe(), roles.output, y.describe()));
+  if (y.dims() != expected)
     throw InvalidArgument(fmt::format(
         "{}: {} {} does not match {} {}, {} {}, stride {}, padding {}, dilation {} (expected [{}])",
         operation, roles.output, y.describe(), roles.input, x.describe(), roles.weight,
         weight.describe(), g.stride, g.padding, g.dilation, fmt::join(expected, ",")));
+}
+
+void check_conv3d_max_pool(const OperandRules& rules, std::string_view operation,
+                           const Conv3dMaxPool& op, std::string_view y_role, const Tensor& y,
+                           const Tensor& window) {
+  const std::vector<std::int64_t> convolved = checked_conv3d_output_dims(
+      rules, operation, {"x", "weight", y_role}, op.x, op.weight, op.convolution);
+  if (op.bias != nullptr) check_bias(rules, operation, "bias", *op.bias, op.weight.dim(0));
+  const PoolGeometry& g = op.pooling;
+  if (g.kernel < 1 || g.stride < 1 || g.padding < 0 || g.padding > g.kernel / 2)
+    throw InvalidArgument(fmt::format(
+        "{}: invalid pooling kernel {}, stride {}, padding {} (padding at most kernel / 2)",
+        operation, g.kernel, g.stride, g.padding));
+  require_volume(rules, operation, y_role, y);
+  if (op.x.dtype() != y.dtype())
+    throw InvalidArgument(fmt::format("{}: x ({}) and {} ({}) differ in dtype", operation,
+                                      op.x.describe(), y_role, y.describe()));
+  std::vector<std::int64_t> expected{convolved[0], convolved[1]};
+  for (std::size_t i = 2; i < 5; ++i)
+    expected.push_back(pool_output_size(static_cast<int>(convolved[i]), g));
+  if (expected[2] < 1 || expected[3] < 1 || expected[4] < 1 || y.dims() != expected)
+    throw InvalidArgument(fmt::format(
+        "{}: {} {} does not match x {} convolved by {} and pooled by kernel {}, stride {}, "
+        "padding {} (expected [{}])",
+        operation, y_role, y.describe(), op.x.describe(), op.weight.describe(), g.kernel, g.stride,
+        g.padding, fmt::join(expected, ",")));
+  require_on(rules, operation, "window", window);
+  if (window.dtype() != DType::u8 || window.dims() != y.dims() || window.layout() != y.layout())
+    throw tensor_error(
+        operation, "window", window,
+        fmt::format("a u8 tensor with the dims and layout of {} ({})", y_role, y.describe()));
 }
 
 void check_pool3d(const OperandRules& rules, std::string_view operation, std::string_view x_role,

@@ -127,6 +127,11 @@ void check_transposed_convolution(const OperandRules& rules, std::string_view op
 void check_convolution3d(const OperandRules& rules, std::string_view operation,
                          const ConvRoles& roles, const Tensor& x, const Tensor& weight,
                          const Tensor& y, const ConvGeometry& geometry);
+// A fused 3-D convolution and max pooling's operands: x, weight and bias as conv3d's, y (or dy)
+// the pooled convolution's dims, window a u8 tensor of y's dims.
+void check_conv3d_max_pool(const OperandRules& rules, std::string_view operation,
+                           const Conv3dMaxPool& op, std::string_view y_role, const Tensor& y,
+                           const Tensor& window);
 // A 3-D max pooling's x (N, C, D, H, W) and y (N, C, OD, OH, OW) (or dx and dy): volumes of one
 // dtype, y's sizes the pooled sizes of x's under a valid geometry.
 void check_pool3d(const OperandRules& rules, std::string_view operation, std::string_view x_role,

@@ -1,6 +1,7 @@
 #include "hardy/core/compute/tensor.hpp"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <bit>
@@ -50,12 +51,23 @@ namespace {
 class HostBuffer final : public OwnedBuffer {
  public:
   explicit HostBuffer(std::size_t bytes) : OwnedBuffer(bytes) {
-    constexpr std::size_t alignment = 64;
-    const std::size_t rounded =
-        (std::max<std::size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
-    data_ = std::aligned_alloc(alignment, rounded);
-    if (data_ == nullptr)
+    // Buffers of a huge page or more start on a huge-page boundary and ask for huge pages, so
+    // that the kernel can back them with 2 MiB pages (transparent huge pages, set to `always`
+    // on many distributions and `madvise` on others): a pass over hundreds of MB otherwise
+    // misses the TLB on every 4 KiB page. Measured at CosmoFlow's 128^3 in bf16: routing the
+    // first block's gradient into a reused 6 MiB slab took 41 ms on 4 KiB pages and 17 ms on
+    // huge pages, the slab's weight gradient 120 ms and 104 ms.
+    constexpr std::size_t huge_page = std::size_t{2} << 20;
+    const std::size_t alignment = bytes >= huge_page ? huge_page : 64;
+    const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+    // posix_memalign, unlike aligned_alloc, does not round the size up to the alignment: a
+    // buffer just past a huge page does not take two.
+    if (::posix_memalign(&data_, alignment, rounded) != 0 || data_ == nullptr)
       throw Error(fmt::format("cannot allocate {} bytes of host memory", bytes));
+#if defined(MADV_HUGEPAGE)
+    // A hint (errors ignored); whole huge pages inside the buffer only.
+    if (alignment == huge_page) ::madvise(data_, rounded / huge_page * huge_page, MADV_HUGEPAGE);
+#endif
     std::memset(data_, 0, rounded);
   }
   ~HostBuffer() override { std::free(data_); }

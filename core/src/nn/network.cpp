@@ -187,6 +187,75 @@ void MaxPool3d::backward(const Tensor& dy, std::span<const bool> need,
   grads[0] = &input_grad_;
 }
 
+ConvolutionMaxPool3d::ConvolutionMaxPool3d(Backend& backend, const std::string& name,
+                                           int in_channels, int out_channels, int kernel,
+                                           ConvGeometry convolution, bool bias,
+                                           PoolGeometry pooling)
+    : backend_(backend),
+      conv_(backend, name, in_channels, out_channels, kernel, convolution, bias, 3),
+      convolution_(convolution),
+      pooling_(pooling),
+      fused_(backend.fuses_conv3d_max_pool(convolution, pooling)) {}
+
+Conv3dMaxPool ConvolutionMaxPool3d::operation(const Tensor& x) {
+  const std::vector<Parameter*> parameters = conv_.parameters();
+  return {.x = x,
+          .weight = parameters[0]->value,
+          .bias = parameters.size() > 1 ? &parameters[1]->value : nullptr,
+          .convolution = convolution_,
+          .pooling = pooling_};
+}
+
+const Tensor& ConvolutionMaxPool3d::forward(std::span<const Tensor* const> inputs,
+                                            const ForwardPass&) {
+  const Tensor& x = *inputs[0];
+  if (!fused_) {
+    const Tensor& convolved = conv_.forward(x);
+    std::vector<std::int64_t> dims{convolved.dim(0), convolved.dim(1)};
+    for (std::size_t i = 2; i < 5; ++i)
+      dims.push_back(pool_output_size(static_cast<int>(convolved.dim(i)), pooling_));
+    ensure_tensor(backend_, output_, dims);
+    backend_.max_pool3d_forward(convolved, pooling_, output_);
+    convolved_ = convolved;
+    return output_;
+  }
+  if (x.rank() != 5 || x.dim(1) != conv_.in_channels())
+    throw InvalidArgument(fmt::format("{}: expected (N, {}, D, H, W), got {}",
+                                      conv_.parameters()[0]->name, conv_.in_channels(),
+                                      x.describe()));
+  input_ = x;
+  const Tensor& weight = conv_.parameters()[0]->value;
+  std::vector<std::int64_t> dims{x.dim(0), conv_.out_channels()};
+  for (std::size_t i = 2; i < 5; ++i)
+    dims.push_back(pool_output_size(
+        conv_output_size(static_cast<int>(x.dim(i)), static_cast<int>(weight.dim(i)), convolution_),
+        pooling_));
+  ensure_tensor(backend_, output_, dims);
+  if (!window_.defined() || window_.dims() != dims)
+    window_ = backend_.empty(dims, DType::u8, backend_.activation_layout());
+  backend_.conv3d_max_pool_forward(operation(x), output_, window_);
+  return output_;
+}
+
+void ConvolutionMaxPool3d::backward(const Tensor& dy, std::span<const bool> need,
+                                    std::span<const Tensor*> grads, CrossRankSum*) {
+  if (!fused_) {
+    ensure_tensor(backend_, convolved_grad_, convolved_.dims());
+    backend_.max_pool3d_backward(convolved_, dy, pooling_, convolved_grad_);
+    grads[0] = conv_.backward(convolved_grad_, need[0]);
+    return;
+  }
+  const std::vector<Parameter*> parameters = conv_.parameters();
+  Tensor* dbias = parameters.size() > 1 ? &parameters[1]->grad : nullptr;
+  Tensor* dx = nullptr;
+  if (need[0]) {
+    ensure_tensor(backend_, input_grad_, input_.dims());
+    dx = &input_grad_;
+  }
+  backend_.conv3d_max_pool_backward(operation(input_), dy, window_, dx, parameters[0]->grad, dbias);
+  grads[0] = dx;
+}
+
 const Tensor& ActivationFromOutput::forward(std::span<const Tensor* const> inputs,
                                             const ForwardPass&) {
   const Tensor& x = *inputs[0];
@@ -469,6 +538,13 @@ Node NetworkBuilder::conv3d(const std::string& name, Node x, int out_channels, i
 
 Node NetworkBuilder::max_pool3d(Node x, PoolGeometry geometry) {
   return append(std::make_unique<layers::MaxPool3d>(backend_, geometry), {x}, x.channels);
+}
+
+Node NetworkBuilder::conv3d_max_pool(const std::string& name, Node x, int out_channels, int kernel,
+                                     ConvGeometry geometry, bool bias, PoolGeometry pooling) {
+  return append(std::make_unique<layers::ConvolutionMaxPool3d>(
+                    backend_, name, x.channels, out_channels, kernel, geometry, bias, pooling),
+                {x}, out_channels);
 }
 
 Node NetworkBuilder::leaky_relu(Node x, float slope) {

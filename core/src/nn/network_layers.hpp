@@ -207,6 +207,30 @@ class MaxPool3d final : public Layer {
   Tensor input_, output_, input_grad_;
 };
 
+// NetworkBuilder::conv3d_max_pool: the backend's fused operation where it has one for these
+// geometries, else conv3d then max_pool3d. Its parameters are its convolution's, named alike.
+class ConvolutionMaxPool3d final : public Layer {
+ public:
+  ConvolutionMaxPool3d(Backend& backend, const std::string& name, int in_channels, int out_channels,
+                       int kernel, ConvGeometry convolution, bool bias, PoolGeometry pooling);
+  const Tensor& forward(std::span<const Tensor* const> inputs, const ForwardPass&) override;
+  void backward(const Tensor& dy, std::span<const bool> need, std::span<const Tensor*> grads,
+                CrossRankSum*) override;
+  std::vector<Parameter*> parameters() override { return conv_.parameters(); }
+
+ private:
+  Conv3dMaxPool operation(const Tensor& x);
+
+  Backend& backend_;
+  Conv conv_;  // the parameters, and the convolution where the backend does not fuse
+  ConvGeometry convolution_;
+  PoolGeometry pooling_;
+  bool fused_;
+  Tensor input_, output_, input_grad_;
+  Tensor window_;                      // fused: each window's choice of maximum
+  Tensor convolved_, convolved_grad_;  // not fused: the convolution's output and its gradient
+};
+
 // An elementwise activation of one parameter whose gradient is computed from its output: the
 // leaky ReLU (y = x where x > 0, slope * x elsewhere; y has x's sign) and the scaled tanh
 // (y = scale * tanh(x): a bounded regression output, CosmoFlow's 1.2 tanh).

@@ -3,7 +3,8 @@
 // dense layers (inner product), batch-norm application, relu and leaky relu, resampling and
 // concatenation; OpenMP loops for what oneDNN has no primitive for (group normalization, the
 // split batch-norm reductions, global average pooling, 3-D max pooling, dropout, scaled tanh,
-// the losses, optimizer updates).
+// the losses, optimizer updates); a 3-D convolution and the max pooling that alone reads it,
+// fused a slab at a time (cpu/conv3d_max_pool.cpp).
 // Activations are NHWC (NDHWC), weights OIHW (OIDHW).
 //
 // Precision contract (the CUDA backend's, hardy/core/compute/cuda_backend.hpp): activations
@@ -49,6 +50,10 @@ class CpuBackend final : public Backend {
   // tests use it to check that repeating a shape creates nothing new.
   std::size_t cached_primitive_count() const;
 
+  // Defined in cpu/conv3d_max_pool.cpp.
+  bool fuses_conv3d_max_pool(const ConvGeometry& convolution,
+                             const PoolGeometry& pooling) const override;
+
  protected:
   // Backend's hooks, called with operands already checked against operands::cpu_rules.
   Tensor do_empty(std::vector<std::int64_t> dims, DType dtype, Layout layout) override;
@@ -68,6 +73,10 @@ class CpuBackend final : public Backend {
   void do_max_pool3d_forward(const Tensor& x, const PoolGeometry& geometry, Tensor& y) override;
   void do_max_pool3d_backward(const Tensor& x, const Tensor& dy, const PoolGeometry& geometry,
                               Tensor& dx) override;
+  // Defined in cpu/conv3d_max_pool.cpp.
+  void do_conv3d_max_pool_forward(const Conv3dMaxPool& op, Tensor& y, Tensor& window) override;
+  void do_conv3d_max_pool_backward(const Conv3dMaxPool& op, const Tensor& dy, const Tensor& window,
+                                   Tensor* dx, Tensor& dweight, Tensor* dbias) override;
   // Defined in cpu/dense.cpp.
   void do_dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                         Tensor& y) override;

@@ -105,6 +105,9 @@ enum class PrimitiveKind : std::int64_t {
   dense_backward_weights,
   leaky_relu_forward,
   leaky_relu_backward,
+  conv3d_slab_forward,  // a slab of a fused 3-D convolution and max pooling
+  conv3d_slab_backward_weights,
+  conv3d_slab_backward_data,
 };
 
 // A primitive plus, for convolutions, the reorder between the user's OIHW (IOHW) weights and the
@@ -132,6 +135,22 @@ struct CpuBackend::Impl {
     if (found == primitives.end()) found = primitives.emplace(key, build()).first;
     return found->second;
   }
+
+  // Host memory an operation reuses from call to call, one buffer per slot, grown (never
+  // shrunk) to the largest size asked for: a fused convolution's slab of output, or its whole
+  // gradient. Allocating it each call would fault its pages in afresh every step.
+  std::vector<std::shared_ptr<Buffer>> scratch_buffers;
+
+  std::shared_ptr<Buffer> scratch_buffer(std::size_t slot, std::size_t bytes) {
+    if (scratch_buffers.size() <= slot) scratch_buffers.resize(slot + 1);
+    std::shared_ptr<Buffer>& buffer = scratch_buffers[slot];
+    if (!buffer || buffer->bytes() < bytes) {
+      buffer.reset();  // the old one goes first: the two need not fit in memory together
+      buffer = allocate_host(bytes);
+    }
+    return buffer;
+  }
+  void* scratch(std::size_t slot, std::size_t bytes) { return scratch_buffer(slot, bytes)->data(); }
 
   // Runs a primitive to completion; the hand-written kernels that follow read its output.
   void execute(const dnnl::primitive& primitive,

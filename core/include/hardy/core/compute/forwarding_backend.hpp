@@ -23,6 +23,10 @@ class ForwardingBackend : public Backend {
   DType activation_dtype() const override { return inner_.activation_dtype(); }
 
   Backend& inner() { return inner_; }
+  bool fuses_conv3d_max_pool(const ConvGeometry& convolution,
+                             const PoolGeometry& pooling) const override {
+    return inner_.fuses_conv3d_max_pool(convolution, pooling);
+  }
 
  protected:
   // A decorator that changes what is accepted (a test's fake device over the CPU backend).
@@ -65,6 +69,13 @@ class ForwardingBackend : public Backend {
   void do_max_pool3d_backward(const Tensor& x, const Tensor& dy, const PoolGeometry& geometry,
                               Tensor& dx) override {
     inner_.do_max_pool3d_backward(x, dy, geometry, dx);
+  }
+  void do_conv3d_max_pool_forward(const Conv3dMaxPool& op, Tensor& y, Tensor& window) override {
+    inner_.do_conv3d_max_pool_forward(op, y, window);
+  }
+  void do_conv3d_max_pool_backward(const Conv3dMaxPool& op, const Tensor& dy, const Tensor& window,
+                                   Tensor* dx, Tensor& dweight, Tensor* dbias) override {
+    inner_.do_conv3d_max_pool_backward(op, dy, window, dx, dweight, dbias);
   }
   void do_dense_forward(const Tensor& x, const Tensor& weight, const Tensor* bias,
                         Tensor& y) override {

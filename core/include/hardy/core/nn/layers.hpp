@@ -34,6 +34,7 @@ class Conv {
   // Computes parameter gradients; returns dx unless `need_input_grad` is false.
   const Tensor* backward(const Tensor& dy, bool need_input_grad);
   std::vector<Parameter*> parameters();
+  int in_channels() const { return in_channels_; }
   int out_channels() const { return out_channels_; }
 
  private:

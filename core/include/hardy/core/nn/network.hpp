@@ -139,6 +139,11 @@ class NetworkBuilder {
   Node conv3d(const std::string& name, Node x, int out_channels, int kernel, ConvGeometry geometry,
               bool bias);
   Node max_pool3d(Node x, PoolGeometry geometry);
+  // conv3d followed by max_pool3d where nothing else reads the convolution's output: the same
+  // function and parameters, one fused backend operation where the backend has it (the CPU
+  // backend keeps no convolution output then).
+  Node conv3d_max_pool(const std::string& name, Node x, int out_channels, int kernel,
+                       ConvGeometry geometry, bool bias, PoolGeometry pooling);
   Node leaky_relu(Node x, float slope);
   Node flatten(Node x, int features);
   Node dense(const std::string& name, Node x, int out_features);
