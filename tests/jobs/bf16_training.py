@@ -10,7 +10,10 @@ Per submission:
 - a bf16 checkpoint resumes in f32 and an f32 one in bf16, each restore logged with both
   precisions.
 With --learn (nightly, about 4 minutes on 2 cores): CosmoFlow at 32^3 in bf16 reaches the f32
-run's held-out mean absolute error within 2%.
+run's held-out mean absolute error within 2%, over 4 seeds: one seed's MAE after 500 steps moves
+by +-0.05 around 0.2 with the seed alone (0.158 to 0.257 in bf16, 0.169 to 0.245 in f32 on
+2026-11-29), so one pair of runs says nothing at 2%. The mean of bf16's must stay within 2% of
+f32's mean plus twice the standard error of the paired differences, and below 0.3.
 
 Skips (status 77) on a CPU without native bf16, where --precision bf16 is refused (cli_errors.sh
 checks that refusal by holding oneDNN below AVX512-BF16).
@@ -57,15 +60,24 @@ with tempfile.TemporaryDirectory(prefix="hardy-bf16-") as tmp:
         # CosmoFlow as tests/jobs/cosmoflow.py --learn trains it (Adam at 1e-3, cosine decay, weight
         # decay 1e-4, 500 steps).
         job = ["--model", "cosmoflow", "--synthetic", "--volume", "32", "--samples", "256", "--eval-samples", "64",
-               "--global-batch", "8", "--seed", "1", "--snapshot-every", "0", "--optimizer", "adam", "--lr",
+               "--global-batch", "8", "--snapshot-every", "0", "--optimizer", "adam", "--lr",
                "0.001", "--lr-decay", "cosine", "--weight-decay", "1e-4", "--steps", "500"]
-        scores = {}
-        for precision in ("f32", "bf16"):
-            events, _ = train(tmp / f"cosmoflow-{precision}", *job, "--precision", precision)
-            scores[precision] = finished(events)["mae"]
-        check(scores["bf16"] <= 1.02 * scores["f32"],
-              f"CosmoFlow 32^3: held-out MAE in bf16 {scores['bf16']:.4f} within 2% of f32's {scores['f32']:.4f}")
-        check(scores["bf16"] < 0.3, f"CosmoFlow learns in bf16 (MAE {scores['bf16']:.4f} < 0.3)")
+        seeds = (1, 2, 3, 4)
+        scores = {"f32": [], "bf16": []}
+        for seed in seeds:
+            for precision in scores:
+                events, _ = train(tmp / f"cosmoflow-{precision}-{seed}", *job, "--seed", str(seed),
+                                  "--precision", precision)
+                scores[precision].append(finished(events)["mae"])
+        print("held-out MAE per seed:", {p: [round(v, 4) for v in values] for p, values in scores.items()})
+        mean = {p: sum(values) / len(values) for p, values in scores.items()}
+        differences = [b - f for b, f in zip(scores["bf16"], scores["f32"])]
+        spread = (sum((d - sum(differences) / len(seeds)) ** 2 for d in differences) / (len(seeds) - 1)) ** 0.5
+        allowed = 1.02 * mean["f32"] + 2 * spread / len(seeds) ** 0.5
+        check(mean["bf16"] <= allowed,
+              f"CosmoFlow 32^3: mean held-out MAE in bf16 {mean['bf16']:.4f} within 2% of f32's "
+              f"{mean['f32']:.4f} plus twice the paired standard error (at most {allowed:.4f})")
+        check(mean["bf16"] < 0.3, f"CosmoFlow learns in bf16 (mean MAE {mean['bf16']:.4f} < 0.3)")
         check.finish("bf16 training learns (CosmoFlow)")
         sys.exit(0)
 
