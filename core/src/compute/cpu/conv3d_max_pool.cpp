@@ -276,8 +276,14 @@ T* slab_planes(T* volume, std::int64_t planes, std::int64_t plane_elements,
 // The kernels below take 16 channels at a time (one AVX-512 vector of floats), masked at the
 // end of the channels. Plain loops over so few channels spend their time on loop overhead: at
 // 128^3 the first pooling took 39 ms and the routing 79 ms that way, against about 60 ms for the
-// slab's whole convolution.
+// slab's whole convolution. Without AVX-512 the same lane kernels are plain loops.
 constexpr std::int64_t kLanes = 16;
+
+// Where the voxels of one pooling window lie in a slab: voxel (a, b, e) of the window (in its
+// depth, row and column) at first + a * plane + b * row + e * voxel.
+struct WindowStrides {
+  std::int64_t plane, row, voxel, edge;
+};
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 
@@ -313,12 +319,85 @@ inline void store_routed(bf16* p, __mmask16 m, __mmask16 chosen, const bf16* g) 
   _mm256_mask_storeu_epi16(p, m, _mm256_maskz_loadu_epi16(chosen, g));
 }
 
+// The maximum of `width` (at most kLanes) channels over one window whose first voxel's channels
+// start at `in`, and the window's voxel that held it.
+template <class T>
+void pool_lanes(const T* in, const WindowStrides& w, std::int64_t width, T* y,
+                std::uint8_t* window) {
+  const __mmask16 m = lanes_mask(width);
+  __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512i which = _mm512_set1_epi32(kNoMaximum);
+  std::int32_t index = 0;
+  for (std::int64_t a = 0; a < w.edge; ++a)
+    for (std::int64_t b = 0; b < w.edge; ++b)
+      for (std::int64_t e = 0; e < w.edge; ++e, ++index) {
+        const __m512 value = load_floats(in + a * w.plane + b * w.row + e * w.voxel, m);
+        // Strictly greater (ordered: a NaN never wins): the first maximum stays.
+        const __mmask16 larger = _mm512_mask_cmp_ps_mask(m, value, best, _CMP_GT_OQ);
+        best = _mm512_mask_mov_ps(best, larger, value);
+        which = _mm512_mask_set1_epi32(which, larger, index);
+      }
+  store_floats(y, m, best);
+  _mm_mask_storeu_epi8(window, m, _mm512_cvtepi32_epi8(which));
+}
+
+// One window row's `edge` voxels of the convolution's gradient, `width` channels from `out`
+// (voxels `voxel` apart): dy where the window chose the voxel numbered offset + e, else zero.
+template <class T>
+void route_lanes(const T* dy, const std::uint8_t* window, std::int64_t offset,
+                 const WindowStrides& w, std::int64_t width, T* out) {
+  const __mmask16 m = lanes_mask(width);
+  const __m512i which = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, window));
+  for (std::int64_t e = 0; e < w.edge; ++e) {
+    const __mmask16 chosen =
+        _mm512_mask_cmpeq_epi32_mask(m, which, _mm512_set1_epi32(static_cast<int>(offset + e)));
+    store_routed(out + e * w.voxel, m, chosen, dy);
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#else  // without AVX-512
+
+template <class T>
+void pool_lanes(const T* in, const WindowStrides& w, std::int64_t width, T* y,
+                std::uint8_t* window) {
+  for (std::int64_t i = 0; i < width; ++i) {
+    float best = -std::numeric_limits<float>::infinity();
+    std::uint8_t which = kNoMaximum, index = 0;
+    for (std::int64_t a = 0; a < w.edge; ++a)
+      for (std::int64_t b = 0; b < w.edge; ++b)
+        for (std::int64_t e = 0; e < w.edge; ++e, ++index) {
+          const float value = to_float(in[a * w.plane + b * w.row + e * w.voxel + i]);
+          if (value > best) {  // strictly greater: the first maximum stays
+            best = value;
+            which = index;
+          }
+        }
+    y[i] = from_float<T>(best);
+    window[i] = which;
+  }
+}
+
+template <class T>
+void route_lanes(const T* dy, const std::uint8_t* window, std::int64_t offset,
+                 const WindowStrides& w, std::int64_t width, T* out) {
+  for (std::int64_t e = 0; e < w.edge; ++e)
+    for (std::int64_t i = 0; i < width; ++i)
+      out[e * w.voxel + i] = window[i] == offset + e ? dy[i] : from_float<T>(0.0f);
+}
+
+#endif
+
 // Pools a slab of the convolution's output (samples x planes x OH x OW x C) into y and window.
 template <class T>
 void pool_slab(const FusedShape& s, const Slab& slab, const T* convolved, T* y,
                std::uint8_t* window) {
   const std::int64_t k = s.pool, c = s.out_channels;
   const std::int64_t pooled_planes = std::min(slab.planes / k, s.pd - slab.first_plane / k);
+  const WindowStrides strides{s.oh * s.ow * c, s.ow * c, c, k};
 #pragma omp parallel for collapse(3) schedule(static)
   for (std::int64_t j = 0; j < slab.samples; ++j)
     for (std::int64_t p = 0; p < pooled_planes; ++p)
@@ -327,27 +406,10 @@ void pool_slab(const FusedShape& s, const Slab& slab, const T* convolved, T* y,
             ((slab.first_sample + j) * s.pd + slab.first_plane / k + p) * s.ph + r;
         for (std::int64_t q = 0; q < s.pw; ++q)
           for (std::int64_t first = 0; first < c; first += kLanes) {
-            const __mmask16 m = lanes_mask(c - first);
-            __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-            __m512i which = _mm512_set1_epi32(kNoMaximum);
-            std::int32_t index = 0;
-            for (std::int64_t a = 0; a < k; ++a)
-              for (std::int64_t b = 0; b < k; ++b)
-                for (std::int64_t e = 0; e < k; ++e, ++index) {
-                  const __m512 value = load_floats(
-                      convolved +
-                          (((j * slab.planes + p * k + a) * s.oh + r * k + b) * s.ow + q * k + e) *
-                              c +
-                          first,
-                      m);
-                  // Strictly greater (ordered: a NaN never wins): the first maximum stays.
-                  const __mmask16 larger = _mm512_mask_cmp_ps_mask(m, value, best, _CMP_GT_OQ);
-                  best = _mm512_mask_mov_ps(best, larger, value);
-                  which = _mm512_mask_set1_epi32(which, larger, index);
-                }
-            store_floats(y + (row * s.pw + q) * c + first, m, best);
-            _mm_mask_storeu_epi8(window + (row * s.pw + q) * c + first, m,
-                                 _mm512_cvtepi32_epi8(which));
+            const T* in =
+                convolved + (((j * slab.planes + p * k) * s.oh + r * k) * s.ow + q * k) * c;
+            const std::int64_t at = (row * s.pw + q) * c + first;
+            pool_lanes(in + first, strides, std::min(kLanes, c - first), y + at, window + at);
           }
       }
 }
@@ -359,6 +421,7 @@ void route_slab(const FusedShape& s, const Slab& slab, const T* dy, const std::u
                 T* convolved_grad) {
   const std::int64_t k = s.pool, c = s.out_channels;
   const T zero = from_float<T>(0.0f);
+  const WindowStrides strides{s.oh * s.ow * c, s.ow * c, c, k};
 #pragma omp parallel for collapse(3) schedule(static)
   for (std::int64_t j = 0; j < slab.samples; ++j)
     for (std::int64_t plane = 0; plane < slab.planes; ++plane)
@@ -374,86 +437,13 @@ void route_slab(const FusedShape& s, const Slab& slab, const T* dy, const std::u
         const std::int64_t offset = ((global_plane % k) * k + r % k) * k;
         for (std::int64_t q = 0; q < s.pw; ++q)
           for (std::int64_t first = 0; first < c; first += kLanes) {
-            const __mmask16 m = lanes_mask(c - first);
             const std::int64_t at = (row * s.pw + q) * c + first;
-            const __m512i which = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, window + at));
-            for (std::int64_t e = 0; e < k; ++e) {
-              const __mmask16 chosen = _mm512_mask_cmpeq_epi32_mask(
-                  m, which, _mm512_set1_epi32(static_cast<int>(offset + e)));
-              store_routed(out + (q * k + e) * c + first, m, chosen, dy + at);
-            }
+            route_lanes(dy + at, window + at, offset, strides, std::min(kLanes, c - first),
+                        out + q * k * c + first);
           }
         std::fill(out + s.pw * k * c, out + s.ow * c, zero);
       }
 }
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
-#else  // without AVX-512: the same kernels as plain loops
-
-template <class T>
-void pool_slab(const FusedShape& s, const Slab& slab, const T* convolved, T* y,
-               std::uint8_t* window) {
-  const std::int64_t k = s.pool, c = s.out_channels;
-  const std::int64_t pooled_planes = std::min(slab.planes / k, s.pd - slab.first_plane / k);
-#pragma omp parallel for collapse(3) schedule(static)
-  for (std::int64_t j = 0; j < slab.samples; ++j)
-    for (std::int64_t p = 0; p < pooled_planes; ++p)
-      for (std::int64_t r = 0; r < s.ph; ++r) {
-        const std::int64_t row =
-            ((slab.first_sample + j) * s.pd + slab.first_plane / k + p) * s.ph + r;
-        for (std::int64_t q = 0; q < s.pw; ++q)
-          for (std::int64_t i = 0; i < c; ++i) {
-            float best = -std::numeric_limits<float>::infinity();
-            std::uint8_t which = kNoMaximum, index = 0;
-            for (std::int64_t a = 0; a < k; ++a)
-              for (std::int64_t b = 0; b < k; ++b)
-                for (std::int64_t e = 0; e < k; ++e, ++index) {
-                  const float value = to_float(
-                      convolved[(((j * slab.planes + p * k + a) * s.oh + r * k + b) * s.ow + q * k +
-                                 e) *
-                                    c +
-                                i]);
-                  if (value > best) {  // strictly greater: the first maximum stays
-                    best = value;
-                    which = index;
-                  }
-                }
-            y[(row * s.pw + q) * c + i] = from_float<T>(best);
-            window[(row * s.pw + q) * c + i] = which;
-          }
-      }
-}
-
-template <class T>
-void route_slab(const FusedShape& s, const Slab& slab, const T* dy, const std::uint8_t* window,
-                T* convolved_grad) {
-  const std::int64_t k = s.pool, c = s.out_channels;
-  const T zero = from_float<T>(0.0f);
-#pragma omp parallel for collapse(3) schedule(static)
-  for (std::int64_t j = 0; j < slab.samples; ++j)
-    for (std::int64_t plane = 0; plane < slab.planes; ++plane)
-      for (std::int64_t r = 0; r < s.oh; ++r) {
-        T* out = convolved_grad + ((j * slab.planes + plane) * s.oh + r) * s.ow * c;
-        const std::int64_t global_plane = slab.first_plane + plane;
-        const std::int64_t p = global_plane / k, pr = r / k;
-        for (std::int64_t x = 0; x < s.ow; ++x)
-          for (std::int64_t i = 0; i < c; ++i) {
-            const std::int64_t q = x / k;
-            T value = zero;
-            if (p < s.pd && pr < s.ph && q < s.pw) {
-              const std::int64_t at =
-                  ((((slab.first_sample + j) * s.pd + p) * s.ph + pr) * s.pw + q) * c + i;
-              if (window[at] == ((global_plane % k) * k + r % k) * k + x % k) value = dy[at];
-            }
-            out[x * c + i] = value;
-          }
-      }
-}
-
-#endif
 
 // The most elements any slab's buffer holds, with `halo` more planes on either side.
 std::int64_t largest_slab(const FusedShape& s, const std::vector<Slab>& slabs, std::int64_t halo) {
