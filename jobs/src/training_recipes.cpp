@@ -84,7 +84,6 @@ TrainingRecipe cosmoflow_recipe() {
 }
 
 TrainingRecipe deepcam_recipe() {
-  constexpr std::string_view script = "run_scripts/run_training.sh";
   return {
       .architecture = core::Architecture::deepcam,
       .name = "MLPerf HPC DeepCAM reference",
@@ -127,7 +126,6 @@ TrainingRecipe deepcam_recipe() {
 }
 
 TrainingRecipe tiramisu_recipe() {
-  constexpr std::string_view helpers = "climate-seg-benchmark utils/common_helpers.py";
   return {
       .architecture = core::Architecture::tiramisu,
       .name = "Gordon Bell 2018 Tiramisu (Kurth et al., SC18)",
