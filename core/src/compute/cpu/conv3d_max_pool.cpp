@@ -57,7 +57,7 @@ struct FusedShape {
   std::int64_t padding;
   DType dtype;
 
-  FusedShape(const Conv3dMaxPool& op)
+  explicit FusedShape(const Conv3dMaxPool& op)
       : n(op.x.dim(0)),
         in_channels(op.x.dim(1)),
         d(op.x.dim(2)),
@@ -87,8 +87,8 @@ struct FusedShape {
 };
 
 // One slab: `samples` samples from `first_sample`, output planes [first_plane, first_plane +
-// planes). Either one sample's planes (a multiple of the window, inside the pooled planes) or
-// whole samples (every output plane).
+// planes). Either one sample's planes (starting on a window's first plane; all but the last
+// slab a whole number of windows) or whole samples (every output plane).
 struct Slab {
   std::int64_t first_sample, samples, first_plane, planes;
 };
