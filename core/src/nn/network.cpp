@@ -163,6 +163,15 @@ void ensure_features(Backend& backend, Tensor& t, std::int64_t n, std::int64_t f
   ensure_tensor(backend, t, {n, features}, backend.activation_dtype());
 }
 
+// (N, C, D, H, W) of a volume pooled by `geometry`.
+std::vector<std::int64_t> pooled_dims(const std::vector<std::int64_t>& volume,
+                                      const PoolGeometry& geometry) {
+  std::vector<std::int64_t> dims{volume[0], volume[1]};
+  for (std::size_t i = 2; i < 5; ++i)
+    dims.push_back(pool_output_size(static_cast<int>(volume[i]), geometry));
+  return dims;
+}
+
 }  // namespace
 
 const Tensor& MaxPool3d::forward(std::span<const Tensor* const> inputs, const ForwardPass&) {
@@ -171,10 +180,7 @@ const Tensor& MaxPool3d::forward(std::span<const Tensor* const> inputs, const Fo
     throw InvalidArgument(
         fmt::format("max pool 3d: expected (N, C, D, H, W), got {}", x.describe()));
   input_ = x;
-  std::vector<std::int64_t> dims{x.dim(0), x.dim(1)};
-  for (std::size_t i = 2; i < 5; ++i)
-    dims.push_back(pool_output_size(static_cast<int>(x.dim(i)), geometry_));
-  ensure_tensor(backend_, output_, dims);
+  ensure_tensor(backend_, output_, pooled_dims(x.dims(), geometry_));
   backend_.max_pool3d_forward(x, geometry_, output_);
   return output_;
 }
@@ -211,10 +217,7 @@ const Tensor& ConvolutionMaxPool3d::forward(std::span<const Tensor* const> input
   const Tensor& x = *inputs[0];
   if (!fused_) {
     const Tensor& convolved = conv_.forward(x);
-    std::vector<std::int64_t> dims{convolved.dim(0), convolved.dim(1)};
-    for (std::size_t i = 2; i < 5; ++i)
-      dims.push_back(pool_output_size(static_cast<int>(convolved.dim(i)), pooling_));
-    ensure_tensor(backend_, output_, dims);
+    ensure_tensor(backend_, output_, pooled_dims(convolved.dims(), pooling_));
     backend_.max_pool3d_forward(convolved, pooling_, output_);
     convolved_ = convolved;
     return output_;
@@ -225,11 +228,11 @@ const Tensor& ConvolutionMaxPool3d::forward(std::span<const Tensor* const> input
                                       x.describe()));
   input_ = x;
   const Tensor& weight = conv_.parameters()[0]->value;
-  std::vector<std::int64_t> dims{x.dim(0), conv_.out_channels()};
+  std::vector<std::int64_t> convolved{x.dim(0), conv_.out_channels()};
   for (std::size_t i = 2; i < 5; ++i)
-    dims.push_back(pool_output_size(
-        conv_output_size(static_cast<int>(x.dim(i)), static_cast<int>(weight.dim(i)), convolution_),
-        pooling_));
+    convolved.push_back(conv_output_size(static_cast<int>(x.dim(i)),
+                                         static_cast<int>(weight.dim(i)), convolution_));
+  const std::vector<std::int64_t> dims = pooled_dims(convolved, pooling_);
   ensure_tensor(backend_, output_, dims);
   if (!window_.defined() || window_.dims() != dims)
     window_ = backend_.empty(dims, DType::u8, backend_.activation_layout());
