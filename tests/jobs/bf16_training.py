@@ -9,11 +9,12 @@ Per submission:
   job compares digests and fails otherwise) and train on every sample once per epoch (the audit);
 - a bf16 checkpoint resumes in f32 and an f32 one in bf16, each restore logged with both
   precisions.
-With --learn (nightly, about 4 minutes on 2 cores): CosmoFlow at 32^3 in bf16 reaches the f32
-run's held-out mean absolute error within 2%, over 4 seeds: one seed's MAE after 500 steps moves
-by +-0.05 around 0.2 with the seed alone (0.158 to 0.257 in bf16, 0.169 to 0.245 in f32 on
-2026-11-29), so one pair of runs says nothing at 2%. The mean of bf16's must stay within 2% of
-f32's mean plus twice the standard error of the paired differences, and below 0.3.
+With --learn (nightly, about 11 minutes on 2 cores): CosmoFlow at 32^3 trained to the end of
+its learning (2,000 steps) in bf16 reaches the f32 run's held-out mean absolute error within 2%,
+over 3 seeds (the mean of bf16's at most 1.02 x f32's, and below 0.2). Not after 500 steps: bf16
+learns more slowly early on and still lags there (12 seeds on 2026-11-29: mean MAE 0.248 against
+0.223, bf16 behind in 9; one seed's MAE moves by +-0.05 with the seed alone); by 2,000 steps both
+are near 0.11 and level (docs/precision.md).
 
 Skips (status 77) on a CPU without native bf16, where --precision bf16 is refused (cli_errors.sh
 checks that refusal by holding oneDNN below AVX512-BF16).
@@ -58,11 +59,11 @@ with tempfile.TemporaryDirectory(prefix="hardy-bf16-") as tmp:
 
     if learn:
         # CosmoFlow as tests/jobs/cosmoflow.py --learn trains it (Adam at 1e-3, cosine decay, weight
-        # decay 1e-4, 500 steps).
+        # decay 1e-4), for 2,000 steps: to the end of what it learns from 256 samples.
         job = ["--model", "cosmoflow", "--synthetic", "--volume", "32", "--samples", "256", "--eval-samples", "64",
                "--global-batch", "8", "--snapshot-every", "0", "--optimizer", "adam", "--lr",
-               "0.001", "--lr-decay", "cosine", "--weight-decay", "1e-4", "--steps", "500"]
-        seeds = (1, 2, 3, 4)
+               "0.001", "--lr-decay", "cosine", "--weight-decay", "1e-4", "--steps", "2000"]
+        seeds = (1, 2, 3)
         scores = {"f32": [], "bf16": []}
         for seed in seeds:
             for precision in scores:
@@ -71,13 +72,10 @@ with tempfile.TemporaryDirectory(prefix="hardy-bf16-") as tmp:
                 scores[precision].append(finished(events)["mae"])
         print("held-out MAE per seed:", {p: [round(v, 4) for v in values] for p, values in scores.items()})
         mean = {p: sum(values) / len(values) for p, values in scores.items()}
-        differences = [b - f for b, f in zip(scores["bf16"], scores["f32"])]
-        spread = (sum((d - sum(differences) / len(seeds)) ** 2 for d in differences) / (len(seeds) - 1)) ** 0.5
-        allowed = 1.02 * mean["f32"] + 2 * spread / len(seeds) ** 0.5
-        check(mean["bf16"] <= allowed,
+        check(mean["bf16"] <= 1.02 * mean["f32"],
               f"CosmoFlow 32^3: mean held-out MAE in bf16 {mean['bf16']:.4f} within 2% of f32's "
-              f"{mean['f32']:.4f} plus twice the paired standard error (at most {allowed:.4f})")
-        check(mean["bf16"] < 0.3, f"CosmoFlow learns in bf16 (mean MAE {mean['bf16']:.4f} < 0.3)")
+              f"{mean['f32']:.4f} (at most {1.02 * mean['f32']:.4f})")
+        check(mean["bf16"] < 0.2, f"CosmoFlow learns in bf16 (mean MAE {mean['bf16']:.4f} < 0.2)")
         check.finish("bf16 training learns (CosmoFlow)")
         sys.exit(0)
 

@@ -123,6 +123,13 @@ with tempfile.TemporaryDirectory(prefix="hardy-cosmoflow-data-") as tmp:
     check(all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
               for a, b in zip(generated["hdf5"], generated["numpy"])),
           "both variants hold the same counts and targets")
+    # Without --validation-samples: a quarter as many held out as trained on, MLPerf's split.
+    root = tmp / "generated-default-split"
+    done = run_hardy(hardy, "data", "generate", "--format", "cosmoflow", "--out", str(root), "--samples", "12",
+                     "--volume", "4")
+    held_out = len(list((root / "validation").glob("*.h5")))
+    check(done.returncode == 0 and held_out == 3 and "12 training and 3 validation" in done.stdout,
+          f"12 training samples and, by default, 3 held out: {held_out} ({done.stdout.strip()[-120:]})")
     _, synthetic = train("synthetic", "--synthetic", "--samples", str(TRAIN))
     stage = tmp / "stage"
     staged_run, from_files = train("generated-hdf5", "--dataset", str(tmp / "generated-hdf5"), "--stage-to",
