@@ -1,8 +1,8 @@
 // The straggler watch's rule (hardy/resilience/straggler_watch.hpp) on scripted timings: a rank
 // at a third of its peers' speed is named within its window and its share cut in proportion; a
-// rank 20% slow is named within 30 steps; noise of 10%, single spikes of 2x, a pause of a few
-// steps and a slow drift of the whole job never are; a recovered rank goes back to an even
-// share; the predicted gain's arithmetic.
+// rank 20% slow is named within 30 steps; one that lengthens the step by a few percent is not;
+// noise of 10%, single spikes of 2x, a pause of a few steps and a slow drift of the whole job
+// never are; a recovered rank goes back to an even share; the predicted gain's arithmetic.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -36,6 +36,9 @@ struct ScriptedJob {
   std::vector<double> weights;  // empty: even
   std::vector<StragglerVerdict> verdicts;
   std::vector<double> step_s;  // the slowest rank's own time, per step
+  // Given: each step lasts the slowest rank's own time plus this (a wait for another domain),
+  // and the watch is told so (the session's step duration, waits included).
+  double wait_s = 0;
 
   template <class Slowness>
   void run(long first, long last, Slowness&& slowness) {
@@ -53,7 +56,8 @@ struct ScriptedJob {
         slowest = std::max(slowest, own[i]);
       }
       step_s.push_back(slowest);
-      StragglerVerdict verdict = watch.observe(step, own, samples, weights, batch);
+      StragglerVerdict verdict =
+          watch.observe(step, own, samples, weights, batch, wait_s > 0 ? slowest + wait_s : 0.0);
       if (verdict.new_weights) weights = *verdict.new_weights;
       verdicts.push_back(std::move(verdict));
     }
@@ -165,6 +169,28 @@ TEST_CASE(
       CHECK(job.actions() == 0);
     }
   }
+}
+
+TEST_CASE(
+    "stragglers: a rank slow per sample that lengthens the step by a few percent is left "
+    "alone",
+    "[resilience]") {
+  // Rank 2's own work 1.7x its peers' (0.34 against 0.2 s a step): where the step also waits 5 s
+  // for another domain, 0.14 s is under 3.75% of it and nothing happens; where it waits 0.3 s,
+  // the same rank is named and its share cut.
+  const auto slower = [](long step, int r) { return r == 2 && step > 20 ? 1.7 : 1.0; };
+  ScriptedJob waiting{.world = 4, .batch = 8, .watch = StragglerWatch({.warmup = 0})};
+  waiting.fixed_s = 0;
+  waiting.wait_s = 5.0;
+  waiting.run(1, 120, slower);
+  CHECK(waiting.slow_events() == 0);
+  CHECK(waiting.actions() == 0);
+  ScriptedJob short_wait{.world = 4, .batch = 8, .watch = StragglerWatch({.warmup = 0})};
+  short_wait.fixed_s = 0;
+  short_wait.wait_s = 0.3;
+  short_wait.run(1, 120, slower);
+  CHECK(short_wait.named_at(2) > 20);
+  CHECK(short_wait.actions() >= 1);
 }
 
 TEST_CASE("stragglers: a recovered rank goes back to an even share", "[resilience]") {

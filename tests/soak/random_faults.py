@@ -947,32 +947,16 @@ class Run:
         """Every rank_slow, link_slow and node_evicted names the node slowed or one a fault took
         (a partition's link, a freezing node's last steps); a slow node's record says when it was
         first named and evicted."""
-        def while_slowed(event):
-            return any(r["time"] <= event["unix_time"] <= r.get("restored_time", float("inf")) + 10
-                       for r in self.slowed.values())
-
-        # The domains the slowed nodes trained in, where their own events say.
-        slowed_domains = {e.get("domain") for e in events if e.get("event") == "rank_slow" and e.get("host") in self.slowed}
         for event in events:
             if event.get("event") not in ("rank_slow", "link_slow", "node_evicted"):
                 continue
             host = event.get("host")
             if host in self.slowed or host in self.down:
                 continue
-            if event["event"] == "rank_slow" and self.layout not in ONE_JOB and while_slowed(event) \
-                    and event.get("domain") not in slowed_domains:
-                # Seen in domains_staged (seed 11's run 2, every try): while a node of domain 0 was
-                # slowed, a healthy rank of domain 1 scored 0.5-0.6. Its own work was already
-                # 1.5-1.7x its peers' before anything was slowed (a rank's printed own time, one
-                # replay: 0.69-0.93 against 0.46-0.49 ms a sample, 1-2 ms a step, so a rank's fixed
-                # costs, a domain leader's among them, weigh like samples here, each node's 2
-                # ranks sharing one CPU quota). The watch confirms over 3 s, which these short steps
-                # reach only once the other domain's slow node lengthens them. So it is reported,
-                # not failed: the soak's tiny steps, not the slow node, make it.
-                self.notes.append(f"rank_slow named {host} in another domain while {', '.join(self.slowed)} was "
-                                  f"slowed: {event}")
-                print(f"  NOTE: {self.notes[-1]}", flush=True)
-                continue
+            # Seen in domains_staged before the watch weighed a rank's excess against the step
+            # (seed 11's run 2, seed 424242's runs 18 and 36): while a node of domain 0 was slowed,
+            # healthy ranks of domain 1 whose fixed costs made them 1.5-1.7 times their peers per
+            # sample, 0.6 ms in 25 ms steps, were named. The replays pass since.
             self.fail(f"{event['event']} names {host}, which no fault slowed or took: {event}")
         for host, record in self.slowed.items():
             named = [e for e in events if e.get("event") in ("rank_slow", "link_slow")

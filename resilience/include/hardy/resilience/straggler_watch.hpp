@@ -13,7 +13,9 @@
 //   score      = the median of the other ranks' own times over the rank's own: 1 is typical,
 //                1/3 a rank at a third of its peers' speed (NVIDIA's resiliency extension's
 //                score; it flags below 0.75);
-//   flagged    = a step whose own time is at least (1 + slowdown) x the peers' median;
+//   flagged    = a step whose own time is at least (1 + slowdown) x the peers' median, and
+//                whose own work a step exceeds theirs by at least slowdown / 4 of the job's
+//                pace (a rank that costs the step a few percent at most is left alone);
 //   slow       = flagged for `confirm` steps (or more, to last `confirm_s` seconds), counted as a
 //                streak that a step not flagged
 //                shortens by one rather than ends (a rank 20% slow under noise dips below the
