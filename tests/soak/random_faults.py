@@ -649,6 +649,10 @@ class Run:
             print(f"  --- NOT INJECTED: {describe(fault)}: {why}", flush=True)
             return
         hosts = self.live_hosts()
+        if not hosts:
+            self.not_injected.append((fault, "no victim left"))
+            print(f"  --- NOT INJECTED: {describe(fault)}: no victim left", flush=True)
+            return
         host = hosts[int(fault["pick"] * len(hosts))]
         node = self.hosts.index(host)
         record = self.note(SLOW_NODE, host=host, throttle_by=straggler.THROTTLE_BY)
@@ -1126,6 +1130,11 @@ def main():
     unknown = [k for k in kinds if k not in KINDS + APART]
     if unknown or not kinds:
         parser.error(f"unknown fault kinds {unknown}; choose among {','.join(KINDS + APART)}")
+    if SLOW_NODE in kinds and not straggler.cgroups_available()[0]:
+        print(f"NOTE: {SLOW_NODE} left out of the draw: {straggler.cgroups_available()[1]}", flush=True)
+        kinds = [k for k in kinds if k != SLOW_NODE]
+        if not kinds:
+            parser.error(f"{SLOW_NODE} was the only kind asked for, and it cannot be caused here")
     layouts = [name.strip() for name in args.layouts.split(",") if name.strip()]
     if not layouts or [name for name in layouts if name not in LAYOUTS]:
         parser.error(f"unknown layouts in {args.layouts}; choose among {','.join(LAYOUTS)}")
