@@ -550,6 +550,11 @@ class Run:
             time.sleep(0.02)
         return False
 
+    def skip(self, fault, why):
+        """A drawn fault that did not happen, and why (the job outran it, no victim was left)."""
+        self.not_injected.append((fault, why))
+        print(f"  --- NOT INJECTED: {describe(fault)}: {why}", flush=True)
+
     def note(self, kind, **details):
         record = {"kind": kind, "time": time.time(), "step": self.job.step(), **details}
         self.injected.append(record)
@@ -585,8 +590,7 @@ class Run:
                                and self.process_running(), f"step {fault['step']}")
             if not ok:
                 why = "the job ended first" if self.over.is_set() else f"timed out after {WAIT_S} s"
-                self.not_injected.append((fault, why))
-                print(f"  --- NOT INJECTED: {describe(fault)}: {why}", flush=True)
+                self.skip(fault, why)
                 continue
             previous["relaunches"] = len(self.job.events("job_relaunched"))
             record = None
@@ -628,13 +632,11 @@ class Run:
                 # once the job wrote its last checkpoint: then no write is left to fail.
                 if self.job.step() > STEPS - CHECKPOINT_EVERY:
                     why = f"the job is at step {self.job.step()}, past its last periodic checkpoint"
-                    self.not_injected.append((fault, why))
-                    print(f"  --- NOT INJECTED: {describe(fault)}: {why}", flush=True)
+                    self.skip(fault, why)
                     continue
                 record = self.fill_disk()
             if record is None:
-                self.not_injected.append((fault, "no victim left"))
-                print(f"  --- NOT INJECTED: {describe(fault)}: no victim left", flush=True)
+                self.skip(fault, "no victim left")
                 continue
             record["drawn_step"] = fault["step"] if "step" in fault else None
             previous["time"] = record["time"]
@@ -645,13 +647,11 @@ class Run:
         fault = self.slow
         if not self.wait(lambda: self.job.step() >= fault["step"] and self.process_running(), f"step {fault['step']}"):
             why = "the job ended first" if self.over.is_set() else f"timed out after {WAIT_S} s"
-            self.not_injected.append((fault, why))
-            print(f"  --- NOT INJECTED: {describe(fault)}: {why}", flush=True)
+            self.skip(fault, why)
             return
         hosts = self.live_hosts()
         if not hosts:
-            self.not_injected.append((fault, "no victim left"))
-            print(f"  --- NOT INJECTED: {describe(fault)}: no victim left", flush=True)
+            self.skip(fault, "no victim left")
             return
         host = hosts[int(fault["pick"] * len(hosts))]
         node = self.hosts.index(host)
@@ -661,7 +661,7 @@ class Run:
         self.groups.throttle(node, straggler.THROTTLE_BY)
         self.wait(lambda: self.job.step() >= fault["until"], f"step {fault['until']}", timeout=LAUNCH_TIMEOUT_S)
         self.groups.set_bandwidth(node, self.groups.period_us, self.groups.quota_us)
-        record["restored_step"], record["restored_time"] = self.job.step(), time.time()
+        record["restored_step"] = self.job.step()
         print(f"  --- {host} back to its share at step {record['restored_step']}", flush=True)
 
     def close_groups(self):
@@ -906,8 +906,7 @@ class Run:
                     # The hook belongs to the first launch, which ended before the step for another
                     # reason: the relaunch no longer carries it.
                     why = f"the first launch ended first: {first_end.get('verdict')}"
-                    self.not_injected.append((fault, why))
-                    print(f"  --- NOT INJECTED: {describe(fault)}: {why}", flush=True)
+                    self.skip(fault, why)
                 elif missing:
                     self.fail(f"{describe(fault)}: rank(s) {sorted(missing)} neither recorded their injected death "
                               f"nor were detected as failed")
