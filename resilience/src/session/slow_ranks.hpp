@@ -95,7 +95,7 @@ class SlowRanks {
   std::optional<std::chrono::steady_clock::time_point> last_decided_;
   double last_step_s_ = 0;  // this rank's time between its last two decisions
   double launch_s_ = 0;     // this launch's start to its first commit, here (0: not yet)
-  bool may_evict_;          // --straggler evict, a spare left, one MPI job
+  bool may_evict_;          // --straggler evict and a spare left (to the job or its domain)
   bool cost_known_ = false;
   double evict_cost_s_ = 0;  // 0 until known: nothing is evicted
   std::optional<StragglerVerdict> eviction_;

@@ -76,7 +76,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       bad_samples(config.bad_samples, files.events()),
       slow_ranks(config.stragglers, membership, staging, files.events(),
                  /*host_timed=*/config.backend == "cpu", trainer.kernel_threads(),
-                 /*may_evict=*/config.spare_nodes_left > 0 && config.domain < 0,
+                 /*may_evict=*/config.spare_nodes_left > 0,
                  /*links_watched=*/config.domain < 0) {
   // Until the domains have met, the first domain writes the run directory's files (a relaunched
   // one never does before it joins).
@@ -316,10 +316,13 @@ void TrainingSession::State::evict_slow_node(const StragglerVerdict& verdict) {
                                  {"cost_s", verdict.evict_cost_s},
                                  {"cause", slow_ranks.eviction_cause()},
                                  {"evidence", evidence}});
+  // With fault domains only this domain stops: the others regroup without it and go on, and
+  // hardy run relaunches it on a spare, healed from them as after a loss.
   throw SessionStop{
       kEvicting,
-      fmt::format("leaving out node {} ({}), {}; hardy run relaunches on a spare",
-                  world_rank / config.ranks_per_node, membership.host_of(slow.rank), evidence)};
+      fmt::format("leaving out node {} ({}), {}; hardy run relaunches {} on a spare",
+                  world_rank / config.ranks_per_node, membership.host_of(slow.rank), evidence,
+                  domains.enabled() ? fmt::format("domain {}", config.domain) : "the job")};
 }
 
 void TrainingSession::State::recover(const std::string& what) {

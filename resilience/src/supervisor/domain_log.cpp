@@ -5,6 +5,7 @@
 #include "hardy/core/support/event_schema.hpp"
 #include "hardy/core/support/json_fields.hpp"
 #include "hardy/resilience/events.hpp"
+#include "hardy/resilience/relaunch_plan.hpp"
 
 namespace hardy::resilience {
 
@@ -28,6 +29,13 @@ void DomainLog::poll() {
       latest.finished = std::max(latest.finished, time);
     else if (*event == event_kind("domain_joined"))
       latest.joined = std::max(latest.joined, time);
+    else if (*event == event_kind("node_evicted"))
+      if (const auto node =
+              core::read_field<std::size_t>(record, event_field("node_evicted", "node")))
+        latest.evictions.push_back(
+            {time, *node,
+             core::read_field<std::string>(record, event_field("node_evicted", "evidence"))
+                 .value_or("no evidence given")});
   }
 }
 
@@ -45,6 +53,15 @@ bool DomainLog::finished(int index, double since) {
 bool DomainLog::joined(int index, double since) {
   poll();
   return latest_.at(static_cast<std::size_t>(index)).joined >= since;
+}
+
+std::map<std::size_t, std::vector<std::string>> DomainLog::evicted(int index, double since) {
+  poll();
+  std::map<std::size_t, std::vector<std::string>> nodes;
+  for (const auto& eviction : latest_.at(static_cast<std::size_t>(index)).evictions)
+    if (eviction.time >= since)
+      nodes[eviction.node].push_back(evicted_as_slow(eviction.evidence));
+  return nodes;
 }
 
 }  // namespace hardy::resilience

@@ -1,9 +1,10 @@
 #pragma once
 // What the fault domains log to events.jsonl that their supervisor acts on (a launch started,
-// finished the job, joined again), read as the file grows (appended_records.hpp): each query
+// finished the job, joined again, evicted a slow node), read as the file grows (appended_records.hpp): each query
 // parses only the lines appended since the last one.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,13 +23,22 @@ class DomainLog {
   std::optional<double> started(int index, double since);
   bool finished(int index, double since);
   bool joined(int index, double since);
+  // The nodes (indices into the launch's hosts) that domain `index` evicted as slow at or after
+  // `since` (node_evicted), each with its evidence as the supervisors weigh it.
+  std::map<std::size_t, std::vector<std::string>> evicted(int index, double since);
 
  private:
   // Takes in the records appended since the last call.
   void poll();
 
+  struct Eviction {
+    double time;
+    std::size_t node;
+    std::string evidence;
+  };
   struct Latest {
     double started = -1, finished = -1, joined = -1;
+    std::vector<Eviction> evictions;
   };
   AppendedRecords records_;
   std::vector<Latest> latest_;

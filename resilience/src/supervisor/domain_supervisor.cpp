@@ -43,6 +43,7 @@ struct Domain {
   std::vector<std::string> nodes;
   std::unique_ptr<LaunchedJob> job;
   int launches = 0;
+  int evictions = 0;  // launches that ended to leave out a slow node: planned, not failures
   double started_unix = 0;
   bool start_seen = false;  // the current launch logged job_started or domain_started
   double start_checked = 0;
@@ -317,7 +318,9 @@ class DomainSupervision {
         domain_train_args(config_.train_args, domain.index, per_, config_.ranks_per_node);
     const bool relaunch = domain.launches > 0;
     config_.launcher->before_launch();
-    auto command = launch_command(one, domain.nodes, relaunch, /*newest_state=*/relaunch);
+    // The spares left (shared by every domain) let the domain evict a slow node of its own.
+    auto command =
+        launch_command(one, domain.nodes, relaunch, /*newest_state=*/relaunch, spares_.size());
     command.insert(command.end(),
                    {"--domain", std::to_string(domain.index), "--domains", std::to_string(count_),
                     "--domain-store", rendezvous_.address, "--domain-timeout",
@@ -415,7 +418,14 @@ class DomainSupervision {
       if (!members_.empty()) publish(fmt::format("domain {} ended: {}", domain.index, how));
     }
     const NodeSet nodes{domain.nodes, spares_};
-    const NodeEvidence evidence = gather_node_evidence(config_, nodes, output, start_failures_);
+    // A domain that left out a slow node (node_evicted, exit status 5) ended as planned: the
+    // node is excluded on that evidence and the relaunch is no restart.
+    auto evicted = status == kEvicting ? logged_.evicted(domain.index, domain.started_unix)
+                                       : std::map<std::size_t, std::vector<std::string>>{};
+    const bool planned = !evicted.empty();
+    if (planned) ++domain.evictions;
+    const NodeEvidence evidence =
+        gather_node_evidence(config_, nodes, output, start_failures_, std::move(evicted));
     for (const auto& [i, report] : evidence.forgiven)
       std::cerr << fmt::format(
           "hardy run: keeping {}: {}, but it answers its probe; a second time leaves it out\n",
@@ -425,6 +435,7 @@ class DomainSupervision {
                                  {"launch", domain.launches},
                                  {"how", how},
                                  {"exit_status", status},
+                                 {"evicting", planned},
                                  {"nodes", domain.nodes},
                                  {"excluded", excluded_json(plan.excluded)},
                                  {"members", members_}});
@@ -439,13 +450,14 @@ class DomainSupervision {
   }
 
   void abandon_or_relaunch(Domain& domain, const RelaunchPlan& plan, double ended) {
-    if (domain.launches > config_.max_restarts || plan.nodes.active.size() < domain.nodes.size()) {
+    const int restarts = domain.launches - domain.evictions;
+    if (restarts > config_.max_restarts || plan.nodes.active.size() < domain.nodes.size()) {
       domain.abandoned = true;
       events_.emit("domain_abandoned",
                    {{"domain", domain.index},
-                    {"reason", domain.launches > config_.max_restarts
-                                   ? fmt::format("lost {} times (--max-restarts {})",
-                                                 domain.launches, config_.max_restarts)
+                    {"reason", restarts > config_.max_restarts
+                                   ? fmt::format("lost {} times (--max-restarts {})", restarts,
+                                                 config_.max_restarts)
                                    : std::string("no healthy node or spare left for it")}});
       return;
     }

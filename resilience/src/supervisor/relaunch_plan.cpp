@@ -51,11 +51,10 @@ void note_event(LaunchEvents& launch, const nlohmann::json& record) {
   } else if (event == event_kind("node_evicted")) {
     if (const auto node =
             core::read_field<std::size_t>(record, event_field("node_evicted", "node")))
-      add_evidence(
-          launch.evicted_nodes, *node,
-          fmt::format("job: evicted as slow ({})",
-                      core::read_field<std::string>(record, event_field("node_evicted", "evidence"))
-                          .value_or("no evidence given")));
+      add_evidence(launch.evicted_nodes, *node,
+                   evicted_as_slow(core::read_field<std::string>(
+                                       record, event_field("node_evicted", "evidence"))
+                                       .value_or("no evidence given")));
   } else if (event == event_kind("failure_detected")) {
     if (core::read_field<std::string>(record, event_field("failure_detected", "detected_by")) ==
         event_value("failure_detected", "detected_by", "watchdog"))
@@ -110,6 +109,10 @@ const LaunchEvents& LaunchEventReader::read() {
 LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintmax_t events_offset,
                                 double launch_started_unix, int ranks_per_node) {
   return LaunchEventReader(run_dir, events_offset, launch_started_unix, ranks_per_node).read();
+}
+
+std::string evicted_as_slow(const std::string& evidence) {
+  return fmt::format("job: evicted as slow ({})", evidence);
 }
 
 void restrict_to_launch(LaunchEvents& events, std::size_t node_count) {

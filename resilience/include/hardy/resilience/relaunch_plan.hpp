@@ -44,6 +44,10 @@ LaunchEvents read_launch_events(const std::filesystem::path& run_dir, std::uintm
 // Drops what the events say about nodes at or past `node_count` (the launch's node list): a
 // damaged or stale log may name nodes this launch never had.
 void restrict_to_launch(LaunchEvents& events, std::size_t node_count);
+
+// The evidence against a node that its job (or its fault domain) evicted as slow (node_evicted
+// with `evidence`): conclusive, as a failed probe is.
+std::string evicted_as_slow(const std::string& evidence);
 // evicting: the job stopped to leave out a slow node (exit status 5 with a node_evicted event),
 // to be relaunched on a spare in its place at once: no failure, no backoff.
 enum class LaunchVerdict { completed, bad_input, stopped, preempted, evicting, failed };
