@@ -13,6 +13,7 @@ RUN_DIR/fake-launches-d<D>, and its events carry the domain's number:
   finish-and-hang  log job_started and job_finished (completed), then never exit
   finish           log job_started and job_finished (completed) and exit 0
   crash            log job_started, exit 1
+  progress-crash   log job_started, commit the step after metrics.jsonl's last, exit 1
   checkpoint-crash log job_started and checkpoint_written (step 2), exit 1
   hang-at-start    log nothing and never exit (a runtime daemon that never spawns the ranks)
   slow-finish      log job_started, then job_finished (completed) 8 s later, and exit 0
@@ -66,6 +67,12 @@ def main():
     if act == "await-signal":
         signal.signal(signal.SIGUSR1, lambda number, frame: signalled.append(number))
     emit(run, "job_started", steps=STEPS, world_size=4)
+    if act == "progress-crash":
+        lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").exists() else []
+        step = json.loads(lines[-1])["step"] + 1 if lines else 1
+        with open(run / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "loss": 1.0, "unix_time": time.time()}) + "\n")
+        sys.exit(1)
     if act in ("crash", "checkpoint-crash"):
         if act == "checkpoint-crash":
             emit(run, "checkpoint_written", step=2, path=str(run / "checkpoints" / "ckpt-2.h5"))

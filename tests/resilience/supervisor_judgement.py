@@ -44,10 +44,10 @@ hardy = sys.argv[1]
 check = Checks()
 
 
-def supervise(run, plan, *options, dead="", env_extra=None, train=()):
+def supervise(run, plan, *options, dead="", env_extra=None, train=(), backoff="0"):
     env = {**os.environ, "FAKE_LAUNCHER_PLAN": plan, "FAKE_AGENT_DEAD": dead, **(env_extra or {})}
     command = [hardy, "run", "--run-dir", str(run), "--launcher-path", str(HERE / "fake_launcher.py"),
-               "--backoff", "0", *options, "--", "--steps", "5", *train]
+               "--backoff", backoff, *options, "--", "--steps", "5", *train]
     started = time.time()
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     print(result.stderr[-2500:], flush=True)
@@ -204,5 +204,14 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
     check(finished and "--max-requeues 1" in finished[-1]["reason"] and "step past 3" in finished[-1]["reason"],
           f"supervisor_finished says why: {finished[-1:]}")
     check(len([e for e in events if e["event"] == "requeue_requested"]) == 1, "no second requeue request")
+
+    # The backoff doubles over a crash loop (launches that commit nothing new), and starts again
+    # from --backoff after a launch that made progress: a long job's sixth failure must not wait
+    # a minute.
+    for plan, expected in (("crash,crash,crash,finish", [0.2, 0.4, 0.8]),
+                           ("progress-crash,progress-crash,progress-crash,finish", [0.2, 0.2, 0.2])):
+        status, _, events = supervise(tmp / plan.split(",")[0], plan, "--max-restarts", "3", backoff="0.2")
+        waited = [e["backoff_s"] for e in events if e["event"] == "job_relaunched"]
+        check(status == 0 and waited == expected, f"{plan}: the relaunches wait {waited} s (expected {expected})")
 
 check.finish("supervisor judgement")

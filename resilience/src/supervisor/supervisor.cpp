@@ -434,6 +434,14 @@ class Supervision {
     const double decide_s = core::unix_time() - next.decide_start;
     // A planned eviction waits for nothing: the node is slow, not failing.
     const bool planned = verdict.kind == LaunchVerdict::evicting;
+    // A launch that committed a step past every earlier launch's made progress: its failure is a
+    // new one, not a crash loop, and waits the first backoff again. Without this a long job would
+    // wait the longest backoff after every failure from its sixth on (a week-long run at one
+    // interruption every few hours reaches that on its first day).
+    if (const long reached = launch.events.last_committed_step.value_or(0); reached > progress_) {
+      progress_ = reached;
+      backoff_ = config_.backoff_s;
+    }
     if (!planned) std::this_thread::sleep_for(std::chrono::duration<double>(backoff_));
     std::vector<std::string> excluded_hosts;
     for (const auto& lost : next.plan.excluded) excluded_hosts.push_back(lost.host);
@@ -505,6 +513,7 @@ class Supervision {
   std::set<std::string> start_failures_;  // hosts whose runtime daemon failed to start once
   StartTimeout start_timeout_;
   double backoff_;
+  long progress_ = 0;  // the furthest step any launch committed
   bool run_wrote_state_ = false;  // a launch wrote a checkpoint: relaunches go on from the newest
   int evictions_ = 0;             // planned relaunches without a slow node so far
 };
