@@ -301,9 +301,10 @@ void TrainingSession::State::evict_slow_node(const StragglerVerdict& verdict) {
                  slow.since_step, slow.own_s, slow.peers_s, verdict.lost_s, verdict.evict_cost_s)
            : fmt::format(
                  "slow since step {}: {:.2f} of its peers' speed ({:.3g} s a sample against "
-                 "{:.3g} s); {:.1f} s lost to it, a relaunch costs about {:.1f} s",
-                 slow.since_step, slow.score, slow.own_s, slow.peers_s, verdict.lost_s,
-                 verdict.evict_cost_s);
+                 "{:.3g} s, its own best before {:.3g} s); {:.1f} s lost to it, a relaunch costs "
+                 "about {:.1f} s",
+                 slow.since_step, slow.score, slow.own_s, slow.peers_s, slow.own_best_s,
+                 verdict.lost_s, verdict.evict_cost_s);
   // The committed state first, so that the relaunch on the spare loses no step.
   store.write_final_checkpoint("evicting a slow node");
   events().emit("node_evicted", {{"step", step()},

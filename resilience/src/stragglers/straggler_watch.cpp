@@ -151,6 +151,7 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
     streak_.assign(world, 0);
     since_.assign(world, 0);
     named_as_.assign(world, {});
+    own_best_.assign(world, 0);
     imbalance_streak_ = 0;
     lost_s_ = 0;
     observed_ = 0;
@@ -204,6 +205,10 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
   const double material_s = thresholds_.slowdown / 4 * pace_s_;
   verdict.scores.resize(world);
   bool slow_set_changed = false;
+  for (std::size_t r = 0; r < world; ++r)
+    if (current_weights.empty() && !slow_[r] && own[r] > 0 &&
+        (own_best_[r] <= 0 || own[r] < own_best_[r]))
+      own_best_[r] = own[r];
   const PeersMedian peers_of_own(own), peers_of_step(own_step);
   for (std::size_t r = 0; r < world; ++r) {
     const double peers_s = peers_of_own(r);
@@ -233,7 +238,8 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
                                .score = verdict.scores[r],
                                .own_s = own[r],
                                .peers_s = peers_s,
-                               .since_step = since_[r]};
+                               .since_step = since_[r],
+                               .own_best_s = own_best_[r]};
     if (slow_[r]) {
       named_as_[r] = figures;
       verdict.became_slow.push_back(figures);
@@ -274,16 +280,25 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
   }
   if (thresholds_.mode == StragglerMode::evict && evict_cost_s_ > 0 && !evicted_ &&
       healthy.size() < world && lost_s_ >= evict_cost_s_) {
+    // Among the ranks that slowed down (named at (1 + slowdown) x their own best before), the
+    // slowest; the others are kept (the header says why).
     std::size_t slowest = world;
-    for (std::size_t r = 0; r < world; ++r)
-      if (slow_[r] && (slowest == world || verdict.scores[r] < verdict.scores[slowest]))
+    for (std::size_t r = 0; r < world; ++r) {
+      const RankSlowness& named = named_as_[r];
+      const bool slowed_down =
+          named.own_best_s > 0 && named.own_s >= (1 + thresholds_.slowdown) * named.own_best_s;
+      if (slow_[r] && slowed_down &&
+          (slowest == world || verdict.scores[r] < verdict.scores[slowest]))
         slowest = r;
+    }
     // The figures it was named slow with: its share cut since, its time per sample now carries
     // more of each step's fixed costs.
-    verdict.evict = named_as_[slowest];
-    verdict.lost_s = lost_s_;
-    verdict.evict_cost_s = evict_cost_s_;
-    evicted_ = true;
+    if (slowest < world) {
+      verdict.evict = named_as_[slowest];
+      verdict.lost_s = lost_s_;
+      verdict.evict_cost_s = evict_cost_s_;
+      evicted_ = true;
+    }
   }
   if (proposed == current) {
     imbalance_streak_ = 0;

@@ -40,7 +40,13 @@
 // predicted step under the shares in force less the predicted step of a healthy job: every rank
 // at the healthy ranks' median, even shares); when it reaches the cost of relaunching the job
 // without the slowest rank's node (allow_eviction(): measured by the session), that rank is
-// named for eviction, once. Until then, and where nothing can be evicted, it rebalances.
+// named for eviction, once. Until then, and where nothing can be evicted, it rebalances. Only a
+// rank that *became* slow is evicted: when named, its own time per sample must be at least
+// (1 + slowdown) x its own best before (a window at even shares while it was not slow). One slow
+// since its first window is rebalanced around but kept: the watch cannot tell a slow node from a
+// slow role (a domain's leader, a lead with writer threads), and where the role is the cause the
+// spare would take it over and be named in turn (seen on the emulated cluster: two-rank domains
+// evicted their second node, then the spare that replaced it, at scores of 0.73-0.86).
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -78,6 +84,7 @@ struct RankSlowness {
   double own_s = 0;     // this rank's own work per sample, median over the window
   double peers_s = 0;   // the other ranks' median of theirs
   long since_step = 0;  // the first step of the run of flagged steps
+  double own_best_s = 0;  // its own best time per sample before (0: none measured)
 };
 
 struct StragglerVerdict {
@@ -134,6 +141,9 @@ class StragglerWatch {
   std::vector<bool> slow_;
   std::vector<long> streak_, since_;
   std::vector<RankSlowness> named_as_;  // each slow rank's figures when it was named
+  // Each rank's lowest own time per sample over a window at even shares while it was not slow:
+  // what it did before, to tell a node that slowed down from one slow in its role.
+  std::vector<double> own_best_;
   long observed_ = 0;                   // steps since the start or a shrink
   long confirm_ = 1;                    // the confirmation in steps at the current pace
   double pace_s_ = 0;                   // seconds a step (0: not known yet)

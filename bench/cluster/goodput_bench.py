@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""Goodput under a stream of failures on the emulated cluster: hardy against checkpoint-restart
+(needs root for the network namespaces).
+
+    sudo bench/cluster/goodput_bench.py [--hardy build/bin/hardy] [--seed 1] [--duration 1200] \
+        [--mtbf 90] [--configs one_job,domains,restart] [--kinds rank_kill,node_crash,node_freeze,partition] \
+        [--json bench/results/goodput-DATE.json]
+
+One failure schedule is drawn from --seed: interruptions at exponentially distributed intervals
+of mean --mtbf seconds (from the job's first committed step), each of a kind drawn evenly from
+--kinds and a victim drawn as a fraction (the k-th of the live ranks or nodes at that moment). It is
+replayed identically, in time, kind and victim, against each configuration, each on a fresh
+emulated cluster of 8 nodes of one rank (tests/cluster/emulated_cluster.py) with spare hosts:
+
+  one_job   hardy's defaults under `hardy run --spare-nodes K`: one MPI job with ULFM, in-job
+            shrink, node-local snapshots (auto), a relaunch on the spares when the job dies whole
+  domains   the same as 4 fault domains of 2 nodes (`--nodes-per-domain 2`): a lost node stops
+            only its domain, which comes back on a spare healed from the others
+  restart   checkpoint-restart as users run it without hardy's defences, at its strongest: `hardy
+            run --ulfm false` (every failure ends the job; it is relaunched whole at once on the
+            healthy nodes and spares, no backoff growth) resuming from its last periodic
+            checkpoint (node-local snapshots off), every C steps, C the Young/Daly optimum
+            sqrt(2 x MTBF x cost) for --mtbf and the checkpoint's cost measured in its own
+            failure-free run (the median stall the training pays per checkpoint; at least 1.5 x
+            the median write, so that a write is on disk before the next one starts)
+
+The kinds: rank_kill (SIGKILL one rank's process), node_crash (SIGKILL every process of a node,
+its runtime daemon included), node_freeze (link down and SIGSTOP everything on it), partition
+(link down only). A node a fault took stays out for the rest of the run (15 s after a freeze or a
+partition its processes are killed too, so that they take no CPU from the others): repair is
+emulated by spares, --spares of them (default: as many as the schedule has node faults, plus
+one), which is what a scheduler's replacement node would be.
+
+Each configuration trains the fault tests' small job (hardy_test.py small_job: 32x32 synthetic
+samples, the compact network, every sample audited, global batch 16) for as many steps as a
+failure-free one-job run takes --duration seconds (its median step from a failure-free run of 300
+steps first). Goodput = steps x the failure-free one-job median step / wall time (from `hardy
+run`'s start to its end): one reference for every design, so that the domains' per-step price
+counts. Also given: each design's own failure-free median step, and per fault the time until the
+job committed a new step again (the time it cost until the next fault (`lost_s`: the window less its new steps at the reference
+step), its longest time without a commit, the steps it redid (`redone`: committed again after a
+restore), and the fewest ranks a step ran on (`fewest_ranks`). Every run is checked: `hardy run`
+exits 0, every step 1..N committed (at least once), every sample once in every complete epoch.
+
+Results go to --json (default bench/results/goodput-<date>.json); the table is printed.
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests/cluster"))
+sys.path.insert(0, str(ROOT / "tests/lib"))
+sys.path.insert(0, str(ROOT / "tests/soak"))
+from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
+from hardy_test import complete_epochs_exact, read_jsonl, small_job  # noqa: E402
+from random_faults import Job, pid_alive  # noqa: E402
+
+NODES, PER_DOMAIN = 8, 2
+KINDS = ["rank_kill", "node_crash", "node_freeze", "partition"]
+SAMPLES, BATCH = 256, 16
+HEALTHY_STEPS = 300
+KILL_STRANDED_AFTER_S = 15   # a frozen or partitioned node's processes are killed after this
+
+
+def draw_schedule(seed, mtbf, horizon, kinds):
+    rng = random.Random(f"hardy-goodput:{seed}")
+    faults, at = [], 0.0
+    while True:
+        at += rng.expovariate(1.0 / mtbf)
+        if at > horizon:
+            return faults
+        faults.append({"at_s": round(at, 3), "kind": rng.choice(kinds), "pick": rng.random()})
+
+
+def train_options(steps, config, checkpoint_every=None):
+    options = small_job(SAMPLES, steps, BATCH)
+    at = options.index("--snapshot-every")
+    options = options[:at] + options[at + 2:]          # hardy's default: auto
+    options += ["--threads", "1"]
+    if config == "restart":
+        options += ["--snapshot-every", "0", "--checkpoint-every", str(checkpoint_every)]
+    return options
+
+
+def supervisor_command(args, cluster, run, config, spares, train):
+    command = [args.hardy, "run", "--hosts", ",".join(cluster.hosts), "--launch-agent", cluster.agent,
+               "--ranks-per-node", "1", "--spare-nodes", str(spares), "--run-dir", str(run),
+               "--probe-timeout", "2", "--max-restarts", "1000"]
+    if config == "domains":
+        command += ["--nodes-per-domain", str(PER_DOMAIN)]
+    if config == "restart":
+        command += ["--ulfm", "false"]
+    return command + ["--", *train]
+
+
+def healthy_run(args, tmp, config, checkpoint_every=None):
+    """A failure-free run of HEALTHY_STEPS: the median step after the first 20, and the
+    checkpoints' stall and write times."""
+    with EmulatedCluster(nodes=NODES) as cluster:
+        run = Path(tmp) / f"healthy-{config}"
+        command = supervisor_command(args, cluster, run, config, 0,
+                                     train_options(HEALTHY_STEPS, config, checkpoint_every or 50))
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900,
+                              env={**os.environ, **cluster.mpi_env()})
+        if done.returncode != 0:
+            sys.exit(f"{config}: the failure-free run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        metrics = read_jsonl(run / "metrics.jsonl")
+        events = read_jsonl(run / "events.jsonl")
+        written = [e for e in events if e["event"] == "checkpoint_written"]
+        return {"median_step_s": statistics.median(m["step_s"] for m in metrics if m["step"] > 20),
+                "checkpoint_stall_s": statistics.median(e["stall_s"] for e in written) if written else None,
+                "checkpoint_write_s": statistics.median(e["write_s"] for e in written) if written else None}
+
+
+class Injector:
+    """Replays the schedule against one run, from its first committed step."""
+
+    def __init__(self, cluster, run, schedule):
+        self.cluster, self.job, self.schedule = cluster, Job(run), schedule
+        self.down, self.done, self.log = set(), threading.Event(), []
+
+    def live_ranks(self):
+        return [r for r in self.job.current_ranks() if r[2] not in self.down and pid_alive(r[1])]
+
+    def live_hosts(self):
+        return list(dict.fromkeys(host for _, _, host in self.live_ranks()))
+
+    def __call__(self):
+        while not self.job.step() and not self.done.wait(0.2):
+            pass
+        start = time.time()
+        for fault in self.schedule:
+            if self.done.wait(max(0.0, start + fault["at_s"] - time.time())):
+                return
+            kind, record = fault["kind"], {"at_s": fault["at_s"], "kind": fault["kind"]}
+            if kind == "rank_kill":
+                ranks = self.live_ranks()
+                if not ranks:
+                    continue
+                rank, pid, host = ranks[int(fault["pick"] * len(ranks))]
+                record.update(host=host, rank=rank, step=self.job.step(), time=time.time())
+                self.cluster.kill_pid(pid)
+            else:
+                hosts = self.live_hosts()
+                if not hosts:
+                    continue
+                host = hosts[int(fault["pick"] * len(hosts))]
+                record.update(host=host, step=self.job.step(), time=time.time())
+                self.down.add(host)
+                if kind == "node_crash":
+                    self.cluster.crash(host)
+                else:
+                    (self.cluster.freeze if kind == "node_freeze" else self.cluster.partition)(host)
+                    threading.Timer(KILL_STRANDED_AFTER_S, self.cluster.crash, (host,), {"link_down": True}).start()
+            self.log.append(record)
+            print(f"  {record['kind']} {record['host']} at {record['at_s']:.0f} s, step {record['step']}", flush=True)
+
+
+def per_fault(faults, metrics, events, full_world, reference_step_s, ended):
+    """For each injected fault, over its window (until the next fault or the run's end): the time
+    lost (the window's length less the new steps committed in it at the reference step), the
+    longest time without a commit, the steps committed again (restored from before it), and the
+    fewest ranks a step ran on."""
+    out = []
+    for i, fault in enumerate(faults):
+        until = faults[i + 1]["time"] if i + 1 < len(faults) else ended
+        later = [m for m in metrics if fault["time"] < m["unix_time"] <= until]
+        new = {m["step"] for m in later if m["step"] > fault["step"]}
+        times = [fault["time"], *sorted(m["unix_time"] for m in later)]
+        restored = [e for e in events if e["event"] == "state_restored" and fault["time"] < e["unix_time"] <= until]
+        redone = max((fault["step"] - e["step"] for e in restored if e.get("step") is not None), default=0)
+        sizes = [m["world_size"] for m in later if m.get("world_size")]
+        out.append({**fault, "window_s": round(until - fault["time"], 3),
+                    "lost_s": round(until - fault["time"] - len(new) * reference_step_s, 3),
+                    "longest_gap_s": round(max(b - a for a, b in zip(times, times[1:])), 3) if later else None,
+                    "redone": max(0, redone), "fewest_ranks": min(sizes) if sizes else None})
+    return out
+
+
+def faulty_run(args, tmp, config, steps, spares, schedule, checkpoint_every, reference_step_s):
+    with EmulatedCluster(nodes=NODES + spares) as cluster:
+        run = Path(tmp) / f"run-{config}"
+        command = supervisor_command(args, cluster, run, config, spares,
+                                     train_options(steps, config, checkpoint_every))
+        injector = Injector(cluster, run, schedule)
+        thread = threading.Thread(target=injector, daemon=True)
+        started = time.time()
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env={**os.environ, **cluster.mpi_env()})
+        thread.start()
+        try:
+            output, _ = process.communicate(timeout=args.duration * 6 + 600)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output, _ = process.communicate()
+        ended = time.time()
+        wall = ended - started
+        injector.done.set()
+        thread.join(timeout=10)
+        metrics = read_jsonl(run / "metrics.jsonl")
+        events = read_jsonl(run / "events.jsonl")
+        committed = sorted({m["step"] for m in metrics})
+        complete, wrong = complete_epochs_exact(run, SAMPLES)
+        checks = {"exit_0": process.returncode == 0,
+                  "every_step_committed": committed == list(range(1, steps + 1)),
+                  "samples_once_per_epoch": bool(complete) and not wrong}
+        if not all(checks.values()):
+            print(output[-4000:])
+        if args.keep:
+            import shutil
+            shutil.copytree(run, Path(args.keep) / f"run-{config}", dirs_exist_ok=True)
+            (Path(args.keep) / f"output-{config}.txt").write_text(output)
+        relaunches = len([e for e in events if e["event"] in ("job_relaunched", "domain_relaunched")])
+        shrinks = len([e for e in events if e["event"] == "communicator_shrunk"])
+        return {"config": config, "steps": steps, "wall_s": round(wall, 2),
+                "goodput": steps * reference_step_s / wall,
+                "faults": per_fault(injector.log, metrics, events, NODES, reference_step_s, ended),
+                "lines_committed": len(metrics), "relaunches": relaunches, "in_job_shrinks": shrinks,
+                "checks": checks, "checkpoint_every": checkpoint_every}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hardy", default=str(ROOT / "build/bin/hardy"))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--duration", type=float, default=1200, help="a failure-free run's length, seconds")
+    parser.add_argument("--mtbf", type=float, default=90, help="mean seconds between interruptions")
+    parser.add_argument("--configs", default="one_job,domains,restart")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--spares", type=int, default=None)
+    parser.add_argument("--keep", default=None, help="copy each faulty run's directory and output here")
+    parser.add_argument("--json", default=str(ROOT / f"bench/results/goodput-{date.today()}.json"))
+    args = parser.parse_args()
+    ok, why = namespaces_available()
+    if not ok:
+        sys.exit(f"cannot emulate a cluster here: {why}")
+    configs, kinds = args.configs.split(","), args.kinds.split(",")
+    # Faults keep coming while a slowed job runs past --duration.
+    schedule = draw_schedule(args.seed, args.mtbf, 2 * args.duration, kinds)
+    spares = args.spares if args.spares is not None else 1 + sum(f["kind"] != "rank_kill" for f in schedule)
+    results = {"seed": args.seed, "mtbf_s": args.mtbf, "duration_s": args.duration, "nodes": NODES,
+               "spares": spares, "schedule": schedule, "host": platform.node(), "cpus": os.cpu_count(),
+               "date": str(date.today()), "healthy": {}, "runs": {}}
+    with tempfile.TemporaryDirectory(prefix="hardy-goodput-") as tmp:
+        for config in dict.fromkeys(["one_job", *configs]):
+            results["healthy"][config] = healthy_run(args, tmp, config)
+            print(f"{config} failure-free: {results['healthy'][config]}", flush=True)
+        reference = results["healthy"]["one_job"]["median_step_s"]
+        steps = int(args.duration / reference)
+        checkpoint_every = None
+        if "restart" in configs:
+            healthy = results["healthy"]["restart"]
+            cost = healthy["checkpoint_stall_s"] or 0
+            interval = max(math.sqrt(2 * args.mtbf * cost), 1.5 * (healthy["checkpoint_write_s"] or 0))
+            checkpoint_every = max(1, round(interval / healthy["median_step_s"]))
+            results["young_daly"] = {"cost_s": cost, "interval_s": interval, "every_steps": checkpoint_every}
+            print(f"restart: checkpoint every {checkpoint_every} steps ({interval:.2f} s; cost {cost:.4f} s)")
+        print(f"{steps} steps ({args.duration:.0f} s failure-free at {1e3 * reference:.1f} ms), "
+              f"{len([f for f in schedule if f['at_s'] < args.duration])} interruptions drawn in that time, "
+              f"{spares} spares", flush=True)
+        for config in configs:
+            print(f"{config}:", flush=True)
+            results["runs"][config] = faulty_run(args, tmp, config, steps, spares, schedule,
+                                                 checkpoint_every if config == "restart" else None, reference)
+            r = results["runs"][config]
+            print(f"{config}: goodput {100 * r['goodput']:.1f}% ({r['wall_s']:.0f} s for {steps} steps; "
+                  f"{len(r['faults'])} faults, {r['relaunches']} relaunches, {r['in_job_shrinks']} shrinks; "
+                  f"checks {r['checks']})", flush=True)
+    Path(args.json).write_text(json.dumps(results, indent=1))
+    print(f"\n| design | goodput | wall s | faults | relaunches | in-job shrinks | own failure-free step |")
+    print("|---|---|---|---|---|---|---|")
+    for config, r in results["runs"].items():
+        print(f"| {config} | {100 * r['goodput']:.1f}% | {r['wall_s']:.0f} | {len(r['faults'])} | {r['relaunches']} | "
+              f"{r['in_job_shrinks']} | {1e3 * results['healthy'][config]['median_step_s']:.1f} ms |")
+    print(f"results: {args.json}")
+    failed = [c for c, r in results["runs"].items() if not all(r["checks"].values())]
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
