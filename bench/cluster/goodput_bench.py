@@ -29,7 +29,11 @@ its runtime daemon included), node_freeze (link down and SIGSTOP everything on i
 (link down only). A node a fault took stays out for the rest of the run (15 s after a freeze or a
 partition its processes are killed too, so that they take no CPU from the others): repair is
 emulated by spares, --spares of them (default: as many as the schedule has node faults, plus
-one), which is what a scheduler's replacement node would be.
+two: a slow node evicted takes one too), which is what a scheduler's replacement node would be. Every node runs in a cgroup v1 cpu
+group with an equal CFS quota and Open MPI's waiting ranks sleep (tests/cluster/straggler.py's
+NodeCpuGroups and SLEEP_WHEN_IDLE), so that the 2-core machine's nodes share it as machines of
+their own would: without it, 8 ranks on 2 cores timed the scheduler, and the slow-rank watch of
+two-rank domains named healthy second ranks slow (scores 0.70-0.84).
 
 Each configuration trains the fault tests' small job (hardy_test.py small_job: 32x32 synthetic
 samples, the compact network, every sample audited, global batch 16) for as many steps as a
@@ -66,6 +70,7 @@ sys.path.insert(0, str(ROOT / "tests/soak"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
 from hardy_test import complete_epochs_exact, read_jsonl, small_job  # noqa: E402
 from random_faults import Job, pid_alive  # noqa: E402
+import straggler  # noqa: E402  (NodeCpuGroups: a CPU share of its own for every emulated node)
 
 NODES, PER_DOMAIN = 8, 2
 KINDS = ["rank_kill", "node_crash", "node_freeze", "partition"]
@@ -108,12 +113,12 @@ def supervisor_command(args, cluster, run, config, spares, train):
 def healthy_run(args, tmp, config, checkpoint_every=None):
     """A failure-free run of HEALTHY_STEPS: the median step after the first 20, and the
     checkpoints' stall and write times."""
-    with EmulatedCluster(nodes=NODES) as cluster:
+    with EmulatedCluster(nodes=NODES) as cluster, straggler.NodeCpuGroups(cluster, active_nodes=NODES):
         run = Path(tmp) / f"healthy-{config}"
         command = supervisor_command(args, cluster, run, config, 0,
                                      train_options(HEALTHY_STEPS, config, checkpoint_every or 50))
         done = subprocess.run(command, capture_output=True, text=True, timeout=900,
-                              env={**os.environ, **cluster.mpi_env()})
+                              env={**os.environ, **cluster.mpi_env(), **straggler.SLEEP_WHEN_IDLE})
         if done.returncode != 0:
             sys.exit(f"{config}: the failure-free run failed ({done.returncode}):\n{done.stderr[-3000:]}")
         metrics = read_jsonl(run / "metrics.jsonl")
@@ -190,7 +195,8 @@ def per_fault(faults, metrics, events, full_world, reference_step_s, ended):
 
 
 def faulty_run(args, tmp, config, steps, spares, schedule, checkpoint_every, reference_step_s):
-    with EmulatedCluster(nodes=NODES + spares) as cluster:
+    with EmulatedCluster(nodes=NODES + spares) as cluster, \
+            straggler.NodeCpuGroups(cluster, active_nodes=NODES):
         run = Path(tmp) / f"run-{config}"
         command = supervisor_command(args, cluster, run, config, spares,
                                      train_options(steps, config, checkpoint_every))
@@ -198,7 +204,7 @@ def faulty_run(args, tmp, config, steps, spares, schedule, checkpoint_every, ref
         thread = threading.Thread(target=injector, daemon=True)
         started = time.time()
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   env={**os.environ, **cluster.mpi_env()})
+                                   env={**os.environ, **cluster.mpi_env(), **straggler.SLEEP_WHEN_IDLE})
         thread.start()
         try:
             output, _ = process.communicate(timeout=args.duration * 6 + 600)
@@ -246,10 +252,13 @@ def main():
     ok, why = namespaces_available()
     if not ok:
         sys.exit(f"cannot emulate a cluster here: {why}")
+    ok, why = straggler.cgroups_available()
+    if not ok:
+        sys.exit(f"cannot give the emulated nodes a CPU share each: {why}")
     configs, kinds = args.configs.split(","), args.kinds.split(",")
     # Faults keep coming while a slowed job runs past --duration.
     schedule = draw_schedule(args.seed, args.mtbf, 2 * args.duration, kinds)
-    spares = args.spares if args.spares is not None else 1 + sum(f["kind"] != "rank_kill" for f in schedule)
+    spares = args.spares if args.spares is not None else 2 + sum(f["kind"] != "rank_kill" for f in schedule)
     results = {"seed": args.seed, "mtbf_s": args.mtbf, "duration_s": args.duration, "nodes": NODES,
                "spares": spares, "schedule": schedule, "host": platform.node(), "cpus": os.cpu_count(),
                "date": str(date.today()), "healthy": {}, "runs": {}}

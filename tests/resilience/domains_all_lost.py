@@ -2,19 +2,21 @@
 """Every domain that holds committed state is lost while another one comes back (CTest label
 `fault`).
 
-Usage: domains_all_lost.py HARDY MPIRUN
+Usage: domains_all_lost.py HARDY MPIRUN [--no-snapshots]
 
 `hardy run --nodes 2 --nodes-per-domain 1` on this host: 2 domains of 1 rank, a checkpoint every
 CHECKPOINT_EVERY steps. Once the job has committed FAULT_STEP steps, domain 0's rank is killed
 (SIGKILL); the supervisor relaunches it. As soon as it does (domain_relaunched), before the
 relaunched domain can be let in, domain 1's rank is killed too: no live domain holds the job's
-state, only the run directory's checkpoints do. The relaunched domains must go on from the
-newest checkpoint (domains_resumed, source checkpoint) instead of the job ending with "every
-domain was lost".
+state, only what persists does: the run directory's checkpoints and the node-local snapshots
+(every step here). The relaunched domains must go on from the newest of those (domains_resumed,
+source node-local: at most a step or two behind the last step committed before the second kill)
+instead of the job ending with "every domain was lost" or going back further; with
+--no-snapshots (--snapshot-every 0) from the newest checkpoint (source checkpoint).
 
 Asserts: exit 0 with job_finished completed at the last step; every step committed; every
-complete epoch covers every sample exactly once; domains_resumed from a checkpoint at a step no
-later than the last committed before the second kill, with state_restored from that checkpoint;
+complete epoch covers every sample exactly once; domains_resumed from that state, with one
+state_restored naming it;
 the final loss within 2% of the same job as one MPI job; every domain ends with the same
 parameters.
 """
@@ -34,7 +36,11 @@ SAMPLES, STEPS, FAULT_STEP, CHECKPOINT_EVERY = 48, 400, 60, 20
 
 def main():
     hardy, mpirun = sys.argv[1], sys.argv[2]
+    snapshots_on = "--no-snapshots" not in sys.argv[3:]
     train = small_job(SAMPLES, STEPS, 12) + ["--checkpoint-every", str(CHECKPOINT_EVERY), "--threads", "1"]
+    if not snapshots_on:
+        at = train.index("--snapshot-every")
+        train = train[:at] + ["--snapshot-every", "0"] + train[at + 2:]
     check = Checks()
     with tempfile.TemporaryDirectory(prefix="hardy-domains-all-lost-") as tmp:
         tmp = Path(tmp)
@@ -88,12 +94,22 @@ def main():
         complete, wrong = complete_epochs_exact(run, SAMPLES)
         check(complete and not wrong, f"every complete epoch exactly once ({len(complete)} complete, wrong: {wrong})")
         resumed = [e for e in events if e["event"] == "domains_resumed"]
-        restored = [e for e in events if e["event"] == "state_restored" and e.get("source") == "checkpoint"]
-        check(resumed and all(e["source"] == "checkpoint" and e["step"] % CHECKPOINT_EVERY == 0
-                              and e["step"] <= fault.get("committed", 0) for e in resumed),
-              f"the relaunched domains went on from the newest checkpoint: {resumed}")
-        check(restored and restored[0]["step"] == resumed[0]["step"] if resumed else False,
-              f"state_restored names the checkpoint: {restored}")
+        committed = fault.get("committed", 0)
+        if snapshots_on:
+            source = "node-local"
+            fits = lambda step: committed - 2 <= step <= committed + 2  # noqa: E731
+            what = f"a node-local snapshot within 2 steps of step {committed}"
+        else:
+            source = "checkpoint"
+            fits = lambda step: step % CHECKPOINT_EVERY == 0 and step <= committed  # noqa: E731
+            what = f"the newest checkpoint before step {committed}"
+        check(resumed and all(e["source"] == source and fits(e["step"]) for e in resumed)
+              and len({e["step"] for e in resumed}) == 1,
+              f"the relaunched domains went on from {what}: {resumed}")
+        restored = [e for e in events if e["event"] == "state_restored" and e.get("source") == source
+                    and resumed and e["unix_time"] >= resumed[0]["unix_time"] - 5]
+        check(len(restored) == 1 and restored[0]["step"] == resumed[0]["step"],
+              f"one state_restored names it: {restored}")
         final = metrics[-1]["loss"]
         check(abs(final - expected) <= 0.02 * abs(expected),
               f"final loss {final:.5f} within 2% of one MPI job's {expected:.5f}")

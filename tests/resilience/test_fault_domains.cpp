@@ -66,7 +66,11 @@ struct Domain {
                   ++heals;
                 },
             .committed_step = [this] { return committed_state.step; },
-            .persisted = [this] { return on_disk; },
+            .persisted =
+                [this]() -> std::optional<DomainStateAccess::Persisted> {
+              if (!on_disk) return std::nullopt;
+              return DomainStateAccess::Persisted{*on_disk, on_disk_source, "file", 0.0};
+            },
             .committed_lines = [this] { return lines; },
             .adopt_lines = [this](const std::string& text) { adopted = text; }};
   }
@@ -90,7 +94,8 @@ struct Domain {
   core::EventLog events;  // not opened unless a file is given: emits go nowhere
   core::Tensor gradient;
   checkpoint::TrainingState committed_state;
-  std::optional<checkpoint::TrainingState> on_disk;  // the run directory's newest checkpoint
+  std::optional<checkpoint::TrainingState> on_disk;  // the newest state the leader can read
+  std::string on_disk_source = "checkpoint";         // ... and where from
   std::vector<float> summed;                         // the gradient sum of every committed step
   int heals = 0;
   std::string lines;    // this domain's log lines of its committed step
@@ -193,6 +198,40 @@ TEST_CASE(
     CHECK(domains[1]->step(2).verdict == StepVerdict::commit);
     CHECK(first.get().verdict == StepVerdict::commit);
     CHECK(domains[0]->summed == std::vector<float>{3.0f});
+  }
+}
+
+TEST_CASE("fault domains: relaunched domains alone go on from the newest state any one reads") {
+  // Domain 0 reads the run directory's checkpoint of step 40, domain 1 its node's snapshot of
+  // step 57 (the default snapshots, newer than any checkpoint): both go on from step 57, which
+  // domain 1 sends; with no checkpoint at all, the snapshot all the same. Before, each took the
+  // run directory's alone (a 4-domain job went back from step 2,335 to the start).
+  for (const bool checkpoint : {true, false}) {
+    hardy::testing::ScratchDirectory scratch("newest-persisted");
+    const auto store_dir = scratch.path() / "store";
+    auto supervisor = comm::open_file_store(store_dir);
+    supervisor->set(rendezvous_keys::members(1), "0,1");
+    std::vector<std::unique_ptr<Domain>> domains;
+    for (int d = 0; d < 2; ++d) {
+      domains.push_back(std::make_unique<Domain>(d, 2, store_dir, "1"));
+      supervisor->set(rendezvous_keys::admit(d, "1"), "1");
+    }
+    if (checkpoint) {
+      domains[0]->on_disk.emplace();
+      domains[0]->on_disk->step = 40;
+    }
+    domains[1]->on_disk.emplace();
+    domains[1]->on_disk->step = 57;
+    domains[1]->on_disk_source = "node-local";
+    std::vector<std::future<void>> running;
+    for (auto& domain : domains)
+      running.push_back(
+          std::async(std::launch::async, [&domain] { domain->domains.start(domain->access()); }));
+    for (auto& r : running) r.get();
+    for (const auto& domain : domains) {
+      CHECK(domain->committed_state.step == 57);
+      CHECK(domain->heals == 1);
+    }
   }
 }
 
@@ -630,7 +669,7 @@ struct ShardedRank {
     return {.committed = [this]() -> const checkpoint::TrainingState& { return state; },
             .restore_in_domain = [this](checkpoint::TrainingState& s) { state = s; },
             .committed_step = [this] { return state.step; },
-            .persisted = [] { return std::optional<checkpoint::TrainingState>(); },
+            .persisted = [] { return std::optional<DomainStateAccess::Persisted>(); },
             .committed_lines = [] { return std::string(); },
             .adopt_lines = [](const std::string&) {}};
   }

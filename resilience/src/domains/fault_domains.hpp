@@ -62,10 +62,16 @@ struct DomainStateAccess {
   // Every rank of the domain: root (the leader) has `state`, all end up applying it.
   std::function<void(checkpoint::TrainingState&)> restore_in_domain;
   std::function<long()> committed_step;
-  // The leader, when every domain that held committed state was lost: the run directory's newest
-  // valid checkpoint (what every domain reads alike), or nothing (the job goes on from its start,
-  // which every domain's fresh model already is).
-  std::function<std::optional<checkpoint::TrainingState>()> persisted;
+  // The leader, when every domain that held committed state was lost: the newest committed state
+  // it can read, the run directory's newest valid checkpoint or its own node's newest snapshot
+  // of this run (source "checkpoint" or "node-local"), or nothing. The members' newest wins.
+  struct Persisted {
+    checkpoint::TrainingState state;
+    std::string source;
+    std::string path;    // the file read
+    double seconds = 0;  // to read it
+  };
+  std::function<std::optional<Persisted>()> persisted;
   // The leader's lines of the run directory's logs (metrics, audit) for its committed step, as
   // one string, and how it takes a peer's at a resync: the member that writes the run files
   // afterwards may be a joiner that never computed the agreed step, while the writer died before
@@ -264,6 +270,9 @@ class FaultDomains {
   std::vector<int> members_;           // live domains, ascending
   std::vector<int> ranks_per_member_;  // as reported at the last vote or resync
   double last_vote_loss_ = 0;          // the job-wide loss of the last step whose vote completed
+  // The log lines saved with the state resume_persisted read here (a node-local snapshot's):
+  // the domain that wrote them may have died before logging them.
+  std::string persisted_lines_;
   double agreed_loss_ = 0;             // the loss of the agreed step, as the last resync found it
   // The leader's sums of that step, kept until the next exchange: a domain that rolls the step
   // forward after a recovery restored its tensors takes them from here. The members receive the

@@ -228,15 +228,12 @@ DomainStateAccess DomainCoordinator::state_access() {
             return config_.sync_every() > 1 && store_.synced() ? store_.synced()->step
                                                                : trainer_.step();
           },
-      .persisted = [this]() -> std::optional<checkpoint::TrainingState> {
+      .persisted = [this]() -> std::optional<DomainStateAccess::Persisted> {
         const auto started = Clock::now();
-        auto found = store_.newest_checkpoint();  // written by this job's lead domain
-        if (!found) return std::nullopt;
-        files_.events().emit("state_restored", {{"source", "checkpoint"},
-                                                {"step", found->state.step},
-                                                {"seconds", seconds_since(started)},
-                                                {"path", found->path.string()}});
-        return std::move(found->state);
+        auto newest = store_.newest_persisted();
+        if (!newest) return std::nullopt;
+        return DomainStateAccess::Persisted{std::move(newest->found.state), newest->source,
+                                            newest->found.path.string(), seconds_since(started)};
       },
       .committed_lines =
           [this] { return files_.committed_lines(config_.sync_every() > 1 && store_.synced()); },

@@ -121,6 +121,23 @@ std::optional<StateStore::Restored> StateStore::restore_newest(const RestoreFrom
       .source = "checkpoint", .path = std::move(read.path), .saved = std::move(read.state)};
 }
 
+std::optional<StateStore::Persisted> StateStore::newest_persisted() {
+  std::optional<Persisted> newest;
+  if (auto found = newest_checkpoint()) newest = Persisted{std::move(*found), "checkpoint"};
+  if (config_.snapshot_every == 0 || config_.sync_every() > 1) return newest;
+  try {
+    // load_node_snapshot passes over another run's and another configuration's (logged).
+    if (auto mine = load_node_snapshot();
+        mine && (!newest || mine->state.step > newest->found.state.step))
+      newest = Persisted{std::move(*mine), "node-local"};
+  } catch (const std::exception& e) {
+    std::cerr << "hardy: skipping node-local snapshots of " << membership_.host() << ": "
+              << e.what() << "\n";
+    events_.emit("snapshot_rejected", {{"host", membership_.host()}, {"reason", e.what()}});
+  }
+  return newest;
+}
+
 std::optional<StateStore::Restored> StateStore::restore_newer_node_snapshot(long checkpoint_step) {
   comm::Communicator& comm = membership_.comm();
   std::optional<checkpoint::ValidCheckpoint> mine;

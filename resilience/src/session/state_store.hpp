@@ -58,6 +58,16 @@ class StateStore {
   // The lead: the run directory's newest checkpoint that validates (the rejected ones logged),
   // if any. One of another configuration is refused (checkpoint_rejected, InvalidArgument).
   std::optional<checkpoint::ValidCheckpoint> newest_checkpoint();
+  // The lead of a relaunched fault domain, when no live domain holds the committed state: the
+  // newer of the run directory's newest checkpoint and this host's newest node-local snapshot of
+  // this run (with snapshots on, and domains meeting every step: between meetings a domain's
+  // snapshot holds steps no other domain agreed to), a checkpoint winning a tie. `source`:
+  // "checkpoint" or "node-local".
+  struct Persisted {
+    checkpoint::ValidCheckpoint found;
+    std::string source;
+  };
+  std::optional<Persisted> newest_persisted();
   // Root's `state` to every rank, applied everywhere; `state` may keep only the loop's scalars
   // afterwards (collective).
   void restore(checkpoint::TrainingState& state, int root);

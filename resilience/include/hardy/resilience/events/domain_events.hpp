@@ -15,11 +15,13 @@ inline constexpr EventField domain_membership[] = {{"generation", T::integer, re
                                                    {"ranks_per_domain", T::array, req},
                                                    {"step", T::integer, req},
                                                    {"seconds", T::number, req}};
-inline constexpr std::string_view resume_sources[] = {"checkpoint", "start"};
+inline constexpr std::string_view resume_sources[] = {"checkpoint", "node-local", "start"};
 inline constexpr EventField domains_resumed[] = {{"domain", T::integer, req},
                                                  {"generation", T::integer, req},
                                                  {"step", T::integer, req},
-                                                 {"source", T::string, req, resume_sources}};
+                                                 {"source", T::string, req, resume_sources},
+                                                 // the member whose state every one took
+                                                 {"from_domain", T::integer, opt}};
 inline constexpr EventField domain_healed[] = {{"generation", T::integer, req},
                                                {"from_domain", T::integer, req},
                                                {"step", T::integer, req},
@@ -53,8 +55,9 @@ inline constexpr core::EventKind kDomainEvents[] = {
     {"domains_connected", "the domains' leaders met at the start", event_fields::domain_membership},
     {"domain_joined", "a relaunched domain was let back in", event_fields::domain_membership},
     {"domains_resumed",
-     "every domain that held committed state was lost: the relaunched ones go on from the run "
-     "directory's newest checkpoint (source checkpoint), or from the start",
+     "every domain that held committed state was lost: the relaunched ones go on from the newest "
+     "state one of them reads (the run directory's newest checkpoint, or its leader node's "
+     "snapshot: source checkpoint or node-local), or from the start",
      event_fields::domains_resumed},
     {"domain_admitted", "the members switched to a generation with a relaunched domain",
      event_fields::domain_membership},
