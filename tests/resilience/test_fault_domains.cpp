@@ -167,28 +167,39 @@ struct StartedJob {
 
 }  // namespace
 
+namespace {
+
+// Every domain that held state was lost; both come back at once (generation 1 lets both in),
+// each with what `prepare(index, domain)` gives it to read, and start.
+std::vector<std::unique_ptr<Domain>> start_relaunched_alone(
+    const std::filesystem::path& store_dir, const std::function<void(int, Domain&)>& prepare) {
+  auto supervisor = comm::open_file_store(store_dir);
+  supervisor->set(rendezvous_keys::members(1), "0,1");
+  std::vector<std::unique_ptr<Domain>> domains;
+  for (int d = 0; d < 2; ++d) {
+    domains.push_back(std::make_unique<Domain>(d, 2, store_dir, "1"));
+    supervisor->set(rendezvous_keys::admit(d, "1"), "1");
+    prepare(d, *domains.back());
+  }
+  std::vector<std::future<void>> running;
+  for (auto& domain : domains)
+    running.push_back(
+        std::async(std::launch::async, [&domain] { domain->domains.start(domain->access()); }));
+  for (auto& r : running) r.get();
+  return domains;
+}
+
+}  // namespace
+
 TEST_CASE(
     "fault domains: relaunched domains alone go on from the newest checkpoint, or the start") {
   for (const bool checkpoint : {true, false}) {
     hardy::testing::ScratchDirectory scratch("persisted");
-    const auto store_dir = scratch.path() / "store";
-    auto supervisor = comm::open_file_store(store_dir);
-    // Every domain that held state was lost; both come back at once (generation 1).
-    supervisor->set(rendezvous_keys::members(1), "0,1");
-    std::vector<std::unique_ptr<Domain>> domains;
-    for (int d = 0; d < 2; ++d) {
-      domains.push_back(std::make_unique<Domain>(d, 2, store_dir, "1"));
-      supervisor->set(rendezvous_keys::admit(d, "1"), "1");
-      if (checkpoint) {
-        domains.back()->on_disk.emplace();
-        domains.back()->on_disk->step = 40;
-      }
-    }
-    std::vector<std::future<void>> running;
-    for (auto& domain : domains)
-      running.push_back(
-          std::async(std::launch::async, [&domain] { domain->domains.start(domain->access()); }));
-    for (auto& r : running) r.get();
+    auto domains = start_relaunched_alone(scratch.path() / "store", [&](int, Domain& domain) {
+      if (!checkpoint) return;
+      domain.on_disk.emplace();
+      domain.on_disk->step = 40;
+    });
     for (const auto& domain : domains) {
       CHECK(domain->committed_state.step == (checkpoint ? 40 : 0));
       CHECK(domain->heals == (checkpoint ? 1 : 0));
@@ -208,26 +219,12 @@ TEST_CASE("fault domains: relaunched domains alone go on from the newest state a
   // run directory's alone (a 4-domain job went back from step 2,335 to the start).
   for (const bool checkpoint : {true, false}) {
     hardy::testing::ScratchDirectory scratch("newest-persisted");
-    const auto store_dir = scratch.path() / "store";
-    auto supervisor = comm::open_file_store(store_dir);
-    supervisor->set(rendezvous_keys::members(1), "0,1");
-    std::vector<std::unique_ptr<Domain>> domains;
-    for (int d = 0; d < 2; ++d) {
-      domains.push_back(std::make_unique<Domain>(d, 2, store_dir, "1"));
-      supervisor->set(rendezvous_keys::admit(d, "1"), "1");
-    }
-    if (checkpoint) {
-      domains[0]->on_disk.emplace();
-      domains[0]->on_disk->step = 40;
-    }
-    domains[1]->on_disk.emplace();
-    domains[1]->on_disk->step = 57;
-    domains[1]->on_disk_source = "node-local";
-    std::vector<std::future<void>> running;
-    for (auto& domain : domains)
-      running.push_back(
-          std::async(std::launch::async, [&domain] { domain->domains.start(domain->access()); }));
-    for (auto& r : running) r.get();
+    auto domains = start_relaunched_alone(scratch.path() / "store", [&](int d, Domain& domain) {
+      if (d == 0 && !checkpoint) return;
+      domain.on_disk.emplace();
+      domain.on_disk->step = d == 0 ? 40 : 57;
+      if (d == 1) domain.on_disk_source = "node-local";
+    });
     for (const auto& domain : domains) {
       CHECK(domain->committed_state.step == 57);
       CHECK(domain->heals == 1);
