@@ -30,7 +30,8 @@ its runtime daemon included), node_freeze (link down and SIGSTOP everything on i
 partition its processes are killed too, so that they take no CPU from the others): repair is
 emulated by spares, --spares of them (default: as many as the schedule has node faults, plus
 two: a slow node evicted takes one too), which is what a scheduler's replacement node would be. Every node runs in a cgroup v1 cpu
-group with an equal CFS quota and Open MPI's waiting ranks sleep (tests/cluster/straggler.py's
+group with an equal CFS quota (an eighth of a CPU: together one of the machine's CPUs, so that
+the quota binds) and Open MPI's waiting ranks sleep (tests/cluster/straggler.py's
 NodeCpuGroups and SLEEP_WHEN_IDLE), so that the 2-core machine's nodes share it as machines of
 their own would: without it, 8 ranks on 2 cores timed the scheduler, and the slow-rank watch of
 two-rank domains named healthy second ranks slow (scores 0.70-0.84).
@@ -84,6 +85,11 @@ SAMPLES, BATCH, SIZE = 256, 32, 128
 HEALTHY_STEPS = 200
 QUIET_AFTER_FAULT_S = 20     # steps this soon after a fault do not count as healthy
 KILL_STRANDED_AFTER_S = 15   # a frozen or partitioned node's processes are killed after this
+# The CPUs the 8 nodes' quotas add up to: one of the machine's two, so that the quota binds and
+# a job on fewer nodes has less CPU, as on a real cluster. With both CPUs shared out, the healthy
+# nodes got about half their quota (the daemons, the supervisor, this script take the rest) and a
+# job shrunk to 5 nodes stepped as fast as on 8 (64 and 67 ms, 2026-11-30).
+CPUS = 1.0
 
 
 def draw_schedule(seed, mtbf, horizon, kinds):
@@ -122,7 +128,7 @@ def supervisor_command(args, cluster, run, config, spares, train):
 def healthy_run(args, tmp, config, checkpoint_every=None):
     """A failure-free run of HEALTHY_STEPS: the median step after the first 20, and the
     checkpoints' stall and write times."""
-    with EmulatedCluster(nodes=NODES) as cluster, straggler.NodeCpuGroups(cluster, active_nodes=NODES):
+    with EmulatedCluster(nodes=NODES) as cluster, straggler.NodeCpuGroups(cluster, cpus=CPUS, active_nodes=NODES):
         run = Path(tmp) / f"healthy-{config}"
         command = supervisor_command(args, cluster, run, config, 0,
                                      train_options(HEALTHY_STEPS, config, checkpoint_every or 50))
@@ -213,7 +219,7 @@ def per_fault(faults, metrics, events, full_world, reference_step_s, ended):
 
 def faulty_run(args, tmp, config, steps, spares, schedule, checkpoint_every):
     with EmulatedCluster(nodes=NODES + spares) as cluster, \
-            straggler.NodeCpuGroups(cluster, active_nodes=NODES):
+            straggler.NodeCpuGroups(cluster, cpus=CPUS, active_nodes=NODES):
         run = Path(tmp) / f"run-{config}"
         command = supervisor_command(args, cluster, run, config, spares,
                                      train_options(steps, config, checkpoint_every))
