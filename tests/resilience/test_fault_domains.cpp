@@ -66,8 +66,7 @@ struct Domain {
                   ++heals;
                 },
             .committed_step = [this] { return committed_state.step; },
-            .persisted =
-                [this]() -> std::optional<DomainStateAccess::Persisted> {
+            .persisted = [this]() -> std::optional<DomainStateAccess::Persisted> {
               if (!on_disk) return std::nullopt;
               return DomainStateAccess::Persisted{*on_disk, on_disk_source, "file", 0.0};
             },

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <utility>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -13,6 +12,7 @@
 #include <iterator>
 #include <limits>
 #include <thread>
+#include <utility>
 
 #include "domains/domain_store.hpp"
 #include "hardy/checkpoint/broadcast_state.hpp"
@@ -276,7 +276,7 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
   const auto source = static_cast<int>(plan.heal_source);
   std::string lines;
   if (group.rank() == source)
-    lines = plan.from_persisted           ? std::exchange(persisted_lines_, {})
+    lines = plan.from_persisted     ? std::exchange(persisted_lines_, {})
             : state.committed_lines ? state.committed_lines()
                                     : std::string();
   const auto lengths = group.allgather(static_cast<std::int64_t>(lines.size()));

@@ -273,7 +273,7 @@ class FaultDomains {
   // The log lines saved with the state resume_persisted read here (a node-local snapshot's):
   // the domain that wrote them may have died before logging them.
   std::string persisted_lines_;
-  double agreed_loss_ = 0;             // the loss of the agreed step, as the last resync found it
+  double agreed_loss_ = 0;  // the loss of the agreed step, as the last resync found it
   // The leader's sums of that step, kept until the next exchange: a domain that rolls the step
   // forward after a recovery restored its tensors takes them from here. The members receive the
   // sums into it (only a leader's, with in_flight_step_ set, are ever rolled forward).

@@ -59,8 +59,7 @@ std::map<std::size_t, std::vector<std::string>> DomainLog::evicted(int index, do
   poll();
   std::map<std::size_t, std::vector<std::string>> nodes;
   for (const auto& eviction : latest_.at(static_cast<std::size_t>(index)).evictions)
-    if (eviction.time >= since)
-      nodes[eviction.node].push_back(evicted_as_slow(eviction.evidence));
+    if (eviction.time >= since) nodes[eviction.node].push_back(evicted_as_slow(eviction.evidence));
   return nodes;
 }
 

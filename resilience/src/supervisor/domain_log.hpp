@@ -1,7 +1,7 @@
 #pragma once
 // What the fault domains log to events.jsonl that their supervisor acts on (a launch started,
-// finished the job, joined again, evicted a slow node), read as the file grows (appended_records.hpp): each query
-// parses only the lines appended since the last one.
+// finished the job, joined again, evicted a slow node), read as the file grows
+// (appended_records.hpp): each query parses only the lines appended since the last one.
 #include <cstdint>
 #include <filesystem>
 #include <map>

@@ -513,7 +513,7 @@ class Supervision {
   std::set<std::string> start_failures_;  // hosts whose runtime daemon failed to start once
   StartTimeout start_timeout_;
   double backoff_;
-  long progress_ = 0;  // the furthest step any launch committed
+  long progress_ = 0;             // the furthest step any launch committed
   bool run_wrote_state_ = false;  // a launch wrote a checkpoint: relaunches go on from the newest
   int evictions_ = 0;             // planned relaunches without a slow node so far
 };

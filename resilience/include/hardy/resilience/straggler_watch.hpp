@@ -80,10 +80,10 @@ struct StragglerThresholds {
 
 struct RankSlowness {
   int rank = 0;
-  double score = 1;     // the peers' median own time over this rank's
-  double own_s = 0;     // this rank's own work per sample, median over the window
-  double peers_s = 0;   // the other ranks' median of theirs
-  long since_step = 0;  // the first step of the run of flagged steps
+  double score = 1;       // the peers' median own time over this rank's
+  double own_s = 0;       // this rank's own work per sample, median over the window
+  double peers_s = 0;     // the other ranks' median of theirs
+  long since_step = 0;    // the first step of the run of flagged steps
   double own_best_s = 0;  // its own best time per sample before (0: none measured)
 };
 
@@ -144,10 +144,10 @@ class StragglerWatch {
   // Each rank's lowest own time per sample over a window at even shares while it was not slow:
   // what it did before, to tell a node that slowed down from one slow in its role.
   std::vector<double> own_best_;
-  long observed_ = 0;                   // steps since the start or a shrink
-  long confirm_ = 1;                    // the confirmation in steps at the current pace
-  double pace_s_ = 0;                   // seconds a step (0: not known yet)
-  std::vector<double> step_times_;      // the last `window` steps' durations, where given
+  long observed_ = 0;               // steps since the start or a shrink
+  long confirm_ = 1;                // the confirmation in steps at the current pace
+  double pace_s_ = 0;               // seconds a step (0: not known yet)
+  std::vector<double> step_times_;  // the last `window` steps' durations, where given
   long imbalance_streak_ = 0;
   double evict_cost_s_ = 0, lost_s_ = 0;
   bool evicted_ = false;  // named once

@@ -38,8 +38,12 @@ inline constexpr EventField domain_rewound[] = {
 inline constexpr EventField domain_generation_published[] = {
     {"generation", T::integer, req}, {"members", T::array, req}, {"reason", T::string, req}};
 inline constexpr EventField domain_lost[] = {
-    {"launch", T::integer, req}, {"how", T::string, req},     {"exit_status", T::integer, req},
-    {"nodes", T::array, req},    {"excluded", T::array, req}, {"members", T::array, req},
+    {"launch", T::integer, req},
+    {"how", T::string, req},
+    {"exit_status", T::integer, req},
+    {"nodes", T::array, req},
+    {"excluded", T::array, req},
+    {"members", T::array, req},
     // It ended as planned, to leave out a node it evicted as slow (node_evicted).
     {"evicting", T::boolean, req}};
 inline constexpr EventField domain_relaunched[] = {{"launch", T::integer, req},
