@@ -11,6 +11,7 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <utility>
 
@@ -323,11 +324,12 @@ ResyncPlan FaultDomains::resume_persisted(ResyncPlan plan, const DomainStateAcce
     checkpoint::broadcast_state(*group_, sent, static_cast<int>(source));
     healed = std::move(sent);
   }
-  events_.emit("domains_resumed", {{"domain", options_.index},
-                                   {"generation", generation_},
-                                   {"step", plan.agreed_step},
-                                   {"source", steps[source] < 0 ? std::string("start") : from},
-                                   {"from_domain", members_[source]}});
+  nlohmann::json resumed = {{"domain", options_.index},
+                            {"generation", generation_},
+                            {"step", plan.agreed_step},
+                            {"source", steps[source] < 0 ? std::string("start") : from}};
+  if (steps[source] >= 0) resumed["from_domain"] = members_[source];
+  events_.emit("domains_resumed", std::move(resumed));
   return plan;
 }
 
