@@ -125,35 +125,34 @@ std::optional<StateStore::Persisted> StateStore::newest_persisted() {
   std::optional<Persisted> newest;
   if (auto found = newest_checkpoint()) newest = Persisted{std::move(*found), "checkpoint"};
   if (config_.snapshot_every == 0 || config_.sync_every() > 1) return newest;
+  if (auto mine = node_snapshot_to_offer({});
+      mine && (!newest || mine->state.step > newest->found.state.step))
+    newest = Persisted{std::move(*mine), "node-local"};
+  return newest;
+}
+
+std::optional<checkpoint::ValidCheckpoint> StateStore::node_snapshot_to_offer(
+    const std::function<void(const checkpoint::ValidCheckpoint&)>& check) {
+  // Whatever goes wrong here only means that this host has nothing to offer: the callers' ranks
+  // must not be left waiting in what follows.
   try {
-    // load_node_snapshot passes over another run's and another configuration's (logged).
-    if (auto mine = load_node_snapshot();
-        mine && (!newest || mine->state.step > newest->found.state.step))
-      newest = Persisted{std::move(*mine), "node-local"};
+    auto mine = load_node_snapshot();
+    if (mine && check) check(*mine);
+    return mine;
   } catch (const std::exception& e) {
     std::cerr << "hardy: skipping node-local snapshots of " << membership_.host() << ": "
               << e.what() << "\n";
     events_.emit("snapshot_rejected", {{"host", membership_.host()}, {"reason", e.what()}});
+    return std::nullopt;
   }
-  return newest;
 }
 
 std::optional<StateStore::Restored> StateStore::restore_newer_node_snapshot(long checkpoint_step) {
   comm::Communicator& comm = membership_.comm();
-  std::optional<checkpoint::ValidCheckpoint> mine;
-  // Whatever goes wrong here must not leave the other ranks waiting below: it only means that
-  // this host has nothing to offer.
-  try {
-    mine = load_node_snapshot();
-    // It must fit this job's model and optimizer (checked before anything is copied); the
-    // restore below overwrites all of it, whichever source wins.
-    if (mine) trainer_.apply(mine->state);
-  } catch (const std::exception& e) {
-    std::cerr << "hardy: skipping node-local snapshots of " << membership_.host() << ": "
-              << e.what() << "\n";
-    events_.emit("snapshot_rejected", {{"host", membership_.host()}, {"reason", e.what()}});
-    mine.reset();
-  }
+  // It must fit this job's model and optimizer (checked before anything is copied); the
+  // restore below overwrites all of it, whichever source wins.
+  std::optional<checkpoint::ValidCheckpoint> mine = node_snapshot_to_offer(
+      [this](const checkpoint::ValidCheckpoint& found) { trainer_.apply(found.state); });
   // Every rank's snapshot step (-1: none) and rank 0's checkpoint step.
   const auto steps = comm.allgather(mine ? mine->state.step : -1);
   const long checkpoint_at =

@@ -7,6 +7,7 @@
 // the newest valid state for a resume and for a recovery alike (restore_newest).
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -136,6 +137,10 @@ class StateStore {
   // why any other was passed over); nothing when there is none or this rank does not keep the
   // host's snapshots.
   std::optional<checkpoint::ValidCheckpoint> load_node_snapshot();
+  // The same after `check` (which may throw), a failure of either reported (snapshot_rejected)
+  // as nothing to offer.
+  std::optional<checkpoint::ValidCheckpoint> node_snapshot_to_offer(
+      const std::function<void(const checkpoint::ValidCheckpoint&)>& check);
   // With node-local snapshots: every rank's newest that is newer than the lead's checkpoint at
   // `checkpoint_step` (-1: none), restored everywhere (collective).
   std::optional<Restored> restore_newer_node_snapshot(long checkpoint_step);
