@@ -36,18 +36,18 @@ NodeCpuGroups and SLEEP_WHEN_IDLE), so that the 2-core machine's nodes share it 
 their own would: without it, 8 ranks on 2 cores timed the scheduler, and the slow-rank watch of
 two-rank domains named healthy second ranks slow (scores 0.70-0.84).
 
-Each configuration trains the fault tests' small job (hardy_test.py small_job: the compact
-network, every sample audited) on 128x128 synthetic samples at a global batch of 32, for as many
-steps as a failure-free one-job run takes --duration seconds (its median step from a failure-free
-run of 200 steps first; the same short run of `restart` measures its checkpoint's cost). Goodput
-= steps x the healthy median step / wall time (from `hardy run`'s start to its end), the healthy
-step measured in the same run: its steps at full strength, none within 20 s of a fault. Also
-against one job's healthy step (from the one_job run), so that what a design costs every step
-counts as lost. Per fault, over its window (until the next fault): the time it cost (`lost_s`:
-the window less its new steps at the healthy step), its longest time without a commit, the steps
-it redid (`redone`: committed again after a restore), and the fewest ranks a step ran on
-(`fewest_ranks`). Every run is checked: `hardy run`
-exits 0, every step 1..N committed (at least once), every sample once in every complete epoch.
+Each configuration trains the fault tests' small job (hardy_test.py small_job: the compact network,
+every sample audited) on 256 samples of 16x128x128 read from files (`hardy data generate`, written
+once) at a global batch of 32, for as many steps as a failure-free one-job run takes --duration
+seconds (its median step from a failure-free run of 200 steps first; the same short run of
+`restart` measures its checkpoint's cost). Goodput = steps x the healthy median step / wall time
+(from `hardy run`'s start to its end), the healthy step measured in the same run: its steps at full
+strength, none within 20 s of a fault. Also against one job's healthy step (from the one_job run),
+so that what a design costs every step counts as lost. Per fault, over its window (until the next
+fault): the time it cost (`lost_s`: the window less its new steps at the healthy step), its longest
+time without a commit, the steps it redid (`redone`: committed again after a restore), and the
+fewest ranks a step ran on (`fewest_ranks`). Every run is checked: `hardy run` exits 0, every step
+1..N committed (at least once), every sample once in every complete epoch.
 
 Results go to --json (default bench/results/goodput-<date>.json); the table is printed.
 """
@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT / "tests/cluster"))
 sys.path.insert(0, str(ROOT / "tests/lib"))
 sys.path.insert(0, str(ROOT / "tests/soak"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import complete_epochs_exact, read_jsonl, small_job  # noqa: E402
+from hardy_test import complete_epochs_exact, on_dataset, read_jsonl, small_job  # noqa: E402
 from random_faults import Job, pid_alive  # noqa: E402
 import straggler  # noqa: E402  (NodeCpuGroups: a CPU share of its own for every emulated node)
 
@@ -82,6 +82,11 @@ KINDS = ["rank_kill", "node_crash", "node_freeze", "partition"]
 # slower, as a compute-bound job is; at 32x32 and 2 a rank the collectives' fixed costs were most
 # of the step and a shrunk job ran faster.
 SAMPLES, BATCH, SIZE = 256, 32, 128
+# DATASET: the samples are read from files (hardy's own layout, written once by `hardy data
+# generate`), as a user's job reads its dataset. --synthetic made them in the loader, 3 ms of CPU
+# each, once per rank per sample until its sample cache held all 256: on an eighth of a CPU that
+# took every launch's first ~350 steps (about 25 s) at 110-170 ms instead of 80 (2026-11-30),
+# which counted every relaunch twice over.
 HEALTHY_STEPS = 200
 QUIET_AFTER_FAULT_S = 20     # steps this soon after a fault do not count as healthy
 KILL_STRANDED_AFTER_S = 15   # a frozen or partitioned node's processes are killed after this
@@ -102,10 +107,16 @@ def draw_schedule(seed, mtbf, horizon, kinds):
         faults.append({"at_s": round(at, 3), "kind": rng.choice(kinds), "pick": rng.random()})
 
 
-def train_options(steps, config, checkpoint_every=None):
-    options = small_job(SAMPLES, steps, BATCH)
-    for name in ("--height", "--width"):
-        options[options.index(name) + 1] = str(SIZE)
+def make_dataset(hardy, root):
+    """The samples in hardy's own layout on disk, as a user's job reads them (see DATASET)."""
+    subprocess.run([hardy, "data", "generate", "--out", str(root), "--samples", str(SAMPLES),
+                    "--height", str(SIZE), "--width", str(SIZE), "--seed", "5"],
+                   check=True, capture_output=True, text=True, timeout=300)
+    return root
+
+
+def train_options(steps, config, dataset, checkpoint_every=None):
+    options = on_dataset(small_job(SAMPLES, steps, BATCH), dataset)
     at = options.index("--snapshot-every")
     options = options[:at] + options[at + 2:]          # hardy's default: auto
     options += ["--threads", "1"]
@@ -131,7 +142,7 @@ def healthy_run(args, tmp, config, checkpoint_every=None):
     with EmulatedCluster(nodes=NODES) as cluster, straggler.NodeCpuGroups(cluster, cpus=CPUS, active_nodes=NODES):
         run = Path(tmp) / f"healthy-{config}"
         command = supervisor_command(args, cluster, run, config, 0,
-                                     train_options(HEALTHY_STEPS, config, checkpoint_every or 50))
+                                     train_options(HEALTHY_STEPS, config, args.dataset, checkpoint_every or 50))
         done = subprocess.run(command, capture_output=True, text=True, timeout=900,
                               env={**os.environ, **cluster.mpi_env(), **straggler.SLEEP_WHEN_IDLE})
         if done.returncode != 0:
@@ -222,7 +233,7 @@ def faulty_run(args, tmp, config, steps, spares, schedule, checkpoint_every):
             straggler.NodeCpuGroups(cluster, cpus=CPUS, active_nodes=NODES):
         run = Path(tmp) / f"run-{config}"
         command = supervisor_command(args, cluster, run, config, spares,
-                                     train_options(steps, config, checkpoint_every))
+                                     train_options(steps, config, args.dataset, checkpoint_every))
         injector = Injector(cluster, run, schedule)
         thread = threading.Thread(target=injector, daemon=True)
         started = time.time()
@@ -254,10 +265,12 @@ def faulty_run(args, tmp, config, steps, spares, schedule, checkpoint_every):
         reference_step_s = healthy_step(metrics, injector.log, NODES)
         relaunches = len([e for e in events if e["event"] in ("job_relaunched", "domain_relaunched")])
         shrinks = len([e for e in events if e["event"] == "communicator_shrunk"])
+        regrows = len([e for e in events if e["event"] == "regrow_planned"])
         return {"config": config, "steps": steps, "wall_s": round(wall, 2),
                 "healthy_step_s": reference_step_s, "goodput": steps * reference_step_s / wall,
                 "faults": per_fault(injector.log, metrics, events, NODES, reference_step_s, ended),
                 "lines_committed": len(metrics), "relaunches": relaunches, "in_job_shrinks": shrinks,
+                "regrows": regrows,
                 "checks": checks, "checkpoint_every": checkpoint_every}
 
 
@@ -287,6 +300,7 @@ def main():
                "spares": spares, "schedule": schedule, "host": platform.node(), "cpus": os.cpu_count(),
                "date": str(date.today()), "healthy": {}, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="hardy-goodput-") as tmp:
+        args.dataset = make_dataset(args.hardy, Path(tmp) / "dataset")
         for config in dict.fromkeys(["one_job", *configs]):
             results["healthy"][config] = healthy_run(args, tmp, config)
             print(f"{config} failure-free: {results['healthy'][config]}", flush=True)
@@ -309,7 +323,8 @@ def main():
                                                  checkpoint_every if config == "restart" else None)
             r = results["runs"][config]
             print(f"{config}: goodput {100 * r['goodput']:.1f}% ({r['wall_s']:.0f} s for {steps} steps; "
-                  f"{len(r['faults'])} faults, {r['relaunches']} relaunches, {r['in_job_shrinks']} shrinks; "
+                  f"{len(r['faults'])} faults, {r['relaunches']} relaunches ({r['regrows']} to regrow), "
+                  f"{r['in_job_shrinks']} shrinks; "
                   f"checks {r['checks']})", flush=True)
     # Against one job's healthy step too: what a design costs every step counts as lost there.
     one_job_step = results["runs"].get("one_job", {}).get("healthy_step_s")
@@ -318,12 +333,12 @@ def main():
             r["goodput_vs_one_job_step"] = r["steps"] * one_job_step / r["wall_s"]
     Path(args.json).write_text(json.dumps(results, indent=1))
     print("\n| design | goodput (its own healthy step) | against one job's healthy step | wall s | faults | "
-          "relaunches | in-job shrinks | its healthy step in the run |")
+          "relaunches (to regrow) | in-job shrinks | its healthy step in the run |")
     print("|---|---|---|---|---|---|---|---|")
     for config, r in results["runs"].items():
         against = f"{100 * r['goodput_vs_one_job_step']:.1f}%" if "goodput_vs_one_job_step" in r else "-"
         print(f"| {config} | {100 * r['goodput']:.1f}% | {against} | {r['wall_s']:.0f} | {len(r['faults'])} | "
-              f"{r['relaunches']} | {r['in_job_shrinks']} | {1e3 * r['healthy_step_s']:.1f} ms |")
+              f"{r['relaunches']} ({r['regrows']}) | {r['in_job_shrinks']} | {1e3 * r['healthy_step_s']:.1f} ms |")
     print(f"results: {args.json}")
     failed = [c for c, r in results["runs"].items() if not all(r["checks"].values())]
     sys.exit(1 if failed else 0)

@@ -157,6 +157,11 @@ po::options_description resilience_options() {
       "seconds a relaunch without a slow node costs, against which --straggler evict weighs the "
       "time lost to it: auto (twice this launch's time from its start to its first committed "
       "step) or a number")(
+      "regrow", po::value<std::string>()->default_value("auto"),
+      "under hardy run, a job that shrank inside (a rank died, the others went on) stops at a "
+      "committed step and is relaunched at its full world once the time it lost running shrunk "
+      "reaches what a relaunch costs: auto (twice this launch's time from its start to its first "
+      "committed step), a number of seconds, or off (it stays shrunk until it fails whole)")(
       "spare-nodes-left", po::value<int>()->default_value(0),
       "set by hardy run: the spare nodes it has left to relaunch on (--straggler evict leaves a "
       "slow node out only when one is there)")(
@@ -668,6 +673,21 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
     require(used == cost.size() && seconds > 0 && std::isfinite(seconds),
             "--straggler-evict-cost must be auto or a positive number of seconds");
     spec.stragglers.evict_cost_s = seconds;
+  }
+  if (const auto regrow = get<std::string>(vm, "regrow"); regrow == "off") {
+    spec.regrow_cost_s = -1;
+  } else if (regrow != "auto") {
+    double seconds = 0;
+    std::size_t used = 0;
+    try {
+      seconds = std::stod(regrow, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used == regrow.size() && seconds > 0 && std::isfinite(seconds),
+            fmt::format("--regrow must be auto, off or a positive number of seconds, not '{}'",
+                        regrow));
+    spec.regrow_cost_s = seconds;
   }
   spec.spare_nodes_left = get<int>(vm, "spare-nodes-left");
   require(spec.spare_nodes_left >= 0, "--spare-nodes-left must not be negative");

@@ -17,8 +17,9 @@ void append(const std::filesystem::path& file, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("domain log: starts, completions and joins since a launch, read as the file grows",
-          "[resilience]") {
+TEST_CASE(
+    "domain log: starts, completions, joins and regrows since a launch, read as the file grows",
+    "[resilience]") {
   hardy::testing::ScratchDirectory scratch("domain-log");
   const auto file = scratch.path() / "events.jsonl";
   DomainLog log(file, 3);
@@ -50,4 +51,11 @@ TEST_CASE("domain log: starts, completions and joins since a launch, read as the
                "\n");
   CHECK(log.joined(2, 35));
   CHECK_FALSE(log.joined(2, 41));
+  // A domain that stopped to come back whole (regrow_planned), since its launch only.
+  CHECK_FALSE(log.regrowing(1, 5));
+  append(file, R"({"event":"regrow_planned","domain":1,"unix_time":50})"
+               "\n");
+  CHECK(log.regrowing(1, 45));
+  CHECK_FALSE(log.regrowing(1, 51));
+  CHECK_FALSE(log.regrowing(0, 5));
 }

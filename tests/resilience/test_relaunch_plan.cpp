@@ -147,6 +147,23 @@ TEST_CASE("injected kills of this launch name their nodes", "[relaunch]") {
   CHECK(events.killed_nodes.count(2) == 1);
 }
 
+TEST_CASE("a job that stopped to regrow is a planned relaunch that names no node", "[relaunch]") {
+  TemporaryRun run;
+  run.append("events.jsonl",
+             R"({"event":"job_started","steps":300}
+{"event":"regrow_planned","step":90,"world_size":3,"full_world_size":4,"shrunk_since_step":40,"lost_s":6.5,"cost_s":6.0,"basis":"measured","evidence":"3 of 4 ranks since step 40"}
+{"event":"job_finished","status":"regrowing","steps":90}
+)");
+  const auto events = read_launch_events(run.dir, 0, 0.0, 2);
+  CHECK(events.evicted_nodes.empty());
+  const Verdict verdict = judge_launch(5, events);
+  CHECK(verdict.kind == LaunchVerdict::planned);
+  CHECK_THAT(verdict.reason, Catch::Contains("step 90") && Catch::Contains("full world"));
+  // Another exit status with it is a failure.
+  CHECK(judge_launch(1, events).kind == LaunchVerdict::failed);
+  CHECK(judge_launch(0, events).kind == LaunchVerdict::failed);
+}
+
 TEST_CASE("a node the job evicted as slow is named, and the launch is an eviction, no failure",
           "[relaunch]") {
   TemporaryRun run;
@@ -161,7 +178,7 @@ TEST_CASE("a node the job evicted as slow is named, and the launch is an evictio
              Catch::Contains("evicted as slow") && Catch::Contains("slow since step 60"));
   CHECK(events.failed_nodes.empty());
   const Verdict verdict = judge_launch(5, events);
-  CHECK(verdict.kind == LaunchVerdict::evicting);
+  CHECK(verdict.kind == LaunchVerdict::planned);
   CHECK_THAT(verdict.reason, Catch::Contains("step 120"));
   // Status 5 without the event, or the event with another status, is a failure.
   CHECK(judge_launch(5, finished("evicting", 120, 300)).kind == LaunchVerdict::failed);

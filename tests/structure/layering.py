@@ -44,7 +44,8 @@ CORE_ROOMS = {
 RESILIENCE_ROOMS = {
     "domains": set(),
     "stragglers": set(),
-    "session": {"domains", "stragglers"},
+    "regrow": set(),
+    "session": {"domains", "stragglers", "regrow"},
     "supervisor": {"domains"},
 }
 

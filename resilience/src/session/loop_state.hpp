@@ -19,6 +19,7 @@ using Clock = std::chrono::steady_clock;
 struct SessionStop {
   int status;
   std::string reason;
+  std::string finished_status = {};  // job_finished's status, where the exit status's is not it
 };
 
 // What a committed step leaves for the duties after it.

@@ -20,6 +20,7 @@
 #include "session/loop_state.hpp"
 #include "session/membership.hpp"
 #include "session/recovery.hpp"
+#include "session/regrow.hpp"
 #include "session/run_files.hpp"
 #include "session/session_staging.hpp"
 #include "session/slow_ranks.hpp"
@@ -62,8 +63,12 @@ struct TrainingSession::State final {
   // step that was in flight across domains settled (recovery_finished).
   void recover(const std::string& what);
   // The slow-rank watch named a rank for eviction: a final checkpoint, node_evicted, and a stop
-  // with kEvicting, so that `hardy run` relaunches on a spare (SessionStop).
+  // with kPlannedRelaunch, so that `hardy run` relaunches on a spare (SessionStop).
   [[noreturn]] void evict_slow_node(const StragglerVerdict& verdict);
+  // The job shrank inside and the time lost to it reached a relaunch's cost (regrow.hpp): a
+  // final checkpoint, regrow_planned, and a stop with kPlannedRelaunch, so that `hardy run`
+  // relaunches it at its full world.
+  [[noreturn]] void regrow(const RegrowVerdict& verdict);
   void publish_to_watchdog() {
     publish_progress(watchdog, membership, step(), progress.steps_since_restart);
   }
@@ -95,6 +100,7 @@ struct TrainingSession::State final {
   std::vector<std::unique_ptr<StepHook>> step_hooks;
   BadSamples bad_samples;
   SlowRanks slow_ranks;  // each rank's own work shared with the loss; slow ranks' shares
+  Regrow regrowth;       // a shrunk job's time lost, against a relaunch at its full world
 };
 
 }  // namespace hardy::resilience

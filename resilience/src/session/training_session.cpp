@@ -77,7 +77,12 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       slow_ranks(config.stragglers, membership, staging, files.events(),
                  /*host_timed=*/config.backend == "cpu", trainer.kernel_threads(),
                  /*may_evict=*/config.spare_nodes_left > 0,
-                 /*links_watched=*/config.domain < 0) {
+                 /*links_watched=*/config.domain < 0),
+      // A run lock token says hardy run launched the job: it relaunches it after a planned stop,
+      // on the same nodes or, for one its failure took (the job's report counts against it), a
+      // spare.
+      regrowth(config.regrow_cost_s, membership,
+               /*relaunched=*/!config.run_lock_token.empty() && config.spare_nodes_left > 0) {
   // Until the domains have met, the first domain writes the run directory's files (a relaunched
   // one never does before it joins).
   if (config.domain >= 0)
@@ -171,6 +176,7 @@ void TrainingSession::State::train_step() {
   };
   commit_step(std::move(done));
   if (slow_ranks.eviction_due()) evict_slow_node(*slow_ranks.eviction_due());
+  if (regrowth.due()) regrow(*regrowth.due());
   if (admit_after_commit) {
     Watchdog::Scope scope(watchdog, "domain admission");
     domains.admit_pending();
@@ -200,7 +206,10 @@ std::vector<double> TrainingSession::State::reduce_in_domain(long this_step) {
     check_same_plan(comm(), computed.plan_digest, this_step);
   const std::size_t kept = loss.size();
   slow_ranks.append_slots(loss);  // every rank's own work per sample, in the same sum
+  const std::size_t kept_for_slow_ranks = loss.size();
+  regrowth.append_slot(loss);  // while shrunk: whether the lead would relaunch at full strength
   comm().allreduce_sum(loss);
+  regrowth.decide(loss, kept_for_slow_ranks);
   slow_ranks.decide(this_step, loss, kept,
                     domains.domains().my_domain_slice(current_global_batch()).size());
   if (slow_ranks.probe_due()) {  // every rank: the decision is the same everywhere
@@ -279,10 +288,12 @@ void TrainingSession::State::commit_step(CommittedStep done) {
   ++progress.steps_since_restart;
   if (hang_monitor)
     hang_monitor->step_took(std::chrono::duration<double>(now - progress.step_clock).count());
+  regrowth.step_committed(step(), std::chrono::duration<double>(now - progress.step_clock).count());
   progress.step_clock = now;
   progress.last_commit_unix = core::unix_time();
   progress.samples_seen += static_cast<double>(trainer.batch().samples.size());
   slow_ranks.first_step_committed(seconds_since(launched));
+  regrowth.first_step_committed(seconds_since(launched));
   for (const auto& hook : step_hooks) {
     std::optional<Watchdog::Scope> scope;
     if (hook->watched()) scope.emplace(watchdog, hook->name(), *hook->watched());
@@ -320,10 +331,41 @@ void TrainingSession::State::evict_slow_node(const StragglerVerdict& verdict) {
   // With fault domains only this domain stops: the others regroup without it and go on, and
   // hardy run relaunches it on a spare, healed from them as after a loss.
   throw SessionStop{
-      kEvicting,
+      kPlannedRelaunch,
       fmt::format("leaving out node {} ({}), {}; hardy run relaunches {} on a spare",
                   world_rank / config.ranks_per_node, membership.host_of(slow.rank), evidence,
-                  domains.enabled() ? fmt::format("domain {}", config.domain) : "the job")};
+                  domains.enabled() ? fmt::format("domain {}", config.domain) : "the job"),
+      "evicting"};
+}
+
+void TrainingSession::State::regrow(const RegrowVerdict& verdict) {
+  const std::string evidence = fmt::format(
+      "{} of {} ranks since step {}: {:.3g} s lost to it ({}), a relaunch costs about {:.3g} s",
+      verdict.world_size, verdict.full_world_size, verdict.shrunk_since_step, verdict.lost_s,
+      verdict.healthy_step_s
+          ? fmt::format("its steps against the healthy {:.3g} ms", *verdict.healthy_step_s * 1e3)
+          : std::string("estimated from the world sizes: no healthy step was measured"),
+      verdict.cost_s);
+  // The committed state first, so that the relaunch loses no step.
+  store.write_final_checkpoint("relaunching at the full world");
+  nlohmann::json fields = {{"step", step()},
+                           {"world_size", comm().size()},
+                           {"full_world_size", membership.original_size()},
+                           {"shrunk_since_step", verdict.shrunk_since_step},
+                           {"lost_s", verdict.lost_s},
+                           {"cost_s", verdict.cost_s},
+                           {"basis", verdict.healthy_step_s ? "measured" : "estimated"},
+                           {"evidence", evidence}};
+  if (verdict.healthy_step_s) fields["healthy_step_s"] = *verdict.healthy_step_s;
+  events().emit("regrow_planned", std::move(fields));
+  // With fault domains only this domain stops: the others regroup without it and go on, and
+  // hardy run relaunches it, healed from them as after a loss.
+  throw SessionStop{
+      kPlannedRelaunch,
+      fmt::format(
+          "running shrunk, {}; hardy run relaunches {} at its full world", evidence,
+          domains.enabled() ? fmt::format("domain {}", config.domain) : std::string("the job")),
+      "regrowing"};
 }
 
 void TrainingSession::State::recover(const std::string& what) {
@@ -458,9 +500,9 @@ int TrainingSession::State::stop_early(const SessionStop& stop) {
   // The final checkpoint holds the last committed step, so a later `--resume latest` (perhaps
   // on other nodes) starts from it; the node-local copies would only be left behind.
   store.remove_node_snapshots();
-  const char* status = stop.status == kPreempted  ? "preempted"
-                       : stop.status == kEvicting ? "evicting"
-                                                  : "stopped";
+  const std::string status = !stop.finished_status.empty() ? stop.finished_status
+                             : stop.status == kPreempted   ? "preempted"
+                                                           : "stopped";
   events().emit("job_finished", {{"status", status},
                                  {"reason", stop.reason},
                                  {"steps", step()},

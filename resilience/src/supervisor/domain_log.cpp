@@ -29,6 +29,8 @@ void DomainLog::poll() {
       latest.finished = std::max(latest.finished, time);
     else if (*event == event_kind("domain_joined"))
       latest.joined = std::max(latest.joined, time);
+    else if (*event == event_kind("regrow_planned"))
+      latest.regrowing = std::max(latest.regrowing, time);
     else if (*event == event_kind("node_evicted"))
       if (const auto node =
               core::read_field<std::size_t>(record, event_field("node_evicted", "node")))
@@ -53,6 +55,11 @@ bool DomainLog::finished(int index, double since) {
 bool DomainLog::joined(int index, double since) {
   poll();
   return latest_.at(static_cast<std::size_t>(index)).joined >= since;
+}
+
+bool DomainLog::regrowing(int index, double since) {
+  poll();
+  return latest_.at(static_cast<std::size_t>(index)).regrowing >= since;
 }
 
 std::map<std::size_t, std::vector<std::string>> DomainLog::evicted(int index, double since) {

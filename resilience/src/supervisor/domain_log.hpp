@@ -1,6 +1,6 @@
 #pragma once
 // What the fault domains log to events.jsonl that their supervisor acts on (a launch started,
-// finished the job, joined again, evicted a slow node), read as the file grows
+// finished the job, joined again, evicted a slow node, stopped to regrow), read as the file grows
 // (appended_records.hpp): each query parses only the lines appended since the last one.
 #include <cstdint>
 #include <filesystem>
@@ -26,6 +26,9 @@ class DomainLog {
   // The nodes (indices into the launch's hosts) that domain `index` evicted as slow at or after
   // `since` (node_evicted), each with its evidence as the supervisors weigh it.
   std::map<std::size_t, std::vector<std::string>> evicted(int index, double since);
+  // Whether domain `index`, having shrunk inside, stopped at or after `since` to come back at its
+  // full strength (regrow_planned).
+  bool regrowing(int index, double since);
 
  private:
   // Takes in the records appended since the last call.
@@ -37,7 +40,7 @@ class DomainLog {
     std::string evidence;
   };
   struct Latest {
-    double started = -1, finished = -1, joined = -1;
+    double started = -1, finished = -1, joined = -1, regrowing = -1;
     std::vector<Eviction> evictions;
   };
   AppendedRecords records_;

@@ -43,7 +43,7 @@ struct Domain {
   std::vector<std::string> nodes;
   std::unique_ptr<LaunchedJob> job;
   int launches = 0;
-  int evictions = 0;  // launches that ended to leave out a slow node: planned, not failures
+  int planned_relaunches = 0;  // launches that ended as planned (evicting, regrowing): not failures
   double started_unix = 0;
   bool start_seen = false;  // the current launch logged job_started or domain_started
   double start_checked = 0;
@@ -419,11 +419,15 @@ class DomainSupervision {
     }
     const NodeSet nodes{domain.nodes, spares_};
     // A domain that left out a slow node (node_evicted, exit status 5) ended as planned: the
-    // node is excluded on that evidence and the relaunch is no restart.
-    auto evicted = status == kEvicting ? logged_.evicted(domain.index, domain.started_unix)
-                                       : std::map<std::size_t, std::vector<std::string>>{};
-    const bool planned = !evicted.empty();
-    if (planned) ++domain.evictions;
+    // node is excluded on that evidence and the relaunch is no restart. So did one that shrank
+    // inside and stopped to come back whole (regrow_planned): nothing is excluded.
+    auto evicted = status == kPlannedRelaunch ? logged_.evicted(domain.index, domain.started_unix)
+                                              : std::map<std::size_t, std::vector<std::string>>{};
+    const bool regrowing =
+        status == kPlannedRelaunch && logged_.regrowing(domain.index, domain.started_unix);
+    const bool evicting = !evicted.empty();
+    const bool planned = evicting || regrowing;
+    if (planned) ++domain.planned_relaunches;
     const NodeEvidence evidence =
         gather_node_evidence(config_, nodes, output, start_failures_, std::move(evicted));
     for (const auto& [i, report] : evidence.forgiven)
@@ -435,7 +439,8 @@ class DomainSupervision {
                                  {"launch", domain.launches},
                                  {"how", how},
                                  {"exit_status", status},
-                                 {"evicting", planned},
+                                 {"evicting", evicting},
+                                 {"regrowing", regrowing},
                                  {"nodes", domain.nodes},
                                  {"excluded", excluded_json(plan.excluded)},
                                  {"members", members_}});
@@ -450,7 +455,7 @@ class DomainSupervision {
   }
 
   void abandon_or_relaunch(Domain& domain, const RelaunchPlan& plan, double ended) {
-    const int restarts = domain.launches - domain.evictions;
+    const int restarts = domain.launches - domain.planned_relaunches;
     if (restarts > config_.max_restarts || plan.nodes.active.size() < domain.nodes.size()) {
       domain.abandoned = true;
       events_.emit("domain_abandoned",

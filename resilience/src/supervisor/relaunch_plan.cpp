@@ -134,8 +134,12 @@ Verdict judge_launch(int exit_status, const LaunchEvents& events) {
   if (exit_status == 4 && events.finished_status == "preempted")
     return {LaunchVerdict::preempted, "the job was preempted (exit status 4)"};
   if (exit_status == 5 && events.finished_status == "evicting" && !events.evicted_nodes.empty())
-    return {LaunchVerdict::evicting,
+    return {LaunchVerdict::planned,
             fmt::format("the job left out a slow node (exit status 5) at step {}",
+                        events.finished_steps.value_or(0))};
+  if (exit_status == 5 && events.finished_status == "regrowing")
+    return {LaunchVerdict::planned,
+            fmt::format("the job stopped at step {} to come back at its full world (exit status 5)",
                         events.finished_steps.value_or(0))};
   const std::string where = events.last_committed_step
                                 ? fmt::format("last committed step {}", *events.last_committed_step)

@@ -48,8 +48,8 @@ int status_of(LaunchVerdict verdict) {
       return kStopped;
     case LaunchVerdict::preempted:
       return kPreempted;
-    case LaunchVerdict::evicting:
-      return kEvicting;
+    case LaunchVerdict::planned:
+      return kPlannedRelaunch;
     case LaunchVerdict::failed:
       return kFailed;
   }
@@ -351,16 +351,16 @@ class Supervision {
   // The exit status when the launch ends the run: it did not fail, or it failed once too often.
   std::optional<int> finish_if_over(int attempt, const Verdict& verdict,
                                     const LaunchEvents& launch) {
-    // A planned relaunch without a slow node is no failure: it is not counted against
-    // --max-restarts.
-    if (verdict.kind == LaunchVerdict::evicting) {
-      ++evictions_;
+    // A planned relaunch (a slow node left out, a shrunk job regrown) is no failure: it is not
+    // counted against --max-restarts.
+    if (verdict.kind == LaunchVerdict::planned) {
+      ++planned_relaunches_;
       return std::nullopt;
     }
     const bool final = verdict.kind != LaunchVerdict::failed;
     if (verdict.kind == LaunchVerdict::preempted && !config_.scheduler.empty())
       return request_requeue(verdict.reason, {}, launch, attempt + 1);
-    if (!final && attempt - evictions_ < config_.max_restarts) return std::nullopt;
+    if (!final && attempt - planned_relaunches_ < config_.max_restarts) return std::nullopt;
     events_.emit("supervisor_finished", {{"status", status_of(verdict.kind)},
                                          {"how", verdict.reason},
                                          {"launches", attempt + 1},
@@ -432,8 +432,8 @@ class Supervision {
                                fmt::join(lost.evidence, "; "),
                                lost.replaced_by ? " for spare " + *lost.replaced_by : "");
     const double decide_s = core::unix_time() - next.decide_start;
-    // A planned eviction waits for nothing: the node is slow, not failing.
-    const bool planned = verdict.kind == LaunchVerdict::evicting;
+    // A planned relaunch waits for nothing: nothing failed.
+    const bool planned = verdict.kind == LaunchVerdict::planned;
     // A launch that committed a step past every earlier launch's made progress: its failure is a
     // new one, not a crash loop, and waits the first backoff again. Without this a long job would
     // wait the longest backoff after every failure from its sixth on (a week-long run at one
@@ -515,7 +515,7 @@ class Supervision {
   double backoff_;
   long progress_ = 0;             // the furthest step any launch committed
   bool run_wrote_state_ = false;  // a launch wrote a checkpoint: relaunches go on from the newest
-  int evictions_ = 0;             // planned relaunches without a slow node so far
+  int planned_relaunches_ = 0;    // so far: they are not restarts (--max-restarts)
 };
 
 }  // namespace
@@ -532,7 +532,7 @@ int supervise(const SupervisorConfig& config) {
       const Verdict verdict = run.judge(attempt, launch);
       if (const auto status = run.finish_if_over(attempt, verdict, launch.events)) return *status;
       std::cerr << fmt::format("hardy run: launch {} {}: {}\n", attempt + 1,
-                               verdict.kind == LaunchVerdict::evicting ? "ended" : "failed",
+                               verdict.kind == LaunchVerdict::planned ? "ended" : "failed",
                                verdict.reason);
       const NextLaunch next = run.decide_next(launch);
       if (const auto status = run.stop_if_too_few(attempt, verdict, launch.events, next))

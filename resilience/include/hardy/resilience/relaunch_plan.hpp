@@ -48,9 +48,11 @@ void restrict_to_launch(LaunchEvents& events, std::size_t node_count);
 // The evidence against a node that its job (or its fault domain) evicted as slow (node_evicted
 // with `evidence`): conclusive, as a failed probe is.
 std::string evicted_as_slow(const std::string& evidence);
-// evicting: the job stopped to leave out a slow node (exit status 5 with a node_evicted event),
-// to be relaunched on a spare in its place at once: no failure, no backoff.
-enum class LaunchVerdict { completed, bad_input, stopped, preempted, evicting, failed };
+// planned: the job stopped to be relaunched at once, no failure and no backoff (exit status 5):
+// to leave out a slow node (job_finished "evicting" with a node_evicted event), a spare in its
+// place; or, having shrunk inside, to come back at its full world (job_finished "regrowing",
+// regrow_planned).
+enum class LaunchVerdict { completed, bad_input, stopped, preempted, planned, failed };
 struct Verdict {
   LaunchVerdict kind = LaunchVerdict::failed;
   std::string reason;  // for events and the console

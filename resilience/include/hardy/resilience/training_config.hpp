@@ -130,6 +130,11 @@ struct TrainingConfig {
   // Spare nodes `hardy run` has left to relaunch on (it passes --spare-nodes-left): with
   // --straggler evict, a slow node is left out only when one is there to take its place.
   int spare_nodes_left = 0;
+  // A job that shrank inside is relaunched at its full world once the time it lost running
+  // shrunk reaches a relaunch's cost (regrow_watch.hpp; --regrow): negative for off, 0 for auto
+  // (twice the launch's time to its first commit), else that cost in seconds. Only under hardy
+  // run (a run lock token), which relaunches it, with a spare left (spare_nodes_left).
+  double regrow_cost_s = 0;
 
   // Fault domains (set by `hardy run --nodes-per-domain`; docs/resilience.md): this process's
   // domain among domain_count separate MPI jobs whose leaders meet in the store at domain_store.

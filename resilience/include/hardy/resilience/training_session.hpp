@@ -20,9 +20,10 @@ enum ExitStatus : int {
   kBadInput = 2,
   kStopped = 3,    // too few ranks left or too many failures; a final checkpoint was written
   kPreempted = 4,  // SIGUSR1 (a scheduler's time-limit warning): checkpoint written, resume later
-  // A slow node is to be left out (--straggler evict): checkpoint written and node_evicted
-  // logged; `hardy run` relaunches on a spare in its place.
-  kEvicting = 5,
+  // A planned relaunch, checkpoint written: a slow node is to be left out (--straggler evict,
+  // node_evicted; `hardy run` relaunches on a spare in its place), or a job that shrank inside
+  // is to be relaunched at its full world (--regrow, regrow_planned).
+  kPlannedRelaunch = 5,
   kWatchdog = 75,  // a collective hung past --collective-timeout
 };
 

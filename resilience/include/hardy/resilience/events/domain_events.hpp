@@ -45,7 +45,10 @@ inline constexpr EventField domain_lost[] = {
     {"excluded", T::array, req},
     {"members", T::array, req},
     // It ended as planned, to leave out a node it evicted as slow (node_evicted).
-    {"evicting", T::boolean, req}};
+    {"evicting", T::boolean, req},
+    // It ended as planned, having shrunk inside, to come back at its full world
+    // (regrow_planned).
+    {"regrowing", T::boolean, opt}};
 inline constexpr EventField domain_relaunched[] = {{"launch", T::integer, req},
                                                    {"nodes", T::array, req},
                                                    {"spare_nodes", T::array, req},

@@ -126,6 +126,18 @@ inline constexpr EventField rank_slow[] = {{"step", T::integer, req},
                                            {"own_s_per_sample", T::number, req},
                                            {"peers_s_per_sample", T::number, req},
                                            {"since_step", T::integer, req}};
+inline constexpr EventField regrow_planned[] = {
+    {"step", T::integer, req},
+    {"world_size", T::integer, req},
+    {"full_world_size", T::integer, req},
+    {"shrunk_since_step", T::integer, req},
+    {"lost_s", T::number, req},
+    {"cost_s", T::number, req},
+    // "measured" (the steps against the healthy step before the shrink, healthy_step_s) or
+    // "estimated" (no healthy step yet: the step's time x the share of the world lost).
+    {"basis", T::string, req},
+    {"evidence", T::string, req},
+    {"healthy_step_s", T::number, opt}};
 inline constexpr EventField node_evicted[] = {
     {"step", T::integer, req},
     {"rank", T::integer, req},
@@ -182,7 +194,9 @@ inline constexpr EventField training_diverging[] = {
 
 inline constexpr core::EventKind kSessionEvents[] = {
     {"job_started", "a training job began (every launch)", event_fields::job_started},
-    {"job_finished", "a training job ended: completed, stopped, preempted or failed",
+    {"job_finished",
+     "a training job ended: completed, stopped, preempted, failed, or evicting or regrowing (a "
+     "planned relaunch, exit status 5)",
      event_fields::job_finished},
     {"rank_started", "a rank of the job started, on which host", event_fields::rank_started},
     {"preemption_requested", "the job got its scheduler's warning signal",
@@ -226,6 +240,11 @@ inline constexpr core::EventKind kSessionEvents[] = {
      "that hardy run relaunches on a spare in the node's place (node: in --ranks-per-node terms "
      "of the original world)",
      event_fields::node_evicted},
+    {"regrow_planned",
+     "--regrow: the job (or its fault domain) ran shrunk after a failure until the time lost to "
+     "it reached the cost of a relaunch (lost_s against cost_s); it wrote a final checkpoint and "
+     "stops with status 5 so that hardy run relaunches it at its full world",
+     event_fields::regrow_planned},
     {"rank_recovered", "a slow rank kept up with its peers again for --straggler-confirm steps",
      event_fields::rank_recovered},
     {"link_probe",

@@ -1,0 +1,62 @@
+#pragma once
+// When a job that shrank inside (a rank died and the survivors went on) should stop and be
+// relaunched at its full strength: a pure decision over the job's step times, with no clock, no
+// communicator and no files, so that it is unit-tested with scripted timings. The session feeds it
+// each committed step's duration and world size and acts on what it returns (docs/resilience.md,
+// "A shrunk job regrows").
+//
+// Why: at a constant global batch a job that lost one rank of eight runs each step about 1/7
+// slower until something relaunches it, and under `hardy run` nothing does until it fails whole
+// (--max-failures), while the lost rank's node (a process died, not the node) or a spare sits
+// idle. The rule is ski rental, as --straggler evict's:
+//   healthy step = the median of the last `window` steps' durations at the launch's full world
+//                  (at least `min_healthy` of them);
+//   lost         = from the first step after the shrink, the sum over the steps of (step - healthy
+//                  step): what running shrunk has cost, measured. Where the job shrank before it
+//                  had a healthy step (a failure in its first steps), each step counts
+//                  step x (1 - world / full world) instead: its loss if the step's time were all
+//                  work shared out among the ranks (estimated; the event says which);
+//   due          = lost >= the measured cost of a relaunch (allow()), once.
+// A job whose shrunk steps are no slower (its step is mostly its collectives' fixed costs) never
+// gets there: the sum of its noise stays near zero.
+#include <cstddef>
+#include <deque>
+#include <optional>
+
+namespace hardy::resilience {
+
+struct RegrowVerdict {
+  long step = 0;               // the step at which it became due
+  long shrunk_since_step = 0;  // the first step committed shrunk
+  int world_size = 0, full_world_size = 0;
+  double lost_s = 0, cost_s = 0;
+  std::optional<double> healthy_step_s;  // none: lost estimated from the world sizes
+};
+
+class RegrowWatch {
+ public:
+  static constexpr std::size_t kWindow = 50, kMinHealthy = 10;
+
+  explicit RegrowWatch(int full_world_size);
+
+  // A relaunch would bring the job back to its full world at about `cost_s` seconds of training
+  // (0: it cannot, nothing is ever due).
+  void allow(double cost_s) { cost_s_ = cost_s; }
+  // A step committed at `world_size` ranks, `step_s` seconds after the one before (0: unknown).
+  // Returns the verdict the first time the time lost reaches the cost.
+  std::optional<RegrowVerdict> observe(long step, int world_size, double step_s);
+
+  double lost_s() const { return lost_s_; }
+  bool shrunk() const { return shrunk_since_ > 0; }
+
+ private:
+  int full_world_;
+  double cost_s_ = 0;
+  std::deque<double> healthy_;  // the latest step times at the full world
+  long shrunk_since_ = 0;       // 0: not shrunk
+  std::optional<double> healthy_step_s_;
+  double lost_s_ = 0;
+  bool decided_ = false;
+};
+
+}  // namespace hardy::resilience

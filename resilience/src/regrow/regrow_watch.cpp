@@ -1,0 +1,49 @@
+#include "hardy/resilience/regrow_watch.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace hardy::resilience {
+
+namespace {
+
+double median(const std::deque<double>& values) {
+  std::vector<double> sorted(values.begin(), values.end());
+  const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
+  std::nth_element(sorted.begin(), middle, sorted.end());
+  return *middle;
+}
+
+}  // namespace
+
+RegrowWatch::RegrowWatch(int full_world_size) : full_world_(full_world_size) {}
+
+std::optional<RegrowVerdict> RegrowWatch::observe(long step, int world_size, double step_s) {
+  if (world_size >= full_world_) {
+    // At full strength (again, after a relaunch the watch is made anew): a healthy step.
+    if (step_s > 0) {
+      healthy_.push_back(step_s);
+      if (healthy_.size() > kWindow) healthy_.pop_front();
+    }
+    return std::nullopt;
+  }
+  if (shrunk_since_ == 0) {
+    shrunk_since_ = step;
+    // Frozen at the shrink: the steps after it say nothing of a healthy one.
+    if (healthy_.size() >= kMinHealthy) healthy_step_s_ = median(healthy_);
+  }
+  if (step_s <= 0 || decided_) return std::nullopt;
+  lost_s_ += healthy_step_s_ ? step_s - *healthy_step_s_
+                             : step_s * (1.0 - static_cast<double>(world_size) / full_world_);
+  if (cost_s_ <= 0 || lost_s_ < cost_s_) return std::nullopt;
+  decided_ = true;
+  return RegrowVerdict{.step = step,
+                       .shrunk_since_step = shrunk_since_,
+                       .world_size = world_size,
+                       .full_world_size = full_world_,
+                       .lost_s = lost_s_,
+                       .cost_s = cost_s_,
+                       .healthy_step_s = healthy_step_s_};
+}
+
+}  // namespace hardy::resilience

@@ -1,0 +1,83 @@
+// The regrow rule (hardy/resilience/regrow_watch.hpp) on scripted step times: a job that shrank
+// is due for a relaunch once the time its slower steps lost reaches the relaunch's cost, and not
+// a step before; its healthy step is the median at full strength before the shrink (a spike
+// does not move it); a shrunk job whose steps are no slower never is; one that shrank before it
+// had a healthy step estimates its loss from the world sizes; nothing is due without a cost, and
+// a verdict comes once.
+#include <catch2/catch.hpp>
+#include <optional>
+
+#include "hardy/resilience/regrow_watch.hpp"
+
+using hardy::resilience::RegrowVerdict;
+using hardy::resilience::RegrowWatch;
+
+namespace {
+
+// Feeds `steps` steps of `step_s` at `world` ranks from step `first`; returns the first verdict
+// and the step it came at.
+std::optional<RegrowVerdict> run(RegrowWatch& watch, long first, long steps, int world,
+                                 double step_s) {
+  for (long step = first; step < first + steps; ++step)
+    if (auto verdict = watch.observe(step, world, step_s)) return verdict;
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("a shrunk job is due for a relaunch when its lost time reaches the relaunch's cost") {
+  RegrowWatch watch(8);
+  watch.allow(6.25);
+  CHECK_FALSE(run(watch, 1, 100, 8, 0.0625));
+  CHECK_FALSE(watch.observe(101, 8, 0.400));  // a spike at full strength: the median ignores it
+  // 7 of 8 ranks: each step 31.25 ms longer (binary fractions: the sums are exact), so 6.25 s
+  // are lost after 200 steps.
+  const auto verdict = run(watch, 102, 1000, 7, 0.09375);
+  REQUIRE(verdict);
+  CHECK(verdict->step == 102 + 199);
+  CHECK(verdict->shrunk_since_step == 102);
+  CHECK(verdict->world_size == 7);
+  CHECK(verdict->full_world_size == 8);
+  REQUIRE(verdict->healthy_step_s);
+  CHECK(*verdict->healthy_step_s == 0.0625);
+  CHECK(verdict->lost_s == 6.25);
+  CHECK(verdict->cost_s == 6.25);
+  CHECK_FALSE(run(watch, 302, 1000, 7, 0.09375));  // once
+}
+
+TEST_CASE("a shrunk job whose steps are no slower is never due") {
+  RegrowWatch watch(8);
+  watch.allow(2.0);
+  CHECK_FALSE(run(watch, 1, 60, 8, 0.050));
+  // Noise of +-5 ms around the same step: the lost time stays near zero.
+  for (long step = 61; step < 20061; ++step)
+    CHECK_FALSE(watch.observe(step, 7, step % 2 ? 0.055 : 0.045));
+  CHECK(watch.lost_s() == Approx(0.0).margin(1e-6));
+}
+
+TEST_CASE("a job that shrank before its first healthy steps estimates its loss from the sizes") {
+  RegrowWatch watch(8);
+  watch.allow(3.0);
+  CHECK_FALSE(run(watch, 1, 5, 8, 0.1));  // fewer than kMinHealthy: no healthy step
+  // At 4 of 8 each step of 0.125 s counts half of it: 3 s after 48 steps.
+  const auto verdict = run(watch, 6, 100, 4, 0.125);
+  REQUIRE(verdict);
+  CHECK(verdict->step == 6 + 47);
+  CHECK_FALSE(verdict->healthy_step_s);
+  CHECK(verdict->lost_s == 3.0);
+}
+
+TEST_CASE("nothing is due without a relaunch's cost, and steps of unknown length count nothing") {
+  RegrowWatch watch(4);
+  CHECK_FALSE(run(watch, 1, 50, 4, 0.1));
+  CHECK_FALSE(run(watch, 51, 5000, 3, 0.5));  // 2 s a step lost, no cost allowed
+  CHECK(watch.lost_s() > 100);
+  RegrowWatch unknown(4);
+  unknown.allow(1.0);
+  CHECK_FALSE(run(unknown, 1, 50, 4, 0.1));
+  CHECK_FALSE(run(unknown, 51, 1000, 3, 0.0));
+  CHECK(unknown.lost_s() == 0.0);
+  // The cost, once known, is weighed against what was lost already.
+  watch.allow(10.0);
+  CHECK(watch.observe(5051, 3, 0.5));
+}
