@@ -21,7 +21,7 @@ RegrowWatch::RegrowWatch(int full_world_size) : full_world_(full_world_size) {}
 std::optional<RegrowVerdict> RegrowWatch::observe(long step, int world_size, double step_s) {
   if (world_size >= full_world_) {
     // At full strength (again, after a relaunch the watch is made anew): a healthy step.
-    if (step_s > 0) {
+    if (step_s > 0 && ++whole_steps_ > kWarmup) {
       healthy_.push_back(step_s);
       if (healthy_.size() > kWindow) healthy_.pop_front();
     }

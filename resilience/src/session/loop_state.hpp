@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct LoopProgress {
   // When the step in training began to count: the last commit, or the end of the last (re)start,
   // so that a step's time never includes a recovery.
   Clock::time_point step_clock = Clock::now();
+  // This launch's time from its process's start to its first committed step (once known): what a
+  // relaunch costs, about twice over (the straggler eviction's and the regrow's price).
+  std::optional<double> launch_s;
   double samples_seen = 0;
   double last_commit_unix = 0;
   int failures = 0;

@@ -292,8 +292,15 @@ void TrainingSession::State::commit_step(CommittedStep done) {
   progress.step_clock = now;
   progress.last_commit_unix = core::unix_time();
   progress.samples_seen += static_cast<double>(trainer.batch().samples.size());
-  slow_ranks.first_step_committed(seconds_since(launched));
-  regrowth.first_step_committed(seconds_since(launched));
+  if (!progress.launch_s) {
+    // From the process's start where the OS tells it (MPI_Init and the libraries' loading
+    // included: a relaunch pays them too), else from this session's.
+    const double process_started = comm::startup_times().process_started;
+    progress.launch_s =
+        process_started > 0 ? core::unix_time() - process_started : seconds_since(launched);
+    slow_ranks.first_step_committed(*progress.launch_s);
+    regrowth.first_step_committed(*progress.launch_s);
+  }
   for (const auto& hook : step_hooks) {
     std::optional<Watchdog::Scope> scope;
     if (hook->watched()) scope.emplace(watchdog, hook->name(), *hook->watched());

@@ -9,8 +9,10 @@
 // slower until something relaunches it, and under `hardy run` nothing does until it fails whole
 // (--max-failures), while the lost rank's node (a process died, not the node) or a spare sits
 // idle. The rule is ski rental, as --straggler evict's:
-//   healthy step = the median of the last `window` steps' durations at the launch's full world
-//                  (at least `min_healthy` of them);
+//   healthy step = the median of the last kWindow steps' durations at the launch's full world,
+//                  past its first kWarmup (a launch's first steps read cold files and caches:
+//                  on the emulated cluster its first 30 ran 10% slower, enough to hide most of
+//                  a shrink to 7 of 8 ranks), at least kMinHealthy of them;
 //   lost         = from the first step after the shrink, the sum over the steps of (step - healthy
 //                  step): what running shrunk has cost, measured. Where the job shrank before it
 //                  had a healthy step (a failure in its first steps), each step counts
@@ -35,7 +37,7 @@ struct RegrowVerdict {
 
 class RegrowWatch {
  public:
-  static constexpr std::size_t kWindow = 50, kMinHealthy = 10;
+  static constexpr std::size_t kWindow = 50, kMinHealthy = 10, kWarmup = 20;
 
   explicit RegrowWatch(int full_world_size);
 
@@ -52,8 +54,9 @@ class RegrowWatch {
  private:
   int full_world_;
   double cost_s_ = 0;
-  std::deque<double> healthy_;  // the latest step times at the full world
-  long shrunk_since_ = 0;       // 0: not shrunk
+  std::deque<double> healthy_;   // the latest step times at the full world
+  std::size_t whole_steps_ = 0;  // steps seen at the full world, warm-up included
+  long shrunk_since_ = 0;        // 0: not shrunk
   std::optional<double> healthy_step_s_;
   double lost_s_ = 0;
   bool decided_ = false;
