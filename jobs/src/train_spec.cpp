@@ -397,21 +397,27 @@ std::optional<long> parse_auto_or_number(const std::string& text, const std::str
   return number;
 }
 
-// --hang-timeout: auto (0, learned), off (-1) or positive seconds.
-double parse_hang_timeout(const std::string& text) {
-  if (text == "auto") return 0;
-  if (text == "off") return -1;
+// A positive, finite number of seconds, or nothing.
+std::optional<double> positive_seconds(const std::string& text) {
   std::size_t used = 0;
   double seconds = 0;
   try {
     seconds = std::stod(text, &used);
   } catch (const std::exception&) {
-    used = 0;
+    return std::nullopt;
   }
-  if (used != text.size() || !(seconds > 0))
-    throw InvalidArgument(fmt::format(
-        "--hang-timeout takes auto, off or a positive number of seconds, got '{}'", text));
+  if (used != text.size() || !(seconds > 0) || !std::isfinite(seconds)) return std::nullopt;
   return seconds;
+}
+
+// An option that takes auto (0), off (-1) or a positive number of seconds: --hang-timeout
+// (auto: learned), --regrow (auto: measured).
+double parse_auto_off_or_seconds(const std::string& text, const std::string& option) {
+  if (text == "auto") return 0;
+  if (text == "off") return -1;
+  if (const auto seconds = positive_seconds(text)) return *seconds;
+  throw InvalidArgument(
+      fmt::format("{} takes auto, off or a positive number of seconds, got '{}'", option, text));
 }
 
 std::string value_text(const po::variable_value& value) {
@@ -643,7 +649,8 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
   spec.rebalance = resilience::parse_rebalance_policy(get<std::string>(vm, "rebalance"));
   spec.memory_snapshots = get<bool>(vm, "memory-snapshots");
   spec.collective_timeout_s = get<double>(vm, "collective-timeout");
-  spec.hang_timeout_s = parse_hang_timeout(get<std::string>(vm, "hang-timeout"));
+  spec.hang_timeout_s =
+      parse_auto_off_or_seconds(get<std::string>(vm, "hang-timeout"), "--hang-timeout");
   spec.hang_io_timeout_s = get<double>(vm, "hang-io-timeout");
   if (vm.count("inject-failure"))
     spec.inject_failures = get<std::vector<std::string>>(vm, "inject-failure");
@@ -663,32 +670,12 @@ void read_fault_tolerance_options(const po::variables_map& vm, TrainSpec& spec) 
               spec.stragglers.confirm_s >= 0 && std::isfinite(spec.stragglers.confirm_s),
           "--straggler-window-s and --straggler-confirm-s must not be negative");
   if (const auto cost = get<std::string>(vm, "straggler-evict-cost"); cost != "auto") {
-    double seconds = 0;
-    std::size_t used = 0;
-    try {
-      seconds = std::stod(cost, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    require(used == cost.size() && seconds > 0 && std::isfinite(seconds),
+    const auto seconds = positive_seconds(cost);
+    require(seconds.has_value(),
             "--straggler-evict-cost must be auto or a positive number of seconds");
-    spec.stragglers.evict_cost_s = seconds;
+    spec.stragglers.evict_cost_s = *seconds;
   }
-  if (const auto regrow = get<std::string>(vm, "regrow"); regrow == "off") {
-    spec.regrow_cost_s = -1;
-  } else if (regrow != "auto") {
-    double seconds = 0;
-    std::size_t used = 0;
-    try {
-      seconds = std::stod(regrow, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    require(used == regrow.size() && seconds > 0 && std::isfinite(seconds),
-            fmt::format("--regrow must be auto, off or a positive number of seconds, not '{}'",
-                        regrow));
-    spec.regrow_cost_s = seconds;
-  }
+  spec.regrow_cost_s = parse_auto_off_or_seconds(get<std::string>(vm, "regrow"), "--regrow");
   spec.spare_nodes_left = get<int>(vm, "spare-nodes-left");
   require(spec.spare_nodes_left >= 0, "--spare-nodes-left must not be negative");
   require(spec.ranks_per_node >= 1, "--ranks-per-node must be at least 1");
