@@ -153,7 +153,7 @@ class OpenMpiLauncher final : public BuiltInLauncher {
       // pass itself on (Open MPI 5.0's reliable broadcast: mca_btl_tcp_proc_create) blocked in
       // PMIx_Get after a peer's death, and the ranks it had not reached waited in their
       // gradient allreduce for ever, the others in the recovery's agreement: 4 of 6 jobs of 8
-      // emulated nodes with a rank killed in its first 50 steps hung so, none of 6 with this
+      // emulated nodes with a rank killed in its first 50 steps hung so, none of 15 with this
       // (2026-11-30). A rank then holds a connection to every other from its start, which is
       // kept to jobs of at most kPreconnectRanks ranks; the user's own
       // OMPI_MCA_mpi_preconnect_mpi is left alone.

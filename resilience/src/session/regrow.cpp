@@ -1,7 +1,5 @@
 #include "session/regrow.hpp"
 
-#include "hardy/comm/communicator.hpp"
-
 namespace hardy::resilience {
 
 Regrow::Regrow(double cost_s, const Membership& membership, bool relaunched)
@@ -15,8 +13,7 @@ bool Regrow::active() const {
 }
 
 void Regrow::first_step_committed(double launch_s) {
-  if (cost_known_ || cost_s_ < 0 || !relaunched_) return;
-  cost_known_ = true;
+  if (cost_s_ < 0 || !relaunched_) return;
   watch_.allow(cost_s_ > 0 ? cost_s_ : 2 * launch_s);
 }
 

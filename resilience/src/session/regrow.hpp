@@ -20,7 +20,7 @@ class Regrow {
   // planned stop, with a spare for a node the failure may have taken; else nothing is ever due.
   Regrow(double cost_s, const Membership& membership, bool relaunched);
 
-  // This launch took `launch_s` from its start to its first committed step.
+  // This launch took `launch_s` from its start to its first committed step (called once).
   void first_step_committed(double launch_s);
   // A step committed `step_s` seconds after the one before (or after the recovery before it).
   void step_committed(long step, double step_s);
@@ -39,7 +39,6 @@ class Regrow {
   const Membership& membership_;
   double cost_s_;
   bool relaunched_;
-  bool cost_known_ = false;
   RegrowWatch watch_;
   std::optional<RegrowVerdict> pending_;  // this rank's own verdict, sent with the next sums
   std::optional<RegrowVerdict> due_;
