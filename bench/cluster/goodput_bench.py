@@ -42,7 +42,8 @@ once) at a global batch of 32, for as many steps as a failure-free one-job run t
 seconds (its median step from a failure-free run of 200 steps first; the same short run of
 `restart` measures its checkpoint's cost). Goodput = steps x the healthy median step / wall time
 (from `hardy run`'s start to its end), the healthy step measured in the same run: its steps at full
-strength, none within 20 s of a fault. Also against one job's healthy step (from the one_job run),
+strength, none within 20 s of a fault, past the first 60 (none, and no goodput of its own, with
+fewer than 200 such steps: its faults' losses are then counted at one job's healthy step). Also against one job's healthy step (from the one_job run),
 so that what a design costs every step counts as lost. Per fault, over its window (until the next
 fault): the time it cost (`lost_s`: the window less its new steps at the healthy step), its longest
 time without a commit, the steps it redid (`redone`: committed again after a restore), and the
@@ -89,6 +90,7 @@ SAMPLES, BATCH, SIZE = 256, 32, 128
 # which counted every relaunch twice over.
 HEALTHY_STEPS = 200
 QUIET_AFTER_FAULT_S = 20     # steps this soon after a fault do not count as healthy
+MIN_QUIET_STEPS = 200        # fewer healthy steps than this in a run: no healthy step of its own
 KILL_STRANDED_AFTER_S = 15   # a frozen or partitioned node's processes are killed after this
 # The CPUs the 8 nodes' quotas add up to: one of the machine's two, so that the quota binds and
 # a job on fewer nodes has less CPU, as on a real cluster. With both CPUs shared out, the healthy
@@ -201,10 +203,13 @@ class Injector:
 
 def healthy_step(metrics, faults, full_world):
     """The run's own healthy median step: steps at full strength, none within
-    QUIET_AFTER_FAULT_S of a fault, after the first 20."""
-    quiet = [m["step_s"] for m in metrics if m["step"] > 20 and m.get("world_size") == full_world
+    QUIET_AFTER_FAULT_S of a fault, past the first launch's warm-up (a launch's first ~50 steps
+    ran at 100-110 ms against 80-95 after); None with fewer than MIN_QUIET_STEPS of them (a run of
+    fault domains where one stayed shrunk from its 58th step took its warm-up for healthy, and
+    its goodput came out at 106%, 2026-11-30)."""
+    quiet = [m["step_s"] for m in metrics if m["step"] > 60 and m.get("world_size") == full_world
              and not any(0 <= m["unix_time"] - f["time"] <= QUIET_AFTER_FAULT_S for f in faults)]
-    return statistics.median(quiet) if quiet else None
+    return statistics.median(quiet) if len(quiet) >= MIN_QUIET_STEPS else None
 
 
 def per_fault(faults, metrics, events, full_world, reference_step_s, ended):
@@ -228,7 +233,45 @@ def per_fault(faults, metrics, events, full_world, reference_step_s, ended):
     return out
 
 
-def faulty_run(args, tmp, config, steps, spares, schedule, checkpoint_every):
+def lost_before_faults(started, ended, faults, metrics, reference_step_s):
+    """The time from `hardy run`'s start to the first fault (or the end) less the steps
+    committed in it at the healthy step: the launch, MPI start-up and the first steps' warm-up."""
+    first_fault = faults[0]["time"] if faults else ended
+    before = {m["step"] for m in metrics if m["unix_time"] <= first_fault}
+    return round((first_fault - started) - reference_step_s * len(before), 3)
+
+
+def reanalyze(path, keep):
+    """Derives again, as this version does, what results written before derived from their runs
+    (the healthy step, goodput, each fault's losses, start_lost_s), from the run directories kept
+    with --keep. The run's start: its end (the last fault's window ends there) less its wall."""
+    results = json.loads(Path(path).read_text())
+    one_job_step = None
+    for config in sorted(results["runs"], key=lambda c: c != "one_job"):
+        run = results["runs"][config]
+        faults = [{k: f[k] for k in ("at_s", "kind", "host", "rank", "step", "time") if k in f}
+                  for f in run["faults"]]
+        if not faults:
+            continue
+        ended = run["faults"][-1]["time"] + run["faults"][-1]["window_s"]
+        metrics = read_jsonl(Path(keep) / f"run-{config}" / "metrics.jsonl")
+        events = read_jsonl(Path(keep) / f"run-{config}" / "events.jsonl")
+        own = healthy_step(metrics, faults, NODES)
+        reference = own or one_job_step
+        if config == "one_job":
+            one_job_step = own
+        run.update(healthy_step_s=own, reference_step_s=reference,
+                   goodput=run["steps"] * own / run["wall_s"] if own else None,
+                   start_lost_s=lost_before_faults(ended - run["wall_s"], ended, faults, metrics, reference),
+                   faults=per_fault(faults, metrics, events, NODES, reference, ended))
+        if one_job_step:
+            run["goodput_vs_one_job_step"] = run["steps"] * one_job_step / run["wall_s"]
+        print(f"{config}: healthy step {own}, goodput {percent(run['goodput'])}, "
+              f"start_lost_s {run['start_lost_s']}")
+    Path(path).write_text(json.dumps(results, indent=1))
+
+
+def faulty_run(args, tmp, config, steps, spares, schedule, checkpoint_every, one_job_step=None):
     with EmulatedCluster(nodes=NODES + spares) as cluster, \
             straggler.NodeCpuGroups(cluster, cpus=CPUS, active_nodes=NODES):
         run = Path(tmp) / f"run-{config}"
@@ -262,16 +305,29 @@ def faulty_run(args, tmp, config, steps, spares, schedule, checkpoint_every):
             import shutil
             shutil.copytree(run, Path(args.keep) / f"run-{config}", dirs_exist_ok=True)
             (Path(args.keep) / f"output-{config}.txt").write_text(output)
-        reference_step_s = healthy_step(metrics, injector.log, NODES)
+        own_step_s = healthy_step(metrics, injector.log, NODES)
+        # Without a healthy step of its own, the faults' losses are counted against one job's.
+        reference_step_s = own_step_s or one_job_step
+        # What the run lost before its first fault: the launch, MPI start-up and the first steps'
+        # warm-up (the time from `hardy run`'s start to the first fault less the steps committed
+        # in it at the healthy step). With the faults' own losses it makes up all the time lost:
+        # wall - steps x healthy step = start_lost_s + the faults' lost_s.
+        start_lost = lost_before_faults(started, ended, injector.log, metrics, reference_step_s)
         relaunches = len([e for e in events if e["event"] in ("job_relaunched", "domain_relaunched")])
         shrinks = len([e for e in events if e["event"] == "communicator_shrunk"])
         regrows = len([e for e in events if e["event"] == "regrow_planned"])
         return {"config": config, "steps": steps, "wall_s": round(wall, 2),
-                "healthy_step_s": reference_step_s, "goodput": steps * reference_step_s / wall,
+                "healthy_step_s": own_step_s, "goodput": steps * own_step_s / wall if own_step_s else None,
+                "reference_step_s": reference_step_s,
+                "start_lost_s": round(start_lost, 3),
                 "faults": per_fault(injector.log, metrics, events, NODES, reference_step_s, ended),
                 "lines_committed": len(metrics), "relaunches": relaunches, "in_job_shrinks": shrinks,
                 "regrows": regrows,
                 "checks": checks, "checkpoint_every": checkpoint_every}
+
+
+def percent(fraction):
+    return f"{100 * fraction:.1f}%" if fraction is not None else "-"
 
 
 def main():
@@ -285,7 +341,12 @@ def main():
     parser.add_argument("--spares", type=int, default=None)
     parser.add_argument("--keep", default=None, help="copy each faulty run's directory and output here")
     parser.add_argument("--json", default=str(ROOT / f"bench/results/goodput-{date.today()}.json"))
+    parser.add_argument("--reanalyze", metavar="KEEP_DIR", default=None,
+                        help="derive what this version adds from the runs kept in KEEP_DIR (--keep) "
+                             "into the existing results of --json, and run nothing")
     args = parser.parse_args()
+    if args.reanalyze:
+        return reanalyze(args.json, args.reanalyze)
     ok, why = namespaces_available()
     if not ok:
         sys.exit(f"cannot emulate a cluster here: {why}")
@@ -297,7 +358,7 @@ def main():
     schedule = draw_schedule(args.seed, args.mtbf, 2 * args.duration, kinds)
     spares = args.spares if args.spares is not None else 2 + sum(f["kind"] != "rank_kill" for f in schedule)
     results = {"seed": args.seed, "mtbf_s": args.mtbf, "duration_s": args.duration, "nodes": NODES,
-               "spares": spares, "schedule": schedule, "host": platform.node(), "cpus": os.cpu_count(),
+               "nodes_per_domain": PER_DOMAIN, "kinds": kinds, "spares": spares, "schedule": schedule, "host": platform.node(), "cpus": os.cpu_count(),
                "date": str(date.today()), "healthy": {}, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="hardy-goodput-") as tmp:
         args.dataset = make_dataset(args.hardy, Path(tmp) / "dataset")
@@ -319,10 +380,11 @@ def main():
               f"{spares} spares", flush=True)
         for config in configs:
             print(f"{config}:", flush=True)
-            results["runs"][config] = faulty_run(args, tmp, config, steps, spares, schedule,
-                                                 checkpoint_every if config == "restart" else None)
+            results["runs"][config] = faulty_run(
+                args, tmp, config, steps, spares, schedule, checkpoint_every if config == "restart" else None,
+                results["runs"].get("one_job", {}).get("healthy_step_s"))
             r = results["runs"][config]
-            print(f"{config}: goodput {100 * r['goodput']:.1f}% ({r['wall_s']:.0f} s for {steps} steps; "
+            print(f"{config}: goodput {percent(r['goodput'])} ({r['wall_s']:.0f} s for {steps} steps; "
                   f"{len(r['faults'])} faults, {r['relaunches']} relaunches ({r['regrows']} to regrow), "
                   f"{r['in_job_shrinks']} shrinks; "
                   f"checks {r['checks']})", flush=True)
@@ -337,8 +399,9 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for config, r in results["runs"].items():
         against = f"{100 * r['goodput_vs_one_job_step']:.1f}%" if "goodput_vs_one_job_step" in r else "-"
-        print(f"| {config} | {100 * r['goodput']:.1f}% | {against} | {r['wall_s']:.0f} | {len(r['faults'])} | "
-              f"{r['relaunches']} ({r['regrows']}) | {r['in_job_shrinks']} | {1e3 * r['healthy_step_s']:.1f} ms |")
+        own = f"{1e3 * r['healthy_step_s']:.1f} ms" if r["healthy_step_s"] else f"fewer than {MIN_QUIET_STEPS} steps"
+        print(f"| {config} | {percent(r['goodput'])} | {against} | {r['wall_s']:.0f} | {len(r['faults'])} | "
+              f"{r['relaunches']} ({r['regrows']}) | {r['in_job_shrinks']} | {own} |")
     print(f"results: {args.json}")
     failed = [c for c, r in results["runs"].items() if not all(r["checks"].values())]
     sys.exit(1 if failed else 0)

@@ -117,7 +117,8 @@ po::options_description run_options() {
                        "relaunches after the job died, before giving up")(
       "backoff", po::value<double>()->default_value(defaults.backoff_s),
       "seconds before the first relaunch, doubled each time the job dies again without "
-      "committing a new step (at most 60), and back to this after one that did")(
+      "committing a new step (at most 60), and back to this after one that did; none after one "
+      "that did and lost nodes the relaunch leaves out")(
       "min-world-size", po::value<int>()->default_value(defaults.min_world_size),
       "do not relaunch on fewer ranks than this; inside a Slurm or LSF job, ask the scheduler to "
       "requeue the job without the lost nodes instead (exit status 4)")(

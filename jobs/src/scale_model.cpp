@@ -287,6 +287,33 @@ MeasuredDomainPrice read_domain_price(const std::filesystem::path& results, int 
                   source, name, sync_every));
 }
 
+double mixed_failure_cost(const FailureCosts& costs, const std::map<std::string, double>& mix,
+                          double stall_growth, double after_scale, bool growth_skips_in_job) {
+  if (costs.empty()) throw InvalidArgument("no failure's cost was measured");
+  double weight = 0, cost = 0;
+  const auto add = [&](const std::string& kind, double share) {
+    const auto found = costs.find(kind);
+    if (found == costs.end()) {
+      std::string measured;
+      for (const auto& [name, _] : costs) measured += (measured.empty() ? "" : ", ") + name;
+      throw InvalidArgument(fmt::format(
+          "no cost was measured for failures of kind '{}' (measured: {})", kind, measured));
+    }
+    if (share < 0)
+      throw InvalidArgument(fmt::format("the failure mix gives {} a negative share", kind));
+    const FailureKindCost& c = found->second;
+    const double growth = stall_growth * (growth_skips_in_job ? 1 - c.in_job_share : 1);
+    weight += share;
+    cost += share * (std::max(0.0, c.stall_s + growth) + c.after_s * after_scale);
+  };
+  if (mix.empty())
+    for (const auto& [kind, _] : costs) add(kind, 1);
+  else
+    for (const auto& [kind, share] : mix) add(kind, share);
+  if (weight <= 0) throw InvalidArgument("the failure mix gives no kind a share");
+  return cost / weight;
+}
+
 std::vector<EttrProjection> project_ettr(const MeasuredScaling& m, const EttrAssumptions& a) {
   if (a.nodes < 1 || a.gpus_per_node < 1 || a.nodes_per_domain < 1 ||
       a.nodes % a.nodes_per_domain != 0)
@@ -318,26 +345,54 @@ std::vector<EttrProjection> project_ettr(const MeasuredScaling& m, const EttrAss
     const std::string bound = remove_contention ? "contention removed" : "as measured";
     // One job: every failure relaunches it on every node; the measured stall (the node's loss to
     // the next step, restored from node-local snapshots) at this size, and the step it was on.
-    out.push_back(ettr({.design = "one job",
-                        .bound = bound,
-                        .start_s = f.one_job_start.at(a.nodes),
-                        .stall_s = f.one_job_stall.at(a.nodes),
-                        .lost_work_s = step,
-                        .step_overhead = a.protection_overhead}));
+    EttrProjection one{.design = "one job",
+                       .bound = bound,
+                       .start_s = a.start_s >= 0 ? a.start_s : f.one_job_start.at(a.nodes),
+                       .stall_s = f.one_job_stall.at(a.nodes),
+                       .lost_work_s = step,
+                       .step_overhead = a.protection_overhead};
     // Domains: the others regroup and drop the step in flight (meeting every N-th step, they
     // redo (N-1)/2 steps on average besides); the lost domain's share of the machine is missing
     // until it is back: the measured return plus what launching K nodes costs beyond launching
     // the bench's domain.
-    const double away = f.domain_back_s + f.one_job_start.at(a.nodes_per_domain) -
-                        f.one_job_start.at(m.nodes_per_domain);
-    out.push_back(
-        ettr({.design = fmt::format("{} domains of {} nodes", domains, a.nodes_per_domain),
-              .bound = bound,
-              .start_s = f.domains_start.at(as_measured),
-              .stall_s = f.domains_stall.at(as_measured),
-              .degraded_s = away * a.nodes_per_domain / a.nodes,
-              .lost_work_s = step * (1 + (a.domain_sync_every - 1) / 2.0),
-              .step_overhead = a.protection_overhead + domain_overhead}));
+    const double launch_growth =
+        f.one_job_start.at(a.nodes_per_domain) - f.one_job_start.at(m.nodes_per_domain);
+    const double share = static_cast<double>(a.nodes_per_domain) / a.nodes;
+    EttrProjection split{
+        .design = fmt::format("{} domains of {} nodes", domains, a.nodes_per_domain),
+        .bound = bound,
+        .start_s = a.start_s >= 0 ? a.start_s : f.domains_start.at(as_measured),
+        .stall_s = f.domains_stall.at(as_measured),
+        .degraded_s = (f.domain_back_s + launch_growth) * share,
+        .lost_work_s = step * (1 + (a.domain_sync_every - 1) / 2.0),
+        .step_overhead = a.protection_overhead + domain_overhead};
+    if (a.failure_costs) {
+      // Each kind as measured under the failure schedule, its stall grown as the scale bench's
+      // stall grows from the measured size; the steps in flight and redone are in it.
+      const MeasuredFailureCosts& c = *a.failure_costs;
+      const auto stall_and_after = [&](const FailureCosts& costs, double growth, bool one_job) {
+        const double stall = mixed_failure_cost(costs, a.failure_mix, growth, 0, one_job);
+        return std::pair{stall,
+                         mixed_failure_cost(costs, a.failure_mix, growth, 1, one_job) - stall};
+      };
+      // One job's stall grows as a whole-job relaunch does, except where the job shrank in-job:
+      // a shrink takes a number of rounds that grows with log P, not a launch of every node.
+      const auto [one_stall, one_after] = stall_and_after(
+          c.one_job, f.one_job_stall.at(a.nodes) - f.one_job_stall.at(c.nodes), true);
+      one.stall_s = one_stall;
+      one.degraded_s = one_after;
+      one.lost_work_s = 0;
+      // The time after the stall is the lost domain's absence times its share of the measured
+      // machine: its absence grows with its launch, its share is the projected domain's.
+      const auto [split_stall, split_after] = stall_and_after(
+          c.domains, f.domains_stall.at(as_measured) - f.domains_stall.at(c.nodes), false);
+      const double measured_share = static_cast<double>(c.nodes_per_domain) / c.nodes;
+      split.stall_s = split_stall;
+      split.degraded_s = (split_after / measured_share + launch_growth) * share;
+      split.lost_work_s = step * (a.domain_sync_every - 1) / 2.0;
+    }
+    out.push_back(ettr(one));
+    out.push_back(ettr(split));
   }
   return out;
 }

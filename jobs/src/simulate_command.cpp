@@ -6,6 +6,7 @@
 #include "command_line.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/jobs/commands.hpp"
+#include "hardy/jobs/goodput_model.hpp"
 #include "hardy/jobs/scale_model.hpp"
 #include "hardy/resilience/training_config.hpp"
 
@@ -63,12 +64,136 @@ po::options_description simulate_options() {
       "measurements to read")(
       "protection-overhead", po::value<double>()->default_value(e.protection_overhead),
       "per-step price of the protections every design pays (agreement, snapshots, checkpoints), "
-      "percent of a step");
-  options.add(ettr);
+      "percent of a step")(
+      "costs-from", po::value<std::string>(),
+      "results of bench/cluster/goodput_bench.py: what each kind of failure cost one job and "
+      "domains under a failure schedule, grown to the projected size (with --ettr), or the costs "
+      "that predict --goodput's run")(
+      "failure-mix", po::value<std::string>(),
+      "the kinds' shares of the failures, e.g. node_crash=0.6,node_freeze=0.2,rank_kill=0.2 "
+      "(default: every kind --costs-from measured alike)");
+  po::options_description goodput("goodput measured against the model (--goodput)");
+  goodput.add_options()(
+      "goodput", po::value<std::string>(),
+      "results of bench/cluster/goodput_bench.py: predict each design's goodput from "
+      "--costs-from's per-kind costs (default: its own) and the failures the run saw, beside "
+      "the measured one; with --scale-from, also what the projection gives at the bench's size");
+  options.add(ettr).add(goodput);
   return options;
 }
 
 namespace {
+
+// --failure-mix kind=share,...
+std::map<std::string, double> parse_failure_mix(const std::string& text) {
+  std::map<std::string, double> mix;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    const std::size_t equals = item.find('=');
+    double share = -1;
+    try {
+      std::size_t used = 0;
+      if (equals != std::string::npos) share = std::stod(item.substr(equals + 1), &used);
+      if (used != item.size() - equals - 1) share = -1;
+    } catch (const std::exception&) {
+      share = -1;
+    }
+    if (equals == 0 || equals == std::string::npos || !(share >= 0) ||
+        mix.contains(item.substr(0, equals)))
+      throw InvalidArgument(fmt::format(
+          "--failure-mix: '{}' is not KIND=SHARE with a share of at least 0, each kind once "
+          "(e.g. node_crash=0.6,rank_kill=0.4)",
+          item));
+    mix[item.substr(0, equals)] = share;
+    begin = end + 1;
+  }
+  return mix;
+}
+
+std::string describe_costs(const FailureCosts& costs) {
+  std::string out;
+  for (const auto& [kind, c] : costs)
+    out += fmt::format("{}{} {:.2f} + {:.2f} s ({})", out.empty() ? "" : ", ", kind, c.stall_s,
+                       c.after_s, c.count);
+  return out;
+}
+
+int goodput_check(const po::variables_map& vm) {
+  const auto run = read_goodput(vm["goodput"].as<std::string>());
+  const auto costs =
+      vm.count("costs-from") ? read_goodput(vm["costs-from"].as<std::string>()) : run;
+  std::string kinds;
+  for (const auto& kind : run.kinds) kinds += (kinds.empty() ? "" : ", ") + kind;
+  std::cout << fmt::format(
+      "measured: {} (seed {}, {} nodes, an interruption every {:.0f} s drawn evenly from {})\n"
+      "costs per failure by kind, the longest time without a commit + the time lost after it "
+      "(failures measured), from {} (seed {}):\n",
+      run.source, run.seed, run.nodes, run.mtbf_s, kinds, costs.source, costs.seed);
+  for (const auto& [design, r] : costs.runs)
+    std::cout << fmt::format("  {:<8} {}\n", design, describe_costs(r.costs));
+  for (const auto& design : run.without_healthy_step)
+    std::cout << fmt::format(
+        "  {}: too few healthy steps of its own to measure its goodput by; "
+        "left out\n",
+        design);
+  const auto predictions = predict_goodput(costs, run);
+  std::cout << fmt::format("\n  {:<8} {:>8} {:>12} {:>13} {:>9} {:>10} {:>8} {:>17}\n", "design",
+                           "failures", "start lost s", "per failure s", "measured", "predicted",
+                           "off by", "at the MTBF's rate");
+  double worst = 0;
+  for (const auto& p : predictions) {
+    std::cout << fmt::format(
+        "  {:<8} {:>8} {:>12.2f} {:>13.2f} {:>8.1f}% {:>9.1f}% {:>+7.1f} {:>17}\n", p.design,
+        p.failures, p.start_lost_s, p.lost_per_failure_s, 100 * p.measured, 100 * p.predicted,
+        100 * (p.predicted - p.measured),
+        p.predicted_at_rate < 0 ? "-" : fmt::format("{:.1f}%", 100 * p.predicted_at_rate));
+    worst = std::max(worst, std::abs(p.predicted - p.measured));
+  }
+  std::cout << fmt::format(
+      "\n  {} (points of goodput; 'at the MTBF's rate': as many failures as the nominal rate "
+      "gives, the kinds alike)\n",
+      worst <= 0.02 ? "every prediction within 2 points"
+                    : fmt::format("a prediction misses by {:.1f} points", 100 * worst));
+  if (vm.count("scale-from")) {
+    // The projection's own arithmetic at the bench's size, fed the run's start, step, failures
+    // and mix: without per-kind costs (every failure a node crash's stall, from the scale bench)
+    // and with them.
+    const auto measured = read_scaling(vm["scale-from"].as<std::string>());
+    std::cout << fmt::format(
+        "\n  the projection (hardy simulate --ettr) at the bench's size, "
+        "scale bench {}:\n",
+        measured.source);
+    for (const auto& p : predictions) {
+      if (p.design != "one_job" && p.design != "domains") continue;
+      const GoodputRun& r = run.runs.at(p.design);
+      std::map<std::string, double> seen;
+      for (const auto& kind : r.fault_kinds) seen[kind] += 1;
+      EttrAssumptions a;
+      a.nodes = run.nodes;
+      a.gpus_per_node = 1;
+      a.nodes_per_domain = run.nodes_per_domain;
+      a.job_hours = r.wall_s / 3600;
+      a.step_s = r.healthy_step_s;
+      a.domain_step_overhead = 0;
+      a.failure_mix = seen;
+      a.start_s = p.start_lost_s;
+      a.hours_between_interruptions_per_16k_gpus =
+          p.failures > 0 ? a.job_hours * run.nodes / 16384.0 / p.failures : 1e9;
+      const int row = p.design == "one_job" ? 0 : 1;
+      const double without = project_ettr(measured, a)[row].ettr;
+      a.failure_costs = failure_costs(costs);
+      const double with = project_ettr(measured, a)[row].ettr;
+      std::cout << fmt::format(
+          "  {:<8} without per-kind costs {:.1f}% ({:+.1f} points), with them {:.1f}% "
+          "({:+.1f})\n",
+          p.design, 100 * without, 100 * (without - p.measured), 100 * with,
+          100 * (with - p.measured));
+    }
+  }
+  return 0;
+}
 
 int ettr_projection(const po::variables_map& vm) {
   if (!vm.count("scale-from"))
@@ -107,6 +232,13 @@ int ettr_projection(const po::variables_map& vm) {
   a.protection_overhead = vm["protection-overhead"].as<double>() / 100;
   if (a.protection_overhead < 0)
     throw InvalidArgument("--protection-overhead must not be negative");
+  if (vm.count("failure-mix")) {
+    if (!vm.count("costs-from"))
+      throw InvalidArgument("--failure-mix weighs the kinds of --costs-from: give it too");
+    a.failure_mix = parse_failure_mix(vm["failure-mix"].as<std::string>());
+  }
+  if (vm.count("costs-from"))
+    a.failure_costs = failure_costs(read_goodput(vm["costs-from"].as<std::string>()));
   const auto projections = project_ettr(measured, a);
   std::cout << fmt::format(
       "measured ({}), 1 rank per emulated node, up to {} nodes (with the contention removed):\n"
@@ -122,6 +254,19 @@ int ettr_projection(const po::variables_map& vm) {
       measured.measured.domains_stall.formula(), measured.alone.domains_stall.formula(),
       measured.measured.domain_back_s, measured.alone.domain_back_s, measured.step_s,
       100 * measured.domain_step_overhead, price_from);
+  if (a.failure_costs) {
+    std::string mix;
+    for (const auto& [kind, share] : a.failure_mix)
+      mix += fmt::format("{}{}={}", mix.empty() ? "" : ",", kind, share);
+    std::cout << fmt::format(
+        "  per failure: each kind's cost as measured on {} nodes under a failure schedule ({}; "
+        "{}), its stall grown as the scale bench's stall grows, a domain's time away scaled to "
+        "its share\n    one job: {}\n    domains of {}: {}\n\n",
+        a.failure_costs->nodes, a.failure_costs->source,
+        mix.empty() ? "the kinds alike" : "--failure-mix " + mix,
+        describe_costs(a.failure_costs->one_job), a.failure_costs->nodes_per_domain,
+        describe_costs(a.failure_costs->domains));
+  }
   std::cout << fmt::format(
       "projected to {} nodes x {} GPUs, an interruption every {:.2f} h ({} h per 16,384 GPUs), "
       "{} h allocations:\n",
@@ -156,16 +301,20 @@ int simulate_command(const std::vector<std::string>& args) {
           args, options,
           {"hardy simulate",
            "Usage: hardy simulate --from-run RUN_DIR [--nodes 4560 --ranks-per-node 6 ...]\n"
-           "       hardy simulate --ettr --scale-from RESULTS.json [--nodes 4560 "
-           "--nodes-per-domain 16 ...]\n\n"
+           "       hardy simulate --ettr --scale-from RESULTS.json [--costs-from GOODPUT.json] "
+           "[--nodes 4560 --nodes-per-domain 16 ...]\n"
+           "       hardy simulate --goodput GOODPUT.json [--costs-from GOODPUT.json] "
+           "[--scale-from RESULTS.json]\n\n"
            "Projects recovery time to a large machine from the costs measured in a run that "
            "survived a\n"
            "failure, or (--ettr) the effective training time ratio of one job and of fault "
            "domains from\n"
            "start and recovery times measured at several sizes, under the assumptions in\n"
-           "docs/scale-model.md.\n"},
+           "docs/scale-model.md; or (--goodput) holds that model to the goodput measured under a "
+           "failure\nschedule.\n"},
           vm))
     return 0;
+  if (vm.count("goodput")) return goodput_check(vm);
   if (vm.count("ettr")) return ettr_projection(vm);
   if (!vm.count("from-run")) throw InvalidArgument("--from-run RUN_DIR is required");
   ScaleAssumptions a;

@@ -3,6 +3,7 @@
 # Usage: cli_errors.sh HARDY_BINARY
 set -u
 hardy=$1
+results=$(cd "$(dirname "$0")/../../bench/results" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
@@ -169,6 +170,17 @@ if [ "$status" -eq 0 ] || ! grep -q "sbatch" <<<"$output" || [ -e "$tmp/never" ]
 else
   echo "ok: submit without sbatch -> $status, no run directory left"
 fi
+
+# hardy simulate: the goodput model and the projection name what they cannot read.
+expect 2 "cannot read" -- simulate --goodput "$tmp/no-such.json"
+echo '{"steps": 3}' >"$tmp/not-goodput.json"
+expect 2 "not a result of bench/cluster/goodput_bench.py" -- simulate --goodput "$tmp/not-goodput.json"
+expect 2 "give it too" -- simulate --ettr --scale-from "$results/cluster-scale-2026-11-26.json" --failure-mix node_crash=1
+expect 2 "is not KIND=SHARE" -- simulate --ettr --scale-from "$results/cluster-scale-2026-11-26.json" \
+  --costs-from "$results/goodput-2026-11-30.json" --failure-mix node_crash=x
+expect 2 "no cost was measured for failures of kind 'hang'" -- simulate --ettr \
+  --scale-from "$results/cluster-scale-2026-11-26.json" --costs-from "$results/goodput-2026-11-30.json" \
+  --failure-mix hang=1
 
 # A dataset written by `hardy data generate` trains, and a run directory evaluates.
 "$hardy" data generate --out "$tmp/data" --samples 24 --height 32 --width 32 --seed 3 --samples-per-file 10 >/dev/null ||

@@ -177,3 +177,46 @@ TEST_CASE("ETTR: the domains' per-step price comes from the domain bench, pooled
   CHECK_THROWS_AS(read_domain_price(dir / "recovery-only.json", 1), InvalidArgument);
   CHECK_THROWS_AS(read_domain_price(dir / "missing.json", 1), InvalidArgument);
 }
+
+TEST_CASE("ETTR: per-kind failure costs measured on a small cluster, grown to the machine") {
+  testing::ScratchDirectory dir("ettr-costs");
+  std::ofstream(dir / "scale.json") << scale_results().dump();
+  const auto measured = read_scaling(dir / "scale.json");
+  // Measured on 8 nodes (domains of 2): one job stalls 4 s after a node crash and loses 2 s
+  // after it; it survives a rank kill in-job (1 s stalled, 3 s after). Domains: 0.5 s and 1 s
+  // stalled, 2 s lost after each (a domain away, a quarter of the machine).
+  MeasuredFailureCosts costs{
+      .source = "goodput.json",
+      .nodes = 8,
+      .nodes_per_domain = 2,
+      .one_job = {{"node_crash", {.count = 1, .stall_s = 4, .after_s = 2}},
+                  {"rank_kill", {.count = 1, .stall_s = 1, .after_s = 3, .in_job_share = 1}}},
+      .domains = {{"node_crash", {.count = 1, .stall_s = 0.5, .after_s = 2, .in_job_share = 1}},
+                  {"rank_kill", {.count = 1, .stall_s = 1, .after_s = 2, .in_job_share = 1}}}};
+  EttrAssumptions a{.nodes = 1024, .gpus_per_node = 16, .nodes_per_domain = 16, .step_s = 1.0};
+  const auto without = project_ettr(measured, a);
+  a.failure_costs = costs;
+  auto with = project_ettr(measured, a);
+  // One job: a crash's stall grows as the scale bench's stall grows from 8 nodes to 1,024; the
+  // rank kill's, survived in-job, does not. The steps redone are in the measured costs.
+  const double growth = (2 + 0.02 * 1024) - (2 + 0.02 * 8);
+  CHECK(with[0].stall_s == Approx((4 + growth + 1) / 2));
+  CHECK(with[0].degraded_s == Approx((2 + 3) / 2.0));
+  CHECK(with[0].lost_work_s == 0);
+  CHECK(with[0].start_s == Approx(without[0].start_s));
+  CHECK(with[0].per_failure_s == Approx(with[0].stall_s + with[0].degraded_s));
+  // Domains: the survivors' stall grows as the scale bench's (64 domains against the measured
+  // 4); the lost domain was away 2 / (2/8) = 8 s, plus what 16 nodes take to start beyond 2,
+  // for 16/1024 of the machine.
+  const double regroup_growth = (0.3 + 0.001 * 128) - (0.3 + 0.001 * 8);
+  CHECK(with[1].stall_s == Approx((0.5 + 1) / 2 + regroup_growth));
+  CHECK(with[1].degraded_s == Approx((8 + (1 + 0.01 * 16) - (1 + 0.01 * 2)) * 16 / 1024));
+  // The mix weighs the kinds; the start may be given.
+  a.failure_mix = {{"node_crash", 1}};
+  a.start_s = 0;
+  with = project_ettr(measured, a);
+  CHECK(with[0].stall_s == Approx(4 + growth));
+  CHECK(with[0].start_s == 0);
+  a.failure_mix = {{"hang", 1}};
+  CHECK_THROWS_AS(project_ettr(measured, a), InvalidArgument);
+}

@@ -91,6 +91,18 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
     check(args[args.index("--prtemca") + 1:].count("plm_ssh_agent") == 1 and "--resume" in args,
           "the relaunch goes through the launch agent and resumes")
 
+    # A node the launcher lost that does not answer its probe either (frozen, cut off): the probe
+    # does not wait out its timeout for it, since the launcher's word leaves it out anyway.
+    status, _, events = supervise(tmp / "silent", "lost:n1,finish", "--hosts", "n0,n1,n2,s0", "--spare-nodes", "1",
+                                  "--launch-agent", str(HERE / "fake_agent.sh"), "--probe-timeout", "8", dead="n1")
+    relaunched = [e for e in events if e["event"] == "job_relaunched"]
+    check(status == 0 and len(relaunched) == 1, f"a silent lost node: one relaunch, then done (exit {status})")
+    if relaunched:
+        r = relaunched[0]
+        check(r["decide_s"] < 4, f"the decision did not wait out the 8 s probe timeout: {r['decide_s']:.2f} s")
+        check([x["host"] for x in r["excluded"]] == ["n1"] and r["nodes"] == ["n0", "s0", "n2"],
+              f"n1 left out for s0: {r['excluded']} {r['nodes']}")
+
     status, elapsed, events = supervise(tmp / "hang", "finish-and-hang", "--finish-grace", "1")
     ended = [e for e in events if e["event"] == "launch_ended"]
     check(status == 0, f"a launcher that hangs after job_finished: the job completed (exit {status})")
@@ -213,5 +225,13 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
         status, _, events = supervise(tmp / plan.split(",")[0], plan, "--max-restarts", "3", backoff="0.2")
         waited = [e["backoff_s"] for e in events if e["event"] == "job_relaunched"]
         check(status == 0 and waited == expected, f"{plan}: the relaunches wait {waited} s (expected {expected})")
+
+    # A launch that made progress and lost a node the relaunch leaves out is relaunched at once:
+    # its cause is gone. The next one, lost without progress (steps 1-3 again), waits.
+    status, _, events = supervise(tmp / "lost-at-once", "lost:n1,lost:n2,finish", "--hosts", "n0,n1,n2,s0,s1",
+                                  "--spare-nodes", "2", "--max-restarts", "3",
+                                  "--launch-agent", str(HERE / "fake_agent.sh"), "--probe-timeout", "1", backoff="0.2")
+    waited = [e["backoff_s"] for e in events if e["event"] == "job_relaunched"]
+    check(status == 0 and waited == [0, 0.2], f"lost nodes left out: the relaunches wait {waited} s (expected [0, 0.2])")
 
 check.finish("supervisor judgement")

@@ -69,6 +69,20 @@ TEST_CASE("a job that shrank before its first healthy steps estimates its loss f
   CHECK(verdict->lost_s == 3.0);
 }
 
+TEST_CASE("a launch's slow first steps are not taken for healthy ones") {
+  // The goodput bench's fault domain of 2 (2026-11-30): its first 58 steps at 106 ms, a rank
+  // killed, then the whole job at 95 ms, slower than healthy (steps past the warm-up ran at 87)
+  // but faster than those first steps: with them as the healthy step nothing was ever lost.
+  RegrowWatch watch(2);
+  watch.allow(3.0);
+  CHECK_FALSE(run(watch, 1, 58, 2, 0.106));
+  // Too few steps past the warm-up: half the domain lost, half of each step counts.
+  const auto verdict = run(watch, 59, 1000, 1, 0.095);
+  REQUIRE(verdict);
+  CHECK_FALSE(verdict->healthy_step_s);
+  CHECK(verdict->step < 59 + 70);
+}
+
 TEST_CASE("nothing is due without a relaunch's cost, and steps of unknown length count nothing") {
   RegrowWatch watch(4);
   CHECK_FALSE(run(watch, 1, 50, 4, 0.1));

@@ -528,16 +528,15 @@ void FaultDomains::start_step(long step, std::span<core::Tensor* const> tensors,
     in_flight_->sent = failure_in_future();
     return;
   }
-  // Nothing else touches the group until conclude(): the thread owns it meanwhile. Sharded, the
-  // ranks other than the leader always send on a thread, so that they can stop waiting for it
-  // (gather_shards).
-  const bool on_thread = in_background || (sharded() && !leader());
-  in_flight_->sent = std::async(on_thread ? std::launch::async : std::launch::deferred,
-                                [group, &values] { group->allreduce_sum(values); });
+  // Nothing else touches the group until conclude(): the thread owns it meanwhile. Always on a
+  // thread, even when the caller waits at once, so that the wait can stop for a newer generation
+  // (wait_unless_superseded).
+  in_flight_->sent =
+      std::async(std::launch::async, [group, &values] { group->allreduce_sum(values); });
 }
 
 void FaultDomains::forget_ended_abandoned() {
-  // Sharded: collectives a newer generation left behind, once they ended on their own.
+  // Collectives a newer generation left behind, once they ended on their own.
   std::erase_if(abandoned_, [](const Abandoned& a) {
     return a.exchange->sent.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   });
@@ -690,7 +689,7 @@ FaultDomains::ShardsGathered FaultDomains::gather_shards() {
   const std::size_t block = pieces_of(0) + votes + 1;  // rank 0's shards are the largest
   std::vector<float> mine(block, 0.0f);
   try {
-    if (!leader()) wait_for_shard_unless_superseded();
+    wait_unless_superseded(leader() ? group_ : shard_group_);
     in_flight_->sent.get();
     const std::size_t sent = in_flight_->relayed ? in_flight_->filled : in_flight_->values.size();
     std::copy_n(in_flight_->values.begin(), sent, mine.begin());
@@ -726,14 +725,16 @@ FaultDomains::ShardsGathered FaultDomains::gather_shards() {
   return {.vote = take_vote(vote, members_.size()), .missing = {}};
 }
 
-void FaultDomains::wait_for_shard_unless_superseded() {
-  // A frozen peer in this shard's group (its node stopped, its sockets open) holds the
-  // collective for the whole --domain-timeout, while the supervisor publishes a generation
-  // without that peer's domain as soon as the domain ends. So the wait also looks for such a
-  // generation, and leaves the collective to end on its own: its thread keeps its buffer and
-  // group (abandoned_), and the shard counts as not arrived, so the leader regroups. A newer
-  // generation that only adds members (a relaunched domain waiting to be let in at a step
-  // boundary) is no reason to stop.
+void FaultDomains::wait_unless_superseded(std::unique_ptr<comm::Communicator>& group) {
+  // A frozen or cut-off peer in the group (its node stopped or unreachable, its sockets open)
+  // holds the collective for the whole --domain-timeout, while the supervisor publishes a
+  // generation without that peer's domain as soon as the domain ends (the runtime's keepalive,
+  // about 4 s). So the wait also looks for such a generation, and leaves the collective to end on
+  // its own: its thread keeps its buffer and group (abandoned_), and the step fails here as after
+  // a lost peer (a shard not arrived; the leaders' exchange failed), so the leaders regroup. A
+  // newer generation that only adds members (a relaunched domain waiting to be let in at a step
+  // boundary) is no reason to stop. The leaders' exchange waited out the domain timeout (10 s)
+  // for a silent leader's node before it watched too.
   const auto member_lost = [this] {
     for (std::size_t g = generation_ + 1;; ++g) {
       const auto listed = store_->try_get(rendezvous_keys::members(g));
@@ -747,14 +748,14 @@ void FaultDomains::wait_for_shard_unless_superseded() {
     if (std::chrono::steady_clock::now() - looked < std::chrono::milliseconds(20)) continue;
     looked = std::chrono::steady_clock::now();
     if (!member_lost()) continue;
-    abandoned_.push_back({.group = std::move(shard_group_), .exchange = std::move(in_flight_)});
+    abandoned_.push_back({.group = std::move(group), .exchange = std::move(in_flight_)});
     in_flight_ = std::make_unique<InFlight>();
     in_flight_->step = abandoned_.back().exchange->step;
     in_flight_->total = abandoned_.back().exchange->total;
     in_flight_->segments = abandoned_.back().exchange->segments;
     throw comm::GroupFailure(fmt::format(
-        "a generation after {} without one of its members was published while this rank's shard "
-        "of the step waited",
+        "a generation after {} without one of its members was published while the step's "
+        "exchange waited",
         generation_));
   }
 }
@@ -807,6 +808,7 @@ std::vector<double> FaultDomains::conclude(const DomainStateAccess& state,
       group_.reset();  // peers still in the leaders' shard fail at once
       throw comm::GroupFailure(*shards_missing);
     }
+    wait_unless_superseded(group_);
     in_flight_->sent.get();
     const Vote vote = take_vote(in_flight_->values, members_.size());
     held_sums_ = std::move(in_flight_->values);

@@ -200,7 +200,8 @@ std::string LaunchedJob::how() const {
 
 std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::string>& command,
                                                      const std::vector<std::string>& hosts,
-                                                     std::chrono::milliseconds timeout) {
+                                                     std::chrono::milliseconds timeout,
+                                                     const std::vector<bool>& settled) {
   std::vector<std::optional<std::string>> verdicts(hosts.size());
   std::vector<pid_t> children(hosts.size(), -1);
   const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -217,14 +218,25 @@ std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::stri
   }
   if (null >= 0) ::close(null);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::size_t pending =
-      std::count_if(children.begin(), children.end(), [](pid_t p) { return p > 0; });
+  const auto is_settled = [&](std::size_t i) { return i < settled.size() && settled[i]; };
+  std::size_t pending = 0, pending_unsettled = 0;
+  for (std::size_t i = 0; i < hosts.size(); ++i)
+    if (children[i] > 0) {
+      ++pending;
+      if (!is_settled(i)) ++pending_unsettled;
+    }
+  bool gave_up_early = false;
   while (pending > 0 && std::chrono::steady_clock::now() < deadline) {
+    if (pending_unsettled == 0) {
+      gave_up_early = true;
+      break;
+    }
     for (std::size_t i = 0; i < hosts.size(); ++i) {
       int raw = 0;
       if (children[i] <= 0 || ::waitpid(children[i], &raw, WNOHANG) != children[i]) continue;
       children[i] = -1;
       --pending;
+      if (!is_settled(i)) --pending_unsettled;
       if (decode(raw) != 0)
         verdicts[i] = fmt::format("`{}` failed ({})", fmt::join(command, " "),
                                   WIFEXITED(raw) ? fmt::format("exit status {}", WEXITSTATUS(raw))
@@ -237,8 +249,11 @@ std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::stri
     ::kill(-children[i], SIGKILL);
     int raw = 0;
     ::waitpid(children[i], &raw, 0);
-    verdicts[i] = fmt::format("no answer to `{}` within {:.1f} s", fmt::join(command, " "),
-                              static_cast<double>(timeout.count()) / 1000.0);
+    verdicts[i] = gave_up_early
+                      ? fmt::format("no answer to `{}` by the time the other hosts had answered",
+                                    fmt::join(command, " "))
+                      : fmt::format("no answer to `{}` within {:.1f} s", fmt::join(command, " "),
+                                    static_cast<double>(timeout.count()) / 1000.0);
   }
   return verdicts;
 }

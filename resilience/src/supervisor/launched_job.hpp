@@ -54,8 +54,11 @@ class LaunchedJob {
 // Runs `command` for each host (`{host}` in it replaced by the host) at the same time (a probe, a
 // node's cleanup at the end of the run) and
 // returns, per host, nullopt when it exited 0 within `timeout`, or what went wrong in words.
+// Hosts marked in `settled` (when given, one flag per host) are those whose answer decides
+// nothing: once only they are left, the wait ends and they count as not answering.
 std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::string>& command,
                                                      const std::vector<std::string>& hosts,
-                                                     std::chrono::milliseconds timeout);
+                                                     std::chrono::milliseconds timeout,
+                                                     const std::vector<bool>& settled = {});
 
 }  // namespace hardy::resilience

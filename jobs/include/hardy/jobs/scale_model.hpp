@@ -3,6 +3,9 @@
 // per-operation costs measured in a real run and stated assumptions about how each operation
 // scales (docs/scale-model.md explains each one).
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -103,6 +106,41 @@ struct MeasuredDomainPrice {
 MeasuredDomainPrice read_domain_price(const std::filesystem::path& results, int sync_every,
                                       std::string_view exchange = "leader");
 
+// What one failure of one kind cost a design on a small cluster, measured by
+// bench/cluster/goodput_bench.py under a failure schedule (docs/scale-model.md, "Goodput"): the
+// longest time the job went without a commit (detection, recovery, the steps redone), and the
+// rest of the time it lost (steps slower than healthy while shrunk or while a domain was away,
+// the first steps' warm-up after a relaunch, a regrow's planned relaunch). Means over the
+// failures of that kind measured.
+struct FailureKindCost {
+  int count = 0;
+  double stall_s = 0;
+  double after_s = 0;
+  // The share of them that the job survived in-job (it ran on fewer ranks for a while, and was
+  // not relaunched for the failure itself): a one-job stall that does not grow with the job.
+  double in_job_share = 0;
+  double lost_s() const { return stall_s + after_s; }
+};
+using FailureCosts = std::map<std::string, FailureKindCost, std::less<>>;  // by kind
+
+// Per-kind costs of both designs, as measured at `nodes` (domains of `nodes_per_domain`).
+struct MeasuredFailureCosts {
+  std::string source;
+  int nodes = 0;
+  int nodes_per_domain = 0;
+  FailureCosts one_job, domains;
+};
+
+// Seconds one failure costs the whole machine, over a mix of kinds (weights by kind, summing to
+// anything: they are normalized; a kind not measured is refused). Each kind's stall grows by
+// `stall_growth` (the fitted stall at the projected size less at the measured one; with
+// `growth_skips_in_job`, only for the share of its failures that were not survived in-job) and
+// its time lost after the stall is multiplied by `after_scale`; `stall_growth` 0 and
+// `after_scale` 1 give the mix of the costs as measured.
+double mixed_failure_cost(const FailureCosts& costs, const std::map<std::string, double>& mix,
+                          double stall_growth = 0, double after_scale = 1,
+                          bool growth_skips_in_job = false);
+
 struct EttrAssumptions {
   int nodes = 4560;
   int gpus_per_node = 6;
@@ -119,6 +157,15 @@ struct EttrAssumptions {
   // The domains meet every N-th step (--domain-sync-every): a lost domain costs the survivors
   // (N-1)/2 more steps on average. Its per-step price is domain_step_overhead's to give.
   int domain_sync_every = 1;
+  // Per-kind costs measured under a failure schedule (--costs-from): with them, a failure costs
+  // its kind's measured stall, grown with the node count as the scale bench's stall grows, and
+  // its time lost after it, for domains scaled to a domain's share of the machine; weighted by
+  // `failure_mix` (empty: every kind measured alike). Without them, every failure costs the
+  // scale bench's stall (a node crash) and the step in flight.
+  std::optional<MeasuredFailureCosts> failure_costs{};
+  std::map<std::string, double> failure_mix{};
+  // The time lost to the start, seconds (negative: the scale bench's start fitted at this size).
+  double start_s = -1;
 };
 
 struct EttrProjection {

@@ -12,7 +12,10 @@
 //   healthy step = the median of the last kWindow steps' durations at the launch's full world,
 //                  past its first kWarmup (a launch's first steps read cold files and caches:
 //                  on the emulated cluster its first 30 ran 10% slower, enough to hide most of
-//                  a shrink to 7 of 8 ranks), at least kMinHealthy of them;
+//                  a shrink to 7 of 8 ranks; on an eighth of a CPU per node its first ~50 ran at
+//                  100-110 ms against 90-95 after, and a fault domain shrunk at its 58th step
+//                  took them for healthy and never regrew, 2026-11-30), at least kMinHealthy of
+//                  them;
 //   lost         = from the first step after the shrink, the sum over the steps of (step - healthy
 //                  step): what running shrunk has cost, measured. Where the job shrank before it
 //                  had a healthy step (a failure in its first steps), each step counts
@@ -37,7 +40,7 @@ struct RegrowVerdict {
 
 class RegrowWatch {
  public:
-  static constexpr std::size_t kWindow = 50, kMinHealthy = 10, kWarmup = 20;
+  static constexpr std::size_t kWindow = 50, kMinHealthy = 10, kWarmup = 50;
 
   explicit RegrowWatch(int full_world_size);
 
