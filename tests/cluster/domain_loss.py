@@ -11,9 +11,6 @@ Once the job has committed FAULT_STEP steps a node fails:
   node_crash_rpn2   the same with 2 ranks per node
   leader_crash      node 4: domain 2's first node, where its leader runs
   node_freeze       SIGSTOP node 5 and cut its link (domain 2's second node)
-  leader_freeze     the same on node 4, where domain 2's leader runs: its gloo sockets stay open,
-                    so the other leaders must stop waiting for it once the supervisor publishes
-                    a generation without domain 2 (not at --domain-timeout)
   node_freeze_rpn2  the same with 2 ranks per node
   two_domains       node 1 (domain 0, which writes the run directory's files), later node 6
   crash_in_heal     node 3; while domain 1 comes back on the spare, node 2 goes for good
@@ -71,7 +68,7 @@ SPARES = {"two_domains": 2, "crash_in_heal": 2}
 FIRST_FAULT = {"node_crash": ("crash", 3), "node_crash_rpn2": ("crash", 3), "node_crash_redis": ("crash", 3),
                "staged_node_crash": ("crash", 3), "lagged_node_crash": ("crash", 3),
                "leader_crash": ("crash", 4),
-               "node_freeze": ("freeze", 5), "node_freeze_rpn2": ("freeze", 5), "leader_freeze": ("freeze", 4),
+               "node_freeze": ("freeze", 5), "node_freeze_rpn2": ("freeze", 5),
                "two_domains": ("crash", 1), "crash_in_heal": ("crash", 3)}
 
 

@@ -209,7 +209,7 @@ class FaultDomains {
   void finish_relay(double loss, double skipped);
   // The leader's vote for the step in flight (a relaunched domain waiting to join is seen here).
   Vote my_vote(bool ok, double loss, double skipped) const;
-  // Drops the exchanges left behind (abandoned_) whose collectives have ended.
+  // Sharded: drops the exchanges left behind (abandoned_) whose collectives have ended.
   void forget_ended_abandoned();
   // Leader: the encoded decision of the step started last (its vote, or after a lost peer domain
   // the resync that followed, with the healed state in `healed`).
@@ -235,9 +235,9 @@ class FaultDomains {
     std::string missing;
   };
   ShardsGathered gather_shards();
-  // Until the step's collective on `group` ends, or (GroupFailure) the supervisor publishes a
-  // newer generation without one of the members first: then the collective is left to end on
-  // its thread, with `group` (abandoned_).
+  // Sharded, a rank other than the leader: until the step's collective on `group` (its shard's)
+  // ends, or (GroupFailure) the supervisor publishes a newer generation without one of the
+  // members first: then the collective is left to end on its thread, with `group` (abandoned_).
   void wait_unless_superseded(std::unique_ptr<comm::Communicator>& group);
   // Sharded, every rank, when every shard arrived: the step commits here (the domain's commit
   // point: a domain that missed a shard regroups, and the resync heals it from this one).
@@ -310,8 +310,8 @@ class FaultDomains {
   };
   // On the heap: a thread that still runs its collective keeps its address (abandoned_).
   std::unique_ptr<InFlight> in_flight_;
-  // Exchanges given up on because a newer generation came first, with their groups, kept until
-  // their collectives end (gloo's timeout at the latest).
+  // Sharded: exchanges given up on because a newer generation came first, with their groups,
+  // kept until their collectives end (gloo's timeout at the latest).
   struct Abandoned {
     std::unique_ptr<comm::Communicator> group;  // destroyed after the exchange's thread ended
     std::unique_ptr<InFlight> exchange;
