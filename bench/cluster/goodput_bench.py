@@ -380,9 +380,13 @@ def main():
               f"{spares} spares", flush=True)
         for config in configs:
             print(f"{config}:", flush=True)
+            # One job's healthy step, from its faulty run, else from its failure-free one (a
+            # run of --configs without one_job).
+            one_job_step = (results["runs"].get("one_job", {}).get("healthy_step_s")
+                            or results["healthy"]["one_job"]["median_step_s"])
             results["runs"][config] = faulty_run(
                 args, tmp, config, steps, spares, schedule, checkpoint_every if config == "restart" else None,
-                results["runs"].get("one_job", {}).get("healthy_step_s"))
+                one_job_step)
             r = results["runs"][config]
             print(f"{config}: goodput {percent(r['goodput'])} ({r['wall_s']:.0f} s for {steps} steps; "
                   f"{len(r['faults'])} faults, {r['relaunches']} relaunches ({r['regrows']} to regrow), "
