@@ -121,6 +121,30 @@ MeasuredFailureCosts failure_costs(const GoodputResults& results) {
           .domains = costs("domains")};
 }
 
+std::map<std::string, double> failures_by_kind(const GoodputRun& run) {
+  std::map<std::string, double> seen;
+  for (const auto& kind : run.fault_kinds) seen[kind] += 1;
+  return seen;
+}
+
+EttrAssumptions bench_assumptions(const GoodputResults& results, const GoodputRun& run,
+                                  double start_lost_s) {
+  EttrAssumptions a;
+  a.nodes = results.nodes;
+  a.gpus_per_node = 1;
+  a.nodes_per_domain = results.nodes_per_domain;
+  a.job_hours = run.wall_s / 3600;
+  a.step_s = run.healthy_step_s;
+  a.domain_step_overhead = 0;
+  a.failure_mix = failures_by_kind(run);
+  a.start_s = start_lost_s;
+  const auto failures = static_cast<double>(run.fault_kinds.size());
+  // As many failures in the allocation as the run saw (none: an interval far beyond it).
+  a.hours_between_interruptions_per_16k_gpus =
+      failures > 0 ? a.job_hours * results.nodes / 16384.0 / failures : 1e9;
+  return a;
+}
+
 std::vector<GoodputPrediction> predict_goodput(const GoodputResults& costs,
                                                const GoodputResults& run) {
   std::vector<GoodputPrediction> out;
@@ -128,12 +152,11 @@ std::vector<GoodputPrediction> predict_goodput(const GoodputResults& costs,
     const auto calibration = costs.runs.find(design);
     if (calibration == costs.runs.end()) continue;
     const FailureCosts& cost = calibration->second.costs;
-    std::map<std::string, double> seen;
-    for (const auto& kind : measured.fault_kinds) seen[kind] += 1;
     GoodputPrediction p{.design = design,
                         .measured = measured.goodput,
                         .failures = static_cast<int>(measured.fault_kinds.size())};
-    p.lost_per_failure_s = p.failures > 0 ? mixed_failure_cost(cost, seen) : 0;
+    p.lost_per_failure_s =
+        p.failures > 0 ? mixed_failure_cost(cost, failures_by_kind(measured)) : 0;
     // Not recorded (results written before the bench did): what the faults' windows leave of
     // the time lost, which is what the bench measures it as.
     double faults_lost = 0;

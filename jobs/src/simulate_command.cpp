@@ -157,39 +157,20 @@ int goodput_check(const po::variables_map& vm) {
       worst <= 0.02 ? "every prediction within 2 points"
                     : fmt::format("a prediction misses by {:.1f} points", 100 * worst));
   if (vm.count("scale-from")) {
-    // The projection's own arithmetic at the bench's size, fed the run's start, step, failures
-    // and mix: without per-kind costs (every failure a node crash's stall, from the scale bench)
-    // and with them.
+    // What the projection charged before per-kind costs (every failure a node crash's stall,
+    // from the scale bench), fed the run's machine, start, step, failures and mix. With the
+    // per-kind costs its arithmetic is the prediction above.
     const auto measured = read_scaling(vm["scale-from"].as<std::string>());
     std::cout << fmt::format(
-        "\n  the projection (hardy simulate --ettr) at the bench's size, "
+        "\n  the projection (hardy simulate --ettr) at the bench's size without per-kind costs, "
         "scale bench {}:\n",
         measured.source);
     for (const auto& p : predictions) {
       if (p.design != "one_job" && p.design != "domains") continue;
-      const GoodputRun& r = run.runs.at(p.design);
-      std::map<std::string, double> seen;
-      for (const auto& kind : r.fault_kinds) seen[kind] += 1;
-      EttrAssumptions a;
-      a.nodes = run.nodes;
-      a.gpus_per_node = 1;
-      a.nodes_per_domain = run.nodes_per_domain;
-      a.job_hours = r.wall_s / 3600;
-      a.step_s = r.healthy_step_s;
-      a.domain_step_overhead = 0;
-      a.failure_mix = seen;
-      a.start_s = p.start_lost_s;
-      a.hours_between_interruptions_per_16k_gpus =
-          p.failures > 0 ? a.job_hours * run.nodes / 16384.0 / p.failures : 1e9;
-      const int row = p.design == "one_job" ? 0 : 1;
-      const double without = project_ettr(measured, a)[row].ettr;
-      a.failure_costs = failure_costs(costs);
-      const double with = project_ettr(measured, a)[row].ettr;
-      std::cout << fmt::format(
-          "  {:<8} without per-kind costs {:.1f}% ({:+.1f} points), with them {:.1f}% "
-          "({:+.1f})\n",
-          p.design, 100 * without, 100 * (without - p.measured), 100 * with,
-          100 * (with - p.measured));
+      const auto a = bench_assumptions(run, run.runs.at(p.design), p.start_lost_s);
+      const double without = project_ettr(measured, a)[p.design == "one_job" ? 0 : 1].ettr;
+      std::cout << fmt::format("  {:<8} {:.1f}% ({:+.1f} points)\n", p.design, 100 * without,
+                               100 * (without - p.measured));
     }
   }
   return 0;

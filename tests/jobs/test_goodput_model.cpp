@@ -167,3 +167,39 @@ TEST_CASE("Goodput model: the mix of kinds weighs their costs, and only relaunch
   CHECK_THROWS_AS(mixed_failure_cost(costs, {{"node_crash", 0}}), InvalidArgument);
   CHECK_THROWS_AS(mixed_failure_cost({}, {}), InvalidArgument);
 }
+
+TEST_CASE("Goodput model: --ettr's arithmetic at the bench's size is the prediction") {
+  testing::ScratchDirectory dir("goodput-ettr");
+  // Both designs measured every kind (the projection weighs both by one mix).
+  auto measured = goodput_results();
+  for (const char* kind : {"rank_kill", "node_freeze"})
+    measured["runs"]["domains"]["faults"].push_back(fault(kind, 2, 0.4, 6));
+  std::ofstream(dir / "goodput.json") << measured.dump();
+  // A scale bench's results, in round numbers: one job starts in 1 s and stalls 2 s at any size,
+  // domains of 2 start in 1.5 s and stall 0.3 s.
+  const auto flat = [](double a) {
+    return nlohmann::json{{"best", {{"model", "linear"}, {"a", a}, {"b", 0.0}}}};
+  };
+  const nlohmann::json fits = {{"one_job", {{"start_s", flat(1)}, {"stall_s", flat(2)}}},
+                               {"domains_of_2", {{"start_s", flat(1.5)}, {"stall_s", flat(0.3)}}}};
+  const nlohmann::json scale = {
+      {"per_domain", 2},
+      {"fits", fits},
+      {"fits_alone", fits},
+      {"medians",
+       {{"one_job", {{"8", {{"step_s", 0.1}}}}},
+        {"domains_of_2", {{"8", {{"step_s", 0.1}, {"back_s", 2.0}, {"contention", 1.0}}}}}}}};
+  std::ofstream(dir / "scale.json") << scale.dump();
+  const auto results = read_goodput(dir / "goodput.json");
+  const auto scaling = read_scaling(dir / "scale.json");
+  const auto predictions = predict_goodput(results, results);
+  for (const auto& p : predictions) {
+    const int row = p.design == "one_job" ? 0 : 1;
+    auto a = bench_assumptions(results, results.runs.at(p.design), p.start_lost_s);
+    CHECK(project_ettr(scaling, a)[row].failures == Approx(p.failures));
+    a.failure_costs = failure_costs(results);
+    CHECK(project_ettr(scaling, a)[row].ettr == Approx(p.predicted));
+  }
+  CHECK(failures_by_kind(results.runs.at("one_job")) ==
+        std::map<std::string, double>{{"node_crash", 1}, {"node_freeze", 2}, {"rank_kill", 1}});
+}

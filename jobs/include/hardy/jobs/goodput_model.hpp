@@ -40,6 +40,17 @@ GoodputResults read_goodput(const std::filesystem::path& results);
 // The per-kind costs of one job and of domains in the results, for the projection.
 MeasuredFailureCosts failure_costs(const GoodputResults& results);
 
+// The failures a run saw, counted by kind: a mix for mixed_failure_cost and the projection.
+std::map<std::string, double> failures_by_kind(const GoodputRun& run);
+
+// The projection's assumptions for the bench's own machine and run: its nodes of one rank, its
+// domains, the run's wall as the allocation, as many failures as it saw in their mix, its start
+// and healthy step, no per-step price. With the per-kind costs of the same run, --ettr's
+// arithmetic gives predict_goodput's prediction (the unit tests hold them equal); without, what
+// the projection charged before.
+EttrAssumptions bench_assumptions(const GoodputResults& results, const GoodputRun& run,
+                                  double start_lost_s);
+
 struct GoodputPrediction {
   std::string design;
   double measured = 0;
