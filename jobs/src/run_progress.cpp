@@ -97,6 +97,31 @@ void read_slow_ranks(const std::string& event, const nlohmann::json& record,
   }
 }
 
+// The same one level up (domain_balance.hpp): which fault domains are slow, and the split of
+// the batch over them. New members share it out by ranks again.
+void read_slow_domains(const std::string& event, const nlohmann::json& record,
+                       RunProgress& progress) {
+  const auto domain_of = [](const nlohmann::json& r) {
+    return core::read_field<int>(r, "slow_domain");
+  };
+  if (event == event_kind("domains_connected") || event == event_kind("domain_admitted") ||
+      event == event_kind("domain_quorum_changed")) {
+    progress.slow_domains.clear();
+    progress.domain_shares.clear();
+  } else if (event == event_kind("domain_slow")) {
+    progress.slow_domains.push_back(record);
+  } else if (event == event_kind("domain_recovered")) {
+    std::erase_if(progress.slow_domains,
+                  [&](const nlohmann::json& slow) { return domain_of(slow) == domain_of(record); });
+  } else if (event == event_kind("domains_rebalanced")) {
+    const std::string reason = core::read_field<std::string>(record, "reason").value_or("");
+    progress.domain_shares.clear();
+    if (reason != "recovered" && reason != "unequal domains" && record.contains("per_domain_batch"))
+      for (const auto& share : record["per_domain_batch"])
+        if (share.is_number_unsigned()) progress.domain_shares.push_back(share.get<std::size_t>());
+  }
+}
+
 void read_events(const std::filesystem::path& path, RunProgress& progress) {
   std::ifstream file(path);
   for (std::string line; std::getline(file, line);) {
@@ -110,6 +135,7 @@ void read_events(const std::filesystem::path& path, RunProgress& progress) {
     progress.relaunches += event == event_kind("job_relaunched");
     if (event == event_kind("training_diverging")) progress.diverging = *record;
     read_slow_ranks(event, *record, progress);
+    read_slow_domains(event, *record, progress);
     if (event == event_kind("job_relaunched"))
       read_lost_nodes(*record, event_field("job_relaunched", "excluded"), "", progress);
     if (event ==

@@ -38,6 +38,10 @@ struct RunProgress {
   // or a new launch).
   std::vector<nlohmann::json> slow_links;
   std::vector<std::size_t> straggler_shares;
+  // With fault domains: the domains slow now (domain_slow not followed by domain_recovered or a
+  // change of members), and the samples per domain of the split around them (empty: by ranks).
+  std::vector<nlohmann::json> slow_domains;
+  std::vector<std::size_t> domain_shares;
 };
 
 // The last complete line of a JSON-lines file (events.jsonl, metrics.jsonl), reading only the

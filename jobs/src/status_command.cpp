@@ -108,6 +108,8 @@ nlohmann::json status_json(const std::filesystem::path& run_dir) {
           {"slow_ranks", progress.slow_ranks},
           {"slow_links", progress.slow_links},
           {"straggler_shares", progress.straggler_shares},
+          {"slow_domains", progress.slow_domains},
+          {"domain_shares", progress.domain_shares},
           {"slowest_rank", metric("slowest_rank")},
           {"slowest_score", metric("slowest_score")}};
 }
@@ -190,6 +192,16 @@ void print_text(const nlohmann::json& status) {
     std::cout << fmt::format(
         "shares         {} samples per rank (around slow ranks)\n",
         fmt::join(status["straggler_shares"].get<std::vector<std::size_t>>(), ","));
+  for (const auto& slow : status["slow_domains"])
+    std::cout << fmt::format(
+        "slow domain    {}: {:.2f} of the other domains' speed since step {}\n",
+        core::read_field<int>(slow, "slow_domain").value_or(-1),
+        core::read_field<double>(slow, "score").value_or(NAN),
+        core::read_field<long>(slow, "since_step").value_or(-1));
+  if (!status["domain_shares"].empty())
+    std::cout << fmt::format(
+        "domain shares  {} samples per fault domain (around slow domains)\n",
+        fmt::join(status["domain_shares"].get<std::vector<std::size_t>>(), ","));
   if (!status["slowest_score"].is_null())
     std::cout << fmt::format(
         "slowest rank   {} at {} of its peers' speed (the peers' time per sample over its own)\n",

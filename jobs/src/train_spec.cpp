@@ -140,7 +140,10 @@ po::options_description resilience_options() {
       "samples, in proportion to its speed, the global batch and every sample's once per "
       "epoch unchanged); or evict (the default: rebalance, and under hardy run with a spare "
       "node, once the time a slow rank or link cost reaches what a relaunch costs, leave its "
-      "node out: node_evicted, a final checkpoint, and a relaunch on the spare)")(
+      "node out: node_evicted, a final checkpoint, and a relaunch on the spare). With fault "
+      "domains the same inside each domain, and between them: a domain slower than the others "
+      "(its slowest rank's own work per sample) is named (domain_slow) and, from rebalance on, "
+      "given a smaller slice of the batch (domains_rebalanced)")(
       "straggler-slowdown", po::value<double>()->default_value(0.15),
       "how much slower than its peers' median a rank's own work per sample (data wait, forward, "
       "backward) must be to count: 0.15 is 15%")(

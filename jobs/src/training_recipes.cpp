@@ -47,7 +47,6 @@ TrainingRecipe compact_recipe() {
 }
 
 TrainingRecipe cosmoflow_recipe() {
-  constexpr std::string_view yaml = "mlcommons/hpc cosmoflow/configs/cosmo.yaml";
   return {
       .architecture = core::Architecture::cosmoflow,
       .name = "MLPerf HPC CosmoFlow reference",

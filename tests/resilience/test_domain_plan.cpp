@@ -1,5 +1,6 @@
 // The fault-domain protocol's decisions (resilience/src/domains/domain_plan.hpp), without any
 // domain.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <numeric>
@@ -70,6 +71,72 @@ TEST_CASE("a vote sums to: ok only if every member was, pending if any saw a gen
   CHECK(vote.ranks == std::vector<int>{2, 4, 1});
   too_short.resize(5);
   CHECK_THROWS_AS(take_vote(too_short, 3), Error);
+}
+
+TEST_CASE("the domains' shares replace the split by ranks, every sample still once") {
+  // Four domains of two ranks, domain 1 at a third of the others' speed: the lowest member's
+  // policy asks for 11, 4, 11, 10 of 36 samples.
+  const std::vector<int> ranks{2, 2, 2, 2};
+  const std::vector<double> shares{11, 4, 11, 10};
+  const std::size_t batch = 36;
+  std::vector<int> seen(batch, 0);
+  std::size_t next = 0;
+  for (std::size_t d = 0; d < ranks.size(); ++d) {
+    const auto slice = domain_slice(batch, ranks, d, shares);
+    CHECK(slice.begin == next);
+    CHECK(slice.size() == static_cast<std::size_t>(shares[d]));
+    next = slice.end;
+    CHECK(domain_share(batch, ranks, d, shares) == Approx(shares[d] / 36.0));
+    for (int r = 0; r < ranks[d]; ++r) {
+      const auto part = rank_slice_in_domain(batch, ranks, d, r, ranks[d], {}, shares);
+      CHECK(part.begin >= slice.begin);
+      CHECK(part.end <= slice.end);
+      for (auto i = part.begin; i < part.end; ++i) ++seen[i];
+    }
+  }
+  CHECK(next == batch);
+  CHECK(std::ranges::all_of(seen, [](int n) { return n == 1; }));
+  // Shares are weights: another batch is shared out in proportion, whole samples, once each.
+  std::size_t covered = 0;
+  for (std::size_t d = 0; d < ranks.size(); ++d)
+    covered += domain_slice(72, ranks, d, shares).size();
+  CHECK(covered == 72);
+  CHECK(domain_slice(72, ranks, 1, shares).size() == 8);
+  CHECK_THROWS_AS(domain_slice(batch, ranks, 0, std::vector<double>{1, 2}), InvalidArgument);
+}
+
+TEST_CASE("a vote carries each domain's own work, and the lowest member's shares") {
+  const std::vector<float> gradients{1.0f};
+  std::vector<float> summed;
+  const auto add = [&](const Vote& vote, std::size_t index) {
+    std::vector<float> mine = gradients;
+    append_vote(mine, vote, index, 3);
+    REQUIRE(mine.size() == 1 + vote_values(3));
+    if (summed.empty()) summed.assign(mine.size(), 0.0f);
+    for (std::size_t i = 0; i < summed.size(); ++i) summed[i] += mine[i];
+  };
+  // Each leader fills its own slots; the lowest member alone the shares.
+  add({.ranks = {2, 0, 0}, .own_s = {0.25, 0, 0}, .own_samples = {12, 0, 0}, .shares = {14, 8, 14}},
+      0);
+  add({.ranks = {0, 2, 0}, .own_s = {0, 0.75, 0}, .own_samples = {0, 12, 0}}, 1);
+  add({.ranks = {0, 0, 2}, .own_s = {0, 0, 0.5}, .own_samples = {0, 0, 12}}, 2);
+  const Vote vote = take_vote(summed, 3);
+  CHECK(summed == std::vector<float>{3.0f});
+  CHECK(vote.ranks == std::vector<int>{2, 2, 2});
+  CHECK(vote.own_s == std::vector<double>{0.25, 0.75, 0.5});
+  CHECK(vote.own_samples == std::vector<double>{12, 12, 12});
+  CHECK(vote.shares == std::vector<double>{14, 8, 14});
+  // No shares voted, or one member without one: the split is by ranks.
+  summed.clear();
+  add({.ranks = {1, 0, 0}}, 0);
+  add({.ranks = {0, 1, 0}}, 1);
+  add({.ranks = {0, 0, 1}}, 2);
+  CHECK(take_vote(summed, 3).shares.empty());
+  std::vector<float> one_short;
+  append_vote(one_short, {.ranks = {1, 0}, .shares = {3, 0}}, 0, 2);
+  CHECK(take_vote(one_short, 2).shares.empty());
+  std::vector<float> wrong_count;
+  CHECK_THROWS_AS(append_vote(wrong_count, {.ranks = {1, 0}, .shares = {3}}, 0, 2), Error);
 }
 
 TEST_CASE("a vote carries the loss to about a double's precision, beyond a float's") {

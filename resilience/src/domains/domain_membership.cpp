@@ -116,6 +116,7 @@ ResyncPlan FaultDomains::resync(const MemberPosition& mine, const DomainStateAcc
     positions.push_back({decided[i], joining[i] != 0});
   ResyncPlan plan = plan_resync(positions);
   ranks_per_member_.assign(ranks.begin(), ranks.end());
+  split_by_ranks();  // the members changed: the split starts again from their sizes
   const bool anyone_heals =
       std::count(plan.actions.begin(), plan.actions.end(), ResyncAction::heal) > 0;
   if (plan.from_persisted) {

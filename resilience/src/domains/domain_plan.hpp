@@ -33,11 +33,15 @@ std::string format_members(const std::vector<int>& members);
 // that slice among themselves, evenly or by `weights` (one per live rank: core::weighted_shares,
 // the slow-rank policy's). So a domain that lost ranks since it reported covers its share with
 // fewer, the others never notice, and every sample is still assigned exactly once.
+// `domain_shares`, when given (one positive weight per domain: the cross-domain slow-rank
+// policy's, domain_balance.hpp), replaces the split by ranks: domain i takes core::shard_of's
+// weighted slice, whole samples that whole-number weights adding up to the batch give exactly.
 core::Shard domain_slice(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
-                         std::size_t domain);
+                         std::size_t domain, std::span<const double> domain_shares = {});
 core::Shard rank_slice_in_domain(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
                                  std::size_t domain, int rank, int live_ranks,
-                                 std::span<const double> weights = {});
+                                 std::span<const double> weights = {},
+                                 std::span<const double> domain_shares = {});
 
 // ---- synchronising every N steps (--domain-sync-every, the NERSC hybrid scheme; LocalSGD) ----
 //
@@ -54,7 +58,7 @@ bool synchronizes(long step, int sync_every, long last_step);
 // the average at a meeting, and what its gradient sum is divided by on the steps in between to
 // make it its own batch's mean.
 double domain_share(std::size_t global_batch, const std::vector<int>& ranks_per_domain,
-                    std::size_t domain);
+                    std::size_t domain, std::span<const double> domain_shares = {});
 
 // ---- the per-step vote ----
 
@@ -68,6 +72,13 @@ struct Vote {
   double loss = 0;                  // the domain's loss sum (already summed over its ranks)
   double skipped = 0;               // bad samples skipped in the domain this step
   std::vector<int> ranks;           // live ranks per member; a leader fills in its own slot only
+  // The domain's own work for the step (its slowest rank's seconds, 0: not measured) and the
+  // samples it covered, per member; a leader fills in its own slot only.
+  std::vector<double> own_s = {}, own_samples = {};
+  // The split of the batch over the members that the lowest member's cross-domain policy asks
+  // for (domain_balance.hpp): the lowest member fills in every slot, the others none; all zero:
+  // by ranks. It holds from the next batch drawn after the vote.
+  std::vector<double> shares = {};
 };
 // The values a vote of `members` members takes at the end of a buffer.
 std::size_t vote_values(std::size_t members);

@@ -27,7 +27,7 @@ using namespace fault_domains_internal;
 
 FaultDomains::FaultDomains(DomainOptions options, const std::unique_ptr<comm::Communicator>& domain,
                            core::EventLog& events)
-    : options_(std::move(options)), domain_(domain), events_(events) {
+    : options_(std::move(options)), domain_(domain), events_(events), balance_(options_.balance) {
   if (!enabled()) return;
   if (options_.count < 1 || options_.index >= options_.count)
     throw InvalidArgument(
@@ -46,30 +46,32 @@ int FaultDomains::job_world_size() const {
 
 double FaultDomains::share(std::size_t global_batch) const {
   if (!enabled()) return 1.0;
-  return domain_share(global_batch, ranks_per_member_, member_index());
+  return domain_share(global_batch, ranks_per_member_, member_index(), shares_per_member_);
 }
 
 core::Shard FaultDomains::my_slice(std::size_t global_batch,
                                    std::span<const double> weights) const {
   if (!enabled()) return core::shard_of(global_batch, domain().rank(), domain().size(), weights);
   return rank_slice_in_domain(global_batch, ranks_per_member_, member_index(), domain().rank(),
-                              domain().size(), weights);
+                              domain().size(), weights, shares_per_member_);
 }
 
 std::uint64_t FaultDomains::split_digest() const {
-  std::uint64_t digest = 1469598103934665603ull;  // FNV-1a over the members and their ranks
+  std::uint64_t digest = 1469598103934665603ull;  // FNV-1a over the members, ranks and shares
   const auto mix = [&](std::int64_t value) {
     digest = (digest ^ static_cast<std::uint64_t>(value)) * 1099511628211ull;
   };
   for (int member : members_) mix(member);
   mix(-1);
   for (int ranks : ranks_per_member_) mix(ranks);
+  mix(-1);
+  for (double share : shares_per_member_) mix(std::llround(share * 1024));
   return digest;
 }
 
 core::Shard FaultDomains::my_domain_slice(std::size_t global_batch) const {
   if (!enabled()) return {0, global_batch};
-  return domain_slice(global_batch, ranks_per_member_, member_index());
+  return domain_slice(global_batch, ranks_per_member_, member_index(), shares_per_member_);
 }
 
 void FaultDomains::start(const DomainStateAccess& state) {
@@ -114,6 +116,7 @@ void FaultDomains::start(const DomainStateAccess& state) {
     decision.generation = generation_;
     decision.members = members_;
     decision.ranks = ranks_per_member_;
+    decision.shares = shares_per_member_;
     events_.emit(
         joining ? "domain_joined" : "domains_connected",
         {{"domain", options_.index},
@@ -147,8 +150,9 @@ DomainStep FaultDomains::settle_exchange(std::span<core::Tensor* const> tensors,
   if (sharded()) {
     const ShardsGathered gathered = gather_shards();
     if (gathered.vote) {
+      const long step = in_flight_->step;
       in_flight_.reset();
-      return commit_gathered(*gathered.vote, tensors);
+      return commit_gathered(*gathered.vote, tensors, step);
     }
     shards_missing = gathered.missing;
   }
@@ -184,6 +188,7 @@ DomainStep FaultDomains::after_local_recovery(long next_step, bool synchronized,
     // The others split the next batch by the sizes they know; this domain covers its slice with
     // the ranks it has left, and reports the new size in the next vote.
     decision.ranks = ranks_per_member_;
+    decision.shares = shares_per_member_;
     return apply_decision(decision.encode(), tensors, nullptr, state);
   }
   // The other domains wait in this step's exchange (or will): join it with nothing to add and a
@@ -230,7 +235,7 @@ std::vector<double> FaultDomains::conclude(const DomainStateAccess& state,
     decision.loss = vote.loss;
     decision.skipped = vote.skipped;
     decision.admit_pending = vote.generation_pending;
-    ranks_per_member_ = vote.ranks;
+    adopt_vote(vote, step);
     last_vote_loss_ = vote.loss;
   } catch (const comm::GroupFailure& e) {
     const auto detected = core::unix_time();
@@ -261,6 +266,7 @@ std::vector<double> FaultDomains::conclude(const DomainStateAccess& state,
   decision.generation = generation_;
   decision.members = members_;
   decision.ranks = ranks_per_member_;
+  decision.shares = shares_per_member_;
   in_flight_ok_ = decision.verdict == kCommit;
   return decision.encode();
 }
@@ -295,6 +301,7 @@ DomainStep FaultDomains::apply_decision(std::vector<double> encoded,
   generation_ = decision.generation;
   members_ = decision.members;
   ranks_per_member_ = decision.ranks;
+  shares_per_member_ = decision.shares;
   if (decision.verdict == kCommit && values > 0) {
     if (!leader()) held_sums_.resize(values);  // reused step after step
     domain().broadcast(std::as_writable_bytes(std::span(held_sums_)), 0);
@@ -340,6 +347,7 @@ void FaultDomains::admit_if_pending(const DomainStateAccess& state) {
     decision.generation = generation_;
     decision.members = members_;
     decision.ranks = ranks_per_member_;
+    decision.shares = shares_per_member_;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     // The supervisor can publish a generation without a domain whose job ended while that

@@ -30,6 +30,7 @@
 #include "hardy/core/compute/tensor.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
+#include "hardy/resilience/domain_balance.hpp"
 #include "hardy/resilience/training_config.hpp"
 
 namespace hardy::resilience {
@@ -47,6 +48,9 @@ struct DomainOptions {
   // launch). The leader asks to be let in under it, then heals from a peer.
   std::string join_token;
   DomainExchange exchange = DomainExchange::leader;
+  // The slow-rank policy's thresholds, for the domains' split of the batch (domain_balance.hpp;
+  // mode off: split by ranks always).
+  StragglerThresholds balance = {.mode = StragglerMode::off};
 };
 
 // A leader that finds its domain left out of a generation: the domain must end (the supervisor
@@ -126,6 +130,15 @@ class FaultDomains {
   std::uint64_t split_digest() const;
   // This domain's share of a global batch (domain_plan.hpp's domain_share); 1 without domains.
   double share(std::size_t global_batch) const;
+  // The domain's own work for the step about to be exchanged (its slowest rank's seconds, 0: not
+  // measured) and the samples it covered: the leader votes them, and the lowest member shares
+  // the batch out by them (domain_balance.hpp).
+  void note_own_work(double own_s, double samples) {
+    own_s_ = own_s;
+    own_samples_ = samples;
+  }
+  // The split of the batch over the members in force (empty: by ranks).
+  const std::vector<double>& shares_per_member() const { return shares_per_member_; }
 
   // Start or join: the leaders connect, the state of the newest member (the highest committed
   // step; a joiner has none) goes to every member behind it, and each domain restores it.
@@ -209,6 +222,11 @@ class FaultDomains {
   void finish_relay(double loss, double skipped);
   // The leader's vote for the step in flight (a relaunched domain waiting to join is seen here).
   Vote my_vote(bool ok, double loss, double skipped) const;
+  // A completed vote of `step`: the members' sizes and split from it on; the lowest member's
+  // leader weighs the domains' own work and says what the next votes are to publish.
+  void adopt_vote(const Vote& vote, long step);
+  // A new generation: the split goes back to ranks, the policy starts afresh.
+  void split_by_ranks();
   // Sharded: drops the exchanges left behind (abandoned_) whose collectives have ended.
   void forget_ended_abandoned();
   // Leader: the encoded decision of the step started last (its vote, or after a lost peer domain
@@ -241,7 +259,7 @@ class FaultDomains {
   void wait_unless_superseded(std::unique_ptr<comm::Communicator>& group);
   // Sharded, every rank, when every shard arrived: the step commits here (the domain's commit
   // point: a domain that missed a shard regroups, and the resync heals it from this one).
-  DomainStep commit_gathered(const Vote& vote, std::span<core::Tensor* const> tensors);
+  DomainStep commit_gathered(const Vote& vote, std::span<core::Tensor* const> tensors, long step);
   // Sharded: every member (`ranks`, one count per member) the size of this domain, or Error.
   void require_equal_sizes(const std::vector<int>& members, const std::vector<int>& ranks) const;
   // The sums held (the step's, every value of every tensor in order) into `tensors`.
@@ -270,7 +288,15 @@ class FaultDomains {
   std::size_t generation_ = 0;
   std::vector<int> members_;           // live domains, ascending
   std::vector<int> ranks_per_member_;  // as reported at the last vote or resync
-  double last_vote_loss_ = 0;          // the job-wide loss of the last step whose vote completed
+  // The split of the batch over the members by the last vote (empty: by ranks), what the
+  // lowest member's leader publishes in its next votes, its policy, and this domain's own work
+  // for the step about to be voted.
+  std::vector<double> shares_per_member_;
+  std::vector<double> published_shares_;
+  DomainBalance balance_;
+  std::optional<std::chrono::steady_clock::time_point> last_balanced_;  // the last vote weighed
+  double own_s_ = 0, own_samples_ = 0;
+  double last_vote_loss_ = 0;  // the job-wide loss of the last step whose vote completed
   // The log lines saved with the state resume_persisted read here (a node-local snapshot's):
   // the domain that wrote them may have died before logging them.
   std::string persisted_lines_;

@@ -27,13 +27,15 @@ inline milliseconds to_ms(double seconds) {
 enum Decision : int { kCommit = 0, kAbandon = 1, kHealed = 2, kRewind = 3 };
 
 // The decision a leader broadcasts in its domain: verdict, loss, skipped, admit pending,
-// generation, member count, members, ranks per member.
+// generation, member count, members, ranks per member, the split's shares per member (all zero:
+// by ranks).
 struct SharedDecision {
   int verdict = kCommit;
   double loss = 0, skipped = 0;
   bool admit_pending = false;
   std::size_t generation = 0;
   std::vector<int> members, ranks;
+  std::vector<double> shares;  // empty: by ranks
 
   std::vector<double> encode() const {
     std::vector<double> out{static_cast<double>(verdict),
@@ -44,10 +46,12 @@ struct SharedDecision {
                             static_cast<double>(members.size())};
     for (int m : members) out.push_back(m);
     for (int r : ranks) out.push_back(r);
+    for (std::size_t i = 0; i < members.size(); ++i)
+      out.push_back(shares.empty() ? 0.0 : shares.at(i));
     return out;
   }
   // The values a decision of a job of `domains` domains needs at most.
-  static std::size_t room(std::size_t domains) { return 6 + 2 * domains; }
+  static std::size_t room(std::size_t domains) { return 6 + 3 * domains; }
   static SharedDecision decode(const std::vector<double>& in) {
     SharedDecision d;
     d.verdict = static_cast<int>(in.at(0));
@@ -58,6 +62,8 @@ struct SharedDecision {
     const auto n = static_cast<std::size_t>(in.at(5));
     for (std::size_t i = 0; i < n; ++i) d.members.push_back(static_cast<int>(in.at(6 + i)));
     for (std::size_t i = 0; i < n; ++i) d.ranks.push_back(static_cast<int>(in.at(6 + n + i)));
+    for (std::size_t i = 0; i < n; ++i) d.shares.push_back(in.at(6 + 2 * n + i));
+    if (std::ranges::all_of(d.shares, [](double s) { return s == 0; })) d.shares.clear();
     return d;
   }
 };

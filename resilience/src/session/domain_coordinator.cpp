@@ -29,7 +29,8 @@ DomainCoordinator::DomainCoordinator(const TrainingConfig& config, Membership& m
                                                        .address = config.domain_address,
                                                        .timeout_s = config.domain_timeout_s,
                                                        .join_token = config.domain_join,
-                                                       .exchange = config.domain_exchange},
+                                                       .exchange = config.domain_exchange,
+                                                       .balance = config.stragglers},
                                          membership.communicator_slot(), files.events())) {}
 
 DomainCoordinator::~DomainCoordinator() = default;

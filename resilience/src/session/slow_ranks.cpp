@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <numeric>
 #include <unordered_map>
 
 #include "hardy/comm/communicator.hpp"
@@ -25,7 +26,10 @@ SlowRanks::SlowRanks(const StragglerThresholds& thresholds, const Membership& me
       events_(events),
       may_evict_(may_evict && thresholds.mode == StragglerMode::evict) {
   node_count_ = count_nodes();
-  if (!watch_.enabled() || membership_.comm().size() < 2) return;
+  // A domain of one rank has no peer to compare, but its own work still weighs in the domains'
+  // split of the batch (domain_balance.hpp), and the same rules say whether it means anything.
+  const bool one_of_several_domains = !links_watched_;
+  if (!watch_.enabled() || (membership_.comm().size() < 2 && !one_of_several_domains)) return;
   if (!host_timed) {
     // A GPU step's own work is its device time (the compute span), which this does not read
     // yet: the host only queues the kernels, and its time says nothing of the device's speed.
@@ -102,12 +106,20 @@ void SlowRanks::append_slots(std::vector<double>& sums) const {
 
 void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
                        std::size_t samples) {
+  domain_own_s_ = domain_samples_ = 0;
+  if (watch_.enabled() && !unwatched_ && membership_.comm().size() == 1) {
+    domain_own_s_ = own_s_;
+    domain_samples_ = own_samples_;
+  }
   if (!active() || sums.size() <= kept) return;
   // Each slot had one non-zero addend: the sums are exact, the same on every rank.
   const auto world = static_cast<std::ptrdiff_t>(membership_.comm().size());
   const auto first = sums.begin() + static_cast<std::ptrdiff_t>(kept);
   const std::vector<double> own(first, first + world),
       own_samples(first + world, first + 2 * world);
+  // The domain finishes its slice when its slowest rank does.
+  domain_own_s_ = *std::ranges::max_element(own);
+  domain_samples_ = std::accumulate(own_samples.begin(), own_samples.end(), 0.0);
   const double lead_step_s = first[2 * world], lead_launch_s = first[2 * world + 1],
                lead_exchange_s = first[2 * world + 2];
   sums.resize(kept);

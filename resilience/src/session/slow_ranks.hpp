@@ -65,6 +65,11 @@ class SlowRanks {
 
   // Every rank's latest score (empty until the watch has a full window).
   const std::vector<double>& scores() const { return scores_; }
+  // After decide(): the communicator's own work for the step, its slowest rank's seconds, and
+  // the samples its ranks covered; 0 where not measured (the watch off, CPUs shared, a GPU's
+  // step). With fault domains each leader votes them (domain_balance.hpp).
+  double domain_own_s() const { return domain_own_s_; }
+  double domain_samples() const { return domain_samples_; }
 
  private:
   bool active() const;
@@ -92,6 +97,7 @@ class SlowRanks {
   SessionStaging& staging_;
   core::EventLog& events_;
   double own_s_ = 0, own_samples_ = 0, exchange_s_ = 0;
+  double domain_own_s_ = 0, domain_samples_ = 0;
   std::optional<std::chrono::steady_clock::time_point> last_decided_;
   double last_step_s_ = 0;  // this rank's time between its last two decisions
   double launch_s_ = 0;     // this launch's start to its first commit, here (0: not yet)

@@ -212,6 +212,7 @@ std::vector<double> TrainingSession::State::reduce_in_domain(long this_step) {
   regrowth.decide(loss, kept_for_slow_ranks);
   slow_ranks.decide(this_step, loss, kept,
                     domains.domains().my_domain_slice(current_global_batch()).size());
+  domains.domains().note_own_work(slow_ranks.domain_own_s(), slow_ranks.domain_samples());
   if (slow_ranks.probe_due()) {  // every rank: the decision is the same everywhere
     Watchdog::Scope probe(watchdog, "link probe");
     slow_ranks.probe_links(this_step, trainer.model().parameter_count() * sizeof(float));

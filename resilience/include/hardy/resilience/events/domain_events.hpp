@@ -53,6 +53,25 @@ inline constexpr EventField domain_relaunched[] = {{"launch", T::integer, req},
                                                    {"nodes", T::array, req},
                                                    {"spare_nodes", T::array, req},
                                                    {"seconds_since_end", T::number, req}};
+// The domains' split of the batch around a slow one (domain_balance.hpp); the lowest member's
+// leader writes them. slow_domain: the domain named (the event's own `domain` is the writer's).
+inline constexpr EventField domain_slow[] = {{"step", T::integer, req},
+                                             {"slow_domain", T::integer, req},
+                                             {"score", T::number, req},
+                                             {"own_s_per_sample", T::number, req},
+                                             {"peers_s_per_sample", T::number, req},
+                                             {"since_step", T::integer, req}};
+inline constexpr EventField domain_recovered[] = {{"step", T::integer, req},
+                                                  {"slow_domain", T::integer, req},
+                                                  {"score", T::number, req},
+                                                  {"since_step", T::integer, req}};
+inline constexpr EventField domains_rebalanced[] = {{"step", T::integer, req},
+                                                    {"reason", T::string, req},
+                                                    {"members", T::array, req},
+                                                    {"global_batch", T::integer, req},
+                                                    {"per_domain_batch", T::array, req},
+                                                    {"predicted_gain", T::number, req},
+                                                    {"scores", T::array, req}};
 }  // namespace event_fields
 
 inline constexpr core::EventKind kDomainEvents[] = {
@@ -86,6 +105,17 @@ inline constexpr core::EventKind kDomainEvents[] = {
     {"domain_relaunched", "hardy run relaunched a lost domain", event_fields::domain_relaunched},
     {"domain_abandoned", "a lost domain is not relaunched; the others train on",
      event_fields::reason_only},
+    {"domain_slow",
+     "a fault domain's own work per sample (its slowest rank's) stayed --straggler-slowdown above "
+     "the other domains' median for --straggler-confirm steps (score: theirs over its own)",
+     event_fields::domain_slow},
+    {"domain_recovered", "a slow fault domain kept up with the others again",
+     event_fields::domain_recovered},
+    {"domains_rebalanced",
+     "the global batch was shared out anew over the fault domains, around a slow one (reason "
+     "straggler or replanned), back by their ranks (recovered, unequal domains); it holds from "
+     "the batch drawn after the next vote",
+     event_fields::domains_rebalanced},
 };
 
 }  // namespace hardy::resilience
