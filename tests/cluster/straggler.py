@@ -42,6 +42,11 @@ Scenarios:
              pairs of nodes), node_evicted (cause link) relaunches on the spare, whose steps run
              at most 1.3 x the healthy ones; nobody's own work is named slow
   link_off   the same caps with `--straggler off` (the bench's unmitigated slow link)
+  link_domains  (the CTest cluster/straggler_link_domains) the link scenario with the 8 nodes as
+             2 fault domains of 4: domain 1 probes its own nodes, link_slow names node 5,
+             node_evicted (cause link) stops domain 1 alone, hardy run relaunches it with the
+             spare (domain_relaunched), and the steps after it joined again run at most 1.3 x
+             the healthy ones
   healthy_long  (nightly, about 12 min) 10,000 steps, no throttle, every rank's own work up to
              10% longer at random each step, `--straggler evict` and a spare: no rank_slow, no
              share change, no link probe, no eviction
@@ -81,7 +86,11 @@ NODES = 8
 # scenario: (--straggler, what is slowed at --slow-step: None, "cpu" or "link")
 SCENARIOS = {"healthy": ("rebalance", None), "off": ("off", "cpu"), "rebalance": ("rebalance", "cpu"),
              "evict": ("evict", "cpu"), "link": ("evict", "link"), "link_off": ("off", "link"),
-             "healthy_long": ("evict", None)}
+             "healthy_long": ("evict", None), "link_domains": ("evict", "link")}
+# link_domains: the link scenario with the 8 nodes as 2 fault domains of 4 (hardy run
+# --nodes-per-domain 4): the slow node's domain probes its own nodes, evicts it and stops alone;
+# hardy run relaunches that domain with the spare, and the other domain trains on.
+DOMAIN_NODES = 4
 # healthy_long: HEALTHY_LONG_STEPS steps with every rank's own work up to NOISE longer at random
 # each step (--inject-failure rank=R@step=1:noise=NOISE), the default --straggler evict and a
 # spare: nothing may be named, rebalanced, probed or evicted.
@@ -354,7 +363,8 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
     timeout = RUN_TIMEOUT_S * max(1, steps // STEPS) * (1.5 if noise else 1)
     command = [hardy, "run", "--hosts", ",".join(hosts), "--launch-agent", cluster.agent,
                "--ranks-per-node", "1", "--run-dir", str(run), "--backoff", "0.5", "--probe-timeout", "2",
-               "--finish-grace", "5", *(["--spare-nodes", "1"] if evicting else []), "--",
+               "--finish-grace", "5", *(["--spare-nodes", "1"] if evicting else []),
+               *(["--nodes-per-domain", str(DOMAIN_NODES)] if scenario == "link_domains" else []), "--",
                *train_options(steps, batch, size), "--straggler", mode,
                *(["--inject-failure", ",".join(noise)] if noise else []),
                *(["--straggler-evict-cost", str(EVICT_COST_S)] if evicting else [])]
@@ -435,7 +445,7 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
         "load_average_before": load_before, "mca": mca or {}, "throttle_by": throttle_by,
         "not_watched": "slow ranks are not watched in this job" in output,
         "finished": bool(finished) and finished[-1].get("status") == "completed" and finished[-1].get("steps") == steps,
-        "relaunches": len([e for e in events if e["event"] == "job_relaunched"]),
+        "relaunches": len([e for e in events if e["event"] in ("job_relaunched", "domain_relaunched")]),
         "hangs": [e for e in events if e["event"] in ("hang_detected", "failure_detected")],
         "steps_committed_once": sorted(counts) == list(range(1, steps + 1)) and set(counts.values()) == {1},
         "epochs_complete": len(complete), "epochs_wrong": wrong,
@@ -461,7 +471,13 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
             result[f"{name}_median_s"] = _median(metrics, first, last) if name != "rebalanced" or last_move else None
             result[f"{name}_mean_s"] = _mean(metrics, first, last) if name != "rebalanced" or last_move else None
         if evicted:  # the relaunched job, on the spare, from a few steps after it resumed
-            result["evicted_median_s"] = _median(metrics, evicted[0]["step"] + REBALANCED_SETTLE, steps)
+            back_from = evicted[0]["step"]
+            if scenario == "link_domains":  # the other domain trains alone until the relaunched one joins
+                joined = [e for e in events if e["event"] == "domain_admitted"
+                          and e["unix_time"] > evicted[0]["unix_time"]]
+                result["joined_step"] = joined[0]["step"] if joined else None
+                back_from = joined[0]["step"] if joined else steps
+            result["evicted_median_s"] = _median(metrics, back_from + REBALANCED_SETTLE, steps)
             result["evicted_over_healthy"] = _ratio(result["evicted_median_s"], result["healthy_median_s"])
             result["evicted_after_s"] = evicted[0]["unix_time"] - throttle_time
         result["slow_over_healthy"] = _ratio(result["slow_median_s"], result["healthy_median_s"])
@@ -504,7 +520,7 @@ def check_result(check, r):
     s = r["scenario"]
     check(r["status"] == 0, f"{s}: hardy run exits 0 ({r['status']}, {r['elapsed_s']:.1f} s)")
     check(r["finished"], f"{s}: job_finished completed at step {r['steps']}")
-    relaunches = 1 if s in ("evict", "link") else 0
+    relaunches = 1 if s in ("evict", "link", "link_domains") else 0
     check(r["relaunches"] == relaunches and not r["hangs"],
           f"{s}: {relaunches} relaunch(es) ({r['relaunches']}), nothing hung or failed: {r['hangs']}")
     check(r["steps_committed_once"], f"{s}: every step 1..{r['steps']} committed exactly once")
@@ -535,7 +551,7 @@ def check_result(check, r):
         check(not r["link_slow"] and not r["node_evicted"] and not probes,
               f"{s}: nothing probed, named or evicted: {r['link_slow']} {r['node_evicted']}")
         return
-    if s == "link":
+    if s in ("link", "link_domains"):
         named = r["link_slow"]
         bound = max(5 * (r.get("slow_median_s") or 0.0), 15.0)
         check(len(named) == 1 and named[0]["host"] == r["slow_host"],

@@ -53,7 +53,7 @@ TEST_CASE(
     const TrainingConfig config;
     SessionStaging staging(config, membership, domains, events);
     SlowRanks slow(thresholds, membership, staging, events, /*host_timed=*/true,
-                   /*kernel_threads=*/1, /*may_evict=*/true, /*links_watched=*/true);
+                   /*kernel_threads=*/1, /*may_evict=*/true, /*in_domain=*/false);
     RankDecisions& mine = seen[static_cast<std::size_t>(me)];
     for (long step = 1; step <= kSteps && !mine.evicted_at; ++step) {
       // Rank 2 takes three times its peers' time a sample from step 30, on every share it is

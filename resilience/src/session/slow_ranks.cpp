@@ -17,10 +17,10 @@ namespace hardy::resilience {
 
 SlowRanks::SlowRanks(const StragglerThresholds& thresholds, const Membership& membership,
                      SessionStaging& staging, core::EventLog& events, bool host_timed,
-                     int kernel_threads, bool may_evict, bool links_watched)
+                     int kernel_threads, bool may_evict, bool in_domain)
     : watch_(thresholds),
       link_(thresholds),
-      links_watched_(links_watched),
+      in_domain_(in_domain),
       membership_(membership),
       staging_(staging),
       events_(events),
@@ -28,8 +28,7 @@ SlowRanks::SlowRanks(const StragglerThresholds& thresholds, const Membership& me
   node_count_ = count_nodes();
   // A domain of one rank has no peer to compare, but its own work still weighs in the domains'
   // split of the batch (domain_balance.hpp), and the same rules say whether it means anything.
-  const bool one_of_several_domains = !links_watched_;
-  if (!watch_.enabled() || (membership_.comm().size() < 2 && !one_of_several_domains)) return;
+  if (!watch_.enabled() || (membership_.comm().size() < 2 && !in_domain_)) return;
   if (!host_timed) {
     // A GPU step's own work is its device time (the compute span), which this does not read
     // yet: the host only queues the kernels, and its time says nothing of the device's speed.
@@ -48,11 +47,6 @@ SlowRanks::SlowRanks(const StragglerThresholds& thresholds, const Membership& me
         "hardy: slow ranks are not watched in this job (--straggler {}): its ranks share CPUs "
         "({:.2g} CPU(s) for {} thread(s) here), so their timings measure the scheduler\n",
         to_string(thresholds.mode), membership_.cpu_share(), kernel_threads);
-  if (!unwatched_ && !links_watched_ && membership_.lead())
-    std::cout << fmt::format(
-        "hardy: slow links are not watched with fault domains (--straggler {}): the domains' "
-        "exchange crosses gloo groups that the link probe does not reach\n",
-        to_string(thresholds.mode));
 }
 
 bool SlowRanks::active() const {
@@ -61,7 +55,7 @@ bool SlowRanks::active() const {
 
 bool SlowRanks::links_active() const {
   // A probe tells the two ends of a link apart only with a third node to pair each with.
-  return active() && links_watched_ && link_.enabled() && node_count_ >= 3;
+  return active() && link_.enabled() && node_count_ >= 3;
 }
 
 std::vector<int> SlowRanks::node_of_rank(std::vector<std::string>& hosts) const {

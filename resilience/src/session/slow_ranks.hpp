@@ -27,11 +27,13 @@ class SlowRanks {
   // job on one small machine): there every rank's timing is the scheduler's turn-taking, not its
   // node's speed, and the policy would chase it. Off as well unless the step's own work is
   // `host_timed` (the CPU backend; a GPU's is its device time). Says so once, from the lead.
-  // Links are watched where `links_watched` as well (not across fault domains: their exchange
-  // crosses gloo groups that the probe does not reach).
+  // Links are watched too, over the communicator's nodes: with fault domains (`in_domain`, this
+  // communicator one domain of several) inside each domain of 3 nodes or more, whose exchange
+  // is an MPI allreduce like one job's; the exchange between domains crosses gloo groups that
+  // the probe does not reach.
   SlowRanks(const StragglerThresholds& thresholds, const Membership& membership,
             SessionStaging& staging, core::EventLog& events, bool host_timed, int kernel_threads,
-            bool may_evict, bool links_watched);
+            bool may_evict, bool in_domain);
 
   // This rank's own work for its latest computed step: seconds over its samples.
   void measured(double own_s, std::size_t samples);
@@ -87,7 +89,7 @@ class SlowRanks {
 
   StragglerWatch watch_;
   LinkWatch link_;
-  bool links_watched_;
+  bool in_domain_;
   bool probe_due_ = false;
   std::size_t node_count_ = 0;  // hosts in the communicator
   // Some rank of the communicator has less than a CPU per thread, or the host's time is not the

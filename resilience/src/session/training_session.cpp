@@ -77,7 +77,7 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       slow_ranks(config.stragglers, membership, staging, files.events(),
                  /*host_timed=*/config.backend == "cpu", trainer.kernel_threads(),
                  /*may_evict=*/config.spare_nodes_left > 0,
-                 /*links_watched=*/config.domain < 0),
+                 /*in_domain=*/config.domain >= 0),
       // A run lock token says hardy run launched the job: it relaunches it after a planned stop,
       // on the same nodes or, for one its failure took (the job's report counts against it), a
       // spare.
