@@ -30,7 +30,6 @@ a domain, and the steps stay slow.
 """
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,21 +39,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, small_job  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, median_step, read_jsonl, small_job, split_train_options  # noqa: E402
 
-args = sys.argv[1:]
-extra = args[args.index("--") + 1:] if "--" in args else []
-args = args[:args.index("--")] if "--" in args else args
+args, extra = split_train_options(sys.argv[1:])
 hardy = args[0]
 healthy_only = "--healthy" in args  # no slow rank: nothing may be named or shared out anew
 # --nodes-per-domain 2: 2 domains of 2 nodes, where domain 0's own watch also shares its slice out
 # around its slow rank before the domains share the batch out around domain 0.
 PER_DOMAIN = int(args[args.index("--nodes-per-domain") + 1]) if "--nodes-per-domain" in args else 1
 SAMPLES, STEPS, BATCH, SLOW_FROM, NODES, SLOW_RANK, SIZE = 128, 1000, 32, 200, 4, 1, 64
-
-
-def median_step(metrics, first, last):
-    return statistics.median(m["step_s"] for m in metrics if first <= m["step"] <= last)
 
 
 ok, why = namespaces_available()

@@ -29,7 +29,6 @@ with status 0, and the steps after the eviction (after the domain joined again) 
 pace again (at most 1.3x the healthy median), no process left behind.
 """
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,11 +38,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, small_job  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, median_step, read_jsonl, small_job, split_train_options  # noqa: E402
 
-args = sys.argv[1:]
-extra = args[args.index("--") + 1:] if "--" in args else []
-args = args[:args.index("--")] if "--" in args else args
+args, extra = split_train_options(sys.argv[1:])
 hardy = args[0]
 layout = args[1] if len(args) > 1 else "one_job"
 if layout not in ("one_job", "domains"):
@@ -53,10 +50,6 @@ domains = layout == "domains"
 # At about 5 ms a step the watch's 1 s window and 3 s confirmation are hundreds of steps.
 SAMPLES, STEPS, BATCH, SLOW_FROM = 128, 2500, 32, 300
 NODES = 4 if domains else 2
-
-
-def median_step(metrics, first, last):
-    return statistics.median(m["step_s"] for m in metrics if first <= m["step"] <= last)
 
 
 ok, why = namespaces_available()

@@ -5,6 +5,7 @@ import json
 import os
 import struct
 import subprocess
+import statistics
 import sys
 import threading
 import time
@@ -73,6 +74,18 @@ def check_completed(check, events, steps, label):
 def int_option(name, default):
     """The whole number after `name` on this script's command line, or default."""
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+
+def split_train_options(argv):
+    """(the script's own arguments, the `hardy train` options after `--`) of a command line."""
+    if "--" not in argv:
+        return list(argv), []
+    return argv[:argv.index("--")], argv[argv.index("--") + 1:]
+
+
+def median_step(metrics, first, last):
+    """The median step_s of the metrics lines of steps first..last."""
+    return statistics.median(m["step_s"] for m in metrics if first <= m["step"] <= last)
 
 
 # The fault tests' networks: a compact DeepLabv3+ of about 34,000 parameters, and a tiramisu with

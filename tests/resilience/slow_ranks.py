@@ -25,14 +25,13 @@ the fault tests, 220 steps of 32 samples; from step 40 rank 1's own work takes 3
   shared     4 ranks on the 2 CPUs: "not watched", and no event, slowdown or not.
 """
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from hardy_test import Checks, complete_epochs_exact, read_jsonl, small_job  # noqa: E402
+from hardy_test import Checks, complete_epochs_exact, median_step, read_jsonl, small_job  # noqa: E402
 
 hardy = sys.argv[1]
 healthy_long = "--healthy-long" in sys.argv[2:]
@@ -67,10 +66,6 @@ def train(run, *options, ranks=2):
 
 def of(events, kind, **fields):
     return [e for e in events if e["event"] == kind and all(e.get(k) == v for k, v in fields.items())]
-
-
-def median_step(metrics, first, last):
-    return statistics.median(m["step_s"] for m in metrics if first <= m["step"] <= last)
 
 
 if healthy_long:
