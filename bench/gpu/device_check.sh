@@ -12,7 +12,8 @@
 #   6. with what time is left, the snapshot's price on the GPU step (bench/snapshot), NCCL on
 #      one rank and the tiny job's convergence on both backends;
 #   7. multirank (only when asked, HARDY_DEVICE_PARTS=multirank): several ranks on the one GPU
-#      (bench/gpu/one_gpu_rank.sh, test only) through NCCL's recoveries, bench/gpu/multi_rank_check.py;
+#      (bench/gpu/one_gpu_rank.sh, test only) through NCCL's recoveries and a slow rank timed by
+#      its device spans (scenario slow_rank), bench/gpu/multi_rank_check.py;
 #   8. feed (only when asked): `hardy train --backend cuda` at the climate size from DeepCAM and
 #      packed files in /dev/shm beside the compute-only step (bench/gpu/feed_check.py), and an
 #      older hardy on the same inputs first when HARDY_DEVICE_FEED_BEFORE names one;

@@ -18,6 +18,12 @@ Scenarios of one job of --ranks ranks on examples/tiny.ini under `mpirun --with-
                  broadcast)
   lag            --gradient-lag 1: a step's NCCL buckets in flight while the next step computes
   lag_in_allreduce  the same, a rank killed in the next step's backward
+  slow_rank      the last rank's own work 3x from the fault step (--inject-failure ...:slow=3, its
+                 data wait and device span; --straggler rebalance over 600 steps, a 0.2 s window
+                 and 0.5 s confirmation): on the GPU rank_slow names it and shards_rebalanced
+                 gives it fewer samples (the watch reads each step's device span, not the host's
+                 queueing time); on the CPU (--backend cpu, ranks sharing this machine's CPUs) the
+                 watch is off and says so
 Scenarios of fault domains (`hardy run --nodes 2 --nodes-per-domain 1 --ranks-per-node 2`: 2
 domains of 2 ranks, all on the one GPU), domain 1 killed whole (SIGKILL to both ranks) once the
 job has committed a tenth of --domain-steps; the supervisor relaunches it and it heals from
@@ -54,7 +60,9 @@ DOMAIN_LAUNCHER = str(ROOT / "bench/gpu/one_gpu_mpirun.sh")
 sys.path.insert(0, str(ROOT / "tests/lib"))
 from hardy_test import complete_epochs_exact, read_jsonl_tail, run_watched  # noqa: E402
 
-SINGLE_JOB = ("clean", "between", "in_allreduce", "lead", "stopped", "resume", "lag", "lag_in_allreduce")
+SINGLE_JOB = ("clean", "between", "in_allreduce", "lead", "stopped", "resume", "lag", "lag_in_allreduce",
+              "slow_rank")
+SLOW_RANK_STEPS = 600
 DOMAIN_JOBS = {"domains": [], "domains_lag": ["--gradient-lag", "1"], "domains_sync4": ["--domain-sync-every", "4"],
                "domains_sync4_lag": ["--domain-sync-every", "4", "--gradient-lag", "1", "--norm", "batch"],
                "domains_sharded": ["--domain-exchange", "sharded"]}
@@ -167,8 +175,11 @@ def main():
                      "stopped": ["--inject-failure", f"rank={args.ranks - 1}@step={fault_step}:stop"],
                      "lag": ["--gradient-lag", "1"],
                      "lag_in_allreduce": ["--gradient-lag", "1", "--inject-failure",
-                                          f"rank=1@step={fault_step}:allreduce"]}.get(name)
-            total = args.domain_steps if name in DOMAIN_JOBS else steps
+                                          f"rank=1@step={fault_step}:allreduce"],
+                     "slow_rank": ["--inject-failure", f"rank={args.ranks - 1}@step={fault_step}:slow=3",
+                                   "--straggler", "rebalance", "--straggler-window-s", "0.2",
+                                   "--straggler-confirm-s", "0.5"]}.get(name)
+            total = args.domain_steps if name in DOMAIN_JOBS else SLOW_RANK_STEPS if name == "slow_rank" else steps
             sync_every = 4 if name.startswith("domains_sync4") else 1
             if name in DOMAIN_JOBS:
                 options = DOMAIN_JOBS[name]
@@ -179,10 +190,10 @@ def main():
                 status, output, run, seconds = two_phases(name, args.backend)
             else:
                 lag = name.startswith("lag")
-                expected = reference("lag" if lag else "plain", lambda: train(
-                    "cpu-lag" if lag else "cpu", args.ranks, "cpu", "--steps", str(steps),
+                expected = reference(f"lag{total}" if lag else f"plain{total}", lambda: train(
+                    f"cpu-lag-{total}" if lag else f"cpu-{total}", args.ranks, "cpu", "--steps", str(total),
                     *(["--gradient-lag", "1"] if lag else [])))
-                status, output, run, seconds = train(name, args.ranks, args.backend, "--steps", str(steps), *extra)
+                status, output, run, seconds = train(name, args.ranks, args.backend, "--steps", str(total), *extra)
             events, metrics = read_jsonl(run / "events.jsonl"), read_jsonl(run / "metrics.jsonl")
             finished = [e for e in events if e["event"] == "job_finished"]
             committed = [m["step"] for m in metrics]
@@ -225,6 +236,17 @@ def main():
                     for e in events)
                 checks["domain 1 admitted back"] = any(
                     e["event"] == "domain_joined" and e.get("domain") == 1 for e in events)
+            elif name == "slow_rank":
+                slow = [e for e in events if e["event"] == "rank_slow"]
+                moved = [e for e in events if e["event"] == "shards_rebalanced" and e.get("policy") == "straggler"]
+                if args.backend == "cuda":
+                    checks["rank_slow names the slowed rank alone"] = bool(slow) and all(
+                        e.get("rank") == args.ranks - 1 for e in slow)
+                    checks["its share cut"] = bool(moved) and moved[0]["per_rank_batch"][-1] < min(
+                        moved[0]["per_rank_batch"][:-1])
+                else:
+                    checks["the CPU watch is off on shared CPUs, and says so"] = (
+                        not slow and "slow ranks are not watched" in output)
             elif name not in ("clean", "resume", "lag"):
                 checks["a failure was survived"] = any(e["event"] == "failure_detected" for e in events)
                 if args.backend == "cuda":

@@ -83,3 +83,77 @@ TEST_CASE(
   REQUIRE_FALSE(seen[0].weights.back().empty());
   CHECK(seen[0].weights.back()[2] < seen[0].weights.back()[0]);
 }
+
+namespace {
+
+// A device's span of a step as the CUDA backend gives it, without a device: its seconds, and how
+// often they were read (each read waits for the device there).
+class ScriptedSpan final : public core::DeviceSpan {
+ public:
+  ScriptedSpan(double seconds, int& reads) : seconds_(seconds), reads_(reads) {}
+  void end() override {}
+  double seconds() override {
+    ++reads_;
+    return seconds_;
+  }
+
+ private:
+  double seconds_;
+  int& reads_;
+};
+
+}  // namespace
+
+TEST_CASE("slow ranks: on a GPU a rank's own work is its data wait and its device time") {
+  constexpr int kRanks = 3;
+  constexpr std::size_t kBatch = 30;
+  for (const StragglerMode mode : {StragglerMode::rebalance, StragglerMode::off}) {
+    StragglerThresholds thresholds;
+    thresholds.mode = mode;
+    thresholds.warmup = 2;
+    thresholds.window = 3;
+    thresholds.window_s = 0;
+    thresholds.confirm = 4;
+    thresholds.confirm_s = 0;
+    std::vector<std::vector<double>> final_weights(kRanks);
+    std::vector<int> reads(kRanks, 0);
+    InProcessWorld world(kRanks);
+    const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
+      const int me = comm->rank();
+      Membership membership(std::move(comm), 1);
+      core::EventLog events(event_kinds());
+      FaultDomains domains(DomainOptions{}, membership.communicator_slot(), events);
+      const TrainingConfig config;
+      SessionStaging staging(config, membership, domains, events);
+      // 64 kernel threads a rank, more than this machine's CPUs: a host-timed watch would be off
+      // here; the device's time does not depend on the host's CPUs.
+      SlowRanks slow(thresholds, membership, staging, events, /*host_timed=*/false,
+                     /*kernel_threads=*/64, /*may_evict=*/false, /*in_domain=*/false);
+      const auto at = static_cast<std::size_t>(me);
+      for (long step = 1; step <= 60; ++step) {
+        const auto share = static_cast<double>(kBatch) / kRanks;
+        // The same data wait everywhere; rank 2's device takes three times as long from step 10.
+        const double device_s = (me == 2 && step > 10 ? 3e-3 : 1e-3) * share;
+        slow.measured_on_device(1e-4, std::make_shared<ScriptedSpan>(device_s, reads[at]),
+                                static_cast<std::size_t>(share));
+        std::vector<double> sums{1.0};
+        slow.append_slots(sums);
+        membership.comm().allreduce_sum(sums);
+        slow.decide(step, sums, 1, kBatch);
+      }
+      final_weights[at] = staging.share_weights();
+    });
+    for (const auto& outcome : outcomes) REQUIRE_FALSE(outcome);
+    if (mode == StragglerMode::off) {
+      // Off: nothing measured, and the device never waited for.
+      CHECK(reads == std::vector<int>(kRanks, 0));
+      CHECK(final_weights[0].empty());
+      continue;
+    }
+    CHECK(reads == std::vector<int>(kRanks, 60));  // once a step, when the figures are sent
+    REQUIRE(final_weights[0].size() == kRanks);
+    CHECK(final_weights[0][2] < final_weights[0][0] / 2);
+    CHECK(final_weights[1] == final_weights[0]);
+    CHECK(final_weights[2] == final_weights[0]);
+  }
+}

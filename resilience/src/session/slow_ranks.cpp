@@ -29,17 +29,9 @@ SlowRanks::SlowRanks(const StragglerThresholds& thresholds, const Membership& me
   // A domain of one rank has no peer to compare, but its own work still weighs in the domains'
   // split of the batch (domain_balance.hpp), and the same rules say whether it means anything.
   if (!watch_.enabled() || (membership_.comm().size() < 2 && !in_domain_)) return;
-  if (!host_timed) {
-    // A GPU step's own work is its device time (the compute span), which this does not read
-    // yet: the host only queues the kernels, and its time says nothing of the device's speed.
-    unwatched_ = true;
-    if (membership_.lead())
-      std::cout << fmt::format(
-          "hardy: slow ranks are not watched on the GPU backend yet (--straggler {}): the host "
-          "times only the kernels' queueing\n",
-          to_string(thresholds.mode));
-    return;
-  }
+  // A GPU's own work is timed on the device (measured_on_device): the host's share of CPUs
+  // does not set it.
+  if (!host_timed) return;
   const bool shared_here = membership_.cpu_share() < std::max(1, kernel_threads);
   unwatched_ = comm::allreduce(membership_.comm(), shared_here ? 1 : 0, comm::ReduceOp::max) != 0;
   if (unwatched_ && membership_.lead())
@@ -81,7 +73,19 @@ void SlowRanks::measured(double own_s, std::size_t samples) {
   own_samples_ = static_cast<double>(samples);
 }
 
-void SlowRanks::append_slots(std::vector<double>& sums) const {
+void SlowRanks::measured_on_device(double host_s, std::shared_ptr<core::DeviceSpan> span,
+                                   std::size_t samples) {
+  own_s_ = host_s;
+  own_samples_ = static_cast<double>(samples);
+  device_span_ = std::move(span);
+}
+
+void SlowRanks::append_slots(std::vector<double>& sums) {
+  if (device_span_) {
+    // The step's gradients are summed by now, so its backward is done on the device.
+    if (watch_.enabled()) own_s_ += device_span_->seconds();
+    device_span_.reset();
+  }
   if (!active()) return;
   const std::size_t first = sums.size(),
                     world = static_cast<std::size_t>(membership_.comm().size()),

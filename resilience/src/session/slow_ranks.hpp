@@ -8,10 +8,12 @@
 // too, and when the watch asks, every rank takes part in a probe of pairs of nodes
 // (comm::probe_links) at the same step (link_probe, link_slow, link_recovered).
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "hardy/core/compute/backend.hpp"
 #include "hardy/core/support/event_log.hpp"
 #include "hardy/resilience/link_watch.hpp"
 #include "hardy/resilience/straggler_watch.hpp"
@@ -22,11 +24,12 @@ namespace hardy::resilience {
 
 class SlowRanks {
  public:
-  // Collective: the watch stays off where some rank of the communicator has less than a CPU to
-  // each of its `kernel_threads` (more ranks than CPUs on a host, as in tests that run a whole
-  // job on one small machine): there every rank's timing is the scheduler's turn-taking, not its
-  // node's speed, and the policy would chase it. Off as well unless the step's own work is
-  // `host_timed` (the CPU backend; a GPU's is its device time). Says so once, from the lead.
+  // Collective: where the step's own work is `host_timed` (the CPU backend), the watch stays off
+  // where some rank of the communicator has less than a CPU to each of its `kernel_threads`
+  // (more ranks than CPUs on a host, as in tests that run a whole job on one small machine):
+  // there every rank's timing is the scheduler's turn-taking, not its node's speed, and the
+  // policy would chase it. Says so once, from the lead. A GPU's own work is its data wait and
+  // its device time (measured_on_device), whatever the host's CPUs.
   // Links are watched too, over the communicator's nodes: with fault domains (`in_domain`, this
   // communicator one domain of several) inside each domain of 3 nodes or more, whose exchange
   // is an MPI allreduce like one job's; the exchange between domains crosses gloo groups that
@@ -37,13 +40,17 @@ class SlowRanks {
 
   // This rank's own work for its latest computed step: seconds over its samples.
   void measured(double own_s, std::size_t samples);
+  // The same on a GPU: `host_s` (the data wait) plus the device's time over `span`, which is
+  // read (waited for) only when the figures are sent, after the step's sums.
+  void measured_on_device(double host_s, std::shared_ptr<core::DeviceSpan> span,
+                          std::size_t samples);
   // This rank's wait for the step's summed gradients (from the end of its backward).
   void measured_exchange(double exchange_s) { exchange_s_ = exchange_s; }
   // Appends two slots per rank to `sums` (a vector about to be summed over the communicator),
   // this rank's own time and samples in its own, zero in the others', and the lead's clocks
   // (its last step's duration, its launch's time to the first commit, its exchange's wait);
   // nothing when disabled.
-  void append_slots(std::vector<double>& sums) const;
+  void append_slots(std::vector<double>& sums);
   // After the sum: takes the slots back off `sums` (leaving `kept` values) and decides at
   // `step`, the ranks sharing `samples` samples per batch.
   void decide(long step, std::vector<double>& sums, std::size_t kept, std::size_t samples);
@@ -99,6 +106,7 @@ class SlowRanks {
   SessionStaging& staging_;
   core::EventLog& events_;
   double own_s_ = 0, own_samples_ = 0, exchange_s_ = 0;
+  std::shared_ptr<core::DeviceSpan> device_span_;  // on a GPU, until append_slots() reads it
   double domain_own_s_ = 0, domain_samples_ = 0;
   std::optional<std::chrono::steady_clock::time_point> last_decided_;
   double last_step_s_ = 0;  // this rank's time between its last two decisions

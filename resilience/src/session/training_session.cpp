@@ -245,6 +245,7 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
     return trainer.load_batch(
         [this](const core::GlobalBatch& b) { return staging.local_samples(b); });
   }();
+  const double waited_for_data_s = seconds_since(own_started);
   domains.note_split_of_computed();
   // Where the domains meet: the domain's sums go to its leader alone, or bucket by bucket to the
   // other domains (sharded).
@@ -255,11 +256,21 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
     if (ready == count / 2) injector.at(computed_step, Phase::allreduce);
   });
   if (span) span->end();
-  // --inject-failure ...:slow=F: this rank's own work takes F times as long.
-  if (const double slowdown = injector.slowdown(computed_step); slowdown > 1)
-    std::this_thread::sleep_for(
-        std::chrono::duration<double>((slowdown - 1) * seconds_since(own_started)));
-  slow_ranks.measured(seconds_since(own_started), trainer.newest_computed_samples());
+  // --inject-failure ...:slow=F: this rank's own work takes F times as long (on a GPU, its data
+  // wait and device time: the span is waited for, in a test only).
+  double injected_s = 0;
+  if (const double slowdown = injector.slowdown(computed_step); slowdown > 1) {
+    injected_s =
+        (slowdown - 1) * (span ? waited_for_data_s + span->seconds() : seconds_since(own_started));
+    std::this_thread::sleep_for(std::chrono::duration<double>(injected_s));
+  }
+  // On a GPU the host only queued the kernels: the step's own work is its data wait and the
+  // device's time, read once the step's sums are in (no wait for the device here).
+  if (span)
+    slow_ranks.measured_on_device(waited_for_data_s + injected_s, span,
+                                  trainer.newest_computed_samples());
+  else
+    slow_ranks.measured(seconds_since(own_started), trainer.newest_computed_samples());
   done.compute_span = std::move(span);
   done.compute_s = seconds_since(started);
   done.data_wait_s = input.data_wait_s;
