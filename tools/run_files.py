@@ -114,6 +114,15 @@ def collect_marks(events, clock):
         elif name == "shards_rebalanced" and e.get("policy") == "straggler":
             shares = ",".join(str(x) for x in e.get("per_rank_batch") or [])
             marks.append(("shares", step, f"shares {shares} ({e.get('reason', '?')})"))
+        elif name == "domain_slow":
+            marks.append(("slow rank", e.get("since_step", step),
+                          f"fault domain {e.get('slow_domain', '?')} slow since step {e.get('since_step', '?')}: "
+                          f"{number_text(e.get('score'))} of the other domains' speed"))
+        elif name == "domain_recovered":
+            marks.append(("slow rank", step, f"fault domain {e.get('slow_domain', '?')} back to the others' speed"))
+        elif name == "domains_rebalanced":
+            shares = ",".join(str(x) for x in e.get("per_domain_batch") or [])
+            marks.append(("shares", step, f"domain shares {shares} ({e.get('reason', '?')})"))
         elif name == "training_diverging":
             # Drawn where the loss first stayed above the threshold, labelled with the figures.
             marks.append(("diverging", e.get("since_step", step),

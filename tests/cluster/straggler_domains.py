@@ -21,7 +21,8 @@ fewer samples to domain 1), and every domain applies the split from the same bat
 
 Checked: hardy run exits 0, one launch a domain, one generation; domain_slow names domain 1 and
 no other domain; domains_rebalanced gives domain 1 fewer samples than the others, the shares
-adding up to the global batch; `hardy status --json` shows domain 1 slow and that split; every step committed once and every sample once per epoch (--audit-samples); the
+adding up to the global batch; `hardy status --json` shows domain 1 slow and that split, and
+`hardy report`'s marks name it and the shares; every step committed once and every sample once per epoch (--audit-samples); the
 median step after the rebalance is at most 0.65 x the slow one and 1.5 x the healthy one (three
 domains and a third of one carry the batch: 1.2x at best; 33.7-43.8 ms healthy, 81-88 ms slow,
 40-45 ms after in three runs on 2026-11-30, domain 1 named 36-41 steps after the slowdown); no
@@ -40,6 +41,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "lib"))
 from emulated_cluster import EmulatedCluster, namespaces_available  # noqa: E402
 from hardy_test import Checks, complete_epochs_exact, median_step, read_jsonl, small_job, split_train_options  # noqa: E402
+sys.path.insert(0, str(HERE.parents[1] / "tools"))
+from run_files import StepClock, collect_marks  # noqa: E402  (what hardy report and TensorBoard draw)
 
 args, extra = split_train_options(sys.argv[1:])
 hardy = args[0]
@@ -105,6 +108,11 @@ with EmulatedCluster(nodes=NODES) as cluster, tempfile.TemporaryDirectory(prefix
           and rebalanced and shown.get("domain_shares") == rebalanced[-1]["per_domain_batch"],
           f"hardy status shows domain {slow_domain} slow and the last split: "
           f"{shown.get('slow_domains')} {shown.get('domain_shares')} ({status.returncode} {status.stderr[-300:]})")
+    marks, _ = collect_marks(events, StepClock(read_jsonl(run / "metrics.jsonl")))
+    check(any(f"fault domain {slow_domain} slow since" in label for _, _, label in marks)
+          and any(label.startswith("domain shares") for kind, _, label in marks if kind == "shares"),
+          f"hardy report marks domain {slow_domain} slow and the domains' shares: "
+          f"{[label for _, _, label in marks if 'domain' in label]}")
     ranks_slow = of("rank_slow")
     if PER_DOMAIN == 1:
         check(not ranks_slow, f"no rank named slow inside a domain of one: {ranks_slow}")
