@@ -2,9 +2,14 @@
 // every rank must take the same decision at the same step, even where what each rank reads from
 // its own clock differs, or the ranks split the batch differently and a step covers some samples
 // twice and others never.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "domains/fault_domains.hpp"
@@ -82,6 +87,67 @@ TEST_CASE(
   // Rebalanced before: rank 2's share was cut.
   REQUIRE_FALSE(seen[0].weights.back().empty());
   CHECK(seen[0].weights.back()[2] < seen[0].weights.back()[0]);
+}
+
+TEST_CASE("slow ranks: an eviction forgone for want of a spare is never due again") {
+  constexpr int kRanks = 3;
+  constexpr std::size_t kBatch = 30;
+  StragglerThresholds thresholds;
+  thresholds.mode = StragglerMode::evict;
+  thresholds.warmup = 2;
+  thresholds.window = 3;
+  thresholds.window_s = 0;
+  thresholds.confirm = 4;
+  thresholds.confirm_s = 0;
+  thresholds.evict_cost_s = 0.01;
+  std::vector<std::optional<long>> forgone_at(kRanks);
+  std::vector<int> due_after(kRanks, 0), forgone_events(kRanks, 0);
+  InProcessWorld world(kRanks);
+  const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
+    const int me = comm->rank();
+    const auto at = static_cast<std::size_t>(me);
+    Membership membership(std::move(comm), 1);
+    const auto log =
+        std::filesystem::temp_directory_path() /
+        ("hardy-test-forgone-" + std::to_string(::getpid()) + "-" + std::to_string(me) + ".jsonl");
+    std::filesystem::remove(log);
+    core::EventLog events(log, event_kinds());
+    FaultDomains domains(DomainOptions{}, membership.communicator_slot(), events);
+    const TrainingConfig config;
+    SessionStaging staging(config, membership, domains, events);
+    SlowRanks slow(thresholds, membership, staging, events, /*host_timed=*/true,
+                   /*kernel_threads=*/1, /*may_evict=*/true, /*in_domain=*/true);
+    for (long step = 1; step <= 200; ++step) {
+      const auto share = static_cast<double>(kBatch) / kRanks;
+      slow.measured((me == 2 && step > 30 ? 3e-3 : 1e-3) * share, static_cast<std::size_t>(share));
+      std::vector<double> sums{1.0};
+      slow.append_slots(sums);
+      membership.comm().allreduce_sum(sums);
+      slow.decide(step, sums, 1, kBatch);
+      if (step == 1) slow.first_step_committed(0.5);
+      if (!slow.eviction_due()) continue;
+      if (forgone_at[at]) {
+        ++due_after[at];
+        continue;
+      }
+      forgone_at[at] = step;
+      slow.no_spare_left(step);  // hardy run's spare went to another domain's relaunch
+      CHECK_FALSE(slow.eviction_due());
+    }
+    std::ifstream written(log);
+    for (std::string line; std::getline(written, line);)
+      forgone_events[at] += line.find("\"eviction_forgone\"") != std::string::npos;
+    std::filesystem::remove(log);
+    CHECK_FALSE(staging.share_weights().empty());  // still rebalanced around the slow rank
+  });
+  for (const auto& outcome : outcomes) REQUIRE_FALSE(outcome);
+  REQUIRE(forgone_at[0]);
+  for (int r = 0; r < kRanks; ++r) {
+    const auto at = static_cast<std::size_t>(r);
+    CHECK(forgone_at[at] == forgone_at[0]);
+    CHECK(due_after[at] == 0);
+    CHECK(forgone_events[at] == 1);
+  }
 }
 
 namespace {

@@ -96,6 +96,8 @@ std::string admit(int domain, const std::string& token) {
   return fmt::format("admit.{}.{}", domain, token);
 }
 
+std::string spares_gone() { return "spares.gone"; }
+
 }  // namespace rendezvous_keys
 
 }  // namespace hardy::resilience

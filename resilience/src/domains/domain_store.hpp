@@ -50,6 +50,10 @@ std::string ready(std::size_t generation, int domain);
 std::string failure(std::size_t generation, int domain);
 std::string join(int domain, const std::string& token);
 std::string admit(int domain, const std::string& token);
+// Set once hardy run has no spare node left for the domains (a store's keys are written once;
+// spares are never given back): a domain told at its launch that one was left looks for it
+// before it evicts a node, since another domain's relaunch may have taken the spare since.
+std::string spares_gone();
 }  // namespace rendezvous_keys
 
 }  // namespace hardy::resilience

@@ -69,6 +69,16 @@ std::uint64_t FaultDomains::split_digest() const {
   return digest;
 }
 
+bool FaultDomains::spare_left() {
+  if (!enabled()) return true;
+  int left = 1;
+  if (leader()) {
+    if (store_->try_get(rendezvous_keys::spares_gone())) left = 0;
+  }
+  // The others bring 1: the minimum is the leader's answer, on every rank.
+  return comm::allreduce(domain(), left, comm::ReduceOp::min) > 0;
+}
+
 core::Shard FaultDomains::my_domain_slice(std::size_t global_batch) const {
   if (!enabled()) return {0, global_batch};
   return domain_slice(global_batch, ranks_per_member_, member_index(), shares_per_member_);

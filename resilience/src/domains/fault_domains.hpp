@@ -139,6 +139,10 @@ class FaultDomains {
   }
   // The split of the batch over the members in force (empty: by ranks).
   const std::vector<double>& shares_per_member() const { return shares_per_member_; }
+  // Collective over the domain: whether hardy run still has a spare node for a relaunch, as it
+  // last published it (true where it published nothing: the launch's own count then holds).
+  // Another domain's relaunch may have taken the spare this domain's launch was told of.
+  bool spare_left();
 
   // Start or join: the leaders connect, the state of the newest member (the highest committed
   // step; a joiner has none) goes to every member behind it, and each domain restores it.

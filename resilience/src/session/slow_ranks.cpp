@@ -267,6 +267,29 @@ void SlowRanks::probe_links(long step, std::size_t bytes) {
         named->exchange_s * 1e3, named->baseline_s * 1e3);
 }
 
+void SlowRanks::no_spare_left(long step) {
+  if (!eviction_ || !eviction_->evict) return;
+  const RankSlowness& slow = *eviction_->evict;
+  events_.emit("eviction_forgone", {{"step", step},
+                                    {"rank", slow.rank},
+                                    {"host", membership_.host_of(slow.rank)},
+                                    {"cause", eviction_cause_},
+                                    {"lost_s", eviction_->lost_s},
+                                    {"cost_s", eviction_->evict_cost_s},
+                                    {"reason", "hardy run has no spare node left"}});
+  if (membership_.lead())
+    std::cout << fmt::format(
+        "hardy: not evicting {} (slow {}): hardy run has no spare node left; the batch stays "
+        "shared out around it\n",
+        membership_.host_of(slow.rank), eviction_cause_ == "link" ? "link" : "compute");
+  eviction_.reset();
+  eviction_cause_.clear();
+  may_evict_ = false;
+  evict_cost_s_ = 0;
+  watch_.allow_eviction(0);
+  link_.allow_eviction(0);
+}
+
 void SlowRanks::first_step_committed(double launch_s) {
   if (launch_s_ <= 0) launch_s_ = launch_s;  // the lead's goes to every rank with the next sums
 }

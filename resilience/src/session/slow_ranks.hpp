@@ -70,6 +70,10 @@ class SlowRanks {
   // (its own work, rank_slow) or "link" (link_slow: `evict` is then the node's lowest rank,
   // its score the other pairs' time over its pairs', own_s and peers_s those pair times).
   const std::optional<StragglerVerdict>& eviction_due() const { return eviction_; }
+  // The eviction due cannot be carried out: hardy run has no spare left (with fault domains,
+  // another domain's relaunch took it since this one started). The slow rank stays rebalanced
+  // around, nothing is evicted from now on, and the log says so (eviction_forgone).
+  void no_spare_left(long step);
   const std::string& eviction_cause() const { return eviction_cause_; }
 
   // Every rank's latest score (empty until the watch has a full window).

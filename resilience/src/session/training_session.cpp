@@ -175,7 +175,14 @@ void TrainingSession::State::train_step() {
     trainer.set_last_loss(step_loss);
   };
   commit_step(std::move(done));
-  if (slow_ranks.eviction_due()) evict_slow_node(*slow_ranks.eviction_due());
+  if (slow_ranks.eviction_due()) {
+    // With fault domains another domain's relaunch may have taken the spare this domain was
+    // told of at its launch: evicting then would leave the domain with no node to come back on.
+    if (domains.enabled() && !domains.domains().spare_left())
+      slow_ranks.no_spare_left(step());
+    else
+      evict_slow_node(*slow_ranks.eviction_due());
+  }
   if (regrowth.due()) regrow(*regrowth.due());
   if (admit_after_commit) {
     Watchdog::Scope scope(watchdog, "domain admission");

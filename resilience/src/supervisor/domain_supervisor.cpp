@@ -181,6 +181,7 @@ class DomainSupervision {
       members_.push_back(d);
     }
     spares_ = config.spare_nodes;
+    publish_spares();
     store_.set(rendezvous_keys::members(0), format_members(members_));
     nlohmann::json started = supervisor_started_fields(config);
     started.update({{"domains", count_},
@@ -454,6 +455,13 @@ class DomainSupervision {
     return std::nullopt;
   }
 
+  // Before a launch: a domain about to evict a slow node looks whether the spares are gone.
+  void publish_spares() {
+    if (!spares_.empty() || spares_gone_published_) return;
+    store_.set(rendezvous_keys::spares_gone(), "1");
+    spares_gone_published_ = true;
+  }
+
   void abandon_or_relaunch(Domain& domain, const RelaunchPlan& plan, double ended) {
     const int restarts = domain.launches - domain.planned_relaunches;
     if (restarts > config_.max_restarts || plan.nodes.active.size() < domain.nodes.size()) {
@@ -468,6 +476,7 @@ class DomainSupervision {
     }
     domain.nodes = plan.nodes.active;
     spares_ = plan.nodes.spares;
+    publish_spares();
     launch(domain);
     events_.emit("domain_relaunched", {{"domain", domain.index},
                                        {"launch", domain.launches},
@@ -488,6 +497,7 @@ class DomainSupervision {
   std::vector<int> members_;
   std::vector<Domain> domains_;
   std::vector<std::string> spares_;
+  bool spares_gone_published_ = false;
   std::set<std::string> start_failures_;  // hosts whose runtime daemon failed to start once
   StartTimeout start_timeout_;
   std::size_t generation_ = 0;

@@ -150,6 +150,10 @@ inline constexpr EventField node_evicted[] = {
     {"evidence", T::string, req},
     // "compute" (the rank's own work, rank_slow) or "link" (its node's network, link_slow).
     {"cause", T::string, opt}};
+inline constexpr EventField eviction_forgone[] = {
+    {"step", T::integer, req}, {"rank", T::integer, req},  {"host", T::string, req},
+    {"cause", T::string, req}, {"lost_s", T::number, req}, {"cost_s", T::number, req},
+    {"reason", T::string, req}};
 inline constexpr EventField link_probe[] = {
     {"step", T::integer, req},     {"seconds", T::number, req},    {"bytes", T::integer, req},
     {"pairs", T::array, req},      {"exchange_s", T::number, req}, {"baseline_s", T::number, req},
@@ -240,6 +244,11 @@ inline constexpr core::EventKind kSessionEvents[] = {
      "that hardy run relaunches on a spare in the node's place (node: in --ranks-per-node terms "
      "of the original world)",
      event_fields::node_evicted},
+    {"eviction_forgone",
+     "--straggler evict named a node whose eviction would have paid, but hardy run had no spare "
+     "node left (with fault domains, another domain's relaunch took it): it stays, rebalanced "
+     "around, and nothing is evicted from then on",
+     event_fields::eviction_forgone},
     {"regrow_planned",
      "--regrow: the job (or its fault domain) ran shrunk after a failure until the time lost to "
      "it reached the cost of a relaunch (lost_s against cost_s); it wrote a final checkpoint and "
