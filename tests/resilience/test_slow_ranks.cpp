@@ -32,6 +32,18 @@ struct RankDecisions {
   std::optional<long> evicted_at;            // the step the watch named a rank for eviction
 };
 
+// Steps counted, not seconds: a window of 3 and a confirmation of 4 steps after 2 of warm-up.
+StragglerThresholds in_steps(StragglerMode mode) {
+  StragglerThresholds thresholds;
+  thresholds.mode = mode;
+  thresholds.warmup = 2;
+  thresholds.window = 3;
+  thresholds.window_s = 0;
+  thresholds.confirm = 4;
+  thresholds.confirm_s = 0;
+  return thresholds;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -40,13 +52,7 @@ TEST_CASE(
   constexpr int kRanks = 3;
   constexpr std::size_t kBatch = 30;
   constexpr long kSteps = 400;
-  StragglerThresholds thresholds;
-  thresholds.mode = StragglerMode::evict;
-  thresholds.warmup = 2;
-  thresholds.window = 3;
-  thresholds.window_s = 0;
-  thresholds.confirm = 4;
-  thresholds.confirm_s = 0;
+  StragglerThresholds thresholds = in_steps(StragglerMode::evict);
 
   std::vector<RankDecisions> seen(kRanks);
   InProcessWorld world(kRanks);
@@ -92,13 +98,7 @@ TEST_CASE(
 TEST_CASE("slow ranks: an eviction forgone for want of a spare is never due again") {
   constexpr int kRanks = 3;
   constexpr std::size_t kBatch = 30;
-  StragglerThresholds thresholds;
-  thresholds.mode = StragglerMode::evict;
-  thresholds.warmup = 2;
-  thresholds.window = 3;
-  thresholds.window_s = 0;
-  thresholds.confirm = 4;
-  thresholds.confirm_s = 0;
+  StragglerThresholds thresholds = in_steps(StragglerMode::evict);
   thresholds.evict_cost_s = 0.01;
   std::vector<std::optional<long>> forgone_at(kRanks);
   std::vector<int> due_after(kRanks, 0), forgone_events(kRanks, 0);
@@ -174,13 +174,7 @@ TEST_CASE("slow ranks: on a GPU a rank's own work is its data wait and its devic
   constexpr int kRanks = 3;
   constexpr std::size_t kBatch = 30;
   for (const StragglerMode mode : {StragglerMode::rebalance, StragglerMode::off}) {
-    StragglerThresholds thresholds;
-    thresholds.mode = mode;
-    thresholds.warmup = 2;
-    thresholds.window = 3;
-    thresholds.window_s = 0;
-    thresholds.confirm = 4;
-    thresholds.confirm_s = 0;
+    const StragglerThresholds thresholds = in_steps(mode);
     std::vector<std::vector<double>> final_weights(kRanks);
     std::vector<int> reads(kRanks, 0);
     InProcessWorld world(kRanks);
