@@ -12,6 +12,7 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <thread>
 #include <utility>
 
@@ -205,6 +206,68 @@ DomainStep FaultDomains::after_local_recovery(long next_step, bool synchronized,
   // vote against, so that every domain drops the step and redoes it over the new split.
   start_step(next, tensors, 0, 0, /*ok=*/false, {}, /*in_background=*/false);
   return settle_exchange(tensors, state);
+}
+
+void FaultDomains::adopt_vote(const Vote& vote, long step) {
+  ranks_per_member_ = vote.ranks;
+  shares_per_member_ = vote.shares;
+  // The lowest member's leader decides for all (its decision travels in its next votes), so
+  // that one split holds everywhere whatever each leader has seen since it joined.
+  // A step some domain voted against measured nothing whole.
+  if (!vote.ok || !leader() || !owns_run_files() || !balance_.enabled()) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double step_s =
+      last_balanced_ ? std::chrono::duration<double>(now - *last_balanced_).count() : 0.0;
+  last_balanced_ = now;
+  const DomainBalanceVerdict verdict =
+      balance_.observe(step, vote.ranks, vote.own_s, vote.own_samples, shares_per_member_, step_s);
+  for (const RankSlowness& slow : verdict.became_slow) {
+    const int domain = members_.at(static_cast<std::size_t>(slow.rank));
+    events_.emit("domain_slow", {{"step", step},
+                                 {"slow_domain", domain},
+                                 {"score", slow.score},
+                                 {"own_s_per_sample", slow.own_s},
+                                 {"peers_s_per_sample", slow.peers_s},
+                                 {"since_step", slow.since_step}});
+    std::cout << fmt::format(
+        "hardy: fault domain {} is slow since step {}: {:.2f} of the other domains' speed ({:.2f} "
+        "ms against {:.2f} ms a sample, its slowest rank's own work)\n",
+        domain, slow.since_step, slow.score, slow.own_s * 1e3, slow.peers_s * 1e3);
+  }
+  for (const RankSlowness& back : verdict.recovered) {
+    const int domain = members_.at(static_cast<std::size_t>(back.rank));
+    events_.emit("domain_recovered", {{"step", step},
+                                      {"slow_domain", domain},
+                                      {"score", back.score},
+                                      {"since_step", back.since_step}});
+    std::cout << fmt::format("hardy: fault domain {} is back to the others' speed ({:.2f})\n",
+                             domain, back.score);
+  }
+  if (!verdict.new_shares) return;
+  published_shares_ = *verdict.new_shares;
+  std::vector<std::size_t> per_domain;
+  const std::size_t batch = static_cast<std::size_t>(
+      std::llround(std::accumulate(vote.own_samples.begin(), vote.own_samples.end(), 0.0)));
+  for (std::size_t i = 0; i < members_.size(); ++i)
+    per_domain.push_back(domain_slice(batch, ranks_per_member_, i, published_shares_).size());
+  events_.emit("domains_rebalanced", {{"step", step},
+                                      {"reason", verdict.reason},
+                                      {"members", members_},
+                                      {"global_batch", batch},
+                                      {"per_domain_batch", per_domain},
+                                      {"predicted_gain", verdict.predicted_gain},
+                                      {"scores", verdict.scores}});
+  std::cout << fmt::format(
+      "hardy: the batch is shared out anew over the fault domains ({}) at step {}, from the batch "
+      "drawn after the next vote: {} samples per domain, the step predicted {:.2f}x faster\n",
+      verdict.reason, step, fmt::join(per_domain, ","), verdict.predicted_gain);
+}
+
+void FaultDomains::split_by_ranks() {
+  shares_per_member_.clear();
+  published_shares_.clear();
+  balance_.reset();
+  last_balanced_.reset();  // a regroup's time is no step's
 }
 
 void FaultDomains::log_quorum_change(const QuorumChange& change) {
