@@ -32,6 +32,21 @@ struct RankDecisions {
   std::optional<long> evicted_at;            // the step the watch named a rank for eviction
 };
 
+// One in-process rank's side of a session, as SlowRanks needs it: its membership, its event log
+// (disabled, or written to `log`), no fault domains, the staging that holds the shares.
+struct OneRank {
+  explicit OneRank(std::unique_ptr<comm::Communicator> comm, const std::filesystem::path& log = {})
+      : membership(std::move(comm), 1),
+        events(log.empty() ? core::EventLog(event_kinds()) : core::EventLog(log, event_kinds())),
+        domains(DomainOptions{}, membership.communicator_slot(), events),
+        staging(config, membership, domains, events) {}
+  Membership membership;
+  core::EventLog events;
+  FaultDomains domains;
+  const TrainingConfig config;
+  SessionStaging staging;
+};
+
 // Steps counted, not seconds: a window of 3 and a confirmation of 4 steps after 2 of warm-up.
 StragglerThresholds in_steps(StragglerMode mode) {
   StragglerThresholds thresholds;
@@ -58,11 +73,8 @@ TEST_CASE(
   InProcessWorld world(kRanks);
   const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
     const int me = comm->rank();
-    Membership membership(std::move(comm), 1);
-    core::EventLog events(event_kinds());
-    FaultDomains domains(DomainOptions{}, membership.communicator_slot(), events);
-    const TrainingConfig config;
-    SessionStaging staging(config, membership, domains, events);
+    OneRank rank(std::move(comm));
+    auto& [membership, events, domains, config, staging] = rank;
     SlowRanks slow(thresholds, membership, staging, events, /*host_timed=*/true,
                    /*kernel_threads=*/1, /*may_evict=*/true, /*in_domain=*/false);
     RankDecisions& mine = seen[static_cast<std::size_t>(me)];
@@ -106,15 +118,12 @@ TEST_CASE("slow ranks: an eviction forgone for want of a spare is never due agai
   const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
     const int me = comm->rank();
     const auto at = static_cast<std::size_t>(me);
-    Membership membership(std::move(comm), 1);
     const auto log =
         std::filesystem::temp_directory_path() /
         ("hardy-test-forgone-" + std::to_string(::getpid()) + "-" + std::to_string(me) + ".jsonl");
     std::filesystem::remove(log);
-    core::EventLog events(log, event_kinds());
-    FaultDomains domains(DomainOptions{}, membership.communicator_slot(), events);
-    const TrainingConfig config;
-    SessionStaging staging(config, membership, domains, events);
+    OneRank rank(std::move(comm), log);
+    auto& [membership, events, domains, config, staging] = rank;
     SlowRanks slow(thresholds, membership, staging, events, /*host_timed=*/true,
                    /*kernel_threads=*/1, /*may_evict=*/true, /*in_domain=*/true);
     for (long step = 1; step <= 200; ++step) {
@@ -180,11 +189,8 @@ TEST_CASE("slow ranks: on a GPU a rank's own work is its data wait and its devic
     InProcessWorld world(kRanks);
     const auto outcomes = world.run([&](std::unique_ptr<comm::Communicator> comm) {
       const int me = comm->rank();
-      Membership membership(std::move(comm), 1);
-      core::EventLog events(event_kinds());
-      FaultDomains domains(DomainOptions{}, membership.communicator_slot(), events);
-      const TrainingConfig config;
-      SessionStaging staging(config, membership, domains, events);
+      OneRank rank(std::move(comm));
+      auto& [membership, events, domains, config, staging] = rank;
       // 64 kernel threads a rank, more than this machine's CPUs: a host-timed watch would be off
       // here; the device's time does not depend on the host's CPUs.
       SlowRanks slow(thresholds, membership, staging, events, /*host_timed=*/false,
