@@ -40,7 +40,7 @@ bool parse_command_line(const std::vector<std::string>& args,
 std::vector<std::string> chosen_splits(const std::filesystem::path& root, const std::string& split);
 
 // The option tables, one per command (each declares --help).
-boost::program_options::options_description train_options();          // train_spec.cpp
+boost::program_options::options_description train_options();          // train_options.cpp
 boost::program_options::options_description run_options();            // run_command.cpp
 boost::program_options::options_description simulate_options();       // simulate_command.cpp
 boost::program_options::options_description eval_options();           // eval_command.cpp

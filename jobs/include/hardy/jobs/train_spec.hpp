@@ -1,6 +1,6 @@
 #pragma once
 // `hardy train` options, from the command line and an INI configuration file (the command line
-// wins). Every tunable is declared once, with its default and help text, in train_spec.cpp; the
+// wins). Every tunable is declared once, with its default and help text, in train_options.cpp; the
 // effective values are written to the run directory as config.ini, which
 // `hardy train --config RUN_DIR/config.ini` accepts back.
 #include <cstdint>
