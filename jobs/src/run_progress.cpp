@@ -116,7 +116,7 @@ void read_slow_domains(const std::string& event, const nlohmann::json& record,
   } else if (event == event_kind("domains_rebalanced")) {
     const std::string reason = core::read_field<std::string>(record, "reason").value_or("");
     progress.domain_shares.clear();
-    if (reason != "recovered" && reason != "unequal domains" && record.contains("per_domain_batch"))
+    if (reason != "recovered" && reason != "ranks changed" && record.contains("per_domain_batch"))
       for (const auto& share : record["per_domain_batch"])
         if (share.is_number_unsigned()) progress.domain_shares.push_back(share.get<std::size_t>());
   }

@@ -2,12 +2,17 @@
 """A slow fault domain: the global batch shared out over the domains around it (CTest label
 `cluster`, cluster/straggler_domains).
 
-Usage: straggler_domains.py HARDY [--healthy] [--nodes-per-domain 2] [-- TRAIN OPTIONS...]
+Usage: straggler_domains.py HARDY [--healthy] [--nodes-per-domain 2 [--unequal]] [-- TRAIN OPTIONS...]
 
 --healthy: no slow rank; no domain may be named, the split stays by ranks.
 --nodes-per-domain 2: 2 domains of 2 nodes; domain 0's own watch names its rank 1 and shares the
 domain's slice out around it, and the domains share the batch out around domain 0 (no spare: no
 eviction).
+--unequal (with --nodes-per-domain 2): rank 3 (domain 1's second) is killed at step 100 and
+domain 1 trains on with one rank (an in-domain shrink, no spare); from step 200 domain 0's rank 1
+is slow. Domain 0, two ranks at 2/3 of a rank's speed each, is named against domain 1, one rank
+at full speed (a time per sample per rank: by its samples alone domain 1 would look the slower),
+and its slice cut below its share by ranks (2 of 3).
 
 Options after `--` are added to `hardy train`'s (for example `--gradient-lag 1`).
 
@@ -50,6 +55,8 @@ healthy_only = "--healthy" in args  # no slow rank: nothing may be named or shar
 # --nodes-per-domain 2: 2 domains of 2 nodes, where domain 0's own watch also shares its slice out
 # around its slow rank before the domains share the batch out around domain 0.
 PER_DOMAIN = int(args[args.index("--nodes-per-domain") + 1]) if "--nodes-per-domain" in args else 1
+UNEQUAL = "--unequal" in args  # domain 1 shrinks to one rank first (needs --nodes-per-domain 2)
+KILLED_RANK, KILLED_AT = 3, 100
 SAMPLES, STEPS, BATCH, SLOW_FROM, NODES, SLOW_RANK, SIZE = 128, 1000, 32, 200, 4, 1, 64
 
 
@@ -73,6 +80,8 @@ with EmulatedCluster(nodes=NODES) as cluster, tempfile.TemporaryDirectory(prefix
                "--", *train, "--threads", "1", *extra]
     if not healthy_only:
         command += ["--inject-failure", f"rank={SLOW_RANK}@step={SLOW_FROM}:slow=3"]
+    if UNEQUAL:
+        command += ["--inject-failure", f"rank={KILLED_RANK}@step={KILLED_AT}:kill"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, **cluster.mpi_env()})
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:])
@@ -95,12 +104,22 @@ with EmulatedCluster(nodes=NODES) as cluster, tempfile.TemporaryDirectory(prefix
         print(f"domain {slow_domain} named slow at step {slow[0]['step']} (score {slow[0]['score']:.2f}, since "
               f"step {slow[0]['since_step']})")
     rebalanced = [e for e in of("domains_rebalanced") if e["reason"] in ("straggler", "replanned")]
-    check(bool(rebalanced) and all(sum(e["per_domain_batch"]) == BATCH
-                                   and e["per_domain_batch"][slow_domain]
-                                   < min(e["per_domain_batch"][d] for d in range(domains) if d != slow_domain)
-                                   for e in rebalanced),
-          f"domains_rebalanced gives domain {slow_domain} fewer samples, {BATCH} in all: "
-          f"{[(e['step'], e['reason'], e['per_domain_batch']) for e in rebalanced]}")
+    if UNEQUAL:  # domain 0 against its share by ranks, 2 of 3 (domain 1 has one rank left)
+        check(bool(rebalanced) and all(sum(e["per_domain_batch"]) == BATCH
+                                       and e["per_domain_batch"][slow_domain] < BATCH * 2 // 3
+                                       and e["step"] > KILLED_AT for e in rebalanced),
+              f"domains_rebalanced gives domain {slow_domain} fewer samples than its ranks' share "
+              f"({BATCH * 2 // 3} of {BATCH}): {[(e['step'], e['reason'], e['per_domain_batch']) for e in rebalanced]}")
+        shrunk = of("communicator_shrunk")
+        check(shrunk and all(e.get("new_size") == 1 for e in shrunk),
+              f"domain 1 shrank to one rank inside: {shrunk}")
+    else:
+        check(bool(rebalanced) and all(sum(e["per_domain_batch"]) == BATCH
+                                       and e["per_domain_batch"][slow_domain]
+                                       < min(e["per_domain_batch"][d] for d in range(domains) if d != slow_domain)
+                                       for e in rebalanced),
+              f"domains_rebalanced gives domain {slow_domain} fewer samples, {BATCH} in all: "
+              f"{[(e['step'], e['reason'], e['per_domain_batch']) for e in rebalanced]}")
     # hardy status reads the same events: the domain still slow at the end, and the split.
     status = subprocess.run([hardy, "status", "--json", str(run)], capture_output=True, text=True)
     shown = json.loads(status.stdout) if status.returncode == 0 else {}
@@ -128,7 +147,7 @@ with EmulatedCluster(nodes=NODES) as cluster, tempfile.TemporaryDirectory(prefix
     check(sorted(m["step"] for m in metrics) == list(range(1, STEPS + 1)), "every step committed once")
     complete, wrong = complete_epochs_exact(run, SAMPLES)
     check(complete and not wrong, f"{len(complete)} epochs, each sample once in each ({wrong})")
-    if slow and rebalanced and rebalanced[-1]["step"] + 40 < STEPS:
+    if slow and rebalanced and rebalanced[-1]["step"] + 40 < STEPS and not UNEQUAL:
         healthy = median_step(metrics, 100, SLOW_FROM - 1)
         slowed = median_step(metrics, SLOW_FROM + 5, rebalanced[0]["step"])
         after = median_step(metrics, rebalanced[-1]["step"] + 10, STEPS)

@@ -1,7 +1,8 @@
 // The domains' split of the batch around a slow domain (hardy/resilience/domain_balance.hpp) on
 // scripted votes: a domain at a third of the others' speed is named and its share cut, and given
-// back when it recovers; noise and spikes never act; domains of unequal sizes go back to the
-// split by ranks; a domain not measured leaves the step out; the policy never evicts.
+// back when it recovers; noise and spikes never act; domains of unequal sizes are judged by their
+// ranks' speed, and back by ranks when their sizes change; a domain not measured leaves the step
+// out; the policy never evicts.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <numeric>
@@ -112,19 +113,39 @@ TEST_CASE("domain balance: noise of 10% and single spikes of 2x never act") {
   CHECK(job.first_step_with(acts, 1) == -1);
 }
 
-TEST_CASE("domain balance: domains of unequal sizes go back to the split by ranks") {
-  ScriptedDomains job({2, 2, 2}, 36);
-  job.run(1, 120, [](long step, std::size_t d) { return d == 0 && step >= 40 ? 3.0 : 1.0; });
-  REQUIRE_FALSE(job.published.empty());
-  // Domain 1 lost a rank: its time per sample measures its size too.
-  job.ranks = {2, 1, 2};
-  job.run(121, 121, [](long, std::size_t d) { return d == 0 ? 3.0 : 1.0; });
+TEST_CASE("domain balance: domains of unequal sizes are judged by their ranks' speed") {
+  // Domain 1 has one rank where the others have two: it covers half their samples at their pace,
+  // and is not slow for it.
+  ScriptedDomains job({2, 1, 2}, 36);
+  job.run(1, 300, [](long, std::size_t) { return 1.0; });
+  CHECK(job.first_step_with(acts, 1) == -1);
+  const double healthy = job.step_s.back();
+  // Domain 0 at a third of its speed is named, alone, and its slice cut below half of its ranks'.
+  job.run(301, 600, [](long, std::size_t d) { return d == 0 ? 3.0 : 1.0; });
+  const long named = job.first_step_with(names_slow, 1);
+  REQUIRE(named > 300);
+  const auto& slow = job.verdicts[static_cast<std::size_t>(named - 1)].became_slow;
+  REQUIRE(slow.size() == 1);
+  CHECK(slow.front().rank == 0);
+  CHECK(slow.front().score == Approx(1.0 / 3).margin(0.05));
+  REQUIRE(job.published.size() == 3);
+  CHECK(std::accumulate(job.published.begin(), job.published.end(), 0.0) == 36);
+  CHECK(job.published[0] < 36.0 * 2 / 5 / 2);
+  CHECK(job.published[1] < job.published[2]);  // one rank against two, both at full speed
+  const double slowed = job.step_s[static_cast<std::size_t>(named - 5)];
+  CHECK(slowed == Approx(3 * healthy).epsilon(0.05));
+  CHECK(job.step_s.back() < 1.6 * healthy);  // 3 2/3 ranks' worth of speed carry 5 ranks' batch
+  // Domain 2 shrinks to one rank: the shares planned for two would be too much for it. Back to
+  // ranks, and the watch starts afresh (it names domain 0 again once measured).
+  job.ranks = {2, 1, 1};
+  job.run(601, 601, [](long, std::size_t d) { return d == 0 ? 3.0 : 1.0; });
   REQUIRE(job.verdicts.back().new_shares.has_value());
   CHECK(job.verdicts.back().new_shares->empty());
-  CHECK(job.verdicts.back().reason == "unequal domains");
-  job.run(122, 300, [](long, std::size_t d) { return d == 0 ? 3.0 : 1.0; });
-  CHECK(job.published.empty());
-  CHECK(std::none_of(job.verdicts.begin() + 121, job.verdicts.end(), names_slow));
+  CHECK(job.verdicts.back().reason == "ranks changed");
+  job.run(602, 900, [](long, std::size_t d) { return d == 0 ? 3.0 : 1.0; });
+  CHECK(std::count_if(job.verdicts.begin() + 601, job.verdicts.end(), names_slow) == 1);
+  REQUIRE(job.published.size() == 3);
+  CHECK(job.published[0] < job.published[1]);
 }
 
 TEST_CASE("domain balance: a domain not measured leaves the step out; off acts never") {

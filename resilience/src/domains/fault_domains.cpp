@@ -231,7 +231,7 @@ void FaultDomains::adopt_vote(const Vote& vote, long step) {
                                  {"since_step", slow.since_step}});
     std::cout << fmt::format(
         "hardy: fault domain {} is slow since step {}: {:.2f} of the other domains' speed ({:.2f} "
-        "ms against {:.2f} ms a sample, its slowest rank's own work)\n",
+        "ms against {:.2f} ms a sample per rank, its slowest rank's own work)\n",
         domain, slow.since_step, slow.score, slow.own_s * 1e3, slow.peers_s * 1e3);
   }
   for (const RankSlowness& back : verdict.recovered) {

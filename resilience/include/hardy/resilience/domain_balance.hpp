@@ -18,9 +18,12 @@
 // step, back to the split by ranks on recovery. Never eviction: a domain's own watch evicts its
 // slow node, and a domain lost whole is the supervisor's to relaunch.
 //
-// Only between domains of equal live ranks (the usual case: the split by ranks is then even);
-// where they differ, a domain's time per sample measures its size as much as its speed, and the
-// split goes back to ranks until they are equal again.
+// Domains of any sizes: the watch sees each domain as its live ranks, each with the domain's
+// seconds over its share of the domain's samples (a rank's time per sample), so that a domain that
+// shrank inside is not slow for covering fewer samples, and the shares it plans per rank add up to
+// each domain's slice (where the sizes are equal, each domain is one, its shares whole samples
+// per domain: the same measure up to a constant). When a domain's ranks change, the split goes back
+// to ranks and the watch starts afresh, as after a new generation.
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -37,7 +40,7 @@ struct DomainBalanceVerdict {
   std::vector<RankSlowness> became_slow, recovered;  // `rank`: the member's index
   // The split to publish from now on: whole-sample shares per member, or empty (by ranks).
   std::optional<std::vector<double>> new_shares;
-  std::string reason;  // "straggler", "recovered", "replanned" or "unequal domains"
+  std::string reason;  // "straggler", "recovered", "replanned" or "ranks changed"
   double predicted_gain = 1;
 };
 
@@ -51,7 +54,7 @@ class DomainBalance {
   // One completed vote at `step`: per member its live ranks, its own work in seconds (0: not
   // measured) and its samples, the shares in force (empty: by ranks), and the time since the
   // last vote here, waits included (0: not known). A member not measured leaves the step out;
-  // members whose ranks differ, or changed since the last vote, start the watch afresh. The
+  // ranks changed since the last vote start the watch afresh, back by ranks. The
   // deciding leader's own clock serves: nobody else decides.
   DomainBalanceVerdict observe(long step, std::span<const int> ranks, std::span<const double> own_s,
                                std::span<const double> own_samples,

@@ -106,14 +106,15 @@ inline constexpr core::EventKind kDomainEvents[] = {
     {"domain_abandoned", "a lost domain is not relaunched; the others train on",
      event_fields::reason_only},
     {"domain_slow",
-     "a fault domain's own work per sample (its slowest rank's) stayed --straggler-slowdown above "
-     "the other domains' median for --straggler-confirm steps (score: theirs over its own)",
+     "a fault domain's own work per sample and rank (its slowest rank's seconds over its samples "
+     "per rank) stayed --straggler-slowdown above the other domains' median for "
+     "--straggler-confirm steps (score: theirs over its own)",
      event_fields::domain_slow},
     {"domain_recovered", "a slow fault domain kept up with the others again",
      event_fields::domain_recovered},
     {"domains_rebalanced",
      "the global batch was shared out anew over the fault domains, around a slow one (reason "
-     "straggler or replanned), back by their ranks (recovered, unequal domains); it holds from "
+     "straggler or replanned), back by their ranks (recovered, ranks changed); it holds from "
      "the batch drawn after the next vote",
      event_fields::domains_rebalanced},
 };
