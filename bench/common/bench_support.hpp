@@ -4,6 +4,7 @@
 // statistics. Each benchmark keeps its
 // own flags and usage text.
 #include <fmt/format.h>
+#include <time.h>
 
 #include <algorithm>
 #include <charconv>
@@ -222,6 +223,13 @@ inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t middle = values.size() / 2;
   return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+// CPU seconds the calling thread has used: what a loader takes from a step that shares its core.
+inline double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
 
 inline double seconds_between(std::chrono::steady_clock::time_point from,

@@ -22,7 +22,9 @@
 // --input-channels x --height x --width), or `deepcam --data ROOT [--downsample K]` (the train
 // split of a DeepCAM-layout dataset, e.g. from `hardy data generate --format deepcam`; the
 // sample shape comes from the files), or `packed --data ROOT` (the train split `hardy data pack`
-// wrote).
+// wrote), or `hdf5 --data ROOT` (hardy's own layout, `hardy data generate`). --cache-mib N puts
+// the source under a sample cache of N MiB, as `hardy train --cache-mib` does; `load` then loads
+// its samples twice and prints both passes (the first misses, the second hits what it kept).
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -42,9 +44,11 @@
 #include "hardy/core/compute/backend.hpp"
 #include "hardy/core/data/batch_assembler.hpp"
 #include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/dataset.hpp"
 #include "hardy/core/data/deepcam.hpp"
 #include "hardy/core/data/packed_samples.hpp"
 #include "hardy/core/data/prefetcher.hpp"
+#include "hardy/core/data/sample_cache.hpp"
 #include "hardy/core/data/sampler.hpp"
 #include "hardy/core/nn/model.hpp"
 #include "hardy/core/nn/optimizer.hpp"
@@ -61,6 +65,7 @@ struct Options : bench::ModelShape, bench::RunFlags {
   std::string data;               // --source deepcam: the dataset root
   int downsample = 1;             // --source deepcam
   std::size_t samples = 256;      // the source's size (synthetic)
+  std::size_t cache_mib = 0;      // a sample cache over the source, 0: none
   std::size_t load_samples = 32;  // loaded by the load and pipeline measurements
   std::vector<int> loader_threads{1, 2};
   int prefetch_batches = 2;
@@ -73,9 +78,8 @@ struct Options : bench::ModelShape, bench::RunFlags {
 
 constexpr bench::Command kCommand{
     "hardy_pipeline_bench",
-    "usage: hardy_pipeline_bench [--source synthetic|deepcam|packed] [--data ROOT] [--downsample "
-    "K]\n"
-    "         [--samples N] [--load-samples N]\n"
+    "usage: hardy_pipeline_bench [--source synthetic|deepcam|packed|hdf5] [--data ROOT]\n"
+    "         [--downsample K] [--samples N] [--load-samples N] [--cache-mib N]\n"
     "         [--batch N] [--height H] [--width W] [--input-channels C] [--model-width W]\n"
     "         [--aspp-channels A] [--decoder-channels D] [--low-level-channels L]\n"
     "         [--model compact|tiramisu|deepcam] (and hardy_step_bench's model flags)\n"
@@ -110,6 +114,8 @@ Options parse(int argc, char** argv) {
                          o.downsample = parse_number<int>(flag, value);
                        else if (flag == "--samples")
                          o.samples = parse_number<std::size_t>(flag, value);
+                       else if (flag == "--cache-mib")
+                         o.cache_mib = parse_number<std::size_t>(flag, value);
                        else if (flag == "--load-samples")
                          o.load_samples = parse_number<std::size_t>(flag, value);
                        else if (flag == "--loader-threads")
@@ -147,9 +153,19 @@ std::unique_ptr<core::SampleSource> open_source(const Options& o) {
     if (o.data.empty()) bench::usage_error(kCommand, "--source packed needs --data ROOT");
     return std::make_unique<core::PackedSamples>(o.data, "train");
   }
+  if (o.source == "hdf5") {
+    if (o.data.empty()) bench::usage_error(kCommand, "--source hdf5 needs --data ROOT");
+    return std::make_unique<core::Hdf5Dataset>(o.data);
+  }
   bench::usage_error(
       kCommand,
-      fmt::format("unknown --source {} (available: synthetic, deepcam, packed)", o.source));
+      fmt::format("unknown --source {} (available: synthetic, deepcam, packed, hdf5)", o.source));
+}
+
+std::unique_ptr<core::SampleSource> open_cached_source(const Options& o) {
+  auto source = open_source(o);
+  if (o.cache_mib == 0) return source;
+  return std::make_unique<core::CachedSamples>(std::move(source), o.cache_mib << 20);
 }
 
 // What one sample's file holds: bf16 fields and int8 labels when packed, else 4 bytes a value.
@@ -182,13 +198,22 @@ void measure_load(const Options& o, const core::SampleSource& source) {
   const auto plan = planned_samples(source, o.load_samples, o.seed);
   std::vector<float> fields(source.shape().field_elements());
   std::vector<std::int32_t> labels(source.shape().label_elements());
-  const auto start = Clock::now();
-  for (std::size_t index : plan) source.load(index, fields, labels);
-  const double seconds = seconds_between(start, Clock::now());
-  auto line = common_fields(o, source, "load");
-  line["samples"] = plan.size();
-  line["samples_per_s"] = static_cast<double>(plan.size()) / seconds;
-  std::cout << line.dump() << std::endl;
+  // A cache's second pass hits what the first kept.
+  const int passes = o.cache_mib > 0 ? 2 : 1;
+  for (int pass = 1; pass <= passes; ++pass) {
+    const double cpu_before = bench::thread_cpu_seconds();
+    const auto start = Clock::now();
+    for (std::size_t index : plan) source.load(index, fields, labels);
+    const double seconds = seconds_between(start, Clock::now());
+    const double cpu = bench::thread_cpu_seconds() - cpu_before;
+    auto line = common_fields(o, source, "load");
+    line["pass"] = pass;
+    line["cache_mib"] = o.cache_mib;
+    line["samples"] = plan.size();
+    line["samples_per_s"] = static_cast<double>(plan.size()) / seconds;
+    line["cpu_ms_per_sample"] = 1e3 * cpu / static_cast<double>(plan.size());
+    std::cout << line.dump() << std::endl;
+  }
 }
 
 void measure_pipeline(const Options& o, const core::SampleSource& source, int threads) {
@@ -308,7 +333,7 @@ int main(int argc, char** argv) {
   if (options.threads > 0) omp_set_num_threads(options.threads);
   try {
     options.model.validate();
-    const auto source = open_source(options);
+    const auto source = open_cached_source(options);
     options.height = source->shape().height;  // the model trains on what the source gives
     options.width = source->shape().width;
     if (source->shape().channels != options.model.input_channels)

@@ -249,7 +249,8 @@ po::options_description data_options() {
       "off on the CPU backend, whose kernels take the cores)")(
       "sample-cache-mib", po::value<double>()->default_value(1024),
       "MiB of training samples each rank keeps in memory after their first load, so that later "
-      "epochs copy them instead of generating or reading them again (0: none)");
+      "epochs copy them instead of generating or reading them again (0: none; files read as "
+      "stored, hardy's own HDF5 layout, keep none: the page cache holds them)");
   return data;
 }
 

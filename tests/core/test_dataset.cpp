@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hardy/core/data/climate_data.hpp"
+#include "hardy/core/data/data_sources.hpp"
 #include "hardy/core/data/dataset.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/hdf5.hpp"
@@ -282,4 +283,75 @@ TEST_CASE("data: h5 helpers round-trip groups, datasets and attributes", "[core]
   h5::Handle moved = std::move(group);
   CHECK_FALSE(group.valid());  // NOLINT(bugprone-use-after-move): moved-from state is specified
   CHECK(moved.valid());
+}
+
+TEST_CASE("data: Hdf5Dataset reads samples stored as it writes them without the library",
+          "[core]") {
+  ScratchDirectory directory("data");
+  const fs::path dir = directory.path();
+  const SyntheticClimate source(SampleShape{4, 16, 20}, 6, 3);
+  std::vector<float> expected(source.shape().field_elements()), fields(expected.size());
+  std::vector<std::int32_t> expected_labels(source.shape().label_elements()),
+      labels(expected_labels.size());
+
+  SECTION("hardy's files (a sample per chunk): read in parallel, kept by no sample cache") {
+    hardy::core::write_dataset(source, 0, 6, dir / "set", /*samples_per_file=*/4);
+    const Hdf5Dataset dataset(dir / "set");
+    CHECK(dataset.reads_from_page_cache());
+    CHECK(dataset.load_concurrency() > 1);
+    hardy::core::DataSpec spec;
+    spec.synthetic = false;
+    spec.dataset = dir / "set";
+    spec.eval_samples = 1;
+    spec.shape = source.shape();
+    spec.cache_bytes = std::size_t{1} << 30;
+    const hardy::core::DataSources data = hardy::core::open_data(spec);
+    CHECK(dynamic_cast<const Hdf5Dataset*>(data.storage.get()) != nullptr);
+
+    // A file that shrinks under a running job (rewritten, truncated) is a bad sample naming the
+    // file, not a crash or a sample of zeros.
+    dataset.load(5, fields, labels);
+    source.load(5, expected, expected_labels);
+    CHECK(fields == expected);
+    fs::resize_file(dir / "set" / "climate-00001.h5", 1024);  // its header stays
+    CHECK_THROWS_AS(dataset.load(5, fields, labels), hardy::BadSample);
+    CHECK_THAT(message_of([&] { dataset.load(5, fields, labels); }),
+               Catch::Contains("climate-00001.h5") && Catch::Contains("truncated"));
+  }
+  SECTION("contiguous float32 and uint8 from another writer") {
+    write_raw_file(dir / "raw.h5", {3, 4, 16, 20}, {3, 16, 20}, /*label=*/2);
+    const Hdf5Dataset dataset(dir / "raw.h5");
+    CHECK(dataset.reads_from_page_cache());
+    dataset.load(2, fields, labels);
+    CHECK(fields == std::vector<float>(fields.size(), 0.5f));
+    CHECK(labels == std::vector<std::int32_t>(labels.size(), 2));
+  }
+  SECTION("compressed or of other types: through the library, and cached") {
+    {
+      h5::Handle file = h5::create_file(dir / "other.h5");
+      h5::Handle properties{H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "deflate"};
+      const hsize_t chunk[4] = {1, 4, 16, 20};
+      H5Pset_chunk(properties.id(), 4, chunk);
+      H5Pset_deflate(properties.id(), 4);
+      const hsize_t dims[4] = {2, 4, 16, 20};
+      h5::Handle space{H5Screate_simple(4, dims, nullptr), "H5Screate_simple", "fields"};
+      h5::Handle data{H5Dcreate2(file.id(), "fields", H5T_IEEE_F32LE, space.id(), H5P_DEFAULT,
+                                 properties.id(), H5P_DEFAULT),
+                      "H5Dcreate2", "fields"};
+      std::vector<float> values(2 * expected.size());
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 97);
+      H5Dwrite(data.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+      // Labels stored as 32-bit integers: converted by the library.
+      h5::write_dataset<std::int32_t>(file.id(), "labels",
+                                      std::vector<std::int32_t>(2 * labels.size(), 1), {2, 16, 20});
+    }
+    const Hdf5Dataset dataset(dir / "other.h5");
+    CHECK_FALSE(dataset.reads_from_page_cache());
+    dataset.load(1, fields, labels);
+    CHECK(fields[0] == static_cast<float>(expected.size() % 97));
+    CHECK(labels == std::vector<std::int32_t>(labels.size(), 1));
+    // One such file among direct ones: the dataset is cached as a whole.
+    write_raw_file(dir / "raw.h5", {3, 4, 16, 20}, {3, 16, 20});
+    CHECK_FALSE(Hdf5Dataset(dir).reads_from_page_cache());
+  }
 }

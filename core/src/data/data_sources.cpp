@@ -95,7 +95,7 @@ DataSources open_data(const DataSpec& spec) {
     throw InvalidArgument(fmt::format("{} has {} channels; the model takes {}",
                                       spec.dataset.string(), data.storage->shape().channels,
                                       spec.shape.channels));
-  if (spec.cache_bytes > 0)
+  if (spec.cache_bytes > 0 && !data.storage->reads_from_page_cache())
     data.storage = std::make_unique<CachedSamples>(std::move(data.storage), spec.cache_bytes);
   data.train = std::make_unique<SampleRange>(*data.storage, 0, train_count);
   if (held_out > 0 && !data.held_out)

@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <hdf5.h>  // the stored types of /fields and /labels
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <bit>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "file_reads.hpp"
 #include "hardy/core/data/climate_data.hpp"
 #include "hardy/core/support/atomic_file.hpp"
 #include "hardy/core/support/error.hpp"
@@ -111,6 +114,52 @@ std::vector<fs::path> dataset_files(const fs::path& path, std::vector<std::size_
   if (paths.empty())
     throw InvalidArgument(fmt::format("dataset directory {} holds no .h5 files", quoted(path)));
   return paths;
+}
+
+// Where each of `rows` samples of a dataset begins in its file, when they can be read as bytes:
+// stored as `type` (little-endian, this host's order), unfiltered, contiguous or one sample per
+// chunk, every byte inside the file. Empty otherwise (the library reads them).
+std::vector<std::uint64_t> sample_offsets(h5::Id dataset, const std::string& what, hid_t type,
+                                          std::size_t rows, std::uint64_t row_bytes,
+                                          std::uint64_t file_bytes) {
+  if constexpr (std::endian::native != std::endian::little) return {};
+  h5::Handle stored{H5Dget_type(dataset), "H5Dget_type", what};
+  if (h5::check(H5Tequal(stored.id(), type), "H5Tequal", what) <= 0) return {};
+  h5::Handle properties{H5Dget_create_plist(dataset), "H5Dget_create_plist", what};
+  if (h5::check(H5Pget_nfilters(properties.id()), "H5Pget_nfilters", what) != 0) return {};
+  std::vector<std::uint64_t> offsets(rows);
+  const H5D_layout_t layout = H5Pget_layout(properties.id());
+  if (layout == H5D_CONTIGUOUS) {
+    const haddr_t base = H5Dget_offset(dataset);
+    h5::take_error_stack();  // H5Dget_offset leaves one behind for data never written
+    if (base == HADDR_UNDEF) return {};
+    for (std::size_t r = 0; r < rows; ++r) offsets[r] = base + r * row_bytes;
+  } else if (layout == H5D_CHUNKED) {
+    const std::vector<h5::Extent> dims = h5::dataset_dims(dataset);
+    std::vector<hsize_t> chunk(dims.size());
+    if (H5Pget_chunk(properties.id(), static_cast<int>(chunk.size()), chunk.data()) !=
+        static_cast<int>(chunk.size()))
+      return {};
+    if (chunk[0] != 1 || !std::equal(chunk.begin() + 1, chunk.end(), dims.begin() + 1)) return {};
+    std::vector<hsize_t> at(dims.size(), 0);
+    for (std::size_t r = 0; r < rows; ++r) {
+      at[0] = r;
+      unsigned filter_mask = 0;
+      haddr_t address = HADDR_UNDEF;
+      hsize_t size = 0;
+      if (H5Dget_chunk_info_by_coord(dataset, at.data(), &filter_mask, &address, &size) < 0 ||
+          address == HADDR_UNDEF || size != row_bytes) {
+        h5::take_error_stack();
+        return {};
+      }
+      offsets[r] = address;
+    }
+  } else {
+    return {};
+  }
+  for (const std::uint64_t offset : offsets)
+    if (offset > file_bytes || file_bytes - offset < row_bytes) return {};
+  return offsets;
 }
 
 }  // namespace
@@ -246,22 +295,71 @@ Hdf5Dataset::Hdf5Dataset(const fs::path& path) : root_(path) {
                                         quoted(paths[k]), file.count, indexed_counts[k]));
     file.first = size_;
     size_ += file.count;
-    if (file.count > 0) files_.push_back(std::move(file));
+    if (file.count > 0) {
+      locate_samples(file, shape_);
+      files_.push_back(std::move(file));
+    }
   }
+  direct_ = !files_.empty() && std::ranges::all_of(files_, [](const File& file) {
+    return file.descriptor != nullptr;
+  });
   if (channel_names_.size() != static_cast<std::size_t>(shape_.channels)) channel_names_.clear();
+}
+
+void Hdf5Dataset::locate_samples(File& file, const SampleShape& shape) {
+  const h5::Exclusive exclusive;
+  auto descriptor = std::make_shared<const FileDescriptor>(file.path);
+  struct stat status {};
+  if (descriptor->get() < 0 || ::fstat(descriptor->get(), &status) != 0)
+    return;  // the library reads
+  const auto file_bytes = static_cast<std::uint64_t>(status.st_size);
+  const std::string where = quoted(file.path);
+  file.fields_at = sample_offsets(file.fields.id(), where + " /fields", H5T_IEEE_F32LE, file.count,
+                                  shape.field_elements() * sizeof(float), file_bytes);
+  file.labels_at = sample_offsets(file.labels.id(), where + " /labels", H5T_STD_U8LE, file.count,
+                                  shape.label_elements(), file_bytes);
+  if (file.fields_at.empty() || file.labels_at.empty()) {
+    file.fields_at.clear();
+    file.labels_at.clear();
+    return;
+  }
+  file.descriptor = std::move(descriptor);
+}
+
+void Hdf5Dataset::read_direct(const File& file, std::size_t row, std::span<float> fields_chw,
+                              std::span<std::int32_t> labels_hw) const {
+  const std::size_t index = file.first + row;
+  const int fd = file.descriptor->get();
+  std::string problem =
+      read_exactly(fd, fields_chw.data(), fields_chw.size_bytes(), file.fields_at[row]);
+  if (!problem.empty()) throw BadSample(index, file.path.string(), "/fields " + problem);
+  thread_local std::vector<std::uint8_t> stored;
+  stored.resize(labels_hw.size());
+  problem = read_exactly(fd, stored.data(), stored.size(), file.labels_at[row]);
+  if (!problem.empty()) throw BadSample(index, file.path.string(), "/labels " + problem);
+  std::copy(stored.begin(), stored.end(), labels_hw.begin());
+}
+
+int Hdf5Dataset::load_concurrency() const {
+  if (direct_) return 1 << 20;
+  return h5::library_is_thread_safe() ? 1 : 0;
 }
 
 void Hdf5Dataset::load(std::size_t index, std::span<float> fields_chw,
                        std::span<std::int32_t> labels_hw) const {
   check_load_arguments(index, fields_chw, labels_hw);
-  const h5::Exclusive exclusive;
   const auto after =
       std::upper_bound(files_.begin(), files_.end(), index,
                        [](std::size_t i, const File& file) { return i < file.first; });
   const File& file = *std::prev(after);
   const h5::Extent row = index - file.first;
-  h5::read_rows<float>(file.fields.id(), row, 1, fields_chw);
-  h5::read_rows<std::int32_t>(file.labels.id(), row, 1, labels_hw);
+  if (file.descriptor != nullptr) {
+    read_direct(file, row, fields_chw, labels_hw);
+  } else {
+    const h5::Exclusive exclusive;
+    h5::read_rows<float>(file.fields.id(), row, 1, fields_chw);
+    h5::read_rows<std::int32_t>(file.labels.id(), row, 1, labels_hw);
+  }
   for (std::size_t p = 0; p < labels_hw.size(); ++p) {
     if (labels_hw[p] < 0 || labels_hw[p] >= kNumClasses)
       throw InvalidArgument(

@@ -80,6 +80,11 @@ class SampleSource {
   // its size of bytes. The default serves f32 sources through load().
   virtual void load_stored(std::size_t index, std::span<std::byte> fields_chw,
                            std::span<std::int32_t> labels_hw) const;
+  // Whether a load is a plain read of bytes the operating system's page cache keeps for every
+  // process of the node (a file read as stored, nothing decoded). A sample cache over such a
+  // source keeps nothing (data_sources.cpp): its copy would cost more to fill than a read (a
+  // fresh page per 4 KiB, after every launch) and save nothing after.
+  virtual bool reads_from_page_cache() const { return false; }
 
  protected:
   void check_load_arguments(std::size_t index, std::span<float> fields_chw,
