@@ -148,7 +148,8 @@ po::options_description resilience_options() {
       "regrow", po::value<std::string>()->default_value("auto"),
       "under hardy run, a job that shrank inside (a rank died, the others went on) stops at a "
       "committed step and is relaunched at its full world once the time it lost running shrunk "
-      "reaches what a relaunch costs: auto (twice this launch's time from its start to its first "
+      "reaches what a relaunch costs, or sooner when its measured loss over the steps left "
+      "comes to twice that: auto (twice this launch's time from its start to its first "
       "committed step), a number of seconds, or off (it stays shrunk until it fails whole)")(
       "spare-nodes-left", po::value<int>()->default_value(0),
       "set by hardy run: the spare nodes it has left to relaunch on (--straggler evict leaves a "

@@ -23,6 +23,15 @@ std::optional<RegrowVerdict> run(RegrowWatch& watch, long first, long steps, int
   return std::nullopt;
 }
 
+// A watch of a job of `last_step` steps that ran 130 steps of 62.5 ms at 8 ranks, its relaunch
+// costing 6.25 s.
+RegrowWatch after_healthy_steps(long last_step) {
+  RegrowWatch watch(8, last_step);
+  watch.allow(6.25);
+  CHECK_FALSE(run(watch, 1, 130, 8, 0.0625));
+  return watch;
+}
+
 }  // namespace
 
 TEST_CASE("a shrunk job is due for a relaunch when its lost time reaches the relaunch's cost") {
@@ -96,4 +105,56 @@ TEST_CASE("nothing is due without a relaunch's cost, and steps of unknown length
   // The cost, once known, is weighed against what was lost already.
   watch.allow(10.0);
   CHECK(watch.observe(5051, 3, 0.5));
+}
+
+TEST_CASE(
+    "a shrunk job with many steps left is due once its measured loss, over them, is twice "
+    "the cost") {
+  RegrowWatch watch = after_healthy_steps(100000);
+  // 7 of 8: 31.25 ms lost a step. After kMinShrunk steps (0.9375 s lost, far from the cost), the
+  // steps left would lose about 3,100 s: due at once.
+  const auto verdict = run(watch, 131, 1000, 7, 0.09375);
+  REQUIRE(verdict);
+  CHECK(verdict->step == 131 + static_cast<long>(RegrowWatch::kMinShrunk) - 1);
+  CHECK(verdict->lost_s == 0.9375);
+  CHECK(verdict->steps_left == 100000 - verdict->step);
+  CHECK(verdict->projected_s == Approx(0.03125 * static_cast<double>(verdict->steps_left)));
+  CHECK(verdict->cost_s == 6.25);
+}
+
+TEST_CASE("near its end, or slower by noise only, a shrunk job waits for the loss to pay") {
+  SECTION("the steps left would lose less than twice the cost: ski rental as before") {
+    // 300 steps left at the shrink: 9.4 s projected, under 2 x 6.25. Due when the loss reaches
+    // the cost, after 200 steps.
+    RegrowWatch watch = after_healthy_steps(430);
+    const auto verdict = run(watch, 131, 1000, 7, 0.09375);
+    REQUIRE(verdict);
+    CHECK(verdict->step == 131 + 199);
+    CHECK(verdict->projected_s == 0);
+  }
+  SECTION("a loss per step under kMinLossShare of the healthy step: never projected") {
+    // 4% slower (binary fractions: 2.5 ms on 62.5), a million steps left: 2,500 s if it were
+    // believed. Ski rental still pays out, after 2,500 steps.
+    RegrowWatch watch = after_healthy_steps(1000000);
+    CHECK_FALSE(run(watch, 131, 2000, 7, 0.065));
+    const auto verdict = run(watch, 2131, 1000, 7, 0.065);
+    REQUIRE(verdict);
+    CHECK(verdict->projected_s == 0);
+  }
+  SECTION("noise around the healthy step") {
+    RegrowWatch watch(8, /*last_step=*/10000000);
+    watch.allow(2.0);
+    CHECK_FALSE(run(watch, 1, 130, 8, 0.050));
+    for (long step = 131; step < 20131; ++step)
+      CHECK_FALSE(watch.observe(step, 7, step % 2 ? 0.055 : 0.045));
+  }
+  SECTION("an estimated loss is not projected") {
+    RegrowWatch watch(8, /*last_step=*/100000);
+    watch.allow(3.0);
+    CHECK_FALSE(run(watch, 1, 25, 8, 0.1));
+    const auto verdict = run(watch, 26, 100, 4, 0.125);
+    REQUIRE(verdict);
+    CHECK(verdict->step == 26 + 47);
+    CHECK(verdict->projected_s == 0);
+  }
 }

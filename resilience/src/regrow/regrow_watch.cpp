@@ -16,7 +16,8 @@ double median(const std::deque<double>& values) {
 
 }  // namespace
 
-RegrowWatch::RegrowWatch(int full_world_size) : full_world_(full_world_size) {}
+RegrowWatch::RegrowWatch(int full_world_size, long last_step)
+    : full_world_(full_world_size), last_step_(last_step) {}
 
 std::optional<RegrowVerdict> RegrowWatch::observe(long step, int world_size, double step_s) {
   if (world_size >= full_world_) {
@@ -35,15 +36,28 @@ std::optional<RegrowVerdict> RegrowWatch::observe(long step, int world_size, dou
   if (step_s <= 0 || decided_) return std::nullopt;
   lost_s_ += healthy_step_s_ ? step_s - *healthy_step_s_
                              : step_s * (1.0 - static_cast<double>(world_size) / full_world_);
-  if (cost_s_ <= 0 || lost_s_ < cost_s_) return std::nullopt;
+  ++shrunk_steps_;
+  if (cost_s_ <= 0) return std::nullopt;
+  RegrowVerdict verdict{.step = step,
+                        .shrunk_since_step = shrunk_since_,
+                        .world_size = world_size,
+                        .full_world_size = full_world_,
+                        .lost_s = lost_s_,
+                        .cost_s = cost_s_,
+                        .healthy_step_s = healthy_step_s_};
+  if (lost_s_ < cost_s_) {
+    // Measured only: an estimate from the world sizes says nothing of what the steps left lose.
+    const long left = last_step_ - step;
+    if (!healthy_step_s_ || left <= 0 || shrunk_steps_ < static_cast<long>(kMinShrunk))
+      return std::nullopt;
+    const double per_step = lost_s_ / static_cast<double>(shrunk_steps_);
+    const double projected = per_step * static_cast<double>(left);
+    if (per_step < kMinLossShare * *healthy_step_s_ || projected < 2 * cost_s_) return std::nullopt;
+    verdict.projected_s = projected;
+    verdict.steps_left = left;
+  }
   decided_ = true;
-  return RegrowVerdict{.step = step,
-                       .shrunk_since_step = shrunk_since_,
-                       .world_size = world_size,
-                       .full_world_size = full_world_,
-                       .lost_s = lost_s_,
-                       .cost_s = cost_s_,
-                       .healthy_step_s = healthy_step_s_};
+  return verdict;
 }
 
 }  // namespace hardy::resilience

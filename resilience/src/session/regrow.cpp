@@ -2,11 +2,11 @@
 
 namespace hardy::resilience {
 
-Regrow::Regrow(double cost_s, const Membership& membership, bool relaunched)
+Regrow::Regrow(double cost_s, const Membership& membership, bool relaunched, long last_step)
     : membership_(membership),
       cost_s_(cost_s),
       relaunched_(relaunched),
-      watch_(membership.original_size()) {}
+      watch_(membership.original_size(), last_step) {}
 
 bool Regrow::active() const {
   return relaunched_ && cost_s_ >= 0 && membership_.size() < membership_.original_size();

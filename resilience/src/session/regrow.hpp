@@ -18,7 +18,8 @@ class Regrow {
   // start to its first committed step: it starts again, and reads the state back), else the
   // seconds a relaunch costs. `relaunched`: a supervisor (hardy run) relaunches the job after a
   // planned stop, with a spare for a node the failure may have taken; else nothing is ever due.
-  Regrow(double cost_s, const Membership& membership, bool relaunched);
+  // `last_step`: the job's last step, against which a measured loss is projected (0: unknown).
+  Regrow(double cost_s, const Membership& membership, bool relaunched, long last_step);
 
   // This launch took `launch_s` from its start to its first committed step (called once).
   void first_step_committed(double launch_s);

@@ -82,7 +82,8 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       // on the same nodes or, for one its failure took (the job's report counts against it), a
       // spare.
       regrowth(config.regrow_cost_s, membership,
-               /*relaunched=*/!config.run_lock_token.empty() && config.spare_nodes_left > 0) {
+               /*relaunched=*/!config.run_lock_token.empty() && config.spare_nodes_left > 0,
+               /*last_step=*/config.steps) {
   // Until the domains have met, the first domain writes the run directory's files (a relaunched
   // one never does before it joins).
   if (config.domain >= 0)
@@ -366,11 +367,14 @@ void TrainingSession::State::evict_slow_node(const StragglerVerdict& verdict) {
 
 void TrainingSession::State::regrow(const RegrowVerdict& verdict) {
   const std::string evidence = fmt::format(
-      "{} of {} ranks since step {}: {:.3g} s lost to it ({}), a relaunch costs about {:.3g} s",
+      "{} of {} ranks since step {}: {:.3g} s lost to it ({}){}, a relaunch costs about {:.3g} s",
       verdict.world_size, verdict.full_world_size, verdict.shrunk_since_step, verdict.lost_s,
       verdict.healthy_step_s
           ? fmt::format("its steps against the healthy {:.3g} ms", *verdict.healthy_step_s * 1e3)
           : std::string("estimated from the world sizes: no healthy step was measured"),
+      verdict.projected_s > 0 ? fmt::format(" and the {} steps left would lose about {:.3g} s more",
+                                            verdict.steps_left, verdict.projected_s)
+                              : std::string(),
       verdict.cost_s);
   // The committed state first, so that the relaunch loses no step.
   store.write_final_checkpoint("relaunching at the full world");
@@ -383,6 +387,10 @@ void TrainingSession::State::regrow(const RegrowVerdict& verdict) {
                            {"basis", verdict.healthy_step_s ? "measured" : "estimated"},
                            {"evidence", evidence}};
   if (verdict.healthy_step_s) fields["healthy_step_s"] = *verdict.healthy_step_s;
+  if (verdict.projected_s > 0) {
+    fields["projected_s"] = verdict.projected_s;
+    fields["steps_left"] = verdict.steps_left;
+  }
   events().emit("regrow_planned", std::move(fields));
   // With fault domains only this domain stops: the others regroup without it and go on, and
   // hardy run relaunches it, healed from them as after a loss.

@@ -21,9 +21,18 @@
 //                  had a healthy step (a failure in its first steps), each step counts
 //                  step x (1 - world / full world) instead: its loss if the step's time were all
 //                  work shared out among the ranks (estimated; the event says which);
-//   due          = lost >= the measured cost of a relaunch (allow()), once.
+//   due          = lost >= the measured cost of a relaunch (allow()), once;
+//   or sooner    = where the job's last step is known and the loss was measured: after
+//                  kMinShrunk steps shrunk, each of them kMinLossShare of the healthy step slower
+//                  or more on average, and that loss over the steps left at least twice the
+//                  relaunch's cost. Ski rental waits until the loss has paid for the relaunch
+//                  because it does not know how long the job would stay shrunk; a job knows its
+//                  steps left, and a rank lost early in a long run would otherwise pay about twice
+//                  a relaunch (on the goodput bench's 8 nodes a rank kill cost 8.3-14.4 s: 22-32 s
+//                  shrunk at 0.17x slower, then the relaunch, 2026-11-30). Twice, because a later
+//                  failure may relaunch the job anyway before the steps left are run.
 // A job whose shrunk steps are no slower (its step is mostly its collectives' fixed costs) never
-// gets there: the sum of its noise stays near zero.
+// gets there: the sum of its noise stays near zero, and its mean stays under kMinLossShare.
 #include <cstddef>
 #include <deque>
 #include <optional>
@@ -36,13 +45,19 @@ struct RegrowVerdict {
   int world_size = 0, full_world_size = 0;
   double lost_s = 0, cost_s = 0;
   std::optional<double> healthy_step_s;  // none: lost estimated from the world sizes
+  // When the steps left made it due: what they would lose shrunk, at the loss per step measured
+  // (0: the time lost reached the cost).
+  double projected_s = 0;
+  long steps_left = 0;
 };
 
 class RegrowWatch {
  public:
-  static constexpr std::size_t kWindow = 50, kMinHealthy = 10, kWarmup = 50;
+  static constexpr std::size_t kWindow = 50, kMinHealthy = 10, kWarmup = 50, kMinShrunk = 30;
+  static constexpr double kMinLossShare = 0.05;
 
-  explicit RegrowWatch(int full_world_size);
+  // `last_step`: the job's last step (0: unknown, the loss must pay for the relaunch first).
+  explicit RegrowWatch(int full_world_size, long last_step = 0);
 
   // A relaunch would bring the job back to its full world at about `cost_s` seconds of training
   // (0: it cannot, nothing is ever due).
@@ -56,7 +71,9 @@ class RegrowWatch {
 
  private:
   int full_world_;
+  long last_step_;
   double cost_s_ = 0;
+  long shrunk_steps_ = 0;        // steps of known length committed shrunk
   std::deque<double> healthy_;   // the latest step times at the full world
   std::size_t whole_steps_ = 0;  // steps seen at the full world, warm-up included
   long shrunk_since_ = 0;        // 0: not shrunk

@@ -137,7 +137,10 @@ inline constexpr EventField regrow_planned[] = {
     // "estimated" (no healthy step yet: the step's time x the share of the world lost).
     {"basis", T::string, req},
     {"evidence", T::string, req},
-    {"healthy_step_s", T::number, opt}};
+    {"healthy_step_s", T::number, opt},
+    // Due before the loss reached the cost: what the steps left would lose shrunk.
+    {"projected_s", T::number, opt},
+    {"steps_left", T::integer, opt}};
 inline constexpr EventField node_evicted[] = {
     {"step", T::integer, req},
     {"rank", T::integer, req},
