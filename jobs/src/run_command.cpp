@@ -131,6 +131,11 @@ po::options_description run_options() {
                            po::value<double>()->default_value(defaults.finish_grace_s),
                            "seconds the launcher may wait after the job logged job_finished "
                            "(for ranks it left behind) before it is ended")(
+      "stall-probe-after", po::value<double>()->default_value(defaults.stall_probe_after_s),
+      "when the job commits no step for this many seconds (and at least ten of its steps), "
+      "probe its nodes; if some do not answer while others do, end the launch and relaunch "
+      "without them (with fault domains: the domains they are in), before the runtime's "
+      "keepalive would (a frozen or cut-off node); 0: off")(
       "start-timeout", po::value<double>()->default_value(defaults.start_timeout_s),
       "end a launch whose job has not started (logged job_started) this many seconds after it "
       "was launched, and relaunch (a runtime daemon or MPI_Init that hangs); 0: 10 x the longest "
@@ -260,11 +265,13 @@ int run_command(const std::vector<std::string>& args) {
   config.probe_timeout_s = vm["probe-timeout"].as<double>();
   config.finish_grace_s = vm["finish-grace"].as<double>();
   config.start_timeout_s = vm["start-timeout"].as<double>();
+  config.stall_probe_after_s = vm["stall-probe-after"].as<double>();
   if (config.max_restarts < 0 || config.max_requeues < 0 || config.backoff_s < 0 ||
-      config.probe_timeout_s <= 0 || config.finish_grace_s < 0 || config.start_timeout_s < 0)
+      config.probe_timeout_s <= 0 || config.finish_grace_s < 0 || config.start_timeout_s < 0 ||
+      config.stall_probe_after_s < 0)
     throw InvalidArgument(
-        "--max-restarts, --max-requeues, --backoff, --finish-grace and --start-timeout must not "
-        "be negative, --probe-timeout must be positive");
+        "--max-restarts, --max-requeues, --backoff, --finish-grace, --start-timeout and "
+        "--stall-probe-after must not be negative, --probe-timeout must be positive");
   config.nodes_per_domain = vm["nodes-per-domain"].as<int>();
   config.domain_timeout_s = vm["domain-timeout"].as<double>();
   if (config.nodes_per_domain < 0) throw InvalidArgument("--nodes-per-domain must not be negative");

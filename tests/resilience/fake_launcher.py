@@ -17,6 +17,10 @@ RUN_DIR/fake-launches-d<D>, and its events carry the domain's number:
   checkpoint-crash log job_started and checkpoint_written (step 2), exit 1
   hang-at-start    log nothing and never exit (a runtime daemon that never spawns the ranks)
   slow-finish      log job_started, then job_finished (completed) 8 s later, and exit 0
+  hang             log job_started, then commit nothing and never exit (a domain whose node froze)
+  stall[:S]        log job_started, commit 30 steps 50 ms apart (after metrics.jsonl's last), then
+                   commit nothing more: never exit (a peer frozen or cut off), or after S
+                   seconds log job_finished (completed) and exit 0 (a job stuck for a while)
   await-signal     handle SIGUSR1 as `hardy train` does, then log job_started; on the signal
                    write RUN_DIR/fake-signal-N (N: this launch), log job_finished (preempted) and
                    exit 4; without one within 20 s, finish
@@ -101,6 +105,20 @@ def main():
             "therefore will terminate the job.\n"
             "--------------------------------------------------------------------------\n")
         sys.exit(0)
+    if act == "hang":
+        while True:
+            time.sleep(1)
+    if act.startswith("stall"):
+        lines = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").exists() else []
+        first = json.loads(lines[-1])["step"] + 1 if lines else 1
+        for step in range(first, first + 30):
+            time.sleep(0.05)
+            with open(run / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({"step": step, "loss": 1.0, "unix_time": time.time()}) + "\n")
+        if ":" not in act:
+            while True:
+                time.sleep(1)
+        time.sleep(float(act.split(":", 1)[1]))
     if act == "slow-finish":
         time.sleep(8)
     emit(run, "job_finished", status="completed", steps=STEPS)

@@ -10,6 +10,10 @@ misbehaviour is exact and takes seconds:
   - the node the launcher names in Open MPI's "lost communication with a remote daemon" message,
     and a node that does not answer the probe, are left out of the relaunch, each with its
     evidence; a spare that does not answer is passed over and the next spare takes the place;
+  - a job that stops committing steps while a node does not answer (frozen, cut off: nothing
+    reports it) has its launch ended by the stall watch within seconds, before any keepalive
+    would, and is relaunched without that node; one that stops while every node answers is
+    probed (launch_stalled, ended false) and left to go on;
   - a launcher that goes on waiting after the job logged job_finished is ended after
     --finish-grace, and the job counts as completed;
   - a launch whose job never starts (no job_started: a daemon that never spawns the ranks) is
@@ -102,6 +106,64 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
         check(r["decide_s"] < 4, f"the decision did not wait out the 8 s probe timeout: {r['decide_s']:.2f} s")
         check([x["host"] for x in r["excluded"]] == ["n1"] and r["nodes"] == ["n0", "s0", "n2"],
               f"n1 left out for s0: {r['excluded']} {r['nodes']}")
+
+    # A job that stops committing while n1 does not answer: the stall watch probes after 0.5 s
+    # without a commit (ten 50 ms steps), n1 is silent while the others answer at once, and the
+    # launch is ended (it would never end by itself) and relaunched on s0 in n1's place, without
+    # waiting out the 8 s probe timeout, neither in the stall's probe nor in the decision.
+    status, elapsed, events = supervise(tmp / "stall", "stall,finish", "--hosts", "n0,n1,n2,s0", "--spare-nodes", "1",
+                                        "--launch-agent", str(HERE / "fake_agent.sh"), "--probe-timeout", "8",
+                                        "--stall-probe-after", "0.5", dead="n1")
+    stalled = [e for e in events if e["event"] == "launch_stalled"]
+    relaunched = [e for e in events if e["event"] == "job_relaunched"]
+    ended = [e for e in events if e["event"] == "launch_ended"]
+    check(status == 0 and len(relaunched) == 1, f"a stalled launch with a silent node: one relaunch, then done (exit {status})")
+    check(len(stalled) == 1 and stalled[0]["ended"] and [x["host"] for x in stalled[0]["silent"]] == ["n1"]
+          and 0.5 <= stalled[0]["quiet_s"] < 2 and stalled[0]["probe_s"] < 2,
+          f"one probe named n1 silent, soon after the last commit, within 2 s: {stalled}")
+    check(ended and "no step committed" in ended[0]["how"] and "n1" in ended[0]["how"],
+          f"the supervisor ended the launch for n1: {ended[:1]}")
+    if relaunched:
+        r = relaunched[0]
+        check([x["host"] for x in r["excluded"]] == ["n1"] and r["nodes"] == ["n0", "s0", "n2"]
+              and any("stall watch" in line for line in r["excluded"][0]["evidence"]),
+              f"n1 left out on the stall watch's evidence, s0 in its place: {r['excluded']} {r['nodes']}")
+        check(r["decide_s"] < 4, f"the decision did not wait out the 8 s probe timeout: {r['decide_s']:.2f} s")
+    cleaned = [e for e in events if e["event"] == "node_state_removed"]
+    check(cleaned and cleaned[0]["seconds"] < 4 and [x["host"] for x in cleaned[0]["unreachable"]] == ["n1"],
+          f"the run's cleanup did not wait out the 8 s probe timeout for n1, left out before: {cleaned}")
+    check(elapsed < 8, f"stall to the run's end in seconds ({elapsed:.1f} s)")
+
+    # Fault domains: domain 1's node n1 goes silent (its launch hangs, its agent never answers)
+    # while domain 0 waits for it, committing nothing after its 30th step. The stall watch probes
+    # both domains' nodes, ends domain 1's launch and relaunches it on s0, without waiting out
+    # the 8 s probe timeout; domain 0 finishes.
+    status, elapsed, events = supervise(tmp / "domain-stall", "stall:4", "--hosts", "n0,n1,s0", "--spare-nodes", "1",
+                                        "--nodes-per-domain", "1", "--launch-agent", str(HERE / "fake_agent.sh"),
+                                        "--probe-timeout", "8", "--stall-probe-after", "0.5", dead="n1",
+                                        env_extra={"FAKE_LAUNCHER_PLAN_D1": "hang,finish"})
+    stalled = [e for e in events if e["event"] == "launch_stalled" and e["ended"]]
+    lost = [e for e in events if e["event"] == "domain_lost"]
+    relaunched = [e for e in events if e["event"] == "domain_relaunched"]
+    check(status == 0, f"the job of two domains completes (exit {status})")
+    check(len(stalled) == 1 and stalled[0]["domains"] == [0, 1] and [x["host"] for x in stalled[0]["silent"]] == ["n1"],
+          f"the stall watch named n1 silent among both domains' nodes: {stalled}")
+    check(len(lost) == 1 and lost[0]["domain"] == 1 and "no step committed" in lost[0]["how"]
+          and not lost[0]["evicting"]
+          and [x["host"] for x in lost[0]["excluded"]] == ["n1"]
+          and any("stall watch" in line for line in lost[0]["excluded"][0]["evidence"]),
+          f"domain 1 ended for n1, left out on the stall watch's word: {lost}")
+    check(len(relaunched) == 1 and relaunched[0]["nodes"] == ["s0"], f"domain 1 relaunched on s0: {relaunched}")
+    check(elapsed < 12, f"within seconds, not the probe timeout ({elapsed:.1f} s for the run)")
+
+    # Stuck for 3 s while every node answers (a file system that stalls): probed, not ended.
+    status, _, events = supervise(tmp / "stuck", "stall:3", "--hosts", "n0,n1", "--launch-agent",
+                                  str(HERE / "fake_agent.sh"), "--stall-probe-after", "0.5")
+    stalled = [e for e in events if e["event"] == "launch_stalled"]
+    check(status == 0 and not [e for e in events if e["event"] == "job_relaunched"],
+          f"a job stuck while every node answers goes on and completes (exit {status})")
+    check(1 <= len(stalled) <= 3 and not any(e["ended"] or e["silent"] for e in stalled),
+          f"probed, each wait twice the last, every node answering: {stalled}")
 
     status, elapsed, events = supervise(tmp / "hang", "finish-and-hang", "--finish-grace", "1")
     ended = [e for e in events if e["event"] == "launch_ended"]

@@ -791,3 +791,72 @@ TEST_CASE("fault domains: the rendezvous keys are spelled as the protocol says")
   CHECK(rendezvous_keys::join(2, "7") == "join.2.7");
   CHECK(rendezvous_keys::admit(2, "7") == "admit.2.7");
 }
+
+TEST_CASE(
+    "fault domains: the leaders stop waiting for a silent domain once one without it is out") {
+  // Domain 2's node freezes: its leader stops stepping but its sockets stay open, so the others'
+  // exchange would wait for it until the domain timeout (2 s here). The supervisor publishes a
+  // generation without it as soon as its launch ends (the stall watch's probe, or the keepalive):
+  // the others leave the collective then, regroup and train on.
+  StartedJob job("domains-silent-leader", 3, [](int) { return 1.0f; });
+  auto& domains = job.domains;
+  job.check_first_committed();
+  std::vector<std::future<DomainStep>> running;
+  for (int d = 0; d < 2; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      return domains[static_cast<std::size_t>(d)]->step(static_cast<float>(d + 1));
+    }));
+  std::this_thread::sleep_for(300ms);
+  const auto published = std::chrono::steady_clock::now();
+  job.supervisor->set(rendezvous_keys::members(1), "0,1");
+  for (auto& r : running) CHECK(r.get().verdict == StepVerdict::rewind);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - published).count();
+  CHECK(seconds < 1.0);  // not at the domain timeout, 1.7 s after the publication
+  for (int d = 0; d < 2; ++d)
+    CHECK(domains[static_cast<std::size_t>(d)]->domains.generation() == 1);
+  running.clear();
+  for (int d = 0; d < 2; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      return domains[static_cast<std::size_t>(d)]->step(static_cast<float>(10 * (d + 1)));
+    }));
+  for (auto& r : running) CHECK(r.get().verdict == StepVerdict::commit);
+  CHECK(domains[0]->summed == std::vector<float>{3.0f, 30.0f});
+}
+
+TEST_CASE("fault domains: a connect that waits for a member gone silent is left for a newer one") {
+  // Domain 2 dies; the supervisor publishes generation 1 with it still in (its node is cut off:
+  // it said it was ready before its link went, and its address never answers). The others'
+  // full-mesh connect waits for it, until the domain timeout (2 s here) unless a generation
+  // without it, published once its launch ended, ends the wait.
+  StartedJob job("domains-silent-connect", 3, [](int) { return 1.0f; });
+  auto& supervisor = job.supervisor;
+  auto& domains = job.domains;
+  job.check_first_committed();
+  domains[2].reset();
+  std::vector<std::future<DomainStep>> running;
+  for (int d = 0; d < 2; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      return domains[static_cast<std::size_t>(d)]->step(static_cast<float>(d + 1));
+    }));
+  REQUIRE(supervisor->wait_for(rendezvous_keys::failure(0, 0), 20s));
+  supervisor->set(rendezvous_keys::ready(1, 2), "ready");
+  supervisor->set(rendezvous_keys::members(1), "0,1,2");
+  for (int d = 0; d < 2; ++d) REQUIRE(supervisor->wait_for(rendezvous_keys::ready(1, d), 20s));
+  std::this_thread::sleep_for(300ms);
+  const auto published = std::chrono::steady_clock::now();
+  supervisor->set(rendezvous_keys::members(2), "0,1");
+  for (auto& r : running) CHECK(r.get().verdict == StepVerdict::rewind);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - published).count();
+  CHECK(seconds < 1.0);  // not at the connect's timeout, 1.7 s after the publication
+  for (int d = 0; d < 2; ++d)
+    CHECK(domains[static_cast<std::size_t>(d)]->domains.generation() == 2);
+  running.clear();
+  for (int d = 0; d < 2; ++d)
+    running.push_back(std::async(std::launch::async, [&, d] {
+      return domains[static_cast<std::size_t>(d)]->step(static_cast<float>(10 * (d + 1)));
+    }));
+  for (auto& r : running) CHECK(r.get().verdict == StepVerdict::commit);
+  CHECK(domains[1]->summed == std::vector<float>{3.0f, 30.0f});
+}

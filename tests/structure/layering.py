@@ -45,6 +45,7 @@ RESILIENCE_ROOMS = {
     "domains": set(),
     "stragglers": set(),
     "regrow": set(),
+    "stalls": set(),
     "session": {"domains", "stragglers", "regrow"},
     "supervisor": {"domains"},
 }

@@ -25,8 +25,7 @@ namespace hardy::resilience {
 using namespace fault_domains_internal;
 
 void FaultDomains::start_step(long step, std::span<core::Tensor* const> tensors, double loss,
-                              double skipped, bool ok, std::span<const float> weights,
-                              bool in_background) {
+                              double skipped, bool ok, std::span<const float> weights) {
   if (in_flight_ && in_flight_->relayed && in_flight_->step == step && ok && weights.empty()) {
     finish_relay(loss, skipped);  // the pieces left already
     return;
@@ -69,19 +68,31 @@ void FaultDomains::start_step(long step, std::span<core::Tensor* const> tensors,
     in_flight_->sent = failure_in_future();
     return;
   }
-  // Nothing else touches the group until conclude(): the thread owns it meanwhile. Sharded, the
-  // ranks other than the leader always send on a thread, so that they can stop waiting for it
-  // (gather_shards).
-  const bool on_thread = in_background || (sharded() && !leader());
-  in_flight_->sent = std::async(on_thread ? std::launch::async : std::launch::deferred,
-                                [group, &values] { group->allreduce_sum(values); });
+  // Nothing else touches the group until conclude(): the thread owns it meanwhile. Every rank
+  // that sends does so on a thread, so that it can stop waiting for a peer gone silent once the
+  // supervisor publishes a generation without it (wait_unless_superseded): the leader in
+  // conclude(), the others (sharded) in gather_shards.
+  in_flight_->sent =
+      std::async(std::launch::async, [group, &values] { group->allreduce_sum(values); });
 }
 
 void FaultDomains::forget_ended_abandoned() {
-  // Sharded: collectives a newer generation left behind, once they ended on their own.
+  // Collectives and connects a newer generation left behind, once they ended on their own.
   std::erase_if(abandoned_, [](const Abandoned& a) {
     return a.exchange->sent.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   });
+  std::erase_if(abandoned_connects_, [](const std::future<std::unique_ptr<comm::Communicator>>& c) {
+    return c.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
+}
+
+bool FaultDomains::member_lost_after(std::size_t generation,
+                                     const std::vector<int>& members) const {
+  for (std::size_t g = generation + 1;; ++g) {
+    const auto listed = store_->try_get(rendezvous_keys::members(g));
+    if (!listed) return false;
+    if (!missing_from(members, parse_members(*listed)).empty()) return true;
+  }
 }
 
 Vote FaultDomains::my_vote(bool ok, double loss, double skipped) const {
@@ -237,7 +248,7 @@ FaultDomains::ShardsGathered FaultDomains::gather_shards() {
   const std::size_t block = pieces_of(0) + votes + 1;  // rank 0's shards are the largest
   std::vector<float> mine(block, 0.0f);
   try {
-    if (!leader()) wait_unless_superseded(shard_group_);
+    wait_unless_superseded(leader() ? group_ : shard_group_);
     in_flight_->sent.get();
     const std::size_t sent = in_flight_->relayed ? in_flight_->filled : in_flight_->values.size();
     std::copy_n(in_flight_->values.begin(), sent, mine.begin());
@@ -281,25 +292,19 @@ void FaultDomains::wait_unless_superseded(std::unique_ptr<comm::Communicator>& g
   // group (abandoned_), and the shard counts as not arrived, so the leader regroups. A newer
   // generation that only adds members (a relaunched domain waiting to be let in at a step
   // boundary) is no reason to stop.
-  // The leaders do not watch (yet): watching, they regrouped 4.3 s after a leader's node froze
+  // The leaders watch too (their exchange runs on a thread): a leader whose node froze holds the
+  // leaders' group as a frozen shard peer holds its own. They did not until the connect could be
+  // given up as well (connect()): watching, they regrouped 4.3 s after a leader's node froze
   // instead of 10 s, but in a goodput bench run a second domain, cut off 0.5 s after the first
   // froze, still reached the file store and said it was ready for the first generation without
   // the frozen one; the survivors, there early, waited out gloo's connect to it, and the
-  // generations that followed took 54 s to settle (2026-11-30). A connect that a newer
-  // generation can end would come first.
-  const auto member_lost = [this] {
-    for (std::size_t g = generation_ + 1;; ++g) {
-      const auto listed = store_->try_get(rendezvous_keys::members(g));
-      if (!listed) return false;
-      if (!missing_from(members_, parse_members(*listed)).empty()) return true;
-    }
-  };
+  // generations that followed took 54 s to settle (2026-11-30).
   auto looked = std::chrono::steady_clock::now();
   while (in_flight_->sent.wait_for(std::chrono::milliseconds(2)) != std::future_status::ready) {
     // A look at the store every 20 ms at most: a Redis store is a round trip away.
     if (std::chrono::steady_clock::now() - looked < std::chrono::milliseconds(20)) continue;
     looked = std::chrono::steady_clock::now();
-    if (!member_lost()) continue;
+    if (!member_lost_after(generation_, members_)) continue;
     abandoned_.push_back({.group = std::move(group), .exchange = std::move(in_flight_)});
     in_flight_ = std::make_unique<InFlight>();
     in_flight_->step = abandoned_.back().exchange->step;

@@ -144,13 +144,13 @@ void FaultDomains::start(const DomainStateAccess& state) {
 DomainStep FaultDomains::exchange(long step, std::span<core::Tensor* const> tensors, double loss,
                                   double skipped, const DomainStateAccess& state,
                                   std::span<const float> weights) {
-  start_step(step, tensors, loss, skipped, /*ok=*/true, weights, /*in_background=*/false);
+  start_step(step, tensors, loss, skipped, /*ok=*/true, weights);
   return settle_exchange(tensors, state);
 }
 
 void FaultDomains::start_exchange(long step, std::span<core::Tensor* const> tensors, double loss,
                                   double skipped, std::span<const float> weights) {
-  start_step(step, tensors, loss, skipped, /*ok=*/true, weights, /*in_background=*/true);
+  start_step(step, tensors, loss, skipped, /*ok=*/true, weights);
 }
 
 DomainStep FaultDomains::settle_exchange(std::span<core::Tensor* const> tensors,
@@ -204,7 +204,7 @@ DomainStep FaultDomains::after_local_recovery(long next_step, bool synchronized,
   }
   // The other domains wait in this step's exchange (or will): join it with nothing to add and a
   // vote against, so that every domain drops the step and redoes it over the new split.
-  start_step(next, tensors, 0, 0, /*ok=*/false, {}, /*in_background=*/false);
+  start_step(next, tensors, 0, 0, /*ok=*/false, {});
   return settle_exchange(tensors, state);
 }
 
@@ -301,6 +301,7 @@ std::vector<double> FaultDomains::conclude(const DomainStateAccess& state,
       group_.reset();  // peers still in the leaders' shard fail at once
       throw comm::GroupFailure(*shards_missing);
     }
+    wait_unless_superseded(group_);  // a leader gone silent: the supervisor says so
     in_flight_->sent.get();
     const Vote vote = take_vote(in_flight_->values, members_.size());
     held_sums_ = std::move(in_flight_->values);

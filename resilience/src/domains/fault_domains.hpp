@@ -217,11 +217,11 @@ class FaultDomains {
   // directory's newest checkpoint (into `healed`), alike for every member.
   ResyncPlan resume_persisted(ResyncPlan plan, const DomainStateAccess& state,
                               checkpoint::TrainingState& healed);
-  // Leader: the step's exchange and vote (`ok`: this domain's contribution counts), started in
-  // the background or (`in_background` false) left for conclude() to run; every other rank only
-  // notes the step.
+  // Leader: the step's exchange and vote (`ok`: this domain's contribution counts), started on
+  // a thread that conclude() waits for; every other rank only notes the step (sharded: sends
+  // its shard on a thread too).
   void start_step(long step, std::span<core::Tensor* const> tensors, double loss, double skipped,
-                  bool ok, std::span<const float> weights, bool in_background);
+                  bool ok, std::span<const float> weights);
   // Relayed: the leader's vote after the last piece, then nothing more (start_step's end).
   void finish_relay(double loss, double skipped);
   // The leader's vote for the step in flight (a relaunched domain waiting to join is seen here).
@@ -231,8 +231,12 @@ class FaultDomains {
   void adopt_vote(const Vote& vote, long step);
   // A new generation: the split goes back to ranks, the policy starts afresh.
   void split_by_ranks();
-  // Sharded: drops the exchanges left behind (abandoned_) whose collectives have ended.
+  // Drops the exchanges and connects left behind (abandoned_, abandoned_connects_) that ended.
   void forget_ended_abandoned();
+  // Whether a generation after `generation` was published without one of `members` (the
+  // supervisor saw that domain's launch end): a reason to stop waiting for it. A later one that
+  // only adds members (a relaunched domain let in) is not.
+  bool member_lost_after(std::size_t generation, const std::vector<int>& members) const;
   // Leader: the encoded decision of the step started last (its vote, or after a lost peer domain
   // the resync that followed, with the healed state in `healed`).
   // Sharded, only when a shard did not arrive (`shards_missing`, from gather_shards).
@@ -257,9 +261,9 @@ class FaultDomains {
     std::string missing;
   };
   ShardsGathered gather_shards();
-  // Sharded, a rank other than the leader: until the step's collective on `group` (its shard's)
-  // ends, or (GroupFailure) the supervisor publishes a newer generation without one of the
-  // members first: then the collective is left to end on its thread, with `group` (abandoned_).
+  // Until the step's collective on `group` (the leaders' group, or sharded a shard's) ends, or
+  // (GroupFailure) the supervisor publishes a newer generation without one of the members
+  // first: then the collective is left to end on its thread, with `group` (abandoned_).
   void wait_unless_superseded(std::unique_ptr<comm::Communicator>& group);
   // Sharded, every rank, when every shard arrived: the step commits here (the domain's commit
   // point: a domain that missed a shard regroups, and the resync heals it from this one).
@@ -347,6 +351,10 @@ class FaultDomains {
     std::unique_ptr<InFlight> exchange;
   };
   std::vector<Abandoned> abandoned_;
+  // Connects of a generation that a newer one without one of its members replaced while they
+  // waited (gloo's full mesh waits for every member, to the domain timeout): each ends on its
+  // thread, and the group it may have made is dropped then.
+  std::vector<std::future<std::unique_ptr<comm::Communicator>>> abandoned_connects_;
 };
 
 }  // namespace hardy::resilience

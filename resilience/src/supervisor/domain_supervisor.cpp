@@ -24,6 +24,7 @@
 #include "hardy/resilience/events.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
 #include "hardy/resilience/run_identity.hpp"
+#include "hardy/resilience/stall_watch.hpp"
 #include "hardy/resilience/supervisor.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "supervisor/domain_log.hpp"
@@ -51,6 +52,9 @@ struct Domain {
   bool admitted = true;  // a relaunch is admitted once its leader asks and a generation lets it in
   bool finished = false;
   bool abandoned = false;  // lost more often than --max-restarts: the job trains on without it
+  // Its nodes (by index in `nodes`) that did not answer the stall watch's probe: the supervisor
+  // ended its launch for them.
+  SilentNodes silent;
 };
 
 }  // namespace
@@ -193,6 +197,8 @@ class DomainSupervision {
   }
 
   core::EventLog& events() { return events_; }
+  // The nodes a relaunch left out, spares included: the cleanup does not wait for their answer.
+  const std::vector<std::string>& left_out() const { return left_out_; }
 
   void launch_all() {
     for (auto& domain : domains_) launch(domain);
@@ -216,6 +222,66 @@ class DomainSupervision {
                 domain, ended, StartTimeout::ended_how(timeout_s, domain.job->how())))
           return exit_status;
       }
+    }
+    return std::nullopt;
+  }
+
+  // The job commits nothing (every domain waits in the exchange for one that went silent): the
+  // stall watch probes the nodes of the domains in it, and ends the launch of each domain with a
+  // node that did not answer while others did (hardy/resilience/stall_watch.hpp), which the
+  // runtime's keepalive would end seconds later. The exit status when that ends the run.
+  std::optional<int> watch_stall() {
+    const double now = core::unix_time();
+    if (now - stall_read_ < 0.25) return std::nullopt;  // as a one-job launch is read
+    stall_read_ = now;
+    long step = -1;
+    double committed = -1;
+    if (const auto last = core::last_json_record(config_.run_dir / "metrics.jsonl")) {
+      step = core::read_field<long>(*last, "step").value_or(-1);
+      committed = core::read_field<double>(*last, "unix_time").value_or(-1);
+    }
+    if (step >= 0 && committed >= run_started_) stall_.saw(step, committed);
+    if (!stall_.due(now)) return std::nullopt;
+    std::vector<std::string> nodes;
+    std::vector<std::pair<Domain*, std::size_t>> owners;  // each node's domain and its index there
+    auto probed = nlohmann::json::array();
+    for (auto& domain : domains_) {
+      if (!domain.job || !domain.admitted) continue;
+      probed.push_back(domain.index);
+      for (std::size_t i = 0; i < domain.nodes.size(); ++i) {
+        nodes.push_back(domain.nodes[i]);
+        owners.emplace_back(&domain, i);
+      }
+    }
+    const double quiet = stall_.quiet_s(now), threshold = stall_.threshold_s().value_or(0);
+    const SilentNodes silent = probe_silent_nodes(config_, nodes, quiet, step);
+    const bool ends = silence_ends_launch(silent, nodes.size());
+    events_.emit("launch_stalled", {{"domains", probed},
+                                    {"quiet_s", quiet},
+                                    {"threshold_s", threshold},
+                                    {"silent", silent_json(silent, nodes)},
+                                    {"ended", ends},
+                                    {"probe_s", core::unix_time() - now}});
+    if (!ends) {
+      stall_.all_answered(core::unix_time());
+      return std::nullopt;
+    }
+    for (const auto& [i, reports] : silent) owners[i].first->silent[owners[i].second] = reports;
+    for (auto& domain : domains_) {
+      if (domain.silent.empty() || !domain.job) continue;
+      std::vector<std::string> hosts;
+      for (const auto& [i, reports] : domain.silent) hosts.push_back(domain.nodes[i]);
+      std::cerr << fmt::format(
+          "hardy run: no step committed for {:.1f} s and {} of domain {} did not answer; ending "
+          "the domain's launch\n",
+          quiet, fmt::join(hosts, ","), domain.index);
+      const int status = domain.job->terminate(kStalledTeardown);
+      if (const auto exit_status = launcher_ended(
+              domain, status,
+              fmt::format("ended by the supervisor: no step committed for {:.1f} s and {} did not "
+                          "answer its probe ({})",
+                          quiet, fmt::join(hosts, ","), domain.job->how())))
+        return exit_status;
     }
     return std::nullopt;
   }
@@ -429,13 +495,21 @@ class DomainSupervision {
     const bool evicting = !evicted.empty();
     const bool planned = evicting || regrowing;
     if (planned) ++domain.planned_relaunches;
+    // The stall watch's word is as conclusive as an eviction's (the probe need not wait for
+    // those nodes), but the launch it ended failed: no planned relaunch.
+    auto known = std::move(evicted);
+    for (auto& [i, reports] : domain.silent)
+      for (auto& report : reports) known[i].push_back(std::move(report));
+    domain.silent.clear();
     const NodeEvidence evidence =
-        gather_node_evidence(config_, nodes, output, start_failures_, std::move(evicted));
+        gather_node_evidence(config_, nodes, output, start_failures_, std::move(known));
     for (const auto& [i, report] : evidence.forgiven)
       std::cerr << fmt::format(
           "hardy run: keeping {}: {}, but it answers its probe; a second time leaves it out\n",
           nodes.active[i], report);
     const RelaunchPlan plan = plan_relaunch(nodes, evidence.active, evidence.spares);
+    for (const auto* list : {&plan.excluded, &plan.spares_lost})
+      for (const auto& node : *list) left_out_.push_back(node.host);
     events_.emit("domain_lost", {{"domain", domain.index},
                                  {"launch", domain.launches},
                                  {"how", how},
@@ -486,6 +560,10 @@ class DomainSupervision {
   }
 
   const SupervisorConfig& config_;
+  std::vector<std::string> left_out_;  // nodes a relaunch left out, spares included
+  StallWatch stall_{config_.stall_probe_after_s};
+  double stall_read_ = 0;
+  const double run_started_ = core::unix_time();
   const int per_, count_;
   const std::filesystem::path events_file_;
   core::EventLog events_;
@@ -524,6 +602,7 @@ int supervise_domains(const SupervisorConfig& config) {
   const int status = [&] {
     for (;;) {
       if (const auto status = run.watch_launchers()) return *status;
+      if (const auto status = run.watch_stall()) return *status;
       run.regroup_after_failed_collective();
       // Once the others finished the job a relaunched domain is not let in (it would wait for
       // members that are gone).
@@ -536,7 +615,7 @@ int supervise_domains(const SupervisorConfig& config) {
       if (!run.launcher_running()) return run.finish_early(kFailed, "no domain left running");
     }
   }();
-  remove_node_state(locked, status == kCompleted, run.events());
+  remove_node_state(locked, status == kCompleted, run.events(), run.left_out());
   return status;
 }
 

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "hardy/core/support/error.hpp"
@@ -153,7 +154,9 @@ void LaunchedJob::relay(int fd, int to) {
 
 std::optional<int> LaunchedJob::wait_for(std::chrono::milliseconds timeout) {
   if (raw_status_ && out_ < 0 && err_ < 0) return decode(*raw_status_);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto begun = std::chrono::steady_clock::now();
+  const auto deadline = begun + timeout;
+  std::optional<std::chrono::steady_clock::time_point> last_answer;
   while (true) {
     if (!raw_status_) {
       int raw = 0;
@@ -201,7 +204,8 @@ std::string LaunchedJob::how() const {
 std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::string>& command,
                                                      const std::vector<std::string>& hosts,
                                                      std::chrono::milliseconds timeout,
-                                                     const std::vector<bool>& settled) {
+                                                     const std::vector<bool>& settled,
+                                                     std::chrono::milliseconds answer_grace) {
   std::vector<std::optional<std::string>> verdicts(hosts.size());
   std::vector<pid_t> children(hosts.size(), -1);
   const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -217,7 +221,9 @@ std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::stri
     }
   }
   if (null >= 0) ::close(null);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto begun = std::chrono::steady_clock::now();
+  const auto deadline = begun + timeout;
+  std::optional<std::chrono::steady_clock::time_point> last_answer;
   const auto is_settled = [&](std::size_t i) { return i < settled.size() && settled[i]; };
   std::size_t pending = 0, pending_unsettled = 0;
   for (std::size_t i = 0; i < hosts.size(); ++i)
@@ -225,16 +231,23 @@ std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::stri
       ++pending;
       if (!is_settled(i)) ++pending_unsettled;
     }
-  bool gave_up_early = false;
+  bool gave_up_early = false, outwaited = false;
   while (pending > 0 && std::chrono::steady_clock::now() < deadline) {
     if (pending_unsettled == 0) {
       gave_up_early = true;
+      break;
+    }
+    if (answer_grace.count() > 0 && last_answer &&
+        std::chrono::steady_clock::now() - *last_answer >
+            std::max<std::chrono::steady_clock::duration>(answer_grace, *last_answer - begun)) {
+      outwaited = true;
       break;
     }
     for (std::size_t i = 0; i < hosts.size(); ++i) {
       int raw = 0;
       if (children[i] <= 0 || ::waitpid(children[i], &raw, WNOHANG) != children[i]) continue;
       children[i] = -1;
+      last_answer = std::chrono::steady_clock::now();
       --pending;
       if (!is_settled(i)) --pending_unsettled;
       if (decode(raw) != 0)
@@ -249,11 +262,17 @@ std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::stri
     ::kill(-children[i], SIGKILL);
     int raw = 0;
     ::waitpid(children[i], &raw, 0);
-    verdicts[i] = gave_up_early
-                      ? fmt::format("no answer to `{}` by the time the other hosts had answered",
+    const auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - begun);
+    verdicts[i] =
+        gave_up_early ? fmt::format("no answer to `{}` by the time the other hosts had answered",
                                     fmt::join(command, " "))
-                      : fmt::format("no answer to `{}` within {:.1f} s", fmt::join(command, " "),
-                                    static_cast<double>(timeout.count()) / 1000.0);
+        : outwaited   ? fmt::format(
+                            "no answer to `{}` within {:.2f} s; the other hosts answered within "
+                              "{:.2f} s",
+                            fmt::join(command, " "), waited.count(),
+                            std::chrono::duration<double>(*last_answer - begun).count())
+                    : fmt::format("no answer to `{}` within {:.1f} s", fmt::join(command, " "),
+                                  static_cast<double>(timeout.count()) / 1000.0);
   }
   return verdicts;
 }

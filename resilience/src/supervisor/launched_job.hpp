@@ -56,9 +56,13 @@ class LaunchedJob {
 // returns, per host, nullopt when it exited 0 within `timeout`, or what went wrong in words.
 // Hosts marked in `settled` (when given, one flag per host) are those whose answer decides
 // nothing: once only they are left, the wait ends and they count as not answering.
-std::vector<std::optional<std::string>> run_on_hosts(const std::vector<std::string>& command,
-                                                     const std::vector<std::string>& hosts,
-                                                     std::chrono::milliseconds timeout,
-                                                     const std::vector<bool>& settled = {});
+// `answer_grace` (when positive): once a host has answered, the wait also ends when no other has
+// for as long as the answers so far took, and at least `answer_grace`; those left count as not
+// answering. A node that is frozen or cut off answers never, and its peers within a fraction of
+// a second: waiting out the timeout for it (5 s by default) would only add to its cost.
+std::vector<std::optional<std::string>> run_on_hosts(
+    const std::vector<std::string>& command, const std::vector<std::string>& hosts,
+    std::chrono::milliseconds timeout, const std::vector<bool>& settled = {},
+    std::chrono::milliseconds answer_grace = std::chrono::milliseconds(0));
 
 }  // namespace hardy::resilience

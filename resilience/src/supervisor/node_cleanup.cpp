@@ -29,7 +29,8 @@ long newest_checkpoint_step(const std::filesystem::path& run_dir) {
 }
 
 // remove_node_state's work; throws what it meets.
-void clean_nodes(const SupervisorConfig& config, bool completed, core::EventLog& events) {
+void clean_nodes(const SupervisorConfig& config, bool completed, core::EventLog& events,
+                 const std::vector<std::string>& left_out) {
   if (config.snapshot_dir.empty()) return;  // the ranks keep no snapshots
   const double started = core::unix_time();
   std::vector<std::string> program{config.hardy.string(),
@@ -74,8 +75,12 @@ void clean_nodes(const SupervisorConfig& config, bool completed, core::EventLog&
   };
   if (const auto probe = config.launcher->probe_command(nodes, config.probe_timeout_s);
       !probe.empty()) {
+    std::vector<bool> settled(nodes.size());
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+      settled[i] = std::find(left_out.begin(), left_out.end(), nodes[i]) != left_out.end();
     const auto answers = run_on_hosts(
-        probe, nodes, std::chrono::milliseconds(std::llround(config.probe_timeout_s * 1000)));
+        probe, nodes, std::chrono::milliseconds(std::llround(config.probe_timeout_s * 1000)),
+        settled);
     std::vector<std::string> answering;
     for (std::size_t i = 0; i < nodes.size(); ++i)
       if (answers[i])
@@ -134,10 +139,11 @@ void clean_nodes(const SupervisorConfig& config, bool completed, core::EventLog&
 
 }  // namespace
 
-void remove_node_state(const SupervisorConfig& config, bool completed, core::EventLog& events) {
+void remove_node_state(const SupervisorConfig& config, bool completed, core::EventLog& events,
+                       const std::vector<std::string>& left_out) {
   // The run's outcome is decided: a cleanup that cannot be done must not change its exit status.
   try {
-    clean_nodes(config, completed, events);
+    clean_nodes(config, completed, events, left_out);
   } catch (const std::exception& e) {
     std::cerr << "hardy run: the node-local snapshots of the run could not be removed: " << e.what()
               << "\n";

@@ -21,7 +21,10 @@ namespace hardy::resilience {
 
 // Runs the cleanup of `config`'s nodes under its snapshot_dir and logs it (node_state_removed);
 // nothing when the ranks keep no snapshots. `completed`: the run finished its last step (its
-// final checkpoint, if any, holds the newest state). Never throws.
-void remove_node_state(const SupervisorConfig& config, bool completed, core::EventLog& events);
+// final checkpoint, if any, holds the newest state). `left_out`: nodes the run left out as lost;
+// their probe waits only as long as the others' answers (a frozen node never answers, and the
+// run's end would wait out --probe-timeout for it). Never throws.
+void remove_node_state(const SupervisorConfig& config, bool completed, core::EventLog& events,
+                       const std::vector<std::string>& left_out = {});
 
 }  // namespace hardy::resilience

@@ -90,8 +90,10 @@ const LaunchEvents& LaunchEventReader::read() {
   if (replaced) from_log_ = {};
   for (const auto& record : records) note_event(from_log_, record);
   launch_ = from_log_;
-  if (const auto metrics = core::last_json_record(run_dir_ / "metrics.jsonl"))
+  if (const auto metrics = core::last_json_record(run_dir_ / "metrics.jsonl")) {
     launch_.last_committed_step = core::read_field<long>(*metrics, "step");
+    launch_.last_committed_unix = core::read_field<double>(*metrics, "unix_time");
+  }
   // Victims of injected failures note when they died (FailureInjector); their nodes are lost too.
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(run_dir_ / "checkpoints", error)) {

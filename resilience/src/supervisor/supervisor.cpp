@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <set>
 #include <thread>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "hardy/core/support/json_fields.hpp"
 #include "hardy/resilience/events.hpp"
 #include "hardy/resilience/relaunch_plan.hpp"
+#include "hardy/resilience/stall_watch.hpp"
 #include "hardy/resilience/training_session.hpp"
 #include "supervisor/launch_event_reader.hpp"
 #include "supervisor/launched_job.hpp"
@@ -66,16 +68,25 @@ struct LaunchOutcome {
   std::string output;
   LaunchEvents events;
   double ended_unix = 0;
+  SilentNodes silent;  // the supervisor ended the launch for them
 };
 
+// Hears each probe the stall watch made: the quiet time, the threshold, the silent nodes, whether
+// the launch was ended for them, and how long the probe took.
+using OnStallProbe = std::function<void(double, double, const SilentNodes&, bool, double)>;
+
 LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::string>& command,
+                         const std::vector<std::string>& nodes,
                          const std::filesystem::path& log_file, double start_timeout_s,
-                         const std::function<void(double)>& on_started) {
+                         const std::function<void(double)>& on_started,
+                         const OnStallProbe& on_stall_probe) {
   const auto events_file = config.run_dir / "events.jsonl";
   const double started = core::unix_time();
   LaunchEventReader launch_events(config.run_dir, file_size_or_zero(events_file), started,
                                   config.ranks_per_node);
   LaunchedJob job(command, log_file);
+  StallWatch stall(config.stall_probe_after_s);
+  SilentNodes silent;
   std::optional<int> status;
   double finished_seen = 0;
   bool job_started = false;
@@ -90,6 +101,10 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
         job_started = true;
         on_started(seen.started_unix.value_or(core::unix_time()) - started);
       }
+      // Only this launch's commits: the last line may be an earlier launch's.
+      if (job_started && seen.last_committed_step &&
+          seen.last_committed_unix.value_or(0) >= started)
+        stall.saw(*seen.last_committed_step, *seen.last_committed_unix);
       if (seen.finished_status || seen.ended_by_watchdog) {
         finished_seen = core::unix_time();
         ended_how = seen.finished_status ? "logged job_finished" : "was ended by its watchdog";
@@ -101,6 +116,27 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
         status = job.terminate(milliseconds(3000));
         ended_by_supervisor = StartTimeout::ended_how(start_timeout_s, job.how());
         break;
+      } else if (const double now = core::unix_time(); stall.due(now)) {
+        const double quiet = stall.quiet_s(now), threshold = stall.threshold_s().value_or(0);
+        silent = probe_silent_nodes(config, nodes, quiet, seen.last_committed_step.value_or(0));
+        const bool ends = silence_ends_launch(silent, nodes.size());
+        on_stall_probe(quiet, threshold, silent, ends, core::unix_time() - now);
+        if (ends) {
+          std::vector<std::string> hosts;
+          for (const auto& [i, reports] : silent) hosts.push_back(nodes[i]);
+          std::cerr << fmt::format(
+              "hardy run: no step committed for {:.1f} s and {} did not answer; ending the "
+              "launch\n",
+              quiet, fmt::join(hosts, ","));
+          status = job.terminate(kStalledTeardown);
+          ended_by_supervisor = fmt::format(
+              "ended by the supervisor: no step committed for {:.1f} s and {} did not answer its "
+              "probe ({})",
+              quiet, fmt::join(hosts, ","), job.how());
+          break;
+        }
+        silent.clear();
+        stall.all_answered(core::unix_time());
       }
     } else if (core::unix_time() - finished_seen > config.finish_grace_s) {
       std::cerr << fmt::format(
@@ -118,6 +154,7 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
   outcome.output = job.output();
   outcome.events = launch_events.read();
   outcome.ended_unix = core::unix_time();
+  outcome.silent = std::move(silent);
   if (!job_started && outcome.events.total_steps)  // it started, and ended, between two looks
     on_started(outcome.events.started_unix.value_or(outcome.ended_unix) - started);
   return outcome;
@@ -214,11 +251,14 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
                                   const std::string& launcher_output,
                                   std::set<std::string>& start_failures,
                                   std::map<std::size_t, std::vector<std::string>> known) {
+  std::vector<bool> settled(nodes.active.size() + nodes.spares.size(), false);
+  // Conclusive evidence settles a node as the launcher's word does: its probe decides nothing.
+  for (const auto& [i, reports] : known)
+    if (i < nodes.active.size()) settled[i] = true;
   NodeEvidence evidence{std::move(known), {}, {}};
   const auto lost = config.launcher->hosts_reported_lost(launcher_output);
   const auto not_started = config.launcher->hosts_not_started(launcher_output);
   std::set<std::size_t> only_unstarted;  // the launcher says no more than that
-  std::vector<bool> settled(nodes.active.size() + nodes.spares.size(), false);
   for (const auto& host : lost) {
     const bool unstarted =
         std::find(not_started.begin(), not_started.end(), host) != not_started.end();
@@ -286,6 +326,34 @@ double StartTimeout::seconds() const {
   return std::max(kStartTimeoutFloorS, kStartTimeoutStartMultiple * longest_);
 }
 
+namespace {
+// How long a stall's probe waits for a node after the others answered, at least (run_on_hosts'
+// answer_grace): the emulated cluster's nodes, an eighth of a CPU each, answered within 0.35 s.
+constexpr milliseconds kSilentGrace{500};
+}  // namespace
+
+SilentNodes probe_silent_nodes(const SupervisorConfig& config,
+                               const std::vector<std::string>& nodes, double quiet_s,
+                               long last_step) {
+  SilentNodes silent;
+  const auto probe = config.launcher->probe_command(nodes, config.probe_timeout_s);
+  if (probe.empty()) return silent;
+  const auto answers = run_on_hosts(probe, nodes, to_ms(config.probe_timeout_s), {}, kSilentGrace);
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    if (answers[i])
+      silent[i].push_back(fmt::format(
+          "stall watch: no step committed for {:.1f} s after step {}, and the probe: {}", quiet_s,
+          last_step, *answers[i]));
+  return silent;
+}
+
+nlohmann::json silent_json(const SilentNodes& silent, const std::vector<std::string>& nodes) {
+  auto list = nlohmann::json::array();
+  for (const auto& [i, reports] : silent)
+    list.push_back({{"host", nodes[i]}, {"evidence", reports}});
+  return list;
+}
+
 nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes) {
   auto list = nlohmann::json::array();
   for (const auto& node : nodes) {
@@ -328,10 +396,20 @@ class Supervision {
         nodes_.active.size() * static_cast<std::size_t>(config_.ranks_per_node),
         fmt::join(nodes_.active, ","), fmt::join(command, " "));
     auto launch = run_launch(
-        config_, command, config_.run_dir / fmt::format("launch-{}.log", attempt + 1),
-        start_timeout_.seconds(), [&](double start_s) {
+        config_, command, nodes_.active,
+        config_.run_dir / fmt::format("launch-{}.log", attempt + 1), start_timeout_.seconds(),
+        [&](double start_s) {
           start_timeout_.seen(start_s);
           events_.emit("launch_started", {{"launch", attempt + 1}, {"start_s", start_s}});
+        },
+        [&](double quiet_s, double threshold_s, const SilentNodes& silent, bool ended,
+            double probe_s) {
+          events_.emit("launch_stalled", {{"launch", attempt + 1},
+                                          {"quiet_s", quiet_s},
+                                          {"threshold_s", threshold_s},
+                                          {"silent", silent_json(silent, nodes_.active)},
+                                          {"ended", ended},
+                                          {"probe_s", probe_s}});
         });
     restrict_to_launch(launch.events, nodes_.active.size());
     run_wrote_state_ = run_wrote_state_ || launch.events.checkpoint_written;
@@ -383,6 +461,8 @@ class Supervision {
     next.decide_start = core::unix_time();
     // Conclusive: the test's injected kills, and the nodes the job itself evicted as slow.
     auto known = launch.events.killed_nodes;
+    for (const auto& [node, reports] : launch.silent)
+      for (const auto& report : reports) known[node].push_back(report);
     for (const auto& [node, reports] : launch.events.evicted_nodes)
       for (const auto& report : reports) known[node].push_back(report);
     const NodeEvidence evidence =
@@ -471,8 +551,13 @@ class Supervision {
                                     {"backoff_s", waits ? backoff_ : 0.0},
                                     {"seconds_since_end", core::unix_time() - launch.ended_unix}});
     nodes_ = next.plan.nodes;
+    for (const auto* list : {&next.plan.excluded, &next.plan.spares_lost})
+      for (const auto& node : *list) left_out_.push_back(node.host);
     if (waits) backoff_ = std::min(60.0, backoff_ * 2);
   }
+
+  // The nodes a relaunch left out, spares included: the cleanup does not wait for their answer.
+  const std::vector<std::string>& left_out() const { return left_out_; }
 
  private:
   // Inside a batch job: hand the job back to the scheduler to run again (on other nodes, or
@@ -522,6 +607,7 @@ class Supervision {
   const SupervisorConfig& config_;
   core::EventLog events_;
   NodeSet nodes_;
+  std::vector<std::string> left_out_;
   std::set<std::string> start_failures_;  // hosts whose runtime daemon failed to start once
   StartTimeout start_timeout_;
   double backoff_;
@@ -552,7 +638,7 @@ int supervise(const SupervisorConfig& config) {
       run.move_to(attempt, verdict, launch, next);
     }
   }();
-  remove_node_state(locked, status == kCompleted, run.events());
+  remove_node_state(locked, status == kCompleted, run.events(), run.left_out());
   return status;
 }
 

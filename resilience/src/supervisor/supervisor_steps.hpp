@@ -2,6 +2,7 @@
 // What both supervisors (supervisor.cpp, domain_supervisor.cpp) do the same way once a launch has
 // ended and it is not over: find out which nodes are gone, and log what a relaunch leaves out.
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <map>
@@ -37,6 +38,26 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
 
 // The `excluded` field of the supervisors' events: each node with its evidence and its spare.
 nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes);
+
+// The nodes (by index) that did not answer the probe made when the job stopped committing steps
+// (StallWatch, hardy/resilience/stall_watch.hpp), each with the evidence in words.
+using SilentNodes = std::map<std::size_t, std::vector<std::string>>;
+// Probes `nodes` through the launch path after `quiet_s` seconds without a commit (the last
+// committed step `last_step`): those that do not answer within the time the others' answers
+// took, and at least 0.5 s after the last of them.
+SilentNodes probe_silent_nodes(const SupervisorConfig& config,
+                               const std::vector<std::string>& nodes, double quiet_s,
+                               long last_step);
+// Whether a stall's probe ends the launch: some nodes did not answer while others did (a probe
+// no node answered says more about this host, or the probe, than about the nodes).
+inline bool silence_ends_launch(const SilentNodes& silent, std::size_t nodes) {
+  return !silent.empty() && silent.size() < nodes;
+}
+// How long a launcher ended for silent nodes has after SIGTERM: its runtime's teardown waits for
+// the silent nodes' daemons, which never answer.
+inline constexpr std::chrono::milliseconds kStalledTeardown{500};
+// launch_stalled's `silent`: each node with its evidence.
+nlohmann::json silent_json(const SilentNodes& silent, const std::vector<std::string>& nodes);
 
 // Creates the run directory and takes its lock for this `hardy run` (InvalidArgument naming the
 // holder when another run has it); returns `config` with the lock's token for the launches.

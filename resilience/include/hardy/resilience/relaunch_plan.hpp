@@ -23,6 +23,7 @@ struct LaunchEvents {
   std::optional<std::string> finished_status;  // job_finished "status"
   std::optional<long> finished_steps;          // job_finished "steps"
   std::optional<long> last_committed_step;     // the last line of metrics.jsonl
+  std::optional<double> last_committed_unix;   // and its unix_time
   // A checkpoint_written or final_checkpoint event: the run directory holds the run's own state.
   bool checkpoint_written = false;
   // The watchdog found the job stuck and ended it (failure_detected by the watchdog): like

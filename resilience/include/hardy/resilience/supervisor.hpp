@@ -40,6 +40,10 @@ struct SupervisorConfig {
   // Before a relaunch every node is asked to run `true` through the launch path; a node that
   // does not answer within this many seconds is left out.
   double probe_timeout_s = 5.0;
+  // A launch that commits no step for this long (at least ten of its steps) has its nodes
+  // probed; when some answer and some do not, it is ended and relaunched without the silent
+  // ones, before the runtime's keepalive would end it (hardy/resilience/stall_watch.hpp). 0: off.
+  double stall_probe_after_s = 1.0;
   // A launch whose job has not started (job_started) this many seconds after the launcher did is
   // ended and counts as failed; 0: learned from the run's earlier starts (supervisor_steps.hpp).
   double start_timeout_s = 0;

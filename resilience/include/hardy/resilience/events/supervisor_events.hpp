@@ -32,6 +32,10 @@ inline constexpr EventField launch_ended[] = {{"launch", T::integer, req},
                                               {"exit_status", T::integer, req},
                                               {"verdict", T::string, req},
                                               {"last_committed_step", T::integer, req}};
+inline constexpr EventField launch_stalled[] = {
+    {"launch", T::integer, opt},     {"domains", T::array, opt}, {"quiet_s", T::number, req},
+    {"threshold_s", T::number, req}, {"silent", T::array, req},  {"ended", T::boolean, req},
+    {"probe_s", T::number, req}};
 inline constexpr EventField job_relaunched[] = {
     {"attempt", T::integer, req},         {"previous_end", T::string, req},
     {"verdict", T::string, req},          {"excluded_nodes", T::array, req},
@@ -66,6 +70,12 @@ inline constexpr core::EventKind kSupervisorEvents[] = {
      "start_s seconds after the launch)",
      event_fields::launch_started},
     {"launch_ended", "one launch of the job under hardy run ended", event_fields::launch_ended},
+    {"launch_stalled",
+     "the job committed no step for quiet_s seconds (threshold_s: --stall-probe-after, or ten "
+     "of its steps), so hardy run probed the nodes of the launch (one job: its number) or of the "
+     "domains in the job (fault domains: their indices): those that did not answer (host, "
+     "evidence), and whether it ended their launches (ended: some answered, some did not)",
+     event_fields::launch_stalled},
     {"job_relaunched", "hardy run relaunched the job", event_fields::job_relaunched},
     {"requeue_requested", "hardy run asked the scheduler to requeue the job",
      event_fields::requeue_requested},
