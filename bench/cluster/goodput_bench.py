@@ -19,7 +19,8 @@ emulated cluster of 8 nodes of one rank (tests/cluster/emulated_cluster.py) with
   restart   checkpoint-restart as users run it without hardy's defences, at its strongest: `hardy
             run --ulfm false` (every failure ends the job; it is relaunched whole at once on the
             healthy nodes and spares, no backoff growth) resuming from its last periodic
-            checkpoint (node-local snapshots off), every C steps, C the Young/Daly optimum
+            checkpoint (node-local snapshots off, no slow-node policy: `--straggler off`),
+            every C steps, C the Young/Daly optimum
             sqrt(2 x MTBF x cost) for --mtbf and the checkpoint's cost measured in its own
             failure-free run (the median stall the training pays per checkpoint; at least 1.5 x
             the median write, so that a write is on disk before the next one starts)
@@ -45,9 +46,13 @@ seconds (its median step from a failure-free run of 200 steps first; the same sh
 strength, none within 20 s of a fault, past the first 60 (none, and no goodput of its own, with
 fewer than 200 such steps: its faults' losses are then counted at one job's healthy step). Also against one job's healthy step (from the one_job run),
 so that what a design costs every step counts as lost. Per fault, over its window (until the next
-fault): the time it cost (`lost_s`: the window less its new steps at the healthy step), its longest
-time without a commit, the steps it redid (`redone`: committed again after a restore), and the
-fewest ranks a step ran on (`fewest_ranks`). Every run is checked: `hardy run` exits 0, every step
+fault): the time it cost until the job had recovered (`lost_s`: from the fault to WARMUP_STEPS
+commits after its disruption ended, less its new steps at the healthy step; `recovered_s`; the
+whole window when the next fault came first), what the rest of its window lost (`background_s`,
+`background_lost_s`: the machine's own spread, summed over the run with the start's into the
+run's `background_s` and `background_lost_s`), the whole window's loss (`window_lost_s`), its
+longest time without a commit, the steps it redid (`redone`: committed again after a restore),
+and the fewest ranks a step ran on (`fewest_ranks`). Every run is checked: `hardy run` exits 0, every step
 1..N committed (at least once), every sample once in every complete epoch.
 
 Results go to --json (default bench/results/goodput-<date>.json); the table is printed.
@@ -123,7 +128,11 @@ def train_options(steps, config, dataset, checkpoint_every=None):
     options = options[:at] + options[at + 2:]          # hardy's default: auto
     options += ["--threads", "1"]
     if config == "restart":
-        options += ["--snapshot-every", "0", "--checkpoint-every", str(checkpoint_every)]
+        # Without hardy's slow-node policy too: rank 0 writing a checkpoint every 2 steps on its
+        # eighth of a CPU was named slow and its node evicted, 7 times in one run (2026-11-30),
+        # each a relaunch and a spare that users without hardy would not have paid.
+        options += ["--snapshot-every", "0", "--checkpoint-every", str(checkpoint_every),
+                    "--straggler", "off"]
     return options
 
 
@@ -212,33 +221,81 @@ def healthy_step(metrics, faults, full_world):
     return statistics.median(quiet) if len(quiet) >= MIN_QUIET_STEPS else None
 
 
+# After a failure's disruption (its last step on fewer ranks, its last restore or launch, its
+# first commit after the fault) the job is charged for this many more steps: a relaunch's first
+# steps ran 0.57 s and 0.17 s against 0.14 (2026-11-30), and the loader's first reads are cold.
+WARMUP_STEPS = 20
+
+
+def recovered_at(fault_time, until, later, events, full_world):
+    """When the job had recovered from a fault at `fault_time`, its window ending at `until`:
+    WARMUP_STEPS commits after its disruption ended (the last commit on fewer than full_world
+    ranks, the last state_restored or launch_started in the window, the first commit after the
+    fault, whichever is last); None when the window ended first (the next fault came)."""
+    if not later:
+        return None
+    commits = sorted(m["unix_time"] for m in later)
+    marks = [commits[0]]
+    marks += [m["unix_time"] for m in later if m.get("world_size") and m["world_size"] < full_world]
+    marks += [e["unix_time"] for e in events if e["event"] in ("state_restored", "launch_started")
+              and fault_time < e["unix_time"] <= until]
+    disrupted = max(marks)
+    after = [t for t in commits if t > disrupted]
+    return after[WARMUP_STEPS - 1] if len(after) >= WARMUP_STEPS else None
+
+
 def per_fault(faults, metrics, events, full_world, reference_step_s, ended):
     """For each injected fault, over its window (until the next fault or the run's end): the time
-    lost (the window's length less the new steps committed in it at the reference step), the
-    longest time without a commit, the steps committed again (restored from before it), and the
-    fewest ranks a step ran on."""
+    it cost until the job had recovered from it (`lost_s`: from the fault to recovered_at(), less
+    the new steps committed in that time at the reference step; the whole window when it did not
+    recover within it), the rest of the window (`background_s`, `background_lost_s`: the machine's
+    own spread, which no failure caused), the whole window's loss (`window_lost_s`, what `lost_s`
+    was until 2026-11-30), the longest time without a commit, the steps committed again
+    (restored from before it), and the fewest ranks a step ran on."""
     out = []
     for i, fault in enumerate(faults):
         until = faults[i + 1]["time"] if i + 1 < len(faults) else ended
         later = [m for m in metrics if fault["time"] < m["unix_time"] <= until]
         new = {m["step"] for m in later if m["step"] > fault["step"]}
+        recovered = recovered_at(fault["time"], until, later, events, full_world)
+        charged_until = recovered if recovered is not None else until
+        charged = {m["step"] for m in later if m["step"] > fault["step"] and m["unix_time"] <= charged_until}
         times = [fault["time"], *sorted(m["unix_time"] for m in later)]
         restored = [e for e in events if e["event"] == "state_restored" and fault["time"] < e["unix_time"] <= until]
         redone = max((fault["step"] - e["step"] for e in restored if e.get("step") is not None), default=0)
         sizes = [m["world_size"] for m in later if m.get("world_size")]
         out.append({**fault, "window_s": round(until - fault["time"], 3),
-                    "lost_s": round(until - fault["time"] - len(new) * reference_step_s, 3),
+                    "lost_s": round(charged_until - fault["time"] - len(charged) * reference_step_s, 3),
+                    "recovered_s": round(recovered - fault["time"], 3) if recovered is not None else None,
+                    "background_s": round(until - charged_until, 3),
+                    "background_lost_s": round(until - charged_until - len(new - charged) * reference_step_s, 3),
+                    "window_lost_s": round(until - fault["time"] - len(new) * reference_step_s, 3),
                     "longest_gap_s": round(max(b - a for a, b in zip(times, times[1:])), 3) if later else None,
                     "redone": max(0, redone), "fewest_ranks": min(sizes) if sizes else None})
     return out
 
 
 def lost_before_faults(started, ended, faults, metrics, reference_step_s):
-    """The time from `hardy run`'s start to the first fault (or the end) less the steps
-    committed in it at the healthy step: the launch, MPI start-up and the first steps' warm-up."""
+    """From `hardy run`'s start to the first fault (or the end): the time lost until the launch
+    had committed WARMUP_STEPS steps (the launch, MPI start-up, the first steps' warm-up: less
+    those steps at the healthy step), and the time after that (`background_s`) with what it lost
+    (`background_lost_s`: the machine's own spread)."""
     first_fault = faults[0]["time"] if faults else ended
-    before = {m["step"] for m in metrics if m["unix_time"] <= first_fault}
-    return round((first_fault - started) - reference_step_s * len(before), 3)
+    before = sorted((m["unix_time"], m["step"]) for m in metrics if m["unix_time"] <= first_fault)
+    warm = before[WARMUP_STEPS - 1][0] if len(before) >= WARMUP_STEPS else first_fault
+    steps_warm = len({step for t, step in before if t <= warm})
+    steps_after = len({step for t, step in before if t > warm})
+    return {"start_lost_s": round((warm - started) - reference_step_s * steps_warm, 3),
+            "background_s": round(first_fault - warm, 3),
+            "background_lost_s": round((first_fault - warm) - reference_step_s * steps_after, 3)}
+
+
+def background(start, faults):
+    """The run's time outside every failure's recovery and the launch's warm-up, and what it
+    lost: the machine's own spread (a rate the model applies as the run's, not a failure's)."""
+    seconds = start["background_s"] + sum(f["background_s"] for f in faults)
+    lost = start["background_lost_s"] + sum(f["background_lost_s"] for f in faults)
+    return {"background_s": round(seconds, 3), "background_lost_s": round(lost, 3)}
 
 
 def reanalyze(path, keep):
@@ -260,10 +317,11 @@ def reanalyze(path, keep):
         reference = own or one_job_step
         if config == "one_job":
             one_job_step = own
+        start = lost_before_faults(ended - run["wall_s"], ended, faults, metrics, reference)
+        faults = per_fault(faults, metrics, events, NODES, reference, ended)
         run.update(healthy_step_s=own, reference_step_s=reference,
                    goodput=run["steps"] * own / run["wall_s"] if own else None,
-                   start_lost_s=lost_before_faults(ended - run["wall_s"], ended, faults, metrics, reference),
-                   faults=per_fault(faults, metrics, events, NODES, reference, ended))
+                   start_lost_s=start["start_lost_s"], faults=faults, **background(start, faults))
         if one_job_step:
             run["goodput_vs_one_job_step"] = run["steps"] * one_job_step / run["wall_s"]
         print(f"{config}: healthy step {own}, goodput {percent(run['goodput'])}, "
@@ -308,19 +366,19 @@ def faulty_run(args, tmp, config, steps, spares, schedule, checkpoint_every, one
         own_step_s = healthy_step(metrics, injector.log, NODES)
         # Without a healthy step of its own, the faults' losses are counted against one job's.
         reference_step_s = own_step_s or one_job_step
-        # What the run lost before its first fault: the launch, MPI start-up and the first steps'
-        # warm-up (the time from `hardy run`'s start to the first fault less the steps committed
-        # in it at the healthy step). With the faults' own losses it makes up all the time lost:
-        # wall - steps x healthy step = start_lost_s + the faults' lost_s.
-        start_lost = lost_before_faults(started, ended, injector.log, metrics, reference_step_s)
+        # What the run lost to its launch (MPI start-up and the first steps' warm-up), to each
+        # fault until the job had recovered, and in between (the background). Together they make
+        # up all the time lost: wall - steps x healthy step = start_lost_s + the faults' lost_s +
+        # background_lost_s.
+        start = lost_before_faults(started, ended, injector.log, metrics, reference_step_s)
+        faults = per_fault(injector.log, metrics, events, NODES, reference_step_s, ended)
         relaunches = len([e for e in events if e["event"] in ("job_relaunched", "domain_relaunched")])
         shrinks = len([e for e in events if e["event"] == "communicator_shrunk"])
         regrows = len([e for e in events if e["event"] == "regrow_planned"])
         return {"config": config, "steps": steps, "wall_s": round(wall, 2),
                 "healthy_step_s": own_step_s, "goodput": steps * own_step_s / wall if own_step_s else None,
                 "reference_step_s": reference_step_s,
-                "start_lost_s": round(start_lost, 3),
-                "faults": per_fault(injector.log, metrics, events, NODES, reference_step_s, ended),
+                "start_lost_s": start["start_lost_s"], "faults": faults, **background(start, faults),
                 "lines_committed": len(metrics), "relaunches": relaunches, "in_job_shrinks": shrinks,
                 "regrows": regrows,
                 "checks": checks, "checkpoint_every": checkpoint_every}

@@ -26,6 +26,8 @@ GoodputRun read_run(const std::string& design, const nlohmann::json& run, int no
     r.goodput = run.at("goodput").get<double>();
     if (run.contains("start_lost_s") && run["start_lost_s"].is_number())
       r.start_lost_s = run["start_lost_s"].get<double>();
+    if (run.contains("background_lost_s") && run["background_lost_s"].is_number())
+      r.background_lost_s = run["background_lost_s"].get<double>();
     struct Fault {
       double stall, lost;
       bool in_job;
@@ -138,6 +140,7 @@ EttrAssumptions bench_assumptions(const GoodputResults& results, const GoodputRu
   a.domain_step_overhead = 0;
   a.failure_mix = failures_by_kind(run);
   a.start_s = start_lost_s;
+  a.background_share = run.background_share();
   const auto failures = static_cast<double>(run.fault_kinds.size());
   // As many failures in the allocation as the run saw (none: an interval far beyond it).
   a.hours_between_interruptions_per_16k_gpus =
@@ -154,27 +157,32 @@ std::vector<GoodputPrediction> predict_goodput(const GoodputResults& costs,
     const FailureCosts& cost = calibration->second.costs;
     GoodputPrediction p{.design = design,
                         .measured = measured.goodput,
-                        .failures = static_cast<int>(measured.fault_kinds.size())};
+                        .failures = static_cast<int>(measured.fault_kinds.size()),
+                        .background_share = measured.background_share()};
     p.lost_per_failure_s =
         p.failures > 0 ? mixed_failure_cost(cost, failures_by_kind(measured)) : 0;
     // Not recorded (results written before the bench did): what the faults' windows leave of
     // the time lost, which is what the bench measures it as.
     double faults_lost = 0;
     for (const auto& [kind, c] : measured.costs) faults_lost += c.count * c.lost_s();
+    const double work = measured.work_s();
     p.start_lost_s = measured.start_lost_s >= 0
                          ? measured.start_lost_s
-                         : measured.wall_s - measured.steps * measured.healthy_step_s - faults_lost;
-    p.predicted = 1 - (p.start_lost_s + p.failures * p.lost_per_failure_s) / measured.wall_s;
-    // At the nominal rate the failures come while the job runs: wall = start + work + wall'
-    // x cost / MTBF, with wall' the time after the start.
+                         : measured.wall_s - work - faults_lost - measured.background_lost_s;
+    // The background is a price on every second of work, as a per-step overhead is: with the
+    // run's own costs, (wall - start - faults) / (1 + background / work) is the work.
+    p.predicted = (1 - (p.start_lost_s + p.failures * p.lost_per_failure_s) / measured.wall_s) /
+                  (1 + p.background_share);
+    // At the nominal rate the failures come while the job runs: wall = start + work x (1 +
+    // background share) + wall' x cost / MTBF, with wall' the time after the start.
     std::map<std::string, double> even;
     for (const auto& kind : run.kinds)
       if (cost.contains(kind)) even[kind] = 1;
     const double mean_cost = even.empty() ? 0 : mixed_failure_cost(cost, even);
-    const double work = measured.steps * measured.healthy_step_s;
+    const double busy = work * (1 + p.background_share);
     p.predicted_at_rate = even.size() < run.kinds.size() ? -1
                           : mean_cost < run.mtbf_s
-                              ? work / (p.start_lost_s + work / (1 - mean_cost / run.mtbf_s))
+                              ? work / (p.start_lost_s + busy / (1 - mean_cost / run.mtbf_s))
                               : 0;
     out.push_back(p);
   }

@@ -350,7 +350,7 @@ std::vector<EttrProjection> project_ettr(const MeasuredScaling& m, const EttrAss
                        .start_s = a.start_s >= 0 ? a.start_s : f.one_job_start.at(a.nodes),
                        .stall_s = f.one_job_stall.at(a.nodes),
                        .lost_work_s = step,
-                       .step_overhead = a.protection_overhead};
+                       .step_overhead = a.protection_overhead + a.background_share};
     // Domains: the others regroup and drop the step in flight (meeting every N-th step, they
     // redo (N-1)/2 steps on average besides); the lost domain's share of the machine is missing
     // until it is back: the measured return plus what launching K nodes costs beyond launching
@@ -365,7 +365,7 @@ std::vector<EttrProjection> project_ettr(const MeasuredScaling& m, const EttrAss
         .stall_s = f.domains_stall.at(as_measured),
         .degraded_s = (f.domain_back_s + launch_growth) * share,
         .lost_work_s = step * (1 + (a.domain_sync_every - 1) / 2.0),
-        .step_overhead = a.protection_overhead + domain_overhead};
+        .step_overhead = a.protection_overhead + a.background_share + domain_overhead};
     if (a.failure_costs) {
       // Each kind as measured under the failure schedule, its stall grown as the scale bench's
       // stall grows from the measured size; the steps in flight and redone are in it.

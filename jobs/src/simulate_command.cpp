@@ -139,21 +139,22 @@ int goodput_check(const po::variables_map& vm) {
         "left out\n",
         design);
   const auto predictions = predict_goodput(costs, run);
-  std::cout << fmt::format("\n  {:<8} {:>8} {:>12} {:>13} {:>9} {:>10} {:>8} {:>17}\n", "design",
-                           "failures", "start lost s", "per failure s", "measured", "predicted",
-                           "off by", "at the MTBF's rate");
+  std::cout << fmt::format("\n  {:<8} {:>8} {:>12} {:>13} {:>11} {:>9} {:>10} {:>8} {:>17}\n",
+                           "design", "failures", "start lost s", "per failure s", "background",
+                           "measured", "predicted", "off by", "at the MTBF's rate");
   double worst = 0;
   for (const auto& p : predictions) {
     std::cout << fmt::format(
-        "  {:<8} {:>8} {:>12.2f} {:>13.2f} {:>8.1f}% {:>9.1f}% {:>+7.1f} {:>17}\n", p.design,
-        p.failures, p.start_lost_s, p.lost_per_failure_s, 100 * p.measured, 100 * p.predicted,
-        100 * (p.predicted - p.measured),
+        "  {:<8} {:>8} {:>12.2f} {:>13.2f} {:>10.1f}% {:>8.1f}% {:>9.1f}% {:>+7.1f} {:>17}\n",
+        p.design, p.failures, p.start_lost_s, p.lost_per_failure_s, 100 * p.background_share,
+        100 * p.measured, 100 * p.predicted, 100 * (p.predicted - p.measured),
         p.predicted_at_rate < 0 ? "-" : fmt::format("{:.1f}%", 100 * p.predicted_at_rate));
     worst = std::max(worst, std::abs(p.predicted - p.measured));
   }
   std::cout << fmt::format(
-      "\n  {} (points of goodput; 'at the MTBF's rate': as many failures as the nominal rate "
-      "gives, the kinds alike)\n",
+      "\n  {} (points of goodput; 'background': the run's own time lost outside every failure's "
+      "recovery, per second of work, a price on every step; 'at the MTBF's rate': as many "
+      "failures as the nominal rate gives, the kinds alike)\n",
       worst <= 0.02 ? "every prediction within 2 points"
                     : fmt::format("a prediction misses by {:.1f} points", 100 * worst));
   if (vm.count("scale-from")) {

@@ -53,6 +53,19 @@ nlohmann::json goodput_results() {
           {"runs", {{"one_job", one_job}, {"domains", domains}}}};
 }
 
+// The run to predict: one job saw two crashes and a rank kill in 300 s, and lost 5 s at its
+// start (100 s of work, the same as goodput_results()).
+nlohmann::json run_to_predict() {
+  auto other = goodput_results();
+  other["runs"]["one_job"]["wall_s"] = 300.0;
+  other["runs"]["one_job"]["start_lost_s"] = 5.0;
+  other["runs"]["one_job"]["goodput"] = 0.9;
+  other["runs"]["one_job"]["faults"] = {fault("node_crash", 1, 1, 8), fault("node_crash", 1, 1, 8),
+                                        fault("rank_kill", 1, 1, 7)};
+  other["runs"].erase("domains");
+  return other;
+}
+
 }  // namespace
 
 TEST_CASE("Goodput model: per-kind costs from the bench's faults") {
@@ -94,15 +107,7 @@ TEST_CASE("Goodput model: per-kind costs from the bench's faults") {
 TEST_CASE("Goodput model: a run's goodput predicted from another's per-kind costs") {
   testing::ScratchDirectory dir("goodput-predict");
   std::ofstream(dir / "costs.json") << goodput_results().dump();
-  auto other = goodput_results();
-  // The run to predict saw two crashes and a rank kill in 300 s, and lost 5 s at its start.
-  other["runs"]["one_job"]["wall_s"] = 300.0;
-  other["runs"]["one_job"]["start_lost_s"] = 5.0;
-  other["runs"]["one_job"]["goodput"] = 0.9;
-  other["runs"]["one_job"]["faults"] = {fault("node_crash", 1, 1, 8), fault("node_crash", 1, 1, 8),
-                                        fault("rank_kill", 1, 1, 7)};
-  other["runs"].erase("domains");
-  std::ofstream(dir / "run.json") << other.dump();
+  std::ofstream(dir / "run.json") << run_to_predict().dump();
   const auto predictions =
       predict_goodput(read_goodput(dir / "costs.json"), read_goodput(dir / "run.json"));
   REQUIRE(predictions.size() == 1);
@@ -126,6 +131,33 @@ TEST_CASE("Goodput model: a run's goodput predicted from another's per-kind cost
   CHECK(own[0].design == "domains");
   CHECK(own[0].start_lost_s == Approx(120 - 100 - 3));
   CHECK(own[0].predicted_at_rate < 0);  // no rank kill measured for domains: not predicted
+}
+
+TEST_CASE("Goodput model: the machine's own background is the run's, a price on every step") {
+  testing::ScratchDirectory dir("goodput-background");
+  // The costs' run lost 5 s outside its failures' recoveries besides: 135 s in all.
+  auto calibration = goodput_results();
+  calibration["runs"]["one_job"]["wall_s"] = 135.0;
+  calibration["runs"]["one_job"]["goodput"] = 100 / 135.0;
+  calibration["runs"]["one_job"]["background_lost_s"] = 5.0;
+  std::ofstream(dir / "costs.json") << calibration.dump();
+  const auto costs = read_goodput(dir / "costs.json");
+  CHECK(costs.runs.at("one_job").background_share() == Approx(0.05));
+  CHECK(costs.runs.at("domains").background_share() == 0);  // written before the split
+  // Its own costs and background reproduce it.
+  for (const auto& q : predict_goodput(costs, costs)) CHECK(q.predicted == Approx(q.measured));
+
+  // A run on a noisier machine (10 s of 100 s of work lost to it) is predicted with its own
+  // background and the other's failure costs: (1 - (5 + 18) / 300) / 1.1.
+  auto other = run_to_predict();
+  other["runs"]["one_job"]["background_lost_s"] = 10.0;
+  std::ofstream(dir / "run.json") << other.dump();
+  const auto predictions = predict_goodput(costs, read_goodput(dir / "run.json"));
+  REQUIRE(predictions.size() == 1);
+  CHECK(predictions[0].background_share == Approx(0.1));
+  CHECK(predictions[0].predicted == Approx((1 - (5 + 18) / 300.0) / 1.1));
+  // At the nominal rate: wall = 5 + 100 x 1.1 / (1 - 5 / 50).
+  CHECK(predictions[0].predicted_at_rate == Approx(100 / (5 + 110 / 0.9)));
 }
 
 TEST_CASE("Goodput model: refuses what it cannot predict from") {
@@ -174,6 +206,9 @@ TEST_CASE("Goodput model: --ettr's arithmetic at the bench's size is the predict
   auto measured = goodput_results();
   for (const char* kind : {"rank_kill", "node_freeze"})
     measured["runs"]["domains"]["faults"].push_back(fault(kind, 2, 0.4, 6));
+  // A background of its own for each (the machine's spread): a per-step price in both.
+  measured["runs"]["one_job"]["background_lost_s"] = 3.0;
+  measured["runs"]["domains"]["background_lost_s"] = 1.5;
   std::ofstream(dir / "goodput.json") << measured.dump();
   // A scale bench's results, in round numbers: one job starts in 1 s and stalls 2 s at any size,
   // domains of 2 start in 1.5 s and stall 0.3 s.

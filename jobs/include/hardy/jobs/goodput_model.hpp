@@ -17,9 +17,15 @@ struct GoodputRun {
   std::string design;  // one_job, domains, restart
   long steps = 0;
   double wall_s = 0;
-  double healthy_step_s = 0;             // its own, measured in the run
-  double goodput = 0;                    // steps x healthy step / wall
-  double start_lost_s = -1;              // lost before the first fault (negative: not recorded)
+  double healthy_step_s = 0;  // its own, measured in the run
+  double goodput = 0;         // steps x healthy step / wall
+  double start_lost_s = -1;   // lost to the launch (negative: not recorded)
+  // Lost outside every failure's recovery and the launch's warm-up: the machine's own spread
+  // (0 in results written before the bench split it off, 2026-11-30, where the faults carry it).
+  double background_lost_s = 0;
+  double work_s() const { return static_cast<double>(steps) * healthy_step_s; }
+  // The background per second of work: what the machine loses to itself while nothing fails.
+  double background_share() const { return background_lost_s / work_s(); }
   std::vector<std::string> fault_kinds;  // the failures it saw, in order
   FailureCosts costs;                    // by kind: the means of its failures'
 };
@@ -61,11 +67,13 @@ struct GoodputPrediction {
   int failures = 0;
   double lost_per_failure_s = 0;  // the mean predicted cost of the run's failures
   double start_lost_s = 0;
+  double background_share = 0;  // the run's own (GoodputRun::background_share)
 };
 // Each design of `run` that `costs` measured too: its goodput from `costs`' per-kind costs, the
-// failures `run` saw and `run`'s own start and healthy step. `costs` may be `run` itself: then
-// the prediction at the failures seen equals the measurement but for rounding, and only the
-// prediction at the nominal rate says something.
+// failures `run` saw and `run`'s own start, healthy step and background (the machine's, not a
+// failure's: the goodput is (1 - (start + failures x cost) / wall) / (1 + background share)).
+// `costs` may be `run` itself: then the prediction at the failures seen equals the measurement but
+// for rounding, and only the prediction at the nominal rate says something.
 std::vector<GoodputPrediction> predict_goodput(const GoodputResults& costs,
                                                const GoodputResults& run);
 

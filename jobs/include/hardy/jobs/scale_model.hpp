@@ -154,6 +154,10 @@ struct EttrAssumptions {
   // checkpoints).
   double domain_step_overhead = -1;
   double protection_overhead = 0;
+  // Time the machine loses outside every failure's recovery, per second of work: the goodput
+  // bench's background (its emulated nodes' own spread, GoodputRun::background_share), which a
+  // prediction of a bench run counts as a per-step price; 0 for a projection.
+  double background_share = 0;
   // The domains meet every N-th step (--domain-sync-every): a lost domain costs the survivors
   // (N-1)/2 more steps on average. Its per-step price is domain_step_overhead's to give.
   int domain_sync_every = 1;
