@@ -269,18 +269,14 @@ class DomainSupervision {
     for (const auto& [i, reports] : silent) owners[i].first->silent[owners[i].second] = reports;
     for (auto& domain : domains_) {
       if (domain.silent.empty() || !domain.job) continue;
-      std::vector<std::string> hosts;
-      for (const auto& [i, reports] : domain.silent) hosts.push_back(domain.nodes[i]);
+      const auto hosts = silent_hosts(domain.silent, domain.nodes);
       std::cerr << fmt::format(
           "hardy run: no step committed for {:.1f} s and {} of domain {} did not answer; ending "
           "the domain's launch\n",
           quiet, fmt::join(hosts, ","), domain.index);
       const int status = domain.job->terminate(kStalledTeardown);
-      if (const auto exit_status = launcher_ended(
-              domain, status,
-              fmt::format("ended by the supervisor: no step committed for {:.1f} s and {} did not "
-                          "answer its probe ({})",
-                          quiet, fmt::join(hosts, ","), domain.job->how())))
+      if (const auto exit_status =
+              launcher_ended(domain, status, stalled_how(quiet, hosts, domain.job->how())))
         return exit_status;
     }
     return std::nullopt;

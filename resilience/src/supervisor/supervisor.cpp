@@ -122,17 +122,13 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
         const bool ends = silence_ends_launch(silent, nodes.size());
         on_stall_probe(quiet, threshold, silent, ends, core::unix_time() - now);
         if (ends) {
-          std::vector<std::string> hosts;
-          for (const auto& [i, reports] : silent) hosts.push_back(nodes[i]);
+          const auto hosts = silent_hosts(silent, nodes);
           std::cerr << fmt::format(
               "hardy run: no step committed for {:.1f} s and {} did not answer; ending the "
               "launch\n",
               quiet, fmt::join(hosts, ","));
           status = job.terminate(kStalledTeardown);
-          ended_by_supervisor = fmt::format(
-              "ended by the supervisor: no step committed for {:.1f} s and {} did not answer its "
-              "probe ({})",
-              quiet, fmt::join(hosts, ","), job.how());
+          ended_by_supervisor = stalled_how(quiet, hosts, job.how());
           break;
         }
         silent.clear();
@@ -352,6 +348,21 @@ nlohmann::json silent_json(const SilentNodes& silent, const std::vector<std::str
   for (const auto& [i, reports] : silent)
     list.push_back({{"host", nodes[i]}, {"evidence", reports}});
   return list;
+}
+
+std::vector<std::string> silent_hosts(const SilentNodes& silent,
+                                      const std::vector<std::string>& nodes) {
+  std::vector<std::string> hosts;
+  for (const auto& [i, reports] : silent) hosts.push_back(nodes[i]);
+  return hosts;
+}
+
+std::string stalled_how(double quiet_s, const std::vector<std::string>& hosts,
+                        const std::string& launcher_how) {
+  return fmt::format(
+      "ended by the supervisor: no step committed for {:.1f} s and {} did not answer its probe "
+      "({})",
+      quiet_s, fmt::join(hosts, ","), launcher_how);
 }
 
 nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes) {

@@ -58,6 +58,13 @@ inline bool silence_ends_launch(const SilentNodes& silent, std::size_t nodes) {
 inline constexpr std::chrono::milliseconds kStalledTeardown{500};
 // launch_stalled's `silent`: each node with its evidence.
 nlohmann::json silent_json(const SilentNodes& silent, const std::vector<std::string>& nodes);
+// The silent nodes' names, in order.
+std::vector<std::string> silent_hosts(const SilentNodes& silent,
+                                      const std::vector<std::string>& nodes);
+// How a launch the supervisor ended for silent `hosts` ended (launch_ended, domain_lost), after
+// the launcher's own account of it.
+std::string stalled_how(double quiet_s, const std::vector<std::string>& hosts,
+                        const std::string& launcher_how);
 
 // Creates the run directory and takes its lock for this `hardy run` (InvalidArgument naming the
 // holder when another run has it); returns `config` with the lock's token for the launches.
