@@ -1,6 +1,9 @@
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -132,6 +135,21 @@ TEST_CASE("ibroadcast copies the root's bytes; wait_yielding waits without takin
   }
   std::vector<std::byte> one(1);
   REQUIRE_THROWS_AS(comm->ibroadcast(one, comm->size()), hardy::Error);
+}
+
+TEST_CASE("once MPI is up, a write to a lost peer's socket fails instead of ending the rank",
+          "[mpi]") {
+  // Open MPI's TCP transport writes to peers that may have died; SIGPIPE's default action would
+  // end this survivor too (MpiSession ignores it).
+  int ends[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, ends) == 0);
+  ::close(ends[1]);
+  const char byte = 0;
+  const ssize_t written = ::write(ends[0], &byte, 1);
+  const int error = errno;
+  ::close(ends[0]);
+  REQUIRE(written == -1);
+  REQUIRE(error == EPIPE);
 }
 
 TEST_CASE("barrier and hostnames", "[mpi]") {

@@ -12,9 +12,9 @@
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstring>
 
+#include "broken_sockets.hpp"
 #include "hardy/core/support/process_info.hpp"
 
 namespace hardy::comm {
@@ -169,11 +169,9 @@ std::unique_ptr<Communicator> connect_gloo_group(RendezvousStore& store,
   } else {
     attr.hostname = core::host_name();
   }
-  // gloo sends with writev, which raises SIGPIPE when the peer is gone: by default that ends the
-  // process without a word, so one lost domain took its neighbour's leader with it. Ignored, the
-  // write fails with EPIPE and gloo reports it, which becomes a GroupFailure.
-  static const bool sigpipe_ignored = [] { return std::signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
-  if (!sigpipe_ignored) throw Error("cannot ignore SIGPIPE for the gloo group's sockets");
+  // gloo sends with writev: without this, one lost domain took its neighbour's leader with it.
+  // The EPIPE that gloo reports instead becomes a GroupFailure.
+  survive_broken_sockets("gloo group");
   try {
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);

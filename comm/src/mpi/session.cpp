@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "broken_sockets.hpp"
 #include "hardy/comm/mpi/communicator.hpp"
 #include "hardy/core/support/error.hpp"
 #include "hardy/core/support/event_log.hpp"
@@ -161,6 +162,9 @@ MpiSession::MpiSession(int* argc, char*** argv, Threads threads) {
   }
   owned_ = true;
   mpi_ready_unix_time.store(core::unix_time());
+  // Open MPI's TCP transport writes without MSG_NOSIGNAL: a survivor that sent to a rank the
+  // hang monitor had just killed died of SIGPIPE, one rank in three of cluster/rank_stop's runs.
+  survive_broken_sockets("MPI");
   // Errors on MPI_COMM_WORLD (and on communicators derived from it later) are returned to
   // mpi_check rather than aborting the job.
   mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");

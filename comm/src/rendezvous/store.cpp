@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "broken_sockets.hpp"
 #include "hardy/core/support/error.hpp"
 #include "rendezvous/socket.hpp"
 
@@ -214,6 +215,7 @@ std::unique_ptr<RendezvousStore> open_redis_store(const std::string& host, int p
   if (port < 1 || port > 65535)
     throw InvalidArgument(fmt::format("redis-server port {} is outside 1..65535", port));
   const std::string where = fmt::format("redis-server at {}:{}", host, port);
+  survive_broken_sockets("the rendezvous store's connection");  // hiredis writes with write()
   try {
     return std::make_unique<GlooBackedStore<LockedRedisStore>>(where, host, port, io_timeout,
                                                                password);
