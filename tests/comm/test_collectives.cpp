@@ -239,19 +239,25 @@ TEST_CASE("with ULFM: a revoked communicator raises ProcessFailure, agrees and s
 }
 
 #if defined(OPEN_MPI)
-TEST_CASE("a rank on a node without a fabric device has btl/ofi left out, unless chosen", "[mpi]") {
-  // What MPI_Init ran with, read back through the MPI tool interface.
+namespace {
+// What MPI_Init ran with for a string control variable, read back through the MPI tool interface.
+std::string control_variable(const char* name) {
   int provided = 0;
   REQUIRE(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) == MPI_SUCCESS);
   int index = 0, count = 0;
   MPI_T_cvar_handle handle{};
-  REQUIRE(MPI_T_cvar_get_index("btl", &index) == MPI_SUCCESS);
+  REQUIRE(MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS);
   REQUIRE(MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS);
-  std::string btl(static_cast<std::size_t>(count) + 1, '\0');
-  REQUIRE(MPI_T_cvar_read(handle, btl.data()) == MPI_SUCCESS);
+  std::string value(static_cast<std::size_t>(count) + 1, '\0');
+  REQUIRE(MPI_T_cvar_read(handle, value.data()) == MPI_SUCCESS);
   MPI_T_cvar_handle_free(&handle);
   MPI_T_finalize();
-  btl = btl.c_str();
+  return value.c_str();
+}
+}  // namespace
+
+TEST_CASE("a rank on a node without a fabric device has btl/ofi left out, unless chosen", "[mpi]") {
+  const std::string btl = control_variable("btl");
   // mpirun --with-ft ulfm sets "^usnic" (usnic is not fault tolerant).
   if (const char* chosen = std::getenv("OMPI_MCA_btl"))
     CHECK(btl == chosen);
@@ -259,5 +265,18 @@ TEST_CASE("a rank on a node without a fabric device has btl/ofi left out, unless
     CHECK((btl == "^ofi" || btl == "^usnic,ofi"));
   else
     CHECK((btl.empty() || btl == "^usnic"));
+}
+
+TEST_CASE(
+    "a rank on a node without a fabric device runs pml/ob1 without trying the others, "
+    "unless a pml was chosen",
+    "[mpi]") {
+  const std::string pml = control_variable("pml");
+  if (const char* chosen = std::getenv("OMPI_MCA_pml"))
+    CHECK(pml == chosen);
+  else if (!hardy::comm::fabric_device_present())
+    CHECK(pml == "ob1");
+  else
+    CHECK(pml.empty());
 }
 #endif

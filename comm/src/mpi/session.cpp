@@ -78,30 +78,24 @@ std::optional<std::string> btl_list_without_ofi(std::string_view chosen) {
 namespace {
 
 #if defined(OPEN_MPI)
-// Leaves btl/ofi out of Open MPI's btl list (fabric_device_present says why) when nobody chose
-// the list, through the MPI tool interface, which sees the environment and the parameter files
-// alike and may set a control variable before MPI_Init. It stays initialized until after
-// MPI_Init: Open MPI 5.0.11's MPI_Init crashes (in opal_common_ucx_support_level) after an
-// MPI_T_finalize. A failure here only leaves Open MPI's own choice.
-class OfiBtlLeftOut {
+// On a node without a fabric device, leaves btl/ofi out of Open MPI's btl list and chooses
+// pml/ob1 (fabric_device_present says why), each when nobody chose it, through the MPI tool
+// interface, which sees the environment and the parameter files alike and may set a control
+// variable before MPI_Init. It stays initialized until after MPI_Init: Open MPI 5.0.11's MPI_Init
+// crashes (in opal_common_ucx_support_level) after an MPI_T_finalize. A failure here only leaves
+// Open MPI's own choice.
+class FabricFreeDefaults {
  public:
-  OfiBtlLeftOut() {
+  FabricFreeDefaults() {
     if (fabric_device_present()) return;
     int provided = 0;
     if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
     initialized_ = true;
+    if (chosen("pml").empty()) write("pml", "ob1");
     if (!chosen("opal_common_ofi_provider_include").empty()) return;
-    const auto list = btl_list_without_ofi(chosen("btl"));
-    int index = 0;
-    MPI_T_cvar_handle handle{};
-    int count = 0;
-    if (list && MPI_T_cvar_get_index("btl", &index) == MPI_SUCCESS &&
-        MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
-      MPI_T_cvar_write(handle, list->c_str());
-      MPI_T_cvar_handle_free(&handle);
-    }
+    if (const auto list = btl_list_without_ofi(chosen("btl"))) write("btl", *list);
   }
-  ~OfiBtlLeftOut() {
+  ~FabricFreeDefaults() {
     if (initialized_) MPI_T_finalize();
   }
 
@@ -119,10 +113,21 @@ class OfiBtlLeftOut {
     MPI_T_cvar_handle_free(&handle);
     return value.c_str();  // up to its terminator
   }
-  OfiBtlLeftOut(const OfiBtlLeftOut&) = delete;
-  OfiBtlLeftOut& operator=(const OfiBtlLeftOut&) = delete;
+  FabricFreeDefaults(const FabricFreeDefaults&) = delete;
+  FabricFreeDefaults& operator=(const FabricFreeDefaults&) = delete;
 
  private:
+  static void write(const char* name, const std::string& value) {
+    int index = 0;
+    MPI_T_cvar_handle handle{};
+    int count = 0;
+    if (MPI_T_cvar_get_index(name, &index) != MPI_SUCCESS ||
+        MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) != MPI_SUCCESS)
+      return;
+    MPI_T_cvar_write(handle, value.c_str());
+    MPI_T_cvar_handle_free(&handle);
+  }
+
   bool initialized_ = false;
 };
 #endif
@@ -156,7 +161,7 @@ MpiSession::MpiSession(int* argc, char*** argv, Threads threads) {
   int provided = MPI_THREAD_SINGLE;
   {
 #if defined(OPEN_MPI)
-    const OfiBtlLeftOut ofi_btl;  // after the settings above: MPI_T reads them once
+    const FabricFreeDefaults fabric_free;  // after the settings above: MPI_T reads them once
 #endif
     mpi_check(MPI_Init_thread(argc, argv, required, &provided), "MPI_Init_thread");
   }

@@ -38,7 +38,11 @@ std::vector<std::pair<std::string, std::string>> singleton_mpi_settings(
 // ofiwg/libfabric#4225), which every rank of every launch pays on a TCP cluster or a cloud VM.
 // So MpiSession leaves btl/ofi out of the btl list there (btl_list_without_ofi), unless the user
 // or the site named the btls to use or chose btl/ofi's providers (in the environment or an
-// mca-params.conf: MPI_T reads every source).
+// mca-params.conf: MPI_T reads every source). For the same reason it chooses pml/ob1 there,
+// unless a pml was chosen: Open MPI 5.0 first tries pml/cm (whose mtl/ofi fails to start) and
+// pml/ucx, which decline on such a node after starting their libraries, and settles on ob1;
+// the tries took half of MPI_Init's CPU time (50 of 105 ms a rank, 2026-11-30), which a node of
+// an eighth of a CPU, as the goodput bench's, pays 0.4 s on every launch.
 bool fabric_device_present(const std::filesystem::path& root = "/");
 // The btl list that leaves ofi out, given the list chosen so far (`chosen`: Open MPI's "btl"
 // parameter from any source, "" when nobody chose): "^ofi" for none, ofi added to a list of
@@ -49,7 +53,7 @@ std::optional<std::string> btl_list_without_ofi(std::string_view chosen);
 // Initializes MPI for the lifetime of the object and finalizes it afterwards, unless MPI was
 // already initialized by someone else. Construct one in main(), before any communicator. Under
 // Open MPI a singleton gets singleton_mpi_settings() first, and a node without a fabric device
-// a btl list without ofi (fabric_device_present).
+// a btl list without ofi and pml/ob1 (fabric_device_present).
 class MpiSession {
  public:
   enum class Threads { funneled, serialized };  // only the main thread / one at a time calls MPI
