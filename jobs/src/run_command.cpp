@@ -132,7 +132,7 @@ po::options_description run_options() {
                            "seconds the launcher may wait after the job logged job_finished "
                            "(for ranks it left behind) before it is ended")(
       "stall-probe-after", po::value<double>()->default_value(defaults.stall_probe_after_s),
-      "when the job commits no step for this many seconds (and at least ten of its steps), "
+      "when the job commits no step for this many seconds (and at least five of its steps), "
       "probe its nodes; if some do not answer while others do, end the launch and relaunch "
       "without them (with fault domains: the domains they are in), before the runtime's "
       "keepalive would (a frozen or cut-off node); 0: off")(

@@ -154,6 +154,11 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
           and any("stall watch" in line for line in lost[0]["excluded"][0]["evidence"]),
           f"domain 1 ended for n1, left out on the stall watch's word: {lost}")
     check(len(relaunched) == 1 and relaunched[0]["nodes"] == ["s0"], f"domain 1 relaunched on s0: {relaunched}")
+    # The others regroup before the silent domain's launcher is torn down, not after.
+    without = [e for e in events if e["event"] == "domain_generation_published" and 1 not in e["members"]]
+    check(bool(without) and bool(lost) and without[0]["unix_time"] <= lost[0]["unix_time"]
+          and "went silent" in without[0]["reason"],
+          f"the generation without domain 1 published at the stall, before its teardown: {without[:1]}")
     check(elapsed < 12, f"within seconds, not the probe timeout ({elapsed:.1f} s for the run)")
 
     # Stuck for 3 s while every node answers (a file system that stalls): probed, not ended.

@@ -1,5 +1,5 @@
 // The stall watch (hardy/resilience/stall_watch.hpp) on scripted commit times: a probe is due once
-// the job has committed nothing for ten of its steps, and at least the least wait; not before
+// the job has committed nothing for five of its steps, and at least the least wait; not before
 // the launch has shown its pace; each probe every node answered doubles the wait, and a commit
 // restores it; a restore starts the pace again; 0 turns it off.
 #include <catch2/catch.hpp>
@@ -24,25 +24,25 @@ double commit(StallWatch& watch, long first, long steps, double start, double st
 
 }  // namespace
 
-TEST_CASE("stall watch: due after ten steps without a commit, at least the least wait") {
+TEST_CASE("stall watch: due after five steps without a commit, at least the least wait") {
   StallWatch watch(1.0);
-  const double last = commit(watch, 1, 40, 100.0, 0.14, 2);
+  const double last = commit(watch, 1, 40, 100.0, 0.28, 2);
   REQUIRE(watch.threshold_s());
-  CHECK(*watch.threshold_s() == Approx(1.4));  // ten steps of 140 ms, over the 1 s floor
+  CHECK(*watch.threshold_s() == Approx(1.4));  // five steps of 280 ms, over the 1 s floor
   CHECK_FALSE(watch.due(last + 1.3));
   CHECK(watch.due(last + 1.45));
   CHECK(watch.quiet_s(last + 1.45) == Approx(1.45));
 
   StallWatch fast(1.0);
-  const double fast_last = commit(fast, 1, 40, 100.0, 0.02, 3);
-  CHECK(*fast.threshold_s() == Approx(1.0));  // ten steps of 20 ms are 0.2 s: the floor holds
+  const double fast_last = commit(fast, 1, 40, 100.0, 0.14, 3);
+  CHECK(*fast.threshold_s() == Approx(1.0));  // five steps of 140 ms are 0.7 s: the floor holds
   CHECK_FALSE(fast.due(fast_last + 0.9));
   CHECK(fast.due(fast_last + 1.0));
 
-  StallWatch slow(1.0);  // a job of 2 s steps waits 20 s
+  StallWatch slow(1.0);  // a job of 2 s steps waits 10 s
   const double slow_last = commit(slow, 1, 10, 100.0, 2.0, 1);
-  CHECK_FALSE(slow.due(slow_last + 19));
-  CHECK(slow.due(slow_last + 20.5));
+  CHECK_FALSE(slow.due(slow_last + 9.5));
+  CHECK(slow.due(slow_last + 10.5));
 }
 
 TEST_CASE("stall watch: nothing is due before the launch has shown its pace") {

@@ -18,7 +18,9 @@
 //
 //   step time = the median of the intervals between the commits seen (the steps between two
 //               reads, over the time between their commits), over the last kIntervals reads;
-//   threshold = max(min_quiet_s, kQuietSteps x step time): a job of 2 s steps waits 20 s;
+//   threshold = max(min_quiet_s, kQuietSteps x step time): a job of 2 s steps waits 10 s
+//               (ten steps until 2026-11-30: a probe every node answers costs nothing but its
+//               CPU, and half a second earlier is half a second less lost to each silent node);
 //   due       = at least kMinIntervals intervals seen in this launch (its first steps, slow and
 //               irregular, decide nothing), and nothing committed for the threshold since the
 //               last commit or since the last probe that every node answered; each such probe
@@ -32,7 +34,7 @@ namespace hardy::resilience {
 
 class StallWatch {
  public:
-  static constexpr double kQuietSteps = 10;
+  static constexpr double kQuietSteps = 5;
   static constexpr std::size_t kIntervals = 16;
   static constexpr std::size_t kMinIntervals = 3;
   static constexpr double kMaxWaitS = 300;  // the longest wait between two probes of one stall
