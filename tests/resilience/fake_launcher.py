@@ -21,6 +21,8 @@ RUN_DIR/fake-launches-d<D>, and its events carry the domain's number:
   stall[:S]        log job_started, commit 30 steps 50 ms apart (after metrics.jsonl's last), then
                    commit nothing more: never exit (a peer frozen or cut off), or after S
                    seconds log job_finished (completed) and exit 0 (a job stuck for a while)
+  fail-linger[:S]  log job_started, then job_finished (failed: a domain that lost its leader), and
+                   exit 1 only S seconds later (default 2: a launcher slow to follow its ranks)
   await-signal     handle SIGUSR1 as `hardy train` does, then log job_started; on the signal
                    write RUN_DIR/fake-signal-N (N: this launch), log job_finished (preempted) and
                    exit 4; without one within 20 s, finish
@@ -76,6 +78,11 @@ def main():
         step = json.loads(lines[-1])["step"] + 1 if lines else 1
         with open(run / "metrics.jsonl", "a") as f:
             f.write(json.dumps({"step": step, "loss": 1.0, "unix_time": time.time()}) + "\n")
+        sys.exit(1)
+    if act.startswith("fail-linger"):
+        time.sleep(0.5)
+        emit(run, "job_finished", status="failed", steps=0, error="lost its leader (fake)")
+        time.sleep(float(act.split(":", 1)[1]) if ":" in act else 2.0)
         sys.exit(1)
     if act in ("crash", "checkpoint-crash"):
         if act == "checkpoint-crash":

@@ -111,9 +111,11 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
     # without a commit (ten 50 ms steps), n1 is silent while the others answer at once, and the
     # launch is ended (it would never end by itself) and relaunched on s0 in n1's place, without
     # waiting out the 8 s probe timeout, neither in the stall's probe nor in the decision.
+    agent_log = tmp / "stall-agent.log"
     status, elapsed, events = supervise(tmp / "stall", "stall,finish", "--hosts", "n0,n1,n2,s0", "--spare-nodes", "1",
                                         "--launch-agent", str(HERE / "fake_agent.sh"), "--probe-timeout", "8",
-                                        "--stall-probe-after", "0.5", dead="n1")
+                                        "--stall-probe-after", "0.5", dead="n1",
+                                        env_extra={"FAKE_AGENT_LOG": str(agent_log)})
     stalled = [e for e in events if e["event"] == "launch_stalled"]
     relaunched = [e for e in events if e["event"] == "job_relaunched"]
     ended = [e for e in events if e["event"] == "launch_ended"]
@@ -129,6 +131,12 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
               and any("stall watch" in line for line in r["excluded"][0]["evidence"]),
               f"n1 left out on the stall watch's evidence, s0 in its place: {r['excluded']} {r['nodes']}")
         check(r["decide_s"] < 4, f"the decision did not wait out the 8 s probe timeout: {r['decide_s']:.2f} s")
+        # The stall's probe asked the spare too, and the decision asked nobody again.
+        probes = [line.split() for line in agent_log.read_text().splitlines() if line.split()[2:] == ["true"]]
+        at_stall = {host for t, host, *_ in probes if float(t) <= stalled[0]["unix_time"]}
+        between = [host for t, host, *_ in probes if stalled[0]["unix_time"] < float(t) <= r["unix_time"]]
+        check(at_stall == {"n0", "n1", "n2", "s0"} and not between,
+              f"one probe of every node, the spare included, at the stall: {sorted(at_stall)}, after it {between}")
     cleaned = [e for e in events if e["event"] == "node_state_removed"]
     check(cleaned and cleaned[0]["seconds"] < 4 and [x["host"] for x in cleaned[0]["unreachable"]] == ["n1"],
           f"the run's cleanup did not wait out the 8 s probe timeout for n1, left out before: {cleaned}")
@@ -185,6 +193,19 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
     check(len(started) == 1 and started[0]["launch"] == 2 and started[0]["start_s"] < 10,
           f"the second launch's start is logged: {started}")
     check(elapsed < 30, f"the hung start cost about its timeout ({elapsed:.1f} s)")
+
+    # Fault domains: domain 1's job logs its end (failed: it lost its leader) 2 s before its
+    # launcher exits. The others regroup without it at once, not when the launcher has gone.
+    status, _, events = supervise(tmp / "domain-ending", "slow-finish", "--hosts", "n0,n1,s0", "--spare-nodes", "1",
+                                  "--nodes-per-domain", "1", env_extra={"FAKE_LAUNCHER_PLAN_D1": "fail-linger,slow-finish"})
+    failed = [e for e in events if e["event"] == "job_finished" and e.get("domain") == 1 and e["status"] == "failed"]
+    without = [e for e in events if e["event"] == "domain_generation_published" and 1 not in e["members"]]
+    lost = [e for e in events if e["event"] == "domain_lost"]
+    check(bool(failed) and bool(without) and bool(lost)
+          and without[0]["unix_time"] - failed[0]["unix_time"] < 1.0
+          and without[0]["unix_time"] < lost[0]["unix_time"] - 1.0,
+          f"the generation without domain 1 published within 1 s of its job's end, before its launcher "
+          f"exited (exit {status}): {failed[:1]} {without[:1]} {lost[:1]}")
 
     # Two fault domains: domain 1's first launch never starts while domain 0 trains on; it is
     # ended and relaunched, and the job completes.

@@ -46,6 +46,10 @@ TEST_CASE(
          "\n");
   CHECK(log.finished(1, 5));
   CHECK_FALSE(log.finished(0, 5));  // failed is not finished
+  // but a launch that is ending (its launcher may not have exited yet); a completed one is not
+  CHECK(log.ending(0, 5));
+  CHECK_FALSE(log.ending(0, 33));
+  CHECK_FALSE(log.ending(1, 5));
   CHECK_FALSE(log.joined(2, 5));
   append(file, R"({"event":"domain_joined","domain":2,"unix_time":40})"
                "\n");
@@ -58,4 +62,12 @@ TEST_CASE(
   CHECK(log.regrowing(1, 45));
   CHECK_FALSE(log.regrowing(1, 51));
   CHECK_FALSE(log.regrowing(0, 5));
+  // Stopping to regrow or to leave a slow node out ends the launch too; a preemption's stop is
+  // the whole job's, and the supervisor handles it as such.
+  append(file, R"({"event":"job_finished","domain":1,"status":"regrowing","unix_time":51})"
+               "\n"
+               R"({"event":"job_finished","domain":2,"status":"preempted","unix_time":52})"
+               "\n");
+  CHECK(log.ending(1, 45));
+  CHECK_FALSE(log.ending(2, 45));
 }

@@ -24,10 +24,13 @@ void DomainLog::poll() {
     Latest& latest = latest_[static_cast<std::size_t>(*domain)];
     if (*event == event_kind("job_started") || *event == event_kind("domain_started"))
       latest.started = std::max(latest.started, time);
-    else if ((*event == event_kind("job_finished") || *event == event_kind("domain_finished")) &&
-             core::read_field<std::string>(record, "status") == "completed")
-      latest.finished = std::max(latest.finished, time);
-    else if (*event == event_kind("domain_joined"))
+    else if (*event == event_kind("job_finished") || *event == event_kind("domain_finished")) {
+      const auto status = core::read_field<std::string>(record, "status").value_or("");
+      if (status == "completed")
+        latest.finished = std::max(latest.finished, time);
+      else if (status == "failed" || status == "regrowing" || status == "evicting")
+        latest.ending = std::max(latest.ending, time);
+    } else if (*event == event_kind("domain_joined"))
       latest.joined = std::max(latest.joined, time);
     else if (*event == event_kind("regrow_planned"))
       latest.regrowing = std::max(latest.regrowing, time);
@@ -50,6 +53,11 @@ std::optional<double> DomainLog::started(int index, double since) {
 bool DomainLog::finished(int index, double since) {
   poll();
   return latest_.at(static_cast<std::size_t>(index)).finished >= since;
+}
+
+bool DomainLog::ending(int index, double since) {
+  poll();
+  return latest_.at(static_cast<std::size_t>(index)).ending >= since;
 }
 
 bool DomainLog::joined(int index, double since) {

@@ -22,6 +22,9 @@ class DomainLog {
   // status completed), that it was let back in (domain_joined).
   std::optional<double> started(int index, double since);
   bool finished(int index, double since);
+  // That its job logged its end without finishing (job_finished failed, regrowing or evicting):
+  // the launch is ending, before its launcher has exited.
+  bool ending(int index, double since);
   bool joined(int index, double since);
   // The nodes (indices into the launch's hosts) that domain `index` evicted as slow at or after
   // `since` (node_evicted), each with its evidence as the supervisors weigh it.
@@ -40,7 +43,7 @@ class DomainLog {
     std::string evidence;
   };
   struct Latest {
-    double started = -1, finished = -1, joined = -1, regrowing = -1;
+    double started = -1, finished = -1, ending = -1, joined = -1, regrowing = -1;
     std::vector<Eviction> evictions;
   };
   AppendedRecords records_;

@@ -211,6 +211,13 @@ class DomainSupervision {
       const auto status = domain.job->wait_for(milliseconds(domain.index == 0 ? 50 : 1));
       if (status) {
         if (const auto exit_status = launcher_ended(domain, *status)) return exit_status;
+      } else if (is_member(domain) && !job_done() &&
+                 logged_.ending(domain.index, domain.started_unix)) {
+        // Its job logged its end (it lost its leader, or stops to regrow or to leave a slow
+        // node out): the others regroup now, not once its launcher has exited, 0.55 s later on
+        // the goodput bench, while every other domain waited for it in the exchange.
+        std::erase(members_, domain.index);
+        if (!members_.empty()) publish(fmt::format("domain {} is ending", domain.index));
       } else if (!watch_start(domain)) {
         const double timeout_s = start_timeout_.seconds();
         std::cerr << fmt::format(

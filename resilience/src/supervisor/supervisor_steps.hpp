@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -28,13 +29,15 @@ struct NodeEvidence {
 };
 
 // `known` (what the caller already holds against the active nodes), then the launcher's word in
-// `launcher_output`, then a probe of every node, spares included, through the launch path. A
-// node whose daemon failed to start is left out only the second time (`start_failures`: the
-// hosts that had one already in this run, updated here) or when its probe fails too.
+// `launcher_output`, then a probe of every node, spares included, through the launch path, or
+// `probed`: what such a probe made a moment ago found (the stall watch's). A node whose daemon
+// failed to start is left out only the second time (`start_failures`: the hosts that had one
+// already in this run, updated here) or when its probe fails too.
 NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet& nodes,
                                   const std::string& launcher_output,
                                   std::set<std::string>& start_failures,
-                                  std::map<std::size_t, std::vector<std::string>> known = {});
+                                  std::map<std::size_t, std::vector<std::string>> known = {},
+                                  const std::optional<NodeEvidence>& probed = std::nullopt);
 
 // The `excluded` field of the supervisors' events: each node with its evidence and its spare.
 nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes);
