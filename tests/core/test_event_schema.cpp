@@ -89,3 +89,27 @@ TEST_CASE("events: joined tables keep every kind, and readers skip unknown ones"
   static_assert(hardy::core::checked_event_field(kKinds, "painted", "note") == "note");
   static_assert(hardy::core::checked_event_field(kKinds, "painted", "unix_time") == "unix_time");
 }
+
+TEST_CASE("reading a log back: its last records, oldest first, past a line cut short", "[core]") {
+  hardy::testing::ScratchDirectory dir("last-records");
+  const auto file = dir.path() / "metrics.jsonl";
+  CHECK(hardy::core::last_json_records(file, 3).empty());  // no file
+  CHECK_FALSE(hardy::core::last_json_record(file));
+  {
+    std::ofstream out(file);
+    for (int step = 1; step <= 100; ++step) out << R"({"step":)" << step << "}\n";
+    out << R"({"step":101,"lo)";  // a crash mid-line
+  }
+  const auto last = hardy::core::last_json_records(file, 3);
+  REQUIRE(last.size() == 3);
+  CHECK(last[0]["step"] == 98);
+  CHECK(last[2]["step"] == 100);
+  CHECK((*hardy::core::last_json_record(file))["step"] == 100);
+  // A window that cuts the file mid-line: the cut line is passed over, the rest kept.
+  const auto windowed = hardy::core::last_json_records(file, 1000, 200);
+  REQUIRE_FALSE(windowed.empty());
+  CHECK(windowed.back()["step"] == 100);
+  CHECK(windowed.size() < 100);
+  for (std::size_t i = 1; i < windowed.size(); ++i)
+    CHECK(windowed[i]["step"].get<int>() == windowed[i - 1]["step"].get<int>() + 1);
+}

@@ -13,6 +13,8 @@ job_finished "regrowing" and exit status 5, be relaunched at once on 4 ranks (th
 lost rank's node's place) under --max-restarts 0 (a planned relaunch is no restart), resume from
 the step it stopped at, and complete: every step committed once, every epoch of the audit
 covering every sample exactly once. With --regrow off the same job stays at 3 ranks to the end.
+A rank lost 3 steps into a launch that resumes the run weighs the shrunk steps against the
+healthy step the launch before logged (basis "earlier launch").
 
 The same in fault domains (2 domains of 1 node of 2 ranks, and a spare): domain 0 loses its
 second rank and regrows alone (domain_lost with regrowing: true, not counted against
@@ -35,9 +37,10 @@ TRAIN = ["--synthetic", "--samples", str(SAMPLES), "--height", "64", "--width", 
 check = Checks()
 
 
-def supervise(run, regrow, run_options=()):
+def supervise(run, regrow, run_options=(), train_extra=(), without=()):
+    train = [a for a in TRAIN if a not in without] + list(train_extra)
     command = [hardy, "run", "--nodes", "2", "--ranks-per-node", "2", "--spare-nodes", "1", "--max-restarts", "0",
-               "--backoff", "0.2", *run_options, "--run-dir", str(run), "--", *TRAIN, "--regrow", regrow]
+               "--backoff", "0.2", *run_options, "--run-dir", str(run), "--", *train, "--regrow", regrow]
     result = subprocess.run(command, capture_output=True, text=True, timeout=400)
     print(result.stdout[-600:], result.stderr[-1500:], flush=True)
     return result.returncode
@@ -85,6 +88,25 @@ with tempfile.TemporaryDirectory(prefix="hardy-regrow-") as tmp:
               f"({[e.get('step') for e in restored]}, {planned[0]['step']})")
     check(finished and finished[-1].get("world_size") == 4, f"one job: completed on 4 ranks: {finished[-1:]}")
     every_step_and_sample("one job", run)
+
+    # A rank lost 3 steps into a launch that resumes the run (a relaunch, here a second `hardy
+    # run`): the launch has no healthy step of its own yet, and weighs its shrunk steps against
+    # the launch before's, logged in metrics.jsonl (basis "earlier launch"), not the estimate.
+    run = tmp / "earlier"
+    first = TRAIN[:TRAIN.index("--inject-failure")]
+    first[first.index("--steps") + 1] = "100"
+    first += ["--checkpoint-every", "100"]  # the state the second run resumes from
+    subprocess.run([hardy, "run", "--nodes", "2", "--ranks-per-node", "2", "--spare-nodes", "1",
+                    "--run-dir", str(run), "--", *first], capture_output=True, text=True, timeout=400)
+    status = supervise(run, "0.02", train_extra=["--resume", "latest", "--inject-failure", "rank=3@step=103"],
+                       without=("--inject-failure", "rank=3@step=3"))
+    planned = [e for e in read_jsonl(run / "events.jsonl") if e["event"] == "regrow_planned"]
+    healthy = [m["step_s"] for m in read_jsonl(run / "metrics.jsonl") if m["step"] <= 100][-50:]
+    check(status == 0 and len(planned) == 1 and planned[0]["basis"] == "earlier launch"
+          and planned[0]["shrunk_since_step"] >= 103
+          and min(healthy) <= planned[0].get("healthy_step_s", 0) <= max(healthy),
+          f"a rank lost early in a resumed launch: weighed against the launch before's healthy step "
+          f"(status {status}): {planned}")
 
     run = tmp / "off"
     status = supervise(run, "off")

@@ -78,6 +78,32 @@ TEST_CASE("a job that shrank before its first healthy steps estimates its loss f
   CHECK(verdict->lost_s == 3.0);
 }
 
+TEST_CASE(
+    "a job that shrank before its first healthy steps weighs them against the launch before's") {
+  // The goodput bench (2026-11-30): a rank killed 6 steps after a relaunch ran shrunk 32 s on
+  // the estimate; the launch before had logged its healthy step.
+  RegrowWatch watch(8, /*last_step=*/100000);
+  watch.allow(3.0);
+  watch.healthy_before(0.0625);
+  CHECK_FALSE(run(watch, 1, 6, 8, 0.1));  // the launch's first steps, slow: no healthy step
+  const auto verdict = run(watch, 7, 1000, 7, 0.09375);
+  REQUIRE(verdict);
+  REQUIRE(verdict->healthy_step_s);
+  CHECK(*verdict->healthy_step_s == 0.0625);
+  CHECK(verdict->healthy_from_before);
+  // Measured against it, so projected over the steps left: due after kMinShrunk steps.
+  CHECK(verdict->step == 7 + static_cast<long>(RegrowWatch::kMinShrunk) - 1);
+  CHECK(verdict->projected_s > 0);
+
+  // A launch with healthy steps of its own goes by those.
+  RegrowWatch own = after_healthy_steps(100000);
+  own.healthy_before(0.5);
+  const auto measured = run(own, 131, 1000, 7, 0.09375);
+  REQUIRE(measured);
+  CHECK(*measured->healthy_step_s == 0.0625);
+  CHECK_FALSE(measured->healthy_from_before);
+}
+
 TEST_CASE("a launch's slow first steps are not taken for healthy ones") {
   // The goodput bench's fault domain of 2 (2026-11-30): its first 58 steps at 106 ms, a rank
   // killed, then the whole job at 95 ms, slower than healthy (steps past the warm-up ran at 87)

@@ -84,24 +84,34 @@ void EventLog::emit(const std::string& event, nlohmann::json fields) {
   lines_.write(record);
 }
 
-std::optional<nlohmann::json> last_json_record(const std::filesystem::path& path) {
+std::vector<nlohmann::json> last_json_records(const std::filesystem::path& path, std::size_t count,
+                                              std::size_t window) {
+  std::vector<nlohmann::json> records;
   std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file) return std::nullopt;
+  if (!file || count == 0) return records;
   const std::streamoff size = file.tellg();
-  const std::streamoff tail = std::min<std::streamoff>(size, 1 << 16);
+  const std::streamoff tail = std::min<std::streamoff>(size, static_cast<std::streamoff>(window));
   std::string text(static_cast<std::size_t>(tail), '\0');
   file.seekg(size - tail);
   file.read(text.data(), tail);
   std::size_t end = text.size();
-  while (end > 0) {
+  while (end > 0 && records.size() < count) {
     const std::size_t begin = text.rfind('\n', end - 1);
     const std::size_t from = begin == std::string::npos ? 0 : begin + 1;
+    // The window's first line may be cut at its start: it parses as nothing, and is passed over.
     auto record = nlohmann::json::parse(text.substr(from, end - from), nullptr, false);
-    if (!record.is_discarded() && record.is_object()) return record;
+    if (!record.is_discarded() && record.is_object()) records.push_back(std::move(record));
     if (begin == std::string::npos) break;
     end = begin;
   }
-  return std::nullopt;
+  std::reverse(records.begin(), records.end());
+  return records;
+}
+
+std::optional<nlohmann::json> last_json_record(const std::filesystem::path& path) {
+  auto records = last_json_records(path, 1);
+  if (records.empty()) return std::nullopt;
+  return std::move(records.back());
 }
 
 }  // namespace hardy::core

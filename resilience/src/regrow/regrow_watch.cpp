@@ -31,7 +31,12 @@ std::optional<RegrowVerdict> RegrowWatch::observe(long step, int world_size, dou
   if (shrunk_since_ == 0) {
     shrunk_since_ = step;
     // Frozen at the shrink: the steps after it say nothing of a healthy one.
-    if (healthy_.size() >= kMinHealthy) healthy_step_s_ = median(healthy_);
+    if (healthy_.size() >= kMinHealthy) {
+      healthy_step_s_ = median(healthy_);
+    } else if (healthy_before_s_) {
+      healthy_step_s_ = healthy_before_s_;
+      healthy_from_before_ = true;
+    }
   }
   if (step_s <= 0 || decided_) return std::nullopt;
   lost_s_ += healthy_step_s_ ? step_s - *healthy_step_s_
@@ -44,7 +49,8 @@ std::optional<RegrowVerdict> RegrowWatch::observe(long step, int world_size, dou
                         .full_world_size = full_world_,
                         .lost_s = lost_s_,
                         .cost_s = cost_s_,
-                        .healthy_step_s = healthy_step_s_};
+                        .healthy_step_s = healthy_step_s_,
+                        .healthy_from_before = healthy_from_before_};
   if (lost_s_ < cost_s_) {
     // Measured only: an estimate from the world sizes says nothing of what the steps left lose.
     const long left = last_step_ - step;

@@ -1,12 +1,46 @@
 #include "session/regrow.hpp"
 
+#include <algorithm>
+#include <vector>
+
+#include "hardy/core/support/event_log.hpp"
+
 namespace hardy::resilience {
 
-Regrow::Regrow(double cost_s, const Membership& membership, bool relaunched, long last_step)
+namespace {
+
+// The median duration of the last RegrowWatch::kWindow steps that `metrics` (a run's
+// metrics.jsonl) logged at `full_world` ranks, from its last 256 KiB; nullopt for fewer than
+// RegrowWatch::kMinHealthy.
+std::optional<double> healthy_step_logged(const std::filesystem::path& metrics, int full_world) {
+  std::vector<double> steps;
+  for (const auto& record : core::last_json_records(metrics, 4 * RegrowWatch::kWindow, 1 << 18))
+    if (core::read_field<long>(record, "world_size") == full_world)
+      if (const auto step_s = core::read_field<double>(record, "step_s"); step_s && *step_s > 0)
+        steps.push_back(*step_s);
+  if (steps.size() > RegrowWatch::kWindow)
+    steps.erase(steps.begin(), steps.end() - static_cast<std::ptrdiff_t>(RegrowWatch::kWindow));
+  if (steps.size() < RegrowWatch::kMinHealthy) return std::nullopt;
+  const auto middle = steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2);
+  std::nth_element(steps.begin(), middle, steps.end());
+  return *middle;
+}
+
+}  // namespace
+
+Regrow::Regrow(double cost_s, const Membership& membership, bool relaunched, long last_step,
+               const std::filesystem::path& earlier_steps, int logged_world)
     : membership_(membership),
       cost_s_(cost_s),
       relaunched_(relaunched),
-      watch_(membership.original_size(), last_step) {}
+      watch_(membership.original_size(), last_step) {
+  if (!relaunched_ || cost_s_ < 0 || earlier_steps.empty()) return;
+  std::vector<double> healthy{0.0};
+  if (membership.lead())
+    healthy[0] = healthy_step_logged(earlier_steps, logged_world).value_or(0.0);
+  membership.comm().allreduce_sum(healthy);  // the lead's, on every rank
+  if (healthy[0] > 0) watch_.healthy_before(healthy[0]);
+}
 
 bool Regrow::active() const {
   return relaunched_ && cost_s_ >= 0 && membership_.size() < membership_.original_size();

@@ -4,6 +4,7 @@
 // step; the lead's decision alone counts. While the job is shrunk it rides along with the step's
 // loss sum (one slot, the lead's 1 or 0, zero on every other rank: no collective of its own, and
 // nothing added while the job is whole), so that every rank stops after the same step.
+#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -19,7 +20,12 @@ class Regrow {
   // seconds a relaunch costs. `relaunched`: a supervisor (hardy run) relaunches the job after a
   // planned stop, with a spare for a node the failure may have taken; else nothing is ever due.
   // `last_step`: the job's last step, against which a measured loss is projected (0: unknown).
-  Regrow(double cost_s, const Membership& membership, bool relaunched, long last_step);
+  // `earlier_steps`: the run's metrics.jsonl, whose last steps logged at `logged_world` ranks
+  // (the launch's full world; a fault domain's times the domains: its lines are the whole
+  // job's) give the watch the healthy step of the launch before (read by the lead, shared with
+  // every rank: a collective); empty for none.
+  Regrow(double cost_s, const Membership& membership, bool relaunched, long last_step,
+         const std::filesystem::path& earlier_steps = {}, int logged_world = 0);
 
   // This launch took `launch_s` from its start to its first committed step (called once).
   void first_step_committed(double launch_s);

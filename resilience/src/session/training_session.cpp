@@ -83,7 +83,8 @@ TrainingSession::State::State(TrainingConfig config_in, std::unique_ptr<comm::Co
       // spare.
       regrowth(config.regrow_cost_s, membership,
                /*relaunched=*/!config.run_lock_token.empty() && config.spare_nodes_left > 0,
-               /*last_step=*/config.steps) {
+               /*last_step=*/config.steps, /*earlier_steps=*/config.run_dir / "metrics.jsonl",
+               /*logged_world=*/membership.original_size() * std::max(1, config.domain_count)) {
   // Until the domains have met, the first domain writes the run directory's files (a relaunched
   // one never does before it joins).
   if (config.domain >= 0)
@@ -370,7 +371,8 @@ void TrainingSession::State::regrow(const RegrowVerdict& verdict) {
       "{} of {} ranks since step {}: {:.3g} s lost to it ({}){}, a relaunch costs about {:.3g} s",
       verdict.world_size, verdict.full_world_size, verdict.shrunk_since_step, verdict.lost_s,
       verdict.healthy_step_s
-          ? fmt::format("its steps against the healthy {:.3g} ms", *verdict.healthy_step_s * 1e3)
+          ? fmt::format("its steps against the healthy {:.3g} ms{}", *verdict.healthy_step_s * 1e3,
+                        verdict.healthy_from_before ? " of the launch before" : "")
           : std::string("estimated from the world sizes: no healthy step was measured"),
       verdict.projected_s > 0 ? fmt::format(" and the {} steps left would lose about {:.3g} s more",
                                             verdict.steps_left, verdict.projected_s)
@@ -384,7 +386,9 @@ void TrainingSession::State::regrow(const RegrowVerdict& verdict) {
                            {"shrunk_since_step", verdict.shrunk_since_step},
                            {"lost_s", verdict.lost_s},
                            {"cost_s", verdict.cost_s},
-                           {"basis", verdict.healthy_step_s ? "measured" : "estimated"},
+                           {"basis", !verdict.healthy_step_s       ? "estimated"
+                                     : verdict.healthy_from_before ? "earlier launch"
+                                                                   : "measured"},
                            {"evidence", evidence}};
   if (verdict.healthy_step_s) fields["healthy_step_s"] = *verdict.healthy_step_s;
   if (verdict.projected_s > 0) {

@@ -18,9 +18,13 @@
 //                  them;
 //   lost         = from the first step after the shrink, the sum over the steps of (step - healthy
 //                  step): what running shrunk has cost, measured. Where the job shrank before it
-//                  had a healthy step (a failure in its first steps), each step counts
-//                  step x (1 - world / full world) instead: its loss if the step's time were all
-//                  work shared out among the ranks (estimated; the event says which);
+//                  had a healthy step (a failure in its first steps), the healthy step of its
+//                  earlier launch at the same full world stands in (healthy_before(): measured
+//                  the same way, on other nodes perhaps; a rank killed 2 s after a relaunch on
+//                  the goodput bench ran shrunk 32 s on the estimate below, 2026-11-30), and
+//                  without one each step counts step x (1 - world / full world) instead: its
+//                  loss if the step's time were all work shared out among the ranks
+//                  (estimated; the event says which);
 //   due          = lost >= the measured cost of a relaunch (allow()), once;
 //   or sooner    = where the job's last step is known and the loss was measured: after
 //                  kMinShrunk steps shrunk, each of them kMinLossShare of the healthy step slower
@@ -45,6 +49,7 @@ struct RegrowVerdict {
   int world_size = 0, full_world_size = 0;
   double lost_s = 0, cost_s = 0;
   std::optional<double> healthy_step_s;  // none: lost estimated from the world sizes
+  bool healthy_from_before = false;      // healthy_step_s is the earlier launch's
   // When the steps left made it due: what they would lose shrunk, at the loss per step measured
   // (0: the time lost reached the cost).
   double projected_s = 0;
@@ -62,6 +67,9 @@ class RegrowWatch {
   // A relaunch would bring the job back to its full world at about `cost_s` seconds of training
   // (0: it cannot, nothing is ever due).
   void allow(double cost_s) { cost_s_ = cost_s; }
+  // The job's healthy step in its earlier launch at this full world, for a shrink that comes
+  // before this launch has measured its own.
+  void healthy_before(double step_s) { healthy_before_s_ = step_s; }
   // A step committed at `world_size` ranks, `step_s` seconds after the one before (0: unknown).
   // Returns the verdict the first time the time lost reaches the cost.
   std::optional<RegrowVerdict> observe(long step, int world_size, double step_s);
@@ -78,6 +86,8 @@ class RegrowWatch {
   std::size_t whole_steps_ = 0;  // steps seen at the full world, warm-up included
   long shrunk_since_ = 0;        // 0: not shrunk
   std::optional<double> healthy_step_s_;
+  std::optional<double> healthy_before_s_;
+  bool healthy_from_before_ = false;
   double lost_s_ = 0;
   bool decided_ = false;
 };

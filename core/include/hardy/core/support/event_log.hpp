@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hardy/core/support/event_schema.hpp"  // the kinds and fields, for readers too
 #include "hardy/core/support/json_fields.hpp"   // for the readers of these logs
@@ -69,5 +70,8 @@ class EventLog {
 // (a long job's metrics.jsonl is large); a line cut short by a crash is passed over. nullopt when
 // there is none or the file cannot be read.
 std::optional<nlohmann::json> last_json_record(const std::filesystem::path& path);
+// Its last `count` such lines at most, oldest first, from the file's last `window` bytes.
+std::vector<nlohmann::json> last_json_records(const std::filesystem::path& path, std::size_t count,
+                                              std::size_t window = std::size_t{1} << 16);
 
 }  // namespace hardy::core

@@ -133,8 +133,10 @@ inline constexpr EventField regrow_planned[] = {
     {"shrunk_since_step", T::integer, req},
     {"lost_s", T::number, req},
     {"cost_s", T::number, req},
-    // "measured" (the steps against the healthy step before the shrink, healthy_step_s) or
-    // "estimated" (no healthy step yet: the step's time x the share of the world lost).
+    // "measured" (the steps against the healthy step before the shrink, healthy_step_s),
+    // "earlier launch" (against the launch before's, logged in metrics.jsonl: the shrink came
+    // before this launch had one) or "estimated" (no healthy step: the step's time x the share
+    // of the world lost).
     {"basis", T::string, req},
     {"evidence", T::string, req},
     {"healthy_step_s", T::number, opt},
