@@ -68,8 +68,8 @@ struct LaunchOutcome {
   std::string output;
   LaunchEvents events;
   double ended_unix = 0;
-  // The supervisor ended the launch for the silent active nodes, on a probe of every node, the
-  // spares too (indices into the active nodes, then the spares): the decision needs no probe.
+  // The supervisor ended the launch for them, on a probe of every active node: the decision asks
+  // only the spares.
   SilentNodes silent;
 };
 
@@ -87,8 +87,6 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
                                   config.ranks_per_node);
   LaunchedJob job(command, log_file);
   StallWatch stall(config.stall_probe_after_s);
-  std::vector<std::string> probed = nodes.active;  // the stall probe's nodes, spares last
-  probed.insert(probed.end(), nodes.spares.begin(), nodes.spares.end());
   SilentNodes silent;
   std::optional<int> status;
   double finished_seen = 0;
@@ -121,14 +119,12 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
         break;
       } else if (const double now = core::unix_time(); stall.due(now)) {
         const double quiet = stall.quiet_s(now), threshold = stall.threshold_s().value_or(0);
-        // The spares too: a relaunch, if this ends the launch, then knows every node's answer
-        // already (a second probe took the decision 0.4-0.65 s on the goodput bench).
-        silent = probe_silent_nodes(config, probed, quiet, seen.last_committed_step.value_or(0));
-        const bool ends = silence_ends_launch(silent, probed.size()) &&
-                          silent.begin()->first < nodes.active.size();  // an active node's
+        silent =
+            probe_silent_nodes(config, nodes.active, quiet, seen.last_committed_step.value_or(0));
+        const bool ends = silence_ends_launch(silent, nodes.active.size());
         on_stall_probe(quiet, threshold, silent, ends, core::unix_time() - now);
         if (ends) {
-          const auto hosts = silent_hosts(silent, probed);
+          const auto hosts = silent_hosts(silent, nodes.active);
           std::cerr << fmt::format(
               "hardy run: no step committed for {:.1f} s and {} did not answer; ending the "
               "launch\n",
@@ -253,7 +249,7 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
                                   const std::string& launcher_output,
                                   std::set<std::string>& start_failures,
                                   std::map<std::size_t, std::vector<std::string>> known,
-                                  const std::optional<NodeEvidence>& probed) {
+                                  const SilentNodes* active_probed) {
   std::vector<bool> settled(nodes.active.size() + nodes.spares.size(), false);
   // Conclusive evidence settles a node as the launcher's word does: its probe decides nothing.
   for (const auto& [i, reports] : known)
@@ -277,14 +273,17 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
       if (unstarted && evidence.active[i].size() == 1) only_unstarted.insert(i);
     }
   }
-  if (probed) {
-    for (const auto& [i, reports] : probed->active)
+  const auto probe = config.launcher->probe_command(nodes.active, config.probe_timeout_s);
+  if (active_probed) {
+    // The active nodes answered (or not) a moment ago: only the spares are asked.
+    for (const auto& [i, reports] : *active_probed)
       for (const auto& report : reports) evidence.active[i].push_back(report);
-    for (const auto& [i, reports] : probed->spares)
-      for (const auto& report : reports) evidence.spares[i].push_back(report);
-  } else if (const auto probe =
-                 config.launcher->probe_command(nodes.active, config.probe_timeout_s);
-             !probe.empty()) {
+    if (!probe.empty() && !nodes.spares.empty()) {
+      const auto answers = run_on_hosts(probe, nodes.spares, to_ms(config.probe_timeout_s));
+      for (std::size_t i = 0; i < nodes.spares.size(); ++i)
+        if (answers[i]) evidence.spares[i].push_back("probe: " + *answers[i]);
+    }
+  } else if (!probe.empty()) {
     std::vector<std::string> all = nodes.active;
     all.insert(all.end(), nodes.spares.begin(), nodes.spares.end());
     const auto answers = run_on_hosts(probe, all, to_ms(config.probe_timeout_s), settled);
@@ -431,20 +430,13 @@ class Supervision {
           events_.emit("launch_stalled", {{"launch", attempt + 1},
                                           {"quiet_s", quiet_s},
                                           {"threshold_s", threshold_s},
-                                          {"silent", silent_json(silent, all_nodes())},
+                                          {"silent", silent_json(silent, nodes_.active)},
                                           {"ended", ended},
                                           {"probe_s", probe_s}});
         });
     restrict_to_launch(launch.events, nodes_.active.size());
     run_wrote_state_ = run_wrote_state_ || launch.events.checkpoint_written;
     return launch;
-  }
-
-  // The active nodes, then the spares: how the stall probe counts them.
-  std::vector<std::string> all_nodes() const {
-    std::vector<std::string> all = nodes_.active;
-    all.insert(all.end(), nodes_.spares.begin(), nodes_.spares.end());
-    return all;
   }
 
   Verdict judge(int attempt, const LaunchOutcome& launch) {
@@ -494,16 +486,10 @@ class Supervision {
     auto known = launch.events.killed_nodes;
     for (const auto& [node, reports] : launch.events.evicted_nodes)
       for (const auto& report : reports) known[node].push_back(report);
-    // A launch the stall watch ended: its probe, just now, asked every node, spares too.
-    std::optional<NodeEvidence> probed;
-    if (!launch.silent.empty()) {
-      probed.emplace();
-      for (const auto& [i, reports] : launch.silent)
-        (i < nodes_.active.size() ? probed->active[i] : probed->spares[i - nodes_.active.size()]) =
-            reports;
-    }
-    const NodeEvidence evidence = gather_node_evidence(config_, nodes_, launch.output,
-                                                       start_failures_, std::move(known), probed);
+    // A launch the stall watch ended: its probe asked every active node a moment ago.
+    const NodeEvidence evidence =
+        gather_node_evidence(config_, nodes_, launch.output, start_failures_, std::move(known),
+                             launch.silent.empty() ? nullptr : &launch.silent);
     const WeighedEvidence weighed = weigh_evidence(evidence.active, launch.events.failed_nodes);
     for (const auto& [i, report] : evidence.forgiven) {
       next.kept.push_back({{"host", nodes_.active[i]}, {"evidence", {report}}});
