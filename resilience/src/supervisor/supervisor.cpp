@@ -78,8 +78,9 @@ struct LaunchOutcome {
 using OnStallProbe = std::function<void(double, double, const SilentNodes&, bool, double)>;
 
 LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::string>& command,
-                         const NodeSet& nodes, const std::filesystem::path& log_file,
-                         double start_timeout_s, const std::function<void(double)>& on_started,
+                         const std::vector<std::string>& nodes,
+                         const std::filesystem::path& log_file, double start_timeout_s,
+                         const std::function<void(double)>& on_started,
                          const OnStallProbe& on_stall_probe) {
   const auto events_file = config.run_dir / "events.jsonl";
   const double started = core::unix_time();
@@ -119,12 +120,11 @@ LaunchOutcome run_launch(const SupervisorConfig& config, const std::vector<std::
         break;
       } else if (const double now = core::unix_time(); stall.due(now)) {
         const double quiet = stall.quiet_s(now), threshold = stall.threshold_s().value_or(0);
-        silent =
-            probe_silent_nodes(config, nodes.active, quiet, seen.last_committed_step.value_or(0));
-        const bool ends = silence_ends_launch(silent, nodes.active.size());
+        silent = probe_silent_nodes(config, nodes, quiet, seen.last_committed_step.value_or(0));
+        const bool ends = silence_ends_launch(silent, nodes.size());
         on_stall_probe(quiet, threshold, silent, ends, core::unix_time() - now);
         if (ends) {
-          const auto hosts = silent_hosts(silent, nodes.active);
+          const auto hosts = silent_hosts(silent, nodes);
           std::cerr << fmt::format(
               "hardy run: no step committed for {:.1f} s and {} did not answer; ending the "
               "launch\n",
@@ -419,8 +419,8 @@ class Supervision {
         nodes_.active.size() * static_cast<std::size_t>(config_.ranks_per_node),
         fmt::join(nodes_.active, ","), fmt::join(command, " "));
     auto launch = run_launch(
-        config_, command, nodes_, config_.run_dir / fmt::format("launch-{}.log", attempt + 1),
-        start_timeout_.seconds(),
+        config_, command, nodes_.active,
+        config_.run_dir / fmt::format("launch-{}.log", attempt + 1), start_timeout_.seconds(),
         [&](double start_s) {
           start_timeout_.seen(start_s);
           events_.emit("launch_started", {{"launch", attempt + 1}, {"start_s", start_s}});
