@@ -10,6 +10,7 @@ misbehaviour is exact and takes seconds:
   - the node the launcher names in Open MPI's "lost communication with a remote daemon" message,
     and a node that does not answer the probe, are left out of the relaunch, each with its
     evidence; a spare that does not answer is passed over and the next spare takes the place;
+    spares are asked as the relaunch needs them, in order, not all at each failure;
   - a job that stops committing steps while a node does not answer (frozen, cut off: nothing
     reports it) has its launch ended by the stall watch within seconds, before any keepalive
     would, and is relaunched without that node; one that stops while every node answers is
@@ -94,6 +95,30 @@ with tempfile.TemporaryDirectory(prefix="hardy-judgement-") as tmp:
     check(args[args.index("--host") + 1] == "n0:1,s1:1", f"the relaunch runs on n0 and s1: {args[args.index('--host') + 1]}")
     check(args[args.index("--prtemca") + 1:].count("plm_ssh_agent") == 1 and "--resume" in args,
           "the relaunch goes through the launch agent and resumes")
+
+    # Spares are asked as the relaunch needs them, in order: the launcher lost n1 and n2 does not
+    # answer, with five spares of which s0 does not answer either. The decision asks the active
+    # nodes with s0 and s1 (one spare for n1, one more); n2's silence and s0's leave a replacement
+    # missing, so s2 and s3 are asked next, and s4 never.
+    agent_log = tmp / "spares-agent.log"
+    status, _, events = supervise(tmp / "spares", "lost:n1,finish", "--hosts", "n0,n1,n2,s0,s1,s2,s3,s4",
+                                  "--spare-nodes", "5", "--launch-agent", str(HERE / "fake_agent.sh"),
+                                  "--probe-timeout", "1", dead="n2,s0",
+                                  env_extra={"FAKE_AGENT_LOG": str(agent_log)})
+    relaunched = [e for e in events if e["event"] == "job_relaunched"]
+    check(status == 0 and len(relaunched) == 1, f"spares asked as needed: one relaunch, then done (exit {status})")
+    if relaunched:
+        r = relaunched[0]
+        check(r["nodes"] == ["n0", "s1", "s2"] and [x["host"] for x in r["spares_lost"]] == ["s0"]
+              and r["spare_nodes"] == ["s3", "s4"],
+              f"s1 and s2 take n1's and n2's places, s0 is lost, s3 and s4 stay spares: {r['nodes']} "
+              f"{r['spares_lost']} {r['spare_nodes']}")
+        probes = [line.split() for line in agent_log.read_text().splitlines() if line.split()[2:] == ["true"]]
+        asked = [(float(t), host) for t, host, *_ in probes if float(t) <= r["unix_time"]]
+        first = [host for t, host in asked if t < min([t for t, host in asked if host in ("s2", "s3")] or [1e18])]
+        check(sorted(first) == ["n0", "n1", "n2", "s0", "s1"]
+              and sorted(host for _, host in asked) == ["n0", "n1", "n2", "s0", "s1", "s2", "s3"],
+              f"the active nodes with s0 and s1 first, then s2 and s3, never s4: {asked}")
 
     # A node the launcher lost that does not answer its probe either (frozen, cut off): the probe
     # does not wait out its timeout for it, since the launcher's word leaves it out anyway.

@@ -517,8 +517,9 @@ class DomainSupervision {
     for (auto& [i, reports] : domain.silent)
       for (auto& report : reports) known[i].push_back(std::move(report));
     domain.silent.clear();
-    const NodeEvidence evidence =
+    NodeEvidence evidence =
         gather_node_evidence(config_, nodes, output, start_failures_, std::move(known));
+    ask_spares_for(config_, nodes, evidence, named_nodes(evidence.active));
     for (const auto& [i, report] : evidence.forgiven)
       std::cerr << fmt::format(
           "hardy run: keeping {}: {}, but it answers its probe; a second time leaves it out\n",

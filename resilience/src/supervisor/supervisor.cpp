@@ -245,16 +245,33 @@ std::vector<std::string> launch_command(const SupervisorConfig& config,
   return config.launcher->command(nodes, config.ranks_per_node, program);
 }
 
+namespace {
+
+// Probes spares [from, from + count) and notes those that fail against them.
+void probe_spares(const SupervisorConfig& config, const NodeSet& nodes,
+                  const std::vector<std::string>& probe, std::size_t from, std::size_t count,
+                  NodeEvidence& evidence) {
+  const std::vector<std::string> asked(
+      nodes.spares.begin() + static_cast<std::ptrdiff_t>(from),
+      nodes.spares.begin() + static_cast<std::ptrdiff_t>(from + count));
+  const auto answers = run_on_hosts(probe, asked, to_ms(config.probe_timeout_s));
+  for (std::size_t i = 0; i < asked.size(); ++i)
+    if (answers[i]) evidence.spares[from + i].push_back("probe: " + *answers[i]);
+  evidence.spares_asked = from + count;
+}
+
+}  // namespace
+
 NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet& nodes,
                                   const std::string& launcher_output,
                                   std::set<std::string>& start_failures,
                                   std::map<std::size_t, std::vector<std::string>> known,
                                   const SilentNodes* active_probed) {
-  std::vector<bool> settled(nodes.active.size() + nodes.spares.size(), false);
-  // Conclusive evidence settles a node as the launcher's word does: its probe decides nothing.
-  for (const auto& [i, reports] : known)
-    if (i < nodes.active.size()) settled[i] = true;
   NodeEvidence evidence{std::move(known), {}, {}};
+  std::vector<bool> settled(nodes.active.size(), false);
+  // Conclusive evidence settles a node as the launcher's word does: its probe decides nothing.
+  for (const auto& [i, reports] : evidence.active)
+    if (i < nodes.active.size()) settled[i] = true;
   const auto lost = config.launcher->hosts_reported_lost(launcher_output);
   const auto not_started = config.launcher->hosts_not_started(launcher_output);
   std::set<std::size_t> only_unstarted;  // the launcher says no more than that
@@ -273,19 +290,22 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
       if (unstarted && evidence.active[i].size() == 1) only_unstarted.insert(i);
     }
   }
-  const auto probe = config.launcher->probe_command(nodes.active, config.probe_timeout_s);
-  if (active_probed) {
-    // The active nodes answered (or not) a moment ago: only the spares are asked.
+  if (active_probed)
     for (const auto& [i, reports] : *active_probed)
       for (const auto& report : reports) evidence.active[i].push_back(report);
-    if (!probe.empty() && !nodes.spares.empty()) {
-      const auto answers = run_on_hosts(probe, nodes.spares, to_ms(config.probe_timeout_s));
-      for (std::size_t i = 0; i < nodes.spares.size(); ++i)
-        if (answers[i]) evidence.spares[i].push_back("probe: " + *answers[i]);
-    }
-  } else if (!probe.empty()) {
+  // The spares asked beside the active nodes: one for each node already named, and one more.
+  const std::size_t first_spares = std::min(nodes.spares.size(), named_nodes(evidence.active) + 1);
+  const auto probe = config.launcher->probe_command(nodes.active, config.probe_timeout_s);
+  if (probe.empty()) {
+    evidence.spares_asked = nodes.spares.size();  // nothing to ask them with: all count as asked
+  } else if (active_probed) {
+    // The active nodes answered (or not) a moment ago: only spares are asked.
+    if (first_spares > 0) probe_spares(config, nodes, probe, 0, first_spares, evidence);
+  } else {
     std::vector<std::string> all = nodes.active;
-    all.insert(all.end(), nodes.spares.begin(), nodes.spares.end());
+    all.insert(all.end(), nodes.spares.begin(),
+               nodes.spares.begin() + static_cast<std::ptrdiff_t>(first_spares));
+    settled.resize(all.size(), false);
     const auto answers = run_on_hosts(probe, all, to_ms(config.probe_timeout_s), settled);
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (!answers[i]) continue;
@@ -293,6 +313,7 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
           i < nodes.active.size() ? evidence.active[i] : evidence.spares[i - nodes.active.size()];
       against.push_back("probe: " + *answers[i]);
     }
+    evidence.spares_asked = first_spares;
   }
   for (std::size_t i : only_unstarted) {
     const std::string& host = nodes.active[i];
@@ -301,6 +322,24 @@ NodeEvidence gather_node_evidence(const SupervisorConfig& config, const NodeSet&
     evidence.active.erase(i);
   }
   return evidence;
+}
+
+void ask_spares_for(const SupervisorConfig& config, const NodeSet& nodes, NodeEvidence& evidence,
+                    std::size_t replacements) {
+  const auto probe = config.launcher->probe_command(nodes.spares, config.probe_timeout_s);
+  if (probe.empty()) evidence.spares_asked = nodes.spares.size();
+  while (evidence.spares_asked < nodes.spares.size()) {
+    std::size_t healthy = 0;
+    for (std::size_t i = 0; i < evidence.spares_asked; ++i)
+      if (const auto found = evidence.spares.find(i);
+          found == evidence.spares.end() || found->second.empty())
+        ++healthy;
+    if (healthy >= replacements) return;
+    // As many as are missing, and one more: a second failed spare is as rare as the first.
+    const std::size_t count =
+        std::min(nodes.spares.size() - evidence.spares_asked, replacements - healthy + 1);
+    probe_spares(config, nodes, probe, evidence.spares_asked, count, evidence);
+  }
 }
 
 SupervisorConfig lock_run_directory(const SupervisorConfig& config,
@@ -487,10 +526,11 @@ class Supervision {
     for (const auto& [node, reports] : launch.events.evicted_nodes)
       for (const auto& report : reports) known[node].push_back(report);
     // A launch the stall watch ended: its probe asked every active node a moment ago.
-    const NodeEvidence evidence =
+    NodeEvidence evidence =
         gather_node_evidence(config_, nodes_, launch.output, start_failures_, std::move(known),
                              launch.silent.empty() ? nullptr : &launch.silent);
     const WeighedEvidence weighed = weigh_evidence(evidence.active, launch.events.failed_nodes);
+    ask_spares_for(config_, nodes_, evidence, named_nodes(weighed.against));
     for (const auto& [i, report] : evidence.forgiven) {
       next.kept.push_back({{"host", nodes_.active[i]}, {"evidence", {report}}});
       std::cerr << fmt::format(

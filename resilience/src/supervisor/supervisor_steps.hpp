@@ -25,20 +25,36 @@ struct NodeEvidence {
   // Active nodes kept all the same: their runtime daemon failed to start, for the first time in
   // this run, and nothing else speaks against them (they answer their probe).
   std::map<std::size_t, std::string> forgiven;
+  // The spares asked so far, the first ones in order: a spare past them is neither known good
+  // nor known lost (ask_spares_for asks more when the relaunch needs them).
+  std::size_t spares_asked = 0;
 };
 
 // `known` (what the caller already holds against the active nodes), then the launcher's word in
-// `launcher_output`, then a probe of every node, spares included, through the launch path. When
-// `active_probed` is given (the stall watch's probe of every active node, a moment ago: those
-// that did not answer), the active nodes are not asked again, only the spares (a second probe of
-// every node took the decision 0.4-0.65 s on the goodput bench). A node whose daemon failed to
-// start is left out only the second time (`start_failures`: the hosts that had one already in
-// this run, updated here) or when its probe fails too.
+// `launcher_output`, then a probe of every active node and of the first spares through the launch
+// path: one spare for each active node already named, and one more (asking every spare, 14 on the
+// goodput bench, took the decision 0.5-0.66 s there; at 4,560 nodes it would be hundreds of ssh
+// connections for each failure). When `active_probed` is given (the stall watch's probe of every
+// active node, a moment ago: those that did not answer), the active nodes are not asked again,
+// only the spares. A node whose daemon failed to start is left out only the second time
+// (`start_failures`: the hosts that had one already in this run, updated here) or when its probe
+// fails too.
 NodeEvidence gather_node_evidence(
     const SupervisorConfig& config, const NodeSet& nodes, const std::string& launcher_output,
     std::set<std::string>& start_failures,
     std::map<std::size_t, std::vector<std::string>> known = {},
     const std::map<std::size_t, std::vector<std::string>>* active_probed = nullptr);
+
+// How many nodes `evidence` names (an entry may be empty).
+inline std::size_t named_nodes(const std::map<std::size_t, std::vector<std::string>>& evidence) {
+  return static_cast<std::size_t>(std::count_if(
+      evidence.begin(), evidence.end(), [](const auto& entry) { return !entry.second.empty(); }));
+}
+
+// Asks further spares, in order, until `replacements` of those asked answered or none is left:
+// plan_relaunch then takes its replacements from spares known to be healthy.
+void ask_spares_for(const SupervisorConfig& config, const NodeSet& nodes, NodeEvidence& evidence,
+                    std::size_t replacements);
 
 // The `excluded` field of the supervisors' events: each node with its evidence and its spare.
 nlohmann::json excluded_json(const std::vector<ExcludedNode>& nodes);
