@@ -26,6 +26,14 @@ install(TARGETS ${_hardy_libraries} hardy_warnings hardy_hdf5 EXPORT hardyTarget
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS hardy RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The modules hardy loads when a run uses them (hardy/core/support/modules.hpp), in
+# <libdir>/hardy where the installed hardy looks; not part of the CMake package (a consumer that
+# calls the CUDA backend's classes links them from there). The NCCL module finds the CUDA one
+# beside itself.
+if(HARDY_HAVE_CUDA)
+  set_target_properties(hardy_comm_nccl PROPERTIES INSTALL_RPATH "$ORIGIN")
+  install(TARGETS hardy_core_cuda hardy_comm_nccl LIBRARY DESTINATION ${HARDY_MODULE_INSTALL_DIR})
+endif()
 install(EXPORT hardyTargets NAMESPACE hardy:: DESTINATION ${HARDY_INSTALL_CMAKEDIR})
 
 # The config finds hardy's dependencies again with what this build used (the MPI compiler, the
@@ -75,12 +83,12 @@ find_library(HARDY_DNNL_LIBRARY dnnl)
 get_filename_component(_hardy_dnnl_dir "${HARDY_DNNL_LIBRARY}" DIRECTORY)
 get_filename_component(_hardy_xxhash_dir "${XXHASH_LIBRARY}" DIRECTORY)
 set(HARDY_PC_LIBS "-L${_hardy_dnnl_dir} -ldnnl -L${_hardy_xxhash_dir} -lxxhash -lgloo -lhiredis -fopenmp")
+# CUDA, cuDNN and NCCL are the modules' (<libdir>/hardy), not the static libraries'.
 if(HARDY_HAVE_CUDA)
   string(APPEND HARDY_PC_DEFINES " -DHARDY_HAVE_CUDA=1 -DHARDY_HAVE_NCCL=1")
-  get_filename_component(_hardy_cudnn_dir "${HARDY_CUDNN_LIBRARY}" DIRECTORY)
-  get_filename_component(_hardy_nccl_dir "${HARDY_NCCL_LIBRARY}" DIRECTORY)
-  string(APPEND HARDY_PC_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcudart -L${_hardy_cudnn_dir} -lcudnn"
-                              " -L${_hardy_nccl_dir} -lnccl")
+endif()
+if(CMAKE_DL_LIBS)
+  string(APPEND HARDY_PC_LIBS " -l${CMAKE_DL_LIBS}")  # hardy_core loads the modules
 endif()
 configure_file(${CMAKE_CURRENT_LIST_DIR}/hardy.pc.in ${PROJECT_BINARY_DIR}/hardy.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/hardy.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

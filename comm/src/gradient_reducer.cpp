@@ -5,7 +5,8 @@
 #include "hardy/comm/gradient_buckets.hpp"
 #include "hardy/core/support/error.hpp"
 #ifdef HARDY_HAVE_NCCL
-#include "nccl/gradient_reducer.hpp"
+#include "hardy/core/support/modules.hpp"
+#include "nccl_module.hpp"
 #endif
 
 namespace hardy::comm {
@@ -61,8 +62,12 @@ std::vector<std::unique_ptr<GradientReducer>> make_gradient_reducers(
     return reducers;
   }
 #ifdef HARDY_HAVE_NCCL
-  return detail::make_nccl_gradient_reducers(comm, backend, std::move(params), bucket_bytes,
-                                             steps_in_flight);
+  const auto make = reinterpret_cast<nccl_module::MakeReducers>(core::module_symbol(
+      nccl_module::kFile, nccl_module::kMakeReducers, "the NCCL gradient exchange"));
+  nccl_module::ReducersRequest request{&comm,        &backend,        std::move(params),
+                                       bucket_bytes, steps_in_flight, {}};
+  make(&request);
+  return std::move(request.reducers);
 #else
   throw Error(
       "make_gradient_reducers: device gradients need NCCL, and this build has no CUDA backend");

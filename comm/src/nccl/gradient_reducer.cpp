@@ -2,11 +2,13 @@
 
 #include <chrono>
 #include <optional>
+#include <type_traits>
 
 #include "hardy/comm/nccl/communicator.hpp"
 #include "hardy/comm/nccl/gradient_buckets.hpp"
 #include "hardy/core/compute/cuda_backend.hpp"
 #include "hardy/core/support/error.hpp"
+#include "nccl_module.hpp"
 
 namespace hardy::comm::detail {
 
@@ -110,3 +112,13 @@ std::vector<std::unique_ptr<GradientReducer>> make_nccl_gradient_reducers(
 }
 
 }  // namespace hardy::comm::detail
+
+// The module's entry (nccl_module.hpp): make_gradient_reducers loads this module for it.
+extern "C" __attribute__((visibility("default"))) void hardy_make_nccl_gradient_reducers(
+    hardy::comm::nccl_module::ReducersRequest* request) {
+  request->reducers = hardy::comm::detail::make_nccl_gradient_reducers(
+      *request->comm, *request->backend, std::move(request->params), request->bucket_bytes,
+      request->steps_in_flight);
+}
+static_assert(std::is_same_v<decltype(&hardy_make_nccl_gradient_reducers),
+                             hardy::comm::nccl_module::MakeReducers>);

@@ -13,7 +13,8 @@
 #include "compute/operand_checks.hpp"
 #include "hardy/core/support/error.hpp"
 #ifdef HARDY_HAVE_CUDA
-#include "compute/cuda/cuda_backend.hpp"
+#include "compute/cuda_module.hpp"
+#include "hardy/core/support/modules.hpp"
 #endif
 
 namespace hardy::core {
@@ -94,9 +95,13 @@ std::unique_ptr<Backend> make_backend(std::string_view name, std::optional<Preci
     return std::make_unique<CpuBackend>(
         CpuOptions{.activation_dtype = activation_dtype(precision.value_or(Precision::f32))});
 #ifdef HARDY_HAVE_CUDA
-  if (name == "cuda")
-    return make_cuda_backend(precision ? std::optional(activation_dtype(*precision))
-                                       : std::nullopt);
+  if (name == "cuda") {
+    const auto make = reinterpret_cast<cuda_module::MakeBackend>(
+        module_symbol(cuda_module::kFile, cuda_module::kMakeBackend, "the cuda backend"));
+    const std::optional<DType> dtype =
+        precision ? std::optional(activation_dtype(*precision)) : std::nullopt;
+    return std::unique_ptr<Backend>(make(dtype ? &*dtype : nullptr));
+  }
 #endif
   throw InvalidArgument(fmt::format("unknown backend '{}'; this build has: {}", name,
                                     fmt::join(available_backends(), ", ")));

@@ -9,10 +9,12 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "compute/cuda/cuda_support.hpp"
+#include "compute/cuda_module.hpp"
 #include "compute/dropout_mask.hpp"
 #include "hardy/core/support/error.hpp"
 
@@ -69,6 +71,20 @@ std::unique_ptr<Backend> make_cuda_backend(std::optional<DType> activation_dtype
   if (activation_dtype) options.activation_dtype = *activation_dtype;
   return std::make_unique<CudaBackend>(options);
 }
+
+}  // namespace hardy::core
+
+// The module's entry (compute/cuda_module.hpp): make_backend("cuda") loads this module for it.
+extern "C" __attribute__((visibility("default"))) hardy::core::Backend* hardy_make_cuda_backend(
+    const hardy::core::DType* activation_dtype) {
+  return hardy::core::make_cuda_backend(activation_dtype ? std::optional(*activation_dtype)
+                                                         : std::nullopt)
+      .release();
+}
+static_assert(
+    std::is_same_v<decltype(&hardy_make_cuda_backend), hardy::core::cuda_module::MakeBackend>);
+
+namespace hardy::core {
 
 // ---- lifetime and properties ----
 
