@@ -26,7 +26,7 @@ for root in roots:
 print(":".join(found))
 EOF
 )"
-export LD_LIBRARY_PATH="$hardy_kit/lib:$hardy_kit/lib-mpi:$hardy_kit/lib-mpi/openmpi${hardy_nvidia_libs:+:$hardy_nvidia_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$hardy_kit/lib:$hardy_kit/lib/hardy:$hardy_kit/lib-mpi:$hardy_kit/lib-mpi/openmpi${hardy_nvidia_libs:+:$hardy_nvidia_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$hardy_kit/bin:$PATH"
 # Open MPI's launcher for multi-rank checks (relocatable: it finds its prefix from its own path).
 [[ -x "$hardy_kit/mpi/bin/mpirun" ]] && export PATH="$hardy_kit/mpi/bin:$PATH"

@@ -4,6 +4,9 @@
 #                           hardy_gpu_bench, hardy_nccl_bench
 #   BUILD/gpu-kit/lib       the shared libraries they need that such a machine lacks (oneDNN,
 #                           fmt, libstdc++, the CUDA runtime...), copied from this machine
+#   BUILD/gpu-kit/lib/hardy the modules hardy loads for --backend cuda (the CUDA backend, NCCL),
+#                           where bin/hardy looks for them (../lib/hardy), and on
+#                           LD_LIBRARY_PATH for the GPU tests and benches, which link them
 #   BUILD/gpu-kit/lib-mpi   Open MPI's libraries (hardy and hardy_nccl_bench)
 #   BUILD/gpu-kit/mpi       Open MPI's launcher (mpirun, PRRTE, PMIx) with its lib, share and etc,
 #                           laid out as in .venv: the wheel is relocatable (multi-rank checks)
@@ -25,17 +28,22 @@ binaries=(hardy hardy_gpu_tests hardy_gpu_bench hardy_nccl_bench)
 for binary in "${binaries[@]}"; do
   [[ -x "$build/bin/$binary" ]] || { echo "make_kit.sh: $build/bin/$binary is missing; build first" >&2; exit 1; }
 done
+modules=(libhardy_core_cuda.so libhardy_comm_nccl.so)
+for module in "${modules[@]}"; do
+  [[ -f "$build/lib/hardy/$module" ]] || { echo "make_kit.sh: $build/lib/hardy/$module is missing; build first" >&2; exit 1; }
+done
 rm -rf "$kit"
-mkdir -p "$kit/bin" "$kit/lib" "$kit/lib-mpi"
+mkdir -p "$kit/bin" "$kit/lib/hardy" "$kit/lib-mpi"
 
 declare -A provided_on_device=()
-for binary in "${binaries[@]}"; do
-  cp "$build/bin/$binary" "$kit/bin/"
+for file in "${binaries[@]/#/bin/}" "${modules[@]/#/lib/hardy/}"; do
+  cp "$build/$file" "$kit/$file"
   while read -r name path; do
     [[ -n "$path" && -f "$path" ]] || continue
     case "$name" in
       libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|libutil.so.*|ld-linux*|libresolv.so.*) ;;
       libcuda.so.*) ;;
+      libhardy_*) ;;  # the modules, copied into lib/hardy above: one copy, or two would load
       libcudnn*|libcublas*|libnccl*) provided_on_device["$name"]=1 ;;
       *)
         if [[ "$path" == */.venv/lib/* ]]; then
@@ -48,7 +56,7 @@ for binary in "${binaries[@]}"; do
         fi
         ;;
     esac
-  done < <(ldd "$build/bin/$binary" | awk '$2 == "=>" {print $1, $3}')
+  done < <(ldd "$build/$file" | awk '$2 == "=>" {print $1, $3}')
 done
 
 # The launcher of multi-rank runs: the GPU machine has no mpirun (bench/gpu/multi_rank_check.py).

@@ -91,8 +91,9 @@ TEST_CASE(
   REQUIRE(verdict->healthy_step_s);
   CHECK(*verdict->healthy_step_s == 0.0625);
   CHECK(verdict->healthy_from_before);
-  // Measured against it, so projected over the steps left: due after kMinShrunk steps.
-  CHECK(verdict->step == 7 + static_cast<long>(RegrowWatch::kMinShrunk) - 1);
+  // Measured against it, so projected over the steps left: 50% slower, due after
+  // kMinShrunkClear steps.
+  CHECK(verdict->step == 7 + static_cast<long>(RegrowWatch::kMinShrunkClear) - 1);
   CHECK(verdict->projected_s > 0);
 
   // A launch with healthy steps of its own goes by those.
@@ -137,15 +138,34 @@ TEST_CASE(
     "a shrunk job with many steps left is due once its measured loss, over them, is twice "
     "the cost") {
   RegrowWatch watch = after_healthy_steps(100000);
-  // 7 of 8: 31.25 ms lost a step. After kMinShrunk steps (0.9375 s lost, far from the cost), the
-  // steps left would lose about 3,100 s: due at once.
-  const auto verdict = run(watch, 131, 1000, 7, 0.09375);
+  // 12.5% slower (7.8125 ms on 62.5). After kMinShrunk steps (0.234 s lost, far from the cost),
+  // the steps left would lose about 780 s: due at once.
+  const auto verdict = run(watch, 131, 1000, 7, 0.0703125);
   REQUIRE(verdict);
   CHECK(verdict->step == 131 + static_cast<long>(RegrowWatch::kMinShrunk) - 1);
-  CHECK(verdict->lost_s == 0.9375);
+  CHECK(verdict->lost_s == Approx(0.234375));
   CHECK(verdict->steps_left == 100000 - verdict->step);
-  CHECK(verdict->projected_s == Approx(0.03125 * static_cast<double>(verdict->steps_left)));
+  CHECK(verdict->projected_s == Approx(0.0078125 * static_cast<double>(verdict->steps_left)));
   CHECK(verdict->cost_s == 6.25);
+}
+
+TEST_CASE("a large loss a step is plain after a few steps, one slow step is not") {
+  SECTION("7 of 8 ranks, 50% slower a step: due after kMinShrunkClear steps") {
+    // Fails with kMinShrunk alone: due 22 steps later.
+    RegrowWatch watch = after_healthy_steps(100000);
+    const auto verdict = run(watch, 131, 1000, 7, 0.09375);
+    REQUIRE(verdict);
+    CHECK(verdict->step == 131 + static_cast<long>(RegrowWatch::kMinShrunkClear) - 1);
+    CHECK(verdict->projected_s == Approx(0.03125 * static_cast<double>(verdict->steps_left)));
+  }
+  SECTION("the shrink's own slow steps, then steps 12.5% slower: the median waits for kMinShrunk") {
+    // Three recovery steps of a second each would make the mean 0.35 s a step after eight.
+    RegrowWatch watch = after_healthy_steps(100000);
+    CHECK_FALSE(run(watch, 131, 3, 7, 1.0));
+    const auto verdict = run(watch, 134, 1000, 7, 0.0703125);
+    REQUIRE(verdict);
+    CHECK(verdict->step == 131 + static_cast<long>(RegrowWatch::kMinShrunk) - 1);
+  }
 }
 
 TEST_CASE("near its end, or slower by noise only, a shrunk job waits for the loss to pay") {

@@ -42,6 +42,8 @@ std::optional<RegrowVerdict> RegrowWatch::observe(long step, int world_size, dou
   lost_s_ += healthy_step_s_ ? step_s - *healthy_step_s_
                              : step_s * (1.0 - static_cast<double>(world_size) / full_world_);
   ++shrunk_steps_;
+  if (healthy_step_s_ && shrunk_losses_.size() < kMinShrunk)
+    shrunk_losses_.push_back(step_s - *healthy_step_s_);
   if (cost_s_ <= 0) return std::nullopt;
   RegrowVerdict verdict{.step = step,
                         .shrunk_since_step = shrunk_since_,
@@ -54,8 +56,10 @@ std::optional<RegrowVerdict> RegrowWatch::observe(long step, int world_size, dou
   if (lost_s_ < cost_s_) {
     // Measured only: an estimate from the world sizes says nothing of what the steps left lose.
     const long left = last_step_ - step;
-    if (!healthy_step_s_ || left <= 0 || shrunk_steps_ < static_cast<long>(kMinShrunk))
-      return std::nullopt;
+    if (!healthy_step_s_ || left <= 0) return std::nullopt;
+    const bool plain = shrunk_losses_.size() >= kMinShrunkClear &&
+                       median(shrunk_losses_) >= kClearLossShare * *healthy_step_s_;
+    if (shrunk_steps_ < static_cast<long>(kMinShrunk) && !plain) return std::nullopt;
     const double per_step = lost_s_ / static_cast<double>(shrunk_steps_);
     const double projected = per_step * static_cast<double>(left);
     if (per_step < kMinLossShare * *healthy_step_s_ || projected < 2 * cost_s_) return std::nullopt;

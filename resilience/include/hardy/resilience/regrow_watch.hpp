@@ -35,6 +35,11 @@
 //                  a relaunch (on the goodput bench's 8 nodes a rank kill cost 8.3-14.4 s: 22-32 s
 //                  shrunk at 0.17x slower, then the relaunch, 2026-11-30). Twice, because a later
 //                  failure may relaunch the job anyway before the steps left are run.
+//                  A large loss is plain sooner: after kMinShrunkClear steps whose median loss
+//                  is kClearLossShare of the healthy step or more, the same projection decides
+//                  (the median passes over the shrink's own slow first steps). On the goodput
+//                  bench a job at 7 of 8 ranks lost 21-30% a step and a fault domain at 1 of its
+//                  2 ranks 30% (2026-12-01): waiting 30 steps to see it cost 0.7-1.1 s a shrink.
 // A job whose shrunk steps are no slower (its step is mostly its collectives' fixed costs) never
 // gets there: the sum of its noise stays near zero, and its mean stays under kMinLossShare.
 #include <cstddef>
@@ -58,8 +63,9 @@ struct RegrowVerdict {
 
 class RegrowWatch {
  public:
-  static constexpr std::size_t kWindow = 50, kMinHealthy = 10, kWarmup = 50, kMinShrunk = 30;
-  static constexpr double kMinLossShare = 0.05;
+  static constexpr std::size_t kWindow = 50, kMinHealthy = 10, kWarmup = 50, kMinShrunk = 30,
+                               kMinShrunkClear = 8;
+  static constexpr double kMinLossShare = 0.05, kClearLossShare = 0.2;
 
   // `last_step`: the job's last step (0: unknown, the loss must pay for the relaunch first).
   explicit RegrowWatch(int full_world_size, long last_step = 0);
@@ -89,6 +95,7 @@ class RegrowWatch {
   std::optional<double> healthy_before_s_;
   bool healthy_from_before_ = false;
   double lost_s_ = 0;
+  std::deque<double> shrunk_losses_;  // each measured shrunk step's loss, the first kMinShrunk
   bool decided_ = false;
 };
 
