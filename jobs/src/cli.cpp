@@ -37,6 +37,15 @@ Run `hardy <command> --help` for the options of a command.
 
 }  // namespace
 
+int report_error(const std::string& command, const std::exception& error) {
+  if (dynamic_cast<const InvalidArgument*>(&error) != nullptr) {
+    std::cerr << "hardy " << command << ": " << error.what() << "\n" << std::flush;
+    return 2;
+  }
+  std::cerr << "hardy " << command << ": error: " << error.what() << "\n" << std::flush;
+  return 1;
+}
+
 int run_cli(int argc, char** argv) {
   std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
   const std::string command = argc >= 2 ? argv[1] : "";
@@ -67,12 +76,8 @@ int run_cli(int argc, char** argv) {
                                   : fmt::format("hardy: unknown command '{}'\n\n", command))
               << kUsage;
     return 2;
-  } catch (const InvalidArgument& e) {
-    std::cerr << "hardy " << command << ": " << e.what() << "\n";
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "hardy " << command << ": error: " << e.what() << "\n";
-    return 1;
+    return report_error(command, e);
   }
 }
 

@@ -35,10 +35,12 @@ int train_command(const std::vector<std::string>& args) {
     return session.run();
   } catch (const std::exception& e) {
     // Errors every rank throws (agreed, or a peer's death that every survivor sees) end each
-    // process normally, with the message on every rank (run_cli prints it).
-    if (world_size == 1 || dynamic_cast<const comm::AgreedFailure*>(&e) != nullptr ||
-        dynamic_cast<const comm::ProcessFailure*>(&e) != nullptr)
-      throw;
+    // process normally, with the message on every rank.
+    if (world_size == 1 || dynamic_cast<const comm::ProcessFailure*>(&e) != nullptr) throw;
+    // Said before MPI_Finalize (`mpi` going out of scope), whose fence holds every rank until
+    // all have said it: the launcher ends the whole job when the first rank exits with a
+    // failure status, and a rank still on its way to the message would be ended silently.
+    if (dynamic_cast<const comm::AgreedFailure*>(&e) != nullptr) return report_error("train", e);
     // This rank may be failing alone, its peers waiting in a collective for it: MPI_Finalize
     // would wait for them in turn, until wall time. End the whole job instead.
     const bool bad_input = dynamic_cast<const InvalidArgument*>(&e) != nullptr;

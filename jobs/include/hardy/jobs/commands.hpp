@@ -1,12 +1,17 @@
 #pragma once
 // The `hardy` subcommands. Each takes its arguments without the program and subcommand names and
 // returns the process exit status: 0 success, 1 a failed check or job, 2 bad input.
+#include <exception>
 #include <string>
 #include <vector>
 
 namespace hardy::jobs {
 
 int run_cli(int argc, char** argv);
+
+// Prints why `hardy COMMAND` failed ("hardy COMMAND: ..." for bad input, "hardy COMMAND: error:
+// ..." otherwise) and returns its exit status: 2 for bad input, 1 for anything else.
+int report_error(const std::string& command, const std::exception& error);
 
 int train_command(const std::vector<std::string>& args);
 int eval_command(const std::vector<std::string>& args);
