@@ -50,6 +50,11 @@ Scenarios:
   healthy_long  (nightly, about 12 min) 10,000 steps, no throttle, every rank's own work up to
              10% longer at random each step, `--straggler evict` and a spare: no rank_slow, no
              share change, no link probe, no eviction
+  checkpointing  (the CTest cluster/straggler_checkpointing) no throttle, 250 steps on an eighth
+             of a CPU a node, a checkpoint every CHECKPOINT_EVERY steps from rank 0's background
+             writer (its CPU out of node 0's quota), `--straggler evict` and a spare: the lead is
+             not named slow for the steps its writer ran beside, nobody is, nothing is evicted
+             or relaunched
 
 Checked for every scenario: `hardy run` exits 0 with job_finished at the last step, no relaunch;
 every step 1..N committed exactly once; every sample of every complete epoch trained exactly once
@@ -86,7 +91,15 @@ NODES = 8
 # scenario: (--straggler, what is slowed at --slow-step: None, "cpu" or "link")
 SCENARIOS = {"healthy": ("rebalance", None), "off": ("off", "cpu"), "rebalance": ("rebalance", "cpu"),
              "evict": ("evict", "cpu"), "link": ("evict", "link"), "link_off": ("off", "link"),
-             "healthy_long": ("evict", None), "link_domains": ("evict", "link")}
+             "healthy_long": ("evict", None), "link_domains": ("evict", "link"),
+             "checkpointing": ("evict", None)}
+# checkpointing: a checkpoint every CHECKPOINT_EVERY steps (the goodput bench's checkpoint-restart
+# interval) for CHECKPOINTING_STEPS steps, on an eighth of a CPU a node (CHECKPOINTING_CPUS, as
+# in the bench). Each write's CPU (about 0.14 s there) comes out of node 0's quota while its rank
+# computes: in that bench, before the writer's steps were left out of the watch, the lead was
+# named slow and its healthy node evicted, 7 times in one run; here the lead was named slow at
+# step 44 (score 0.82). With a quarter of a CPU a node the writes left enough to spare.
+CHECKPOINT_EVERY, CHECKPOINTING_STEPS, CHECKPOINTING_CPUS = 2, 250, 1
 # link_domains: the link scenario with the 8 nodes as 2 fault domains of 4 (hardy run
 # --nodes-per-domain 4): the slow node's domain probes its own nodes, evicts it and stops alone;
 # hardy run relaunches that domain with the spare, and the other domain trains on.
@@ -359,6 +372,8 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
     hosts = cluster.hosts[:NODES + (1 if evicting else 0)]
     if scenario == "healthy_long":
         steps = HEALTHY_LONG_STEPS
+    if scenario == "checkpointing":
+        steps, cpus = min(steps, CHECKPOINTING_STEPS), cpus or CHECKPOINTING_CPUS
     noise = [f"rank={r}@step=1:noise={NOISE}" for r in range(NODES)] if scenario == "healthy_long" else []
     timeout = RUN_TIMEOUT_S * max(1, steps // STEPS) * (1.5 if noise else 1)
     command = [hardy, "run", "--hosts", ",".join(hosts), "--launch-agent", cluster.agent,
@@ -367,6 +382,7 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
                *(["--nodes-per-domain", str(DOMAIN_NODES)] if scenario == "link_domains" else []), "--",
                *train_options(steps, batch, size), "--straggler", mode,
                *(["--inject-failure", ",".join(noise)] if noise else []),
+               *(["--checkpoint-every", str(CHECKPOINT_EVERY)] if scenario == "checkpointing" else []),
                *(["--straggler-evict-cost", str(EVICT_COST_S)] if evicting else [])]
     env = {**os.environ, **cluster.mpi_env(), **(mca or {})}
     marks, ended = {}, threading.Event()
@@ -446,6 +462,7 @@ def run_scenario(hardy, cluster, scenario, workdir, steps=STEPS, slow_step=SLOW_
         "not_watched": "slow ranks are not watched in this job" in output,
         "finished": bool(finished) and finished[-1].get("status") == "completed" and finished[-1].get("steps") == steps,
         "relaunches": len([e for e in events if e["event"] in ("job_relaunched", "domain_relaunched")]),
+        "checkpoints_written": len([e for e in events if e["event"] == "checkpoint_written"]),
         "hangs": [e for e in events if e["event"] in ("hang_detected", "failure_detected")],
         "steps_committed_once": sorted(counts) == list(range(1, steps + 1)) and set(counts.values()) == {1},
         "epochs_complete": len(complete), "epochs_wrong": wrong,
@@ -546,6 +563,14 @@ def check_result(check, r):
               f"nothing evicted: {r['rank_slow']} {r['shards_rebalanced']} {r['link_slow']} {r['node_evicted']}")
         lowest = min((row[4] for row in r["series"] if row[4] is not None), default=None)
         print(f"{s}: the lowest score seen {lowest}", flush=True)
+        return
+    if s == "checkpointing":
+        check(r["checkpoints_written"] >= r["steps"] // (4 * CHECKPOINT_EVERY),
+              f"{s}: rank 0 wrote checkpoints as it trained ({r['checkpoints_written']} written, one due every "
+              f"{CHECKPOINT_EVERY} steps of {r['steps']})")
+        check(not r["rank_slow"] and not r["shards_rebalanced"] and not r["node_evicted"],
+              f"{s}: nobody named slow (the lead's writer beside its steps), no share changed, nothing evicted: "
+              f"{r['rank_slow']} {r['shards_rebalanced']} {r['node_evicted']}")
         return
     if s == "link_off":
         check(not r["link_slow"] and not r["node_evicted"] and not probes,

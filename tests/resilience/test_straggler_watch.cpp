@@ -3,11 +3,14 @@
 // rank 20% slow is named within 30 steps; one that lengthens the step by a few percent is not;
 // noise of 10%, single spikes of 2x, a pause of a few steps and a slow drift of the whole job
 // never are; a recovered rank goes back to an even share; only a rank that slowed down is
-// evicted; the predicted gain's arithmetic.
+// evicted; the predicted gain's arithmetic; steps measured beside a checkpoint writer are not
+// held against the rank.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <vector>
 
 #include "hardy/core/data/sampler.hpp"
@@ -40,6 +43,9 @@ struct ScriptedJob {
   // Given: each step lasts the slowest rank's own time plus this (a wait for another domain),
   // and the watch is told so (the session's step duration, waits included).
   double wait_s = 0;
+  // Given: the steps whose own work a rank did beside its checkpoint writer, which the session
+  // hands the watch as NaN (not measured); they still last as long as they took.
+  std::function<bool(long, int)> beside_writer = {};
 
   template <class Slowness>
   void run(long first, long last, Slowness&& slowness) {
@@ -57,6 +63,10 @@ struct ScriptedJob {
         slowest = std::max(slowest, own[i]);
       }
       step_s.push_back(slowest);
+      if (beside_writer)
+        for (int r = 0; r < world; ++r)
+          if (beside_writer(step, r))
+            own[static_cast<std::size_t>(r)] = std::numeric_limits<double>::quiet_NaN();
       StragglerVerdict verdict =
           watch.observe(step, own, samples, weights, batch, wait_s > 0 ? slowest + wait_s : 0.0);
       if (verdict.new_weights) weights = *verdict.new_weights;
@@ -269,6 +279,54 @@ TEST_CASE("stragglers: a rank slow since its first window is rebalanced but not 
   REQUIRE(evicted.size() == 1);
   CHECK(evicted[0].rank == 1);
   CHECK(evicted[0].own_s >= 1.15 * evicted[0].own_best_s);
+}
+
+TEST_CASE("stragglers: steps beside the lead's checkpoint writer are not held against it",
+          "[resilience]") {
+  // 8 ranks; from step 60 rank 0, the lead, writes a checkpoint every 4 steps on a thread beside
+  // its own work, which takes 2.5 times as long for the 3 steps the write lasts (its node's CPUs
+  // all in use: seen on the emulated cluster, where the lead was named slow and its healthy node
+  // evicted).
+  const auto writing = [](long step, int r) { return r == 0 && step > 60 && step % 4 != 0; };
+  const auto writer_slows = [&](long step, int r) { return writing(step, r) ? 2.5 : 1.0; };
+  // Handed over as such, those steps name nobody and evict nothing.
+  ScriptedJob marked{.world = 8, .batch = 64, .watch = StragglerWatch({.warmup = 0})};
+  marked.beside_writer = writing;
+  marked.watch.allow_eviction(1.0);
+  marked.run(1, 400, writer_slows);
+  CHECK(marked.slow_events() == 0);
+  CHECK(marked.actions() == 0);
+  for (const auto& v : marked.verdicts) CHECK_FALSE(v.evict);
+  // The same times as measured work (the watch before): the lead named slow and evicted.
+  ScriptedJob unmarked{.world = 8, .batch = 64, .watch = StragglerWatch({.warmup = 0})};
+  unmarked.watch.allow_eviction(1.0);
+  unmarked.run(1, 400, writer_slows);
+  CHECK(unmarked.named_at(0) > 60);
+  bool lead_evicted = false;
+  for (const auto& v : unmarked.verdicts)
+    lead_evicted = lead_evicted || (v.evict && v.evict->rank == 0);
+  CHECK(lead_evicted);
+
+  // A lead that does slow down (3x on every step from step 100) is still named, from the steps
+  // between its writes (one in four here).
+  ScriptedJob slow_lead{.world = 8, .batch = 64, .watch = StragglerWatch({.warmup = 0})};
+  slow_lead.beside_writer = writing;
+  slow_lead.run(1, 400, [&](long step, int r) {
+    return writer_slows(step, r) * (r == 0 && step > 100 ? 3.0 : 1.0);
+  });
+  const long named = slow_lead.named_at(0);
+  CHECK(named > 100);
+  CHECK(named <= 100 + 4 * (5 + 10));
+
+  // A lead never measured (a write beside every step) stands at its peers' median: the others'
+  // windows fill and rank 5 at a third of its speed is named, the lead never.
+  ScriptedJob always{.world = 8, .batch = 64, .watch = StragglerWatch({.warmup = 0})};
+  always.beside_writer = [](long, int r) { return r == 0; };
+  always.run(1, 120,
+             [](long step, int r) { return r == 0 ? 2.5 : (r == 5 && step > 40 ? 3.0 : 1.0); });
+  CHECK(always.named_at(5) > 40);
+  CHECK(always.named_at(5) <= 40 + 5 + 10);
+  CHECK(always.named_at(0) == 0);
 }
 
 TEST_CASE("stragglers: detect names the rank and changes no share; off sees nothing",

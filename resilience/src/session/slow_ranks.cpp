@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -68,15 +70,17 @@ std::size_t SlowRanks::count_nodes() const {
   return hosts.size();
 }
 
-void SlowRanks::measured(double own_s, std::size_t samples) {
+void SlowRanks::measured(double own_s, std::size_t samples, bool beside_writer) {
   own_s_ = own_s;
   own_samples_ = static_cast<double>(samples);
+  beside_writer_ = beside_writer;
 }
 
 void SlowRanks::measured_on_device(double host_s, std::shared_ptr<core::DeviceSpan> span,
                                    std::size_t samples) {
   own_s_ = host_s;
   own_samples_ = static_cast<double>(samples);
+  beside_writer_ = false;  // the device's time is most of it, and no writer shares the device
   device_span_ = std::move(span);
 }
 
@@ -91,7 +95,7 @@ void SlowRanks::append_slots(std::vector<double>& sums) {
                     world = static_cast<std::size_t>(membership_.comm().size()),
                     rank = static_cast<std::size_t>(membership_.comm().rank());
   sums.resize(first + 2 * world + kLeadSlots, 0.0);
-  sums[first + rank] = own_s_;
+  sums[first + rank] = beside_writer_ ? -own_s_ : own_s_;
   sums[first + world + rank] = own_samples_;
   if (membership_.lead()) {
     // The clocks the decision reads are the lead's alone: each rank's own would differ by a
@@ -113,9 +117,15 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
   // Each slot had one non-zero addend: the sums are exact, the same on every rank.
   const auto world = static_cast<std::ptrdiff_t>(membership_.comm().size());
   const auto first = sums.begin() + static_cast<std::ptrdiff_t>(kept);
-  const std::vector<double> own(first, first + world),
-      own_samples(first + world, first + 2 * world);
-  // The domain finishes its slice when its slowest rank does.
+  std::vector<double> own(first, first + world), watched(own.size());
+  const std::vector<double> own_samples(first + world, first + 2 * world);
+  // Negative: measured beside the rank's checkpoint writer, which the watch does not judge
+  // (NaN). The time was spent all the same: the domain finishes its slice when its slowest rank
+  // does.
+  for (std::size_t r = 0; r < own.size(); ++r) {
+    watched[r] = own[r] < 0 ? std::numeric_limits<double>::quiet_NaN() : own[r];
+    own[r] = std::abs(own[r]);
+  }
   domain_own_s_ = *std::ranges::max_element(own);
   domain_samples_ = std::accumulate(own_samples.begin(), own_samples.end(), 0.0);
   const double lead_step_s = first[2 * world], lead_launch_s = first[2 * world + 1],
@@ -134,7 +144,7 @@ void SlowRanks::decide(long step, std::vector<double>& sums, std::size_t kept,
     link_.allow_eviction(evict_cost_s_);
   }
   const StragglerVerdict verdict =
-      watch_.observe(step, own, own_samples, staging_.share_weights(), samples, lead_step_s);
+      watch_.observe(step, watched, own_samples, staging_.share_weights(), samples, lead_step_s);
   if (!verdict.scores.empty()) scores_ = verdict.scores;
   const bool lead = membership_.lead();
   for (const RankSlowness& slow : verdict.became_slow) {

@@ -38,8 +38,10 @@ class SlowRanks {
             SessionStaging& staging, core::EventLog& events, bool host_timed, int kernel_threads,
             bool may_evict, bool in_domain);
 
-  // This rank's own work for its latest computed step: seconds over its samples.
-  void measured(double own_s, std::size_t samples);
+  // This rank's own work for its latest computed step: seconds over its samples, and whether
+  // this rank's checkpoint writer ran beside it (`beside_writer`: the watch does not hold that
+  // step against the rank, straggler_watch.hpp says why).
+  void measured(double own_s, std::size_t samples, bool beside_writer = false);
   // The same on a GPU: `host_s` (the data wait) plus the device's time over `span`, which is
   // read (waited for) only when the figures are sent, after the step's sums.
   void measured_on_device(double host_s, std::shared_ptr<core::DeviceSpan> span,
@@ -50,6 +52,8 @@ class SlowRanks {
   // this rank's own time and samples in its own, zero in the others', and the lead's clocks
   // (its last step's duration, its launch's time to the first commit, its exchange's wait);
   // nothing when disabled.
+  // A step measured beside the writer travels as its own time negated (a slot has one non-zero
+  // addend, so the sign survives the sum).
   void append_slots(std::vector<double>& sums);
   // After the sum: takes the slots back off `sums` (leaving `kept` values) and decides at
   // `step`, the ranks sharing `samples` samples per batch.
@@ -110,6 +114,7 @@ class SlowRanks {
   SessionStaging& staging_;
   core::EventLog& events_;
   double own_s_ = 0, own_samples_ = 0, exchange_s_ = 0;
+  bool beside_writer_ = false;  // own_s_ was measured beside this rank's checkpoint writer
   std::shared_ptr<core::DeviceSpan> device_span_;  // on a GPU, until append_slots() reads it
   double domain_own_s_ = 0, domain_samples_ = 0;
   std::optional<std::chrono::steady_clock::time_point> last_decided_;

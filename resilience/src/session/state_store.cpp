@@ -312,6 +312,10 @@ void StateStore::flush() {
   if (writer_) writer_->flush();
 }
 
+bool StateStore::writing_in_background() const {
+  return (writer_ && writer_->busy()) || (node_snapshots_ && node_snapshots_->busy());
+}
+
 void StateStore::report_snapshot_failure(long at_step, const std::string& error) {
   // Once per rank: a full /dev/shm fails every later write the same way. Only rank 0's events
   // reach the run's log (the others' go nowhere), so every rank also says it on stderr.

@@ -106,6 +106,9 @@ class StateStore {
   // thread is parked (Watchdog's guarantee).
   void write_emergency_checkpoint() noexcept;
   void flush();
+  // Whether this rank's checkpoint or node-local snapshot is being written on a thread beside
+  // training right now (its CPU comes out of the training's, where the cores are all in use).
+  bool writing_in_background() const;
 
   // ---- node-local, each host's first rank ----
   // The tier lives in a private tree (core/support/private_tree.hpp): one that fails its checks

@@ -247,7 +247,9 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
     check_same_plan(comm(), trainer.drawn_plan_digest(), computed_step);
   }
   // This rank's own work from here: its data wait, forward and backward, not the collectives'
-  // waits for its peers (the slow-rank watch compares it across ranks).
+  // waits for its peers (the slow-rank watch compares it across ranks). A write that started
+  // at an earlier commit may still run beside it; one that ends within it is caught here.
+  const bool beside_writer = store.writing_in_background();
   const auto own_started = Clock::now();
   const core::BatchLoad& input = [&]() -> const core::BatchLoad& {
     Watchdog::Scope scope(watchdog, "data wait", Activity::loading_data);
@@ -279,7 +281,8 @@ void TrainingSession::State::compute_step(long computed_step, CommittedStep& don
     slow_ranks.measured_on_device(waited_for_data_s + injected_s, span,
                                   trainer.newest_computed_samples());
   else
-    slow_ranks.measured(seconds_since(own_started), trainer.newest_computed_samples());
+    slow_ranks.measured(seconds_since(own_started), trainer.newest_computed_samples(),
+                        beside_writer || store.writing_in_background());
   done.compute_span = std::move(span);
   done.compute_s = seconds_since(started);
   done.data_wait_s = input.data_wait_s;

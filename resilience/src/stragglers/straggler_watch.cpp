@@ -131,6 +131,7 @@ bool StragglerWatch::is_slow(int rank) const {
 void StragglerWatch::restart_window() {
   for (auto& times : per_sample_) times.clear();
   for (auto& times : per_step_) times.clear();
+  window_steps_ = 0;
   imbalance_streak_ = 0;
 }
 
@@ -147,6 +148,7 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
   if (per_sample_.size() != world) {
     per_sample_.assign(world, {});
     per_step_.assign(world, {});
+    window_steps_ = 0;
     slow_.assign(world, false);
     streak_.assign(world, 0);
     since_.assign(world, 0);
@@ -159,6 +161,15 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
     step_times_.clear();
   }
   if (++observed_ <= thresholds_.warmup) return verdict;
+  // Ranks whose own work was not measured this step (NaN: the header says why) leave their
+  // windows and their streaks as they were.
+  std::vector<bool> measured(world);
+  double slowest_measured = 0;
+  for (std::size_t r = 0; r < world; ++r) {
+    measured[r] = !std::isnan(own_s[r]);
+    if (measured[r]) slowest_measured = std::max(slowest_measured, own_s[r]);
+  }
+  if (std::find(measured.begin(), measured.end(), true) == measured.end()) return verdict;
   // The window and the confirmation in steps: at least the steps given, and at least the
   // seconds given, at the job's pace: the median of the last steps' durations where the caller
   // gives them, else the slowest rank's median own work a step (which each step waits for; this
@@ -170,7 +181,7 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
       step_times_.erase(step_times_.begin());
     pace_s_ = median(step_times_);
   } else if (pace_s_ <= 0) {
-    pace_s_ = *std::max_element(own_s.begin(), own_s.end());
+    pace_s_ = slowest_measured;
   }
   const auto [window, confirm] = stragglers::step_counts(thresholds_, pace_s_);
   confirm_ = confirm;
@@ -179,21 +190,31 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
     if (times.size() > static_cast<std::size_t>(stragglers::kMaxWindow)) times.erase(times.begin());
   };
   for (std::size_t r = 0; r < world; ++r) {
+    if (!measured[r]) continue;
     keep(per_sample_[r], own_s[r] / std::max(1.0, own_samples[r]));
     keep(per_step_[r], own_s[r]);
   }
-  if (per_sample_.front().size() < window) return verdict;
+  if (++window_steps_ < window) return verdict;
   // An init-capture: Clang before 16 cannot capture a structured binding by name.
   const auto recent = [steps = window](const std::vector<double>& times) {
     return median(std::vector<double>(
         times.end() - static_cast<std::ptrdiff_t>(std::min(steps, times.size())), times.end()));
   };
 
-  std::vector<double> own(world), own_step(world);
+  std::vector<double> own(world), own_step(world), measured_own;
   for (std::size_t r = 0; r < world; ++r) {
+    if (per_sample_[r].empty()) continue;
     own[r] = recent(per_sample_[r]);
     own_step[r] = recent(per_step_[r]);
+    measured_own.push_back(own[r]);
   }
+  // A rank not measured once in this window stands at its peers' median: neither slow nor fast.
+  const double typical_own = median(measured_own);
+  for (std::size_t r = 0; r < world; ++r)
+    if (per_sample_[r].empty()) {
+      own[r] = typical_own;
+      own_step[r] = typical_own * std::max(1.0, own_samples[r]);
+    }
   if (step_s <= 0) pace_s_ = *std::max_element(own_step.begin(), own_step.end());
   const double flag_at = 1 + thresholds_.slowdown, clear_below = 1 + thresholds_.slowdown / 2;
   // A rank slower than its peers matters only as far as it lengthens the step: one whose own
@@ -206,7 +227,7 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
   verdict.scores.resize(world);
   bool slow_set_changed = false;
   for (std::size_t r = 0; r < world; ++r)
-    if (current_weights.empty() && !slow_[r] && own[r] > 0 &&
+    if (current_weights.empty() && !slow_[r] && !per_sample_[r].empty() && own[r] > 0 &&
         (own_best_[r] <= 0 || own[r] < own_best_[r]))
       own_best_[r] = own[r];
   const PeersMedian peers_of_own(own), peers_of_step(own_step);
@@ -214,6 +235,7 @@ StragglerVerdict StragglerWatch::observe(long step, std::span<const double> own_
     const double peers_s = peers_of_own(r);
     const double slowdown = peers_s > 0 ? own[r] / peers_s : 1.0;
     verdict.scores[r] = own[r] > 0 ? peers_s / own[r] : 1.0;
+    if (!measured[r]) continue;
     // A streak counts from its first step (flagged steps of a healthy rank, steps back at speed
     // of a slow one); a step against it shortens it by one. True once it is long enough.
     const auto streak_holds = [&](bool counts) {

@@ -106,6 +106,8 @@ class NodeLocalSnapshots {
   void discard_newer_than(long step);
   // Returns once the snapshot handed over last is written (or failed).
   void flush() { writer_.flush(); }
+  // Whether a snapshot is being written on the background thread.
+  bool busy() const { return writer_.busy(); }
   // Waits for the write in progress, then removes this host's directory (remove_node_snapshots).
   void remove();
 

@@ -114,6 +114,12 @@ class StragglerWatch {
   // share, and how long the step took from the last one (0: not known; the pace of the slowest
   // rank's own work stands in for it). A different number of ranks than before (a shrink)
   // starts the watch afresh.
+  // An own time that is NaN was not measured: the rank's own work shared its CPUs with its
+  // checkpoint writer's thread (the lead's, every --checkpoint-every steps), so it says as much
+  // about the writer as about the node. Such a step leaves that rank's window and streak as they
+  // were: it is judged on its other steps, and until it has one in the window it stands at its
+  // peers' median. Otherwise the lead, the one rank that writes, was named slow and its healthy
+  // node evicted (seven times in one goodput bench run with a checkpoint every 2 steps).
   StragglerVerdict observe(long step, std::span<const double> own_s,
                            std::span<const double> own_samples,
                            std::span<const double> current_weights, std::size_t samples,
@@ -145,6 +151,7 @@ class StragglerWatch {
   // what it did before, to tell a node that slowed down from one slow in its role.
   std::vector<double> own_best_;
   long observed_ = 0;               // steps since the start or a shrink
+  std::size_t window_steps_ = 0;    // steps observed since the window last started
   long confirm_ = 1;                // the confirmation in steps at the current pace
   double pace_s_ = 0;               // seconds a step (0: not known yet)
   std::vector<double> step_times_;  // the last `window` steps' durations, where given
