@@ -18,8 +18,8 @@ the fault tests, 220 steps of 32 samples; from step 40 rank 1's own work takes 3
              gives it fewer samples, the global batch unchanged; the step is then at most 0.75 x
              the slow, unbalanced one; rank_recovered and even shares again after step 1700.
              Every step committed once, every epoch's samples once (the audit). The same job
-             without the slowdown takes no action at all (a second run if the machine itself
-             slowed a rank in the first), and hardy status names the slow rank while it is slow.
+             without the slowdown takes no action at all (another run, up to three, if the machine
+             itself slowed a rank), and hardy status names the slow rank while it is slow.
   detect     --straggler detect: rank_slow, and no share changes.
   lag        --gradient-lag 1: named and rebalanced as well, every step and sample once.
   shared     4 ranks on the 2 CPUs: "not watched", and no event, slowdown or not.
@@ -127,15 +127,16 @@ with tempfile.TemporaryDirectory(prefix="hardy-slow-ranks-") as tmp:
 
     # The same job without a slowdown: nothing is done. On a shared 2-core VM another process can
     # hold one rank's CPU for seconds (CI saw rank 0 at 0.67 of its peer's speed for 4 s, 800
-    # steps): a real slowdown, which the watch is right to name. Such a run is run once more; the
-    # watch acting again, on a second quiet run, fails the test.
-    for attempt in ("healthy", "healthy-again"):
+    # steps): a real slowdown, which the watch is right to name. Such a run is run again, up to
+    # three runs in all; the watch acting in every one fails the test. Two were not enough: a
+    # clean-clone run on 2026-12-01 named rank 1, then rank 0, each at 0.80 of its peer's speed.
+    for attempt in ("healthy", "healthy-again", "healthy-third"):
         events, metrics, _ = train(tmp / attempt)
         acted = of(events, "rank_slow") + of(events, "shards_rebalanced")
         if not acted:
             break
         print(f"{attempt}: the watch acted on an uninjected run (the machine's own noise?): {acted}")
-    check(not acted, f"healthy: no rank_slow, no share change (in one of two runs): {acted}")
+    check(not acted, f"healthy: no rank_slow, no share change (in one of three runs): {acted}")
 
     # hardy status while a rank is slow: a run that ends inside the slowdown.
     status_run = tmp / "status"
