@@ -49,8 +49,9 @@ outside (SIGKILL), as a node crash would:
 
 Each asserts: exit 0 with job_finished at the last step; every step committed once (with
 --domain-sync-every: the last record of each step, after the rewind); every complete epoch covers
-every sample exactly once; the final loss within 2% of the same job as one MPI job (with
---domain-sync-every, within 2% of the same job without the failure); every rank of every domain
+every sample exactly once; the mean loss of the last tenth of the steps within 2% of the same job
+as one MPI job (with --domain-sync-every, within 5% of the same job without the failure); every
+rank of every domain
 ends with the same parameters (their digests in job_finished and domain_finished); the other domains' ranks never restarted (their rank_started pids are those of the
 start); the lost domain named, relaunched, healed from a live domain and admitted back; the
 survivors committed a step again within 2 s of the kill; nothing left behind (processes, the
@@ -175,7 +176,6 @@ def main():
                            check=True, stdout=subprocess.DEVNULL, timeout=300)
         else:
             subprocess.run(domains_job(reference), check=True, stdout=subprocess.DEVNULL, timeout=300)
-        expected_final = read_jsonl(reference / "metrics.jsonl")[-1]["loss"]
 
         run = tmp / "run"
         shutil.rmtree(stage, ignore_errors=True)  # the domains stage afresh
@@ -249,7 +249,14 @@ def main():
         check(all(m["global_batch"] == 12 for m in metrics), f"{scenario}: the global batch stays 12")
         if scenario == "staged":
             check_staging(check, scenario, events, stage, domains, victim)
-        final = metrics[-1]["loss"]
+        # One step's loss (12 samples) is noise that training amplifies from the order of float
+        # sums: compared one step against one step, `lagged` ran -0.8% to +0.9% from one MPI job
+        # over 6 runs and once 2.2%. The last tenth's mean.
+        def tail_mean(rows):
+            last = {m["step"]: m["loss"] for m in rows}
+            tail = [last[s] for s in sorted(last)[-STEPS // 10:]]
+            return sum(tail) / len(tail)
+
         if sync_every == 1:
             # Before the fault the domains sum what one job sums, only grouped otherwise: over the
             # first 10 steps the losses agree but for float rounding, which training amplifies
@@ -260,16 +267,14 @@ def main():
                      if m["step"] <= min(fault.get("step", 0), 10)
                      and abs(m["loss"] - one_job.get(m["step"], 0)) > 1e-3 * abs(m["loss"])]
             check(not apart, f"{scenario}: the steps before the fault match one MPI job's losses: {apart[:3]}")
-            check(abs(final - expected_final) <= 0.02 * abs(expected_final),
-                  f"{scenario}: final loss {final:.5f} within 2% of one MPI job's {expected_final:.5f}")
+            mine, theirs = tail_mean(metrics), tail_mean(read_jsonl(reference / "metrics.jsonl"))
+            check(abs(mine - theirs) <= 0.02 * abs(theirs),
+                  f"{scenario}: the last {STEPS // 10} steps' mean loss {mine:.5f} within 2% of one MPI job's "
+                  f"{theirs:.5f}")
         else:
             # Domains that train alone average different states when fewer of them share a step,
             # so the run follows another path than the one without the failure: what must hold
-            # is that it gets as far. One step's loss (12 samples) is noise; the last tenth's mean.
-            def tail_mean(rows):
-                last = {m["step"]: m["loss"] for m in rows}
-                tail = [last[s] for s in sorted(last)[-STEPS // 10:]]
-                return sum(tail) / len(tail)
+            # is that it gets as far.
             mine, theirs = tail_mean(metrics), tail_mean(read_jsonl(reference / "metrics.jsonl"))
             check(abs(mine - theirs) <= 0.05 * theirs,
                   f"{scenario}: the last {STEPS // 10} steps' mean loss {mine:.5f} within 5% of the run "
