@@ -532,6 +532,20 @@ int TrainingSession::State::finish() {
     save_and_evaluate(config, trainer, data, progress, bad_samples.count(), finished);
   // In a job of several domains the others' leaders log that their domain is done.
   events().emit(membership.writes_run_files() ? "job_finished" : "domain_finished", finished);
+  // After a peer failed, the survivors leave without MPI_Finalize (comm::MpiSession says why),
+  // so nothing flushes what their last collective still had queued for others: a survivor that
+  // left first took with it data a slower one still waited for, which then saw it fail (the
+  // allreduce above: "failed ranks: 3,6", 3 of 25 runs of resilience/fault_allreduce). Once an
+  // agreement returns, every rank has finished every collective before it (each joins only
+  // after its own has completed, and the waiting ones progress their sends meanwhile), and the
+  // agreement itself outlives those that leave first.
+  if (comm().fault_tolerant()) {
+    try {
+      comm().agree(1);
+    } catch (const comm::ProcessFailure&) {
+      // A rank that died now changes nothing: the job is complete and logged.
+    }
+  }
   return kCompleted;
 }
 
